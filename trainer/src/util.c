@@ -1,0 +1,127 @@
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <openssl/sha.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static char log_prefix[64] = "kubetrain-trainer";
+
+void util_set_log_prefix(const char *prefix)
+{
+    snprintf(log_prefix, sizeof log_prefix, "%s", prefix);
+}
+
+static void log_v(const char *fmt, va_list ap, char *msg, size_t msglen)
+{
+    vsnprintf(msg, msglen, fmt, ap);
+    fprintf(stderr, "%s: %s\n", log_prefix, msg);
+    fflush(stderr);
+}
+
+void util_log(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    log_v(fmt, ap, msg, sizeof msg);
+    va_end(ap);
+}
+
+void util_fail(int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    log_v(fmt, ap, msg, sizeof msg);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "error", msg);
+    char *json = o ? cJSON_PrintUnformatted(o) : NULL;
+    if (json) util_termination_write(json);
+    free(json);
+    cJSON_Delete(o);
+    exit(code);
+}
+
+void util_termination_write(const char *json)
+{
+    const char *path = getenv("KUBETRAIN_TERMINATION_FILE");
+    if (!path || !*path) {
+        if (access("/dev/termination-log", W_OK) != 0) return;
+        path = "/dev/termination-log";
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "%s: cannot write termination message to %s\n", log_prefix, path);
+        return;
+    }
+    fprintf(f, "%s\n", json);
+    if (fclose(f) != 0)
+        fprintf(stderr, "%s: cannot write termination message to %s\n", log_prefix, path);
+}
+
+void *util_malloc(size_t n, const char *file, int line)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) util_fail(KT_EXIT_DATA, "out of memory allocating %zu bytes at %s:%d", n, file, line);
+    return p;
+}
+
+void *util_calloc(size_t count, size_t size, const char *file, int line)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p)
+        util_fail(KT_EXIT_DATA, "out of memory allocating %zu x %zu bytes at %s:%d", count, size,
+                  file, line);
+    return p;
+}
+
+char *util_strdup(const char *s, const char *file, int line)
+{
+    size_t n = strlen(s) + 1;
+    char *p = util_malloc(n, file, line);
+    memcpy(p, s, n);
+    return p;
+}
+
+double util_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void util_sha256_hex(const void *buf, size_t n, char out[65])
+{
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256(buf, n, md);
+    for (int i = 0; i < SHA256_DIGEST_LENGTH; i++) sprintf(out + 2 * i, "%02x", md[i]);
+    out[64] = '\0';
+}
+
+uint64_t util_rand_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float util_rand_float(uint64_t *state)
+{
+    return (float)(util_rand_u64(state) >> 40) * (1.0f / 16777216.0f);
+}
+
+uint64_t util_rand_below(uint64_t *state, uint64_t n)
+{
+    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t r;
+    do r = util_rand_u64(state);
+    while (r >= limit);
+    return r % n;
+}

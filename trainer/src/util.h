@@ -1,0 +1,52 @@
+/* util — the trainer's fail-fast helpers: exit codes of the contract, checked
+ * allocation, the termination message, clocks, hashing and a seeded RNG. */
+#ifndef KT_UTIL_H
+#define KT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit codes of the trainer contract (shared/DESIGN.md). */
+#define KT_EXIT_OK 0
+#define KT_EXIT_USAGE 2 /* bad flag, env or configuration */
+#define KT_EXIT_DATA 3  /* bad data, model or checkpoint that cannot be recovered */
+#define KT_EXIT_RETRY 75 /* a peer was lost, peers never came, preempted after saving */
+
+/* Sets the prefix of log lines ("kubetrain-trainer[rank 1]"); the string is copied. */
+void util_set_log_prefix(const char *prefix);
+
+/* Prints "<prefix>: <message>" on stderr. */
+void util_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints the message like util_log, writes {"error": message} to the termination
+ * message file (see util_termination_write) and exits with `code`. */
+_Noreturn void util_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Writes `json` (one object) to $KUBETRAIN_TERMINATION_FILE, or to
+ * /dev/termination-log when that exists; does nothing otherwise. Errors are logged. */
+void util_termination_write(const char *json);
+
+/* Allocation that cannot return NULL: on failure it exits 3 naming file:line.
+ * The caller frees the result with free(). */
+void *util_malloc(size_t n, const char *file, int line);
+void *util_calloc(size_t count, size_t size, const char *file, int line);
+char *util_strdup(const char *s, const char *file, int line);
+#define xmalloc(n) util_malloc((n), __FILE__, __LINE__)
+#define xcalloc(count, size) util_calloc((count), (size), __FILE__, __LINE__)
+#define xstrdup(s) util_strdup((s), __FILE__, __LINE__)
+
+/* Monotonic time in seconds. */
+double util_now(void);
+
+/* SHA-256 of buf as 64 lowercase hex digits plus NUL in out. */
+void util_sha256_hex(const void *buf, size_t n, char out[65]);
+
+/* splitmix64: advances *state and returns the next 64 random bits. Deterministic,
+ * so that one seed gives one run. */
+uint64_t util_rand_u64(uint64_t *state);
+/* Uniform float in [0, 1) from *state. */
+float util_rand_float(uint64_t *state);
+/* Uniform integer in [0, n) from *state, without modulo bias; n > 0. */
+uint64_t util_rand_below(uint64_t *state, uint64_t n);
+
+#endif

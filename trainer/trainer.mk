@@ -1,0 +1,38 @@
+# The trainer: kubetrain-trainer and its tests.
+DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
+            libssl-dev libcmocka-dev dataset-fashion-mnist
+
+TRAINER_BIN   := $(BUILD)/bin/kubetrain-trainer
+TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
+TRAINER_LIBS  := -lopenblas -lcjson -lyaml -lz -lcrypto -lpthread -lm
+TRAINER_INC   := -Itrainer/src
+
+TRAINER_SRCS  := $(filter-out trainer/src/main.c,$(wildcard trainer/src/*.c))
+TRAINER_OBJS  := $(TRAINER_SRCS:%.c=$(BUILD)/opt/%.o)
+TRAINER_SOBJS := $(TRAINER_SRCS:%.c=$(BUILD)/san/%.o)
+TRAINER_TESTS := $(patsubst trainer/tests/%.c,$(BUILD)/san/tests/%,$(wildcard trainer/tests/test-*.c))
+
+all: $(TRAINER_BIN) $(TRAINER_SAN)
+TEST_PROGRAMS += $(TRAINER_TESTS) $(sort $(wildcard trainer/tests/test-*.sh))
+
+$(BUILD)/opt/trainer/%.o: trainer/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+$(BUILD)/san/trainer/%.o: trainer/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+
+$(TRAINER_BIN): $(BUILD)/opt/trainer/src/main.o $(TRAINER_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(OPTFLAGS) -o $@ $^ $(TRAINER_LIBS)
+$(TRAINER_SAN): $(BUILD)/san/trainer/src/main.o $(TRAINER_SOBJS)
+	@mkdir -p $(@D)
+	$(CC) $(SANFLAGS) -o $@ $^ $(TRAINER_LIBS)
+
+# Unit tests link every trainer module (not main) and cmocka, built with the sanitizers.
+$(BUILD)/san/tests/test-%: $(BUILD)/san/trainer/tests/test-%.o $(TRAINER_SOBJS)
+	@mkdir -p $(@D)
+	$(CC) $(SANFLAGS) -o $@ $^ -lcmocka $(TRAINER_LIBS)
+
+trainer: $(TRAINER_BIN)
+.PHONY: trainer
