@@ -1,0 +1,50 @@
+/* collective — the one interface through which workers agree: barrier, broadcast and
+ * all-reduce. Implementations: the single-process one here (world size 1), the TCP
+ * ring (ring.c), NCCL on GPUs. The training loop sees only this header. */
+#ifndef KT_COLLECTIVE_H
+#define KT_COLLECTIVE_H
+
+#include <stddef.h>
+
+typedef struct Collective Collective;
+
+/* Every operation returns 0, or a negative errno with a one-line reason in err (for
+ * example naming the peer that was lost); the trainer then exits 75. */
+struct Collective {
+    int rank;
+    int world;
+    const char *name; /* "local", "ring", "nccl" */
+    /* Sums n floats across all ranks, in place; every rank ends with identical bits. */
+    int (*allreduce_sum)(Collective *c, float *buf, size_t n, char *err, size_t errlen);
+    /* Copies n bytes from rank `root` into buf on every other rank. */
+    int (*broadcast)(Collective *c, void *buf, size_t n, int root, char *err, size_t errlen);
+    /* Returns once every rank has entered. */
+    int (*barrier)(Collective *c, char *err, size_t errlen);
+    /* Closes connections and frees c. */
+    void (*destroy)(Collective *c);
+};
+
+static inline int coll_allreduce_sum(Collective *c, float *buf, size_t n, char *err, size_t errlen)
+{
+    return c->allreduce_sum(c, buf, n, err, errlen);
+}
+static inline int coll_broadcast(Collective *c, void *buf, size_t n, int root, char *err,
+                                 size_t errlen)
+{
+    return c->broadcast(c, buf, n, root, err, errlen);
+}
+static inline int coll_barrier(Collective *c, char *err, size_t errlen)
+{
+    return c->barrier(c, err, errlen);
+}
+/* Frees c; NULL is a no-op. */
+static inline void coll_destroy(Collective *c)
+{
+    if (c) c->destroy(c);
+}
+
+/* The world-size-1 collective: every operation is the identity. Caller frees with
+ * coll_destroy. */
+Collective *coll_local_create(void);
+
+#endif
