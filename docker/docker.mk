@@ -1,0 +1,20 @@
+# Images: `make images` builds the operator and the CPU trainer image, tagged with
+# VERSION, on a locally made bookworm base (docker/base.sh) unless BASE names another.
+VERSION      := $(shell cat VERSION)
+BASE         ?= kubetrain/base:bookworm
+IMAGE_PREFIX ?= kubetrain
+
+.PHONY: images image-base image-operator image-trainer
+images: image-operator image-trainer
+
+image-base:
+	@bash docker/dockerd.sh
+	@if [ "$(BASE)" = "kubetrain/base:bookworm" ]; then bash docker/base.sh $(BASE); fi
+
+image-operator: image-base
+	docker build -q -f docker/operator.Dockerfile --build-arg BASE=$(BASE) \
+	    -t $(IMAGE_PREFIX)/operator:$(VERSION) .
+
+image-trainer: image-base
+	docker build -q -f docker/trainer.Dockerfile --build-arg BASE=$(BASE) \
+	    -t $(IMAGE_PREFIX)/trainer:$(VERSION) .

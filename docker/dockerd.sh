@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Makes sure a Docker daemon answers: installs Debian's docker.io when the engine is
+# missing and starts dockerd by hand when no init system runs it (these machines have
+# none). Exits 0 when `docker info` works, 1 with the reason otherwise.
+set -uo pipefail
+docker info >/dev/null 2>&1 && exit 0
+if ! command -v dockerd >/dev/null; then
+  bash "$(dirname "$0")/../.ci/deps.sh" docker.io debootstrap || exit 1
+fi
+docker info >/dev/null 2>&1 && exit 0
+log=${KT_CACHE:-$HOME/.cache/kubetrain}/dockerd.log
+mkdir -p "$(dirname "$log")"
+nohup dockerd >"$log" 2>&1 &
+for _ in $(seq 60); do
+  docker info >/dev/null 2>&1 && exit 0
+  sleep 0.5
+done
+echo "dockerd did not start; its log ($log) ends:" >&2
+tail -5 "$log" >&2
+exit 1
