@@ -27,7 +27,7 @@ out=$KT_CACHE/k8s/$K8S_VERSION/bin
 if kt_have_bins "$out" $want; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || kt_die "go is not installed; cannot build Kubernetes $K8S_VERSION"
-grep -q "^require k8s.io/kubernetes $K8S_VERSION\$\|	k8s.io/kubernetes $K8S_VERSION\$" \
+grep -Eq "^[[:space:]]*(require )?k8s.io/kubernetes $K8S_VERSION( |$)" \
     "$KT_CLUSTER/k8sbuild/go.mod" ||
   kt_die "k8sbuild/go.mod is not for $K8S_VERSION; run e2e/cluster/gen-k8sbuild.sh"
 
