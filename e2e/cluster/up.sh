@@ -17,11 +17,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 level=${1:-api}
-case "$level" in
-  api) ;;
-  full) kt_die "up.sh full is not implemented yet; only 'api' is available" ;;
-  *) kt_die "usage: up.sh [api]" ;;
-esac
+[ "$level" = api ] || kt_die "unknown level '$level'; usage: up.sh [api]"
 
 SERVICE_CIDR=${KT_SERVICE_CIDR:-10.96.0.0/16}
 SERVICE_APISERVER_IP=${KT_SERVICE_APISERVER_IP:-10.96.0.1}

@@ -93,7 +93,7 @@ rejected "learningRate 0" spec.training.optimizer.learningRate '' '{training: {o
 rejected "port above 65535" spec.port '' '{port: 70000}'
 rejected "nccl without GPUs (cross-field rule)" spec.collective "gpusPerWorker" '{collective: nccl}'
 rejected "unknown built-in model" spec.model '' '{model: resnet50}'
-rejected "inline model without layers" spec.model '' '{model: {layers: []}}'
+rejected "inline model without layers" spec.model '' '{model: {name: mnist}}'
 rejected "model of the wrong type" spec.model '' '{model: 7}'
 rejected "cleanPodPolicy not in the enum" spec.cleanPodPolicy '' '{cleanPodPolicy: Some}'
 rejected "successPolicy not in the enum" spec.successPolicy '' '{successPolicy: AnyWorker}'
