@@ -175,13 +175,14 @@ data: {a: b}
 EOF
 tap_check "job deleted" k delete tj defaults --wait=true --timeout 30s
 gone=0
-for _ in $(seq 120); do
+# The collector picks up a new CRD at its next discovery resync (30 s), hence the margin.
+for _ in $(seq 180); do
   if ! k get configmap owned >/dev/null 2>&1; then gone=1; break; fi
   sleep 0.5
 done
 if [ $gone = 1 ]; then tap_ok "the garbage collector deletes a ConfigMap owned by the deleted job"
 else tap_fail "the garbage collector deletes a ConfigMap owned by the deleted job" \
-  "configmap/owned still present after 60s; $(tail -n 5 "$KT_RUN/logs/kube-controller-manager.log")"; fi
+  "configmap/owned still present after 90s; $(tail -n 5 "$KT_RUN/logs/kube-controller-manager.log")"; fi
 tap_check "a ConfigMap not owned by the job stays" k get configmap unowned
 
 tap_done
