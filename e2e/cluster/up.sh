@@ -75,9 +75,10 @@ echo "$level" > "$KT_RUN/level"
 pki=$KT_RUN/pki
 
 # --- certificates -------------------------------------------------------------------
-# cert NAME SUBJECT [SAN]: a key and a certificate signed by the CA, client or server use.
+# cert NAME SUBJECT [SAN [CA]]: a key and a certificate signed by CA (default "ca"), for
+# server use when SAN is given, otherwise for client use.
 cert() {
-  local name=$1 subj=$2 san=${3:-} ext=$pki/$1.ext
+  local name=$1 subj=$2 san=${3:-} ca=${4:-ca} ext=$pki/$1.ext
   openssl genrsa -out "$pki/$name.key" 2048 2>/dev/null
   openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
   {
@@ -90,7 +91,7 @@ cert() {
       echo "extendedKeyUsage=clientAuth"
     fi
   } > "$ext"
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" \
     -CAcreateserial -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
   rm -f "$pki/$name.csr" "$ext"
 }
@@ -101,6 +102,14 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -out "$pki/ca.cr
 cert apiserver "/CN=kube-apiserver" \
   "IP:127.0.0.1,IP:$SERVICE_APISERVER_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 cert admin "/O=system:masters/CN=kubetrain-admin"
+# The front-proxy (request-header) CA and the apiserver's client certificate under it, as
+# kubeadm sets them up: aggregated API servers and the controller-manager's delegated
+# authentication read this CA from kube-system/extension-apiserver-authentication.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/front-proxy-ca.key" \
+  -out "$pki/front-proxy-ca.crt" -days 30 -sha256 -subj "/CN=kubetrain-e2e-front-proxy-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
 cert controller-manager "/CN=system:kube-controller-manager"
 openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
@@ -173,6 +182,9 @@ start etcd "$etcd_bin" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
 # --- kube-apiserver -----------------------------------------------------------------
+# Bound to loopback, it cannot publish itself as the endpoint of the "kubernetes"
+# Service (loopback addresses are refused there), so it does not try: nothing at this
+# level runs in a pod.
 kt_log "starting kube-apiserver on $api_url"
 start kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -180,13 +192,20 @@ start kube-apiserver "$bin/kube-apiserver" \
   --cert-dir "$pki" \
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" \
+  --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User \
+  --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$pki/front-proxy-client.crt" \
+  --proxy-client-key-file "$pki/front-proxy-client.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$pki/sa.pub" \
   --service-account-signing-key-file "$pki/sa.key" \
   --authorization-mode RBAC,Node \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --allow-privileged=true \
-  --endpoint-reconciler-type lease \
+  --endpoint-reconciler-type none \
   --profiling=false
 wait_for kube-apiserver "$bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" get --raw /readyz
 
