@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # build-k8s.sh [api|full|BINARY...]
 #
-# Makes sure the Kubernetes binaries for $K8S_VERSION exist and prints the directory that
-# holds them. Order of preference:
-#   1. $KUBEBUILDER_ASSETS, when set and it holds the binaries (the envtest convention);
+# Makes sure the Kubernetes binaries exist and prints their paths, one per line. Each one
+# comes from, in order:
+#   1. $KUBEBUILDER_ASSETS, when set and the binary is there (the envtest convention);
 #   2. the machine cache $KT_CACHE/k8s/$K8S_VERSION/bin, when already built;
 #   3. a build from the Go module proxy through the wrapper module k8sbuild/, once per
 #      machine (a lock serialises concurrent callers), into that cache.
 # "api" (the default) means kube-apiserver, kube-controller-manager and kubectl; "full"
 # adds kube-scheduler and kubelet. Go caches live under $KT_CACHE/go; the build runs with
-# GOMAXPROCS=2 and -p 2. Exit status 0 on success; 1 when the binaries are missing and
-# cannot be built (the reason is on stderr).
+# GOMAXPROCS=2 and -p 2. Exit status 0 on success; 1 when a binary is missing and cannot
+# be built (the reason is on stderr).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -20,11 +20,13 @@ case "${1:-api}" in
   *)    want="$*" ;;
 esac
 
-if [ -n "${KUBEBUILDER_ASSETS:-}" ] && kt_have_bins "$KUBEBUILDER_ASSETS" $want; then
-  echo "$KUBEBUILDER_ASSETS"; exit 0
-fi
 out=$KT_CACHE/k8s/$K8S_VERSION/bin
-if kt_have_bins "$out" $want; then echo "$out"; exit 0; fi
+need=
+for b in $want; do [ -x "$(kt_k8s_bin "$b")" ] || need="$need $b"; done
+if [ -z "$need" ]; then
+  for b in $want; do kt_k8s_bin "$b"; done
+  exit 0
+fi
 
 command -v go >/dev/null || kt_die "go is not installed; cannot build Kubernetes $K8S_VERSION"
 grep -Eq "^[[:space:]]*(require )?k8s.io/kubernetes $K8S_VERSION( |$)" \
@@ -38,7 +40,7 @@ if ! flock -n 9; then
   flock 9
 fi
 missing=
-for b in $want; do [ -x "$out/$b" ] || missing="$missing $b"; done
+for b in $need; do [ -x "$out/$b" ] || missing="$missing $b"; done
 if [ -n "$missing" ]; then
   kt_go_env
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -59,4 +61,4 @@ if [ -n "$missing" ]; then
   for b in $missing; do mv -f "$tmp/$b" "$out/$b"; done
   kt_log "built$missing in $(( $(date +%s) - start ))s into $out"
 fi
-echo "$out"
+for b in $want; do kt_k8s_bin "$b"; done

@@ -30,20 +30,24 @@ kt_go_env() {
   export GOTOOLCHAIN=local
 }
 
-# kt_k8s_bindir: prints the directory that holds the Kubernetes binaries to use: the
-# envtest directory in $KUBEBUILDER_ASSETS when it holds all of $K8S_API_BINS, otherwise
-# the build cache for $K8S_VERSION (which may not be built yet).
-kt_k8s_bindir() {
-  local b ok=1
-  if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
-    for b in $K8S_API_BINS; do [ -x "$KUBEBUILDER_ASSETS/$b" ] || ok=0; done
-    if [ $ok = 1 ]; then echo "$KUBEBUILDER_ASSETS"; return; fi
+# kt_k8s_bin NAME: prints the path of the Kubernetes binary NAME to use: the one in
+# $KUBEBUILDER_ASSETS when set and present there (the envtest convention; envtest ships
+# kube-apiserver, kubectl and etcd, not kube-controller-manager), otherwise the one in the
+# build cache for $K8S_VERSION, which may not be built yet.
+kt_k8s_bin() {
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/$1" ]; then
+    echo "$KUBEBUILDER_ASSETS/$1"
+  else
+    echo "$KT_CACHE/k8s/$K8S_VERSION/bin/$1"
   fi
-  echo "$KT_CACHE/k8s/$K8S_VERSION/bin"
 }
 
-# kt_have_bins DIR NAME...: true when DIR holds every named executable.
-kt_have_bins() {
-  local d=$1 b; shift
-  for b in "$@"; do [ -x "$d/$b" ] || return 1; done
+# kt_etcd: prints the etcd to use ($KT_ETCD, $KUBEBUILDER_ASSETS/etcd, or the one on PATH,
+# from Debian's etcd-server); fails when there is none.
+kt_etcd() {
+  local e=${KT_ETCD:-}
+  [ -z "$e" ] && [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] &&
+    e=$KUBEBUILDER_ASSETS/etcd
+  [ -z "$e" ] && e=$(command -v etcd)
+  [ -n "$e" ] && [ -x "$e" ] && echo "$e"
 }

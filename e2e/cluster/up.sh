@@ -8,6 +8,7 @@
 # State lives in e2e/cluster/.run (ignored by git):
 #   .run/kubeconfig   admin kubeconfig (client certificate, certificates embedded)
 #   .run/env          sourceable: KUBECONFIG, KT_APISERVER_URL, KT_*_PORT, KT_K8S_BIN
+#   .run/bin/         links to the binaries in use (KT_K8S_BIN points here)
 #   .run/pids/*.pid   one per process started; down.sh stops exactly these
 #   .run/logs/*.log   each component's output
 #   .run/pki/         the generated CA, serving and client certificates, service-account key
@@ -50,10 +51,9 @@ if [ -e "$KT_RUN" ]; then
   "$KT_CLUSTER/down.sh"
 fi
 
-bin=$("$KT_CLUSTER/build-k8s.sh" api) || kt_die "Kubernetes binaries unavailable"
-etcd_bin=${KT_ETCD:-$(command -v etcd || true)}
-[ -n "$etcd_bin" ] && [ -x "$etcd_bin" ] ||
-  kt_die "etcd not found (install Debian's etcd-server, or set KT_ETCD)"
+"$KT_CLUSTER/build-k8s.sh" api >/dev/null || kt_die "Kubernetes binaries unavailable"
+etcd_bin=$(kt_etcd) ||
+  kt_die "etcd not found (install Debian's etcd-server, or set KT_ETCD or KUBEBUILDER_ASSETS)"
 command -v openssl >/dev/null || kt_die "openssl not found"
 
 # free_port: prints a TCP port nobody listens on and that this run has not handed out yet.
@@ -69,9 +69,13 @@ free_port() {
   done
 }
 
-mkdir -p "$KT_RUN"/{pids,logs,pki,etcd}
+mkdir -p "$KT_RUN"/{bin,pids,logs,pki,etcd}
 chmod 700 "$KT_RUN/pki" "$KT_RUN/etcd"
 echo "$level" > "$KT_RUN/level"
+# .run/bin links the binaries this run uses, whichever place each came from.
+for b in $K8S_API_BINS; do ln -sf "$(kt_k8s_bin "$b")" "$KT_RUN/bin/$b"; done
+ln -sf "$etcd_bin" "$KT_RUN/bin/etcd"
+bin=$KT_RUN/bin
 pki=$KT_RUN/pki
 
 # --- certificates -------------------------------------------------------------------
@@ -172,7 +176,7 @@ fail_if_dead() { kt_pid_alive "$1" "$1" || { tail -n 20 "$KT_RUN/logs/$1.log" >&
 
 # --- etcd ---------------------------------------------------------------------------
 kt_log "starting etcd on 127.0.0.1:$etcd_port"
-start etcd "$etcd_bin" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
+start etcd "$bin/etcd" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" \
   --advertise-client-urls "http://127.0.0.1:$etcd_port" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \

@@ -16,7 +16,7 @@ if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
   tap_skip "TrainingJob CRD on kube-apiserver" "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
   tap_done; exit
 fi
-if ! command -v etcd >/dev/null && [ -z "${KT_ETCD:-}" ]; then
+if ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
   tap_skip "TrainingJob CRD on kube-apiserver" "etcd not installed (Debian package etcd-server)"
   tap_done; exit
 fi
