@@ -25,7 +25,7 @@ kt_go_env() {
   export GOMODCACHE="$KT_CACHE/go/pkg/mod"
   export GOCACHE="$KT_CACHE/go/cache"
   export GOMAXPROCS=${GOMAXPROCS:-2}
-  export GOFLAGS="-buildvcs=false -mod=mod"
+  export GOFLAGS="-buildvcs=false"
   export CGO_ENABLED=${CGO_ENABLED:-0}
   export GOTOOLCHAIN=local
 }
