@@ -158,12 +158,13 @@ start() {
   echo $! > "$KT_RUN/pids/$name.pid"
 }
 
-# wait_for WHAT CMD...: retries CMD until it succeeds or READY_TIMEOUT seconds pass.
+# wait_for WHAT CMD...: retries CMD until it succeeds; gives up, stopping everything,
+# when the process WHAT exits or READY_TIMEOUT seconds pass.
 wait_for() {
   local what=$1 deadline=$((SECONDS + READY_TIMEOUT)); shift
   until "$@" >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ]; then
-      kt_log "$what not ready after ${READY_TIMEOUT}s; last log lines:"
+    if ! kt_pid_alive "$what" "$what" || [ $SECONDS -ge $deadline ]; then
+      kt_log "$what not ready (exited, or not ready after ${READY_TIMEOUT}s); last log lines:"
       tail -n 20 "$KT_RUN/logs/$what.log" >&2 || true
       "$KT_CLUSTER/down.sh"
       exit 1

@@ -33,6 +33,15 @@ alive() {
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}'; }
 
 bash e2e/cluster/down.sh >/dev/null 2>&1
+# A component that dies at start fails up.sh at once, and nothing is left behind.
+t0=$(date +%s.%N)
+out=$(KT_ETCD=/bin/false KT_READY_TIMEOUT=60 bash e2e/cluster/up.sh api 2>&1)
+rc=$?
+dt=$(since "$t0")
+if [ $rc -ne 0 ] && [ ! -e "$KT_RUN" ] && awk -v d="$dt" 'BEGIN{exit !(d < 30)}'; then
+  tap_ok "up.sh api fails fast when etcd exits at start (${dt}s) and cleans up"
+else tap_fail "up.sh api fails fast when etcd exits at start" "rc=$rc after ${dt}s; $out"; fi
+
 t0=$(date +%s.%N)
 if out=$(bash e2e/cluster/up.sh api 2>&1); then
   tap_ok "up.sh api succeeds ($(since "$t0")s)"
