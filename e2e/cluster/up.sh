@@ -56,16 +56,18 @@ etcd_bin=$(kt_etcd) ||
   kt_die "etcd not found (install Debian's etcd-server, or set KT_ETCD or KUBEBUILDER_ASSETS)"
 command -v openssl >/dev/null || kt_die "openssl not found"
 
-# free_port: prints a TCP port nobody listens on and that this run has not handed out yet.
+# free_port VAR: sets VAR to a TCP port nobody uses and that this run has not handed out
+# yet (no command substitution: the record of handed-out ports must stay in this shell).
 declare -A taken=()
 free_port() {
+  local -n var=$1
   local p busy
   busy=$(ss -Htan 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
   while :; do
     p=$((20000 + RANDOM % 40000))
     [ -z "${taken[$p]:-}" ] || continue
     grep -qx "$p" <<<"$busy" && continue
-    taken[$p]=1; echo "$p"; return
+    taken[$p]=1; var=$p; return
   done
 }
 
@@ -119,10 +121,10 @@ openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
 # --- ports --------------------------------------------------------------------------
-etcd_port=$(free_port)
-etcd_peer_port=$(free_port)
-api_port=$(free_port)
-kcm_port=$(free_port)
+free_port etcd_port
+free_port etcd_peer_port
+free_port api_port
+free_port kcm_port
 api_url=https://127.0.0.1:$api_port
 
 # kubeconfig FILE USER: a kubeconfig with the user's client certificate, all embedded.
@@ -141,15 +143,15 @@ kubeconfig() {
 kubeconfig "$KT_RUN/kubeconfig" admin
 kubeconfig "$KT_RUN/controller-manager.kubeconfig" controller-manager
 
-cat > "$KT_RUN/env" <<EOF
-KUBECONFIG=$KT_RUN/kubeconfig
-KT_APISERVER_URL=$api_url
-KT_APISERVER_PORT=$api_port
-KT_ETCD_PORT=$etcd_port
-KT_CONTROLLER_MANAGER_PORT=$kcm_port
-KT_K8S_BIN=$bin
-export KUBECONFIG
-EOF
+{
+  printf 'KUBECONFIG=%q\n' "$KT_RUN/kubeconfig"
+  printf 'KT_APISERVER_URL=%q\n' "$api_url"
+  printf 'KT_APISERVER_PORT=%q\n' "$api_port"
+  printf 'KT_ETCD_PORT=%q\n' "$etcd_port"
+  printf 'KT_CONTROLLER_MANAGER_PORT=%q\n' "$kcm_port"
+  printf 'KT_K8S_BIN=%q\n' "$bin"
+  echo 'export KUBECONFIG'
+} > "$KT_RUN/env"
 
 # start NAME CMD...: runs CMD in its own session, output to logs/NAME.log, pid recorded.
 start() {
