@@ -44,7 +44,10 @@ for b in $need; do [ -x "$out/$b" ] || missing="$missing $b"; done
 if [ -n "$missing" ]; then
   kt_go_env
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  # The release's own date (from the module proxy's record) keeps the build reproducible.
+  info=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.info
+  now=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info" 2>/dev/null)
+  [ -n "$now" ] || now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld="$ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
