@@ -1,0 +1,53 @@
+# Shared helpers for e2e/cluster/*.sh. Source it; it sets:
+#   KT_ROOT     the repository root
+#   KT_CLUSTER  this directory
+#   KT_CACHE    machine-wide cache (default ~/.cache/kubetrain)
+#   KT_RUN      state of the running cluster (e2e/cluster/.run, ignored by git)
+#   K8S_VERSION from versions.env
+# and the Go environment that keeps module and build caches under $KT_CACHE/go.
+
+KT_CLUSTER=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+KT_ROOT=$(cd "$KT_CLUSTER/../.." && pwd)
+KT_CACHE=${KT_CACHE:-$HOME/.cache/kubetrain}
+KT_RUN=${KT_RUN:-$KT_CLUSTER/.run}
+# shellcheck source=versions.env
+. "$KT_CLUSTER/versions.env"
+
+# The Kubernetes binaries every cluster level needs, and those only "full" needs.
+K8S_API_BINS="kube-apiserver kube-controller-manager kubectl"
+K8S_FULL_BINS="kube-scheduler kubelet"
+
+kt_log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+kt_die() { kt_log "error: $*"; exit 1; }
+
+kt_go_env() {
+  export GOPATH="$KT_CACHE/go"
+  export GOMODCACHE="$KT_CACHE/go/pkg/mod"
+  export GOCACHE="$KT_CACHE/go/cache"
+  export GOMAXPROCS=${GOMAXPROCS:-2}
+  export GOFLAGS="-buildvcs=false"
+  export CGO_ENABLED=${CGO_ENABLED:-0}
+  export GOTOOLCHAIN=local
+}
+
+# kt_k8s_bin NAME: prints the path of the Kubernetes binary NAME to use: the one in
+# $KUBEBUILDER_ASSETS when set and present there (the envtest convention; envtest ships
+# kube-apiserver, kubectl and etcd, not kube-controller-manager), otherwise the one in the
+# build cache for $K8S_VERSION, which may not be built yet.
+kt_k8s_bin() {
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/$1" ]; then
+    echo "$KUBEBUILDER_ASSETS/$1"
+  else
+    echo "$KT_CACHE/k8s/$K8S_VERSION/bin/$1"
+  fi
+}
+
+# kt_etcd: prints the etcd to use ($KT_ETCD, $KUBEBUILDER_ASSETS/etcd, or the one on PATH,
+# from Debian's etcd-server); fails when there is none.
+kt_etcd() {
+  local e=${KT_ETCD:-}
+  [ -z "$e" ] && [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ] &&
+    e=$KUBEBUILDER_ASSETS/etcd
+  [ -z "$e" ] && e=$(command -v etcd)
+  [ -n "$e" ] && [ -x "$e" ] && echo "$e"
+}

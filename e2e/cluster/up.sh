@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# up.sh [api]
+#
+# Starts a Kubernetes control plane on this machine, made of the real components, for the
+# integration tier:
+#   api   etcd (Debian's etcd-server), kube-apiserver and kube-controller-manager (garbage
+#         collector on), all on 127.0.0.1 at free ports; no scheduler, kubelet or pods.
+# State lives in e2e/cluster/.run (ignored by git):
+#   .run/kubeconfig   admin kubeconfig (client certificate, certificates embedded)
+#   .run/env          sourceable: KUBECONFIG, KT_APISERVER_URL, KT_*_PORT, KT_K8S_BIN
+#   .run/bin/         links to the binaries in use (KT_K8S_BIN points here)
+#   .run/pids/*.pid   one per process started; down.sh stops exactly these
+#   .run/logs/*.log   each component's output
+#   .run/pki/         the generated CA, serving and client certificates, service-account key
+# Running it when the same level is already up and healthy does nothing and succeeds;
+# a stale or broken .run is torn down first. Exit status 0 when the cluster is ready.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+level=${1:-api}
+[ "$level" = api ] || kt_die "unknown level '$level'; usage: up.sh [api]"
+
+SERVICE_CIDR=${KT_SERVICE_CIDR:-10.96.0.0/16}
+SERVICE_APISERVER_IP=${KT_SERVICE_APISERVER_IP:-10.96.0.1}
+READY_TIMEOUT=${KT_READY_TIMEOUT:-120}
+
+# kt_pid_alive NAME: true when .run/pids/NAME.pid names a live process of that binary.
+kt_pid_alive() {
+  local f=$KT_RUN/pids/$1.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2"
+}
+
+already_up() {
+  [ -f "$KT_RUN/env" ] && [ -f "$KT_RUN/level" ] && [ "$(cat "$KT_RUN/level")" = "$level" ] ||
+    return 1
+  kt_pid_alive etcd etcd && kt_pid_alive kube-apiserver kube-apiserver &&
+    kt_pid_alive kube-controller-manager kube-controller-manager || return 1
+  # shellcheck source=/dev/null
+  . "$KT_RUN/env"
+  "$KT_K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1
+}
+
+if already_up; then
+  kt_log "cluster ($level) already up; kubeconfig: $KT_RUN/kubeconfig"
+  exit 0
+fi
+if [ -e "$KT_RUN" ]; then
+  kt_log "removing a stale or unhealthy $KT_RUN"
+  "$KT_CLUSTER/down.sh"
+fi
+
+"$KT_CLUSTER/build-k8s.sh" api >/dev/null || kt_die "Kubernetes binaries unavailable"
+etcd_bin=$(kt_etcd) ||
+  kt_die "etcd not found (install Debian's etcd-server, or set KT_ETCD or KUBEBUILDER_ASSETS)"
+command -v openssl >/dev/null || kt_die "openssl not found"
+
+# free_port VAR: sets VAR to a TCP port nobody uses and that this run has not handed out
+# yet (no command substitution: the record of handed-out ports must stay in this shell).
+declare -A taken=()
+free_port() {
+  local -n var=$1
+  local p busy
+  busy=$(ss -Htan 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    [ -z "${taken[$p]:-}" ] || continue
+    grep -qx "$p" <<<"$busy" && continue
+    taken[$p]=1; var=$p; return
+  done
+}
+
+mkdir -p "$KT_RUN"/{bin,pids,logs,pki,etcd}
+chmod 700 "$KT_RUN/pki" "$KT_RUN/etcd"
+echo "$level" > "$KT_RUN/level"
+# .run/bin links the binaries this run uses, whichever place each came from.
+for b in $K8S_API_BINS; do ln -sf "$(kt_k8s_bin "$b")" "$KT_RUN/bin/$b"; done
+ln -sf "$etcd_bin" "$KT_RUN/bin/etcd"
+bin=$KT_RUN/bin
+pki=$KT_RUN/pki
+
+# --- certificates -------------------------------------------------------------------
+# cert NAME SUBJECT [SAN [CA]]: a key and a certificate signed by CA (default "ca"), for
+# server use when SAN is given, otherwise for client use.
+cert() {
+  local name=$1 subj=$2 san=${3:-} ca=${4:-ca} ext=$pki/$1.ext
+  openssl genrsa -out "$pki/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    if [ -n "$san" ]; then
+      echo "extendedKeyUsage=serverAuth"
+      echo "subjectAltName=$san"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } > "$ext"
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" \
+    -CAcreateserial -days 30 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
+  rm -f "$pki/$name.csr" "$ext"
+}
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -out "$pki/ca.crt" \
+  -days 30 -sha256 -subj "/CN=kubetrain-e2e-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+cert apiserver "/CN=kube-apiserver" \
+  "IP:127.0.0.1,IP:$SERVICE_APISERVER_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+cert admin "/O=system:masters/CN=kubetrain-admin"
+# The front-proxy (request-header) CA and the apiserver's client certificate under it, as
+# kubeadm sets them up: aggregated API servers and the controller-manager's delegated
+# authentication read this CA from kube-system/extension-apiserver-authentication.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/front-proxy-ca.key" \
+  -out "$pki/front-proxy-ca.crt" -days 30 -sha256 -subj "/CN=kubetrain-e2e-front-proxy-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
+cert controller-manager "/CN=system:kube-controller-manager"
+openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+
+# --- ports --------------------------------------------------------------------------
+free_port etcd_port
+free_port etcd_peer_port
+free_port api_port
+free_port kcm_port
+api_url=https://127.0.0.1:$api_port
+
+# kubeconfig FILE USER: a kubeconfig with the user's client certificate, all embedded.
+kubeconfig() {
+  local f=$1 user=$2 k=("$bin/kubectl" --kubeconfig "$1")
+  rm -f "$f"
+  "${k[@]}" config set-cluster kubetrain-e2e --server "$api_url" \
+    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
+  "${k[@]}" config set-credentials "$user" --client-certificate "$pki/$user.crt" \
+    --client-key "$pki/$user.key" --embed-certs >/dev/null
+  "${k[@]}" config set-context "$user@kubetrain-e2e" --cluster kubetrain-e2e --user "$user" \
+    --namespace default >/dev/null
+  "${k[@]}" config use-context "$user@kubetrain-e2e" >/dev/null
+  chmod 600 "$f"
+}
+kubeconfig "$KT_RUN/kubeconfig" admin
+kubeconfig "$KT_RUN/controller-manager.kubeconfig" controller-manager
+
+{
+  printf 'KUBECONFIG=%q\n' "$KT_RUN/kubeconfig"
+  printf 'KT_APISERVER_URL=%q\n' "$api_url"
+  printf 'KT_APISERVER_PORT=%q\n' "$api_port"
+  printf 'KT_ETCD_PORT=%q\n' "$etcd_port"
+  printf 'KT_CONTROLLER_MANAGER_PORT=%q\n' "$kcm_port"
+  printf 'KT_K8S_BIN=%q\n' "$bin"
+  echo 'export KUBECONFIG'
+} > "$KT_RUN/env"
+
+# start NAME CMD...: runs CMD in its own session, output to logs/NAME.log, pid recorded.
+start() {
+  local name=$1; shift
+  setsid "$@" </dev/null >"$KT_RUN/logs/$name.log" 2>&1 &
+  echo $! > "$KT_RUN/pids/$name.pid"
+}
+
+# wait_for WHAT CMD...: retries CMD until it succeeds; gives up, stopping everything,
+# when the process WHAT exits or READY_TIMEOUT seconds pass.
+wait_for() {
+  local what=$1 deadline=$((SECONDS + READY_TIMEOUT)); shift
+  until "$@" >/dev/null 2>&1; do
+    if ! kt_pid_alive "$what" "$what" || [ $SECONDS -ge $deadline ]; then
+      kt_log "$what not ready (exited, or not ready after ${READY_TIMEOUT}s); last log lines:"
+      tail -n 20 "$KT_RUN/logs/$what.log" >&2 || true
+      "$KT_CLUSTER/down.sh"
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
+
+fail_if_dead() { kt_pid_alive "$1" "$1" || { tail -n 20 "$KT_RUN/logs/$1.log" >&2; return 1; }; }
+
+# --- etcd ---------------------------------------------------------------------------
+kt_log "starting etcd on 127.0.0.1:$etcd_port"
+start etcd "$bin/etcd" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
+  --listen-client-urls "http://127.0.0.1:$etcd_port" \
+  --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+  --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+  --initial-cluster "kubetrain-e2e=http://127.0.0.1:$etcd_peer_port" \
+  --initial-cluster-state new --quota-backend-bytes 2147483648 --log-level warn
+wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
+
+# --- kube-apiserver -----------------------------------------------------------------
+# Bound to loopback, it cannot publish itself as the endpoint of the "kubernetes"
+# Service (loopback addresses are refused there), so it does not try: nothing at this
+# level runs in a pod.
+kt_log "starting kube-apiserver on $api_url"
+start kube-apiserver "$bin/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$etcd_port" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+  --cert-dir "$pki" \
+  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+  --client-ca-file "$pki/ca.crt" \
+  --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User \
+  --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$pki/front-proxy-client.crt" \
+  --proxy-client-key-file "$pki/front-proxy-client.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$pki/sa.pub" \
+  --service-account-signing-key-file "$pki/sa.key" \
+  --authorization-mode RBAC,Node \
+  --service-cluster-ip-range "$SERVICE_CIDR" \
+  --allow-privileged=true \
+  --endpoint-reconciler-type none \
+  --profiling=false
+wait_for kube-apiserver "$bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" get --raw /readyz
+
+# --- kube-controller-manager --------------------------------------------------------
+kt_log "starting kube-controller-manager (health on 127.0.0.1:$kcm_port)"
+kcm_kc=$KT_RUN/controller-manager.kubeconfig
+start kube-controller-manager "$bin/kube-controller-manager" \
+  --kubeconfig "$kcm_kc" \
+  --authentication-kubeconfig "$kcm_kc" --authorization-kubeconfig "$kcm_kc" \
+  --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$KT_RUN/pki/kcm" \
+  --leader-elect=false --use-service-account-credentials=true \
+  --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+  --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+  --enable-garbage-collector=true --controllers '*' \
+  --profiling=false
+wait_for kube-controller-manager curl -skf "https://127.0.0.1:$kcm_port/healthz"
+
+for c in etcd kube-apiserver kube-controller-manager; do fail_if_dead "$c" ||
+  { "$KT_CLUSTER/down.sh"; kt_die "$c exited during start-up"; }; done
+kt_log "cluster ($level) up; export KUBECONFIG=$KT_RUN/kubeconfig"

@@ -1,0 +1,30 @@
+# End-to-end harness: the Kubernetes control plane made of real components (e2e/cluster/)
+# and the shell tests that use it (e2e/tests/). Included from the top-level Makefile.
+#
+#   make k8s-binaries     build kube-apiserver, kube-controller-manager and kubectl once
+#                         per machine into $(KT_CACHE)/k8s/<version>/bin (Go >= the version
+#                         in e2e/cluster/k8sbuild/go.mod must be on PATH)
+#   make cluster-up-api   etcd + kube-apiserver + kube-controller-manager on 127.0.0.1;
+#                         admin kubeconfig in e2e/cluster/.run/kubeconfig
+#   make cluster-down     stop what cluster-up-api started and remove e2e/cluster/.run
+#
+# KUBEBUILDER_ASSETS, when set to a directory holding those binaries, is used instead
+# of building them (the envtest convention).
+
+# etcd for the api level; openssl makes the cluster's certificates; curl and iproute2 (ss)
+# probe health and free ports; util-linux gives setsid and flock.
+DEPS_APT += etcd-server openssl curl iproute2 util-linux
+
+E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
+TEST_PROGRAMS += $(E2E_TESTS)
+
+.PHONY: k8s-binaries cluster-up-api cluster-down test-e2e-api
+k8s-binaries: deps
+	@bash e2e/cluster/build-k8s.sh api
+cluster-up-api: deps
+	@bash e2e/cluster/up.sh api
+cluster-down:
+	@bash e2e/cluster/down.sh
+# Only the harness's own tests, without the rest of `make test`.
+test-e2e-api: deps
+	@bash .ci/taprun $(E2E_TESTS)

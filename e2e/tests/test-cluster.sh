@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The api-level cluster harness itself: up.sh api starts etcd, kube-apiserver and
+# kube-controller-manager with an admin kubeconfig; a second up.sh is a no-op; a run whose
+# apiserver died is replaced; down.sh leaves no process and no state, and is idempotent.
+# Uses its own run directory (build/e2e/test-cluster) so a developer's cluster is untouched.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. e2e/lib/tap.sh
+
+export KT_RUN=$PWD/build/e2e/test-cluster/run
+trap 'bash e2e/cluster/down.sh >/dev/null 2>&1' EXIT
+
+if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
+  tap_skip "api-level cluster harness" "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
+  tap_done; exit
+fi
+if ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
+  tap_skip "api-level cluster harness" "etcd not installed (Debian package etcd-server)"
+  tap_done; exit
+fi
+
+# pids: the recorded PIDs, one line "name pid" each.
+pids() { for f in "$KT_RUN"/pids/*.pid; do [ -e "$f" ] && echo "$(basename "$f" .pid) $(cat "$f")"; done; }
+# alive PID...: prints the PIDs among them that still exist (zombies excluded).
+alive() {
+  local p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ] && echo "$p"
+  done
+}
+
+# since T0: seconds elapsed since T0 (date +%s.%N), two decimals.
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}'; }
+
+bash e2e/cluster/down.sh >/dev/null 2>&1
+# A component that dies at start fails up.sh at once, and nothing is left behind.
+t0=$(date +%s.%N)
+out=$(KT_ETCD=/bin/false KT_READY_TIMEOUT=60 bash e2e/cluster/up.sh api 2>&1)
+rc=$?
+dt=$(since "$t0")
+if [ $rc -ne 0 ] && [ ! -e "$KT_RUN" ] && awk -v d="$dt" 'BEGIN{exit !(d < 30)}'; then
+  tap_ok "up.sh api fails fast when etcd exits at start (${dt}s) and cleans up"
+else tap_fail "up.sh api fails fast when etcd exits at start" "rc=$rc after ${dt}s; $out"; fi
+
+t0=$(date +%s.%N)
+if out=$(bash e2e/cluster/up.sh api 2>&1); then
+  tap_ok "up.sh api succeeds ($(since "$t0")s)"
+else
+  tap_fail "up.sh api succeeds" "$out"; tap_done; exit
+fi
+. "$KT_RUN/env"
+k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+
+first=$(pids)
+if [ "$(wc -l <<<"$first")" = 3 ] && [ "$(alive $(awk '{print $2}' <<<"$first") | wc -l)" = 3 ]; then
+  tap_ok "three processes recorded and running"
+else tap_fail "three processes recorded and running" "$first"; fi
+
+tap_check "the admin kubeconfig reaches /readyz" k get --raw /readyz
+out=$(k auth whoami -o 'jsonpath={.status.userInfo.groups}' 2>&1)
+if grep -q 'system:masters' <<<"$out"; then tap_ok "admin authenticates by client certificate in system:masters"
+else tap_fail "admin authenticates by client certificate in system:masters" "$out"; fi
+if grep -q 'client-certificate-data' "$KUBECONFIG" && ! grep -q 'client-certificate:' "$KUBECONFIG"; then
+  tap_ok "kubeconfig embeds its certificates"
+else tap_fail "kubeconfig embeds its certificates" "$(grep -v 'data:' "$KUBECONFIG")"; fi
+# Built here, the binaries carry the pinned version; from KUBEBUILDER_ASSETS, whatever
+# release they are, but a real one, the same for client and server.
+want=$(. e2e/cluster/lib.sh; case $(kt_k8s_bin kube-apiserver) in
+  "$KT_CACHE"/*) echo "$K8S_VERSION" ;; *) "$(kt_k8s_bin kubectl)" version --client -o json |
+  sed -n 's/.*"gitVersion": "\(v1\.[0-9]*\.[0-9]*\)".*/\1/p' | head -n 1 ;; esac)
+out=$(k version -o json 2>&1)
+if [ -n "$want" ] && [ "$(grep -c "\"gitVersion\": \"$want\"" <<<"$out")" = 2 ]; then
+  tap_ok "client and server report the Kubernetes release (${want})"
+else tap_fail "client and server report the Kubernetes release (${want:-none})" "$out"; fi
+out=$(k get --raw '/readyz?verbose' 2>&1)
+if grep -q 'etcd ok' <<<"$out"; then tap_ok "the apiserver's etcd check passes"
+else tap_fail "the apiserver's etcd check passes" "$out"; fi
+# RBAC is on: an identity with no bindings is refused.
+out=$(k auth can-i create pods --as nobody 2>&1)
+if [ "$out" = no ]; then tap_ok "RBAC denies an unbound user"
+else tap_fail "RBAC denies an unbound user" "$out"; fi
+# The controller-manager works: it creates the default ServiceAccount in a new namespace.
+k create namespace probe >/dev/null 2>&1
+ok=0
+for _ in $(seq 60); do k -n probe get serviceaccount default >/dev/null 2>&1 && { ok=1; break; }; sleep 0.5; done
+if [ $ok = 1 ]; then tap_ok "kube-controller-manager runs (default ServiceAccount created)"
+else tap_fail "kube-controller-manager runs (default ServiceAccount created)" \
+  "$(tail -n 5 "$KT_RUN/logs/kube-controller-manager.log")"; fi
+
+t0=$(date +%s.%N)
+out=$(bash e2e/cluster/up.sh api 2>&1)
+rc=$?
+dt=$(since "$t0")
+if [ $rc = 0 ] && [ "$(pids)" = "$first" ] && k get ns probe >/dev/null 2>&1; then
+  tap_ok "up.sh api again is a no-op (same processes, same data; ${dt}s)"
+else tap_fail "up.sh api again is a no-op" "rc=$rc; before: $first; after: $(pids); $out"; fi
+
+# A run whose apiserver died is torn down and replaced by a fresh one.
+kill -KILL "$(cat "$KT_RUN/pids/kube-apiserver.pid")"
+old=$(awk '{print $2}' <<<"$first")
+sleep 0.5
+if out=$(bash e2e/cluster/up.sh api 2>&1) && . "$KT_RUN/env" && k get --raw /readyz >/dev/null 2>&1 &&
+   [ -z "$(alive $old)" ]; then
+  tap_ok "up.sh api replaces a run whose apiserver died, stopping the rest of it"
+else tap_fail "up.sh api replaces a run whose apiserver died" "$out; still alive: $(alive $old)"; fi
+
+now=$(awk '{print $2}' <<<"$(pids)")
+if out=$(bash e2e/cluster/down.sh 2>&1); then tap_ok "down.sh succeeds"
+else tap_fail "down.sh succeeds" "$out"; fi
+left=$(alive $now)
+if [ -z "$left" ]; then tap_ok "down.sh leaves no process"
+else tap_fail "down.sh leaves no process" "$(ps -o pid,args -p $left)"; fi
+if [ ! -e "$KT_RUN" ]; then tap_ok "down.sh removes the run directory"
+else tap_fail "down.sh removes the run directory" "$(ls -R "$KT_RUN" | head)"; fi
+tap_check "down.sh when nothing is up succeeds" bash e2e/cluster/down.sh
+
+tap_done

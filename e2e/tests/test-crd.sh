@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The TrainingJob CRD (crds/) on a real kube-apiserver: established, defaults applied,
+# invalid objects refused at admission with the field named, kubectl explain, printer
+# columns, the status subresource, and garbage collection of objects a deleted job owns.
+# Runs its own api-level cluster (e2e/cluster/up.sh api) in build/e2e/test-crd and tears
+# it down at exit. Skips, saying why, when the Kubernetes binaries or etcd are missing and
+# cannot be had.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. e2e/lib/tap.sh
+
+export KT_RUN=$PWD/build/e2e/test-crd/run
+trap 'bash e2e/cluster/down.sh >/dev/null 2>&1' EXIT
+
+if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
+  tap_skip "TrainingJob CRD on kube-apiserver" "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
+  tap_done; exit
+fi
+if ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
+  tap_skip "TrainingJob CRD on kube-apiserver" "etcd not installed (Debian package etcd-server)"
+  tap_done; exit
+fi
+
+if ! out=$(bash e2e/cluster/up.sh api 2>&1); then
+  tap_fail "up.sh api brings the control plane up" "$out"
+  tap_done; exit
+fi
+tap_ok "up.sh api brings the control plane up"
+. "$KT_RUN/env"
+k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+
+tap_check "kubectl apply -f crds/" k apply -f crds/
+tap_check "CRD trainingjobs.kubetrain.dev is Established" \
+  k wait --for condition=Established --timeout 60s crd/trainingjobs.kubetrain.dev
+# Discovery of the new resource lags Established by a moment in kubectl's cache.
+for _ in $(seq 40); do k get tj >/dev/null 2>&1 && break; sleep 0.5; done
+
+# --- defaults ------------------------------------------------------------------------
+k apply -f - <<'EOF' >/dev/null
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: defaults}
+spec:
+  workers: 2
+  checkpoint: {claimName: ckpt}
+EOF
+tap_check "a minimal TrainingJob is accepted" k get tj defaults
+# jp EXPR: one field of the stored job.
+jp() { k get tj defaults -o "jsonpath={$1}"; }
+want_defaults=(
+  ".spec.workers=2" ".spec.port=2222" ".spec.collective=auto" ".spec.gpusPerWorker=0"
+  ".spec.model=tutorial-cnn" ".spec.dataset.name=fashion-mnist" ".spec.dataset.path=/data"
+  ".spec.dataset.shardPolicy=auto" ".spec.training.epochs=3" ".spec.training.stepsPerEpoch=70"
+  ".spec.training.perWorkerBatchSize=64" ".spec.training.optimizer.name=sgd"
+  ".spec.training.optimizer.learningRate=0.001" ".spec.training.optimizer.scaleByWorkers=false"
+  ".spec.training.seed=1" ".spec.checkpoint.claimName=ckpt" ".spec.checkpoint.path=/checkpoints"
+  ".spec.checkpoint.everySteps=50" ".spec.checkpoint.keep=5" ".spec.restartPolicy=OnFailure"
+  ".spec.backoffLimit=6" ".spec.cleanPodPolicy=Running" ".spec.successPolicy=ChiefCompleted"
+  ".spec.suspend=false" ".spec.activeDeadlineSeconds=" ".spec.ttlSecondsAfterFinished="
+)
+bad=
+for kv in "${want_defaults[@]}"; do
+  got=$(jp "${kv%%=*}")
+  [ "$got" = "${kv#*=}" ] || bad="$bad${kv%%=*}: got '$got', want '${kv#*=}'"$'\n'
+done
+if [ -z "$bad" ]; then tap_ok "defaults applied (${#want_defaults[@]} fields)"
+else tap_fail "defaults applied" "$bad"; fi
+
+# --- admission -----------------------------------------------------------------------
+# rejected NAME FIELD TEXT SPEC: creating a job with SPEC fails and the error names FIELD
+# (and contains TEXT). No pipes into it: tap counters must stay in this shell.
+rejected() {
+  local name=$1 field=$2 text=$3 out
+  if out=$(k create -f - 2>&1 <<<"$(job x "$4")"); then
+    tap_fail "rejected: $name" "accepted: $out"
+    return
+  fi
+  if grep -qF -- "$field" <<<"$out" && grep -qF -- "$text" <<<"$out"; then
+    tap_ok "rejected: $name ($field)"
+  else
+    tap_fail "rejected: $name (error must name $field${text:+ and '$text'})" "$out"
+  fi
+}
+job() { printf 'apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: %s}\nspec: %s\n' "$1" "$2"; }
+
+rejected "workers: 0" spec.workers "greater than or equal to 1" '{workers: 0}'
+rejected "workers of the wrong type" spec.workers "integer" '{workers: "two"}'
+rejected "collective not in the enum" spec.collective '"mpi"' '{collective: mpi}'
+rejected "shardPolicy not in the enum" spec.dataset.shardPolicy '' '{dataset: {shardPolicy: rows}}'
+rejected "restartPolicy not in the enum" spec.restartPolicy '' '{restartPolicy: Always}'
+rejected "optimizer not in the enum" spec.training.optimizer.name '' '{training: {optimizer: {name: adagrad}}}'
+rejected "learningRate 0" spec.training.optimizer.learningRate '' '{training: {optimizer: {learningRate: 0}}}'
+rejected "port above 65535" spec.port '' '{port: 70000}'
+rejected "nccl without GPUs (cross-field rule)" spec.collective "gpusPerWorker" '{collective: nccl}'
+rejected "unknown built-in model" spec.model '' '{model: resnet50}'
+rejected "inline model without layers" spec.model '' '{model: {name: mnist}}'
+rejected "model of the wrong type" spec.model '' '{model: 7}'
+rejected "cleanPodPolicy not in the enum" spec.cleanPodPolicy '' '{cleanPodPolicy: Some}'
+rejected "successPolicy not in the enum" spec.successPolicy '' '{successPolicy: AnyWorker}'
+
+tap_check "an inline Sequential model is accepted" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: inline}
+spec:
+  workers: 1
+  model: {layers: [{type: Flatten}, {type: Dense, units: 10}]}
+  collective: nccl
+  gpusPerWorker: 1
+EOF
+got=$(k get tj inline -o 'jsonpath={.spec.model.layers[1].units}')
+if [ "$got" = 10 ]; then tap_ok "the inline model is stored unpruned"
+else tap_fail "the inline model is stored unpruned" "layers[1].units = '$got'"; fi
+
+# Immutability: an update that changes port or the checkpoint claim is refused; a
+# mutable field (workers) still changes.
+out=$(k patch tj defaults --type merge -p '{"spec":{"port":3333}}' 2>&1)
+if [ $? -ne 0 ] && grep -q 'spec.port' <<<"$out" && grep -q immutable <<<"$out"; then
+  tap_ok "rejected: changing spec.port (immutable)"
+else tap_fail "rejected: changing spec.port (immutable)" "$out"; fi
+out=$(k patch tj defaults --type merge -p '{"spec":{"checkpoint":{"claimName":"other"}}}' 2>&1)
+if [ $? -ne 0 ] && grep -q 'spec.checkpoint.claimName' <<<"$out" && grep -q immutable <<<"$out"; then
+  tap_ok "rejected: changing spec.checkpoint.claimName (immutable)"
+else tap_fail "rejected: changing spec.checkpoint.claimName (immutable)" "$out"; fi
+tap_check "workers can change on an existing job" \
+  k patch tj defaults --type merge -p '{"spec":{"workers":3}}'
+
+# --- kubectl explain -----------------------------------------------------------------
+out=$(k explain trainingjob.spec.workers 2>&1)
+if grep -q 'world size' <<<"$out"; then tap_ok "kubectl explain trainingjob.spec.workers describes it"
+else tap_fail "kubectl explain trainingjob.spec.workers describes it" "$out"; fi
+out=$(k explain tj.status.restarts.disruption 2>&1)
+if grep -q 'eviction' <<<"$out"; then tap_ok "kubectl explain reaches status fields"
+else tap_fail "kubectl explain reaches status fields" "$out"; fi
+
+# --- status subresource and printer columns ------------------------------------------
+k patch tj defaults --subresource status --type merge -p \
+  '{"status":{"phase":"Running","observedGeneration":2,"workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4},"result":{"accuracy":0.5}}}' \
+  >/dev/null 2>&1
+k patch tj defaults --type merge -p '{"status":{"phase":"Failed"}}' >/dev/null 2>&1
+got=$(k get tj defaults -o 'jsonpath={.status.phase}')
+if [ "$got" = Running ]; then tap_ok "status is written only through the status subresource"
+else tap_fail "status is written only through the status subresource" "phase '$got', want Running"; fi
+
+out=$(k get tj defaults 2>&1)
+hdr=$(head -n 1 <<<"$out" | tr -s ' ')
+row=$(sed -n 2p <<<"$out" | tr -s ' ')
+if [ "$hdr" = "NAME PHASE WORKERS READY RESTARTS AGE" ] && [[ $row == "defaults Running 3 2 1 "* ]]; then
+  tap_ok "kubectl get tj prints Phase, Workers, Ready, Restarts, Age"
+else tap_fail "kubectl get tj prints Phase, Workers, Ready, Restarts, Age" "$out"; fi
+out=$(k get tj defaults -o wide 2>&1)
+if [[ $(sed -n 2p <<<"$out" | tr -s ' ') == "defaults Running 3 2 1 4 0.5 "* ]]; then
+  tap_ok "kubectl get tj -o wide adds Disruptions and Accuracy"
+else tap_fail "kubectl get tj -o wide adds Disruptions and Accuracy" "$out"; fi
+out=$(k patch tj defaults --subresource status --type merge -p '{"status":{"phase":"Exploded"}}' 2>&1)
+if [ $? -ne 0 ] && grep -q 'status.phase' <<<"$out"; then tap_ok "rejected: status.phase not in the enum"
+else tap_fail "rejected: status.phase not in the enum" "$out"; fi
+
+# --- garbage collection --------------------------------------------------------------
+# A ConfigMap owned by the job goes when the job is deleted; one not owned stays.
+uid=$(k get tj defaults -o 'jsonpath={.metadata.uid}')
+k apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: owned
+  ownerReferences:
+    - {apiVersion: kubetrain.dev/v1alpha1, kind: TrainingJob, name: defaults, uid: "$uid", controller: true, blockOwnerDeletion: true}
+data: {a: b}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: unowned}
+data: {a: b}
+EOF
+tap_check "job deleted" k delete tj defaults --wait=true --timeout 30s
+gone=0
+# The collector picks up a new CRD at its next discovery resync (30 s), hence the margin.
+for _ in $(seq 180); do
+  if ! k get configmap owned >/dev/null 2>&1; then gone=1; break; fi
+  sleep 0.5
+done
+if [ $gone = 1 ]; then tap_ok "the garbage collector deletes a ConfigMap owned by the deleted job"
+else tap_fail "the garbage collector deletes a ConfigMap owned by the deleted job" \
+  "configmap/owned still present after 90s; $(tail -n 5 "$KT_RUN/logs/kube-controller-manager.log")"; fi
+tap_check "a ConfigMap not owned by the job stays" k get configmap unowned
+
+tap_done
