@@ -50,7 +50,9 @@ static Action *plan_add(Plan *p, ActionKind kind, const char *name, cJSON *objec
     Action *a = &p->actions[p->n++];
     memset(a, 0, sizeof *a);
     a->kind = kind;
-    snprintf(a->name, sizeof a->name, "%s", name);
+    size_t len = name ? strnlen(name, sizeof a->name - 1) : 0; /* names fit: validated <= 63 */
+    memcpy(a->name, name ? name : "", len);
+    a->name[len] = 0;
     a->object = object;
     return a;
 }
