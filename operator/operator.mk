@@ -9,6 +9,8 @@ OPERATOR_INC   := -Ioperator/src
 OPERATOR_SRCS  := $(filter-out operator/src/main.c,$(wildcard operator/src/*.c))
 OPERATOR_OBJS  := $(OPERATOR_SRCS:%.c=$(BUILD)/opt/%.o)
 OPERATOR_SOBJS := $(OPERATOR_SRCS:%.c=$(BUILD)/san/%.o)
+# Test support code (a fake API server) shared by the unit tests.
+OPERATOR_TSUPP := $(patsubst %.c,$(BUILD)/san/%.o,$(wildcard operator/tests/support/*.c))
 OPERATOR_TESTS := $(patsubst operator/tests/%.c,$(BUILD)/san/tests/%,$(wildcard operator/tests/test-*.c))
 
 all: $(OPERATOR_BIN) $(OPERATOR_SAN)
@@ -19,7 +21,7 @@ $(BUILD)/opt/operator/%.o: operator/%.c | deps
 	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -c $< -o $@
 $(BUILD)/san/operator/%.o: operator/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -c $< -o $@
 
 $(OPERATOR_BIN): $(BUILD)/opt/operator/src/main.o $(OPERATOR_OBJS)
 	@mkdir -p $(@D)
@@ -30,7 +32,7 @@ $(OPERATOR_SAN): $(BUILD)/san/operator/src/main.o $(OPERATOR_SOBJS)
 
 # Unit tests link every operator module (not main) and cmocka, built with the sanitizers.
 # A static pattern rule, so that it never competes with the trainer's test-% rule.
-$(OPERATOR_TESTS): $(BUILD)/san/tests/%: $(BUILD)/san/operator/tests/%.o $(OPERATOR_SOBJS)
+$(OPERATOR_TESTS): $(BUILD)/san/tests/%: $(BUILD)/san/operator/tests/%.o $(OPERATOR_SOBJS) $(OPERATOR_TSUPP)
 	@mkdir -p $(@D)
 	$(CC) $(SANFLAGS) -o $@ $^ -lcmocka $(OPERATOR_LIBS)
 

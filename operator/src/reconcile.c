@@ -541,7 +541,10 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     double rs_time;
     if (rs && rs_reason && strcmp(rs_reason, "WorkerFailed") == 0 &&
         clock_parse_rfc3339(jsonx_str(rs, "lastTransitionTime"), &rs_time) == 0) {
-        double at = rs_time + reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
+        /* Condition times have one-second resolution: count from the end of that second
+         * so that the delay is never cut short. */
+        double at = rs_time + 1 +
+                    reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
         if (o->now < at) {
             blocked = 1;
             requeue(c, at - o->now);

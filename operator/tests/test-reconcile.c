@@ -420,7 +420,8 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
     free(f.desc);
     fx_run(&f, NOW + 2);
     assert_string_equal(f.desc, "update-status mnist\n"); /* counts: failed 1 -> 0 */
-    assert_true(f.plan.requeue_after == 8);
+    /* 10 s from the end of the second the restart was recorded in. */
+    assert_true(f.plan.requeue_after == 9);
 
     /* Pods gone but within the backoff: still waiting. */
     for (size_t i = 0; i < f.npods; i++) cJSON_Delete(f.pods[i]);
@@ -432,12 +433,12 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
     free(f.desc);
     fx_run(&f, NOW + 5);
     assert_string_equal(f.desc, "");
-    assert_true(f.plan.requeue_after == 5);
+    assert_true(f.plan.requeue_after == 6);
 
     /* After the backoff the group of attempt 1 is created. */
     plan_free(&f.plan);
     free(f.desc);
-    fx_run(&f, NOW + 10);
+    fx_run(&f, NOW + 11);
     assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
                                 "create-pod mnist-worker-1\n"
                                 "event Normal CreatedWorkers\n"
