@@ -177,6 +177,18 @@ static int is_active(const PodView *v)
     return !v->terminating && strcmp(v->phase, "Succeeded") != 0 && strcmp(v->phase, "Failed") != 0;
 }
 
+/* True when obj has a controller owner reference to something other than uid. */
+static int owned_by_other(const cJSON *obj, const char *uid)
+{
+    const cJSON *ref;
+    cJSON_ArrayForEach(ref, jsonx_arr(obj, "metadata.ownerReferences"))
+    {
+        const char *u = jsonx_str(ref, "uid");
+        if (jsonx_bool(ref, "controller", 0) && (!u || !uid || strcmp(u, uid) != 0)) return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------
  * Status */
 
@@ -528,7 +540,10 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     }
 
     /* Progress: pods of older attempts go first; their names block the new ones. */
-    int blocked = foreign;
+    /* A Secret or Service left by an older job of the same name is the garbage
+     * collector's: pods wait until it is gone and ours is created. */
+    int blocked = foreign || (o->secret && owned_by_other(o->secret, s->uid)) ||
+                  (o->service && owned_by_other(o->service, s->uid));
     for (size_t i = 0; i < n; i++) {
         if (v[i].attempt == attempt && v[i].index >= 0 && v[i].index < s->workers &&
             cur[v[i].index] == &v[i])

@@ -683,6 +683,15 @@ static void test_stale_and_foreign_pods(void **state)
                                 "create-service mnist-worker\n"
                                 "update-status mnist\n");
     fx_free(&f);
+
+    /* Likewise a Secret of an older job: no pods may mount it. */
+    f = (Fixture){.job = job_new(SPEC2, NULL)};
+    fx_with_support(&f);
+    jsonx_set_str(cJSON_GetArrayItem(jsonx_arr(f.secret, "metadata.ownerReferences"), 0), "uid",
+                  "uid-old");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    fx_free(&f);
 }
 
 static void test_invalid_spec(void **state)
