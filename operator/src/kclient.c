@@ -291,6 +291,7 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
     const char *token = jsonx_str(cred, "status.token");
     const char *cert = jsonx_str(cred, "status.clientCertificateData");
     const char *key = jsonx_str(cred, "status.clientKeyData");
+    if (token && !*token) token = NULL;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || (!token && !(cert && key))) {
         snprintf(err, errlen, "exec credential plugin %s: exit status %d, %s", c->cfg.exec_command,
                  WIFEXITED(status) ? WEXITSTATUS(status) : -1,

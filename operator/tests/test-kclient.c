@@ -293,6 +293,69 @@ static void test_token_rotation(void **state)
     kclient_free(c);
 }
 
+static void test_exec_plugin(void **state)
+{
+    (void)state;
+    /* A plugin that answers with the token in its state file, and counts its runs. */
+    char plugin[600], statef[600], runs[600];
+    snprintf(plugin, sizeof plugin, "%s/plugin.sh", tmpdir);
+    snprintf(statef, sizeof statef, "%s/plugin.token", tmpdir);
+    snprintf(runs, sizeof runs, "%s/plugin.runs", tmpdir);
+    FILE *f = fopen(plugin, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\n"
+               "echo run >> \"$RUNS\"\n"
+               "case \"$KUBERNETES_EXEC_INFO\" in *ExecCredential*) ;; *) exit 3;; esac\n"
+               "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":"
+               "\"ExecCredential\",\"status\":{\"token\":\"%%s\"}}' \"$(cat \"$1\")\"\n");
+    fclose(f);
+    chmod(plugin, 0755);
+    f = fopen(statef, "w");
+    fputs("e1", f);
+    fclose(f);
+
+    char server[64], err[512], env_runs[700];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", srv.port);
+    snprintf(env_runs, sizeof env_runs, "RUNS=%s", runs);
+    char *args[] = {statef, NULL};
+    char *env[] = {env_runs, NULL};
+    KubeConfig cfg = {.server = server, .exec_command = plugin, .exec_args = args,
+                      .exec_env = env, .exec_api_version = "client.authentication.k8s.io/v1"};
+    KubeClient *c = kclient_new(&cfg, 0, 0, err, sizeof err);
+    assert_non_null(c);
+    log_reset();
+    if (kclient_request(c, "GET", "/x", NULL, NULL, NULL, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(kclient_request(c, "GET", "/y", NULL, NULL, NULL, err, sizeof err), 0);
+    /* The credential is rejected: the plugin runs again and the request is retried. */
+    f = fopen(statef, "w");
+    fputs("e2", f);
+    fclose(f);
+    pthread_mutex_lock(&srv.mu);
+    srv.reject_token_once = 1;
+    pthread_mutex_unlock(&srv.mu);
+    assert_int_equal(kclient_request(c, "GET", "/z", NULL, NULL, NULL, err, sizeof err), 0);
+    pthread_mutex_lock(&srv.mu);
+    assert_string_equal(srv.log, "GET /x auth=e1 body=\n"
+                                 "GET /y auth=e1 body=\n"
+                                 "GET /z auth=e1 body=\n"
+                                 "GET /z auth=e2 body=\n");
+    pthread_mutex_unlock(&srv.mu);
+    char *text;
+    size_t len;
+    assert_int_equal(kcfg_read_file(runs, &text, &len), 0);
+    assert_string_equal(text, "run\nrun\n");
+    free(text);
+    kclient_free(c);
+
+    /* A plugin that fails: the request fails with its exit status named. */
+    char *bad_args[] = {"/nonexistent-token-file", NULL};
+    cfg.exec_args = bad_args;
+    c = kclient_new(&cfg, 0, 0, err, sizeof err);
+    assert_int_equal(kclient_request(c, "GET", "/w", NULL, NULL, NULL, err, sizeof err), -EACCES);
+    assert_non_null(strstr(err, "exec credential plugin"));
+    kclient_free(c);
+}
+
 typedef struct Events {
     char log[1024];
     size_t len;
@@ -332,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_plain_http_only_on_loopback),
         cmocka_unit_test(test_status_errors),
         cmocka_unit_test(test_token_rotation),
+        cmocka_unit_test(test_exec_plugin),
         cmocka_unit_test(test_watch_stream_and_gone),
     };
     return cmocka_run_group_tests_name("kclient", tests, setup, teardown);
