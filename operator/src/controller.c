@@ -229,11 +229,8 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
         cJSON_Delete(opts);
         if (rc == 0) {
-            const char *kind = jsonx_str(r.body, "kind");
-            if (kind && strcmp(kind, "Pod") == 0)
-                informer_store(c->pods, r.body);
-            else
-                informer_remove(c->pods, ns, a->name);
+            /* No write-through: the pod may be gone already, and its DELETED event may
+             * have been handled before this answer; the watch brings the truth. */
             metrics_count_pods(0, 1);
             olog(OLOG_INFO, key, "deleted pod %s", a->name);
         } else if (rc == -ENOENT) {
@@ -359,12 +356,22 @@ int controller_start_workers(Controller *c)
     return 0;
 }
 
-void controller_stop(Controller *c)
+void controller_stop_workers(Controller *c)
 {
     if (!c) return;
     wq_shutdown(c->queue);
     for (int i = 0; i < c->nthreads; i++) pthread_join(c->threads[i], NULL);
     c->nthreads = 0;
+}
+
+void controller_stop(Controller *c)
+{
+    if (!c) return;
+    controller_stop_workers(c);
+    informer_request_stop(c->jobs);
+    informer_request_stop(c->pods);
+    informer_request_stop(c->services);
+    informer_request_stop(c->secrets);
     informer_stop(c->jobs);
     informer_stop(c->pods);
     informer_stop(c->services);

@@ -32,7 +32,10 @@ int controller_synced(Controller *c);
 /* Starts the worker threads; call once the caches are synced. Returns 0 or -errno. */
 int controller_start_workers(Controller *c);
 
-/* Stops workers (each finishes its current key) and informers, and joins them. */
+/* Stops the workers (each finishes its current key) and joins them. */
+void controller_stop_workers(Controller *c);
+
+/* Stops the workers, then the informers, and joins them all. */
 void controller_stop(Controller *c);
 
 /* Frees c (stop it first); NULL is a no-op. */

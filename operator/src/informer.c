@@ -31,6 +31,7 @@ struct Informer {
     Entry *buckets[NBUCKETS];
     size_t size;
     char rv[64]; /* the resourceVersion to watch from */
+    long long deleted_rv_max; /* newest resourceVersion of a DELETED event */
     volatile int stop;
     int synced;
     int started;
@@ -157,14 +158,39 @@ static cJSON *slim_copy(const cJSON *obj)
     return c;
 }
 
+/* resourceVersion as an integer, or -1 when it is not one. */
+static long long rv_number(const cJSON *obj)
+{
+    const char *rv = jsonx_str(obj, "metadata.resourceVersion");
+    if (!rv || !*rv || strlen(rv) > 18) return -1;
+    long long v = 0;
+    for (const char *p = rv; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
 void informer_store(Informer *inf, const cJSON *obj)
 {
     char key[512];
     if (informer_key(obj, key, sizeof key)) return;
-    cJSON *c = slim_copy(obj);
-    if (!c) return;
+    long long rv = rv_number(obj);
     pthread_rwlock_wrlock(&inf->lock);
-    put_locked(inf, key, c);
+    const cJSON *cur = NULL;
+    size_t b = hash(key) % NBUCKETS;
+    for (Entry *e = inf->buckets[b]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) cur = e->obj;
+    int store;
+    if (cur) {
+        long long have = rv_number(cur);
+        store = rv >= 0 && have >= 0 && rv > have;
+    } else {
+        /* Absent: new, unless a watch event already removed a version at least as new. */
+        store = rv < 0 || rv > inf->deleted_rv_max;
+    }
+    cJSON *c = store ? slim_copy(obj) : NULL;
+    if (c) put_locked(inf, key, c);
     pthread_rwlock_unlock(&inf->lock);
 }
 
@@ -418,8 +444,11 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
     }
     cJSON *copy = deleted ? NULL : slim_copy(obj);
     pthread_rwlock_wrlock(&inf->lock);
-    if (deleted)
+    if (deleted) {
         cJSON_Delete(take_locked(inf, key));
+        long long drv = rv_number(obj);
+        if (drv > inf->deleted_rv_max) inf->deleted_rv_max = drv;
+    }
     else if (copy)
         put_locked(inf, key, copy);
     if (rv) snprintf(inf->rv, sizeof inf->rv, "%s", rv);
@@ -478,6 +507,11 @@ int informer_start(Informer *inf)
     if (rc) return -rc;
     inf->started = 1;
     return 0;
+}
+
+void informer_request_stop(Informer *inf)
+{
+    if (inf) inf->stop = 1;
 }
 
 void informer_stop(Informer *inf)

@@ -33,6 +33,9 @@ Informer *informer_new(KubeClient *client, const InformerOptions *opt);
 /* Starts the thread. Returns 0 or -errno. */
 int informer_start(Informer *inf);
 
+/* Asks the thread to stop without waiting (so that several informers stop together). */
+void informer_request_stop(Informer *inf);
+
 /* Stops the thread (an open watch is abandoned within about a second) and joins it. */
 void informer_stop(Informer *inf);
 
@@ -51,7 +54,10 @@ cJSON *informer_get(Informer *inf, const char *ns, const char *name);
 cJSON *informer_list(Informer *inf, const char *ns, const char *label_key, const char *label_value);
 
 /* Stores a copy of obj (an object just written to the server) so that the next read
- * sees it before its watch event arrives. */
+ * sees it before its watch event arrives — unless the watch already delivered this
+ * version or a newer one: the copy replaces a cached object only when both
+ * resourceVersions are integers and obj's is larger, and is added when the key is
+ * absent and was not deleted by a later watch event. */
 void informer_store(Informer *inf, const cJSON *obj);
 
 /* Removes an object from the cache. */

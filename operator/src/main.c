@@ -271,8 +271,10 @@ int main(int argc, char **argv)
     if (g_lost) exit_code = 1;
 out:
     olog(OLOG_INFO, NULL, "stopping");
-    controller_stop(ctl);
+    /* Workers first, then the lease (a standby may act at once), then the watches. */
+    controller_stop_workers(ctl);
     leader_release(leader);
+    controller_stop(ctl);
     leader_free(leader);
     g_controller = NULL;
     httpserv_stop(mh);

@@ -526,11 +526,13 @@ static void handle(FakeApi *f, int fd)
             pthread_mutex_unlock(&f->mu);
             reply_status(fd, 409, "Conflict", "precondition failed: uid");
         } else {
+            /* Like the real server for an object without finalizers: deleted at once,
+             * and the answer is the object as it was. */
+            cJSON *gone = cJSON_Duplicate(o->obj, 1);
             remove_at(f, o);
             pthread_mutex_unlock(&f->mu);
-            cJSON *st = cJSON_Parse("{\"kind\":\"Status\",\"status\":\"Success\"}");
-            reply(fd, 200, st);
-            cJSON_Delete(st);
+            reply(fd, 200, gone);
+            cJSON_Delete(gone);
         }
     } else {
         pthread_mutex_unlock(&f->mu);
