@@ -294,11 +294,13 @@ static cJSON *trainer_container(cJSON *spec)
     return c;
 }
 
-/* Safe defaults, each only where the template left the field unset: a non-root user
- * (unless the template chose uid 0 explicitly), the runtime's seccomp profile, no
- * privilege escalation, no capabilities. */
+/* Safe defaults, each only where the template left the field unset: no API token, a
+ * non-root user (unless the template chose uid 0 explicitly), the runtime's seccomp
+ * profile, no privilege escalation, no capabilities. */
 static int security_defaults(cJSON *spec, cJSON *c)
 {
+    /* The trainer never talks to the API server: no service-account token in the pod. */
+    if (set_default(spec, "automountServiceAccountToken", cJSON_CreateFalse())) return -1;
     cJSON *psc = jsonx_ensure_obj(spec, "securityContext");
     if (!psc) return -1;
     const cJSON *uid = cJSON_GetObjectItemCaseSensitive(psc, "runAsUser");

@@ -245,6 +245,7 @@ static void test_new_job_creates_everything(void **state)
     assert_string_equal(
         jsonx_str(cJSON_GetArrayItem(jsonx_arr(c, "volumeMounts"), 0), "mountPath"), "/checkpoints");
     assert_true(jsonx_bool(pod, "spec.securityContext.runAsNonRoot", 0));
+    assert_false(jsonx_bool(pod, "spec.automountServiceAccountToken", 1));
     assert_string_equal(jsonx_str(pod, "spec.securityContext.seccompProfile.type"), "RuntimeDefault");
     assert_false(jsonx_bool(c, "securityContext.allowPrivilegeEscalation", 1));
     assert_null(jsonx_at(c, "resources.limits"));
