@@ -78,11 +78,16 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     /* client-go's default controller limiter: 5 ms .. 1000 s per item, 10 qps burst 100. */
     WqOptions wo = {.base_delay = 0.005, .max_delay = 1000, .qps = 10, .burst = 100};
     c->queue = wq_new(&wo);
-    InformerOptions jo = {.group_version = KT_API_VERSION, .plural = KT_PLURAL, .ns = c->ns,
-                          .handler = on_job, .ctx = c};
-    InformerOptions po = {.group_version = "v1", .ns = c->ns,
+    InformerOptions jo = {.group_version = KT_API_VERSION,
+                          .plural = KT_PLURAL,
+                          .ns = c->ns,
+                          .handler = on_job,
+                          .ctx = c};
+    InformerOptions po = {.group_version = "v1",
+                          .ns = c->ns,
                           .label_selector = LABEL_MANAGED_BY "=" MANAGED_BY,
-                          .handler = on_owned, .ctx = c};
+                          .handler = on_owned,
+                          .ctx = c};
     c->jobs = informer_new(client, &jo);
     po.plural = "pods";
     c->pods = informer_new(client, &po);
@@ -266,8 +271,7 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
     return rc;
 }
 
-int controller_sync(Controller *c, const char *key, double *requeue_after, char *err,
-                    size_t errlen)
+int controller_sync(Controller *c, const char *key, double *requeue_after, char *err, size_t errlen)
 {
     char ns[256], name[256];
     *requeue_after = -1;
@@ -300,7 +304,11 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
     size_t i = 0;
     const cJSON *p;
     cJSON_ArrayForEach(p, pods) pv[i++] = p;
-    Observed obs = {.job = job, .secret = secret, .service = service, .pods = pv, .npods = npods,
+    Observed obs = {.job = job,
+                    .secret = secret,
+                    .service = service,
+                    .pods = pv,
+                    .npods = npods,
                     .now = clock_wall()};
     if (RAND_bytes(obs.ring_key, sizeof obs.ring_key) != 1) {
         snprintf(err, errlen, "no random bytes for the ring key");
@@ -360,7 +368,8 @@ void controller_stop_workers(Controller *c)
 {
     if (!c) return;
     wq_shutdown(c->queue);
-    for (int i = 0; i < c->nthreads; i++) pthread_join(c->threads[i], NULL);
+    for (int i = 0; i < c->nthreads; i++)
+        pthread_join(c->threads[i], NULL);
     c->nthreads = 0;
 }
 

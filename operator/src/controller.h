@@ -13,8 +13,8 @@
 typedef struct ControllerConfig {
     const char *namespace; /* "" or NULL: all namespaces */
     ReconcileConfig reconcile;
-    int workers;           /* worker threads */
-    const char *identity;  /* reportingInstance of events */
+    int workers;          /* worker threads */
+    const char *identity; /* reportingInstance of events */
 } ControllerConfig;
 
 typedef struct Controller Controller;

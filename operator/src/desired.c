@@ -102,7 +102,8 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32])
     cJSON *o = new_object(s, "Secret", name);
     cJSON *data = jsonx_set(o, "data", cJSON_CreateObject());
     char hex[65];
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", ring_key[i]);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", ring_key[i]);
     if (!jsonx_set_str(o, "type", "Opaque") || !data ||
         !jsonx_set(data, SECRET_RING_KEY, b64_string(hex, 64)))
         goto err;
@@ -381,7 +382,8 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long l
         cJSON *cmd = jsonx_set(c, "command", cJSON_CreateArray());
         if (!cmd || !cJSON_AddItemToArray(cmd, cJSON_CreateString("kubetrain-trainer"))) goto err;
     }
-    if (!cJSON_GetObjectItemCaseSensitive(c, "args") && !jsonx_set(c, "args", trainer_args(s, ckpt)))
+    if (!cJSON_GetObjectItemCaseSensitive(c, "args") &&
+        !jsonx_set(c, "args", trainer_args(s, ckpt)))
         goto err;
     if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy") &&
         !jsonx_set_str(c, "terminationMessagePolicy", "FallbackToLogsOnError"))
@@ -398,8 +400,8 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long l
         goto err;
 
     cJSON *port = cJSON_CreateObject();
-    if (!jsonx_set_str(port, "name", "collective") || !jsonx_set_num(port, "containerPort", s->port) ||
-        list_put(c, "ports", "name", port))
+    if (!jsonx_set_str(port, "name", "collective") ||
+        !jsonx_set_num(port, "containerPort", s->port) || list_put(c, "ports", "name", port))
         goto err;
 
     if (s->gpus > 0) {
@@ -433,7 +435,8 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long l
             goto err;
         }
         if (list_put(spec, "volumes", "name", vol) ||
-            list_put(c, "volumeMounts", "name", volume_mount("kubetrain-model", MODEL_MOUNT_DIR, 1)))
+            list_put(c, "volumeMounts", "name",
+                     volume_mount("kubetrain-model", MODEL_MOUNT_DIR, 1)))
             goto err;
     }
     if (security_defaults(spec, c)) goto err;

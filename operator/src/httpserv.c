@@ -58,7 +58,11 @@ static void serve_one(HttpServer *s, int fd)
             s->fn(s->ctx, path, &code, &ctype, &body);
         }
     }
-    const char *text = code == 200 ? "OK" : code == 404 ? "Not Found" : code == 503 ? "Service Unavailable" : code == 405 ? "Method Not Allowed" : "Bad Request";
+    const char *text = code == 200   ? "OK"
+                       : code == 404 ? "Not Found"
+                       : code == 503 ? "Service Unavailable"
+                       : code == 405 ? "Method Not Allowed"
+                                     : "Bad Request";
     if (!body) {
         body = malloc(64);
         if (body) snprintf(body, 64, "%s\n", text);

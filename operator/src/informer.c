@@ -30,7 +30,7 @@ struct Informer {
     pthread_rwlock_t lock;
     Entry *buckets[NBUCKETS];
     size_t size;
-    char rv[64]; /* the resourceVersion to watch from */
+    char rv[64];              /* the resourceVersion to watch from */
     long long deleted_rv_max; /* newest resourceVersion of a DELETED event */
     volatile int stop;
     int synced;
@@ -41,7 +41,8 @@ struct Informer {
 static uint64_t hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 
@@ -251,7 +252,8 @@ void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), vo
 {
     pthread_rwlock_rdlock(&inf->lock);
     for (size_t b = 0; b < NBUCKETS; b++)
-        for (Entry *e = inf->buckets[b]; e; e = e->next) fn(ctx, e->obj);
+        for (Entry *e = inf->buckets[b]; e; e = e->next)
+            fn(ctx, e->obj);
     pthread_rwlock_unlock(&inf->lock);
 }
 
@@ -318,8 +320,8 @@ static int relist(Informer *inf)
     do {
         char econt[1100];
         url_escape(cont, econt, sizeof econt);
-        snprintf(path, sizeof path, "%s?limit=500%s%s%s%s", base, *sel ? "&labelSelector=" : "", sel,
-                 *cont ? "&continue=" : "", econt);
+        snprintf(path, sizeof path, "%s?limit=500%s%s%s%s", base, *sel ? "&labelSelector=" : "",
+                 sel, *cont ? "&continue=" : "", econt);
         KubeResponse r;
         rc = kclient_request(inf->client, "GET", path, NULL, NULL, &r, err, sizeof err);
         if (rc) {
@@ -434,7 +436,8 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
     }
     char key[512];
     if (informer_key(obj, key, sizeof key)) {
-        olog(OLOG_WARN, NULL, "watch %s: skipping a %s event without metadata.name", inf->plural, type);
+        olog(OLOG_WARN, NULL, "watch %s: skipping a %s event without metadata.name", inf->plural,
+             type);
         return 0;
     }
     int deleted = strcmp(type, "DELETED") == 0;
@@ -448,8 +451,7 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
         cJSON_Delete(take_locked(inf, key));
         long long drv = rv_number(obj);
         if (drv > inf->deleted_rv_max) inf->deleted_rv_max = drv;
-    }
-    else if (copy)
+    } else if (copy)
         put_locked(inf, key, copy);
     if (rv) snprintf(inf->rv, sizeof inf->rv, "%s", rv);
     pthread_rwlock_unlock(&inf->lock);
@@ -487,7 +489,8 @@ static void *informer_main(void *arg)
                 continue; /* the server ended the watch: resume from the last version */
             }
             if (rc == -ESTALE) {
-                olog(OLOG_INFO, NULL, "watch %s: resourceVersion %s is gone; relisting", inf->plural, rv);
+                olog(OLOG_INFO, NULL, "watch %s: resourceVersion %s is gone; relisting",
+                     inf->plural, rv);
                 break;
             }
             olog(OLOG_WARN, NULL, "watch %s: %s; retrying in %.1f s", inf->plural,

@@ -16,9 +16,9 @@
 typedef void (*InformerHandler)(void *ctx, const char *type, const cJSON *obj);
 
 typedef struct InformerOptions {
-    const char *group_version; /* "v1", "kubetrain.dev/v1alpha1" */
-    const char *plural;        /* "pods" */
-    const char *ns;            /* NULL or "": all namespaces */
+    const char *group_version;  /* "v1", "kubetrain.dev/v1alpha1" */
+    const char *plural;         /* "pods" */
+    const char *ns;             /* NULL or "": all namespaces */
     const char *label_selector; /* NULL: none */
     InformerHandler handler;
     void *ctx;

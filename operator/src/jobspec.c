@@ -8,15 +8,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FAIL(...)                                                                            \
-    do {                                                                                     \
-        snprintf(err, errlen, __VA_ARGS__);                                                  \
-        return -EINVAL;                                                                      \
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return -EINVAL;                                                                            \
     } while (0)
 
 /* Reads an optional integer field in [lo, hi]; absent gives dflt. */
-static int read_int(const cJSON *spec, const char *path, long long lo, long long hi,
-                    long long dflt, long long *out, char *err, size_t errlen)
+static int read_int(const cJSON *spec, const char *path, long long lo, long long hi, long long dflt,
+                    long long *out, char *err, size_t errlen)
 {
     const cJSON *v = jsonx_at(spec, path);
     if (!v || cJSON_IsNull(v)) {
@@ -31,8 +31,7 @@ static int read_int(const cJSON *spec, const char *path, long long lo, long long
 }
 
 /* Reads an optional string field; a present non-string is an error. */
-static int read_str(const cJSON *spec, const char *path, const char **out, char *err,
-                    size_t errlen)
+static int read_str(const cJSON *spec, const char *path, const char **out, char *err, size_t errlen)
 {
     const cJSON *v = jsonx_at(spec, path);
     *out = NULL;
@@ -63,16 +62,16 @@ static int check_name(const char *name, int workers, char *err, size_t errlen)
     size_t n = strlen(name);
     if (n == 0 || !islower((unsigned char)name[0]))
         FAIL("metadata.name: must start with a lowercase letter to name the worker Service, "
-             "got \"%s\"", name);
+             "got \"%s\"",
+             name);
     for (size_t i = 0; i < n; i++)
-        if (!(islower((unsigned char)name[i]) || isdigit((unsigned char)name[i]) ||
-              name[i] == '-'))
+        if (!(islower((unsigned char)name[i]) || isdigit((unsigned char)name[i]) || name[i] == '-'))
             FAIL("metadata.name: worker hostnames allow only [a-z0-9-], got \"%s\"", name);
     char last[32];
     int lastlen = snprintf(last, sizeof last, "-worker-%d", workers - 1);
     if (n + (size_t)lastlen > 63)
-        FAIL("metadata.name: \"%s\" is too long: the hostname \"%s%s\" exceeds 63 characters",
-             name, name, last);
+        FAIL("metadata.name: \"%s\" is too long: the hostname \"%s%s\" exceeds 63 characters", name,
+             name, last);
     return 0;
 }
 
@@ -90,8 +89,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     s->name = jsonx_str(job, "metadata.name");
     s->ns = jsonx_str(job, "metadata.namespace");
     s->uid = jsonx_str(job, "metadata.uid");
-    if (!s->name || !s->ns || !s->uid)
-        FAIL("metadata: name, namespace and uid must be strings");
+    if (!s->name || !s->ns || !s->uid) FAIL("metadata: name, namespace and uid must be strings");
     s->generation = jsonx_int(job, "metadata.generation", 0);
 
     const cJSON *spec = jsonx_at(job, "spec");
@@ -167,21 +165,19 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
 
     if (jsonx_at(spec, "checkpoint") && !cJSON_IsObject(jsonx_at(spec, "checkpoint")))
         FAIL("spec.checkpoint: expected an object");
-    if (read_str(spec, "checkpoint.claimName", &s->checkpoint_claim, err, errlen))
-        return -EINVAL;
+    if (read_str(spec, "checkpoint.claimName", &s->checkpoint_claim, err, errlen)) return -EINVAL;
     if (s->checkpoint_claim && !*s->checkpoint_claim) s->checkpoint_claim = NULL;
     if (read_str(spec, "checkpoint.path", &s->checkpoint_path, err, errlen)) return -EINVAL;
     if (!s->checkpoint_path) s->checkpoint_path = "/checkpoints";
     if (s->checkpoint_path[0] != '/')
         FAIL("spec.checkpoint.path: expected an absolute path, got \"%s\"", s->checkpoint_path);
-    if (read_int(spec, "checkpoint.everySteps", 1, 1000000000, -1, &v, err, errlen))
-        return -EINVAL;
+    if (read_int(spec, "checkpoint.everySteps", 1, 1000000000, -1, &v, err, errlen)) return -EINVAL;
     s->checkpoint_every = (int)v;
     if (read_int(spec, "checkpoint.keep", 1, 1000, -1, &v, err, errlen)) return -EINVAL;
     s->checkpoint_keep = (int)v;
 
     if (read_enum(spec, "restartPolicy", restarts, "OnFailure", &e, err, errlen)) return -EINVAL;
-    s->restart_policy = e == restarts[0] ? RESTART_NEVER
+    s->restart_policy = e == restarts[0]   ? RESTART_NEVER
                         : e == restarts[1] ? RESTART_ON_FAILURE
                                            : RESTART_EXIT_CODE;
     if (read_int(spec, "backoffLimit", 0, 1000000, 6, &v, err, errlen)) return -EINVAL;
@@ -189,8 +185,8 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_int(spec, "activeDeadlineSeconds", 1, 1LL << 40, -1, &s->active_deadline_s, err,
                  errlen))
         return -EINVAL;
-    if (read_int(spec, "ttlSecondsAfterFinished", 0, 1LL << 40, -1, &s->ttl_after_finished_s,
-                 err, errlen))
+    if (read_int(spec, "ttlSecondsAfterFinished", 0, 1LL << 40, -1, &s->ttl_after_finished_s, err,
+                 errlen))
         return -EINVAL;
     if (read_enum(spec, "cleanPodPolicy", cleans, "Running", &e, err, errlen)) return -EINVAL;
     s->clean_pod_policy = e == cleans[0] ? CLEAN_NONE : e == cleans[1] ? CLEAN_RUNNING : CLEAN_ALL;

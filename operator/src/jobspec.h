@@ -30,11 +30,11 @@ typedef struct JobSpec {
     int port;
     const char *collective; /* auto | ring | nccl */
     int gpus;
-    const char *model_name;     /* a built-in name, or NULL when model_inline is set */
-    const cJSON *model_inline;  /* an inline Sequential spec (object with layers) */
-    const char *dataset_name;   /* NULL: the trainer's default */
-    const char *dataset_path;   /* NULL: the trainer's default */
-    const char *shard_policy;   /* NULL: the trainer's default */
+    const char *model_name;    /* a built-in name, or NULL when model_inline is set */
+    const cJSON *model_inline; /* an inline Sequential spec (object with layers) */
+    const char *dataset_name;  /* NULL: the trainer's default */
+    const char *dataset_path;  /* NULL: the trainer's default */
+    const char *shard_policy;  /* NULL: the trainer's default */
     int epochs, steps_per_epoch, per_worker_batch;
     const char *optimizer;
     double learning_rate;
@@ -47,7 +47,7 @@ typedef struct JobSpec {
     int checkpoint_every, checkpoint_keep;
     RestartPolicy restart_policy;
     int backoff_limit;
-    long long active_deadline_s; /* -1: none */
+    long long active_deadline_s;    /* -1: none */
     long long ttl_after_finished_s; /* -1: keep */
     CleanPodPolicy clean_pod_policy;
     SuccessPolicy success_policy;

@@ -29,9 +29,11 @@ void kcfg_free(KubeConfig *c)
     free(c->token);
     free(c->token_file);
     free(c->exec_command);
-    for (char **p = c->exec_args; p && *p; p++) free(*p);
+    for (char **p = c->exec_args; p && *p; p++)
+        free(*p);
     free(c->exec_args);
-    for (char **p = c->exec_env; p && *p; p++) free(*p);
+    for (char **p = c->exec_env; p && *p; p++)
+        free(*p);
     free(c->exec_env);
     free(c->exec_api_version);
     free(c);
@@ -159,7 +161,8 @@ static char **string_list(const cJSON *arr, const char *fmt_key, const char *fmt
     }
     return v;
 err:
-    for (size_t i = 0; i < k; i++) free(v[i]);
+    for (size_t i = 0; i < k; i++)
+        free(v[i]);
     free(v);
     return NULL;
 }
@@ -202,8 +205,10 @@ int kcfg_parse(const char *text, size_t len, const char *base_dir, const char *s
         goto err;
     }
     if (jsonx_bool(cluster, "insecure-skip-tls-verify", 0)) {
-        snprintf(err, errlen, "%s: cluster \"%s\" sets insecure-skip-tls-verify; kubetrain-operator "
-                 "always verifies TLS: give certificate-authority(-data) instead", source, cluster_name);
+        snprintf(err, errlen,
+                 "%s: cluster \"%s\" sets insecure-skip-tls-verify; kubetrain-operator "
+                 "always verifies TLS: give certificate-authority(-data) instead",
+                 source, cluster_name);
         goto err;
     }
     const char *server = jsonx_str(cluster, "server");
@@ -215,7 +220,8 @@ int kcfg_parse(const char *text, size_t len, const char *base_dir, const char *s
     snprintf(c->source, sizeof c->source, "%s", source);
     if (!(c->server = strdup(server))) goto nomem;
     size_t sl = strlen(c->server);
-    while (sl && c->server[sl - 1] == '/') c->server[--sl] = 0;
+    while (sl && c->server[sl - 1] == '/')
+        c->server[--sl] = 0;
     const char *ns = jsonx_str(ctx, "namespace");
     if (ns && *ns && !(c->namespace = strdup(ns))) goto nomem;
     if ((rc = file_or_data(cluster, "certificate-authority", base_dir, &c->ca_file, &c->ca_data,
@@ -244,13 +250,14 @@ int kcfg_parse(const char *text, size_t len, const char *base_dir, const char *s
         if (!(c->exec_command = strchr(cmd, '/') ? resolve(base_dir, cmd) : strdup(cmd)) ||
             !(c->exec_args = string_list(jsonx_arr(exec, "args"), NULL, NULL)) ||
             !(c->exec_env = string_list(jsonx_arr(exec, "env"), "name", "value")) ||
-            !(c->exec_api_version =
-                  strdup(api ? api : "client.authentication.k8s.io/v1")))
+            !(c->exec_api_version = strdup(api ? api : "client.authentication.k8s.io/v1")))
             goto nomem;
     }
     if ((c->cert_file || c->cert_data) != (c->key_file || c->key_data)) {
-        snprintf(err, errlen, "%s: user \"%s\": a client certificate needs its key and the key "
-                 "its certificate", source, user_name ? user_name : "");
+        snprintf(err, errlen,
+                 "%s: user \"%s\": a client certificate needs its key and the key "
+                 "its certificate",
+                 source, user_name ? user_name : "");
         goto err;
     }
     cJSON_Delete(root);
@@ -293,7 +300,8 @@ int kcfg_in_cluster(const char *sa_dir, KubeConfig **out, char *err, size_t errl
     char path[PATH_MAX];
     *out = NULL;
     if (!host || !*host || !port || !*port) {
-        snprintf(err, errlen, "not in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set, and no "
+        snprintf(err, errlen,
+                 "not in a cluster: KUBERNETES_SERVICE_HOST/PORT are not set, and no "
                  "kubeconfig was found (--kubeconfig, $KUBECONFIG, ~/.kube/config)");
         return -ENOENT;
     }

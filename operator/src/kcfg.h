@@ -9,20 +9,20 @@
 #include <stddef.h>
 
 typedef struct KubeConfig {
-    char *server;      /* "https://host:port" (http:// only for loopback test servers) */
-    char *namespace;   /* the context's namespace or the service account's; may be NULL */
-    char *ca_file;     /* PEM files, or ... */
+    char *server;    /* "https://host:port" (http:// only for loopback test servers) */
+    char *namespace; /* the context's namespace or the service account's; may be NULL */
+    char *ca_file;   /* PEM files, or ... */
     char *cert_file;
     char *key_file;
     unsigned char *ca_data, *cert_data, *key_data; /* ... decoded inline PEM */
     size_t ca_len, cert_len, key_len;
-    char *token;       /* static bearer token */
-    char *token_file;  /* re-read when it changes (service-account tokens rotate) */
+    char *token;        /* static bearer token */
+    char *token_file;   /* re-read when it changes (service-account tokens rotate) */
     char *exec_command; /* client.authentication.k8s.io exec plugin */
     char **exec_args;   /* NULL-terminated */
     char **exec_env;    /* NULL-terminated "NAME=VALUE" */
     char *exec_api_version;
-    char source[512];   /* the file or "in-cluster", for messages */
+    char source[512]; /* the file or "in-cluster", for messages */
 } KubeConfig;
 
 /* Loads the configuration from the first of: `path` (when non-NULL), $KUBECONFIG

@@ -26,7 +26,7 @@ struct KubeClient {
     pthread_mutex_t mu; /* guards the pool and the credentials below */
     CURL *pool[POOL_MAX];
     int npool;
-    char *token;          /* current bearer token (static, file or exec) */
+    char *token; /* current bearer token (static, file or exec) */
     struct timespec token_mtime;
     double token_checked; /* monotonic time of the last stat of token_file */
     double exec_expiry;   /* wall-clock expiry of the exec credential; 0 none */
@@ -47,8 +47,10 @@ void kpath(char *out, size_t n, const char *group_version, const char *ns, const
                        group_version);
     if (ns && *ns && len >= 0 && (size_t)len < n)
         len += snprintf(out + len, n - (size_t)len, "/namespaces/%s", ns);
-    if (plural && len >= 0 && (size_t)len < n) len += snprintf(out + len, n - (size_t)len, "/%s", plural);
-    if (name && len >= 0 && (size_t)len < n) len += snprintf(out + len, n - (size_t)len, "/%s", name);
+    if (plural && len >= 0 && (size_t)len < n)
+        len += snprintf(out + len, n - (size_t)len, "/%s", plural);
+    if (name && len >= 0 && (size_t)len < n)
+        len += snprintf(out + len, n - (size_t)len, "/%s", name);
     if (sub && len >= 0 && (size_t)len < n) snprintf(out + len, n - (size_t)len, "/%s", sub);
 }
 
@@ -70,9 +72,11 @@ static char **vdup(char **v)
 {
     if (!v) return NULL;
     size_t n = 0;
-    while (v[n]) n++;
+    while (v[n])
+        n++;
     char **o = calloc(n + 1, sizeof *o);
-    for (size_t i = 0; o && i < n; i++) o[i] = strdup(v[i]);
+    for (size_t i = 0; o && i < n; i++)
+        o[i] = strdup(v[i]);
     return o;
 }
 
@@ -134,9 +138,11 @@ nomem:
         free(d->token_file);
         free(d->exec_command);
         free(d->exec_api_version);
-        for (char **p = d->exec_args; p && *p; p++) free(*p);
+        for (char **p = d->exec_args; p && *p; p++)
+            free(*p);
         free(d->exec_args);
-        for (char **p = d->exec_env; p && *p; p++) free(*p);
+        for (char **p = d->exec_env; p && *p; p++)
+            free(*p);
         free(d->exec_env);
         free(c);
     }
@@ -146,7 +152,8 @@ nomem:
 void kclient_free(KubeClient *c)
 {
     if (!c) return;
-    for (int i = 0; i < c->npool; i++) curl_easy_cleanup(c->pool[i]);
+    for (int i = 0; i < c->npool; i++)
+        curl_easy_cleanup(c->pool[i]);
     KubeConfig *d = &c->cfg;
     free(d->server);
     free(d->namespace);
@@ -159,9 +166,11 @@ void kclient_free(KubeClient *c)
     free(d->token_file);
     free(d->exec_command);
     free(d->exec_api_version);
-    for (char **p = d->exec_args; p && *p; p++) free(*p);
+    for (char **p = d->exec_args; p && *p; p++)
+        free(*p);
     free(d->exec_args);
-    for (char **p = d->exec_env; p && *p; p++) free(*p);
+    for (char **p = d->exec_env; p && *p; p++)
+        free(*p);
     free(d->exec_env);
     free(c->token);
     free(c->exec_cert);
@@ -225,9 +234,12 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
      * call async-signal-safe functions. */
     extern char **environ;
     size_t na = 0, ne = 0, nenv = 0;
-    while (c->cfg.exec_args && c->cfg.exec_args[na]) na++;
-    while (c->cfg.exec_env && c->cfg.exec_env[ne]) ne++;
-    while (environ[nenv]) nenv++;
+    while (c->cfg.exec_args && c->cfg.exec_args[na])
+        na++;
+    while (c->cfg.exec_env && c->cfg.exec_env[ne])
+        ne++;
+    while (environ[nenv])
+        nenv++;
     char **argv = calloc(na + 2, sizeof *argv);
     char **envp = calloc(nenv + ne + 2, sizeof *envp);
     if (!argv || !envp) {
@@ -236,11 +248,13 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
         return -ENOMEM;
     }
     argv[0] = c->cfg.exec_command;
-    for (size_t i = 0; i < na; i++) argv[i + 1] = c->cfg.exec_args[i];
+    for (size_t i = 0; i < na; i++)
+        argv[i + 1] = c->cfg.exec_args[i];
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
         if (strncmp(environ[i], "KUBERNETES_EXEC_INFO=", 21) != 0) envp[k++] = environ[i];
-    for (size_t i = 0; i < ne; i++) envp[k++] = c->cfg.exec_env[i];
+    for (size_t i = 0; i < ne; i++)
+        envp[k++] = c->cfg.exec_env[i];
     envp[k++] = info;
     int out[2];
     if (pipe(out) != 0) {
@@ -307,9 +321,8 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
         c->exec_key = (unsigned char *)sdup(key);
         c->exec_key_len = key ? strlen(key) : 0;
         double exp;
-        c->exec_expiry = clock_parse_rfc3339(jsonx_str(cred, "status.expirationTimestamp"), &exp) == 0
-                             ? exp
-                             : 0;
+        c->exec_expiry =
+            clock_parse_rfc3339(jsonx_str(cred, "status.expirationTimestamp"), &exp) == 0 ? exp : 0;
     }
     cJSON_Delete(cred);
     return rc;
@@ -343,9 +356,11 @@ static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *er
     if (k->token_file) refresh_token_file(c);
     if (k->exec_command) rc = run_exec_plugin(c, err, errlen);
     if (rc == 0 && c->exec_cert && c->exec_key) {
-        struct curl_blob b = {.data = c->exec_cert, .len = c->exec_cert_len, .flags = CURL_BLOB_COPY};
+        struct curl_blob b = {
+            .data = c->exec_cert, .len = c->exec_cert_len, .flags = CURL_BLOB_COPY};
         curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &b);
-        struct curl_blob kb = {.data = c->exec_key, .len = c->exec_key_len, .flags = CURL_BLOB_COPY};
+        struct curl_blob kb = {
+            .data = c->exec_key, .len = c->exec_key_len, .flags = CURL_BLOB_COPY};
         curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &kb);
     }
     if (rc == 0 && c->token) {
@@ -418,7 +433,8 @@ static size_t write_buf(char *p, size_t size, size_t nmemb, void *ud)
     size_t n = size * nmemb;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 16384;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         char *d = realloc(b->data, cap);
         if (!d) return 0; /* makes curl fail with CURLE_WRITE_ERROR */
         b->data = d;
@@ -480,7 +496,8 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
             break;
         }
         snprintf(url, sizeof url, "%s%s", c->cfg.server, path);
-        snprintf(ct, sizeof ct, "Content-Type: %s", content_type ? content_type : "application/json");
+        snprintf(ct, sizeof ct, "Content-Type: %s",
+                 content_type ? content_type : "application/json");
         if (payload) headers = curl_slist_append(headers, ct);
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, verb);
@@ -507,7 +524,8 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
         resp->body = b.data ? cJSON_ParseWithLength(b.data, b.len) : NULL;
         free(b.data);
         if (cc != CURLE_OK) {
-            snprintf(resp->message, sizeof resp->message, "%s", *cerr ? cerr : curl_easy_strerror(cc));
+            snprintf(resp->message, sizeof resp->message, "%s",
+                     *cerr ? cerr : curl_easy_strerror(cc));
             snprintf(err, errlen, "%s %s: %s", verb, path, resp->message);
             rc = cc == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -EIO;
             break;
@@ -569,8 +587,8 @@ static int progress_watch(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     return 0;
 }
 
-int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx,
-                  volatile int *stop, double idle_timeout_s, char *err, size_t errlen)
+int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, volatile int *stop,
+                  double idle_timeout_s, char *err, size_t errlen)
 {
     ratelimit_wait(&c->rl);
     CURL *h = curl_easy_init();

@@ -52,8 +52,8 @@ void kresp_free(KubeResponse *resp);
  * value), or an error (negative errno, err set). A response that is not 200 is read as
  * a Status (410 Gone gives -ESTALE). `idle_timeout_s`: abort when no byte comes for
  * that long (bookmarks keep a healthy watch busy). */
-int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx,
-                  volatile int *stop, double idle_timeout_s, char *err, size_t errlen);
+int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, volatile int *stop,
+                  double idle_timeout_s, char *err, size_t errlen);
 
 /* Builds an API path: /api/v1 for group_version "v1", else /apis/<group_version>;
  * then /namespaces/<ns> when ns is non-empty, /<plural>, /<name>, /<sub> as given. */

@@ -57,7 +57,8 @@ int leader_lease_decide(const cJSON *lease, const char *ns, const char *name, co
     if (!md || !spec || !jsonx_set_str(l, "apiVersion", "coordination.k8s.io/v1") ||
         !jsonx_set_str(l, "kind", "Lease") || !jsonx_set_str(md, "name", name) ||
         !jsonx_set_str(md, "namespace", ns) || !jsonx_set_str(spec, "holderIdentity", identity) ||
-        !jsonx_set_num(spec, "leaseDurationSeconds", lease_s) || !jsonx_set_str(spec, "renewTime", ts))
+        !jsonx_set_num(spec, "leaseDurationSeconds", lease_s) ||
+        !jsonx_set_str(spec, "renewTime", ts))
         goto nomem;
     if (!mine) {
         long long transitions = jsonx_int(lease, "spec.leaseTransitions", 0);
@@ -154,7 +155,8 @@ int leader_acquire(Leader *l, volatile int *stop)
         if (rc == 1) l->held = 1;
         pthread_mutex_unlock(&l->mu);
         if (rc == 1) {
-            olog(OLOG_INFO, NULL, "leader election: %s holds lease %s/%s", l->identity, l->ns, l->name);
+            olog(OLOG_INFO, NULL, "leader election: %s holds lease %s/%s", l->identity, l->ns,
+                 l->name);
             metrics_set_leader(1);
             return 0;
         }
@@ -218,11 +220,13 @@ void leader_release(Leader *l)
         kpath(path, sizeof path, "coordination.k8s.io/v1", l->ns, "leases", l->name, NULL);
         if (kclient_request(l->client, "GET", path, NULL, NULL, &r, err, sizeof err) == 0) {
             const char *holder = jsonx_str(r.body, "spec.holderIdentity");
-            cJSON *spec = jsonx_obj(r.body, "spec") ? cJSON_GetObjectItemCaseSensitive(r.body, "spec") : NULL;
+            cJSON *spec =
+                jsonx_obj(r.body, "spec") ? cJSON_GetObjectItemCaseSensitive(r.body, "spec") : NULL;
             if (holder && strcmp(holder, l->identity) == 0 && spec) {
                 jsonx_set_str(spec, "holderIdentity", "");
                 jsonx_set_num(spec, "leaseDurationSeconds", 1);
-                if (kclient_request(l->client, "PUT", path, r.body, NULL, NULL, err, sizeof err) == 0)
+                if (kclient_request(l->client, "PUT", path, r.body, NULL, NULL, err, sizeof err) ==
+                    0)
                     olog(OLOG_INFO, NULL, "leader election: released lease %s/%s", l->ns, l->name);
                 else
                     olog(OLOG_WARN, NULL, "leader election: release failed: %s", err);

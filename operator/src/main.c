@@ -29,24 +29,28 @@ static Controller *g_controller;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kubetrain-operator [options]\n"
-            "  --kubeconfig FILE         kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)\n"
-            "  --namespace NS            watch one namespace (default: all)\n"
-            "  --trainer-image IMG       image for jobs without spec.image (kubetrain/trainer:" VERSION ")\n"
-            "  --cluster-domain DOMAIN   append .DOMAIN to peer names in TF_CONFIG (default: none,\n"
-            "                            peers are <pod>.<job>-worker.<ns>.svc)\n"
-            "  --metrics-addr ADDR       /metrics listener (:8080; \"0\" disables)\n"
-            "  --health-addr ADDR        /healthz and /readyz listener (:8081; \"0\" disables)\n"
-            "  --leader-elect            run only while holding the Lease\n"
-            "  --leader-elect-namespace NS   namespace of the Lease (default: the kubeconfig's or \"default\")\n"
-            "  --leader-elect-id ID      identity in the Lease (default: hostname_pid)\n"
-            "  --qps N --burst N         API client rate limit (50, 100)\n"
-            "  --workers N               reconcile threads (4)\n"
-            "  --backoff-base S          delay before the first retry after a worker failure (10)\n"
-            "  --backoff-max S           cap of that exponential delay (360)\n"
-            "  --log-level LEVEL         debug | info | warn | error (info)\n"
-            "  --version, --help\n");
+    fprintf(
+        f,
+        "usage: kubetrain-operator [options]\n"
+        "  --kubeconfig FILE         kubeconfig (default: $KUBECONFIG, ~/.kube/config, "
+        "in-cluster)\n"
+        "  --namespace NS            watch one namespace (default: all)\n"
+        "  --trainer-image IMG       image for jobs without spec.image (kubetrain/trainer:" VERSION
+        ")\n"
+        "  --cluster-domain DOMAIN   append .DOMAIN to peer names in TF_CONFIG (default: none,\n"
+        "                            peers are <pod>.<job>-worker.<ns>.svc)\n"
+        "  --metrics-addr ADDR       /metrics listener (:8080; \"0\" disables)\n"
+        "  --health-addr ADDR        /healthz and /readyz listener (:8081; \"0\" disables)\n"
+        "  --leader-elect            run only while holding the Lease\n"
+        "  --leader-elect-namespace NS   namespace of the Lease (default: the kubeconfig's or "
+        "\"default\")\n"
+        "  --leader-elect-id ID      identity in the Lease (default: hostname_pid)\n"
+        "  --qps N --burst N         API client rate limit (50, 100)\n"
+        "  --workers N               reconcile threads (4)\n"
+        "  --backoff-base S          delay before the first retry after a worker failure (10)\n"
+        "  --backoff-max S           cap of that exponential delay (360)\n"
+        "  --log-level LEVEL         debug | info | warn | error (info)\n"
+        "  --version, --help\n");
 }
 
 static void *signal_thread(void *arg)
@@ -121,8 +125,25 @@ int main(int argc, char **argv)
     const char *le_ns = NULL, *le_id = NULL, *level = "info";
     int leader_elect = 0;
     double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360;
-    enum { O_KCFG = 256, O_NS, O_IMAGE, O_DOMAIN, O_MADDR, O_HADDR, O_LE, O_LENS, O_LEID, O_QPS,
-           O_BURST, O_WORKERS, O_BBASE, O_BMAX, O_LEVEL, O_VERSION, O_HELP };
+    enum {
+        O_KCFG = 256,
+        O_NS,
+        O_IMAGE,
+        O_DOMAIN,
+        O_MADDR,
+        O_HADDR,
+        O_LE,
+        O_LENS,
+        O_LEID,
+        O_QPS,
+        O_BURST,
+        O_WORKERS,
+        O_BBASE,
+        O_BMAX,
+        O_LEVEL,
+        O_VERSION,
+        O_HELP
+    };
     static const struct option opts[] = {
         {"kubeconfig", required_argument, 0, O_KCFG},
         {"namespace", required_argument, 0, O_NS},
@@ -146,33 +167,71 @@ int main(int argc, char **argv)
     int o, bad = 0;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case O_KCFG: kubeconfig = optarg; break;
-        case O_NS: ns = optarg; break;
-        case O_IMAGE: image = optarg; break;
-        case O_DOMAIN: domain = optarg; break;
-        case O_MADDR: metrics_addr = optarg; break;
-        case O_HADDR: health_addr = optarg; break;
-        case O_LE: leader_elect = 1; break;
-        case O_LENS: le_ns = optarg; break;
-        case O_LEID: le_id = optarg; break;
-        case O_QPS: bad |= parse_num("--qps", optarg, 0, 100000, &qps); break;
-        case O_BURST: bad |= parse_num("--burst", optarg, 1, 100000, &burst); break;
-        case O_WORKERS: bad |= parse_num("--workers", optarg, 1, 64, &workers); break;
-        case O_BBASE: bad |= parse_num("--backoff-base", optarg, 0, 86400, &backoff_base); break;
-        case O_BMAX: bad |= parse_num("--backoff-max", optarg, 0, 86400, &backoff_max); break;
-        case O_LEVEL: level = optarg; break;
-        case O_VERSION: printf("kubetrain-operator %s\n", VERSION); return 0;
-        case O_HELP: usage(stdout); return 0;
-        default: bad = 1;
+        case O_KCFG:
+            kubeconfig = optarg;
+            break;
+        case O_NS:
+            ns = optarg;
+            break;
+        case O_IMAGE:
+            image = optarg;
+            break;
+        case O_DOMAIN:
+            domain = optarg;
+            break;
+        case O_MADDR:
+            metrics_addr = optarg;
+            break;
+        case O_HADDR:
+            health_addr = optarg;
+            break;
+        case O_LE:
+            leader_elect = 1;
+            break;
+        case O_LENS:
+            le_ns = optarg;
+            break;
+        case O_LEID:
+            le_id = optarg;
+            break;
+        case O_QPS:
+            bad |= parse_num("--qps", optarg, 0, 100000, &qps);
+            break;
+        case O_BURST:
+            bad |= parse_num("--burst", optarg, 1, 100000, &burst);
+            break;
+        case O_WORKERS:
+            bad |= parse_num("--workers", optarg, 1, 64, &workers);
+            break;
+        case O_BBASE:
+            bad |= parse_num("--backoff-base", optarg, 0, 86400, &backoff_base);
+            break;
+        case O_BMAX:
+            bad |= parse_num("--backoff-max", optarg, 0, 86400, &backoff_max);
+            break;
+        case O_LEVEL:
+            level = optarg;
+            break;
+        case O_VERSION:
+            printf("kubetrain-operator %s\n", VERSION);
+            return 0;
+        case O_HELP:
+            usage(stdout);
+            return 0;
+        default:
+            bad = 1;
         }
     }
     OlogLevel lv;
     if (olog_parse_level(level, &lv) != 0) {
-        fprintf(stderr, "kubetrain-operator: --log-level: expected debug|info|warn|error, got \"%s\"\n", level);
+        fprintf(stderr,
+                "kubetrain-operator: --log-level: expected debug|info|warn|error, got \"%s\"\n",
+                level);
         bad = 1;
     }
     if (bad || optind != argc) {
-        if (optind != argc) fprintf(stderr, "kubetrain-operator: unexpected argument \"%s\"\n", argv[optind]);
+        if (optind != argc)
+            fprintf(stderr, "kubetrain-operator: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
         return 2;
     }
@@ -250,7 +309,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (leader_elect) {
-        LeaderConfig lc = {.ns = le_ns ? le_ns : (*ns ? ns : (kc->namespace ? kc->namespace : "default")),
+        LeaderConfig lc = {.ns = le_ns ? le_ns
+                                       : (*ns ? ns : (kc->namespace ? kc->namespace : "default")),
                            .name = "kubetrain-operator",
                            .identity = cc.identity};
         leader = leader_new(client, &lc);
@@ -262,7 +322,8 @@ int main(int argc, char **argv)
         }
     }
     double t0 = clock_mono();
-    while (!g_stop && !controller_synced(ctl)) nap(0.05);
+    while (!g_stop && !controller_synced(ctl))
+        nap(0.05);
     if (g_stop) goto out;
     olog(OLOG_INFO, NULL, "caches synced in %.2f s; starting %d workers", clock_mono() - t0,
          cc.workers);
@@ -271,7 +332,8 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
-    while (!g_stop) nap(0.1);
+    while (!g_stop)
+        nap(0.1);
     if (g_lost) exit_code = 1;
 out:
     olog(OLOG_INFO, NULL, "stopping");

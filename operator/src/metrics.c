@@ -8,7 +8,7 @@
 
 Metrics g_metrics;
 
-static const char *const phases[7] = {"Pending", "Running", "Restarting", "Succeeded",
+static const char *const phases[7] = {"Pending", "Running",   "Restarting", "Succeeded",
                                       "Failed",  "Suspended", "Unknown"};
 
 void hist_init(Histogram *h, double start, double factor, int n)
@@ -17,14 +17,16 @@ void hist_init(Histogram *h, double start, double factor, int n)
     pthread_mutex_init(&h->mu, NULL);
     h->nb = n > HIST_MAX_BUCKETS ? HIST_MAX_BUCKETS : n;
     double b = start;
-    for (int i = 0; i < h->nb; i++, b *= factor) h->bounds[i] = b;
+    for (int i = 0; i < h->nb; i++, b *= factor)
+        h->bounds[i] = b;
 }
 
 void hist_observe(Histogram *h, double v)
 {
     pthread_mutex_lock(&h->mu);
     int i = 0;
-    while (i < h->nb && v > h->bounds[i]) i++;
+    while (i < h->nb && v > h->bounds[i])
+        i++;
     h->counts[i]++;
     h->sum += v;
     h->count++;
@@ -124,7 +126,8 @@ static void out(Out *o, const char *fmt, ...)
             return;
         }
         size_t cap = o->cap ? o->cap * 2 : 8192;
-        while (cap < o->len + (size_t)n + 1) cap *= 2;
+        while (cap < o->len + (size_t)n + 1)
+            cap *= 2;
         char *s = realloc(o->s, cap);
         if (!s) {
             o->bad = 1;
@@ -155,19 +158,22 @@ char *metrics_render(void)
     Out o = {0};
     Metrics *m = &g_metrics;
     pthread_mutex_lock(&m->mu);
-    out(&o, "# HELP kubetrain_reconcile_total Reconciles of TrainingJobs by result.\n"
-            "# TYPE kubetrain_reconcile_total counter\n"
-            "kubetrain_reconcile_total{result=\"success\"} %llu\n"
-            "kubetrain_reconcile_total{result=\"error\"} %llu\n",
+    out(&o,
+        "# HELP kubetrain_reconcile_total Reconciles of TrainingJobs by result.\n"
+        "# TYPE kubetrain_reconcile_total counter\n"
+        "kubetrain_reconcile_total{result=\"success\"} %llu\n"
+        "kubetrain_reconcile_total{result=\"error\"} %llu\n",
         m->reconcile_ok, m->reconcile_err);
-    out(&o, "# HELP kubetrain_workqueue_depth Keys waiting in the work queue.\n"
-            "# TYPE kubetrain_workqueue_depth gauge\nkubetrain_workqueue_depth %lld\n"
-            "# HELP kubetrain_workqueue_adds_total Keys added to the work queue.\n"
-            "# TYPE kubetrain_workqueue_adds_total counter\nkubetrain_workqueue_adds_total %llu\n"
-            "# HELP kubetrain_workqueue_retries_total Keys requeued with backoff after an error.\n"
-            "# TYPE kubetrain_workqueue_retries_total counter\n"
-            "kubetrain_workqueue_retries_total %llu\n",
-        __atomic_load_n(&m->wq_depth, __ATOMIC_RELAXED), __atomic_load_n(&m->wq_adds, __ATOMIC_RELAXED),
+    out(&o,
+        "# HELP kubetrain_workqueue_depth Keys waiting in the work queue.\n"
+        "# TYPE kubetrain_workqueue_depth gauge\nkubetrain_workqueue_depth %lld\n"
+        "# HELP kubetrain_workqueue_adds_total Keys added to the work queue.\n"
+        "# TYPE kubetrain_workqueue_adds_total counter\nkubetrain_workqueue_adds_total %llu\n"
+        "# HELP kubetrain_workqueue_retries_total Keys requeued with backoff after an error.\n"
+        "# TYPE kubetrain_workqueue_retries_total counter\n"
+        "kubetrain_workqueue_retries_total %llu\n",
+        __atomic_load_n(&m->wq_depth, __ATOMIC_RELAXED),
+        __atomic_load_n(&m->wq_adds, __ATOMIC_RELAXED),
         __atomic_load_n(&m->wq_retries, __ATOMIC_RELAXED));
     out(&o, "# HELP kubetrain_api_requests_total Kubernetes API requests by verb and HTTP code "
             "(0: no response).\n# TYPE kubetrain_api_requests_total counter\n");
@@ -177,18 +183,20 @@ char *metrics_render(void)
     out(&o, "# HELP kubetrain_jobs TrainingJobs by phase.\n# TYPE kubetrain_jobs gauge\n");
     for (int i = 0; i < 7; i++)
         out(&o, "kubetrain_jobs{phase=\"%s\"} %lld\n", phases[i], m->jobs_by_phase[i]);
-    out(&o, "# HELP kubetrain_pods_created_total Worker pods created.\n"
-            "# TYPE kubetrain_pods_created_total counter\nkubetrain_pods_created_total %llu\n"
-            "# HELP kubetrain_pods_deleted_total Worker pods deleted.\n"
-            "# TYPE kubetrain_pods_deleted_total counter\nkubetrain_pods_deleted_total %llu\n"
-            "# HELP kubetrain_leader 1 when this replica holds the leader lease.\n"
-            "# TYPE kubetrain_leader gauge\nkubetrain_leader %d\n",
+    out(&o,
+        "# HELP kubetrain_pods_created_total Worker pods created.\n"
+        "# TYPE kubetrain_pods_created_total counter\nkubetrain_pods_created_total %llu\n"
+        "# HELP kubetrain_pods_deleted_total Worker pods deleted.\n"
+        "# TYPE kubetrain_pods_deleted_total counter\nkubetrain_pods_deleted_total %llu\n"
+        "# HELP kubetrain_leader 1 when this replica holds the leader lease.\n"
+        "# TYPE kubetrain_leader gauge\nkubetrain_leader %d\n",
         m->pods_created, m->pods_deleted, m->leader);
     pthread_mutex_unlock(&m->mu);
     render_hist(&o, "kubetrain_reconcile_duration_seconds", "Time spent in one reconcile.",
                 &m->reconcile_seconds);
     render_hist(&o, "kubetrain_workqueue_queue_duration_seconds",
-                "Time a key waited in the work queue before a worker took it.", &m->wq_queue_seconds);
+                "Time a key waited in the work queue before a worker took it.",
+                &m->wq_queue_seconds);
     render_hist(&o, "kubetrain_api_request_duration_seconds",
                 "Latency of Kubernetes API requests (watches excluded).", &m->api_seconds);
     if (o.bad) {

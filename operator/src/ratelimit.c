@@ -38,7 +38,8 @@ void ratelimit_wait(RateLimit *rl)
 {
     double wait = ratelimit_reserve(rl, clock_mono());
     if (wait <= 0) return;
-    struct timespec ts = {.tv_sec = (time_t)wait, .tv_nsec = (long)((wait - (double)(time_t)wait) * 1e9)};
+    struct timespec ts = {.tv_sec = (time_t)wait,
+                          .tv_nsec = (long)((wait - (double)(time_t)wait) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {
     }
 }

@@ -8,10 +8,10 @@
 
 typedef struct RateLimit {
     pthread_mutex_t mu;
-    double qps;     /* <= 0: unlimited */
+    double qps; /* <= 0: unlimited */
     double burst;
-    double tokens;  /* may go negative: tokens promised to waiting callers */
-    double last;    /* time of the last refill */
+    double tokens; /* may go negative: tokens promised to waiting callers */
+    double last;   /* time of the last refill */
 } RateLimit;
 
 /* Starts full (burst tokens) at time `now`. burst < 1 is taken as 1. */

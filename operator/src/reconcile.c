@@ -28,7 +28,8 @@ const char *action_kind_name(ActionKind kind)
 void plan_free(Plan *plan)
 {
     if (!plan) return;
-    for (size_t i = 0; i < plan->n; i++) cJSON_Delete(plan->actions[i].object);
+    for (size_t i = 0; i < plan->n; i++)
+        cJSON_Delete(plan->actions[i].object);
     free(plan->actions);
     plan->actions = NULL;
     plan->n = plan->cap = 0;
@@ -66,7 +67,8 @@ char *plan_describe(const Plan *plan)
     for (size_t i = 0; i < plan->n; i++) {
         const Action *a = &plan->actions[i];
         if (a->kind == ACTION_EVENT)
-            len += (size_t)snprintf(out + len, cap - len, "event %s %s\n", a->event_type, a->reason);
+            len +=
+                (size_t)snprintf(out + len, cap - len, "event %s %s\n", a->event_type, a->reason);
         else
             len += (size_t)snprintf(out + len, cap - len, "%s %s\n", kind_names[a->kind], a->name);
     }
@@ -86,11 +88,11 @@ double reconcile_backoff_delay(const ReconcileConfig *cfg, long long n)
 typedef struct PodView {
     const cJSON *pod;
     const char *name;
-    int index;          /* replica index, -1 when the label is missing or malformed */
-    long long attempt;  /* -1 when the annotation is missing or malformed */
-    long long world;    /* the world size the pod was created for, -1 unknown */
-    int terminating;    /* deletionTimestamp set */
-    const char *phase;  /* Pending | Running | Succeeded | Failed | Unknown */
+    int index;         /* replica index, -1 when the label is missing or malformed */
+    long long attempt; /* -1 when the annotation is missing or malformed */
+    long long world;   /* the world size the pod was created for, -1 unknown */
+    int terminating;   /* deletionTimestamp set */
+    const char *phase; /* Pending | Running | Succeeded | Failed | Unknown */
     int ready;
     const char *disruption; /* why the pod counts as disrupted, or NULL */
     int exit_code;          /* the trainer container's, -1 unknown */
@@ -122,8 +124,9 @@ static int pod_condition(const cJSON *pod, const char *type)
 static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
 {
     static const char *const disruptive_reasons[] = {
-        "Evicted", "Preempting", "Preempted", "NodeLost", "Shutdown", "NodeShutdown",
-        "Terminated", "UnexpectedAdmissionError", NULL};
+        "Evicted",  "Preempting",   "Preempted",  "NodeLost",
+        "Shutdown", "NodeShutdown", "Terminated", "UnexpectedAdmissionError",
+        NULL};
     memset(v, 0, sizeof *v);
     v->pod = pod;
     v->name = jsonx_str(pod, "metadata.name");
@@ -168,8 +171,7 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
     }
     if (!v->disruption && failed && v->exit_code < 0)
         v->disruption = "it failed before the trainer ran";
-    if (!v->disruption && v->terminating && !succeeded && !failed)
-        v->disruption = "it was deleted";
+    if (!v->disruption && v->terminating && !succeeded && !failed) v->disruption = "it was deleted";
 }
 
 static int is_active(const PodView *v)
@@ -320,7 +322,8 @@ static void emit_status(Ctx *c)
 static void requeue(Ctx *c, double after)
 {
     if (after < 0) after = 0;
-    if (c->plan->requeue_after < 0 || after < c->plan->requeue_after) c->plan->requeue_after = after;
+    if (c->plan->requeue_after < 0 || after < c->plan->requeue_after)
+        c->plan->requeue_after = after;
 }
 
 static void delete_pods(Ctx *c, const PodView *v, size_t n, int only_active)
@@ -366,8 +369,8 @@ static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
 
 /* Ends the job: status first (the deletions that follow destroy the evidence), then
  * the event and the cleanup. */
-static void finish(Ctx *c, int success, const char *reason, const char *message,
-                   const PodView *v, size_t n, const PodView *chief)
+static void finish(Ctx *c, int success, const char *reason, const char *message, const PodView *v,
+                   size_t n, const PodView *chief)
 {
     set_str(c, "phase", success ? "Succeeded" : "Failed");
     set_condition(c, success ? "Succeeded" : "Failed", 1, reason, message);
@@ -402,7 +405,8 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
             c->nomem = 1;
         } else {
             set_num(c, r, counter, (double)(jsonx_int(r, counter, 0) + 1));
-            if (!cJSON_GetObjectItemCaseSensitive(r, "application")) set_num(c, r, "application", 0);
+            if (!cJSON_GetObjectItemCaseSensitive(r, "application"))
+                set_num(c, r, "application", 0);
             if (!cJSON_GetObjectItemCaseSensitive(r, "disruption")) set_num(c, r, "disruption", 0);
         }
     }
@@ -413,11 +417,11 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
     event(c, "Warning", reason, "restarting all workers: %s", message);
     delete_pods(c, v, n, 0);
     if (counter && strcmp(counter, "application") == 0)
-        requeue(c, reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1)));
+        requeue(c,
+                reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1)));
 }
 
-static void set_worker_counts(Ctx *c, const PodView *v, size_t n, long long attempt,
-                              int nsucceeded)
+static void set_worker_counts(Ctx *c, const PodView *v, size_t n, long long attempt, int nsucceeded)
 {
     int active = 0, ready = 0, failed = 0;
     for (size_t i = 0; i < n; i++) {
@@ -492,7 +496,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     }
 
     int all_done = 1;
-    for (int i = 0; i < s->workers; i++) all_done &= done[i];
+    for (int i = 0; i < s->workers; i++)
+        all_done &= done[i];
     if (s->success_policy == SUCCESS_CHIEF_COMPLETED ? done[0] : all_done) {
         snprintf(msg, sizeof msg, "%s",
                  s->success_policy == SUCCESS_CHIEF_COMPLETED ? "the chief (worker 0) completed"
@@ -502,14 +507,18 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     }
 
     if (resized) {
-        snprintf(msg, sizeof msg, "spec.workers changed to %d; the group resumes from its "
-                 "checkpoint with the new world size", s->workers);
+        snprintf(msg, sizeof msg,
+                 "spec.workers changed to %d; the group resumes from its "
+                 "checkpoint with the new world size",
+                 s->workers);
         restart(c, "WorkersChanged", NULL, msg, v, n);
         goto out;
     }
 
     for (int i = 0; i < s->workers; i++) {
-        const char *why = cur[i] ? cur[i]->disruption : (launched && !done[i]) ? "its pod is gone" : NULL;
+        const char *why = cur[i]                   ? cur[i]->disruption
+                          : (launched && !done[i]) ? "its pod is gone"
+                                                   : NULL;
         if (why && !(cur[i] && strcmp(cur[i]->phase, "Succeeded") == 0)) {
             snprintf(msg, sizeof msg, "worker %d was disrupted: %s", i, why);
             restart(c, "Disruption", "disruption", msg, v, n);
@@ -527,7 +536,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
                     (s->restart_policy == RESTART_EXIT_CODE && (code == 75 || code >= 128));
         long long app = jsonx_int(c->status, "restarts.application", 0);
         if (!retry) {
-            finish(c, 0, s->restart_policy == RESTART_NEVER ? "WorkerFailed" : "NonRetryableExitCode",
+            finish(c, 0,
+                   s->restart_policy == RESTART_NEVER ? "WorkerFailed" : "NonRetryableExitCode",
                    msg, v, n, NULL);
         } else if (app >= s->backoff_limit) {
             char m2[600];
@@ -558,8 +568,9 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         clock_parse_rfc3339(jsonx_str(rs, "lastTransitionTime"), &rs_time) == 0) {
         /* Condition times have one-second resolution: count from the end of that second
          * so that the delay is never cut short. */
-        double at = rs_time + 1 +
-                    reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
+        double at =
+            rs_time + 1 +
+            reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
         if (o->now < at) {
             blocked = 1;
             requeue(c, at - o->now);
@@ -603,7 +614,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         snprintf(msg, sizeof msg, "created %d worker pods", s->workers);
         set_condition(c, "Created", 1, "PodsCreated", msg);
     }
-    if (present == s->workers && !launched && !jsonx_set_bool(c->status, "launched", 1)) c->nomem = 1;
+    if (present == s->workers && !launched && !jsonx_set_bool(c->status, "launched", 1))
+        c->nomem = 1;
 
     if (present == s->workers && running > 0 && running + nsucceeded == s->workers) {
         set_str(c, "phase", "Running");
@@ -619,8 +631,7 @@ out:
     free(cur);
 }
 
-int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char *err,
-              size_t errlen)
+int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char *err, size_t errlen)
 {
     memset(plan, 0, sizeof *plan);
     plan->requeue_after = -1;

@@ -49,13 +49,13 @@ typedef struct ReconcileConfig {
 } ReconcileConfig;
 
 typedef struct Observed {
-    const cJSON *job;              /* the TrainingJob */
-    const cJSON *secret;           /* <job>-secret or NULL */
-    const cJSON *service;          /* <job>-worker or NULL */
-    const cJSON *const *pods;      /* pods labelled with the job's name */
+    const cJSON *job;         /* the TrainingJob */
+    const cJSON *secret;      /* <job>-secret or NULL */
+    const cJSON *service;     /* <job>-worker or NULL */
+    const cJSON *const *pods; /* pods labelled with the job's name */
     size_t npods;
-    double now;                    /* wall-clock seconds */
-    unsigned char ring_key[32];    /* used only when the Secret is created */
+    double now;                 /* wall-clock seconds */
+    unsigned char ring_key[32]; /* used only when the Secret is created */
 } Observed;
 
 /* Computes the plan for obs->job into *plan (initialised here; free it with

@@ -30,7 +30,8 @@ void watchparse_reset(WatchParser *p)
 
 static int emit_line(WatchParser *p, const char *line, size_t n)
 {
-    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        n--;
     if (n == 0) return 0;
     cJSON *ev = cJSON_ParseWithLength(line, n);
     const char *type = jsonx_str(ev, "type");
@@ -58,7 +59,8 @@ int watchparse_feed(WatchParser *p, const char *data, size_t n)
         } else {
             if (p->len + take + 1 > p->cap) {
                 size_t cap = p->cap ? p->cap : 4096;
-                while (cap < p->len + take + 1) cap *= 2;
+                while (cap < p->len + take + 1)
+                    cap *= 2;
                 char *b = realloc(p->buf, cap);
                 if (!b) return -ENOMEM;
                 p->buf = b;

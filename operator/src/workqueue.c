@@ -18,9 +18,9 @@
 typedef struct Item {
     struct Item *next_hash;
     struct Item *next_ready; /* FIFO of ready keys */
-    int queued;      /* in the ready FIFO */
-    int processing;  /* a worker holds it */
-    int dirty;       /* added while processing: queue again on done */
+    int queued;              /* in the ready FIFO */
+    int processing;          /* a worker holds it */
+    int dirty;               /* added while processing: queue again on done */
     int failures;
     int timers;      /* heap entries pointing here (the item lives while any do) */
     double due;      /* pending timer (monotonic), 0 none */
@@ -50,7 +50,8 @@ struct WorkQueue {
 static uint64_t hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
     return h;
 }
 

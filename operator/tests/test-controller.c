@@ -61,14 +61,14 @@ static void nap(double s)
 
 /* Polls cond(arg) every 10 ms for up to timeout seconds; returns the seconds it took
  * or fails the test. */
-#define WAIT_FOR(timeout, what, expr)                                                         \
-    ({                                                                                       \
-        double t0_ = clock_mono();                                                           \
-        while (!(expr)) {                                                                    \
-            if (clock_mono() - t0_ > (timeout)) fail_msg("timed out waiting for %s", what);  \
-            nap(0.01);                                                                       \
-        }                                                                                    \
-        clock_mono() - t0_;                                                                  \
+#define WAIT_FOR(timeout, what, expr)                                                              \
+    ({                                                                                             \
+        double t0_ = clock_mono();                                                                 \
+        while (!(expr)) {                                                                          \
+            if (clock_mono() - t0_ > (timeout)) fail_msg("timed out waiting for %s", what);        \
+            nap(0.01);                                                                             \
+        }                                                                                          \
+        clock_mono() - t0_;                                                                        \
     })
 
 /* ------------------------------------------------------------------------------------
@@ -98,11 +98,17 @@ static void test_informer_list_watch_relist(void **state)
 {
     (void)state;
     const char *coll = "/api/v1/namespaces/inf/configmaps";
-    cJSON_Delete(fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"a\",\"labels\":{\"k\":\"v\"}}}"));
-    cJSON_Delete(fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"other\",\"labels\":{\"k\":\"w\"}}}"));
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"a\",\"labels\":{\"k\":\"v\"}}}"));
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"other\",\"labels\":{\"k\":\"w\"}}}"));
     Seen s = {0};
-    InformerOptions o = {.group_version = "v1", .plural = "configmaps", .ns = "inf",
-                         .label_selector = "k=v", .handler = count_event, .ctx = &s,
+    InformerOptions o = {.group_version = "v1",
+                         .plural = "configmaps",
+                         .ns = "inf",
+                         .label_selector = "k=v",
+                         .handler = count_event,
+                         .ctx = &s,
                          .watch_timeout_s = 1};
     Informer *inf = informer_new(client, &o);
     assert_int_equal(informer_start(inf), 0);
@@ -110,14 +116,16 @@ static void test_informer_list_watch_relist(void **state)
     assert_true(has(inf, "inf", "a"));
     assert_false(has(inf, "inf", "other")); /* filtered by the selector */
 
-    cJSON_Delete(fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"b\",\"labels\":{\"k\":\"v\"}}}"));
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"b\",\"labels\":{\"k\":\"v\"}}}"));
     WAIT_FOR(5, "b from the watch", has(inf, "inf", "b"));
     fakeapi_delete(api, "/api/v1/namespaces/inf/configmaps/a");
     WAIT_FOR(5, "a deleted", !has(inf, "inf", "a"));
 
     /* The server ends each watch after 1 s: the informer resumes without losing events. */
     nap(1.3);
-    cJSON_Delete(fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"c\",\"labels\":{\"k\":\"v\"}}}"));
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"c\",\"labels\":{\"k\":\"v\"}}}"));
     WAIT_FOR(5, "c after a watch timeout", has(inf, "inf", "c"));
 
     /* History expired: 410, relist; a deletion missed meanwhile is noticed by the diff. */
@@ -186,7 +194,8 @@ static int count_pods(const char *job, const char *attempt)
     cJSON_ArrayForEach(p, pods)
     {
         const char *j = jsonx_key_str(jsonx_obj(p, "metadata.labels"), "kubetrain.dev/job-name");
-        const char *a = jsonx_key_str(jsonx_obj(p, "metadata.annotations"), "kubetrain.dev/attempt");
+        const char *a =
+            jsonx_key_str(jsonx_obj(p, "metadata.annotations"), "kubetrain.dev/attempt");
         if (j && strcmp(j, job) == 0 && (!attempt || (a && strcmp(a, attempt) == 0))) n++;
     }
     cJSON_Delete(pods);
@@ -207,9 +216,10 @@ static void set_pod(const char *name, const char *phase, int exit_code, const ch
     if (exit_code >= 0) {
         cJSON *m = cJSON_CreateString(message ? message : "");
         char *ms = cJSON_PrintUnformatted(m);
-        snprintf(buf, sizeof buf,
-                 "[{\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":%d,\"message\":%s}}}]",
-                 exit_code, ms);
+        snprintf(
+            buf, sizeof buf,
+            "[{\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":%d,\"message\":%s}}}]",
+            exit_code, ms);
         free(ms);
         cJSON_Delete(m);
         jsonx_set(st, "containerStatuses", cJSON_Parse(buf));
@@ -222,10 +232,11 @@ static void test_job_lifecycle(void **state)
 {
     (void)state;
     Controller *c = start_controller();
-    cJSON_Delete(fakeapi_create(api, JOBS,
-                                "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
-                                "\"metadata\":{\"name\":\"life\"},\"spec\":{\"workers\":2,"
-                                "\"backoffLimit\":3}}"));
+    cJSON_Delete(
+        fakeapi_create(api, JOBS,
+                       "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                       "\"metadata\":{\"name\":\"life\"},\"spec\":{\"workers\":2,"
+                       "\"backoffLimit\":3}}"));
     WAIT_FOR(5, "2 pods", count_pods("life", "0") == 2);
     cJSON *svc = fakeapi_get(api, "/api/v1/namespaces/default/services/life-worker");
     cJSON *sec = fakeapi_get(api, "/api/v1/namespaces/default/secrets/life-secret");
@@ -233,20 +244,21 @@ static void test_job_lifecycle(void **state)
     assert_non_null(sec);
     cJSON *job = get_job("life");
     const char *uid = jsonx_str(job, "metadata.uid");
-    assert_string_equal(jsonx_str(cJSON_GetArrayItem(jsonx_arr(svc, "metadata.ownerReferences"), 0),
-                                  "uid"),
-                        uid);
+    assert_string_equal(
+        jsonx_str(cJSON_GetArrayItem(jsonx_arr(svc, "metadata.ownerReferences"), 0), "uid"), uid);
     cJSON *pod = fakeapi_get(api, PODS "/life-worker-1");
     const cJSON *e;
     const char *tf = NULL;
-    cJSON_ArrayForEach(e, jsonx_arr(cJSON_GetArrayItem(jsonx_arr(pod, "spec.containers"), 0), "env"))
+    cJSON_ArrayForEach(e,
+                       jsonx_arr(cJSON_GetArrayItem(jsonx_arr(pod, "spec.containers"), 0), "env"))
     {
         if (strcmp(jsonx_str(e, "name"), "TF_CONFIG") == 0) tf = jsonx_str(e, "value");
     }
     assert_non_null(tf);
-    assert_string_equal(tf, "{\"cluster\":{\"worker\":[\"life-worker-0.life-worker.default.svc:2222\","
-                            "\"life-worker-1.life-worker.default.svc:2222\"]},"
-                            "\"task\":{\"type\":\"worker\",\"index\":1}}");
+    assert_string_equal(tf,
+                        "{\"cluster\":{\"worker\":[\"life-worker-0.life-worker.default.svc:2222\","
+                        "\"life-worker-1.life-worker.default.svc:2222\"]},"
+                        "\"task\":{\"type\":\"worker\",\"index\":1}}");
     cJSON_Delete(pod);
     cJSON_Delete(svc);
     cJSON_Delete(sec);
@@ -272,7 +284,8 @@ static void test_job_lifecycle(void **state)
     /* The chief finishes: Succeeded with its result; the running worker is cleaned up. */
     set_pod("life-worker-0", "Running", -1, NULL);
     set_pod("life-worker-1", "Running", -1, NULL);
-    set_pod("life-worker-0", "Succeeded", 0, "{\"step\":210,\"epoch\":3,\"loss\":0.4,\"accuracy\":0.9}");
+    set_pod("life-worker-0", "Succeeded", 0,
+            "{\"step\":210,\"epoch\":3,\"loss\":0.4,\"accuracy\":0.9}");
     WAIT_FOR(5, "phase Succeeded", job_phase_is("life", "Succeeded"));
     job = get_job("life");
     assert_int_equal(jsonx_int(job, "status.result.step", -1), 210);
@@ -323,14 +336,16 @@ static void test_watch_expiry_and_bad_objects(void **state)
     Controller *c = start_controller();
     /* A pod with fields of the wrong types, labelled with a job's name, and a job whose
      * spec is not an object: logged and skipped, never a crash. */
-    cJSON_Delete(fakeapi_create(api, PODS,
-                                "{\"metadata\":{\"name\":\"junk\",\"labels\":{\"kubetrain.dev/job-name\":"
-                                "\"bad\",\"app.kubernetes.io/managed-by\":\"kubetrain-operator\"},"
-                                "\"ownerReferences\":\"x\",\"annotations\":7},\"status\":[]}"));
+    cJSON_Delete(
+        fakeapi_create(api, PODS,
+                       "{\"metadata\":{\"name\":\"junk\",\"labels\":{\"kubetrain.dev/job-name\":"
+                       "\"bad\",\"app.kubernetes.io/managed-by\":\"kubetrain-operator\"},"
+                       "\"ownerReferences\":\"x\",\"annotations\":7},\"status\":[]}"));
     cJSON_Delete(fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"bad\"},\"spec\":\"oops\"}"));
     WAIT_FOR(5, "the Invalid condition", job_phase_is("bad", "Pending"));
     fakeapi_expire(api);
-    cJSON_Delete(fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"after\"},\"spec\":{\"workers\":3}}"));
+    cJSON_Delete(
+        fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"after\"},\"spec\":{\"workers\":3}}"));
     WAIT_FOR(10, "pods of a job created after the expiry", count_pods("after", "0") == 3);
     controller_stop(c);
     controller_free(c);

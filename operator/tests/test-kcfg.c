@@ -133,9 +133,10 @@ static void test_errors_name_the_problem(void **state)
     parse_err("current-context: nope\ncontexts: []\n", "context \"nope\" not found");
     parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n",
               "cluster \"c\" of context \"x\" not found");
-    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
-              "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: true}}]\n",
-              "insecure-skip-tls-verify");
+    parse_err(
+        "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+        "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: true}}]\n",
+        "insecure-skip-tls-verify");
     parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
               "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
               "users: [{name: u, user: {client-certificate: a.crt}}]\n",
@@ -148,8 +149,7 @@ static void test_errors_name_the_problem(void **state)
     /* Wrong types anywhere read as absent: no crash, an error that names what is missing. */
     parse_err("current-context: [1, 2]\n", "no current-context");
     parse_err("current-context: x\ncontexts: {x: 1}\n", "context \"x\" not found");
-    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: [c]}}]\n",
-              "not found");
+    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: [c]}}]\n", "not found");
     parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
               "clusters: [{name: c, cluster: {server: {a: b}}}]\n",
               "has no server");
@@ -158,8 +158,8 @@ static void test_errors_name_the_problem(void **state)
 static void test_search_order_and_in_cluster(void **state)
 {
     (void)state;
-#define KCFG_FMT                                                                             \
-    "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"                    \
+#define KCFG_FMT                                                                                   \
+    "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"                           \
     "clusters: [{name: c, cluster: {server: 'https://%s:6443'}}]\n"
     char buf[512], path[512], err[512];
     snprintf(buf, sizeof buf, KCFG_FMT, "explicit");

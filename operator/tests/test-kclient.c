@@ -70,7 +70,8 @@ static void send_chunk(int fd, const char *p, size_t n)
 static const char WATCH_BODY[] =
     "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"j1\",\"resourceVersion\":\"5\"}}}\n"
     "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"6\"}}}\n"
-    "{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"j1\",\"resourceVersion\":\"7\"}}}\n";
+    "{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"j1\",\"resourceVersion\":\"7\"}}}"
+    "\n";
 
 static void handle(int fd)
 {
@@ -103,7 +104,8 @@ static void handle(int fd)
 
     if (reject) {
         respond(fd, 401, "Unauthorized",
-                "{\"kind\":\"Status\",\"code\":401,\"reason\":\"Unauthorized\",\"message\":\"bad token\"}");
+                "{\"kind\":\"Status\",\"code\":401,\"reason\":\"Unauthorized\",\"message\":\"bad "
+                "token\"}");
     } else if (strstr(path, "watch=1") && strstr(path, "gone")) {
         respond(fd, 410, "Gone",
                 "{\"kind\":\"Status\",\"code\":410,\"reason\":\"Expired\",\"message\":\"too old "
@@ -126,12 +128,14 @@ static void handle(int fd)
                 "{\"kind\":\"Status\",\"code\":409,\"reason\":\"AlreadyExists\",\"message\":"
                 "\"pods \\\"x\\\" already exists\"}");
     } else if (strcmp(verb, "PUT") == 0) {
-        respond(fd, 409, "Conflict",
-                "{\"kind\":\"Status\",\"code\":409,\"reason\":\"Conflict\",\"message\":\"the object "
-                "has been modified\"}");
+        respond(
+            fd, 409, "Conflict",
+            "{\"kind\":\"Status\",\"code\":409,\"reason\":\"Conflict\",\"message\":\"the object "
+            "has been modified\"}");
     } else if (strstr(path, "missing")) {
-        respond(fd, 404, "Not Found",
-                "{\"kind\":\"Status\",\"code\":404,\"reason\":\"NotFound\",\"message\":\"not found\"}");
+        respond(
+            fd, 404, "Not Found",
+            "{\"kind\":\"Status\",\"code\":404,\"reason\":\"NotFound\",\"message\":\"not found\"}");
     } else {
         respond(fd, 200, "OK", "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p\"}}");
     }
@@ -240,27 +244,33 @@ static void test_status_errors(void **state)
     char err[512];
     cJSON *body = cJSON_Parse("{\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\"}}");
     log_reset();
-    assert_int_equal(kclient_request(c, "GET", "/api/v1/namespaces/d/pods/p", NULL, NULL, &r, err,
-                                     sizeof err), 0);
+    assert_int_equal(
+        kclient_request(c, "GET", "/api/v1/namespaces/d/pods/p", NULL, NULL, &r, err, sizeof err),
+        0);
     assert_int_equal(r.code, 200);
     assert_string_equal(jsonx_str(r.body, "metadata.name"), "p");
     kresp_free(&r);
-    assert_int_equal(kclient_request(c, "POST", "/api/v1/namespaces/d/pods", body, NULL, &r, err,
-                                     sizeof err), -EEXIST);
+    assert_int_equal(
+        kclient_request(c, "POST", "/api/v1/namespaces/d/pods", body, NULL, &r, err, sizeof err),
+        -EEXIST);
     assert_string_equal(r.reason, "AlreadyExists");
-    assert_string_equal(err, "POST /api/v1/namespaces/d/pods: 409 AlreadyExists: pods \"x\" already exists");
+    assert_string_equal(
+        err, "POST /api/v1/namespaces/d/pods: 409 AlreadyExists: pods \"x\" already exists");
     kresp_free(&r);
-    assert_int_equal(kclient_request(c, "PUT", "/api/v1/namespaces/d/pods/x", body, NULL, NULL, err,
-                                     sizeof err), -ESTALE);
+    assert_int_equal(
+        kclient_request(c, "PUT", "/api/v1/namespaces/d/pods/x", body, NULL, NULL, err, sizeof err),
+        -ESTALE);
     assert_int_equal(kclient_request(c, "DELETE", "/api/v1/namespaces/d/pods/missing", NULL, NULL,
-                                     NULL, err, sizeof err), -ENOENT);
+                                     NULL, err, sizeof err),
+                     -ENOENT);
     assert_non_null(strstr(err, "404 NotFound"));
     pthread_mutex_lock(&srv.mu);
-    assert_string_equal(srv.log,
-                        "GET /api/v1/namespaces/d/pods/p auth=t1 body=\n"
-                        "POST /api/v1/namespaces/d/pods auth=t1 body={\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\"}}\n"
-                        "PUT /api/v1/namespaces/d/pods/x auth=t1 body={\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\"}}\n"
-                        "DELETE /api/v1/namespaces/d/pods/missing auth=t1 body=\n");
+    assert_string_equal(srv.log, "GET /api/v1/namespaces/d/pods/p auth=t1 body=\n"
+                                 "POST /api/v1/namespaces/d/pods auth=t1 "
+                                 "body={\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\"}}\n"
+                                 "PUT /api/v1/namespaces/d/pods/x auth=t1 "
+                                 "body={\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\"}}\n"
+                                 "DELETE /api/v1/namespaces/d/pods/missing auth=t1 body=\n");
     pthread_mutex_unlock(&srv.mu);
     cJSON_Delete(body);
     kclient_free(c);
@@ -319,8 +329,11 @@ static void test_exec_plugin(void **state)
     snprintf(env_runs, sizeof env_runs, "RUNS=%s", runs);
     char *args[] = {statef, NULL};
     char *env[] = {env_runs, NULL};
-    KubeConfig cfg = {.server = server, .exec_command = plugin, .exec_args = args,
-                      .exec_env = env, .exec_api_version = "client.authentication.k8s.io/v1"};
+    KubeConfig cfg = {.server = server,
+                      .exec_command = plugin,
+                      .exec_args = args,
+                      .exec_env = env,
+                      .exec_api_version = "client.authentication.k8s.io/v1"};
     KubeClient *c = kclient_new(&cfg, 0, 0, err, sizeof err);
     assert_non_null(c);
     log_reset();
@@ -365,7 +378,8 @@ static int on_event(void *ctx, const char *type, const cJSON *obj)
 {
     Events *e = ctx;
     const char *rv = jsonx_str(obj, "metadata.resourceVersion");
-    e->len += (size_t)snprintf(e->log + e->len, sizeof e->log - e->len, "%s %s\n", type, rv ? rv : "-");
+    e->len +=
+        (size_t)snprintf(e->log + e->len, sizeof e->log - e->len, "%s %s\n", type, rv ? rv : "-");
     return 0;
 }
 
@@ -391,12 +405,9 @@ static void test_watch_stream_and_gone(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_paths),
-        cmocka_unit_test(test_plain_http_only_on_loopback),
-        cmocka_unit_test(test_status_errors),
-        cmocka_unit_test(test_token_rotation),
-        cmocka_unit_test(test_exec_plugin),
-        cmocka_unit_test(test_watch_stream_and_gone),
+        cmocka_unit_test(test_paths),         cmocka_unit_test(test_plain_http_only_on_loopback),
+        cmocka_unit_test(test_status_errors), cmocka_unit_test(test_token_rotation),
+        cmocka_unit_test(test_exec_plugin),   cmocka_unit_test(test_watch_stream_and_gone),
     };
     return cmocka_run_group_tests_name("kclient", tests, setup, teardown);
 }

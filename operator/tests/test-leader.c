@@ -34,10 +34,11 @@ static void test_decide(void **state)
     assert_int_equal(jsonx_int(out, "spec.leaseDurationSeconds", -1), 15);
     cJSON_Delete(out);
 
-    cJSON *held = cJSON_Parse("{\"metadata\":{\"name\":\"l\",\"resourceVersion\":\"7\"},\"spec\":"
-                              "{\"holderIdentity\":\"b\",\"leaseDurationSeconds\":15,"
-                              "\"acquireTime\":\"2027-01-15T07:00:00.000000Z\","
-                              "\"renewTime\":\"2027-01-15T07:59:50.000000Z\",\"leaseTransitions\":3}}");
+    cJSON *held =
+        cJSON_Parse("{\"metadata\":{\"name\":\"l\",\"resourceVersion\":\"7\"},\"spec\":"
+                    "{\"holderIdentity\":\"b\",\"leaseDurationSeconds\":15,"
+                    "\"acquireTime\":\"2027-01-15T07:00:00.000000Z\","
+                    "\"renewTime\":\"2027-01-15T07:59:50.000000Z\",\"leaseTransitions\":3}}");
     /* Held by b, renewed 10 s ago, 15 s lease: not ours. */
     assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, &out), 0);
     assert_null(out);
@@ -99,8 +100,12 @@ static void test_two_candidates(void **state)
     KubeConfig cfg = {.server = server};
     KubeClient *client = kclient_new(&cfg, 0, 0, err, sizeof err);
     assert_non_null(client);
-    LeaderConfig la = {.ns = "default", .name = "kt", .identity = "a", .lease_s = 1,
-                       .renew_deadline_s = 0.8, .retry_s = 0.1};
+    LeaderConfig la = {.ns = "default",
+                       .name = "kt",
+                       .identity = "a",
+                       .lease_s = 1,
+                       .renew_deadline_s = 0.8,
+                       .retry_s = 0.1};
     LeaderConfig lb = la;
     lb.identity = "b";
     Candidate a = {.l = leader_new(client, &la)}, b = {.l = leader_new(client, &lb)};

@@ -17,7 +17,8 @@ static void test_burst_then_rate(void **state)
     (void)state;
     RateLimit rl;
     ratelimit_init(&rl, 10, 5, 100.0);
-    for (int i = 0; i < 5; i++) assert_true(ratelimit_reserve(&rl, 100.0) == 0);
+    for (int i = 0; i < 5; i++)
+        assert_true(ratelimit_reserve(&rl, 100.0) == 0);
     /* The 6th request at the same instant waits 1/qps, the 7th 2/qps. */
     double w6 = ratelimit_reserve(&rl, 100.0), w7 = ratelimit_reserve(&rl, 100.0);
     if (!NEAR(w6, 0.1) || !NEAR(w7, 0.2)) fail_msg("waits %g %g, want 0.1 0.2", w6, w7);
@@ -29,9 +30,11 @@ static void test_refill_is_capped_at_burst(void **state)
     (void)state;
     RateLimit rl;
     ratelimit_init(&rl, 2, 3, 0.0);
-    for (int i = 0; i < 3; i++) ratelimit_reserve(&rl, 0.0);
+    for (int i = 0; i < 3; i++)
+        ratelimit_reserve(&rl, 0.0);
     /* A long idle period refills only up to burst. */
-    for (int i = 0; i < 3; i++) assert_true(ratelimit_reserve(&rl, 1000.0) == 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(ratelimit_reserve(&rl, 1000.0) == 0);
     double w = ratelimit_reserve(&rl, 1000.0);
     if (!NEAR(w, 0.5)) fail_msg("wait %g, want 0.5", w);
     ratelimit_destroy(&rl);
@@ -63,12 +66,14 @@ static void test_unlimited_and_wait(void **state)
     (void)state;
     RateLimit rl;
     ratelimit_init(&rl, 0, 0, 0.0);
-    for (int i = 0; i < 1000; i++) assert_true(ratelimit_reserve(&rl, 0.0) == 0);
+    for (int i = 0; i < 1000; i++)
+        assert_true(ratelimit_reserve(&rl, 0.0) == 0);
     ratelimit_destroy(&rl);
     /* ratelimit_wait really sleeps: 3 tokens at qps 20 with burst 1 take >= 0.1 s. */
     ratelimit_init(&rl, 20, 1, clock_mono());
     double t0 = clock_mono();
-    for (int i = 0; i < 3; i++) ratelimit_wait(&rl);
+    for (int i = 0; i < 3; i++)
+        ratelimit_wait(&rl);
     double dt = clock_mono() - t0;
     if (dt < 0.099) fail_msg("3 tokens took %g s, want >= 0.1", dt);
     ratelimit_destroy(&rl);

@@ -50,7 +50,8 @@ static void fx_free(Fixture *f)
     cJSON_Delete(f->job);
     cJSON_Delete(f->secret);
     cJSON_Delete(f->service);
-    for (size_t i = 0; i < f->npods; i++) cJSON_Delete(f->pods[i]);
+    for (size_t i = 0; i < f->npods; i++)
+        cJSON_Delete(f->pods[i]);
     plan_free(&f->plan);
     free(f->desc);
 }
@@ -102,9 +103,14 @@ static void pod_terminated(cJSON *pod, int code, const char *message)
 
 static void fx_run(Fixture *f, double now)
 {
-    Observed o = {.job = f->job, .secret = f->secret, .service = f->service,
-                  .pods = (const cJSON *const *)f->pods, .npods = f->npods, .now = now};
-    for (int i = 0; i < 32; i++) o.ring_key[i] = (unsigned char)(0xa0 + i);
+    Observed o = {.job = f->job,
+                  .secret = f->secret,
+                  .service = f->service,
+                  .pods = (const cJSON *const *)f->pods,
+                  .npods = f->npods,
+                  .now = now};
+    for (int i = 0; i < 32; i++)
+        o.ring_key[i] = (unsigned char)(0xa0 + i);
     char err[256] = "";
     int rc = reconcile(&CFG, &o, &f->plan, err, sizeof err);
     if (rc) fprintf(stderr, "# reconcile: %s\n", err);
@@ -179,11 +185,11 @@ static const cJSON *container(const cJSON *pod, const char *name)
 
 #define SPEC2 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"ckpt\"}}"
 /* The status the operator writes after creating the pods of attempt 0. */
-#define ST_LAUNCHED(extra)                                                                   \
-    "{\"observedGeneration\":3,\"succeededIndexes\":[],\"workers\":{\"active\":0,\"ready\":0," \
-    "\"succeeded\":0,\"failed\":0},\"startTime\":\"2027-01-15T07:58:20Z\",\"conditions\":"    \
-    "[{\"type\":\"Created\",\"status\":\"True\",\"reason\":\"PodsCreated\",\"message\":"      \
-    "\"created 2 worker pods\",\"lastTransitionTime\":\"2027-01-15T07:58:20Z\"}],"            \
+#define ST_LAUNCHED(extra)                                                                         \
+    "{\"observedGeneration\":3,\"succeededIndexes\":[],\"workers\":{\"active\":0,\"ready\":0,"     \
+    "\"succeeded\":0,\"failed\":0},\"startTime\":\"2027-01-15T07:58:20Z\",\"conditions\":"         \
+    "[{\"type\":\"Created\",\"status\":\"True\",\"reason\":\"PodsCreated\",\"message\":"           \
+    "\"created 2 worker pods\",\"lastTransitionTime\":\"2027-01-15T07:58:20Z\"}],"                 \
     "\"launched\":true,\"phase\":\"Pending\"" extra "}"
 
 /* ------------------------------------------------------------------------------------ */
@@ -207,10 +213,11 @@ static void test_new_job_creates_everything(void **state)
     assert_cond(st, "Created", "True/PodsCreated");
 
     const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
-    assert_string_equal(env_of(pod, "TF_CONFIG"),
-                        "{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.default.svc:2222\","
-                        "\"mnist-worker-1.mnist-worker.default.svc:2222\"]},"
-                        "\"task\":{\"type\":\"worker\",\"index\":1}}");
+    assert_string_equal(
+        env_of(pod, "TF_CONFIG"),
+        "{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.default.svc:2222\","
+        "\"mnist-worker-1.mnist-worker.default.svc:2222\"]},"
+        "\"task\":{\"type\":\"worker\",\"index\":1}}");
     assert_string_equal(jsonx_str(pod, "spec.hostname"), "mnist-worker-1");
     assert_string_equal(jsonx_str(pod, "spec.subdomain"), "mnist-worker");
     assert_string_equal(jsonx_str(pod, "spec.restartPolicy"), "Never");
@@ -218,7 +225,8 @@ static void test_new_job_creates_everything(void **state)
     assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/job-name"), "mnist");
     assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/role"), "worker");
     assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/replica-index"), "1");
-    assert_string_equal(jsonx_key_str(labels, "app.kubernetes.io/managed-by"), "kubetrain-operator");
+    assert_string_equal(jsonx_key_str(labels, "app.kubernetes.io/managed-by"),
+                        "kubetrain-operator");
     const cJSON *ref = cJSON_GetArrayItem(jsonx_arr(pod, "metadata.ownerReferences"), 0);
     assert_string_equal(jsonx_str(ref, "uid"), "uid-1");
     assert_string_equal(jsonx_str(ref, "kind"), "TrainingJob");
@@ -242,21 +250,23 @@ static void test_new_job_creates_everything(void **state)
     assert_string_equal(jsonx_str(cJSON_GetArrayItem(jsonx_arr(pod, "spec.volumes"), 0),
                                   "persistentVolumeClaim.claimName"),
                         "ckpt");
-    assert_string_equal(
-        jsonx_str(cJSON_GetArrayItem(jsonx_arr(c, "volumeMounts"), 0), "mountPath"), "/checkpoints");
+    assert_string_equal(jsonx_str(cJSON_GetArrayItem(jsonx_arr(c, "volumeMounts"), 0), "mountPath"),
+                        "/checkpoints");
     assert_true(jsonx_bool(pod, "spec.securityContext.runAsNonRoot", 0));
     assert_false(jsonx_bool(pod, "spec.automountServiceAccountToken", 1));
-    assert_string_equal(jsonx_str(pod, "spec.securityContext.seccompProfile.type"), "RuntimeDefault");
+    assert_string_equal(jsonx_str(pod, "spec.securityContext.seccompProfile.type"),
+                        "RuntimeDefault");
     assert_false(jsonx_bool(c, "securityContext.allowPrivilegeEscalation", 1));
     assert_null(jsonx_at(c, "resources.limits"));
-    assert_string_equal(jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "0");
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "0");
 
     const cJSON *svc = find_action(&f, ACTION_CREATE_SERVICE, "mnist-worker")->object;
     assert_string_equal(jsonx_str(svc, "spec.clusterIP"), "None");
     assert_true(jsonx_bool(svc, "spec.publishNotReadyAddresses", 0));
     const cJSON *sel = jsonx_obj(svc, "spec.selector");
-    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/job-name")->valuestring,
-                        "mnist");
+    assert_string_equal(
+        cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/job-name")->valuestring, "mnist");
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/role")->valuestring,
                         "worker");
     const cJSON *sec = find_action(&f, ACTION_CREATE_SECRET, "mnist-secret")->object;
@@ -311,8 +321,8 @@ static void test_all_running_sets_phase(void **state)
 static void test_chief_completed_succeeds_with_result(void **state)
 {
     (void)state;
-    Fixture f = {.job = job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":600}",
-                                ST_LAUNCHED(""))};
+    Fixture f = {.job =
+                     job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":600}", ST_LAUNCHED(""))};
     fx_with_support(&f);
     pod_terminated(fx_pod(&f, 0, 0, "Running"), 0,
                    "{\"step\":210,\"epoch\":3,\"loss\":0.41,\"accuracy\":0.86}");
@@ -334,8 +344,8 @@ static void test_chief_completed_succeeds_with_result(void **state)
 static void test_all_workers_policy_waits_for_everyone(void **state)
 {
     (void)state;
-    Fixture f = {.job = job_new("{\"workers\":2,\"successPolicy\":\"AllWorkers\"}",
-                                ST_LAUNCHED(""))};
+    Fixture f = {.job =
+                     job_new("{\"workers\":2,\"successPolicy\":\"AllWorkers\"}", ST_LAUNCHED(""))};
     fx_with_support(&f);
     pod_terminated(fx_pod(&f, 0, 0, "Running"), 0, "{\"step\":1}");
     fx_pod(&f, 1, 0, "Running");
@@ -348,8 +358,8 @@ static void test_all_workers_policy_waits_for_everyone(void **state)
 
     /* Worker 0's pod was garbage-collected; it is recorded, so it is not re-run and its
      * absence is no disruption. Worker 1 finishing completes the job. */
-    f = (Fixture){.job = job_new("{\"workers\":2,\"successPolicy\":\"AllWorkers\"}",
-                                 ST_LAUNCHED(""))};
+    f = (Fixture){.job =
+                      job_new("{\"workers\":2,\"successPolicy\":\"AllWorkers\"}", ST_LAUNCHED(""))};
     jsonx_set(jsonx_ensure_obj(f.job, "status"), "succeededIndexes", cJSON_Parse("[0]"));
     fx_with_support(&f);
     fx_pod(&f, 1, 0, "Running");
@@ -371,7 +381,8 @@ static void test_never_policy_fails_job(void **state)
     Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
     fx_with_support(&f);
     fx_pod(&f, 0, 0, "Running");
-    pod_terminated(fx_pod(&f, 1, 0, "Running"), 3, "{\"error\":\"data: bad magic in train-images\"}");
+    pod_terminated(fx_pod(&f, 1, 0, "Running"), 3,
+                   "{\"error\":\"data: bad magic in train-images\"}");
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "update-status mnist\n"
                                 "event Warning WorkerFailed\n"
@@ -425,7 +436,8 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
     assert_true(f.plan.requeue_after == 9);
 
     /* Pods gone but within the backoff: still waiting. */
-    for (size_t i = 0; i < f.npods; i++) cJSON_Delete(f.pods[i]);
+    for (size_t i = 0; i < f.npods; i++)
+        cJSON_Delete(f.pods[i]);
     f.npods = 0;
     cJSON *job3 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
     cJSON_Delete(f.job);
@@ -445,7 +457,8 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
                                 "event Normal CreatedWorkers\n"
                                 "update-status mnist\n");
     const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
-    assert_string_equal(jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "1");
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "1");
     assert_string_equal(jsonx_str(new_status(&f), "phase"), "Restarting");
     fx_free(&f);
 }
@@ -465,7 +478,8 @@ static void test_exit_code_policy(void **state)
               "delete-pod mnist-worker-1\n"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\"}", ST_LAUNCHED(""))};
+        Fixture f = {
+            .job = job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\"}", ST_LAUNCHED(""))};
         fx_with_support(&f);
         fx_pod(&f, 0, 0, "Running");
         pod_terminated(fx_pod(&f, 1, 0, "Running"), cases[k].code, NULL);
@@ -502,7 +516,8 @@ static void test_disruptions_never_fail(void **state)
     /* Evicted, DisruptionTarget, deleted by someone else, or gone after launch: each
      * restarts the group under restartPolicy Never, counted as a disruption. */
     for (int k = 0; k < 4; k++) {
-        Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
+        Fixture f = {.job =
+                         job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
         fx_with_support(&f);
         fx_pod(&f, 0, 0, "Running");
         if (k < 3) {
@@ -522,12 +537,12 @@ static void test_disruptions_never_fail(void **state)
             }
         }
         fx_run(&f, NOW);
-        const char *want = k == 2 ? "update-status mnist\nevent Warning Disruption\n"
-                                    "delete-pod mnist-worker-0\n"
-                                  : k == 3 ? "update-status mnist\nevent Warning Disruption\n"
-                                             "delete-pod mnist-worker-0\n"
-                                           : "update-status mnist\nevent Warning Disruption\n"
-                                             "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n";
+        const char *want = k == 2   ? "update-status mnist\nevent Warning Disruption\n"
+                                      "delete-pod mnist-worker-0\n"
+                           : k == 3 ? "update-status mnist\nevent Warning Disruption\n"
+                                      "delete-pod mnist-worker-0\n"
+                                    : "update-status mnist\nevent Warning Disruption\n"
+                                      "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n";
         assert_string_equal(f.desc, want);
         const cJSON *st = new_status(&f);
         assert_string_equal(jsonx_str(st, "phase"), "Restarting");
@@ -743,7 +758,8 @@ static void test_malformed_pods_do_not_crash(void **state)
         "{\"metadata\":{\"name\":\"mnist-worker-1\",\"labels\":{\"kubetrain.dev/replica-index\":"
         "\"1x\"},\"ownerReferences\":[{\"uid\":\"uid-1\",\"controller\":\"yes\"}]}}",
     };
-    for (size_t i = 0; i < 4; i++) f.pods[f.npods++] = cJSON_Parse(bad[i]);
+    for (size_t i = 0; i < 4; i++)
+        f.pods[f.npods++] = cJSON_Parse(bad[i]);
     fx_run(&f, NOW);
     /* None of them is a current worker: the named ones are deleted as stale and
      * creation waits until they are gone. */
@@ -756,16 +772,17 @@ static void test_malformed_pods_do_not_crash(void **state)
 static void test_template_merge_gpus_domain(void **state)
 {
     (void)state;
-    Fixture f = {.job = job_new(
-                     "{\"workers\":1,\"gpusPerWorker\":2,\"collective\":\"nccl\",\"image\":\"img:1\","
-                     "\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
-                     "\"template\":{\"metadata\":{\"labels\":{\"team\":\"ml\","
-                     "\"kubetrain.dev/role\":\"x\"}},\"spec\":{\"securityContext\":"
-                     "{\"runAsUser\":0},\"nodeSelector\":{\"gpu\":\"a100\"},\"containers\":["
-                     "{\"name\":\"sidecar\",\"image\":\"busybox\"},{\"name\":\"trainer\","
-                     "\"image\":\"ignored\",\"env\":[{\"name\":\"TF_CONFIG\",\"value\":\"x\"},"
-                     "{\"name\":\"EXTRA\",\"value\":\"1\"}]}]}}}",
-                     NULL)};
+    Fixture f = {
+        .job = job_new(
+            "{\"workers\":1,\"gpusPerWorker\":2,\"collective\":\"nccl\",\"image\":\"img:1\","
+            "\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
+            "\"template\":{\"metadata\":{\"labels\":{\"team\":\"ml\","
+            "\"kubetrain.dev/role\":\"x\"}},\"spec\":{\"securityContext\":"
+            "{\"runAsUser\":0},\"nodeSelector\":{\"gpu\":\"a100\"},\"containers\":["
+            "{\"name\":\"sidecar\",\"image\":\"busybox\"},{\"name\":\"trainer\","
+            "\"image\":\"ignored\",\"env\":[{\"name\":\"TF_CONFIG\",\"value\":\"x\"},"
+            "{\"name\":\"EXTRA\",\"value\":\"1\"}]}]}}}",
+            NULL)};
     JobSpec s;
     char err[256];
     assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);

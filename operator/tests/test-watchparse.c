@@ -34,7 +34,8 @@ static int record(void *ctx, const char *type, const cJSON *obj)
 static const char STREAM[] =
     "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
     "\"resourceVersion\":\"10\"},\"status\":{\"message\":\"multi\\nline \\u00e9 \xc3\xa9\"}}}\n"
-    "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"11\"}}}\r\n"
+    "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"11\"}}}"
+    "\r\n"
     "\n"
     "this is not json\n"
     "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"12\"}}}\n"
@@ -125,7 +126,10 @@ static void test_callback_stops_and_reset_drops_partial(void **state)
     memset(big, 'x', sizeof big);
     assert_int_equal(watchparse_feed(&p, big, sizeof big), 0);
     assert_int_equal(watchparse_feed(&p, "\n", 1), 0);
-    assert_int_equal(watchparse_feed(&p, "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"z\"}}}\n", 52), 0);
+    assert_int_equal(
+        watchparse_feed(&p, "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"z\"}}}\n",
+                        52),
+        0);
     assert_string_equal(s.log, "ADDED z -\n");
     assert_true(p.bad_lines >= 1);
     watchparse_free(&p);

@@ -106,7 +106,8 @@ static void test_never_two_workers_on_one_key(void **state)
     Stress s = {.q = wq_new(&OPT)};
     pthread_mutex_init(&s.mu, NULL);
     pthread_t th[4];
-    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, stress_worker, &s);
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, stress_worker, &s);
     uint64_t x = 12345;
     for (int n = 0; n < 3000; n++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -128,7 +129,8 @@ static void test_never_two_workers_on_one_key(void **state)
         nanosleep(&ts, NULL);
     }
     wq_shutdown(s.q);
-    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
     assert_int_equal(s.max_inflight, 1);
     assert_true(s.processed >= 10);
     assert_true(s.processed <= 3000);

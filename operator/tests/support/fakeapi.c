@@ -62,7 +62,8 @@ static int parse_path(const char *path, Res *r)
     if (q) *q = 0;
     char *parts[12];
     int n = 0;
-    for (char *s = strtok(buf, "/"); s && n < 12; s = strtok(NULL, "/")) parts[n++] = s;
+    for (char *s = strtok(buf, "/"); s && n < 12; s = strtok(NULL, "/"))
+        parts[n++] = s;
     int i;
     if (n >= 2 && strcmp(parts[0], "api") == 0) {
         snprintf(r->prefix, sizeof r->prefix, "/api/%s", parts[1]);
@@ -126,7 +127,8 @@ static void emit(FakeApi *f, const char *type, const Res *r, const cJSON *obj)
 static void count(FakeApi *f, const char *method)
 {
     for (int i = 0; i < 16; i++) {
-        if (!f->counts[i].method[0]) snprintf(f->counts[i].method, sizeof f->counts[i].method, "%s", method);
+        if (!f->counts[i].method[0])
+            snprintf(f->counts[i].method, sizeof f->counts[i].method, "%s", method);
         if (strcmp(f->counts[i].method, method) == 0) {
             f->counts[i].n++;
             return;
@@ -382,7 +384,8 @@ static void serve_watch(FakeApi *f, int fd, const Res *coll, const char *path)
             break;
         }
         size_t i = 0;
-        while (i < f->nevents && f->events[i].rv <= cursor) i++;
+        while (i < f->nevents && f->events[i].rv <= cursor)
+            i++;
         int sent = 0;
         for (; i < f->nevents; i++) {
             Event *e = &f->events[i];
@@ -622,11 +625,14 @@ void fakeapi_stop(FakeApi *f)
     pthread_mutex_unlock(&f->mu);
     pthread_join(f->accept_thread, NULL);
     pthread_mutex_lock(&f->mu);
-    while (f->active > 0) pthread_cond_wait(&f->cond, &f->mu);
+    while (f->active > 0)
+        pthread_cond_wait(&f->cond, &f->mu);
     pthread_mutex_unlock(&f->mu);
     close(f->fd);
-    for (size_t i = 0; i < f->nobjs; i++) cJSON_Delete(f->objs[i].obj);
-    for (size_t i = 0; i < f->nevents; i++) free(f->events[i].json);
+    for (size_t i = 0; i < f->nobjs; i++)
+        cJSON_Delete(f->objs[i].obj);
+    for (size_t i = 0; i < f->nevents; i++)
+        free(f->events[i].json);
     free(f->objs);
     free(f->events);
     pthread_cond_destroy(&f->cond);
