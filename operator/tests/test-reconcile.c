@@ -816,6 +816,129 @@ static void test_template_merge_gpus_domain(void **state)
     fx_free(&f);
 }
 
+/* ------------------------------------------------------------------------------------
+ * Crash safety: the operator stopped after any prefix of any plan, then restarted. */
+
+/* Applies the plan's first `k` actions to the fixture, as the API server would. */
+static void apply_prefix(Fixture *f, size_t k)
+{
+    for (size_t i = 0; i < k && i < f->plan.n; i++) {
+        const Action *a = &f->plan.actions[i];
+        switch (a->kind) {
+        case ACTION_CREATE_SECRET:
+            if (!f->secret) f->secret = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_CREATE_SERVICE:
+            if (!f->service) f->service = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_CREATE_POD: {
+            int exists = 0;
+            for (size_t j = 0; j < f->npods; j++)
+                exists |= strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) == 0;
+            if (exists) break; /* AlreadyExists */
+            assert_true(f->npods < 16);
+            cJSON *p = cJSON_Duplicate(a->object, 1);
+            jsonx_set_str(jsonx_ensure_obj(p, "metadata"), "uid", a->name);
+            jsonx_set_str(jsonx_ensure_obj(p, "status"), "phase", "Pending");
+            f->pods[f->npods++] = p;
+            break;
+        }
+        case ACTION_DELETE_POD:
+            /* Unscheduled pods go at once (no kubelet to wait for). */
+            for (size_t j = 0; j < f->npods; j++) {
+                if (strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) != 0) continue;
+                cJSON_Delete(f->pods[j]);
+                f->pods[j] = f->pods[--f->npods];
+                break;
+            }
+            break;
+        case ACTION_UPDATE_STATUS:
+            cJSON_Delete(f->job);
+            f->job = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_DELETE_JOB:
+        case ACTION_EVENT:
+            break;
+        }
+    }
+}
+
+static cJSON *pod_named(Fixture *f, const char *name)
+{
+    for (size_t j = 0; j < f->npods; j++)
+        if (strcmp(jsonx_str(f->pods[j], "metadata.name"), name) == 0) return f->pods[j];
+    return NULL;
+}
+
+/* Reconciles until a plan has nothing but events to do and no timer pending; each pass
+ * may "crash" after a random prefix of its actions. Returns the passes taken. */
+static int settle(Fixture *f, double *now, uint64_t *rng)
+{
+    for (int pass = 0; pass < 60; pass++) {
+        plan_free(&f->plan);
+        free(f->desc);
+        f->desc = NULL;
+        fx_run(f, *now);
+        size_t real = 0;
+        for (size_t i = 0; i < f->plan.n; i++)
+            real += f->plan.actions[i].kind != ACTION_EVENT;
+        if (real == 0 && f->plan.requeue_after < 0) return pass;
+        if (real == 0) { /* a timer: let it fire, as the work queue would */
+            *now += f->plan.requeue_after + 0.01;
+            continue;
+        }
+        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+        size_t k = (*rng % 3 == 0) ? (size_t)(*rng >> 8) % f->plan.n : f->plan.n;
+        apply_prefix(f, k);
+        *now += 3; /* time passes between passes, so backoff delays run out */
+    }
+    fail_msg("no steady state after 60 passes; last plan:\n%s", f->desc);
+    return -1;
+}
+
+static void test_crash_at_any_action_converges(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 150; round++) {
+        Fixture f = {.job = job_new(SPEC2, NULL)};
+        double now = NOW;
+        settle(&f, &now, &rng);
+        assert_int_equal(f.npods, 2);
+        assert_non_null(f.secret);
+        assert_non_null(f.service);
+        assert_true(jsonx_bool(f.job, "status.launched", 0));
+
+        /* The kubelet starts both; worker 1 then fails with a retryable error. */
+        for (size_t j = 0; j < f.npods; j++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "status"), "phase", "Running");
+        settle(&f, &now, &rng);
+        assert_string_equal(jsonx_str(f.job, "status.phase"), "Running");
+        pod_terminated(pod_named(&f, "mnist-worker-1"), 1, NULL);
+        settle(&f, &now, &rng);
+        /* Exactly one restart counted, whatever the crash points; a new group of two. */
+        assert_int_equal(jsonx_int(f.job, "status.restarts.application", -1), 1);
+        assert_int_equal(jsonx_int(f.job, "status.restarts.disruption", -1), 0);
+        assert_int_equal(jsonx_int(f.job, "status.attempt", -1), 1);
+        assert_int_equal(f.npods, 2);
+        for (size_t j = 0; j < f.npods; j++)
+            assert_string_equal(jsonx_key_str(jsonx_obj(f.pods[j], "metadata.annotations"),
+                                              "kubetrain.dev/attempt"),
+                                "1");
+
+        /* The chief completes: Succeeded once, the other worker cleaned up. */
+        for (size_t j = 0; j < f.npods; j++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "status"), "phase", "Running");
+        pod_terminated(pod_named(&f, "mnist-worker-0"), 0, "{\"step\":9}");
+        settle(&f, &now, &rng);
+        assert_string_equal(jsonx_str(f.job, "status.phase"), "Succeeded");
+        assert_int_equal(jsonx_int(f.job, "status.result.step", -1), 9);
+        assert_int_equal(f.npods, 1);
+        assert_non_null(pod_named(&f, "mnist-worker-0"));
+        fx_free(&f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -838,6 +961,7 @@ int main(void)
         cmocka_unit_test(test_invalid_spec),
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),
+        cmocka_unit_test(test_crash_at_any_action_converges),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
