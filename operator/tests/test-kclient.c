@@ -110,6 +110,12 @@ static void handle(int fd)
         respond(fd, 410, "Gone",
                 "{\"kind\":\"Status\",\"code\":410,\"reason\":\"Expired\",\"message\":\"too old "
                 "resource version: 1 (5)\"}");
+    } else if (strstr(path, "watch=1") && strstr(path, "cut")) {
+        /* One whole event, then the connection drops in the middle of the next. */
+        const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                           "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        send_all(fd, head, strlen(head));
+        send_chunk(fd, WATCH_BODY, 100);
     } else if (strstr(path, "watch=1")) {
         const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
@@ -399,6 +405,13 @@ static void test_watch_stream_and_gone(void **state)
                        &stop, 10, err, sizeof err);
     assert_int_equal(rc, -ESTALE);
     assert_non_null(strstr(err, "410 Expired"));
+    /* Cut mid-object: the whole event arrives, the fragment is dropped, the caller gets
+     * an error and resumes from the last resourceVersion it saw. */
+    Events cut = {0};
+    rc = kclient_watch(c, "/apis/kubetrain.dev/v1alpha1/trainingjobs?watch=1&cut=1", on_event, &cut,
+                       &stop, 10, err, sizeof err);
+    assert_int_equal(rc, -EIO);
+    assert_string_equal(cut.log, "ADDED 5\n");
     kclient_free(c);
 }
 
