@@ -38,3 +38,14 @@ $(OPERATOR_TESTS): $(BUILD)/san/tests/%: $(BUILD)/san/operator/tests/%.o $(OPERA
 
 operator: $(OPERATOR_BIN)
 .PHONY: operator
+
+# The threaded tests again under ThreadSanitizer (not part of `make test`: TSan and ASan
+# cannot share a build). `make test-operator-tsan`.
+OPERATOR_TSAN_TESTS := workqueue controller leader kclient
+TSANFLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+$(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) $(wildcard operator/tests/support/*.c) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(TSANFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -o $@ $^ -lcmocka $(OPERATOR_LIBS)
+test-operator-tsan: $(OPERATOR_TSAN_TESTS:%=$(BUILD)/tsan/tests/test-%)
+	@TSAN_OPTIONS=halt_on_error=1 bash .ci/taprun $^
+.PHONY: test-operator-tsan

@@ -14,6 +14,8 @@
 #include <time.h>
 
 #define NBUCKETS 2048
+/* The stop flag is written by the stopping thread and polled by the informer's. */
+#define STOPPED(inf) __atomic_load_n(&(inf)->stop, __ATOMIC_ACQUIRE)
 
 typedef struct Entry {
     struct Entry *next;
@@ -295,7 +297,7 @@ static void base_path(Informer *inf, char *out, size_t n)
 static void nap(Informer *inf, double s)
 {
     double end = clock_mono() + s;
-    while (!inf->stop && clock_mono() < end) {
+    while (!STOPPED(inf) && clock_mono() < end) {
         struct timespec ts = {0, 50000000};
         nanosleep(&ts, NULL);
     }
@@ -348,8 +350,8 @@ static int relist(Informer *inf)
         }
         cJSON_Delete(arr);
         kresp_free(&r);
-    } while (!rc && *cont && !inf->stop);
-    if (rc || inf->stop) {
+    } while (!rc && *cont && !STOPPED(inf));
+    if (rc || STOPPED(inf)) {
         cJSON_Delete(items);
         return rc ? rc : -ECANCELED;
     }
@@ -466,14 +468,14 @@ static void *informer_main(void *arg)
     char base[512], sel[512], path[4096], err[512];
     base_path(inf, base, sizeof base);
     url_escape(inf->selector, sel, sizeof sel);
-    while (!inf->stop) {
+    while (!STOPPED(inf)) {
         if (relist(inf) != 0) {
             nap(inf, backoff);
             backoff = backoff * 2 > 30 ? 30 : backoff * 2;
             continue;
         }
         backoff = 0.5;
-        while (!inf->stop) {
+        while (!STOPPED(inf)) {
             char rv[64];
             pthread_rwlock_rdlock(&inf->lock);
             snprintf(rv, sizeof rv, "%s", inf->rv);
@@ -483,7 +485,7 @@ static void *informer_main(void *arg)
                      base, rv, inf->watch_timeout_s, *sel ? "&labelSelector=" : "", sel);
             int rc = kclient_watch(inf->client, path, on_watch_event, inf, &inf->stop,
                                    inf->watch_timeout_s + 60.0, err, sizeof err);
-            if (inf->stop) break;
+            if (STOPPED(inf)) break;
             if (rc == 0) {
                 backoff = 0.5;
                 continue; /* the server ended the watch: resume from the last version */
@@ -505,7 +507,7 @@ static void *informer_main(void *arg)
 
 int informer_start(Informer *inf)
 {
-    inf->stop = 0;
+    __atomic_store_n(&inf->stop, 0, __ATOMIC_RELEASE);
     int rc = pthread_create(&inf->thread, NULL, informer_main, inf);
     if (rc) return -rc;
     inf->started = 1;
@@ -514,13 +516,13 @@ int informer_start(Informer *inf)
 
 void informer_request_stop(Informer *inf)
 {
-    if (inf) inf->stop = 1;
+    if (inf) __atomic_store_n(&inf->stop, 1, __ATOMIC_RELEASE);
 }
 
 void informer_stop(Informer *inf)
 {
     if (!inf || !inf->started) return;
-    inf->stop = 1;
+    __atomic_store_n(&inf->stop, 1, __ATOMIC_RELEASE);
     pthread_join(inf->thread, NULL);
     inf->started = 0;
 }

@@ -582,7 +582,7 @@ static int progress_watch(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
 {
     (void)dt, (void)dn, (void)ut, (void)un;
     WatchCtx *w = ud;
-    if (w->stop && *w->stop) return 1;
+    if (w->stop && __atomic_load_n(w->stop, __ATOMIC_ACQUIRE)) return 1;
     if (w->idle_timeout > 0 && clock_mono() - w->last_byte > w->idle_timeout) return 1;
     return 0;
 }
@@ -621,7 +621,7 @@ int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, v
     if (c->observer) c->observer("WATCH", w.code, clock_mono() - t0);
     if (w.cb_rc) {
         rc = w.cb_rc;
-    } else if (stop && *stop) {
+    } else if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
         rc = -ECANCELED;
     } else if (cc != CURLE_OK) {
         snprintf(err, errlen, "WATCH %s: %s", path,

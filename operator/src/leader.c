@@ -140,7 +140,7 @@ static int try_once(Leader *l)
 static void nap(volatile int *stop, double s)
 {
     double end = clock_mono() + s;
-    while (!(stop && *stop) && clock_mono() < end) {
+    while (!(stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) && clock_mono() < end) {
         struct timespec ts = {0, 20000000};
         nanosleep(&ts, NULL);
     }
@@ -149,7 +149,7 @@ static void nap(volatile int *stop, double s)
 int leader_acquire(Leader *l, volatile int *stop)
 {
     int logged = 0;
-    while (!*stop) {
+    while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&l->mu);
         int rc = try_once(l);
         if (rc == 1) l->held = 1;
@@ -173,9 +173,9 @@ static void *renew_main(void *arg)
 {
     Leader *l = arg;
     double last_ok = clock_mono();
-    while (!l->stop) {
+    while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
         nap(&l->stop, l->retry_s);
-        if (l->stop) break;
+        if (__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) break;
         pthread_mutex_lock(&l->mu);
         int rc = l->held ? try_once(l) : 0;
         pthread_mutex_unlock(&l->mu);
@@ -198,7 +198,7 @@ int leader_start_renewing(Leader *l, void (*on_lost)(void *ctx), void *ctx)
 {
     l->on_lost = on_lost;
     l->ctx = ctx;
-    l->stop = 0;
+    __atomic_store_n(&l->stop, 0, __ATOMIC_RELEASE);
     int rc = pthread_create(&l->thread, NULL, renew_main, l);
     if (rc) return -rc;
     l->renewing = 1;
@@ -209,7 +209,7 @@ void leader_release(Leader *l)
 {
     if (!l) return;
     if (l->renewing) {
-        l->stop = 1;
+        __atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
         pthread_join(l->thread, NULL);
         l->renewing = 0;
     }

@@ -26,6 +26,7 @@
 static volatile int g_stop;
 static volatile int g_lost;
 static Controller *g_controller;
+#define STOPPING() __atomic_load_n(&g_stop, __ATOMIC_ACQUIRE)
 
 static void usage(FILE *f)
 {
@@ -60,7 +61,7 @@ static void *signal_thread(void *arg)
     while (sigwait(set, &sig) == 0) {
         if (sig == SIGPIPE) continue;
         olog(OLOG_INFO, NULL, "received signal %d: shutting down", sig);
-        g_stop = 1;
+        __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
         if (sig != SIGHUP) break;
     }
     return NULL;
@@ -74,8 +75,8 @@ static void on_api(const char *verb, long code, double seconds)
 static void on_lost(void *ctx)
 {
     (void)ctx;
-    g_lost = 1;
-    g_stop = 1;
+    __atomic_store_n(&g_lost, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
 }
 
 static void http_handler(void *ctx, const char *path, int *code, const char **ctype, char **body)
@@ -90,7 +91,7 @@ static void http_handler(void *ctx, const char *path, int *code, const char **ct
         *code = 200;
         *body = strdup("ok\n");
     } else if (strcmp(path, "/readyz") == 0) {
-        int ready = g_controller && controller_synced(g_controller) && !g_stop;
+        int ready = g_controller && controller_synced(g_controller) && !STOPPING();
         *code = ready ? 200 : 503;
         *body = strdup(ready ? "ok\n" : "informer caches not synced\n");
     } else {
@@ -322,9 +323,9 @@ int main(int argc, char **argv)
         }
     }
     double t0 = clock_mono();
-    while (!g_stop && !controller_synced(ctl))
+    while (!STOPPING() && !controller_synced(ctl))
         nap(0.05);
-    if (g_stop) goto out;
+    if (STOPPING()) goto out;
     olog(OLOG_INFO, NULL, "caches synced in %.2f s; starting %d workers", clock_mono() - t0,
          cc.workers);
     if (controller_start_workers(ctl) != 0) {
@@ -332,9 +333,9 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
-    while (!g_stop)
+    while (!STOPPING())
         nap(0.1);
-    if (g_lost) exit_code = 1;
+    if (__atomic_load_n(&g_lost, __ATOMIC_ACQUIRE)) exit_code = 1;
 out:
     olog(OLOG_INFO, NULL, "stopping");
     /* Workers first, then the lease (a standby may act at once), then the watches. */

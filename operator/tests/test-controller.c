@@ -136,7 +136,7 @@ static void test_informer_list_watch_relist(void **state)
     WAIT_FOR(5, "b gone after the relist", !has(inf, "inf", "b"));
     assert_true(has(inf, "inf", "c"));
     assert_int_equal(informer_size(inf), 1);
-    assert_true(s.deleted >= 2);
+    assert_true(__atomic_load_n(&s.deleted, __ATOMIC_SEQ_CST) >= 2);
     informer_stop(inf);
     informer_free(inf);
 }

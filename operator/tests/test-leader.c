@@ -147,7 +147,7 @@ static void test_two_candidates(void **state)
     b.acquired = 0;
     pthread_create(&tb, NULL, acquire_main, &b);
     nap(0.3);
-    b.stop = 1;
+    __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
     pthread_join(tb, NULL);
     assert_false(b.acquired);
 

@@ -375,7 +375,7 @@ static void serve_watch(FakeApi *f, int fd, const Res *coll, const char *path)
     pthread_mutex_lock(&f->mu);
     int gen = f->expire_gen;
     for (;;) {
-        if (f->stop) break;
+        if (__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) break;
         if (cursor + 1 < f->min_rv || gen != f->expire_gen) {
             pthread_mutex_unlock(&f->mu);
             send_chunk(fd, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,"
@@ -567,7 +567,7 @@ static void *conn_main(void *arg)
 static void *accept_main(void *arg)
 {
     FakeApi *f = arg;
-    while (!f->stop) {
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
         struct pollfd p = {.fd = f->fd, .events = POLLIN};
         if (poll(&p, 1, 100) <= 0) continue;
         int fd = accept(f->fd, NULL, NULL);
@@ -620,7 +620,7 @@ void fakeapi_stop(FakeApi *f)
 {
     if (!f) return;
     pthread_mutex_lock(&f->mu);
-    f->stop = 1;
+    __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->mu);
     pthread_join(f->accept_thread, NULL);
