@@ -167,19 +167,14 @@ err:
     return NULL;
 }
 
-int kcfg_parse(const char *text, size_t len, const char *base_dir, const char *source,
-               KubeConfig **out, char *err, size_t errlen)
+/* Builds the configuration from a parsed kubeconfig; takes ownership of root. */
+static int from_tree(cJSON *root, const char *base_dir, const char *source, KubeConfig **out,
+                     char *err, size_t errlen)
 {
     char perr[256];
-    cJSON *root = NULL;
     KubeConfig *c = NULL;
-    int rc = yamljson_parse(text, len, &root, perr, sizeof perr);
+    int rc = -EINVAL;
     *out = NULL;
-    if (rc) {
-        snprintf(err, errlen, "%s: %s", source, perr);
-        return rc;
-    }
-    rc = -EINVAL;
     const char *ctx_name = jsonx_key_str(root, "current-context");
     if (!ctx_name || !*ctx_name) {
         snprintf(err, errlen, "%s: no current-context", source);
@@ -272,6 +267,144 @@ err:
     return rc;
 }
 
+int kcfg_parse(const char *text, size_t len, const char *base_dir, const char *source,
+               KubeConfig **out, char *err, size_t errlen)
+{
+    char perr[256];
+    cJSON *root = NULL;
+    *out = NULL;
+    int rc = yamljson_parse(text, len, &root, perr, sizeof perr);
+    if (rc) {
+        snprintf(err, errlen, "%s: %s", source, perr);
+        return rc;
+    }
+    return from_tree(root, base_dir, source, out, err, errlen);
+}
+
+/* Makes the relative file names in o[key] absolute against dir. */
+static void absolutize_key(cJSON *o, const char *key, const char *dir, int only_with_slash)
+{
+    cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    if (!cJSON_IsString(v) || !*v->valuestring || v->valuestring[0] == '/') return;
+    if (only_with_slash && !strchr(v->valuestring, '/')) return;
+    char *abs = resolve(dir, v->valuestring);
+    if (abs) jsonx_set_str(o, key, abs);
+    free(abs);
+}
+
+/* Rewrites every file name in a kubeconfig tree as absolute (relative names are
+ * relative to the file that holds them), so that trees of several files can merge. */
+static void absolutize(cJSON *root, const char *dir)
+{
+    cJSON *it;
+    cJSON *clusters = cJSON_GetObjectItemCaseSensitive(root, "clusters");
+    if (!cJSON_IsArray(clusters)) clusters = NULL;
+    cJSON_ArrayForEach(it, clusters)
+    {
+        absolutize_key(cJSON_GetObjectItemCaseSensitive(it, "cluster"), "certificate-authority",
+                       dir, 0);
+    }
+    cJSON *users = cJSON_GetObjectItemCaseSensitive(root, "users");
+    if (!cJSON_IsArray(users)) users = NULL;
+    cJSON_ArrayForEach(it, users)
+    {
+        cJSON *u = cJSON_GetObjectItemCaseSensitive(it, "user");
+        absolutize_key(u, "client-certificate", dir, 0);
+        absolutize_key(u, "client-key", dir, 0);
+        absolutize_key(u, "tokenFile", dir, 0);
+        absolutize_key(cJSON_IsObject(u) ? cJSON_GetObjectItemCaseSensitive(u, "exec") : NULL,
+                       "command", dir, 1);
+    }
+}
+
+/* Merges src into dst as kubectl does for $KUBECONFIG: the first file to set
+ * current-context wins, and a named cluster, context or user from an earlier file
+ * is never replaced. */
+static void merge_into(cJSON *dst, const cJSON *src)
+{
+    const char *cc = jsonx_key_str(src, "current-context");
+    const char *have = jsonx_key_str(dst, "current-context");
+    if (cc && *cc && !(have && *have)) jsonx_set_str(dst, "current-context", cc);
+    static const char *const lists[] = {"clusters", "contexts", "users"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *from = jsonx_arr(src, lists[i]);
+        if (!from) continue;
+        cJSON *to = cJSON_GetObjectItemCaseSensitive(dst, lists[i]);
+        if (!cJSON_IsArray(to)) to = jsonx_set(dst, lists[i], cJSON_CreateArray());
+        if (!to) return;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, from)
+        {
+            const char *name = jsonx_str(e, "name");
+            if (!name) continue;
+            int dup = 0;
+            const cJSON *x;
+            cJSON_ArrayForEach(x, to)
+            {
+                const char *n = jsonx_str(x, "name");
+                dup |= n && strcmp(n, name) == 0;
+            }
+            if (!dup) cJSON_AddItemToArray(to, cJSON_Duplicate(e, 1));
+        }
+    }
+}
+
+/* The directory of a file name, into dir. */
+static void dir_of(const char *path, char *dir, size_t n)
+{
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, n, ".");
+}
+
+/* Loads and merges every readable file of a colon-separated list. -ENOENT when none is. */
+static int load_list(const char *list_env, KubeConfig **out, char *err, size_t errlen)
+{
+    char *list = strdup(list_env), *save = NULL;
+    cJSON *merged = cJSON_CreateObject();
+    int nfiles = 0, rc = 0;
+    char source[512] = "";
+    if (!list || !merged) {
+        free(list);
+        cJSON_Delete(merged);
+        return -ENOMEM;
+    }
+    for (char *p = strtok_r(list, ":", &save); p && !rc; p = strtok_r(NULL, ":", &save)) {
+        if (access(p, R_OK) != 0) continue;
+        char *text, perr[256], dir[PATH_MAX];
+        size_t len;
+        cJSON *tree = NULL;
+        if ((rc = kcfg_read_file(p, &text, &len))) {
+            snprintf(err, errlen, "%s: %s", p, strerror(-rc));
+            break;
+        }
+        rc = yamljson_parse(text, len, &tree, perr, sizeof perr);
+        free(text);
+        if (rc) {
+            snprintf(err, errlen, "%s: %s", p, perr);
+            break;
+        }
+        dir_of(p, dir, sizeof dir);
+        absolutize(tree, dir);
+        merge_into(merged, tree);
+        cJSON_Delete(tree);
+        size_t sl = strlen(source);
+        snprintf(source + sl, sizeof source - sl, "%s%s", nfiles ? ":" : "", p);
+        nfiles++;
+    }
+    free(list);
+    if (rc || nfiles == 0) {
+        cJSON_Delete(merged);
+        return rc ? rc : -ENOENT;
+    }
+    return from_tree(merged, NULL, source, out, err, errlen);
+}
+
 static int load_file(const char *path, KubeConfig **out, char *err, size_t errlen)
 {
     char *text;
@@ -282,12 +415,7 @@ static int load_file(const char *path, KubeConfig **out, char *err, size_t errle
         return rc;
     }
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
+    dir_of(path, dir, sizeof dir);
     rc = kcfg_parse(text, len, dir, path, out, err, errlen);
     free(text);
     return rc;
@@ -342,16 +470,8 @@ int kcfg_load(const char *path, KubeConfig **out, char *err, size_t errlen)
     if (path && *path) return load_file(path, out, err, errlen);
     const char *env = getenv("KUBECONFIG");
     if (env && *env) {
-        char *list = strdup(env), *save = NULL;
-        if (!list) return -ENOMEM;
-        for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
-            if (access(p, R_OK) == 0) {
-                int rc = load_file(p, out, err, errlen);
-                free(list);
-                return rc;
-            }
-        }
-        free(list);
+        int rc = load_list(env, out, err, errlen);
+        if (rc != -ENOENT) return rc;
     }
     const char *home = getenv("HOME");
     if (home && *home) {

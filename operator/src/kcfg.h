@@ -26,8 +26,10 @@ typedef struct KubeConfig {
 } KubeConfig;
 
 /* Loads the configuration from the first of: `path` (when non-NULL), $KUBECONFIG
- * (its first existing file), ~/.kube/config, the in-cluster service account. Returns
- * 0 and *out (free with kcfg_free), or a negative errno with one line in err. */
+ * (its existing files merged as kubectl merges them: the first current-context, and
+ * the first cluster, context or user of each name), ~/.kube/config, the in-cluster
+ * service account. Returns 0 and *out (free with kcfg_free), or a negative errno with
+ * one line in err. */
 int kcfg_load(const char *path, KubeConfig **out, char *err, size_t errlen);
 
 /* Parses kubeconfig YAML. Relative file names are resolved against base_dir. `source`

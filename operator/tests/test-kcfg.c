@@ -173,7 +173,7 @@ static void test_search_order_and_in_cluster(void **state)
 
     KubeConfig *c = NULL;
     snprintf(path, sizeof path, "%s/explicit.yaml", tmpdir);
-    char envlist[600];
+    char envlist[1000];
     snprintf(envlist, sizeof envlist, "%s/missing.yaml:%s/env.yaml", tmpdir, tmpdir);
     setenv("KUBECONFIG", envlist, 1);
     setenv("HOME", tmpdir, 1);
@@ -183,6 +183,34 @@ static void test_search_order_and_in_cluster(void **state)
     assert_int_equal(kcfg_load(NULL, &c, err, sizeof err), 0);
     assert_string_equal(c->server, "https://env:6443");
     kcfg_free(c);
+
+    /* Several files merge: the first current-context, the first entry of each name, and
+     * relative names resolved against the file that holds them. */
+    snprintf(path, sizeof path, "%s/sub", tmpdir);
+    mkdir(path, 0700);
+    write_file("a.yaml", "current-context: ctx\n"
+                         "users: [{name: u, user: {tokenFile: tok}}]\n"
+                         "clusters: [{name: c, cluster: {server: 'https://first:1', "
+                         "certificate-authority: ca-a.crt}}]\n");
+    write_file("sub/b.yaml",
+               "current-context: other\n"
+               "contexts: [{name: ctx, context: {cluster: c, user: u, namespace: n}}]\n"
+               "clusters: [{name: c, cluster: {server: 'https://second:2'}}]\n"
+               "users: [{name: u, user: {token: ignored}}, {name: v, user: {}}]\n");
+    snprintf(envlist, sizeof envlist, "%s/a.yaml:%s/none.yaml:%s/sub/b.yaml", tmpdir, tmpdir,
+             tmpdir);
+    setenv("KUBECONFIG", envlist, 1);
+    if (kcfg_load(NULL, &c, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(c->server, "https://first:1");
+    assert_string_equal(c->namespace, "n");
+    assert_null(c->token);
+    char want_path[600];
+    snprintf(want_path, sizeof want_path, "%s/tok", tmpdir);
+    assert_string_equal(c->token_file, want_path);
+    snprintf(want_path, sizeof want_path, "%s/ca-a.crt", tmpdir);
+    assert_string_equal(c->ca_file, want_path);
+    kcfg_free(c);
+
     unsetenv("KUBECONFIG");
     assert_int_equal(kcfg_load(NULL, &c, err, sizeof err), 0);
     assert_string_equal(c->server, "https://home:6443");
