@@ -367,6 +367,19 @@ static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
     }
 }
 
+/* Copies a succeeded chief's termination message (a JSON object without "error")
+ * into status.result. */
+static void record_result(Ctx *c, const PodView *chief)
+{
+    if (!chief || !chief->message || strcmp(chief->phase, "Succeeded") != 0) return;
+    cJSON *m = cJSON_Parse(chief->message);
+    if (cJSON_IsObject(m) && !jsonx_at(m, "error")) {
+        if (!jsonx_set(c->status, "result", m)) c->nomem = 1;
+    } else {
+        cJSON_Delete(m);
+    }
+}
+
 /* Ends the job: status first (the deletions that follow destroy the evidence), then
  * the event and the cleanup. */
 static void finish(Ctx *c, int success, const char *reason, const char *message, const PodView *v,
@@ -377,14 +390,7 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
     clear_condition(c, "Running", reason, message);
     clear_condition(c, "Restarting", reason, message);
     set_str(c, "completionTime", c->now_str);
-    if (chief && chief->message) {
-        cJSON *m = cJSON_Parse(chief->message);
-        if (cJSON_IsObject(m) && !jsonx_at(m, "error")) {
-            if (!jsonx_set(c->status, "result", m)) c->nomem = 1;
-        } else {
-            cJSON_Delete(m);
-        }
-    }
+    record_result(c, chief);
     emit_status(c);
     event(c, success ? "Normal" : "Warning", reason, "%s", message);
     reconcile_finished(c, v, n);
@@ -480,6 +486,9 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         if (!idx || !cJSON_AddItemToArray(idx, cJSON_CreateNumber(i))) c->nomem = 1;
     }
     set_worker_counts(c, v, n, attempt, nsucceeded);
+    /* Recorded as soon as the chief succeeds: with successPolicy AllWorkers its pod may be
+     * garbage-collected before the job completes. */
+    record_result(c, cur[0]);
 
     /* activeDeadlineSeconds counts from startTime (reset on resume). */
     double start;

@@ -354,6 +354,7 @@ static void test_all_workers_policy_waits_for_everyone(void **state)
     const cJSON *st = new_status(&f);
     assert_string_equal(jsonx_str(st, "phase"), "Running");
     assert_int_equal(cJSON_GetArraySize(jsonx_arr(st, "succeededIndexes")), 1);
+    assert_int_equal(jsonx_int(st, "result.step", -1), 1); /* kept before the chief's pod goes */
     fx_free(&f);
 
     /* Worker 0's pod was garbage-collected; it is recorded, so it is not re-run and its
