@@ -352,6 +352,34 @@ static void test_watch_expiry_and_bad_objects(void **state)
     running = NULL;
 }
 
+static int exists(const char *path)
+{
+    cJSON *o = fakeapi_get(api, path);
+    cJSON_Delete(o);
+    return o != NULL;
+}
+
+static void test_owned_object_events_reach_their_job(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    cJSON_Delete(
+        fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"own\"},\"spec\":{\"workers\":1}}"));
+    const char *svc = "/api/v1/namespaces/default/services/own-worker";
+    const char *sec = "/api/v1/namespaces/default/secrets/own-secret";
+    WAIT_FOR(5, "the Service", exists(svc));
+    WAIT_FOR(5, "the Secret", exists(sec));
+    /* Deleting an owned object is an event on it, mapped to the job through its owner
+     * reference; the job's reconcile puts it back. */
+    assert_int_equal(fakeapi_delete(api, svc), 0);
+    WAIT_FOR(5, "the Service recreated", exists(svc));
+    assert_int_equal(fakeapi_delete(api, sec), 0);
+    WAIT_FOR(5, "the Secret recreated", exists(sec));
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_job_lifecycle),
         cmocka_unit_test(test_deadline_and_ttl_timers),
         cmocka_unit_test(test_watch_expiry_and_bad_objects),
+        cmocka_unit_test(test_owned_object_events_reach_their_job),
     };
     return cmocka_run_group_tests_name("controller", tests, setup, teardown);
 }
