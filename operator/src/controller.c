@@ -61,6 +61,57 @@ static void on_owned(void *ctx, const char *type, const cJSON *obj)
     wq_add(c->queue, key);
 }
 
+/* Keeps only the members of o named in keep (NULL-terminated). */
+static void keep_only(cJSON *o, const char *const *keep)
+{
+    cJSON *it = cJSON_IsObject(o) ? o->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        int wanted = 0;
+        for (size_t i = 0; keep[i] && !wanted; i++)
+            wanted = it->string && strcmp(it->string, keep[i]) == 0;
+        if (!wanted) cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
+        it = next;
+    }
+}
+
+static const char *const METADATA_KEPT[] = {"name",
+                                            "namespace",
+                                            "uid",
+                                            "resourceVersion",
+                                            "labels",
+                                            "annotations",
+                                            "ownerReferences",
+                                            "deletionTimestamp",
+                                            NULL};
+
+/* Pods as cached: what reconcile reads (metadata, and the phase, reason, conditions and
+ * container states of the status); the spec it never compares. */
+static void prune_pod(cJSON *pod)
+{
+    static const char *const top[] = {"metadata", "status", NULL};
+    static const char *const status[] = {"phase", "reason", "conditions", "containerStatuses",
+                                         NULL};
+    static const char *const cstatus[] = {"name", "state", NULL};
+    keep_only(pod, top);
+    keep_only(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), METADATA_KEPT);
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
+    keep_only(st, status);
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses");
+    if (!cJSON_IsArray(cs)) return;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cs) keep_only(c, cstatus);
+}
+
+/* Services and Secrets matter only as present and owned: no spec, and no secret data
+ * kept in memory. */
+static void prune_owned(cJSON *obj)
+{
+    static const char *const top[] = {"metadata", NULL};
+    keep_only(obj, top);
+    keep_only(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), METADATA_KEPT);
+}
+
 Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char *err,
                            size_t errlen)
 {
@@ -90,7 +141,9 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
                           .ctx = c};
     c->jobs = informer_new(client, &jo);
     po.plural = "pods";
+    po.transform = prune_pod;
     c->pods = informer_new(client, &po);
+    po.transform = prune_owned;
     po.plural = "services";
     c->services = informer_new(client, &po);
     po.plural = "secrets";

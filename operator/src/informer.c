@@ -29,6 +29,7 @@ struct Informer {
     InformerHandler handler;
     void *ctx;
     int watch_timeout_s;
+    void (*transform)(cJSON *obj);
     pthread_rwlock_t lock;
     Entry *buckets[NBUCKETS];
     size_t size;
@@ -69,6 +70,7 @@ Informer *informer_new(KubeClient *client, const InformerOptions *opt)
     inf->handler = opt->handler;
     inf->ctx = opt->ctx;
     inf->watch_timeout_s = opt->watch_timeout_s > 0 ? opt->watch_timeout_s : 300;
+    inf->transform = opt->transform;
     pthread_rwlock_init(&inf->lock, NULL);
     if (!inf->group_version || !inf->plural || !inf->ns || !inf->selector) {
         informer_free(inf);
@@ -151,13 +153,19 @@ static cJSON *take_locked(Informer *inf, const char *key)
     return NULL;
 }
 
-/* A copy without metadata.managedFields, which the operator never reads and which is
- * often the largest part of an object. */
-static cJSON *slim_copy(const cJSON *obj)
+/* Drops what the cache need not hold: metadata.managedFields (never read, often the
+ * largest part of an object) and whatever the informer's transform prunes. */
+static void slim(Informer *inf, cJSON *obj)
+{
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    if (cJSON_IsObject(md)) cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
+    if (inf->transform && cJSON_IsObject(obj)) inf->transform(obj);
+}
+
+static cJSON *slim_copy(Informer *inf, const cJSON *obj)
 {
     cJSON *c = cJSON_Duplicate(obj, 1);
-    cJSON *md = c ? cJSON_GetObjectItemCaseSensitive(c, "metadata") : NULL;
-    if (cJSON_IsObject(md)) cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
+    if (c) slim(inf, c);
     return c;
 }
 
@@ -192,7 +200,7 @@ void informer_store(Informer *inf, const cJSON *obj)
         /* Absent: new, unless a watch event already removed a version at least as new. */
         store = rv < 0 || rv > inf->deleted_rv_max;
     }
-    cJSON *c = store ? slim_copy(obj) : NULL;
+    cJSON *c = store ? slim_copy(inf, obj) : NULL;
     if (c) put_locked(inf, key, c);
     pthread_rwlock_unlock(&inf->lock);
 }
@@ -385,9 +393,8 @@ static int relist(Informer *inf)
                 break;
             }
         }
-        cJSON *md = cJSON_GetObjectItemCaseSensitive(it, "metadata");
-        if (cJSON_IsObject(md)) cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
         ev[nev].obj = cJSON_Duplicate(it, 1);
+        slim(inf, it);
         snprintf(ev[nev].type, sizeof ev[nev].type, existed ? "MODIFIED" : "ADDED");
         if (ev[nev].obj) nev++;
         put_locked(inf, key, it);
@@ -447,7 +454,7 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
         olog(OLOG_WARN, key, "watch %s: skipping an event of unknown type %s", inf->plural, type);
         return 0;
     }
-    cJSON *copy = deleted ? NULL : slim_copy(obj);
+    cJSON *copy = deleted ? NULL : slim_copy(inf, obj);
     pthread_rwlock_wrlock(&inf->lock);
     if (deleted) {
         cJSON_Delete(take_locked(inf, key));

@@ -23,6 +23,9 @@ typedef struct InformerOptions {
     InformerHandler handler;
     void *ctx;
     int watch_timeout_s; /* server-side timeout of one watch; default 300 */
+    /* Prunes a copy before it is cached (fields the controller never reads), or NULL.
+     * metadata.managedFields is always dropped. */
+    void (*transform)(cJSON *obj);
 } InformerOptions;
 
 typedef struct Informer Informer;
