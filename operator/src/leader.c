@@ -25,6 +25,8 @@ struct Leader {
     void *ctx;
     pthread_mutex_t mu; /* serialises lease writes between renewing and releasing */
     int held;
+    char observed_key[512]; /* holder|renewTime last seen, and when (monotonic) */
+    double observed_at;
 };
 
 /* MicroTime: RFC 3339 with microseconds. */
@@ -37,7 +39,7 @@ static void micro_time(double t, char *out, size_t n)
 }
 
 int leader_lease_decide(const cJSON *lease, const char *ns, const char *name, const char *identity,
-                        double lease_s, double now, cJSON **out)
+                        double lease_s, double now, double observed_age, cJSON **out)
 {
     *out = NULL;
     const char *holder = jsonx_str(lease, "spec.holderIdentity");
@@ -46,7 +48,10 @@ int leader_lease_decide(const cJSON *lease, const char *ns, const char *name, co
     int renew_ok = clock_parse_rfc3339(jsonx_str(lease, "spec.renewTime"), &renew) == 0;
     int mine = holder && strcmp(holder, identity) == 0;
     int free_ = !holder || !*holder;
-    int expired = !renew_ok || renew + (double)dur < now;
+    /* Expiry by this process's own clock when it has watched the record, so that clock
+     * skew between machines cannot hand the lease over early. */
+    int expired =
+        observed_age >= 0 ? observed_age > (double)dur : !renew_ok || renew + (double)dur < now;
     if (lease && !mine && !free_ && !expired) return 0;
 
     cJSON *l = lease ? cJSON_Duplicate(lease, 1) : cJSON_CreateObject();
@@ -114,9 +119,21 @@ static int try_once(Leader *l)
         kresp_free(&r);
         return rc;
     }
+    /* When the holder and renewTime last changed, by the monotonic clock. */
+    char key[512] = "";
+    if (rc == 0) {
+        const char *h = jsonx_str(r.body, "spec.holderIdentity");
+        const char *t = jsonx_str(r.body, "spec.renewTime");
+        snprintf(key, sizeof key, "%s|%s", h ? h : "", t ? t : "");
+        if (strcmp(key, l->observed_key) != 0) {
+            snprintf(l->observed_key, sizeof l->observed_key, "%s", key);
+            l->observed_at = clock_mono();
+        }
+    }
     cJSON *body = NULL;
-    int may = leader_lease_decide(rc == 0 ? r.body : NULL, l->ns, l->name, l->identity, l->lease_s,
-                                  clock_wall(), &body);
+    int may =
+        leader_lease_decide(rc == 0 ? r.body : NULL, l->ns, l->name, l->identity, l->lease_s,
+                            clock_wall(), rc == 0 ? clock_mono() - l->observed_at : -1, &body);
     int existed = rc == 0;
     kresp_free(&r);
     if (may <= 0) return may;

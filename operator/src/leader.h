@@ -18,11 +18,14 @@ typedef struct LeaderConfig {
 } LeaderConfig;
 
 /* Pure decision: given the observed lease (NULL: none), may `identity` take or renew it
- * at wall time `now`? Returns 1 and a new Lease body in *out (caller frees; based on
- * the observed one so its resourceVersion guards the update), or 0 when another
- * holder's lease is still valid (*out NULL). -ENOMEM on allocation failure. */
+ * at wall time `now`? Another holder's lease has expired when `observed_age` (seconds
+ * since this process saw its holder or renewTime change; < 0: unknown) exceeds its
+ * leaseDurationSeconds, or, when the age is unknown, when renewTime + duration is
+ * past `now`. Returns 1 and a new Lease body in *out (caller frees; based on the
+ * observed one so its resourceVersion guards the update), or 0 when another holder's
+ * lease is still valid (*out NULL). -ENOMEM on allocation failure. */
 int leader_lease_decide(const cJSON *lease, const char *ns, const char *name, const char *identity,
-                        double lease_s, double now, cJSON **out);
+                        double lease_s, double now, double observed_age, cJSON **out);
 
 typedef struct Leader Leader;
 

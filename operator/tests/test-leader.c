@@ -26,7 +26,7 @@ static void test_decide(void **state)
     (void)state;
     cJSON *out = NULL;
     /* No lease: take it. */
-    assert_int_equal(leader_lease_decide(NULL, "ns", "l", "a", 15, NOW, &out), 1);
+    assert_int_equal(leader_lease_decide(NULL, "ns", "l", "a", 15, NOW, -1, &out), 1);
     assert_string_equal(jsonx_str(out, "spec.holderIdentity"), "a");
     assert_string_equal(jsonx_str(out, "spec.renewTime"), "2027-01-15T08:00:00.000000Z");
     assert_string_equal(jsonx_str(out, "spec.acquireTime"), "2027-01-15T08:00:00.000000Z");
@@ -40,27 +40,33 @@ static void test_decide(void **state)
                     "\"acquireTime\":\"2027-01-15T07:00:00.000000Z\","
                     "\"renewTime\":\"2027-01-15T07:59:50.000000Z\",\"leaseTransitions\":3}}");
     /* Held by b, renewed 10 s ago, 15 s lease: not ours. */
-    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, &out), 0);
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, -1, &out), 0);
     assert_null(out);
     /* 16 s later it has expired: taken, one more transition, the resourceVersion kept. */
-    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW + 6, &out), 1);
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW + 6, -1, &out), 1);
     assert_string_equal(jsonx_str(out, "spec.holderIdentity"), "a");
     assert_int_equal(jsonx_int(out, "spec.leaseTransitions", -1), 4);
     assert_string_equal(jsonx_str(out, "metadata.resourceVersion"), "7");
     cJSON_Delete(out);
     /* b renews its own lease: acquireTime and transitions unchanged. */
-    assert_int_equal(leader_lease_decide(held, "ns", "l", "b", 15, NOW, &out), 1);
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "b", 15, NOW, -1, &out), 1);
     assert_string_equal(jsonx_str(out, "spec.acquireTime"), "2027-01-15T07:00:00.000000Z");
     assert_int_equal(jsonx_int(out, "spec.leaseTransitions", -1), 3);
     cJSON_Delete(out);
+    /* By this process's own observation: renewTime says expired (clocks skewed), but the
+     * record changed only 10 s ago here, so the 15 s lease still holds; after 16 s it
+     * does not. */
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW + 600, 10, &out), 0);
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW - 600, 16, &out), 1);
+    cJSON_Delete(out);
     /* Released (no holder): anyone takes it at once. */
     jsonx_set_str(jsonx_ensure_obj(held, "spec"), "holderIdentity", "");
-    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, &out), 1);
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, -1, &out), 1);
     cJSON_Delete(out);
     /* Malformed fields read as absent: an unparseable renewTime counts as expired. */
     cJSON *bad = cJSON_Parse("{\"spec\":{\"holderIdentity\":\"b\",\"renewTime\":5,"
                              "\"leaseDurationSeconds\":\"x\"}}");
-    assert_int_equal(leader_lease_decide(bad, "ns", "l", "a", 15, NOW, &out), 1);
+    assert_int_equal(leader_lease_decide(bad, "ns", "l", "a", 15, NOW, -1, &out), 1);
     cJSON_Delete(out);
     cJSON_Delete(bad);
     cJSON_Delete(held);
