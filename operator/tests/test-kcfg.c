@@ -239,6 +239,57 @@ static void test_search_order_and_in_cluster(void **state)
     kcfg_free(NULL);
 }
 
+static void test_mangled_input_never_crashes(void **state)
+{
+    (void)state;
+    static const char base[] = "current-context: b\n"
+                               "clusters:\n"
+                               "- name: two\n  cluster:\n    server: https://two:6443/\n"
+                               "    certificate-authority-data: " CA_B64 "\n"
+                               "contexts:\n"
+                               "- name: b\n  context: {cluster: two, user: u2, namespace: team}\n"
+                               "users:\n"
+                               "- name: u2\n  user:\n    token: s3cret\n"
+                               "    exec: {command: x, args: [a], env: [{name: A, value: b}]}\n";
+    static const char junk[] = ":-[]{}&*!|>'\"%@`#,?\n \t\\0aZ";
+    uint64_t x = 0x853c49e6748fea9bull;
+    char buf[sizeof base + 64];
+    int ok = 0;
+    for (int round = 0; round < 3000; round++) {
+        memcpy(buf, base, sizeof base);
+        size_t n = sizeof base - 1;
+        int edits = 1 + (int)(x % 6);
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = (size_t)(x >> 16) % n;
+            if (x % 3 == 0 && n > 1) { /* delete a byte */
+                memmove(buf + at, buf + at + 1, n - at);
+                n--;
+            } else if (x % 3 == 1 && n + 1 < sizeof buf) { /* insert one */
+                memmove(buf + at + 1, buf + at, n - at + 1);
+                buf[at] = junk[(x >> 40) % (sizeof junk - 1)];
+                n++;
+            } else { /* replace one */
+                buf[at] = junk[(x >> 40) % (sizeof junk - 1)];
+            }
+        }
+        KubeConfig *c = NULL;
+        char err[512];
+        int rc = kcfg_parse(buf, n, "/d", "fuzz", &c, err, sizeof err);
+        if (rc == 0) {
+            assert_non_null(c);
+            assert_non_null(c->server);
+            ok++;
+        } else {
+            assert_null(c);
+            assert_true(err[0] != 0);
+        }
+        kcfg_free(c);
+    }
+    /* Some mangled files still parse (an edit inside a value): both paths were taken. */
+    assert_true(ok > 0 && ok < 3000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_files_token_file_and_exec),
         cmocka_unit_test(test_errors_name_the_problem),
         cmocka_unit_test(test_search_order_and_in_cluster),
+        cmocka_unit_test(test_mangled_input_never_crashes),
     };
     return cmocka_run_group_tests_name("kcfg", tests, setup, teardown);
 }

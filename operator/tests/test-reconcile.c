@@ -8,8 +8,10 @@
 
 #include "clock.h"
 #include "jsonx.h"
+#include "olog.h"
 #include "reconcile.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -940,6 +942,86 @@ static void test_crash_at_any_action_converges(void **state)
     }
 }
 
+/* ------------------------------------------------------------------------------------
+ * Robustness: any field of any object replaced by a value of another type. */
+
+static uint64_t mut_rng = 0x2545f4914f6cdd1dull;
+
+static uint64_t mut_next(void)
+{
+    mut_rng ^= mut_rng << 13, mut_rng ^= mut_rng >> 7, mut_rng ^= mut_rng << 17;
+    return mut_rng;
+}
+
+static cJSON *random_value(void)
+{
+    switch (mut_next() % 7) {
+    case 0:
+        return cJSON_CreateNumber(-1.5);
+    case 1:
+        return cJSON_CreateString("\xff\xfe not what you expected");
+    case 2:
+        return cJSON_CreateArray();
+    case 3:
+        return cJSON_CreateObject();
+    case 4:
+        return cJSON_CreateNull();
+    case 5:
+        return cJSON_CreateTrue();
+    default:
+        return cJSON_CreateNumber(1e300);
+    }
+}
+
+/* Replaces each member of the tree with probability 1/rate by a random value. */
+static void mutate(cJSON *o, unsigned rate)
+{
+    cJSON *it = (cJSON_IsObject(o) || cJSON_IsArray(o)) ? o->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        if (mut_next() % rate == 0)
+            cJSON_ReplaceItemViaPointer(o, it, random_value());
+        else
+            mutate(it, rate);
+        it = next;
+    }
+}
+
+static void test_wrong_types_anywhere_never_crash(void **state)
+{
+    (void)state;
+    olog_set_level(OLOG_ERROR + 1);
+    for (int round = 0; round < 1500; round++) {
+        Fixture f = {.job =
+                         job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\","
+                                 "\"checkpoint\":{\"claimName\":\"c\"},\"template\":{\"metadata\":"
+                                 "{\"labels\":{\"a\":\"b\"}},\"spec\":{\"containers\":[{\"name\":"
+                                 "\"trainer\",\"env\":[{\"name\":\"X\",\"value\":\"1\"}]}]}}}",
+                                 ST_LAUNCHED(",\"attempt\":0,\"restarts\":{\"application\":1}"))};
+        fx_with_support(&f);
+        fx_pod(&f, 0, 0, "Running");
+        pod_terminated(fx_pod(&f, 1, 0, "Running"), 75, "{\"error\":\"x\"}");
+        unsigned rate = 3 + (unsigned)(mut_next() % 40);
+        mutate(f.job, rate);
+        mutate(f.secret, rate);
+        mutate(f.service, rate);
+        for (size_t i = 0; i < f.npods; i++)
+            mutate(f.pods[i], rate);
+        Observed o = {.job = f.job,
+                      .secret = f.secret,
+                      .service = f.service,
+                      .pods = (const cJSON *const *)f.pods,
+                      .npods = f.npods,
+                      .now = NOW};
+        char err[256];
+        int rc = reconcile(&CFG, &o, &f.plan, err, sizeof err);
+        /* Either a plan or a clean refusal (a job without a usable name). */
+        assert_true(rc == 0 || rc == -EINVAL);
+        fx_free(&f);
+    }
+    olog_set_level(OLOG_INFO);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -963,6 +1045,7 @@ int main(void)
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),
         cmocka_unit_test(test_crash_at_any_action_converges),
+        cmocka_unit_test(test_wrong_types_anywhere_never_crash),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
