@@ -1,5 +1,6 @@
-# The operator: kubetrain-operator and its tests.
-DEPS_APT += libcurl4-openssl-dev libcjson-dev libyaml-dev libssl-dev libcmocka-dev
+# The operator: kubetrain-operator and its tests (curl and python3 for the shell test).
+DEPS_APT += libcurl4-openssl-dev libcjson-dev libyaml-dev libssl-dev libcmocka-dev \
+            curl python3
 
 OPERATOR_BIN   := $(BUILD)/bin/kubetrain-operator
 OPERATOR_SAN   := $(BUILD)/san/bin/kubetrain-operator

@@ -303,6 +303,8 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
+    if (mh) olog(OLOG_INFO, NULL, "serving /metrics on port %d", httpserv_port(mh));
+    if (hh) olog(OLOG_INFO, NULL, "serving /healthz and /readyz on port %d", httpserv_port(hh));
     /* Caches warm up while a standby waits for the lease, so takeover is quick. */
     if (controller_start_informers(ctl) != 0) {
         olog(OLOG_ERROR, NULL, "cannot start informers");

@@ -52,7 +52,7 @@ else tap_fail "insecure kubeconfig refused" "rc=$rc $out"; fi
 
 # An API server that is not there: the daemon keeps running and retrying, the probes say
 # alive but not ready, and SIGTERM ends it cleanly.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=1 # nothing listens on tcpmux: connections are refused
 cat > "$tmp/down.yaml" <<Y
 current-context: c
 contexts: [{name: c, context: {cluster: k, user: u}}]
@@ -63,13 +63,13 @@ Y
   --log-level debug >"$tmp/log" 2>&1 &
 pid=$!
 sleep 1.5
-hp=$(ss -Htlnp 2>/dev/null | grep "pid=$pid," | awk '{print $4}' | sed 's/.*://' | sort -n)
+mport=$(sed -n 's/.*serving \/metrics on port \([0-9]*\).*/\1/p' "$tmp/log")
+hport=$(sed -n 's/.*serving \/healthz and \/readyz on port \([0-9]*\).*/\1/p' "$tmp/log")
 ok_h=0 ok_r=0 ok_m=0
-for p in $hp; do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/healthz")" = 200 ] && ok_h=1
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/readyz")" = 503 ] && ok_r=1
-  curl -s "http://127.0.0.1:$p/metrics" | grep -q 'kubetrain_api_requests_total{verb="GET",code="0"}' && ok_m=1
-done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hport/healthz")" = 200 ] && ok_h=1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hport/readyz")" = 503 ] && ok_r=1
+curl -s "http://127.0.0.1:$mport/metrics" |
+  grep -q 'kubetrain_api_requests_total{verb="GET",code="0"}' && ok_m=1
 tap_check "/healthz 200 while the API server is down" test $ok_h = 1
 tap_check "/readyz 503 before the caches sync" test $ok_r = 1
 tap_check "/metrics counts the failed requests" test $ok_m = 1
