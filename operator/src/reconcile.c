@@ -622,6 +622,13 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         }
         snprintf(msg, sizeof msg, "created %d worker pods", s->workers);
         set_condition(c, "Created", 1, "PodsCreated", msg);
+        /* The pods created here are active (Pending) once this status is written, so
+         * the next pass, which observes them, need not write again. */
+        cJSON *w = jsonx_ensure_obj(c->status, "workers");
+        if (!w)
+            c->nomem = 1;
+        else
+            set_num(c, w, "active", (double)(jsonx_int(w, "active", 0) + created));
     }
     if (present == s->workers && !launched && !jsonx_set_bool(c->status, "launched", 1))
         c->nomem = 1;
