@@ -1,0 +1,52 @@
+# The operator: kubetrain-operator and its tests (curl and python3 for the shell test).
+DEPS_APT += libcurl4-openssl-dev libcjson-dev libyaml-dev libssl-dev libcmocka-dev \
+            curl python3
+
+OPERATOR_BIN   := $(BUILD)/bin/kubetrain-operator
+OPERATOR_SAN   := $(BUILD)/san/bin/kubetrain-operator
+OPERATOR_LIBS  := -lcurl -lcjson -lyaml -lcrypto -lpthread -lm
+OPERATOR_INC   := -Ioperator/src
+
+OPERATOR_SRCS  := $(filter-out operator/src/main.c,$(wildcard operator/src/*.c))
+OPERATOR_OBJS  := $(OPERATOR_SRCS:%.c=$(BUILD)/opt/%.o)
+OPERATOR_SOBJS := $(OPERATOR_SRCS:%.c=$(BUILD)/san/%.o)
+# Test support code (a fake API server) shared by the unit tests.
+OPERATOR_TSUPP := $(patsubst %.c,$(BUILD)/san/%.o,$(wildcard operator/tests/support/*.c))
+OPERATOR_TESTS := $(patsubst operator/tests/%.c,$(BUILD)/san/tests/%,$(wildcard operator/tests/test-*.c))
+
+all: $(OPERATOR_BIN) $(OPERATOR_SAN)
+TEST_PROGRAMS += $(OPERATOR_TESTS) $(sort $(wildcard operator/tests/test-*.sh))
+
+$(BUILD)/opt/operator/%.o: operator/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -c $< -o $@
+$(BUILD)/san/operator/%.o: operator/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -c $< -o $@
+
+$(OPERATOR_BIN): $(BUILD)/opt/operator/src/main.o $(OPERATOR_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(OPTFLAGS) -o $@ $^ $(OPERATOR_LIBS)
+$(OPERATOR_SAN): $(BUILD)/san/operator/src/main.o $(OPERATOR_SOBJS)
+	@mkdir -p $(@D)
+	$(CC) $(SANFLAGS) -o $@ $^ $(OPERATOR_LIBS)
+
+# Unit tests link every operator module (not main) and cmocka, built with the sanitizers.
+# A static pattern rule, so that it never competes with the trainer's test-% rule.
+$(OPERATOR_TESTS): $(BUILD)/san/tests/%: $(BUILD)/san/operator/tests/%.o $(OPERATOR_SOBJS) $(OPERATOR_TSUPP)
+	@mkdir -p $(@D)
+	$(CC) $(SANFLAGS) -o $@ $^ -lcmocka $(OPERATOR_LIBS)
+
+operator: $(OPERATOR_BIN)
+.PHONY: operator
+
+# The threaded tests again under ThreadSanitizer (not part of `make test`: TSan and ASan
+# cannot share a build). `make test-operator-tsan`.
+OPERATOR_TSAN_TESTS := workqueue controller leader kclient
+TSANFLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+$(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) $(wildcard operator/tests/support/*.c) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(TSANFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -o $@ $^ -lcmocka $(OPERATOR_LIBS)
+test-operator-tsan: $(OPERATOR_TSAN_TESTS:%=$(BUILD)/tsan/tests/test-%)
+	@TSAN_OPTIONS=halt_on_error=1 bash .ci/taprun $^
+.PHONY: test-operator-tsan

@@ -1,0 +1,59 @@
+/* clock — time sources and RFC 3339. */
+#include "clock.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double clock_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double clock_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void clock_format_rfc3339(double t, char *out, size_t n)
+{
+    time_t s = (time_t)t;
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    if (strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0 && n) out[0] = 0;
+}
+
+int clock_parse_rfc3339(const char *s, double *t)
+{
+    if (!s) return -EINVAL;
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!p) return -EINVAL;
+    double frac = 0;
+    if (*p == '.') {
+        char *end;
+        frac = strtod(p, &end);
+        p = end;
+    }
+    long off = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int hh, mm;
+        if (sscanf(p + 1, "%2d:%2d", &hh, &mm) != 2) return -EINVAL;
+        off = (hh * 60L + mm) * 60L * (*p == '+' ? 1 : -1);
+        p += 6;
+    } else {
+        return -EINVAL;
+    }
+    if (*p) return -EINVAL;
+    *t = (double)(timegm(&tm) - off) + frac;
+    return 0;
+}

@@ -1,0 +1,454 @@
+/* controller — informers -> work queue -> reconcile -> API actions. */
+#include "controller.h"
+
+#include "clock.h"
+#include "informer.h"
+#include "jsonx.h"
+#include "metrics.h"
+#include "olog.h"
+#include "workqueue.h"
+
+#include <errno.h>
+#include <openssl/rand.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_WORKER_THREADS 64
+
+struct Controller {
+    KubeClient *client;
+    ControllerConfig cfg;
+    char *ns, *identity;
+    WorkQueue *queue;
+    Informer *jobs, *pods, *services, *secrets;
+    pthread_t threads[MAX_WORKER_THREADS];
+    int nthreads;
+};
+
+/* ------------------------------------------------------------------------------------
+ * Event handlers */
+
+static void on_job(void *ctx, const char *type, const cJSON *obj)
+{
+    Controller *c = ctx;
+    char key[512];
+    (void)type;
+    if (informer_key(obj, key, sizeof key) == 0) wq_add(c->queue, key);
+}
+
+/* Maps an owned object to its job: the controller owner reference of kind
+ * TrainingJob, else the job-name label. */
+static void on_owned(void *ctx, const char *type, const cJSON *obj)
+{
+    Controller *c = ctx;
+    (void)type;
+    const char *ns = jsonx_str(obj, "metadata.namespace");
+    const char *job = NULL;
+    const cJSON *ref;
+    cJSON_ArrayForEach(ref, jsonx_arr(obj, "metadata.ownerReferences"))
+    {
+        const char *kind = jsonx_str(ref, "kind"), *api = jsonx_str(ref, "apiVersion");
+        if (jsonx_bool(ref, "controller", 0) && kind && strcmp(kind, KT_KIND) == 0 && api &&
+            strncmp(api, KT_GROUP "/", strlen(KT_GROUP) + 1) == 0)
+            job = jsonx_str(ref, "name");
+    }
+    if (!job) job = jsonx_key_str(jsonx_obj(obj, "metadata.labels"), LABEL_JOB_NAME);
+    if (!job || !ns) return;
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns, job);
+    wq_add(c->queue, key);
+}
+
+/* Keeps only the members of o named in keep (NULL-terminated). */
+static void keep_only(cJSON *o, const char *const *keep)
+{
+    cJSON *it = cJSON_IsObject(o) ? o->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        int wanted = 0;
+        for (size_t i = 0; keep[i] && !wanted; i++)
+            wanted = it->string && strcmp(it->string, keep[i]) == 0;
+        if (!wanted) cJSON_Delete(cJSON_DetachItemViaPointer(o, it));
+        it = next;
+    }
+}
+
+static const char *const METADATA_KEPT[] = {"name",
+                                            "namespace",
+                                            "uid",
+                                            "resourceVersion",
+                                            "labels",
+                                            "annotations",
+                                            "ownerReferences",
+                                            "deletionTimestamp",
+                                            NULL};
+
+/* Pods as cached: what reconcile reads (metadata, and the phase, reason, conditions and
+ * container states of the status); the spec it never compares. */
+static void prune_pod(cJSON *pod)
+{
+    static const char *const top[] = {"metadata", "status", NULL};
+    static const char *const status[] = {"phase", "reason", "conditions", "containerStatuses",
+                                         NULL};
+    static const char *const cstatus[] = {"name", "state", NULL};
+    keep_only(pod, top);
+    keep_only(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), METADATA_KEPT);
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
+    keep_only(st, status);
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses");
+    if (!cJSON_IsArray(cs)) return;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cs) keep_only(c, cstatus);
+}
+
+/* Services and Secrets matter only as present and owned: no spec, and no secret data
+ * kept in memory. */
+static void prune_owned(cJSON *obj)
+{
+    static const char *const top[] = {"metadata", NULL};
+    keep_only(obj, top);
+    keep_only(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), METADATA_KEPT);
+}
+
+Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char *err,
+                           size_t errlen)
+{
+    Controller *c = calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    c->client = client;
+    c->cfg = *cfg;
+    c->ns = strdup(cfg->namespace ? cfg->namespace : "");
+    c->identity = strdup(cfg->identity ? cfg->identity : "kubetrain-operator");
+    if (!c->ns || !c->identity) goto nomem;
+    c->cfg.namespace = c->ns;
+    c->cfg.identity = c->identity;
+    if (c->cfg.workers < 1) c->cfg.workers = 1;
+    if (c->cfg.workers > MAX_WORKER_THREADS) c->cfg.workers = MAX_WORKER_THREADS;
+    /* client-go's default controller limiter: 5 ms .. 1000 s per item, 10 qps burst 100. */
+    WqOptions wo = {.base_delay = 0.005, .max_delay = 1000, .qps = 10, .burst = 100};
+    c->queue = wq_new(&wo);
+    InformerOptions jo = {.group_version = KT_API_VERSION,
+                          .plural = KT_PLURAL,
+                          .ns = c->ns,
+                          .handler = on_job,
+                          .ctx = c};
+    InformerOptions po = {.group_version = "v1",
+                          .ns = c->ns,
+                          .label_selector = LABEL_MANAGED_BY "=" MANAGED_BY,
+                          .handler = on_owned,
+                          .ctx = c};
+    c->jobs = informer_new(client, &jo);
+    po.plural = "pods";
+    po.transform = prune_pod;
+    c->pods = informer_new(client, &po);
+    po.transform = prune_owned;
+    po.plural = "services";
+    c->services = informer_new(client, &po);
+    po.plural = "secrets";
+    c->secrets = informer_new(client, &po);
+    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->secrets) goto nomem;
+    return c;
+nomem:
+    snprintf(err, errlen, "out of memory creating the controller");
+    controller_free(c);
+    return NULL;
+}
+
+void controller_free(Controller *c)
+{
+    if (!c) return;
+    informer_free(c->jobs);
+    informer_free(c->pods);
+    informer_free(c->services);
+    informer_free(c->secrets);
+    wq_free(c->queue);
+    free(c->ns);
+    free(c->identity);
+    free(c);
+}
+
+int controller_start_informers(Controller *c)
+{
+    int rc;
+    if ((rc = informer_start(c->jobs)) || (rc = informer_start(c->pods)) ||
+        (rc = informer_start(c->services)) || (rc = informer_start(c->secrets)))
+        return rc;
+    return 0;
+}
+
+int controller_synced(Controller *c)
+{
+    return informer_synced(c->jobs) && informer_synced(c->pods) && informer_synced(c->services) &&
+           informer_synced(c->secrets);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Carrying out a plan */
+
+static void post_event(Controller *c, const cJSON *job, const Action *a)
+{
+    char ts[40], path[512], err[512];
+    double now = clock_wall();
+    clock_format_rfc3339(now, ts, sizeof ts);
+    const char *ns = jsonx_str(job, "metadata.namespace");
+    cJSON *ev = cJSON_CreateObject();
+    cJSON *md = jsonx_ensure_obj(ev, "metadata");
+    cJSON *inv = jsonx_ensure_obj(ev, "involvedObject");
+    cJSON *src = jsonx_ensure_obj(ev, "source");
+    char gen[300];
+    snprintf(gen, sizeof gen, "%s.", a->name);
+    if (!md || !inv || !src || !jsonx_set_str(ev, "apiVersion", "v1") ||
+        !jsonx_set_str(ev, "kind", "Event") || !jsonx_set_str(md, "generateName", gen) ||
+        !jsonx_set_str(md, "namespace", ns) || !jsonx_set_str(inv, "apiVersion", KT_API_VERSION) ||
+        !jsonx_set_str(inv, "kind", KT_KIND) || !jsonx_set_str(inv, "name", a->name) ||
+        !jsonx_set_str(inv, "namespace", ns) ||
+        !jsonx_set_str(inv, "uid", jsonx_str(job, "metadata.uid")) ||
+        !jsonx_set_str(ev, "type", a->event_type) || !jsonx_set_str(ev, "reason", a->reason) ||
+        !jsonx_set_str(ev, "message", a->message) || !jsonx_set_str(src, "component", MANAGED_BY) ||
+        !jsonx_set_str(ev, "firstTimestamp", ts) || !jsonx_set_str(ev, "lastTimestamp", ts) ||
+        !jsonx_set_num(ev, "count", 1) || !jsonx_set_str(ev, "reportingComponent", MANAGED_BY) ||
+        !jsonx_set_str(ev, "reportingInstance", c->identity)) {
+        cJSON_Delete(ev);
+        return;
+    }
+    kpath(path, sizeof path, "v1", ns, "events", NULL, NULL);
+    if (kclient_request(c->client, "POST", path, ev, NULL, NULL, err, sizeof err) != 0)
+        olog(OLOG_WARN, NULL, "event %s %s not recorded: %s", a->reason, a->name, err);
+    cJSON_Delete(ev);
+}
+
+/* DeleteOptions that only delete the object we observed (same uid). */
+static cJSON *delete_options(const char *uid, const char *propagation)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!jsonx_set_str(o, "apiVersion", "v1") || !jsonx_set_str(o, "kind", "DeleteOptions")) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    if (uid) {
+        cJSON *pre = jsonx_ensure_obj(o, "preconditions");
+        if (!pre || !jsonx_set_str(pre, "uid", uid)) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
+    if (propagation && !jsonx_set_str(o, "propagationPolicy", propagation)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static const char *pod_uid(const cJSON *pods, const char *name)
+{
+    const cJSON *p;
+    cJSON_ArrayForEach(p, pods)
+    {
+        const char *n = jsonx_str(p, "metadata.name");
+        if (n && strcmp(n, name) == 0) return jsonx_str(p, "metadata.uid");
+    }
+    return NULL;
+}
+
+/* Carries out one action. Returns 0 or -errno with err. */
+static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Action *a,
+                   const char *key, char *err, size_t errlen)
+{
+    const char *ns = jsonx_str(job, "metadata.namespace");
+    char path[1024];
+    KubeResponse r = {0};
+    int rc = 0;
+    switch (a->kind) {
+    case ACTION_CREATE_SECRET:
+    case ACTION_CREATE_SERVICE:
+    case ACTION_CREATE_POD: {
+        const char *plural = a->kind == ACTION_CREATE_POD       ? "pods"
+                             : a->kind == ACTION_CREATE_SERVICE ? "services"
+                                                                : "secrets";
+        Informer *inf = a->kind == ACTION_CREATE_POD       ? c->pods
+                        : a->kind == ACTION_CREATE_SERVICE ? c->services
+                                                           : c->secrets;
+        kpath(path, sizeof path, "v1", ns, plural, NULL, NULL);
+        rc = kclient_request(c->client, "POST", path, a->object, NULL, &r, err, errlen);
+        if (rc == 0) {
+            informer_store(inf, r.body);
+            if (a->kind == ACTION_CREATE_POD) metrics_count_pods(1, 0);
+            olog(OLOG_INFO, key, "created %s %s", plural, a->name);
+        } else if (rc == -EEXIST) {
+            rc = 0; /* created by an earlier pass whose event has not arrived yet */
+        }
+        break;
+    }
+    case ACTION_DELETE_POD: {
+        kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
+        cJSON *opts = delete_options(pod_uid(pods, a->name), NULL);
+        rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
+        cJSON_Delete(opts);
+        if (rc == 0) {
+            /* No write-through: the pod may be gone already, and its DELETED event may
+             * have been handled before this answer; the watch brings the truth. */
+            metrics_count_pods(0, 1);
+            olog(OLOG_INFO, key, "deleted pod %s", a->name);
+        } else if (rc == -ENOENT) {
+            rc = 0;
+        }
+        break;
+    }
+    case ACTION_UPDATE_STATUS:
+        kpath(path, sizeof path, KT_API_VERSION, ns, KT_PLURAL, a->name, "status");
+        rc = kclient_request(c->client, "PUT", path, a->object, NULL, &r, err, errlen);
+        if (rc == 0) {
+            informer_store(c->jobs, r.body);
+            const char *phase = jsonx_str(a->object, "status.phase");
+            olog(OLOG_DEBUG, key, "status updated (phase %s)", phase ? phase : "-");
+        }
+        break;
+    case ACTION_DELETE_JOB: {
+        kpath(path, sizeof path, KT_API_VERSION, ns, KT_PLURAL, a->name, NULL);
+        cJSON *opts = delete_options(jsonx_str(job, "metadata.uid"), "Background");
+        rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
+        cJSON_Delete(opts);
+        if (rc == -ENOENT) rc = 0;
+        if (rc == 0) olog(OLOG_INFO, key, "deleted the job: ttlSecondsAfterFinished elapsed");
+        break;
+    }
+    case ACTION_EVENT:
+        olog(strcmp(a->event_type, "Warning") == 0 ? OLOG_WARN : OLOG_INFO, key, "%s: %s",
+             a->reason, a->message);
+        post_event(c, job, a);
+        break;
+    }
+    kresp_free(&r);
+    return rc;
+}
+
+int controller_sync(Controller *c, const char *key, double *requeue_after, char *err, size_t errlen)
+{
+    char ns[256], name[256];
+    *requeue_after = -1;
+    const char *slash = strchr(key, '/');
+    if (!slash || (size_t)(slash - key) >= sizeof ns || strlen(slash + 1) >= sizeof name) {
+        snprintf(err, errlen, "bad key \"%s\"", key);
+        return -EINVAL;
+    }
+    memcpy(ns, key, (size_t)(slash - key));
+    ns[slash - key] = 0;
+    snprintf(name, sizeof name, "%s", slash + 1);
+
+    cJSON *job = informer_get(c->jobs, ns, name);
+    if (!job) return 0; /* deleted: the garbage collector removes what it owned */
+    char sname[300], vname[300];
+    desired_secret_name(name, sname, sizeof sname);
+    desired_service_name(name, vname, sizeof vname);
+    cJSON *pods = informer_list(c->pods, ns, LABEL_JOB_NAME, name);
+    cJSON *secret = informer_get(c->secrets, ns, sname);
+    cJSON *service = informer_get(c->services, ns, vname);
+    size_t npods = (size_t)cJSON_GetArraySize(pods);
+    const cJSON **pv = calloc(npods + 1, sizeof *pv);
+    Plan plan = {0};
+    int rc = 0;
+    if (!pods || !pv) {
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+        goto out;
+    }
+    size_t i = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, pods) pv[i++] = p;
+    Observed obs = {.job = job,
+                    .secret = secret,
+                    .service = service,
+                    .pods = pv,
+                    .npods = npods,
+                    .now = clock_wall()};
+    if (RAND_bytes(obs.ring_key, sizeof obs.ring_key) != 1) {
+        snprintf(err, errlen, "no random bytes for the ring key");
+        rc = -EIO;
+        goto out;
+    }
+    rc = reconcile(&c->cfg.reconcile, &obs, &plan, err, errlen);
+    if (rc) goto out;
+    for (size_t k = 0; k < plan.n; k++) {
+        rc = execute(c, job, pods, &plan.actions[k], key, err, errlen);
+        if (rc) goto out;
+    }
+    *requeue_after = plan.requeue_after;
+out:
+    plan_free(&plan);
+    free(pv);
+    cJSON_Delete(pods);
+    cJSON_Delete(secret);
+    cJSON_Delete(service);
+    cJSON_Delete(job);
+    return rc;
+}
+
+static void *worker_main(void *arg)
+{
+    Controller *c = arg;
+    char key[512], err[1024];
+    while (wq_get(c->queue, key, sizeof key) == 0) {
+        double t0 = clock_mono(), requeue;
+        err[0] = 0;
+        int rc = controller_sync(c, key, &requeue, err, sizeof err);
+        metrics_count_reconcile(rc == 0, clock_mono() - t0);
+        if (rc) {
+            olog(rc == -ESTALE ? OLOG_INFO : OLOG_WARN, key, "sync failed, retrying: %s", err);
+            wq_add_rate_limited(c->queue, key);
+        } else {
+            wq_forget(c->queue, key);
+            /* A small margin so that the timer finds its time passed. */
+            if (requeue >= 0) wq_add_after(c->queue, key, requeue + 0.05);
+        }
+        wq_done(c->queue, key);
+    }
+    return NULL;
+}
+
+int controller_start_workers(Controller *c)
+{
+    for (int i = 0; i < c->cfg.workers; i++) {
+        int rc = pthread_create(&c->threads[i], NULL, worker_main, c);
+        if (rc) return -rc;
+        c->nthreads++;
+    }
+    return 0;
+}
+
+void controller_stop_workers(Controller *c)
+{
+    if (!c) return;
+    wq_shutdown(c->queue);
+    for (int i = 0; i < c->nthreads; i++)
+        pthread_join(c->threads[i], NULL);
+    c->nthreads = 0;
+}
+
+void controller_stop(Controller *c)
+{
+    if (!c) return;
+    controller_stop_workers(c);
+    informer_request_stop(c->jobs);
+    informer_request_stop(c->pods);
+    informer_request_stop(c->services);
+    informer_request_stop(c->secrets);
+    informer_stop(c->jobs);
+    informer_stop(c->pods);
+    informer_stop(c->services);
+    informer_stop(c->secrets);
+}
+
+static void count_phase(void *ctx, const cJSON *job)
+{
+    long long *counts = ctx;
+    counts[metrics_phase_index(jsonx_str(job, "status.phase"))]++;
+}
+
+void controller_update_phase_metrics(Controller *c)
+{
+    long long counts[7] = {0};
+    informer_foreach(c->jobs, count_phase, counts);
+    metrics_set_job_phases(counts);
+}

@@ -1,0 +1,449 @@
+/* desired — building the Secret, Service and worker pods of a TrainingJob. */
+#include "desired.h"
+
+#include "jsonx.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void desired_service_name(const char *job, char *out, size_t n)
+{
+    snprintf(out, n, "%s-worker", job);
+}
+
+void desired_secret_name(const char *job, char *out, size_t n)
+{
+    snprintf(out, n, "%s-secret", job);
+}
+
+void desired_pod_name(const char *job, int index, char *out, size_t n)
+{
+    snprintf(out, n, "%s-worker-%d", job, index);
+}
+
+char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, int index)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *workers = cJSON_AddArrayToObject(jsonx_ensure_obj(root, "cluster"), "worker");
+    cJSON *task = jsonx_ensure_obj(root, "task");
+    char *out = NULL;
+    if (!workers || !task) goto done;
+    int has_domain = cfg->cluster_domain && *cfg->cluster_domain;
+    for (int i = 0; i < s->workers; i++) {
+        char host[512];
+        snprintf(host, sizeof host, "%s-worker-%d.%s-worker.%s.svc%s%s:%d", s->name, i, s->name,
+                 s->ns, has_domain ? "." : "", has_domain ? cfg->cluster_domain : "", s->port);
+        if (!cJSON_AddItemToArray(workers, cJSON_CreateString(host))) goto done;
+    }
+    if (!jsonx_set_str(task, "type", "worker") || !jsonx_set_num(task, "index", index)) goto done;
+    out = cJSON_PrintUnformatted(root);
+done:
+    cJSON_Delete(root);
+    return out;
+}
+
+cJSON *desired_owner_ref(const JobSpec *s)
+{
+    cJSON *r = cJSON_CreateObject();
+    if (!jsonx_set_str(r, "apiVersion", KT_API_VERSION) || !jsonx_set_str(r, "kind", KT_KIND) ||
+        !jsonx_set_str(r, "name", s->name) || !jsonx_set_str(r, "uid", s->uid) ||
+        !jsonx_set_bool(r, "controller", 1) || !jsonx_set_bool(r, "blockOwnerDeletion", 1)) {
+        cJSON_Delete(r);
+        return NULL;
+    }
+    return r;
+}
+
+cJSON *desired_job_labels(const JobSpec *s)
+{
+    cJSON *l = cJSON_CreateObject();
+    if (!jsonx_set_str(l, LABEL_JOB_NAME, s->name) ||
+        !jsonx_set_str(l, LABEL_MANAGED_BY, MANAGED_BY)) {
+        cJSON_Delete(l);
+        return NULL;
+    }
+    return l;
+}
+
+/* apiVersion, kind and metadata {name, namespace, labels, ownerReferences}. */
+static cJSON *new_object(const JobSpec *s, const char *kind, const char *name)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *md = jsonx_set(o, "metadata", cJSON_CreateObject());
+    cJSON *refs = NULL;
+    if (!jsonx_set_str(o, "apiVersion", "v1") || !jsonx_set_str(o, "kind", kind) || !md ||
+        !jsonx_set_str(md, "name", name) || !jsonx_set_str(md, "namespace", s->ns) ||
+        !jsonx_set(md, "labels", desired_job_labels(s)) ||
+        !(refs = jsonx_set(md, "ownerReferences", cJSON_CreateArray())) ||
+        !cJSON_AddItemToArray(refs, desired_owner_ref(s))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Base64 of n bytes into a new cJSON string. */
+static cJSON *b64_string(const void *buf, size_t n)
+{
+    char *out = malloc(4 * ((n + 2) / 3) + 1);
+    if (!out) return NULL;
+    EVP_EncodeBlock((unsigned char *)out, buf, (int)n);
+    cJSON *v = cJSON_CreateString(out);
+    free(out);
+    return v;
+}
+
+cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32])
+{
+    char name[300];
+    desired_secret_name(s->name, name, sizeof name);
+    cJSON *o = new_object(s, "Secret", name);
+    cJSON *data = jsonx_set(o, "data", cJSON_CreateObject());
+    char hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", ring_key[i]);
+    if (!jsonx_set_str(o, "type", "Opaque") || !data ||
+        !jsonx_set(data, SECRET_RING_KEY, b64_string(hex, 64)))
+        goto err;
+    if (s->model_inline) {
+        char *m = cJSON_PrintUnformatted(s->model_inline);
+        cJSON *v = m ? b64_string(m, strlen(m)) : NULL;
+        free(m);
+        if (!jsonx_set(data, SECRET_MODEL, v)) goto err;
+    }
+    return o;
+err:
+    cJSON_Delete(o);
+    return NULL;
+}
+
+cJSON *desired_service(const JobSpec *s)
+{
+    char name[300];
+    desired_service_name(s->name, name, sizeof name);
+    cJSON *o = new_object(s, "Service", name);
+    cJSON *spec = jsonx_set(o, "spec", cJSON_CreateObject());
+    cJSON *sel = spec ? jsonx_set(spec, "selector", cJSON_CreateObject()) : NULL;
+    cJSON *ports = spec ? jsonx_set(spec, "ports", cJSON_CreateArray()) : NULL;
+    cJSON *port = cJSON_CreateObject();
+    if (!sel || !ports || !jsonx_set_str(spec, "clusterIP", "None") ||
+        !jsonx_set_bool(spec, "publishNotReadyAddresses", 1) ||
+        !jsonx_set_str(sel, LABEL_JOB_NAME, s->name) || !jsonx_set_str(sel, LABEL_ROLE, "worker") ||
+        !jsonx_set_str(port, "name", "collective") || !jsonx_set_num(port, "port", s->port) ||
+        !jsonx_set_num(port, "targetPort", s->port) || !cJSON_AddItemToArray(ports, port)) {
+        cJSON_Delete(port);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Appends "flag value" (value printed) to args. */
+static int add_arg(cJSON *args, const char *flag, const char *value)
+{
+    if (!cJSON_AddItemToArray(args, cJSON_CreateString(flag))) return -1;
+    if (value && !cJSON_AddItemToArray(args, cJSON_CreateString(value))) return -1;
+    return 0;
+}
+
+static int add_arg_int(cJSON *args, const char *flag, long long v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", v);
+    return add_arg(args, flag, buf);
+}
+
+/* The trainer's command line for this job; only what the user set is passed, so the
+ * trainer's defaults hold otherwise. */
+static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
+{
+    cJSON *a = cJSON_CreateArray();
+    int rc = add_arg(a, "train", NULL);
+    rc |= add_arg(a, "--model", s->model_inline ? MODEL_MOUNT_DIR "/" SECRET_MODEL : s->model_name);
+    if (s->dataset_name) rc |= add_arg(a, "--dataset", s->dataset_name);
+    if (s->dataset_path) rc |= add_arg(a, "--data-dir", s->dataset_path);
+    if (s->shard_policy) rc |= add_arg(a, "--shard-policy", s->shard_policy);
+    if (s->epochs >= 0) rc |= add_arg_int(a, "--epochs", s->epochs);
+    if (s->steps_per_epoch >= 0) rc |= add_arg_int(a, "--steps-per-epoch", s->steps_per_epoch);
+    if (s->per_worker_batch >= 0) rc |= add_arg_int(a, "--per-worker-batch", s->per_worker_batch);
+    if (s->optimizer) rc |= add_arg(a, "--optimizer", s->optimizer);
+    if (s->learning_rate_set) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.17g", s->learning_rate);
+        rc |= add_arg(a, "--lr", buf);
+    }
+    if (s->scale_by_workers) rc |= add_arg(a, "--scale-lr-by-workers", NULL);
+    if (s->seed_set) rc |= add_arg_int(a, "--seed", s->seed);
+    rc |= add_arg(a, "--collective", s->collective);
+    if (ckpt_dir) {
+        rc |= add_arg(a, "--checkpoint-dir", ckpt_dir);
+        if (s->checkpoint_every >= 0)
+            rc |= add_arg_int(a, "--checkpoint-every-steps", s->checkpoint_every);
+        if (s->checkpoint_keep >= 0) rc |= add_arg_int(a, "--keep-checkpoints", s->checkpoint_keep);
+    }
+    if (rc) {
+        cJSON_Delete(a);
+        return NULL;
+    }
+    return a;
+}
+
+static cJSON *env_value(const char *name, const char *value)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (!jsonx_set_str(e, "name", name) || !jsonx_set_str(e, "value", value)) {
+        cJSON_Delete(e);
+        return NULL;
+    }
+    return e;
+}
+
+static cJSON *env_secret(const char *name, const char *secret, const char *key)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON *ref = jsonx_ensure_obj(e, "valueFrom.secretKeyRef");
+    if (!jsonx_set_str(e, "name", name) || !ref || !jsonx_set_str(ref, "name", secret) ||
+        !jsonx_set_str(ref, "key", key)) {
+        cJSON_Delete(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Puts `e` into the env array, replacing an entry of the same name. */
+static int env_put(cJSON *env, cJSON *e)
+{
+    if (!e) return -1;
+    const char *name = jsonx_str(e, "name");
+    int i = 0;
+    const cJSON *cur;
+    cJSON_ArrayForEach(cur, env)
+    {
+        const char *n = jsonx_str(cur, "name");
+        if (n && strcmp(n, name) == 0) return cJSON_ReplaceItemInArray(env, i, e) ? 0 : -1;
+        i++;
+    }
+    return cJSON_AddItemToArray(env, e) ? 0 : -1;
+}
+
+/* Appends `item` to the array o[name] (created if absent), replacing an element whose
+ * string field `key` equals the item's. */
+static int list_put(cJSON *o, const char *name, const char *key, cJSON *item)
+{
+    if (!item) return -1;
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsArray(arr)) arr = jsonx_set(o, name, cJSON_CreateArray());
+    if (!arr) {
+        cJSON_Delete(item);
+        return -1;
+    }
+    const char *want = jsonx_str(item, key);
+    int i = 0;
+    const cJSON *cur;
+    cJSON_ArrayForEach(cur, arr)
+    {
+        const char *have = jsonx_str(cur, key);
+        if (have && want && strcmp(have, want) == 0)
+            return cJSON_ReplaceItemInArray(arr, i, item) ? 0 : -1;
+        i++;
+    }
+    return cJSON_AddItemToArray(arr, item) ? 0 : -1;
+}
+
+/* Sets o[name] = v only when the template did not set it; v is freed otherwise. */
+static int set_default(cJSON *o, const char *name, cJSON *v)
+{
+    if (!v) return -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, name)) {
+        cJSON_Delete(v);
+        return 0;
+    }
+    return cJSON_AddItemToObject(o, name, v) ? 0 : -1;
+}
+
+static cJSON *volume_mount(const char *name, const char *path, int ro)
+{
+    cJSON *m = cJSON_CreateObject();
+    if (!jsonx_set_str(m, "name", name) || !jsonx_set_str(m, "mountPath", path) ||
+        (ro && !jsonx_set_bool(m, "readOnly", 1))) {
+        cJSON_Delete(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The trainer container: the template's container named "trainer" if any, else a new
+ * one placed first. Returns it (owned by spec) or NULL. */
+static cJSON *trainer_container(cJSON *spec)
+{
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(cs)) cs = jsonx_set(spec, "containers", cJSON_CreateArray());
+    if (!cs) return NULL;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        const char *n = jsonx_str(c, "name");
+        if (cJSON_IsObject(c) && n && strcmp(n, TRAINER_CONTAINER) == 0) return c;
+    }
+    c = cJSON_CreateObject();
+    if (!jsonx_set_str(c, "name", TRAINER_CONTAINER) || !cJSON_InsertItemInArray(cs, 0, c)) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Safe defaults, each only where the template left the field unset: no API token, a
+ * non-root user (unless the template chose uid 0 explicitly), the runtime's seccomp
+ * profile, no privilege escalation, no capabilities. */
+static int security_defaults(cJSON *spec, cJSON *c)
+{
+    /* The trainer never talks to the API server: no service-account token in the pod. */
+    if (set_default(spec, "automountServiceAccountToken", cJSON_CreateFalse())) return -1;
+    cJSON *psc = jsonx_ensure_obj(spec, "securityContext");
+    if (!psc) return -1;
+    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(psc, "runAsUser");
+    int root_chosen = cJSON_IsNumber(uid) && uid->valuedouble == 0;
+    int rc = 0;
+    if (!root_chosen) rc |= set_default(psc, "runAsNonRoot", cJSON_CreateTrue());
+    rc |= set_default(psc, "runAsUser", cJSON_CreateNumber(65532));
+    rc |= set_default(psc, "runAsGroup", cJSON_CreateNumber(65532));
+    rc |= set_default(psc, "fsGroup", cJSON_CreateNumber(65532));
+    cJSON *sp = cJSON_CreateObject();
+    if (!jsonx_set_str(sp, "type", "RuntimeDefault")) rc = -1;
+    rc |= set_default(psc, "seccompProfile", sp);
+
+    cJSON *csc = jsonx_ensure_obj(c, "securityContext");
+    if (!csc) return -1;
+    rc |= set_default(csc, "allowPrivilegeEscalation", cJSON_CreateFalse());
+    cJSON *caps = cJSON_CreateObject();
+    cJSON *drop = jsonx_set(caps, "drop", cJSON_CreateArray());
+    if (!drop || !cJSON_AddItemToArray(drop, cJSON_CreateString("ALL"))) rc = -1;
+    rc |= set_default(csc, "capabilities", caps);
+    return rc ? -1 : 0;
+}
+
+cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long long attempt)
+{
+    char name[300], svc[300], secret[300], buf[64], ckpt_dir[1024];
+    desired_pod_name(s->name, index, name, sizeof name);
+    desired_service_name(s->name, svc, sizeof svc);
+    desired_secret_name(s->name, secret, sizeof secret);
+    const char *ckpt = NULL;
+    if (s->checkpoint_claim) {
+        snprintf(ckpt_dir, sizeof ckpt_dir, "%s/%s", s->checkpoint_path, s->name);
+        ckpt = ckpt_dir;
+    }
+    char *tf = desired_tf_config(s, cfg, index);
+    cJSON *pod = new_object(s, "Pod", name);
+    if (!tf || !pod) goto err;
+
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
+    cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+    cJSON *annots = jsonx_set(md, "annotations", cJSON_CreateObject());
+    if (!annots) goto err;
+    /* Template labels and annotations first; the operator's keys win. */
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, jsonx_obj(s->template, "metadata.labels"))
+    {
+        if (cJSON_IsString(kv) && !jsonx_set_str(labels, kv->string, kv->valuestring)) goto err;
+    }
+    cJSON_ArrayForEach(kv, jsonx_obj(s->template, "metadata.annotations"))
+    {
+        if (cJSON_IsString(kv) && !jsonx_set_str(annots, kv->string, kv->valuestring)) goto err;
+    }
+    snprintf(buf, sizeof buf, "%d", index);
+    if (!jsonx_set_str(labels, LABEL_JOB_NAME, s->name) ||
+        !jsonx_set_str(labels, LABEL_MANAGED_BY, MANAGED_BY) ||
+        !jsonx_set_str(labels, LABEL_ROLE, "worker") ||
+        !jsonx_set_str(labels, LABEL_REPLICA_INDEX, buf))
+        goto err;
+    snprintf(buf, sizeof buf, "%lld", attempt);
+    if (!jsonx_set_str(annots, ANNOT_ATTEMPT, buf)) goto err;
+    snprintf(buf, sizeof buf, "%d", s->workers);
+    if (!jsonx_set_str(annots, ANNOT_WORLD_SIZE, buf)) goto err;
+
+    const cJSON *tspec = jsonx_obj(s->template, "spec");
+    cJSON *spec = jsonx_set(pod, "spec", tspec ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject());
+    if (!spec || !jsonx_set_str(spec, "hostname", name) || !jsonx_set_str(spec, "subdomain", svc) ||
+        /* The operator restarts the whole group itself: a lone restarted worker could
+         * not rejoin a ring that has moved on. */
+        !jsonx_set_str(spec, "restartPolicy", "Never"))
+        goto err;
+
+    cJSON *c = trainer_container(spec);
+    if (!c) goto err;
+    const char *image = s->image ? s->image : jsonx_str(c, "image");
+    if (!image) image = cfg->trainer_image;
+    if (!jsonx_set_str(c, "image", image)) goto err;
+    if (!cJSON_GetObjectItemCaseSensitive(c, "command")) {
+        cJSON *cmd = jsonx_set(c, "command", cJSON_CreateArray());
+        if (!cmd || !cJSON_AddItemToArray(cmd, cJSON_CreateString("kubetrain-trainer"))) goto err;
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(c, "args") &&
+        !jsonx_set(c, "args", trainer_args(s, ckpt)))
+        goto err;
+    if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy") &&
+        !jsonx_set_str(c, "terminationMessagePolicy", "FallbackToLogsOnError"))
+        goto err;
+
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+    if (!cJSON_IsArray(env)) env = jsonx_set(c, "env", cJSON_CreateArray());
+    if (!env || env_put(env, env_value("TF_CONFIG", tf)) ||
+        env_put(env, env_value("KUBETRAIN_JOB", s->name)) ||
+        env_put(env, env_value("KUBETRAIN_NAMESPACE", s->ns)) ||
+        (ckpt && env_put(env, env_value("KUBETRAIN_CHECKPOINT_DIR", ckpt))) ||
+        env_put(env, env_value("KUBETRAIN_COLLECTIVE", s->collective)) ||
+        env_put(env, env_secret("KUBETRAIN_SECRET", secret, SECRET_RING_KEY)))
+        goto err;
+
+    cJSON *port = cJSON_CreateObject();
+    if (!jsonx_set_str(port, "name", "collective") ||
+        !jsonx_set_num(port, "containerPort", s->port) || list_put(c, "ports", "name", port))
+        goto err;
+
+    if (s->gpus > 0) {
+        cJSON *limits = jsonx_ensure_obj(c, "resources.limits");
+        snprintf(buf, sizeof buf, "%d", s->gpus);
+        if (!limits || !jsonx_set_str(limits, "nvidia.com/gpu", buf)) goto err;
+    }
+
+    if (ckpt) {
+        cJSON *vol = cJSON_CreateObject();
+        cJSON *pvc = jsonx_ensure_obj(vol, "persistentVolumeClaim");
+        if (!jsonx_set_str(vol, "name", "checkpoints") || !pvc ||
+            !jsonx_set_str(pvc, "claimName", s->checkpoint_claim)) {
+            cJSON_Delete(vol);
+            goto err;
+        }
+        if (list_put(spec, "volumes", "name", vol) ||
+            list_put(c, "volumeMounts", "name", volume_mount("checkpoints", s->checkpoint_path, 0)))
+            goto err;
+    }
+    if (s->model_inline) {
+        cJSON *vol = cJSON_CreateObject();
+        cJSON *sv = jsonx_ensure_obj(vol, "secret");
+        cJSON *items = sv ? jsonx_set(sv, "items", cJSON_CreateArray()) : NULL;
+        cJSON *item = cJSON_CreateObject();
+        if (!jsonx_set_str(vol, "name", "kubetrain-model") || !items ||
+            !jsonx_set_str(sv, "secretName", secret) || !jsonx_set_str(item, "key", SECRET_MODEL) ||
+            !jsonx_set_str(item, "path", SECRET_MODEL) || !cJSON_AddItemToArray(items, item)) {
+            cJSON_Delete(item);
+            cJSON_Delete(vol);
+            goto err;
+        }
+        if (list_put(spec, "volumes", "name", vol) ||
+            list_put(c, "volumeMounts", "name",
+                     volume_mount("kubetrain-model", MODEL_MOUNT_DIR, 1)))
+            goto err;
+    }
+    if (security_defaults(spec, c)) goto err;
+    free(tf);
+    return pod;
+err:
+    free(tf);
+    cJSON_Delete(pod);
+    return NULL;
+}

@@ -1,0 +1,65 @@
+/* desired — the objects the operator wants for one TrainingJob: the ring Secret, the
+ * headless Service and one pod per worker, with the names, labels, DNS and TF_CONFIG
+ * of shared/DESIGN.md. Pure functions of the parsed spec and the operator's settings.
+ *
+ *   Service  <job>-worker            headless, publishNotReadyAddresses
+ *   Pod      <job>-worker-<i>        hostname <job>-worker-<i>, subdomain <job>-worker
+ *   Secret   <job>-secret            ring-key (64 hex digits of 32 random bytes),
+ *                                    model.json when the model is given inline
+ *   TF_CONFIG peers  <job>-worker-<i>.<job>-worker.<ns>.svc[.<cluster domain>]:<port>
+ */
+#ifndef KT_DESIRED_H
+#define KT_DESIRED_H
+
+#include "jobspec.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#define LABEL_JOB_NAME "kubetrain.dev/job-name"
+#define LABEL_ROLE "kubetrain.dev/role"
+#define LABEL_REPLICA_INDEX "kubetrain.dev/replica-index"
+#define LABEL_MANAGED_BY "app.kubernetes.io/managed-by"
+#define MANAGED_BY "kubetrain-operator"
+#define ANNOT_ATTEMPT "kubetrain.dev/attempt"
+#define ANNOT_WORLD_SIZE "kubetrain.dev/world-size"
+#define TRAINER_CONTAINER "trainer"
+#define SECRET_RING_KEY "ring-key"
+#define SECRET_MODEL "model.json"
+#define MODEL_MOUNT_DIR "/etc/kubetrain"
+
+/* The operator's settings that shape the objects. */
+typedef struct DesiredConfig {
+    const char *trainer_image;  /* used when neither spec.image nor the template names one */
+    const char *cluster_domain; /* "" or NULL: peers end in ".svc" (resolved through the
+                                   pod's DNS search path); else ".svc.<domain>" */
+} DesiredConfig;
+
+/* Object names, written into out (always NUL-terminated; job names are validated to
+ * fit a 63-character DNS label). */
+void desired_service_name(const char *job, char *out, size_t n);
+void desired_secret_name(const char *job, char *out, size_t n);
+void desired_pod_name(const char *job, int index, char *out, size_t n);
+
+/* TF_CONFIG of worker `index`. Returns a malloc'd string; the caller frees it. NULL
+ * only on allocation failure. */
+char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, int index);
+
+/* The owner reference to the job (controller: true, blockOwnerDeletion: true). */
+cJSON *desired_owner_ref(const JobSpec *s);
+
+/* Labels every object of the job carries (job name, managed-by). */
+cJSON *desired_job_labels(const JobSpec *s);
+
+/* The Secret: ring-key is the 64 lowercase hex digits of `ring_key`. The caller owns
+ * the result (cJSON_Delete). NULL on allocation failure. */
+cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
+
+/* The headless Service. Caller owns the result. */
+cJSON *desired_service(const JobSpec *s);
+
+/* Worker `index`'s pod in group incarnation `attempt`: the template merged with the
+ * operator's fields, which win. Caller owns the result. NULL on allocation failure. */
+cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long long attempt);
+
+#endif

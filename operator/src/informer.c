@@ -1,0 +1,535 @@
+/* informer — list + watch into a cache; see informer.h. */
+#include "informer.h"
+
+#include "clock.h"
+#include "jsonx.h"
+#include "olog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NBUCKETS 2048
+/* The stop flag is written by the stopping thread and polled by the informer's. */
+#define STOPPED(inf) __atomic_load_n(&(inf)->stop, __ATOMIC_ACQUIRE)
+
+typedef struct Entry {
+    struct Entry *next;
+    cJSON *obj;
+    char key[];
+} Entry;
+
+struct Informer {
+    KubeClient *client;
+    char *group_version, *plural, *ns, *selector;
+    InformerHandler handler;
+    void *ctx;
+    int watch_timeout_s;
+    void (*transform)(cJSON *obj);
+    pthread_rwlock_t lock;
+    Entry *buckets[NBUCKETS];
+    size_t size;
+    char rv[64];              /* the resourceVersion to watch from */
+    long long deleted_rv_max; /* newest resourceVersion of a DELETED event */
+    volatile int stop;
+    int synced;
+    int started;
+    pthread_t thread;
+};
+
+static uint64_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int informer_key(const cJSON *obj, char *out, size_t n)
+{
+    const char *name = jsonx_str(obj, "metadata.name");
+    const char *ns = jsonx_str(obj, "metadata.namespace");
+    if (!name) return -EINVAL;
+    snprintf(out, n, "%s/%s", ns ? ns : "", name);
+    return 0;
+}
+
+Informer *informer_new(KubeClient *client, const InformerOptions *opt)
+{
+    Informer *inf = calloc(1, sizeof *inf);
+    if (!inf) return NULL;
+    inf->client = client;
+    inf->group_version = strdup(opt->group_version);
+    inf->plural = strdup(opt->plural);
+    inf->ns = strdup(opt->ns ? opt->ns : "");
+    inf->selector = strdup(opt->label_selector ? opt->label_selector : "");
+    inf->handler = opt->handler;
+    inf->ctx = opt->ctx;
+    inf->watch_timeout_s = opt->watch_timeout_s > 0 ? opt->watch_timeout_s : 300;
+    inf->transform = opt->transform;
+    pthread_rwlock_init(&inf->lock, NULL);
+    if (!inf->group_version || !inf->plural || !inf->ns || !inf->selector) {
+        informer_free(inf);
+        return NULL;
+    }
+    return inf;
+}
+
+static void clear_cache(Informer *inf)
+{
+    for (size_t b = 0; b < NBUCKETS; b++) {
+        Entry *e = inf->buckets[b];
+        while (e) {
+            Entry *next = e->next;
+            cJSON_Delete(e->obj);
+            free(e);
+            e = next;
+        }
+        inf->buckets[b] = NULL;
+    }
+    inf->size = 0;
+}
+
+void informer_free(Informer *inf)
+{
+    if (!inf) return;
+    clear_cache(inf);
+    pthread_rwlock_destroy(&inf->lock);
+    free(inf->group_version);
+    free(inf->plural);
+    free(inf->ns);
+    free(inf->selector);
+    free(inf);
+}
+
+int informer_synced(Informer *inf)
+{
+    return __atomic_load_n(&inf->synced, __ATOMIC_ACQUIRE);
+}
+
+/* Replaces or inserts key -> obj (takes ownership). Write lock held. */
+static void put_locked(Informer *inf, const char *key, cJSON *obj)
+{
+    size_t b = hash(key) % NBUCKETS;
+    for (Entry *e = inf->buckets[b]; e; e = e->next) {
+        if (strcmp(e->key, key) == 0) {
+            cJSON_Delete(e->obj);
+            e->obj = obj;
+            return;
+        }
+    }
+    size_t n = strlen(key);
+    Entry *e = malloc(sizeof *e + n + 1);
+    if (!e) {
+        olog(OLOG_ERROR, key, "informer: out of memory caching the object");
+        cJSON_Delete(obj);
+        return;
+    }
+    memcpy(e->key, key, n + 1);
+    e->obj = obj;
+    e->next = inf->buckets[b];
+    inf->buckets[b] = e;
+    inf->size++;
+}
+
+/* Removes key; returns its object (caller frees) or NULL. Write lock held. */
+static cJSON *take_locked(Informer *inf, const char *key)
+{
+    size_t b = hash(key) % NBUCKETS;
+    for (Entry **pp = &inf->buckets[b]; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->key, key) == 0) {
+            Entry *e = *pp;
+            cJSON *obj = e->obj;
+            *pp = e->next;
+            free(e);
+            inf->size--;
+            return obj;
+        }
+    }
+    return NULL;
+}
+
+/* Drops what the cache need not hold: metadata.managedFields (never read, often the
+ * largest part of an object) and whatever the informer's transform prunes. */
+static void slim(Informer *inf, cJSON *obj)
+{
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    if (cJSON_IsObject(md)) cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
+    if (inf->transform && cJSON_IsObject(obj)) inf->transform(obj);
+}
+
+static cJSON *slim_copy(Informer *inf, const cJSON *obj)
+{
+    cJSON *c = cJSON_Duplicate(obj, 1);
+    if (c) slim(inf, c);
+    return c;
+}
+
+/* resourceVersion as an integer, or -1 when it is not one. */
+static long long rv_number(const cJSON *obj)
+{
+    const char *rv = jsonx_str(obj, "metadata.resourceVersion");
+    if (!rv || !*rv || strlen(rv) > 18) return -1;
+    long long v = 0;
+    for (const char *p = rv; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+void informer_store(Informer *inf, const cJSON *obj)
+{
+    char key[512];
+    if (informer_key(obj, key, sizeof key)) return;
+    long long rv = rv_number(obj);
+    pthread_rwlock_wrlock(&inf->lock);
+    const cJSON *cur = NULL;
+    size_t b = hash(key) % NBUCKETS;
+    for (Entry *e = inf->buckets[b]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) cur = e->obj;
+    int store;
+    if (cur) {
+        long long have = rv_number(cur);
+        store = rv >= 0 && have >= 0 && rv > have;
+    } else {
+        /* Absent: new, unless a watch event already removed a version at least as new. */
+        store = rv < 0 || rv > inf->deleted_rv_max;
+    }
+    cJSON *c = store ? slim_copy(inf, obj) : NULL;
+    if (c) put_locked(inf, key, c);
+    pthread_rwlock_unlock(&inf->lock);
+}
+
+void informer_remove(Informer *inf, const char *ns, const char *name)
+{
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
+    pthread_rwlock_wrlock(&inf->lock);
+    cJSON_Delete(take_locked(inf, key));
+    pthread_rwlock_unlock(&inf->lock);
+}
+
+cJSON *informer_get(Informer *inf, const char *ns, const char *name)
+{
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
+    cJSON *out = NULL;
+    pthread_rwlock_rdlock(&inf->lock);
+    size_t b = hash(key) % NBUCKETS;
+    for (Entry *e = inf->buckets[b]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) {
+            out = cJSON_Duplicate(e->obj, 1);
+            break;
+        }
+    pthread_rwlock_unlock(&inf->lock);
+    return out;
+}
+
+cJSON *informer_list(Informer *inf, const char *ns, const char *label_key, const char *label_value)
+{
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr) return NULL;
+    pthread_rwlock_rdlock(&inf->lock);
+    for (size_t b = 0; b < NBUCKETS; b++) {
+        for (Entry *e = inf->buckets[b]; e; e = e->next) {
+            if (ns) {
+                const char *ons = jsonx_str(e->obj, "metadata.namespace");
+                if (!ons || strcmp(ons, ns) != 0) continue;
+            }
+            if (label_key) {
+                const char *v = jsonx_key_str(jsonx_obj(e->obj, "metadata.labels"), label_key);
+                if (!v || !label_value || strcmp(v, label_value) != 0) continue;
+            }
+            cJSON *c = cJSON_Duplicate(e->obj, 1);
+            if (!c || !cJSON_AddItemToArray(arr, c)) {
+                cJSON_Delete(c);
+                pthread_rwlock_unlock(&inf->lock);
+                cJSON_Delete(arr);
+                return NULL;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&inf->lock);
+    return arr;
+}
+
+void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), void *ctx)
+{
+    pthread_rwlock_rdlock(&inf->lock);
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (Entry *e = inf->buckets[b]; e; e = e->next)
+            fn(ctx, e->obj);
+    pthread_rwlock_unlock(&inf->lock);
+}
+
+size_t informer_size(Informer *inf)
+{
+    pthread_rwlock_rdlock(&inf->lock);
+    size_t n = inf->size;
+    pthread_rwlock_unlock(&inf->lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------
+ * List and watch */
+
+static void url_escape(const char *in, char *out, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t k = 0;
+    for (; *in && k + 4 < n; in++) {
+        unsigned char ch = (unsigned char)*in;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == '/') {
+            out[k++] = (char)ch;
+        } else {
+            out[k++] = '%';
+            out[k++] = hex[ch >> 4];
+            out[k++] = hex[ch & 15];
+        }
+    }
+    out[k] = 0;
+}
+
+static void base_path(Informer *inf, char *out, size_t n)
+{
+    kpath(out, n, inf->group_version, inf->ns, inf->plural, NULL, NULL);
+}
+
+/* Sleeps up to `s` seconds, waking early when stopped. */
+static void nap(Informer *inf, double s)
+{
+    double end = clock_mono() + s;
+    while (!STOPPED(inf) && clock_mono() < end) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+typedef struct Pending {
+    char type[12];
+    cJSON *obj;
+} Pending;
+
+/* Lists every page and replaces the cache; emits DELETED for objects that vanished
+ * and ADDED/MODIFIED for the rest. */
+static int relist(Informer *inf)
+{
+    char base[512], sel[512], path[4096], err[512], cont[1024] = "";
+    base_path(inf, base, sizeof base);
+    url_escape(inf->selector, sel, sizeof sel);
+    cJSON *items = cJSON_CreateArray();
+    char rv[64] = "";
+    int rc = 0;
+    if (!items) return -ENOMEM;
+    do {
+        char econt[1100];
+        url_escape(cont, econt, sizeof econt);
+        snprintf(path, sizeof path, "%s?limit=500%s%s%s%s", base, *sel ? "&labelSelector=" : "",
+                 sel, *cont ? "&continue=" : "", econt);
+        KubeResponse r;
+        rc = kclient_request(inf->client, "GET", path, NULL, NULL, &r, err, sizeof err);
+        if (rc) {
+            olog(OLOG_WARN, NULL, "list %s: %s", inf->plural, err);
+            kresp_free(&r);
+            break;
+        }
+        const char *v = jsonx_str(r.body, "metadata.resourceVersion");
+        const char *c = jsonx_str(r.body, "metadata.continue");
+        snprintf(rv, sizeof rv, "%s", v ? v : "");
+        snprintf(cont, sizeof cont, "%s", c ? c : "");
+        cJSON *arr = cJSON_DetachItemFromObjectCaseSensitive(r.body, "items");
+        if (cJSON_IsArray(arr)) {
+            cJSON *it;
+            while ((it = cJSON_DetachItemFromArray(arr, 0))) {
+                if (cJSON_IsObject(it) && jsonx_str(it, "metadata.name"))
+                    cJSON_AddItemToArray(items, it);
+                else {
+                    olog(OLOG_WARN, NULL, "list %s: skipping an item without metadata.name",
+                         inf->plural);
+                    cJSON_Delete(it);
+                }
+            }
+        }
+        cJSON_Delete(arr);
+        kresp_free(&r);
+    } while (!rc && *cont && !STOPPED(inf));
+    if (rc || STOPPED(inf)) {
+        cJSON_Delete(items);
+        return rc ? rc : -ECANCELED;
+    }
+
+    size_t n = (size_t)cJSON_GetArraySize(items);
+    Pending *ev = calloc(n + inf->size + 1, sizeof *ev);
+    size_t nev = 0;
+    if (!ev) {
+        cJSON_Delete(items);
+        return -ENOMEM;
+    }
+    pthread_rwlock_wrlock(&inf->lock);
+    /* Old entries move aside; what the list does not contain was deleted meanwhile. */
+    Entry *old[NBUCKETS];
+    memcpy(old, inf->buckets, sizeof old);
+    memset(inf->buckets, 0, sizeof inf->buckets);
+    inf->size = 0;
+    cJSON *it;
+    char key[512];
+    while ((it = cJSON_DetachItemFromArray(items, 0))) {
+        informer_key(it, key, sizeof key);
+        int existed = 0;
+        size_t b = hash(key) % NBUCKETS;
+        for (Entry **pp = &old[b]; *pp; pp = &(*pp)->next) {
+            if (strcmp((*pp)->key, key) == 0) {
+                Entry *e = *pp;
+                *pp = e->next;
+                cJSON_Delete(e->obj);
+                free(e);
+                existed = 1;
+                break;
+            }
+        }
+        ev[nev].obj = cJSON_Duplicate(it, 1);
+        slim(inf, it);
+        snprintf(ev[nev].type, sizeof ev[nev].type, existed ? "MODIFIED" : "ADDED");
+        if (ev[nev].obj) nev++;
+        put_locked(inf, key, it);
+    }
+    for (size_t b = 0; b < NBUCKETS; b++) {
+        Entry *e = old[b];
+        while (e) {
+            Entry *next = e->next;
+            ev[nev].obj = e->obj;
+            snprintf(ev[nev].type, sizeof ev[nev].type, "DELETED");
+            nev++;
+            free(e);
+            e = next;
+        }
+    }
+    snprintf(inf->rv, sizeof inf->rv, "%s", rv);
+    pthread_rwlock_unlock(&inf->lock);
+    cJSON_Delete(items);
+    __atomic_store_n(&inf->synced, 1, __ATOMIC_RELEASE);
+    for (size_t i = 0; i < nev; i++) {
+        if (inf->handler) inf->handler(inf->ctx, ev[i].type, ev[i].obj);
+        cJSON_Delete(ev[i].obj);
+    }
+    free(ev);
+    olog(OLOG_DEBUG, NULL, "listed %s: %zu objects at resourceVersion %s", inf->plural,
+         informer_size(inf), rv);
+    return 0;
+}
+
+static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
+{
+    Informer *inf = ctx;
+    if (strcmp(type, "ERROR") == 0) {
+        long long code = jsonx_int(obj, "code", 0);
+        const char *msg = jsonx_str(obj, "message");
+        olog(code == 410 ? OLOG_INFO : OLOG_WARN, NULL, "watch %s: error event %lld: %s",
+             inf->plural, code, msg ? msg : "");
+        return code == 410 ? -ESTALE : -EIO;
+    }
+    const char *rv = jsonx_str(obj, "metadata.resourceVersion");
+    if (strcmp(type, "BOOKMARK") == 0) {
+        if (rv) {
+            pthread_rwlock_wrlock(&inf->lock);
+            snprintf(inf->rv, sizeof inf->rv, "%s", rv);
+            pthread_rwlock_unlock(&inf->lock);
+        }
+        return 0;
+    }
+    char key[512];
+    if (informer_key(obj, key, sizeof key)) {
+        olog(OLOG_WARN, NULL, "watch %s: skipping a %s event without metadata.name", inf->plural,
+             type);
+        return 0;
+    }
+    int deleted = strcmp(type, "DELETED") == 0;
+    if (!deleted && strcmp(type, "ADDED") != 0 && strcmp(type, "MODIFIED") != 0) {
+        olog(OLOG_WARN, key, "watch %s: skipping an event of unknown type %s", inf->plural, type);
+        return 0;
+    }
+    cJSON *copy = deleted ? NULL : slim_copy(inf, obj);
+    pthread_rwlock_wrlock(&inf->lock);
+    if (deleted) {
+        cJSON_Delete(take_locked(inf, key));
+        long long drv = rv_number(obj);
+        if (drv > inf->deleted_rv_max) inf->deleted_rv_max = drv;
+    } else if (copy)
+        put_locked(inf, key, copy);
+    if (rv) snprintf(inf->rv, sizeof inf->rv, "%s", rv);
+    pthread_rwlock_unlock(&inf->lock);
+    if (inf->handler) inf->handler(inf->ctx, type, obj);
+    return 0;
+}
+
+static void *informer_main(void *arg)
+{
+    Informer *inf = arg;
+    double backoff = 0.5;
+    char base[512], sel[512], path[4096], err[512];
+    base_path(inf, base, sizeof base);
+    url_escape(inf->selector, sel, sizeof sel);
+    while (!STOPPED(inf)) {
+        if (relist(inf) != 0) {
+            nap(inf, backoff);
+            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+            continue;
+        }
+        backoff = 0.5;
+        while (!STOPPED(inf)) {
+            char rv[64];
+            pthread_rwlock_rdlock(&inf->lock);
+            snprintf(rv, sizeof rv, "%s", inf->rv);
+            pthread_rwlock_unlock(&inf->lock);
+            snprintf(path, sizeof path,
+                     "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%d%s%s",
+                     base, rv, inf->watch_timeout_s, *sel ? "&labelSelector=" : "", sel);
+            int rc = kclient_watch(inf->client, path, on_watch_event, inf, &inf->stop,
+                                   inf->watch_timeout_s + 60.0, err, sizeof err);
+            if (STOPPED(inf)) break;
+            if (rc == 0) {
+                backoff = 0.5;
+                continue; /* the server ended the watch: resume from the last version */
+            }
+            if (rc == -ESTALE) {
+                olog(OLOG_INFO, NULL, "watch %s: resourceVersion %s is gone; relisting",
+                     inf->plural, rv);
+                break;
+            }
+            olog(OLOG_WARN, NULL, "watch %s: %s; retrying in %.1f s", inf->plural,
+                 *err ? err : strerror(-rc), backoff);
+            err[0] = 0;
+            nap(inf, backoff);
+            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+        }
+    }
+    return NULL;
+}
+
+int informer_start(Informer *inf)
+{
+    __atomic_store_n(&inf->stop, 0, __ATOMIC_RELEASE);
+    int rc = pthread_create(&inf->thread, NULL, informer_main, inf);
+    if (rc) return -rc;
+    inf->started = 1;
+    return 0;
+}
+
+void informer_request_stop(Informer *inf)
+{
+    if (inf) __atomic_store_n(&inf->stop, 1, __ATOMIC_RELEASE);
+}
+
+void informer_stop(Informer *inf)
+{
+    if (!inf || !inf->started) return;
+    __atomic_store_n(&inf->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(inf->thread, NULL);
+    inf->started = 0;
+}

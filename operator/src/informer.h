@@ -1,0 +1,80 @@
+/* informer — keeps a local cache of one resource (optionally one namespace and a label
+ * selector) in step with the API server: list, then watch from the list's
+ * resourceVersion with bookmarks; a watch that ends is resumed from the last version
+ * seen, a 410 Gone (or an ERROR event with code 410) triggers a fresh list, errors
+ * back off exponentially (0.5 s up to 30 s). The cache is keyed "namespace/name" and
+ * every change is passed to a handler. One thread per informer. */
+#ifndef KT_INFORMER_H
+#define KT_INFORMER_H
+
+#include "kclient.h"
+
+#include <cjson/cJSON.h>
+
+/* type: "ADDED" | "MODIFIED" | "DELETED". obj is borrowed for the call. Called from
+ * the informer's thread without its lock held (it may call informer_get). */
+typedef void (*InformerHandler)(void *ctx, const char *type, const cJSON *obj);
+
+typedef struct InformerOptions {
+    const char *group_version;  /* "v1", "kubetrain.dev/v1alpha1" */
+    const char *plural;         /* "pods" */
+    const char *ns;             /* NULL or "": all namespaces */
+    const char *label_selector; /* NULL: none */
+    InformerHandler handler;
+    void *ctx;
+    int watch_timeout_s; /* server-side timeout of one watch; default 300 */
+    /* Prunes a copy before it is cached (fields the controller never reads), or NULL.
+     * metadata.managedFields is always dropped. */
+    void (*transform)(cJSON *obj);
+} InformerOptions;
+
+typedef struct Informer Informer;
+
+/* Strings in opt are copied. NULL on allocation failure. */
+Informer *informer_new(KubeClient *client, const InformerOptions *opt);
+
+/* Starts the thread. Returns 0 or -errno. */
+int informer_start(Informer *inf);
+
+/* Asks the thread to stop without waiting (so that several informers stop together). */
+void informer_request_stop(Informer *inf);
+
+/* Stops the thread (an open watch is abandoned within about a second) and joins it. */
+void informer_stop(Informer *inf);
+
+/* Frees the informer and its cache; NULL is a no-op. Stop it first. */
+void informer_free(Informer *inf);
+
+/* 1 once the first list has been stored. */
+int informer_synced(Informer *inf);
+
+/* A deep copy of the cached object, or NULL. The caller frees it (cJSON_Delete). */
+cJSON *informer_get(Informer *inf, const char *ns, const char *name);
+
+/* A new array of copies of the cached objects in namespace ns (NULL: all) whose label
+ * `label_key` equals `label_value` (NULL key: all). Caller frees. NULL only on
+ * allocation failure. */
+cJSON *informer_list(Informer *inf, const char *ns, const char *label_key, const char *label_value);
+
+/* Stores a copy of obj (an object just written to the server) so that the next read
+ * sees it before its watch event arrives — unless the watch already delivered this
+ * version or a newer one: the copy replaces a cached object only when both
+ * resourceVersions are integers and obj's is larger, and is added when the key is
+ * absent and was not deleted by a later watch event. */
+void informer_store(Informer *inf, const cJSON *obj);
+
+/* Removes an object from the cache. */
+void informer_remove(Informer *inf, const char *ns, const char *name);
+
+/* Calls fn on every cached object under the read lock; fn must not call back into
+ * the informer. */
+void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), void *ctx);
+
+/* Objects in the cache. */
+size_t informer_size(Informer *inf);
+
+/* "namespace/name" of obj into out; returns 0, or -EINVAL when metadata.name is not a
+ * string. */
+int informer_key(const cJSON *obj, char *out, size_t n);
+
+#endif

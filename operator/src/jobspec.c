@@ -1,0 +1,227 @@
+/* jobspec — TrainingJob spec reading and validation. */
+#include "jobspec.h"
+
+#include "jsonx.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        return -EINVAL;                                                                            \
+    } while (0)
+
+/* Reads an optional integer field in [lo, hi]; absent gives dflt. */
+static int read_int(const cJSON *spec, const char *path, long long lo, long long hi, long long dflt,
+                    long long *out, char *err, size_t errlen)
+{
+    const cJSON *v = jsonx_at(spec, path);
+    if (!v || cJSON_IsNull(v)) {
+        *out = dflt;
+        return 0;
+    }
+    long long x = jsonx_int(spec, path, lo - 1);
+    if (!cJSON_IsNumber(v) || x < lo || x > hi)
+        FAIL("spec.%s: expected an integer in [%lld, %lld]", path, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* Reads an optional string field; a present non-string is an error. */
+static int read_str(const cJSON *spec, const char *path, const char **out, char *err, size_t errlen)
+{
+    const cJSON *v = jsonx_at(spec, path);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) FAIL("spec.%s: expected a string", path);
+    *out = v->valuestring;
+    return 0;
+}
+
+/* Reads an optional enum; returns the canonical string or dflt. */
+static int read_enum(const cJSON *spec, const char *path, const char *const *allowed,
+                     const char *dflt, const char **out, char *err, size_t errlen)
+{
+    *out = jsonx_enum(spec, path, allowed, dflt);
+    if (*out) return 0;
+    char list[256] = "";
+    for (size_t i = 0; allowed[i]; i++) {
+        strncat(list, i ? " | " : "", sizeof list - strlen(list) - 1);
+        strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+    }
+    FAIL("spec.%s: expected one of %s", path, list);
+}
+
+/* Pod hostnames are DNS labels (<= 63, [a-z0-9-], alphanumeric at both ends) and the
+ * Service name an RFC 1035 label (starting with a letter). */
+static int check_name(const char *name, int workers, char *err, size_t errlen)
+{
+    size_t n = strlen(name);
+    if (n == 0 || !islower((unsigned char)name[0]))
+        FAIL("metadata.name: must start with a lowercase letter to name the worker Service, "
+             "got \"%s\"",
+             name);
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)name[i]) || isdigit((unsigned char)name[i]) || name[i] == '-'))
+            FAIL("metadata.name: worker hostnames allow only [a-z0-9-], got \"%s\"", name);
+    char last[32];
+    int lastlen = snprintf(last, sizeof last, "-worker-%d", workers - 1);
+    if (n + (size_t)lastlen > 63)
+        FAIL("metadata.name: \"%s\" is too long: the hostname \"%s%s\" exceeds 63 characters", name,
+             name, last);
+    return 0;
+}
+
+int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
+{
+    static const char *const collectives[] = {"auto", "ring", "nccl", NULL};
+    static const char *const restarts[] = {"Never", "OnFailure", "ExitCode", NULL};
+    static const char *const cleans[] = {"None", "Running", "All", NULL};
+    static const char *const successes[] = {"ChiefCompleted", "AllWorkers", NULL};
+    static const char *const shards[] = {"auto", "data", "file", "off", NULL};
+    long long v;
+    const char *e;
+
+    memset(s, 0, sizeof *s);
+    s->name = jsonx_str(job, "metadata.name");
+    s->ns = jsonx_str(job, "metadata.namespace");
+    s->uid = jsonx_str(job, "metadata.uid");
+    if (!s->name || !s->ns || !s->uid) FAIL("metadata: name, namespace and uid must be strings");
+    s->generation = jsonx_int(job, "metadata.generation", 0);
+
+    const cJSON *spec = jsonx_at(job, "spec");
+    if (!cJSON_IsObject(spec)) FAIL("spec: expected an object");
+
+    if (read_int(spec, "workers", 1, 10000, 1, &v, err, errlen)) return -EINVAL;
+    s->workers = (int)v;
+    if (check_name(s->name, s->workers, err, errlen)) return -EINVAL;
+    if (read_str(spec, "image", &s->image, err, errlen)) return -EINVAL;
+    if (s->image && !*s->image) s->image = NULL;
+    if (read_int(spec, "port", 1, 65535, 2222, &v, err, errlen)) return -EINVAL;
+    s->port = (int)v;
+    if (read_enum(spec, "collective", collectives, "auto", &s->collective, err, errlen))
+        return -EINVAL;
+    if (read_int(spec, "gpusPerWorker", 0, 64, 0, &v, err, errlen)) return -EINVAL;
+    s->gpus = (int)v;
+    if (strcmp(s->collective, "nccl") == 0 && s->gpus == 0)
+        FAIL("spec.collective: nccl needs spec.gpusPerWorker > 0");
+
+    const cJSON *model = jsonx_at(spec, "model");
+    if (!model || cJSON_IsNull(model)) {
+        s->model_name = "tutorial-cnn";
+    } else if (cJSON_IsString(model) && *model->valuestring) {
+        s->model_name = model->valuestring;
+        for (const char *p = s->model_name; *p; p++)
+            if (!(isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.'))
+                FAIL("spec.model: a built-in model name is [A-Za-z0-9._-], got \"%s\"",
+                     s->model_name);
+    } else if (cJSON_IsObject(model) && cJSON_IsArray(jsonx_at(model, "layers")) &&
+               cJSON_GetArraySize(jsonx_at(model, "layers")) > 0) {
+        s->model_inline = model;
+    } else {
+        FAIL("spec.model: expected a built-in model name or an object with a non-empty "
+             "layers array");
+    }
+
+    if (jsonx_at(spec, "dataset") && !cJSON_IsObject(jsonx_at(spec, "dataset")))
+        FAIL("spec.dataset: expected an object");
+    if (read_str(spec, "dataset.name", &s->dataset_name, err, errlen)) return -EINVAL;
+    if (read_str(spec, "dataset.path", &s->dataset_path, err, errlen)) return -EINVAL;
+    if (jsonx_at(spec, "dataset.shardPolicy")) {
+        if (read_enum(spec, "dataset.shardPolicy", shards, NULL, &s->shard_policy, err, errlen))
+            return -EINVAL;
+    }
+
+    if (jsonx_at(spec, "training") && !cJSON_IsObject(jsonx_at(spec, "training")))
+        FAIL("spec.training: expected an object");
+    if (read_int(spec, "training.epochs", 1, 1000000, -1, &v, err, errlen)) return -EINVAL;
+    s->epochs = (int)v;
+    if (read_int(spec, "training.stepsPerEpoch", 0, 1000000000, -1, &v, err, errlen))
+        return -EINVAL;
+    s->steps_per_epoch = (int)v;
+    if (read_int(spec, "training.perWorkerBatchSize", 1, 1000000, -1, &v, err, errlen))
+        return -EINVAL;
+    s->per_worker_batch = (int)v;
+    if (read_str(spec, "training.optimizer.name", &s->optimizer, err, errlen)) return -EINVAL;
+    const cJSON *lr = jsonx_at(spec, "training.optimizer.learningRate");
+    if (lr && !cJSON_IsNull(lr)) {
+        if (!cJSON_IsNumber(lr) || !(lr->valuedouble > 0))
+            FAIL("spec.training.optimizer.learningRate: expected a number > 0");
+        s->learning_rate = lr->valuedouble;
+        s->learning_rate_set = 1;
+    }
+    const cJSON *sc = jsonx_at(spec, "training.optimizer.scaleByWorkers");
+    if (sc && !cJSON_IsNull(sc) && !cJSON_IsBool(sc))
+        FAIL("spec.training.optimizer.scaleByWorkers: expected a boolean");
+    s->scale_by_workers = cJSON_IsTrue(sc);
+    if (jsonx_at(spec, "training.seed")) {
+        if (read_int(spec, "training.seed", 0, 9000000000000000LL, 0, &s->seed, err, errlen))
+            return -EINVAL;
+        s->seed_set = 1;
+    }
+
+    if (jsonx_at(spec, "checkpoint") && !cJSON_IsObject(jsonx_at(spec, "checkpoint")))
+        FAIL("spec.checkpoint: expected an object");
+    if (read_str(spec, "checkpoint.claimName", &s->checkpoint_claim, err, errlen)) return -EINVAL;
+    if (s->checkpoint_claim && !*s->checkpoint_claim) s->checkpoint_claim = NULL;
+    if (read_str(spec, "checkpoint.path", &s->checkpoint_path, err, errlen)) return -EINVAL;
+    if (!s->checkpoint_path) s->checkpoint_path = "/checkpoints";
+    if (s->checkpoint_path[0] != '/')
+        FAIL("spec.checkpoint.path: expected an absolute path, got \"%s\"", s->checkpoint_path);
+    if (read_int(spec, "checkpoint.everySteps", 1, 1000000000, -1, &v, err, errlen)) return -EINVAL;
+    s->checkpoint_every = (int)v;
+    if (read_int(spec, "checkpoint.keep", 1, 1000, -1, &v, err, errlen)) return -EINVAL;
+    s->checkpoint_keep = (int)v;
+
+    if (read_enum(spec, "restartPolicy", restarts, "OnFailure", &e, err, errlen)) return -EINVAL;
+    s->restart_policy = e == restarts[0]   ? RESTART_NEVER
+                        : e == restarts[1] ? RESTART_ON_FAILURE
+                                           : RESTART_EXIT_CODE;
+    if (read_int(spec, "backoffLimit", 0, 1000000, 6, &v, err, errlen)) return -EINVAL;
+    s->backoff_limit = (int)v;
+    if (read_int(spec, "activeDeadlineSeconds", 1, 1LL << 40, -1, &s->active_deadline_s, err,
+                 errlen))
+        return -EINVAL;
+    if (read_int(spec, "ttlSecondsAfterFinished", 0, 1LL << 40, -1, &s->ttl_after_finished_s, err,
+                 errlen))
+        return -EINVAL;
+    if (read_enum(spec, "cleanPodPolicy", cleans, "Running", &e, err, errlen)) return -EINVAL;
+    s->clean_pod_policy = e == cleans[0] ? CLEAN_NONE : e == cleans[1] ? CLEAN_RUNNING : CLEAN_ALL;
+    if (read_enum(spec, "successPolicy", successes, "ChiefCompleted", &e, err, errlen))
+        return -EINVAL;
+    s->success_policy = e == successes[0] ? SUCCESS_CHIEF_COMPLETED : SUCCESS_ALL_WORKERS;
+    const cJSON *su = jsonx_at(spec, "suspend");
+    if (su && !cJSON_IsNull(su) && !cJSON_IsBool(su)) FAIL("spec.suspend: expected a boolean");
+    s->suspend = cJSON_IsTrue(su);
+
+    const cJSON *t = jsonx_at(spec, "template");
+    if (t && !cJSON_IsNull(t)) {
+        if (!cJSON_IsObject(t)) FAIL("spec.template: expected a PodTemplateSpec object");
+        const cJSON *ts = jsonx_at(t, "spec");
+        if (ts && !cJSON_IsObject(ts)) FAIL("spec.template.spec: expected an object");
+        const cJSON *cs = jsonx_at(t, "spec.containers");
+        if (cs && !cJSON_IsArray(cs)) FAIL("spec.template.spec.containers: expected an array");
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cs)
+        {
+            if (!cJSON_IsObject(c) || !cJSON_IsString(jsonx_at(c, "name")))
+                FAIL("spec.template.spec.containers: each container needs a string name");
+        }
+        const char *const lists[] = {"spec.volumes", "spec.initContainers", NULL};
+        for (size_t i = 0; lists[i]; i++) {
+            const cJSON *l = jsonx_at(t, lists[i]);
+            if (l && !cJSON_IsArray(l)) FAIL("spec.template.%s: expected an array", lists[i]);
+        }
+        const char *const maps[] = {"metadata", "metadata.labels", "metadata.annotations",
+                                    "spec.securityContext", NULL};
+        for (size_t i = 0; maps[i]; i++) {
+            const cJSON *m = jsonx_at(t, maps[i]);
+            if (m && !cJSON_IsObject(m)) FAIL("spec.template.%s: expected an object", maps[i]);
+        }
+        s->template = t;
+    }
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* jobspec — reads and validates a TrainingJob (kubetrain.dev/v1alpha1) into a plain
+ * struct. Schema defaults are applied again here, so that an object created without
+ * the CRD's defaulting (or an older schema) runs the same. A spec the operator cannot
+ * run is reported with one line naming the field; the job then gets the Invalid
+ * condition and no pods. */
+#ifndef KT_JOBSPEC_H
+#define KT_JOBSPEC_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#define KT_GROUP "kubetrain.dev"
+#define KT_VERSION "v1alpha1"
+#define KT_API_VERSION "kubetrain.dev/v1alpha1"
+#define KT_KIND "TrainingJob"
+#define KT_PLURAL "trainingjobs"
+
+typedef enum { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_EXIT_CODE } RestartPolicy;
+typedef enum { CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL } CleanPodPolicy;
+typedef enum { SUCCESS_CHIEF_COMPLETED, SUCCESS_ALL_WORKERS } SuccessPolicy;
+
+/* All strings and cJSON pointers are borrowed from the job object and live as long
+ * as it does. Optional numbers the user did not set are -1 (or *_set == 0), and are
+ * then left to the trainer's defaults. */
+typedef struct JobSpec {
+    const char *name, *ns, *uid;
+    long long generation;
+    int workers;
+    const char *image; /* NULL: the operator's --trainer-image */
+    int port;
+    const char *collective; /* auto | ring | nccl */
+    int gpus;
+    const char *model_name;    /* a built-in name, or NULL when model_inline is set */
+    const cJSON *model_inline; /* an inline Sequential spec (object with layers) */
+    const char *dataset_name;  /* NULL: the trainer's default */
+    const char *dataset_path;  /* NULL: the trainer's default */
+    const char *shard_policy;  /* NULL: the trainer's default */
+    int epochs, steps_per_epoch, per_worker_batch;
+    const char *optimizer;
+    double learning_rate;
+    int learning_rate_set;
+    int scale_by_workers;
+    long long seed;
+    int seed_set;
+    const char *checkpoint_claim; /* NULL: no checkpoint volume */
+    const char *checkpoint_path;  /* mount path; default /checkpoints */
+    int checkpoint_every, checkpoint_keep;
+    RestartPolicy restart_policy;
+    int backoff_limit;
+    long long active_deadline_s;    /* -1: none */
+    long long ttl_after_finished_s; /* -1: keep */
+    CleanPodPolicy clean_pod_policy;
+    SuccessPolicy success_policy;
+    int suspend;
+    const cJSON *template; /* PodTemplateSpec or NULL */
+} JobSpec;
+
+/* Fills *out from `job` (a whole TrainingJob). Returns 0, or -EINVAL with one line in
+ * err naming the field ("spec.workers: must be >= 1, got 0"). */
+int jobspec_parse(const cJSON *job, JobSpec *out, char *err, size_t errlen);
+
+#endif

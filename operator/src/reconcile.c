@@ -1,0 +1,736 @@
+/* reconcile — TrainingJob policies as a pure function; see reconcile.h. */
+#include "reconcile.h"
+
+#include "clock.h"
+#include "jsonx.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_WORKERS 10000
+
+/* ------------------------------------------------------------------------------------
+ * Plan */
+
+static const char *const kind_names[] = {"create-secret", "create-service", "create-pod",
+                                         "delete-pod",    "update-status",  "delete-job",
+                                         "event"};
+
+const char *action_kind_name(ActionKind kind)
+{
+    return kind_names[kind];
+}
+
+void plan_free(Plan *plan)
+{
+    if (!plan) return;
+    for (size_t i = 0; i < plan->n; i++)
+        cJSON_Delete(plan->actions[i].object);
+    free(plan->actions);
+    plan->actions = NULL;
+    plan->n = plan->cap = 0;
+}
+
+/* Appends an action; takes ownership of object (freed on failure). */
+static Action *plan_add(Plan *p, ActionKind kind, const char *name, cJSON *object)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 16;
+        Action *a = realloc(p->actions, cap * sizeof *a);
+        if (!a) {
+            cJSON_Delete(object);
+            return NULL;
+        }
+        p->actions = a;
+        p->cap = cap;
+    }
+    Action *a = &p->actions[p->n++];
+    memset(a, 0, sizeof *a);
+    a->kind = kind;
+    size_t len = name ? strnlen(name, sizeof a->name - 1) : 0; /* names fit: validated <= 63 */
+    memcpy(a->name, name ? name : "", len);
+    a->name[len] = 0;
+    a->object = object;
+    return a;
+}
+
+char *plan_describe(const Plan *plan)
+{
+    size_t cap = 64 + plan->n * 340, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = 0;
+    for (size_t i = 0; i < plan->n; i++) {
+        const Action *a = &plan->actions[i];
+        if (a->kind == ACTION_EVENT)
+            len +=
+                (size_t)snprintf(out + len, cap - len, "event %s %s\n", a->event_type, a->reason);
+        else
+            len += (size_t)snprintf(out + len, cap - len, "%s %s\n", kind_names[a->kind], a->name);
+    }
+    return out;
+}
+
+double reconcile_backoff_delay(const ReconcileConfig *cfg, long long n)
+{
+    if (n < 1) return 0;
+    double d = cfg->backoff_base_s * pow(2.0, (double)(n - 1 < 60 ? n - 1 : 60));
+    return d < cfg->backoff_max_s ? d : cfg->backoff_max_s;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Observed pods */
+
+typedef struct PodView {
+    const cJSON *pod;
+    const char *name;
+    int index;         /* replica index, -1 when the label is missing or malformed */
+    long long attempt; /* -1 when the annotation is missing or malformed */
+    long long world;   /* the world size the pod was created for, -1 unknown */
+    int terminating;   /* deletionTimestamp set */
+    const char *phase; /* Pending | Running | Succeeded | Failed | Unknown */
+    int ready;
+    const char *disruption; /* why the pod counts as disrupted, or NULL */
+    int exit_code;          /* the trainer container's, -1 unknown */
+    const char *message;    /* its termination message, or NULL */
+    int foreign;            /* controlled by another object (an older job of that name) */
+} PodView;
+
+static long long parse_ll(const char *s, long long dflt)
+{
+    if (!s || !*s) return dflt;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    return (*end || errno || v < 0) ? dflt : v;
+}
+
+/* True when the pod's condition `type` has status "True". */
+static int pod_condition(const cJSON *pod, const char *type)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(pod, "status.conditions"))
+    {
+        const char *t = jsonx_str(c, "type"), *st = jsonx_str(c, "status");
+        if (t && st && strcmp(t, type) == 0) return strcmp(st, "True") == 0;
+    }
+    return 0;
+}
+
+static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
+{
+    static const char *const disruptive_reasons[] = {
+        "Evicted",  "Preempting",   "Preempted",  "NodeLost",
+        "Shutdown", "NodeShutdown", "Terminated", "UnexpectedAdmissionError",
+        NULL};
+    memset(v, 0, sizeof *v);
+    v->pod = pod;
+    v->name = jsonx_str(pod, "metadata.name");
+    const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+    const cJSON *annots = jsonx_obj(pod, "metadata.annotations");
+    long long idx = parse_ll(jsonx_key_str(labels, LABEL_REPLICA_INDEX), -1);
+    v->index = idx > MAX_WORKERS ? -1 : (int)idx;
+    v->attempt = parse_ll(jsonx_key_str(annots, ANNOT_ATTEMPT), -1);
+    v->world = parse_ll(jsonx_key_str(annots, ANNOT_WORLD_SIZE), -1);
+    v->terminating = jsonx_str(pod, "metadata.deletionTimestamp") != NULL;
+    v->phase = jsonx_str(pod, "status.phase");
+    if (!v->phase) v->phase = "Pending";
+    v->ready = pod_condition(pod, "Ready");
+    const cJSON *ref;
+    cJSON_ArrayForEach(ref, jsonx_arr(pod, "metadata.ownerReferences"))
+    {
+        const char *uid = jsonx_str(ref, "uid");
+        if (jsonx_bool(ref, "controller", 0) && (!uid || !job_uid || strcmp(uid, job_uid) != 0))
+            v->foreign = 1;
+    }
+    v->exit_code = -1;
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, jsonx_arr(pod, "status.containerStatuses"))
+    {
+        const char *n = jsonx_str(cs, "name");
+        if (!n || strcmp(n, TRAINER_CONTAINER) != 0) continue;
+        const cJSON *t = jsonx_obj(cs, "state.terminated");
+        if (t) {
+            v->exit_code = (int)jsonx_int(t, "exitCode", -1);
+            v->message = jsonx_str(t, "message");
+        }
+    }
+
+    const char *reason = jsonx_str(pod, "status.reason");
+    int succeeded = strcmp(v->phase, "Succeeded") == 0;
+    int failed = strcmp(v->phase, "Failed") == 0;
+    if (pod_condition(pod, "DisruptionTarget")) {
+        v->disruption = "it was disrupted (DisruptionTarget)";
+    } else if (reason && !succeeded) {
+        for (size_t i = 0; disruptive_reasons[i]; i++)
+            if (strcmp(reason, disruptive_reasons[i]) == 0) v->disruption = disruptive_reasons[i];
+    }
+    if (!v->disruption && failed && v->exit_code < 0)
+        v->disruption = "it failed before the trainer ran";
+    if (!v->disruption && v->terminating && !succeeded && !failed) v->disruption = "it was deleted";
+}
+
+static int is_active(const PodView *v)
+{
+    return !v->terminating && strcmp(v->phase, "Succeeded") != 0 && strcmp(v->phase, "Failed") != 0;
+}
+
+/* True when obj has a controller owner reference to something other than uid. */
+static int owned_by_other(const cJSON *obj, const char *uid)
+{
+    const cJSON *ref;
+    cJSON_ArrayForEach(ref, jsonx_arr(obj, "metadata.ownerReferences"))
+    {
+        const char *u = jsonx_str(ref, "uid");
+        if (jsonx_bool(ref, "controller", 0) && (!u || !uid || strcmp(u, uid) != 0)) return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Status */
+
+typedef struct Ctx {
+    const ReconcileConfig *cfg;
+    const Observed *obs;
+    Plan *plan;
+    JobSpec spec;
+    cJSON *status; /* the new status, owned */
+    char now_str[32];
+    int nomem;
+} Ctx;
+
+/* Sets the condition `type`; returns 1 when its status changed (a transition). */
+static int set_condition(Ctx *c, const char *type, int value, const char *reason,
+                         const char *message)
+{
+    cJSON *conds = cJSON_GetObjectItemCaseSensitive(c->status, "conditions");
+    if (!cJSON_IsArray(conds)) conds = jsonx_set(c->status, "conditions", cJSON_CreateArray());
+    if (!conds) {
+        c->nomem = 1;
+        return 0;
+    }
+    const char *st = value ? "True" : "False";
+    cJSON *cond = NULL, *it;
+    cJSON_ArrayForEach(it, conds)
+    {
+        const char *t = jsonx_str(it, "type");
+        if (cJSON_IsObject(it) && t && strcmp(t, type) == 0) {
+            cond = it;
+            break;
+        }
+    }
+    int changed = 1;
+    if (!cond) {
+        cond = cJSON_CreateObject();
+        if (!cJSON_AddItemToArray(conds, cond)) {
+            cJSON_Delete(cond);
+            c->nomem = 1;
+            return 0;
+        }
+        jsonx_set_str(cond, "type", type);
+    } else {
+        const char *old = jsonx_str(cond, "status");
+        changed = !old || strcmp(old, st) != 0;
+    }
+    if (!jsonx_set_str(cond, "status", st) || !jsonx_set_str(cond, "reason", reason) ||
+        !jsonx_set_str(cond, "message", message))
+        c->nomem = 1;
+    if (changed && !jsonx_set_str(cond, "lastTransitionTime", c->now_str)) c->nomem = 1;
+    return changed;
+}
+
+/* Sets the condition to False only if it is present and True. */
+static void clear_condition(Ctx *c, const char *type, const char *reason, const char *message)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, jsonx_arr(c->status, "conditions"))
+    {
+        const char *t = jsonx_str(it, "type"), *st = jsonx_str(it, "status");
+        if (t && strcmp(t, type) == 0 && st && strcmp(st, "True") == 0) {
+            set_condition(c, type, 0, reason, message);
+            return;
+        }
+    }
+}
+
+/* The condition if present with status True, else NULL. */
+static const cJSON *true_condition(const cJSON *status, const char *type)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, jsonx_arr(status, "conditions"))
+    {
+        const char *t = jsonx_str(it, "type"), *st = jsonx_str(it, "status");
+        if (t && st && strcmp(t, type) == 0 && strcmp(st, "True") == 0) return it;
+    }
+    return NULL;
+}
+
+static void set_str(Ctx *c, const char *name, const char *v)
+{
+    if (!jsonx_set_str(c->status, name, v)) c->nomem = 1;
+}
+
+static void set_num(Ctx *c, cJSON *o, const char *name, double v)
+{
+    if (!jsonx_set_num(o, name, v)) c->nomem = 1;
+}
+
+static void event(Ctx *c, const char *type, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void event(Ctx *c, const char *type, const char *reason, const char *fmt, ...)
+{
+    Action *a = plan_add(c->plan, ACTION_EVENT, c->spec.name, NULL);
+    if (!a) {
+        c->nomem = 1;
+        return;
+    }
+    snprintf(a->event_type, sizeof a->event_type, "%s", type);
+    snprintf(a->reason, sizeof a->reason, "%s", reason);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->message, sizeof a->message, fmt, ap);
+    va_end(ap);
+}
+
+static void add_action(Ctx *c, ActionKind kind, const char *name, cJSON *object)
+{
+    if (!plan_add(c->plan, kind, name, object)) c->nomem = 1;
+}
+
+/* Queues the status update when the status changed. */
+static void emit_status(Ctx *c)
+{
+    const cJSON *old = jsonx_obj(c->obs->job, "status");
+    cJSON *empty = cJSON_CreateObject();
+    int same = cJSON_Compare(old ? old : empty, c->status, 1);
+    cJSON_Delete(empty);
+    if (same) return;
+    cJSON *job = cJSON_Duplicate(c->obs->job, 1);
+    if (!job || !jsonx_set(job, "status", cJSON_Duplicate(c->status, 1))) {
+        cJSON_Delete(job);
+        c->nomem = 1;
+        return;
+    }
+    add_action(c, ACTION_UPDATE_STATUS, c->spec.name, job);
+}
+
+static void requeue(Ctx *c, double after)
+{
+    if (after < 0) after = 0;
+    if (c->plan->requeue_after < 0 || after < c->plan->requeue_after)
+        c->plan->requeue_after = after;
+}
+
+static void delete_pods(Ctx *c, const PodView *v, size_t n, int only_active)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].terminating || !v[i].name) continue;
+        if (only_active && !is_active(&v[i])) continue;
+        add_action(c, ACTION_DELETE_POD, v[i].name, NULL);
+    }
+}
+
+/* The "error" of a termination message, or the message itself (one line). */
+static void failure_text(const char *message, char *out, size_t n)
+{
+    out[0] = 0;
+    if (!message) return;
+    cJSON *m = cJSON_Parse(message);
+    const char *e = jsonx_str(m, "error");
+    snprintf(out, n, "%s", e ? e : message);
+    cJSON_Delete(m);
+    for (char *p = out; *p; p++)
+        if (*p == '\n') *p = ' ';
+}
+
+/* ------------------------------------------------------------------------------------
+ * Decisions */
+
+/* Finished jobs: clean up pods per cleanPodPolicy, delete the job after its TTL. */
+static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
+{
+    if (c->spec.clean_pod_policy != CLEAN_NONE)
+        delete_pods(c, v, n, c->spec.clean_pod_policy == CLEAN_RUNNING);
+    double done;
+    if (c->spec.ttl_after_finished_s >= 0 &&
+        clock_parse_rfc3339(jsonx_str(c->status, "completionTime"), &done) == 0) {
+        double at = done + (double)c->spec.ttl_after_finished_s;
+        if (c->obs->now >= at)
+            add_action(c, ACTION_DELETE_JOB, c->spec.name, NULL);
+        else
+            requeue(c, at - c->obs->now);
+    }
+}
+
+/* Copies a succeeded chief's termination message (a JSON object without "error")
+ * into status.result. */
+static void record_result(Ctx *c, const PodView *chief)
+{
+    if (!chief || !chief->message || strcmp(chief->phase, "Succeeded") != 0) return;
+    cJSON *m = cJSON_Parse(chief->message);
+    if (cJSON_IsObject(m) && !jsonx_at(m, "error")) {
+        if (!jsonx_set(c->status, "result", m)) c->nomem = 1;
+    } else {
+        cJSON_Delete(m);
+    }
+}
+
+/* Ends the job: status first (the deletions that follow destroy the evidence), then
+ * the event and the cleanup. */
+static void finish(Ctx *c, int success, const char *reason, const char *message, const PodView *v,
+                   size_t n, const PodView *chief)
+{
+    set_str(c, "phase", success ? "Succeeded" : "Failed");
+    set_condition(c, success ? "Succeeded" : "Failed", 1, reason, message);
+    clear_condition(c, "Running", reason, message);
+    clear_condition(c, "Restarting", reason, message);
+    set_str(c, "completionTime", c->now_str);
+    record_result(c, chief);
+    emit_status(c);
+    event(c, success ? "Normal" : "Warning", reason, "%s", message);
+    reconcile_finished(c, v, n);
+}
+
+/* Restarts the whole group in a new attempt: status first, then delete every pod. */
+static void restart(Ctx *c, const char *reason, const char *counter, const char *message,
+                    const PodView *v, size_t n)
+{
+    long long attempt = jsonx_int(c->status, "attempt", 0);
+    set_num(c, c->status, "attempt", (double)(attempt + 1));
+    if (!jsonx_set_bool(c->status, "launched", 0) ||
+        !jsonx_set(c->status, "succeededIndexes", cJSON_CreateArray()))
+        c->nomem = 1;
+    if (counter) {
+        cJSON *r = jsonx_ensure_obj(c->status, "restarts");
+        if (!r) {
+            c->nomem = 1;
+        } else {
+            set_num(c, r, counter, (double)(jsonx_int(r, counter, 0) + 1));
+            if (!cJSON_GetObjectItemCaseSensitive(r, "application"))
+                set_num(c, r, "application", 0);
+            if (!cJSON_GetObjectItemCaseSensitive(r, "disruption")) set_num(c, r, "disruption", 0);
+        }
+    }
+    set_str(c, "phase", "Restarting");
+    set_condition(c, "Restarting", 1, reason, message);
+    clear_condition(c, "Running", reason, message);
+    emit_status(c);
+    event(c, "Warning", reason, "restarting all workers: %s", message);
+    delete_pods(c, v, n, 0);
+    if (counter && strcmp(counter, "application") == 0)
+        requeue(c,
+                reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1)));
+}
+
+static void set_worker_counts(Ctx *c, const PodView *v, size_t n, long long attempt, int nsucceeded)
+{
+    int active = 0, ready = 0, failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].attempt != attempt || v[i].index < 0 || v[i].index >= c->spec.workers) continue;
+        if (is_active(&v[i])) active++;
+        if (is_active(&v[i]) && v[i].ready) ready++;
+        if (strcmp(v[i].phase, "Failed") == 0) failed++;
+    }
+    cJSON *w = jsonx_ensure_obj(c->status, "workers");
+    if (!w) {
+        c->nomem = 1;
+        return;
+    }
+    set_num(c, w, "active", active);
+    set_num(c, w, "ready", ready);
+    set_num(c, w, "succeeded", nsucceeded);
+    set_num(c, w, "failed", failed);
+}
+
+/* A running (or pending) job: decide among success, resize, disruption, failure and
+ * progress, in that order. */
+static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
+{
+    const JobSpec *s = &c->spec;
+    const Observed *o = c->obs;
+    long long attempt = jsonx_int(c->status, "attempt", 0);
+    int launched = jsonx_bool(c->status, "launched", 0);
+    char msg[512], text[400];
+
+    /* Indexes of this attempt known to have succeeded, also after their pods are gone. */
+    unsigned char *done = calloc((size_t)s->workers, 1);
+    const PodView **cur = calloc((size_t)s->workers, sizeof *cur);
+    if (!done || !cur) {
+        c->nomem = 1;
+        goto out;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, jsonx_arr(c->status, "succeededIndexes"))
+    {
+        if (cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < s->workers)
+            done[(int)it->valuedouble] = 1;
+    }
+    int resized = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].attempt != attempt || v[i].index < 0 || v[i].index >= s->workers) continue;
+        if (cur[v[i].index]) continue; /* two pods claim one index: the first one counts */
+        cur[v[i].index] = &v[i];
+        if (strcmp(v[i].phase, "Succeeded") == 0) done[v[i].index] = 1;
+        if (v[i].world != s->workers) resized = 1;
+    }
+    int nsucceeded = 0;
+    cJSON *idx = jsonx_set(c->status, "succeededIndexes", cJSON_CreateArray());
+    for (int i = 0; i < s->workers; i++) {
+        if (!done[i]) continue;
+        nsucceeded++;
+        if (!idx || !cJSON_AddItemToArray(idx, cJSON_CreateNumber(i))) c->nomem = 1;
+    }
+    set_worker_counts(c, v, n, attempt, nsucceeded);
+    /* Recorded as soon as the chief succeeds: with successPolicy AllWorkers its pod may be
+     * garbage-collected before the job completes. */
+    record_result(c, cur[0]);
+
+    /* activeDeadlineSeconds counts from startTime (reset on resume). */
+    double start;
+    int started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &start) == 0;
+    if (started && s->active_deadline_s >= 0) {
+        double at = start + (double)s->active_deadline_s;
+        if (o->now >= at) {
+            snprintf(msg, sizeof msg, "the job ran longer than activeDeadlineSeconds=%lld",
+                     s->active_deadline_s);
+            finish(c, 0, "DeadlineExceeded", msg, v, n, NULL);
+            goto out;
+        }
+        requeue(c, at - o->now);
+    }
+
+    int all_done = 1;
+    for (int i = 0; i < s->workers; i++)
+        all_done &= done[i];
+    if (s->success_policy == SUCCESS_CHIEF_COMPLETED ? done[0] : all_done) {
+        snprintf(msg, sizeof msg, "%s",
+                 s->success_policy == SUCCESS_CHIEF_COMPLETED ? "the chief (worker 0) completed"
+                                                              : "all workers completed");
+        finish(c, 1, "Completed", msg, v, n, cur[0]);
+        goto out;
+    }
+
+    if (resized) {
+        snprintf(msg, sizeof msg,
+                 "spec.workers changed to %d; the group resumes from its "
+                 "checkpoint with the new world size",
+                 s->workers);
+        restart(c, "WorkersChanged", NULL, msg, v, n);
+        goto out;
+    }
+
+    for (int i = 0; i < s->workers; i++) {
+        const char *why = cur[i]                   ? cur[i]->disruption
+                          : (launched && !done[i]) ? "its pod is gone"
+                                                   : NULL;
+        if (why && !(cur[i] && strcmp(cur[i]->phase, "Succeeded") == 0)) {
+            snprintf(msg, sizeof msg, "worker %d was disrupted: %s", i, why);
+            restart(c, "Disruption", "disruption", msg, v, n);
+            goto out;
+        }
+    }
+
+    for (int i = 0; i < s->workers; i++) {
+        if (!cur[i] || strcmp(cur[i]->phase, "Failed") != 0) continue;
+        int code = cur[i]->exit_code;
+        failure_text(cur[i]->message, text, sizeof text);
+        snprintf(msg, sizeof msg, "worker %d exited with code %d%s%s", i, code, *text ? ": " : "",
+                 text);
+        int retry = s->restart_policy == RESTART_ON_FAILURE ||
+                    (s->restart_policy == RESTART_EXIT_CODE && (code == 75 || code >= 128));
+        long long app = jsonx_int(c->status, "restarts.application", 0);
+        if (!retry) {
+            finish(c, 0,
+                   s->restart_policy == RESTART_NEVER ? "WorkerFailed" : "NonRetryableExitCode",
+                   msg, v, n, NULL);
+        } else if (app >= s->backoff_limit) {
+            char m2[600];
+            snprintf(m2, sizeof m2, "backoffLimit=%d reached; last: %s", s->backoff_limit, msg);
+            finish(c, 0, "BackoffLimitExceeded", m2, v, n, NULL);
+        } else {
+            restart(c, "WorkerFailed", "application", msg, v, n);
+        }
+        goto out;
+    }
+
+    /* Progress: pods of older attempts go first; their names block the new ones. */
+    /* A Secret or Service left by an older job of the same name is the garbage
+     * collector's: pods wait until it is gone and ours is created. */
+    int blocked = foreign || (o->secret && owned_by_other(o->secret, s->uid)) ||
+                  (o->service && owned_by_other(o->service, s->uid));
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].attempt == attempt && v[i].index >= 0 && v[i].index < s->workers &&
+            cur[v[i].index] == &v[i])
+            continue;
+        blocked = 1;
+        if (!v[i].terminating && v[i].name) add_action(c, ACTION_DELETE_POD, v[i].name, NULL);
+    }
+    const cJSON *rs = true_condition(c->status, "Restarting");
+    const char *rs_reason = jsonx_str(rs, "reason");
+    double rs_time;
+    if (rs && rs_reason && strcmp(rs_reason, "WorkerFailed") == 0 &&
+        clock_parse_rfc3339(jsonx_str(rs, "lastTransitionTime"), &rs_time) == 0) {
+        /* Condition times have one-second resolution: count from the end of that second
+         * so that the delay is never cut short. */
+        double at =
+            rs_time + 1 +
+            reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
+        if (o->now < at) {
+            blocked = 1;
+            requeue(c, at - o->now);
+        }
+    }
+    if (!o->secret) {
+        char name[300];
+        desired_secret_name(s->name, name, sizeof name);
+        add_action(c, ACTION_CREATE_SECRET, name, desired_secret(s, o->ring_key));
+    }
+    if (!o->service) {
+        char name[300];
+        desired_service_name(s->name, name, sizeof name);
+        add_action(c, ACTION_CREATE_SERVICE, name, desired_service(s));
+    }
+    int created = 0, present = 0, running = 0;
+    for (int i = 0; i < s->workers; i++) {
+        if (cur[i] || done[i]) {
+            present++;
+            if (cur[i] && !done[i] && is_active(cur[i]) && strcmp(cur[i]->phase, "Running") == 0)
+                running++;
+            continue;
+        }
+        if (blocked) continue;
+        cJSON *pod = desired_pod(s, &c->cfg->desired, i, attempt);
+        if (!pod) {
+            c->nomem = 1;
+            break;
+        }
+        add_action(c, ACTION_CREATE_POD, jsonx_str(pod, "metadata.name"), pod);
+        created++;
+        present++;
+    }
+    if (created) {
+        event(c, "Normal", "CreatedWorkers", "created %d worker pod%s (attempt %lld)", created,
+              created == 1 ? "" : "s", attempt);
+        if (!started) {
+            set_str(c, "startTime", c->now_str);
+            if (s->active_deadline_s >= 0) requeue(c, (double)s->active_deadline_s);
+        }
+        snprintf(msg, sizeof msg, "created %d worker pods", s->workers);
+        set_condition(c, "Created", 1, "PodsCreated", msg);
+        /* The pods created here are active (Pending) once this status is written, so
+         * the next pass, which observes them, need not write again. */
+        cJSON *w = jsonx_ensure_obj(c->status, "workers");
+        if (!w)
+            c->nomem = 1;
+        else
+            set_num(c, w, "active", (double)(jsonx_int(w, "active", 0) + created));
+    }
+    if (present == s->workers && !launched && !jsonx_set_bool(c->status, "launched", 1))
+        c->nomem = 1;
+
+    if (present == s->workers && running > 0 && running + nsucceeded == s->workers) {
+        set_str(c, "phase", "Running");
+        snprintf(msg, sizeof msg, "all %d workers are running", s->workers);
+        set_condition(c, "Running", 1, "AllWorkersRunning", msg);
+        clear_condition(c, "Restarting", "AllWorkersRunning", msg);
+    } else if (!rs) {
+        set_str(c, "phase", "Pending");
+    }
+    emit_status(c);
+out:
+    free(done);
+    free(cur);
+}
+
+int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char *err, size_t errlen)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->requeue_after = -1;
+    if (!cJSON_IsObject(obs->job) || !jsonx_str(obs->job, "metadata.name")) {
+        snprintf(err, errlen, "the TrainingJob object has no metadata.name");
+        return -EINVAL;
+    }
+    if (jsonx_str(obs->job, "metadata.deletionTimestamp")) return 0; /* the GC owns it now */
+
+    Ctx c = {.cfg = cfg, .obs = obs, .plan = plan};
+    clock_format_rfc3339(obs->now, c.now_str, sizeof c.now_str);
+    const cJSON *old = jsonx_obj(obs->job, "status");
+    c.status = old ? cJSON_Duplicate(old, 1) : cJSON_CreateObject();
+    PodView *views = calloc(obs->npods + 1, sizeof *views);
+    if (!c.status || !views) {
+        c.nomem = 1;
+        goto out;
+    }
+    const char *uid = jsonx_str(obs->job, "metadata.uid");
+    size_t nviews = 0;
+    int foreign = 0;
+    for (size_t i = 0; i < obs->npods; i++) {
+        view_pod(obs->pods[i], uid, &views[nviews]);
+        /* Pods of an older job of the same name are the garbage collector's; they only
+         * block their names. */
+        if (views[nviews].foreign)
+            foreign = 1;
+        else
+            nviews++;
+    }
+
+    char perr[400];
+    if (jobspec_parse(obs->job, &c.spec, perr, sizeof perr) != 0) {
+        c.spec.name = jsonx_str(obs->job, "metadata.name");
+        set_num(&c, c.status, "observedGeneration",
+                (double)jsonx_int(obs->job, "metadata.generation", 0));
+        if (set_condition(&c, "Invalid", 1, "InvalidSpec", perr))
+            event(&c, "Warning", "InvalidSpec", "%s", perr);
+        if (!jsonx_str(c.status, "phase")) set_str(&c, "phase", "Pending");
+        emit_status(&c);
+        goto out;
+    }
+    set_num(&c, c.status, "observedGeneration", (double)c.spec.generation);
+    clear_condition(&c, "Invalid", "ValidSpec", "the spec is valid");
+
+    const char *phase = jsonx_str(c.status, "phase");
+    if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) {
+        reconcile_finished(&c, views, nviews);
+        emit_status(&c);
+        goto out;
+    }
+
+    if (c.spec.suspend) {
+        if (!phase || strcmp(phase, "Suspended") != 0) {
+            set_num(&c, c.status, "attempt", (double)(jsonx_int(c.status, "attempt", 0) + 1));
+            if (!jsonx_set_bool(c.status, "launched", 0) ||
+                !jsonx_set(c.status, "succeededIndexes", cJSON_CreateArray()))
+                c.nomem = 1;
+            set_str(&c, "phase", "Suspended");
+            set_condition(&c, "Suspended", 1, "Suspended", "spec.suspend is true");
+            clear_condition(&c, "Running", "Suspended", "spec.suspend is true");
+            clear_condition(&c, "Restarting", "Suspended", "spec.suspend is true");
+            emit_status(&c);
+            event(&c, "Normal", "Suspended", "job suspended: deleting its worker pods");
+        } else {
+            emit_status(&c);
+        }
+        delete_pods(&c, views, nviews, 0);
+        goto out;
+    }
+    if (phase && strcmp(phase, "Suspended") == 0) {
+        set_condition(&c, "Suspended", 0, "Resumed", "spec.suspend is false");
+        set_str(&c, "phase", "Pending");
+        cJSON_DeleteItemFromObjectCaseSensitive(c.status, "startTime");
+        event(&c, "Normal", "Resumed", "job resumed: the workers restart from the checkpoint");
+    }
+    reconcile_active(&c, views, nviews, foreign);
+out:
+    free(views);
+    cJSON_Delete(c.status);
+    if (c.nomem) {
+        snprintf(err, errlen, "out of memory while reconciling");
+        return -ENOMEM;
+    }
+    return 0;
+}

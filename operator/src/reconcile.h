@@ -1,0 +1,81 @@
+/* reconcile — the operator's decisions for one TrainingJob, as a pure function:
+ * the job, its observed Secret, Service and pods, the time and 32 fresh random bytes
+ * go in; the ordered list of API actions and the delay before the job must be looked
+ * at again come out. No I/O happens here, so every policy is tested over fixtures.
+ *
+ * Level-triggered and idempotent: the plan depends only on what is observed, and the
+ * operator may stop between any two actions; the next reconcile finishes the work.
+ * The group's incarnation ("attempt", in status and in each pod's annotation) makes
+ * this hold across restarts: a decision that destroys its own evidence (deleting
+ * pods to restart, suspend or clean up) is written to status first, so that pods of
+ * an older attempt are recognised as stale and never counted twice. */
+#ifndef KT_RECONCILE_H
+#define KT_RECONCILE_H
+
+#include "desired.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+typedef enum {
+    ACTION_CREATE_SECRET,
+    ACTION_CREATE_SERVICE,
+    ACTION_CREATE_POD,
+    ACTION_DELETE_POD,
+    ACTION_UPDATE_STATUS, /* object: the whole job with the new status (PUT .../status) */
+    ACTION_DELETE_JOB,    /* ttlSecondsAfterFinished elapsed */
+    ACTION_EVENT,         /* event_type, reason, message */
+} ActionKind;
+
+typedef struct Action {
+    ActionKind kind;
+    char name[256];     /* the object acted on (the job's name for status, events) */
+    cJSON *object;      /* CREATE_*, UPDATE_STATUS: owned by the plan; else NULL */
+    char event_type[8]; /* "Normal" | "Warning" */
+    char reason[64];
+    char message[512];
+} Action;
+
+typedef struct Plan {
+    Action *actions;
+    size_t n, cap;
+    double requeue_after; /* seconds until a timer (deadline, TTL, backoff); < 0: none */
+} Plan;
+
+typedef struct ReconcileConfig {
+    DesiredConfig desired;
+    double backoff_base_s; /* delay before the first retry after an application failure */
+    double backoff_max_s;  /* the delay doubles per failure up to this */
+} ReconcileConfig;
+
+typedef struct Observed {
+    const cJSON *job;         /* the TrainingJob */
+    const cJSON *secret;      /* <job>-secret or NULL */
+    const cJSON *service;     /* <job>-worker or NULL */
+    const cJSON *const *pods; /* pods labelled with the job's name */
+    size_t npods;
+    double now;                 /* wall-clock seconds */
+    unsigned char ring_key[32]; /* used only when the Secret is created */
+} Observed;
+
+/* Computes the plan for obs->job into *plan (initialised here; free it with
+ * plan_free even on error). Returns 0, or -ENOMEM / -EINVAL (the job object is not a
+ * TrainingJob with metadata) with one line in err. A spec the operator cannot run is
+ * not an error: the plan then sets the Invalid condition. */
+int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char *err,
+              size_t errlen);
+
+/* Frees the actions' objects and the array; NULL is a no-op. */
+void plan_free(Plan *plan);
+
+/* "create-pod mnist-worker-0\nupdate-status mnist\n..." — one line per action (events
+ * as "event <type> <reason>"). Caller frees. For tests and debug logs. */
+char *plan_describe(const Plan *plan);
+
+/* The action's verb as in plan_describe ("create-pod"). */
+const char *action_kind_name(ActionKind kind);
+
+/* Backoff before retry number n (n >= 1) after application failures. */
+double reconcile_backoff_delay(const ReconcileConfig *cfg, long long n);
+
+#endif

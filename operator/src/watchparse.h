@@ -1,0 +1,36 @@
+/* watchparse — splits a watch response body (newline-delimited JSON events, delivered
+ * in chunks cut at arbitrary bytes) into whole events. Bytes are buffered until a
+ * newline ends the line; each complete line is parsed and handed to the callback as
+ * (type, object). A line that is not a JSON event object is reported and skipped. */
+#ifndef KT_WATCHPARSE_H
+#define KT_WATCHPARSE_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* Called for each event: type is ADDED | MODIFIED | DELETED | BOOKMARK | ERROR;
+ * `object` is borrowed for the call. A non-zero return stops feeding and is
+ * returned by watchparse_feed. */
+typedef int (*WatchEventFn)(void *ctx, const char *type, const cJSON *object);
+
+typedef struct WatchParser {
+    char *buf;
+    size_t len, cap;
+    size_t max_line; /* a longer line is dropped (reported), default 64 MiB */
+    WatchEventFn fn;
+    void *ctx;
+    unsigned long bad_lines;
+} WatchParser;
+
+void watchparse_init(WatchParser *p, WatchEventFn fn, void *ctx);
+
+/* Frees the buffer; the parser may be initialised again. */
+void watchparse_free(WatchParser *p);
+
+/* Feeds n bytes. Returns 0, the callback's non-zero value, or -ENOMEM. */
+int watchparse_feed(WatchParser *p, const char *data, size_t n);
+
+/* Drops a partial line (the stream was cut; the next watch starts afresh). */
+void watchparse_reset(WatchParser *p);
+
+#endif

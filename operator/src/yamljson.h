@@ -1,0 +1,16 @@
+/* yamljson — a YAML document read into a cJSON tree with libyaml, so that kubeconfig
+ * files are navigated with the same checked getters as API objects. Mappings become
+ * objects, sequences arrays; scalars stay strings, except plain (unquoted) true/false
+ * which become booleans, so `insecure-skip-tls-verify: true` reads as a boolean. */
+#ifndef KT_YAMLJSON_H
+#define KT_YAMLJSON_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+/* Parses the first document of `text` (len bytes). Returns 0 and *out (the caller
+ * frees it with cJSON_Delete; an empty document gives an empty object), or -EINVAL
+ * with "line L: problem" in err. */
+int yamljson_parse(const char *text, size_t len, cJSON **out, char *err, size_t errlen);
+
+#endif

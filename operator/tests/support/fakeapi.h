@@ -1,0 +1,37 @@
+/* fakeapi — an in-memory stand-in for kube-apiserver on loopback HTTP, for unit tests
+ * of the informers and the controller: list (with resourceVersion), watch (chunked
+ * event streams from a resourceVersion, ERROR 410 once history is expired), get,
+ * create (uid, resourceVersion, generation, creationTimestamp), update with optimistic
+ * concurrency (409 Conflict on a stale resourceVersion), the status subresource, and
+ * delete with uid preconditions. Label selectors of the form key=value. There is no
+ * kubelet and no garbage collector: tests play those parts through the direct calls. */
+#ifndef KT_FAKEAPI_H
+#define KT_FAKEAPI_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+typedef struct FakeApi FakeApi;
+
+/* Starts listening on 127.0.0.1 (a free port). NULL on failure. */
+FakeApi *fakeapi_start(void);
+int fakeapi_port(FakeApi *f);
+/* Closes every stream, joins the threads and frees f. */
+void fakeapi_stop(FakeApi *f);
+
+/* Direct store access, as another client would act. Paths are API paths
+ * ("/api/v1/namespaces/default/pods"). Returned objects are copies the caller frees. */
+cJSON *fakeapi_create(FakeApi *f, const char *collection, const char *json);
+cJSON *fakeapi_get(FakeApi *f, const char *object_path);
+/* Replaces the whole object (status included), bumping its resourceVersion. 0 or -ENOENT. */
+int fakeapi_put(FakeApi *f, const char *object_path, const cJSON *obj);
+/* Deletes the object now. 0 or -ENOENT. */
+int fakeapi_delete(FakeApi *f, const char *object_path);
+/* Copies of the objects in a collection (all namespaces for a cluster-wide path). */
+cJSON *fakeapi_list(FakeApi *f, const char *collection);
+/* Forgets the event history: open watches get ERROR 410 and must relist. */
+void fakeapi_expire(FakeApi *f);
+/* Requests served with this method ("POST", "WATCH", "LIST", ...). */
+unsigned long fakeapi_requests(FakeApi *f, const char *method);
+
+#endif

@@ -1,0 +1,393 @@
+/* Informers and the controller against the in-memory API server: list, watch and
+ * relist after 410; a job's objects created with the right TF_CONFIG; status phases;
+ * a worker failure restarting the group with backoff; success with the chief's result
+ * and cleanup; a deadline and a TTL that fire from timers, with no event to wake them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "clock.h"
+#include "controller.h"
+#include "fakeapi.h"
+#include "informer.h"
+#include "jsonx.h"
+#include "metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define JOBS "/apis/kubetrain.dev/v1alpha1/namespaces/default/trainingjobs"
+#define PODS "/api/v1/namespaces/default/pods"
+
+static FakeApi *api;
+static KubeClient *client;
+static Controller *running; /* stopped by teardown when a failed test left it running */
+
+static int setup(void **state)
+{
+    (void)state;
+    metrics_init();
+    api = fakeapi_start();
+    if (!api) return -1;
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
+    KubeConfig cfg = {.server = server};
+    snprintf(cfg.source, sizeof cfg.source, "fakeapi");
+    client = kclient_new(&cfg, 0, 0, err, sizeof err);
+    return client ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (running) {
+        controller_stop(running);
+        controller_free(running);
+    }
+    kclient_free(client);
+    fakeapi_stop(api);
+    return 0;
+}
+
+static void nap(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls cond(arg) every 10 ms for up to timeout seconds; returns the seconds it took
+ * or fails the test. */
+#define WAIT_FOR(timeout, what, expr)                                                              \
+    ({                                                                                             \
+        double t0_ = clock_mono();                                                                 \
+        while (!(expr)) {                                                                          \
+            if (clock_mono() - t0_ > (timeout)) fail_msg("timed out waiting for %s", what);        \
+            nap(0.01);                                                                             \
+        }                                                                                          \
+        clock_mono() - t0_;                                                                        \
+    })
+
+/* ------------------------------------------------------------------------------------
+ * Informer */
+
+typedef struct Seen {
+    int added, modified, deleted;
+} Seen;
+
+static void count_event(void *ctx, const char *type, const cJSON *obj)
+{
+    Seen *s = ctx;
+    (void)obj;
+    if (strcmp(type, "ADDED") == 0) __atomic_add_fetch(&s->added, 1, __ATOMIC_SEQ_CST);
+    if (strcmp(type, "MODIFIED") == 0) __atomic_add_fetch(&s->modified, 1, __ATOMIC_SEQ_CST);
+    if (strcmp(type, "DELETED") == 0) __atomic_add_fetch(&s->deleted, 1, __ATOMIC_SEQ_CST);
+}
+
+static int has(Informer *inf, const char *ns, const char *name)
+{
+    cJSON *o = informer_get(inf, ns, name);
+    cJSON_Delete(o);
+    return o != NULL;
+}
+
+static void test_informer_list_watch_relist(void **state)
+{
+    (void)state;
+    const char *coll = "/api/v1/namespaces/inf/configmaps";
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"a\",\"labels\":{\"k\":\"v\"}}}"));
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"other\",\"labels\":{\"k\":\"w\"}}}"));
+    Seen s = {0};
+    InformerOptions o = {.group_version = "v1",
+                         .plural = "configmaps",
+                         .ns = "inf",
+                         .label_selector = "k=v",
+                         .handler = count_event,
+                         .ctx = &s,
+                         .watch_timeout_s = 1};
+    Informer *inf = informer_new(client, &o);
+    assert_int_equal(informer_start(inf), 0);
+    WAIT_FOR(5, "the first list", informer_synced(inf));
+    assert_true(has(inf, "inf", "a"));
+    assert_false(has(inf, "inf", "other")); /* filtered by the selector */
+
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"b\",\"labels\":{\"k\":\"v\"}}}"));
+    WAIT_FOR(5, "b from the watch", has(inf, "inf", "b"));
+    fakeapi_delete(api, "/api/v1/namespaces/inf/configmaps/a");
+    WAIT_FOR(5, "a deleted", !has(inf, "inf", "a"));
+
+    /* The server ends each watch after 1 s: the informer resumes without losing events. */
+    nap(1.3);
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"c\",\"labels\":{\"k\":\"v\"}}}"));
+    WAIT_FOR(5, "c after a watch timeout", has(inf, "inf", "c"));
+
+    /* History expired: 410, relist; a deletion missed meanwhile is noticed by the diff. */
+    unsigned long lists = fakeapi_requests(api, "LIST");
+    fakeapi_expire(api);
+    fakeapi_delete(api, "/api/v1/namespaces/inf/configmaps/b");
+    WAIT_FOR(5, "a relist", fakeapi_requests(api, "LIST") > lists);
+    WAIT_FOR(5, "b gone after the relist", !has(inf, "inf", "b"));
+    assert_true(has(inf, "inf", "c"));
+    assert_int_equal(informer_size(inf), 1);
+    assert_true(__atomic_load_n(&s.deleted, __ATOMIC_SEQ_CST) >= 2);
+    informer_stop(inf);
+    informer_free(inf);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Controller */
+
+static Controller *start_controller(void)
+{
+    char err[256];
+    ControllerConfig cc = {
+        .namespace = "default",
+        .reconcile = {.desired = {.trainer_image = "img:test", .cluster_domain = ""},
+                      .backoff_base_s = 0.3,
+                      .backoff_max_s = 1},
+        .workers = 2,
+        .identity = "test",
+    };
+    Controller *c = controller_new(client, &cc, err, sizeof err);
+    if (!c) fail_msg("controller_new: %s", err);
+    assert_int_equal(controller_start_informers(c), 0);
+    WAIT_FOR(5, "caches", controller_synced(c));
+    assert_int_equal(controller_start_workers(c), 0);
+    running = c;
+    return c;
+}
+
+static cJSON *get_job(const char *name)
+{
+    char p[256];
+    snprintf(p, sizeof p, JOBS "/%s", name);
+    return fakeapi_get(api, p);
+}
+
+static const char *phase_of(cJSON *job)
+{
+    return jsonx_str(job, "status.phase");
+}
+
+/* The job's status.phase equals `phase` (reads a fresh copy). */
+static int job_phase_is(const char *name, const char *phase)
+{
+    cJSON *j = get_job(name);
+    const char *p = phase_of(j);
+    int ok = p && strcmp(p, phase) == 0;
+    cJSON_Delete(j);
+    return ok;
+}
+
+static int count_pods(const char *job, const char *attempt)
+{
+    cJSON *pods = fakeapi_list(api, PODS);
+    int n = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, pods)
+    {
+        const char *j = jsonx_key_str(jsonx_obj(p, "metadata.labels"), "kubetrain.dev/job-name");
+        const char *a =
+            jsonx_key_str(jsonx_obj(p, "metadata.annotations"), "kubetrain.dev/attempt");
+        if (j && strcmp(j, job) == 0 && (!attempt || (a && strcmp(a, attempt) == 0))) n++;
+    }
+    cJSON_Delete(pods);
+    return n;
+}
+
+/* Plays the kubelet: sets a pod's phase, and for a finished pod the trainer's exit. */
+static void set_pod(const char *name, const char *phase, int exit_code, const char *message)
+{
+    char p[256], buf[1024];
+    snprintf(p, sizeof p, PODS "/%s", name);
+    cJSON *pod = fakeapi_get(api, p);
+    assert_non_null(pod);
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", phase);
+    if (strcmp(phase, "Running") == 0)
+        jsonx_set(st, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    if (exit_code >= 0) {
+        cJSON *m = cJSON_CreateString(message ? message : "");
+        char *ms = cJSON_PrintUnformatted(m);
+        snprintf(
+            buf, sizeof buf,
+            "[{\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":%d,\"message\":%s}}}]",
+            exit_code, ms);
+        free(ms);
+        cJSON_Delete(m);
+        jsonx_set(st, "containerStatuses", cJSON_Parse(buf));
+    }
+    assert_int_equal(fakeapi_put(api, p, pod), 0);
+    cJSON_Delete(pod);
+}
+
+static void test_job_lifecycle(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    cJSON_Delete(
+        fakeapi_create(api, JOBS,
+                       "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                       "\"metadata\":{\"name\":\"life\"},\"spec\":{\"workers\":2,"
+                       "\"backoffLimit\":3}}"));
+    WAIT_FOR(5, "2 pods", count_pods("life", "0") == 2);
+    cJSON *svc = fakeapi_get(api, "/api/v1/namespaces/default/services/life-worker");
+    cJSON *sec = fakeapi_get(api, "/api/v1/namespaces/default/secrets/life-secret");
+    assert_non_null(svc);
+    assert_non_null(sec);
+    cJSON *job = get_job("life");
+    const char *uid = jsonx_str(job, "metadata.uid");
+    assert_string_equal(
+        jsonx_str(cJSON_GetArrayItem(jsonx_arr(svc, "metadata.ownerReferences"), 0), "uid"), uid);
+    cJSON *pod = fakeapi_get(api, PODS "/life-worker-1");
+    const cJSON *e;
+    const char *tf = NULL;
+    cJSON_ArrayForEach(e,
+                       jsonx_arr(cJSON_GetArrayItem(jsonx_arr(pod, "spec.containers"), 0), "env"))
+    {
+        if (strcmp(jsonx_str(e, "name"), "TF_CONFIG") == 0) tf = jsonx_str(e, "value");
+    }
+    assert_non_null(tf);
+    assert_string_equal(tf,
+                        "{\"cluster\":{\"worker\":[\"life-worker-0.life-worker.default.svc:2222\","
+                        "\"life-worker-1.life-worker.default.svc:2222\"]},"
+                        "\"task\":{\"type\":\"worker\",\"index\":1}}");
+    cJSON_Delete(pod);
+    cJSON_Delete(svc);
+    cJSON_Delete(sec);
+    cJSON_Delete(job);
+    WAIT_FOR(5, "phase Pending", job_phase_is("life", "Pending"));
+
+    set_pod("life-worker-0", "Running", -1, NULL);
+    set_pod("life-worker-1", "Running", -1, NULL);
+    WAIT_FOR(5, "phase Running", job_phase_is("life", "Running"));
+
+    /* Worker 1 fails: the whole group restarts in attempt 1 after the backoff. */
+    double t0 = clock_mono();
+    set_pod("life-worker-1", "Failed", 1, "{\"error\":\"boom\"}");
+    WAIT_FOR(5, "attempt 1 pods", count_pods("life", "1") == 2);
+    double dt = clock_mono() - t0;
+    if (dt < 0.3) fail_msg("pods recreated after %g s, before the 0.3 s backoff", dt);
+    job = get_job("life");
+    assert_int_equal(jsonx_int(job, "status.restarts.application", -1), 1);
+    assert_int_equal(jsonx_int(job, "status.attempt", -1), 1);
+    cJSON_Delete(job);
+    assert_int_equal(count_pods("life", NULL), 2);
+
+    /* The chief finishes: Succeeded with its result; the running worker is cleaned up. */
+    set_pod("life-worker-0", "Running", -1, NULL);
+    set_pod("life-worker-1", "Running", -1, NULL);
+    set_pod("life-worker-0", "Succeeded", 0,
+            "{\"step\":210,\"epoch\":3,\"loss\":0.4,\"accuracy\":0.9}");
+    WAIT_FOR(5, "phase Succeeded", job_phase_is("life", "Succeeded"));
+    job = get_job("life");
+    assert_int_equal(jsonx_int(job, "status.result.step", -1), 210);
+    assert_non_null(jsonx_str(job, "status.completionTime"));
+    cJSON_Delete(job);
+    WAIT_FOR(5, "worker 1 cleaned up", count_pods("life", NULL) == 1);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
+static void test_deadline_and_ttl_timers(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    double t0 = clock_mono();
+    cJSON_Delete(fakeapi_create(api, JOBS,
+                                "{\"metadata\":{\"name\":\"dl\"},\"spec\":{\"workers\":1,"
+                                "\"activeDeadlineSeconds\":1,\"ttlSecondsAfterFinished\":1}}"));
+    /* Nothing else happens to the job: only the timers can fail it, then delete it. */
+    double waited = WAIT_FOR(6, "DeadlineExceeded", job_phase_is("dl", "Failed"));
+    double at = clock_mono() - t0;
+    (void)waited;
+    /* startTime has one-second resolution, so the deadline lands 0..2 s after creation. */
+    if (at > 3.0) fail_msg("deadline fired %g s after creation, want <= 3", at);
+    cJSON *job = get_job("dl");
+    const cJSON *cond;
+    int found = 0;
+    cJSON_ArrayForEach(cond, jsonx_arr(job, "status.conditions"))
+    {
+        if (strcmp(jsonx_str(cond, "type"), "Failed") == 0) {
+            assert_string_equal(jsonx_str(cond, "reason"), "DeadlineExceeded");
+            found = 1;
+        }
+    }
+    assert_true(found);
+    cJSON_Delete(job);
+    WAIT_FOR(5, "the running pod deleted", count_pods("dl", NULL) == 0);
+    WAIT_FOR(5, "the TTL deletes the job", (job = get_job("dl")) == NULL || (cJSON_Delete(job), 0));
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
+static void test_watch_expiry_and_bad_objects(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    /* A pod with fields of the wrong types, labelled with a job's name, and a job whose
+     * spec is not an object: logged and skipped, never a crash. */
+    cJSON_Delete(
+        fakeapi_create(api, PODS,
+                       "{\"metadata\":{\"name\":\"junk\",\"labels\":{\"kubetrain.dev/job-name\":"
+                       "\"bad\",\"app.kubernetes.io/managed-by\":\"kubetrain-operator\"},"
+                       "\"ownerReferences\":\"x\",\"annotations\":7},\"status\":[]}"));
+    cJSON_Delete(fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"bad\"},\"spec\":\"oops\"}"));
+    WAIT_FOR(5, "the Invalid condition", job_phase_is("bad", "Pending"));
+    fakeapi_expire(api);
+    cJSON_Delete(
+        fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"after\"},\"spec\":{\"workers\":3}}"));
+    WAIT_FOR(10, "pods of a job created after the expiry", count_pods("after", "0") == 3);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
+static int exists(const char *path)
+{
+    cJSON *o = fakeapi_get(api, path);
+    cJSON_Delete(o);
+    return o != NULL;
+}
+
+static void test_owned_object_events_reach_their_job(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    cJSON_Delete(
+        fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"own\"},\"spec\":{\"workers\":1}}"));
+    const char *svc = "/api/v1/namespaces/default/services/own-worker";
+    const char *sec = "/api/v1/namespaces/default/secrets/own-secret";
+    WAIT_FOR(5, "the Service", exists(svc));
+    WAIT_FOR(5, "the Secret", exists(sec));
+    /* Deleting an owned object is an event on it, mapped to the job through its owner
+     * reference; the job's reconcile puts it back. */
+    assert_int_equal(fakeapi_delete(api, svc), 0);
+    WAIT_FOR(5, "the Service recreated", exists(svc));
+    assert_int_equal(fakeapi_delete(api, sec), 0);
+    WAIT_FOR(5, "the Secret recreated", exists(sec));
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_informer_list_watch_relist),
+        cmocka_unit_test(test_job_lifecycle),
+        cmocka_unit_test(test_deadline_and_ttl_timers),
+        cmocka_unit_test(test_watch_expiry_and_bad_objects),
+        cmocka_unit_test(test_owned_object_events_reach_their_job),
+    };
+    return cmocka_run_group_tests_name("controller", tests, setup, teardown);
+}

@@ -1,0 +1,303 @@
+/* kubeconfig fixtures: context selection, files and inline data, tokens, exec
+ * plugins, the search order, in-cluster configuration, and malformed input. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "kcfg.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static void write_file(const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kt-kcfg-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static KubeConfig *parse_ok(const char *yaml)
+{
+    KubeConfig *c = NULL;
+    char err[512] = "";
+    int rc = kcfg_parse(yaml, strlen(yaml), "/etc/kube", "fixture", &c, err, sizeof err);
+    if (rc) fail_msg("kcfg_parse: %s", err);
+    return c;
+}
+
+static void parse_err(const char *yaml, const char *want_substring)
+{
+    KubeConfig *c = NULL;
+    char err[512] = "";
+    int rc = kcfg_parse(yaml, strlen(yaml), "/etc/kube", "fixture", &c, err, sizeof err);
+    assert_true(rc < 0);
+    assert_null(c);
+    if (!strstr(err, want_substring)) fail_msg("error \"%s\" lacks \"%s\"", err, want_substring);
+}
+
+/* "hello-ca" and "hello-cert" in base64. */
+#define CA_B64 "aGVsbG8tY2E="
+#define CERT_B64 "aGVsbG8t\n  Y2VydA=="
+
+static void test_current_context_token_and_data(void **state)
+{
+    (void)state;
+    KubeConfig *c = parse_ok("apiVersion: v1\nkind: Config\n"
+                             "current-context: b\n"
+                             "clusters:\n"
+                             "- name: one\n  cluster: {server: 'https://one:6443'}\n"
+                             "- name: two\n  cluster:\n    server: https://two:6443/\n"
+                             "    certificate-authority-data: " CA_B64 "\n"
+                             "contexts:\n"
+                             "- name: a\n  context: {cluster: one, user: u1}\n"
+                             "- name: b\n  context: {cluster: two, user: u2, namespace: team}\n"
+                             "users:\n"
+                             "- name: u1\n  user: {token: wrong}\n"
+                             "- name: u2\n  user:\n    token: s3cret\n"
+                             "    client-certificate-data: \"" CERT_B64 "\"\n"
+                             "    client-key: keys/u2.key\n");
+    assert_string_equal(c->server, "https://two:6443");
+    assert_string_equal(c->namespace, "team");
+    assert_string_equal(c->token, "s3cret");
+    assert_int_equal(c->ca_len, 8);
+    assert_memory_equal(c->ca_data, "hello-ca", 8);
+    assert_int_equal(c->cert_len, 10);
+    assert_memory_equal(c->cert_data, "hello-cert", 10);
+    assert_null(c->cert_file);
+    assert_string_equal(c->key_file, "/etc/kube/keys/u2.key");
+    assert_null(c->ca_file);
+    kcfg_free(c);
+}
+
+static void test_files_token_file_and_exec(void **state)
+{
+    (void)state;
+    KubeConfig *c = parse_ok("current-context: x\n"
+                             "clusters: [{name: c, cluster: {server: 'https://h:1', "
+                             "certificate-authority: /abs/ca.crt}}]\n"
+                             "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                             "users:\n"
+                             "- name: u\n"
+                             "  user:\n"
+                             "    tokenFile: tok\n"
+                             "    exec:\n"
+                             "      apiVersion: client.authentication.k8s.io/v1beta1\n"
+                             "      command: ./bin/plugin\n"
+                             "      args: [get-token, --cluster, c]\n"
+                             "      env: [{name: A, value: '1'}, {name: B, value: two}]\n");
+    assert_string_equal(c->ca_file, "/abs/ca.crt");
+    assert_string_equal(c->token_file, "/etc/kube/tok");
+    assert_null(c->token);
+    assert_null(c->namespace);
+    assert_string_equal(c->exec_command, "/etc/kube/./bin/plugin");
+    assert_string_equal(c->exec_api_version, "client.authentication.k8s.io/v1beta1");
+    assert_string_equal(c->exec_args[0], "get-token");
+    assert_string_equal(c->exec_args[2], "c");
+    assert_null(c->exec_args[3]);
+    assert_string_equal(c->exec_env[0], "A=1");
+    assert_string_equal(c->exec_env[1], "B=two");
+    assert_null(c->exec_env[2]);
+    kcfg_free(c);
+}
+
+static void test_errors_name_the_problem(void **state)
+{
+    (void)state;
+    parse_err("clusters: []\n", "no current-context");
+    parse_err("current-context: nope\ncontexts: []\n", "context \"nope\" not found");
+    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n",
+              "cluster \"c\" of context \"x\" not found");
+    parse_err(
+        "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+        "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: true}}]\n",
+        "insecure-skip-tls-verify");
+    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+              "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
+              "users: [{name: u, user: {client-certificate: a.crt}}]\n",
+              "needs its key");
+    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+              "clusters: [{name: c, cluster: {server: 'https://h', "
+              "certificate-authority-data: '!!notbase64!!'}}]\n",
+              "certificate-authority-data: not valid base64");
+    parse_err("current-context: x\n  bad: [\n", "line");
+    /* Wrong types anywhere read as absent: no crash, an error that names what is missing. */
+    parse_err("current-context: [1, 2]\n", "no current-context");
+    parse_err("current-context: x\ncontexts: {x: 1}\n", "context \"x\" not found");
+    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: [c]}}]\n", "not found");
+    parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+              "clusters: [{name: c, cluster: {server: {a: b}}}]\n",
+              "has no server");
+}
+
+static void test_search_order_and_in_cluster(void **state)
+{
+    (void)state;
+#define KCFG_FMT                                                                                   \
+    "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"                           \
+    "clusters: [{name: c, cluster: {server: 'https://%s:6443'}}]\n"
+    char buf[512], path[512], err[512];
+    snprintf(buf, sizeof buf, KCFG_FMT, "explicit");
+    write_file("explicit.yaml", buf);
+    snprintf(buf, sizeof buf, KCFG_FMT, "env");
+    write_file("env.yaml", buf);
+    snprintf(path, sizeof path, "%s/.kube", tmpdir);
+    mkdir(path, 0700);
+    snprintf(buf, sizeof buf, KCFG_FMT, "home");
+    write_file(".kube/config", buf);
+
+    KubeConfig *c = NULL;
+    snprintf(path, sizeof path, "%s/explicit.yaml", tmpdir);
+    char envlist[1000];
+    snprintf(envlist, sizeof envlist, "%s/missing.yaml:%s/env.yaml", tmpdir, tmpdir);
+    setenv("KUBECONFIG", envlist, 1);
+    setenv("HOME", tmpdir, 1);
+    assert_int_equal(kcfg_load(path, &c, err, sizeof err), 0);
+    assert_string_equal(c->server, "https://explicit:6443");
+    kcfg_free(c);
+    assert_int_equal(kcfg_load(NULL, &c, err, sizeof err), 0);
+    assert_string_equal(c->server, "https://env:6443");
+    kcfg_free(c);
+
+    /* Several files merge: the first current-context, the first entry of each name, and
+     * relative names resolved against the file that holds them. */
+    snprintf(path, sizeof path, "%s/sub", tmpdir);
+    mkdir(path, 0700);
+    write_file("a.yaml", "current-context: ctx\n"
+                         "users: [{name: u, user: {tokenFile: tok}}]\n"
+                         "clusters: [{name: c, cluster: {server: 'https://first:1', "
+                         "certificate-authority: ca-a.crt}}]\n");
+    write_file("sub/b.yaml",
+               "current-context: other\n"
+               "contexts: [{name: ctx, context: {cluster: c, user: u, namespace: n}}]\n"
+               "clusters: [{name: c, cluster: {server: 'https://second:2'}}]\n"
+               "users: [{name: u, user: {token: ignored}}, {name: v, user: {}}]\n");
+    snprintf(envlist, sizeof envlist, "%s/a.yaml:%s/none.yaml:%s/sub/b.yaml", tmpdir, tmpdir,
+             tmpdir);
+    setenv("KUBECONFIG", envlist, 1);
+    if (kcfg_load(NULL, &c, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(c->server, "https://first:1");
+    assert_string_equal(c->namespace, "n");
+    assert_null(c->token);
+    char want_path[600];
+    snprintf(want_path, sizeof want_path, "%s/tok", tmpdir);
+    assert_string_equal(c->token_file, want_path);
+    snprintf(want_path, sizeof want_path, "%s/ca-a.crt", tmpdir);
+    assert_string_equal(c->ca_file, want_path);
+    kcfg_free(c);
+
+    unsetenv("KUBECONFIG");
+    assert_int_equal(kcfg_load(NULL, &c, err, sizeof err), 0);
+    assert_string_equal(c->server, "https://home:6443");
+    kcfg_free(c);
+
+    /* In-cluster: the service account directory and the service env. */
+    snprintf(path, sizeof path, "%s/sa", tmpdir);
+    mkdir(path, 0700);
+    write_file("sa/token", "tok-1\n");
+    write_file("sa/ca.crt", "-----BEGIN CERTIFICATE-----\n");
+    write_file("sa/namespace", "kubetrain-system");
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    assert_int_equal(kcfg_in_cluster(path, &c, err, sizeof err), -ENOENT);
+    assert_non_null(strstr(err, "KUBERNETES_SERVICE_HOST"));
+    setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+    setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+    assert_int_equal(kcfg_in_cluster(path, &c, err, sizeof err), 0);
+    assert_string_equal(c->server, "https://[fd00::1]:443");
+    assert_string_equal(c->namespace, "kubetrain-system");
+    char want[512];
+    snprintf(want, sizeof want, "%s/sa/token", tmpdir);
+    assert_string_equal(c->token_file, want);
+    snprintf(want, sizeof want, "%s/sa/ca.crt", tmpdir);
+    assert_string_equal(c->ca_file, want);
+    kcfg_free(c);
+    kcfg_free(NULL);
+}
+
+static void test_mangled_input_never_crashes(void **state)
+{
+    (void)state;
+    static const char base[] = "current-context: b\n"
+                               "clusters:\n"
+                               "- name: two\n  cluster:\n    server: https://two:6443/\n"
+                               "    certificate-authority-data: " CA_B64 "\n"
+                               "contexts:\n"
+                               "- name: b\n  context: {cluster: two, user: u2, namespace: team}\n"
+                               "users:\n"
+                               "- name: u2\n  user:\n    token: s3cret\n"
+                               "    exec: {command: x, args: [a], env: [{name: A, value: b}]}\n";
+    static const char junk[] = ":-[]{}&*!|>'\"%@`#,?\n \t\\0aZ";
+    uint64_t x = 0x853c49e6748fea9bull;
+    char buf[sizeof base + 64];
+    int ok = 0;
+    for (int round = 0; round < 3000; round++) {
+        memcpy(buf, base, sizeof base);
+        size_t n = sizeof base - 1;
+        int edits = 1 + (int)(x % 6);
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = (size_t)(x >> 16) % n;
+            if (x % 3 == 0 && n > 1) { /* delete a byte */
+                memmove(buf + at, buf + at + 1, n - at);
+                n--;
+            } else if (x % 3 == 1 && n + 1 < sizeof buf) { /* insert one */
+                memmove(buf + at + 1, buf + at, n - at + 1);
+                buf[at] = junk[(x >> 40) % (sizeof junk - 1)];
+                n++;
+            } else { /* replace one */
+                buf[at] = junk[(x >> 40) % (sizeof junk - 1)];
+            }
+        }
+        KubeConfig *c = NULL;
+        char err[512];
+        int rc = kcfg_parse(buf, n, "/d", "fuzz", &c, err, sizeof err);
+        if (rc == 0) {
+            assert_non_null(c);
+            assert_non_null(c->server);
+            ok++;
+        } else {
+            assert_null(c);
+            assert_true(err[0] != 0);
+        }
+        kcfg_free(c);
+    }
+    /* Some mangled files still parse (an edit inside a value): both paths were taken. */
+    assert_true(ok > 0 && ok < 3000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_current_context_token_and_data),
+        cmocka_unit_test(test_files_token_file_and_exec),
+        cmocka_unit_test(test_errors_name_the_problem),
+        cmocka_unit_test(test_search_order_and_in_cluster),
+        cmocka_unit_test(test_mangled_input_never_crashes),
+    };
+    return cmocka_run_group_tests_name("kcfg", tests, setup, teardown);
+}

@@ -1,0 +1,174 @@
+/* Leader election: the pure lease decision, and two candidates against the in-memory
+ * API server — exactly one holds the lease; a release hands it over at once; a holder
+ * that stops renewing loses it once the lease duration has passed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "clock.h"
+#include "fakeapi.h"
+#include "jsonx.h"
+#include "leader.h"
+#include "metrics.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define NOW 1800000000.0
+
+static void test_decide(void **state)
+{
+    (void)state;
+    cJSON *out = NULL;
+    /* No lease: take it. */
+    assert_int_equal(leader_lease_decide(NULL, "ns", "l", "a", 15, NOW, -1, &out), 1);
+    assert_string_equal(jsonx_str(out, "spec.holderIdentity"), "a");
+    assert_string_equal(jsonx_str(out, "spec.renewTime"), "2027-01-15T08:00:00.000000Z");
+    assert_string_equal(jsonx_str(out, "spec.acquireTime"), "2027-01-15T08:00:00.000000Z");
+    assert_int_equal(jsonx_int(out, "spec.leaseTransitions", -1), 0);
+    assert_int_equal(jsonx_int(out, "spec.leaseDurationSeconds", -1), 15);
+    cJSON_Delete(out);
+
+    cJSON *held =
+        cJSON_Parse("{\"metadata\":{\"name\":\"l\",\"resourceVersion\":\"7\"},\"spec\":"
+                    "{\"holderIdentity\":\"b\",\"leaseDurationSeconds\":15,"
+                    "\"acquireTime\":\"2027-01-15T07:00:00.000000Z\","
+                    "\"renewTime\":\"2027-01-15T07:59:50.000000Z\",\"leaseTransitions\":3}}");
+    /* Held by b, renewed 10 s ago, 15 s lease: not ours. */
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, -1, &out), 0);
+    assert_null(out);
+    /* 16 s later it has expired: taken, one more transition, the resourceVersion kept. */
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW + 6, -1, &out), 1);
+    assert_string_equal(jsonx_str(out, "spec.holderIdentity"), "a");
+    assert_int_equal(jsonx_int(out, "spec.leaseTransitions", -1), 4);
+    assert_string_equal(jsonx_str(out, "metadata.resourceVersion"), "7");
+    cJSON_Delete(out);
+    /* b renews its own lease: acquireTime and transitions unchanged. */
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "b", 15, NOW, -1, &out), 1);
+    assert_string_equal(jsonx_str(out, "spec.acquireTime"), "2027-01-15T07:00:00.000000Z");
+    assert_int_equal(jsonx_int(out, "spec.leaseTransitions", -1), 3);
+    cJSON_Delete(out);
+    /* By this process's own observation: renewTime says expired (clocks skewed), but the
+     * record changed only 10 s ago here, so the 15 s lease still holds; after 16 s it
+     * does not. */
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW + 600, 10, &out), 0);
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW - 600, 16, &out), 1);
+    cJSON_Delete(out);
+    /* Released (no holder): anyone takes it at once. */
+    jsonx_set_str(jsonx_ensure_obj(held, "spec"), "holderIdentity", "");
+    assert_int_equal(leader_lease_decide(held, "ns", "l", "a", 15, NOW, -1, &out), 1);
+    cJSON_Delete(out);
+    /* Malformed fields read as absent: an unparseable renewTime counts as expired. */
+    cJSON *bad = cJSON_Parse("{\"spec\":{\"holderIdentity\":\"b\",\"renewTime\":5,"
+                             "\"leaseDurationSeconds\":\"x\"}}");
+    assert_int_equal(leader_lease_decide(bad, "ns", "l", "a", 15, NOW, -1, &out), 1);
+    cJSON_Delete(out);
+    cJSON_Delete(bad);
+    cJSON_Delete(held);
+}
+
+typedef struct Candidate {
+    Leader *l;
+    volatile int stop;
+    volatile int acquired;
+    double at;
+} Candidate;
+
+static void *acquire_main(void *arg)
+{
+    Candidate *c = arg;
+    if (leader_acquire(c->l, &c->stop) == 0) {
+        c->at = clock_mono();
+        c->acquired = 1;
+    }
+    return NULL;
+}
+
+static void nap(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void test_two_candidates(void **state)
+{
+    (void)state;
+    metrics_init();
+    FakeApi *api = fakeapi_start();
+    assert_non_null(api);
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
+    KubeConfig cfg = {.server = server};
+    KubeClient *client = kclient_new(&cfg, 0, 0, err, sizeof err);
+    assert_non_null(client);
+    LeaderConfig la = {.ns = "default",
+                       .name = "kt",
+                       .identity = "a",
+                       .lease_s = 1,
+                       .renew_deadline_s = 0.8,
+                       .retry_s = 0.1};
+    LeaderConfig lb = la;
+    lb.identity = "b";
+    Candidate a = {.l = leader_new(client, &la)}, b = {.l = leader_new(client, &lb)};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, acquire_main, &a);
+    pthread_join(ta, NULL);
+    assert_true(a.acquired);
+    assert_int_equal(leader_start_renewing(a.l, NULL, NULL), 0);
+    pthread_create(&tb, NULL, acquire_main, &b);
+    /* While a renews, b waits well past the lease duration. */
+    nap(2.0);
+    assert_false(b.acquired);
+    cJSON *lease = fakeapi_get(api, "/apis/coordination.k8s.io/v1/namespaces/default/leases/kt");
+    assert_string_equal(jsonx_str(lease, "spec.holderIdentity"), "a");
+    cJSON_Delete(lease);
+    /* a releases: b takes over on its next try. */
+    double t0 = clock_mono();
+    leader_release(a.l);
+    pthread_join(tb, NULL);
+    assert_true(b.acquired);
+    if (b.at - t0 > 0.5) fail_msg("takeover after release took %g s", b.at - t0);
+
+    /* b stops renewing without releasing (as if killed): a takes over once the 1 s lease
+     * has run out, not before. */
+    a.acquired = 0;
+    t0 = clock_mono();
+    pthread_create(&ta, NULL, acquire_main, &a);
+    pthread_join(ta, NULL);
+    assert_true(a.acquired);
+    double dt = a.at - t0;
+    if (dt < 0.5 || dt > 3.0) fail_msg("takeover of an abandoned lease after %g s", dt);
+    lease = fakeapi_get(api, "/apis/coordination.k8s.io/v1/namespaces/default/leases/kt");
+    assert_string_equal(jsonx_str(lease, "spec.holderIdentity"), "a");
+    assert_int_equal(jsonx_int(lease, "spec.leaseTransitions", -1), 2);
+    cJSON_Delete(lease);
+
+    /* Stopping a waiting candidate. */
+    b.stop = 0;
+    b.acquired = 0;
+    pthread_create(&tb, NULL, acquire_main, &b);
+    nap(0.3);
+    __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tb, NULL);
+    assert_false(b.acquired);
+
+    leader_release(a.l);
+    leader_free(a.l);
+    leader_free(b.l);
+    kclient_free(client);
+    fakeapi_stop(api);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decide),
+        cmocka_unit_test(test_two_candidates),
+    };
+    return cmocka_run_group_tests_name("leader", tests, NULL, NULL);
+}

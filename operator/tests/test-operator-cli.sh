@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# kubetrain-operator's command line: flags, configuration errors (exit 2 with a JSON log
+# line), the probes and metrics listeners while the API server is unreachable, and a
+# clean exit on SIGTERM.
+set -u
+cd "$(dirname "$0")/../.."
+. e2e/lib/tap.sh
+bin=${KT_OPERATOR_BIN:-build/san/bin/kubetrain-operator}
+if [ ! -x "$bin" ]; then
+  tap_skip "operator CLI" "$bin is not built (run make)"
+  tap_done
+  exit
+fi
+tmp=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+out=$("$bin" --help 2>&1); rc=$?
+missing=""
+for f in --kubeconfig --namespace --trainer-image --metrics-addr --health-addr --leader-elect \
+         --qps --burst --workers --log-level --cluster-domain; do
+  grep -q -- "$f" <<<"$out" || missing="$missing $f"
+done
+if [ $rc -eq 0 ] && [ -z "$missing" ]; then tap_ok "--help lists every flag"; else
+  tap_fail "--help lists every flag" "rc=$rc missing:$missing"; fi
+
+out=$("$bin" --version 2>&1)
+tap_check "--version" grep -q '^kubetrain-operator [0-9]' <<<"$out"
+
+"$bin" --no-such-flag >/dev/null 2>&1; rc=$?
+tap_check "an unknown flag exits 2 (got $rc)" test $rc -eq 2
+out=$("$bin" --qps fast 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q -- '--qps: expected a number' <<<"$out"; then tap_ok "a bad --qps names the flag"
+else tap_fail "a bad --qps names the flag" "rc=$rc $out"; fi
+
+# No configuration anywhere: exit 2, one JSON error line naming where it looked.
+out=$(env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST HOME="$tmp" "$bin" 2>&1); rc=$?
+if [ $rc -eq 2 ] && python3 -c 'import json,sys; o=json.loads(sys.argv[1].splitlines()[-1]); assert o["level"]=="error" and "kubeconfig" in o["msg"]' "$out"; then
+  tap_ok "no configuration: exit 2 with a JSON error"
+else tap_fail "no configuration: exit 2 with a JSON error" "rc=$rc $out"; fi
+
+cat > "$tmp/insecure.yaml" <<'Y'
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+Y
+out=$("$bin" --kubeconfig "$tmp/insecure.yaml" 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q 'insecure-skip-tls-verify' <<<"$out"; then tap_ok "insecure kubeconfig refused"
+else tap_fail "insecure kubeconfig refused" "rc=$rc $out"; fi
+
+# An API server that is not there: the daemon keeps running and retrying, the probes say
+# alive but not ready, and SIGTERM ends it cleanly.
+port=1 # nothing listens on tcpmux: connections are refused
+cat > "$tmp/down.yaml" <<Y
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "http://127.0.0.1:$port"}}]
+users: [{name: u, user: {token: t}}]
+Y
+"$bin" --kubeconfig "$tmp/down.yaml" --metrics-addr 127.0.0.1:0 --health-addr 127.0.0.1:0 \
+  --log-level debug >"$tmp/log" 2>&1 &
+pid=$!
+sleep 1.5
+mport=$(sed -n 's/.*serving \/metrics on port \([0-9]*\).*/\1/p' "$tmp/log")
+hport=$(sed -n 's/.*serving \/healthz and \/readyz on port \([0-9]*\).*/\1/p' "$tmp/log")
+ok_h=0 ok_r=0 ok_m=0
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hport/healthz")" = 200 ] && ok_h=1
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hport/readyz")" = 503 ] && ok_r=1
+curl -s "http://127.0.0.1:$mport/metrics" |
+  grep -q 'kubetrain_api_requests_total{verb="GET",code="0"}' && ok_m=1
+tap_check "/healthz 200 while the API server is down" test $ok_h = 1
+tap_check "/readyz 503 before the caches sync" test $ok_r = 1
+tap_check "/metrics counts the failed requests" test $ok_m = 1
+kill -TERM "$pid"
+t0=$SECONDS
+wait "$pid"; rc=$?
+pid=
+if [ $rc -eq 0 ] && [ $((SECONDS - t0)) -le 5 ]; then tap_ok "SIGTERM: exit 0 within 5 s"
+else tap_fail "SIGTERM: exit 0 within 5 s" "rc=$rc after $((SECONDS - t0)) s; $(tail -3 "$tmp/log")"; fi
+if python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    json.loads(l)' "$tmp/log"; then tap_ok "every log line is JSON"
+else tap_fail "every log line is JSON" "$(head -3 "$tmp/log")"; fi
+tap_done

@@ -1,0 +1,1052 @@
+/* Reconcile over fixture objects: each case asserts the exact list of API actions
+ * and the status fields the policy decides. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "clock.h"
+#include "jsonx.h"
+#include "olog.h"
+#include "reconcile.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NOW 1800000000.0 /* 2027-01-15T08:00:00Z */
+
+static const ReconcileConfig CFG = {
+    .desired = {.trainer_image = "kubetrain/trainer:test", .cluster_domain = ""},
+    .backoff_base_s = 10,
+    .backoff_max_s = 300,
+};
+
+/* A TrainingJob "mnist" in "default" with the given spec (JSON) and status (JSON or NULL). */
+static cJSON *job_new(const char *spec, const char *status)
+{
+    char buf[8192];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+             "\"metadata\":{\"name\":\"mnist\",\"namespace\":\"default\",\"uid\":\"uid-1\","
+             "\"generation\":3,\"resourceVersion\":\"100\"},\"spec\":%s%s%s}",
+             spec, status ? ",\"status\":" : "", status ? status : "");
+    cJSON *j = cJSON_Parse(buf);
+    assert_non_null(j);
+    return j;
+}
+
+typedef struct Fixture {
+    cJSON *job;
+    cJSON *secret, *service;
+    cJSON *pods[16];
+    size_t npods;
+    Plan plan;
+    char *desc;
+} Fixture;
+
+static void fx_free(Fixture *f)
+{
+    cJSON_Delete(f->job);
+    cJSON_Delete(f->secret);
+    cJSON_Delete(f->service);
+    for (size_t i = 0; i < f->npods; i++)
+        cJSON_Delete(f->pods[i]);
+    plan_free(&f->plan);
+    free(f->desc);
+}
+
+/* Observes the Secret and Service as the operator would have created them. */
+static void fx_with_support(Fixture *f)
+{
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
+    unsigned char key[32] = {0};
+    f->secret = desired_secret(&s, key);
+    f->service = desired_service(&s);
+}
+
+/* Adds worker i's pod of attempt `attempt` in phase `phase`. */
+static cJSON *fx_pod(Fixture *f, int i, long long attempt, const char *phase)
+{
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
+    cJSON *p = desired_pod(&s, &CFG.desired, i, attempt);
+    assert_non_null(p);
+    cJSON *st = jsonx_ensure_obj(p, "status");
+    jsonx_set_str(st, "phase", phase);
+    if (strcmp(phase, "Running") == 0) {
+        cJSON *c = cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]");
+        jsonx_set(st, "conditions", c);
+    }
+    f->pods[f->npods++] = p;
+    return p;
+}
+
+/* Marks the pod's trainer container terminated with `code` and `message`. */
+static void pod_terminated(cJSON *pod, int code, const char *message)
+{
+    char buf[1024];
+    cJSON *m = cJSON_CreateString(message ? message : "");
+    char *ms = cJSON_PrintUnformatted(m);
+    snprintf(buf, sizeof buf,
+             "[{\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":%d%s%s}}}]", code,
+             message ? ",\"message\":" : "", message ? ms : "");
+    free(ms);
+    cJSON_Delete(m);
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", code == 0 ? "Succeeded" : "Failed");
+    jsonx_set(st, "containerStatuses", cJSON_Parse(buf));
+}
+
+static void fx_run(Fixture *f, double now)
+{
+    Observed o = {.job = f->job,
+                  .secret = f->secret,
+                  .service = f->service,
+                  .pods = (const cJSON *const *)f->pods,
+                  .npods = f->npods,
+                  .now = now};
+    for (int i = 0; i < 32; i++)
+        o.ring_key[i] = (unsigned char)(0xa0 + i);
+    char err[256] = "";
+    int rc = reconcile(&CFG, &o, &f->plan, err, sizeof err);
+    if (rc) fprintf(stderr, "# reconcile: %s\n", err);
+    assert_int_equal(rc, 0);
+    f->desc = plan_describe(&f->plan);
+    assert_non_null(f->desc);
+}
+
+/* The new status of the plan's update-status action (fails if there is none). */
+static const cJSON *new_status(const Fixture *f)
+{
+    for (size_t i = 0; i < f->plan.n; i++)
+        if (f->plan.actions[i].kind == ACTION_UPDATE_STATUS)
+            return jsonx_obj(f->plan.actions[i].object, "status");
+    fail_msg("the plan has no update-status action:\n%s", f->desc);
+    return NULL;
+}
+
+static const Action *find_action(const Fixture *f, ActionKind kind, const char *name)
+{
+    for (size_t i = 0; i < f->plan.n; i++)
+        if (f->plan.actions[i].kind == kind && strcmp(f->plan.actions[i].name, name) == 0)
+            return &f->plan.actions[i];
+    fail_msg("no %s %s in:\n%s", action_kind_name(kind), name, f->desc);
+    return NULL;
+}
+
+/* The condition's status/reason as "True/Reason", or "absent". */
+static void cond_of(const cJSON *status, const char *type, char *out, size_t n)
+{
+    const cJSON *c;
+    snprintf(out, n, "absent");
+    cJSON_ArrayForEach(c, jsonx_arr(status, "conditions"))
+    {
+        const char *t = jsonx_str(c, "type");
+        if (t && strcmp(t, type) == 0)
+            snprintf(out, n, "%s/%s", jsonx_str(c, "status"), jsonx_str(c, "reason"));
+    }
+}
+
+static void assert_cond(const cJSON *status, const char *type, const char *want)
+{
+    char got[128];
+    cond_of(status, type, got, sizeof got);
+    assert_string_equal(got, want);
+}
+
+/* The env var's value in the trainer container. */
+static const char *env_of(const cJSON *pod, const char *name)
+{
+    const cJSON *c, *e;
+    cJSON_ArrayForEach(c, jsonx_arr(pod, "spec.containers"))
+    {
+        if (strcmp(jsonx_str(c, "name"), "trainer") != 0) continue;
+        cJSON_ArrayForEach(e, jsonx_arr(c, "env"))
+        {
+            if (strcmp(jsonx_str(e, "name"), name) == 0) return jsonx_str(e, "value");
+        }
+    }
+    return NULL;
+}
+
+static const cJSON *container(const cJSON *pod, const char *name)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(pod, "spec.containers"))
+    {
+        if (strcmp(jsonx_str(c, "name"), name) == 0) return c;
+    }
+    return NULL;
+}
+
+#define SPEC2 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"ckpt\"}}"
+/* The status the operator writes after creating the pods of attempt 0. */
+#define ST_LAUNCHED(extra)                                                                         \
+    "{\"observedGeneration\":3,\"succeededIndexes\":[],\"workers\":{\"active\":0,\"ready\":0,"     \
+    "\"succeeded\":0,\"failed\":0},\"startTime\":\"2027-01-15T07:58:20Z\",\"conditions\":"         \
+    "[{\"type\":\"Created\",\"status\":\"True\",\"reason\":\"PodsCreated\",\"message\":"           \
+    "\"created 2 worker pods\",\"lastTransitionTime\":\"2027-01-15T07:58:20Z\"}],"                 \
+    "\"launched\":true,\"phase\":\"Pending\"" extra "}"
+
+/* ------------------------------------------------------------------------------------ */
+
+static void test_new_job_creates_everything(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, NULL)};
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-secret mnist-secret\n"
+                                "create-service mnist-worker\n"
+                                "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Pending");
+    assert_string_equal(jsonx_str(st, "startTime"), "2027-01-15T08:00:00Z");
+    assert_int_equal(jsonx_int(st, "observedGeneration", -1), 3);
+    assert_true(jsonx_bool(st, "launched", 0));
+    assert_int_equal(jsonx_int(st, "workers.active", -1), 2); /* so the next pass is a no-op */
+    assert_cond(st, "Created", "True/PodsCreated");
+
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+    assert_string_equal(
+        env_of(pod, "TF_CONFIG"),
+        "{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.default.svc:2222\","
+        "\"mnist-worker-1.mnist-worker.default.svc:2222\"]},"
+        "\"task\":{\"type\":\"worker\",\"index\":1}}");
+    assert_string_equal(jsonx_str(pod, "spec.hostname"), "mnist-worker-1");
+    assert_string_equal(jsonx_str(pod, "spec.subdomain"), "mnist-worker");
+    assert_string_equal(jsonx_str(pod, "spec.restartPolicy"), "Never");
+    const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+    assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/job-name"), "mnist");
+    assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/role"), "worker");
+    assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/replica-index"), "1");
+    assert_string_equal(jsonx_key_str(labels, "app.kubernetes.io/managed-by"),
+                        "kubetrain-operator");
+    const cJSON *ref = cJSON_GetArrayItem(jsonx_arr(pod, "metadata.ownerReferences"), 0);
+    assert_string_equal(jsonx_str(ref, "uid"), "uid-1");
+    assert_string_equal(jsonx_str(ref, "kind"), "TrainingJob");
+    assert_true(jsonx_bool(ref, "controller", 0));
+    assert_string_equal(env_of(pod, "KUBETRAIN_JOB"), "mnist");
+    assert_string_equal(env_of(pod, "KUBETRAIN_NAMESPACE"), "default");
+    assert_string_equal(env_of(pod, "KUBETRAIN_CHECKPOINT_DIR"), "/checkpoints/mnist");
+    assert_string_equal(env_of(pod, "KUBETRAIN_COLLECTIVE"), "auto");
+    const cJSON *c = container(pod, "trainer");
+    assert_string_equal(jsonx_str(c, "image"), "kubetrain/trainer:test");
+    const cJSON *e;
+    int found_secret = 0;
+    cJSON_ArrayForEach(e, jsonx_arr(c, "env"))
+    {
+        if (strcmp(jsonx_str(e, "name"), "KUBETRAIN_SECRET") != 0) continue;
+        assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.name"), "mnist-secret");
+        assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.key"), "ring-key");
+        found_secret = 1;
+    }
+    assert_true(found_secret);
+    assert_string_equal(jsonx_str(cJSON_GetArrayItem(jsonx_arr(pod, "spec.volumes"), 0),
+                                  "persistentVolumeClaim.claimName"),
+                        "ckpt");
+    assert_string_equal(jsonx_str(cJSON_GetArrayItem(jsonx_arr(c, "volumeMounts"), 0), "mountPath"),
+                        "/checkpoints");
+    assert_true(jsonx_bool(pod, "spec.securityContext.runAsNonRoot", 0));
+    assert_false(jsonx_bool(pod, "spec.automountServiceAccountToken", 1));
+    assert_string_equal(jsonx_str(pod, "spec.securityContext.seccompProfile.type"),
+                        "RuntimeDefault");
+    assert_false(jsonx_bool(c, "securityContext.allowPrivilegeEscalation", 1));
+    assert_null(jsonx_at(c, "resources.limits"));
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "0");
+
+    const cJSON *svc = find_action(&f, ACTION_CREATE_SERVICE, "mnist-worker")->object;
+    assert_string_equal(jsonx_str(svc, "spec.clusterIP"), "None");
+    assert_true(jsonx_bool(svc, "spec.publishNotReadyAddresses", 0));
+    const cJSON *sel = jsonx_obj(svc, "spec.selector");
+    assert_string_equal(
+        cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/job-name")->valuestring, "mnist");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/role")->valuestring,
+                        "worker");
+    const cJSON *sec = find_action(&f, ACTION_CREATE_SECRET, "mnist-secret")->object;
+    /* base64 of the hex of a0 a1 ... bf */
+    const char *key = jsonx_str(sec, "data.ring-key");
+    assert_non_null(key);
+    assert_int_equal(strlen(key), 88);
+    assert_memory_equal(key, "YTBhMWEyYTNh", 12); /* "a0a1a2a3a" */
+    assert_true(f.plan.requeue_after < 0);
+    fx_free(&f);
+}
+
+static void test_steady_state_is_a_no_op(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Pending");
+    fx_pod(&f, 1, 0, "Pending");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"); /* the active count */
+    assert_int_equal(jsonx_int(new_status(&f), "workers.active", -1), 2);
+    fx_free(&f);
+
+    f = (Fixture){.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    cJSON *w = jsonx_ensure_obj(jsonx_ensure_obj(f.job, "status"), "workers");
+    jsonx_set_num(w, "active", 2);
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Pending");
+    fx_pod(&f, 1, 0, "Pending");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "");
+    fx_free(&f);
+}
+
+static void test_all_running_sets_phase(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_cond(st, "Running", "True/AllWorkersRunning");
+    assert_int_equal(jsonx_int(st, "workers.ready", -1), 2);
+    fx_free(&f);
+}
+
+static void test_chief_completed_succeeds_with_result(void **state)
+{
+    (void)state;
+    Fixture f = {.job =
+                     job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":600}", ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    pod_terminated(fx_pod(&f, 0, 0, "Running"), 0,
+                   "{\"step\":210,\"epoch\":3,\"loss\":0.41,\"accuracy\":0.86}");
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Completed\n"
+                                "delete-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Succeeded");
+    assert_cond(st, "Succeeded", "True/Completed");
+    assert_int_equal(jsonx_int(st, "result.step", -1), 210);
+    assert_true(jsonx_num(st, "result.accuracy", 0) == 0.86);
+    assert_string_equal(jsonx_str(st, "completionTime"), "2027-01-15T08:00:00Z");
+    assert_true(f.plan.requeue_after == 600);
+    fx_free(&f);
+}
+
+static void test_all_workers_policy_waits_for_everyone(void **state)
+{
+    (void)state;
+    Fixture f = {.job =
+                     job_new("{\"workers\":2,\"successPolicy\":\"AllWorkers\"}", ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    pod_terminated(fx_pod(&f, 0, 0, "Running"), 0, "{\"step\":1}");
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(cJSON_GetArraySize(jsonx_arr(st, "succeededIndexes")), 1);
+    assert_int_equal(jsonx_int(st, "result.step", -1), 1); /* kept before the chief's pod goes */
+    fx_free(&f);
+
+    /* Worker 0's pod was garbage-collected; it is recorded, so it is not re-run and its
+     * absence is no disruption. Worker 1 finishing completes the job. */
+    f = (Fixture){.job =
+                      job_new("{\"workers\":2,\"successPolicy\":\"AllWorkers\"}", ST_LAUNCHED(""))};
+    jsonx_set(jsonx_ensure_obj(f.job, "status"), "succeededIndexes", cJSON_Parse("[0]"));
+    fx_with_support(&f);
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Running");
+    plan_free(&f.plan);
+    free(f.desc);
+    pod_terminated(f.pods[0], 0, NULL);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\nevent Normal Completed\n");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Succeeded");
+    fx_free(&f);
+}
+
+static void test_never_policy_fails_job(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    pod_terminated(fx_pod(&f, 1, 0, "Running"), 3,
+                   "{\"error\":\"data: bad magic in train-images\"}");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkerFailed\n"
+                                "delete-pod mnist-worker-0\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Failed");
+    assert_cond(st, "Failed", "True/WorkerFailed");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
+    {
+        if (strcmp(jsonx_str(c, "type"), "Failed") == 0)
+            assert_string_equal(jsonx_str(c, "message"),
+                                "worker 1 exited with code 3: data: bad magic in train-images");
+    }
+    fx_free(&f);
+}
+
+static void test_on_failure_restarts_group_with_backoff(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    pod_terminated(fx_pod(&f, 1, 0, "Running"), 1, "segfault-ish");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkerFailed\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Restarting");
+    assert_int_equal(jsonx_int(st, "attempt", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.application", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 0);
+    assert_false(jsonx_bool(st, "launched", 1));
+    assert_cond(st, "Restarting", "True/WorkerFailed");
+    assert_true(f.plan.requeue_after == 10);
+
+    /* Next: the status as written, the old pods terminating: nothing to do but wait. */
+    cJSON *job2 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
+    for (size_t i = 0; i < f.npods; i++)
+        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "metadata"), "deletionTimestamp",
+                      "2027-01-15T08:00:00Z");
+    cJSON_Delete(f.job);
+    f.job = job2;
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"); /* counts: failed 1 -> 0 */
+    /* 10 s from the end of the second the restart was recorded in. */
+    assert_true(f.plan.requeue_after == 9);
+
+    /* Pods gone but within the backoff: still waiting. */
+    for (size_t i = 0; i < f.npods; i++)
+        cJSON_Delete(f.pods[i]);
+    f.npods = 0;
+    cJSON *job3 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
+    cJSON_Delete(f.job);
+    f.job = job3;
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 5);
+    assert_string_equal(f.desc, "");
+    assert_true(f.plan.requeue_after == 6);
+
+    /* After the backoff the group of attempt 1 is created. */
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 11);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "1");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Restarting");
+    fx_free(&f);
+}
+
+static void test_exit_code_policy(void **state)
+{
+    (void)state;
+    static const struct {
+        int code;
+        const char *want;
+    } cases[] = {
+        {3, "update-status mnist\nevent Warning NonRetryableExitCode\ndelete-pod mnist-worker-0\n"},
+        {2, "update-status mnist\nevent Warning NonRetryableExitCode\ndelete-pod mnist-worker-0\n"},
+        {75, "update-status mnist\nevent Warning WorkerFailed\ndelete-pod mnist-worker-0\n"
+             "delete-pod mnist-worker-1\n"},
+        {137, "update-status mnist\nevent Warning WorkerFailed\ndelete-pod mnist-worker-0\n"
+              "delete-pod mnist-worker-1\n"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        Fixture f = {
+            .job = job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\"}", ST_LAUNCHED(""))};
+        fx_with_support(&f);
+        fx_pod(&f, 0, 0, "Running");
+        pod_terminated(fx_pod(&f, 1, 0, "Running"), cases[k].code, NULL);
+        fx_run(&f, NOW);
+        assert_string_equal(f.desc, cases[k].want);
+        fx_free(&f);
+    }
+}
+
+static void test_backoff_limit_exceeded(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"backoffLimit\":2}",
+                                ST_LAUNCHED(",\"attempt\":2,\"restarts\":{\"application\":2,"
+                                            "\"disruption\":0}"))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 2, "Running");
+    pod_terminated(fx_pod(&f, 1, 2, "Running"), 75, NULL);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning BackoffLimitExceeded\n"
+                                "delete-pod mnist-worker-0\n");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Failed");
+    assert_cond(new_status(&f), "Failed", "True/BackoffLimitExceeded");
+    fx_free(&f);
+    assert_true(reconcile_backoff_delay(&CFG, 1) == 10);
+    assert_true(reconcile_backoff_delay(&CFG, 3) == 40);
+    assert_true(reconcile_backoff_delay(&CFG, 30) == 300);
+}
+
+static void test_disruptions_never_fail(void **state)
+{
+    (void)state;
+    /* Evicted, DisruptionTarget, deleted by someone else, or gone after launch: each
+     * restarts the group under restartPolicy Never, counted as a disruption. */
+    for (int k = 0; k < 4; k++) {
+        Fixture f = {.job =
+                         job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
+        fx_with_support(&f);
+        fx_pod(&f, 0, 0, "Running");
+        if (k < 3) {
+            cJSON *p = fx_pod(&f, 1, 0, "Running");
+            cJSON *st = jsonx_ensure_obj(p, "status");
+            if (k == 0) {
+                jsonx_set_str(st, "phase", "Failed");
+                jsonx_set_str(st, "reason", "Evicted");
+            } else if (k == 1) {
+                pod_terminated(p, 137, NULL);
+                jsonx_set(st, "conditions",
+                          cJSON_Parse("[{\"type\":\"DisruptionTarget\",\"status\":\"True\","
+                                      "\"reason\":\"PreemptionByScheduler\"}]"));
+            } else {
+                jsonx_set_str(jsonx_ensure_obj(p, "metadata"), "deletionTimestamp",
+                              "2027-01-15T08:00:00Z");
+            }
+        }
+        fx_run(&f, NOW);
+        const char *want = k == 2   ? "update-status mnist\nevent Warning Disruption\n"
+                                      "delete-pod mnist-worker-0\n"
+                           : k == 3 ? "update-status mnist\nevent Warning Disruption\n"
+                                      "delete-pod mnist-worker-0\n"
+                                    : "update-status mnist\nevent Warning Disruption\n"
+                                      "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n";
+        assert_string_equal(f.desc, want);
+        const cJSON *st = new_status(&f);
+        assert_string_equal(jsonx_str(st, "phase"), "Restarting");
+        assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 1);
+        assert_int_equal(jsonx_int(st, "restarts.application", -1), 0);
+        assert_true(f.plan.requeue_after < 0);
+        fx_free(&f);
+    }
+}
+
+static void test_missing_pod_before_launch_is_created(void **state)
+{
+    (void)state;
+    /* The operator stopped after creating worker 0 only: worker 1 is created, no restart. */
+    Fixture f = {.job = job_new(SPEC2, "{\"phase\":\"Pending\"}")};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Pending");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    assert_true(jsonx_bool(new_status(&f), "launched", 0));
+    fx_free(&f);
+}
+
+static void test_deadline(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"activeDeadlineSeconds\":150}", ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW); /* started 100 s ago */
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_true(f.plan.requeue_after == 50);
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 50);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning DeadlineExceeded\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n");
+    assert_cond(new_status(&f), "Failed", "True/DeadlineExceeded");
+    fx_free(&f);
+}
+
+static void test_ttl_and_clean_pod_policy(void **state)
+{
+    (void)state;
+    const char *done = "{\"phase\":\"Succeeded\",\"completionTime\":\"2027-01-15T07:59:50Z\","
+                       "\"observedGeneration\":3}";
+    Fixture f = {.job = job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":60}", done)};
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "");
+    assert_true(f.plan.requeue_after == 50);
+    fx_free(&f);
+
+    f = (Fixture){.job = job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":5}", done)};
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "delete-job mnist\n");
+    fx_free(&f);
+
+    /* cleanPodPolicy All deletes finished pods too; None keeps everything. */
+    f = (Fixture){.job = job_new("{\"workers\":2,\"cleanPodPolicy\":\"All\"}", done)};
+    pod_terminated(fx_pod(&f, 0, 0, "Running"), 0, NULL);
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n");
+    fx_free(&f);
+    f = (Fixture){.job = job_new("{\"workers\":2,\"cleanPodPolicy\":\"None\"}", done)};
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "");
+    fx_free(&f);
+}
+
+static void test_suspend_and_resume(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"suspend\":true}", ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Suspended\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Suspended");
+    assert_int_equal(jsonx_int(st, "attempt", -1), 1);
+    assert_cond(st, "Suspended", "True/Suspended");
+
+    /* Resume once the pods are gone: attempt 1 starts, the deadline clock restarts. */
+    cJSON *job2 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
+    jsonx_set_bool(jsonx_ensure_obj(job2, "spec"), "suspend", 0);
+    Fixture g = {.job = job2};
+    fx_with_support(&g);
+    fx_run(&g, NOW + 100);
+    assert_string_equal(g.desc, "event Normal Resumed\n"
+                                "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    st = new_status(&g);
+    assert_string_equal(jsonx_str(st, "phase"), "Pending");
+    assert_string_equal(jsonx_str(st, "startTime"), "2027-01-15T08:01:40Z");
+    assert_cond(st, "Suspended", "False/Resumed");
+    fx_free(&f);
+    fx_free(&g);
+}
+
+static void test_workers_change_restarts_group(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    fx_pod(&f, 1, 0, "Running");
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 3);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 1);
+    assert_null(jsonx_at(st, "restarts"));
+    fx_free(&f);
+}
+
+static void test_stale_and_foreign_pods(void **state)
+{
+    (void)state;
+    /* A restart was recorded but the operator stopped before deleting the old pods. */
+    Fixture f = {.job = job_new(SPEC2, "{\"phase\":\"Restarting\",\"attempt\":1}")};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "update-status mnist\n");
+    fx_free(&f);
+
+    /* A pod of an older job of the same name (another uid) is neither counted nor
+     * deleted; its name blocks creation until the garbage collector removes it. */
+    f = (Fixture){.job = job_new(SPEC2, NULL)};
+    cJSON *p = fx_pod(&f, 0, 0, "Running");
+    cJSON *ref = cJSON_GetArrayItem(jsonx_arr(p, "metadata.ownerReferences"), 0);
+    jsonx_set_str(ref, "uid", "uid-old");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-secret mnist-secret\n"
+                                "create-service mnist-worker\n"
+                                "update-status mnist\n");
+    fx_free(&f);
+
+    /* Likewise a Secret of an older job: no pods may mount it. */
+    f = (Fixture){.job = job_new(SPEC2, NULL)};
+    fx_with_support(&f);
+    jsonx_set_str(cJSON_GetArrayItem(jsonx_arr(f.secret, "metadata.ownerReferences"), 0), "uid",
+                  "uid-old");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    fx_free(&f);
+}
+
+static void test_invalid_spec(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "{\"workers\":2,\"collective\":\"nccl\"}",
+        "{\"workers\":0}",
+        "{\"workers\":\"two\"}",
+        "{\"workers\":2,\"restartPolicy\":\"Always\"}",
+        "{\"workers\":2,\"template\":{\"spec\":{\"containers\":{}}}}",
+        "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"rel\"}}",
+        "[]",
+    };
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        Fixture f = {.job = job_new(specs[k], NULL)};
+        fx_run(&f, NOW);
+        assert_string_equal(f.desc, "event Warning InvalidSpec\nupdate-status mnist\n");
+        assert_cond(new_status(&f), "Invalid", "True/InvalidSpec");
+        /* Written once: the next reconcile neither repeats the event nor the write. */
+        cJSON *job2 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
+        Fixture g = {.job = job2};
+        fx_run(&g, NOW + 1);
+        assert_string_equal(g.desc, "");
+        fx_free(&f);
+        fx_free(&g);
+    }
+    /* A name too long for the hostnames of its workers. */
+    Fixture f = {.job = job_new("{\"workers\":10}", NULL)};
+    jsonx_set_str(jsonx_ensure_obj(f.job, "metadata"), "name",
+                  "a-very-long-training-job-name-that-is-fine-for-etcd-but-not-dns");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "event Warning InvalidSpec\nupdate-status a-very-long-training-"
+                                "job-name-that-is-fine-for-etcd-but-not-dns\n");
+    fx_free(&f);
+}
+
+static void test_malformed_pods_do_not_crash(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, "{\"phase\":\"Pending\"}")};
+    fx_with_support(&f);
+    static const char *const bad[] = {
+        "{\"metadata\":{\"name\":\"mnist-worker-0\",\"labels\":\"oops\"}}",
+        "{\"metadata\":{\"name\":7,\"annotations\":[1]},\"status\":{\"phase\":5,"
+        "\"conditions\":{},\"containerStatuses\":[3,{\"name\":\"trainer\",\"state\":[]}]}}",
+        "[]",
+        "{\"metadata\":{\"name\":\"mnist-worker-1\",\"labels\":{\"kubetrain.dev/replica-index\":"
+        "\"1x\"},\"ownerReferences\":[{\"uid\":\"uid-1\",\"controller\":\"yes\"}]}}",
+    };
+    for (size_t i = 0; i < 4; i++)
+        f.pods[f.npods++] = cJSON_Parse(bad[i]);
+    fx_run(&f, NOW);
+    /* None of them is a current worker: the named ones are deleted as stale and
+     * creation waits until they are gone. */
+    assert_string_equal(f.desc, "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "update-status mnist\n");
+    fx_free(&f);
+}
+
+static void test_template_merge_gpus_domain(void **state)
+{
+    (void)state;
+    Fixture f = {
+        .job = job_new(
+            "{\"workers\":1,\"gpusPerWorker\":2,\"collective\":\"nccl\",\"image\":\"img:1\","
+            "\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
+            "\"template\":{\"metadata\":{\"labels\":{\"team\":\"ml\","
+            "\"kubetrain.dev/role\":\"x\"}},\"spec\":{\"securityContext\":"
+            "{\"runAsUser\":0},\"nodeSelector\":{\"gpu\":\"a100\"},\"containers\":["
+            "{\"name\":\"sidecar\",\"image\":\"busybox\"},{\"name\":\"trainer\","
+            "\"image\":\"ignored\",\"env\":[{\"name\":\"TF_CONFIG\",\"value\":\"x\"},"
+            "{\"name\":\"EXTRA\",\"value\":\"1\"}]}]}}}",
+            NULL)};
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
+    DesiredConfig dc = {.trainer_image = "def", .cluster_domain = "cluster.local"};
+    cJSON *pod = desired_pod(&s, &dc, 0, 4);
+    assert_non_null(pod);
+    const cJSON *c = container(pod, "trainer");
+    assert_string_equal(jsonx_str(c, "image"), "img:1");
+    const cJSON *lim = jsonx_obj(c, "resources.limits");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu")->valuestring, "2");
+    assert_string_equal(env_of(pod, "TF_CONFIG"),
+                        "{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.default.svc."
+                        "cluster.local:2222\"]},\"task\":{\"type\":\"worker\",\"index\":0}}");
+    assert_string_equal(env_of(pod, "EXTRA"), "1");
+    assert_non_null(container(pod, "sidecar"));
+    assert_string_equal(jsonx_str(pod, "spec.nodeSelector.gpu"), "a100");
+    const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(labels, "team")->valuestring, "ml");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(labels, "kubetrain.dev/role")->valuestring,
+                        "worker");
+    /* The template chose root: no runAsNonRoot default that would contradict it. */
+    assert_null(jsonx_at(pod, "spec.securityContext.runAsNonRoot"));
+    assert_int_equal(jsonx_int(pod, "spec.securityContext.runAsUser", -1), 0);
+    /* The inline model is mounted from the Secret. */
+    const cJSON *args = jsonx_arr(c, "args");
+    assert_string_equal(cJSON_GetArrayItem(args, 2)->valuestring, "/etc/kubetrain/model.json");
+    cJSON *sec = desired_secret(&s, (const unsigned char[32]){0});
+    assert_non_null(cJSON_GetObjectItemCaseSensitive(jsonx_obj(sec, "data"), "model.json"));
+    cJSON_Delete(sec);
+    cJSON_Delete(pod);
+    fx_free(&f);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Crash safety: the operator stopped after any prefix of any plan, then restarted. */
+
+/* Applies the plan's first `k` actions to the fixture, as the API server would. */
+static void apply_prefix(Fixture *f, size_t k)
+{
+    for (size_t i = 0; i < k && i < f->plan.n; i++) {
+        const Action *a = &f->plan.actions[i];
+        switch (a->kind) {
+        case ACTION_CREATE_SECRET:
+            if (!f->secret) f->secret = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_CREATE_SERVICE:
+            if (!f->service) f->service = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_CREATE_POD: {
+            int exists = 0;
+            for (size_t j = 0; j < f->npods; j++)
+                exists |= strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) == 0;
+            if (exists) break; /* AlreadyExists */
+            assert_true(f->npods < 16);
+            cJSON *p = cJSON_Duplicate(a->object, 1);
+            jsonx_set_str(jsonx_ensure_obj(p, "metadata"), "uid", a->name);
+            jsonx_set_str(jsonx_ensure_obj(p, "status"), "phase", "Pending");
+            f->pods[f->npods++] = p;
+            break;
+        }
+        case ACTION_DELETE_POD:
+            /* Unscheduled pods go at once (no kubelet to wait for). */
+            for (size_t j = 0; j < f->npods; j++) {
+                if (strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) != 0) continue;
+                cJSON_Delete(f->pods[j]);
+                f->pods[j] = f->pods[--f->npods];
+                break;
+            }
+            break;
+        case ACTION_UPDATE_STATUS:
+            cJSON_Delete(f->job);
+            f->job = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_DELETE_JOB:
+        case ACTION_EVENT:
+            break;
+        }
+    }
+}
+
+static cJSON *pod_named(Fixture *f, const char *name)
+{
+    for (size_t j = 0; j < f->npods; j++)
+        if (strcmp(jsonx_str(f->pods[j], "metadata.name"), name) == 0) return f->pods[j];
+    return NULL;
+}
+
+/* Reconciles until a plan has nothing but events to do and no timer pending; each pass
+ * may "crash" after a random prefix of its actions. Returns the passes taken. */
+static int settle(Fixture *f, double *now, uint64_t *rng)
+{
+    for (int pass = 0; pass < 60; pass++) {
+        plan_free(&f->plan);
+        free(f->desc);
+        f->desc = NULL;
+        fx_run(f, *now);
+        size_t real = 0;
+        for (size_t i = 0; i < f->plan.n; i++)
+            real += f->plan.actions[i].kind != ACTION_EVENT;
+        if (real == 0 && f->plan.requeue_after < 0) return pass;
+        if (real == 0) { /* a timer: let it fire, as the work queue would */
+            *now += f->plan.requeue_after + 0.01;
+            continue;
+        }
+        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+        size_t k = (*rng % 3 == 0) ? (size_t)(*rng >> 8) % f->plan.n : f->plan.n;
+        apply_prefix(f, k);
+        *now += 3; /* time passes between passes, so backoff delays run out */
+    }
+    fail_msg("no steady state after 60 passes; last plan:\n%s", f->desc);
+    return -1;
+}
+
+static void test_crash_at_any_action_converges(void **state)
+{
+    (void)state;
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 150; round++) {
+        Fixture f = {.job = job_new(SPEC2, NULL)};
+        double now = NOW;
+        settle(&f, &now, &rng);
+        assert_int_equal(f.npods, 2);
+        assert_non_null(f.secret);
+        assert_non_null(f.service);
+        assert_true(jsonx_bool(f.job, "status.launched", 0));
+
+        /* The kubelet starts both; worker 1 then fails with a retryable error. */
+        for (size_t j = 0; j < f.npods; j++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "status"), "phase", "Running");
+        settle(&f, &now, &rng);
+        assert_string_equal(jsonx_str(f.job, "status.phase"), "Running");
+        pod_terminated(pod_named(&f, "mnist-worker-1"), 1, NULL);
+        settle(&f, &now, &rng);
+        /* Exactly one restart counted, whatever the crash points; a new group of two. */
+        assert_int_equal(jsonx_int(f.job, "status.restarts.application", -1), 1);
+        assert_int_equal(jsonx_int(f.job, "status.restarts.disruption", -1), 0);
+        assert_int_equal(jsonx_int(f.job, "status.attempt", -1), 1);
+        assert_int_equal(f.npods, 2);
+        for (size_t j = 0; j < f.npods; j++)
+            assert_string_equal(jsonx_key_str(jsonx_obj(f.pods[j], "metadata.annotations"),
+                                              "kubetrain.dev/attempt"),
+                                "1");
+
+        /* The chief completes: Succeeded once, the other worker cleaned up. */
+        for (size_t j = 0; j < f.npods; j++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "status"), "phase", "Running");
+        pod_terminated(pod_named(&f, "mnist-worker-0"), 0, "{\"step\":9}");
+        settle(&f, &now, &rng);
+        assert_string_equal(jsonx_str(f.job, "status.phase"), "Succeeded");
+        assert_int_equal(jsonx_int(f.job, "status.result.step", -1), 9);
+        assert_int_equal(f.npods, 1);
+        assert_non_null(pod_named(&f, "mnist-worker-0"));
+        fx_free(&f);
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Robustness: any field of any object replaced by a value of another type. */
+
+static uint64_t mut_rng = 0x2545f4914f6cdd1dull;
+
+static uint64_t mut_next(void)
+{
+    mut_rng ^= mut_rng << 13, mut_rng ^= mut_rng >> 7, mut_rng ^= mut_rng << 17;
+    return mut_rng;
+}
+
+static cJSON *random_value(void)
+{
+    switch (mut_next() % 7) {
+    case 0:
+        return cJSON_CreateNumber(-1.5);
+    case 1:
+        return cJSON_CreateString("\xff\xfe not what you expected");
+    case 2:
+        return cJSON_CreateArray();
+    case 3:
+        return cJSON_CreateObject();
+    case 4:
+        return cJSON_CreateNull();
+    case 5:
+        return cJSON_CreateTrue();
+    default:
+        return cJSON_CreateNumber(1e300);
+    }
+}
+
+/* Replaces each member of the tree with probability 1/rate by a random value. */
+static void mutate(cJSON *o, unsigned rate)
+{
+    cJSON *it = (cJSON_IsObject(o) || cJSON_IsArray(o)) ? o->child : NULL;
+    while (it) {
+        cJSON *next = it->next;
+        if (mut_next() % rate == 0)
+            cJSON_ReplaceItemViaPointer(o, it, random_value());
+        else
+            mutate(it, rate);
+        it = next;
+    }
+}
+
+static void test_wrong_types_anywhere_never_crash(void **state)
+{
+    (void)state;
+    olog_set_level(OLOG_ERROR + 1);
+    for (int round = 0; round < 1500; round++) {
+        Fixture f = {.job =
+                         job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\","
+                                 "\"checkpoint\":{\"claimName\":\"c\"},\"template\":{\"metadata\":"
+                                 "{\"labels\":{\"a\":\"b\"}},\"spec\":{\"containers\":[{\"name\":"
+                                 "\"trainer\",\"env\":[{\"name\":\"X\",\"value\":\"1\"}]}]}}}",
+                                 ST_LAUNCHED(",\"attempt\":0,\"restarts\":{\"application\":1}"))};
+        fx_with_support(&f);
+        fx_pod(&f, 0, 0, "Running");
+        pod_terminated(fx_pod(&f, 1, 0, "Running"), 75, "{\"error\":\"x\"}");
+        unsigned rate = 3 + (unsigned)(mut_next() % 40);
+        mutate(f.job, rate);
+        mutate(f.secret, rate);
+        mutate(f.service, rate);
+        for (size_t i = 0; i < f.npods; i++)
+            mutate(f.pods[i], rate);
+        Observed o = {.job = f.job,
+                      .secret = f.secret,
+                      .service = f.service,
+                      .pods = (const cJSON *const *)f.pods,
+                      .npods = f.npods,
+                      .now = NOW};
+        char err[256];
+        int rc = reconcile(&CFG, &o, &f.plan, err, sizeof err);
+        /* Either a plan or a clean refusal (a job without a usable name). */
+        assert_true(rc == 0 || rc == -EINVAL);
+        fx_free(&f);
+    }
+    olog_set_level(OLOG_INFO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_new_job_creates_everything),
+        cmocka_unit_test(test_steady_state_is_a_no_op),
+        cmocka_unit_test(test_all_running_sets_phase),
+        cmocka_unit_test(test_chief_completed_succeeds_with_result),
+        cmocka_unit_test(test_all_workers_policy_waits_for_everyone),
+        cmocka_unit_test(test_never_policy_fails_job),
+        cmocka_unit_test(test_on_failure_restarts_group_with_backoff),
+        cmocka_unit_test(test_exit_code_policy),
+        cmocka_unit_test(test_backoff_limit_exceeded),
+        cmocka_unit_test(test_disruptions_never_fail),
+        cmocka_unit_test(test_missing_pod_before_launch_is_created),
+        cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_ttl_and_clean_pod_policy),
+        cmocka_unit_test(test_suspend_and_resume),
+        cmocka_unit_test(test_workers_change_restarts_group),
+        cmocka_unit_test(test_stale_and_foreign_pods),
+        cmocka_unit_test(test_invalid_spec),
+        cmocka_unit_test(test_malformed_pods_do_not_crash),
+        cmocka_unit_test(test_template_merge_gpus_domain),
+        cmocka_unit_test(test_crash_at_any_action_converges),
+        cmocka_unit_test(test_wrong_types_anywhere_never_crash),
+    };
+    return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
+}

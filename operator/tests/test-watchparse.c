@@ -1,0 +1,147 @@
+/* The watch stream parser fed the same events cut at every byte position and in
+ * random chunk sizes: the events that come out are always the same. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "jsonx.h"
+#include "watchparse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Seen {
+    char log[8192];
+    size_t len;
+    int stop_after; /* return 1 after this many events; 0 never */
+    int n;
+} Seen;
+
+static int record(void *ctx, const char *type, const cJSON *obj)
+{
+    Seen *s = ctx;
+    const char *name = jsonx_str(obj, "metadata.name");
+    const char *rv = jsonx_str(obj, "metadata.resourceVersion");
+    s->len += (size_t)snprintf(s->log + s->len, sizeof s->log - s->len, "%s %s %s\n", type,
+                               name ? name : "-", rv ? rv : "-");
+    s->n++;
+    return s->stop_after && s->n >= s->stop_after ? 1 : 0;
+}
+
+static const char STREAM[] =
+    "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"a\","
+    "\"resourceVersion\":\"10\"},\"status\":{\"message\":\"multi\\nline \\u00e9 \xc3\xa9\"}}}\n"
+    "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"11\"}}}"
+    "\r\n"
+    "\n"
+    "this is not json\n"
+    "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"12\"}}}\n"
+    "{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"b\",\"resourceVersion\":\"13\"}}}\n"
+    "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,\"reason\":\"Expired\"}}\n"
+    "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"partial\"";
+
+static const char WANT[] = "ADDED a 10\nMODIFIED a 11\nBOOKMARK - 12\nDELETED b 13\nERROR - -\n";
+
+static void test_whole_stream(void **state)
+{
+    (void)state;
+    Seen s = {0};
+    WatchParser p;
+    watchparse_init(&p, record, &s);
+    assert_int_equal(watchparse_feed(&p, STREAM, sizeof STREAM - 1), 0);
+    assert_string_equal(s.log, WANT);
+    assert_int_equal(p.bad_lines, 1);
+    /* The partial last event waits for more bytes, then completes. */
+    assert_int_equal(watchparse_feed(&p, ",\"resourceVersion\":\"14\"}}}\n", 27), 0);
+    assert_string_equal(s.log + strlen(WANT), "ADDED partial 14\n");
+    watchparse_free(&p);
+}
+
+static void test_split_at_every_byte(void **state)
+{
+    (void)state;
+    size_t n = sizeof STREAM - 1;
+    for (size_t cut1 = 0; cut1 <= n; cut1++) {
+        for (size_t cut2 = cut1; cut2 <= n; cut2 += 7) {
+            Seen s = {0};
+            WatchParser p;
+            watchparse_init(&p, record, &s);
+            assert_int_equal(watchparse_feed(&p, STREAM, cut1), 0);
+            assert_int_equal(watchparse_feed(&p, STREAM + cut1, cut2 - cut1), 0);
+            assert_int_equal(watchparse_feed(&p, STREAM + cut2, n - cut2), 0);
+            if (strcmp(s.log, WANT) != 0)
+                fail_msg("cuts at %zu and %zu gave:\n%s", cut1, cut2, s.log);
+            watchparse_free(&p);
+        }
+    }
+}
+
+static void test_random_chunks_and_one_byte_feeds(void **state)
+{
+    (void)state;
+    uint64_t x = 88172645463325252ull;
+    size_t n = sizeof STREAM - 1;
+    for (int round = 0; round < 500; round++) {
+        Seen s = {0};
+        WatchParser p;
+        watchparse_init(&p, record, &s);
+        size_t off = 0;
+        while (off < n) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t k = round == 0 ? 1 : 1 + (size_t)(x % 40);
+            if (k > n - off) k = n - off;
+            assert_int_equal(watchparse_feed(&p, STREAM + off, k), 0);
+            off += k;
+        }
+        assert_string_equal(s.log, WANT);
+        watchparse_free(&p);
+    }
+}
+
+static void test_callback_stops_and_reset_drops_partial(void **state)
+{
+    (void)state;
+    Seen s = {.stop_after = 2};
+    WatchParser p;
+    watchparse_init(&p, record, &s);
+    assert_int_equal(watchparse_feed(&p, STREAM, sizeof STREAM - 1), 1);
+    assert_int_equal(s.n, 2);
+    watchparse_reset(&p);
+    s = (Seen){0};
+    /* A cut mid-object followed by a fresh stream: the fragment is discarded. */
+    assert_int_equal(watchparse_feed(&p, "{\"type\":\"ADDED\",\"obj", 19), 0);
+    watchparse_reset(&p);
+    assert_int_equal(watchparse_feed(&p, STREAM, 200), 0);
+    assert_string_equal(s.log, "ADDED a 10\n");
+    watchparse_free(&p);
+
+    /* Over-long lines are dropped, and the stream goes on. */
+    s = (Seen){0};
+    watchparse_init(&p, record, &s);
+    p.max_line = 64;
+    char big[300];
+    memset(big, 'x', sizeof big);
+    assert_int_equal(watchparse_feed(&p, big, sizeof big), 0);
+    assert_int_equal(watchparse_feed(&p, "\n", 1), 0);
+    assert_int_equal(
+        watchparse_feed(&p, "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"z\"}}}\n",
+                        52),
+        0);
+    assert_string_equal(s.log, "ADDED z -\n");
+    assert_true(p.bad_lines >= 1);
+    watchparse_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_whole_stream),
+        cmocka_unit_test(test_split_at_every_byte),
+        cmocka_unit_test(test_random_chunks_and_one_byte_feeds),
+        cmocka_unit_test(test_callback_stops_and_reset_drops_partial),
+    };
+    return cmocka_run_group_tests_name("watchparse", tests, NULL, NULL);
+}
