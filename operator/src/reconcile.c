@@ -374,6 +374,9 @@ static void record_result(Ctx *c, const PodView *chief)
     if (!chief || !chief->message || strcmp(chief->phase, "Succeeded") != 0) return;
     cJSON *m = cJSON_Parse(chief->message);
     if (cJSON_IsObject(m) && !jsonx_at(m, "error")) {
+        /* The trainer writes snake_case; the resource's fields are camelCase. */
+        cJSON *hash = cJSON_DetachItemFromObjectCaseSensitive(m, "weights_sha256");
+        if (hash) cJSON_AddItemToObject(m, "weightsSha256", hash);
         if (!jsonx_set(c->status, "result", m)) c->nomem = 1;
     } else {
         cJSON_Delete(m);

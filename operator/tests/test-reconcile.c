@@ -328,7 +328,8 @@ static void test_chief_completed_succeeds_with_result(void **state)
                      job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":600}", ST_LAUNCHED(""))};
     fx_with_support(&f);
     pod_terminated(fx_pod(&f, 0, 0, "Running"), 0,
-                   "{\"step\":210,\"epoch\":3,\"loss\":0.41,\"accuracy\":0.86}");
+                   "{\"step\":210,\"epoch\":3,\"loss\":0.41,\"accuracy\":0.86,"
+                   "\"weights_sha256\":\"ab12\"}");
     fx_pod(&f, 1, 0, "Running");
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "update-status mnist\n"
@@ -339,6 +340,8 @@ static void test_chief_completed_succeeds_with_result(void **state)
     assert_cond(st, "Succeeded", "True/Completed");
     assert_int_equal(jsonx_int(st, "result.step", -1), 210);
     assert_true(jsonx_num(st, "result.accuracy", 0) == 0.86);
+    assert_string_equal(jsonx_str(st, "result.weightsSha256"), "ab12");
+    assert_null(jsonx_at(st, "result.weights_sha256"));
     assert_string_equal(jsonx_str(st, "completionTime"), "2027-01-15T08:00:00Z");
     assert_true(f.plan.requeue_after == 600);
     fx_free(&f);
