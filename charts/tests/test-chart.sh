@@ -127,6 +127,7 @@ if [ $cluster = 1 ]; then
       k get secrets -n "$2" -l "owner=helm,name=$1" -o name; } 2>/dev/null
   }
   # refused NAME WANT ARGS...: helm install ARGS fails, its error names WANT, nothing made.
+  # helm names a value by its JSON pointer (/operator/workers), an unknown key by itself.
   refused() {
     local name=$1 want=$2 out left; shift 2
     if out=$("$helm" install bad "$CHART" -n kubetrain-system "$@" 2>&1); then
@@ -143,12 +144,12 @@ if [ $cluster = 1 ]; then
       tap_ok "helm install refuses $name, naming $want, and creates nothing"
     fi
   }
-  refused "operator.workers of the wrong type" operator.workers --set operator.workers=four
-  refused "replicaCount of the wrong type (values file)" replicaCount -f <(echo 'replicaCount: "two"')
+  refused "operator.workers of the wrong type" /operator/workers --set operator.workers=four
+  refused "replicaCount of the wrong type (values file)" /replicaCount -f <(echo 'replicaCount: "two"')
   refused "an unknown key (replicas)" replicas --set replicas=2
   refused "an unknown nested key (operator.threads)" threads --set operator.threads=2
-  refused "an out-of-range operator.workers" operator.workers --set operator.workers=65
-  refused "a misspelt pullPolicy" image.pullPolicy --set image.pullPolicy=Sometimes
+  refused "an out-of-range operator.workers" /operator/workers --set operator.workers=65
+  refused "a misspelt pullPolicy" /image/pullPolicy --set image.pullPolicy=Sometimes
 
   # A real install: the same query finds what it made (so an empty answer above means
   # nothing was made), and its ServiceAccount may do exactly what the operator does.
@@ -177,7 +178,7 @@ if [ $cluster = 1 ]; then
   done
   for q in "update pods -n team-a" "patch trainingjobs.kubetrain.dev -n team-a" "create trainingjobs.kubetrain.dev -n team-a" \
            "get secrets/x -n team-a" "delete secrets -n team-a" "update secrets -n team-a" "delete services -n team-a" \
-           "create pods/exec -n team-a" "create deployments.apps -n team-a" \
+           "create pods --subresource exec -n team-a" "create deployments.apps -n team-a" \
            "update leases.coordination.k8s.io/other -n kubetrain-system" "create leases.coordination.k8s.io -n team-a" \
            "create clusterroles.rbac.authorization.k8s.io"; do
     # shellcheck disable=SC2086
