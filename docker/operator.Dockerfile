@@ -6,10 +6,9 @@ FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc libc6-dev make libcurl4-openssl-dev libcjson-dev libyaml-dev libssl-dev ca-certificates >/dev/null
 WORKDIR /src
-COPY Makefile VERSION ./
-COPY .ci/deps.sh .ci/deps.sh
-COPY trainer/trainer.mk trainer/trainer.mk
-COPY operator/ operator/
+# The whole tree (.dockerignore keeps build output out): the Makefile includes every
+# component's fragment.
+COPY . .
 RUN make DEPS_APT= build/bin/kubetrain-operator && strip build/bin/kubetrain-operator
 # Gather the binary's libraries (and the loader) into one tree to copy as a whole.
 RUN mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs \
@@ -23,4 +22,5 @@ RUN mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs \
 FROM scratch
 COPY --from=build /rootfs/ /
 USER 65532:65532
+ENV PATH=/usr/local/bin
 ENTRYPOINT ["/usr/local/bin/kubetrain-operator"]

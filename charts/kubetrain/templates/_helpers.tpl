@@ -18,7 +18,7 @@ app.kubernetes.io/component: operator
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: kubetrain
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "kubetrain.serviceAccountName" -}}
@@ -37,22 +37,29 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- printf "%s:%s" .Values.trainerImage.repository (default .Chart.AppVersion .Values.trainerImage.tag) -}}
 {{- end -}}
 
-{{/* The rules the operator needs, exactly the verbs it uses: shared by the ClusterRole
-     and the single-namespace Role. */}}
+{{/* The rules the operator needs, exactly the verbs its requests use (operator/src:
+     informer.c lists and watches; controller.c creates and deletes pods, creates
+     services, secrets and events, deletes a job whose TTL ran out, and PUTs status).
+     Shared by the ClusterRole and the single-namespace Role. trainingjobs/finalizers
+     update: the operator's owner references set blockOwnerDeletion, which the
+     OwnerReferencesPermissionEnforcement admission plugin allows only with it. */}}
 {{- define "kubetrain.rules" -}}
 - apiGroups: [kubetrain.dev]
   resources: [trainingjobs]
-  verbs: [get, list, watch, update, patch]
+  verbs: [list, watch, delete]
 - apiGroups: [kubetrain.dev]
   resources: [trainingjobs/status]
-  verbs: [get, update, patch]
+  verbs: [update]
+- apiGroups: [kubetrain.dev]
+  resources: [trainingjobs/finalizers]
+  verbs: [update]
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [services, secrets]
-  verbs: [get, list, watch, create, delete]
+  verbs: [list, watch, create]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""check-render.py MODE FILE RELEASE NAMESPACE [OPERATOR_MAIN_C]
+
+Facts about one `helm template` output of charts/kubetrain, for test-chart.sh. MODE is
+what the values asked for: default | single (singleNamespace=true) | noleader
+(leaderElection.enabled=false) | monitor (metrics.serviceMonitor.enabled=true). Prints one
+line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail". With
+OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option table.
+"""
+import re
+import sys
+
+import yaml
+
+# The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
+# jobs, pods, services and secrets; controller.c creates pods, services, secrets and
+# events, deletes pods and expired jobs, PUTs job status; owner references with
+# blockOwnerDeletion need update on trainingjobs/finalizers), as (group, resource, verb).
+OPERATOR_RULES = {
+    ("kubetrain.dev", "trainingjobs", v) for v in ("list", "watch", "delete")
+} | {
+    ("kubetrain.dev", "trainingjobs/status", "update"),
+    ("kubetrain.dev", "trainingjobs/finalizers", "update"),
+    ("", "events", "create"),
+} | {
+    ("", "pods", v) for v in ("list", "watch", "create", "delete")
+} | {
+    ("", r, v) for r in ("services", "secrets") for v in ("list", "watch", "create")
+}
+# leader.c: GET and PUT the Lease named kubetrain-operator, POST it when absent.
+LEASE_RULES = {
+    ("coordination.k8s.io", "leases", "", "create"),
+    ("coordination.k8s.io", "leases", "kubetrain-operator", "get"),
+    ("coordination.k8s.io", "leases", "kubetrain-operator", "update"),
+}
+COMMON_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
+                 "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
+                 "app.kubernetes.io/part-of", "app.kubernetes.io/component",
+                 "helm.sh/chart")
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+
+results = []
+
+
+def check(name, cond, detail=""):
+    results.append((name, bool(cond), detail))
+
+
+def flat_rules(role):
+    """(group, resource, resourceName, verb) for every grant of a Role or ClusterRole."""
+    out = set()
+    for r in role.get("rules") or []:
+        for g in r.get("apiGroups") or []:
+            for res in r.get("resources") or []:
+                for v in r.get("verbs") or []:
+                    for n in r.get("resourceNames") or [""]:
+                        out.add((g, res, n, v))
+    return out
+
+
+def main():
+    mode, path, release, ns = sys.argv[1:5]
+    main_c = sys.argv[5] if len(sys.argv) > 5 else ""
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    kinds = sorted(by_kind)
+
+    leader = mode != "noleader"
+    want = {"ServiceAccount", "Deployment", "Service"}
+    want |= {"Role", "RoleBinding"} if mode == "single" else {"ClusterRole", "ClusterRoleBinding"}
+    if leader:
+        want |= {"Role", "RoleBinding"}
+    if mode == "monitor":
+        want.add("ServiceMonitor")
+    check(f"[{mode}] kinds rendered: {', '.join(sorted(want))}", set(kinds) == want,
+          f"got {kinds}")
+
+    # Labels and namespaces on every object.
+    bad = []
+    for d in docs:
+        md = d["metadata"]
+        labels = md.get("labels") or {}
+        missing = [k for k in COMMON_LABELS if k not in labels]
+        if missing:
+            bad.append(f"{d['kind']}/{md['name']}: no {missing}")
+        elif labels["app.kubernetes.io/instance"] != release or \
+                labels["app.kubernetes.io/name"] != "kubetrain" or \
+                labels["app.kubernetes.io/managed-by"] != "Helm":
+            bad.append(f"{d['kind']}/{md['name']}: labels {labels}")
+        if d["kind"] not in CLUSTER_SCOPED and md.get("namespace") != ns:
+            bad.append(f"{d['kind']}/{md['name']}: namespace {md.get('namespace')!r}")
+        if d["kind"] in CLUSTER_SCOPED and "namespace" in md:
+            bad.append(f"{d['kind']}/{md['name']}: cluster-scoped with a namespace")
+    check(f"[{mode}] app.kubernetes.io/* labels and namespace {ns} on every object",
+          not bad, "\n".join(bad))
+
+    # RBAC: no wildcard anywhere; the operator's role grants exactly its verbs.
+    wild = [f"{d['kind']}/{d['metadata']['name']}: {r}"
+            for k in ("Role", "ClusterRole") for d in by_kind.get(k, [])
+            for r in d.get("rules") or []
+            if any("*" in str(x) for key in ("apiGroups", "resources", "verbs",
+                                              "resourceNames", "nonResourceURLs")
+                   for x in r.get(key) or [])]
+    check(f"[{mode}] no wildcard in any RBAC rule", not wild, "\n".join(wild))
+
+    op_kind = "Role" if mode == "single" else "ClusterRole"
+    roles = {d["metadata"]["name"]: d for k in ("Role", "ClusterRole") for d in by_kind.get(k, [])}
+    op_roles = [d for d in by_kind.get(op_kind, []) if not d["metadata"]["name"].endswith("-leader-election")]
+    le_roles = [d for d in by_kind.get("Role", []) if d["metadata"]["name"].endswith("-leader-election")]
+    if len(op_roles) == 1:
+        got = flat_rules(op_roles[0])
+        want_rules = {(g, r, "", v) for g, r, v in OPERATOR_RULES}
+        check(f"[{mode}] {op_kind} grants exactly the operator's verbs", got == want_rules,
+              f"extra {sorted(got - want_rules)}; missing {sorted(want_rules - got)}")
+    else:
+        check(f"[{mode}] one operator {op_kind}", False, f"got {len(op_roles)}")
+    if leader:
+        got = flat_rules(le_roles[0]) if len(le_roles) == 1 else set()
+        check(f"[{mode}] leader-election Role grants exactly the Lease verbs", got == LEASE_RULES,
+              f"extra {sorted(got - LEASE_RULES)}; missing {sorted(LEASE_RULES - got)}")
+    else:
+        check(f"[{mode}] no leader-election Role", not le_roles)
+
+    sa = by_kind["ServiceAccount"][0]["metadata"]["name"]
+    bad = []
+    for k in ("RoleBinding", "ClusterRoleBinding"):
+        for b in by_kind.get(k, []):
+            ref = b["roleRef"]
+            target = roles.get(ref["name"])
+            if not target or target["kind"] != ref["kind"]:
+                bad.append(f"{k}/{b['metadata']['name']} refers to missing {ref}")
+            if b.get("subjects") != [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]:
+                bad.append(f"{k}/{b['metadata']['name']} subjects {b.get('subjects')}")
+    check(f"[{mode}] bindings tie each role to ServiceAccount {ns}/{sa}", not bad, "\n".join(bad))
+
+    # The Deployment: security context, probes, ports, args.
+    dep = by_kind["Deployment"][0]
+    pod = dep["spec"]["template"]
+    spec = pod["spec"]
+    c = spec["containers"][0]
+    psc, csc = spec.get("securityContext") or {}, c.get("securityContext") or {}
+    facts = {
+        "pod runAsNonRoot": psc.get("runAsNonRoot") is True,
+        "pod seccompProfile RuntimeDefault": (psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault",
+        "readOnlyRootFilesystem": csc.get("readOnlyRootFilesystem") is True,
+        "allowPrivilegeEscalation false": csc.get("allowPrivilegeEscalation") is False,
+        "capabilities drop [ALL], none added": (csc.get("capabilities") or {}).get("drop") == ["ALL"]
+        and not (csc.get("capabilities") or {}).get("add"),
+        "not privileged": not csc.get("privileged"),
+    }
+    check(f"[{mode}] securityContext: " + ", ".join(facts), all(facts.values()),
+          "false: " + ", ".join(k for k, v in facts.items() if not v))
+    check(f"[{mode}] Deployment runs as ServiceAccount {sa}", spec.get("serviceAccountName") == sa,
+          f"got {spec.get('serviceAccountName')}")
+
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports") or []}
+    args = c.get("args") or []
+    argmap = {}
+    for a in args:
+        k, _, v = a.partition("=")
+        argmap[k] = v
+    live, ready = c.get("livenessProbe") or {}, c.get("readinessProbe") or {}
+    health_port = argmap.get("--health-addr", "")
+    ok = ((live.get("httpGet") or {}).get("path") == "/healthz"
+          and (ready.get("httpGet") or {}).get("path") == "/readyz"
+          and (live.get("httpGet") or {}).get("port") == "health"
+          and (ready.get("httpGet") or {}).get("port") == "health"
+          and health_port == f":{ports.get('health')}")
+    check(f"[{mode}] liveness /healthz and readiness /readyz on the --health-addr port", ok,
+          f"liveness {live}, readiness {ready}, ports {ports}, --health-addr {health_port!r}")
+
+    labels = pod["metadata"].get("labels") or {}
+    sel = dep["spec"]["selector"]["matchLabels"]
+    check(f"[{mode}] pod template carries the labels and matches the selector",
+          all(k in labels for k in COMMON_LABELS) and all(labels.get(k) == v for k, v in sel.items()),
+          f"labels {labels}, selector {sel}")
+
+    check(f"[{mode}] operator image kubetrain/operator:<appVersion>, trainer image from values",
+          c["image"] == "kubetrain/operator:0.1.0"
+          and argmap.get("--trainer-image") == "kubetrain/trainer:0.1.0",
+          f"image {c['image']}, --trainer-image {argmap.get('--trainer-image')}")
+    if mode == "single":
+        check(f"[{mode}] --namespace={ns}", argmap.get("--namespace") == ns, f"args {args}")
+    else:
+        check(f"[{mode}] no --namespace (all namespaces)", "--namespace" not in argmap, f"args {args}")
+    if leader:
+        check(f"[{mode}] --leader-elect in namespace {ns}, identity from the pod name",
+              "--leader-elect" in argmap and argmap.get("--leader-elect-namespace") == ns
+              and argmap.get("--leader-elect-id") == "$(POD_NAME)"
+              and any(e["name"] == "POD_NAME" for e in c.get("env") or []), f"args {args}")
+    else:
+        check(f"[{mode}] no --leader-elect", not any(a.startswith("--leader-elect") for a in args),
+              f"args {args}")
+    if main_c:
+        with open(main_c) as f:
+            known = set(re.findall(r'\{"([a-z][a-z-]*)",\s*(?:required|no)_argument', f.read()))
+        unknown = [k for k in argmap if k[2:] not in known]
+        check(f"[{mode}] every flag passed is one the operator has ({main_c})",
+              known and not unknown, f"unknown {unknown}; the operator has {sorted(known)}")
+
+    svc = by_kind["Service"][0]
+    sp = svc["spec"]["ports"][0]
+    check(f"[{mode}] metrics Service selects the operator pod on port metrics",
+          svc["spec"]["selector"] == sel and sp["targetPort"] == "metrics"
+          and argmap.get("--metrics-addr") == f":{ports.get('metrics')}",
+          f"selector {svc['spec']['selector']}, port {sp}, --metrics-addr {argmap.get('--metrics-addr')}")
+    if mode == "monitor":
+        sm = by_kind["ServiceMonitor"][0]
+        smsel = sm["spec"]["selector"]["matchLabels"]
+        svcl = svc["metadata"]["labels"]
+        check(f"[{mode}] ServiceMonitor selects the metrics Service, endpoint port metrics /metrics",
+              all(svcl.get(k) == v for k, v in smsel.items())
+              and sm["spec"]["endpoints"][0]["port"] == "metrics"
+              and sm["spec"]["endpoints"][0]["path"] == "/metrics", f"{sm['spec']}")
+
+    for name, ok, detail in results:
+        detail = str(detail).replace("\n", "\\n").replace("\t", " ")
+        print(f"ok\t{name}" if ok else f"not ok\t{name}\t{detail}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# The Helm chart (charts/kubetrain), the examples and the images, checked as users meet
+# them:
+#   - the chart's CRD is crds/ byte for byte; helm lint --strict;
+#   - helm template for the default, single-namespace, no-leader-election and
+#     ServiceMonitor values: kinds, labels, RBAC (no wildcard, exactly the operator's
+#     verbs), security context, probes, and flags the operator really has
+#     (charts/tests/check-render.py);
+#   - on an api-level cluster (e2e/cluster/up.sh api, its own run dir under build/e2e):
+#     the rendered chart and every example pass a server-side dry run; helm install with a
+#     value of the wrong type or an unknown key fails naming the value and creates
+#     nothing; a real install's ServiceAccount may do what the operator does and no more;
+#     when build/bin/kubetrain-operator exists, it runs with that ServiceAccount's token
+#     and the chart's args and turns examples/job.yaml into its Service, Secret and pods
+#     without a single forbidden request, cluster-wide and in single-namespace mode;
+#   - where a Docker daemon answers: the images build (each when its sources exist), sizes
+#     within the targets, the operator image answers /healthz and /readyz, and the trainer
+#     image trains two steps on its baked-in Fashion-MNIST.
+# Whatever cannot run is reported as skipped with the reason.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. e2e/lib/tap.sh
+
+CHART=charts/kubetrain
+VERSION=$(cat VERSION)
+work=$PWD/build/e2e/test-chart
+export KT_RUN=$work/run
+rm -rf "$work"
+mkdir -p "$work"
+op_pid= op_container=
+cleanup() {
+  [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null && wait "$op_pid" 2>/dev/null
+  [ -n "$op_container" ] && docker rm -f "$op_container" >/dev/null 2>&1
+  bash e2e/cluster/down.sh >/dev/null 2>&1
+}
+trap cleanup EXIT
+
+# --- the CRD: crds/ is the single source --------------------------------------------
+bad=
+for f in crds/*.yaml; do
+  cmp -s "$f" "$CHART/crds/${f#crds/}" || bad="$bad $CHART/crds/${f#crds/}"
+done
+for f in "$CHART"/crds/*.yaml; do
+  [ -e "crds/${f#"$CHART"/crds/}" ] || bad="$bad $f(no source)"
+done
+if [ -z "$bad" ]; then tap_ok "the chart's CRDs are crds/ byte for byte"
+else tap_fail "the chart's CRDs are crds/ byte for byte" "differ:$bad (run make chart-crds)"; fi
+
+# --- helm ------------------------------------------------------------------------------
+if ! helm=$(bash charts/build-helm.sh 2>"$work/helm-build.log"); then
+  tap_skip "helm lint, template, install" "helm unavailable: $(tail -n 1 "$work/helm-build.log")"
+  tap_done; exit
+fi
+tap_check "helm lint --strict (default values)" "$helm" lint --strict "$CHART"
+tap_check "helm lint --strict (single namespace)" "$helm" lint --strict "$CHART" --set singleNamespace=true
+
+main_c=
+[ -f operator/src/main.c ] && main_c=operator/src/main.c
+[ -z "$main_c" ] && tap_skip "chart flags against the operator's option table" \
+  "operator/src/main.c is not in this tree"
+
+# render MODE NS [helm args]: renders into $work/MODE.yaml, then checks it.
+render() {
+  local mode=$1 ns=$2 out; shift 2
+  if ! out=$("$helm" template kubetrain "$CHART" --namespace "$ns" "$@" 2>&1 >"$work/$mode.yaml"); then
+    tap_fail "[$mode] helm template" "$out"
+    return
+  fi
+  while IFS=$'\t' read -r status name detail; do
+    if [ "$status" = ok ]; then tap_ok "$name"; else tap_fail "$name" "${detail//\\n/$'\n'}"; fi
+  done < <(python3 charts/tests/check-render.py "$mode" "$work/$mode.yaml" kubetrain "$ns" $main_c 2>&1 ||
+           printf 'not ok\tcheck-render.py %s ran\tit failed\n' "$mode")
+}
+render default kubetrain-system
+render single team-a --set singleNamespace=true
+render noleader kubetrain-system --set leaderElection.enabled=false
+render monitor kubetrain-system --set metrics.serviceMonitor.enabled=true
+
+# --- the api-level cluster ----------------------------------------------------------------
+skip_cluster() {
+  for t in "server-side dry run of the chart and the examples" \
+           "helm install refuses bad values before creating anything" \
+           "the installed ServiceAccount's permissions" "the operator under the chart's RBAC"; do
+    tap_skip "$t" "$1"
+  done
+  cluster=0
+}
+cluster=1
+if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
+  skip_cluster "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
+elif ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
+  skip_cluster "etcd not installed (Debian package etcd-server)"
+elif ! out=$(bash e2e/cluster/up.sh api 2>&1); then
+  tap_fail "up.sh api brings the control plane up" "$out"
+  cluster=0
+fi
+
+if [ $cluster = 1 ]; then
+  . "$KT_RUN/env"
+  export KUBECONFIG
+  k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+
+  tap_check "the chart's CRD installs and is Established" \
+    bash -c "'$KT_K8S_BIN/kubectl' apply -f '$CHART/crds/' && \
+             '$KT_K8S_BIN/kubectl' wait --for condition=Established --timeout 60s crd/trainingjobs.kubetrain.dev"
+  for _ in $(seq 40); do k get tj -A >/dev/null 2>&1 && break; sleep 0.5; done
+  for ns in kubetrain-system team-a team-b; do k create namespace "$ns" >/dev/null; done
+
+  # Server-side dry runs: admission, schemas and CEL rules, nothing stored.
+  for mode in default single noleader; do
+    ns=kubetrain-system; [ $mode = single ] && ns=team-a
+    tap_check "[$mode] rendered chart passes kubectl apply --dry-run=server" \
+      k apply --dry-run=server -n "$ns" -f "$work/$mode.yaml"
+  done
+  for f in examples/*.yaml; do
+    tap_check "$f passes kubectl apply --dry-run=server" k apply --dry-run=server -n team-a -f "$f"
+  done
+  n=$(k get tj,pvc,deploy,sa,clusterrole -A -l app.kubernetes.io/instance=kubetrain -o name 2>&1 | wc -l)
+  n2=$(k get tj,pvc -A -o name 2>&1 | grep -c .)
+  if [ "$n" = 0 ] && [ "$n2" = 0 ]; then tap_ok "the dry runs stored nothing"
+  else tap_fail "the dry runs stored nothing" "$(k get tj,pvc,deploy -A 2>&1)"; fi
+
+  # created REL NS: every object of release REL (labelled, or helm's release record).
+  created() {
+    { k get all,sa,roles,rolebindings,configmaps,secrets -n "$2" -l "app.kubernetes.io/instance=$1" -o name
+      k get clusterroles,clusterrolebindings -l "app.kubernetes.io/instance=$1" -o name
+      k get secrets -n "$2" -l "owner=helm,name=$1" -o name; } 2>/dev/null
+  }
+  # refused NAME WANT ARGS...: helm install ARGS fails, its error names WANT, nothing made.
+  # helm names a value by its JSON pointer (/operator/workers), an unknown key by itself.
+  refused() {
+    local name=$1 want=$2 out left; shift 2
+    if out=$("$helm" install bad "$CHART" -n kubetrain-system "$@" 2>&1); then
+      tap_fail "helm install refuses $name" "installed: $out"
+      "$helm" uninstall bad -n kubetrain-system >/dev/null 2>&1
+      return
+    fi
+    left=$(created bad kubetrain-system)
+    if ! grep -qF -- "$want" <<<"$out"; then
+      tap_fail "helm install refuses $name, naming $want" "$out"
+    elif [ -n "$left" ]; then
+      tap_fail "helm install refuses $name and creates nothing" "left behind: $left"
+    else
+      tap_ok "helm install refuses $name, naming $want, and creates nothing"
+    fi
+  }
+  refused "operator.workers of the wrong type" /operator/workers --set operator.workers=four
+  refused "replicaCount of the wrong type (values file)" /replicaCount -f <(echo 'replicaCount: "two"')
+  refused "an unknown key (replicas)" replicas --set replicas=2
+  refused "an unknown nested key (operator.threads)" threads --set operator.threads=2
+  refused "an out-of-range operator.workers" /operator/workers --set operator.workers=65
+  refused "a misspelt pullPolicy" /image/pullPolicy --set image.pullPolicy=Sometimes
+
+  # A real install: the same query finds what it made (so an empty answer above means
+  # nothing was made), and its ServiceAccount may do exactly what the operator does.
+  if out=$("$helm" install kubetrain "$CHART" -n kubetrain-system 2>&1); then
+    tap_ok "helm install (default values)"
+    made=$(created kubetrain kubetrain-system | wc -l)
+    if [ "$made" -ge 6 ]; then tap_ok "the install made its objects ($made found by the same query)"
+    else tap_fail "the install made its objects" "$(created kubetrain kubetrain-system)"; fi
+    if grep -q 'kubectl apply -n kubetrain-system -f examples/pvc.yaml -f examples/job.yaml' <<<"$out"; then
+      tap_ok "NOTES tell how to submit the example job"
+    else tap_fail "NOTES tell how to submit the example job" "$out"; fi
+  else
+    tap_fail "helm install (default values)" "$out"
+  fi
+  sa=system:serviceaccount:kubetrain-system:kubetrain
+  can=() cannot=()
+  for q in "list trainingjobs.kubetrain.dev -n team-a" "watch trainingjobs.kubetrain.dev -A" \
+           "delete trainingjobs.kubetrain.dev -n team-a" "update trainingjobs.kubetrain.dev --subresource status -n team-a" \
+           "update trainingjobs.kubetrain.dev --subresource finalizers -n team-a" \
+           "create pods -n team-a" "delete pods -n team-a" "watch pods -A" "create services -n team-a" \
+           "list secrets -A" "create secrets -n team-a" "create events -n team-a" \
+           "create leases.coordination.k8s.io -n kubetrain-system" \
+           "update leases.coordination.k8s.io/kubetrain-operator -n kubetrain-system"; do
+    # shellcheck disable=SC2086
+    [ "$(k auth can-i $q --as "$sa" 2>/dev/null)" = yes ] || can+=("$q")
+  done
+  for q in "update pods -n team-a" "patch trainingjobs.kubetrain.dev -n team-a" "create trainingjobs.kubetrain.dev -n team-a" \
+           "get secrets/x -n team-a" "delete secrets -n team-a" "update secrets -n team-a" "delete services -n team-a" \
+           "create pods --subresource exec -n team-a" "create deployments.apps -n team-a" \
+           "update leases.coordination.k8s.io/other -n kubetrain-system" "create leases.coordination.k8s.io -n team-a" \
+           "create clusterroles.rbac.authorization.k8s.io"; do
+    # shellcheck disable=SC2086
+    [ "$(k auth can-i $q --as "$sa" 2>/dev/null)" = no ] || cannot+=("$q")
+  done
+  if [ ${#can[@]} = 0 ]; then tap_ok "the ServiceAccount may make each request the operator makes"
+  else tap_fail "the ServiceAccount may make each request the operator makes" "denied: ${can[*]}"; fi
+  if [ ${#cannot[@]} = 0 ]; then tap_ok "the ServiceAccount may not do what the operator never does"
+  else tap_fail "the ServiceAccount may not do what the operator never does" "allowed: ${cannot[*]}"; fi
+
+  # run_operator MODE NS JOBNS: the operator binary with the release's ServiceAccount
+  # token and the Deployment's args, made to run examples/job.yaml in JOBNS.
+  run_operator() {
+    local mode=$1 ns=$2 jobns=$3 kc=$work/op-$1.kubeconfig log=$work/op-$1.log token args hp mp ok=0
+    hp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    mp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    token=$(k create token kubetrain -n "$ns" --duration 1h) || { tap_fail "[$mode] token for the ServiceAccount" "$token"; return; }
+    cat >"$kc" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "$KT_APISERVER_URL", certificate-authority: "$KT_RUN/pki/ca.crt"}}]
+users: [{name: sa, user: {token: "$token"}}]
+contexts: [{name: c, context: {cluster: c, user: sa, namespace: "$ns"}}]
+current-context: c
+EOF
+    # The Deployment's args as the API stored them; the pod name stands in for $(POD_NAME).
+    mapfile -t args < <(k get deploy kubetrain -n "$ns" -o json | python3 -c '
+import json, sys
+for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args"]:
+    print(a.replace("$(POD_NAME)", "kubetrain-test-0"))')
+    args=("${args[@]/#--health-addr=*/--health-addr=127.0.0.1:$hp}")
+    args=("${args[@]/#--metrics-addr=*/--metrics-addr=127.0.0.1:$mp}")
+    build/bin/kubetrain-operator --kubeconfig "$kc" "${args[@]}" >"$log" 2>&1 &
+    op_pid=$!
+    for _ in $(seq 60); do
+      [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hp/readyz")" = 200 ] && { ok=1; break; }
+      kill -0 "$op_pid" 2>/dev/null || break
+      sleep 0.5
+    done
+    if [ $ok = 1 ]; then tap_ok "[$mode] the operator with the chart's args and RBAC becomes ready"
+    else tap_fail "[$mode] the operator with the chart's args and RBAC becomes ready" "$(tail -n 20 "$log")"; fi
+    k apply -n "$jobns" -f examples/pvc.yaml -f examples/job.yaml >/dev/null
+    ok=0
+    for _ in $(seq 60); do
+      if k get -n "$jobns" service/mnist-worker secret/mnist-secret pod/mnist-worker-0 pod/mnist-worker-1 >/dev/null 2>&1 &&
+         [ -n "$(k get tj mnist -n "$jobns" -o 'jsonpath={.status.phase}')" ]; then ok=1; break; fi
+      sleep 0.5
+    done
+    if [ $ok = 1 ]; then tap_ok "[$mode] examples/job.yaml gets its Service, Secret, 2 pods and a status"
+    else tap_fail "[$mode] examples/job.yaml gets its Service, Secret, 2 pods and a status" \
+      "$(k get all,secrets -n "$jobns" 2>&1; tail -n 20 "$log")"; fi
+    holder=$(k get lease kubetrain-operator -n "$ns" -o 'jsonpath={.spec.holderIdentity}' 2>&1)
+    if [ "$holder" = kubetrain-test-0 ]; then tap_ok "[$mode] the operator holds its Lease in $ns, named by the pod"
+    else tap_fail "[$mode] the operator holds its Lease in $ns, named by the pod" "holder: $holder"; fi
+    if grep -qiE 'forbidden|" 403|code.?403' "$log"; then
+      tap_fail "[$mode] no request of the operator was forbidden" "$(grep -iE 'forbidden|403' "$log" | head -5)"
+    else tap_ok "[$mode] no request of the operator was forbidden"; fi
+    k delete -n "$jobns" -f examples/job.yaml --wait=true --timeout 30s >/dev/null 2>&1
+    kill -TERM "$op_pid"; wait "$op_pid"; local rc=$?; op_pid=
+    if [ $rc = 0 ]; then tap_ok "[$mode] the operator stops cleanly on SIGTERM"
+    else tap_fail "[$mode] the operator stops cleanly on SIGTERM" "exit $rc; $(tail -n 5 "$log")"; fi
+  }
+  if [ ! -x build/bin/kubetrain-operator ]; then
+    tap_skip "the operator under the chart's RBAC" "build/bin/kubetrain-operator is not built in this tree"
+  else
+    run_operator default kubetrain-system team-b
+    "$helm" uninstall kubetrain -n kubetrain-system --wait >/dev/null 2>&1
+    if "$helm" install kubetrain "$CHART" -n team-a --set singleNamespace=true >/dev/null 2>"$work/single.err"; then
+      run_operator single team-a team-a
+    else tap_fail "helm install (single namespace)" "$(cat "$work/single.err")"; fi
+  fi
+fi
+
+# --- images --------------------------------------------------------------------------------
+if ! docker info >/dev/null 2>&1; then
+  tap_skip "images build and run" "no Docker daemon answers (bash docker/dockerd.sh starts one)"
+  tap_done; exit
+fi
+# size_ok NAME IMAGE MAX_MB
+size_ok() {
+  local bytes mb
+  bytes=$(docker image inspect -f '{{.Size}}' "$2" 2>&1)
+  mb=$(( bytes / 1000000 ))
+  if [ "$mb" -le "$3" ]; then tap_ok "$1 image is $mb MB (target <= $3 MB)"
+  else tap_fail "$1 image is at most $3 MB" "$mb MB"; fi
+}
+if [ ! -f operator/src/main.c ]; then
+  tap_skip "operator image builds and answers /healthz" "operator/src/main.c is not in this tree"
+elif out=$(make -s image-operator 2>&1); then
+  tap_ok "operator image builds (docker/operator.Dockerfile)"
+  img=kubetrain/operator:$VERSION
+  size_ok operator "$img" 40
+  hp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  # Its kubeconfig: the api cluster's admin one when it runs, else an unreachable server
+  # (the operator answers /healthz without the API; /readyz needs its caches).
+  kc=$work/image.kubeconfig
+  if [ $cluster = 1 ]; then cp "$KUBECONFIG" "$kc"
+  else printf 'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n' >"$kc"; fi
+  chmod 644 "$kc"
+  op_container=kt-chart-test-$$
+  if out=$(docker run -d --name "$op_container" --network host --read-only --cap-drop ALL \
+             --security-opt no-new-privileges -v "$kc:/etc/kubetrain/kubeconfig:ro" "$img" \
+             --kubeconfig /etc/kubetrain/kubeconfig --health-addr "127.0.0.1:$hp" --metrics-addr 0 2>&1); then
+    code=
+    for _ in $(seq 40); do
+      code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hp/healthz")
+      [ "$code" = 200 ] && break
+      sleep 0.5
+    done
+    if [ "$code" = 200 ]; then tap_ok "the operator image runs read-only as non-root and answers /healthz"
+    else tap_fail "the operator image answers /healthz" "code '$code'; $(docker logs "$op_container" 2>&1 | tail -n 10)"; fi
+    if [ $cluster = 1 ]; then
+      for _ in $(seq 40); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hp/readyz")
+        [ "$code" = 200 ] && break
+        sleep 0.5
+      done
+      if [ "$code" = 200 ]; then tap_ok "the operator image reaches the API server and answers /readyz"
+      else tap_fail "the operator image answers /readyz" "code '$code'; $(docker logs "$op_container" 2>&1 | tail -n 10)"; fi
+    fi
+    user=$(docker inspect -f '{{.Config.User}}' "$img")
+    if [ "$user" = 65532:65532 ]; then tap_ok "the operator image's user is 65532:65532"
+    else tap_fail "the operator image's user is 65532:65532" "user '$user'"; fi
+  else tap_fail "the operator image starts" "$out"; fi
+  docker rm -f "$op_container" >/dev/null 2>&1; op_container=
+else
+  tap_fail "operator image builds (docker/operator.Dockerfile)" "$(tail -n 30 <<<"$out")"
+fi
+
+if [ ! -f trainer/src/main.c ]; then
+  tap_skip "trainer image builds and trains" "trainer/src/main.c is not in this tree"
+elif out=$(make -s image-trainer 2>&1); then
+  tap_ok "trainer image builds (docker/trainer.Dockerfile)"
+  img=kubetrain/trainer:$VERSION
+  size_ok "trainer (with Fashion-MNIST)" "$img" 200
+  if out=$(docker run --rm --network none --read-only --cap-drop ALL --security-opt no-new-privileges \
+             "$img" train --epochs 1 --steps-per-epoch 2 --per-worker-batch 16 2>&1); then
+    tap_ok "the trainer image trains 2 steps on its baked-in data, read-only, as non-root"
+  else tap_fail "the trainer image trains 2 steps on its baked-in data" "$(tail -n 10 <<<"$out")"; fi
+else
+  tap_fail "trainer image builds (docker/trainer.Dockerfile)" "$(tail -n 30 <<<"$out")"
+fi
+tap_done
