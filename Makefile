@@ -28,6 +28,7 @@ include trainer/trainer.mk
 -include operator/operator.mk
 include docker/docker.mk
 include e2e/e2e.mk
+include charts/charts.mk
 
 # The stamp is keyed on the package list, so adding a package re-runs the check.
 deps: $(BUILD)/.deps-$(shell echo $(DEPS_APT) | cksum | cut -d' ' -f1)
