@@ -416,7 +416,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
         int rc = wait_fd(listen_fd, POLLIN, rv->deadline, &rv->abort_flag);
         if (rc == -ETIMEDOUT) {
             int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
-            snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.0f s", prev,
+            snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s", prev,
                      rv->tf->peers[prev].host, rv->tf->peers[prev].port,
                      rv->opt->rendezvous_timeout_s);
             return rc;
@@ -551,7 +551,7 @@ static void *client_main(void *arg)
     }
     if (rv->client_rc == -ETIMEDOUT)
         snprintf(rv->client_err, sizeof rv->client_err,
-                 "could not reach %s within %.0f s", peer, rv->opt->rendezvous_timeout_s);
+                 "could not reach %s within %.1f s", peer, rv->opt->rendezvous_timeout_s);
     if (rv->client_rc != 0) atomic_store(&rv->abort_flag, 1);
     return NULL;
 }
