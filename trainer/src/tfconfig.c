@@ -142,6 +142,10 @@ int tfconfig_parse(const char *json, int index_override, TfConfig *out, char *er
         snprintf(err, errlen, "TF_CONFIG cluster.worker: missing");
         goto err;
     }
+    if (worker && !cJSON_IsArray(worker)) {
+        snprintf(err, errlen, "TF_CONFIG cluster.worker: expected a list of \"host:port\" strings");
+        goto err;
+    }
     int nworker = worker ? cJSON_GetArraySize(worker) : 0;
     int nchief = chief ? cJSON_GetArraySize(chief) : 0;
     if (chief && (!cJSON_IsArray(chief) || nchief != 1)) {
