@@ -10,7 +10,8 @@
  * all-reduces), and the ranks' times are maxed.
  *
  * usage: bench-allreduce [--out FILE] [--python PYTHON] [--repeats R] [--rounds K] [--worlds 2,4]
- *                        [--sizes BYTES,...] [--sockbuf BYTES] [--segment BYTES] */
+ *                        [--sizes BYTES,...] [--sockbuf BYTES] [--segment BYTES]
+ *                        [--thread-min BYTES] */
 #include "net.h"
 #include "ring.h"
 #include "util.h"
@@ -42,6 +43,7 @@ static int g_repeats = 3;
 static int g_rounds = 3; /* ring, exchange, gloo in turn, this many times */
 static int g_sockbuf = 0;         /* SO_SNDBUF/SO_RCVBUF; 0: kernel autotuning */
 static size_t g_segment = 0;      /* ring segment bytes; 0: the ring's default */
+static size_t g_thread_min = 0;   /* RingOptions.thread_min_bytes; 0: the default */
 
 static int iterations(size_t size)
 {
@@ -73,7 +75,7 @@ static void ring_rank(int rank, int world, const int *lfd, const int *port, Shar
     NetRing conn;
     char *err = sh->err[rank];
     if ((sh->rc[rank] = net_rendezvous(lfd[rank], &tf, &job, &opt, &conn, err, 256)) < 0) return;
-    RingOptions ro = {.segment_bytes = g_segment};
+    RingOptions ro = {.segment_bytes = g_segment, .thread_min_bytes = g_thread_min};
     Collective *c = ring_create(rank, world, &conn, &ro);
     size_t maxn = 0;
     for (int s = 0; s < g_nsizes; s++) maxn = g_sizes[s] > maxn ? g_sizes[s] : maxn;
@@ -317,6 +319,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--repeats")) g_repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sockbuf")) g_sockbuf = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds")) g_rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--thread-min")) g_thread_min = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--segment")) g_segment = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--worlds")) nworlds = parse_list(argv[++i], worlds, MAX_WORLD);
         else if (!strcmp(argv[i], "--sizes")) g_nsizes = parse_list(argv[++i], g_sizes, MAX_SIZES);
@@ -335,6 +338,7 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(root, "repeats", g_repeats);
     cJSON_AddNumberToObject(root, "rounds", g_rounds);
     cJSON_AddNumberToObject(root, "sockbuf_bytes", g_sockbuf);
+    cJSON_AddNumberToObject(root, "thread_min_bytes", (double)(g_thread_min ? g_thread_min : 1u << 20));
     cJSON_AddNumberToObject(root, "segment_bytes", (double)(g_segment ? g_segment : 1u << 20));
     cJSON_AddStringToObject(root, "gloo", python ? "torch.distributed gloo, CPU" : "not run");
     cJSON *results = cJSON_AddArrayToObject(root, "results");

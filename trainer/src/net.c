@@ -301,14 +301,16 @@ static void transcript_mac(const NetOptions *opt, const char *label, const unsig
          mac, &maclen);
 }
 
-static void hello_fill(Hello *h, const NetJob *job)
+/* Describes this worker with a fresh nonce; -EIO when the RNG fails. */
+static int hello_fill(Hello *h, const NetJob *job)
 {
-    RAND_bytes(h->nonce, NONCE_BYTES);
+    if (RAND_bytes(h->nonce, NONCE_BYTES) != 1) return -EIO;
     h->world = (uint32_t)job->world;
     h->rank = (uint32_t)job->rank;
     h->global_batch = job->global_batch;
     snprintf(h->signature, sizeof h->signature, "%s", job->model_signature);
     snprintf(h->dataset, sizeof h->dataset, "%s", job->dataset);
+    return 0;
 }
 
 /* Compares an authenticated peer's description with ours; -EPROTO naming both values. */
@@ -352,7 +354,9 @@ typedef struct Rendezvous {
 } Rendezvous;
 
 /* Runs the server side of one handshake on fd. Returns 0 (accepted), -EAGAIN (a bad
- * connection, already logged), or -EPROTO (an authenticated peer disagrees; err). */
+ * connection, already logged), or -EPROTO (an authenticated peer disagrees; err).
+ * Connections are served one at a time, each bounded by the handshake timeout, so a
+ * stalling client delays the real peer by at most that long. */
 static int serve_one(Rendezvous *rv, int fd, const char *from, char *err, size_t errlen)
 {
     unsigned char hello[FRAME_MAX], chal[FRAME_MAX + MAC_BYTES], proof[FRAME_MAX], mac[MAC_BYTES];
@@ -366,7 +370,10 @@ static int serve_one(Rendezvous *rv, int fd, const char *from, char *err, size_t
     if (rc == 0 && used != hn) rc = -EBADMSG, why = "trailing bytes after the hello";
     if (rc < 0) goto reject;
 
-    hello_fill(&mine, rv->job);
+    if (hello_fill(&mine, rv->job) < 0) {
+        snprintf(err, errlen, "rendezvous: the random number generator failed");
+        return -EIO;
+    }
     cn = hello_encode(chal, MSG_CHALLENGE, &mine);
     transcript_mac(rv->opt, "server", hello, hn, chal, cn, chal + cn);
     cn += MAC_BYTES;
@@ -504,7 +511,13 @@ static void *client_main(void *arg)
             size_t hn, cn, used;
             const char *why = NULL;
             Hello mine, theirs;
-            hello_fill(&mine, rv->job);
+            if (hello_fill(&mine, rv->job) < 0) {
+                snprintf(rv->client_err, sizeof rv->client_err,
+                         "rendezvous: the random number generator failed");
+                rv->client_rc = -EIO;
+                close(fd);
+                break;
+            }
             hn = hello_encode(hello, MSG_HELLO, &mine);
             int rc = send_frame(fd, hello, hn, rv->deadline, &rv->abort_flag);
             if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);

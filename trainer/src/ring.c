@@ -3,8 +3,10 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,21 @@ typedef struct Ring {
     float *stage; /* one received segment waiting to be added */
     int broken;
     char broken_msg[512];
+    /* The send thread, for collectives of at least thread_min_bytes: it streams to next
+     * while this thread receives and reduces, so both directions' copies run at once.
+     * Guarded by mu: job, recv_done, send_rc, abort, quit. */
+    size_t thread_min_bytes;
+    int has_sender;
+    pthread_t sender;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct Plan *job;
+    uint32_t job_op;
+    int recv_done;   /* segments the receiver has completed in the current job */
+    int send_rc;     /* 1 running, 0 done, negative errno failed */
+    int abort, quit;
+    int wake[2];     /* the sender writes a byte here when it fails */
+    char send_err[512];
 } Ring;
 
 /* One collective as two ordered streams of segments: what this rank sends to next and
@@ -42,13 +59,15 @@ typedef struct Plan {
     /* all-reduce geometry */
     int rank, world;
     size_t seg_elems;
+    int threaded; /* sends are the send thread's */
 } Plan;
 
 /* all-reduce: step t sends chunk (rank - t) and receives chunk (rank - t - 1); steps
  * 0..W-2 reduce (add), W-1..2W-3 gather (copy). */
 static size_t chunk_off(const Plan *p, int c)
 {
-    return (size_t)((unsigned __int128)p->n * (unsigned)c / (unsigned)p->world);
+    size_t w = (size_t)p->world, k = (size_t)c; /* floor(n * c / w) without overflow */
+    return p->n / w * k + p->n % w * k / w;
 }
 
 static void ar_segment(const Plan *p, int g, int sending, char **ptr, size_t *len, int *add)
@@ -128,14 +147,121 @@ static int check_hdr(Ring *r, const unsigned char *h, uint32_t op, uint64_t n, c
                 OP_NAMES[op & 0xff], (unsigned long long)r->seq, (unsigned long long)n, op >> 8);
 }
 
-/* Runs a plan to completion. The header is exchanged first on both streams. */
-static int run_plan(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
+/* ---------------------------------------------------------------------------------- */
+/* the send thread */
+
+/* Sends len bytes to next, waiting for the socket with poll; fails after io_timeout_s
+ * without progress or when the receiver aborted. Returns 0 or a negative errno with
+ * r->send_err set. */
+static int sender_write(Ring *r, const char *src, size_t len, const Plan *p)
+{
+    double last = util_now();
+    while (len > 0) {
+        ssize_t w = send(r->next_fd, src, len, MSG_NOSIGNAL);
+        if (w > 0) {
+            src += w, len -= (size_t)w;
+            last = util_now();
+            continue;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+            snprintf(r->send_err, sizeof r->send_err, "lost %s during %s: %s", r->next_name,
+                     OP_NAMES[p->op], strerror(errno));
+            return -ECONNRESET;
+        }
+        if (util_now() - last > r->io_timeout_s) {
+            snprintf(r->send_err, sizeof r->send_err,
+                     "lost %s during %s: it accepted no data for %.1f s", r->next_name,
+                     OP_NAMES[p->op], r->io_timeout_s);
+            return -ETIMEDOUT;
+        }
+        pthread_mutex_lock(&r->mu);
+        int aborted = r->abort;
+        pthread_mutex_unlock(&r->mu);
+        if (aborted) return -ECANCELED;
+        struct pollfd pf = {.fd = r->next_fd, .events = POLLOUT};
+        poll(&pf, 1, 50);
+    }
+    return 0;
+}
+
+static int sender_run(Ring *r, const Plan *p, uint32_t hdr_op)
+{
+    unsigned char hdr[HDR_BYTES];
+    put_hdr(hdr, hdr_op, r->seq, p->n);
+    int rc = sender_write(r, (const char *)hdr, HDR_BYTES, p);
+    for (int g = 0; rc == 0 && g < p->nsend; g++) {
+        char *ptr;
+        size_t len;
+        int add;
+        segment(p, g, 1, &ptr, &len, &add);
+        if (len == 0) continue;
+        if (p->dep >= 0) {
+            pthread_mutex_lock(&r->mu);
+            while (r->recv_done <= g - p->dep && !r->abort) pthread_cond_wait(&r->cv, &r->mu);
+            int aborted = r->abort;
+            pthread_mutex_unlock(&r->mu);
+            if (aborted) return -ECANCELED;
+        }
+        rc = sender_write(r, ptr, len, p);
+    }
+    return rc;
+}
+
+static void *sender_main(void *arg)
+{
+    Ring *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->job && !r->quit) pthread_cond_wait(&r->cv, &r->mu);
+        if (r->quit) break;
+        Plan *p = r->job;
+        uint32_t op = r->job_op;
+        pthread_mutex_unlock(&r->mu);
+        int rc = sender_run(r, p, op);
+        pthread_mutex_lock(&r->mu);
+        r->job = NULL;
+        r->send_rc = rc;
+        pthread_cond_broadcast(&r->cv);
+        if (rc < 0 && write(r->wake[1], "x", 1) < 0) r->abort = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Receiver side: tells the sender that segment count `done` has been received. */
+static void publish_recv(Ring *r, int done)
+{
+    pthread_mutex_lock(&r->mu);
+    r->recv_done = done;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Ends the sender's job: on failure (rc < 0) aborts it first; waits until it stops.
+ * Returns the sender's own result when rc is 0. */
+static int sender_finish(Ring *r, int rc)
+{
+    pthread_mutex_lock(&r->mu);
+    if (rc < 0) {
+        r->abort = 1;
+        pthread_cond_broadcast(&r->cv);
+    }
+    while (r->send_rc == 1) pthread_cond_wait(&r->cv, &r->mu);
+    int src = r->send_rc;
+    pthread_mutex_unlock(&r->mu);
+    return src;
+}
+
+/* The poll loop: sends (unless the send thread does) and receives until both streams
+ * have ended. The header goes first on both. */
+static int run_loop(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
 {
     Ring *r = p->r;
     unsigned char shdr[HDR_BYTES], rhdr[HDR_BYTES];
     put_hdr(shdr, hdr_op, r->seq, p->n);
     size_t shdr_off = 0, rhdr_off = 0, soff = 0, roff = 0;
     int sg = 0, rg = 0;
+    if (p->threaded) shdr_off = HDR_BYTES, sg = p->nsend;
     double last = util_now();
     for (;;) {
         int progress = 0;
@@ -144,9 +270,11 @@ static int run_plan(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
         int add;
         /* skip empty segments on both streams */
         while (sg < p->nsend && (segment(p, sg, 1, &ptr, &len, &add), len == 0)) sg++;
+        int skipped = 0;
         while (rhdr_off == HDR_BYTES && rg < p->nrecv &&
                (segment(p, rg, 0, &ptr, &len, &add), len == 0))
-            rg++;
+            rg++, skipped = 1;
+        if (skipped && p->threaded) publish_recv(r, rg);
         int want_send = shdr_off < HDR_BYTES ||
                         (sg < p->nsend && (p->dep < 0 || rg > sg - p->dep));
         int want_recv = rhdr_off < HDR_BYTES || rg < p->nrecv;
@@ -186,6 +314,7 @@ static int run_plan(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
                 } else if ((roff += (size_t)got) == len) {
                     if (add) reduce_add((float *)(void *)ptr, r->stage, len / sizeof(float));
                     roff = 0, rg++;
+                    if (p->threaded) publish_recv(r, rg);
                 }
             } else if (got == 0) {
                 return fail(r, -ECONNRESET, err, errlen, "lost %s during %s: connection closed",
@@ -206,14 +335,39 @@ static int run_plan(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
                         "lost %s during %s: %s for %.1f s", who, OP_NAMES[p->op],
                         want_recv ? "no data" : "it accepted no data", r->io_timeout_s);
         }
-        struct pollfd pf[2];
+        struct pollfd pf[3];
         int np = 0;
         if (want_recv) pf[np++] = (struct pollfd){.fd = r->prev_fd, .events = POLLIN};
         if (want_send) pf[np++] = (struct pollfd){.fd = r->next_fd, .events = POLLOUT};
+        if (p->threaded) pf[np++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
         int ms = (int)((r->io_timeout_s - (now - last)) * 1000) + 1;
         if (poll(pf, (nfds_t)np, ms) < 0 && errno != EINTR)
             return fail(r, -errno, err, errlen, "poll: %s", strerror(errno));
+        if (p->threaded && (pf[np - 1].revents & POLLIN)) {
+            char b;
+            if (read(r->wake[0], &b, 1) == 1) return -ECANCELED; /* the sender's error wins */
+        }
     }
+    return 0;
+}
+
+/* Runs a plan to completion, with the send thread when p->threaded. */
+static int run_plan(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
+{
+    Ring *r = p->r;
+    if (p->threaded) {
+        pthread_mutex_lock(&r->mu);
+        r->job = p, r->job_op = hdr_op, r->recv_done = 0, r->send_rc = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    int rc = run_loop(p, hdr_op, err, errlen);
+    if (p->threaded) {
+        int src = sender_finish(r, rc);
+        if (src < 0 && src != -ECANCELED && (rc == 0 || rc == -ECANCELED))
+            rc = fail(r, src, err, errlen, "%s", r->send_err);
+    }
+    if (rc < 0) return rc;
     r->seq++;
     return 0;
 }
@@ -237,6 +391,7 @@ static int ring_allreduce_op(Ring *r, float *buf, size_t n, uint32_t op, char *e
     if (p.nseg == 0) p.nseg = 1;
     p.nsend = p.nrecv = 2 * (p.world - 1) * p.nseg;
     p.dep = p.nseg;
+    p.threaded = r->has_sender && n * sizeof(float) >= r->thread_min_bytes;
     return run_plan(&p, op, err, errlen);
 }
 
@@ -274,6 +429,17 @@ static int ring_barrier(Collective *c, char *err, size_t errlen)
 static void ring_destroy(Collective *c)
 {
     Ring *r = (Ring *)c;
+    if (r->has_sender) {
+        pthread_mutex_lock(&r->mu);
+        r->quit = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->sender, NULL);
+        close(r->wake[0]);
+        close(r->wake[1]);
+    }
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
     if (r->prev_fd >= 0) close(r->prev_fd);
     if (r->next_fd >= 0) close(r->next_fd);
     free(r->stage);
@@ -299,5 +465,13 @@ Collective *ring_create(int rank, int world, const NetRing *conn, const RingOpti
     r->seg_bytes = opt && opt->segment_bytes >= sizeof(float) ? opt->segment_bytes : 1u << 20;
     r->seg_bytes -= r->seg_bytes % sizeof(float);
     r->stage = xmalloc(r->seg_bytes);
+    r->thread_min_bytes = opt && opt->thread_min_bytes ? opt->thread_min_bytes : 1u << 20;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    /* without a thread (none could be started, or never wanted) everything runs inline */
+    if (r->thread_min_bytes != SIZE_MAX && pipe2(r->wake, O_CLOEXEC | O_NONBLOCK) == 0) {
+        if (pthread_create(&r->sender, NULL, sender_main, r) == 0) r->has_sender = 1;
+        else close(r->wake[0]), close(r->wake[1]);
+    }
     return &r->base;
 }

@@ -4,7 +4,10 @@
  * All-reduce is reduce-scatter then all-gather: the buffer is cut into `world` chunks
  * and each chunk into segments of about 1 MiB; a segment is forwarded as soon as it has
  * been received and reduced, so sends of one segment overlap receives of the next
- * (non-blocking sockets and poll, one thread). Each chunk is summed in a fixed order
+ * (non-blocking sockets and poll). For large buffers a send thread streams to the next
+ * rank while the calling thread receives and reduces, so that both directions' copies
+ * proceed at once; small ones stay on one thread, where a hand-off would cost more
+ * than it saves. Each chunk is summed in a fixed order
  * along the ring and reaches every rank by copy, so the result has the same bits on
  * every rank and from run to run.
  *
@@ -21,8 +24,10 @@
 #include <stddef.h>
 
 typedef struct RingOptions {
-    double io_timeout_s;  /* silence that counts as a lost peer; 0: 10 s */
-    size_t segment_bytes; /* pipelining unit; 0: 1 MiB */
+    double io_timeout_s;     /* silence that counts as a lost peer; 0: 10 s */
+    size_t segment_bytes;    /* pipelining unit; 0: 1 MiB */
+    size_t thread_min_bytes; /* all-reduces this large use the send thread; 0: 1 MiB,
+                                SIZE_MAX: never (one thread does everything) */
 } RingOptions;
 
 /* Returns the ring collective for `rank` of `world` over the connections in *conn

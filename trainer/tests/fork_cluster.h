@@ -114,10 +114,10 @@ static inline void *cluster_shared(size_t n)
 }
 
 /* In a child: rendezvous as `rank` of c with the given job secret and return its
- * ring, or NULL with err filled. */
+ * ring (RingOptions from the other arguments), or NULL with err filled. */
 static inline Collective *cluster_ring(const Cluster *c, int rank, const char *secret,
-                                       double io_timeout_s, size_t segment_bytes, char *err,
-                                       size_t errlen)
+                                       double io_timeout_s, size_t segment_bytes,
+                                       size_t thread_min_bytes, char *err, size_t errlen)
 {
     TfConfig tf;
     cluster_tfconfig(c, rank, &tf);
@@ -131,7 +131,8 @@ static inline Collective *cluster_ring(const Cluster *c, int rank, const char *s
     tfconfig_free(&tf);
     close(c->listen_fd[rank]);
     if (rc < 0) return NULL;
-    RingOptions ro = {.io_timeout_s = io_timeout_s, .segment_bytes = segment_bytes};
+    RingOptions ro = {.io_timeout_s = io_timeout_s, .segment_bytes = segment_bytes,
+                      .thread_min_bytes = thread_min_bytes};
     return ring_create(rank, c->world, &conn, &ro);
 }
 

@@ -33,6 +33,7 @@ typedef struct RingArg {
     RankResult *res;
     size_t segment_bytes;
     size_t max_size;
+    size_t thread_min; /* RingOptions.thread_min_bytes */
     int victim;     /* rank that dies (SIGKILL) or stops (SIGSTOP); -1 none */
     int victim_sig;
     int mismatch;   /* rank 0 broadcasts while the others all-reduce */
@@ -53,7 +54,7 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -84,13 +85,14 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
     coll_destroy(coll);
 }
 
-static void check_allreduce(int world, size_t segment_bytes, size_t max_size)
+static void check_allreduce(int world, size_t segment_bytes, size_t max_size, size_t thread_min)
 {
     Cluster c;
     RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
     assert_non_null(res);
     assert_int_equal(cluster_listen(&c, world), 0);
-    RingArg a = {.res = res, .segment_bytes = segment_bytes, .max_size = max_size, .victim = -1};
+    RingArg a = {.res = res, .segment_bytes = segment_bytes, .max_size = max_size,
+                 .thread_min = thread_min, .victim = -1};
     for (int r = 0; r < world; r++) cluster_start(&c, r, allreduce_rank, &a);
     assert_int_equal(cluster_wait(&c, 120), 0);
     size_t nsizes = 0;
@@ -115,31 +117,40 @@ static void check_allreduce(int world, size_t segment_bytes, size_t max_size)
 static void test_allreduce_2(void **state)
 {
     (void)state;
-    check_allreduce(2, 0, SIZE_MAX);
+    check_allreduce(2, 0, SIZE_MAX, 0);
 }
 static void test_allreduce_3(void **state)
 {
     (void)state;
-    check_allreduce(3, 0, SIZE_MAX);
+    check_allreduce(3, 0, SIZE_MAX, 0);
 }
 static void test_allreduce_4(void **state)
 {
     (void)state;
-    check_allreduce(4, 0, SIZE_MAX);
+    check_allreduce(4, 0, SIZE_MAX, 0);
 }
 /* Many small segments (1021 floats, a prime) exercise the pipelining bookkeeping. */
 static void test_allreduce_small_segments(void **state)
 {
     (void)state;
-    check_allreduce(3, 1021 * sizeof(float), 300001);
-    check_allreduce(4, 4096, 65539);
+    check_allreduce(3, 1021 * sizeof(float), 300001, 0);
+    check_allreduce(4, 4096, 65539, 0);
+}
+
+/* Both paths on every size: all on one thread, and the send thread even for 1 float. */
+static void test_allreduce_single_thread_and_all_threaded(void **state)
+{
+    (void)state;
+    check_allreduce(3, 0, SIZE_MAX, SIZE_MAX);
+    check_allreduce(2, 0, SIZE_MAX, 4);
+    check_allreduce(4, 4096, 300001, 4);
 }
 
 static void bcast_barrier_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -210,7 +221,7 @@ static void failure_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 1.5, 0, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, 1.5, 0, a->thread_min, r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -241,12 +252,12 @@ static void failure_rank(const Cluster *c, int rank, void *argp)
     coll_destroy(coll);
 }
 
-static void check_failure(int world, int victim, int sig)
+static void check_failure_opts(int world, int victim, int sig, size_t thread_min)
 {
     Cluster c;
     RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
     assert_int_equal(cluster_listen(&c, world), 0);
-    RingArg a = {.res = res, .victim = victim, .victim_sig = sig};
+    RingArg a = {.res = res, .victim = victim, .victim_sig = sig, .thread_min = thread_min};
     for (int r = 0; r < world; r++) cluster_start(&c, r, failure_rank, &a);
     /* survivors must return; only a stopped victim is left to kill */
     for (int r = 0; r < world; r++) {
@@ -279,6 +290,11 @@ static void check_failure(int world, int victim, int sig)
     munmap(res, sizeof(RankResult) * CLUSTER_MAX);
 }
 
+static void check_failure(int world, int victim, int sig)
+{
+    check_failure_opts(world, victim, sig, 0);
+}
+
 static void test_peer_killed(void **state)
 {
     (void)state;
@@ -292,11 +308,19 @@ static void test_peer_silent(void **state)
     check_failure(3, 1, SIGSTOP);
 }
 
+/* The same failures with everything on one thread. */
+static void test_peer_lost_single_thread(void **state)
+{
+    (void)state;
+    check_failure_opts(3, 0, SIGKILL, SIZE_MAX);
+    check_failure_opts(2, 1, SIGSTOP, SIZE_MAX);
+}
+
 static void mismatch_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 3.0, 0, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, 3.0, 0, 0, r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -346,11 +370,13 @@ int main(void)
         cmocka_unit_test(test_allreduce_3),
         cmocka_unit_test(test_allreduce_4),
         cmocka_unit_test(test_allreduce_small_segments),
+        cmocka_unit_test(test_allreduce_single_thread_and_all_threaded),
         cmocka_unit_test(test_broadcast_barrier_2),
         cmocka_unit_test(test_broadcast_barrier_4),
         cmocka_unit_test(test_mismatched_calls),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_peer_silent),
+        cmocka_unit_test(test_peer_lost_single_thread),
     };
     return cmocka_run_group_tests_name("ring", tests, NULL, NULL);
 }
