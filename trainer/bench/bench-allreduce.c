@@ -121,7 +121,8 @@ static int exchange(int fd, const char *out, char *in, size_t n)
             else if (errno != EAGAIN) return -errno;
         }
         if (!progress) {
-            struct pollfd p = {.fd = fd, .events = (short)((so < n ? POLLOUT : 0) | (ro < n ? POLLIN : 0))};
+            short ev = (short)((so < n ? POLLOUT : 0) | (ro < n ? POLLIN : 0));
+            struct pollfd p = {.fd = fd, .events = ev};
             poll(&p, 1, 1000);
         }
     }
@@ -212,7 +213,8 @@ static int run_exchange(int world, double *best)
     memset(sh, 0, sizeof *sh);
     int lfd, port;
     char err[256];
-    if (net_listen("127.0.0.1", 0, g_sockbuf, &lfd, &port, err, sizeof err) < 0) util_fail(1, "%s", err);
+    if (net_listen("127.0.0.1", 0, g_sockbuf, &lfd, &port, err, sizeof err) < 0)
+        util_fail(1, "%s", err);
     pid_t pid[2];
     for (int side = 0; side < 2; side++) {
         if ((pid[side] = fork()) == 0) {
@@ -338,14 +340,16 @@ int main(int argc, char **argv)
     cJSON_AddNumberToObject(root, "repeats", g_repeats);
     cJSON_AddNumberToObject(root, "rounds", g_rounds);
     cJSON_AddNumberToObject(root, "sockbuf_bytes", g_sockbuf);
-    cJSON_AddNumberToObject(root, "thread_min_bytes", (double)(g_thread_min ? g_thread_min : 1u << 20));
+    cJSON_AddNumberToObject(root, "thread_min_bytes",
+                            (double)(g_thread_min ? g_thread_min : 1u << 20));
     cJSON_AddNumberToObject(root, "segment_bytes", (double)(g_segment ? g_segment : 1u << 20));
     cJSON_AddStringToObject(root, "gloo", python ? "torch.distributed gloo, CPU" : "not run");
     cJSON *results = cJSON_AddArrayToObject(root, "results");
     int failed = 0;
     for (int w = 0; w < nworlds; w++) {
         int world = (int)worlds[w];
-        if (world < 2 || world > MAX_WORLD) util_fail(2, "--worlds: %d is not in 2..%d", world, MAX_WORLD);
+        if (world < 2 || world > MAX_WORLD)
+            util_fail(2, "--worlds: %d is not in 2..%d", world, MAX_WORLD);
         double tr[MAX_SIZES], tx[MAX_SIZES], tg[MAX_SIZES];
         double br[MAX_SIZES], bx[MAX_SIZES], bg[MAX_SIZES];
         int have_gloo = python != NULL;

@@ -391,7 +391,8 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
             snprintf(err, errlen, "checkpoint %s: %s", path, strerror(errno));
             break;
         }
-        if (lseek(fd, HEADER_BYTES, SEEK_SET) < 0 || (rc = read_all(fd, params, params_bytes)) < 0 ||
+        if (lseek(fd, HEADER_BYTES, SEEK_SET) < 0 ||
+            (rc = read_all(fd, params, params_bytes)) < 0 ||
             (opt_bytes && (rc = read_all(fd, opt, opt_bytes)) < 0)) {
             if (rc == 0) rc = -errno;
             snprintf(err, errlen, "checkpoint %s: changed while it was read", path);

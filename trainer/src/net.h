@@ -63,7 +63,8 @@ int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *boun
 
 /* Forms this worker's part of the ring: connects and authenticates to rank+1 (from
  * tf->peers) while accepting and authenticating rank-1 on listen_fd, which it does not
- * close (close it afterwards, so that late connections are refused, not queued). Returns 0 with *out filled, or a negative errno and one line in err:
+ * close (close it afterwards, so that late connections are refused, not queued).
+ * Returns 0 with *out filled, or a negative errno and one line in err:
  * -ETIMEDOUT when peers never came before the deadline, -EPROTO when an authenticated
  * peer disagrees (the line names both values), -EACCES when the peer this worker
  * connected to could not prove the secret. The caller closes out's sockets (or hands

@@ -89,7 +89,8 @@ static inline int cluster_wait(Cluster *c, double timeout_s)
             pid_t w = waitpid(c->pid[i], &c->status[i], WNOHANG);
             if (w == c->pid[i]) break;
             clock_gettime(CLOCK_MONOTONIC, &now);
-            double el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+            double el = (double)(now.tv_sec - t0.tv_sec) +
+                        (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
             if (el > timeout_s) {
                 kill(c->pid[i], SIGKILL);
                 waitpid(c->pid[i], &c->status[i], 0);

@@ -136,8 +136,8 @@ static void test_empty_dir_and_no_optimizer_state(void **state)
                      -ENOENT);
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none", f->dir);
-    assert_int_equal(ckpt_load_latest(missing, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
-                     -ENOENT);
+    assert_int_equal(
+        ckpt_load_latest(missing, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err), -ENOENT);
     /* SGD has no optimizer state */
     CkptState w = state_at(3);
     snprintf(w.model_signature, sizeof w.model_signature, "x");

@@ -54,7 +54,8 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err,
+                                    sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -150,7 +151,8 @@ static void bcast_barrier_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err,
+                                    sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;

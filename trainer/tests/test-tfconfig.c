@@ -145,7 +145,8 @@ static const struct {
      "cluster.evaluator: the trainer runs synchronous all-reduce only"},
     {"{\"cluster\":{\"worker\":[\"a:1\"],\"gpu\":[\"e:2\"]},\"task\":{\"type\":\"worker\"}}",
      "cluster.gpu: unknown task type"},
-    {"{\"cluster\":{\"worker\":[\"a:1\"],\"chief\":[\"c:1\",\"d:1\"]},\"task\":{\"type\":\"worker\"}}",
+    {"{\"cluster\":{\"worker\":[\"a:1\"],\"chief\":[\"c:1\",\"d:1\"]},"
+     "\"task\":{\"type\":\"worker\"}}",
      "cluster.chief: expected a list of exactly one"},
     {"{\"cluster\":{\"worker\":[\"a:1\"],\"chief\":\"c:1\"},\"task\":{\"type\":\"worker\"}}",
      "cluster.chief: expected a list"},
@@ -178,7 +179,8 @@ static void test_malformed(void **state)
         TfConfig c;
         char err[512] = "";
         int rc = tfconfig_parse(BAD[i].json, -1, &c, err, sizeof err);
-        if (rc != -EINVAL) fail_msg("case %zu %s: returned %d, expected -EINVAL", i, BAD[i].json, rc);
+        if (rc != -EINVAL)
+            fail_msg("case %zu %s: returned %d, expected -EINVAL", i, BAD[i].json, rc);
         if (!strstr(err, BAD[i].want))
             fail_msg("case %zu %s: error \"%s\" lacks \"%s\"", i, BAD[i].json, err, BAD[i].want);
         assert_null(c.peers);
