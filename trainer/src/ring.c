@@ -441,7 +441,7 @@ static void ring_destroy(Collective *c)
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     if (r->prev_fd >= 0) close(r->prev_fd);
-    if (r->next_fd >= 0) close(r->next_fd);
+    if (r->next_fd >= 0 && r->next_fd != r->prev_fd) close(r->next_fd);
     free(r->stage);
     free(r);
 }
@@ -459,6 +459,13 @@ Collective *ring_create(int rank, int world, const NetRing *conn, const RingOpti
     r->base.destroy = ring_destroy;
     r->prev_fd = conn->prev_fd;
     r->next_fd = conn->next_fd;
+    if (world == 2) {
+        /* Both neighbours are the one peer: keep only the connection rank 0 opened and
+         * use it both ways, so that data and ACKs share packets as in any duplex
+         * stream; the other connection is closed on both sides. */
+        if (rank == 0) close(r->prev_fd), r->prev_fd = r->next_fd;
+        else close(r->next_fd), r->next_fd = r->prev_fd;
+    }
     snprintf(r->prev_name, sizeof r->prev_name, "%s", conn->prev_name);
     snprintf(r->next_name, sizeof r->next_name, "%s", conn->next_name);
     r->io_timeout_s = opt && opt->io_timeout_s > 0 ? opt->io_timeout_s : 10.0;
