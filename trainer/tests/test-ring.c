@@ -12,6 +12,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <pthread.h>
 
 static const size_t SIZES[] = {1, 2, 3, 5, 17, 1000, 4097, 65539, 262147, 300001, 1500007};
 #define NSIZES (sizeof SIZES / sizeof SIZES[0])
@@ -217,8 +218,16 @@ static void test_broadcast_barrier_4(void **state)
     check_bcast_barrier(3, 1000);
 }
 
-/* The victim all-reduces a few times, then SIGKILLs or SIGSTOPs itself from a second
- * process-local timer while the others keep all-reducing 4 MiB buffers. */
+static void *kill_self_soon(void *sig)
+{
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kill(getpid(), *(int *)sig);
+    return NULL;
+}
+
+/* The victim all-reduces a few times, then SIGKILLs or SIGSTOPs itself from a thread
+ * 2 ms into its next all-reduce while the others keep all-reducing 4 MiB buffers. */
 static void failure_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
@@ -234,12 +243,8 @@ static void failure_rank(const Cluster *c, int rank, void *argp)
         if (rank == a->victim && it == 5) {
             /* die in the middle of the next all-reduce: after the header went out */
             r->t_event = util_now();
-            if (fork() == 0) {
-                struct timespec ts = {0, 2 * 1000 * 1000};
-                nanosleep(&ts, NULL);
-                kill(getppid(), a->victim_sig);
-                _exit(0);
-            }
+            pthread_t killer; /* a thread, not a child: nothing is left for init to reap */
+            pthread_create(&killer, NULL, kill_self_soon, &a->victim_sig);
             for (;;) coll_allreduce_sum(coll, x, n, r->err, sizeof r->err);
         }
         if ((r->rc = coll_allreduce_sum(coll, x, n, r->err, sizeof r->err)) < 0) {
