@@ -36,3 +36,18 @@ $(BUILD)/san/tests/test-%: $(BUILD)/san/trainer/tests/test-%.o $(TRAINER_SOBJS)
 
 trainer: $(TRAINER_BIN)
 .PHONY: trainer
+
+# Benchmarks (make bench). bench-allreduce: the ring against PyTorch gloo and the
+# loopback exchange limit; torch (CPU use) lives in a venv under $(KT_CACHE).
+TORCH_VENV := $(KT_CACHE)/venv-torch
+BENCH_TARGETS += bench-allreduce
+$(BUILD)/bin/bench-allreduce: $(BUILD)/opt/trainer/bench/bench-allreduce.o $(TRAINER_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(OPTFLAGS) -o $@ $^ $(TRAINER_LIBS)
+$(TORCH_VENV)/bin/python:
+	python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q torch
+bench-allreduce: $(BUILD)/bin/bench-allreduce $(TORCH_VENV)/bin/python
+	@mkdir -p bench/results
+	$(BUILD)/bin/bench-allreduce --python $(TORCH_VENV)/bin/python \
+	    --out bench/results/allreduce.json
+.PHONY: bench-allreduce

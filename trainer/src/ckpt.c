@@ -1,0 +1,415 @@
+#include "ckpt.h"
+
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* File layout, little-endian:
+ *   magic[8] "KTCKPT\0\n" | u32 version | u32 header bytes (360)
+ *   signature[256] NUL-padded | u32 world | u32 zero
+ *   u64 epoch, step_in_epoch, global_step, seed, rng_state, data_epoch, data_position,
+ *       optimizer_iter | u64 params bytes | u64 optimizer bytes
+ *   params | optimizer state | u32 crc32 of everything before it */
+static const unsigned char CKPT_MAGIC[8] = {'K', 'T', 'C', 'K', 'P', 'T', 0, '\n'};
+#define HEADER_BYTES 360
+#define IO_CHUNK (1u << 20)
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static void header_encode(unsigned char *h, const CkptState *st, uint64_t pb, uint64_t ob)
+{
+    memset(h, 0, HEADER_BYTES);
+    memcpy(h, CKPT_MAGIC, 8);
+    put32(h + 8, CKPT_FORMAT_VERSION);
+    put32(h + 12, HEADER_BYTES);
+    memcpy(h + 16, st->model_signature, strnlen(st->model_signature, CKPT_SIGNATURE_MAX - 1));
+    put32(h + 272, st->world);
+    const uint64_t f[10] = {st->epoch,         st->step_in_epoch,  st->global_step, st->seed,
+                            st->rng_state,     st->data_epoch,     st->data_position,
+                            st->optimizer_iter, pb,                ob};
+    for (int i = 0; i < 10; i++) put64(h + 280 + 8 * i, f[i]);
+}
+
+static void header_decode(const unsigned char *h, CkptState *st, uint64_t *pb, uint64_t *ob)
+{
+    memset(st, 0, sizeof *st);
+    memcpy(st->model_signature, h + 16, CKPT_SIGNATURE_MAX - 1);
+    st->world = get32(h + 272);
+    uint64_t *f[10] = {&st->epoch,     &st->step_in_epoch, &st->global_step,   &st->seed,
+                       &st->rng_state, &st->data_epoch,    &st->data_position, &st->optimizer_iter,
+                       pb,             ob};
+    for (int i = 0; i < 10; i++) *f[i] = get64(h + 280 + 8 * i);
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > IO_CHUNK * 64 ? IO_CHUNK * 64 : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes; -EBADMSG when the file ends first. */
+static int read_all(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n > IO_CHUNK * 64 ? IO_CHUNK * 64 : n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -errno;
+        if (r == 0) return -EBADMSG;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return -ENAMETOOLONG;
+    for (char *s = path + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
+    return 0;
+}
+
+/* Parses "ckpt-<digits>.kt" into *step; 0 when the name matches. */
+static int name_step(const char *name, uint64_t *step)
+{
+    if (strncmp(name, "ckpt-", 5) != 0) return -1;
+    const char *p = name + 5;
+    uint64_t v = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9' && digits < 19) v = v * 10 + (uint64_t)(*p++ - '0'), digits++;
+    if (digits == 0 || strcmp(p, ".kt") != 0) return -1;
+    *step = v;
+    return 0;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Lists the steps of dir's checkpoints, newest first, into a malloc'd *steps (caller
+ * frees). Returns the count or a negative errno. */
+static int list_steps(const char *dir, uint64_t **steps)
+{
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t s;
+        if (name_step(e->d_name, &s) < 0) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t *grown = realloc(*steps, cap * sizeof **steps);
+            if (!grown) {
+                closedir(d);
+                free(*steps);
+                *steps = NULL;
+                return -ENOMEM;
+            }
+            *steps = grown;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(*steps, n, sizeof **steps, cmp_desc);
+    return (int)n;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* Removes temporaries left by a writer that died before its rename. */
+static void remove_temporaries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, ".ckpt-", 6) != 0 || len < 4 ||
+            strcmp(e->d_name + len - 4, ".tmp") != 0)
+            continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
+    }
+    closedir(d);
+}
+
+int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
+              size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen)
+{
+    char tmp[PATH_MAX], final[PATH_MAX];
+    int rc, fd = -1;
+    if (keep < 1) {
+        snprintf(err, errlen, "checkpoint keep count %d: expected at least 1", keep);
+        return -EINVAL;
+    }
+    if ((rc = mkdir_p(dir)) < 0) {
+        snprintf(err, errlen, "checkpoint directory %s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    remove_temporaries(dir);
+    if (snprintf(tmp, sizeof tmp, "%s/.ckpt-%" PRIu64 ".kt.tmp", dir, st->global_step) >=
+            (int)sizeof tmp ||
+        snprintf(final, sizeof final, "%s/ckpt-%" PRIu64 ".kt", dir, st->global_step) >=
+            (int)sizeof final) {
+        snprintf(err, errlen, "checkpoint directory %s: path too long", dir);
+        return -ENAMETOOLONG;
+    }
+
+    unsigned char h[HEADER_BYTES], tail[4];
+    header_encode(h, st, params_bytes, opt_bytes);
+    uLong crc = crc32_z(0L, Z_NULL, 0);
+    crc = crc32_z(crc, h, HEADER_BYTES);
+    if (params_bytes) crc = crc32_z(crc, params, params_bytes);
+    if (opt_bytes) crc = crc32_z(crc, opt, opt_bytes);
+    put32(tail, (uint32_t)crc);
+
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        goto err;
+    }
+    if ((rc = write_all(fd, h, HEADER_BYTES)) < 0 ||
+        (rc = write_all(fd, params, params_bytes)) < 0 ||
+        (opt_bytes && (rc = write_all(fd, opt, opt_bytes)) < 0) ||
+        (rc = write_all(fd, tail, sizeof tail)) < 0)
+        goto err;
+    if (fsync(fd) < 0) {
+        rc = -errno;
+        goto err;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        rc = -errno;
+        goto err;
+    }
+    fd = -1;
+    if (rename(tmp, final) < 0) {
+        rc = -errno;
+        goto err;
+    }
+    if ((rc = fsync_dir(dir)) < 0) {
+        snprintf(err, errlen, "checkpoint directory %s: fsync: %s", dir, strerror(-rc));
+        return rc;
+    }
+
+    uint64_t *steps;
+    int n = list_steps(dir, &steps);
+    for (int i = keep; i < n; i++) {
+        char old[PATH_MAX];
+        if (snprintf(old, sizeof old, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]) < (int)sizeof old &&
+            unlink(old) < 0 && errno != ENOENT)
+            util_log("checkpoint %s: cannot delete: %s", old, strerror(errno));
+    }
+    free(steps);
+    return 0;
+err:
+    snprintf(err, errlen, "checkpoint %s: %s", tmp, strerror(-rc));
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* Checks one file: header sanity, exact size and checksum. Fills *st, *pb, *ob.
+ * Returns 0, -EBADMSG with the reason in why, or another negative errno. */
+static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *ob, char *why,
+                       size_t whylen)
+{
+    unsigned char h[HEADER_BYTES];
+    unsigned char *chunk = NULL;
+    int rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "%s", strerror(errno));
+        return rc;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "%s", strerror(errno));
+        goto out;
+    }
+    rc = -EBADMSG;
+    if ((uint64_t)sb.st_size < HEADER_BYTES + 4 || read_all(fd, h, HEADER_BYTES) < 0) {
+        snprintf(why, whylen, "truncated: %lld bytes, shorter than a header",
+                 (long long)sb.st_size);
+        goto out;
+    }
+    if (memcmp(h, CKPT_MAGIC, 8) != 0) {
+        snprintf(why, whylen, "not a kubetrain checkpoint (bad magic)");
+        goto out;
+    }
+    if (get32(h + 8) != CKPT_FORMAT_VERSION || get32(h + 12) != HEADER_BYTES) {
+        snprintf(why, whylen, "format version %u, expected %d", get32(h + 8),
+                 CKPT_FORMAT_VERSION);
+        goto out;
+    }
+    header_decode(h, st, pb, ob);
+    uint64_t want = HEADER_BYTES + 4;
+    if (*pb > (uint64_t)sb.st_size || *ob > (uint64_t)sb.st_size ||
+        (want += *pb + *ob) != (uint64_t)sb.st_size) {
+        snprintf(why, whylen, "truncated or padded: %lld bytes, header says %" PRIu64,
+                 (long long)sb.st_size, want);
+        goto out;
+    }
+    uLong crc = crc32_z(crc32_z(0L, Z_NULL, 0), h, HEADER_BYTES);
+    chunk = malloc(IO_CHUNK);
+    if (!chunk) {
+        rc = -ENOMEM;
+        snprintf(why, whylen, "out of memory");
+        goto out;
+    }
+    for (uint64_t left = *pb + *ob; left > 0;) {
+        size_t n = left > IO_CHUNK ? IO_CHUNK : (size_t)left;
+        if (read_all(fd, chunk, n) < 0) {
+            snprintf(why, whylen, "read error");
+            goto out;
+        }
+        crc = crc32_z(crc, chunk, n);
+        left -= n;
+    }
+    unsigned char tail[4];
+    if (read_all(fd, tail, 4) < 0) {
+        snprintf(why, whylen, "read error");
+        goto out;
+    }
+    if (get32(tail) != (uint32_t)crc) {
+        snprintf(why, whylen, "checksum mismatch (crc32 %08x, stored %08x)", (unsigned)crc,
+                 get32(tail));
+        goto out;
+    }
+    rc = 0;
+out:
+    free(chunk);
+    close(fd);
+    return rc;
+}
+
+int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st, void *params,
+                     size_t params_bytes, void *opt, size_t opt_bytes, CkptLoadInfo *info,
+                     char *err, size_t errlen)
+{
+    uint64_t *steps;
+    int n = list_steps(dir, &steps);
+    if (n == -ENOENT || n == 0) {
+        free(steps);
+        snprintf(err, errlen, "checkpoint directory %s: no checkpoint", dir);
+        return -ENOENT;
+    }
+    if (n < 0) {
+        snprintf(err, errlen, "checkpoint directory %s: %s", dir, strerror(-n));
+        return n;
+    }
+    int rc = -EBADMSG, skipped = 0;
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX], why[256];
+        snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]);
+        CkptState got;
+        uint64_t pb, ob;
+        int v = verify_file(path, &got, &pb, &ob, why, sizeof why);
+        if (v == -EBADMSG) {
+            util_log("checkpoint %s: %s; skipped for the previous one", path, why);
+            skipped++;
+            continue;
+        }
+        if (v < 0) {
+            snprintf(err, errlen, "checkpoint %s: %s", path, why);
+            rc = v;
+            break;
+        }
+        if (strcmp(got.model_signature, model_signature) != 0) {
+            snprintf(err, errlen, "checkpoint %s: written for model \"%s\", this run's model is "
+                                  "\"%s\"; use another --checkpoint-dir",
+                     path, got.model_signature, model_signature);
+            rc = -EPROTO;
+            break;
+        }
+        if (pb != params_bytes || ob != opt_bytes) {
+            snprintf(err, errlen, "checkpoint %s: holds %" PRIu64 " parameter and %" PRIu64
+                                  " optimizer bytes, this run has %zu and %zu (another optimizer?)",
+                     path, pb, ob, params_bytes, opt_bytes);
+            rc = -EPROTO;
+            break;
+        }
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            rc = -errno;
+            snprintf(err, errlen, "checkpoint %s: %s", path, strerror(errno));
+            break;
+        }
+        if (lseek(fd, HEADER_BYTES, SEEK_SET) < 0 ||
+            (rc = read_all(fd, params, params_bytes)) < 0 ||
+            (opt_bytes && (rc = read_all(fd, opt, opt_bytes)) < 0)) {
+            if (rc == 0) rc = -errno;
+            snprintf(err, errlen, "checkpoint %s: changed while it was read", path);
+            close(fd);
+            break;
+        }
+        close(fd);
+        *st = got;
+        if (info) {
+            snprintf(info->path, sizeof info->path, "%s", path);
+            info->skipped = skipped;
+        }
+        rc = 0;
+        break;
+    }
+    if (rc == -EBADMSG)
+        snprintf(err, errlen, "checkpoint directory %s: none of %d checkpoints is valid", dir, n);
+    free(steps);
+    return rc;
+}

@@ -1,0 +1,59 @@
+/* ckpt — checkpoints on the shared volume: a header (model signature, world size,
+ * position in training, RNG and data cursor), the parameter arena, the optimizer state
+ * arena and a checksum, written atomically (temporary name, fsync, rename, directory
+ * fsync) as <dir>/ckpt-<global step>.kt, keeping the newest N. Loading takes the newest
+ * valid one and reports and skips those that are truncated or fail their checksum.
+ *
+ * Checksum: zlib's crc32 over everything before it. The threat is a torn or bit-rotted
+ * file, not an adversary, and crc32 runs several times faster than SHA-256 on these
+ * CPUs (no SHA extensions), which matters for the 2% checkpoint budget; the length
+ * fields are checked against the file size first, so truncation is caught exactly.
+ *
+ * The API takes plain pointers and sizes so it does not depend on the model's types. */
+#ifndef KT_CKPT_H
+#define KT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_SIGNATURE_MAX 256
+
+typedef struct CkptState {
+    char model_signature[CKPT_SIGNATURE_MAX]; /* NUL-terminated; describes the model */
+    uint32_t world;           /* world size of the run that wrote it */
+    uint64_t epoch;           /* current epoch, 0-based */
+    uint64_t step_in_epoch;   /* steps done in that epoch */
+    uint64_t global_step;     /* steps done in total; names the file */
+    uint64_t seed;            /* the run's --seed */
+    uint64_t rng_state;       /* splitmix64 state of the training RNG (dropout, ...) */
+    uint64_t data_epoch;      /* data cursor: pass over the data set ... */
+    uint64_t data_position;   /* ... and the position in that pass */
+    uint64_t optimizer_iter;  /* optimizer step counter (Adam's t) */
+} CkptState;
+
+/* What ckpt_load_latest found. */
+typedef struct CkptLoadInfo {
+    char path[4096]; /* the file loaded */
+    int skipped;     /* newer files that were corrupt or truncated and were skipped */
+} CkptLoadInfo;
+
+/* Writes a checkpoint of `st`, `params` (params_bytes) and `opt` (opt_bytes; NULL with
+ * 0 when the optimizer has no state) into dir, creating dir if needed, then deletes
+ * all but the newest `keep` (>= 1) checkpoints and any temporary file a crashed writer
+ * left. Only the chief calls it. Returns 0 or a negative errno with the reason in err. */
+int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
+              size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen);
+
+/* Loads the newest valid checkpoint in dir into *st, params and opt, whose sizes must
+ * equal the ones saved. Files that are truncated or fail the checksum are logged and
+ * skipped for the previous one. Returns 0 on success (info filled when not NULL);
+ * -ENOENT when dir has no checkpoint; -EBADMSG when it has some but none is valid;
+ * -EPROTO when the newest valid one belongs to another model (signature or arena sizes
+ * differ: the CLI exits 3); another negative errno on an I/O error. err names the file
+ * and the two differing values. */
+int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st, void *params,
+                     size_t params_bytes, void *opt, size_t opt_bytes, CkptLoadInfo *info,
+                     char *err, size_t errlen);
+
+#endif

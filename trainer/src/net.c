@@ -1,0 +1,623 @@
+#include "net.h"
+
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Handshake frames: u32 little-endian length, then a payload that starts with
+ * "KTH1" and a type byte.
+ *   HELLO     (client) nonce[32] world rank global_batch signature dataset
+ *   CHALLENGE (server) the same fields with the server's nonce, then
+ *             mac = HMAC(secret, "server" | HELLO | CHALLENGE without mac)
+ *   PROOF     (client) mac = HMAC(secret, "client" | HELLO | CHALLENGE)
+ *   ACK       (server) accepted
+ * Each side's MAC covers both nonces and both job descriptions, so neither a replay
+ * nor an altered description passes. */
+#define FRAME_MAX 2048
+#define NONCE_BYTES 32
+#define MAC_BYTES 32
+#define STR_MAX 512
+enum { MSG_HELLO = 1, MSG_CHALLENGE = 2, MSG_PROOF = 3, MSG_ACK = 4 };
+
+int net_tune_socket(int fd, int sockbuf_bytes)
+{
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) return -errno;
+    if (sockbuf_bytes > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -errno;
+    return 0;
+}
+
+int net_secret_load(unsigned char **secret, size_t *len, char *err, size_t errlen)
+{
+    *secret = NULL;
+    *len = 0;
+    const char *env = getenv("KUBETRAIN_SECRET");
+    if (env && *env) {
+        *len = strnlen(env, NET_SECRET_MAX);
+        *secret = xmalloc(*len);
+        memcpy(*secret, env, *len);
+        return 0;
+    }
+    const char *path = getenv("KUBETRAIN_SECRET_FILE");
+    if (!path || !*path) {
+        util_log("warning: neither KUBETRAIN_SECRET nor KUBETRAIN_SECRET_FILE is set; peers are "
+                 "not authenticated (acceptable for local use only)");
+        return 0;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "KUBETRAIN_SECRET_FILE %s: %s", path, strerror(e));
+        return -e;
+    }
+    unsigned char *buf = xmalloc(NET_SECRET_MAX);
+    size_t n = fread(buf, 1, NET_SECRET_MAX, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) n--;
+    if (n == 0) {
+        free(buf);
+        snprintf(err, errlen, "KUBETRAIN_SECRET_FILE %s: empty", path);
+        return -EINVAL;
+    }
+    *secret = buf;
+    *len = n;
+    return 0;
+}
+
+int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
+               char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    if (!host) hints.ai_family = AF_INET6; /* dual-stack wildcard, IPv4 below if absent */
+    int g = getaddrinfo(host, service, &hints, &res);
+    if (g != 0 && !host) {
+        hints.ai_family = AF_INET;
+        g = getaddrinfo(host, service, &hints, &res);
+    }
+    if (g != 0) {
+        snprintf(err, errlen, "listen address %s:%d: %s", host ? host : "*", port,
+                 gai_strerror(g));
+        return -EINVAL;
+    }
+    int rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (s < 0) {
+            rc = -errno;
+            continue;
+        }
+        int one = 1, zero = 0;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (a->ai_family == AF_INET6 && !host)
+            setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        if (sockbuf_bytes > 0) { /* inherited by accepted sockets, set before the SYN */
+            setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
+            setsockopt(s, SOL_SOCKET, SO_RCVBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
+        }
+        if (bind(s, a->ai_addr, a->ai_addrlen) < 0 || listen(s, 64) < 0) {
+            rc = -errno;
+            close(s);
+            continue;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        getsockname(s, (struct sockaddr *)&ss, &sl);
+        *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                     : ((struct sockaddr_in *)&ss)->sin_port);
+        *fd = s;
+        freeaddrinfo(res);
+        return 0;
+    }
+    freeaddrinfo(res);
+    snprintf(err, errlen, "listen on %s:%d: %s", host ? host : "*", port, strerror(-rc));
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* framed I/O with a deadline */
+
+/* Waits until fd is ready for `events` or the deadline passes: 0, -ETIMEDOUT, or
+ * -ECANCELED when *abort was raised. */
+static int wait_fd(int fd, short events, double deadline, atomic_int *abort_flag)
+{
+    for (;;) {
+        if (abort_flag && atomic_load(abort_flag)) return -ECANCELED;
+        double left = deadline - util_now();
+        if (left <= 0) return -ETIMEDOUT;
+        int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1;
+        struct pollfd p = {.fd = fd, .events = events};
+        int r = poll(&p, 1, ms);
+        if (r < 0 && errno != EINTR) return -errno;
+        if (r > 0) return 0;
+    }
+}
+
+static int send_exact(int fd, const void *buf, size_t n, double deadline, atomic_int *abort_flag)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EINTR) return -errno;
+        int rc = wait_fd(fd, POLLOUT, deadline, abort_flag);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes: 0, -ECONNRESET on EOF, -ETIMEDOUT, or another errno. */
+static int recv_exact(int fd, void *buf, size_t n, double deadline, atomic_int *abort_flag)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r > 0) {
+            p += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0) return -ECONNRESET;
+        if (errno != EAGAIN && errno != EINTR) return -errno;
+        int rc = wait_fd(fd, POLLIN, deadline, abort_flag);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+static int send_frame(int fd, const unsigned char *payload, size_t n, double deadline,
+                      atomic_int *abort_flag)
+{
+    unsigned char buf[4 + FRAME_MAX];
+    buf[0] = (unsigned char)n, buf[1] = (unsigned char)(n >> 8);
+    buf[2] = (unsigned char)(n >> 16), buf[3] = (unsigned char)(n >> 24);
+    memcpy(buf + 4, payload, n);
+    return send_exact(fd, buf, n + 4, deadline, abort_flag);
+}
+
+/* Reads one frame into buf (FRAME_MAX bytes); -EMSGSIZE for a length over the limit. */
+static int recv_frame(int fd, unsigned char *buf, size_t *n, double deadline,
+                      atomic_int *abort_flag)
+{
+    unsigned char h[4];
+    int rc = recv_exact(fd, h, 4, deadline, abort_flag);
+    if (rc < 0) return rc;
+    uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                   (uint32_t)h[3] << 24;
+    if (len > FRAME_MAX || len < 5) return -EMSGSIZE;
+    *n = len;
+    return recv_exact(fd, buf, len, deadline, abort_flag);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* handshake messages */
+
+typedef struct Hello {
+    unsigned char nonce[NONCE_BYTES];
+    uint32_t world, rank;
+    uint64_t global_batch;
+    char signature[STR_MAX];
+    char dataset[STR_MAX];
+} Hello;
+
+static size_t put_str(unsigned char *p, const char *s)
+{
+    size_t n = strnlen(s, STR_MAX - 1);
+    p[0] = (unsigned char)n, p[1] = (unsigned char)(n >> 8);
+    memcpy(p + 2, s, n);
+    return n + 2;
+}
+
+/* Encodes a HELLO or CHALLENGE (without mac) into buf; returns its length. */
+static size_t hello_encode(unsigned char *buf, int type, const Hello *h)
+{
+    size_t n = 0;
+    memcpy(buf, "KTH1", 4), n = 4;
+    buf[n++] = (unsigned char)type;
+    memcpy(buf + n, h->nonce, NONCE_BYTES), n += NONCE_BYTES;
+    for (int i = 0; i < 4; i++) buf[n++] = (unsigned char)(h->world >> (8 * i));
+    for (int i = 0; i < 4; i++) buf[n++] = (unsigned char)(h->rank >> (8 * i));
+    for (int i = 0; i < 8; i++) buf[n++] = (unsigned char)(h->global_batch >> (8 * i));
+    n += put_str(buf + n, h->signature);
+    n += put_str(buf + n, h->dataset);
+    return n;
+}
+
+/* Decodes a HELLO/CHALLENGE payload; *used receives the bytes it spans (a CHALLENGE
+ * carries the mac after them). Returns 0 or -EBADMSG with why. */
+static int hello_decode(const unsigned char *buf, size_t n, int type, Hello *h, size_t *used,
+                        const char **why)
+{
+    size_t o = 0;
+    memset(h, 0, sizeof *h);
+    if (n < 4 + 1 + NONCE_BYTES + 16 + 4 || memcmp(buf, "KTH1", 4) != 0 || buf[4] != type) {
+        *why = "not a kubetrain handshake";
+        return -EBADMSG;
+    }
+    o = 5;
+    memcpy(h->nonce, buf + o, NONCE_BYTES), o += NONCE_BYTES;
+    for (int i = 0; i < 4; i++) h->world |= (uint32_t)buf[o++] << (8 * i);
+    for (int i = 0; i < 4; i++) h->rank |= (uint32_t)buf[o++] << (8 * i);
+    for (int i = 0; i < 8; i++) h->global_batch |= (uint64_t)buf[o++] << (8 * i);
+    char *dst[2] = {h->signature, h->dataset};
+    for (int k = 0; k < 2; k++) {
+        if (o + 2 > n) goto bad;
+        size_t len = (size_t)buf[o] | (size_t)buf[o + 1] << 8;
+        o += 2;
+        if (len >= STR_MAX || o + len > n || memchr(buf + o, 0, len)) goto bad;
+        memcpy(dst[k], buf + o, len);
+        o += len;
+    }
+    *used = o;
+    return 0;
+bad:
+    *why = "malformed handshake fields";
+    return -EBADMSG;
+}
+
+static void transcript_mac(const NetOptions *opt, const char *label, const unsigned char *a,
+                           size_t an, const unsigned char *b, size_t bn,
+                           unsigned char mac[MAC_BYTES])
+{
+    unsigned char msg[16 + 2 * FRAME_MAX];
+    size_t ln = strlen(label), n = 0;
+    memcpy(msg, label, ln), n = ln;
+    memcpy(msg + n, a, an), n += an;
+    memcpy(msg + n, b, bn), n += bn;
+    static const unsigned char empty[1];
+    unsigned int maclen = MAC_BYTES;
+    const unsigned char *key = opt->secret && opt->secret_len ? opt->secret : empty;
+    HMAC(EVP_sha256(), key, (int)(opt->secret && opt->secret_len ? opt->secret_len : 0), msg, n,
+         mac, &maclen);
+}
+
+/* Describes this worker with a fresh nonce; -EIO when the RNG fails. */
+static int hello_fill(Hello *h, const NetJob *job)
+{
+    if (RAND_bytes(h->nonce, NONCE_BYTES) != 1) return -EIO;
+    h->world = (uint32_t)job->world;
+    h->rank = (uint32_t)job->rank;
+    h->global_batch = job->global_batch;
+    snprintf(h->signature, sizeof h->signature, "%s", job->model_signature);
+    snprintf(h->dataset, sizeof h->dataset, "%s", job->dataset);
+    return 0;
+}
+
+/* Compares an authenticated peer's description with ours; -EPROTO naming both values. */
+static int hello_agree(const Hello *mine, const Hello *theirs, int expect_rank,
+                       const char *peer, char *err, size_t errlen)
+{
+    if (theirs->world != mine->world)
+        snprintf(err, errlen, "%s has world size %u, this worker (rank %u) has %u", peer,
+                 theirs->world, mine->rank, mine->world);
+    else if (theirs->rank == mine->rank)
+        snprintf(err, errlen, "%s says it is rank %u too: two workers have the same task index",
+                 peer, theirs->rank);
+    else if ((int)theirs->rank != expect_rank)
+        snprintf(err, errlen, "%s says it is rank %u, expected rank %d", peer, theirs->rank,
+                 expect_rank);
+    else if (strcmp(theirs->signature, mine->signature) != 0)
+        snprintf(err, errlen, "%s has model signature \"%.160s\", this worker has \"%.160s\"", peer,
+                 theirs->signature, mine->signature);
+    else if (theirs->global_batch != mine->global_batch)
+        snprintf(err, errlen, "%s has global batch %llu, this worker has %llu", peer,
+                 (unsigned long long)theirs->global_batch, (unsigned long long)mine->global_batch);
+    else if (strcmp(theirs->dataset, mine->dataset) != 0)
+        snprintf(err, errlen, "%s has dataset \"%.160s\", this worker has \"%.160s\"", peer,
+                 theirs->dataset, mine->dataset);
+    else return 0;
+    return -EPROTO;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* server side: accept rank-1 */
+
+typedef struct Rendezvous {
+    const TfConfig *tf;
+    const NetJob *job;
+    const NetOptions *opt;
+    double deadline;
+    atomic_int abort_flag;
+    int next_fd; /* client result */
+    int client_rc;
+    char client_err[1024];
+} Rendezvous;
+
+/* Runs the server side of one handshake on fd. Returns 0 (accepted), -EAGAIN (a bad
+ * connection, already logged), or -EPROTO (an authenticated peer disagrees; err).
+ * Connections are served one at a time, each bounded by the handshake timeout, so a
+ * stalling client delays the real peer by at most that long. */
+static int serve_one(Rendezvous *rv, int fd, const char *from, char *err, size_t errlen)
+{
+    unsigned char hello[FRAME_MAX], chal[FRAME_MAX + MAC_BYTES], proof[FRAME_MAX], mac[MAC_BYTES];
+    size_t hn, cn, pn, used;
+    const char *why = NULL;
+    double deadline = util_now() + rv->opt->handshake_timeout_s;
+    if (deadline > rv->deadline) deadline = rv->deadline;
+    Hello theirs, mine;
+    int rc = recv_frame(fd, hello, &hn, deadline, &rv->abort_flag);
+    if (rc == 0) rc = hello_decode(hello, hn, MSG_HELLO, &theirs, &used, &why);
+    if (rc == 0 && used != hn) rc = -EBADMSG, why = "trailing bytes after the hello";
+    if (rc < 0) goto reject;
+
+    if (hello_fill(&mine, rv->job) < 0) {
+        snprintf(err, errlen, "rendezvous: the random number generator failed");
+        return -EIO;
+    }
+    cn = hello_encode(chal, MSG_CHALLENGE, &mine);
+    transcript_mac(rv->opt, "server", hello, hn, chal, cn, chal + cn);
+    cn += MAC_BYTES;
+    if ((rc = send_frame(fd, chal, cn, deadline, &rv->abort_flag)) < 0) goto reject;
+    if ((rc = recv_frame(fd, proof, &pn, deadline, &rv->abort_flag)) < 0) goto reject;
+    if (pn != 5 + MAC_BYTES || memcmp(proof, "KTH1", 4) != 0 || proof[4] != MSG_PROOF) {
+        rc = -EBADMSG, why = "malformed proof";
+        goto reject;
+    }
+    transcript_mac(rv->opt, "client", hello, hn, chal, cn, mac);
+    if (CRYPTO_memcmp(mac, proof + 5, MAC_BYTES) != 0) {
+        util_log("rejected connection from %s claiming rank %u: it does not know the job secret "
+                 "(KUBETRAIN_SECRET differs?)", from, theirs.rank);
+        return -EAGAIN;
+    }
+    char peer[NET_NAME_MAX + 64];
+    snprintf(peer, sizeof peer, "rank %u (connecting from %s)", theirs.rank, from);
+    int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+    if ((rc = hello_agree(&mine, &theirs, prev, peer, err, errlen)) < 0) return rc;
+    unsigned char ack[5] = {'K', 'T', 'H', '1', MSG_ACK};
+    if ((rc = send_frame(fd, ack, sizeof ack, deadline, &rv->abort_flag)) < 0) goto reject;
+    return 0;
+reject:
+    if (rc == -ECANCELED) return rc;
+    if (!why) why = rc == -EMSGSIZE   ? "frame length over the limit"
+                    : rc == -ETIMEDOUT ? "handshake not completed in time"
+                    : rc == -ECONNRESET ? "closed during the handshake"
+                                        : strerror(-rc);
+    util_log("rejected connection from %s: %s", from, why);
+    return -EAGAIN;
+}
+
+static void addr_name(const struct sockaddr_storage *ss, socklen_t sl, char *out, size_t n)
+{
+    char h[INET6_ADDRSTRLEN], p[16];
+    if (getnameinfo((const struct sockaddr *)ss, sl, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        snprintf(out, n, "?");
+    else if (ss->ss_family == AF_INET6) snprintf(out, n, "[%s]:%s", h, p);
+    else snprintf(out, n, "%s:%s", h, p);
+}
+
+/* Accepts connections until rank-1 authenticates. Returns its fd or a negative errno. */
+static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
+{
+    for (;;) {
+        int rc = wait_fd(listen_fd, POLLIN, rv->deadline, &rv->abort_flag);
+        if (rc == -ETIMEDOUT) {
+            int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+            snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s", prev,
+                     rv->tf->peers[prev].host, rv->tf->peers[prev].port,
+                     rv->opt->rendezvous_timeout_s);
+            return rc;
+        }
+        if (rc < 0) return rc;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        char from[NET_NAME_MAX];
+        addr_name(&ss, sl, from, sizeof from);
+        net_tune_socket(fd, rv->opt->sockbuf_bytes);
+        rc = serve_one(rv, fd, from, err, errlen);
+        if (rc == 0) return fd;
+        close(fd);
+        if (rc != -EAGAIN) return rc;
+    }
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* client side: connect to rank+1 */
+
+/* One non-blocking connect to any of host's addresses. Returns the fd, -EAGAIN to
+ * retry (no DNS record yet, refused, unreachable), or -ECANCELED/-ETIMEDOUT. */
+static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", p->port);
+    int g = getaddrinfo(p->host, service, &hints, &res);
+    if (g != 0) {
+        if (!*dns_logged)
+            util_log("waiting for %s to resolve (%s)", p->host, gai_strerror(g));
+        *dns_logged = 1;
+        return -EAGAIN;
+    }
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        if (net_tune_socket(fd, rv->opt->sockbuf_bytes) < 0) {
+            close(fd);
+            continue;
+        }
+        if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS) {
+            close(fd);
+            continue;
+        }
+        double dl = util_now() + 2.0;
+        if (dl > rv->deadline) dl = rv->deadline;
+        int rc = wait_fd(fd, POLLOUT, dl, &rv->abort_flag);
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (rc == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (rc == 0 && soerr == 0) {
+            freeaddrinfo(res);
+            return fd;
+        }
+        close(fd);
+        if (rc == -ECANCELED) {
+            freeaddrinfo(res);
+            return rc;
+        }
+    }
+    freeaddrinfo(res);
+    return -EAGAIN;
+}
+
+static void *client_main(void *arg)
+{
+    Rendezvous *rv = arg;
+    int next = (rv->job->rank + 1) % rv->job->world;
+    const TfPeer *p = &rv->tf->peers[next];
+    char peer[NET_NAME_MAX];
+    snprintf(peer, sizeof peer, "rank %d (%s:%d)", next, p->host, p->port);
+    double backoff = 0.05;
+    int dns_logged = 0;
+    rv->client_rc = -ETIMEDOUT;
+    while (!atomic_load(&rv->abort_flag) && util_now() < rv->deadline) {
+        int fd = connect_once(rv, p, &dns_logged);
+        if (fd == -ECANCELED) break;
+        if (fd >= 0) {
+            unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
+            size_t hn, cn, used;
+            const char *why = NULL;
+            Hello mine, theirs;
+            if (hello_fill(&mine, rv->job) < 0) {
+                snprintf(rv->client_err, sizeof rv->client_err,
+                         "rendezvous: the random number generator failed");
+                rv->client_rc = -EIO;
+                close(fd);
+                break;
+            }
+            hn = hello_encode(hello, MSG_HELLO, &mine);
+            int rc = send_frame(fd, hello, hn, rv->deadline, &rv->abort_flag);
+            if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
+            if (rc == 0) rc = hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why);
+            if (rc == 0 && used + MAC_BYTES != cn) rc = -EBADMSG;
+            if (rc == 0) {
+                transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);
+                if (CRYPTO_memcmp(mac, chal + used, MAC_BYTES) != 0) {
+                    snprintf(rv->client_err, sizeof rv->client_err,
+                             "%s could not prove the job secret: KUBETRAIN_SECRET differs "
+                             "between workers", peer);
+                    rv->client_rc = -EACCES;
+                    close(fd);
+                    break;
+                }
+                rc = hello_agree(&mine, &theirs, next, peer, rv->client_err,
+                                 sizeof rv->client_err);
+                if (rc == -EPROTO) {
+                    rv->client_rc = rc;
+                    close(fd);
+                    break;
+                }
+            }
+            if (rc == 0) {
+                unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
+                transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
+                rc = send_frame(fd, proof, sizeof proof, rv->deadline, &rv->abort_flag);
+            }
+            if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
+            if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK))
+                rc = -EBADMSG;
+            if (rc == 0) {
+                rv->next_fd = fd;
+                rv->client_rc = 0;
+                return NULL;
+            }
+            close(fd);
+            if (rc == -ECANCELED) break;
+        }
+        /* not up yet, or dropped us mid-handshake: try again */
+        struct timespec ts = {0, (long)(backoff * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+    }
+    if (rv->client_rc == -ETIMEDOUT)
+        snprintf(rv->client_err, sizeof rv->client_err,
+                 "could not reach %s within %.1f s", peer, rv->opt->rendezvous_timeout_s);
+    if (rv->client_rc != 0) atomic_store(&rv->abort_flag, 1);
+    return NULL;
+}
+
+int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const NetOptions *opt,
+                   NetRing *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    out->prev_fd = out->next_fd = -1;
+    if (job->world != tf->world || job->rank != tf->rank) {
+        snprintf(err, errlen, "job says rank %d of %d, TF_CONFIG rank %d of %d", job->rank,
+                 job->world, tf->rank, tf->world);
+        return -EINVAL;
+    }
+    if (job->world == 1) return 0;
+    Rendezvous *rv = xcalloc(1, sizeof *rv);
+    rv->tf = tf, rv->job = job, rv->opt = opt;
+    rv->deadline = util_now() + opt->rendezvous_timeout_s;
+    rv->next_fd = -1;
+    atomic_init(&rv->abort_flag, 0);
+    pthread_t th;
+    int rc = pthread_create(&th, NULL, client_main, rv);
+    if (rc != 0) {
+        free(rv);
+        snprintf(err, errlen, "rendezvous: cannot start a thread: %s", strerror(rc));
+        return -rc;
+    }
+    char serr[1024] = "";
+    int prev_fd = accept_prev(rv, listen_fd, serr, sizeof serr);
+    if (prev_fd < 0 && prev_fd != -ECANCELED) atomic_store(&rv->abort_flag, 1);
+    pthread_join(th, NULL);
+
+    rc = 0;
+    if (prev_fd < 0 && prev_fd != -ECANCELED) {
+        rc = prev_fd;
+        snprintf(err, errlen, "%s", serr);
+    } else if (rv->client_rc != 0) {
+        rc = rv->client_rc;
+        snprintf(err, errlen, "%s", rv->client_err);
+    }
+    if (rc < 0) {
+        if (prev_fd >= 0) close(prev_fd);
+        if (rv->next_fd >= 0) close(rv->next_fd);
+        free(rv);
+        return rc;
+    }
+    int prev = (job->rank + job->world - 1) % job->world, next = (job->rank + 1) % job->world;
+    out->prev_fd = prev_fd;
+    out->next_fd = rv->next_fd;
+    snprintf(out->prev_name, sizeof out->prev_name, "rank %d (%s:%d)", prev, tf->peers[prev].host,
+             tf->peers[prev].port);
+    snprintf(out->next_name, sizeof out->next_name, "rank %d (%s:%d)", next, tf->peers[next].host,
+             tf->peers[next].port);
+    free(rv);
+    return 0;
+}

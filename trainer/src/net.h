@@ -1,0 +1,78 @@
+/* net — the rendezvous: every worker listens on its own port, connects to the next
+ * rank and accepts the previous one, so that the workers form a ring of TCP
+ * connections. Peers are resolved with retries (DNS has no record while a pod starts)
+ * and connected with backoff until the rendezvous deadline.
+ *
+ * Each connection is authenticated by a mutual challenge-response over the per-job
+ * secret: both sides send a fresh 32-byte nonce and prove the secret with
+ * HMAC-SHA256 (OpenSSL) over the whole transcript, compared in constant time. The
+ * handshake also checks that both agree on world size, model signature, global batch
+ * and dataset, and that their ranks are the expected, distinct neighbours. A
+ * connection that fails authentication, sends garbage or oversized frames, or trickles
+ * past the handshake timeout is logged and dropped, and the listener goes on waiting
+ * for the real peer. */
+#ifndef KT_NET_H
+#define KT_NET_H
+
+#include "tfconfig.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NET_SECRET_MAX 4096
+#define NET_NAME_MAX (TFCONFIG_HOST_MAX + 32)
+
+/* What every worker of one job must agree on. */
+typedef struct NetJob {
+    int world;                   /* number of workers */
+    int rank;                    /* this worker */
+    const char *model_signature; /* the model's description, compared as a string */
+    uint64_t global_batch;       /* per-worker batch x workers */
+    const char *dataset;         /* data set name */
+} NetJob;
+
+typedef struct NetOptions {
+    double rendezvous_timeout_s;  /* the whole rendezvous: DNS, connects and handshakes */
+    double handshake_timeout_s;   /* one incoming connection's handshake, start to end */
+    const unsigned char *secret;  /* the job secret; NULL or empty: unauthenticated */
+    size_t secret_len;
+    int sockbuf_bytes;            /* SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning */
+} NetOptions;
+
+/* The two ring connections of one worker: it receives from prev and sends to next.
+ * In a world of one both are -1. Sockets are non-blocking, TCP_NODELAY. */
+typedef struct NetRing {
+    int prev_fd;
+    int next_fd;
+    char prev_name[NET_NAME_MAX]; /* "rank 2 (host:port)", for error messages */
+    char next_name[NET_NAME_MAX];
+} NetRing;
+
+/* Reads the job secret from $KUBETRAIN_SECRET, or from the file named by
+ * $KUBETRAIN_SECRET_FILE (one trailing newline stripped). With neither, sets *secret
+ * NULL and *len 0 and logs a warning that peers are not authenticated. Returns 0 or
+ * -EINVAL/-errno (unreadable or empty file) with err naming the variable. The caller
+ * frees *secret with free(). */
+int net_secret_load(unsigned char **secret, size_t *len, char *err, size_t errlen);
+
+/* Opens a listening TCP socket on host:port (host NULL: every address, IPv6 and
+ * IPv4; port 0: a free port). *bound_port receives the port actually bound. Returns 0
+ * with *fd set, or a negative errno with err naming the address. Caller closes *fd. */
+int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
+               char *err, size_t errlen);
+
+/* Forms this worker's part of the ring: connects and authenticates to rank+1 (from
+ * tf->peers) while accepting and authenticating rank-1 on listen_fd, which it does not
+ * close (close it afterwards, so that late connections are refused, not queued).
+ * Returns 0 with *out filled, or a negative errno and one line in err:
+ * -ETIMEDOUT when peers never came before the deadline, -EPROTO when an authenticated
+ * peer disagrees (the line names both values), -EACCES when the peer this worker
+ * connected to could not prove the secret. The caller closes out's sockets (or hands
+ * them to ring_create). */
+int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const NetOptions *opt,
+                   NetRing *out, char *err, size_t errlen);
+
+/* Sets TCP_NODELAY, O_NONBLOCK and (when bytes > 0) SO_SNDBUF/SO_RCVBUF on fd. */
+int net_tune_socket(int fd, int sockbuf_bytes);
+
+#endif

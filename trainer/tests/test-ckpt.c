@@ -1,0 +1,309 @@
+/* Checkpoints: exact round trip, keep-N pruning, a corrupt or truncated newest file
+ * skipped for the previous, another model refused, and a writer that died before its
+ * rename leaving the previous checkpoint loadable. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
+
+#define NP 10007
+#define NO 20014
+
+typedef struct Fixture {
+    char dir[64];
+    float params[NP], opt[NO];
+} Fixture;
+
+static int setup(void **state)
+{
+    Fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/kt-test-ckpt-XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    Fixture *f = *state;
+    DIR *d = opendir(f->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", f->dir, e->d_name);
+        if (e->d_name[0] != '.' || strlen(e->d_name) > 2) unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static CkptState state_at(uint64_t step)
+{
+    CkptState s;
+    memset(&s, 0, sizeof s); /* padding too: states are compared with memcmp */
+    s = (CkptState){.world = 2, .epoch = step / 70, .step_in_epoch = step % 70,
+                   .global_step = step, .seed = 1, .rng_state = 0x1234 + step,
+                   .data_epoch = step / 100, .data_position = step * 128 % 60000,
+                   .optimizer_iter = step};
+    snprintf(s.model_signature, sizeof s.model_signature, "tutorial-cnn:1769354");
+    return s;
+}
+
+static void fill(Fixture *f, uint64_t step)
+{
+    for (int i = 0; i < NP; i++) f->params[i] = (float)step + (float)i * 0.5f;
+    for (int i = 0; i < NO; i++) f->opt[i] = -(float)step - (float)i;
+}
+
+static void save(Fixture *f, uint64_t step, int keep)
+{
+    char err[512];
+    fill(f, step);
+    CkptState s = state_at(step);
+    if (ckpt_save(f->dir, keep, &s, f->params, sizeof f->params, f->opt, sizeof f->opt, err,
+                  sizeof err) != 0)
+        fail_msg("save step %llu: %s", (unsigned long long)step, err);
+}
+
+/* Loads into fresh buffers and checks they hold step's contents exactly. */
+static void expect_load(Fixture *f, uint64_t step, int skipped)
+{
+    static float p[NP], o[NO];
+    CkptState s;
+    CkptLoadInfo info;
+    char err[512];
+    memset(p, 0, sizeof p), memset(o, 0, sizeof o);
+    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, p, sizeof p, o, sizeof o, &info,
+                              err, sizeof err);
+    if (rc != 0) fail_msg("load: %d %s", rc, err);
+    CkptState want = state_at(step);
+    assert_memory_equal(&s, &want, sizeof s);
+    fill(f, step);
+    assert_memory_equal(p, f->params, sizeof p);
+    assert_memory_equal(o, f->opt, sizeof o);
+    assert_int_equal(info.skipped, skipped);
+    char name[64];
+    snprintf(name, sizeof name, "/ckpt-%llu.kt", (unsigned long long)step);
+    assert_non_null(strstr(info.path, name));
+}
+
+static int count_files(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static void path_of(Fixture *f, uint64_t step, char *out, size_t n)
+{
+    snprintf(out, n, "%s/ckpt-%llu.kt", f->dir, (unsigned long long)step);
+}
+
+static void test_round_trip(void **state)
+{
+    Fixture *f = *state;
+    save(f, 140, 5);
+    expect_load(f, 140, 0);
+}
+
+static void test_empty_dir_and_no_optimizer_state(void **state)
+{
+    Fixture *f = *state;
+    CkptState s;
+    char err[512];
+    float p[4];
+    assert_int_equal(ckpt_load_latest(f->dir, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
+                     -ENOENT);
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/none", f->dir);
+    assert_int_equal(
+        ckpt_load_latest(missing, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err), -ENOENT);
+    /* SGD has no optimizer state */
+    CkptState w = state_at(3);
+    snprintf(w.model_signature, sizeof w.model_signature, "x");
+    float q[4] = {1, 2, 3, 4};
+    assert_int_equal(ckpt_save(f->dir, 2, &w, q, sizeof q, NULL, 0, err, sizeof err), 0);
+    assert_int_equal(ckpt_load_latest(f->dir, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
+                     0);
+    assert_memory_equal(p, q, sizeof q);
+}
+
+static void test_keep_newest_n(void **state)
+{
+    Fixture *f = *state;
+    for (uint64_t step = 10; step <= 100; step += 10) save(f, step, 3);
+    assert_int_equal(count_files(f->dir), 3);
+    char p[256];
+    for (uint64_t step = 80; step <= 100; step += 10) {
+        path_of(f, step, p, sizeof p);
+        assert_int_equal(access(p, F_OK), 0);
+    }
+    path_of(f, 70, p, sizeof p);
+    assert_int_not_equal(access(p, F_OK), 0);
+    expect_load(f, 100, 0);
+    /* steps compare as numbers, not names: 1000 is newer than 900 */
+    save(f, 900, 3);
+    save(f, 1000, 3);
+    expect_load(f, 1000, 0);
+}
+
+static void flip_byte(const char *path, off_t at)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+static void test_corrupt_newest_loads_previous(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 5);
+    save(f, 20, 5);
+    save(f, 30, 5);
+    char p[256];
+    path_of(f, 30, p, sizeof p);
+    flip_byte(p, 360 + 4 * 5000); /* inside the parameters */
+    path_of(f, 20, p, sizeof p);
+    flip_byte(p, 20); /* inside the header's signature */
+    expect_load(f, 10, 2);
+}
+
+static void test_truncated_newest_loads_previous(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 5);
+    save(f, 20, 5);
+    char p[256];
+    path_of(f, 20, p, sizeof p);
+    struct stat sb;
+    stat(p, &sb);
+    assert_int_equal(truncate(p, sb.st_size - 1), 0);
+    expect_load(f, 10, 1);
+    assert_int_equal(truncate(p, 100), 0);
+    expect_load(f, 10, 1);
+    assert_int_equal(truncate(p, 0), 0);
+    expect_load(f, 10, 1);
+}
+
+static void test_all_corrupt_is_an_error(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 5);
+    char p[256], err[512];
+    path_of(f, 10, p, sizeof p);
+    flip_byte(p, 400);
+    CkptState s;
+    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, f->params, sizeof f->params,
+                              f->opt, sizeof f->opt, NULL, err, sizeof err);
+    assert_int_equal(rc, -EBADMSG);
+    assert_non_null(strstr(err, "none of 1 checkpoints is valid"));
+}
+
+static void test_other_model_refused(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 5);
+    CkptState s;
+    char err[512];
+    int rc = ckpt_load_latest(f->dir, "mlp:101770", &s, f->params, sizeof f->params, f->opt,
+                              sizeof f->opt, NULL, err, sizeof err);
+    assert_int_equal(rc, -EPROTO);
+    assert_non_null(strstr(err, "\"tutorial-cnn:1769354\""));
+    assert_non_null(strstr(err, "\"mlp:101770\""));
+    /* same signature, another optimizer's state size */
+    rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, f->params, sizeof f->params, f->opt,
+                          sizeof f->opt / 2, NULL, err, sizeof err);
+    assert_int_equal(rc, -EPROTO);
+    assert_non_null(strstr(err, "optimizer"));
+}
+
+/* A writer killed after writing its temporary file but before the rename. */
+static void test_crash_before_rename_keeps_previous(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 5);
+    save(f, 20, 5);
+    char from[256], tmp[256];
+    path_of(f, 20, from, sizeof from);
+    snprintf(tmp, sizeof tmp, "%s/.ckpt-30.kt.tmp", f->dir);
+    /* the dead writer's partial file: the first half of a valid checkpoint */
+    FILE *in = fopen(from, "rb"), *out = fopen(tmp, "wb");
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, in);
+    fwrite(buf, 1, n / 2, out);
+    fclose(in), fclose(out);
+    expect_load(f, 20, 0);
+    /* the next save clears the leftover */
+    save(f, 40, 5);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    expect_load(f, 40, 0);
+
+    /* and a real writer SIGKILLed mid-save: whatever it left, a valid one loads */
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (uint64_t step = 50;; step += 10) save(f, step, 5);
+    }
+    usleep(30 * 1000);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CkptState s;
+    CkptLoadInfo info;
+    char err[512];
+    assert_int_equal(ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, f->params,
+                                      sizeof f->params, f->opt, sizeof f->opt, &info, err,
+                                      sizeof err),
+                     0);
+    assert_int_equal(info.skipped, 0);
+    static float p[NP];
+    memcpy(p, f->params, sizeof p);
+    fill(f, s.global_step);
+    assert_memory_equal(p, f->params, sizeof p);
+}
+
+static void test_bad_keep(void **state)
+{
+    Fixture *f = *state;
+    CkptState s = state_at(1);
+    char err[256];
+    assert_int_equal(ckpt_save(f->dir, 0, &s, f->params, 4, NULL, 0, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "keep"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_dir_and_no_optimizer_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keep_newest_n, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_newest_loads_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_newest_loads_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_corrupt_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_before_rename_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_keep, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("ckpt", tests, NULL, NULL);
+}

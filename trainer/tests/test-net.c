@@ -1,0 +1,414 @@
+/* Rendezvous and its handshake: rings form with the right secret; a wrong secret, a
+ * disagreeing peer, a duplicate rank or an absent peer fail with a message naming both
+ * sides; garbage, oversized frames, a trickling client and an impostor are rejected
+ * with a log line while the real ring forms. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fork_cluster.h"
+#include "net.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/socket.h>
+
+typedef struct NetResult {
+    int rc;
+    char err[1024];
+    float sum; /* all-reduce of rank+1 over the formed ring */
+} NetResult;
+
+typedef struct NetArg {
+    NetResult *res;
+    const char *secret[CLUSTER_MAX];
+    const char *signature[CLUSTER_MAX];
+    uint64_t batch[CLUSTER_MAX];
+    const char *dataset[CLUSTER_MAX];
+    int claims[CLUSTER_MAX]; /* 1 + the rank a process says it is; 0: its own */
+    int absent[CLUSTER_MAX]; /* ranks not started */
+    double rendezvous_timeout_s;
+    double handshake_timeout_s;
+    const char *log_path[CLUSTER_MAX]; /* stderr of each rank, when set */
+} NetArg;
+
+static void net_rank(const Cluster *c, int rank, void *argp)
+{
+    NetArg *a = argp;
+    NetResult *r = &a->res[rank];
+    if (a->log_path[rank]) {
+        int fd = open(a->log_path[rank], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        close(fd);
+    }
+    TfConfig tf;
+    cluster_tfconfig(c, rank, &tf);
+    int me = a->claims[rank] ? a->claims[rank] - 1 : rank;
+    tf.rank = me;
+    if (me != rank) { /* a duplicate: it believes it sits at `me` and listens there */
+        TfPeer t = tf.peers[me];
+        tf.peers[me] = tf.peers[rank];
+        tf.peers[rank] = t;
+    }
+    NetJob job = {.world = c->world, .rank = me,
+                  .model_signature = a->signature[rank] ? a->signature[rank] : "cnn",
+                  .global_batch = a->batch[rank] ? a->batch[rank] : 128,
+                  .dataset = a->dataset[rank] ? a->dataset[rank] : "fashion-mnist"};
+    const char *s = a->secret[rank];
+    NetOptions opt = {.rendezvous_timeout_s = a->rendezvous_timeout_s,
+                      .handshake_timeout_s = a->handshake_timeout_s,
+                      .secret = (const unsigned char *)s, .secret_len = s ? strlen(s) : 0};
+    NetRing conn;
+    r->rc = net_rendezvous(c->listen_fd[rank], &tf, &job, &opt, &conn, r->err, sizeof r->err);
+    tfconfig_free(&tf);
+    if (r->rc < 0) return;
+    Collective *coll = ring_create(me, c->world, &conn, NULL);
+    float x = (float)(me + 1);
+    r->rc = coll_allreduce_sum(coll, &x, 1, r->err, sizeof r->err);
+    r->sum = x;
+    coll_destroy(coll);
+}
+
+static NetResult *run_cluster(int world, NetArg *a, double wait_s)
+{
+    Cluster c;
+    NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
+    assert_non_null(res);
+    assert_int_equal(cluster_listen(&c, world), 0);
+    a->res = res;
+    if (!a->rendezvous_timeout_s) a->rendezvous_timeout_s = 10;
+    if (!a->handshake_timeout_s) a->handshake_timeout_s = 1;
+    for (int r = 0; r < world; r++) {
+        if (!a->absent[r]) cluster_start(&c, r, net_rank, a);
+    }
+    assert_int_equal(cluster_wait(&c, wait_s), 0);
+    return res;
+}
+
+static void free_results(NetResult *res)
+{
+    munmap(res, sizeof(NetResult) * CLUSTER_MAX);
+}
+
+static void test_ring_forms_with_secret(void **state)
+{
+    (void)state;
+    for (int world = 2; world <= 4; world++) {
+        NetArg a = {0};
+        for (int r = 0; r < world; r++) a.secret[r] = "s3cret";
+        NetResult *res = run_cluster(world, &a, 30);
+        for (int r = 0; r < world; r++) {
+            if (res[r].rc != 0) fail_msg("world %d rank %d: %s", world, r, res[r].err);
+            assert_true(res[r].sum == (float)(world * (world + 1) / 2));
+        }
+        free_results(res);
+    }
+}
+
+static void test_ring_forms_without_secret(void **state)
+{
+    (void)state;
+    NetArg a = {0};
+    NetResult *res = run_cluster(2, &a, 30);
+    assert_int_equal(res[0].rc, 0);
+    assert_int_equal(res[1].rc, 0);
+    assert_true(res[0].sum == 3.0f);
+    free_results(res);
+}
+
+static void test_wrong_secret(void **state)
+{
+    (void)state;
+    NetArg a = {.secret = {"right", "wrong"}, .rendezvous_timeout_s = 3};
+    double t0 = util_now();
+    NetResult *res = run_cluster(2, &a, 30);
+    for (int r = 0; r < 2; r++) {
+        print_message("# rank %d: %s\n", r, res[r].err);
+        assert_int_equal(res[r].rc, -EACCES);
+        assert_non_null(strstr(res[r].err, "could not prove the job secret"));
+    }
+    assert_true(util_now() - t0 < 10);
+    free_results(res);
+    /* one side without any secret fails the same way */
+    NetArg b = {.secret = {"right", NULL}, .rendezvous_timeout_s = 3};
+    res = run_cluster(2, &b, 30);
+    assert_int_equal(res[0].rc, -EACCES);
+    assert_int_equal(res[1].rc, -EACCES);
+    free_results(res);
+}
+
+static void expect_mismatch(NetArg *a, const char *v0, const char *v1)
+{
+    a->rendezvous_timeout_s = 5;
+    NetResult *res = run_cluster(2, a, 30);
+    for (int r = 0; r < 2; r++) {
+        print_message("# rank %d: %s\n", r, res[r].err);
+        assert_int_equal(res[r].rc, -EPROTO);
+        assert_non_null(strstr(res[r].err, v0));
+        assert_non_null(strstr(res[r].err, v1));
+    }
+    free_results(res);
+}
+
+static void test_disagreement_names_both_values(void **state)
+{
+    (void)state;
+    NetArg a = {.signature = {"cnn-a", "cnn-b"}};
+    expect_mismatch(&a, "\"cnn-a\"", "\"cnn-b\"");
+    NetArg b = {.batch = {128, 256}};
+    expect_mismatch(&b, "128", "256");
+    NetArg d = {.dataset = {"mnist", "fashion-mnist"}};
+    expect_mismatch(&d, "\"mnist\"", "\"fashion-mnist\"");
+}
+
+static void test_duplicate_rank(void **state)
+{
+    (void)state;
+    NetArg a = {.claims = {1, 1}, .rendezvous_timeout_s = 5};
+    NetResult *res = run_cluster(2, &a, 30);
+    for (int r = 0; r < 2; r++) {
+        print_message("# process %d: %s\n", r, res[r].err);
+        assert_int_equal(res[r].rc, -EPROTO);
+        assert_non_null(strstr(res[r].err, "rank 0 too"));
+    }
+    free_results(res);
+}
+
+static void test_world_size_mismatch_is_reported(void **state)
+{
+    (void)state;
+    /* a rank whose TfConfig disagrees with its job description is refused up front */
+    TfConfig tf = {.world = 2, .rank = 0};
+    NetJob job = {.world = 3, .rank = 0, .model_signature = "m", .dataset = "d"};
+    NetOptions opt = {.rendezvous_timeout_s = 1, .handshake_timeout_s = 1};
+    NetRing conn;
+    char err[256];
+    assert_int_equal(net_rendezvous(-1, &tf, &job, &opt, &conn, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "rank 0 of 3"));
+}
+
+static void test_absent_peer_times_out(void **state)
+{
+    (void)state;
+    NetArg a = {.absent = {0, 1}, .rendezvous_timeout_s = 1.5};
+    double t0 = util_now();
+    NetResult *res = run_cluster(2, &a, 30);
+    double dt = util_now() - t0;
+    print_message("# after %.2f s: %s\n", dt, res[0].err);
+    assert_int_equal(res[0].rc, -ETIMEDOUT);
+    assert_non_null(strstr(res[0].err, "rank 1"));
+    assert_true(dt < 5);
+    free_results(res);
+}
+
+/* Connects to 127.0.0.1:port and writes buf; returns the socket (kept open). */
+static int rogue_connect(int port, const void *buf, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) return -1;
+    if (n && write(fd, buf, n) != (ssize_t)n) return -1;
+    return fd;
+}
+
+static int file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[2048];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Before the real ranks start, rank 1's listener already has queued: an HTTP request
+ * (huge length), a small frame of junk, a client that trickles one byte every 100 ms,
+ * and an impostor that runs the real handshake with another secret. */
+/* Sends one frame (u32 little-endian length, payload). */
+static int raw_send_frame(int fd, const unsigned char *p, size_t n)
+{
+    unsigned char h[4] = {(unsigned char)n, (unsigned char)(n >> 8), 0, 0};
+    return write(fd, h, 4) == 4 && write(fd, p, n) == (ssize_t)n ? 0 : -1;
+}
+
+static int raw_read(int fd, unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0) return -1;
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* An impostor that speaks the handshake as net.c documents it, claims rank 0 and
+ * answers the challenge with an HMAC under a guessed secret. Rank 1 must reject it. */
+static void impostor(const Cluster *c, int rank, void *argp)
+{
+    (void)rank, (void)argp;
+    int fd = rogue_connect(c->port[1], NULL, 0);
+    unsigned char hello[256] = {'K', 'T', 'H', '1', 1};
+    size_t n = 5 + 32; /* nonce left zero */
+    const unsigned char fields[16] = {2, 0, 0, 0, 0, 0, 0, 0, 128};
+    memcpy(hello + n, fields, 16), n += 16;
+    hello[n++] = 3, hello[n++] = 0, memcpy(hello + n, "cnn", 3), n += 3;
+    hello[n++] = 13, hello[n++] = 0, memcpy(hello + n, "fashion-mnist", 13), n += 13;
+    unsigned char len[4], chal[2048], msg[4096], proof[37] = {'K', 'T', 'H', '1', 3};
+    if (raw_send_frame(fd, hello, n) < 0 || raw_read(fd, len, 4) < 0) _exit(1);
+    size_t cn = (size_t)len[0] | (size_t)len[1] << 8;
+    if (cn > sizeof chal || raw_read(fd, chal, cn) < 0) _exit(1);
+    memcpy(msg, "client", 6);
+    memcpy(msg + 6, hello, n);
+    memcpy(msg + 6 + n, chal, cn);
+    unsigned int maclen = 32;
+    HMAC(EVP_sha256(), "guess", 5, msg, 6 + n + cn, proof + 5, &maclen);
+    raw_send_frame(fd, proof, sizeof proof);
+    /* rank 1 closes on us */
+    unsigned char b;
+    while (read(fd, &b, 1) > 0) {
+    }
+    close(fd);
+}
+
+static void trickler(const Cluster *c, int rank, void *argp)
+{
+    (void)rank, (void)argp;
+    int fd = rogue_connect(c->port[1], NULL, 0);
+    const unsigned char slow[] = {40, 0, 0, 0, 'K', 'T', 'H', '1', 1, 0, 0, 0, 0, 0};
+    for (size_t i = 0; i < sizeof slow; i++) {
+        if (write(fd, &slow[i], 1) != 1) break;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    close(fd);
+}
+
+static void test_hostile_clients_do_not_disturb_the_ring(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kt-test-net-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char log0[64], log1[64];
+    snprintf(log0, sizeof log0, "%s/rank0.log", dir);
+    snprintf(log1, sizeof log1, "%s/rank1.log", dir);
+
+    Cluster c;
+    NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, 2), 0);
+    const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    unsigned char junk[20] = {16, 0, 0, 0};
+    for (int i = 4; i < 20; i++) junk[i] = (unsigned char)(i * 37);
+    int f1 = rogue_connect(c.port[1], http, sizeof http - 1);
+    int f2 = rogue_connect(c.port[1], junk, sizeof junk);
+    unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};
+    int f3 = rogue_connect(c.port[1], huge, sizeof huge);
+    assert_true(f1 >= 0 && f2 >= 0 && f3 >= 0);
+    Cluster rogues = c;
+    rogues.world = 2;
+    pid_t tr = 0, im = 0;
+    /* the trickler and the impostor are extra processes around the same listeners */
+    fflush(stderr);
+    if ((tr = fork()) == 0) {
+        close(c.listen_fd[0]), close(c.listen_fd[1]);
+        trickler(&rogues, 0, NULL);
+        _exit(0);
+    }
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if ((im = fork()) == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+        close(c.listen_fd[0]), close(c.listen_fd[1]);
+        impostor(&rogues, 0, NULL);
+        _exit(0);
+    }
+    nanosleep(&ts, NULL);
+
+    NetArg a = {.res = res, .secret = {"k", "k"}, 
+                .rendezvous_timeout_s = 15, .handshake_timeout_s = 1,
+                .log_path = {log0, log1}};
+    cluster_start(&c, 1, net_rank, &a);
+    nanosleep(&ts, NULL);
+    cluster_start(&c, 0, net_rank, &a);
+    assert_int_equal(cluster_wait(&c, 40), 0);
+    kill(tr, SIGKILL), kill(im, SIGKILL);
+    waitpid(tr, NULL, 0), waitpid(im, NULL, 0);
+    close(f1), close(f2), close(f3);
+
+    for (int r = 0; r < 2; r++) {
+        if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+        assert_true(res[r].sum == 3.0f);
+    }
+    const char *expect[] = {"frame length over the limit", "not a kubetrain handshake",
+                            "handshake not completed in time", "does not know the job secret"};
+    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
+        if (!file_contains(log1, expect[i]))
+            fail_msg("rank 1's log has no \"rejected connection ...: %s\" line", expect[i]);
+    assert_true(file_contains(log1, "rejected connection from 127.0.0.1"));
+    unlink(log0), unlink(log1), rmdir(dir);
+    free_results(res);
+}
+
+static void test_secret_from_env_and_file(void **state)
+{
+    (void)state;
+    unsigned char *s;
+    size_t n;
+    char err[256];
+    unsetenv("KUBETRAIN_SECRET");
+    unsetenv("KUBETRAIN_SECRET_FILE");
+    assert_int_equal(net_secret_load(&s, &n, err, sizeof err), 0);
+    assert_null(s);
+    assert_int_equal(n, 0);
+
+    setenv("KUBETRAIN_SECRET", "abc", 1);
+    assert_int_equal(net_secret_load(&s, &n, err, sizeof err), 0);
+    assert_int_equal(n, 3);
+    assert_memory_equal(s, "abc", 3);
+    free(s);
+    unsetenv("KUBETRAIN_SECRET");
+
+    char path[] = "/tmp/kt-secret-XXXXXX";
+    int fd = mkstemp(path);
+    assert_int_equal(write(fd, "from-file\n", 10), 10);
+    close(fd);
+    setenv("KUBETRAIN_SECRET_FILE", path, 1);
+    assert_int_equal(net_secret_load(&s, &n, err, sizeof err), 0);
+    assert_int_equal(n, 9);
+    assert_memory_equal(s, "from-file", 9);
+    free(s);
+
+    fd = open(path, O_WRONLY | O_TRUNC);
+    close(fd);
+    assert_int_equal(net_secret_load(&s, &n, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "empty"));
+    unlink(path);
+    assert_int_equal(net_secret_load(&s, &n, err, sizeof err), -ENOENT);
+    assert_non_null(strstr(err, "KUBETRAIN_SECRET_FILE"));
+    unsetenv("KUBETRAIN_SECRET_FILE");
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_secret_from_env_and_file),
+        cmocka_unit_test(test_ring_forms_with_secret),
+        cmocka_unit_test(test_ring_forms_without_secret),
+        cmocka_unit_test(test_wrong_secret),
+        cmocka_unit_test(test_disagreement_names_both_values),
+        cmocka_unit_test(test_duplicate_rank),
+        cmocka_unit_test(test_world_size_mismatch_is_reported),
+        cmocka_unit_test(test_absent_peer_times_out),
+        cmocka_unit_test(test_hostile_clients_do_not_disturb_the_ring),
+    };
+    return cmocka_run_group_tests_name("net", tests, NULL, NULL);
+}

@@ -1,0 +1,389 @@
+/* Ring collective: 2, 3 and 4 forked workers on loopback, all-reduce on many sizes
+ * (bit-identical on every rank, run to run, and equal to the sum), broadcast from every
+ * root, barrier, mismatched calls, and peers that die or go silent mid-all-reduce. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fork_cluster.h"
+#include "ring.h"
+#include "util.h"
+
+#include <math.h>
+#include <pthread.h>
+
+static const size_t SIZES[] = {1, 2, 3, 5, 17, 1000, 4097, 65539, 262147, 300001, 1500007};
+#define NSIZES (sizeof SIZES / sizeof SIZES[0])
+#define SECRET "ring-test-secret"
+
+typedef struct RankResult {
+    int rc;
+    char err[512];
+    int done;                 /* sizes completed */
+    char hash[NSIZES][65];    /* SHA-256 of each result */
+    double maxerr[NSIZES];    /* max |result - exact sum| */
+    int repeat_same[NSIZES];  /* a second run gave the same bits */
+    int bcast_ok;             /* broadcasts from every root matched */
+    double t_enter, t_exit;   /* barrier */
+    double t_event;           /* kill/stop (victim) or failure (survivors) */
+} RankResult;
+
+typedef struct RingArg {
+    RankResult *res;
+    size_t segment_bytes;
+    size_t max_size;
+    size_t thread_min; /* RingOptions.thread_min_bytes */
+    int victim;     /* rank that dies (SIGKILL) or stops (SIGSTOP); -1 none */
+    int victim_sig;
+    int mismatch;   /* rank 0 broadcasts while the others all-reduce */
+} RingArg;
+
+static float input_value(uint64_t *st)
+{
+    return 2.0f * util_rand_float(st) - 1.0f;
+}
+
+static void fill_input(float *x, size_t n, int rank, size_t si)
+{
+    uint64_t st = (uint64_t)si * 1000003u + (uint64_t)rank;
+    for (size_t i = 0; i < n; i++) x[i] = input_value(&st);
+}
+
+static void allreduce_rank(const Cluster *c, int rank, void *argp)
+{
+    RingArg *a = argp;
+    RankResult *r = &a->res[rank];
+    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err,
+                                    sizeof r->err);
+    if (!coll) {
+        r->rc = -1;
+        return;
+    }
+    for (size_t si = 0; si < NSIZES && SIZES[si] <= a->max_size; si++) {
+        size_t n = SIZES[si];
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *t = malloc(n * sizeof *t);
+        double *exact = calloc(n, sizeof *exact);
+        for (int k = 0; k < c->world; k++) {
+            fill_input(t, n, k, si);
+            for (size_t i = 0; i < n; i++) exact[i] += t[i];
+        }
+        fill_input(x, n, rank, si);
+        fill_input(y, n, rank, si);
+        if ((r->rc = coll_allreduce_sum(coll, x, n, r->err, sizeof r->err)) < 0 ||
+            (r->rc = coll_allreduce_sum(coll, y, n, r->err, sizeof r->err)) < 0) {
+            free(x), free(y), free(t), free(exact);
+            break;
+        }
+        util_sha256_hex(x, n * sizeof *x, r->hash[si]);
+        r->repeat_same[si] = memcmp(x, y, n * sizeof *x) == 0;
+        double m = 0;
+        for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - exact[i]));
+        r->maxerr[si] = m;
+        r->done++;
+        free(x), free(y), free(t), free(exact);
+    }
+    coll_destroy(coll);
+}
+
+static void check_allreduce(int world, size_t segment_bytes, size_t max_size, size_t thread_min)
+{
+    Cluster c;
+    RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
+    assert_non_null(res);
+    assert_int_equal(cluster_listen(&c, world), 0);
+    RingArg a = {.res = res, .segment_bytes = segment_bytes, .max_size = max_size,
+                 .thread_min = thread_min, .victim = -1};
+    for (int r = 0; r < world; r++) cluster_start(&c, r, allreduce_rank, &a);
+    assert_int_equal(cluster_wait(&c, 120), 0);
+    size_t nsizes = 0;
+    while (nsizes < NSIZES && SIZES[nsizes] <= max_size) nsizes++;
+    for (int r = 0; r < world; r++) {
+        if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+        assert_int_equal(res[r].done, (int)nsizes);
+        for (size_t si = 0; si < nsizes; si++) {
+            if (strcmp(res[r].hash[si], res[0].hash[si]) != 0)
+                fail_msg("%zu floats: rank %d result %s differs from rank 0 %s", SIZES[si], r,
+                         res[r].hash[si], res[0].hash[si]);
+            if (!res[r].repeat_same[si])
+                fail_msg("%zu floats: rank %d got different bits on a second run", SIZES[si], r);
+            if (res[r].maxerr[si] > 1e-5)
+                fail_msg("%zu floats: rank %d max error %g > 1e-5", SIZES[si], r,
+                         res[r].maxerr[si]);
+        }
+    }
+    munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+}
+
+static void test_allreduce_2(void **state)
+{
+    (void)state;
+    check_allreduce(2, 0, SIZE_MAX, 0);
+}
+static void test_allreduce_3(void **state)
+{
+    (void)state;
+    check_allreduce(3, 0, SIZE_MAX, 0);
+}
+static void test_allreduce_4(void **state)
+{
+    (void)state;
+    check_allreduce(4, 0, SIZE_MAX, 0);
+}
+/* Many small segments (1021 floats, a prime) exercise the pipelining bookkeeping. */
+static void test_allreduce_small_segments(void **state)
+{
+    (void)state;
+    check_allreduce(3, 1021 * sizeof(float), 300001, 0);
+    check_allreduce(4, 4096, 65539, 0);
+}
+
+/* Both paths on every size: all on one thread, and the send thread even for 1 float. */
+static void test_allreduce_single_thread_and_all_threaded(void **state)
+{
+    (void)state;
+    check_allreduce(3, 0, SIZE_MAX, SIZE_MAX);
+    check_allreduce(2, 0, SIZE_MAX, 4);
+    check_allreduce(4, 4096, 300001, 4);
+}
+
+static void bcast_barrier_rank(const Cluster *c, int rank, void *argp)
+{
+    RingArg *a = argp;
+    RankResult *r = &a->res[rank];
+    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err,
+                                    sizeof r->err);
+    if (!coll) {
+        r->rc = -1;
+        return;
+    }
+    static const size_t bsizes[] = {0, 1, 7, 4096, 3 * 1024 * 1024 + 3};
+    int ok = 1;
+    for (int root = 0; root < c->world && ok; root++)
+        for (size_t k = 0; k < sizeof bsizes / sizeof bsizes[0] && ok; k++) {
+            size_t n = bsizes[k];
+            unsigned char *b = malloc(n + 1);
+            for (size_t i = 0; i < n; i++)
+                b[i] = rank == root ? (unsigned char)(i * 31 + (size_t)root + k) : 0xEE;
+            if ((r->rc = coll_broadcast(coll, b, n, root, r->err, sizeof r->err)) < 0) ok = 0;
+            for (size_t i = 0; i < n && ok; i++)
+                if (b[i] != (unsigned char)(i * 31 + (size_t)root + k)) {
+                    snprintf(r->err, sizeof r->err, "root %d, %zu bytes: byte %zu differs", root,
+                             n, i);
+                    ok = 0;
+                }
+            free(b);
+        }
+    r->bcast_ok = ok;
+    if (ok) {
+        struct timespec ts = {0, rank * 150 * 1000 * 1000L};
+        nanosleep(&ts, NULL);
+        r->t_enter = util_now();
+        r->rc = coll_barrier(coll, r->err, sizeof r->err);
+        r->t_exit = util_now();
+    }
+    coll_destroy(coll);
+}
+
+static void check_bcast_barrier(int world, size_t segment_bytes)
+{
+    Cluster c;
+    RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, world), 0);
+    RingArg a = {.res = res, .segment_bytes = segment_bytes, .victim = -1};
+    for (int r = 0; r < world; r++) cluster_start(&c, r, bcast_barrier_rank, &a);
+    assert_int_equal(cluster_wait(&c, 60), 0);
+    double last_enter = 0;
+    for (int r = 0; r < world; r++) {
+        if (res[r].rc != 0 || !res[r].bcast_ok) fail_msg("rank %d: %s", r, res[r].err);
+        last_enter = fmax(last_enter, res[r].t_enter);
+    }
+    for (int r = 0; r < world; r++)
+        if (res[r].t_exit < last_enter)
+            fail_msg("rank %d left the barrier at %.3f before the last rank entered at %.3f", r,
+                     res[r].t_exit, last_enter);
+    munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+}
+
+static void test_broadcast_barrier_2(void **state)
+{
+    (void)state;
+    check_bcast_barrier(2, 0);
+}
+static void test_broadcast_barrier_4(void **state)
+{
+    (void)state;
+    check_bcast_barrier(4, 0);
+    check_bcast_barrier(3, 1000);
+}
+
+static void *kill_self_soon(void *sig)
+{
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kill(getpid(), *(int *)sig);
+    return NULL;
+}
+
+/* The victim all-reduces a few times, then SIGKILLs or SIGSTOPs itself from a thread
+ * 2 ms into its next all-reduce while the others keep all-reducing 4 MiB buffers. */
+static void failure_rank(const Cluster *c, int rank, void *argp)
+{
+    RingArg *a = argp;
+    RankResult *r = &a->res[rank];
+    Collective *coll = cluster_ring(c, rank, SECRET, 1.5, 0, a->thread_min, r->err, sizeof r->err);
+    if (!coll) {
+        r->rc = -1;
+        return;
+    }
+    size_t n = 1 << 20;
+    float *x = calloc(n, sizeof *x);
+    for (int it = 0; it < 100000; it++) {
+        if (rank == a->victim && it == 5) {
+            /* die in the middle of the next all-reduce: after the header went out */
+            r->t_event = util_now();
+            pthread_t killer; /* a thread, not a child: nothing is left for init to reap */
+            pthread_create(&killer, NULL, kill_self_soon, &a->victim_sig);
+            for (;;) coll_allreduce_sum(coll, x, n, r->err, sizeof r->err);
+        }
+        if ((r->rc = coll_allreduce_sum(coll, x, n, r->err, sizeof r->err)) < 0) {
+            r->t_event = util_now();
+            break;
+        }
+    }
+    /* a broken ring keeps failing, immediately */
+    char err2[512];
+    r->repeat_same[0] = coll_barrier(coll, err2, sizeof err2) < 0 && strcmp(err2, r->err) == 0;
+    free(x);
+    coll_destroy(coll);
+}
+
+static void check_failure_opts(int world, int victim, int sig, size_t thread_min)
+{
+    Cluster c;
+    RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, world), 0);
+    RingArg a = {.res = res, .victim = victim, .victim_sig = sig, .thread_min = thread_min};
+    for (int r = 0; r < world; r++) cluster_start(&c, r, failure_rank, &a);
+    /* survivors must return; only a stopped victim is left to kill */
+    for (int r = 0; r < world; r++) {
+        if (r == victim) continue;
+        double t0 = util_now();
+        while (util_now() - t0 < 30) {
+            if (waitpid(c.pid[r], &c.status[r], WNOHANG) == c.pid[r]) {
+                c.pid[r] = 0;
+                break;
+            }
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    int killed = cluster_wait(&c, 1);
+    assert_true(killed <= 1);
+    int named = 0;
+    for (int r = 0; r < world; r++) {
+        if (r == victim) continue;
+        if (res[r].rc == 0) fail_msg("rank %d did not notice rank %d's loss", r, victim);
+        double dt = res[r].t_event - res[victim].t_event;
+        print_message("# rank %d after %.2f s: %s\n", r, dt, res[r].err);
+        if (dt > 5.0) fail_msg("rank %d took %.2f s to fail", r, dt);
+        if (!res[r].repeat_same[0]) fail_msg("rank %d: a call after the failure did not fail", r);
+        char want[32];
+        snprintf(want, sizeof want, "rank %d", victim);
+        named += strstr(res[r].err, want) != NULL;
+    }
+    assert_true(named >= 1);
+    munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+}
+
+static void check_failure(int world, int victim, int sig)
+{
+    check_failure_opts(world, victim, sig, 0);
+}
+
+static void test_peer_killed(void **state)
+{
+    (void)state;
+    check_failure(3, 2, SIGKILL);
+    check_failure(2, 0, SIGKILL);
+}
+
+static void test_peer_silent(void **state)
+{
+    (void)state;
+    check_failure(3, 1, SIGSTOP);
+}
+
+/* The same failures with everything on one thread. */
+static void test_peer_lost_single_thread(void **state)
+{
+    (void)state;
+    check_failure_opts(3, 0, SIGKILL, SIZE_MAX);
+    check_failure_opts(2, 1, SIGSTOP, SIZE_MAX);
+}
+
+static void mismatch_rank(const Cluster *c, int rank, void *argp)
+{
+    RingArg *a = argp;
+    RankResult *r = &a->res[rank];
+    Collective *coll = cluster_ring(c, rank, SECRET, 3.0, 0, 0, r->err, sizeof r->err);
+    if (!coll) {
+        r->rc = -1;
+        return;
+    }
+    float x[100] = {0};
+    if (rank == 0) r->rc = coll_broadcast(coll, x, sizeof x, 0, r->err, sizeof r->err);
+    else r->rc = coll_allreduce_sum(coll, x, 100, r->err, sizeof r->err);
+    coll_destroy(coll);
+}
+
+static void test_mismatched_calls(void **state)
+{
+    (void)state;
+    Cluster c;
+    RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, 2), 0);
+    RingArg a = {.res = res, .victim = -1};
+    for (int r = 0; r < 2; r++) cluster_start(&c, r, mismatch_rank, &a);
+    assert_int_equal(cluster_wait(&c, 30), 0);
+    for (int r = 0; r < 2; r++) {
+        print_message("# rank %d: %s\n", r, res[r].err);
+        assert_int_not_equal(res[r].rc, 0);
+    }
+    assert_non_null(strstr(res[1].err, "different collectives"));
+    munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+}
+
+static void test_world_one_is_local(void **state)
+{
+    (void)state;
+    NetRing none = {.prev_fd = -1, .next_fd = -1};
+    Collective *c = ring_create(0, 1, &none, NULL);
+    float x[3] = {1, 2, 3};
+    char err[64];
+    assert_string_equal(c->name, "local");
+    assert_int_equal(coll_allreduce_sum(c, x, 3, err, sizeof err), 0);
+    assert_true(x[0] == 1 && x[1] == 2 && x[2] == 3);
+    coll_destroy(c);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_world_one_is_local),
+        cmocka_unit_test(test_allreduce_2),
+        cmocka_unit_test(test_allreduce_3),
+        cmocka_unit_test(test_allreduce_4),
+        cmocka_unit_test(test_allreduce_small_segments),
+        cmocka_unit_test(test_allreduce_single_thread_and_all_threaded),
+        cmocka_unit_test(test_broadcast_barrier_2),
+        cmocka_unit_test(test_broadcast_barrier_4),
+        cmocka_unit_test(test_mismatched_calls),
+        cmocka_unit_test(test_peer_killed),
+        cmocka_unit_test(test_peer_silent),
+        cmocka_unit_test(test_peer_lost_single_thread),
+    };
+    return cmocka_run_group_tests_name("ring", tests, NULL, NULL);
+}
