@@ -36,3 +36,29 @@ $(BUILD)/san/tests/test-%: $(BUILD)/san/trainer/tests/test-%.o $(TRAINER_SOBJS)
 
 trainer: $(TRAINER_BIN)
 .PHONY: trainer
+
+# Benchmark: kubetrain vs TensorFlow/Keras vs the GEMM floor (trainer/bench/bench_trainer.py).
+# TensorFlow comes from PyPI into a venv under $(KT_CACHE), made once.
+TF_VENV      := $(KT_CACHE)/venv-tf
+GEMM_FLOOR   := $(BUILD)/bench/gemm_floor
+FASHION_DIR  ?= /usr/share/datasets/fashion-mnist
+BENCH_TARGETS += bench-trainer
+
+$(GEMM_FLOOR): trainer/bench/gemm_floor.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) -o $@ $< -lopenblas
+
+$(TF_VENV)/.installed:
+	python3 -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install --quiet tensorflow-cpu
+	@touch $@
+
+bench-trainer: $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/.installed
+	python3 trainer/bench/bench_trainer.py $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/bin/python \
+	    $(FASHION_DIR) bench/results/trainer-core.json
+
+# Regenerates trainer/tests/reference/reference.json with TensorFlow (commit the result).
+reference-trainer: $(TF_VENV)/.installed
+	$(TF_VENV)/bin/python trainer/tests/reference/gen_reference.py $(FASHION_DIR)
+
+.PHONY: bench-trainer reference-trainer

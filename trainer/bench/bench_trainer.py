@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""make bench-trainer: one worker, tutorial-cnn, batch 64, Fashion-MNIST.
+
+Side by side in one run, interleaved over ROUNDS rounds so that machine noise hits all
+three alike: kubetrain-trainer, the TensorFlow/Keras peer (tf_peer.py, the reference
+notebook's single-worker fit), and the compute floor (gemm_floor: the step's GEMMs
+alone). Then tutorial-cnn + Adam(1e-3), 2 epochs over the training set, test accuracy
+of both. Peak RSS of every process from wait4. Writes bench/results/trainer-core.json.
+
+  bench_trainer.py TRAINER GEMM_FLOOR VENV_PYTHON DATA_DIR OUT_JSON
+"""
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(argv):
+    """Runs argv; returns its stdout (exits on failure)."""
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("bench: %s failed (%d): %s" % (argv[0], p.returncode, p.stderr.strip()[-2000:]))
+    return p.stdout
+
+
+def run_rss(argv, env=None):
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            try:
+                os.execvpe(argv[0], argv, env or os.environ)
+            finally:
+                os._exit(127)
+        _, status, ru = os.wait4(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit("bench: %s failed: %s" % (" ".join(argv), err.read()[-2000:]))
+        return out.read(), ru.ru_maxrss / 1024.0
+
+
+def kubetrain_epochs(trainer, args):
+    with tempfile.TemporaryDirectory() as d:
+        mf = os.path.join(d, "m.jsonl")
+        _, rss = run_rss([trainer, "--metrics-file", mf] + args)
+        events = [json.loads(l) for l in open(mf)]
+    return events, rss
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    trainer, floor_bin, py, data_dir, out_path = sys.argv[1:6]
+    tf_peer = os.path.join(HERE, "tf_peer.py")
+    rounds = []
+    for r in range(ROUNDS):
+        floor = json.loads(run([floor_bin, "64", "5"]))
+        ev, k_rss = kubetrain_epochs(trainer, ["--model", "tutorial-cnn", "--per-worker-batch", "64",
+                                               "--epochs", "3", "--steps-per-epoch", "70",
+                                               "--optimizer", "sgd", "--lr", "0.001",
+                                               "--data-dir", data_dir])
+        epochs = [e for e in ev if e["event"] == "epoch"]
+        k_sps = sum(e["steps"] * 64 for e in epochs[1:]) / sum(e["seconds"] for e in epochs[1:])
+        tf_out, tf_rss = run_rss([py, tf_peer, "throughput", data_dir])
+        tf = json.loads(tf_out.strip().splitlines()[-1])
+        row = {"floor_samples_per_sec": floor["samples_per_sec"], "floor_step_ms": floor["step_ms"],
+               "kubetrain_samples_per_sec": k_sps, "kubetrain_max_rss_mib": k_rss,
+               "tensorflow_samples_per_sec": tf["samples_per_sec"], "tensorflow_max_rss_mib": tf_rss}
+        row["kubetrain_vs_floor"] = k_sps / floor["samples_per_sec"]
+        row["kubetrain_vs_tensorflow"] = k_sps / tf["samples_per_sec"]
+        print("round %d: %s" % (r + 1, json.dumps(row)), flush=True)
+        rounds.append(row)
+
+    def med(key):
+        return statistics.median(r[key] for r in rounds)
+
+    # accuracy: Adam(1e-3), 2 epochs over the whole training set, test-set evaluation
+    ev, k_acc_rss = kubetrain_epochs(trainer, ["--model", "tutorial-cnn", "--per-worker-batch", "64",
+                                               "--epochs", "2", "--steps-per-epoch", "0",
+                                               "--optimizer", "adam", "--lr", "0.001", "--eval",
+                                               "--data-dir", data_dir])
+    k_eval = [e for e in ev if e["event"] == "eval"][-1]
+    k_ep = [e for e in ev if e["event"] == "epoch"]
+    tf_out, tf_acc_rss = run_rss([py, tf_peer, "accuracy", data_dir])
+    tf_acc = json.loads(tf_out.strip().splitlines()[-1])
+    acc = {
+        "settings": "tutorial-cnn, Adam(lr=1e-3), batch 64, 2 epochs x 937 steps, shuffle(60000)",
+        "kubetrain_test_accuracy": k_eval["test_accuracy"], "kubetrain_test_loss": k_eval["test_loss"],
+        "kubetrain_epoch_seconds": [e["seconds"] for e in k_ep], "kubetrain_max_rss_mib": k_acc_rss,
+        "tensorflow_test_accuracy": tf_acc["test_accuracy"], "tensorflow_test_loss": tf_acc["test_loss"],
+        "tensorflow_epoch_seconds": tf_acc["epoch_seconds"], "tensorflow_max_rss_mib": tf_acc_rss,
+    }
+    acc["accuracy_gap_points"] = 100.0 * (acc["kubetrain_test_accuracy"] - acc["tensorflow_test_accuracy"])
+
+    result = {
+        "benchmark": "trainer-core: one worker, tutorial-cnn, batch 64, Fashion-MNIST",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
+                    "load_avg_at_end": os.getloadavg()},
+        "commands": {
+            "kubetrain": "kubetrain-trainer --model tutorial-cnn --per-worker-batch 64 --epochs 3 "
+                         "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
+            "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
+            "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 sgemm calls alone)",
+            "accuracy": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval; "
+                        "tf_peer.py accuracy",
+        },
+        "rounds": rounds,
+        "median": {
+            "floor_samples_per_sec": med("floor_samples_per_sec"),
+            "kubetrain_samples_per_sec": med("kubetrain_samples_per_sec"),
+            "tensorflow_samples_per_sec": med("tensorflow_samples_per_sec"),
+            "kubetrain_vs_floor": med("kubetrain_vs_floor"),
+            "kubetrain_vs_tensorflow": med("kubetrain_vs_tensorflow"),
+            "kubetrain_max_rss_mib": max(r["kubetrain_max_rss_mib"] for r in rounds),
+            "tensorflow_max_rss_mib": max(r["tensorflow_max_rss_mib"] for r in rounds),
+        },
+        "accuracy": acc,
+        "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5",
+                    "accuracy_gap_points": "|gap| <= 0.5", "kubetrain_max_rss_mib": "<= 200"},
+    }
+    result["met"] = {
+        "vs_floor": result["median"]["kubetrain_vs_floor"] >= 0.8,
+        "vs_tensorflow": result["median"]["kubetrain_vs_tensorflow"] >= 1.5,
+        "accuracy": abs(acc["accuracy_gap_points"]) <= 0.5,
+        "rss": max(result["median"]["kubetrain_max_rss_mib"], k_acc_rss) <= 200,
+    }
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    with open(out_path, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(json.dumps({"median": result["median"], "accuracy": acc, "met": result["met"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
