@@ -1,6 +1,6 @@
 # The trainer: kubetrain-trainer and its tests.
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
-            libssl-dev libcmocka-dev dataset-fashion-mnist
+            libssl-dev libcmocka-dev dataset-fashion-mnist python3-venv
 
 TRAINER_BIN   := $(BUILD)/bin/kubetrain-trainer
 TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
