@@ -100,10 +100,7 @@ static int set_option(Config *c, const Option *o, const char *v, const char *who
                      o->max, v);
             return -EINVAL;
         }
-        if (o->offset == offsetof(Config, shuffle_buffer))
-            *(long *)(void *)base = n;
-        else
-            *(int *)(void *)base = (int)n;
+        *(int *)(void *)base = (int)n;
         return 0;
     }
     case OPT_U64: {

@@ -25,7 +25,7 @@ typedef struct {
     double momentum;          /* sgd / rmsprop momentum (Keras default 0) */
     int nesterov;
     int scale_lr_by_workers;
-    long shuffle_buffer;
+    int shuffle_buffer;
     ShardPolicy shard_policy;
     uint64_t seed;
     char collective[16];      /* auto | ring | nccl */

@@ -52,7 +52,8 @@ struct Pipeline {
     pthread_cond_t cv;
 };
 
-void pipeline_epoch_order(const Pipeline *p, uint64_t e, uint32_t *order)
+/* The example indices of data-epoch e in stream order, n of them. */
+static void epoch_order(const Pipeline *p, uint64_t e, uint32_t *order)
 {
     /* tf.data's buffered shuffle: fill a buffer with the first `buffer` elements; emit
      * a uniformly chosen one and put the next input element in its place; when the
@@ -74,11 +75,6 @@ void pipeline_epoch_order(const Pipeline *p, uint64_t e, uint32_t *order)
     free(pool);
 }
 
-size_t pipeline_stream_length(const Pipeline *p)
-{
-    return p->n;
-}
-
 static void fill_batch(Pipeline *p, Batch *b)
 {
     const size_t bs = (size_t)p->cfg.batch;
@@ -87,7 +83,7 @@ static void fill_batch(Pipeline *p, Batch *b)
         uint64_t e = c.data_epoch, pos = c.position + p->offset + k;
         while (pos >= p->n) pos -= p->n, e++;
         if (!p->order_valid || p->order_epoch != e) {
-            pipeline_epoch_order(p, e, p->order);
+            epoch_order(p, e, p->order);
             p->order_epoch = e;
             p->order_valid = 1;
         }

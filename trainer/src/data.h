@@ -74,11 +74,6 @@ void pipeline_seek(Pipeline *p, PipelineCursor c);
  * what --steps-per-epoch 0 means. */
 size_t pipeline_steps_per_pass(const Pipeline *p);
 
-/* The example indices of data-epoch e in stream order (n of them, n = the stream's
- * length), written to order; for tests and tools. */
-void pipeline_epoch_order(const Pipeline *p, uint64_t e, uint32_t *order);
-size_t pipeline_stream_length(const Pipeline *p);
-
 /* Stops the thread and frees; NULL is a no-op. */
 void pipeline_free(Pipeline *p);
 
