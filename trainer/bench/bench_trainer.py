@@ -22,9 +22,9 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(argv):
+def run(argv, env=None):
     """Runs argv; returns its stdout (exits on failure)."""
-    p = subprocess.run(argv, capture_output=True, text=True)
+    p = subprocess.run(argv, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit("bench: %s failed (%d): %s" % (argv[0], p.returncode, p.stderr.strip()[-2000:]))
     return p.stdout
@@ -48,10 +48,10 @@ def run_rss(argv, env=None):
         return out.read(), ru.ru_maxrss / 1024.0
 
 
-def kubetrain_epochs(trainer, args):
+def kubetrain_epochs(trainer, args, env=None):
     with tempfile.TemporaryDirectory() as d:
         mf = os.path.join(d, "m.jsonl")
-        _, rss = run_rss([trainer, "--metrics-file", mf] + args)
+        _, rss = run_rss([trainer, "--metrics-file", mf] + args, env)
         events = [json.loads(l) for l in open(mf)]
     return events, rss
 
@@ -70,21 +70,30 @@ def main():
     trainer, floor_bin, py, data_dir, out_path = sys.argv[1:6]
     tf_peer = os.path.join(HERE, "tf_peer.py")
     rounds = []
+    # OpenBLAS threads: its own choice (nproc) and 1. On a shared, oversubscribed machine
+    # the per-GEMM thread hand-off can cost more than the second core gives, so both are
+    # measured, each against the floor with the same setting.
+    k_args = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--epochs", "3",
+              "--steps-per-epoch", "70", "--optimizer", "sgd", "--lr", "0.001", "--data-dir", data_dir]
+    one = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     for r in range(ROUNDS):
-        floor = json.loads(run([floor_bin, "64", "5"]))
-        ev, k_rss = kubetrain_epochs(trainer, ["--model", "tutorial-cnn", "--per-worker-batch", "64",
-                                               "--epochs", "3", "--steps-per-epoch", "70",
-                                               "--optimizer", "sgd", "--lr", "0.001",
-                                               "--data-dir", data_dir])
-        epochs = [e for e in ev if e["event"] == "epoch"]
-        k_sps = sum(e["steps"] * 64 for e in epochs[1:]) / sum(e["seconds"] for e in epochs[1:])
+        row = {"load_avg_1m": os.getloadavg()[0]}
+        for tag, env in (("default", None), ("t1", one)):
+            floor = json.loads(run([floor_bin, "64", "5"], env))
+            ev, rss = kubetrain_epochs(trainer, k_args, env)
+            epochs = [e for e in ev if e["event"] == "epoch"]
+            sps = sum(e["steps"] * 64 for e in epochs[1:]) / sum(e["seconds"] for e in epochs[1:])
+            row["floor_%s_samples_per_sec" % tag] = floor["samples_per_sec"]
+            row["kubetrain_%s_samples_per_sec" % tag] = sps
+            row["kubetrain_%s_max_rss_mib" % tag] = rss
+            row["kubetrain_%s_vs_floor" % tag] = sps / floor["samples_per_sec"]
         tf_out, tf_rss = run_rss([py, tf_peer, "throughput", data_dir])
         tf = json.loads(tf_out.strip().splitlines()[-1])
-        row = {"floor_samples_per_sec": floor["samples_per_sec"], "floor_step_ms": floor["step_ms"],
-               "kubetrain_samples_per_sec": k_sps, "kubetrain_max_rss_mib": k_rss,
-               "tensorflow_samples_per_sec": tf["samples_per_sec"], "tensorflow_max_rss_mib": tf_rss}
-        row["kubetrain_vs_floor"] = k_sps / floor["samples_per_sec"]
-        row["kubetrain_vs_tensorflow"] = k_sps / tf["samples_per_sec"]
+        row["tensorflow_samples_per_sec"] = tf["samples_per_sec"]
+        row["tensorflow_max_rss_mib"] = tf_rss
+        for tag in ("default", "t1"):
+            row["kubetrain_%s_vs_tensorflow" % tag] = (row["kubetrain_%s_samples_per_sec" % tag] /
+                                                       tf["samples_per_sec"])
         print("round %d: %s" % (r + 1, json.dumps(row)), flush=True)
         rounds.append(row)
 
@@ -119,28 +128,25 @@ def main():
                          "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
             "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
             "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 sgemm calls alone)",
+            "threads": "each of kubetrain and floor with OpenBLAS's default threads and with "
+                       "OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
             "accuracy": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval; "
                         "tf_peer.py accuracy",
         },
         "rounds": rounds,
-        "median": {
-            "floor_samples_per_sec": med("floor_samples_per_sec"),
-            "kubetrain_samples_per_sec": med("kubetrain_samples_per_sec"),
-            "tensorflow_samples_per_sec": med("tensorflow_samples_per_sec"),
-            "kubetrain_vs_floor": med("kubetrain_vs_floor"),
-            "kubetrain_vs_tensorflow": med("kubetrain_vs_tensorflow"),
-            "kubetrain_max_rss_mib": max(r["kubetrain_max_rss_mib"] for r in rounds),
-            "tensorflow_max_rss_mib": max(r["tensorflow_max_rss_mib"] for r in rounds),
-        },
+        "median": {k: med(k) for k in rounds[0] if k != "load_avg_1m"},
         "accuracy": acc,
         "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5",
                     "accuracy_gap_points": "|gap| <= 0.5", "kubetrain_max_rss_mib": "<= 200"},
     }
+    m = result["median"]
+    best = max(("default", "t1"), key=lambda t: m["kubetrain_%s_samples_per_sec" % t])
     result["met"] = {
-        "vs_floor": result["median"]["kubetrain_vs_floor"] >= 0.8,
-        "vs_tensorflow": result["median"]["kubetrain_vs_tensorflow"] >= 1.5,
+        "best_openblas_threads": best,
+        "vs_floor": m["kubetrain_%s_vs_floor" % best] >= 0.8,
+        "vs_tensorflow": m["kubetrain_%s_vs_tensorflow" % best] >= 1.5,
         "accuracy": abs(acc["accuracy_gap_points"]) <= 0.5,
-        "rss": max(result["median"]["kubetrain_max_rss_mib"], k_acc_rss) <= 200,
+        "rss": max(m["kubetrain_default_max_rss_mib"], m["kubetrain_t1_max_rss_mib"], k_acc_rss) <= 200,
     }
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w") as f:
