@@ -4,7 +4,8 @@ single-worker program (same model, tf.data pipeline, batch, loss and metrics), r
 the same Debian Fashion-MNIST files. Prints one JSON object.
 
   tf_peer.py throughput DATA_DIR   SGD(1e-3), 3 epochs x 70 steps, samples/s of epochs 2-3
-  tf_peer.py accuracy DATA_DIR     Adam(1e-3), 2 epochs over the training set, test accuracy
+  tf_peer.py accuracy DATA_DIR [SEED]  Adam(1e-3), 2 epochs over the training set, test
+                                   accuracy (SEED: tf.keras.utils.set_random_seed)
 """
 import gzip
 import json
@@ -61,6 +62,8 @@ class EpochTimer(tf.keras.callbacks.Callback):
 
 def main():
     mode, data_dir = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:
+        tf.keras.utils.set_random_seed(int(sys.argv[3]))
     x, y = load(data_dir, "train")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000).repeat().batch(BATCH)
     timer = EpochTimer()
