@@ -1,11 +1,13 @@
 # The trainer: kubetrain-trainer and its tests.
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
-            libssl-dev libcmocka-dev dataset-fashion-mnist
+            libssl-dev libcmocka-dev dataset-fashion-mnist python3-venv
 
 TRAINER_BIN   := $(BUILD)/bin/kubetrain-trainer
 TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
 TRAINER_LIBS  := -lopenblas -lcjson -lyaml -lz -lcrypto -lpthread -lm
 TRAINER_INC   := -Itrainer/src
+# No errno from sqrtf & co (the trainer never reads it), so the optimizer loops vectorize.
+TRAINER_CFLAGS := -fno-math-errno
 
 TRAINER_SRCS  := $(filter-out trainer/src/main.c,$(wildcard trainer/src/*.c))
 TRAINER_OBJS  := $(TRAINER_SRCS:%.c=$(BUILD)/opt/%.o)
@@ -17,10 +19,10 @@ TEST_PROGRAMS += $(TRAINER_TESTS) $(sort $(wildcard trainer/tests/test-*.sh))
 
 $(BUILD)/opt/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
 $(BUILD)/san/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
 
 $(TRAINER_BIN): $(BUILD)/opt/trainer/src/main.o $(TRAINER_OBJS)
 	@mkdir -p $(@D)
@@ -51,3 +53,29 @@ bench-allreduce: $(BUILD)/bin/bench-allreduce $(TORCH_VENV)/bin/python
 	$(BUILD)/bin/bench-allreduce --python $(TORCH_VENV)/bin/python \
 	    --out bench/results/allreduce.json
 .PHONY: bench-allreduce
+
+# Benchmark: kubetrain vs TensorFlow/Keras vs the GEMM floor (trainer/bench/bench_trainer.py).
+# TensorFlow comes from PyPI into a venv under $(KT_CACHE), made once.
+TF_VENV      := $(KT_CACHE)/venv-tf
+GEMM_FLOOR   := $(BUILD)/bench/gemm_floor
+FASHION_DIR  ?= /usr/share/datasets/fashion-mnist
+BENCH_TARGETS += bench-trainer
+
+$(GEMM_FLOOR): trainer/bench/gemm_floor.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) -o $@ $< -lopenblas
+
+$(TF_VENV)/.installed:
+	python3 -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install --quiet tensorflow-cpu
+	@touch $@
+
+bench-trainer: $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/.installed
+	python3 trainer/bench/bench_trainer.py $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/bin/python \
+	    $(FASHION_DIR) bench/results/trainer-core.json
+
+# Regenerates trainer/tests/reference/reference.json with TensorFlow (commit the result).
+reference-trainer: $(TF_VENV)/.installed
+	$(TF_VENV)/bin/python trainer/tests/reference/gen_reference.py $(FASHION_DIR)
+
+.PHONY: bench-trainer reference-trainer

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The TensorFlow/Keras peer of the trainer benchmark: the reference notebook's
+single-worker program (same model, tf.data pipeline, batch, loss and metrics), reading
+the same Debian Fashion-MNIST files. Prints one JSON object.
+
+  tf_peer.py throughput DATA_DIR   SGD(1e-3), 3 epochs x 70 steps, samples/s of epochs 2-3
+  tf_peer.py accuracy DATA_DIR [SEED]  Adam(1e-3), 2 epochs over the training set, test
+                                   accuracy (SEED: tf.keras.utils.set_random_seed)
+"""
+import gzip
+import json
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf  # noqa: E402
+
+BATCH = 64
+
+
+def read_idx(path, offset):
+    with gzip.open(path + ".gz", "rb") if os.path.exists(path + ".gz") else open(path, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+
+def load(data_dir, prefix):
+    x = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte"), 16).reshape(-1, 28, 28)
+    y = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte"), 8).astype(np.int64)
+    return x / np.float32(255), y
+
+
+def build(optimizer):
+    model = tf.keras.Sequential([
+        tf.keras.Input(shape=(28, 28)),
+        tf.keras.layers.Reshape(target_shape=(28, 28, 1)),
+        tf.keras.layers.Conv2D(32, 3, activation="relu"),
+        tf.keras.layers.Flatten(),
+        tf.keras.layers.Dense(128, activation="relu"),
+        tf.keras.layers.Dense(10),
+    ])
+    model.compile(optimizer=optimizer,
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+class EpochTimer(tf.keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t0 = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self.t0)
+
+
+def main():
+    mode, data_dir = sys.argv[1], sys.argv[2]
+    if len(sys.argv) > 3:
+        tf.keras.utils.set_random_seed(int(sys.argv[3]))
+    x, y = load(data_dir, "train")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000).repeat().batch(BATCH)
+    timer = EpochTimer()
+    out = {"tensorflow": tf.__version__, "mode": mode, "batch": BATCH}
+    if mode == "throughput":
+        steps, epochs = 70, 3
+        model = build(tf.keras.optimizers.SGD(learning_rate=0.001))
+        model.fit(ds, epochs=epochs, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+        out["epoch_seconds"] = timer.seconds
+        out["samples_per_sec"] = steps * BATCH * (epochs - 1) / sum(timer.seconds[1:])
+    else:
+        steps, epochs = len(x) // BATCH, 2
+        model = build(tf.keras.optimizers.Adam(learning_rate=0.001))
+        model.fit(ds, epochs=epochs, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+        xt, yt = load(data_dir, "t10k")
+        loss, acc = model.evaluate(xt, yt, batch_size=BATCH, verbose=0)
+        out.update(epoch_seconds=timer.seconds, steps_per_epoch=steps, test_loss=loss,
+                   test_accuracy=acc)
+    out["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

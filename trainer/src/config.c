@@ -1,0 +1,224 @@
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_BOOL, OPT_ENUM_OPTIMIZER,
+               OPT_ENUM_SHARD, OPT_ENUM_COLLECTIVE, OPT_ENUM_DATASET } OptType;
+
+typedef struct {
+    const char *name; /* without the leading "--" */
+    OptType type;
+    size_t offset;
+    size_t size;      /* strings: buffer size */
+    double min, max;  /* numbers */
+    const char *help;
+} Option;
+
+
+static const Option options[] = {
+    {"model", OPT_STR, offsetof(Config, model), sizeof(((Config *)0)->model), 0, 0,
+     "NAME|FILE  tutorial-cnn | tutorial-cnn-l2 | cnn2 | mlp | a model JSON/YAML file"},
+    {"dataset", OPT_ENUM_DATASET, offsetof(Config, dataset), sizeof(((Config *)0)->dataset), 0, 0,
+     "NAME  fashion-mnist | mnist"},
+    {"data-dir", OPT_STR, offsetof(Config, data_dir), sizeof(((Config *)0)->data_dir), 0, 0,
+     "DIR  IDX files, .gz or raw"},
+    {"epochs", OPT_INT, offsetof(Config, epochs), 0, 1, 1e6, "N  (3)"},
+    {"steps-per-epoch", OPT_INT, offsetof(Config, steps_per_epoch), 0, 0, 1e9,
+     "N  (70); 0 = one pass over this worker's shard"},
+    {"per-worker-batch", OPT_INT, offsetof(Config, per_worker_batch), 0, 1, 65536, "N  (64)"},
+    {"optimizer", OPT_ENUM_OPTIMIZER, offsetof(Config, optimizer), 0, 0, 0,
+     "NAME  sgd | rmsprop | adam | adam-amsgrad"},
+    {"lr", OPT_DOUBLE, offsetof(Config, lr), 0, 0, 1e6, "F  learning rate (0.001)"},
+    {"momentum", OPT_DOUBLE, offsetof(Config, momentum), 0, 0, 1, "F  sgd/rmsprop momentum (0)"},
+    {"nesterov", OPT_BOOL, offsetof(Config, nesterov), 0, 0, 0, "  Nesterov momentum (sgd)"},
+    {"scale-lr-by-workers", OPT_BOOL, offsetof(Config, scale_lr_by_workers), 0, 0, 0,
+     "  multiply the learning rate by the number of workers"},
+    {"shuffle-buffer", OPT_INT, offsetof(Config, shuffle_buffer), 0, 1, 1e9, "N  (60000)"},
+    {"shard-policy", OPT_ENUM_SHARD, offsetof(Config, shard_policy), 0, 0, 0,
+     "P  auto | data | file | off"},
+    {"seed", OPT_U64, offsetof(Config, seed), 0, 0, 0, "N  (1)"},
+    {"collective", OPT_ENUM_COLLECTIVE, offsetof(Config, collective),
+     sizeof(((Config *)0)->collective), 0, 0, "NAME  auto | ring | nccl"},
+    {"checkpoint-dir", OPT_STR, offsetof(Config, checkpoint_dir),
+     sizeof(((Config *)0)->checkpoint_dir), 0, 0, "DIR"},
+    {"checkpoint-every-steps", OPT_INT, offsetof(Config, checkpoint_every_steps), 0, 0, 1e9, "N"},
+    {"keep-checkpoints", OPT_INT, offsetof(Config, keep_checkpoints), 0, 1, 1e6, "N  (5)"},
+    {"metrics-file", OPT_STR, offsetof(Config, metrics_file), sizeof(((Config *)0)->metrics_file),
+     0, 0, "FILE  JSON lines, one per step and per epoch"},
+    {"eval", OPT_BOOL, offsetof(Config, eval), 0, 0, 0, "  evaluate on the test set after each epoch"},
+    {"index", OPT_INT, offsetof(Config, index), 0, 0, 1e6, "N  override TF_CONFIG's task index"},
+    {"rendezvous-timeout", OPT_DOUBLE, offsetof(Config, rendezvous_timeout), 0, 0, 1e7,
+     "S  how long to wait for peers (300)"},
+    {"print-weights-hash", OPT_BOOL, offsetof(Config, print_weights_hash), 0, 0, 0,
+     "  print \"weights-sha256: <hex>\" of the final parameters"},
+    {"threads", OPT_INT, offsetof(Config, threads), 0, 0, 1024,
+     "N  OpenBLAS threads (0: OPENBLAS_NUM_THREADS or OpenBLAS's choice)"},
+};
+#define NUM_OPTIONS (sizeof options / sizeof options[0])
+
+static void defaults(Config *c)
+{
+    memset(c, 0, sizeof *c);
+    strcpy(c->model, "tutorial-cnn");
+    strcpy(c->dataset, "fashion-mnist");
+    c->epochs = 3;
+    c->steps_per_epoch = 70;
+    c->per_worker_batch = 64;
+    c->optimizer = OPT_SGD;
+    c->lr = 0.001;
+    c->shuffle_buffer = 60000;
+    c->shard_policy = SHARD_AUTO;
+    c->seed = 1;
+    strcpy(c->collective, "auto");
+    c->keep_checkpoints = 5;
+    c->index = -1;
+    c->rendezvous_timeout = 300;
+}
+
+/* Sets option o from text v; `who` names the flag or variable in errors. */
+static int set_option(Config *c, const Option *o, const char *v, const char *who, char *err,
+                      size_t errlen)
+{
+    char *base = (char *)c + o->offset, *end;
+    errno = 0;
+    switch (o->type) {
+    case OPT_STR:
+        if (!*v || strlen(v) >= o->size) {
+            snprintf(err, errlen, "%s: expected a non-empty value under %zu bytes", who, o->size);
+            return -EINVAL;
+        }
+        strcpy(base, v);
+        return 0;
+    case OPT_INT: {
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || errno || n < o->min || n > o->max) {
+            snprintf(err, errlen, "%s: expected an integer in [%.0f, %.0f], got '%s'", who, o->min,
+                     o->max, v);
+            return -EINVAL;
+        }
+        *(int *)(void *)base = (int)n;
+        return 0;
+    }
+    case OPT_U64: {
+        unsigned long long n = strtoull(v, &end, 10);
+        if (!*v || *end || errno || *v == '-') {
+            snprintf(err, errlen, "%s: expected a non-negative integer, got '%s'", who, v);
+            return -EINVAL;
+        }
+        *(uint64_t *)(void *)base = n;
+        return 0;
+    }
+    case OPT_DOUBLE: {
+        double d = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(d) || d < o->min || d > o->max ||
+            (o->offset == offsetof(Config, lr) && d <= 0)) {
+            snprintf(err, errlen, "%s: expected a number in %s%g, %g], got '%s'", who,
+                     o->offset == offsetof(Config, lr) ? "(" : "[", o->min, o->max, v);
+            return -EINVAL;
+        }
+        *(double *)(void *)base = d;
+        return 0;
+    }
+    case OPT_BOOL:
+        if (!strcmp(v, "1") || !strcmp(v, "true")) *(int *)(void *)base = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "false")) *(int *)(void *)base = 0;
+        else {
+            snprintf(err, errlen, "%s: expected true/false or 1/0, got '%s'", who, v);
+            return -EINVAL;
+        }
+        return 0;
+    case OPT_ENUM_OPTIMIZER:
+        if (optim_parse_kind(v, (OptimizerKind *)(void *)base) == 0) return 0;
+        snprintf(err, errlen, "%s: expected sgd, rmsprop, adam or adam-amsgrad, got '%s'", who, v);
+        return -EINVAL;
+    case OPT_ENUM_SHARD:
+        if (data_parse_shard_policy(v, (ShardPolicy *)(void *)base) == 0) return 0;
+        snprintf(err, errlen, "%s: expected auto, data, file or off, got '%s'", who, v);
+        return -EINVAL;
+    case OPT_ENUM_COLLECTIVE:
+        if (!strcmp(v, "auto") || !strcmp(v, "ring") || !strcmp(v, "nccl")) {
+            strcpy(base, v);
+            return 0;
+        }
+        snprintf(err, errlen, "%s: expected auto, ring or nccl, got '%s'", who, v);
+        return -EINVAL;
+    case OPT_ENUM_DATASET:
+        if (!strcmp(v, "fashion-mnist") || !strcmp(v, "mnist")) {
+            strcpy(base, v);
+            return 0;
+        }
+        snprintf(err, errlen, "%s: expected fashion-mnist or mnist, got '%s'", who, v);
+        return -EINVAL;
+    }
+    return -EINVAL;
+}
+
+static void env_name(char *out, size_t outlen, const char *flag)
+{
+    size_t i = (size_t)snprintf(out, outlen, "KUBETRAIN_");
+    for (; *flag && i + 1 < outlen; flag++) out[i++] = *flag == '-' ? '_' : (char)(*flag & ~0x20);
+    out[i] = '\0';
+}
+
+int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
+{
+    int rc, data_dir_set = 0;
+    defaults(c);
+    for (size_t i = 0; i < NUM_OPTIONS; i++) {
+        char name[64];
+        env_name(name, sizeof name, options[i].name);
+        const char *v = getenv(name);
+        if (!v || !*v) continue;
+        if ((rc = set_option(c, &options[i], v, name, err, errlen))) return rc;
+        data_dir_set |= options[i].offset == offsetof(Config, data_dir);
+    }
+    for (int a = 0; a < argc; a++) {
+        const char *arg = argv[a];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return 1;
+        if (strncmp(arg, "--", 2) != 0) {
+            snprintf(err, errlen, "%s: expected an option starting with --", arg);
+            return -EINVAL;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t nlen = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        const Option *o = NULL;
+        for (size_t i = 0; i < NUM_OPTIONS; i++)
+            if (strlen(options[i].name) == nlen && !strncmp(options[i].name, arg + 2, nlen))
+                o = &options[i];
+        if (!o) {
+            snprintf(err, errlen, "%.*s: unknown option (see --help)", (int)(nlen + 2), arg);
+            return -EINVAL;
+        }
+        char who[80];
+        snprintf(who, sizeof who, "--%s", o->name);
+        const char *v;
+        if (eq) v = eq + 1;
+        else if (o->type == OPT_BOOL) v = "1";
+        else if (a + 1 < argc) v = argv[++a];
+        else {
+            snprintf(err, errlen, "%s: expected a value", who);
+            return -EINVAL;
+        }
+        if ((rc = set_option(c, o, v, who, err, errlen))) return rc;
+        data_dir_set |= o->offset == offsetof(Config, data_dir);
+    }
+    if (!data_dir_set)
+        snprintf(c->data_dir, sizeof c->data_dir, "/usr/share/datasets/%s", c->dataset);
+    if (c->nesterov && c->optimizer != OPT_SGD) {
+        snprintf(err, errlen, "--nesterov: expected only with --optimizer sgd");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+void config_usage(FILE *f)
+{
+    fprintf(f, "usage: kubetrain-trainer [train] [options]\n"
+               "Options (each also as KUBETRAIN_<NAME> in the environment; flags win):\n");
+    for (size_t i = 0; i < NUM_OPTIONS; i++)
+        fprintf(f, "  --%-24s %s\n", options[i].name, options[i].help);
+}

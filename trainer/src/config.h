@@ -1,0 +1,51 @@
+/* config — the trainer's command line (shared/DESIGN.md, "Trainer contract").
+ *
+ * Every flag --some-flag can also come from the environment as KUBETRAIN_SOME_FLAG;
+ * flags override the environment, the environment overrides the defaults. Flags that
+ * belong to the distributed layer (collective, checkpoints, index, rendezvous, shard
+ * policy, lr scaling) are parsed and stored here too. */
+#ifndef KT_CONFIG_H
+#define KT_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data.h"
+#include "optim.h"
+
+typedef struct {
+    char model[4096];         /* built-in name, file, or inline spec */
+    char dataset[32];         /* fashion-mnist | mnist */
+    char data_dir[4096];
+    int epochs;
+    int steps_per_epoch;      /* 0: one pass over this worker's shard */
+    int per_worker_batch;
+    OptimizerKind optimizer;
+    double lr;
+    double momentum;          /* sgd / rmsprop momentum (Keras default 0) */
+    int nesterov;
+    int scale_lr_by_workers;
+    int shuffle_buffer;
+    ShardPolicy shard_policy;
+    uint64_t seed;
+    char collective[16];      /* auto | ring | nccl */
+    char checkpoint_dir[4096];
+    int checkpoint_every_steps; /* 0: at the end of each epoch only */
+    int keep_checkpoints;
+    char metrics_file[4096];
+    int eval;
+    int index;                /* -1: from TF_CONFIG */
+    double rendezvous_timeout;/* seconds */
+    int print_weights_hash;
+    int threads;              /* OpenBLAS threads, 0: OpenBLAS's own choice */
+} Config;
+
+/* Fills c with the defaults, then the environment, then argv[0..argc) (the options
+ * after the subcommand). Returns 0, 1 when --help was asked for, or -EINVAL with one
+ * line in err naming the flag (or the variable) and what was expected. */
+int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen);
+
+/* Writes the option summary to f. */
+void config_usage(FILE *f);
+
+#endif

@@ -1,0 +1,234 @@
+#include "data.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define PREFETCH 2
+
+static const char *const policy_names[] = {"auto", "data", "file", "off"};
+
+int data_parse_shard_policy(const char *s, ShardPolicy *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, policy_names[i])) {
+            *out = (ShardPolicy)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+const char *data_shard_policy_name(ShardPolicy p)
+{
+    return policy_names[p];
+}
+
+struct Pipeline {
+    const IdxDataset *ds;
+    PipelineConfig cfg;
+    size_t begin, n;       /* the stream's examples: ds indices [begin, begin+n) */
+    size_t take;           /* examples the stream advances per step */
+    size_t offset;         /* this rank's slice within a step */
+    size_t pixels;
+    uint64_t stream_seed;
+    /* producer state (touched by the thread only while it runs) */
+    uint32_t *order;
+    uint64_t order_epoch;
+    int order_valid;
+    PipelineCursor produce_at;
+    /* the prefetch ring */
+    Batch slots[PREFETCH];
+    int head, filled;      /* next slot to consume; number of filled slots */
+    int held;              /* a slot is lent to the consumer */
+    int stop;
+    PipelineCursor consumed;
+    pthread_t thread;
+    int running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+/* The example indices of data-epoch e in stream order, n of them. */
+static void epoch_order(const Pipeline *p, uint64_t e, uint32_t *order)
+{
+    /* tf.data's buffered shuffle: fill a buffer with the first `buffer` elements; emit
+     * a uniformly chosen one and put the next input element in its place; when the
+     * input is exhausted, drain the buffer the same way. */
+    uint64_t rng = p->stream_seed ^ (0xD1B54A32D192ED03ull * (e + 1));
+    util_rand_u64(&rng);
+    size_t buf = p->cfg.shuffle_buffer < p->n ? p->cfg.shuffle_buffer : p->n;
+    uint32_t *pool = xmalloc(buf * sizeof *pool);
+    size_t next = 0, len = 0;
+    for (; len < buf; len++) pool[len] = (uint32_t)(p->begin + next++);
+    for (size_t out = 0; out < p->n; out++) {
+        size_t j = (size_t)util_rand_below(&rng, len);
+        order[out] = pool[j];
+        if (next < p->n)
+            pool[j] = (uint32_t)(p->begin + next++);
+        else
+            pool[j] = pool[--len];
+    }
+    free(pool);
+}
+
+static void fill_batch(Pipeline *p, Batch *b)
+{
+    const size_t bs = (size_t)p->cfg.batch;
+    PipelineCursor c = p->produce_at;
+    for (size_t k = 0; k < bs; k++) {
+        uint64_t e = c.data_epoch, pos = c.position + p->offset + k;
+        while (pos >= p->n) pos -= p->n, e++;
+        if (!p->order_valid || p->order_epoch != e) {
+            epoch_order(p, e, p->order);
+            p->order_epoch = e;
+            p->order_valid = 1;
+        }
+        uint32_t idx = p->order[pos];
+        const uint8_t *img = p->ds->images + (size_t)idx * p->pixels;
+        float *x = b->x + k * p->pixels;
+        for (size_t j = 0; j < p->pixels; j++) x[j] = (float)img[j] / 255.0f;
+        b->y[k] = p->ds->labels[idx];
+    }
+    c.position += p->take;
+    while (c.position >= p->n) c.position -= p->n, c.data_epoch++;
+    b->size = (int)bs;
+    b->next = c;
+    p->produce_at = c;
+}
+
+static void *prefetch_main(void *arg)
+{
+    Pipeline *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->filled + p->held >= PREFETCH) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop) break;
+        int slot = (p->head + p->held + p->filled) % PREFETCH;
+        pthread_mutex_unlock(&p->mu);
+        fill_batch(p, &p->slots[slot]);
+        pthread_mutex_lock(&p->mu);
+        p->filled++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void start(Pipeline *p)
+{
+    p->stop = 0;
+    if (pthread_create(&p->thread, NULL, prefetch_main, p) != 0)
+        util_fail(KT_EXIT_DATA, "cannot start the data prefetch thread");
+    p->running = 1;
+}
+
+static void stop(Pipeline *p)
+{
+    if (!p->running) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    p->running = 0;
+}
+
+int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *cfg, char *err,
+                    size_t errlen)
+{
+    if (cfg->batch < 1 || cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world ||
+        cfg->shuffle_buffer < 1) {
+        snprintf(err, errlen, "pipeline: expected batch >= 1, shuffle buffer >= 1, 0 <= rank < world");
+        return -EINVAL;
+    }
+    Pipeline *p = xcalloc(1, sizeof *p);
+    p->ds = ds;
+    p->cfg = *cfg;
+    p->pixels = (size_t)ds->rows * ds->cols;
+    p->stream_seed = cfg->seed;
+    size_t b = (size_t)cfg->batch, w = (size_t)cfg->world, r = (size_t)cfg->rank;
+    switch (cfg->policy) {
+    case SHARD_AUTO:
+    case SHARD_DATA:
+        p->begin = 0, p->n = ds->count, p->take = b * w, p->offset = r * b;
+        break;
+    case SHARD_FILE:
+        p->begin = ds->count * r / w;
+        p->n = ds->count * (r + 1) / w - p->begin;
+        p->take = b, p->offset = 0;
+        break;
+    case SHARD_OFF:
+        p->begin = 0, p->n = ds->count, p->take = b, p->offset = 0;
+        p->stream_seed = cfg->seed + r;
+        break;
+    }
+    if (p->n < p->take) {
+        snprintf(err, errlen, "dataset: %zu examples in this worker's stream, fewer than one step "
+                 "takes (%zu); expected a smaller --per-worker-batch", p->n, p->take);
+        free(p);
+        return -EINVAL;
+    }
+    p->order = xmalloc(p->n * sizeof *p->order);
+    for (int i = 0; i < PREFETCH; i++) {
+        p->slots[i].x = xmalloc(b * p->pixels * sizeof(float));
+        p->slots[i].y = xmalloc(b);
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    start(p);
+    *out = p;
+    return 0;
+}
+
+const Batch *pipeline_next(Pipeline *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->held) {
+        p->head = (p->head + 1) % PREFETCH;
+        p->held = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    while (p->filled == 0) pthread_cond_wait(&p->cv, &p->mu);
+    p->filled--;
+    p->held = 1;
+    const Batch *b = &p->slots[p->head];
+    p->consumed = b->next;
+    pthread_mutex_unlock(&p->mu);
+    return b;
+}
+
+PipelineCursor pipeline_cursor(const Pipeline *p)
+{
+    return p->consumed;
+}
+
+void pipeline_seek(Pipeline *p, PipelineCursor c)
+{
+    stop(p);
+    p->head = p->filled = p->held = 0;
+    p->produce_at = p->consumed = c;
+    start(p);
+}
+
+size_t pipeline_steps_per_pass(const Pipeline *p)
+{
+    return p->n / p->take;
+}
+
+void pipeline_free(Pipeline *p)
+{
+    if (!p) return;
+    stop(p);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    for (int i = 0; i < PREFETCH; i++) {
+        free(p->slots[i].x);
+        free(p->slots[i].y);
+    }
+    free(p->order);
+    free(p);
+}

@@ -1,0 +1,80 @@
+/* data — the input pipeline, with tf.data's semantics:
+ *     shuffle(buffer, seed, reshuffle each epoch) -> repeat -> batch(drop remainder)
+ *     -> prefetch (a background thread fills the next batches)
+ *
+ * The stream is a concatenation of data-epochs. Data-epoch e is an independent buffered
+ * shuffle of the examples determined only by (seed, e), so the whole state of the
+ * stream is the cursor (data_epoch, position): a checkpoint stores it and
+ * pipeline_seek restores the exact stream. Batches run across data-epoch boundaries,
+ * as with repeat() before batch(); "steps per epoch" continues one iterator.
+ *
+ * Sharding for world > 1 (MWMS's AutoShardPolicy):
+ *   SHARD_AUTO = SHARD_DATA: every worker walks the SAME shuffled stream of the whole
+ *     dataset; a step consumes global_batch = batch * world examples and rank r takes
+ *     the slice [r*batch, (r+1)*batch). N workers with batch b see exactly the examples
+ *     one worker with batch N*b sees.
+ *   SHARD_FILE: the (single) file is split into `world` contiguous parts; rank r
+ *     shuffles and walks only part r (its own stream, batch examples per step).
+ *   SHARD_OFF: every worker walks the whole dataset in its own order (seed + rank).
+ * Deterministic for a given seed. */
+#ifndef KT_DATA_H
+#define KT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "idx.h"
+
+typedef enum { SHARD_AUTO = 0, SHARD_DATA, SHARD_FILE, SHARD_OFF } ShardPolicy;
+
+/* Parses "auto", "data", "file", "off"; returns 0 or -EINVAL. */
+int data_parse_shard_policy(const char *s, ShardPolicy *out);
+const char *data_shard_policy_name(ShardPolicy p);
+
+typedef struct {
+    uint64_t data_epoch; /* which pass over this worker's stream */
+    uint64_t position;   /* examples of that pass already consumed (by all ranks for AUTO/DATA) */
+} PipelineCursor;
+
+typedef struct {
+    int batch;            /* per-worker batch */
+    size_t shuffle_buffer;/* >= 1; 1 = no shuffling */
+    uint64_t seed;
+    int rank, world;
+    ShardPolicy policy;
+} PipelineConfig;
+
+typedef struct {
+    float *x;            /* (batch, rows*cols) scaled to [0,1] */
+    uint8_t *y;          /* (batch) */
+    int size;            /* = batch (the remainder is dropped) */
+    PipelineCursor next; /* the cursor after this batch */
+} Batch;
+
+typedef struct Pipeline Pipeline;
+
+/* A pipeline over ds (borrowed; must outlive the pipeline), positioned at cursor
+ * (0, 0), with its prefetch thread started. Returns 0, or -EINVAL with a line in err
+ * when the stream cannot fill one step (fewer examples than batch*world). Free with
+ * pipeline_free. */
+int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *cfg, char *err,
+                    size_t errlen);
+
+/* The next batch (waits for the prefetch thread). The batch is owned by the pipeline
+ * and valid until the next call of pipeline_next, pipeline_seek or pipeline_free. */
+const Batch *pipeline_next(Pipeline *p);
+
+/* Where the stream stands after the last batch pipeline_next returned. */
+PipelineCursor pipeline_cursor(const Pipeline *p);
+
+/* Repositions the stream so that the next batch is the one that followed `c`. */
+void pipeline_seek(Pipeline *p, PipelineCursor c);
+
+/* Steps in one pass over this worker's stream (examples per pass / examples per step):
+ * what --steps-per-epoch 0 means. */
+size_t pipeline_steps_per_pass(const Pipeline *p);
+
+/* Stops the thread and frees; NULL is a no-op. */
+void pipeline_free(Pipeline *p);
+
+#endif

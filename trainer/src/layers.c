@@ -1,0 +1,235 @@
+#include "layers.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "util.h"
+
+/* ----------------------------------------------------------------------------
+ * Conv2D: im2col + one GEMM per direction */
+
+int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int sh, int sw,
+                   int same)
+{
+    if (h <= 0 || w <= 0 || c <= 0 || kh <= 0 || kw <= 0 || f <= 0 || sh <= 0 || sw <= 0)
+        return -EINVAL;
+    *g = (ConvGeom){.h = h, .w = w, .c = c, .kh = kh, .kw = kw, .f = f, .sh = sh, .sw = sw};
+    if (same) {
+        /* TensorFlow's SAME: output ceil(in/stride), the odd pixel of padding at the end. */
+        g->oh = (h + sh - 1) / sh;
+        g->ow = (w + sw - 1) / sw;
+        int ph = (g->oh - 1) * sh + kh - h, pw = (g->ow - 1) * sw + kw - w;
+        g->pad_top = ph > 0 ? ph / 2 : 0;
+        g->pad_left = pw > 0 ? pw / 2 : 0;
+    } else {
+        if (h < kh || w < kw) return -EINVAL;
+        g->oh = (h - kh) / sh + 1;
+        g->ow = (w - kw) / sw + 1;
+    }
+    return 0;
+}
+
+size_t conv_col_size(const ConvGeom *g, int b)
+{
+    return (size_t)b * g->oh * g->ow * g->kh * g->kw * g->c;
+}
+
+/* col (B*OH*OW, KH*KW*C): row p holds the receptive field of output pixel p in (kh,kw,c)
+ * order, so col @ weight(KH*KW*C, F) is the convolution. Padding reads as zero. */
+static void im2col(float *col, const float *inp, const ConvGeom *g, int b)
+{
+    const int kc = g->kw * g->c;
+    for (int n = 0; n < b; n++) {
+        const float *img = inp + (size_t)n * g->h * g->w * g->c;
+        for (int oy = 0; oy < g->oh; oy++) {
+            for (int ox = 0; ox < g->ow; ox++) {
+                int iy0 = oy * g->sh - g->pad_top, ix0 = ox * g->sw - g->pad_left;
+                for (int ky = 0; ky < g->kh; ky++) {
+                    int iy = iy0 + ky;
+                    if (iy < 0 || iy >= g->h) {
+                        memset(col, 0, (size_t)kc * sizeof *col);
+                    } else if (ix0 >= 0 && ix0 + g->kw <= g->w) {
+                        memcpy(col, img + ((size_t)iy * g->w + ix0) * g->c, (size_t)kc * sizeof *col);
+                    } else {
+                        for (int kx = 0; kx < g->kw; kx++) {
+                            int ix = ix0 + kx;
+                            float *dst = col + (size_t)kx * g->c;
+                            if (ix < 0 || ix >= g->w)
+                                memset(dst, 0, (size_t)g->c * sizeof *dst);
+                            else
+                                memcpy(dst, img + ((size_t)iy * g->w + ix) * g->c,
+                                       (size_t)g->c * sizeof *dst);
+                        }
+                    }
+                    col += kc;
+                }
+            }
+        }
+    }
+}
+
+/* The adjoint of im2col: adds every column entry back onto its input pixel. */
+static void col2im(float *dinp, const float *dcol, const ConvGeom *g, int b)
+{
+    memset(dinp, 0, (size_t)b * g->h * g->w * g->c * sizeof *dinp);
+    for (int n = 0; n < b; n++) {
+        float *img = dinp + (size_t)n * g->h * g->w * g->c;
+        for (int oy = 0; oy < g->oh; oy++) {
+            for (int ox = 0; ox < g->ow; ox++) {
+                int iy0 = oy * g->sh - g->pad_top, ix0 = ox * g->sw - g->pad_left;
+                for (int ky = 0; ky < g->kh; ky++) {
+                    int iy = iy0 + ky;
+                    for (int kx = 0; kx < g->kw; kx++) {
+                        int ix = ix0 + kx;
+                        if (iy >= 0 && iy < g->h && ix >= 0 && ix < g->w) {
+                            float *dst = img + ((size_t)iy * g->w + ix) * g->c;
+                            for (int ch = 0; ch < g->c; ch++) dst[ch] += dcol[ch];
+                        }
+                        dcol += g->c;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void bias_rows(float *out, const float *bias, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++) out[r * cols + j] = bias[j];
+}
+
+static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
+{
+    memset(dbias, 0, cols * sizeof *dbias);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++) dbias[j] += dout[r * cols + j];
+}
+
+void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
+                    const float *bias, const ConvGeom *g, int b)
+{
+    const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
+    im2col(col, inp, g, b);
+    bias_rows(out, bias, (size_t)m, (size_t)g->f);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g->f, k, 1.0f, col, k, weight,
+                g->f, 1.0f, out, g->f);
+}
+
+void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
+                     const float *col, const float *weight, const ConvGeom *g, int b)
+{
+    const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
+    bias_grad(dbias, dout, (size_t)m, (size_t)g->f);
+    /* dweight (K,F) = col^T (K,M) @ dout (M,F) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, g->f, m, 1.0f, col, k, dout, g->f,
+                0.0f, dweight, g->f);
+    if (!dinput) return;
+    /* dcol (M,K) = dout (M,F) @ weight^T (F,K) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, g->f, 1.0f, dout, g->f, weight,
+                g->f, 0.0f, dcol, k);
+    col2im(dinput, dcol, g, b);
+}
+
+/* ----------------------------------------------------------------------------
+ * Dense */
+
+void dense_forward(float *out, const float *inp, const float *weight, const float *bias, int b,
+                   int in, int outn)
+{
+    bias_rows(out, bias, (size_t)b, (size_t)outn);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, outn, in, 1.0f, inp, in, weight,
+                outn, 1.0f, out, outn);
+}
+
+void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
+                    const float *inp, const float *weight, int b, int in, int outn)
+{
+    bias_grad(dbias, dout, (size_t)b, (size_t)outn);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, outn, b, 1.0f, inp, in, dout, outn,
+                0.0f, dweight, outn);
+    if (dinput)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, in, outn, 1.0f, dout, outn,
+                    weight, outn, 0.0f, dinput, in);
+}
+
+/* ----------------------------------------------------------------------------
+ * MaxPooling2D */
+
+void maxpool_forward(float *out, int32_t *argmax, const float *inp, int b, int h, int w, int c,
+                     int pool, int stride)
+{
+    const int oh = (h - pool) / stride + 1, ow = (w - pool) / stride + 1;
+    for (int n = 0; n < b; n++)
+        for (int oy = 0; oy < oh; oy++)
+            for (int ox = 0; ox < ow; ox++)
+                for (int ch = 0; ch < c; ch++) {
+                    int best = -1;
+                    float bv = -INFINITY;
+                    for (int py = 0; py < pool; py++)
+                        for (int px = 0; px < pool; px++) {
+                            int idx = ((n * h + oy * stride + py) * w + ox * stride + px) * c + ch;
+                            if (best < 0 || inp[idx] > bv) bv = inp[idx], best = idx;
+                        }
+                    size_t o = (((size_t)n * oh + oy) * ow + ox) * c + ch;
+                    out[o] = bv;
+                    argmax[o] = best;
+                }
+}
+
+void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, int b, int h,
+                      int w, int c, int pool, int stride)
+{
+    const int oh = (h - pool) / stride + 1, ow = (w - pool) / stride + 1;
+    memset(dinput, 0, (size_t)b * h * w * c * sizeof *dinput);
+    for (size_t o = 0; o < (size_t)b * oh * ow * c; o++) dinput[argmax[o]] += dout[o];
+}
+
+/* ----------------------------------------------------------------------------
+ * Dropout and activations */
+
+void dropout_forward(float *x, float *mask, size_t n, float rate, uint64_t *rng)
+{
+    const float scale = 1.0f / (1.0f - rate);
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = util_rand_float(rng) >= rate ? scale : 0.0f;
+        x[i] *= mask[i];
+    }
+}
+
+void dropout_backward(float *d, const float *mask, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] *= mask[i];
+}
+
+void activation_forward(float *x, size_t rows, size_t cols, Activation act)
+{
+    if (act == ACT_RELU) {
+        for (size_t i = 0; i < rows * cols; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    } else if (act == ACT_SOFTMAX) {
+        for (size_t r = 0; r < rows; r++) {
+            float *row = x + r * cols, mx = row[0], sum = 0.0f;
+            for (size_t j = 1; j < cols; j++) mx = row[j] > mx ? row[j] : mx;
+            for (size_t j = 0; j < cols; j++) sum += row[j] = expf(row[j] - mx);
+            for (size_t j = 0; j < cols; j++) row[j] /= sum;
+        }
+    }
+}
+
+void activation_backward(float *d, const float *y, size_t rows, size_t cols, Activation act)
+{
+    if (act == ACT_RELU) {
+        /* branch-free so that it vectorizes: the signs are unpredictable */
+        for (size_t i = 0; i < rows * cols; i++) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
+    } else if (act == ACT_SOFTMAX) {
+        for (size_t r = 0; r < rows; r++) {
+            float *dr = d + r * cols;
+            const float *yr = y + r * cols;
+            float dot = 0.0f;
+            for (size_t j = 0; j < cols; j++) dot += dr[j] * yr[j];
+            for (size_t j = 0; j < cols; j++) dr[j] = yr[j] * (dr[j] - dot);
+        }
+    }
+}

@@ -1,0 +1,72 @@
+/* layers — forward/backward pairs of the Sequential layers over flat float arrays.
+ *
+ * Conventions (llm.c style): outputs first, then inputs, then sizes. Activations are
+ * NHWC (batch, height, width, channels), row-major; Conv2D kernels are HWIO and Dense
+ * kernels (in, out), exactly Keras's layouts, so weights map one to one. Backward
+ * functions ACCUMULATE nothing: they overwrite dweight/dbias/dinput. A NULL dinput means
+ * "not needed" (the first layer) and skips that GEMM. All matrix products go through
+ * CBLAS (OpenBLAS); the only loops here are the element-wise ones. */
+#ifndef KT_LAYERS_H
+#define KT_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { ACT_LINEAR = 0, ACT_RELU, ACT_SOFTMAX } Activation;
+
+/* Geometry of one Conv2D: input (B,H,W,C) -> output (B,OH,OW,F), kernel (KH,KW,C,F). */
+typedef struct {
+    int h, w, c;    /* input */
+    int kh, kw, f;  /* kernel size and filters */
+    int sh, sw;     /* strides */
+    int pad_top, pad_left;
+    int oh, ow;     /* output */
+} ConvGeom;
+
+/* Fills g->oh/ow/pad_* for Keras "valid" (same == 0) or "same" (same != 0) padding.
+ * Returns 0, or -EINVAL when the output would be empty. */
+int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int sh, int sw,
+                   int same);
+
+/* Floats the im2col buffer of a batch of b needs: b*oh*ow*kh*kw*c. */
+size_t conv_col_size(const ConvGeom *g, int b);
+
+/* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F).
+ * col: scratch of conv_col_size floats; it keeps the im2col of inp for the backward. */
+void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
+                    const float *bias, const ConvGeom *g, int b);
+/* dweight (KH,KW,C,F), dbias (F) and, when dinput != NULL, dinput (B,H,W,C) from
+ * dout (B,OH,OW,F). col: the im2col the forward left; dcol: scratch of the same size,
+ * used only when dinput != NULL. */
+void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
+                     const float *col, const float *weight, const ConvGeom *g, int b);
+
+/* out (B,OUT) = inp (B,IN) @ weight (IN,OUT) + bias (OUT). */
+void dense_forward(float *out, const float *inp, const float *weight, const float *bias, int b,
+                   int in, int outn);
+/* dweight (IN,OUT), dbias (OUT) and, when dinput != NULL, dinput (B,IN) from dout (B,OUT). */
+void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
+                    const float *inp, const float *weight, int b, int in, int outn);
+
+/* Keras MaxPooling2D, "valid" padding: out (B,OH,OW,C) with OH = (H-P)/S+1; argmax
+ * (B,OH,OW,C) keeps the flat input index of each maximum for the backward. */
+void maxpool_forward(float *out, int32_t *argmax, const float *inp, int b, int h, int w, int c,
+                     int pool, int stride);
+/* dinput (B,H,W,C) from dout (B,OH,OW,C): each gradient goes to its maximum. */
+void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, int b, int h,
+                      int w, int c, int pool, int stride);
+
+/* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
+ * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask
+ * is drawn from *rng (splitmix64). In place on x. */
+void dropout_forward(float *x, float *mask, size_t n, float rate, uint64_t *rng);
+/* dx = dout * mask, in place on d. */
+void dropout_backward(float *d, const float *mask, size_t n);
+
+/* In place activations over rows of `cols` values; softmax is per row. */
+void activation_forward(float *x, size_t rows, size_t cols, Activation act);
+/* d (rows,cols) <- d * act'(y) where y is the activation's output. Softmax's full
+ * Jacobian-vector product: d_i <- y_i (d_i - sum_j d_j y_j). */
+void activation_backward(float *d, const float *y, size_t rows, size_t cols, Activation act);
+
+#endif

@@ -1,0 +1,729 @@
+#include "model.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#include "loss.h"
+#include "util.h"
+
+/* ----------------------------------------------------------------------------
+ * The built-in models of the MWMS tutorials (shared/DESIGN.md) */
+
+const char *const model_builtin_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2", "mlp", NULL};
+
+static const char *const builtin_specs[] = {
+    "{\"input_shape\":[28,28],\"layers\":["
+    "{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
+    "{\"type\":\"Conv2D\",\"filters\":32,\"kernel_size\":3,\"activation\":\"relu\"},"
+    "{\"type\":\"Flatten\"},"
+    "{\"type\":\"Dense\",\"units\":128,\"activation\":\"relu\"},"
+    "{\"type\":\"Dense\",\"units\":10}]}",
+
+    "{\"input_shape\":[28,28],\"layers\":["
+    "{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
+    "{\"type\":\"Conv2D\",\"filters\":32,\"kernel_size\":3,\"activation\":\"relu\","
+    "\"kernel_regularizer\":{\"l2\":1e-5}},"
+    "{\"type\":\"Flatten\"},"
+    "{\"type\":\"Dense\",\"units\":128,\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":1e-5}},"
+    "{\"type\":\"Dense\",\"units\":10,\"kernel_regularizer\":{\"l2\":1e-5}}]}",
+
+    "{\"input_shape\":[28,28,1],\"layers\":["
+    "{\"type\":\"Conv2D\",\"filters\":32,\"kernel_size\":3,\"activation\":\"relu\"},"
+    "{\"type\":\"Conv2D\",\"filters\":64,\"kernel_size\":3,\"activation\":\"relu\"},"
+    "{\"type\":\"MaxPooling2D\",\"pool_size\":2},"
+    "{\"type\":\"Flatten\"},"
+    "{\"type\":\"Dense\",\"units\":64,\"activation\":\"relu\"},"
+    "{\"type\":\"Dense\",\"units\":10,\"activation\":\"softmax\"}]}",
+
+    "{\"input_shape\":[28,28],\"layers\":["
+    "{\"type\":\"Flatten\"},"
+    "{\"type\":\"Dense\",\"units\":128,\"activation\":\"relu\"},"
+    "{\"type\":\"Dropout\",\"rate\":0.2},"
+    "{\"type\":\"Dense\",\"units\":10}]}",
+};
+
+/* ----------------------------------------------------------------------------
+ * YAML -> cJSON, so that one parser reads both spellings of a spec */
+
+static cJSON *yaml_node_to_json(yaml_document_t *doc, yaml_node_t *node, int depth)
+{
+    if (!node || depth > 64) return NULL;
+    if (node->type == YAML_SCALAR_NODE) {
+        const char *s = (const char *)node->data.scalar.value;
+        size_t len = node->data.scalar.length;
+        if (node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+            char *end;
+            double v = strtod(s, &end);
+            if (len > 0 && end == s + len) return cJSON_CreateNumber(v);
+            if (!strcmp(s, "true")) return cJSON_CreateTrue();
+            if (!strcmp(s, "false")) return cJSON_CreateFalse();
+            if (!strcmp(s, "null") || !strcmp(s, "~") || len == 0) return cJSON_CreateNull();
+        }
+        return cJSON_CreateString(s);
+    }
+    if (node->type == YAML_SEQUENCE_NODE) {
+        cJSON *arr = cJSON_CreateArray();
+        for (yaml_node_item_t *it = node->data.sequence.items.start;
+             arr && it < node->data.sequence.items.top; it++) {
+            cJSON *child = yaml_node_to_json(doc, yaml_document_get_node(doc, *it), depth + 1);
+            if (!child) {
+                cJSON_Delete(arr);
+                return NULL;
+            }
+            cJSON_AddItemToArray(arr, child);
+        }
+        return arr;
+    }
+    if (node->type == YAML_MAPPING_NODE) {
+        cJSON *obj = cJSON_CreateObject();
+        for (yaml_node_pair_t *p = node->data.mapping.pairs.start;
+             obj && p < node->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(doc, p->key);
+            cJSON *child = yaml_node_to_json(doc, yaml_document_get_node(doc, p->value), depth + 1);
+            if (!k || k->type != YAML_SCALAR_NODE || !child) {
+                cJSON_Delete(child);
+                cJSON_Delete(obj);
+                return NULL;
+            }
+            cJSON_AddItemToObject(obj, (const char *)k->data.scalar.value, child);
+        }
+        return obj;
+    }
+    return NULL;
+}
+
+static cJSON *parse_yaml(const char *text, const char *what, char *err, size_t errlen)
+{
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    cJSON *root = NULL;
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: cannot initialise the YAML parser", what);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+    if (!yaml_parser_load(&parser, &doc)) {
+        snprintf(err, errlen, "%s: invalid YAML at line %zu: %s", what,
+                 parser.problem_mark.line + 1, parser.problem ? parser.problem : "syntax error");
+        yaml_parser_delete(&parser);
+        return NULL;
+    }
+    yaml_node_t *top = yaml_document_get_root_node(&doc);
+    root = top ? yaml_node_to_json(&doc, top, 0) : NULL;
+    if (!root) snprintf(err, errlen, "%s: expected a YAML mapping with `layers:`", what);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return root;
+}
+
+/* ----------------------------------------------------------------------------
+ * Spec fields */
+
+typedef struct {
+    const char *what; /* file name or "built-in model X" */
+    char *err;
+    size_t errlen;
+    int index;        /* layer index, -1 for top level */
+} SpecCtx;
+
+static int spec_fail(const SpecCtx *sc, const char *field, const char *expected)
+{
+    if (sc->index >= 0)
+        snprintf(sc->err, sc->errlen, "%s: layers[%d].%s: expected %s", sc->what, sc->index, field,
+                 expected);
+    else
+        snprintf(sc->err, sc->errlen, "%s: %s: expected %s", sc->what, field, expected);
+    return -EINVAL;
+}
+
+static int is_int(const cJSON *v, int min, int max)
+{
+    return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= min &&
+           v->valuedouble <= max;
+}
+
+/* An integer field, `def` when absent (def < 0: required). */
+static int spec_int(const SpecCtx *sc, const cJSON *o, const char *key, int def, int min, int max,
+                    int *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v && def >= 0) {
+        *out = def;
+        return 0;
+    }
+    if (!is_int(v, min, max)) {
+        char exp[64];
+        snprintf(exp, sizeof exp, "an integer in [%d, %d]", min, max);
+        return spec_fail(sc, key, exp);
+    }
+    *out = v->valueint;
+    return 0;
+}
+
+/* An int or a pair [a, b] (Keras's kernel_size, strides, pool_size). */
+static int spec_pair(const SpecCtx *sc, const cJSON *o, const char *key, int def, int out[2])
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v && def > 0) {
+        out[0] = out[1] = def;
+        return 0;
+    }
+    if (is_int(v, 1, 4096)) {
+        out[0] = out[1] = v->valueint;
+        return 0;
+    }
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 && is_int(v->child, 1, 4096) &&
+        is_int(v->child->next, 1, 4096)) {
+        out[0] = v->child->valueint;
+        out[1] = v->child->next->valueint;
+        return 0;
+    }
+    return spec_fail(sc, key, "a positive integer or a pair [a, b]");
+}
+
+/* A shape: 1 to 3 positive integers. */
+static int spec_shape(const SpecCtx *sc, const cJSON *v, const char *key, int shape[3], int *rank)
+{
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n < 1 || n > 3) return spec_fail(sc, key, "a list of 1 to 3 positive integers");
+    int i = 0;
+    for (const cJSON *d = v->child; d; d = d->next, i++) {
+        if (!is_int(d, 1, 1 << 20)) return spec_fail(sc, key, "a list of 1 to 3 positive integers");
+        shape[i] = d->valueint;
+    }
+    *rank = n;
+    return 0;
+}
+
+static int spec_activation(const SpecCtx *sc, const cJSON *o, Activation *act)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "activation");
+    *act = ACT_LINEAR;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsString(v)) {
+        if (!strcmp(v->valuestring, "linear")) return 0;
+        if (!strcmp(v->valuestring, "relu")) return *act = ACT_RELU, 0;
+        if (!strcmp(v->valuestring, "softmax")) return *act = ACT_SOFTMAX, 0;
+    }
+    return spec_fail(sc, "activation", "one of \"relu\", \"softmax\", \"linear\"");
+}
+
+/* kernel_regularizer: {"l2": F} (Keras's L2(F)) or a bare number F. */
+static int spec_l2(const SpecCtx *sc, const cJSON *o, float *l2)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "kernel_regularizer");
+    *l2 = 0.0f;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "l2");
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0) || !isfinite(v->valuedouble))
+        return spec_fail(sc, "kernel_regularizer", "{\"l2\": <non-negative number>}");
+    *l2 = (float)v->valuedouble;
+    return 0;
+}
+
+static size_t shape_size(const int *shape, int rank)
+{
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
+    return n;
+}
+
+/* ----------------------------------------------------------------------------
+ * Building the model */
+
+static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
+                           const SpecCtx *sc)
+{
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    if (!cJSON_IsObject(o) || !cJSON_IsString(type))
+        return spec_fail(sc, "type", "a string: Input, Reshape, Conv2D, MaxPooling2D, Flatten, "
+                                     "Dense or Dropout");
+    const char *t = type->valuestring;
+    memset(l, 0, sizeof *l);
+    memcpy(l->in_shape, in_shape, sizeof l->in_shape);
+    l->in_rank = in_rank;
+    l->in_size = shape_size(in_shape, in_rank);
+    int rc;
+    if (!strcmp(t, "Reshape")) {
+        l->type = LAYER_RESHAPE;
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "target_shape");
+        if ((rc = spec_shape(sc, ts, "target_shape", l->out_shape, &l->out_rank))) return rc;
+        if (shape_size(l->out_shape, l->out_rank) != l->in_size)
+            return spec_fail(sc, "target_shape", "a shape with as many elements as the input");
+    } else if (!strcmp(t, "Flatten")) {
+        l->type = LAYER_FLATTEN;
+        l->out_shape[0] = (int)l->in_size;
+        l->out_rank = 1;
+    } else if (!strcmp(t, "Conv2D")) {
+        l->type = LAYER_CONV2D;
+        int filters, k[2], s[2], same = 0;
+        if (in_rank != 3) return spec_fail(sc, "type", "Conv2D after a (height, width, channels) "
+                                                       "shape; add a Reshape");
+        if ((rc = spec_int(sc, o, "filters", -1, 1, 65536, &filters)) ||
+            (rc = spec_pair(sc, o, "kernel_size", 0, k)) ||
+            (rc = spec_pair(sc, o, "strides", 1, s)) || (rc = spec_activation(sc, o, &l->act)) ||
+            (rc = spec_l2(sc, o, &l->l2)))
+            return rc;
+        const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
+        if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
+                                             (same = !strcmp(pad->valuestring, "same")))))
+            return spec_fail(sc, "padding", "\"valid\" or \"same\"");
+        l->same = same;
+        if (conv_geom_init(&l->conv, in_shape[0], in_shape[1], in_shape[2], k[0], k[1], filters,
+                           s[0], s[1], same))
+            return spec_fail(sc, "kernel_size", "a kernel no larger than the input");
+        l->out_shape[0] = l->conv.oh;
+        l->out_shape[1] = l->conv.ow;
+        l->out_shape[2] = filters;
+        l->out_rank = 3;
+        l->w_count = (size_t)k[0] * k[1] * in_shape[2] * filters;
+        l->b_count = (size_t)filters;
+    } else if (!strcmp(t, "MaxPooling2D")) {
+        l->type = LAYER_MAXPOOL;
+        int p[2], s[2];
+        if (in_rank != 3) return spec_fail(sc, "type", "MaxPooling2D after a (height, width, "
+                                                       "channels) shape");
+        if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
+        if ((rc = spec_pair(sc, o, "strides", p[0], s))) return rc;
+        if (p[0] != p[1] || s[0] != s[1])
+            return spec_fail(sc, "pool_size", "a square pool with equal strides");
+        const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
+        if (pad && !(cJSON_IsString(pad) && !strcmp(pad->valuestring, "valid")))
+            return spec_fail(sc, "padding", "\"valid\" (the only padding of MaxPooling2D here)");
+        if (p[0] > in_shape[0] || p[0] > in_shape[1])
+            return spec_fail(sc, "pool_size", "a pool no larger than the input");
+        l->pool = p[0];
+        l->pool_stride = s[0];
+        l->out_shape[0] = (in_shape[0] - p[0]) / s[0] + 1;
+        l->out_shape[1] = (in_shape[1] - p[0]) / s[0] + 1;
+        l->out_shape[2] = in_shape[2];
+        l->out_rank = 3;
+    } else if (!strcmp(t, "Dense")) {
+        l->type = LAYER_DENSE;
+        if (in_rank != 1) return spec_fail(sc, "type", "Dense after a flat shape; add a Flatten");
+        if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
+            (rc = spec_activation(sc, o, &l->act)) || (rc = spec_l2(sc, o, &l->l2)))
+            return rc;
+        l->out_shape[0] = l->units;
+        l->out_rank = 1;
+        l->w_count = l->in_size * (size_t)l->units;
+        l->b_count = (size_t)l->units;
+    } else if (!strcmp(t, "Dropout")) {
+        l->type = LAYER_DROPOUT;
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rate");
+        if (!cJSON_IsNumber(r) || !(r->valuedouble >= 0.0 && r->valuedouble < 1.0))
+            return spec_fail(sc, "rate", "a number in [0, 1)");
+        l->rate = (float)r->valuedouble;
+        memcpy(l->out_shape, in_shape, sizeof l->out_shape);
+        l->out_rank = in_rank;
+    } else {
+        return spec_fail(sc, "type", "Input, Reshape, Conv2D, MaxPooling2D, Flatten, Dense or "
+                                     "Dropout");
+    }
+    l->out_size = shape_size(l->out_shape, l->out_rank);
+    return 0;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+        va_end(ap);
+        if (n >= 0 && (size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return;
+        }
+        *cap *= 2;
+        char *nb = xmalloc(*cap);
+        memcpy(nb, *buf, *len + 1);
+        free(*buf);
+        *buf = nb;
+    }
+}
+
+static const char *act_name(Activation a)
+{
+    return a == ACT_RELU ? "relu" : a == ACT_SOFTMAX ? "softmax" : "linear";
+}
+
+static void make_signature(Model *m)
+{
+    size_t len = 0, cap = 256;
+    char *s = xmalloc(cap);
+    s[0] = '\0';
+    append(&s, &len, &cap, "sequential in=%d", m->input_shape[0]);
+    for (int i = 1; i < m->input_rank; i++) append(&s, &len, &cap, "x%d", m->input_shape[i]);
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        switch (l->type) {
+        case LAYER_RESHAPE:
+            append(&s, &len, &cap, "|reshape(%d", l->out_shape[0]);
+            for (int d = 1; d < l->out_rank; d++) append(&s, &len, &cap, "x%d", l->out_shape[d]);
+            append(&s, &len, &cap, ")");
+            break;
+        case LAYER_FLATTEN: append(&s, &len, &cap, "|flatten"); break;
+        case LAYER_CONV2D:
+            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g)", l->conv.f, l->conv.kh,
+                   l->conv.kw, l->conv.sh, l->conv.sw,
+                   l->same ? "same" : "valid",
+                   act_name(l->act), (double)l->l2);
+            break;
+        case LAYER_MAXPOOL: append(&s, &len, &cap, "|maxpool(%d,s%d)", l->pool, l->pool_stride); break;
+        case LAYER_DENSE:
+            append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units, act_name(l->act), (double)l->l2);
+            break;
+        case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
+        }
+    }
+    append(&s, &len, &cap, "|params=%zu", m->num_params);
+    m->signature = s;
+    util_sha256_hex(s, len, m->signature_sha256);
+}
+
+static int build(Model **out, const cJSON *root, const char *what, uint64_t seed, char *err,
+                 size_t errlen)
+{
+    SpecCtx sc = {.what = what, .err = err, .errlen = errlen, .index = -1};
+    const cJSON *layers = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
+        return spec_fail(&sc, "layers", "a non-empty list of layers");
+    Model *m = xcalloc(1, sizeof *m);
+    int rc;
+    m->input_shape[0] = m->input_shape[1] = 28;
+    m->input_rank = 2;
+    const cJSON *is = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_shape") : NULL;
+    if (is && (rc = spec_shape(&sc, is, "input_shape", m->input_shape, &m->input_rank))) goto err;
+    m->layers = xcalloc((size_t)cJSON_GetArraySize(layers), sizeof *m->layers);
+    int shape[3], rank;
+    memcpy(shape, m->input_shape, sizeof shape);
+    rank = m->input_rank;
+    sc.index = 0;
+    for (const cJSON *o = layers->child; o; o = o->next, sc.index++) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+        if (cJSON_IsString(type) &&
+            (!strcmp(type->valuestring, "Input") || !strcmp(type->valuestring, "InputLayer"))) {
+            if (m->num_layers > 0) {
+                rc = spec_fail(&sc, "type", "Input only as the first layer");
+                goto err;
+            }
+            if ((rc = spec_shape(&sc, cJSON_GetObjectItemCaseSensitive(o, "shape"), "shape",
+                                 m->input_shape, &m->input_rank)))
+                goto err;
+            memcpy(shape, m->input_shape, sizeof shape);
+            rank = m->input_rank;
+            continue;
+        }
+        Layer *l = &m->layers[m->num_layers];
+        if ((rc = layer_from_json(l, o, shape, rank, &sc))) goto err;
+        memcpy(shape, l->out_shape, sizeof shape);
+        rank = l->out_rank;
+        m->num_layers++;
+    }
+    sc.index = -1;
+    if (m->num_layers == 0 || m->layers[m->num_layers - 1].type != LAYER_DENSE ||
+        m->layers[m->num_layers - 1].units < 2) {
+        rc = spec_fail(&sc, "layers", "a last layer Dense with one unit per class (>= 2)");
+        goto err;
+    }
+    m->input_size = shape_size(m->input_shape, m->input_rank);
+    m->num_classes = (size_t)m->layers[m->num_layers - 1].units;
+    m->from_logits = m->layers[m->num_layers - 1].act == ACT_LINEAR;
+    for (int i = 0; i < m->num_layers; i++) {
+        Layer *l = &m->layers[i];
+        l->w_off = m->num_params;
+        l->b_off = l->w_off + l->w_count;
+        m->num_params += l->w_count + l->b_count;
+    }
+    m->params = xcalloc(m->num_params, sizeof(float));
+    m->grads = xcalloc(m->num_params + MODEL_STATS_FLOATS, sizeof(float));
+    m->dropout_enabled = 1;
+    make_signature(m);
+    model_init_params(m, seed);
+    *out = m;
+    return 0;
+err:
+    model_free(m);
+    return rc;
+}
+
+int model_create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
+                           char *err, size_t errlen)
+{
+    const char *p = text;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    cJSON *root;
+    if (*p == '{' || *p == '[') {
+        root = cJSON_Parse(p);
+        if (!root) {
+            const char *at = cJSON_GetErrorPtr();
+            snprintf(err, errlen, "%s: invalid JSON near byte %td", what,
+                     at && at >= p ? at - p : (ptrdiff_t)0);
+            return -EINVAL;
+        }
+    } else if (!(root = parse_yaml(p, what, err, errlen))) {
+        return -EINVAL;
+    }
+    int rc = build(out, root, what, seed, err, errlen);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t errlen)
+{
+    for (int i = 0; model_builtin_names[i]; i++)
+        if (!strcmp(spec, model_builtin_names[i])) {
+            char what[64];
+            snprintf(what, sizeof what, "built-in model %s", spec);
+            return model_create_from_text(out, builtin_specs[i], what, seed, err, errlen);
+        }
+    struct stat st;
+    if (stat(spec, &st) == 0 && S_ISREG(st.st_mode)) {
+        FILE *f = fopen(spec, "rb");
+        if (!f || st.st_size > (1 << 20)) {
+            if (f) fclose(f);
+            snprintf(err, errlen, "--model %s: expected a readable model file under 1 MiB", spec);
+            return -EINVAL;
+        }
+        char *text = xmalloc((size_t)st.st_size + 1);
+        size_t n = fread(text, 1, (size_t)st.st_size, f);
+        fclose(f);
+        text[n] = '\0';
+        int rc = model_create_from_text(out, text, spec, seed, err, errlen);
+        free(text);
+        return rc;
+    }
+    if (strstr(spec, "layers"))
+        return model_create_from_text(out, spec, "--model (inline spec)", seed, err, errlen);
+    snprintf(err, errlen, "--model %s: expected tutorial-cnn, tutorial-cnn-l2, cnn2, mlp, a model "
+                          "JSON/YAML file or an inline spec with layers", spec);
+    return -ENOENT;
+}
+
+static void free_buffers(Model *m)
+{
+    for (int i = 0; m->acts && i < m->num_layers; i++) {
+        free(m->acts[i]);
+        free(m->masks[i]);
+        free(m->argmax[i]);
+        free(m->cols[i]);
+    }
+    free(m->acts);
+    free(m->masks);
+    free(m->argmax);
+    free(m->cols);
+    free(m->dcol);
+    free(m->dbuf[0]);
+    free(m->dbuf[1]);
+    m->acts = NULL;
+    m->masks = NULL;
+    m->argmax = NULL;
+    m->cols = NULL;
+    m->dcol = m->dbuf[0] = m->dbuf[1] = NULL;
+    m->max_batch = 0;
+}
+
+void model_free(Model *m)
+{
+    if (!m) return;
+    free_buffers(m);
+    free(m->layers);
+    free(m->params);
+    free(m->grads);
+    free(m->signature);
+    free(m);
+}
+
+void model_init_params(Model *m, uint64_t seed)
+{
+    uint64_t rng = seed;
+    memset(m->params, 0, m->num_params * sizeof(float));
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (!l->w_count) continue;
+        size_t fan_in, fan_out;
+        if (l->type == LAYER_CONV2D) {
+            size_t rf = (size_t)l->conv.kh * l->conv.kw;
+            fan_in = rf * l->conv.c;
+            fan_out = rf * l->conv.f;
+        } else {
+            fan_in = l->in_size;
+            fan_out = (size_t)l->units;
+        }
+        const float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
+        float *w = m->params + l->w_off;
+        for (size_t j = 0; j < l->w_count; j++) w[j] = (2.0f * util_rand_float(&rng) - 1.0f) * limit;
+    }
+}
+
+void model_reserve(Model *m, int max_batch)
+{
+    if (max_batch <= m->max_batch) return;
+    free_buffers(m);
+    const size_t b = (size_t)max_batch;
+    size_t dmax = m->input_size, colmax = 0;
+    m->acts = xcalloc((size_t)m->num_layers, sizeof *m->acts);
+    m->masks = xcalloc((size_t)m->num_layers, sizeof *m->masks);
+    m->argmax = xcalloc((size_t)m->num_layers, sizeof *m->argmax);
+    m->cols = xcalloc((size_t)m->num_layers, sizeof *m->cols);
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
+            m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
+        if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
+        if (l->type == LAYER_MAXPOOL) m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
+        if (l->type == LAYER_CONV2D) {
+            size_t c = conv_col_size(&l->conv, max_batch);
+            m->cols[i] = xmalloc(c * sizeof(float));
+            colmax = c > colmax ? c : colmax;
+        }
+        dmax = l->out_size > dmax ? l->out_size : dmax;
+    }
+    m->dcol = xmalloc((colmax ? colmax : 1) * sizeof(float));
+    m->dbuf[0] = xmalloc(b * dmax * sizeof(float));
+    m->dbuf[1] = xmalloc(b * dmax * sizeof(float));
+    m->max_batch = max_batch;
+}
+
+/* ----------------------------------------------------------------------------
+ * Forward, loss, backward */
+
+/* The output of layer i: its own buffer, or what it reshapes. */
+static const float *layer_out(const Model *m, const float *x, int i)
+{
+    for (; i >= 0; i--)
+        if (m->acts[i]) return m->acts[i];
+    return x;
+}
+
+/* Runs the layers on b examples. The last layer's softmax is left out: the loss takes
+ * the logits (as Keras's TensorFlow backend does for a softmax output), and argmax is
+ * the same on both. */
+static void forward(Model *m, const float *x, int b, int training, uint64_t dropout_seed)
+{
+    uint64_t rng = dropout_seed;
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        const float *in = layer_out(m, x, i - 1);
+        float *out = m->acts[i];
+        const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
+        switch (l->type) {
+        case LAYER_RESHAPE:
+        case LAYER_FLATTEN: continue;
+        case LAYER_CONV2D: conv2d_forward(out, m->cols[i], in, w, bias, &l->conv, b); break;
+        case LAYER_DENSE: dense_forward(out, in, w, bias, b, (int)l->in_size, l->units); break;
+        case LAYER_MAXPOOL:
+            maxpool_forward(out, m->argmax[i], in, b, l->in_shape[0], l->in_shape[1],
+                            l->in_shape[2], l->pool, l->pool_stride);
+            break;
+        case LAYER_DROPOUT:
+            memcpy(out, in, (size_t)b * l->out_size * sizeof *out);
+            if (training && m->dropout_enabled && l->rate > 0.0f)
+                dropout_forward(out, m->masks[i], (size_t)b * l->out_size, l->rate, &rng);
+            break;
+        }
+        int last = i == m->num_layers - 1;
+        if (!(last && l->act == ACT_SOFTMAX))
+            activation_forward(out, (size_t)b, l->out_size, l->act);
+    }
+}
+
+static double loss_of(Model *m, float *dout, int *correct, const float *out, const uint8_t *y,
+                      int b, float scale)
+{
+    const Layer *last = &m->layers[m->num_layers - 1];
+    if (last->act == ACT_LINEAR || last->act == ACT_SOFTMAX)
+        return loss_sce_logits(dout, correct, out, y, b, (int)m->num_classes, scale);
+    return loss_sce_probs(dout, correct, out, y, b, (int)m->num_classes, scale);
+}
+
+double model_regularization(const Model *m)
+{
+    double r = 0.0;
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->l2 == 0.0f) continue;
+        double s = 0.0;
+        const float *w = m->params + l->w_off;
+        for (size_t j = 0; j < l->w_count; j++) s += (double)w[j] * w[j];
+        r += (double)l->l2 * s;
+    }
+    return r;
+}
+
+void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
+                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
+                StepStats *st)
+{
+    const int b = local_batch;
+    forward(m, x, b, 1, dropout_seed);
+    int correct = 0, cur = 0;
+    const float *logits = layer_out(m, x, m->num_layers - 1);
+    double loss = loss_of(m, m->dbuf[0], &correct, logits, y, b, 1.0f / (float)global_batch);
+    st->loss = loss / global_batch + model_regularization(m) / num_replicas;
+    st->correct = correct;
+    st->count = b;
+
+    /* first_param: layers before it need no input gradient. */
+    int first_param = m->num_layers;
+    for (int i = 0; i < m->num_layers; i++)
+        if (m->layers[i].w_count) {
+            first_param = i;
+            break;
+        }
+    float *d = m->dbuf[0];
+    for (int i = m->num_layers - 1; i >= first_param; i--) {
+        const Layer *l = &m->layers[i];
+        const float *in = layer_out(m, x, i - 1), *out = layer_out(m, x, i);
+        float *din = i > first_param ? m->dbuf[1 - cur] : NULL;
+        const float *w = m->params + l->w_off;
+        float *dw = m->grads + l->w_off, *db = m->grads + l->b_off;
+        int last = i == m->num_layers - 1;
+        if ((l->type == LAYER_CONV2D || l->type == LAYER_DENSE) && !(last && l->act == ACT_SOFTMAX))
+            activation_backward(d, out, (size_t)b, l->out_size, l->act);
+        switch (l->type) {
+        case LAYER_RESHAPE:
+        case LAYER_FLATTEN: continue;
+        case LAYER_DROPOUT:
+            if (m->dropout_enabled && l->rate > 0.0f)
+                dropout_backward(d, m->masks[i], (size_t)b * l->out_size);
+            continue;
+        case LAYER_MAXPOOL:
+            maxpool_backward(din, d, m->argmax[i], b, l->in_shape[0], l->in_shape[1],
+                             l->in_shape[2], l->pool, l->pool_stride);
+            break;
+        case LAYER_DENSE: dense_backward(din, dw, db, d, in, w, b, (int)l->in_size, l->units); break;
+        case LAYER_CONV2D:
+            conv2d_backward(din, dw, db, m->dcol, d, m->cols[i], w, &l->conv, b);
+            break;
+        }
+        if (l->w_count) {
+            if (l->l2 != 0.0f) {
+                const float k = 2.0f * l->l2 / (float)num_replicas;
+                for (size_t j = 0; j < l->w_count; j++) dw[j] += k * w[j];
+            }
+            if (on_ready) on_ready(ctx, l->w_off, l->w_count + l->b_count);
+        }
+        d = din;
+        cur = 1 - cur;
+    }
+}
+
+void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st)
+{
+    forward(m, x, b, 0, 0);
+    int correct = 0;
+    st->loss = loss_of(m, NULL, &correct, layer_out(m, x, m->num_layers - 1), y, b, 1.0f);
+    st->correct = correct;
+    st->count = b;
+}

@@ -1,0 +1,114 @@
+/* model — a Keras-like Sequential model: its spec (JSON or YAML), the four built-in
+ * models, the parameter and gradient arenas, and the training step.
+ *
+ * Every parameter lives in ONE contiguous arena `params` (and its gradient at the same
+ * offset in `grads`), layer after layer, kernel then bias, in Keras's layouts. The
+ * distributed layer reduces `grads` as one buffer and a checkpoint writes `params` with
+ * one write. */
+#ifndef KT_MODEL_H
+#define KT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layers.h"
+
+typedef enum { LAYER_RESHAPE = 0, LAYER_CONV2D, LAYER_MAXPOOL, LAYER_FLATTEN, LAYER_DENSE,
+               LAYER_DROPOUT } LayerType;
+
+typedef struct {
+    LayerType type;
+    Activation act;
+    int in_shape[3], in_rank;   /* per example */
+    int out_shape[3], out_rank;
+    size_t in_size, out_size;   /* floats per example */
+    ConvGeom conv;              /* conv2d */
+    int units;                  /* dense */
+    int pool, pool_stride;      /* maxpool */
+    float rate;                 /* dropout */
+    float l2;                   /* kernel regularizer factor, 0 = none */
+    int same;                   /* conv2d padding "same" */
+    size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
+} Layer;
+
+#define MODEL_STATS_FLOATS 4
+
+typedef struct Model Model;
+struct Model {
+    int num_layers;
+    Layer *layers;
+    int input_shape[3], input_rank;
+    size_t input_size, num_classes;
+    int from_logits;        /* last activation linear: loss from logits */
+    size_t num_params;
+    float *params;          /* (num_params) the one parameter arena */
+    float *grads;           /* (num_params + MODEL_STATS_FLOATS) gradients at the same
+                               offsets, then room for the step statistics, so that one
+                               all-reduce carries both */
+    int dropout_enabled;    /* 1 by default; tests turn it off to compare with Keras */
+    char *signature;        /* architecture + parameter count, one line */
+    char signature_sha256[65];
+    /* activation buffers for up to max_batch examples, allocated by model_reserve */
+    int max_batch;
+    float **acts;           /* acts[i]: output of layer i (aliases the input for reshapes) */
+    float **masks;          /* dropout masks */
+    int32_t **argmax;       /* maxpool argmax */
+    float **cols;           /* im2col of each conv layer, kept for its backward */
+    float *dcol;            /* scratch for the largest conv's column gradient */
+    float *dbuf[2];         /* ping-pong activation gradients */
+};
+
+/* Local statistics of one step or evaluation, to be summed across workers. */
+typedef struct {
+    double loss;     /* in a step: this worker's share of the scalar loss (sum of its
+                        examples' losses / global batch + regularization / replicas) */
+    double correct;  /* examples whose prediction equals the label */
+    double count;    /* examples */
+} StepStats;
+
+/* Fired during the backward pass as soon as grads[offset, offset+count) is final
+ * (layers last to first), so a collective can start on it while backward goes on. */
+typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
+
+/* The names of the built-in models, NULL-terminated. */
+extern const char *const model_builtin_names[];
+
+/* Builds a model from `spec`: a built-in name, a path to a JSON or YAML file, or inline
+ * JSON/YAML text. Parameters are Glorot-uniform (kernels) and zero (biases) from `seed`.
+ * Returns 0 and *out (free with model_free), or a negative errno with one line in err
+ * naming the field (layers[2].filters) or file and what was expected. */
+int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t errlen);
+
+/* The same from text already in memory (JSON when it starts with '{' or '[', else YAML);
+ * `what` names it in errors. */
+int model_create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
+                           char *err, size_t errlen);
+
+void model_free(Model *m);
+
+/* Re-initialises the parameters from seed (Glorot-uniform kernels drawn with
+ * util_rand_float in layer order, flat Keras layout; zero biases). */
+void model_init_params(Model *m, uint64_t seed);
+
+/* Allocates the activation buffers for batches of up to max_batch examples. */
+void model_reserve(Model *m, int max_batch);
+
+/* One training step on local_batch examples x (B, input_size) in [0,1] and labels y:
+ * forward (dropout drawn from dropout_seed), loss, and backward into m->grads, which
+ * becomes the gradient of
+ *     sum_{local examples} loss / global_batch + regularization / num_replicas
+ * (tf.nn.scale_regularization_loss), so that the sum over replicas is the gradient of
+ * the global mean loss. on_ready (may be NULL) fires per layer as its slice is final.
+ * Fills *st with this worker's share. Needs model_reserve(m, >= local_batch). */
+void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
+                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
+                StepStats *st);
+
+/* Inference (dropout off) on b examples: st->loss is the SUM of the examples' losses
+ * (no regularization), st->correct and st->count as above. */
+void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st);
+
+/* The regularization loss sum_l l2_l * |kernel_l|^2 of the current parameters. */
+double model_regularization(const Model *m);
+
+#endif

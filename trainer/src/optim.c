@@ -1,0 +1,124 @@
+#include "optim.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char *const kind_names[] = {"sgd", "rmsprop", "adam", "adam-amsgrad"};
+
+OptimizerConfig optim_defaults(OptimizerKind kind, float lr)
+{
+    return (OptimizerConfig){.kind = kind, .lr = lr, .momentum = 0.0f, .nesterov = 0,
+                             .rho = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+}
+
+int optim_parse_kind(const char *name, OptimizerKind *kind)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, kind_names[i]) == 0) {
+            *kind = (OptimizerKind)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+const char *optim_kind_name(OptimizerKind kind)
+{
+    return kind_names[kind];
+}
+
+static size_t slots(const OptimizerConfig *cfg)
+{
+    switch (cfg->kind) {
+    case OPT_SGD: return cfg->momentum != 0.0f ? 1 : 0;
+    case OPT_RMSPROP: return cfg->momentum != 0.0f ? 2 : 1;
+    case OPT_ADAM: return 2;
+    case OPT_ADAM_AMSGRAD: return 3;
+    }
+    return 0;
+}
+
+Optimizer *optim_create(const OptimizerConfig *cfg, size_t n)
+{
+    Optimizer *o = xcalloc(1, sizeof *o);
+    o->cfg = *cfg;
+    o->n = n;
+    o->state_floats = slots(cfg) * n;
+    o->state = xcalloc(o->state_floats ? o->state_floats : 1, sizeof(float));
+    return o;
+}
+
+void optim_free(Optimizer *o)
+{
+    if (!o) return;
+    free(o->state);
+    free(o);
+}
+
+static void sgd_step(Optimizer *o, float *w, const float *g)
+{
+    const float lr = o->cfg.lr, mom = o->cfg.momentum;
+    if (mom == 0.0f) {
+        cblas_saxpy((int)o->n, -lr, g, 1, w, 1); /* w -= lr*g, OpenBLAS-threaded */
+        return;
+    }
+    float *m = o->state;
+    for (size_t i = 0; i < o->n; i++) {
+        m[i] = mom * m[i] - lr * g[i];
+        w[i] += o->cfg.nesterov ? mom * m[i] - lr * g[i] : m[i];
+    }
+}
+
+static void rmsprop_step(Optimizer *o, float *w, const float *g)
+{
+    const float lr = o->cfg.lr, rho = o->cfg.rho, eps = o->cfg.epsilon, mom = o->cfg.momentum;
+    float *v = o->state, *mo = o->state + o->n;
+    for (size_t i = 0; i < o->n; i++) {
+        v[i] = rho * v[i] + (1.0f - rho) * g[i] * g[i];
+        float inc = lr * g[i] / sqrtf(v[i] + eps);
+        if (mom != 0.0f) {
+            mo[i] = mom * mo[i] + inc;
+            w[i] -= mo[i];
+        } else {
+            w[i] -= inc;
+        }
+    }
+}
+
+static void adam_step(Optimizer *o, float *w, const float *g)
+{
+    const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.epsilon;
+    const float t = (float)(o->iterations + 1);
+    const float alpha = o->cfg.lr * sqrtf(1.0f - powf(b2, t)) / (1.0f - powf(b1, t));
+    float *m = o->state, *v = o->state + o->n, *vh = o->state + 2 * o->n;
+    /* two loops without a branch inside, so that both vectorize */
+    if (o->cfg.kind == OPT_ADAM_AMSGRAD) {
+        for (size_t i = 0; i < o->n; i++) {
+            m[i] += (g[i] - m[i]) * (1.0f - b1);
+            v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
+            vh[i] = vh[i] > v[i] ? vh[i] : v[i];
+            w[i] -= alpha * m[i] / (sqrtf(vh[i]) + eps);
+        }
+    } else {
+        for (size_t i = 0; i < o->n; i++) {
+            m[i] += (g[i] - m[i]) * (1.0f - b1);
+            v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
+            w[i] -= alpha * m[i] / (sqrtf(v[i]) + eps);
+        }
+    }
+}
+
+void optim_step(Optimizer *o, float *params, const float *grads)
+{
+    switch (o->cfg.kind) {
+    case OPT_SGD: sgd_step(o, params, grads); break;
+    case OPT_RMSPROP: rmsprop_step(o, params, grads); break;
+    case OPT_ADAM:
+    case OPT_ADAM_AMSGRAD: adam_step(o, params, grads); break;
+    }
+    o->iterations++;
+}

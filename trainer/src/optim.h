@@ -1,0 +1,49 @@
+/* optim — the Keras 3 optimizers, with Keras's defaults and update rules, over the
+ * one parameter arena. Their whole state is one float arena plus an iteration counter,
+ * so a checkpoint saves it with one write. */
+#ifndef KT_OPTIM_H
+#define KT_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { OPT_SGD = 0, OPT_RMSPROP, OPT_ADAM, OPT_ADAM_AMSGRAD } OptimizerKind;
+
+typedef struct {
+    OptimizerKind kind;
+    float lr;
+    float momentum;  /* sgd, rmsprop; Keras default 0 */
+    int nesterov;    /* sgd */
+    float rho;       /* rmsprop, default 0.9 */
+    float beta1, beta2; /* adam, defaults 0.9, 0.999 */
+    float epsilon;   /* rmsprop, adam: 1e-7 */
+} OptimizerConfig;
+
+typedef struct {
+    OptimizerConfig cfg;
+    size_t n;          /* parameters */
+    float *state;      /* state_floats floats: the slots below, one after another */
+    size_t state_floats;
+    int64_t iterations; /* updates applied so far (Keras's optimizer.iterations) */
+} Optimizer;
+
+/* Keras's defaults for `kind` with learning rate lr. */
+OptimizerConfig optim_defaults(OptimizerKind kind, float lr);
+
+/* Parses "sgd", "rmsprop", "adam", "adam-amsgrad"; returns 0 or -EINVAL. */
+int optim_parse_kind(const char *name, OptimizerKind *kind);
+const char *optim_kind_name(OptimizerKind kind);
+
+/* An optimizer for n parameters with zeroed state. Caller frees with optim_free. */
+Optimizer *optim_create(const OptimizerConfig *cfg, size_t n);
+void optim_free(Optimizer *o);
+
+/* One update: params (n) -= f(grads (n), state); iterations += 1.
+ *  sgd:      m = mom*m - lr*g; w += nesterov ? mom*m - lr*g : m   (w -= lr*g when mom == 0)
+ *  rmsprop:  v = rho*v + (1-rho)*g^2; inc = lr*g / sqrt(v + eps);
+ *            w -= inc, or with momentum: mo = mom*mo + inc; w -= mo
+ *  adam:     t = iterations+1; a = lr*sqrt(1-b2^t)/(1-b1^t); m += (g-m)(1-b1);
+ *            v += (g^2-v)(1-b2); [amsgrad: vh = max(vh, v), use vh]; w -= a*m/(sqrt(v)+eps) */
+void optim_step(Optimizer *o, float *params, const float *grads);
+
+#endif

@@ -1,0 +1,175 @@
+#include "train.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
+                   size_t errlen)
+{
+    Trainer *t = xcalloc(1, sizeof *t);
+    int rc;
+    t->cfg = *cfg;
+    t->coll = coll;
+    if (cfg->threads > 0) openblas_set_num_threads(cfg->threads);
+    *exit_code = KT_EXIT_DATA;
+    if ((rc = model_create(&t->model, cfg->model, cfg->seed, err, errlen))) {
+        if (rc == -ENOENT) *exit_code = KT_EXIT_USAGE;
+        goto err;
+    }
+    if ((rc = idx_load_dataset(&t->train, cfg->data_dir, "train", (int)t->model->num_classes, err,
+                               errlen)))
+        goto err;
+    if (cfg->eval && (rc = idx_load_dataset(&t->test, cfg->data_dir, "t10k",
+                                            (int)t->model->num_classes, err, errlen)))
+        goto err;
+    if ((size_t)t->train.rows * t->train.cols != t->model->input_size) {
+        snprintf(err, errlen, "%s: %dx%d images, but the model's input has %zu values",
+                 cfg->data_dir, t->train.rows, t->train.cols, t->model->input_size);
+        rc = -EINVAL;
+        goto err;
+    }
+    PipelineConfig pc = {.batch = cfg->per_worker_batch, .shuffle_buffer = (size_t)cfg->shuffle_buffer,
+                         .seed = cfg->seed, .rank = coll->rank, .world = coll->world,
+                         .policy = cfg->shard_policy};
+    if ((rc = pipeline_create(&t->pipe, &t->train, &pc, err, errlen))) goto err;
+    t->global_batch = cfg->per_worker_batch * coll->world;
+    t->steps_per_epoch = cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch
+                                                  : (long)pipeline_steps_per_pass(t->pipe);
+    float lr = (float)cfg->lr * (cfg->scale_lr_by_workers ? (float)coll->world : 1.0f);
+    OptimizerConfig oc = optim_defaults(cfg->optimizer, lr);
+    oc.momentum = (float)cfg->momentum;
+    oc.nesterov = cfg->nesterov;
+    t->opt = optim_create(&oc, t->model->num_params);
+    model_reserve(t->model, cfg->per_worker_batch);
+    *out = t;
+    return 0;
+err:
+    trainer_free(t);
+    return rc;
+}
+
+void trainer_seek(Trainer *t, const TrainState *st)
+{
+    t->st = *st;
+    pipeline_seek(t->pipe, st->cursor);
+}
+
+void trainer_weights_hash(const Trainer *t, char out[65])
+{
+    util_sha256_hex(t->model->params, t->model->num_params * sizeof(float), out);
+}
+
+void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
+{
+    const int b = t->cfg.per_worker_batch;
+    const size_t pixels = t->model->input_size;
+    float *x = xmalloc((size_t)b * pixels * sizeof *x);
+    double sum = 0.0, correct = 0.0, count = 0.0;
+    for (size_t start = 0; start < t->test.count; start += (size_t)b) {
+        int n = (int)(t->test.count - start < (size_t)b ? t->test.count - start : (size_t)b);
+        const uint8_t *img = t->test.images + start * pixels;
+        for (size_t j = 0; j < (size_t)n * pixels; j++) x[j] = (float)img[j] / 255.0f;
+        StepStats s;
+        model_evaluate(t->model, x, t->test.labels + start, n, &s);
+        sum += s.loss, correct += s.correct, count += s.count;
+    }
+    free(x);
+    *loss = count > 0 ? sum / count : 0.0;
+    *accuracy = count > 0 ? correct / count : 0.0;
+}
+
+/* The dropout masks of a step depend on the seed, the global step and the rank only,
+ * so a resumed run draws the same masks. */
+static uint64_t dropout_seed(const Trainer *t)
+{
+    uint64_t s = t->cfg.seed ^ 0x6A09E667F3BCC909ull;
+    s ^= (uint64_t)t->st.global_step * 0x9E3779B97F4A7C15ull;
+    s ^= (uint64_t)t->coll->rank * 0xC2B2AE3D27D4EB4Full;
+    return util_rand_u64(&s);
+}
+
+int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
+{
+    Model *m = t->model;
+    const size_t np = m->num_params;
+    char cerr[512];
+    int rc;
+    double run_start = util_now();
+    *exit_code = KT_EXIT_DATA;
+    if ((rc = metrics_open(&t->metrics, t->cfg.metrics_file, t->cfg.epochs, err, errlen))) {
+        *exit_code = KT_EXIT_USAGE;
+        return rc;
+    }
+    for (; t->st.epoch < t->cfg.epochs; t->st.epoch++, t->st.step_in_epoch = 0) {
+        const int epoch = t->st.epoch + 1;
+        double ep_start = util_now(), loss_sum = 0.0, correct = 0.0, count = 0.0;
+        long ep_steps = 0;
+        metrics_epoch_begin(t->metrics, epoch);
+        while (t->st.step_in_epoch < t->steps_per_epoch) {
+            double s0 = util_now();
+            const Batch *b = pipeline_next(t->pipe);
+            StepStats ss;
+            model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
+                       NULL, NULL, &ss);
+            m->grads[np] = (float)ss.loss;
+            m->grads[np + 1] = (float)ss.correct;
+            m->grads[np + 2] = (float)ss.count;
+            m->grads[np + 3] = 0.0f;
+            if ((rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr,
+                                         sizeof cerr))) {
+                snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
+                *exit_code = KT_EXIT_RETRY;
+                goto fail;
+            }
+            optim_step(t->opt, m->params, m->grads);
+            double step_loss = m->grads[np], step_acc = m->grads[np + 1] / m->grads[np + 2];
+            loss_sum += step_loss, correct += m->grads[np + 1], count += m->grads[np + 2];
+            ep_steps++;
+            t->st.step_in_epoch++;
+            t->st.global_step++;
+            t->st.cursor = pipeline_cursor(t->pipe);
+            metrics_step(t->metrics, epoch, t->st.global_step, step_loss, step_acc,
+                         t->global_batch / (util_now() - s0));
+            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, err, errlen))) goto fail;
+        }
+        double secs = util_now() - ep_start;
+        t->last_loss = ep_steps ? loss_sum / ep_steps : 0.0;
+        t->last_accuracy = count > 0 ? correct / count : 0.0;
+        metrics_epoch_end(t->metrics, epoch, ep_steps, secs, t->last_loss, t->last_accuracy,
+                          secs > 0 ? count / secs : 0.0);
+        if (t->cfg.eval) {
+            double tl, ta;
+            trainer_evaluate(t, &tl, &ta);
+            metrics_eval(t->metrics, epoch, tl, ta);
+        }
+    }
+    t->seconds = util_now() - run_start;
+    char hash[65];
+    trainer_weights_hash(t, hash);
+    metrics_done(t->metrics, t->st.global_step, t->seconds, hash);
+    rc = metrics_close(t->metrics, err, errlen);
+    t->metrics = NULL;
+    if (rc) *exit_code = KT_EXIT_USAGE;
+    return rc;
+fail:
+    metrics_abort(t->metrics);
+    t->metrics = NULL;
+    return rc ? rc : -EIO;
+}
+
+void trainer_free(Trainer *t)
+{
+    if (!t) return;
+    metrics_abort(t->metrics);
+    pipeline_free(t->pipe);
+    optim_free(t->opt);
+    model_free(t->model);
+    idx_dataset_free(&t->train);
+    idx_dataset_free(&t->test);
+    free(t);
+}

@@ -1,0 +1,71 @@
+/* train — the training loop: data -> model_step -> all-reduce -> optimizer, with the
+ * metrics around it. The whole loop state is explicit in TrainState (plus the optimizer
+ * state and the parameters), so a checkpoint hook can save it after any step and a
+ * restore can put it back before the loop starts. */
+#ifndef KT_TRAIN_H
+#define KT_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collective.h"
+#include "config.h"
+#include "data.h"
+#include "idx.h"
+#include "metrics.h"
+#include "model.h"
+#include "optim.h"
+
+typedef struct {
+    int epoch;             /* 0-based epoch in progress */
+    long step_in_epoch;    /* steps of that epoch already done */
+    long global_step;      /* steps done in all (across epochs and restarts) */
+    PipelineCursor cursor; /* the data stream after the last step */
+} TrainState;
+
+typedef struct Trainer Trainer;
+
+/* Called after every completed step (state already advanced); returns 0 or a negative
+ * errno with err filled, which ends the run with that error. */
+typedef int (*TrainStepHook)(Trainer *t, void *ctx, char *err, size_t errlen);
+
+struct Trainer {
+    Config cfg;
+    Collective *coll;     /* borrowed */
+    Model *model;
+    Optimizer *opt;
+    IdxDataset train, test;
+    Pipeline *pipe;
+    Metrics *metrics;
+    TrainState st;
+    long steps_per_epoch;
+    int global_batch;
+    TrainStepHook after_step;
+    void *hook_ctx;
+    /* the last epoch's means, the run's result */
+    double last_loss, last_accuracy;
+    double seconds;
+};
+
+/* Builds the model, optimizer, datasets and pipeline for cfg on collective coll (which
+ * must outlive the trainer). Returns 0, or a negative errno with one line in err and
+ * *exit_code set to KT_EXIT_USAGE or KT_EXIT_DATA. Free with trainer_free. */
+int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
+                   size_t errlen);
+
+/* Repositions the run at state st (after a restore of parameters and optimizer). */
+void trainer_seek(Trainer *t, const TrainState *st);
+
+/* Runs the remaining epochs. Returns 0, or a negative errno with err filled and
+ * *exit_code set (KT_EXIT_RETRY when the collective failed). */
+int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen);
+
+/* The sha256 of the parameter arena as 64 hex digits. */
+void trainer_weights_hash(const Trainer *t, char out[65]);
+
+/* Evaluates the model on the test set: mean loss and accuracy. */
+void trainer_evaluate(Trainer *t, double *loss, double *accuracy);
+
+void trainer_free(Trainer *t);
+
+#endif

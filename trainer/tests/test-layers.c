@@ -1,0 +1,364 @@
+/* Finite-difference gradient checks of every layer, activation and loss, and of a whole
+ * model (conv same/stride 2, conv valid, maxpool, dense, softmax, L2) through model_step.
+ * Objective: L = sum(out * R) for a fixed random R, so dout = R. Central differences in
+ * float with eps 1e-3 (2e-3 for the loss/model checks, accumulated in double); an
+ * entry passes when |analytic - numeric| <= 2e-3 + 2e-2 |numeric|. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "layers.h"
+#include "loss.h"
+#include "model.h"
+#include "util.h"
+
+#define EPS 1e-3f
+
+static uint64_t rng = 42;
+
+static float *rand_array(size_t n, float scale)
+{
+    float *a = malloc(n * sizeof *a);
+    for (size_t i = 0; i < n; i++) a[i] = (2.0f * util_rand_float(&rng) - 1.0f) * scale;
+    return a;
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+typedef double (*Objective)(void *ctx);
+
+/* Compares analytic[i] with the central difference of f in x[i], for every i. */
+static void check_grad(const char *what, float *x, const float *analytic, size_t n, Objective f,
+                       void *ctx, float eps)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float keep = x[i];
+        x[i] = keep + eps;
+        double up = f(ctx);
+        x[i] = keep - eps;
+        double down = f(ctx);
+        x[i] = keep;
+        double num = (up - down) / (2.0 * eps);
+        if (fabs(analytic[i] - num) > 2e-3 + 2e-2 * fabs(num)) {
+            if (bad++ < 5)
+                print_message("# %s[%zu]: analytic %.6f numeric %.6f\n", what, i, analytic[i], num);
+        }
+    }
+    if (bad) fail_msg("%s: %d of %zu gradient entries differ from finite differences", what, bad, n);
+}
+
+/* ---- conv2d ---- */
+typedef struct {
+    ConvGeom g;
+    int b;
+    float *in, *w, *bias, *out, *col, *r;
+} ConvCase;
+
+static double conv_obj(void *p)
+{
+    ConvCase *c = p;
+    conv2d_forward(c->out, c->col, c->in, c->w, c->bias, &c->g, c->b);
+    return dot(c->out, c->r, (size_t)c->b * c->g.oh * c->g.ow * c->g.f);
+}
+
+static void conv_case(int h, int w, int ch, int k, int f, int stride, int same)
+{
+    ConvCase c = {.b = 2};
+    assert_int_equal(conv_geom_init(&c.g, h, w, ch, k, k, f, stride, stride, same), 0);
+    size_t nin = (size_t)c.b * h * w * ch, nw = (size_t)k * k * ch * f,
+           nout = (size_t)c.b * c.g.oh * c.g.ow * f, ncol = conv_col_size(&c.g, c.b);
+    c.in = rand_array(nin, 1), c.w = rand_array(nw, 0.5f), c.bias = rand_array((size_t)f, 0.5f);
+    c.r = rand_array(nout, 1), c.out = malloc(nout * 4), c.col = malloc(ncol * 4);
+    float *din = malloc(nin * 4), *dw = malloc(nw * 4), *db = malloc((size_t)f * 4),
+          *dcol = malloc(ncol * 4);
+    conv_obj(&c);
+    conv2d_backward(din, dw, db, dcol, c.r, c.col, c.w, &c.g, c.b);
+    check_grad("conv dinput", c.in, din, nin, conv_obj, &c, EPS);
+    check_grad("conv dweight", c.w, dw, nw, conv_obj, &c, EPS);
+    check_grad("conv dbias", c.bias, db, (size_t)f, conv_obj, &c, EPS);
+    free(c.in), free(c.w), free(c.bias), free(c.r), free(c.out), free(c.col);
+    free(din), free(dw), free(db), free(dcol);
+}
+
+static void test_conv_valid(void **s) { (void)s; conv_case(6, 5, 2, 3, 3, 1, 0); }
+static void test_conv_same_stride2(void **s) { (void)s; conv_case(7, 6, 3, 3, 2, 2, 1); }
+static void test_conv_same_even_kernel(void **s) { (void)s; conv_case(5, 5, 1, 2, 2, 1, 1); }
+
+static void test_conv_geometry(void **s)
+{
+    (void)s;
+    ConvGeom g;
+    assert_int_equal(conv_geom_init(&g, 28, 28, 1, 3, 3, 32, 1, 1, 0), 0);
+    assert_int_equal(g.oh, 26);
+    assert_int_equal(conv_geom_init(&g, 7, 6, 1, 3, 3, 1, 2, 2, 1), 0);
+    assert_int_equal(g.oh, 4); /* ceil(7/2) */
+    assert_int_equal(g.ow, 3);
+    assert_int_equal(g.pad_top, 1); /* (4-1)*2+3-7 = 2 -> 1 before, 1 after */
+    assert_int_equal(g.pad_left, 0); /* (3-1)*2+3-6 = 1 -> 0 before, 1 after (TF puts it last) */
+    assert_int_equal(conv_geom_init(&g, 2, 2, 1, 3, 3, 1, 1, 1, 0), -22);
+}
+
+/* ---- dense ---- */
+typedef struct {
+    int b, in, out;
+    float *x, *w, *bias, *y, *r;
+} DenseCase;
+
+static double dense_obj(void *p)
+{
+    DenseCase *c = p;
+    dense_forward(c->y, c->x, c->w, c->bias, c->b, c->in, c->out);
+    return dot(c->y, c->r, (size_t)c->b * c->out);
+}
+
+static void test_dense(void **s)
+{
+    (void)s;
+    DenseCase c = {.b = 3, .in = 7, .out = 4};
+    c.x = rand_array(21, 1), c.w = rand_array(28, 1), c.bias = rand_array(4, 1);
+    c.r = rand_array(12, 1), c.y = malloc(12 * 4);
+    float dx[21], dw[28], db[4];
+    dense_obj(&c);
+    dense_backward(dx, dw, db, c.r, c.x, c.w, c.b, c.in, c.out);
+    check_grad("dense dinput", c.x, dx, 21, dense_obj, &c, EPS);
+    check_grad("dense dweight", c.w, dw, 28, dense_obj, &c, EPS);
+    check_grad("dense dbias", c.bias, db, 4, dense_obj, &c, EPS);
+    free(c.x), free(c.w), free(c.bias), free(c.r), free(c.y);
+}
+
+/* ---- maxpool ---- */
+typedef struct {
+    float *x, *y, *r;
+    int32_t *am;
+} PoolCase;
+
+static double pool_obj(void *p)
+{
+    PoolCase *c = p;
+    maxpool_forward(c->y, c->am, c->x, 2, 5, 4, 3, 2, 2);
+    return dot(c->y, c->r, 2 * 2 * 2 * 3);
+}
+
+static void test_maxpool(void **s)
+{
+    (void)s;
+    /* distinct values 0.01 apart, shuffled, so no tie flips within eps */
+    PoolCase c = {.x = malloc(120 * 4), .y = malloc(24 * 4), .r = rand_array(24, 1),
+                  .am = malloc(24 * 4)};
+    for (int i = 0; i < 120; i++) c.x[i] = 0.01f * (float)i;
+    for (int i = 119; i > 0; i--) {
+        int j = (int)util_rand_below(&rng, (uint64_t)i + 1);
+        float t = c.x[i];
+        c.x[i] = c.x[j], c.x[j] = t;
+    }
+    float dx[120];
+    pool_obj(&c);
+    maxpool_backward(dx, c.r, c.am, 2, 5, 4, 3, 2, 2);
+    check_grad("maxpool dinput", c.x, dx, 120, pool_obj, &c, EPS);
+    free(c.x), free(c.y), free(c.r), free(c.am);
+}
+
+/* ---- dropout ---- */
+typedef struct {
+    float *x, *y, *mask, *r;
+} DropCase;
+
+static double drop_obj(void *p)
+{
+    DropCase *c = p;
+    uint64_t st = 99;
+    memcpy(c->y, c->x, 50 * 4);
+    dropout_forward(c->y, c->mask, 50, 0.3f, &st);
+    return dot(c->y, c->r, 50);
+}
+
+static void test_dropout(void **s)
+{
+    (void)s;
+    DropCase c = {.x = rand_array(50, 1), .y = malloc(200), .mask = malloc(200), .r = rand_array(50, 1)};
+    drop_obj(&c);
+    int zeros = 0;
+    for (int i = 0; i < 50; i++) {
+        zeros += c.mask[i] == 0.0f;
+        if (c.mask[i] != 0.0f) assert_float_equal(c.mask[i], 1.0f / 0.7f, 1e-6);
+    }
+    assert_in_range(zeros, 5, 30); /* rate 0.3 of 50 */
+    float d[50];
+    memcpy(d, c.r, sizeof d);
+    dropout_backward(d, c.mask, 50);
+    check_grad("dropout dinput", c.x, d, 50, drop_obj, &c, EPS);
+    free(c.x), free(c.y), free(c.mask), free(c.r);
+}
+
+/* ---- activations ---- */
+typedef struct {
+    float *x, *y, *r;
+    Activation act;
+} ActCase;
+
+static double act_obj(void *p)
+{
+    ActCase *c = p;
+    memcpy(c->y, c->x, 24 * 4);
+    activation_forward(c->y, 4, 6, c->act);
+    return dot(c->y, c->r, 24);
+}
+
+static void act_case(Activation act)
+{
+    ActCase c = {.x = rand_array(24, 2), .y = malloc(96), .r = rand_array(24, 1), .act = act};
+    for (int i = 0; i < 24; i++)
+        if (fabsf(c.x[i]) < 0.1f) c.x[i] = 0.5f; /* keep relu away from its kink */
+    float d[24];
+    act_obj(&c);
+    memcpy(d, c.r, sizeof d);
+    activation_backward(d, c.y, 4, 6, act);
+    check_grad(act == ACT_RELU ? "relu" : act == ACT_SOFTMAX ? "softmax" : "linear", c.x, d, 24,
+               act_obj, &c, EPS);
+    free(c.x), free(c.y), free(c.r);
+}
+
+static void test_relu(void **s) { (void)s; act_case(ACT_RELU); }
+static void test_softmax(void **s) { (void)s; act_case(ACT_SOFTMAX); }
+static void test_linear(void **s) { (void)s; act_case(ACT_LINEAR); }
+
+/* ---- losses ---- */
+typedef struct {
+    float *z;
+    uint8_t y[5];
+    int probs;
+} LossCase;
+
+static double loss_obj(void *p)
+{
+    LossCase *c = p;
+    return c->probs ? loss_sce_probs(NULL, NULL, c->z, c->y, 5, 4, 1.0f) * 0.25
+                    : loss_sce_logits(NULL, NULL, c->z, c->y, 5, 4, 1.0f) * 0.25;
+}
+
+static void test_loss_logits(void **s)
+{
+    (void)s;
+    LossCase c = {.z = rand_array(20, 3), .y = {0, 3, 2, 1, 3}};
+    float d[20];
+    int correct;
+    loss_sce_logits(d, &correct, c.z, c.y, 5, 4, 0.25f);
+    check_grad("sce logits", c.z, d, 20, loss_obj, &c, 2e-3f);
+    /* stability: huge logits give a finite loss, ~0 when the label wins */
+    float big[4] = {1000.0f, -1000.0f, 0.0f, 500.0f};
+    uint8_t y0 = 0, y1 = 1;
+    assert_float_equal(loss_sce_logits(NULL, NULL, big, &y0, 1, 4, 1.0f), 0.0, 1e-6);
+    assert_float_equal(loss_sce_logits(NULL, NULL, big, &y1, 1, 4, 1.0f), 2000.0, 1e-3);
+    free(c.z);
+}
+
+static void test_loss_probs(void **s)
+{
+    (void)s;
+    LossCase c = {.z = rand_array(20, 1), .y = {0, 3, 2, 1, 3}, .probs = 1};
+    for (int i = 0; i < 20; i++) c.z[i] = 0.05f + 0.9f * fabsf(c.z[i]) / 4.0f;
+    float d[20];
+    loss_sce_probs(d, NULL, c.z, c.y, 5, 4, 0.25f);
+    check_grad("sce probs", c.z, d, 20, loss_obj, &c, 2e-4f);
+    /* a zero probability is clipped to 1e-7: a finite loss of -log(1e-7)-ish */
+    float p[4] = {0.0f, 1.0f, 0.0f, 0.0f};
+    uint8_t y = 0;
+    double l = loss_sce_probs(NULL, NULL, p, &y, 1, 4, 1.0f);
+    assert_true(isfinite(l) && l > 15.0 && l < 17.0);
+    /* a softmax output gives the same loss as its logits */
+    float z[4] = {0.3f, -1.2f, 2.0f, 0.1f}, q[4];
+    memcpy(q, z, sizeof q);
+    activation_forward(q, 1, 4, ACT_SOFTMAX);
+    uint8_t y2 = 2;
+    assert_float_equal(loss_sce_probs(NULL, NULL, q, &y2, 1, 4, 1.0f),
+                       loss_sce_logits(NULL, NULL, z, &y2, 1, 4, 1.0f), 1e-5);
+    free(c.z);
+}
+
+/* ---- a whole model through model_step ---- */
+typedef struct {
+    Model *m;
+    float *x;
+    uint8_t y[3];
+} ModelCase;
+
+static double model_obj(void *p)
+{
+    ModelCase *c = p;
+    StepStats st;
+    model_step(c->m, c->x, c->y, 3, 3, 1, 0, NULL, NULL, &st);
+    return st.loss;
+}
+
+typedef struct {
+    size_t next_offset;
+    int calls;
+} ReadyLog;
+
+static void on_ready(void *ctx, size_t offset, size_t count)
+{
+    ReadyLog *r = ctx;
+    /* last layer first: every range ends where the previous one began */
+    assert_int_equal(offset + count, r->next_offset);
+    r->next_offset = offset;
+    r->calls++;
+}
+
+static void test_model_grad(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[7,7,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3,\"strides\":2,\"padding\":\"same\","
+        "\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":0.01}},"
+        "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":[2,1],\"activation\":\"relu\"},"
+        "{\"type\":\"MaxPooling2D\",\"pool_size\":1},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dropout\",\"rate\":0.5},"
+        "{\"type\":\"Dense\",\"units\":4,\"activation\":\"softmax\",\"kernel_regularizer\":{\"l2\":0.01}}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    assert_int_equal(model_create(&c.m, spec, 5, err, sizeof err), 0);
+    c.m->dropout_enabled = 0;
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 98, 1);
+    for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f; /* biases off zero */
+    ReadyLog log = {.next_offset = c.m->num_params};
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, on_ready, &log, &st);
+    assert_int_equal(log.calls, 3);
+    assert_int_equal(log.next_offset, 0);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    check_grad("model params", c.m->params, g, c.m->num_params, model_obj, &c, 2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_geometry),     cmocka_unit_test(test_conv_valid),
+        cmocka_unit_test(test_conv_same_stride2), cmocka_unit_test(test_conv_same_even_kernel),
+        cmocka_unit_test(test_dense),             cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_dropout),           cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_softmax),           cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_loss_logits),       cmocka_unit_test(test_loss_probs),
+        cmocka_unit_test(test_model_grad),
+    };
+    return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
+}

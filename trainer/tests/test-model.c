@@ -1,0 +1,183 @@
+/* Model specs: the built-in models' shapes and parameter counts (those Keras reports),
+ * JSON and YAML spelling the same model, one-line errors that name the field, the
+ * signature, and seeded initialisation. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "model.h"
+
+static void test_builtin_param_counts(void **s)
+{
+    (void)s;
+    /* Keras's model.summary() totals */
+    const struct { const char *name; size_t params; int layers; } want[] = {
+        {"tutorial-cnn", 320 + 21632 * 128 + 128 + 1290, 5},
+        {"tutorial-cnn-l2", 320 + 21632 * 128 + 128 + 1290, 5},
+        {"cnn2", 320 + 18496 + 9216 * 64 + 64 + 650, 6},
+        {"mlp", 784 * 128 + 128 + 1290, 4},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        Model *m;
+        char err[256];
+        assert_int_equal(model_create(&m, want[i].name, 1, err, sizeof err), 0);
+        print_message("# %s: %zu params, %s\n", want[i].name, m->num_params, m->signature);
+        assert_int_equal(m->num_params, want[i].params);
+        assert_int_equal(m->num_layers, want[i].layers);
+        assert_int_equal(m->num_classes, 10);
+        assert_int_equal(m->input_size, 784);
+        model_free(m);
+    }
+}
+
+static void test_yaml_equals_json(void **s)
+{
+    (void)s;
+    const char *yaml = "input_shape: [28, 28]\n"
+                       "layers:\n"
+                       "  - type: Reshape\n    target_shape: [28, 28, 1]\n"
+                       "  - {type: Conv2D, filters: 32, kernel_size: 3, activation: relu,\n"
+                       "     kernel_regularizer: {l2: 1.0e-5}}\n"
+                       "  - type: Flatten\n"
+                       "  - type: Dense\n    units: 128\n    activation: relu\n"
+                       "    kernel_regularizer: {l2: 1.0e-5}\n"
+                       "  - type: Dense\n    units: 10\n    kernel_regularizer: {l2: 1.0e-5}\n";
+    Model *a, *b;
+    char err[256];
+    assert_int_equal(model_create_from_text(&a, yaml, "spec.yaml", 3, err, sizeof err), 0);
+    assert_int_equal(model_create(&b, "tutorial-cnn-l2", 3, err, sizeof err), 0);
+    assert_string_equal(a->signature, b->signature);
+    assert_string_equal(a->signature_sha256, b->signature_sha256);
+    assert_memory_equal(a->params, b->params, a->num_params * sizeof(float));
+    model_free(a);
+    model_free(b);
+}
+
+static void test_signature_distinguishes(void **s)
+{
+    (void)s;
+    Model *a, *b;
+    char err[256];
+    assert_int_equal(model_create(&a, "tutorial-cnn", 1, err, sizeof err), 0);
+    assert_int_equal(model_create(&b, "tutorial-cnn-l2", 1, err, sizeof err), 0);
+    assert_string_not_equal(a->signature_sha256, b->signature_sha256);
+    assert_non_null(strstr(a->signature, "params=2770634"));
+    model_free(a);
+    model_free(b);
+}
+
+static void test_seeded_init(void **s)
+{
+    (void)s;
+    Model *a, *b, *c;
+    char err[256];
+    assert_int_equal(model_create(&a, "mlp", 1, err, sizeof err), 0);
+    assert_int_equal(model_create(&b, "mlp", 1, err, sizeof err), 0);
+    assert_int_equal(model_create(&c, "mlp", 2, err, sizeof err), 0);
+    assert_memory_equal(a->params, b->params, a->num_params * sizeof(float));
+    assert_memory_not_equal(a->params, c->params, a->num_params * sizeof(float));
+    /* Glorot-uniform bounds of the first kernel, zero biases */
+    float limit = sqrtf(6.0f / (784 + 128));
+    const Layer *d = &a->layers[1];
+    float mx = 0;
+    for (size_t i = 0; i < d->w_count; i++) mx = fmaxf(mx, fabsf(a->params[d->w_off + i]));
+    assert_true(mx <= limit && mx > 0.99f * limit);
+    for (size_t i = 0; i < d->b_count; i++) assert_true(a->params[d->b_off + i] == 0.0f);
+    model_free(a);
+    model_free(b);
+    model_free(c);
+}
+
+static void expect_error(const char *spec, const char *needle)
+{
+    Model *m = NULL;
+    char err[256] = "";
+    int rc = model_create(&m, spec, 1, err, sizeof err);
+    print_message("# %s\n", err);
+    assert_true(rc < 0);
+    assert_null(m);
+    assert_non_null(strstr(err, needle));
+    assert_null(strchr(err, '\n'));
+}
+
+static void test_spec_errors(void **s)
+{
+    (void)s;
+    expect_error("no-such-model", "expected tutorial-cnn, tutorial-cnn-l2, cnn2, mlp");
+    expect_error("{\"layers\": [", "invalid JSON");
+    expect_error("{\"layers\": []}", "layers: expected a non-empty list");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":0}]}",
+                 "layers[1].units: expected an integer in [1,");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":\"ten\"}]}",
+                 "layers[1].units");
+    expect_error("{\"layers\":[{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3}]}",
+                 "layers[0].type: expected Conv2D after a (height, width, channels) shape");
+    expect_error("{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"Conv2D\",\"filters\":3,"
+                 "\"kernel_size\":30},{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}",
+                 "layers[0].kernel_size: expected a kernel no larger than the input");
+    expect_error("{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"Conv2D\",\"filters\":3,"
+                 "\"kernel_size\":3,\"padding\":\"full\"}]}",
+                 "layers[0].padding: expected \"valid\" or \"same\"");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
+                 "\"activation\":\"tanh\"}]}",
+                 "layers[1].activation: expected one of");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dropout\",\"rate\":1.5},"
+                 "{\"type\":\"Dense\",\"units\":10}]}",
+                 "layers[1].rate: expected a number in [0, 1)");
+    expect_error("{\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[28,27,1]}]}",
+                 "layers[0].target_shape: expected a shape with as many elements");
+    expect_error("{\"layers\":[{\"type\":\"LSTM\"}]}", "layers[0].type: expected Input, Reshape");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
+                 "\"kernel_regularizer\":{\"l1\":1}}]}",
+                 "layers[1].kernel_regularizer");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"}]}", "layers: expected a last layer Dense");
+    expect_error("{\"layers\":[{\"type\":\"Dense\",\"units\":10}]}",
+                 "layers[0].type: expected Dense after a flat shape");
+    expect_error("layers:\n  - type: Flatten\n  - {type: Dense, units: 10\n", "invalid YAML");
+}
+
+static void test_spec_file(void **s)
+{
+    (void)s;
+    char path[] = "/tmp/kt-test-model-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *spec = "layers:\n  - type: Input\n    shape: [28, 28]\n  - type: Flatten\n"
+                       "  - type: Dense\n    units: 10\n    activation: softmax\n";
+    FILE *f = fdopen(fd, "w");
+    fputs(spec, f);
+    fclose(f);
+    Model *m;
+    char err[256];
+    assert_int_equal(model_create(&m, path, 1, err, sizeof err), 0);
+    assert_int_equal(m->num_params, 7850);
+    assert_false(m->from_logits);
+    model_free(m);
+    f = fopen(path, "w");
+    fputs("layers:\n  - type: Flatten\n  - type: Dense\n    units: -3\n", f);
+    fclose(f);
+    m = NULL;
+    assert_true(model_create(&m, path, 1, err, sizeof err) < 0);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "layers[1].units"));
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_builtin_param_counts), cmocka_unit_test(test_yaml_equals_json),
+        cmocka_unit_test(test_signature_distinguishes), cmocka_unit_test(test_seeded_init),
+        cmocka_unit_test(test_spec_errors), cmocka_unit_test(test_spec_file),
+    };
+    return cmocka_run_group_tests_name("model", tests, NULL, NULL);
+}
