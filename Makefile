@@ -21,7 +21,10 @@ DEPFLAGS  = -MMD -MP
 KT_CACHE ?= $(HOME)/.cache/kubetrain
 export KT_CACHE
 
-.PHONY: all deps run test test-unit test-integration bench clean format
+# Test objects are intermediate files to make; keep them so a rerun rebuilds nothing.
+.SECONDARY:
+
+.PHONY: all deps run test bench clean format
 all: deps
 
 include trainer/trainer.mk
