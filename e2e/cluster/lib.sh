@@ -15,7 +15,7 @@ KT_RUN=${KT_RUN:-$KT_CLUSTER/.run}
 
 # The Kubernetes binaries every cluster level needs, and those only "full" needs.
 K8S_API_BINS="kube-apiserver kube-controller-manager kubectl"
-K8S_FULL_BINS="kube-scheduler kubelet"
+K8S_FULL_BINS="kube-scheduler kubelet kube-proxy"
 
 kt_log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 kt_die() { kt_log "error: $*"; exit 1; }
