@@ -24,8 +24,10 @@ pid_of() {
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' '\n' < "/proc/$pid/cmdline" | head -1 | grep -q "/$bin\$\|^$bin\$" || return 1
+  local argv0=
+  # (read, not a pipe into grep -q or head: under pipefail their early exit fails it)
+  IFS= read -r -d '' argv0 2>/dev/null < "/proc/$pid/cmdline"
+  [ "$argv0" = "$bin" ] || [ "${argv0##*/}" = "$bin" ] || return 1
   echo "$pid"
 }
 
@@ -48,7 +50,8 @@ stop() {
 shims() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' '\n' < "$p/cmdline" 2>/dev/null | grep -qxF -- "$1" && echo "${p#/proc/}"
+    [[ $'\n'"$(tr '\0' '\n' 2>/dev/null < "$p/cmdline")"$'\n' == *$'\n'"$1"$'\n'* ]] &&
+      echo "${p#/proc/}"
   done
 }
 

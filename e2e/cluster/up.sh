@@ -39,7 +39,8 @@ kt_pid_alive() {
   local f=$KT_RUN/pids/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2"
+  # No pipe into grep -q: under pipefail an early grep exit fails the check by SIGPIPE.
+  [ -r "/proc/$pid/cmdline" ] && [[ "$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline")" == *"$2"* ]]
 }
 
 already_up() {
@@ -96,6 +97,9 @@ free_port() {
 mkdir -p "$KT_RUN"/{bin,pids,logs,pki,etcd}
 chmod 700 "$KT_RUN/pki" "$KT_RUN/etcd"
 echo "$level" > "$KT_RUN/level"
+# The full level changes the host: a start that fails half way takes it all down again.
+[ "$level" = api ] ||
+  trap 'rc=$?; [ $rc = 0 ] || { kt_log "up.sh full failed; tearing down"; "$KT_CLUSTER/down.sh"; }' EXIT
 # .run/bin links the binaries this run uses, whichever place each came from.
 bins=$K8S_API_BINS
 [ "$level" = full ] && bins="$bins $K8S_FULL_BINS"
@@ -129,10 +133,10 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -out "$pki/ca.cr
   -days 30 -sha256 -subj "/CN=kubetrain-e2e-ca" \
   -addext "basicConstraints=critical,CA:TRUE" \
   -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
-apiserver_ip=127.0.0.1
-[ "$level" = full ] && apiserver_ip=$KT_NODE_IP
+apiserver_ip=127.0.0.1 apiserver_san=
+[ "$level" = api ] || { apiserver_ip=$KT_NODE_IP; apiserver_san=",IP:$KT_NODE_IP"; }
 cert apiserver "/CN=kube-apiserver" \
-  "IP:127.0.0.1,IP:$apiserver_ip,IP:$SERVICE_APISERVER_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  "IP:127.0.0.1$apiserver_san,IP:$SERVICE_APISERVER_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 cert admin "/O=system:masters/CN=kubetrain-admin"
 # The front-proxy (request-header) CA and the apiserver's client certificate under it, as
 # kubeadm sets them up: aggregated API servers and the controller-manager's delegated

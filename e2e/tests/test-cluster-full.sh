@@ -236,7 +236,8 @@ else tap_fail "down.sh succeeds" "$out"; fi
 left=
 for p in $pids; do [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ] && left="$left $p"; done
 for p in /proc/[0-9]*; do
-  tr '\0' '\n' < "$p/cmdline" 2>/dev/null | grep -qxF -- "$sock" && left="$left ${p#/proc/}"
+  [[ $'\n'"$(tr '\0' '\n' 2>/dev/null < "$p/cmdline")"$'\n' == *$'\n'"$sock"$'\n'* ]] &&
+    left="$left ${p#/proc/}"
 done
 if [ -z "$left" ]; then tap_ok "no component or shim process left"
 else tap_fail "no component or shim process left" "$(ps -o pid,args -p $left)"; fi
