@@ -302,7 +302,6 @@ full_start() {
     --conntrack-tcp-timeout-close-wait 0 \
     --metrics-bind-address "127.0.0.1:$proxy_metrics_port" \
     --healthz-bind-address "127.0.0.1:$proxy_healthz_port"
-  wait_for kube-proxy curl -sf "http://127.0.0.1:$proxy_healthz_port/livez"
 
   full_kubelet_config
   kt_log "starting kubelet (node $KT_NODE_NAME at $KT_NODE_IP:$kubelet_port)"
@@ -311,6 +310,8 @@ full_start() {
     --cert-dir "$full/kubelet/pki" --hostname-override "$KT_NODE_NAME" \
     --node-ip "$KT_NODE_IP"
   wait_for kubelet "${k[@]}" wait --for=condition=Ready "node/$KT_NODE_NAME" --timeout=2s
+  # kube-proxy reports healthy once it has seen its Node and written the rules.
+  wait_for kube-proxy curl -sf "http://127.0.0.1:$proxy_healthz_port/livez"
 
   kt_log "starting CoreDNS ($KT_DNS_IP) and $KT_PV_COUNT PersistentVolumes"
   sed -e "s|@DNS_IP@|$KT_DNS_IP|g" -e "s|@IMAGE@|$KT_COREDNS_IMAGE|g" \

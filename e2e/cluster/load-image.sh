@@ -33,7 +33,8 @@ while [ $# -gt 0 ]; do
       *) ref=docker.io/library/$img ;;
     esac
     case $ref in *:*) ;; *) ref=$ref:latest ;; esac
-    "${ctr[@]}" images ls -q | grep -qxF "$ref" || kt_die "$ref not in containerd after import"
+    have=$("${ctr[@]}" images ls -q)
+    grep -qxF "$ref" <<<"$have" || kt_die "$ref not in containerd after import (it has: $have)"
     echo "$ref"
   fi
 done
