@@ -55,22 +55,25 @@ shims() {
   done
 }
 
-# remove_chains TABLE CHAIN...: deletes the rules that jump to each CHAIN, then the
-# chains themselves.
+# remove_chains COMMAND TABLE CHAIN...: deletes the rules that jump to each CHAIN (in
+# TABLE of COMMAND, iptables or ip6tables), then the chains themselves.
 remove_chains() {
-  local t=$1 c; shift
+  local cmd=$1 t=$2 c rule; shift 2
   [ $# -gt 0 ] || return 0
   for c in "$@"; do
-    iptables-save -t "$t" | grep -E -- "-j $c( |\$)" | grep '^-A ' | sed 's/^-A /-D /' |
-      while read -r rule; do eval "iptables -t $t $rule" || status=1; done
+    while read -r rule; do
+      eval "$cmd -t $t $rule" || status=1
+    done < <("$cmd-save" -t "$t" | grep -E -- "-j $c( |\$)" | grep '^-A ' | sed 's/^-A /-D /')
   done
-  for c in "$@"; do iptables -t "$t" -F "$c" 2>/dev/null; done
-  for c in "$@"; do iptables -t "$t" -X "$c" 2>/dev/null || { kt_log "cannot remove chain $t/$c"; status=1; }; done
+  for c in "$@"; do "$cmd" -t "$t" -F "$c" 2>/dev/null; done
+  for c in "$@"; do
+    "$cmd" -t "$t" -X "$c" 2>/dev/null || { kt_log "cannot remove chain $cmd/$t/$c"; status=1; }
+  done
 }
 
 full_teardown() {
   local k=("$KT_RUN/bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" --request-timeout 10s)
-  local sock=$full/containerd/containerd.sock ctr t ids m d left
+  local sock=$full/containerd/containerd.sock ctr c t ids m d left
   # No new pods: controllers and scheduler first; then the kubelet stops the pods it
   # runs, which tears down their networks through the CNI plugins.
   stop kube-controller-manager
@@ -104,18 +107,17 @@ full_teardown() {
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null ||
       { kt_log "cannot unmount $m"; status=1; }
   done
-  # iptables: kube-proxy's own cleanup, then every CNI, KUBE or KT chain that was not
-  # there before this run.
-  if [ -x "$KT_RUN/bin/kube-proxy" ]; then
-    "$KT_RUN/bin/kube-proxy" --cleanup >"$KT_RUN/logs/kube-proxy-cleanup.log" 2>&1 ||
-      kt_log "kube-proxy --cleanup failed (log: kube-proxy-cleanup.log)"
-  fi
+  # iptables and ip6tables: every CNI, KUBE or KT chain that was not there before this
+  # run (kube-proxy's, the kubelet's, the CNI plugins', its own). Not `kube-proxy
+  # --cleanup`: that also loads ip_vs and flushes every IPVS rule of the host.
   if [ -f "$full/host/chains-before" ]; then
-    for t in filter nat mangle; do
-      # shellcheck disable=SC2046
-      remove_chains "$t" $(iptables-save -t "$t" 2>/dev/null |
-        sed -n 's/^:\(\(CNI\|KUBE\|KT\)-[^ ]*\) .*/\1/p' |
-        grep -vxF -f <(sed -n "s/^$t //p" "$full/host/chains-before") )
+    for c in iptables ip6tables; do
+      for t in filter nat mangle raw; do
+        # shellcheck disable=SC2046
+        remove_chains "$c" "$t" $("$c-save" -t "$t" 2>/dev/null |
+          sed -n 's/^:\(\(CNI\|KUBE\|KT\)-[^ ]*\) .*/\1/p' |
+          grep -vxF -f <(sed -n "s/^$c $t //p" "$full/host/chains-before") )
+      done
     done
   fi
   if [ -f "$full/host/bridge" ]; then

@@ -79,6 +79,17 @@ full_env() {
   printf 'KT_KUBELET_PORT=%q\n' "$kubelet_port"
 }
 
+# full_chains: the CNI-, KUBE- and KT- chains of iptables and ip6tables, one
+# "COMMAND TABLE CHAIN" a line (the kubelet makes KUBE- chains in both families).
+full_chains() {
+  local c t
+  for c in iptables ip6tables; do
+    for t in filter nat mangle raw; do
+      "$c-save" -t "$t" 2>/dev/null | sed -n "s/^:\(\(CNI\|KUBE\|KT\)-[^ ]*\) .*/$c $t \1/p"
+    done
+  done
+}
+
 # full_host_setup: the host changes, each recorded under $full/host before it is made:
 # the sysctls as they were, the CNI and KUBE chains that already existed, the bridge with
 # the node address and a route for the Service range, a mangle chain that keeps pod
@@ -89,10 +100,7 @@ full_host_setup() {
   for s in $FULL_SYSCTLS; do
     v=$(sysctl -n "$s" 2>/dev/null) && printf '%s=%s\n' "$s" "$v"
   done > "$full/host/sysctl"
-  for t in filter nat mangle; do
-    iptables-save -t "$t" 2>/dev/null | sed -n 's/^:\(\(CNI\|KUBE\|KT\)-[^ ]*\) .*/\1/p' |
-      sed "s/^/$t /"
-  done > "$full/host/chains-before"
+  full_chains > "$full/host/chains-before"
   [ -d /var/log/containers ] || echo /var/log/containers > "$full/host/made-dirs"
 
   echo "$KT_CNI_BRIDGE" > "$full/host/bridge"

@@ -40,9 +40,11 @@ bash e2e/cluster/down.sh >/dev/null 2>&1
 
 # What the host looks like before: to compare with after down.sh.
 chains() {
-  local t
-  for t in filter nat mangle; do
-    iptables-save -t "$t" | sed -n "s/^:\(\(CNI\|KUBE\|KT\)-[^ ]*\) .*/$t \1/p"
+  local c t
+  for c in iptables ip6tables; do
+    for t in filter nat mangle raw; do
+      "$c-save" -t "$t" 2>/dev/null | sed -n "s/^:\(\(CNI\|KUBE\|KT\)-[^ ]*\) .*/$c $t \1/p"
+    done
   done | sort
 }
 sysctls() { sysctl vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.conf.all.route_localnet 2>/dev/null; }
@@ -248,7 +250,7 @@ if ! ip link show "$KT_CNI_BRIDGE" >/dev/null 2>&1 && ! ip route | grep -q "dev 
   tap_ok "bridge $KT_CNI_BRIDGE and its routes removed"
 else tap_fail "bridge $KT_CNI_BRIDGE removed" "$(ip -br link show "$KT_CNI_BRIDGE")"; fi
 after=$(chains)
-if [ "$after" = "$chains_before" ]; then tap_ok "iptables chains as before (no CNI-, KUBE-, KT- chain left)"
+if [ "$after" = "$chains_before" ]; then tap_ok "iptables and ip6tables chains as before (no CNI-, KUBE-, KT- chain left)"
 else tap_fail "iptables chains as before" "$(diff <(echo "$chains_before") <(echo "$after"))"; fi
 cg=$(ls -d /sys/fs/cgroup/*/kubetrain-e2e 2>/dev/null)
 if [ -z "$cg" ]; then tap_ok "kubelet cgroups removed"
