@@ -9,6 +9,8 @@
 #   make cluster-up-full  the api level plus kube-scheduler, kube-proxy, a kubelet on its
 #                         own containerd with the CNI bridge, CoreDNS and hostPath volumes:
 #                         a single node that runs pods (root; see e2e/cluster/README.md)
+#   make cluster-images   make images, then import the base, operator and trainer images
+#                         into the full-level node's containerd (e2e/cluster/load-image.sh)
 #   make cluster-down     stop what cluster-up-* started and remove e2e/cluster/.run
 #
 # KUBEBUILDER_ASSETS, when set to a directory holding those binaries, is used instead
@@ -25,7 +27,8 @@ DEPS_APT += containerd runc containernetworking-plugins iptables conntrack gcc l
 E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
 TEST_PROGRAMS += $(E2E_TESTS)
 
-.PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-down test-e2e-api
+.PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-images cluster-down \
+        test-e2e-api
 k8s-binaries: deps
 	@bash e2e/cluster/build-k8s.sh api
 k8s-binaries-full: deps
@@ -35,6 +38,9 @@ cluster-up-api: deps
 	@bash e2e/cluster/up.sh api
 cluster-up-full: deps
 	@bash e2e/cluster/up.sh full
+cluster-images: images
+	@bash e2e/cluster/load-image.sh $(BASE) $(IMAGE_PREFIX)/operator:$(VERSION) \
+	    $(IMAGE_PREFIX)/trainer:$(VERSION)
 cluster-down:
 	@bash e2e/cluster/down.sh
 # Only the harness's own tests, without the rest of `make test`.

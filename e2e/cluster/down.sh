@@ -73,12 +73,12 @@ remove_chains() {
 
 full_teardown() {
   local k=("$KT_RUN/bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" --request-timeout 10s)
-  local sock=$full/containerd/containerd.sock ctr c t ids m d left
+  local sock=$full/containerd/containerd.sock ctr t ids m d left
   # No new pods: controllers and scheduler first; then the kubelet stops the pods it
   # runs, which tears down their networks through the CNI plugins.
   stop kube-controller-manager
   stop kube-scheduler
-  if pid_of kubelet >/dev/null && pid_of kube-apiserver >/dev/null; then
+  if pid_of kubelet >/dev/null && pid_of containerd >/dev/null && pid_of kube-apiserver >/dev/null; then
     "${k[@]}" delete pods --all --all-namespaces --grace-period=1 --wait=true \
       --timeout=45s >/dev/null 2>&1 || kt_log "not every pod was deleted through the API"
   fi
@@ -100,6 +100,18 @@ full_teardown() {
   for t in $(shims "$sock"); do kill -TERM "$t" 2>/dev/null; done
   for _ in $(seq 50); do [ -z "$(shims "$sock")" ] && break; sleep 0.1; done
   for t in $(shims "$sock"); do kill -KILL "$t" 2>/dev/null; done
+  # Container processes that outlived their shim (containerd gone before down.sh) are
+  # still in the pods' cgroups, which are this run's: kill them there.
+  d=$(cat "$full/host/cgroup-root" 2>/dev/null)
+  if [ -n "$d" ] && [ -d "/sys/fs/cgroup/pids/$d" ]; then
+    for _ in 1 2 3; do
+      ids=$(find "/sys/fs/cgroup/pids/$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
+      [ -n "$ids" ] || break
+      kt_log "killing processes left in the pods' cgroups: $(echo $ids)"
+      kill -KILL $ids 2>/dev/null
+      sleep 0.5
+    done
+  fi
   # Mounts under the run directory, deepest first: pod volumes, container root
   # filesystems, sandbox /dev/shm and network namespaces.
   for m in $(awk -v r="$KT_RUN/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo |
@@ -107,6 +119,14 @@ full_teardown() {
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null ||
       { kt_log "cannot unmount $m"; status=1; }
   done
+  left=$(awk -v r="$KT_RUN/" 'index($5, r) == 1' /proc/self/mountinfo | wc -l)
+  [ "$left" = 0 ] || { kt_log "$left mounts left under $KT_RUN"; status=1; }
+}
+
+# full_host: undoes the full level's host changes; after the apiserver has stopped, as
+# it listens on the bridge's address until then.
+full_host() {
+  local c t d m
   # iptables and ip6tables: every CNI, KUBE or KT chain that was not there before this
   # run (kube-proxy's, the kubelet's, the CNI plugins', its own). Not `kube-proxy
   # --cleanup`: that also loads ip_vs and flushes every IPVS rule of the host.
@@ -150,8 +170,6 @@ full_teardown() {
       rmdir /var/log/containers 2>/dev/null
     fi
   fi
-  left=$(awk -v r="$KT_RUN/" 'index($5, r) == 1' /proc/self/mountinfo | wc -l)
-  [ "$left" = 0 ] || { kt_log "$left mounts left under $KT_RUN"; status=1; }
 }
 
 [ -d "$full" ] && full_teardown
@@ -164,5 +182,6 @@ if [ -d "$KT_RUN/pids" ]; then
   done
   for n in $order; do stop "$n"; done
 fi
+[ -d "$full" ] && full_host
 [ $status -eq 0 ] && rm -rf "$KT_RUN"
 exit $status

@@ -10,6 +10,7 @@ KT_CLUSTER=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KT_ROOT=$(cd "$KT_CLUSTER/../.." && pwd)
 KT_CACHE=${KT_CACHE:-$HOME/.cache/kubetrain}
 KT_RUN=${KT_RUN:-$KT_CLUSTER/.run}
+case $KT_RUN in /*) ;; *) KT_RUN=$PWD/$KT_RUN ;; esac
 # shellcheck source=versions.env
 . "$KT_CLUSTER/versions.env"
 
