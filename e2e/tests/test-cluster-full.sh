@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The full-level cluster harness: up.sh full brings a Ready node; a pod of the local base
 # image (kubetrain/base:bookworm, imported with load-image.sh) runs a command and
-# Succeeds; two pods under a headless Service resolve each other by
-# <pod>.<svc>.<ns>.svc.cluster.local through CoreDNS and exchange bytes over TCP; a
+# Succeeds and reaches the apiserver by the kubernetes Service's name; two pods under a
+# headless Service resolve each other by <pod>.<svc>.<ns>.svc.cluster.local (and the
+# short <pod>.<svc>.<ns>.svc of TF_CONFIG) through CoreDNS and exchange bytes over TCP; a
 # PersistentVolumeClaim binds to one of the harness's volumes and a pod's write lands in
 # it; down.sh leaves no process, mount, bridge, iptables chain, cgroup or run directory.
 # Uses its own run directory (build/e2e/test-cluster-full). Skips, saying why, when the
@@ -95,6 +96,7 @@ for _ in $(seq 60); do k -n "$NS" get serviceaccount default >/dev/null 2>&1 && 
 have_base=0
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
   tap_skip "pod of the base image" "Docker has no $BASE (make image-base makes it)"
+  tap_skip "a pod reaches the apiserver at kubernetes.default.svc:443" "no $BASE"
   tap_skip "two pods resolve each other through CoreDNS and talk TCP" "no $BASE"
   tap_skip "a pod writes to a PersistentVolumeClaim" "no $BASE"
 elif ! out=$(bash e2e/cluster/load-image.sh "$BASE" 2>&1); then
@@ -116,11 +118,26 @@ spec:
     - name: hello
       image: $BASE
       imagePullPolicy: Never
-      command: [bash, -c, 'echo "hello from \$(hostname) on debian \$(cat /etc/debian_version)"']
+      command:
+        - bash
+        - -c
+        - |
+          echo "hello from \$(hostname) on debian \$(cat /etc/debian_version)"
+          if exec 3<>/dev/tcp/kubernetes.default.svc/443; then echo "apiserver reachable"; fi
 EOF
-  if wait_phase hello Succeeded 90 && k -n "$NS" logs hello 2>/dev/null | grep -q '^hello from hello on debian 12'; then
-    tap_ok "a pod of $BASE runs its command and Succeeds"
-  else tap_fail "a pod of $BASE runs its command and Succeeds" "$(explain hello)"; fi
+  if wait_phase hello Succeeded 90; then
+    out=$(k -n "$NS" logs hello 2>&1)
+    if grep -q '^hello from hello on debian 12' <<<"$out"; then
+      tap_ok "a pod of $BASE runs its command and Succeeds"
+    else tap_fail "a pod of $BASE runs its command and Succeeds" "$out"; fi
+    # What the operator's pod needs: the apiserver by the kubernetes Service's name.
+    if grep -qx 'apiserver reachable' <<<"$out"; then
+      tap_ok "a pod reaches the apiserver at kubernetes.default.svc:443 (CoreDNS, kube-proxy)"
+    else tap_fail "a pod reaches the apiserver at kubernetes.default.svc:443" "$out"; fi
+  else
+    tap_fail "a pod of $BASE runs its command and Succeeds" "$(explain hello)"
+    tap_skip "a pod reaches the apiserver at kubernetes.default.svc:443" "the pod did not run"
+  fi
 
   # --- two pods under a headless Service: DNS names and TCP ------------------------
   # Each resolves the other's name, peer-0 serves one line back over TCP, peer-1 sends
@@ -177,7 +194,7 @@ spec:
         - bash
         - -c
         - |
-          other=peer-0.peers.$NS.svc.$KT_CLUSTER_DOMAIN
+          other=peer-0.peers.$NS.svc
           for i in \$(seq 120); do
             if exec 3<>/dev/tcp/\$other/7000; then break; fi 2>/dev/null
             sleep 0.5
@@ -195,7 +212,7 @@ EOF
     fq1=peer-1.peers.$NS.svc.$KT_CLUSTER_DOMAIN
     if grep -q "^$ip1 *$fq1" <<<"$l0" && grep -q "^$ip0 " <<<"$l1" &&
        grep -qx "got: ping from $fq1" <<<"$l0" && grep -qx "reply: pong ping from $fq1" <<<"$l1"; then
-      tap_ok "peer-0 and peer-1 resolve each other as <pod>.peers.$NS.svc.$KT_CLUSTER_DOMAIN and exchange a line over TCP"
+      tap_ok "peer-0 and peer-1 resolve each other (<pod>.peers.$NS.svc.$KT_CLUSTER_DOMAIN; <pod>.peers.$NS.svc by search path) and exchange a line over TCP"
     else tap_fail "peers resolve each other and exchange a line" "peer-0 ($ip0): $l0"$'\n'"peer-1 ($ip1): $l1"; fi
   else tap_fail "peers resolve each other and exchange a line" "$(explain peer-0; explain peer-1)"; fi
 
