@@ -95,7 +95,7 @@ full_chains() {
 # the node address and a route for the Service range, a mangle chain that keeps pod
 # traffic on the bridge, and the cgroup root of the kubelet's pods.
 full_host_setup() {
-  local d t
+  local d s v
   mkdir -p "$full"/{host,containerd,kubelet,kubelet-logs,cni/net.d,cni/ipam,volumes,images}
   for s in $FULL_SYSCTLS; do
     v=$(sysctl -n "$s" 2>/dev/null) && printf '%s=%s\n' "$s" "$v"
