@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154
 # The "full" level of up.sh: a node that runs pods. Sourced by up.sh after lib.sh; its
 # functions run in up.sh's shell and use its helpers (cert, kubeconfig, free_port, start,
 # wait_for) and variables (KT_RUN, pki, bin, api_url, SERVICE_CIDR). Every change made

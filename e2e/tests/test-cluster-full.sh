@@ -10,7 +10,7 @@
 # machine cannot run a node (not root, no containerd/runc/CNI plugins, another full
 # cluster holds the bridge) or the binaries cannot be had.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 
 export KT_RUN=$PWD/build/e2e/test-cluster-full/run
