@@ -6,7 +6,12 @@
 #                         in e2e/cluster/k8sbuild/go.mod must be on PATH)
 #   make cluster-up-api   etcd + kube-apiserver + kube-controller-manager on 127.0.0.1;
 #                         admin kubeconfig in e2e/cluster/.run/kubeconfig
-#   make cluster-down     stop what cluster-up-api started and remove e2e/cluster/.run
+#   make cluster-up-full  the api level plus kube-scheduler, kube-proxy, a kubelet on its
+#                         own containerd with the CNI bridge, CoreDNS and hostPath volumes:
+#                         a single node that runs pods (root; see e2e/cluster/README.md)
+#   make cluster-images   make images, then import the base, operator and trainer images
+#                         into the full-level node's containerd (e2e/cluster/load-image.sh)
+#   make cluster-down     stop what cluster-up-* started and remove e2e/cluster/.run
 #
 # KUBEBUILDER_ASSETS, when set to a directory holding those binaries, is used instead
 # of building them (the envtest convention).
@@ -14,15 +19,28 @@
 # etcd for the api level; openssl makes the cluster's certificates; curl and iproute2 (ss)
 # probe health and free ports; util-linux gives setsid and flock.
 DEPS_APT += etcd-server openssl curl iproute2 util-linux
+# The full level's node: Debian's containerd and runc, the CNI plugins (bridge, host-local,
+# portmap, firewall, loopback), iptables for kube-proxy and the firewall plugin, conntrack
+# for kube-proxy's cleanup of UDP flows, gcc (with libc6-dev) for the static pause binary.
+DEPS_APT += containerd runc containernetworking-plugins iptables conntrack gcc libc6-dev
 
 E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
 TEST_PROGRAMS += $(E2E_TESTS)
 
-.PHONY: k8s-binaries cluster-up-api cluster-down test-e2e-api
+.PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-images cluster-down \
+        test-e2e-api
 k8s-binaries: deps
 	@bash e2e/cluster/build-k8s.sh api
+k8s-binaries-full: deps
+	@bash e2e/cluster/build-k8s.sh full
+	@bash e2e/cluster/build-coredns.sh
 cluster-up-api: deps
 	@bash e2e/cluster/up.sh api
+cluster-up-full: deps
+	@bash e2e/cluster/up.sh full
+cluster-images: images
+	@bash e2e/cluster/load-image.sh $(BASE) $(IMAGE_PREFIX)/operator:$(VERSION) \
+	    $(IMAGE_PREFIX)/trainer:$(VERSION)
 cluster-down:
 	@bash e2e/cluster/down.sh
 # Only the harness's own tests, without the rest of `make test`.

@@ -8,7 +8,7 @@
 #   3. a build from the Go module proxy through the wrapper module k8sbuild/, once per
 #      machine (a lock serialises concurrent callers), into that cache.
 # "api" (the default) means kube-apiserver, kube-controller-manager and kubectl; "full"
-# adds kube-scheduler and kubelet. Go caches live under $KT_CACHE/go; the build runs with
+# adds kube-scheduler, kubelet and kube-proxy. Go caches live under $KT_CACHE/go; the build runs with
 # GOMAXPROCS=2 and -p 2. Exit status 0 on success; 1 when a binary is missing and cannot
 # be built (the reason is on stderr).
 set -euo pipefail

@@ -10,12 +10,13 @@ KT_CLUSTER=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KT_ROOT=$(cd "$KT_CLUSTER/../.." && pwd)
 KT_CACHE=${KT_CACHE:-$HOME/.cache/kubetrain}
 KT_RUN=${KT_RUN:-$KT_CLUSTER/.run}
+case $KT_RUN in /*) ;; *) KT_RUN=$PWD/$KT_RUN ;; esac
 # shellcheck source=versions.env
 . "$KT_CLUSTER/versions.env"
 
 # The Kubernetes binaries every cluster level needs, and those only "full" needs.
 K8S_API_BINS="kube-apiserver kube-controller-manager kubectl"
-K8S_FULL_BINS="kube-scheduler kubelet"
+K8S_FULL_BINS="kube-scheduler kubelet kube-proxy"
 
 kt_log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 kt_die() { kt_log "error: $*"; exit 1; }

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# up.sh [api]
+# up.sh [api|full]
 #
-# Starts a Kubernetes control plane on this machine, made of the real components, for the
-# integration tier:
-#   api   etcd (Debian's etcd-server), kube-apiserver and kube-controller-manager (garbage
-#         collector on), all on 127.0.0.1 at free ports; no scheduler, kubelet or pods.
+# Starts a Kubernetes cluster on this machine, made of the real components:
+#   api   the integration tier: etcd (Debian's etcd-server), kube-apiserver and
+#         kube-controller-manager (garbage collector on), all on 127.0.0.1 at free ports;
+#         no scheduler, kubelet or pods.
+#   full  the end-to-end tier: a single node that runs real pods. Besides the above,
+#         kube-scheduler, kube-proxy (iptables), a kubelet on its own containerd (Debian's,
+#         CRI, runc) with the CNI bridge, host-local, portmap and firewall plugins on the
+#         bridge kt-cni0 (10.244.0.1/24), CoreDNS as a Deployment behind the kube-dns
+#         Service (10.96.0.10, the kubelet's clusterDNS, zone cluster.local), and static
+#         hostPath PersistentVolumes of the default StorageClass. The apiserver listens on
+#         the bridge's address so that pods reach it through the kubernetes Service.
+#         The pause and CoreDNS images are made here and imported into containerd;
+#         load-image.sh imports more. See README.md for what it changes on the host.
 # State lives in e2e/cluster/.run (ignored by git):
 #   .run/kubeconfig   admin kubeconfig (client certificate, certificates embedded)
 #   .run/env          sourceable: KUBECONFIG, KT_APISERVER_URL, KT_*_PORT, KT_K8S_BIN
@@ -12,13 +21,14 @@
 #   .run/pids/*.pid   one per process started; down.sh stops exactly these
 #   .run/logs/*.log   each component's output
 #   .run/pki/         the generated CA, serving and client certificates, service-account key
+#   .run/full/        (full) containerd, kubelet, CNI and volume state; host changes to undo
 # Running it when the same level is already up and healthy does nothing and succeeds;
 # a stale or broken .run is torn down first. Exit status 0 when the cluster is ready.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 level=${1:-api}
-[ "$level" = api ] || kt_die "unknown level '$level'; usage: up.sh [api]"
+case $level in api|full) ;; *) kt_die "unknown level '$level'; usage: up.sh [api|full]" ;; esac
 
 SERVICE_CIDR=${KT_SERVICE_CIDR:-10.96.0.0/16}
 SERVICE_APISERVER_IP=${KT_SERVICE_APISERVER_IP:-10.96.0.1}
@@ -29,7 +39,8 @@ kt_pid_alive() {
   local f=$KT_RUN/pids/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2"
+  # No pipe into grep -q: under pipefail an early grep exit fails the check by SIGPIPE.
+  [ -r "/proc/$pid/cmdline" ] && [[ "$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline")" == *"$2"* ]]
 }
 
 already_up() {
@@ -37,9 +48,16 @@ already_up() {
     return 1
   kt_pid_alive etcd etcd && kt_pid_alive kube-apiserver kube-apiserver &&
     kt_pid_alive kube-controller-manager kube-controller-manager || return 1
+  if [ "$level" = full ]; then
+    local c
+    for c in kube-scheduler containerd kubelet kube-proxy; do kt_pid_alive "$c" "$c" || return 1; done
+  fi
   # shellcheck source=/dev/null
   . "$KT_RUN/env"
-  "$KT_K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1
+  "$KT_K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" get --raw /readyz >/dev/null 2>&1 || return 1
+  [ "$level" = api ] ||
+    "$KT_K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG" wait --for=condition=Ready \
+      "node/$KT_NODE_NAME" --timeout=5s >/dev/null 2>&1
 }
 
 if already_up; then
@@ -51,7 +69,12 @@ if [ -e "$KT_RUN" ]; then
   "$KT_CLUSTER/down.sh"
 fi
 
-"$KT_CLUSTER/build-k8s.sh" api >/dev/null || kt_die "Kubernetes binaries unavailable"
+"$KT_CLUSTER/build-k8s.sh" "$level" >/dev/null || kt_die "Kubernetes binaries unavailable"
+if [ "$level" = full ]; then
+  # shellcheck source=full.sh
+  . "$KT_CLUSTER/full.sh"
+  full_preflight
+fi
 etcd_bin=$(kt_etcd) ||
   kt_die "etcd not found (install Debian's etcd-server, or set KT_ETCD or KUBEBUILDER_ASSETS)"
 command -v openssl >/dev/null || kt_die "openssl not found"
@@ -74,8 +97,13 @@ free_port() {
 mkdir -p "$KT_RUN"/{bin,pids,logs,pki,etcd}
 chmod 700 "$KT_RUN/pki" "$KT_RUN/etcd"
 echo "$level" > "$KT_RUN/level"
+# The full level changes the host: a start that fails half way takes it all down again.
+[ "$level" = api ] ||
+  trap 'rc=$?; [ $rc = 0 ] || { kt_log "up.sh full failed; tearing down"; "$KT_CLUSTER/down.sh"; }' EXIT
 # .run/bin links the binaries this run uses, whichever place each came from.
-for b in $K8S_API_BINS; do ln -sf "$(kt_k8s_bin "$b")" "$KT_RUN/bin/$b"; done
+bins=$K8S_API_BINS
+[ "$level" = full ] && bins="$bins $K8S_FULL_BINS"
+for b in $bins; do ln -sf "$(kt_k8s_bin "$b")" "$KT_RUN/bin/$b"; done
 ln -sf "$etcd_bin" "$KT_RUN/bin/etcd"
 bin=$KT_RUN/bin
 pki=$KT_RUN/pki
@@ -105,8 +133,10 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -out "$pki/ca.cr
   -days 30 -sha256 -subj "/CN=kubetrain-e2e-ca" \
   -addext "basicConstraints=critical,CA:TRUE" \
   -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+apiserver_ip=127.0.0.1 apiserver_san=
+[ "$level" = api ] || { apiserver_ip=$KT_NODE_IP; apiserver_san=",IP:$KT_NODE_IP"; }
 cert apiserver "/CN=kube-apiserver" \
-  "IP:127.0.0.1,IP:$SERVICE_APISERVER_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  "IP:127.0.0.1$apiserver_san,IP:$SERVICE_APISERVER_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 cert admin "/O=system:masters/CN=kubetrain-admin"
 # The front-proxy (request-header) CA and the apiserver's client certificate under it, as
 # kubeadm sets them up: aggregated API servers and the controller-manager's delegated
@@ -117,6 +147,7 @@ openssl req -x509 -newkey rsa:2048 -nodes -keyout "$pki/front-proxy-ca.key" \
   -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
 cert front-proxy-client "/CN=front-proxy-client" "" front-proxy-ca
 cert controller-manager "/CN=system:kube-controller-manager"
+[ "$level" = api ] || full_certs
 openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
@@ -125,7 +156,8 @@ free_port etcd_port
 free_port etcd_peer_port
 free_port api_port
 free_port kcm_port
-api_url=https://127.0.0.1:$api_port
+[ "$level" = api ] || { full_ports; full_host_setup; }
+api_url=https://$apiserver_ip:$api_port
 
 # kubeconfig FILE USER: a kubeconfig with the user's client certificate, all embedded.
 kubeconfig() {
@@ -142,6 +174,7 @@ kubeconfig() {
 }
 kubeconfig "$KT_RUN/kubeconfig" admin
 kubeconfig "$KT_RUN/controller-manager.kubeconfig" controller-manager
+[ "$level" = api ] || full_kubeconfigs
 
 {
   printf 'KUBECONFIG=%q\n' "$KT_RUN/kubeconfig"
@@ -150,6 +183,7 @@ kubeconfig "$KT_RUN/controller-manager.kubeconfig" controller-manager
   printf 'KT_ETCD_PORT=%q\n' "$etcd_port"
   printf 'KT_CONTROLLER_MANAGER_PORT=%q\n' "$kcm_port"
   printf 'KT_K8S_BIN=%q\n' "$bin"
+  [ "$level" = api ] || full_env
   echo 'export KUBECONFIG'
 } > "$KT_RUN/env"
 
@@ -189,13 +223,21 @@ start etcd "$bin/etcd" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
 # --- kube-apiserver -----------------------------------------------------------------
-# Bound to loopback, it cannot publish itself as the endpoint of the "kubernetes"
+# api: bound to loopback, it cannot publish itself as the endpoint of the "kubernetes"
 # Service (loopback addresses are refused there), so it does not try: nothing at this
-# level runs in a pod.
+# level runs in a pod. full: bound to the node's address on the pod bridge, it is the
+# endpoint of that Service, and it reaches the kubelet with a client certificate.
+api_level_flags=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1
+  --endpoint-reconciler-type none)
+[ "$level" = full ] && api_level_flags=(--bind-address "$KT_NODE_IP"
+  --advertise-address "$KT_NODE_IP" --endpoint-reconciler-type lease
+  --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt"
+  --kubelet-client-key "$pki/apiserver-kubelet-client.key"
+  --kubelet-preferred-address-types InternalIP)
 kt_log "starting kube-apiserver on $api_url"
 start kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+  "${api_level_flags[@]}" --secure-port "$api_port" \
   --cert-dir "$pki" \
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" \
@@ -212,7 +254,6 @@ start kube-apiserver "$bin/kube-apiserver" \
   --authorization-mode RBAC,Node \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --allow-privileged=true \
-  --endpoint-reconciler-type none \
   --profiling=false
 wait_for kube-apiserver "$bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" get --raw /readyz
 
@@ -230,6 +271,9 @@ start kube-controller-manager "$bin/kube-controller-manager" \
   --profiling=false
 wait_for kube-controller-manager curl -skf "https://127.0.0.1:$kcm_port/healthz"
 
-for c in etcd kube-apiserver kube-controller-manager; do fail_if_dead "$c" ||
+[ "$level" = api ] || full_start
+components="etcd kube-apiserver kube-controller-manager"
+[ "$level" = full ] && components="$components kube-scheduler containerd kubelet kube-proxy"
+for c in $components; do fail_if_dead "$c" ||
   { "$KT_CLUSTER/down.sh"; kt_die "$c exited during start-up"; }; done
 kt_log "cluster ($level) up; export KUBECONFIG=$KT_RUN/kubeconfig"
