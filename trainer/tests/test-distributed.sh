@@ -120,6 +120,16 @@ if [[ $rc -eq 0 && $(hashes "$tmp/eout") == "$HC" ]] && ! grep -q "Epoch 1/2" "$
   tap_ok "resume from an epoch-end checkpoint: next epoch, no empty epoch line, same hash"
 else tap_fail "resume from epoch end" "rc=$rc $(cat "$tmp/eout" | tail -12)"; fi
 
+# another world size: weights and optimizer restored, the data re-sharded
+ck=$tmp/ck-world
+"$BIN" launch --workers 2 "${mlp[@]}" --epochs 1 --optimizer adam --checkpoint-dir "$ck" >/dev/null 2>&1
+"$BIN" launch --workers 4 "${mlp[@]}" --optimizer adam --checkpoint-dir "$ck" >"$tmp/wout" 2>"$tmp/werr"; rc=$?
+if [[ $rc -eq 0 && $(count_hashes "$tmp/wout") -eq 4 && $(hashes "$tmp/wout" | wc -l) -eq 1 ]] \
+   && grep -q "written by 2 workers, this run has 4: weights and optimizer restored, data re-sharded" "$tmp/werr" \
+   && grep -q "resuming from .*ckpt-5.kt" "$tmp/werr" && ! grep -q "^\[worker 0\] Epoch 1/3" "$tmp/wout"; then
+  tap_ok "a checkpoint of 2 workers resumes on 4 (weights + optimizer restored, data re-sharded)"
+else tap_fail "resume with another world size" "rc=$rc $(tail -8 "$tmp/werr")"; fi
+
 # --- the chief killed while it writes checkpoints; a corrupt newest one ---------------
 ck=$tmp/ck-chief
 p0=$(free_port); p1=$(free_port)
