@@ -85,7 +85,10 @@ reference-trainer: $(TF_VENV)/.installed
 # checkpoint cost and peak RSS. DIST_ROUNDS interleaved rounds, medians reported.
 DIST_ROUNDS ?= 1
 BENCH_TARGETS += bench-distributed
-bench-distributed: $(TRAINER_BIN) $(TF_VENV)/.installed
+$(TF_VENV)/.tf-keras: $(TF_VENV)/.installed
+	$(TF_VENV)/bin/pip install --quiet tf-keras
+	@touch $@
+bench-distributed: $(TRAINER_BIN) $(TF_VENV)/.tf-keras
 	python3 trainer/bench/bench_distributed.py $(TRAINER_BIN) $(TF_VENV)/bin/python \
 	    $(FASHION_DIR) bench/results/distributed.json $(DIST_ROUNDS)
 .PHONY: bench-distributed

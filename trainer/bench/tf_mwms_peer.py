@@ -17,6 +17,9 @@ import time
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Keras 3's fit() cannot take MultiWorkerMirroredStrategy's per-replica batches; the
+# tutorials' Keras 2 (tf-keras) can, so tf.keras is that one here.
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import tensorflow as tf  # noqa: E402
 
 PER_WORKER_BATCH = 64
