@@ -146,7 +146,6 @@ static void spawn(Worker *w, int index, int n, const int *ports, const char *sel
         setenv("TF_CONFIG", tf, 1);
         setenv("KUBETRAIN_SECRET", secret, 1);
         unsetenv("KUBETRAIN_SECRET_FILE");
-        unsetenv("KUBETRAIN_INDEX");
         if (blas_threads) setenv("OPENBLAS_NUM_THREADS", blas_threads, 1);
         /* the chief alone reports the job's result */
         if (index != 0) setenv("KUBETRAIN_TERMINATION_FILE", "/dev/null", 1);
@@ -281,6 +280,9 @@ int launch_main(int argc, char **argv, const char *self)
         return KT_EXIT_OK;
     }
     if (rc) util_fail(KT_EXIT_USAGE, "%s", err);
+    if (cfg.index >= 0)
+        util_fail(KT_EXIT_USAGE, "launch: --index (or KUBETRAIN_INDEX) cannot be given: launch "
+                                 "assigns each worker its index");
 
     char exe[4096];
     ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
