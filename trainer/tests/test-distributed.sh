@@ -86,7 +86,7 @@ wait_for 60 test -e "$ck/ckpt-$at_step.kt"
 sleep "0.$((RANDOM % 3))"
 vp=$(worker_pid "$tmp/kerr" $victim)
 kill -9 "$vp" 2>/dev/null
-wait "$lpid"; rc=$?
+wait "$lpid" 2>/dev/null; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/kout") == "$HC" && -n $HC ]] && grep -q "restart 1/3" "$tmp/kerr"; then
   tap_ok "SIGKILL of worker $victim near step $at_step: the job restarts and ends with the uninterrupted hash"
 else tap_fail "SIGKILL of a random worker" "rc=$rc ref=$HC got=$(hashes "$tmp/kout") $(tail -15 "$tmp/kerr")"; fi
@@ -100,7 +100,7 @@ start_launch "$tmp/tout" "$tmp/terr" --workers 2 "${cnn[@]}" --checkpoint-dir "$
 wait_for 60 grep -q "Epoch 1/2" "$tmp/tout"
 sleep "0.$((3 + RANDOM % 7))"
 kill -TERM "$lpid"
-wait "$lpid"; rc=$?
+wait "$lpid" 2>/dev/null; rc=$?
 stopped=$(sed -n 's/.*stopped by a signal after step \([0-9]*\).*/\1/p' "$tmp/terr" | head -1)
 saved=$(ls "$ck" 2>/dev/null | sed -n 's/^ckpt-\([0-9]*\)\.kt$/\1/p' | sort -n | tail -1)
 if [[ $rc -eq 75 && -n $stopped && $stopped == "$saved" ]]; then
@@ -142,7 +142,7 @@ wait_for 60 test -e "$ck/ckpt-3.kt"
 # kill when a temporary file is open, i.e. in the middle of a write (else at the next step)
 wait_for 10 compgen -G "$ck/.ckpt-*.tmp" >/dev/null
 kill -9 "${cp[0]}"
-wait "${cp[0]}"; wait "${cp[1]}"; rc1=$?
+wait "${cp[0]}" 2>/dev/null; wait "${cp[1]}" 2>/dev/null; rc1=$?
 if [[ $rc1 -eq 75 ]] && grep -q "rank 0" "$tmp/c1.err"; then
   tap_ok "the chief killed: the other worker exits 75 naming rank 0"
 else tap_fail "the chief killed: other worker exits 75" "rc=$rc1 $(tail -5 "$tmp/c1.err")"; fi
@@ -214,9 +214,9 @@ expect "checkpoint of another model" 3 "another model" "" --model tutorial-cnn -
 p0=$(free_port); p1=$(free_port)
 TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${cnn[@]}" --epochs 50 >/dev/null 2>"$tmp/l0" & l0=$!; pids+=("$l0")
 TF_CONFIG=$(tf_config 1 "$p0" "$p1") "$BIN" "${cnn[@]}" --epochs 50 >"$tmp/l1.out" 2>&1 & l1=$!; pids+=("$l1")
-wait_for 60 grep -q "Epoch 2/50" "$tmp/l1.out"
-kill -9 "$l1"; t0=$SECONDS
-wait "$l0"; rc=$?
+wait_for 60 grep -qs "Epoch 2/50" "$tmp/l1.out"
+kill -9 "$l1"; t0=$SECONDS; wait "$l1" 2>/dev/null
+wait "$l0" 2>/dev/null; rc=$?
 if [[ $rc -eq 75 && $((SECONDS - t0)) -le 10 ]] && grep -q "rank 1" "$tmp/l0"; then
   tap_ok "a lost peer: the other worker exits 75 within $((SECONDS - t0))s naming rank 1"
 else tap_fail "lost peer" "rc=$rc after $((SECONDS - t0))s: $(tail -3 "$tmp/l0")"; fi
@@ -227,7 +227,7 @@ else tap_fail "lost peer" "rc=$rc after $((SECONDS - t0))s: $(tail -3 "$tmp/l0")
 start_launch "$tmp/gout" "$tmp/gerr" --workers 2 --max-restarts 0 "${cnn[@]}" --epochs 50
 wait_for 60 grep -q "Epoch 2/50" "$tmp/gout"
 kill -9 "$(worker_pid "$tmp/gerr" 0)"
-wait "$lpid"; rc=$?
+wait "$lpid" 2>/dev/null; rc=$?
 if [[ $rc -eq 137 ]] && grep -q "giving up after 0 restart" "$tmp/gerr"; then
   tap_ok "launch --max-restarts 0, chief SIGKILLed: exit 137 (128+9)"
 else tap_fail "launch exit 128+n" "rc=$rc $(tail -5 "$tmp/gerr")"; fi
@@ -236,7 +236,7 @@ else tap_fail "launch exit 128+n" "rc=$rc $(tail -5 "$tmp/gerr")"; fi
 start_launch "$tmp/sout" "$tmp/serr" --workers 2 --max-restarts 1 "${cnn[@]}"
 wait_for 60 grep -q "Epoch 2/2" "$tmp/sout"
 kill -9 "$(worker_pid "$tmp/serr" 1)"
-wait "$lpid"; rc=$?
+wait "$lpid" 2>/dev/null; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/sout") == "$HC" ]] && grep -q "no --checkpoint-dir, so the group starts again from scratch" "$tmp/serr"; then
   tap_ok "without --checkpoint-dir a restart starts from scratch (said in the log) and ends with the same hash"
 else tap_fail "restart from scratch" "rc=$rc $(tail -5 "$tmp/serr")"; fi
