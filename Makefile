@@ -40,9 +40,10 @@ $(BUILD)/.deps-%:
 	@bash .ci/deps.sh $(DEPS_APT)
 	@touch $@
 
-# Checkpoints stay in build/run/checkpoints: an interrupted `make run` (Ctrl-C saves one)
-# resumes where it stopped; `rm -rf build/run` starts over.
+# The main job starts afresh each time; RESUME=1 keeps build/run/checkpoints, so a run
+# stopped with Ctrl-C (which saves a checkpoint) continues where it stopped.
 run: all
+	@if [ "$(RESUME)" != 1 ]; then rm -rf $(BUILD)/run; fi
 	@mkdir -p $(BUILD)/run
 	$(TRAINER_BIN) launch --workers 2 --checkpoint-dir $(BUILD)/run/checkpoints \
 	    --metrics-file $(BUILD)/run/metrics.jsonl $(RUN_ARGS)
