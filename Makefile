@@ -40,7 +40,10 @@ $(BUILD)/.deps-%:
 	@bash .ci/deps.sh $(DEPS_APT)
 	@touch $@
 
+# Checkpoints stay in build/run/checkpoints: an interrupted `make run` (Ctrl-C saves one)
+# resumes where it stopped; `rm -rf build/run` starts over.
 run: all
+	@mkdir -p $(BUILD)/run
 	$(TRAINER_BIN) launch --workers 2 --checkpoint-dir $(BUILD)/run/checkpoints \
 	    --metrics-file $(BUILD)/run/metrics.jsonl $(RUN_ARGS)
 

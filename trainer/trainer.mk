@@ -79,3 +79,13 @@ reference-trainer: $(TF_VENV)/.installed
 	$(TF_VENV)/bin/python trainer/tests/reference/gen_reference.py $(FASHION_DIR)
 
 .PHONY: bench-trainer reference-trainer
+
+# Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow
+# MultiWorkerMirroredStrategy (trainer/bench/bench_distributed.py); also 4 workers,
+# checkpoint cost and peak RSS. DIST_ROUNDS interleaved rounds, medians reported.
+DIST_ROUNDS ?= 1
+BENCH_TARGETS += bench-distributed
+bench-distributed: $(TRAINER_BIN) $(TF_VENV)/.installed
+	python3 trainer/bench/bench_distributed.py $(TRAINER_BIN) $(TF_VENV)/bin/python \
+	    $(FASHION_DIR) bench/results/distributed.json $(DIST_ROUNDS)
+.PHONY: bench-distributed

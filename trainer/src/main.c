@@ -1,17 +1,255 @@
 /* kubetrain-trainer — one worker of a synchronous data-parallel training job.
  *
- *   kubetrain-trainer [train] [options]     see config.h / --help
+ *   kubetrain-trainer [train] [options]                  one worker (TF_CONFIG names the cluster)
+ *   kubetrain-trainer launch --workers N [options]       N local workers, supervised (launch.h)
  *
- * Exit codes (shared/DESIGN.md): 0 done, 2 bad usage, 3 bad data or model, 75 retry. */
+ * A worker: TF_CONFIG -> rendezvous with its peers -> ring collective -> restore the
+ * newest checkpoint -> the chief's weights broadcast and verified by hash -> train,
+ * the chief checkpointing every --checkpoint-every-steps steps, at each epoch end and
+ * when stopped by SIGTERM.
+ *
+ * Exit codes (shared/DESIGN.md): 0 done, 2 bad usage or configuration (malformed
+ * TF_CONFIG, peers that disagree or do not know the secret), 3 bad data, model or
+ * checkpoint, 75 retry (peers never came or were lost, stopped by SIGTERM after the
+ * checkpoint), 128+n killed by signal n. */
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ckpt.h"
 #include "collective.h"
 #include "config.h"
+#include "launch.h"
+#include "net.h"
+#include "ring.h"
+#include "tfconfig.h"
 #include "train.h"
 #include "util.h"
+
+/* Silence on a ring connection that counts as a lost peer. It must exceed the longest
+ * pause of a live peer: the chief writing a checkpoint between two all-reduces. */
+#define RING_IO_TIMEOUT_S 60.0
+
+/* ---------------------------------------------------------------------------------- */
+/* signals */
+
+static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t training_started;
+
+/* SIGTERM/SIGINT: once training runs, finish the step (the flag travels with the step
+ * statistics, see train.h); before that there is nothing to save, so exit 75 at once,
+ * which also ends a rendezvous that waits for peers that will never come. */
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    if (!training_started) {
+        static const char msg[] = "kubetrain-trainer: stopped by a signal before training "
+                                  "started; exiting 75\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(KT_EXIT_RETRY);
+    }
+    stop_requested = 1;
+}
+
+static void install_signal_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* collective */
+
+/* Forms the collective of this worker: the local one for a world of one, otherwise the
+ * TCP ring after an authenticated rendezvous. Exits with the contract's code on error. */
+static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
+{
+    char err[1024];
+    if (!strcmp(cfg->collective, "nccl"))
+        util_fail(KT_EXIT_USAGE, "--collective nccl: this trainer was built without NCCL (build "
+                                 "with make GPU=1)");
+    if (tf->world == 1) return coll_local_create();
+
+    /* The rendezvous compares the model's signature, so build the model once for it. */
+    Model *m;
+    int rc = model_create(&m, cfg->model, cfg->seed, err, sizeof err);
+    if (rc) util_fail(rc == -ENOENT ? KT_EXIT_USAGE : KT_EXIT_DATA, "%s", err);
+    unsigned char *secret;
+    size_t secret_len;
+    if (net_secret_load(&secret, &secret_len, err, sizeof err)) util_fail(KT_EXIT_USAGE, "%s", err);
+
+    int lfd, port;
+    if (net_listen(NULL, tf->peers[tf->rank].port, 0, &lfd, &port, err, sizeof err))
+        util_fail(KT_EXIT_RETRY, "%s", err);
+    NetJob job = {.world = tf->world, .rank = tf->rank, .model_signature = m->signature,
+                  .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)tf->world,
+                  .dataset = cfg->dataset};
+    NetOptions no = {.rendezvous_timeout_s = cfg->rendezvous_timeout, .handshake_timeout_s = 10,
+                     .secret = secret, .secret_len = secret_len};
+    NetRing ring;
+    double t0 = util_now();
+    rc = net_rendezvous(lfd, tf, &job, &no, &ring, err, sizeof err);
+    close(lfd);
+    free(secret);
+    model_free(m);
+    if (rc == -EPROTO || rc == -EACCES) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
+    if (rc) util_fail(KT_EXIT_RETRY, "rendezvous: %s", err);
+    util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
+             ring.prev_name, ring.next_name);
+    RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S};
+    return ring_create(tf->rank, tf->world, &ring, &ro);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* checkpoints */
+
+/* The identity a checkpoint is matched against: the model's signature and the
+ * optimizer (whose state it holds), or their hash when that is too long to store. */
+static void checkpoint_signature(const Trainer *t, char out[CKPT_SIGNATURE_MAX])
+{
+    int n = snprintf(out, CKPT_SIGNATURE_MAX, "%s|optimizer=%s", t->model->signature,
+                     optim_kind_name(t->cfg.optimizer));
+    if (n >= CKPT_SIGNATURE_MAX)
+        snprintf(out, CKPT_SIGNATURE_MAX, "sha256:%s|optimizer=%s", t->model->signature_sha256,
+                 optim_kind_name(t->cfg.optimizer));
+}
+
+static int checkpoint_save(Trainer *t, char *err, size_t errlen)
+{
+    CkptState cs;
+    memset(&cs, 0, sizeof cs);
+    checkpoint_signature(t, cs.model_signature);
+    cs.world = (uint32_t)t->coll->world;
+    cs.epoch = (uint64_t)t->st.epoch;
+    cs.step_in_epoch = (uint64_t)t->st.step_in_epoch;
+    cs.global_step = (uint64_t)t->st.global_step;
+    cs.seed = t->cfg.seed;
+    cs.rng_state = t->cfg.seed; /* dropout masks derive from (seed, global step, rank) */
+    cs.data_epoch = t->st.cursor.data_epoch;
+    cs.data_position = t->st.cursor.position;
+    cs.optimizer_iter = (uint64_t)t->opt->iterations;
+    double t0 = util_now();
+    int rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
+                       t->model->num_params * sizeof(float), t->opt->state,
+                       t->opt->state_floats * sizeof(float), err, errlen);
+    if (!rc)
+        util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
+    return rc;
+}
+
+/* The after-step hook of the chief: a checkpoint every --checkpoint-every-steps steps,
+ * at the end of every epoch, and when the run is being stopped. */
+static int checkpoint_hook(Trainer *t, void *ctx, char *err, size_t errlen)
+{
+    (void)ctx;
+    int every = t->cfg.checkpoint_every_steps;
+    if ((every > 0 && t->st.global_step % every == 0) || t->st.step_in_epoch == t->steps_per_epoch ||
+        t->stopping)
+        return checkpoint_save(t, err, errlen);
+    return 0;
+}
+
+/* What the chief broadcasts before training: where the run stands. */
+typedef struct {
+    uint64_t restored, epoch, step_in_epoch, global_step, data_epoch, position, opt_iter;
+    char hash[65];
+} StartState;
+
+/* Loads the newest valid checkpoint (every rank, from the shared directory), then makes
+ * every rank start from the chief's parameters, optimizer state and position, verified
+ * by hash. Exits with the contract's code on error. */
+static void restore_and_sync(Trainer *t)
+{
+    char err[1024], sig[CKPT_SIGNATURE_MAX];
+    Model *m = t->model;
+    const size_t pbytes = m->num_params * sizeof(float);
+    const size_t obytes = t->opt->state_floats * sizeof(float);
+    StartState ss;
+    memset(&ss, 0, sizeof ss);
+    TrainState st = {0};
+
+    if (t->cfg.checkpoint_dir[0]) {
+        CkptState cs;
+        CkptLoadInfo info;
+        checkpoint_signature(t, sig);
+        int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes,
+                                  t->opt->state, obytes, &info, err, sizeof err);
+        if (rc == -EPROTO) util_fail(KT_EXIT_DATA, "checkpoint of another model: %s", err);
+        if (rc && rc != -ENOENT)
+            util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
+        if (!rc) {
+            if (info.skipped)
+                util_log("skipped %d newer checkpoint(s) that failed validation", info.skipped);
+            ss.restored = 1;
+            ss.epoch = cs.epoch, ss.step_in_epoch = cs.step_in_epoch;
+            ss.global_step = cs.global_step;
+            ss.data_epoch = cs.data_epoch, ss.position = cs.data_position;
+            ss.opt_iter = cs.optimizer_iter;
+            if (cs.seed != t->cfg.seed)
+                util_log("warning: %s was written with --seed %llu, this run has --seed %llu",
+                         info.path, (unsigned long long)cs.seed, (unsigned long long)t->cfg.seed);
+            /* Another world size: weights and optimizer carry over; the data is
+             * re-sharded. With auto/data sharding every rank walks one global stream whose
+             * cursor counts examples of all ranks, so it continues at the same example;
+             * with file/off sharding the per-rank streams change, so the new shards start
+             * at the beginning of the same data epoch. */
+            if (cs.world != (uint32_t)t->coll->world) {
+                int global = t->cfg.shard_policy == SHARD_AUTO || t->cfg.shard_policy == SHARD_DATA;
+                if (!global) ss.position = 0;
+                util_log("%s was written by %u workers, this run has %d: weights and optimizer "
+                         "restored, data re-sharded (%s)", info.path, cs.world, t->coll->world,
+                         global ? "the global stream continues at the same example"
+                                : "the new shards start the same data epoch from the beginning");
+            }
+            if (t->coll->rank == 0)
+                util_log("resuming from %s: epoch %llu, step %llu of the epoch, global step %llu",
+                         info.path, (unsigned long long)cs.epoch + 1,
+                         (unsigned long long)cs.step_in_epoch, (unsigned long long)cs.global_step);
+        } else if (t->coll->rank == 0) {
+            util_log("no checkpoint in %s: starting from scratch", t->cfg.checkpoint_dir);
+        }
+    }
+    if (t->coll->world > 1) {
+        char mine[65];
+        util_sha256_hex(m->params, pbytes, mine);
+        if (t->coll->rank == 0) memcpy(ss.hash, mine, sizeof mine);
+        int rc = coll_broadcast(t->coll, &ss, sizeof ss, 0, err, sizeof err);
+        if (!rc) rc = coll_broadcast(t->coll, m->params, pbytes, 0, err, sizeof err);
+        if (!rc && obytes) rc = coll_broadcast(t->coll, t->opt->state, obytes, 0, err, sizeof err);
+        if (rc) util_fail(KT_EXIT_RETRY, "initial broadcast from the chief: %s", err);
+        char got[65];
+        util_sha256_hex(m->params, pbytes, got);
+        ss.hash[64] = '\0';
+        if (strcmp(got, ss.hash) != 0)
+            util_fail(KT_EXIT_RETRY, "initial weights differ from the chief's after the broadcast: "
+                      "sha256 %s here, %s at rank 0", got, ss.hash);
+        if (t->coll->rank != 0 && strcmp(mine, ss.hash) != 0)
+            util_log("warning: this rank's initial weights (sha256 %.12s) differed from the "
+                     "chief's (%.12s); training from the chief's", mine, ss.hash);
+        util_log("initial weights verified: sha256 %s", got);
+    }
+    st.epoch = (int)ss.epoch;
+    st.step_in_epoch = (long)ss.step_in_epoch;
+    st.global_step = (long)ss.global_step;
+    st.cursor.data_epoch = ss.data_epoch;
+    st.cursor.position = ss.position;
+    t->opt->iterations = (int64_t)ss.opt_iter;
+    trainer_seek(t, &st);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* train */
 
 static int cmd_train(int argc, char **argv)
 {
@@ -24,10 +262,29 @@ static int cmd_train(int argc, char **argv)
         return KT_EXIT_OK;
     }
     if (rc) util_fail(KT_EXIT_USAGE, "%s", err);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    install_signal_handlers();
 
-    Collective *coll = coll_local_create();
+    TfConfig tf;
+    if (tfconfig_parse(getenv("TF_CONFIG"), cfg.index, &tf, err, sizeof err))
+        util_fail(KT_EXIT_USAGE, "TF_CONFIG: %s", err);
+    if (tf.world > 1) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "kubetrain-trainer[rank %d]", tf.rank);
+        util_set_log_prefix(prefix);
+        /* the chief alone writes summaries, as in MWMS */
+        if (tf.rank != 0) cfg.metrics_file[0] = '\0';
+    }
+    Collective *coll = connect_collective(&cfg, &tf);
+    tfconfig_free(&tf);
+
     Trainer *t;
     if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) util_fail(code, "%s", err);
+    restore_and_sync(t);
+    if (coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
+    t->stop_request = &stop_requested;
+    training_started = 1;
+    if (stop_requested) util_fail(KT_EXIT_RETRY, "stopped by a signal before the first step");
     if (trainer_run(t, &code, err, sizeof err)) util_fail(code, "%s", err);
 
     char hash[65];
@@ -51,7 +308,8 @@ static int cmd_train(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "launch")) return launch_main(argc - 2, argv + 2, argv[0]);
     if (argc > 1 && strncmp(argv[1], "-", 1) != 0)
-        util_fail(KT_EXIT_USAGE, "%s: unknown command (expected train)", argv[1]);
+        util_fail(KT_EXIT_USAGE, "%s: unknown command (expected train or launch)", argv[1]);
     return cmd_train(argc - 1, argv + 1);
 }

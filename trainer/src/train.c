@@ -56,6 +56,10 @@ err:
 void trainer_seek(Trainer *t, const TrainState *st)
 {
     t->st = *st;
+    if (t->st.step_in_epoch >= t->steps_per_epoch) {
+        t->st.epoch++;
+        t->st.step_in_epoch = 0;
+    }
     pipeline_seek(t->pipe, st->cursor);
 }
 
@@ -119,13 +123,14 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             m->grads[np] = (float)ss.loss;
             m->grads[np + 1] = (float)ss.correct;
             m->grads[np + 2] = (float)ss.count;
-            m->grads[np + 3] = 0.0f;
+            m->grads[np + 3] = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
             if ((rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr,
                                          sizeof cerr))) {
                 snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
                 *exit_code = KT_EXIT_RETRY;
                 goto fail;
             }
+            t->stopping = m->grads[np + 3] > 0.5f;
             optim_step(t->opt, m->params, m->grads);
             double step_loss = m->grads[np], step_acc = m->grads[np + 1] / m->grads[np + 2];
             loss_sum += step_loss, correct += m->grads[np + 1], count += m->grads[np + 2];
@@ -136,6 +141,13 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             metrics_step(t->metrics, epoch, t->st.global_step, step_loss, step_acc,
                          t->global_batch / (util_now() - s0));
             if (t->after_step && (rc = t->after_step(t, t->hook_ctx, err, errlen))) goto fail;
+            if (t->stopping) {
+                snprintf(err, errlen, "stopped by a signal after step %ld (epoch %d, step %ld of "
+                         "%ld)", t->st.global_step, epoch, t->st.step_in_epoch, t->steps_per_epoch);
+                *exit_code = KT_EXIT_RETRY;
+                rc = -EINTR;
+                goto fail;
+            }
         }
         double secs = util_now() - ep_start;
         t->last_loss = ep_steps ? loss_sum / ep_steps : 0.0;

@@ -5,6 +5,7 @@
 #ifndef KT_TRAIN_H
 #define KT_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,12 @@ struct Trainer {
     int global_batch;
     TrainStepHook after_step;
     void *hook_ctx;
+    /* Graceful stop (SIGTERM): when *stop_request (borrowed, may be NULL) is set on any
+     * rank, the flag rides in the step statistics' all-reduce, so every rank sees it
+     * after the same step; `stopping` is then 1 while after_step runs (the chief saves
+     * a checkpoint there) and trainer_run returns -EINTR with exit code 75. */
+    volatile sig_atomic_t *stop_request;
+    int stopping;
     /* the last epoch's means, the run's result */
     double last_loss, last_accuracy;
     double seconds;
@@ -53,11 +60,14 @@ struct Trainer {
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen);
 
-/* Repositions the run at state st (after a restore of parameters and optimizer). */
+/* Repositions the run at state st (after a restore of parameters and optimizer). A
+ * state at the end of an epoch (step_in_epoch == steps per epoch, as saved by the
+ * epoch-end checkpoint) becomes the start of the next epoch, so no empty epoch runs. */
 void trainer_seek(Trainer *t, const TrainState *st);
 
 /* Runs the remaining epochs. Returns 0, or a negative errno with err filled and
- * *exit_code set (KT_EXIT_RETRY when the collective failed). */
+ * *exit_code set (KT_EXIT_RETRY when the collective failed or the run was stopped
+ * through stop_request, then -EINTR). */
 int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen);
 
 /* The sha256 of the parameter arena as 64 hex digits. */

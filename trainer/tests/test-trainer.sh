@@ -74,7 +74,7 @@ expect_fail "missing value" 2 "--seed: expected a value" --seed
 expect_fail "bad shard policy" 2 "--shard-policy: expected auto, data, file or off" --shard-policy rows
 KUBETRAIN_PER_WORKER_BATCH=x expect_fail "bad env" 2 "KUBETRAIN_PER_WORKER_BATCH: expected an integer"
 err=$("$BIN" frobnicate 2>&1); rc=$?
-[[ $rc -eq 2 && $err == *"frobnicate: unknown command (expected train)"* ]] && tap_ok "unknown command -> exit 2" || tap_fail "unknown command -> exit 2" "rc=$rc $err"
+[[ $rc -eq 2 && $err == *"frobnicate: unknown command (expected train or launch)"* ]] && tap_ok "unknown command -> exit 2" || tap_fail "unknown command -> exit 2" "rc=$rc $err"
 expect_fail "unknown model" 2 "--model nope: expected tutorial-cnn" --model nope
 printf 'layers:\n  - type: Flatten\n  - type: Dense\n    units: many\n' >"$tmp/bad.yaml"
 expect_fail "bad model file" 3 "$tmp/bad.yaml: layers[1].units: expected an integer" --model "$tmp/bad.yaml"

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The TensorFlow peer of the distributed benchmark: one worker of the multi-worker
+tutorial's program under tf.distribute.MultiWorkerMirroredStrategy (TF_CONFIG from the
+environment, as bench_distributed.py sets it for kubetrain's workers): tutorial-cnn,
+per-worker batch 64 (global = 64 x workers), SGD(1e-3), 3 epochs x 70 steps, then the
+test set evaluated. Prints one JSON object.
+
+  tf_mwms_peer.py DATA_DIR
+"""
+import gzip
+import json
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf  # noqa: E402
+
+PER_WORKER_BATCH = 64
+EPOCHS, STEPS = 3, 70
+
+
+def read_idx(path, offset):
+    with gzip.open(path + ".gz", "rb") if os.path.exists(path + ".gz") else open(path, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+
+def load(data_dir, prefix):
+    x = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte"), 16).reshape(-1, 28, 28)
+    y = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte"), 8).astype(np.int64)
+    return x / np.float32(255), y
+
+
+class EpochTimer(tf.keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t0 = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self.t0)
+
+
+def main():
+    data_dir = sys.argv[1]
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    workers = strategy.num_replicas_in_sync
+    global_batch = PER_WORKER_BATCH * workers
+    x, y = load(data_dir, "train")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(60000).repeat().batch(global_batch)
+    with strategy.scope():
+        model = tf.keras.Sequential([
+            tf.keras.Input(shape=(28, 28)),
+            tf.keras.layers.Reshape(target_shape=(28, 28, 1)),
+            tf.keras.layers.Conv2D(32, 3, activation="relu"),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(128, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ])
+        model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.001),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    timer = EpochTimer()
+    hist = model.fit(ds, epochs=EPOCHS, steps_per_epoch=STEPS, callbacks=[timer], verbose=0)
+    xt, yt = load(data_dir, "t10k")
+    test = tf.data.Dataset.from_tensor_slices((xt, yt)).batch(global_batch)
+    test_loss, test_acc = model.evaluate(test, verbose=0)
+    out = {"tensorflow": tf.__version__, "workers": workers, "global_batch": global_batch,
+           "epoch_seconds": timer.seconds,
+           "samples_per_sec": STEPS * global_batch * (EPOCHS - 1) / sum(timer.seconds[1:]),
+           "train_accuracy": float(hist.history["accuracy"][-1]),
+           "test_loss": float(test_loss), "test_accuracy": float(test_acc),
+           "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,337 @@
+#include "launch.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "net.h"
+#include "util.h"
+
+#define LAUNCH_MAX_WORKERS 64
+#define LINE_MAX_BYTES 8192
+/* How long stopped workers get to exit by themselves before SIGKILL: a worker waiting
+ * for a silent peer gives up after the ring's io timeout (main.c), plus a margin. */
+#define STOP_GRACE_S 75.0
+
+typedef struct {
+    int fd;                    /* read end of the child's stdout or stderr; -1 at EOF */
+    FILE *to;                  /* where its lines go */
+    size_t len;
+    char buf[LINE_MAX_BYTES];
+} Stream;
+
+typedef struct {
+    pid_t pid;                 /* 0 once reaped */
+    int code;                  /* exit code, 128+n for signal n; -1 while running */
+    Stream out, err;
+} Worker;
+
+static volatile sig_atomic_t forwarded_signal;
+
+static void on_signal(int sig)
+{
+    forwarded_signal = sig;
+}
+
+static int status_code(int status)
+{
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return 128;
+}
+
+static int retryable(int code)
+{
+    return code == KT_EXIT_RETRY || code >= 128;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kubetrain-trainer launch --workers N [--max-restarts K] [trainer options]\n"
+               "  --workers N        local worker processes on 127.0.0.1 (1..%d)\n"
+               "  --max-restarts K   group restarts after a retryable failure (3)\n"
+               "trainer options:\n",
+            LAUNCH_MAX_WORKERS);
+    config_usage(f);
+}
+
+/* Prints the complete lines in s (all of it when flush), each prefixed with
+ * "[worker i] ", and keeps the rest. */
+static void stream_emit(Stream *s, int index, int flush)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < s->len; i++) {
+        if (s->buf[i] != '\n') continue;
+        fprintf(s->to, "[worker %d] %.*s\n", index, (int)(i - start), s->buf + start);
+        start = i + 1;
+    }
+    if (start == 0 && s->len == sizeof s->buf) flush = 1; /* a line longer than buf */
+    if (flush && start < s->len) {
+        fprintf(s->to, "[worker %d] %.*s\n", index, (int)(s->len - start), s->buf + start);
+        start = s->len;
+    }
+    memmove(s->buf, s->buf + start, s->len - start);
+    s->len -= start;
+    fflush(s->to);
+}
+
+static void stream_read(Stream *s, int index)
+{
+    ssize_t n = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+    if (n < 0 && errno == EINTR) return;
+    if (n <= 0) {
+        close(s->fd);
+        s->fd = -1;
+        stream_emit(s, index, 1);
+        return;
+    }
+    s->len += (size_t)n;
+    stream_emit(s, index, 0);
+}
+
+/* TF_CONFIG of worker `index` in a cluster of `n` on 127.0.0.1 ports. Caller frees. */
+static char *make_tf_config(const int *ports, int n, int index)
+{
+    cJSON *root = cJSON_CreateObject(), *cluster = cJSON_AddObjectToObject(root, "cluster");
+    cJSON *workers = cJSON_AddArrayToObject(cluster, "worker");
+    for (int i = 0; i < n; i++) {
+        char addr[32];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[i]);
+        cJSON_AddItemToArray(workers, cJSON_CreateString(addr));
+    }
+    cJSON *task = cJSON_AddObjectToObject(root, "task");
+    cJSON_AddStringToObject(task, "type", "worker");
+    cJSON_AddNumberToObject(task, "index", index);
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s) util_fail(KT_EXIT_DATA, "out of memory building TF_CONFIG");
+    return s;
+}
+
+/* Free ports on 127.0.0.1: listeners bound to port 0, all open at once so the ports
+ * are distinct, then closed for the workers to bind. */
+static void pick_ports(int *ports, int n)
+{
+    int fds[LAUNCH_MAX_WORKERS];
+    char err[256];
+    for (int i = 0; i < n; i++)
+        if (net_listen("127.0.0.1", 0, 0, &fds[i], &ports[i], err, sizeof err))
+            util_fail(KT_EXIT_RETRY, "launch: no free port: %s", err);
+    for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+static void spawn(Worker *w, int index, int n, const int *ports, const char *self, int argc,
+                  char **argv, const char *secret, const char *blas_threads)
+{
+    int po[2], pe[2];
+    if (pipe(po) || pipe(pe)) util_fail(KT_EXIT_RETRY, "launch: pipe: %s", strerror(errno));
+    char *tf = make_tf_config(ports, n, index);
+    pid_t pid = fork();
+    if (pid < 0) util_fail(KT_EXIT_RETRY, "launch: fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(po[1], STDOUT_FILENO);
+        dup2(pe[1], STDERR_FILENO);
+        close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        setenv("TF_CONFIG", tf, 1);
+        setenv("KUBETRAIN_SECRET", secret, 1);
+        unsetenv("KUBETRAIN_SECRET_FILE");
+        unsetenv("KUBETRAIN_INDEX");
+        if (blas_threads) setenv("OPENBLAS_NUM_THREADS", blas_threads, 1);
+        /* the chief alone reports the job's result */
+        if (index != 0) setenv("KUBETRAIN_TERMINATION_FILE", "/dev/null", 1);
+        char **av = xcalloc((size_t)argc + 3, sizeof *av);
+        av[0] = (char *)"kubetrain-trainer";
+        av[1] = (char *)"train";
+        for (int i = 0; i < argc; i++) av[i + 2] = argv[i];
+        execv(self, av);
+        fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
+        _exit(KT_EXIT_USAGE);
+    }
+    free(tf);
+    close(po[1]), close(pe[1]);
+    memset(w, 0, sizeof *w);
+    w->pid = pid;
+    w->code = -1;
+    w->out.fd = po[0], w->out.to = stdout;
+    w->err.fd = pe[0], w->err.to = stderr;
+    util_log("worker %d: pid %d, 127.0.0.1:%d", index, (int)pid, ports[index]);
+}
+
+static void signal_running(Worker *w, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (w[i].pid > 0) kill(w[i].pid, sig);
+}
+
+/* Runs one attempt to its end. Returns the exit code of the attempt per launch.h and
+ * sets *retry when the group should be restarted. */
+static int run_attempt(Worker *w, int n, int *retry)
+{
+    int running = n, open_streams = 2 * n, first_fail = -1, stopping = 0, killed = 0;
+    double stop_at = 0;
+    *retry = 0;
+    while (running > 0 || open_streams > 0) {
+        struct pollfd pf[2 * LAUNCH_MAX_WORKERS];
+        Stream *ps[2 * LAUNCH_MAX_WORKERS];
+        int pidx[2 * LAUNCH_MAX_WORKERS], np = 0;
+        for (int i = 0; i < n; i++) {
+            Stream *ss[2] = {&w[i].out, &w[i].err};
+            for (int k = 0; k < 2; k++) {
+                if (ss[k]->fd < 0) continue;
+                pf[np] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+                ps[np] = ss[k], pidx[np] = i, np++;
+            }
+        }
+        int pr = poll(pf, (nfds_t)np, 100);
+        for (int j = 0; pr > 0 && j < np; j++)
+            if (pf[j].revents) stream_read(ps[j], pidx[j]);
+        open_streams = 0;
+        for (int i = 0; i < n; i++) open_streams += (w[i].out.fd >= 0) + (w[i].err.fd >= 0);
+
+        int sig = forwarded_signal;
+        if (sig) {
+            forwarded_signal = 0;
+            util_log("forwarding signal %d to the workers; no restart will follow", sig);
+            signal_running(w, n, sig);
+            stopping = 2;
+            stop_at = util_now();
+        }
+        for (int i = 0; i < n; i++) {
+            int status;
+            if (w[i].pid <= 0 || waitpid(w[i].pid, &status, WNOHANG) != w[i].pid) continue;
+            w[i].pid = 0;
+            w[i].code = status_code(status);
+            running--;
+            if (w[i].code == 0) continue;
+            util_log("worker %d exited with %d%s", i, w[i].code,
+                     w[i].code >= 128 ? " (killed by a signal)" : "");
+            if (first_fail < 0) first_fail = i;
+            if (!stopping) {
+                util_log("stopping the other workers");
+                signal_running(w, n, SIGTERM);
+                stopping = 1;
+                stop_at = util_now();
+            }
+        }
+        if (stopping && !killed && running > 0 && util_now() - stop_at > STOP_GRACE_S) {
+            util_log("workers still running %.0fs after SIGTERM: killing them", STOP_GRACE_S);
+            signal_running(w, n, SIGKILL);
+            killed = 1;
+        }
+    }
+    if (w[0].code == 0) return 0;
+    if (stopping == 2) return w[0].code;
+    int first = w[first_fail].code;
+    if (!retryable(w[0].code)) return w[0].code;
+    if (!retryable(first)) return first;
+    *retry = 1;
+    return w[0].code;
+}
+
+int launch_main(int argc, char **argv, const char *self)
+{
+    util_set_log_prefix("kubetrain-trainer launch");
+    int workers = 0, max_restarts = 3;
+    char **rest = xcalloc((size_t)argc + 1, sizeof *rest);
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int *dst = !strcmp(a, "--workers") ? &workers
+                 : !strcmp(a, "--max-restarts") ? &max_restarts : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            free(rest);
+            return KT_EXIT_OK;
+        }
+        if (!dst) {
+            rest[nrest++] = argv[i];
+            continue;
+        }
+        char *end;
+        long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+        if (i + 1 >= argc || *end || end == argv[i + 1] || v < 0 ||
+            (dst == &workers && (v < 1 || v > LAUNCH_MAX_WORKERS)) || v > 1000)
+            util_fail(KT_EXIT_USAGE, "launch: %s expects %s, got '%s'", a,
+                      dst == &workers ? "a number of workers from 1 to 64"
+                                      : "a number of restarts from 0 to 1000",
+                      i + 1 < argc ? argv[i + 1] : "");
+        *dst = (int)v;
+        i++;
+    }
+    if (!workers) util_fail(KT_EXIT_USAGE, "launch: --workers N is required");
+
+    /* Bad trainer options fail here once rather than in every worker. */
+    Config cfg;
+    char err[1024];
+    int rc = config_parse(&cfg, nrest, rest, err, sizeof err);
+    if (rc == 1) {
+        usage(stdout);
+        free(rest);
+        return KT_EXIT_OK;
+    }
+    if (rc) util_fail(KT_EXIT_USAGE, "%s", err);
+
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el > 0) exe[el] = '\0', self = exe;
+
+    unsigned char raw[32];
+    char secret[65];
+    if (RAND_bytes(raw, sizeof raw) != 1) util_fail(KT_EXIT_USAGE, "launch: RAND_bytes failed");
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+
+    char blas[24];
+    const char *blas_threads = NULL;
+    if (!getenv("OPENBLAS_NUM_THREADS")) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        snprintf(blas, sizeof blas, "%ld", cores / workers > 1 ? cores / workers : 1);
+        blas_threads = blas;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    util_log("%d worker(s) on 127.0.0.1, OPENBLAS_NUM_THREADS=%s, checkpoints %s%s", workers,
+             blas_threads ? blas_threads : getenv("OPENBLAS_NUM_THREADS"),
+             cfg.checkpoint_dir[0] ? "in " : "off", cfg.checkpoint_dir);
+    Worker w[LAUNCH_MAX_WORKERS];
+    int code = 0;
+    for (int attempt = 0;; attempt++) {
+        int ports[LAUNCH_MAX_WORKERS], retry;
+        pick_ports(ports, workers);
+        for (int i = 0; i < workers; i++)
+            spawn(&w[i], i, workers, ports, self, nrest, rest, secret, blas_threads);
+        code = run_attempt(w, workers, &retry);
+        if (!retry) break;
+        if (attempt >= max_restarts) {
+            util_log("giving up after %d restart(s) (--max-restarts %d)", attempt, max_restarts);
+            break;
+        }
+        if (cfg.checkpoint_dir[0])
+            util_log("restart %d/%d: the group starts again from the newest checkpoint in %s",
+                     attempt + 1, max_restarts, cfg.checkpoint_dir);
+        else
+            util_log("restart %d/%d: no --checkpoint-dir, so the group starts again from scratch",
+                     attempt + 1, max_restarts);
+    }
+    util_log("done: exit code %d", code);
+    free(rest);
+    return code;
+}
