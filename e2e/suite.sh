@@ -198,6 +198,17 @@ s_install() {
     "$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].status.availableReplicas}')" 1
   check "CRD trainingjobs.kubetrain.dev established" \
     "$(k get crd trainingjobs.kubetrain.dev -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" True
+  # The operator acts once it leads (leaderElection.enabled defaults to true); a lease
+  # left by an earlier operator that did not release it must expire first.
+  local op holder="" end=$(( $(date +%s) + 60 )) tl; tl=$(now)
+  op=$(k -n "$REL_NS" get pods -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].metadata.name}')
+  while [ "$(date +%s)" -lt "$end" ]; do
+    holder=$(k -n "$REL_NS" get lease -o 'jsonpath={.items[*].spec.holderIdentity}' 2>/dev/null)
+    [[ " $holder " == *" $op "* ]] && break
+    sleep 0.5
+  done
+  if [[ " $holder " == *" $op "* ]]; then ok "operator $op holds its leader lease ($(since "$tl")s after Ready)"
+  else fail "operator $op holds its leader lease" "holder: ${holder:-<none>}"; fi
   k create namespace "$NS" >/dev/null 2>&1
   for _ in $(seq 60); do kn get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
   if out=$(kn apply -f examples/pvc.yaml 2>&1); then ok "examples/pvc.yaml applied"
@@ -230,8 +241,11 @@ s_basic() {
   while [ $((done0 * done1)) = 0 ] && [ "$(date +%s)" -lt "$end" ]; do
     for i in 0 1; do
       eval "[ \$done$i = 1 ]" && continue
-      if kn logs "mnist-worker-$i" -c trainer 2>/dev/null | grep -q 'rendezvous done'; then
-        t_rdv[$i]=$(since "$t0"); eval "done$i=1"
+      # The kubelet's timestamp of the line, not when this loop saw it.
+      ts=$(kn logs --timestamps "mnist-worker-$i" -c trainer 2>/dev/null | grep -m1 'rendezvous done' | cut -d' ' -f1)
+      if [ -n "$ts" ]; then
+        t_rdv[i]=$(awk -v a="$t0" -v b="$(date -d "$ts" +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+        eval "done$i=1"
       fi
     done
     sleep 0.25
