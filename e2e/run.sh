@@ -72,8 +72,8 @@ else
   RUN=$PWD/build/e2e/kind
   mkdir -p "$RUN"
   export KUBECONFIG=$RUN/kubeconfig
-  trap 'log "kind delete cluster --name $NAME"; kind delete cluster --name "$NAME" >/dev/null 2>&1' EXIT
-  kind delete cluster --name "$NAME" >/dev/null 2>&1
+  trap 'log "kind delete cluster --name $NAME"; kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1' EXIT
+  kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
   log "kind create cluster --name $NAME --config e2e/cluster/kind.yaml"
   kind create cluster --name "$NAME" --config e2e/cluster/kind.yaml --kubeconfig "$KUBECONFIG" --wait 180s ||
     die "kind create cluster failed"
