@@ -12,6 +12,13 @@
 #   make cluster-images   make images, then import the base, operator and trainer images
 #                         into the full-level node's containerd (e2e/cluster/load-image.sh)
 #   make cluster-down     stop what cluster-up-* started and remove e2e/cluster/.run
+#   make e2e              the end-to-end run: a fresh full-level cluster (own run directory,
+#                         build/e2e/suite/run), make images, load them, the scenario suite
+#                         (e2e/suite.sh), down; prints the suite's pass/fail table
+#   make e2e CLUSTER=kind the same on a kind cluster from e2e/cluster/kind.yaml (kind load
+#                         docker-image, kind delete cluster at the end); needs kind and Docker
+#   make e2e-suite        only the suite, against the cluster $KUBECONFIG names (the images
+#                         already there; KT_PROVIDER=kind when it is a kind cluster)
 #
 # KUBEBUILDER_ASSETS, when set to a directory holding those binaries, is used instead
 # of building them (the envtest convention).
@@ -28,7 +35,7 @@ E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
 TEST_PROGRAMS += $(E2E_TESTS)
 
 .PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-images cluster-down \
-        test-e2e-api
+        test-e2e-api e2e e2e-suite
 k8s-binaries: deps
 	@bash e2e/cluster/build-k8s.sh api
 k8s-binaries-full: deps
@@ -46,3 +53,14 @@ cluster-down:
 # Only the harness's own tests, without the rest of `make test`.
 test-e2e-api: deps
 	@bash .ci/taprun $(E2E_TESTS)
+
+# End to end. The preconditions are checked first, so that `make e2e CLUSTER=kind` on a
+# machine without kind stops at once with the reason instead of after building images.
+CLUSTER ?= full
+e2e:
+	@bash e2e/run.sh check $(CLUSTER)
+	@$(MAKE) --no-print-directory deps images helm $(if $(filter full,$(CLUSTER)),k8s-binaries-full)
+	@bash e2e/run.sh $(CLUSTER) $(IMAGE_PREFIX)/operator:$(VERSION) $(IMAGE_PREFIX)/trainer:$(VERSION)
+e2e-suite:
+	@KT_OPERATOR_IMAGE=$(IMAGE_PREFIX)/operator:$(VERSION) KT_TRAINER_IMAGE=$(IMAGE_PREFIX)/trainer:$(VERSION) \
+	    bash e2e/suite.sh

@@ -1,0 +1,491 @@
+#!/usr/bin/env bash
+# The end-to-end scenario suite: the chart and TrainingJobs on a real cluster with real
+# pods, driven only with kubectl and helm against $KUBECONFIG, the same for every
+# provider. Prints TAP, then a pass/fail table; exits 0 when every scenario passed.
+#
+#   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
+#
+# Scenarios: install invalid basic preempt kill137 badmodel operator suspend deadline
+# upgrade uninstall (later ones assume install ran).
+#
+# Environment:
+#   KT_PROVIDER        full (e2e/cluster/up.sh full; default) or kind: how a process is
+#                      killed inside its container (the trainer image has no shell, and
+#                      PID 1 of a pid namespace ignores SIGKILL sent from inside it)
+#   KT_OPERATOR_IMAGE  kubetrain/operator:<VERSION>;  KT_TRAINER_IMAGE  kubetrain/trainer:<VERSION>
+#   KT_HELM            helm binary (default: charts/build-helm.sh's, else helm on PATH)
+#   KT_KUBECTL         kubectl binary (default: $KT_K8S_BIN/kubectl, else kubectl on PATH)
+#   KT_CONTAINERD_ADDRESS  the node's containerd socket (full; from e2e/cluster/.run/env)
+#   KT_SUITE_NS        namespace of the jobs (kt-e2e); the release goes to kubetrain-system
+#   KT_SUITE_JOB_TIMEOUT  seconds a job may take to finish (300)
+#
+# The jobs are examples/job.yaml shortened for speed: the same model, data, optimizer and
+# batch, 2 epochs x 30 steps, a checkpoint every 10 steps.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+. e2e/lib/tap.sh
+
+VERSION=$(cat VERSION)
+PROVIDER=${KT_PROVIDER:-full}
+OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
+TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
+NS=${KT_SUITE_NS:-kt-e2e}
+REL=kt
+REL_NS=kubetrain-system
+JOB_TIMEOUT=${KT_SUITE_JOB_TIMEOUT:-300}
+KUBECTL=${KT_KUBECTL:-}
+if [ -z "$KUBECTL" ]; then
+  if [ -n "${KT_K8S_BIN:-}" ] && [ -x "$KT_K8S_BIN/kubectl" ]; then KUBECTL=$KT_K8S_BIN/kubectl
+  else KUBECTL=kubectl; fi
+fi
+HELM=${KT_HELM:-}
+if [ -z "$HELM" ]; then HELM=$(bash charts/build-helm.sh 2>/dev/null) || HELM=helm; fi
+: "${KUBECONFIG:?set KUBECONFIG to the admin kubeconfig of the cluster}"
+export KUBECONFIG
+
+k() { "$KUBECTL" --request-timeout 30s "$@"; }
+kn() { k -n "$NS" "$@"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b - a}'; }
+log() { echo "# $(date -u +%H:%M:%S) $*"; }
+
+# --- results table ----------------------------------------------------------------------
+RESULTS=()
+MEASURED=()
+SCEN=""
+SCEN_FAILS=0
+SCEN_T0=0
+begin() { SCEN=$1; SCEN_FAILS=0; SCEN_T0=$(now); log "scenario $SCEN"; }
+ok()   { tap_ok "$SCEN: $1"; }
+fail() { SCEN_FAILS=$((SCEN_FAILS + 1)); tap_fail "$SCEN: $1" "${2:-}"; }
+check() { if [ "$2" = "$3" ]; then ok "$1"; else fail "$1" "expected [$3], got [$2]"; fi; }
+end() {
+  local r=pass; [ "$SCEN_FAILS" -gt 0 ] && r=FAIL
+  RESULTS+=("$(printf '%-10s %-5s %6ss' "$SCEN" "$r" "$(since "$SCEN_T0")")")
+}
+
+# --- helpers ------------------------------------------------------------------------------
+# job NAME [YAML...]: a TrainingJob of the shortened tutorial spec; extra top-level spec
+# keys (indented by two) follow as arguments, each one line.
+job() {
+  local name=$1; shift
+  {
+    cat <<EOF
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: $name
+  namespace: $NS
+spec:
+  workers: 2
+  model: tutorial-cnn
+  dataset: {name: fashion-mnist, path: /data}
+  training:
+    epochs: 2
+    stepsPerEpoch: 30
+    perWorkerBatchSize: 64
+    optimizer: {name: sgd, learningRate: 0.001}
+  checkpoint: {claimName: ckpt, path: /checkpoints, everySteps: 10}
+EOF
+    for l in "$@"; do echo "  $l"; done
+  }
+}
+apply_job() { job "$@" | kn apply -f - 2>&1; }
+phase() { kn get tj "$1" -o 'jsonpath={.status.phase}' 2>/dev/null; }
+field() { kn get tj "$1" -o "jsonpath=$2" 2>/dev/null; }
+# restarts JOB: "application/disruption", an absent counter read as 0 (none happened).
+restarts() {
+  local a d
+  a=$(field "$1" '{.status.restarts.application}'); d=$(field "$1" '{.status.restarts.disruption}')
+  echo "${a:-0}/${d:-0}"
+}
+
+# wait_phase JOB SECONDS PHASE...: true when the job reaches one of PHASEs in time.
+wait_phase() {
+  local j=$1 secs=$2 p want; shift 2
+  local end=$(( $(date +%s) + secs ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    p=$(phase "$j")
+    for want in "$@"; do [ "$p" = "$want" ] && return 0; done
+    case "$p" in Succeeded|Failed) return 1 ;; esac
+    sleep 1
+  done
+  return 1
+}
+# wait_log POD REGEX SECONDS: prints the first matching line of the pod's trainer log.
+wait_log() {
+  local end=$(( $(date +%s) + $3 )) line
+  while [ "$(date +%s)" -lt "$end" ]; do
+    line=$(kn logs "$1" -c trainer 2>/dev/null | grep -E -m1 "$2") && { echo "$line"; return 0; }
+    sleep 0.5
+  done
+  return 1
+}
+# wait_pods JOB N SECONDS: true when N worker pods of the job exist and are Running.
+wait_running() {
+  local end=$(( $(date +%s) + $3 )) n
+  while [ "$(date +%s)" -lt "$end" ]; do
+    n=$(kn get pods -l "kubetrain.dev/job-name=$1" \
+          -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' 2>/dev/null | grep -c .)
+    [ "$n" -ge "$2" ] && return 0
+    sleep 0.5
+  done
+  return 1
+}
+explain() {
+  echo "--- job $1"; kn get tj "$1" -o yaml 2>&1 | sed -n '/^status:/,$p'
+  echo "--- pods"; kn get pods -l "kubetrain.dev/job-name=$1" -o wide 2>&1
+  local p; for p in $(kn get pods -l "kubetrain.dev/job-name=$1" -o name 2>/dev/null); do
+    echo "--- $p"; kn logs "$p" -c trainer 2>&1 | tail -n 8
+  done
+  echo "--- events"; kn get events --field-selector "involvedObject.name=$1" 2>&1 | tail -n 8
+}
+# chief_ckpt JOB SECONDS: waits for the chief to save a checkpoint above step 0.
+chief_ckpt() { wait_log "$1-worker-0" 'checkpoint at step [1-9][0-9]* saved' "$2"; }
+
+# kill_trainer POD: SIGKILL to the trainer process of the pod's trainer container, from
+# the node (the container's init ignores SIGKILL from inside its own pid namespace).
+kill_trainer() {
+  local cid node pid
+  cid=$(kn get pod "$1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].containerID}')
+  cid=${cid#*://}
+  [ -n "$cid" ] || { echo "no container ID for $1"; return 1; }
+  if [ "$PROVIDER" = full ]; then
+    [ -n "${KT_CONTAINERD_ADDRESS:-}" ] ||
+      KT_CONTAINERD_ADDRESS=$(. "${KT_RUN:-e2e/cluster/.run}/env" && echo "$KT_CONTAINERD_ADDRESS")
+    pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
+          awk -v c="$cid" '$1 == c {print $2}')
+    [ -n "$pid" ] || { echo "no task $cid in containerd"; return 1; }
+    kill -KILL "$pid"
+  elif [ "$PROVIDER" = kind ]; then
+    node=$(kn get pod "$1" -o 'jsonpath={.spec.nodeName}')
+    # shellcheck disable=SC2016
+    docker exec "$node" sh -c 'kill -KILL "$(crictl inspect -o go-template --template "{{.info.pid}}" "$1")"' sh "$cid"
+  else
+    echo "unknown KT_PROVIDER $PROVIDER"; return 1
+  fi
+}
+tfconfig() {
+  kn get pod "$1" -o 'jsonpath={.spec.containers[?(@.name=="trainer")].env[?(@.name=="TF_CONFIG")].value}'
+}
+# wait_event JOB TEXT SECONDS: true when an event of the job contains TEXT.
+wait_event() {
+  local end=$(( $(date +%s) + $3 ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    kn get events --field-selector "involvedObject.name=$1" -o 'jsonpath={range .items[*]}{.message}{"\n"}{end}' 2>/dev/null |
+      grep -qF "$2" && return 0
+    sleep 1
+  done
+  return 1
+}
+canon() { jq -cS . 2>/dev/null <<<"$1"; }
+
+# --- scenarios -----------------------------------------------------------------------------
+s_install() {
+  begin install
+  # A rerun on the same cluster starts clean: the release and the jobs' namespace go first.
+  "$HELM" status "$REL" -n "$REL_NS" >/dev/null 2>&1 && "$HELM" uninstall "$REL" -n "$REL_NS" --wait >/dev/null 2>&1
+  k delete namespace "$NS" --ignore-not-found --wait --timeout 120s >/dev/null 2>&1
+  local or=${OP_IMAGE%:*} ot=${OP_IMAGE##*:} tr=${TR_IMAGE%:*} tt=${TR_IMAGE##*:} out
+  # A restart backoff of 1 s keeps the application-failure scenarios short.
+  if out=$("$HELM" install "$REL" charts/kubetrain -n "$REL_NS" --create-namespace \
+       --set image.repository="$or" --set image.tag="$ot" --set image.pullPolicy=IfNotPresent \
+       --set trainerImage.repository="$tr" --set trainerImage.tag="$tt" \
+       --set operator.restartBackoff.baseSeconds=1 --wait --timeout 180s 2>&1); then
+    ok "helm install $REL charts/kubetrain ($OP_IMAGE, trainer $TR_IMAGE)"
+  else fail "helm install" "$out"; end; return; fi
+  check "operator Deployment available" \
+    "$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].status.availableReplicas}')" 1
+  check "CRD trainingjobs.kubetrain.dev established" \
+    "$(k get crd trainingjobs.kubetrain.dev -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" True
+  # The operator acts once it leads (leaderElection.enabled defaults to true); a lease
+  # left by an earlier operator that did not release it must expire first.
+  local op holder="" end=$(( $(date +%s) + 60 )) tl; tl=$(now)
+  op=$(k -n "$REL_NS" get pods -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].metadata.name}')
+  while [ "$(date +%s)" -lt "$end" ]; do
+    holder=$(k -n "$REL_NS" get lease -o 'jsonpath={.items[*].spec.holderIdentity}' 2>/dev/null)
+    [[ " $holder " == *" $op "* ]] && break
+    sleep 0.5
+  done
+  if [[ " $holder " == *" $op "* ]]; then ok "operator $op holds its leader lease ($(since "$tl")s after Ready)"
+  else fail "operator $op holds its leader lease" "holder: ${holder:-<none>}"; fi
+  k create namespace "$NS" >/dev/null 2>&1
+  for _ in $(seq 60); do kn get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
+  if out=$(kn apply -f examples/pvc.yaml 2>&1); then ok "examples/pvc.yaml applied"
+  else fail "examples/pvc.yaml applied" "$out"; fi
+  end
+}
+
+s_invalid() {
+  begin invalid
+  local out
+  out=$(job bad-workers | sed 's/^  workers: 2$/  workers: 0/' | kn apply -f - 2>&1)
+  if [ $? -ne 0 ] && grep -q 'spec.workers' <<<"$out"; then ok "workers: 0 refused by kubectl apply naming spec.workers"
+  else fail "workers: 0 refused naming spec.workers" "$out"; fi
+  out=$(apply_job bad-policy "restartPolicy: Sometimes")
+  if [ $? -ne 0 ] && grep -q 'spec.restartPolicy' <<<"$out"; then ok "restartPolicy: Sometimes refused naming spec.restartPolicy"
+  else fail "restartPolicy: Sometimes refused naming spec.restartPolicy" "$out"; fi
+  check "nothing was created" "$(kn get tj -o name 2>&1 | grep -c bad-)" 0
+  end
+}
+
+BASIC_HASH=""
+s_basic() {
+  begin basic
+  local t0 out i want got line t_rdv=() ts
+  t0=$(now)
+  if out=$(apply_job mnist); then ok "job mnist applied (examples/job.yaml, 2 epochs x 30 steps)"
+  else fail "job mnist applied" "$out"; end; return; fi
+  # From apply to each worker's "rendezvous done" line, polled while it runs.
+  local done0=0 done1=0 end=$(( $(date +%s) + 120 ))
+  while [ $((done0 * done1)) = 0 ] && [ "$(date +%s)" -lt "$end" ]; do
+    for i in 0 1; do
+      eval "[ \$done$i = 1 ]" && continue
+      # The kubelet's timestamp of the line, not when this loop saw it.
+      ts=$(kn logs --timestamps "mnist-worker-$i" -c trainer 2>/dev/null | grep -m1 'rendezvous done' | cut -d' ' -f1)
+      if [ -n "$ts" ]; then
+        t_rdv[i]=$(awk -v a="$t0" -v b="$(date -d "$ts" +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
+        eval "done$i=1"
+      fi
+    done
+    sleep 0.25
+  done
+  if [ $((done0 * done1)) = 1 ]; then
+    ts=$(printf '%s\n' "${t_rdv[@]}" | sort -g | tail -n 1)
+    ok "both workers past rendezvous ${ts}s after apply (worker-0 ${t_rdv[0]}s, worker-1 ${t_rdv[1]}s)"
+    MEASURED+=("apply -> 2 workers past rendezvous: ${ts} s (target <= 15 s)")
+  else fail "both workers past rendezvous" "$(explain mnist)"; fi
+  for i in 0 1; do
+    want="{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.$NS.svc:2222\",\"mnist-worker-1.mnist-worker.$NS.svc:2222\"]},\"task\":{\"type\":\"worker\",\"index\":$i}}"
+    got=$(tfconfig "mnist-worker-$i")
+    if [ "$(canon "$got")" = "$(canon "$want")" ] && [ -n "$got" ]; then ok "mnist-worker-$i TF_CONFIG is $got"
+    else fail "mnist-worker-$i TF_CONFIG" "want $want"$'\n'"got  $got"; fi
+  done
+  if wait_phase mnist "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain mnist)"; end; return; fi
+  local res; res=$(field mnist '{.status.result}')
+  if jq -e '(.accuracy | type == "number") and .accuracy > 0 and .accuracy <= 1 and .step == 60' >/dev/null <<<"$res"; then
+    ok "status.result has the accuracy: $res"
+  else fail "status.result has the accuracy and step 60" "$res"; fi
+  BASIC_HASH=$(jq -r '.weightsSha256 // empty' <<<"$res")
+  if [[ $BASIC_HASH =~ ^[0-9a-f]{64}$ ]]; then ok "status.result.weightsSha256 is a SHA-256"
+  else fail "status.result.weightsSha256 is a SHA-256" "$res"; fi
+  check "restarts application/disruption 0/0" "$(restarts mnist)" "0/0"
+  check "one Service mnist-worker, headless" "$(kn get svc mnist-worker -o 'jsonpath={.spec.clusterIP}')" None
+  end
+}
+
+s_preempt() {
+  begin preempt
+  local t0 out line h h0
+  t0=$(now)
+  if out=$(apply_job mnist-pre); then ok "job mnist-pre applied (the same spec as mnist)"
+  else fail "job mnist-pre applied" "$out"; end; return; fi
+  if line=$(chief_ckpt mnist-pre 180); then ok "chief saved a checkpoint: ${line##*] }"
+  else fail "chief saved a checkpoint" "$(explain mnist-pre)"; end; return; fi
+  h0=$(kn logs mnist-pre-worker-0 -c trainer 2>/dev/null | grep -m1 'initial weights verified' | awk '{print $NF}')
+  if out=$(kn delete pod mnist-pre-worker-1 --wait=false 2>&1); then ok "worker 1 deleted mid-training"
+  else fail "worker 1 deleted" "$out"; fi
+  # The restarted workers' logs are read while they run: a worker still running when the
+  # chief completes is deleted (cleanPodPolicy Running), and its log with it. Every rank
+  # restores the newest checkpoint; only the chief logs "resuming from". A worker shows
+  # its own restore by its "initial weights verified" hash (after the chief's broadcast)
+  # being the chief's resumed one, not attempt 0's, with no warning that its own weights
+  # differed from the chief's.
+  local i l0="" h1="" w1="" hc="" log1 end=$(( $(date +%s) + JOB_TIMEOUT ))
+  while [ "$(date +%s)" -lt "$end" ] && { [ -z "$l0" ] || [ -z "$h1" ]; }; do
+    [ -n "$l0" ] || l0=$(kn logs mnist-pre-worker-0 -c trainer 2>/dev/null | grep -E -m1 'resuming from .*global step [1-9]')
+    if [ -z "$h1" ]; then
+      log1=$(kn logs mnist-pre-worker-1 -c trainer 2>/dev/null)
+      h=$(grep -m1 'initial weights verified' <<<"$log1" | awk '{print $NF}')
+      if [ -n "$h" ] && [ "$h" != "$h0" ]; then h1=$h; w1=$(grep 'differed from the chief' <<<"$log1"); fi
+    fi
+    case "$(phase mnist-pre)" in Succeeded|Failed) break ;; esac
+    sleep 0.5
+  done
+  hc=$(kn logs mnist-pre-worker-0 -c trainer 2>/dev/null | sed -n '/resuming from/,$p' |
+       grep -m1 'initial weights verified' | awk '{print $NF}')
+  if [ -n "$l0" ]; then ok "the chief resumed from a checkpoint above step 0: ${l0##*]: }"
+  else fail "the chief resumed from a checkpoint above step 0" "$(explain mnist-pre)"; fi
+  if [ -n "$h1" ] && [ "$h1" = "$hc" ] && [ -z "$w1" ]; then
+    ok "worker 1 restored the same checkpoint (initial weights ${h1:0:12}... = the chief's resumed ones, not attempt 0's ${h0:0:12}...)"
+  else fail "worker 1 restored the same checkpoint" "worker 1: ${h1:-<none>} ${w1}"$'\n'"chief after resume: ${hc:-<none>}, attempt 0: $h0"; fi
+  if wait_phase mnist-pre "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded after the preemption ($(since "$t0")s)"
+  else fail "job Succeeded after the preemption" "$(explain mnist-pre)"; end; return; fi
+  check "restarts application/disruption 0/1" "$(restarts mnist-pre)" "0/1"
+  h=$(field mnist-pre '{.status.result.weightsSha256}')
+  if [ -n "$BASIC_HASH" ] && [ "$h" = "$BASIC_HASH" ]; then
+    ok "final weights sha256 equals the uninterrupted run's (${h:0:16}...)"
+  else fail "final weights sha256 equals the uninterrupted run's" "preempted $h"$'\n'"uninterrupted ${BASIC_HASH:-<basic did not finish>}"; fi
+  end
+}
+
+s_kill137() {
+  begin kill137
+  local t0 out line code=""
+  t0=$(now)
+  if out=$(apply_job mnist-kill "restartPolicy: ExitCode"); then ok "job mnist-kill applied (restartPolicy ExitCode)"
+  else fail "job mnist-kill applied" "$out"; end; return; fi
+  if line=$(chief_ckpt mnist-kill 180); then ok "chief saved a checkpoint"
+  else fail "chief saved a checkpoint" "$(explain mnist-kill)"; end; return; fi
+  if out=$(kill_trainer mnist-kill-worker-1 2>&1); then ok "SIGKILL to worker 1's trainer process"
+  else fail "SIGKILL to worker 1's trainer process" "$out"; fi
+  local end=$(( $(date +%s) + 30 ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$code" ]; do
+    code=$(kn get pod mnist-kill-worker-1 -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].state.terminated.exitCode}' 2>/dev/null)
+    sleep 0.25
+  done
+  # The pod may be gone before it is seen; the operator's restart event names the code.
+  if [ "$code" = 137 ]; then ok "worker 1's container terminated with exit code 137"
+  elif wait_event mnist-kill 'code 137' 30; then ok "worker 1 exited with code 137 (the operator's restart event)"
+  else fail "worker 1's container terminated with exit code 137" "pod: ${code:-<gone>}"$'\n'"$(explain mnist-kill)"; fi
+  if wait_phase mnist-kill "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded after the group restart ($(since "$t0")s)"
+  else fail "job Succeeded after the group restart" "$(explain mnist-kill)"; end; return; fi
+  check "restarts application/disruption 1/0" "$(restarts mnist-kill)" "1/0"
+  end
+}
+
+s_badmodel() {
+  begin badmodel
+  local out msg term
+  # A Conv2D after a Flatten: the operator cannot know it is wrong, the trainer can (exit 3).
+  out=$(job mnist-bad "restartPolicy: ExitCode" |
+        sed 's/^  model: tutorial-cnn$/  model: {layers: [{type: Flatten}, {type: Conv2D, filters: 8, kernel_size: 3}]}/' |
+        kn apply -f - 2>&1)
+  if [ $? = 0 ]; then ok "job mnist-bad applied (Conv2D after Flatten, restartPolicy ExitCode)"
+  else fail "job mnist-bad applied" "$out"; end; return; fi
+  if wait_phase mnist-bad 180 Failed; then ok "job Failed"
+  else fail "job Failed" "$(explain mnist-bad)"; end; return; fi
+  msg=$(field mnist-bad '{.status.conditions[?(@.type=="Failed")].message}')
+  term=$(kn get pods -l kubetrain.dev/job-name=mnist-bad \
+           -o 'jsonpath={.items[*].status.containerStatuses[?(@.name=="trainer")].state.terminated.message}' 2>/dev/null |
+         jq -r '.error // empty' 2>/dev/null | head -n 1)
+  if grep -q 'Conv2D after' <<<"$msg" && { [ -z "$term" ] || [[ $msg == *"$term"* ]]; }; then
+    ok "Failed condition carries the trainer's message: $msg"
+  else fail "Failed condition carries the trainer's message" "condition: $msg"$'\n'"trainer: $term"; fi
+  check "no restart (restarts 0/0)" "$(restarts mnist-bad)" "0/0"
+  end
+}
+
+s_operator() {
+  begin operator
+  local t0 out uid0 uid0b op
+  t0=$(now)
+  if out=$(apply_job mnist-op); then ok "job mnist-op applied"
+  else fail "job mnist-op applied" "$out"; end; return; fi
+  if wait_log mnist-op-worker-0 'rendezvous done' 120 >/dev/null; then ok "workers running"
+  else fail "workers running" "$(explain mnist-op)"; end; return; fi
+  uid0=$(kn get pod mnist-op-worker-0 -o 'jsonpath={.metadata.uid}')
+  op=$(k -n "$REL_NS" get pods -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].metadata.name}')
+  if out=$(k -n "$REL_NS" delete pod "$op" --wait=false 2>&1); then ok "operator pod $op deleted mid-job"
+  else fail "operator pod deleted" "$out"; fi
+  if wait_phase mnist-op "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain mnist-op; k -n "$REL_NS" get pods 2>&1)"; end; return; fi
+  uid0b=$(kn get pod mnist-op-worker-0 -o 'jsonpath={.metadata.uid}' 2>/dev/null)
+  check "the chief is the same pod (not recreated)" "$uid0b" "$uid0"
+  check "restarts application/disruption 0/0" "$(restarts mnist-op)" "0/0"
+  check "one Service for the job" "$(kn get svc -l kubetrain.dev/job-name=mnist-op -o name | grep -c .)" 1
+  check "one Secret for the job" "$(kn get secret -o name | grep -c '^secret/mnist-op-')" 1
+  check "a new operator pod is available" \
+    "$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].status.availableReplicas}')" 1
+  end
+}
+
+s_suspend() {
+  begin suspend
+  local t0 out n
+  t0=$(now)
+  if out=$(apply_job mnist-sus); then ok "job mnist-sus applied"
+  else fail "job mnist-sus applied" "$out"; end; return; fi
+  if chief_ckpt mnist-sus 180 >/dev/null; then ok "chief saved a checkpoint"
+  else fail "chief saved a checkpoint" "$(explain mnist-sus)"; end; return; fi
+  kn patch tj mnist-sus --type merge -p '{"spec":{"suspend":true}}' >/dev/null
+  if wait_phase mnist-sus 60 Suspended; then ok "phase Suspended after spec.suspend=true"
+  else fail "phase Suspended" "$(explain mnist-sus)"; end; return; fi
+  local end=$(( $(date +%s) + 60 ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    n=$(kn get pods -l kubetrain.dev/job-name=mnist-sus -o name 2>/dev/null | grep -c .)
+    [ "$n" = 0 ] && break; sleep 1
+  done
+  check "no worker pod while suspended" "$n" 0
+  check "Suspended condition True" "$(field mnist-sus '{.status.conditions[?(@.type=="Suspended")].status}')" True
+  kn patch tj mnist-sus --type merge -p '{"spec":{"suspend":false}}' >/dev/null
+  if wait_phase mnist-sus "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded after resume ($(since "$t0")s)"
+  else fail "job Succeeded after resume" "$(explain mnist-sus)"; end; return; fi
+  out=$(kn logs mnist-sus-worker-0 -c trainer 2>/dev/null | grep -E -m1 'resuming from .*global step [1-9]')
+  if [ -n "$out" ]; then ok "the resumed chief continued from its checkpoint"
+  else fail "the resumed chief continued from its checkpoint" "$(explain mnist-sus)"; fi
+  check "hash equals the uninterrupted run's" "$(field mnist-sus '{.status.result.weightsSha256}')" "${BASIC_HASH:-<none>}"
+  end
+}
+
+s_deadline() {
+  begin deadline
+  local t0 out n reason
+  t0=$(now)
+  out=$(job mnist-dl "activeDeadlineSeconds: 8" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 100000/' | kn apply -f - 2>&1)
+  if [ $? = 0 ]; then ok "job mnist-dl applied (activeDeadlineSeconds 8, 100000 steps)"
+  else fail "job mnist-dl applied" "$out"; end; return; fi
+  if wait_phase mnist-dl 120 Failed; then ok "job Failed ($(since "$t0")s after apply)"
+  else fail "job Failed" "$(explain mnist-dl)"; end; return; fi
+  reason=$(field mnist-dl '{.status.conditions[?(@.type=="Failed")].reason}')
+  check "Failed reason DeadlineExceeded" "$reason" DeadlineExceeded
+  local end=$(( $(date +%s) + 60 ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    n=$(kn get pods -l kubetrain.dev/job-name=mnist-dl \
+          -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' 2>/dev/null | grep -c .)
+    [ "$n" = 0 ] && break; sleep 1
+  done
+  check "no worker left running" "$n" 0
+  end
+}
+
+s_upgrade() {
+  begin upgrade
+  local out rev args
+  if out=$("$HELM" upgrade "$REL" charts/kubetrain -n "$REL_NS" --reuse-values \
+       --set operator.logLevel=debug --wait --timeout 180s 2>&1); then ok "helm upgrade --set operator.logLevel=debug"
+  else fail "helm upgrade" "$out"; end; return; fi
+  rev=$("$HELM" status "$REL" -n "$REL_NS" -o json 2>/dev/null | jq -r '.version')
+  check "release revision 2" "$rev" 2
+  args=$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].spec.template.spec.containers[0].args}')
+  if grep -q -- '--log-level=debug' <<<"$args"; then ok "Deployment runs the operator with --log-level=debug"
+  else fail "Deployment runs --log-level=debug" "$args"; fi
+  check "operator available after the upgrade" \
+    "$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].status.availableReplicas}')" 1
+  # The upgraded operator still runs jobs.
+  if out=$(job mnist-up | sed 's/epochs: 2/epochs: 1/; s/stepsPerEpoch: 30/stepsPerEpoch: 5/' | kn apply -f - 2>&1) &&
+     wait_phase mnist-up "$JOB_TIMEOUT" Succeeded; then ok "a job runs to Succeeded under the upgraded operator"
+  else fail "a job runs under the upgraded operator" "$out$(explain mnist-up)"; fi
+  end
+}
+
+s_uninstall() {
+  begin uninstall
+  local out left jobs
+  jobs=$(kn get tj -o name 2>/dev/null | sort)
+  if out=$("$HELM" uninstall "$REL" -n "$REL_NS" --wait --timeout 120s 2>&1); then ok "helm uninstall"
+  else fail "helm uninstall" "$out"; end; return; fi
+  left=$(k get deploy,sa,svc,cm,secret,role,rolebinding -n "$REL_NS" -l "app.kubernetes.io/instance=$REL" -o name 2>&1;
+         k get clusterrole,clusterrolebinding -l "app.kubernetes.io/instance=$REL" -o name 2>&1)
+  check "no object of the release is left" "$(grep -v '^No resources' <<<"$left" | grep -c .)" 0
+  check "the CRD stays" "$(k get crd trainingjobs.kubetrain.dev -o name 2>&1)" customresourcedefinition.apiextensions.k8s.io/trainingjobs.kubetrain.dev
+  check "the jobs stay" "$(kn get tj -o name 2>/dev/null | sort | tr '\n' ' ')" "$(tr '\n' ' ' <<<"$jobs")"
+  [ -n "$jobs" ] || fail "there were jobs to keep"
+  end
+}
+
+ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline upgrade uninstall)
+[ $# -gt 0 ] && ALL=("$@")
+T0=$(now)
+log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"
+for s in "${ALL[@]}"; do
+  declare -F "s_$s" >/dev/null || { tap_fail "unknown scenario $s"; continue; }
+  "s_$s"
+done
+echo "#"
+echo "# scenario   result   time"
+for r in "${RESULTS[@]}"; do echo "# $r"; done
+for m in "${MEASURED[@]}"; do echo "# measured: $m"; done
+echo "# suite wall time: $(since "$T0") s"
+tap_done
