@@ -26,11 +26,22 @@ static float *buf(size_t n)
         fprintf(stderr, "gemm_floor: out of memory\n");
         exit(1);
     }
-    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     return p;
 }
 
-enum { CONV_FWD, DENSE1_FWD, DENSE2_FWD, DENSE2_DW, DENSE2_DX, DENSE1_DW, DENSE1_DX, CONV_DW, NCALLS };
+enum {
+    CONV_FWD,
+    DENSE1_FWD,
+    DENSE2_FWD,
+    DENSE2_DW,
+    DENSE2_DX,
+    DENSE1_DW,
+    DENSE1_DX,
+    CONV_DW,
+    NCALLS
+};
 static const char *const call_names[NCALLS] = {"conv_fwd",  "dense1_fwd", "dense2_fwd", "dense2_dw",
                                                "dense2_dx", "dense1_dw",  "dense1_dx",  "conv_dw"};
 
@@ -59,8 +70,10 @@ int main(int argc, char **argv)
         /* backward: dense 2 (weights and input), dense 1 (weights and input), conv (weights) */
         TIMED(DENSE2_DW, gemm(GEMM_T, GEMM_N, d1, d2, b, 1.0f, h, d1, o, d2, 0.0f, dw2, d2));
         TIMED(DENSE2_DX, gemm(GEMM_N, GEMM_T, b, d1, d2, 1.0f, o, d2, w2, d2, 0.0f, dh, d1));
-        TIMED(DENSE1_DW, gemm(GEMM_T, GEMM_N, d_in, d1, b, 1.0f, conv, d_in, dh, d1, 0.0f, dw1, d1));
-        TIMED(DENSE1_DX, gemm(GEMM_N, GEMM_T, b, d_in, d1, 1.0f, dh, d1, w1, d1, 0.0f, dconv, d_in));
+        TIMED(DENSE1_DW,
+              gemm(GEMM_T, GEMM_N, d_in, d1, b, 1.0f, conv, d_in, dh, d1, 0.0f, dw1, d1));
+        TIMED(DENSE1_DX,
+              gemm(GEMM_N, GEMM_T, b, d_in, d1, 1.0f, dh, d1, w1, d1, 0.0f, dconv, d_in));
         TIMED(CONV_DW, gemm(GEMM_T, GEMM_N, k1, f1, m1, 1.0f, col, k1, dconv, f1, 0.0f, dwc, f1));
         steps++;
         t = now() - t0;
