@@ -2,9 +2,34 @@
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
             libssl-dev libcmocka-dev dataset-fashion-mnist python3-venv
 
+# GEMM backend (trainer/src/gemm.c), chosen at build time: make GEMM=openblas|blis|dnnl.
+# OpenBLAS is the default: on this step's shapes the others were not faster
+# (bench/results/gemm-backends.json, make bench-gemm). OpenBLAS stays linked whatever
+# the backend (the optimizer's saxpy and the thread setting use it).
+GEMM ?= openblas
+GEMM_BACKENDS      := openblas blis dnnl
+GEMM_APT_blis      := libblis-dev
+GEMM_APT_dnnl      := libdnnl-dev
+GEMM_CFLAGS_blis   := -DGEMM_BLIS -isystem /usr/include/x86_64-linux-gnu/blis-openmp
+GEMM_CFLAGS_dnnl   := -DGEMM_DNNL -fopenmp
+GEMM_LIBS_openblas := -lopenblas -lpthread
+GEMM_LIBS_blis     := -lblis -lpthread
+GEMM_LIBS_dnnl     := -ldnnl -fopenmp -lpthread
+ifeq ($(filter $(GEMM),$(GEMM_BACKENDS)),)
+$(error GEMM=$(GEMM): expected one of $(GEMM_BACKENDS))
+endif
+DEPS_APT += $(GEMM_APT_$(GEMM))
+# Rewritten only when GEMM changes, so that gemm.o and the binaries follow the choice.
+GEMM_STAMP := $(BUILD)/gemm-backend
+$(GEMM_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(GEMM)' | cmp -s - $@ || echo '$(GEMM)' > $@
+FORCE:
+.PHONY: FORCE
+
 TRAINER_BIN   := $(BUILD)/bin/kubetrain-trainer
 TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
-TRAINER_LIBS  := -lopenblas -lcjson -lyaml -lz -lcrypto -lpthread -lm
+TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lz -lcrypto -lpthread -lm
 TRAINER_INC   := -Itrainer/src
 # No errno from sqrtf & co (the trainer never reads it), so the optimizer loops vectorize.
 TRAINER_CFLAGS := -fno-math-errno
@@ -15,6 +40,8 @@ TRAINER_SOBJS := $(TRAINER_SRCS:%.c=$(BUILD)/san/%.o)
 TRAINER_TESTS := $(patsubst trainer/tests/%.c,$(BUILD)/san/tests/%,$(wildcard trainer/tests/test-*.c))
 
 all: $(TRAINER_BIN) $(TRAINER_SAN)
+$(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: $(GEMM_STAMP)
+$(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: TRAINER_CFLAGS += $(GEMM_CFLAGS_$(GEMM))
 TEST_PROGRAMS += $(TRAINER_TESTS) $(sort $(wildcard trainer/tests/test-*.sh))
 
 $(BUILD)/opt/trainer/%.o: trainer/%.c | deps
@@ -61,9 +88,11 @@ GEMM_FLOOR   := $(BUILD)/bench/gemm_floor
 FASHION_DIR  ?= /usr/share/datasets/fashion-mnist
 BENCH_TARGETS += bench-trainer
 
-$(GEMM_FLOOR): trainer/bench/gemm_floor.c | deps
+# The floor uses the trainer's gemm.c and backend (GEMM), so it is the same library.
+$(GEMM_FLOOR): trainer/bench/gemm_floor.c trainer/src/gemm.c $(GEMM_STAMP) | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) -o $@ $< -lopenblas
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_INC) $(GEMM_CFLAGS_$(GEMM)) -o $@ \
+	    trainer/bench/gemm_floor.c trainer/src/gemm.c $(GEMM_LIBS_$(GEMM))
 
 $(TF_VENV)/.installed:
 	python3 -m venv $(TF_VENV)
@@ -92,3 +121,19 @@ bench-distributed: $(TRAINER_BIN) $(TF_VENV)/.tf-keras
 	python3 trainer/bench/bench_distributed.py $(TRAINER_BIN) $(TF_VENV)/bin/python \
 	    $(FASHION_DIR) bench/results/distributed.json $(DIST_ROUNDS)
 .PHONY: bench-distributed
+
+# Benchmark: the step's GEMMs with each backend, 1 and 2 threads, interleaved
+# (trainer/bench/gemm_compare.py); needs every backend's package.
+BENCH_TARGETS += bench-gemm
+$(BUILD)/.deps-gemm-backends:
+	@mkdir -p $(@D)
+	@bash .ci/deps.sh $(GEMM_APT_blis) $(GEMM_APT_dnnl)
+	@touch $@
+$(BUILD)/bench/gemm_floor-%: trainer/bench/gemm_floor.c trainer/src/gemm.c | deps $(BUILD)/.deps-gemm-backends
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_INC) $(GEMM_CFLAGS_$*) -o $@ \
+	    trainer/bench/gemm_floor.c trainer/src/gemm.c $(GEMM_LIBS_$*)
+bench-gemm: $(GEMM_BACKENDS:%=$(BUILD)/bench/gemm_floor-%)
+	@mkdir -p bench/results
+	python3 trainer/bench/gemm_compare.py bench/results/gemm-backends.json $^
+.PHONY: bench-gemm

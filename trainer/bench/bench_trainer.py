@@ -45,6 +45,7 @@ def run_rss(argv, env=None):
         err.seek(0)
         if os.waitstatus_to_exitcode(status) != 0:
             sys.exit("bench: %s failed: %s" % (" ".join(argv), err.read()[-2000:]))
+        run_rss.cpu_seconds = ru.ru_utime + ru.ru_stime  # of this last run
         return out.read(), ru.ru_maxrss / 1024.0
 
 
@@ -70,19 +71,25 @@ def main():
     trainer, floor_bin, py, data_dir, out_path = sys.argv[1:6]
     tf_peer = os.path.join(HERE, "tf_peer.py")
     rounds = []
-    # OpenBLAS threads: its own choice (nproc) and 1. On a shared, oversubscribed machine
-    # the per-GEMM thread hand-off can cost more than the second core gives, so both are
-    # measured, each against the floor with the same setting.
+    # gemm threads: the default (the CPUs) and 1 (OPENBLAS_NUM_THREADS=1, which gemm.c
+    # honours). On a shared, oversubscribed machine the second thread may find no free
+    # core, so both are measured, each against the floor with the same setting.
     k_args = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--epochs", "3",
               "--steps-per-epoch", "70", "--optimizer", "sgd", "--lr", "0.001", "--data-dir", data_dir]
     one = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    load_start = os.getloadavg()
     for r in range(ROUNDS):
         row = {"load_avg_1m": os.getloadavg()[0]}
         for tag, env in (("default", None), ("t1", one)):
             floor = json.loads(run([floor_bin, "64", "5"], env))
             ev, rss = kubetrain_epochs(trainer, k_args, env)
+            cpu3 = run_rss.cpu_seconds
             epochs = [e for e in ev if e["event"] == "epoch"]
-            sps = sum(e["steps"] * 64 for e in epochs[1:]) / sum(e["seconds"] for e in epochs[1:])
+            samples = sum(e["steps"] * 64 for e in epochs[1:])
+            sps = samples / sum(e["seconds"] for e in epochs[1:])
+            # CPU time of epochs 2-3: that of the same run stopped after epoch 1, subtracted
+            kubetrain_epochs(trainer, k_args[:5] + ["1"] + k_args[6:], env)
+            row["kubetrain_%s_cpu_ms_per_sample" % tag] = 1e3 * (cpu3 - run_rss.cpu_seconds) / samples
             row["floor_%s_samples_per_sec" % tag] = floor["samples_per_sec"]
             row["kubetrain_%s_samples_per_sec" % tag] = sps
             row["kubetrain_%s_max_rss_mib" % tag] = rss
@@ -90,10 +97,14 @@ def main():
         tf_out, tf_rss = run_rss([py, tf_peer, "throughput", data_dir])
         tf = json.loads(tf_out.strip().splitlines()[-1])
         row["tensorflow_samples_per_sec"] = tf["samples_per_sec"]
+        row["tensorflow_cpu_ms_per_sample"] = tf["cpu_ms_per_sample"]
         row["tensorflow_max_rss_mib"] = tf_rss
         for tag in ("default", "t1"):
             row["kubetrain_%s_vs_tensorflow" % tag] = (row["kubetrain_%s_samples_per_sec" % tag] /
                                                        tf["samples_per_sec"])
+            # > 1: kubetrain spends less CPU per sample than TensorFlow
+            row["kubetrain_%s_cpu_efficiency_vs_tensorflow" % tag] = (
+                tf["cpu_ms_per_sample"] / row["kubetrain_%s_cpu_ms_per_sample" % tag])
         print("round %d: %s" % (r + 1, json.dumps(row)), flush=True)
         rounds.append(row)
 
@@ -140,14 +151,20 @@ def main():
         "benchmark": "trainer-core: one worker, tutorial-cnn, batch 64, Fashion-MNIST",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-                    "load_avg_at_end": os.getloadavg()},
+                    "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg()},
         "commands": {
             "kubetrain": "kubetrain-trainer --model tutorial-cnn --per-worker-batch 64 --epochs 3 "
                          "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
             "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
-            "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 sgemm calls alone)",
-            "threads": "each of kubetrain and floor with OpenBLAS's default threads and with "
-                       "OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
+            "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
+                     "backend and threads as the trainer)",
+            "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
+                       "with OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
+            "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "
+                   "epochs 2-3 (kubetrain: wait4 CPU of the 3-epoch run minus that of the same "
+                   "run stopped after epoch 1; TensorFlow: process_time in the epoch callback). "
+                   "Unlike samples/s it is not inflated by waiting for a core on the shared "
+                   "machine",
             "accuracy": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval "
                         "--seed S; tf_peer.py accuracy DATA S (S = 1..ACC_RUNS; means compared)",
         },

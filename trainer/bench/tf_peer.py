@@ -52,12 +52,15 @@ class EpochTimer(tf.keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.seconds = []
+        self.cpu_seconds = []  # CPU time of the whole process (all threads) per epoch
 
     def on_epoch_begin(self, epoch, logs=None):
         self.t0 = time.perf_counter()
+        self.c0 = time.process_time()
 
     def on_epoch_end(self, epoch, logs=None):
         self.seconds.append(time.perf_counter() - self.t0)
+        self.cpu_seconds.append(time.process_time() - self.c0)
 
 
 def main():
@@ -73,6 +76,8 @@ def main():
         model = build(tf.keras.optimizers.SGD(learning_rate=0.001))
         model.fit(ds, epochs=epochs, steps_per_epoch=steps, callbacks=[timer], verbose=0)
         out["epoch_seconds"] = timer.seconds
+        out["epoch_cpu_seconds"] = timer.cpu_seconds
+        out["cpu_ms_per_sample"] = 1e3 * sum(timer.cpu_seconds[1:]) / (steps * BATCH * (epochs - 1))
         out["samples_per_sec"] = steps * BATCH * (epochs - 1) / sum(timer.seconds[1:])
     else:
         steps, epochs = len(x) // BATCH, 2

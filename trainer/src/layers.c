@@ -1,10 +1,10 @@
 #include "layers.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "util.h"
 
 /* ----------------------------------------------------------------------------
@@ -114,8 +114,7 @@ void conv2d_forward(float *out, float *col, const float *inp, const float *weigh
     const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
     im2col(col, inp, g, b);
     bias_rows(out, bias, (size_t)m, (size_t)g->f);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g->f, k, 1.0f, col, k, weight,
-                g->f, 1.0f, out, g->f);
+    gemm(GEMM_N, GEMM_N, m, g->f, k, 1.0f, col, k, weight, g->f, 1.0f, out, g->f);
 }
 
 void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
@@ -124,12 +123,10 @@ void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, c
     const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
     bias_grad(dbias, dout, (size_t)m, (size_t)g->f);
     /* dweight (K,F) = col^T (K,M) @ dout (M,F) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, g->f, m, 1.0f, col, k, dout, g->f,
-                0.0f, dweight, g->f);
+    gemm(GEMM_T, GEMM_N, k, g->f, m, 1.0f, col, k, dout, g->f, 0.0f, dweight, g->f);
     if (!dinput) return;
     /* dcol (M,K) = dout (M,F) @ weight^T (F,K) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, g->f, 1.0f, dout, g->f, weight,
-                g->f, 0.0f, dcol, k);
+    gemm(GEMM_N, GEMM_T, m, k, g->f, 1.0f, dout, g->f, weight, g->f, 0.0f, dcol, k);
     col2im(dinput, dcol, g, b);
 }
 
@@ -140,19 +137,16 @@ void dense_forward(float *out, const float *inp, const float *weight, const floa
                    int in, int outn)
 {
     bias_rows(out, bias, (size_t)b, (size_t)outn);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, b, outn, in, 1.0f, inp, in, weight,
-                outn, 1.0f, out, outn);
+    gemm(GEMM_N, GEMM_N, b, outn, in, 1.0f, inp, in, weight, outn, 1.0f, out, outn);
 }
 
 void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
                     const float *inp, const float *weight, int b, int in, int outn)
 {
     bias_grad(dbias, dout, (size_t)b, (size_t)outn);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, outn, b, 1.0f, inp, in, dout, outn,
-                0.0f, dweight, outn);
+    gemm(GEMM_T, GEMM_N, in, outn, b, 1.0f, inp, in, dout, outn, 0.0f, dweight, outn);
     if (dinput)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b, in, outn, 1.0f, dout, outn,
-                    weight, outn, 0.0f, dinput, in);
+        gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, 0.0f, dinput, in);
 }
 
 /* ----------------------------------------------------------------------------

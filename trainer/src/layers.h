@@ -5,7 +5,8 @@
  * kernels (in, out), exactly Keras's layouts, so weights map one to one. Backward
  * functions ACCUMULATE nothing: they overwrite dweight/dbias/dinput. A NULL dinput means
  * "not needed" (the first layer) and skips that GEMM. All matrix products go through
- * CBLAS (OpenBLAS); the only loops here are the element-wise ones. */
+ * gemm() (gemm.h: a BLAS library chosen at build time); the only loops here are the
+ * element-wise ones. */
 #ifndef KT_LAYERS_H
 #define KT_LAYERS_H
 

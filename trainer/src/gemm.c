@@ -1,0 +1,258 @@
+#include "gemm.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ----------------------------------------------------------------------------
+ * Backends: one single-threaded product of the library chosen at build time */
+
+#if defined(GEMM_BLIS)
+
+#include <blis.h>
+#include <string.h>
+
+#define GEMM_THREADS_ENV "BLIS_NUM_THREADS"
+
+/* BLIS's typed API takes plain pointers for operands it only reads. */
+static float *unconst(const float *p)
+{
+    float *q;
+    memcpy(&q, &p, sizeof q);
+    return q;
+}
+
+static void backend_gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc)
+{
+    /* Row-major storage is a row stride of ld and a column stride of 1; BLIS applies the
+     * transposes to the stored matrices itself. */
+    bli_sgemm(ta == GEMM_T ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+              tb == GEMM_T ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k, &alpha, unconst(a), lda,
+              1, unconst(b), ldb, 1, &beta, c, ldc, 1);
+}
+
+static void backend_single_thread(void)
+{
+    bli_thread_set_num_threads(1);
+}
+
+const char *gemm_backend(void)
+{
+    return "blis";
+}
+
+#elif defined(GEMM_DNNL)
+
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+
+#define GEMM_THREADS_ENV "OMP_NUM_THREADS"
+
+static void backend_gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc)
+{
+    dnnl_status_t st = dnnl_sgemm(ta == GEMM_T ? 'T' : 'N', tb == GEMM_T ? 'T' : 'N', m, n, k,
+                                  alpha, a, lda, b, ldb, beta, c, ldc);
+    /* Only bad arguments fail, and the layers derive theirs from checked shapes: a bug. */
+    if (st != dnnl_success) {
+        fprintf(stderr, "gemm: dnnl_sgemm(m=%d, n=%d, k=%d) failed: status %d\n", m, n, k, (int)st);
+        abort();
+    }
+}
+
+static void backend_single_thread(void)
+{
+    omp_set_num_threads(1); /* oneDNN's CPU runtime here is OpenMP */
+}
+
+const char *gemm_backend(void)
+{
+    return "dnnl";
+}
+
+#else /* OpenBLAS */
+
+#include <cblas.h>
+
+#define GEMM_THREADS_ENV "OPENBLAS_NUM_THREADS"
+
+static void backend_gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta == GEMM_T ? CblasTrans : CblasNoTrans,
+                tb == GEMM_T ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                ldc);
+}
+
+static void backend_single_thread(void)
+{
+    openblas_set_num_threads(1);
+}
+
+const char *gemm_backend(void)
+{
+    return "openblas";
+}
+
+#endif
+
+/* ----------------------------------------------------------------------------
+ * Blocks of one product shared by the caller and the workers */
+
+/* Below this many flops a product runs on the caller alone: the hand-off would cost
+ * more than the second core gives. */
+#define GEMM_PARALLEL_FLOPS 4e6
+/* Blocks are multiples of this many rows/columns (a whole number of register tiles). */
+#define GEMM_BLOCK_ALIGN 16
+
+typedef struct {
+    GemmTrans ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int split_rows; /* 1: blocks of C's rows, 0: of its columns */
+    int block, nblocks;
+} Job;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake, finished;
+    int threads;       /* wanted, caller included; 0 until set or first used */
+    int started;       /* the library was made single-threaded */
+    int workers;       /* started */
+    unsigned long gen; /* bumped per job: workers join only the current one */
+    Job job;
+    int next, done; /* blocks claimed and finished, under mu */
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER,
+          .finished = PTHREAD_COND_INITIALIZER};
+
+static void job_run_block(const Job *j, int i)
+{
+    int lo = i * j->block, len = j->split_rows ? j->m : j->n;
+    int cnt = lo + j->block < len ? j->block : len - lo;
+    if (j->split_rows) {
+        /* rows lo.. of op(A): rows of A, or columns of A when transposed */
+        const float *a = j->ta == GEMM_N ? j->a + (size_t)lo * j->lda : j->a + lo;
+        backend_gemm(j->ta, j->tb, cnt, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta,
+                     j->c + (size_t)lo * j->ldc, j->ldc);
+    } else {
+        /* columns lo.. of op(B): columns of B, or rows of B when transposed */
+        const float *b = j->tb == GEMM_N ? j->b + lo : j->b + (size_t)lo * j->ldb;
+        backend_gemm(j->ta, j->tb, j->m, cnt, j->k, j->alpha, j->a, j->lda, b, j->ldb, j->beta,
+                     j->c + lo, j->ldc);
+    }
+}
+
+/* Claims and runs blocks of job `gen` until none is left; called with mu held. */
+static void pool_take_blocks(unsigned long gen)
+{
+    while (pool.gen == gen && pool.next < pool.job.nblocks) {
+        int i = pool.next++;
+        Job j = pool.job;
+        pthread_mutex_unlock(&pool.mu);
+        job_run_block(&j, i);
+        pthread_mutex_lock(&pool.mu);
+        if (++pool.done == j.nblocks) pthread_cond_signal(&pool.finished);
+    }
+}
+
+static void *pool_worker(void *arg)
+{
+    (void)arg;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.gen == seen)
+            pthread_cond_wait(&pool.wake, &pool.mu);
+        seen = pool.gen;
+        pool_take_blocks(seen);
+    }
+    return NULL;
+}
+
+/* Makes the library single-threaded and starts workers up to threads-1 (they live as
+ * long as the process, asleep between products). With mu held. */
+static void pool_start(void)
+{
+    if (!pool.threads) {
+        const char *env = getenv(GEMM_THREADS_ENV);
+        cpu_set_t cpus;
+        if (env && atoi(env) > 0)
+            pool.threads = atoi(env);
+        else if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
+            pool.threads = CPU_COUNT(&cpus);
+        else
+            pool.threads = 1;
+    }
+    if (!pool.started) {
+        backend_single_thread();
+        pool.started = 1;
+    }
+    while (pool.workers < pool.threads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_worker, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc) break; /* fewer workers: the caller takes their blocks */
+        pool.workers++;
+    }
+}
+
+void gemm_set_threads(int n)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool.threads = n > 0 ? n : 1;
+    backend_single_thread();
+    pthread_mutex_unlock(&pool.mu);
+}
+
+void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const float *a, int lda,
+          const float *b, int ldb, float beta, float *c, int ldc)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool_start();
+    int threads = pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
+    /* One block per thread along the longer side of C (each block repacks the operand it
+     * shares with the others, so more blocks cost more). Blocks are claimed when a thread
+     * gets to run: a worker that is not scheduled in time leaves its block to the caller. */
+    int split_rows = m >= n, len = split_rows ? m : n;
+    int block = (len + threads - 1) / threads;
+    block = (block + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+    if (threads == 1 || 2.0 * m * n * k < GEMM_PARALLEL_FLOPS || block >= len) {
+        pthread_mutex_unlock(&pool.mu);
+        backend_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    pool.job = (Job){.ta = ta,
+                     .tb = tb,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .lda = lda,
+                     .ldb = ldb,
+                     .ldc = ldc,
+                     .alpha = alpha,
+                     .beta = beta,
+                     .a = a,
+                     .b = b,
+                     .c = c,
+                     .split_rows = split_rows,
+                     .block = block,
+                     .nblocks = (len + block - 1) / block};
+    pool.next = pool.done = 0;
+    unsigned long gen = ++pool.gen;
+    pthread_cond_broadcast(&pool.wake);
+    pool_take_blocks(gen);
+    while (pool.done < pool.job.nblocks)
+        pthread_cond_wait(&pool.finished, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+}

@@ -1,0 +1,34 @@
+/* gemm — the trainer's one matrix product, over a BLAS library chosen at build time.
+ *
+ * Every Conv2D and Dense product goes through gemm(); layers.c never names a library.
+ * The backend is a build flag (trainer.mk: make GEMM=blis|openblas|dnnl): BLIS's typed
+ * API, OpenBLAS's CBLAS, or oneDNN's dnnl_sgemm. All are well-kept libraries; nothing
+ * here multiplies matrices itself. */
+#ifndef KT_GEMM_H
+#define KT_GEMM_H
+
+typedef enum { GEMM_N = 0, GEMM_T = 1 } GemmTrans;
+
+/* C (m,n) = alpha * op(A) (m,k) @ op(B) (k,n) + beta * C, all row-major, exactly like
+ * cblas_sgemm(CblasRowMajor, ...): op(X) is X or its transpose as ta/tb say; lda, ldb
+ * and ldc are the row strides of A, B and C as stored. With beta == 0, C is only
+ * written (its old contents may be NaN).
+ *
+ * Threads: the library itself always runs single-threaded. A large product is cut
+ * into independent blocks of C's rows or columns (no reduction, so results do not
+ * depend on the thread count), and the caller and gemm's own workers take blocks
+ * until none is left. One hand-off per call instead of the library's per-panel
+ * barriers: on a shared machine a descheduled thread then delays only its own block,
+ * and no library thread spins between calls. Not reentrant: one caller at a time. */
+void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const float *a, int lda,
+          const float *b, int ldb, float beta, float *c, int ldc);
+
+/* Sets how many threads (the caller included, n >= 1) gemm() uses from now on.
+ * Without a call: the backend's usual variable if set (OPENBLAS_NUM_THREADS,
+ * BLIS_NUM_THREADS or OMP_NUM_THREADS), else the CPUs this process may run on. */
+void gemm_set_threads(int n);
+
+/* The backend's name: "blis", "openblas" or "dnnl" (a static string). */
+const char *gemm_backend(void);
+
+#endif
