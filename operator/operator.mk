@@ -50,3 +50,4 @@ $(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) $(wildcard 
 test-operator-tsan: $(OPERATOR_TSAN_TESTS:%=$(BUILD)/tsan/tests/test-%)
 	@TSAN_OPTIONS=halt_on_error=1 bash .ci/taprun $^
 .PHONY: test-operator-tsan
+TEST_PROGRAMS += $(sort $(wildcard operator/tests/integration/test-*.sh))
