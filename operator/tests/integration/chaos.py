@@ -59,6 +59,19 @@ max_live = collections.Counter()
 lock = threading.Lock()
 
 
+watch_errors = []
+
+
+def watching(fn):
+    """Runs a watch loop; a watch that dies is recorded (the checks then fail)."""
+    def run():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            watch_errors.append(f"{fn.__name__}: {e!r}")
+    return run
+
+
 def watch_pods():
     w = kube.Kube(cfg)
     for _, ev in w.watch(kube.ns_path(NS, "pods"), stop.is_set):
@@ -85,7 +98,7 @@ def watch_secrets():
 
 subprocess.run([args.kubectl, "--kubeconfig", args.kubeconfig, "create", "namespace", NS],
                check=True, capture_output=True)
-threads = [threading.Thread(target=f, daemon=True) for f in (watch_pods, watch_secrets)]
+threads = [threading.Thread(target=watching(f), daemon=True) for f in (watch_pods, watch_secrets)]
 for t in threads:
     t.start()
 time.sleep(0.5)
@@ -204,8 +217,11 @@ phases = collections.Counter(j.get("status", {}).get("phase") for j in jobs().va
 check("every job progresses to Succeeded", phases.get("Succeeded") == len(names),
       f"phases {dict(phases)}")
 time.sleep(1)
+alive = all(t.is_alive() for t in threads)
 stop.set()
 
+check("the test's watches ran throughout", not watch_errors and alive,
+      f"{watch_errors}")
 with lock:
     dups = {k: v for k, v in added.items() if v > 1}
     over = {j: m for j, m in max_live.items() if m > W}

@@ -91,12 +91,13 @@ class Kube:
         """Yields (receive_time, event) for each watch event of path (a list URL with
         ?watch=1 added here), until stop() is true or the stream ends."""
         sep = "&" if "?" in path else "?"
-        conn = self._connect(timeout=1)
+        conn = self._connect()
         conn.request("GET", path + sep + "watch=1&allowWatchBookmarks=false",
                      headers={"Accept": "application/json"})
         r = conn.getresponse()
         if r.status != 200:
             raise ApiError(r.status, r.read())
+        conn.sock.settimeout(1)  # reads wake up every second to look at stop()
         buf = b""
         try:
             while not (stop and stop()):

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""One benchmark run of an operator against the api-level cluster: JOBS jobs x WORKERS
+workers created at once in a fresh namespace, then each job's worker 0 marked Running.
+
+Measured (all on this process's clock, watch receive times):
+  pods_s           first job created -> the last of the JOBS*WORKERS pods ADDED on a watch
+  requests         the operator's API requests (its own /metrics, watches excluded) from
+                   just before the first job to the moment the last pod was seen
+  bound_s          the client rate limiter's lower bound for those requests:
+                   max(0, requests - burst) / qps
+  event_to_action  per job, from the response to the status write that makes its
+                   worker 0 Running (phase Running, Ready) to the receipt of the watch event
+                   carrying the operator's resulting job status (TrainingJob:
+                   status.workers.ready >= 1; TFJob: condition Running=True or
+                   replicaStatuses.Worker.active >= 1). It includes the apiserver's two
+                   watch deliveries (pod -> operator, job -> this client). Jobs are driven
+                   one at a time, PACE seconds apart, so that the client rate limit is not
+                   what is measured
+  cpu_s, vmhwm_kib the operator process's user+system CPU time and peak RSS (VmHWM from
+                   /proc) at the end of the run
+Prints one JSON object.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+import kube  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kind", choices=["trainingjob", "tfjob"], required=True)
+ap.add_argument("--kubectl", required=True)
+ap.add_argument("--kubeconfig", required=True)
+ap.add_argument("--ns", required=True)
+ap.add_argument("--qps", type=float, required=True)
+ap.add_argument("--burst", type=int, required=True)
+ap.add_argument("--metrics-port", type=int, required=True)
+ap.add_argument("--log", required=True)
+ap.add_argument("--ready-regex", required=True, help="operator log line meaning it is ready")
+ap.add_argument("--metric", required=True, help="regex of the request-counter sample lines")
+ap.add_argument("--jobs", type=int, default=100)
+ap.add_argument("--workers", type=int, default=4)
+ap.add_argument("--pace", type=float, default=0.15)
+ap.add_argument("cmd", nargs=argparse.REMAINDER)
+a = ap.parse_args()
+cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+
+cfg = kube.load_config(a.kubectl, a.kubeconfig)
+api = kube.Kube(cfg)
+NS, J, W = a.ns, a.jobs, a.workers
+if a.kind == "trainingjob":
+    group, plural = kube.GROUP, "trainingjobs"
+else:
+    group, plural = "kubeflow.org/v1", "tfjobs"
+
+
+def job_object(name):
+    if a.kind == "trainingjob":
+        return kube.training_job(name, W, restartPolicy="OnFailure")
+    return {"apiVersion": group, "kind": "TFJob", "metadata": {"name": name},
+            "spec": {"runPolicy": {"cleanPodPolicy": "None"},
+                     "tfReplicaSpecs": {"Worker": {
+                         "replicas": W, "restartPolicy": "OnFailure",
+                         "template": {"spec": {"containers": [{
+                             "name": "tensorflow", "image": "kubetrain/trainer:0.1.0"}]}}}}}}
+
+
+def acted(obj):
+    """The operator's status reflects a running worker."""
+    st = obj.get("status") or {}
+    if a.kind == "trainingjob":
+        return (st.get("workers") or {}).get("ready", 0) >= 1
+    return any(c.get("type") == "Running" and c.get("status") == "True"
+               for c in st.get("conditions") or []) or \
+        ((st.get("replicaStatuses") or {}).get("Worker") or {}).get("active", 0) >= 1
+
+
+metric_re = re.compile(a.metric)
+
+
+def requests_so_far():
+    body = urllib.request.urlopen(f"http://127.0.0.1:{a.metrics_port}/metrics", timeout=10).read()
+    n = 0
+    for line in body.decode().splitlines():
+        if line.startswith("#"):
+            continue
+        if metric_re.search(line):
+            n += float(line.rsplit(" ", 1)[1])
+    return n
+
+
+def proc_stats(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / tick
+    hwm = None
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    return cpu, hwm
+
+
+subprocess.run([a.kubectl, "--kubeconfig", a.kubeconfig, "create", "namespace", NS],
+               check=True, capture_output=True)
+
+log = open(a.log, "ab")
+op = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+result = {"kind": a.kind, "qps": a.qps, "burst": a.burst, "jobs": J, "workers": W}
+try:
+    # Ready: the log line, and the metrics endpoint answering.
+    t_end = time.time() + 180
+    ready = re.compile(a.ready_regex.encode())
+    while time.time() < t_end:
+        if op.poll() is not None:
+            raise SystemExit(f"operator exited {op.returncode} during start; see {a.log}")
+        with open(a.log, "rb") as f:
+            if ready.search(f.read()):
+                try:
+                    requests_so_far()
+                    break
+                except OSError:
+                    pass
+        time.sleep(0.2)
+    else:
+        raise SystemExit(f"operator not ready after 180 s; see {a.log}")
+    time.sleep(1)
+
+    stop = threading.Event()
+    lock = threading.Lock()
+    pods_seen = set()
+    pods_done = threading.Event()
+    t_last_pod = [None]
+    req_at_last_pod = [None]
+    running_at = {}
+
+    def watch_pods():
+        w = kube.Kube(cfg)
+        for t, ev in w.watch(kube.ns_path(NS, "pods"), stop.is_set):
+            if ev["type"] != "ADDED":
+                continue
+            with lock:
+                pods_seen.add(ev["object"]["metadata"]["name"])
+                if len(pods_seen) == J * W and not pods_done.is_set():
+                    t_last_pod[0] = t
+                    req_at_last_pod[0] = requests_so_far()
+                    pods_done.set()
+
+    def watch_jobs():
+        w = kube.Kube(cfg)
+        for t, ev in w.watch(kube.ns_path(NS, plural, group=group), stop.is_set):
+            o = ev["object"]
+            if ev["type"] in ("ADDED", "MODIFIED") and acted(o):
+                with lock:
+                    running_at.setdefault(o["metadata"]["name"], t)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (watch_pods, watch_jobs)]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+
+    req0 = requests_so_far()
+    cpu0, _ = proc_stats(op.pid)
+    names = [f"job-{i:03d}" for i in range(J)]
+    t0 = time.time()
+    for n in names:
+        api.create(kube.ns_path(NS, plural, group=group), job_object(n))
+    t_created = time.time()
+    if not pods_done.wait(600):
+        raise SystemExit(f"only {len(pods_seen)} pods after 600 s")
+    result["create_jobs_s"] = round(t_created - t0, 3)
+    result["pods_s"] = round(t_last_pod[0] - t0, 3)
+    result["requests"] = int(req_at_last_pod[0] - req0)
+    result["bound_s"] = round(max(0, result["requests"] - a.burst) / a.qps, 3)
+    result["pods_over_bound"] = round(result["pods_s"] / result["bound_s"], 3) \
+        if result["bound_s"] > 0 else None
+    # Let the creation wave settle (status writes, events) before the event phase.
+    prev, t_quiet = -1, time.time()
+    while time.time() - t_quiet < 3 and time.time() - t0 < 900:
+        cur = requests_so_far()
+        if cur != prev:
+            prev, t_quiet = cur, time.time()
+        time.sleep(0.5)
+    result["settle_requests"] = int(prev - req0)
+    cpu_create, _ = proc_stats(op.pid)
+    result["cpu_create_s"] = round(cpu_create - cpu0, 3)
+
+    # Event to action: worker 0 of each job starts running.
+    wrote = {}
+    for n in names:
+        api.merge_patch(kube.ns_path(NS, "pods", f"{n}-worker-0", "status"),
+                        kube.pod_running_status())
+        wrote[n] = time.time()
+        time.sleep(a.pace)
+    t_end = time.time() + 60
+    while time.time() < t_end and len(running_at) < J:
+        time.sleep(0.2)
+    stop.set()
+    with lock:
+        delays = sorted((running_at[n] - wrote[n]) * 1000 for n in names if n in running_at)
+    result["event_to_action_n"] = len(delays)
+    if delays:
+        pct = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
+        result["event_to_action_ms"] = {"p50": round(pct(0.50), 1), "p90": round(pct(0.90), 1),
+                                        "p99": round(pct(0.99), 1), "max": round(delays[-1], 1)}
+    cpu, hwm = proc_stats(op.pid)
+    result["cpu_s"] = round(cpu - cpu0, 3)
+    result["cpu_total_s"] = round(cpu, 3)
+    result["vmhwm_kib"] = hwm
+    result["vmhwm_mib"] = round(hwm / 1024, 2)
+finally:
+    if op.poll() is None:
+        op.send_signal(signal.SIGTERM)
+        try:
+            op.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            op.kill()
+            op.wait()
+print(json.dumps(result), flush=True)
