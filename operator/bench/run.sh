@@ -2,7 +2,9 @@
 # make bench-operator: kubetrain-operator side by side with Kubeflow's training-operator
 # (TFJob, v1.9) on one api-level cluster (e2e/cluster/up.sh api): 100 jobs x 4 workers
 # per run, at client QPS 50 and 100 (burst 100 for both operators). See bench.py for what
-# is measured. Writes bench/results/operator.json (date, machine, every run).
+# is measured. Writes bench/results/operator.json (date, machine, every run), or with
+# BENCH_OUT=FILE elsewhere; BENCH_PEER=0 skips the peer, BENCH_JOBS, BENCH_WORKERS and
+# BENCH_QPS change the load.
 #
 # The training-operator is built once from the Go module proxy into
 # $KT_CACHE/kubeflow/bin (GOMAXPROCS=2, go build -p 2); its TFJob CRD is applied from the
@@ -17,7 +19,7 @@ WORKERS=${BENCH_WORKERS:-4}
 QPS_LIST=${BENCH_QPS:-"50 100"}
 BURST=100
 OP=${KT_OPERATOR_BIN:-build/bin/kubetrain-operator}
-out=bench/results/operator.json
+out=${BENCH_OUT:-bench/results/operator.json}
 dir=$PWD/build/bench/operator
 export KT_RUN=$dir/run
 mkdir -p "$dir" bench/results
@@ -30,7 +32,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # --- the peer -------------------------------------------------------------------------
 kf_bin=$KT_CACHE/kubeflow/bin/training-operator.v1
 kf_note=""
-if [ ! -x "$kf_bin" ]; then
+if [ "${BENCH_PEER:-1}" = 0 ]; then
+  kf_note="peer run skipped (BENCH_PEER=0)"
+elif [ ! -x "$kf_bin" ]; then
   log "building Kubeflow training-operator $KF_VERSION (once per machine)"
   (
     kt_go_env

@@ -89,7 +89,9 @@ class Kube:
 
     def watch(self, path, stop=None):
         """Yields (receive_time, event) for each watch event of path (a list URL with
-        ?watch=1 added here), until stop() is true or the stream ends."""
+        ?watch=1 added here) until the stream ends. Reads block: stop() is looked at
+        after each chunk, so a thread watching a quiet resource ends at its next event
+        (run watches in daemon threads)."""
         sep = "&" if "?" in path else "?"
         conn = self._connect()
         conn.request("GET", path + sep + "watch=1&allowWatchBookmarks=false",
@@ -97,16 +99,11 @@ class Kube:
         r = conn.getresponse()
         if r.status != 200:
             raise ApiError(r.status, r.read())
-        conn.sock.settimeout(1)  # reads wake up every second to look at stop()
+        conn.sock.settimeout(None)
         buf = b""
         try:
             while not (stop and stop()):
-                try:
-                    chunk = r.read1(65536)
-                except (TimeoutError, ssl.SSLError, OSError) as e:
-                    if isinstance(e, TimeoutError) or "timed out" in str(e):
-                        continue
-                    return
+                chunk = r.read1(65536)
                 if not chunk:
                     return
                 now = time.time()
