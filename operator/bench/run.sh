@@ -71,6 +71,24 @@ EOF
 fi
 sleep 2
 
+# The kubelet's part for the training-operator: in a cluster its webhook Secret is
+# mounted at the certificate directory its webhook server reads (a fixed path in its
+# code); here the files are copied there once its rotator has filled the Secret.
+kf_certs() {
+  local d=/tmp/k8s-webhook-server/serving-certs f
+  mkdir -p "$d"
+  for _ in $(seq 600); do
+    if [ -n "$(k -n kubeflow get secret training-operator-webhook-cert -o 'jsonpath={.data.tls\.crt}' 2>/dev/null)" ]; then
+      for f in ca.crt tls.crt tls.key; do
+        k -n kubeflow get secret training-operator-webhook-cert -o "jsonpath={.data.${f/./\\.}}" |
+          base64 -d >"$d/$f.tmp" && mv "$d/$f.tmp" "$d/$f"
+      done
+      return 0
+    fi
+    sleep 0.5
+  done
+}
+
 runs=()
 bench() { # NAME KIND QPS READY METRIC CMD...
   local name=$1 kind=$2 qps=$3 ready=$4 metric=$5 port=$6; shift 6
@@ -97,12 +115,15 @@ for q in $QPS_LIST; do
     --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers 4
   if [ -z "$kf_note" ]; then
     p=$(free_port)
-    bench "kubeflow-q$q" tfjob "$q" 'Starting workers' \
+    kf_certs &
+    certs_pid=$!
+    bench "kubeflow-q$q" tfjob "$q" 'Starting workers.*"tfjob-controller"' \
       '^rest_client_requests_total\{' "$p" \
       env KUBECONFIG="$KUBECONFIG" GOMAXPROCS=2 "$kf_bin" --namespace "kubeflow-q$q" \
       --enable-scheme tfjob --kube-api-qps "$q" --kube-api-burst $BURST \
       --metrics-bind-address "127.0.0.1:$p" --health-probe-bind-address 0 \
       --webhook-server-port "$(free_port)" --controller-threads 4
+    kill "$certs_pid" 2>/dev/null; wait "$certs_pid" 2>/dev/null
   fi
 done
 

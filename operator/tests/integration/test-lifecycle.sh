@@ -16,6 +16,12 @@ it_cluster opint-lifecycle
 it_operator main --workers 4
 OP=$IT_PID
 LOG=$IT_DIR/op-main.log
+# Every phase every job passes through, as a watch sees them: "ns/name phase" lines.
+"$KT_K8S_BIN/kubectl" get tj -A -w -o 'jsonpath={.metadata.namespace}/{.metadata.name} {.status.phase}{"\n"}' \
+  >"$IT_DIR/phases" 2>/dev/null &
+IT_WATCH_PID=$!
+# phases NS/NAME: the job's distinct phases in order, space-separated.
+phases() { awk -v j="$1" '$1 == j && $2 != "" && $2 != last { printf "%s ", $2; last = $2 }' "$IT_DIR/phases"; }
 
 # --- objects: Secret, Service, pods ---------------------------------------------------
 ns objects
@@ -146,6 +152,14 @@ all_running onfailure j 3
 if wait_until 20 is onfailure tj/j .status.phase Running && is onfailure tj/j .status.attempt 1; then
   tap_ok "OnFailure: Running again after the restart"
 else tap_fail "OnFailure: Running again after the restart" "$(jp onfailure tj/j .status)"; fi
+sleep 0.5
+if [ "$(phases onfailure/j)" = "Pending Running Restarting Running " ]; then
+  tap_ok "OnFailure: phases Pending Running Restarting Running, as a watch saw them"
+else tap_fail "OnFailure: phases as a watch saw them" "got: $(phases onfailure/j)"; fi
+if [ "$(condition onfailure j Restarting status)" = False ] &&
+   [ "$(condition onfailure j Restarting reason)" = AllWorkersRunning ]; then
+  tap_ok "OnFailure: the Restarting condition is cleared once all workers run again"
+else tap_fail "OnFailure: Restarting condition cleared" "$(jp onfailure tj/j .status.conditions)"; fi
 
 # ExitCode: 75 and 137 retry, 3 fails with the trainer's message.
 ns exitcode
@@ -294,6 +308,17 @@ else tap_fail "the operator recreates nothing for a deleted job" "$(k -n clean-n
 if [ -n "$secret_uid" ] && [ "$(jp objects secret/mnist-secret .metadata.uid)" = "$secret_uid" ]; then
   tap_ok "the ring Secret is created once"
 else tap_fail "the ring Secret is created once" "uid $secret_uid -> $(jp objects secret/mnist-secret .metadata.uid)"; fi
+
+# --- phases as a watch saw them ----------------------------------------------------------------
+bad=
+for want in "objects/mnist Pending Running Succeeded" "never/j Pending Running Failed" \
+            "exitcode/j Pending Running Restarting Running Restarting Running Failed" \
+            "suspend/j Pending Running Suspended Pending Running" "deadline/j Pending Running Failed"; do
+  got=$(phases "${want%% *}")
+  [ "$got" = "${want#* } " ] || bad="$bad${want%% *}: got '$got', want '${want#* }'"$'\n'
+done
+if [ -z "$bad" ]; then tap_ok "each job's phases in order, as a watch saw them (5 jobs)"
+else tap_fail "each job's phases in order" "$bad"; fi
 
 # --- the operator itself ---------------------------------------------------------------------
 if grep -q 'runtime error\|AddressSanitizer\|LeakSanitizer' "$LOG"; then
