@@ -17,7 +17,10 @@ Measured (all on this process's clock, watch receive times):
                    one at a time, PACE seconds apart, so that the client rate limit is not
                    what is measured
   cpu_s, vmhwm_kib the operator process's user+system CPU time and peak RSS (VmHWM from
-                   /proc) at the end of the run
+                   /proc) at the end of the run; vmrss_ready_kib its RSS once ready, before
+                   any job
+  api_latency_mean_ms  the mean duration of the operator's API requests during the
+                   creation wave (its own request-duration histogram)
 Prints one JSON object.
 """
 import argparse
@@ -46,6 +49,8 @@ ap.add_argument("--metrics-port", type=int, required=True)
 ap.add_argument("--log", required=True)
 ap.add_argument("--ready-regex", required=True, help="operator log line meaning it is ready")
 ap.add_argument("--metric", required=True, help="regex of the request-counter sample lines")
+ap.add_argument("--latency-metric", required=True,
+                help="name of the client's request-duration histogram (its _sum and _count)")
 ap.add_argument("--jobs", type=int, default=100)
 ap.add_argument("--workers", type=int, default=4)
 ap.add_argument("--pace", type=float, default=0.15)
@@ -86,15 +91,25 @@ def acted(obj):
 metric_re = re.compile(a.metric)
 
 
-def requests_so_far():
+def scrape():
     body = urllib.request.urlopen(f"http://127.0.0.1:{a.metrics_port}/metrics", timeout=10).read()
-    n = 0
-    for line in body.decode().splitlines():
-        if line.startswith("#"):
-            continue
-        if metric_re.search(line):
-            n += float(line.rsplit(" ", 1)[1])
-    return n
+    return [ln for ln in body.decode().splitlines() if not ln.startswith("#")]
+
+
+def requests_so_far():
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in scrape() if metric_re.search(ln))
+
+
+def latency_sum_count():
+    """Sum and count of the request-duration histogram, over all its label sets."""
+    s = c = 0.0
+    for ln in scrape():
+        name = ln.split("{", 1)[0].split(" ", 1)[0]
+        if name == a.latency_metric + "_sum":
+            s += float(ln.rsplit(" ", 1)[1])
+        elif name == a.latency_metric + "_count":
+            c += float(ln.rsplit(" ", 1)[1])
+    return s, c
 
 
 def proc_stats(pid):
@@ -115,7 +130,7 @@ subprocess.run([a.kubectl, "--kubeconfig", a.kubeconfig, "create", "namespace", 
 
 log = open(a.log, "ab")
 op = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-result = {"kind": a.kind, "qps": a.qps, "burst": a.burst, "jobs": J, "workers": W}
+result = {"run": NS, "kind": a.kind, "qps": a.qps, "burst": a.burst, "jobs": J, "workers": W}
 try:
     # Ready: the log line, and the metrics endpoint answering.
     t_end = time.time() + 180
@@ -169,7 +184,10 @@ try:
     time.sleep(1)
 
     req0 = requests_so_far()
+    lat0 = latency_sum_count()
     cpu0, _ = proc_stats(op.pid)
+    with open(f"/proc/{op.pid}/status") as f:
+        result["vmrss_ready_kib"] = next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
     names = [f"job-{i:03d}" for i in range(J)]
     t0 = time.time()
     for n in names:
@@ -191,6 +209,9 @@ try:
             prev, t_quiet = cur, time.time()
         time.sleep(0.5)
     result["settle_requests"] = int(prev - req0)
+    lat1 = latency_sum_count()
+    if lat1[1] > lat0[1]:
+        result["api_latency_mean_ms"] = round(1000 * (lat1[0] - lat0[0]) / (lat1[1] - lat0[1]), 2)
     cpu_create, _ = proc_stats(op.pid)
     result["cpu_create_s"] = round(cpu_create - cpu0, 3)
 

@@ -90,12 +90,12 @@ kf_certs() {
 }
 
 runs=()
-bench() { # NAME KIND QPS READY METRIC CMD...
-  local name=$1 kind=$2 qps=$3 ready=$4 metric=$5 port=$6; shift 6
+bench() { # NAME KIND QPS READY METRIC LATENCY-METRIC PORT CMD...
+  local name=$1 kind=$2 qps=$3 ready=$4 metric=$5 lmetric=$6 port=$7; shift 7
   log "run $name: $JOBS x $WORKERS, qps $qps"
   if python3 operator/bench/bench.py --kind "$kind" --kubectl "$KT_K8S_BIN/kubectl" \
       --kubeconfig "$KUBECONFIG" --ns "$name" --qps "$qps" --burst $BURST \
-      --metrics-port "$port" --log "$dir/$name.log" --ready-regex "$ready" --metric "$metric" \
+      --metrics-port "$port" --log "$dir/$name.log" --ready-regex "$ready" --metric "$metric" --latency-metric "$lmetric" \
       --jobs "$JOBS" --workers "$WORKERS" -- "$@" >"$dir/$name.json" 2>"$dir/$name.err"; then
     cat "$dir/$name.json" >&2
     runs+=("$dir/$name.json")
@@ -110,7 +110,8 @@ bench() { # NAME KIND QPS READY METRIC CMD...
 for q in $QPS_LIST; do
   p=$(free_port)
   bench "kubetrain-q$q" trainingjob "$q" 'caches synced' \
-    '^kubetrain_api_requests_total\{verb="(GET|POST|PUT|PATCH|DELETE)"' "$p" \
+    '^kubetrain_api_requests_total\{verb="(GET|POST|PUT|PATCH|DELETE)"' \
+    kubetrain_api_request_duration_seconds "$p" \
     "$OP" --kubeconfig "$KUBECONFIG" --namespace "kubetrain-q$q" --qps "$q" --burst $BURST \
     --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers 4
   if [ -z "$kf_note" ]; then
@@ -118,7 +119,7 @@ for q in $QPS_LIST; do
     kf_certs &
     certs_pid=$!
     bench "kubeflow-q$q" tfjob "$q" 'Starting workers.*"tfjob-controller"' \
-      '^rest_client_requests_total\{' "$p" \
+      '^rest_client_requests_total\{' rest_client_request_duration_seconds "$p" \
       env KUBECONFIG="$KUBECONFIG" GOMAXPROCS=2 "$kf_bin" --namespace "kubeflow-q$q" \
       --enable-scheme tfjob --kube-api-qps "$q" --kube-api-burst $BURST \
       --metrics-bind-address "127.0.0.1:$p" --health-probe-bind-address 0 \
@@ -126,6 +127,17 @@ for q in $QPS_LIST; do
     kill "$certs_pid" 2>/dev/null; wait "$certs_pid" 2>/dev/null
   fi
 done
+# Diagnostic: the same load at the highest QPS with 8 reconcile threads instead of 4,
+# to tell the client's rate limit from request latency x concurrency.
+if [ "${BENCH_EXTRA:-1}" = 1 ]; then
+  q=${QPS_LIST##* }
+  p=$(free_port)
+  bench "kubetrain-q$q-w8" trainingjob "$q" 'caches synced' \
+    '^kubetrain_api_requests_total\{verb="(GET|POST|PUT|PATCH|DELETE)"' \
+    kubetrain_api_request_duration_seconds "$p" \
+    "$OP" --kubeconfig "$KUBECONFIG" --namespace "kubetrain-q$q-w8" --qps "$q" --burst $BURST \
+    --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers 8
+fi
 
 python3 - "$out" "$kf_note" "$KF_VERSION" "$JOBS" "$WORKERS" "${runs[@]}" <<'PY'
 import json, os, platform, subprocess, sys, datetime
@@ -151,6 +163,27 @@ doc = {
     "targets": {"pods_over_bound": 1.10, "vmhwm_mib": 16, "event_to_action_p99_ms_at_qps_100": 50},
     "runs": runs,
 }
+# Side by side at each QPS: kubetrain / training-operator (below 1: kubetrain uses less).
+by = {r.get("run"): r for r in runs}
+summary = {}
+for r in runs:
+    name = r.get("run", "")
+    if not name.startswith("kubetrain-q") or name.endswith("-w8") or "error" in r:
+        continue
+    q = name[len("kubetrain-q"):]
+    row = {"pods_s": r["pods_s"], "pods_over_bound": r["pods_over_bound"],
+           "event_to_action_p99_ms": r.get("event_to_action_ms", {}).get("p99"),
+           "cpu_s": r["cpu_s"], "vmhwm_mib": r["vmhwm_mib"]}
+    kf = by.get("kubeflow-q" + q)
+    if kf and "error" not in kf:
+        row["peer"] = {"pods_s": kf["pods_s"], "pods_over_bound": kf["pods_over_bound"],
+                       "event_to_action_p99_ms": kf.get("event_to_action_ms", {}).get("p99"),
+                       "cpu_s": kf["cpu_s"], "vmhwm_mib": kf["vmhwm_mib"]}
+        row["ratio_kubetrain_over_peer"] = {
+            k: round(row[k] / kf_v, 3) for k, kf_v in row["peer"].items()
+            if isinstance(kf_v, (int, float)) and kf_v and isinstance(row[k], (int, float))}
+    summary["qps_" + q] = row
+doc["summary"] = summary
 json.dump(doc, open(out, "w"), indent=2)
 open(out, "a").write("\n")
 print(json.dumps(doc, indent=2))
