@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One benchmark run of an operator against the api-level cluster: JOBS jobs x WORKERS
-workers created at once in a fresh namespace, then each job's worker 0 marked Running.
+workers created at once in a fresh namespace, then every pod marked Running, one by one.
 
 Measured (all on this process's clock, watch receive times):
   pods_s           first job created -> the last of the JOBS*WORKERS pods ADDED on a watch
@@ -8,14 +8,14 @@ Measured (all on this process's clock, watch receive times):
                    just before the first job to the moment the last pod was seen
   bound_s          the client rate limiter's lower bound for those requests:
                    max(0, requests - burst) / qps
-  event_to_action  per job, from the response to the status write that makes its
-                   worker 0 Running (phase Running, Ready) to the receipt of the watch event
-                   carrying the operator's resulting job status (TrainingJob:
-                   status.workers.ready >= 1; TFJob: condition Running=True or
-                   replicaStatuses.Worker.active >= 1). It includes the apiserver's two
-                   watch deliveries (pod -> operator, job -> this client). Jobs are driven
-                   one at a time, PACE seconds apart, so that the client rate limit is not
-                   what is measured
+  event_to_action  per pod (JOBS*WORKERS samples), from the response to the status
+                   write that makes worker k of a job Running (phase Running, Ready) to the
+                   receipt of the watch event carrying the operator's resulting job status
+                   (TrainingJob: status.workers.ready >= k+1; TFJob:
+                   status.replicaStatuses.Worker.active >= k+1). It includes the
+                   apiserver's two watch deliveries (pod -> operator, job -> this client).
+                   Pods are driven one at a time, PACE seconds apart, so that the client
+                   rate limit is not what is measured
   cpu_s, vmhwm_kib the operator process's user+system CPU time and peak RSS (VmHWM from
                    /proc) at the end of the run; vmrss_ready_kib its RSS once ready, before
                    any job
@@ -53,7 +53,7 @@ ap.add_argument("--latency-metric", required=True,
                 help="name of the client's request-duration histogram (its _sum and _count)")
 ap.add_argument("--jobs", type=int, default=100)
 ap.add_argument("--workers", type=int, default=4)
-ap.add_argument("--pace", type=float, default=0.15)
+ap.add_argument("--pace", type=float, default=0.1)
 ap.add_argument("cmd", nargs=argparse.REMAINDER)
 a = ap.parse_args()
 cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -78,14 +78,12 @@ def job_object(name):
                              "name": "tensorflow", "image": "kubetrain/trainer:0.1.0"}]}}}}}}
 
 
-def acted(obj):
-    """The operator's status reflects a running worker."""
+def level(obj):
+    """How many running workers the operator's job status reflects."""
     st = obj.get("status") or {}
     if a.kind == "trainingjob":
-        return (st.get("workers") or {}).get("ready", 0) >= 1
-    return any(c.get("type") == "Running" and c.get("status") == "True"
-               for c in st.get("conditions") or []) or \
-        ((st.get("replicaStatuses") or {}).get("Worker") or {}).get("active", 0) >= 1
+        return (st.get("workers") or {}).get("ready", 0)
+    return ((st.get("replicaStatuses") or {}).get("Worker") or {}).get("active", 0)
 
 
 metric_re = re.compile(a.metric)
@@ -156,7 +154,7 @@ try:
     pods_done = threading.Event()
     t_last_pod = [None]
     req_at_last_pod = [None]
-    running_at = {}
+    acted_at = {}
 
     def watch_pods():
         w = kube.Kube(cfg)
@@ -174,9 +172,10 @@ try:
         w = kube.Kube(cfg)
         for t, ev in w.watch(kube.ns_path(NS, plural, group=group), stop.is_set):
             o = ev["object"]
-            if ev["type"] in ("ADDED", "MODIFIED") and acted(o):
+            if ev["type"] in ("ADDED", "MODIFIED"):
                 with lock:
-                    running_at.setdefault(o["metadata"]["name"], t)
+                    for k in range(level(o)):
+                        acted_at.setdefault((o["metadata"]["name"], k), t)
 
     threads = [threading.Thread(target=f, daemon=True) for f in (watch_pods, watch_jobs)]
     for t in threads:
@@ -215,20 +214,23 @@ try:
     cpu_create, _ = proc_stats(op.pid)
     result["cpu_create_s"] = round(cpu_create - cpu0, 3)
 
-    # Event to action: worker 0 of each job starts running.
+    # Event to action: worker k of every job starts running, k = 0..W-1, round robin
+    # over the jobs so that one job's events are JOBS*PACE apart.
     wrote = {}
-    for n in names:
-        api.merge_patch(kube.ns_path(NS, "pods", f"{n}-worker-0", "status"),
-                        kube.pod_running_status())
-        wrote[n] = time.time()
-        time.sleep(a.pace)
+    for k in range(W):
+        for n in names:
+            api.merge_patch(kube.ns_path(NS, "pods", f"{n}-worker-{k}", "status"),
+                            kube.pod_running_status())
+            wrote[(n, k)] = time.time()
+            time.sleep(a.pace)
     t_end = time.time() + 60
-    while time.time() < t_end and len(running_at) < J:
+    while time.time() < t_end and len(acted_at) < J * W:
         time.sleep(0.2)
     stop.set()
     with lock:
-        delays = sorted((running_at[n] - wrote[n]) * 1000 for n in names if n in running_at)
+        delays = sorted((acted_at[e] - wrote[e]) * 1000 for e in wrote if e in acted_at)
     result["event_to_action_n"] = len(delays)
+    result["event_to_action_missing"] = len(wrote) - len(delays)
     if delays:
         pct = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
         result["event_to_action_ms"] = {"p50": round(pct(0.50), 1), "p90": round(pct(0.90), 1),

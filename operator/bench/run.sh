@@ -154,7 +154,7 @@ doc = {
         "requests": "the operator's API requests (own /metrics, watches excluded) until the last pod was seen",
         "bound_s": "max(0, requests - burst) / qps: the client rate limiter's lower bound",
         "pods_over_bound": "pods_s / bound_s (target <= 1.10)",
-        "event_to_action_ms": "worker 0's status write (Running) answered -> the operator's resulting job status received on a watch; jobs driven one at a time",
+        "event_to_action_ms": "a pod status write (worker k Running) answered -> the operator's resulting job status (ready/active >= k+1) received on a watch; one pod every 0.1 s, 400 samples per run",
         "cpu_s": "operator user+system CPU over the run (creation and event phases)",
         "vmhwm_mib": "operator peak RSS (VmHWM)",
     },
