@@ -4,7 +4,8 @@
 # labels, owner references, env), status phases, the restart policies with pod failures
 # written through the pods' status subresource (no kubelet at this tier), backoffLimit,
 # activeDeadlineSeconds, ttlSecondsAfterFinished, suspend and resume, cleanPodPolicy, a
-# spec the operator cannot run, and garbage collection after the job is deleted.
+# spec the operator cannot run, disruptions, and garbage collection after the job is
+# deleted.
 # One cluster for the file, one namespace per case. Schema-level admission (invalid
 # objects refused with the field named) is covered by e2e/tests/test-crd.sh.
 set -uo pipefail
@@ -280,6 +281,27 @@ all_running suspend j 2
 if wait_until 20 is suspend tj/j .status.phase Running && is suspend tj/j .status.restarts.application ""; then
   tap_ok "resumed job Running; suspension counts as no failure"
 else tap_fail "resumed job Running" "$(jp suspend tj/j .status)"; fi
+
+# --- disruptions -----------------------------------------------------------------------------
+# A pod deleted by someone else, or preempted (DisruptionTarget), restarts the group, is
+# counted apart and never fails the job: not even under restartPolicy Never, backoffLimit 0.
+ns disrupt
+job disrupt j 2 "  restartPolicy: Never
+  backoffLimit: 0"
+all_running disrupt j 2
+k -n disrupt delete pod j-worker-1 --wait=false >/dev/null
+if wait_until 30 attempt_pods disrupt j 1 2 && is disrupt tj/j .status.restarts.disruption 1; then
+  tap_ok "a worker pod deleted by someone else: the group restarts, counted as a disruption"
+else tap_fail "a deleted worker pod restarts the group" "$(jp disrupt tj/j .status; k -n disrupt get pods 2>&1)"; fi
+all_running disrupt j 2
+k -n disrupt patch pod j-worker-0 --subresource status --type merge -p '{"status":{"phase":"Failed",
+  "reason":"Preempted","conditions":[{"type":"DisruptionTarget","status":"True","reason":"PreemptionByScheduler"}],
+  "containerStatuses":[{"name":"trainer","image":"kubetrain/trainer","imageID":"","ready":false,"restartCount":0,
+  "state":{"terminated":{"exitCode":137,"startedAt":"2026-01-01T00:00:00Z","finishedAt":"2026-01-01T00:00:01Z"}}}]}}' >/dev/null
+if wait_until 30 attempt_pods disrupt j 2 2 && is disrupt tj/j .status.restarts.disruption 2 &&
+   ! is disrupt tj/j .status.phase Failed && [ "$(jp disrupt tj/j .status.restarts.application)" = 0 ]; then
+  tap_ok "a preempted worker (DisruptionTarget): restarts, disruption 2, application 0, not Failed (Never, backoffLimit 0)"
+else tap_fail "a preempted worker restarts without failing the job" "$(jp disrupt tj/j .status)"; fi
 
 # --- cleanPodPolicy None and All -------------------------------------------------------------
 for policy in None All; do
