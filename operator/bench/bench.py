@@ -19,11 +19,16 @@ Measured (all on this process's clock, watch receive times):
   cpu_s, vmhwm_kib the operator process's user+system CPU time and peak RSS (VmHWM from
                    /proc) at the end of the run; vmrss_ready_kib its RSS once ready, before
                    any job
+  queue_event_phase, reconcile_event_phase  during the event phase, the operator's own
+                   work-queue wait and reconcile duration histograms (mean, and the upper
+                   bound of the bucket holding the 99th percentile): its share of the
+                   event-to-action delay
   api_latency_mean_ms  the mean duration of the operator's API requests during the
                    creation wave (its own request-duration histogram)
 Prints one JSON object.
 """
 import argparse
+import collections
 import json
 import os
 import re
@@ -51,6 +56,10 @@ ap.add_argument("--ready-regex", required=True, help="operator log line meaning 
 ap.add_argument("--metric", required=True, help="regex of the request-counter sample lines")
 ap.add_argument("--latency-metric", required=True,
                 help="name of the client's request-duration histogram (its _sum and _count)")
+ap.add_argument("--queue-metric", default="",
+                help="work-queue wait histogram (name[,label substring])")
+ap.add_argument("--reconcile-metric", default="",
+                help="reconcile duration histogram (name[,label substring])")
 ap.add_argument("--jobs", type=int, default=100)
 ap.add_argument("--workers", type=int, default=4)
 ap.add_argument("--pace", type=float, default=0.1)
@@ -108,6 +117,41 @@ def latency_sum_count():
         elif name == a.latency_metric + "_count":
             c += float(ln.rsplit(" ", 1)[1])
     return s, c
+
+
+def hist(spec):
+    """Cumulative bucket counts {le: n}, sum and count of a histogram named by spec
+    ("name" or "name,label-substring"), summed over its matching label sets."""
+    name, _, sub = spec.partition(",")
+    b, tot = collections.Counter(), [0.0, 0.0]
+    for ln in scrape():
+        head, val = ln.rsplit(" ", 1)
+        base = head.split("{", 1)[0]
+        if sub and sub not in head:
+            continue
+        if base == name + "_bucket":
+            le = re.search(r'le="([^"]+)"', head).group(1)
+            b[float("inf") if le == "+Inf" else float(le)] += float(val)
+        elif base == name + "_sum":
+            tot[0] += float(val)
+        elif base == name + "_count":
+            tot[1] += float(val)
+    return b, tot[0], tot[1]
+
+
+def hist_delta(before, after):
+    """Mean and the p99 bucket bound (ms) of what was observed between two snapshots."""
+    (b0, s0, c0), (b1, s1, c1) = before, after
+    n = c1 - c0
+    if n <= 0:
+        return None
+    p99 = None
+    for le in sorted(b1):
+        if b1[le] - b0.get(le, 0) >= 0.99 * n:
+            p99 = le
+            break
+    return {"n": int(n), "mean_ms": round(1000 * (s1 - s0) / n, 2),
+            "p99_bucket_le_ms": None if p99 in (None, float("inf")) else round(1000 * p99, 1)}
 
 
 def proc_stats(pid):
@@ -216,6 +260,7 @@ try:
 
     # Event to action: worker k of every job starts running, k = 0..W-1, round robin
     # over the jobs so that one job's events are JOBS*PACE apart.
+    h0 = {m: hist(getattr(a, m)) for m in ("queue_metric", "reconcile_metric") if getattr(a, m)}
     wrote = {}
     for k in range(W):
         for n in names:
@@ -229,6 +274,8 @@ try:
     stop.set()
     with lock:
         delays = sorted((acted_at[e] - wrote[e]) * 1000 for e in wrote if e in acted_at)
+    for m, before in h0.items():
+        result[m.replace("_metric", "_event_phase")] = hist_delta(before, hist(getattr(a, m)))
     result["event_to_action_n"] = len(delays)
     result["event_to_action_missing"] = len(wrote) - len(delays)
     if delays:

@@ -91,11 +91,19 @@ kf_certs() {
 
 runs=()
 bench() { # NAME KIND QPS READY METRIC LATENCY-METRIC PORT CMD...
-  local name=$1 kind=$2 qps=$3 ready=$4 metric=$5 lmetric=$6 port=$7; shift 7
+  local name=$1 kind=$2 qps=$3 ready=$4 metric=$5 lmetric=$6 port=$7 qmetric rmetric; shift 7
+  if [ "$kind" = tfjob ]; then
+    qmetric=workqueue_queue_duration_seconds,tfjob-controller
+    rmetric=controller_runtime_reconcile_time_seconds,tfjob-controller
+  else
+    qmetric=kubetrain_workqueue_queue_duration_seconds
+    rmetric=kubetrain_reconcile_duration_seconds
+  fi
   log "run $name: $JOBS x $WORKERS, qps $qps"
   if python3 operator/bench/bench.py --kind "$kind" --kubectl "$KT_K8S_BIN/kubectl" \
       --kubeconfig "$KUBECONFIG" --ns "$name" --qps "$qps" --burst $BURST \
       --metrics-port "$port" --log "$dir/$name.log" --ready-regex "$ready" --metric "$metric" --latency-metric "$lmetric" \
+      --queue-metric "$qmetric" --reconcile-metric "$rmetric" \
       --jobs "$JOBS" --workers "$WORKERS" -- "$@" >"$dir/$name.json" 2>"$dir/$name.err"; then
     cat "$dir/$name.json" >&2
     runs+=("$dir/$name.json")
