@@ -172,7 +172,8 @@ subprocess.run([a.kubectl, "--kubeconfig", a.kubeconfig, "create", "namespace", 
 
 log = open(a.log, "ab")
 op = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-result = {"run": NS, "kind": a.kind, "qps": a.qps, "burst": a.burst, "jobs": J, "workers": W}
+result = {"run": NS, "kind": a.kind, "qps": a.qps, "burst": a.burst, "jobs": J, "workers": W,
+          "loadavg_start": os.getloadavg()[0]}
 try:
     # Ready: the log line, and the metrics endpoint answering.
     t_end = time.time() + 180
@@ -282,6 +283,7 @@ try:
         pct = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
         result["event_to_action_ms"] = {"p50": round(pct(0.50), 1), "p90": round(pct(0.90), 1),
                                         "p99": round(pct(0.99), 1), "max": round(delays[-1], 1)}
+    result["loadavg_end"] = os.getloadavg()[0]
     cpu, hwm = proc_stats(op.pid)
     result["cpu_s"] = round(cpu - cpu0, 3)
     result["cpu_total_s"] = round(cpu, 3)
