@@ -4,10 +4,12 @@ Only the standard library: the admin kubeconfig (client certificate, CA, all emb
 comes as JSON from `kubectl config view --raw -o json`. One HTTPS connection per Kube
 object; make one per thread.
 """
+import atexit
 import base64
 import http.client
 import json
 import os
+import shutil
 import ssl
 import tempfile
 import time
@@ -25,6 +27,7 @@ def load_config(kubectl, kubeconfig):
     cluster = cfg["clusters"][0]["cluster"]
     user = cfg["users"][0]["user"]
     d = tempfile.mkdtemp(prefix="kube-py-")
+    atexit.register(shutil.rmtree, d, True)
     paths = {}
     for k, f in (("client-certificate-data", "crt"), ("client-key-data", "key")):
         p = os.path.join(d, f)
