@@ -203,7 +203,7 @@ try:
 
     def watch_pods():
         w = kube.Kube(cfg)
-        for t, ev in w.watch(kube.ns_path(NS, "pods"), stop.is_set):
+        for t, ev in kube.watch_resumed(w, kube.ns_path(NS, "pods"), stop.is_set):
             if ev["type"] != "ADDED":
                 continue
             with lock:
@@ -215,7 +215,7 @@ try:
 
     def watch_jobs():
         w = kube.Kube(cfg)
-        for t, ev in w.watch(kube.ns_path(NS, plural, group=group), stop.is_set):
+        for t, ev in kube.watch_resumed(w, kube.ns_path(NS, plural, group=group), stop.is_set):
             o = ev["object"]
             if ev["type"] in ("ADDED", "MODIFIED"):
                 with lock:

@@ -74,7 +74,7 @@ def watching(fn):
 
 def watch_pods():
     w = kube.Kube(cfg)
-    for _, ev in w.watch(kube.ns_path(NS, "pods"), stop.is_set):
+    for _, ev in kube.watch_resumed(w, kube.ns_path(NS, "pods"), stop.is_set):
         o = ev["object"]
         md = o["metadata"]
         job = md.get("labels", {}).get("kubetrain.dev/job-name")
@@ -90,7 +90,7 @@ def watch_pods():
 
 def watch_secrets():
     w = kube.Kube(cfg)
-    for _, ev in w.watch(kube.ns_path(NS, "secrets"), stop.is_set):
+    for _, ev in kube.watch_resumed(w, kube.ns_path(NS, "secrets"), stop.is_set):
         if ev["type"] == "ADDED":
             with lock:
                 secrets_added[ev["object"]["metadata"]["name"]] += 1

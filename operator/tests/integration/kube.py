@@ -90,14 +90,15 @@ class Kube:
     def merge_patch(self, path, patch):
         return self.request("PATCH", path, patch, "application/merge-patch+json")
 
-    def watch(self, path, stop=None):
+    def watch(self, path, stop=None, resource_version=None):
         """Yields (receive_time, event) for each watch event of path (a list URL with
         ?watch=1 added here) until the stream ends. Reads block: stop() is looked at
         after each chunk, so a thread watching a quiet resource ends at its next event
-        (run watches in daemon threads)."""
+        (run watches in daemon threads). resource_version resumes after that version."""
         sep = "&" if "?" in path else "?"
         conn = self._connect()
-        conn.request("GET", path + sep + "watch=1&allowWatchBookmarks=false",
+        rv = f"&resourceVersion={resource_version}" if resource_version else ""
+        conn.request("GET", path + sep + "watch=1&allowWatchBookmarks=false" + rv,
                      headers={"Accept": "application/json"})
         r = conn.getresponse()
         if r.status != 200:
@@ -117,6 +118,19 @@ class Kube:
                         yield now, json.loads(line)
         finally:
             conn.close()
+
+
+def watch_resumed(kube_client, path, stop):
+    """Like Kube.watch, but when the server ends the stream (it closes watchers that fall
+    behind), watches again from the last resourceVersion seen, so no event is lost.
+    Raises RuntimeError when the server cannot resume (an ERROR event, e.g. 410 Gone)."""
+    rv = None
+    while not stop():
+        for t, ev in kube_client.watch(path, stop, rv):
+            if ev.get("type") == "ERROR":
+                raise RuntimeError(f"watch error: {ev.get('object')}")
+            rv = ev["object"]["metadata"].get("resourceVersion", rv)
+            yield t, ev
 
 
 def ns_path(ns, plural, name=None, sub=None, group=None):
