@@ -123,12 +123,19 @@ class Kube:
 def watch_resumed(kube_client, path, stop):
     """Like Kube.watch, but when the server ends the stream (it closes watchers that fall
     behind), watches again from the last resourceVersion seen, so no event is lost.
-    Raises RuntimeError when the server cannot resume (an ERROR event, e.g. 410 Gone)."""
+    Raises RuntimeError when the server cannot resume (410 Gone); other ERROR events
+    (a watch cache catching up) are retried after the delay they ask for."""
     rv = None
     while not stop():
         for t, ev in kube_client.watch(path, stop, rv):
             if ev.get("type") == "ERROR":
-                raise RuntimeError(f"watch error: {ev.get('object')}")
+                st = ev.get("object") or {}
+                if st.get("code") == 410:
+                    raise RuntimeError(f"watch error: {st}")
+                # e.g. 504 "Too large resource version" from a watch cache still catching
+                # up after the apiserver started: retry from the same version.
+                time.sleep((st.get("details") or {}).get("retryAfterSeconds", 1))
+                break
             rv = ev["object"]["metadata"].get("resourceVersion", rv)
             yield t, ev
 
