@@ -50,3 +50,11 @@ $(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) $(wildcard 
 test-operator-tsan: $(OPERATOR_TSAN_TESTS:%=$(BUILD)/tsan/tests/test-%)
 	@TSAN_OPTIONS=halt_on_error=1 bash .ci/taprun $^
 .PHONY: test-operator-tsan
+TEST_PROGRAMS += $(sort $(wildcard operator/tests/integration/test-*.sh))
+
+# Benchmark: 100 TrainingJobs x 4 workers against the api-level apiserver, side by side
+# with Kubeflow's training-operator (TFJob); JSON in bench/results/operator.json.
+bench-operator: $(OPERATOR_BIN)
+	@bash operator/bench/run.sh
+BENCH_TARGETS += bench-operator
+.PHONY: bench-operator

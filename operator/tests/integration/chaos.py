@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""The operator SIGKILLed at random moments among concurrent TrainingJobs, then left to
+run: no duplicate pod, no orphan, and every job progressing to Succeeded with exactly the
+restarts its injected failures call for.
+
+While the operator is killed and restarted ROUNDS times, a driver plays the kubelet (pods
+Pending -> Running) and fails worker 1 of every other job once with exit code 75
+(restartPolicy ExitCode: a group restart), one job every 1.5 s so that the restarts
+overlap the kills. Watches on pods and secrets record every
+object ever created. Prints one result line per check, "PASS name" or "FAIL name: why",
+for the shell test to turn into TAP; "#" lines are information.
+"""
+import argparse
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kube  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--kubectl", required=True)
+ap.add_argument("--kubeconfig", required=True)
+ap.add_argument("--operator", required=True)
+ap.add_argument("--log", required=True)
+ap.add_argument("--ns", default="chaos")
+ap.add_argument("--jobs", type=int, default=20)
+ap.add_argument("--workers", type=int, default=2)
+ap.add_argument("--rounds", type=int, default=10)
+ap.add_argument("--seed", type=int, default=int(time.time()))
+args = ap.parse_args()
+rng = random.Random(args.seed)
+print(f"# seed {args.seed}", flush=True)
+
+cfg = kube.load_config(args.kubectl, args.kubeconfig)
+api = kube.Kube(cfg)
+NS, W = args.ns, args.workers
+names = [f"job-{i:02d}" for i in range(args.jobs)]
+to_fail = set(names[::2])
+results = []
+
+
+def check(name, ok, why=""):
+    results.append((name, ok))
+    print(("PASS " if ok else "FAIL ") + name + ("" if ok else ": " + why), flush=True)
+
+
+# --- watches ---------------------------------------------------------------------------
+stop = threading.Event()
+added = collections.Counter()      # (job, attempt, index) -> pods created
+secrets_added = collections.Counter()
+live = collections.defaultdict(set)
+max_live = collections.Counter()
+lock = threading.Lock()
+
+
+watch_errors = []
+
+
+def watching(fn):
+    """Runs a watch loop; a watch that dies is recorded (the checks then fail)."""
+    def run():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            watch_errors.append(f"{fn.__name__}: {e!r}")
+    return run
+
+
+def watch_pods():
+    w = kube.Kube(cfg)
+    for _, ev in kube.watch_resumed(w, kube.ns_path(NS, "pods"), stop.is_set):
+        o = ev["object"]
+        md = o["metadata"]
+        job = md.get("labels", {}).get("kubetrain.dev/job-name")
+        with lock:
+            if ev["type"] == "ADDED":
+                added[(job, md.get("annotations", {}).get("kubetrain.dev/attempt"),
+                       md.get("labels", {}).get("kubetrain.dev/replica-index"))] += 1
+                live[job].add(md["uid"])
+                max_live[job] = max(max_live[job], len(live[job]))
+            elif ev["type"] == "DELETED":
+                live[job].discard(md["uid"])
+
+
+def watch_secrets():
+    w = kube.Kube(cfg)
+    for _, ev in kube.watch_resumed(w, kube.ns_path(NS, "secrets"), stop.is_set):
+        if ev["type"] == "ADDED":
+            with lock:
+                secrets_added[ev["object"]["metadata"]["name"]] += 1
+
+
+subprocess.run([args.kubectl, "--kubeconfig", args.kubeconfig, "create", "namespace", NS],
+               check=True, capture_output=True)
+threads = [threading.Thread(target=watching(f), daemon=True) for f in (watch_pods, watch_secrets)]
+for t in threads:
+    t.start()
+time.sleep(0.5)
+for n in names:
+    api.create(kube.ns_path(NS, "trainingjobs", group=kube.GROUP),
+               kube.training_job(n, W, restartPolicy="ExitCode", backoffLimit=6))
+
+# --- the kubelet's part ------------------------------------------------------------------
+failed_once = set()
+driver_on = threading.Event()
+driver_on.set()
+
+
+def drive():
+    d = kube.Kube(cfg)
+    last_fail = 0.0
+    while not stop.is_set():
+        if not driver_on.is_set():
+            time.sleep(0.1)
+            continue
+        try:
+            pods = d.get(kube.ns_path(NS, "pods"))["items"]
+            by_job = collections.defaultdict(list)
+            for p in pods:
+                by_job[p["metadata"]["labels"]["kubetrain.dev/job-name"]].append(p)
+            for job, ps in by_job.items():
+                for p in ps:
+                    if p["metadata"].get("deletionTimestamp"):
+                        continue
+                    if p.get("status", {}).get("phase", "Pending") == "Pending":
+                        d.merge_patch(kube.ns_path(NS, "pods", p["metadata"]["name"], "status"),
+                                      kube.pod_running_status())
+                running = [p for p in ps if p.get("status", {}).get("phase") == "Running"
+                           and p["metadata"]["annotations"].get("kubetrain.dev/attempt") == "0"]
+                # One failure every 1.5 s, so that restarts overlap the kills throughout.
+                if job in to_fail and job not in failed_once and len(running) == W and \
+                        time.time() - last_fail >= 1.5:
+                    last_fail = time.time()
+                    d.merge_patch(kube.ns_path(NS, "pods", f"{job}-worker-1", "status"),
+                                  kube.pod_exit_status(75, '{"error":"peer lost"}'))
+                    failed_once.add(job)
+        except kube.ApiError as e:
+            if e.code not in (404, 409, 422):
+                print(f"# driver: {e}", flush=True)
+        time.sleep(0.2)
+
+
+dt = threading.Thread(target=drive, daemon=True)
+dt.start()
+
+# --- kill the operator at random moments ----------------------------------------------
+log = open(args.log, "ab")
+
+
+def start_operator():
+    return subprocess.Popen([args.operator, "--kubeconfig", args.kubeconfig,
+                             "--metrics-addr", "0", "--health-addr", "0",
+                             "--backoff-base", "1", "--backoff-max", "2"],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+kills = []
+for r in range(args.rounds):
+    op = start_operator()
+    t = rng.uniform(0.2, 3.0)
+    time.sleep(t)
+    op.send_signal(signal.SIGKILL)
+    op.wait()
+    kills.append(round(t, 2))
+    time.sleep(rng.uniform(0, 0.5))
+print(f"# SIGKILL after {kills} s", flush=True)
+op = start_operator()
+
+
+def jobs():
+    return {j["metadata"]["name"]: j for j in
+            api.get(kube.ns_path(NS, "trainingjobs", group=kube.GROUP))["items"]}
+
+
+def restarts(j):
+    return j.get("status", {}).get("restarts", {}).get("application", 0)
+
+
+# Converged: every job Running in its final attempt, every injected failure restarted.
+deadline = time.time() + 120
+while time.time() < deadline:
+    js = jobs()
+    if all(j.get("status", {}).get("phase") == "Running" for j in js.values()) and \
+            failed_once == to_fail:
+        break
+    time.sleep(0.5)
+js = jobs()
+phases = collections.Counter(j.get("status", {}).get("phase") for j in js.values())
+check(f"all {len(names)} jobs Running after the kills", phases.get("Running") == len(names),
+      f"phases {dict(phases)}; failed {len(failed_once)} of {len(to_fail)}")
+bad = {n: restarts(j) for n, j in js.items() if restarts(j) != (1 if n in to_fail else 0)}
+check("each injected failure counted exactly once (restarts.application)", not bad,
+      f"wrong counts {bad}")
+
+# Finish: every chief succeeds.
+driver_on.clear()
+time.sleep(0.3)
+for n in names:
+    try:
+        api.merge_patch(kube.ns_path(NS, "pods", f"{n}-worker-0", "status"),
+                        kube.pod_exit_status(0, '{"step":1}'))
+    except kube.ApiError as e:
+        print(f"# chief of {n}: {e}", flush=True)
+deadline = time.time() + 60
+while time.time() < deadline:
+    js = jobs()
+    if all(j.get("status", {}).get("phase") == "Succeeded" for j in js.values()):
+        break
+    time.sleep(0.5)
+phases = collections.Counter(j.get("status", {}).get("phase") for j in jobs().values())
+check("every job progresses to Succeeded", phases.get("Succeeded") == len(names),
+      f"phases {dict(phases)}")
+time.sleep(1)
+alive = all(t.is_alive() for t in threads)
+stop.set()
+
+check("the test's watches ran throughout", not watch_errors and alive,
+      f"{watch_errors}")
+with lock:
+    dups = {k: v for k, v in added.items() if v > 1}
+    over = {j: m for j, m in max_live.items() if m > W}
+    sdups = {k: v for k, v in secrets_added.items() if v > 1}
+check("no duplicate pod: each (job, attempt, index) created once", not dups, f"{dups}")
+check(f"never more than {W} pods of a job at once", not over, f"{over}")
+check("each job's Secret created once", not sdups and len(secrets_added) == len(names),
+      f"dups {sdups}, {len(secrets_added)} secrets")
+
+# No orphan: every pod, Service and Secret belongs to a live job by uid; pods are of the
+# job's current attempt.
+uids = {n: j["metadata"]["uid"] for n, j in jobs().items()}
+orph = []
+for plural in ("pods", "services", "secrets"):
+    for o in api.get(kube.ns_path(NS, plural))["items"]:
+        md = o["metadata"]
+        if plural == "secrets" and md["name"].startswith("default-token"):
+            continue
+        refs = [r for r in md.get("ownerReferences", []) if r.get("controller")]
+        job = md.get("labels", {}).get("kubetrain.dev/job-name")
+        if len(refs) != 1 or refs[0]["uid"] != uids.get(refs[0]["name"]) or job != refs[0]["name"]:
+            orph.append(f"{plural}/{md['name']}")
+        if plural == "pods":
+            att = str(jobs()[job]["status"].get("attempt", 0))
+            if md["annotations"].get("kubetrain.dev/attempt") != att:
+                orph.append(f"pods/{md['name']} of a stale attempt")
+check("no orphan: every pod, Service and Secret owned by its live job", not orph, f"{orph}")
+n_svc = len(api.get(kube.ns_path(NS, "services"))["items"])
+check(f"one Service per job ({n_svc})", n_svc == len(names), f"{n_svc} services")
+
+op.send_signal(signal.SIGTERM)
+try:
+    rc = op.wait(timeout=20)
+except subprocess.TimeoutExpired:
+    op.kill()
+    rc = op.wait()
+check("the last operator exits 0 on SIGTERM", rc == 0, f"exit {rc}")
+sys.exit(0 if all(ok for _, ok in results) else 1)
