@@ -56,7 +56,7 @@ static const Option options[] = {
     {"print-weights-hash", OPT_BOOL, offsetof(Config, print_weights_hash), 0, 0, 0,
      "  print \"weights-sha256: <hex>\" of the final parameters"},
     {"threads", OPT_INT, offsetof(Config, threads), 0, 0, 1024,
-     "N  OpenBLAS threads (0: OPENBLAS_NUM_THREADS or OpenBLAS's choice)"},
+     "N  GEMM threads (0: OPENBLAS_NUM_THREADS, else the CPUs available)"},
 };
 #define NUM_OPTIONS (sizeof options / sizeof options[0])
 

@@ -1,11 +1,11 @@
 #include "train.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "util.h"
 
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
@@ -15,7 +15,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     int rc;
     t->cfg = *cfg;
     t->coll = coll;
-    if (cfg->threads > 0) openblas_set_num_threads(cfg->threads);
+    if (cfg->threads > 0) gemm_set_threads(cfg->threads);
     *exit_code = KT_EXIT_DATA;
     if ((rc = model_create(&t->model, cfg->model, cfg->seed, err, errlen))) {
         if (rc == -ENOENT) *exit_code = KT_EXIT_USAGE;
