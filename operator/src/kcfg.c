@@ -15,7 +15,7 @@
 
 #define DEFAULT_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
-void kcfg_free(KubeConfig *c)
+void kcfg_clear(KubeConfig *c)
 {
     if (!c) return;
     free(c->server);
@@ -36,6 +36,12 @@ void kcfg_free(KubeConfig *c)
         free(*p);
     free(c->exec_env);
     free(c->exec_api_version);
+}
+
+void kcfg_free(KubeConfig *c)
+{
+    if (!c) return;
+    kcfg_clear(c);
     free(c);
 }
 

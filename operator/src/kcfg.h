@@ -44,6 +44,10 @@ int kcfg_in_cluster(const char *sa_dir, KubeConfig **out, char *err, size_t errl
 /* Frees c; NULL is a no-op. */
 void kcfg_free(KubeConfig *c);
 
+/* Frees what c owns but not c itself: for a KubeConfig embedded in another object,
+ * which is not to be used afterwards. NULL is a no-op. */
+void kcfg_clear(KubeConfig *c);
+
 /* Reads a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL).
  * Returns 0 or a negative errno. The caller frees *out. */
 int kcfg_read_file(const char *path, char **out, size_t *len);

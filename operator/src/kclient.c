@@ -127,23 +127,7 @@ nomem:
     snprintf(err, errlen, "out of memory");
     if (c) {
         free(c->token);
-        free(d->server);
-        free(d->namespace);
-        free(d->ca_file);
-        free(d->cert_file);
-        free(d->key_file);
-        free(d->ca_data);
-        free(d->cert_data);
-        free(d->key_data);
-        free(d->token_file);
-        free(d->exec_command);
-        free(d->exec_api_version);
-        for (char **p = d->exec_args; p && *p; p++)
-            free(*p);
-        free(d->exec_args);
-        for (char **p = d->exec_env; p && *p; p++)
-            free(*p);
-        free(d->exec_env);
+        kcfg_clear(&c->cfg);
         free(c);
     }
     return NULL;
@@ -154,24 +138,7 @@ void kclient_free(KubeClient *c)
     if (!c) return;
     for (int i = 0; i < c->npool; i++)
         curl_easy_cleanup(c->pool[i]);
-    KubeConfig *d = &c->cfg;
-    free(d->server);
-    free(d->namespace);
-    free(d->ca_file);
-    free(d->cert_file);
-    free(d->key_file);
-    free(d->ca_data);
-    free(d->cert_data);
-    free(d->key_data);
-    free(d->token_file);
-    free(d->exec_command);
-    free(d->exec_api_version);
-    for (char **p = d->exec_args; p && *p; p++)
-        free(*p);
-    free(d->exec_args);
-    for (char **p = d->exec_env; p && *p; p++)
-        free(*p);
-    free(d->exec_env);
+    kcfg_clear(&c->cfg);
     free(c->token);
     free(c->exec_cert);
     free(c->exec_key);
