@@ -301,14 +301,7 @@ int launch_main(int argc, char **argv, const char *self)
         blas_threads = blas;
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    util_on_stop_signals(on_signal);
 
     util_log("%d worker(s) on 127.0.0.1, OPENBLAS_NUM_THREADS=%s, checkpoints %s%s", workers,
              blas_threads ? blas_threads : getenv("OPENBLAS_NUM_THREADS"),

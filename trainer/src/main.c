@@ -56,17 +56,6 @@ static void on_stop_signal(int sig)
     stop_requested = 1;
 }
 
-static void install_signal_handlers(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-}
 
 /* ---------------------------------------------------------------------------------- */
 /* collective */
@@ -263,7 +252,7 @@ static int cmd_train(int argc, char **argv)
     }
     if (rc) util_fail(KT_EXIT_USAGE, "%s", err);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    install_signal_handlers();
+    util_on_stop_signals(on_stop_signal);
 
     TfConfig tf;
     if (tfconfig_parse(getenv("TF_CONFIG"), cfg.index, &tf, err, sizeof err))

@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <openssl/sha.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,18 @@ char *util_strdup(const char *s, const char *file, int line)
     char *p = util_malloc(n, file, line);
     memcpy(p, s, n);
     return p;
+}
+
+void util_on_stop_signals(void (*fn)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = fn;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 double util_now(void)

@@ -35,6 +35,10 @@ char *util_strdup(const char *s, const char *file, int line);
 #define xcalloc(count, size) util_calloc((count), (size), __FILE__, __LINE__)
 #define xstrdup(s) util_strdup((s), __FILE__, __LINE__)
 
+/* Runs fn on SIGTERM and SIGINT (interrupted system calls restart) and ignores
+ * SIGPIPE, so a lost peer shows up as an I/O error rather than a kill. */
+void util_on_stop_signals(void (*fn)(int));
+
 /* Monotonic time in seconds. */
 double util_now(void);
 
