@@ -7,34 +7,22 @@ test set evaluated. Prints one JSON object.
 
   tf_mwms_peer.py DATA_DIR
 """
-import gzip
 import json
 import os
 import resource
 import sys
 import time
 
-import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Keras 3's fit() cannot take MultiWorkerMirroredStrategy's per-replica batches; the
 # tutorials' Keras 2 (tf-keras) can, so tf.keras is that one here.
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import tensorflow as tf  # noqa: E402
+from idx_numpy import load  # noqa: E402
 
 PER_WORKER_BATCH = 64
 EPOCHS, STEPS = 3, 70
-
-
-def read_idx(path, offset):
-    with gzip.open(path + ".gz", "rb") if os.path.exists(path + ".gz") else open(path, "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
-
-
-def load(data_dir, prefix):
-    x = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte"), 16).reshape(-1, 28, 28)
-    y = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte"), 8).astype(np.int64)
-    return x / np.float32(255), y
 
 
 class EpochTimer(tf.keras.callbacks.Callback):

@@ -7,30 +7,18 @@ the same Debian Fashion-MNIST files. Prints one JSON object.
   tf_peer.py accuracy DATA_DIR [SEED]  Adam(1e-3), 2 epochs over the training set, test
                                    accuracy (SEED: tf.keras.utils.set_random_seed)
 """
-import gzip
 import json
 import os
 import resource
 import sys
 import time
 
-import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
+from idx_numpy import load  # noqa: E402
 
 BATCH = 64
-
-
-def read_idx(path, offset):
-    with gzip.open(path + ".gz", "rb") if os.path.exists(path + ".gz") else open(path, "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
-
-
-def load(data_dir, prefix):
-    x = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte"), 16).reshape(-1, 28, 28)
-    y = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte"), 8).astype(np.int64)
-    return x / np.float32(255), y
 
 
 def build(optimizer):
