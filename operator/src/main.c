@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "olog.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -46,6 +47,8 @@ static void usage(FILE *f)
         "  --leader-elect-namespace NS   namespace of the Lease (default: the kubeconfig's or "
         "\"default\")\n"
         "  --leader-elect-id ID      identity in the Lease (default: hostname_pid)\n"
+        "  --leader-elect-name NAME  name of the Lease (default: kubetrain-operator); two\n"
+        "                            installations in one namespace need different names\n"
         "  --qps N --burst N         API client rate limit (50, 100)\n"
         "  --workers N               reconcile threads (4)\n"
         "  --backoff-base S          delay before the first retry after a worker failure (10)\n"
@@ -113,6 +116,19 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
     return 0;
 }
 
+/* A DNS-1123 subdomain, which object names such as a Lease's must be. */
+static int dns_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '-' ||
+              s[i] == '.'))
+            return 0;
+    return 1;
+}
+
 static void nap(double s)
 {
     struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
@@ -123,7 +139,7 @@ int main(int argc, char **argv)
 {
     const char *kubeconfig = NULL, *ns = "", *image = "kubetrain/trainer:" VERSION;
     const char *domain = "", *metrics_addr = ":8080", *health_addr = ":8081";
-    const char *le_ns = NULL, *le_id = NULL, *level = "info";
+    const char *le_ns = NULL, *le_id = NULL, *le_name = "kubetrain-operator", *level = "info";
     int leader_elect = 0;
     double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360;
     enum {
@@ -136,6 +152,7 @@ int main(int argc, char **argv)
         O_LE,
         O_LENS,
         O_LEID,
+        O_LENAME,
         O_QPS,
         O_BURST,
         O_WORKERS,
@@ -155,6 +172,7 @@ int main(int argc, char **argv)
         {"leader-elect", no_argument, 0, O_LE},
         {"leader-elect-namespace", required_argument, 0, O_LENS},
         {"leader-elect-id", required_argument, 0, O_LEID},
+        {"leader-elect-name", required_argument, 0, O_LENAME},
         {"qps", required_argument, 0, O_QPS},
         {"burst", required_argument, 0, O_BURST},
         {"workers", required_argument, 0, O_WORKERS},
@@ -194,6 +212,17 @@ int main(int argc, char **argv)
             break;
         case O_LEID:
             le_id = optarg;
+            break;
+        case O_LENAME:
+            le_name = optarg;
+            if (!dns_subdomain(le_name)) {
+                fprintf(stderr,
+                        "kubetrain-operator: --leader-elect-name: \"%s\" is not a valid Lease "
+                        "name (lowercase letters, digits, '-' and '.', at most 253 characters, "
+                        "starting and ending with a letter or digit)\n",
+                        le_name);
+                bad = 1;
+            }
             break;
         case O_QPS:
             bad |= parse_num("--qps", optarg, 0, 100000, &qps);
@@ -314,7 +343,7 @@ int main(int argc, char **argv)
     if (leader_elect) {
         LeaderConfig lc = {.ns = le_ns ? le_ns
                                        : (*ns ? ns : (kc->namespace ? kc->namespace : "default")),
-                           .name = "kubetrain-operator",
+                           .name = le_name,
                            .identity = cc.identity};
         leader = leader_new(client, &lc);
         if (!leader || leader_acquire(leader, &g_stop) != 0) goto out;
