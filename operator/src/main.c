@@ -53,6 +53,8 @@ static void usage(FILE *f)
         "  --workers N               reconcile threads (4)\n"
         "  --backoff-base S          delay before the first retry after a worker failure (10)\n"
         "  --backoff-max S           cap of that exponential delay (360)\n"
+        "  --force-delete-after S    force-delete a pod still terminating S seconds after its\n"
+        "                            grace period ended (its node is gone); 0: never (60)\n"
         "  --log-level LEVEL         debug | info | warn | error (info)\n"
         "  --version, --help\n");
 }
@@ -141,7 +143,7 @@ int main(int argc, char **argv)
     const char *domain = "", *metrics_addr = ":8080", *health_addr = ":8081";
     const char *le_ns = NULL, *le_id = NULL, *le_name = "kubetrain-operator", *level = "info";
     int leader_elect = 0;
-    double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360;
+    double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360, force_after = 60;
     enum {
         O_KCFG = 256,
         O_NS,
@@ -158,6 +160,7 @@ int main(int argc, char **argv)
         O_WORKERS,
         O_BBASE,
         O_BMAX,
+        O_FORCE,
         O_LEVEL,
         O_VERSION,
         O_HELP
@@ -178,6 +181,7 @@ int main(int argc, char **argv)
         {"workers", required_argument, 0, O_WORKERS},
         {"backoff-base", required_argument, 0, O_BBASE},
         {"backoff-max", required_argument, 0, O_BMAX},
+        {"force-delete-after", required_argument, 0, O_FORCE},
         {"log-level", required_argument, 0, O_LEVEL},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
@@ -238,6 +242,9 @@ int main(int argc, char **argv)
             break;
         case O_BMAX:
             bad |= parse_num("--backoff-max", optarg, 0, 86400, &backoff_max);
+            break;
+        case O_FORCE:
+            bad |= parse_num("--force-delete-after", optarg, 0, 86400, &force_after);
             break;
         case O_LEVEL:
             level = optarg;
@@ -306,7 +313,8 @@ int main(int argc, char **argv)
         .namespace = ns,
         .reconcile = {.desired = {.trainer_image = image, .cluster_domain = domain},
                       .backoff_base_s = backoff_base,
-                      .backoff_max_s = backoff_max},
+                      .backoff_max_s = backoff_max,
+                      .force_delete_after_s = force_after},
         .workers = (int)workers,
         .identity = le_id ? le_id : id,
     };
