@@ -33,6 +33,7 @@ typedef struct {
     int checkpoint_every_steps; /* 0: at the end of each epoch only */
     int keep_checkpoints;
     char metrics_file[4096];
+    char tensorboard_dir[4096]; /* "": <checkpoint_dir>/logs, or none without checkpoints */
     int eval;
     int index;                /* -1: from TF_CONFIG */
     double rendezvous_timeout;/* seconds */
