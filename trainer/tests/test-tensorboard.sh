@@ -16,7 +16,8 @@ if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx
   tap_skip "TensorBoard events" "no Fashion-MNIST in $DATA"
   tap_done; exit
 fi
-if ! PY=$(bash trainer/tests/tensorboard-venv.sh 2>"$tmp/venv.err"); then
+if ! PY=$(bash bench/pyvenv.sh venv-tb tensorboard.backend.event_processing.event_accumulator \
+             tensorboard 2>"$tmp/venv.err"); then
   tap_skip "TensorBoard events" "no TensorBoard venv: $(tail -1 "$tmp/venv.err")"
   tap_done; exit
 fi
