@@ -52,6 +52,8 @@ static const Option options[] = {
     {"tensorboard-dir", OPT_STR, offsetof(Config, tensorboard_dir),
      sizeof(((Config *)0)->tensorboard_dir), 0, 0,
      "DIR  the chief's TensorBoard event files (default: <checkpoint-dir>/logs)"},
+    {"metrics-port", OPT_INT, offsetof(Config, metrics_port), 0, 0, 65535,
+     "N  the chief serves Prometheus text on GET /metrics there (0: off, the default)"},
     {"eval", OPT_BOOL, offsetof(Config, eval), 0, 0, 0, "  evaluate on the test set after each epoch"},
     {"index", OPT_INT, offsetof(Config, index), 0, 0, 1e6, "N  override TF_CONFIG's task index"},
     {"rendezvous-timeout", OPT_DOUBLE, offsetof(Config, rendezvous_timeout), 0, 0, 1e7,

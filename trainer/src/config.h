@@ -34,6 +34,7 @@ typedef struct {
     int keep_checkpoints;
     char metrics_file[4096];
     char tensorboard_dir[4096]; /* "": <checkpoint_dir>/logs, or none without checkpoints */
+    int metrics_port;         /* the chief's Prometheus GET /metrics; 0: off */
     int eval;
     int index;                /* -1: from TF_CONFIG */
     double rendezvous_timeout;/* seconds */

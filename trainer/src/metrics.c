@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "prom.h"
 #include "tbevents.h"
 #include "util.h"
 
@@ -14,6 +15,7 @@ struct Metrics {
     char *path, *tmp;
     int epochs;
     TbWriter *tb;     /* NULL: no event file */
+    Prom *prom;       /* NULL: no /metrics endpoint */
     int tb_warned;    /* a write error of the event file was logged */
 };
 
@@ -25,18 +27,24 @@ static void remove_open_sink(void)
     if (open_sink && open_sink->tmp) unlink(open_sink->tmp);
 }
 
-int metrics_open(Metrics **out, const char *path, const char *tensorboard_dir, int epochs,
-                 char *err, size_t errlen)
+int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errlen)
 {
     static int registered;
+    const char *path = o->path;
+    int rc, port;
     Metrics *m = xcalloc(1, sizeof *m);
-    m->epochs = epochs;
-    if (tensorboard_dir && *tensorboard_dir) {
-        int rc = tbev_open(&m->tb, tensorboard_dir, err, errlen);
-        if (rc) {
-            free(m);
+    m->epochs = o->epochs;
+    if (o->tensorboard_dir && *o->tensorboard_dir &&
+        (rc = tbev_open(&m->tb, o->tensorboard_dir, err, errlen))) {
+        free(m);
+        return rc;
+    }
+    if (o->prometheus_port > 0) {
+        if ((rc = prom_start(&m->prom, o->prometheus_port, &port, err, errlen))) {
+            metrics_abort(m);
             return rc;
         }
+        util_log("training metrics for Prometheus on port %d: GET /metrics", port);
     }
     if (path && *path) {
         size_t n = strlen(path) + 32;
@@ -78,6 +86,9 @@ void metrics_step(Metrics *m, int epoch, long step, const MetricsStep *s)
         };
         tbev_scalars(m->tb, step, v, sizeof v / sizeof v[0]);
     }
+    if (m->prom)
+        prom_step(m->prom, epoch, step, s->loss, s->accuracy, s->samples_per_sec,
+                  s->learning_rate, s->allreduce_seconds, s->step_seconds);
     if (!m->f) return;
     fprintf(m->f,
             "{\"event\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.6g,\"accuracy\":%.6g,"
@@ -130,6 +141,7 @@ void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy)
         tbev_scalars(m->tb, epoch, v, sizeof v / sizeof v[0]);
         flush_events(m);
     }
+    if (m->prom) prom_eval(m->prom, test_loss, test_accuracy);
     if (!m->f) return;
     fprintf(m->f, "{\"event\":\"eval\",\"epoch\":%d,\"test_loss\":%.6g,\"test_accuracy\":%.6g}\n",
             epoch, test_loss, test_accuracy);
@@ -144,6 +156,7 @@ void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sh
 
 static void release(Metrics *m)
 {
+    prom_stop(m->prom);
     if (open_sink == m) open_sink = NULL;
     free(m->path);
     free(m->tmp);

@@ -6,7 +6,8 @@
  * With a TensorBoard directory (the chief's, see tbevents.h) the same values also go
  * to an event file there as scalars: "step/..." at each global step, "epoch/..." and
  * "eval/..." at each epoch (1-based, as in the metrics file). The event file is
- * flushed at every epoch end and kept when the run fails. */
+ * flushed at every epoch end and kept when the run fails. With a Prometheus port, the
+ * latest step's values are also served as text on GET /metrics (prom.h). */
 #ifndef KT_METRICS_H
 #define KT_METRICS_H
 
@@ -23,11 +24,16 @@ typedef struct {
     double step_seconds;       /* data, forward/backward, all-reduce and update */
 } MetricsStep;
 
-/* Opens the metrics sink; path NULL or "" means stdout lines only, tensorboard_dir
- * NULL or "" no event file. Returns 0 or a negative errno with one line in err naming
- * the file or directory. Free with metrics_close or metrics_abort. */
-int metrics_open(Metrics **out, const char *path, const char *tensorboard_dir, int epochs,
-                 char *err, size_t errlen);
+typedef struct {
+    int epochs;
+    const char *path;            /* --metrics-file; NULL or "": stdout lines only */
+    const char *tensorboard_dir; /* NULL or "": no event file */
+    int prometheus_port;         /* > 0: serve GET /metrics there (prom.h); 0: no */
+} MetricsOptions;
+
+/* Opens the metrics sink. Returns 0 or a negative errno with one line in err naming
+ * the file, directory or port. Free with metrics_close or metrics_abort. */
+int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errlen);
 
 /* Announces an epoch (1-based) on stdout, as Keras does ("Epoch 1/3"). */
 void metrics_epoch_begin(Metrics *m, int epoch);

@@ -117,7 +117,10 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
     double run_start = util_now();
     *exit_code = KT_EXIT_DATA;
     tensorboard_dir(t, tbdir, sizeof tbdir);
-    if ((rc = metrics_open(&t->metrics, t->cfg.metrics_file, tbdir, t->cfg.epochs, err, errlen))) {
+    MetricsOptions mo = {.epochs = t->cfg.epochs, .path = t->cfg.metrics_file,
+                         .tensorboard_dir = tbdir,
+                         .prometheus_port = t->coll->rank == 0 ? t->cfg.metrics_port : 0};
+    if ((rc = metrics_open(&t->metrics, &mo, err, errlen))) {
         *exit_code = KT_EXIT_USAGE;
         return rc;
     }
