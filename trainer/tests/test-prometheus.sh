@@ -85,9 +85,9 @@ else tap_fail "the scraped values are those of that step in the metrics file" "$
 
 # off by default: a run of one worker listens on nothing
 if ! command -v ss >/dev/null; then tap_skip "without --metrics-port nothing listens" "no ss"; else
-"$BIN" --model mlp --per-worker-batch 16 --epochs 1 --steps-per-epoch 1500 >"$tmp/out2" 2>&1 &
+"$BIN" --model mlp --per-worker-batch 16 --epochs 1 --steps-per-epoch 3000 >"$tmp/out2" 2>&1 &
 pid=$!
-sleep 1
+for _ in $(seq 600); do grep -q "^Epoch 1/1" "$tmp/out2" && break; sleep 0.05; done
 listening=$(ss -Hltnp 2>/dev/null | grep -c "pid=$pid,")
 wait "$pid"; pid=
 [[ $listening -eq 0 ]] && ! grep -q "Prometheus" "$tmp/out2" && tap_ok "without --metrics-port nothing listens" ||
