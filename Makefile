@@ -68,3 +68,9 @@ clean:
 bench-report:
 	@py=$$(bash bench/pyvenv.sh venv-report matplotlib matplotlib) && "$$py" bench/report.py
 .PHONY: bench-report
+
+# The README's TensorBoard screenshot (bench/plots/tensorboard.png) from a real 2-worker
+# run; needs Debian's chromium, not installed by `make` (optional, for the docs only).
+tensorboard-screenshot: $(TRAINER_BIN)
+	bash bench/tensorboard-screenshot.sh $(TRAINER_BIN) bench/plots/tensorboard.png
+.PHONY: tensorboard-screenshot
