@@ -61,3 +61,16 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# --- bench-report (issue 8) ----------------------------------------------------------
+# bench/RESULTS.md and bench/plots/*.png from the committed bench/results/*.json; runs
+# no benchmark. matplotlib comes from a venv under $(KT_CACHE), made on first use.
+bench-report:
+	@py=$$(bash bench/pyvenv.sh venv-report matplotlib matplotlib) && "$$py" bench/report.py
+.PHONY: bench-report
+
+# The README's TensorBoard screenshot (bench/plots/tensorboard.png) from a real 2-worker
+# run; needs Debian's chromium, not installed by `make` (optional, for the docs only).
+tensorboard-screenshot: $(TRAINER_BIN)
+	bash bench/tensorboard-screenshot.sh $(TRAINER_BIN) bench/plots/tensorboard.png
+.PHONY: tensorboard-screenshot

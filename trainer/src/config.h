@@ -33,6 +33,8 @@ typedef struct {
     int checkpoint_every_steps; /* 0: at the end of each epoch only */
     int keep_checkpoints;
     char metrics_file[4096];
+    char tensorboard_dir[4096]; /* "": <checkpoint_dir>/logs, or none without checkpoints */
+    int metrics_port;         /* the chief's Prometheus GET /metrics; 0: off */
     int eval;
     int index;                /* -1: from TF_CONFIG */
     double rendezvous_timeout;/* seconds */

@@ -1,7 +1,13 @@
 /* metrics — what the trainer reports: a Keras-like line per epoch on stdout and, with
  * --metrics-file, one JSON object per line per step, epoch, evaluation and at the end
  * (shared/DESIGN.md). The file is written under a temporary name and renamed when the
- * run succeeds; a failed run removes it, so no partial file is left behind. */
+ * run succeeds; a failed run removes it, so no partial file is left behind.
+ *
+ * With a TensorBoard directory (the chief's, see tbevents.h) the same values also go
+ * to an event file there as scalars: "step/..." at each global step, "epoch/..." and
+ * "eval/..." at each epoch (1-based, as in the metrics file). The event file is
+ * flushed at every epoch end and kept when the run fails. With a Prometheus port, the
+ * latest step's values are also served as text on GET /metrics (prom.h). */
 #ifndef KT_METRICS_H
 #define KT_METRICS_H
 
@@ -9,26 +15,43 @@
 
 typedef struct Metrics Metrics;
 
-/* Opens the metrics sink; path NULL or "" means stdout lines only. Returns 0 or a
- * negative errno with one line in err naming the file. Free with metrics_close or
- * metrics_abort. */
-int metrics_open(Metrics **out, const char *path, int epochs, char *err, size_t errlen);
+/* One step as the chief saw it. */
+typedef struct {
+    double loss, accuracy;     /* over the global batch */
+    double samples_per_sec;    /* global batch / step_seconds */
+    double learning_rate;
+    double allreduce_seconds;  /* the gradient all-reduce of the step */
+    double step_seconds;       /* data, forward/backward, all-reduce and update */
+} MetricsStep;
+
+typedef struct {
+    int epochs;
+    const char *path;            /* --metrics-file; NULL or "": stdout lines only */
+    const char *tensorboard_dir; /* NULL or "": no event file */
+    int prometheus_port;         /* > 0: serve GET /metrics there (prom.h); 0: no */
+} MetricsOptions;
+
+/* Opens the metrics sink. Returns 0 or a negative errno with one line in err naming
+ * the file, directory or port. Free with metrics_close or metrics_abort. */
+int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errlen);
 
 /* Announces an epoch (1-based) on stdout, as Keras does ("Epoch 1/3"). */
 void metrics_epoch_begin(Metrics *m, int epoch);
-void metrics_step(Metrics *m, int epoch, long step, double loss, double accuracy,
-                  double samples_per_sec);
-/* The epoch's means on stdout and in the file. */
+void metrics_step(Metrics *m, int epoch, long step, const MetricsStep *s);
+/* The epoch's means on stdout and in the file; flushes the event file (a write error
+ * there is logged once, and training goes on). */
 void metrics_epoch_end(Metrics *m, int epoch, long steps, double seconds, double loss,
                        double accuracy, double samples_per_sec);
 void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy);
 void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sha256);
 
-/* Flushes, fsyncs and renames the file into place, then frees m. Returns 0 or a
- * negative errno with err naming the file (the temporary is removed then). */
+/* Flushes, fsyncs and renames the file into place, closes the event file, then frees
+ * m. Returns 0 or a negative errno with err naming the file (the temporary is removed
+ * then). */
 int metrics_close(Metrics *m, char *err, size_t errlen);
 
-/* Removes the temporary file and frees m; NULL is a no-op. Also runs at exit for a
+/* Removes the temporary file, closes the event file (kept, as far as it got) and
+ * frees m; NULL is a no-op. Also runs at exit for a
  * sink still open, so util_fail leaves no partial file. */
 void metrics_abort(Metrics *m);
 

@@ -97,15 +97,30 @@ static uint64_t dropout_seed(const Trainer *t)
     return util_rand_u64(&s);
 }
 
+/* Where the chief writes its TensorBoard events: --tensorboard-dir, else <checkpoint
+ * dir>/logs; "" (none) on the other ranks and without either flag. */
+static void tensorboard_dir(const Trainer *t, char *out, size_t outlen)
+{
+    const Config *c = &t->cfg;
+    out[0] = '\0';
+    if (t->coll->rank != 0) return;
+    if (c->tensorboard_dir[0]) snprintf(out, outlen, "%s", c->tensorboard_dir);
+    else if (c->checkpoint_dir[0]) snprintf(out, outlen, "%s/logs", c->checkpoint_dir);
+}
+
 int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params;
-    char cerr[512];
+    char cerr[512], tbdir[sizeof t->cfg.checkpoint_dir + 8];
     int rc;
     double run_start = util_now();
     *exit_code = KT_EXIT_DATA;
-    if ((rc = metrics_open(&t->metrics, t->cfg.metrics_file, t->cfg.epochs, err, errlen))) {
+    tensorboard_dir(t, tbdir, sizeof tbdir);
+    MetricsOptions mo = {.epochs = t->cfg.epochs, .path = t->cfg.metrics_file,
+                         .tensorboard_dir = tbdir,
+                         .prometheus_port = t->coll->rank == 0 ? t->cfg.metrics_port : 0};
+    if ((rc = metrics_open(&t->metrics, &mo, err, errlen))) {
         *exit_code = KT_EXIT_USAGE;
         return rc;
     }
@@ -124,12 +139,14 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             m->grads[np + 1] = (float)ss.correct;
             m->grads[np + 2] = (float)ss.count;
             m->grads[np + 3] = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
+            double a0 = util_now();
             if ((rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr,
                                          sizeof cerr))) {
                 snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
                 *exit_code = KT_EXIT_RETRY;
                 goto fail;
             }
+            double allreduce_s = util_now() - a0;
             t->stopping = m->grads[np + 3] > 0.5f;
             optim_step(t->opt, m->params, m->grads);
             double step_loss = m->grads[np], step_acc = m->grads[np + 1] / m->grads[np + 2];
@@ -138,8 +155,12 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             t->st.step_in_epoch++;
             t->st.global_step++;
             t->st.cursor = pipeline_cursor(t->pipe);
-            metrics_step(t->metrics, epoch, t->st.global_step, step_loss, step_acc,
-                         t->global_batch / (util_now() - s0));
+            double step_s = util_now() - s0;
+            MetricsStep ms = {.loss = step_loss, .accuracy = step_acc,
+                              .samples_per_sec = t->global_batch / step_s,
+                              .learning_rate = t->opt->cfg.lr, .allreduce_seconds = allreduce_s,
+                              .step_seconds = step_s};
+            metrics_step(t->metrics, epoch, t->st.global_step, &ms);
             if (t->after_step && (rc = t->after_step(t, t->hook_ctx, err, errlen))) goto fail;
             if (t->stopping) {
                 snprintf(err, errlen, "stopped by a signal after step %ld (epoch %d, step %ld of "

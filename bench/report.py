@@ -1,0 +1,411 @@
+"""bench/report.py -- the benchmark report: every bench/results/*.json into RESULTS.md
+with PNG plots, from the committed JSON alone (no benchmark runs).
+
+    python bench/report.py [--results DIR] [--out DIR]
+
+writes OUT/RESULTS.md and OUT/plots/*.png (default OUT: bench/). Each plot and section
+names its source file, the machine and date recorded in it, and the commit that last
+changed the file (git log), or "uncommitted". A JSON of a shape this script does not
+know still gets a section listing its fields, so every file is mentioned.
+Needs matplotlib (make bench-report makes a venv for it under $KT_CACHE).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+PLOT_DPI = 110
+
+
+# ------------------------------------------------------------------------------------
+# provenance
+
+def git_commit(path):
+    """Short hash and date of the last commit that changed path, or None."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%h %cs", "--", path],
+                             capture_output=True, text=True, check=True,
+                             cwd=os.path.dirname(os.path.abspath(path))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out or None
+
+
+def machine_of(doc):
+    """'x86_64, 2 CPUs, <model>' from the shapes the benchmarks use."""
+    m = doc.get("machine")
+    if isinstance(m, dict):
+        arch = m.get("uname_m") or m.get("arch") or "?"
+        nproc, cpu = m.get("nproc"), m.get("cpu")
+    else:
+        arch, nproc, cpu = m or "?", doc.get("nproc"), doc.get("cpu")
+    parts = [str(arch)]
+    if nproc:
+        parts.append("%s CPUs" % nproc)
+    if cpu:
+        parts.append(str(cpu))
+    return ", ".join(parts)
+
+
+class Source:
+    def __init__(self, path, doc):
+        self.path, self.doc = path, doc
+        self.name = os.path.basename(path)
+        self.machine = machine_of(doc)
+        self.date = str(doc.get("date", "no date recorded"))
+        self.commit = git_commit(path) or "uncommitted"
+
+    def stamp(self):
+        return "%s | %s | %s | commit %s" % (self.name, self.machine, self.date, self.commit)
+
+
+def annotate(fig, sources):
+    """The provenance of every source of a figure, along its bottom edge."""
+    text = "\n".join(s.stamp() for s in sources)
+    fig.text(0.01, 0.01, text, fontsize=7, color="#444444", va="bottom", ha="left")
+
+
+# ------------------------------------------------------------------------------------
+# helpers
+
+def fmt(x, digits=3):
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return "%.0f" % x if abs(x) >= 10 ** digits else "%.*g" % (digits, x)
+    return str(x).replace("|", "\\|")
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def save(fig, out_dir, name):
+    os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
+    fig.savefig(os.path.join(out_dir, "plots", name), dpi=PLOT_DPI,
+                metadata={"Software": None})
+    plt.close(fig)
+    return "plots/" + name
+
+
+def section_head(src, title):
+    return ["## %s" % title, "",
+            "Source: `bench/results/%s` (machine: %s; date: %s; commit %s)." %
+            (src.name, src.machine, src.date, src.commit), ""]
+
+
+# ------------------------------------------------------------------------------------
+# the known shapes
+
+def is_trainer_core(d):
+    return isinstance(d.get("median"), dict) and "kubetrain_default_samples_per_sec" in d["median"]
+
+
+def is_distributed(d):
+    return isinstance(d.get("median"), dict) and "kubetrain_2w_samples_per_sec" in d["median"]
+
+
+def is_gemm(d):
+    return isinstance(d.get("median"), dict) and all(
+        isinstance(v, dict) and "step_ms" in v for v in d["median"].values()) and d["median"]
+
+
+def is_allreduce(d):
+    r = d.get("results")
+    return isinstance(r, list) and r and all("ring_busbw_GBps" in x for x in r)
+
+
+def is_operator(d):
+    r = d.get("runs")
+    return isinstance(r, list) and r and all("pods_s" in x and "bound_s" in x for x in r)
+
+
+def throughput_plot(core, dist, out_dir):
+    """Samples/s: one worker (trainer-core) and 2/4 workers (distributed), medians as
+    bars, each round as a dot."""
+    bars = []  # (label, median, rounds, colour)
+    if core:
+        d = core.doc
+        med = d["median"]
+        rounds = d.get("rounds", [])
+        for key, label, colour in [
+                ("kubetrain_default_samples_per_sec", "kubetrain\n1 worker", "#1f77b4"),
+                ("kubetrain_t1_samples_per_sec", "kubetrain\n1 worker, 1 thread", "#6baed6"),
+                ("tensorflow_samples_per_sec", "TensorFlow/Keras\n1 worker", "#ff7f0e"),
+                ("floor_default_samples_per_sec", "GEMM floor\n(step's GEMMs only)", "#999999")]:
+            if key in med:
+                bars.append((label, med[key], [r[key] for r in rounds if key in r], colour))
+    if dist:
+        d = dist.doc
+        med = d["median"]
+        rounds = d.get("rounds", [])
+
+        def per_round(run):
+            return [r[run]["samples_per_sec"] for r in rounds
+                    if isinstance(r.get(run), dict) and "samples_per_sec" in r[run]]
+        for key, run, label, colour in [
+                ("kubetrain_2w_samples_per_sec", "kubetrain_2", "kubetrain\n2 workers", "#1f77b4"),
+                ("tensorflow_mwms_2w_samples_per_sec", "tensorflow_2", "TensorFlow MWMS\n2 workers",
+                 "#ff7f0e"),
+                ("kubetrain_4w_samples_per_sec", "kubetrain_4", "kubetrain\n4 workers", "#1f77b4")]:
+            if key in med:
+                bars.append((label, med[key], per_round(run), colour))
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 5.6))
+    fig.subplots_adjust(bottom=0.22)
+    xs = range(len(bars))
+    ax.bar(xs, [b[1] for b in bars], color=[b[3] for b in bars])
+    for x, b in zip(xs, bars):
+        ax.scatter([x] * len(b[2]), b[2], color="black", s=12, zorder=3)
+        ax.annotate("%.0f" % b[1], (x, b[1]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
+    ax.set_ylabel("samples/s (bar: median, dots: rounds)")
+    ax.set_title("Training throughput, tutorial-cnn on Fashion-MNIST, batch 64 per worker\n"
+                 "(PyTorch: the repo has no training benchmark for it, only gloo in the all-reduce plot)",
+                 fontsize=10)
+    annotate(fig, [s for s in (core, dist) if s])
+    return save(fig, out_dir, "samples-per-sec.png")
+
+
+def allreduce_plot(sources, out_dir):
+    fig, ax = plt.subplots(figsize=(10, 5.6))
+    fig.subplots_adjust(bottom=0.18)
+    styles = {"ring": ("-", "o"), "gloo": ("--", "s"), "limit": (":", "")}
+    colours = {2: "#1f77b4", 4: "#d62728"}
+    for src in sources:
+        rows = src.doc["results"]
+        single = len(rows) == 1
+        for world in sorted({r["world"] for r in rows}):
+            rs = sorted((r for r in rows if r["world"] == world), key=lambda r: r["bytes"])
+            mib = [r["bytes"] / 2**20 for r in rs]
+            c = colours.get(world, None)
+            if single:
+                ax.scatter(mib, [r["ring_busbw_GBps"] for r in rs], marker="*", s=120, color=c,
+                           zorder=4, label="ring N=%d (%s)" % (world, src.name))
+                if "gloo_busbw_GBps" in rs[0]:
+                    ax.scatter(mib, [r["gloo_busbw_GBps"] for r in rs], marker="X", s=80,
+                               color=c, zorder=4, label="gloo N=%d (%s)" % (world, src.name))
+                continue
+            ax.plot(mib, [r["ring_busbw_GBps"] for r in rs], styles["ring"][0],
+                    marker=styles["ring"][1], color=c, label="kubetrain ring N=%d" % world)
+            if "gloo_busbw_GBps" in rs[0]:
+                ax.plot(mib, [r["gloo_busbw_GBps"] for r in rs], styles["gloo"][0],
+                        marker=styles["gloo"][1], color=c, label="PyTorch gloo N=%d" % world)
+            if "exchange_limit_GBps" in rs[0] and world == 2:
+                ax.plot(mib, [r["exchange_limit_GBps"] for r in rs], styles["limit"][0],
+                        color="#555555", label="loopback exchange limit (2 processes)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (MiB)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("All-reduce bus bandwidth vs message size on loopback "
+                 "(busbw = size/time x 2(N-1)/N)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    annotate(fig, sources)
+    return save(fig, out_dir, "allreduce-busbw.png")
+
+
+def operator_plot(src, out_dir):
+    runs = src.doc["runs"]
+    fig, ax = plt.subplots(figsize=(10, 5.6))
+    fig.subplots_adjust(bottom=0.2)
+    xs = list(range(len(runs)))
+    w = 0.38
+    ours = "#1f77b4", "pod-creation time, kubetrain operator"
+    peer = "#ff7f0e", "pod-creation time, %s" % (src.doc.get("peer") or {}).get("name", "peer")
+    bound = "#bbbbbb", "client QPS bound: max(0, requests - burst) / qps"
+    ax.bar([x - w / 2 for x in xs], [r["pods_s"] for r in runs], w,
+           color=[ours[0] if r.get("kind") == "trainingjob" else peer[0] for r in runs])
+    ax.bar([x + w / 2 for x in xs], [r["bound_s"] for r in runs], w, color=bound[0])
+    ax.set_ylim(0, 1.25 * max(max(r["pods_s"], r["bound_s"]) for r in runs))
+    ax.legend(handles=[Patch(color=c, label=l) for c, l in (ours, peer, bound)], fontsize=8,
+              loc="upper left")
+    for x, r in zip(xs, runs):
+        ax.annotate("x%.2f" % (r["pods_s"] / r["bound_s"]) if r["bound_s"] else "",
+                    (x - w / 2, r["pods_s"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs, ["%s\nqps %g, burst %s" % (r["run"], r["qps"], r.get("burst", "?"))
+                       for r in runs], fontsize=8)
+    ax.set_ylabel("seconds (first job created -> last pod seen)")
+    jobs = runs[0].get("jobs"), runs[0].get("workers")
+    ax.set_title("Operator: %s jobs x %s workers, pod-creation time vs the QPS bound "
+                 "(label: time / bound)" % jobs, fontsize=10)
+    annotate(fig, [src])
+    return save(fig, out_dir, "operator-pods.png")
+
+
+def gemm_plot(src, out_dir):
+    med = src.doc["median"]
+    names = sorted(med, key=lambda k: med[k]["step_ms"])
+    fig, ax = plt.subplots(figsize=(10, 5))
+    fig.subplots_adjust(bottom=0.16)
+    ax.bar(names, [med[k]["step_ms"] for k in names],
+           color=["#1f77b4" if k.startswith("openblas") else "#999999" for k in names])
+    ax.set_ylabel("ms per step (the step's GEMMs, median)")
+    ax.set_title("GEMM backends on the tutorial-cnn step (lower is better; _t1/_t2: threads)",
+                 fontsize=10)
+    annotate(fig, [src])
+    return save(fig, out_dir, "gemm-backends.png")
+
+
+# ------------------------------------------------------------------------------------
+# sections
+
+def trainer_core_section(src):
+    d = src.doc
+    med = d["median"]
+    lines = section_head(src, "Trainer core: one worker (%s)" % src.name)
+    if d.get("benchmark"):
+        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    rows = [[k, med[k]] for k in sorted(med)]
+    lines += [table(["median over %d rounds" % len(d.get("rounds", [])), "value"], rows), ""]
+    if isinstance(d.get("met"), dict):
+        lines += [table(["target", "required", "met"],
+                        [[k, d.get("targets", {}).get(k, ""), v] for k, v in d["met"].items()]),
+                  ""]
+    return lines
+
+
+def distributed_section(src):
+    d = src.doc
+    lines = section_head(src, "Distributed: kubetrain launch vs TensorFlow MWMS (%s)" % src.name)
+    if d.get("job"):
+        lines += ["Job: %s." % d["job"], ""]
+    med = d["median"]
+    lines += [table(["median over %d rounds" % len(d.get("rounds", [])), "value"],
+                    [[k, med[k]] for k in med]), ""]
+    if isinstance(d.get("met"), dict):
+        lines += [table(["target", "met"], [[k, v] for k, v in d["met"].items()]), ""]
+    return lines
+
+
+def gemm_section(src):
+    med = src.doc["median"]
+    ratios = src.doc.get("ratios", {})
+    lines = section_head(src, "GEMM backends (%s)" % src.name)
+    rows = [[k, med[k]["step_ms"], med[k].get("cpu_ms_per_step", ""),
+             ratios.get(k, {}).get("wall_speedup_vs_openblas", "")]
+            for k in sorted(med, key=lambda k: med[k]["step_ms"])]
+    lines += [table(["backend_threads", "step ms", "CPU ms/step", "speed-up vs OpenBLAS"], rows), ""]
+    return lines
+
+
+def allreduce_section(src):
+    d = src.doc
+    lines = section_head(src, "All-reduce (%s)" % src.name)
+    if d.get("definition"):
+        lines += ["Definition: %s" % d["definition"], ""]
+    rows = [[r["world"], r["bytes"], r["ring_busbw_GBps"], r.get("gloo_busbw_GBps", ""),
+             r.get("exchange_limit_GBps", ""), r.get("ring_vs_gloo", ""), r.get("ring_vs_limit", "")]
+            for r in d["results"]]
+    lines += [table(["N", "bytes", "ring GB/s", "gloo GB/s", "loopback limit GB/s",
+                     "ring/gloo", "ring/limit"], rows), ""]
+    return lines
+
+
+def operator_section(src):
+    d = src.doc
+    lines = section_head(src, "Operator (%s)" % src.name)
+    if d.get("benchmark"):
+        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    rows = [[r["run"], r.get("kind", ""), r["qps"], r.get("burst", ""), r["pods_s"], r["bound_s"],
+             r.get("pods_over_bound", ""),
+             (r.get("event_to_action_ms") or {}).get("p99", ""), r.get("cpu_s", ""),
+             r.get("vmhwm_mib", "")]
+            for r in d["runs"]]
+    lines += [table(["run", "kind", "qps", "burst", "pods s", "bound s", "pods/bound",
+                     "event->action p99 ms", "CPU s", "peak RSS MiB"], rows), ""]
+    return lines
+
+
+def unknown_section(src):
+    keys = ", ".join("`%s`" % k for k in src.doc) if isinstance(src.doc, dict) else "(not an object)"
+    return section_head(src, "Other results (%s)" % src.name) + [
+        "Not plotted: this report does not know its shape. Fields: %s." % keys, ""]
+
+
+# ------------------------------------------------------------------------------------
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default=os.path.join(here, "results"))
+    ap.add_argument("--out", default=here)
+    a = ap.parse_args()
+
+    sources = []
+    for name in sorted(os.listdir(a.results)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(a.results, name)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit("bench/report.py: %s: %s" % (path, e))
+        sources.append(Source(path, doc if isinstance(doc, dict) else {"value": doc}))
+    if not sources:
+        sys.exit("bench/report.py: no *.json in %s" % a.results)
+
+    core = [s for s in sources if is_trainer_core(s.doc)]
+    dist = [s for s in sources if is_distributed(s.doc)]
+    ar = [s for s in sources if is_allreduce(s.doc)]
+    op = [s for s in sources if is_operator(s.doc)]
+    gm = [s for s in sources if is_gemm(s.doc) and s not in core + dist]
+
+    plots = []
+    p = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
+    if p:
+        plots.append(("Training throughput: kubetrain vs TensorFlow", p))
+    if ar:
+        plots.append(("All-reduce bus bandwidth vs message size", allreduce_plot(ar, a.out)))
+    for s in op:
+        plots.append(("Operator pod-creation time vs the QPS bound (%s)" % s.name,
+                      operator_plot(s, a.out)))
+    for s in gm:
+        plots.append(("GEMM backends (%s)" % s.name, gemm_plot(s, a.out)))
+
+    md = ["# Benchmark results", "",
+          "Generated by `make bench-report` (bench/report.py) from the committed JSON under",
+          "`bench/results/`; no benchmark is run. Do not edit: rerun the benchmark (`make bench-*`),",
+          "commit its JSON, then `make bench-report`. Each plot states the source file, machine,",
+          "date and the commit that last changed the file.", "",
+          "All figures come from a 2-core machine shared with other jobs; the per-round values",
+          "show the spread. Peers ran side by side in the same run.", "",
+          "| file | machine | date | commit |", "|---|---|---|---|"]
+    md += ["| `%s` | %s | %s | %s |" % (s.name, s.machine, s.date, s.commit) for s in sources]
+    md += [""]
+    md += ["## Plots", ""]
+    for title, path in plots:
+        md += ["### %s" % title, "", "![%s](%s)" % (title, path), ""]
+    for s in sources:
+        if s in core:
+            md += trainer_core_section(s)
+        elif s in dist:
+            md += distributed_section(s)
+        elif s in ar:
+            md += allreduce_section(s)
+        elif s in op:
+            md += operator_section(s)
+        elif s in gm:
+            md += gemm_section(s)
+        else:
+            md += unknown_section(s)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "RESULTS.md"), "w") as f:
+        f.write("\n".join(md).rstrip() + "\n")
+    print("bench/report.py: %s and %d plots from %d files" %
+          (os.path.join(a.out, "RESULTS.md"), len(plots), len(sources)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+/* prom — the chief's training progress as a Prometheus text endpoint (--metrics-port):
+ * GET /metrics on a small HTTP server thread answers with the latest step's values,
+ *
+ *   kubetrain_steps_total               global steps done (continues across restarts)
+ *   kubetrain_epoch                     the epoch in progress (1-based)
+ *   kubetrain_loss, kubetrain_accuracy  of the last step, over the global batch
+ *   kubetrain_samples_per_second        of the last step
+ *   kubetrain_learning_rate
+ *   kubetrain_allreduce_seconds         the last step's gradient all-reduce
+ *   kubetrain_allreduce_seconds_total   summed over the steps of this process, and
+ *   kubetrain_step_seconds_total        likewise the steps, for rate() in PromQL
+ *   kubetrain_test_loss, kubetrain_test_accuracy   the last evaluation (after one ran)
+ *
+ * in the text exposition format 0.0.4. One request at a time, each answered and closed;
+ * a client silent for 2 s is dropped. Nothing else is served (404). */
+#ifndef KT_PROM_H
+#define KT_PROM_H
+
+#include <stddef.h>
+
+typedef struct Prom Prom;
+
+/* Listens on every address at `port` (0: a free one; *bound_port, when not NULL,
+ * receives it) and starts the server thread. Returns 0 or a negative errno with one
+ * line in err naming the port. Stop with prom_stop. */
+int prom_start(Prom **out, int port, int *bound_port, char *err, size_t errlen);
+
+/* Records one step (thread-safe with the server). */
+void prom_step(Prom *p, int epoch, long global_step, double loss, double accuracy,
+               double samples_per_sec, double learning_rate, double allreduce_seconds,
+               double step_seconds);
+
+/* Records an evaluation. */
+void prom_eval(Prom *p, double test_loss, double test_accuracy);
+
+/* The exposition text, what GET /metrics answers, NUL-terminated, its length in
+ * *len. The caller frees it with free(). */
+char *prom_format(Prom *p, size_t *len);
+
+/* Stops the thread, closes the socket and frees p; NULL is a no-op. */
+void prom_stop(Prom *p);
+
+#endif
