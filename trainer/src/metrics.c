@@ -1,9 +1,13 @@
 #include "metrics.h"
 
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "prom.h"
@@ -19,12 +23,105 @@ struct Metrics {
     int tb_warned;    /* a write error of the event file was logged */
 };
 
-/* The sink still open, removed by the exit handler when the process dies early. */
+/* The sink still open, kept as <path>.partial by the exit handler when the process
+ * dies early (util_fail). */
 static Metrics *open_sink;
 
-static void remove_open_sink(void)
+/* A failed run's records stay as <path>.partial for the run that resumes it. */
+static void keep_partial(const Metrics *m)
 {
-    if (open_sink && open_sink->tmp) unlink(open_sink->tmp);
+    size_t n = strlen(m->path) + 16;
+    char *partial = xmalloc(n);
+    snprintf(partial, n, "%s.partial", m->path);
+    if (rename(m->tmp, partial) != 0) unlink(m->tmp);
+    free(partial);
+}
+
+static void keep_open_sink(void)
+{
+    if (open_sink && open_sink->tmp) keep_partial(open_sink);
+}
+
+/* The file an earlier run of this metrics file left: <path>.partial, or, when that run
+ * was killed outright (SIGKILL) and left only its temporary <path>.tmp.<pid>, the newest
+ * of those. Returns a malloc'd path or NULL. With remove set, deletes all of them
+ * (other than this run's temporary) instead. */
+static char *earlier_records(const Metrics *m, int remove)
+{
+    size_t n = strlen(m->path) + 16;
+    char *partial = xmalloc(n), *best = NULL;
+    snprintf(partial, n, "%s.partial", m->path);
+    struct stat st;
+    if (stat(partial, &st) == 0 && !remove) return partial;
+    if (remove) unlink(partial);
+    free(partial);
+    char *d1 = xstrdup(m->path), *d2 = xstrdup(m->path);
+    const char *dir = dirname(d1), *base = basename(d2);
+    size_t blen = strlen(base);
+    double best_mtime = -1;
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    while (dp && (e = readdir(dp))) {
+        if (strncmp(e->d_name, base, blen) != 0 || strncmp(e->d_name + blen, ".tmp.", 5) != 0)
+            continue;
+        size_t pn = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = xmalloc(pn);
+        snprintf(p, pn, "%s/%s", dir, e->d_name);
+        if (strcmp(p, m->tmp) == 0 || stat(p, &st) != 0) {
+            free(p);
+        } else if (remove) {
+            unlink(p);
+            free(p);
+        } else if ((double)st.st_mtime > best_mtime) {
+            best_mtime = (double)st.st_mtime;
+            free(best);
+            best = p;
+        } else {
+            free(p);
+        }
+    }
+    if (dp) closedir(dp);
+    free(d1), free(d2);
+    return best;
+}
+
+/* A resumed run (from global step `step`) starts its file with the earlier run's records
+ * up to that step: step events up to it, epoch and eval events of the epochs it
+ * completed; the steps after it are trained again, and "done" and torn lines are dropped.
+ * Step numbers are global, so the file reads as one run. */
+static void carry_over(Metrics *m, long step, long steps_per_epoch)
+{
+    char *src = earlier_records(m, 0);
+    if (src) {
+        FILE *in = fopen(src, "r");
+        char *line = NULL;
+        size_t cap = 0;
+        long kept = 0;
+        while (in && getline(&line, &cap, in) > 0) {
+            cJSON *o = cJSON_Parse(line);
+            const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step");
+            const cJSON *ep = cJSON_GetObjectItemCaseSensitive(o, "epoch");
+            int keep = 0;
+            if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step"))
+                keep = cJSON_IsNumber(st) && st->valuedouble <= (double)step;
+            else if (cJSON_IsString(ev) &&
+                     (!strcmp(ev->valuestring, "epoch") || !strcmp(ev->valuestring, "eval")))
+                keep = cJSON_IsNumber(ep) && ep->valuedouble * (double)steps_per_epoch <= (double)step;
+            cJSON_Delete(o);
+            if (keep) {
+                fputs(line, m->f);
+                if (line[strlen(line) - 1] != '\n') fputc('\n', m->f);
+                kept++;
+            }
+        }
+        free(line);
+        if (in) fclose(in);
+        util_log("--metrics-file %s: %ld record(s) up to step %ld carried over from %s", m->path,
+                 kept, step, src);
+        free(src);
+    }
+    free(earlier_records(m, 1));
 }
 
 int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errlen)
@@ -59,8 +156,12 @@ int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errle
             metrics_abort(m);
             return -e;
         }
-        if (!registered) registered = atexit(remove_open_sink) == 0;
+        if (!registered) registered = atexit(keep_open_sink) == 0;
         open_sink = m;
+        if (o->resume_step > 0)
+            carry_over(m, o->resume_step, o->steps_per_epoch);
+        else
+            free(earlier_records(m, 1)); /* a run from scratch: nothing of earlier runs */
     }
     if (m->tb) util_log("TensorBoard events: %s", tbev_path(m->tb));
     *out = m;
@@ -96,6 +197,9 @@ void metrics_step(Metrics *m, int epoch, long step, const MetricsStep *s)
             "\"step_seconds\":%.6g}\n",
             epoch, step, s->loss, s->accuracy, s->samples_per_sec, s->learning_rate,
             s->allreduce_seconds, s->step_seconds);
+    /* Out of the process at once (one write per step, no fsync): a chief killed outright
+     * leaves its records in <path>.tmp.<pid> for the run that resumes it. */
+    fflush(m->f);
 }
 
 /* Writes the buffered events out; a failure is logged once (summaries are not worth
@@ -130,6 +234,7 @@ void metrics_epoch_end(Metrics *m, int epoch, long steps, double seconds, double
             "{\"event\":\"epoch\",\"epoch\":%d,\"steps\":%ld,\"seconds\":%.3f,\"loss\":%.6g,"
             "\"accuracy\":%.6g,\"samples_per_sec\":%.1f}\n",
             epoch, steps, seconds, loss, accuracy, samples_per_sec);
+    fflush(m->f);
 }
 
 void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy)
@@ -145,6 +250,7 @@ void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy)
     if (!m->f) return;
     fprintf(m->f, "{\"event\":\"eval\",\"epoch\":%d,\"test_loss\":%.6g,\"test_accuracy\":%.6g}\n",
             epoch, test_loss, test_accuracy);
+    fflush(m->f);
 }
 
 void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sha256)
@@ -183,6 +289,7 @@ int metrics_close(Metrics *m, char *err, size_t errlen)
             snprintf(err, errlen, "--metrics-file %s: cannot write: %s", m->path, strerror(-rc));
             unlink(m->tmp);
         }
+        free(earlier_records(m, 1));
     }
     release(m);
     return rc;
@@ -194,7 +301,7 @@ void metrics_abort(Metrics *m)
     close_events(m);
     if (m->f) {
         fclose(m->f);
-        unlink(m->tmp);
+        keep_partial(m);
     }
     release(m);
 }

@@ -1,7 +1,10 @@
 /* metrics — what the trainer reports: a Keras-like line per epoch on stdout and, with
  * --metrics-file, one JSON object per line per step, epoch, evaluation and at the end
  * (shared/DESIGN.md). The file is written under a temporary name and renamed when the
- * run succeeds; a failed run removes it, so no partial file is left behind.
+ * run succeeds. A failed run leaves what it wrote as <path>.partial (or, killed outright,
+ * its temporary <path>.tmp.<pid>): the run that resumes from a checkpoint at global step
+ * N starts its file with those records up to step N, so that after any number of
+ * restarts the file holds the whole run; a run from step 0 deletes them.
  *
  * With a TensorBoard directory (the chief's, see tbevents.h) the same values also go
  * to an event file there as scalars: "step/..." at each global step, "epoch/..." and
@@ -29,6 +32,8 @@ typedef struct {
     const char *path;            /* --metrics-file; NULL or "": stdout lines only */
     const char *tensorboard_dir; /* NULL or "": no event file */
     int prometheus_port;         /* > 0: serve GET /metrics there (prom.h); 0: no */
+    long resume_step;            /* > 0: resumed at this global step (see above) */
+    long steps_per_epoch;        /* to tell which epochs resume_step completed */
 } MetricsOptions;
 
 /* Opens the metrics sink. Returns 0 or a negative errno with one line in err naming
@@ -50,9 +55,9 @@ void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sh
  * then). */
 int metrics_close(Metrics *m, char *err, size_t errlen);
 
-/* Removes the temporary file, closes the event file (kept, as far as it got) and
- * frees m; NULL is a no-op. Also runs at exit for a
- * sink still open, so util_fail leaves no partial file. */
+/* Keeps the records written so far as <path>.partial, closes the event file (kept, as
+ * far as it got) and frees m; NULL is a no-op. Also runs at exit for a sink still open
+ * (util_fail). */
 void metrics_abort(Metrics *m);
 
 #endif

@@ -119,7 +119,9 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
     tensorboard_dir(t, tbdir, sizeof tbdir);
     MetricsOptions mo = {.epochs = t->cfg.epochs, .path = t->cfg.metrics_file,
                          .tensorboard_dir = tbdir,
-                         .prometheus_port = t->coll->rank == 0 ? t->cfg.metrics_port : 0};
+                         .prometheus_port = t->coll->rank == 0 ? t->cfg.metrics_port : 0,
+                         .resume_step = t->st.global_step,
+                         .steps_per_epoch = t->steps_per_epoch};
     if ((rc = metrics_open(&t->metrics, &mo, err, errlen))) {
         *exit_code = KT_EXIT_USAGE;
         return rc;

@@ -80,7 +80,8 @@ wait_for() { # seconds cmd...: polls cmd every 0.05 s
 }
 ck=$tmp/ck-kill
 victim=$((RANDOM % 2)); at_step=$((2 * (1 + RANDOM % 4)))
-start_launch "$tmp/kout" "$tmp/kerr" --workers 2 "${cnn[@]}" --checkpoint-dir "$ck" --checkpoint-every-steps 2
+start_launch "$tmp/kout" "$tmp/kerr" --workers 2 "${cnn[@]}" --checkpoint-dir "$ck" --checkpoint-every-steps 2 \
+  --metrics-file "$tmp/km.jsonl"
 # kill once the checkpoint of step at_step (2..8 of 12) exists, plus a random delay into the next step
 wait_for 60 test -e "$ck/ckpt-$at_step.kt"
 sleep "0.$((RANDOM % 3))"
@@ -90,6 +91,24 @@ wait "$lpid" 2>/dev/null; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/kout") == "$HC" && -n $HC ]] && grep -q "restart 1/3" "$tmp/kerr"; then
   tap_ok "SIGKILL of worker $victim near step $at_step: the job restarts and ends with the uninterrupted hash"
 else tap_fail "SIGKILL of a random worker" "rc=$rc ref=$HC got=$(hashes "$tmp/kout") $(tail -15 "$tmp/kerr")"; fi
+# The metrics file of the restarted run holds the whole run: the records of the first
+# attempt up to its checkpoint, then the resumed steps, each global step once, in order.
+out=$(python3 - "$tmp/km.jsonl" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+steps = [e["step"] for e in ev if e["event"] == "step"]
+epochs = [e["epoch"] for e in ev if e["event"] == "epoch"]
+bad = []
+if steps != list(range(1, 13)): bad.append("steps %s" % steps)
+if epochs != [1, 2]: bad.append("epochs %s" % epochs)
+if ev[-1]["event"] != "done" or sum(e["event"] == "done" for e in ev) != 1: bad.append("done %s" % ev[-1])
+print("; ".join(bad))
+PY
+)
+leftover=$(compgen -G "$tmp/km.jsonl.*")
+if [[ -z $out && -z $leftover ]] && grep -q "record(s) up to step" "$tmp/kerr"; then
+  tap_ok "after the restart the metrics file holds the whole run: steps 1..12 once each, both epochs, one done, nothing left beside it"
+else tap_fail "metrics file across a restart" "$out leftover=$leftover $(grep -i metrics "$tmp/kerr" | tail -3)"; fi
 grep -qE "\[worker [01]\] .*(lost|closed|reset|EOF|exited|all-reduce)" "$tmp/kerr" \
   && tap_ok "the surviving worker names the lost peer" \
   || tap_fail "the surviving worker names the lost peer" "$(grep -v '^\[worker .\] [0-9]' "$tmp/kerr" | tail -10)"
