@@ -41,6 +41,19 @@ int net_tune_socket(int fd, int sockbuf_bytes)
 {
     int one = 1;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) return -errno;
+    /* A peer whose machine vanished (node lost, network partition) while the ring is
+     * idle — the chief checkpointing or evaluating — is noticed by the kernel: keepalive
+     * probes after 5 s of silence, every 2 s, 3 unanswered end the connection, so the
+     * next collective fails at once instead of waiting out its IO timeout; and data sent
+     * but not acknowledged for 20 s ends it too. A live but stuck process still answers
+     * at the TCP level: that case is the ring's IO timeout. */
+    int idle = 5, intvl = 2, cnt = 3;
+    unsigned int user_timeout_ms = 20000;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
     if (sockbuf_bytes > 0) {
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sockbuf_bytes, sizeof sockbuf_bytes);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sockbuf_bytes, sizeof sockbuf_bytes);

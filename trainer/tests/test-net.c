@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/socket.h>
@@ -396,10 +397,40 @@ static void test_secret_from_env_and_file(void **state)
     unsetenv("KUBETRAIN_SECRET_FILE");
 }
 
+/* Ring sockets notice a vanished peer while idle: keepalive after 5 s of silence, probes
+ * every 2 s, 3 missed; unacknowledged data for 20 s; no Nagle delay; non-blocking. */
+static void test_ring_socket_options(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(net_tune_socket(fd, 0), 0);
+    int v = 0;
+    socklen_t len = sizeof v;
+    assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+    assert_int_equal(v, 5);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v, &len), 0);
+    assert_int_equal(v, 2);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &v, &len), 0);
+    assert_int_equal(v, 3);
+    unsigned int ut = 0;
+    len = sizeof ut;
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, &len), 0);
+    assert_int_equal(ut, 20000);
+    len = sizeof v;
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len), 0);
+    assert_int_equal(v, 1);
+    assert_true(fcntl(fd, F_GETFL) & O_NONBLOCK);
+    close(fd);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_socket_options),
         cmocka_unit_test(test_secret_from_env_and_file),
         cmocka_unit_test(test_ring_forms_with_secret),
         cmocka_unit_test(test_ring_forms_without_secret),
