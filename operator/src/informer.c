@@ -17,10 +17,16 @@
 /* The stop flag is written by the stopping thread and polled by the informer's. */
 #define STOPPED(inf) __atomic_load_n(&(inf)->stop, __ATOMIC_ACQUIRE)
 
+/* A cached object is kept as its compact JSON text (a parsed cJSON tree takes several
+ * times the memory, and the cache is most of the operator's heap with many jobs), with
+ * what lookups filter on beside it: its labels and resourceVersion. Readers get a tree
+ * parsed from the text. */
 typedef struct Entry {
     struct Entry *next;
-    cJSON *obj;
-    char key[];
+    char *json;
+    cJSON *labels;   /* metadata.labels, or NULL */
+    long long rv;    /* metadata.resourceVersion, -1 when not an integer */
+    char key[];      /* "namespace/name" */
 } Entry;
 
 struct Informer {
@@ -79,14 +85,50 @@ Informer *informer_new(KubeClient *client, const InformerOptions *opt)
     return inf;
 }
 
+static void entry_free(Entry *e)
+{
+    if (!e) return;
+    free(e->json);
+    cJSON_Delete(e->labels);
+    free(e);
+}
+
+/* The entry's object as a new tree (caller frees), or NULL on allocation failure. */
+static cJSON *entry_object(const Entry *e)
+{
+    return cJSON_Parse(e->json);
+}
+
+static long long rv_number(const cJSON *obj);
+
+/* Makes e hold obj (consumed). Returns 0 or -ENOMEM (e unchanged then). */
+static int entry_set(Entry *e, cJSON *obj)
+{
+    char *json = cJSON_PrintUnformatted(obj);
+    const cJSON *l = jsonx_obj(obj, "metadata.labels");
+    cJSON *labels = l ? cJSON_Duplicate(l, 1) : NULL;
+    long long rv = rv_number(obj);
+    cJSON_Delete(obj);
+    if (!json || (l && !labels)) {
+        free(json);
+        cJSON_Delete(labels);
+        return -ENOMEM;
+    }
+    free(e->json);
+    cJSON_Delete(e->labels);
+    e->json = json;
+    e->labels = labels;
+    e->rv = rv;
+    return 0;
+}
+
 static void clear_cache(Informer *inf)
 {
     for (size_t b = 0; b < NBUCKETS; b++) {
         Entry *e = inf->buckets[b];
         while (e) {
             Entry *next = e->next;
-            cJSON_Delete(e->obj);
-            free(e);
+            entry_free(e);
             e = next;
         }
         inf->buckets[b] = NULL;
@@ -117,40 +159,45 @@ static void put_locked(Informer *inf, const char *key, cJSON *obj)
     size_t b = hash(key) % NBUCKETS;
     for (Entry *e = inf->buckets[b]; e; e = e->next) {
         if (strcmp(e->key, key) == 0) {
-            cJSON_Delete(e->obj);
-            e->obj = obj;
+            if (entry_set(e, obj))
+                olog(OLOG_ERROR, key, "informer: out of memory caching the object");
             return;
         }
     }
     size_t n = strlen(key);
-    Entry *e = malloc(sizeof *e + n + 1);
-    if (!e) {
+    Entry *e = calloc(1, sizeof *e + n + 1);
+    if (!e || entry_set(e, obj)) {
         olog(OLOG_ERROR, key, "informer: out of memory caching the object");
-        cJSON_Delete(obj);
+        if (!e) cJSON_Delete(obj);
+        free(e);
         return;
     }
     memcpy(e->key, key, n + 1);
-    e->obj = obj;
     e->next = inf->buckets[b];
     inf->buckets[b] = e;
     inf->size++;
 }
 
-/* Removes key; returns its object (caller frees) or NULL. Write lock held. */
-static cJSON *take_locked(Informer *inf, const char *key)
+/* Removes key if cached. Write lock held. */
+static void drop_locked(Informer *inf, const char *key)
 {
     size_t b = hash(key) % NBUCKETS;
     for (Entry **pp = &inf->buckets[b]; *pp; pp = &(*pp)->next) {
         if (strcmp((*pp)->key, key) == 0) {
             Entry *e = *pp;
-            cJSON *obj = e->obj;
             *pp = e->next;
-            free(e);
+            entry_free(e);
             inf->size--;
-            return obj;
+            return;
         }
     }
-    return NULL;
+}
+
+/* True when key ("namespace/name") is in namespace ns. */
+static int key_in_ns(const char *key, const char *ns)
+{
+    size_t n = strlen(ns);
+    return strncmp(key, ns, n) == 0 && key[n] == '/';
 }
 
 /* Drops what the cache need not hold: metadata.managedFields (never read, often the
@@ -188,13 +235,13 @@ void informer_store(Informer *inf, const cJSON *obj)
     if (informer_key(obj, key, sizeof key)) return;
     long long rv = rv_number(obj);
     pthread_rwlock_wrlock(&inf->lock);
-    const cJSON *cur = NULL;
+    const Entry *cur = NULL;
     size_t b = hash(key) % NBUCKETS;
     for (Entry *e = inf->buckets[b]; e; e = e->next)
-        if (strcmp(e->key, key) == 0) cur = e->obj;
+        if (strcmp(e->key, key) == 0) cur = e;
     int store;
     if (cur) {
-        long long have = rv_number(cur);
+        long long have = cur->rv;
         store = rv >= 0 && have >= 0 && rv > have;
     } else {
         /* Absent: new, unless a watch event already removed a version at least as new. */
@@ -210,7 +257,7 @@ void informer_remove(Informer *inf, const char *ns, const char *name)
     char key[512];
     snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
     pthread_rwlock_wrlock(&inf->lock);
-    cJSON_Delete(take_locked(inf, key));
+    drop_locked(inf, key);
     pthread_rwlock_unlock(&inf->lock);
 }
 
@@ -223,7 +270,7 @@ cJSON *informer_get(Informer *inf, const char *ns, const char *name)
     size_t b = hash(key) % NBUCKETS;
     for (Entry *e = inf->buckets[b]; e; e = e->next)
         if (strcmp(e->key, key) == 0) {
-            out = cJSON_Duplicate(e->obj, 1);
+            out = entry_object(e);
             break;
         }
     pthread_rwlock_unlock(&inf->lock);
@@ -237,15 +284,12 @@ cJSON *informer_list(Informer *inf, const char *ns, const char *label_key, const
     pthread_rwlock_rdlock(&inf->lock);
     for (size_t b = 0; b < NBUCKETS; b++) {
         for (Entry *e = inf->buckets[b]; e; e = e->next) {
-            if (ns) {
-                const char *ons = jsonx_str(e->obj, "metadata.namespace");
-                if (!ons || strcmp(ons, ns) != 0) continue;
-            }
+            if (ns && !key_in_ns(e->key, ns)) continue;
             if (label_key) {
-                const char *v = jsonx_key_str(jsonx_obj(e->obj, "metadata.labels"), label_key);
+                const char *v = jsonx_key_str(e->labels, label_key);
                 if (!v || !label_value || strcmp(v, label_value) != 0) continue;
             }
-            cJSON *c = cJSON_Duplicate(e->obj, 1);
+            cJSON *c = entry_object(e);
             if (!c || !cJSON_AddItemToArray(arr, c)) {
                 cJSON_Delete(c);
                 pthread_rwlock_unlock(&inf->lock);
@@ -262,8 +306,11 @@ void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), vo
 {
     pthread_rwlock_rdlock(&inf->lock);
     for (size_t b = 0; b < NBUCKETS; b++)
-        for (Entry *e = inf->buckets[b]; e; e = e->next)
-            fn(ctx, e->obj);
+        for (Entry *e = inf->buckets[b]; e; e = e->next) {
+            cJSON *o = entry_object(e);
+            if (o) fn(ctx, o);
+            cJSON_Delete(o);
+        }
     pthread_rwlock_unlock(&inf->lock);
 }
 
@@ -387,8 +434,7 @@ static int relist(Informer *inf)
             if (strcmp((*pp)->key, key) == 0) {
                 Entry *e = *pp;
                 *pp = e->next;
-                cJSON_Delete(e->obj);
-                free(e);
+                entry_free(e);
                 existed = 1;
                 break;
             }
@@ -403,10 +449,10 @@ static int relist(Informer *inf)
         Entry *e = old[b];
         while (e) {
             Entry *next = e->next;
-            ev[nev].obj = e->obj;
+            ev[nev].obj = entry_object(e);
             snprintf(ev[nev].type, sizeof ev[nev].type, "DELETED");
-            nev++;
-            free(e);
+            if (ev[nev].obj) nev++;
+            entry_free(e);
             e = next;
         }
     }
@@ -457,7 +503,7 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
     cJSON *copy = deleted ? NULL : slim_copy(inf, obj);
     pthread_rwlock_wrlock(&inf->lock);
     if (deleted) {
-        cJSON_Delete(take_locked(inf, key));
+        drop_locked(inf, key);
         long long drv = rv_number(obj);
         if (drv > inf->deleted_rv_max) inf->deleted_rv_max = drv;
     } else if (copy)

@@ -275,8 +275,11 @@ int main(int argc, char **argv)
     olog_set_level(lv);
     metrics_init();
     /* glibc gives each thread its own malloc arena; the threads here allocate little,
-     * and two arenas keep the resident size small with many informers and workers. */
-    mallopt(M_ARENA_MAX, 2);
+     * and one arena keeps the resident size small with many informers and workers.
+     * A fixed mmap threshold keeps glibc from raising it after each large free (list
+     * and watch buffers): large blocks then always go back to the system. */
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 64 * 1024);
 
     /* Signals go to one thread; every other thread inherits the blocked mask. */
     sigset_t set;
