@@ -62,7 +62,8 @@ static int parse_path(const char *path, Res *r)
     if (q) *q = 0;
     char *parts[12];
     int n = 0;
-    for (char *s = strtok(buf, "/"); s && n < 12; s = strtok(NULL, "/"))
+    char *save = NULL; /* strtok_r: every connection has its own thread */
+    for (char *s = strtok_r(buf, "/", &save); s && n < 12; s = strtok_r(NULL, "/", &save))
         parts[n++] = s;
     int i;
     if (n >= 2 && strcmp(parts[0], "api") == 0) {
