@@ -152,33 +152,55 @@ void dense_backward(float *dinput, float *dweight, float *dbias, const float *do
 /* ----------------------------------------------------------------------------
  * MaxPooling2D */
 
-void maxpool_forward(float *out, int32_t *argmax, const float *inp, int b, int h, int w, int c,
-                     int pool, int stride)
+int pool_geom_init(PoolGeom *g, int h, int w, int c, int ph, int pw, int sh, int sw, int same)
 {
-    const int oh = (h - pool) / stride + 1, ow = (w - pool) / stride + 1;
+    *g = (PoolGeom){.h = h, .w = w, .c = c, .ph = ph, .pw = pw, .sh = sh, .sw = sw};
+    if (same) {
+        g->oh = (h + sh - 1) / sh;
+        g->ow = (w + sw - 1) / sw;
+        int pad_h = (g->oh - 1) * sh + ph - h, pad_w = (g->ow - 1) * sw + pw - w;
+        g->pad_top = pad_h > 0 ? pad_h / 2 : 0;
+        g->pad_left = pad_w > 0 ? pad_w / 2 : 0;
+    } else {
+        if (ph > h || pw > w) return -EINVAL;
+        g->oh = (h - ph) / sh + 1;
+        g->ow = (w - pw) / sw + 1;
+    }
+    return g->oh > 0 && g->ow > 0 ? 0 : -EINVAL;
+}
+
+void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
+{
+    const int h = g->h, w = g->w, c = g->c;
     for (int n = 0; n < b; n++)
-        for (int oy = 0; oy < oh; oy++)
-            for (int ox = 0; ox < ow; ox++)
+        for (int oy = 0; oy < g->oh; oy++) {
+            /* the window's rows and columns inside the input (padding never wins) */
+            int y0 = oy * g->sh - g->pad_top, y1 = y0 + g->ph;
+            y0 = y0 < 0 ? 0 : y0, y1 = y1 > h ? h : y1;
+            for (int ox = 0; ox < g->ow; ox++) {
+                int x0 = ox * g->sw - g->pad_left, x1 = x0 + g->pw;
+                x0 = x0 < 0 ? 0 : x0, x1 = x1 > w ? w : x1;
                 for (int ch = 0; ch < c; ch++) {
                     int best = -1;
                     float bv = -INFINITY;
-                    for (int py = 0; py < pool; py++)
-                        for (int px = 0; px < pool; px++) {
-                            int idx = ((n * h + oy * stride + py) * w + ox * stride + px) * c + ch;
+                    for (int y = y0; y < y1; y++)
+                        for (int x = x0; x < x1; x++) {
+                            int idx = ((n * h + y) * w + x) * c + ch;
                             if (best < 0 || inp[idx] > bv) bv = inp[idx], best = idx;
                         }
-                    size_t o = (((size_t)n * oh + oy) * ow + ox) * c + ch;
+                    size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c + ch;
                     out[o] = bv;
                     argmax[o] = best;
                 }
+            }
+        }
 }
 
-void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, int b, int h,
-                      int w, int c, int pool, int stride)
+void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, const PoolGeom *g,
+                      int b)
 {
-    const int oh = (h - pool) / stride + 1, ow = (w - pool) / stride + 1;
-    memset(dinput, 0, (size_t)b * h * w * c * sizeof *dinput);
-    for (size_t o = 0; o < (size_t)b * oh * ow * c; o++) dinput[argmax[o]] += dout[o];
+    memset(dinput, 0, (size_t)b * g->h * g->w * g->c * sizeof *dinput);
+    for (size_t o = 0; o < (size_t)b * g->oh * g->ow * g->c; o++) dinput[argmax[o]] += dout[o];
 }
 
 /* ----------------------------------------------------------------------------

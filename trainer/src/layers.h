@@ -49,13 +49,27 @@ void dense_forward(float *out, const float *inp, const float *weight, const floa
 void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
                     const float *inp, const float *weight, int b, int in, int outn);
 
-/* Keras MaxPooling2D, "valid" padding: out (B,OH,OW,C) with OH = (H-P)/S+1; argmax
- * (B,OH,OW,C) keeps the flat input index of each maximum for the backward. */
-void maxpool_forward(float *out, int32_t *argmax, const float *inp, int b, int h, int w, int c,
-                     int pool, int stride);
+/* Geometry of one MaxPooling2D: input (B,H,W,C) -> output (B,OH,OW,C). */
+typedef struct {
+    int h, w, c;    /* input */
+    int ph, pw;     /* pool size */
+    int sh, sw;     /* strides */
+    int pad_top, pad_left;
+    int oh, ow;     /* output */
+} PoolGeom;
+
+/* Keras's output size and padding: "valid" (same == 0) OH = (H-PH)/SH+1; "same"
+ * OH = ceil(H/SH), padded by max((OH-1)*SH+PH-H, 0) rows, the smaller half on top (as
+ * TensorFlow does); padded cells never win. Returns 0, or -EINVAL when the output would
+ * be empty. */
+int pool_geom_init(PoolGeom *g, int h, int w, int c, int ph, int pw, int sh, int sw, int same);
+
+/* Keras MaxPooling2D: out (B,OH,OW,C); argmax (B,OH,OW,C) keeps the flat input index of
+ * each maximum for the backward. */
+void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b);
 /* dinput (B,H,W,C) from dout (B,OH,OW,C): each gradient goes to its maximum. */
-void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, int b, int h,
-                      int w, int c, int pool, int stride);
+void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, const PoolGeom *g,
+                      int b);
 
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask

@@ -291,29 +291,39 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         if (in_rank != 3) return spec_fail(sc, "type", "MaxPooling2D after a (height, width, "
                                                        "channels) shape");
         if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
-        if ((rc = spec_pair(sc, o, "strides", p[0], s))) return rc;
-        if (p[0] != p[1] || s[0] != s[1])
-            return spec_fail(sc, "pool_size", "a square pool with equal strides");
+        /* Keras: strides None means the pool size */
+        const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "strides");
+        if (!sv || cJSON_IsNull(sv)) {
+            s[0] = p[0], s[1] = p[1];
+        } else if ((rc = spec_pair(sc, o, "strides", 1, s))) {
+            return rc;
+        }
+        int same = 0;
         const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
-        if (pad && !(cJSON_IsString(pad) && !strcmp(pad->valuestring, "valid")))
-            return spec_fail(sc, "padding", "\"valid\" (the only padding of MaxPooling2D here)");
-        if (p[0] > in_shape[0] || p[0] > in_shape[1])
-            return spec_fail(sc, "pool_size", "a pool no larger than the input");
-        l->pool = p[0];
-        l->pool_stride = s[0];
-        l->out_shape[0] = (in_shape[0] - p[0]) / s[0] + 1;
-        l->out_shape[1] = (in_shape[1] - p[0]) / s[0] + 1;
+        if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
+                                             (same = !strcmp(pad->valuestring, "same")))))
+            return spec_fail(sc, "padding", "\"valid\" or \"same\"");
+        if (pool_geom_init(&l->pool, in_shape[0], in_shape[1], in_shape[2], p[0], p[1], s[0], s[1],
+                           same))
+            return spec_fail(sc, "pool_size", "a pool no larger than the input (or padding "
+                                              "\"same\")");
+        l->same = same;
+        l->out_shape[0] = l->pool.oh;
+        l->out_shape[1] = l->pool.ow;
         l->out_shape[2] = in_shape[2];
         l->out_rank = 3;
     } else if (!strcmp(t, "Dense")) {
         l->type = LAYER_DENSE;
-        if (in_rank != 1) return spec_fail(sc, "type", "Dense after a flat shape; add a Flatten");
         if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
             (rc = spec_activation(sc, o, &l->act)) || (rc = spec_l2(sc, o, &l->l2)))
             return rc;
-        l->out_shape[0] = l->units;
-        l->out_rank = 1;
-        l->w_count = l->in_size * (size_t)l->units;
+        /* Keras's Dense acts on the last axis: (..., d) -> (..., units). */
+        l->dense_in = in_shape[in_rank - 1];
+        l->dense_rows = (int)(l->in_size / (size_t)l->dense_in);
+        memcpy(l->out_shape, in_shape, sizeof l->out_shape);
+        l->out_shape[in_rank - 1] = l->units;
+        l->out_rank = in_rank;
+        l->w_count = (size_t)l->dense_in * (size_t)l->units;
         l->b_count = (size_t)l->units;
     } else if (!strcmp(t, "Dropout")) {
         l->type = LAYER_DROPOUT;
@@ -379,9 +389,21 @@ static void make_signature(Model *m)
                    l->same ? "same" : "valid",
                    act_name(l->act), (double)l->l2);
             break;
-        case LAYER_MAXPOOL: append(&s, &len, &cap, "|maxpool(%d,s%d)", l->pool, l->pool_stride); break;
+        case LAYER_MAXPOOL:
+            /* a square "valid" pool keeps the signature it always had */
+            if (l->pool.ph == l->pool.pw && l->pool.sh == l->pool.sw && !l->same)
+                append(&s, &len, &cap, "|maxpool(%d,s%d)", l->pool.ph, l->pool.sh);
+            else
+                append(&s, &len, &cap, "|maxpool(%dx%d,s%dx%d,%s)", l->pool.ph, l->pool.pw,
+                       l->pool.sh, l->pool.sw, l->same ? "same" : "valid");
+            break;
         case LAYER_DENSE:
-            append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units, act_name(l->act), (double)l->l2);
+            if (l->dense_rows > 1) /* on a rank > 1 input: which axis it maps matters */
+                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g)", l->dense_rows, l->dense_in,
+                       l->units, act_name(l->act), (double)l->l2);
+            else
+                append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units, act_name(l->act),
+                       (double)l->l2);
             break;
         case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
         }
@@ -432,8 +454,9 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
     }
     sc.index = -1;
     if (m->num_layers == 0 || m->layers[m->num_layers - 1].type != LAYER_DENSE ||
-        m->layers[m->num_layers - 1].units < 2) {
-        rc = spec_fail(&sc, "layers", "a last layer Dense with one unit per class (>= 2)");
+        m->layers[m->num_layers - 1].units < 2 || m->layers[m->num_layers - 1].out_rank != 1) {
+        rc = spec_fail(&sc, "layers", "a last layer Dense on a flat input with one unit per class "
+                                      "(>= 2)");
         goto err;
     }
     m->input_size = shape_size(m->input_shape, m->input_rank);
@@ -557,7 +580,7 @@ void model_init_params(Model *m, uint64_t seed)
             fan_in = rf * l->conv.c;
             fan_out = rf * l->conv.f;
         } else {
-            fan_in = l->in_size;
+            fan_in = (size_t)l->dense_in;
             fan_out = (size_t)l->units;
         }
         const float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
@@ -621,11 +644,10 @@ static void forward(Model *m, const float *x, int b, int training, uint64_t drop
         case LAYER_RESHAPE:
         case LAYER_FLATTEN: continue;
         case LAYER_CONV2D: conv2d_forward(out, m->cols[i], in, w, bias, &l->conv, b); break;
-        case LAYER_DENSE: dense_forward(out, in, w, bias, b, (int)l->in_size, l->units); break;
-        case LAYER_MAXPOOL:
-            maxpool_forward(out, m->argmax[i], in, b, l->in_shape[0], l->in_shape[1],
-                            l->in_shape[2], l->pool, l->pool_stride);
+        case LAYER_DENSE:
+            dense_forward(out, in, w, bias, b * l->dense_rows, l->dense_in, l->units);
             break;
+        case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i], in, &l->pool, b); break;
         case LAYER_DROPOUT:
             memcpy(out, in, (size_t)b * l->out_size * sizeof *out);
             if (training && m->dropout_enabled && l->rate > 0.0f)
@@ -633,8 +655,10 @@ static void forward(Model *m, const float *x, int b, int training, uint64_t drop
             break;
         }
         int last = i == m->num_layers - 1;
-        if (!(last && l->act == ACT_SOFTMAX))
-            activation_forward(out, (size_t)b, l->out_size, l->act);
+        /* per row of the last axis: a softmax Dense on a rank > 1 input normalises each */
+        size_t rows = l->type == LAYER_DENSE ? (size_t)b * (size_t)l->dense_rows : (size_t)b;
+        size_t cols = l->type == LAYER_DENSE ? (size_t)l->units : l->out_size;
+        if (!(last && l->act == ACT_SOFTMAX)) activation_forward(out, rows, cols, l->act);
     }
 }
 
@@ -689,8 +713,11 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
         const float *w = m->params + l->w_off;
         float *dw = m->grads + l->w_off, *db = m->grads + l->b_off;
         int last = i == m->num_layers - 1;
-        if ((l->type == LAYER_CONV2D || l->type == LAYER_DENSE) && !(last && l->act == ACT_SOFTMAX))
+        if (l->type == LAYER_CONV2D && !(last && l->act == ACT_SOFTMAX))
             activation_backward(d, out, (size_t)b, l->out_size, l->act);
+        if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
+            activation_backward(d, out, (size_t)b * (size_t)l->dense_rows, (size_t)l->units,
+                                l->act);
         switch (l->type) {
         case LAYER_RESHAPE:
         case LAYER_FLATTEN: continue;
@@ -698,11 +725,10 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
             if (m->dropout_enabled && l->rate > 0.0f)
                 dropout_backward(d, m->masks[i], (size_t)b * l->out_size);
             continue;
-        case LAYER_MAXPOOL:
-            maxpool_backward(din, d, m->argmax[i], b, l->in_shape[0], l->in_shape[1],
-                             l->in_shape[2], l->pool, l->pool_stride);
+        case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i], &l->pool, b); break;
+        case LAYER_DENSE:
+            dense_backward(din, dw, db, d, in, w, b * l->dense_rows, l->dense_in, l->units);
             break;
-        case LAYER_DENSE: dense_backward(din, dw, db, d, in, w, b, (int)l->in_size, l->units); break;
         case LAYER_CONV2D:
             conv2d_backward(din, dw, db, m->dcol, d, m->cols[i], w, &l->conv, b);
             break;

@@ -24,7 +24,10 @@ typedef struct {
     size_t in_size, out_size;   /* floats per example */
     ConvGeom conv;              /* conv2d */
     int units;                  /* dense */
-    int pool, pool_stride;      /* maxpool */
+    int dense_in, dense_rows;   /* dense: it maps the last axis (dense_in values) of each of
+                                   dense_rows rows per example, as Keras's Dense does on an
+                                   input of rank > 1 (rows 1 for a flat input) */
+    PoolGeom pool;              /* maxpool */
     float rate;                 /* dropout */
     float l2;                   /* kernel regularizer factor, 0 = none */
     int same;                   /* conv2d padding "same" */

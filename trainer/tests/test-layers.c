@@ -143,32 +143,79 @@ static void test_dense(void **s)
 typedef struct {
     float *x, *y, *r;
     int32_t *am;
+    PoolGeom g;
 } PoolCase;
 
 static double pool_obj(void *p)
 {
     PoolCase *c = p;
-    maxpool_forward(c->y, c->am, c->x, 2, 5, 4, 3, 2, 2);
-    return dot(c->y, c->r, 2 * 2 * 2 * 3);
+    maxpool_forward(c->y, c->am, c->x, &c->g, 2);
+    return dot(c->y, c->r, (size_t)2 * c->g.oh * c->g.ow * c->g.c);
 }
 
-static void test_maxpool(void **s)
+/* Gradient check of a pool over a (2,5,4,3) batch, drawing from *stream. */
+static void pool_case(int ph, int pw, int sh, int sw, int same, uint64_t *stream)
 {
-    (void)s;
+    PoolCase c;
+    assert_int_equal(pool_geom_init(&c.g, 5, 4, 3, ph, pw, sh, sw, same), 0);
+    size_t n = (size_t)2 * c.g.oh * c.g.ow * 3;
+    c.x = malloc(120 * 4), c.y = malloc(n * 4), c.r = malloc(n * 4), c.am = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) c.r[i] = 2.0f * util_rand_float(stream) - 1.0f;
     /* distinct values 0.01 apart, shuffled, so no tie flips within eps */
-    PoolCase c = {.x = malloc(120 * 4), .y = malloc(24 * 4), .r = rand_array(24, 1),
-                  .am = malloc(24 * 4)};
     for (int i = 0; i < 120; i++) c.x[i] = 0.01f * (float)i;
     for (int i = 119; i > 0; i--) {
-        int j = (int)util_rand_below(&rng, (uint64_t)i + 1);
+        int j = (int)util_rand_below(stream, (uint64_t)i + 1);
         float t = c.x[i];
         c.x[i] = c.x[j], c.x[j] = t;
     }
     float dx[120];
     pool_obj(&c);
-    maxpool_backward(dx, c.r, c.am, 2, 5, 4, 3, 2, 2);
+    maxpool_backward(dx, c.r, c.am, &c.g, 2);
     check_grad("maxpool dinput", c.x, dx, 120, pool_obj, &c, EPS);
     free(c.x), free(c.y), free(c.r), free(c.am);
+}
+
+static void test_maxpool(void **s)
+{
+    (void)s;
+    pool_case(2, 2, 2, 2, 0, &rng);
+    /* the new cases draw from their own stream, so the tests after them see the data
+     * they always saw */
+    uint64_t own = 0x5eed;
+    pool_case(3, 2, 2, 1, 1, &own); /* non-square, unequal strides, "same" */
+    pool_case(2, 3, 1, 2, 0, &own);
+}
+
+/* TensorFlow's "same" padding for pooling: the smaller half of the padding on top/left,
+ * padded cells never the maximum (worked by hand). */
+static void test_maxpool_same_by_hand(void **s)
+{
+    (void)s;
+    PoolGeom g;
+    /* 3x3 (values 1..9), pool 2, stride 2: 2x2 out, padding 1 row/col at the bottom/right */
+    assert_int_equal(pool_geom_init(&g, 3, 3, 1, 2, 2, 2, 2, 1), 0);
+    assert_int_equal(g.oh, 2), assert_int_equal(g.ow, 2);
+    assert_int_equal(g.pad_top, 0), assert_int_equal(g.pad_left, 0);
+    float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4];
+    int32_t am[4];
+    maxpool_forward(y, am, x, &g, 1);
+    const float want[4] = {5, 6, 8, 9};
+    for (int i = 0; i < 4; i++) assert_float_equal(y[i], want[i], 0);
+    /* 4x4 with negative values, pool 3, stride 1: 4x4 out, one padded row/col each side */
+    assert_int_equal(pool_geom_init(&g, 4, 4, 1, 3, 3, 1, 1, 1), 0);
+    assert_int_equal(g.oh, 4), assert_int_equal(g.pad_top, 1), assert_int_equal(g.pad_left, 1);
+    float x2[16], y2[16];
+    int32_t am2[16];
+    for (int i = 0; i < 16; i++) x2[i] = -(float)(i + 1); /* max = the upper-left cell */
+    maxpool_forward(y2, am2, x2, &g, 1);
+    for (int oy = 0; oy < 4; oy++)
+        for (int ox = 0; ox < 4; ox++) {
+            int y0 = oy > 0 ? oy - 1 : 0, x0 = ox > 0 ? ox - 1 : 0;
+            assert_float_equal(y2[oy * 4 + ox], x2[y0 * 4 + x0], 0);
+        }
+    /* "valid" refuses a pool larger than the input; "same" takes it */
+    assert_int_not_equal(pool_geom_init(&g, 2, 5, 1, 3, 1, 1, 1, 0), 0);
+    assert_int_equal(pool_geom_init(&g, 2, 5, 1, 3, 1, 1, 1, 1), 0);
 }
 
 /* ---- dropout ---- */
@@ -349,6 +396,49 @@ static void test_model_grad(void **s)
     model_free(c.m);
 }
 
+/* Keras's Dense on a rank > 1 input maps the last axis (and a softmax normalises each
+ * row); a non-square "same" pool: the whole model's gradient. */
+static void test_model_grad_nd_dense_and_pool(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[6,5,2],\"layers\":["
+        "{\"type\":\"MaxPooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],\"padding\":\"same\"},"
+        "{\"type\":\"Dense\",\"units\":3,\"activation\":\"relu\"},"
+        "{\"type\":\"Reshape\",\"target_shape\":[15,3]},"
+        "{\"type\":\"Dense\",\"units\":2,\"activation\":\"softmax\"},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    assert_int_equal(model_create(&c.m, spec, 5, err, sizeof err), 0);
+    /* shapes: pool (3,5,2) -> Dense (3,5,3) -> (15,3) -> Dense (15,2) -> 30 -> 4 */
+    assert_int_equal(c.m->layers[0].out_shape[0], 3);
+    assert_int_equal(c.m->layers[0].out_shape[1], 5);
+    assert_int_equal(c.m->layers[1].out_rank, 3);
+    assert_int_equal(c.m->layers[1].out_shape[2], 3);
+    assert_int_equal(c.m->layers[1].w_count, 2 * 3);
+    assert_int_equal(c.m->layers[3].w_count, 3 * 2);
+    assert_int_equal(c.m->layers[5].w_count, 30 * 4);
+    assert_non_null(strstr(c.m->signature, "maxpool(3x2,s2x1,same)"));
+    assert_non_null(strstr(c.m->signature, "dense(15x3->2,softmax"));
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 60, 1);
+    for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f;
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    check_grad("model params (rank-3 Dense, same pool)", c.m->params, g, c.m->num_params,
+               model_obj, &c, 2e-3f);
+    /* the softmax Dense normalised each of its 15 rows per example */
+    const float *sm = c.m->acts[3];
+    for (int r = 0; r < 3 * 15; r++) assert_float_equal(sm[2 * r] + sm[2 * r + 1], 1.0f, 1e-5);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -358,7 +448,8 @@ int main(void)
         cmocka_unit_test(test_dropout),           cmocka_unit_test(test_relu),
         cmocka_unit_test(test_softmax),           cmocka_unit_test(test_linear),
         cmocka_unit_test(test_loss_logits),       cmocka_unit_test(test_loss_probs),
-        cmocka_unit_test(test_model_grad),
+        cmocka_unit_test(test_model_grad),        cmocka_unit_test(test_maxpool_same_by_hand),
+        cmocka_unit_test(test_model_grad_nd_dense_and_pool),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }

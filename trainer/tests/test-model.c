@@ -141,7 +141,13 @@ static void test_spec_errors(void **s)
                  "layers[1].kernel_regularizer");
     expect_error("{\"layers\":[{\"type\":\"Flatten\"}]}", "layers: expected a last layer Dense");
     expect_error("{\"layers\":[{\"type\":\"Dense\",\"units\":10}]}",
-                 "layers[0].type: expected Dense after a flat shape");
+                 "layers: expected a last layer Dense on a flat input");
+    expect_error("{\"input_shape\":[4,4,1],\"layers\":[{\"type\":\"MaxPooling2D\","
+                 "\"pool_size\":[5,1]},{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}",
+                 "layers[0].pool_size: expected a pool no larger than the input");
+    expect_error("{\"input_shape\":[4,4,1],\"layers\":[{\"type\":\"MaxPooling2D\","
+                 "\"padding\":\"causal\"}]}",
+                 "layers[0].padding: expected \"valid\" or \"same\"");
     expect_error("layers:\n  - type: Flatten\n  - {type: Dense, units: 10\n", "invalid YAML");
 }
 

@@ -111,6 +111,16 @@ static void test_tutorial_cnn(void **state) { (void)state; check_run("tutorial-c
 static void test_tutorial_cnn_l2(void **state) { (void)state; check_run("tutorial-cnn-l2"); }
 static void test_cnn2(void **state) { (void)state; check_run("cnn2"); }
 static void test_mlp(void **state) { (void)state; check_run("mlp"); }
+/* gen_reference.py's SHAPES_SPEC, the same text: a non-square "same" MaxPooling2D with
+ * unequal strides and a Dense on a rank-3 input. */
+static void test_spec_shapes(void **state)
+{
+    (void)state;
+    check_run("{\"input_shape\":[28,28],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
+              "{\"type\":\"MaxPooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],\"padding\":\"same\"},"
+              "{\"type\":\"Dense\",\"units\":8,\"activation\":\"relu\"},{\"type\":\"Flatten\"},"
+              "{\"type\":\"Dense\",\"units\":10}]}");
+}
 
 int main(void)
 {
@@ -119,6 +129,7 @@ int main(void)
         cmocka_unit_test(test_tutorial_cnn_l2),
         cmocka_unit_test(test_cnn2),
         cmocka_unit_test(test_mlp),
+        cmocka_unit_test(test_spec_shapes),
     };
     return cmocka_run_group_tests_name("reference", tests, setup, teardown);
 }

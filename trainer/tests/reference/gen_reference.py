@@ -54,8 +54,26 @@ def init_weights(model, seed):
         layer.set_weights([kernel.reshape(k.shape), np.zeros_like(ws[1])])
 
 
+# A spec beyond the built-ins, for the layer options they do not use: a non-square
+# MaxPooling2D with unequal strides and "same" padding, and a Dense on a rank-3 input
+# (Keras maps its last axis). test-reference.c holds the same JSON text.
+SHAPES_SPEC = ('{"input_shape":[28,28],"layers":[{"type":"Reshape","target_shape":[28,28,1]},'
+               '{"type":"MaxPooling2D","pool_size":[3,2],"strides":[2,1],"padding":"same"},'
+               '{"type":"Dense","units":8,"activation":"relu"},{"type":"Flatten"},'
+               '{"type":"Dense","units":10}]}')
+
+
 def build(name):
     L = keras.layers
+    if name == SHAPES_SPEC:
+        return keras.Sequential([
+            keras.Input(shape=(28, 28)),
+            L.Reshape(target_shape=(28, 28, 1)),
+            L.MaxPooling2D(pool_size=(3, 2), strides=(2, 1), padding="same"),
+            L.Dense(8, activation="relu"),
+            L.Flatten(),
+            L.Dense(10),
+        ]), True
     reg = keras.regularizers.L2(1e-5) if name == "tutorial-cnn-l2" else None
     if name in ("tutorial-cnn", "tutorial-cnn-l2"):
         return keras.Sequential([
@@ -122,6 +140,8 @@ RUNS = [
     {"model": "cnn2", "optimizer": "sgd", "lr": 0.01, "momentum": 0.9},
     {"model": "mlp", "optimizer": "adam", "lr": 0.001},
     {"model": "mlp", "optimizer": "rmsprop", "lr": 0.001, "momentum": 0.5},
+    {"model": SHAPES_SPEC, "optimizer": "adam", "lr": 0.001},
+    {"model": SHAPES_SPEC, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9},
 ]
 
 
