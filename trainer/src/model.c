@@ -238,9 +238,39 @@ static size_t shape_size(const int *shape, int rank)
 /* ----------------------------------------------------------------------------
  * Building the model */
 
+/* A key this layer type does not take (a Keras option such as dilation_rate that is not
+ * implemented, or a typo) is an error: ignoring it would train another model than the
+ * one asked for. `name` is always allowed. */
+static int spec_known_keys(const SpecCtx *sc, const cJSON *o, const char *type,
+                           const char *const *keys)
+{
+    for (const cJSON *k = o->child; k; k = k->next) {
+        if (!k->string || !strcmp(k->string, "type") || !strcmp(k->string, "name")) continue;
+        int ok = 0;
+        for (size_t i = 0; keys[i] && !ok; i++) ok = !strcmp(k->string, keys[i]);
+        if (ok) continue;
+        char takes[256];
+        size_t n = 0;
+        takes[0] = 0;
+        for (size_t i = 0; keys[i] && n < sizeof takes; i++)
+            n += (size_t)snprintf(takes + n, sizeof takes - n, "%s, ", keys[i]);
+        snprintf(sc->err, sc->errlen, "%s: layers[%d].%s: not a %s option here (it takes: %sname)",
+                 sc->what, sc->index, k->string, type, takes);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
                            const SpecCtx *sc)
 {
+    static const char *const reshape_keys[] = {"target_shape", NULL};
+    static const char *const flatten_keys[] = {NULL};
+    static const char *const conv_keys[] = {"filters", "kernel_size", "strides", "padding",
+                                            "activation", "kernel_regularizer", NULL};
+    static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
+    static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
+    static const char *const dropout_keys[] = {"rate", NULL};
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     if (!cJSON_IsObject(o) || !cJSON_IsString(type))
         return spec_fail(sc, "type", "a string: Input, Reshape, Conv2D, MaxPooling2D, Flatten, "
@@ -251,6 +281,14 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     l->in_rank = in_rank;
     l->in_size = shape_size(in_shape, in_rank);
     int rc;
+    const char *const *keys = !strcmp(t, "Reshape")        ? reshape_keys
+                              : !strcmp(t, "Flatten")      ? flatten_keys
+                              : !strcmp(t, "Conv2D")       ? conv_keys
+                              : !strcmp(t, "MaxPooling2D") ? pool_keys
+                              : !strcmp(t, "Dense")        ? dense_keys
+                              : !strcmp(t, "Dropout")      ? dropout_keys
+                                                           : NULL;
+    if (keys && (rc = spec_known_keys(sc, o, t, keys))) return rc;
     if (!strcmp(t, "Reshape")) {
         l->type = LAYER_RESHAPE;
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "target_shape");

@@ -149,6 +149,15 @@ static void test_spec_errors(void **s)
                  "\"padding\":\"causal\"}]}",
                  "layers[0].padding: expected \"valid\" or \"same\"");
     expect_error("layers:\n  - type: Flatten\n  - {type: Dense, units: 10\n", "invalid YAML");
+    /* a Keras option that is not implemented is refused, not ignored */
+    expect_error("{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"Conv2D\",\"filters\":2,"
+                 "\"kernel_size\":3,\"dilation_rate\":2},{\"type\":\"Flatten\"},"
+                 "{\"type\":\"Dense\",\"units\":10}]}",
+                 "layers[0].dilation_rate: not a Conv2D option here (it takes: filters, "
+                 "kernel_size, strides, padding, activation, kernel_regularizer, name)");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\",\"data_format\":\"x\"},"
+                 "{\"type\":\"Dense\",\"units\":10}]}",
+                 "layers[0].data_format: not a Flatten option here (it takes: name)");
 }
 
 static void test_spec_file(void **s)
