@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU build on every make test: make GPU=1 compiles and links the trainer (and the
+# GPU test program) into build/gpu with the CUDA toolchain of trainer/gpu-toolchain.sh;
+# the binary starts, finds its CUDA libraries, and on a machine without a device
+# refuses --device gpu and --collective nccl with one clear line and exit 2, while
+# --device auto trains on the CPU with the same weights as the CPU build. Then the GPU
+# tests (trainer/tests/test-gpu.c) run: on a machine without a device each says skipped.
+source e2e/lib/tap.sh
+OUT=build/gpu
+BIN=$OUT/bin/kubetrain-trainer
+TEST=$OUT/san/tests/test-gpu
+DATA=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+t0=$(date +%s)
+if make -j2 GPU=1 BUILD=$OUT "$BIN" "$TEST" >"$tmp/make.log" 2>&1; then
+  tap_ok "make GPU=1 builds and links the trainer and test-gpu ($(( $(date +%s) - t0 ))s)"
+else
+  tap_fail "make GPU=1 builds and links the trainer and test-gpu" "$(tail -30 "$tmp/make.log")"
+  tap_done; exit
+fi
+
+libs=$(ldd "$BIN")
+missing=$(grep 'not found' <<<"$libs")
+want=0
+for so in libcudart libcublas libcudnn libnccl; do grep -q "$so" <<<"$libs" && want=$((want + 1)); done
+if [[ -z $missing && $want -eq 4 ]]; then tap_ok "the binary links cudart, cuBLAS, cuDNN and NCCL, all found"
+else tap_fail "the binary links cudart, cuBLAS, cuDNN and NCCL, all found" "$libs"; fi
+
+short=(--epochs 1 --steps-per-epoch 2 --per-worker-batch 16 --threads 1)
+"$BIN" "${short[@]}" --device gpu --data-dir "$DATA" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+gpu=0
+if [[ $rc -eq 2 ]] && grep -q -- '--device gpu: no CUDA device' "$tmp/err" && [[ $(wc -l <"$tmp/err") -eq 1 ]]; then
+  tap_ok "--device gpu without a device: exit 2, one line: $(cat "$tmp/err")"
+elif [[ $rc -eq 0 ]] && grep -q 'training on CUDA device' "$tmp/err"; then
+  gpu=1
+  tap_ok "--device gpu trains on the device: $(grep 'training on CUDA' "$tmp/err")"
+else
+  tap_fail "--device gpu: exit 2 without a device, or training on one" "rc $rc: $(cat "$tmp/err")"
+fi
+
+if [[ $gpu -eq 0 ]]; then
+  "$BIN" "${short[@]}" --collective nccl >/dev/null 2>"$tmp/err"
+  rc=$?
+  if [[ $rc -eq 2 ]] && grep -q -- '--device gpu: no CUDA device\|--collective nccl: needs a CUDA device' "$tmp/err"; then
+    tap_ok "--collective nccl without a device: exit 2: $(cat "$tmp/err")"
+  else tap_fail "--collective nccl without a device: exit 2" "rc $rc: $(cat "$tmp/err")"; fi
+
+  if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]] && [[ -x build/bin/kubetrain-trainer ]]; then
+    h_gpu=$("$BIN" "${short[@]}" --device auto --print-weights-hash 2>"$tmp/err" | sed -n 's/^weights-sha256: //p')
+    h_cpu=$(build/bin/kubetrain-trainer "${short[@]}" --print-weights-hash 2>/dev/null | sed -n 's/^weights-sha256: //p')
+    if [[ ${#h_gpu} -eq 64 && $h_gpu == "$h_cpu" ]]; then
+      tap_ok "--device auto without a device trains on the CPU, same weights as the CPU build"
+    else tap_fail "--device auto without a device trains on the CPU" "'$h_gpu' vs '$h_cpu': $(cat "$tmp/err")"; fi
+  else
+    tap_skip "--device auto on the CPU" "no Fashion-MNIST in $DATA or no CPU build"
+  fi
+fi
+
+# The GPU tests, one line each here (cmocka's "not ok N # SKIP" is a skip). ASan needs
+# the shadow gap unprotected for the CUDA driver; the driver's allocations are not leaks.
+ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 CMOCKA_MESSAGE_OUTPUT=TAP "$TEST" >"$tmp/tap" 2>&1
+rc=$?
+ran=0
+reason=""
+while IFS= read -r line; do
+  if [[ $line == "# skipped: "* ]]; then
+    reason=${line#\# skipped: }
+  elif [[ $line =~ ^(not\ )?ok\ [0-9]+\ #\ SKIP\ (.*)$ ]]; then
+    ran=$((ran + 1)); tap_skip "test-gpu ${BASH_REMATCH[2]}" "$reason"
+  elif [[ $line =~ ^ok\ [0-9]+\ -\ (.*)$ ]]; then
+    ran=$((ran + 1)); tap_ok "test-gpu ${BASH_REMATCH[1]}"
+  elif [[ $line =~ ^not\ ok\ [0-9]+\ -\ (.*)$ ]]; then
+    ran=$((ran + 1)); tap_fail "test-gpu ${BASH_REMATCH[1]}" "$(cat "$tmp/tap")"
+  fi
+done <"$tmp/tap"
+if [[ $ran -eq 0 || $rc -ne 0 ]]; then tap_fail "test-gpu ran to its end" "rc $rc: $(cat "$tmp/tap")"; fi
+tap_done
