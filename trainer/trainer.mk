@@ -146,7 +146,6 @@ bench-gemm: $(GEMM_BACKENDS:%=$(BUILD)/bench/gemm_floor-%)
 # NCCL_HOME (default: CUDA_HOME). Build it into its own directory so that the CPU
 # objects are not mixed with it: make GPU=1 BUILD=build/gpu. The CPU build stays the
 # default; trainer/tests/test-gpu-build.sh compiles and links this one on every make test.
-GPU ?= 0
 ifeq ($(GPU),1)
 CUDA_HOME := $(shell bash trainer/gpu-toolchain.sh)
 ifeq ($(CUDA_HOME),)

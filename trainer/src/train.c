@@ -94,7 +94,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
         }
         char dev[256];
         gpu_device_describe(t->gpu_device, dev, sizeof dev);
-        util_log("training on CUDA device %d: %s", t->gpu_device, dev);
+        util_log("training on CUDA device %d of %d: %s", t->gpu_device, gpu_device_count(NULL, 0),
+                 dev);
     }
 #endif
     *out = t;
