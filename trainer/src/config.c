@@ -46,6 +46,8 @@ static const Option options[] = {
      sizeof(((Config *)0)->collective), 0, 0, "NAME  auto | ring | nccl"},
     {"device", OPT_ENUM_DEVICE, offsetof(Config, device), sizeof(((Config *)0)->device), 0, 0,
      "D  auto | cpu | gpu (auto: a CUDA device when built with GPU=1 and one is present)"},
+    {"gpus-per-worker", OPT_INT, offsetof(Config, gpus_per_worker), 0, 0, 64,
+     "N  > 1: N ranks in this worker, one per GPU, ranks = workers x N (make GPU=1 builds)"},
     {"checkpoint-dir", OPT_STR, offsetof(Config, checkpoint_dir),
      sizeof(((Config *)0)->checkpoint_dir), 0, 0, "DIR"},
     {"checkpoint-every-steps", OPT_INT, offsetof(Config, checkpoint_every_steps), 0, 0, 1e9, "N"},

@@ -31,6 +31,7 @@
 #include "util.h"
 #ifdef KT_GPU
 #include "gpu/coll_nccl.h"
+#include "gpu/pergpu.h"
 #endif
 
 /* Silence on a ring connection that counts as a lost peer. It must exceed the longest
@@ -286,6 +287,14 @@ static int cmd_train(int argc, char **argv)
     }
     if (rc) util_fail(KT_EXIT_USAGE, "%s", err);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (cfg.gpus_per_worker > 1) {
+#ifdef KT_GPU
+        return pergpu_main(cfg.gpus_per_worker, cfg.index, argc, argv);
+#else
+        util_fail(KT_EXIT_USAGE, "--gpus-per-worker %d: this trainer was built without CUDA "
+                  "(build it with make GPU=1)", cfg.gpus_per_worker);
+#endif
+    }
     util_on_stop_signals(on_stop_signal);
 
     TfConfig tf;

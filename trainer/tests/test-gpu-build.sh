@@ -59,6 +59,39 @@ if [[ $gpu -eq 0 ]]; then
   fi
 fi
 
+# --gpus-per-worker N: N ranks in this worker, each the trainer re-executed (run here on
+# the CPU: the fan-out and supervision do not depend on the device).
+if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]; then
+  export KUBETRAIN_SECRET=$(openssl rand -hex 32)
+  port=$(( 30000 + RANDOM % 20000 ))
+  tf="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
+  pg=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --device cpu --threads 1 --print-weights-hash)
+  h_ranks=$(TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=$tmp/term timeout 120 "$BIN" train --gpus-per-worker 2 "${pg[@]}" 2>"$tmp/err" | sed -n 's/^weights-sha256: //p' | sort -u)
+  h_launch=$("$BIN" launch --workers 2 "${pg[@]}" 2>/dev/null | sed -n 's/^.*weights-sha256: //p' | sort -u)
+  if [[ ${#h_ranks} -eq 64 && $h_ranks == "$h_launch" ]] && grep -q '"step":3' "$tmp/term"; then
+    tap_ok "--gpus-per-worker 2: two ranks in one worker train as launch --workers 2 does"
+  else tap_fail "--gpus-per-worker 2: two ranks in one worker" "'$h_ranks' vs '$h_launch': $(cat "$tmp/err")"; fi
+
+  port=$(( 30000 + RANDOM % 20000 ))
+  tf="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
+  TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=/dev/null "$BIN" train --gpus-per-worker 2 --epochs 1 \
+    --steps-per-epoch 100000 --per-worker-batch 16 --device cpu --threads 1 >/dev/null 2>"$tmp/err" &
+  sup=$!
+  for _ in $(seq 100); do grep -q 'initial weights verified' "$tmp/err" && break; sleep 0.2; done
+  victim=$(sed -n 's/.*rank 1 (local rank 1 of worker 0): pid \([0-9]*\).*/\1/p' "$tmp/err")
+  t0=$(date +%s)
+  [[ -n $victim ]] && kill -9 "$victim"
+  for _ in $(seq 300); do kill -0 "$sup" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$sup" 2>/dev/null; then kill "$sup"; sleep 1; kill -9 "$sup" 2>/dev/null; fi
+  wait "$sup"; rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  if [[ -n $victim && $rc -eq 75 && $secs -le 30 ]]; then
+    tap_ok "--gpus-per-worker 2: a killed rank ends the worker with 75 in ${secs}s"
+  else tap_fail "--gpus-per-worker 2: a killed rank ends the worker with 75" "victim '$victim' rc $rc after ${secs}s: $(tail -5 "$tmp/err")"; fi
+else
+  tap_skip "--gpus-per-worker" "no Fashion-MNIST in $DATA"
+fi
+
 # The GPU tests, one line each here (cmocka's "not ok N # SKIP" is a skip). ASan needs
 # the shadow gap unprotected for the CUDA driver; the driver's allocations are not leaks.
 ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 CMOCKA_MESSAGE_OUTPUT=TAP "$TEST" >"$tmp/tap" 2>&1
