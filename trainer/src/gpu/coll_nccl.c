@@ -136,10 +136,11 @@ static int nccl_barrier(Collective *base, char *err, size_t errlen)
 static void nccl_destroy(Collective *base)
 {
     Nccl *c = (Nccl *)base;
-    if (c->comm) {
-        ncclCommFinalize(c->comm);
-        ncclCommDestroy(c->comm);
-    }
+    char err[256];
+    /* non-blocking: finalize completes asynchronously (wait_comm aborts on a stall) */
+    if (c->comm && ncclCommFinalize(c->comm) == ncclInProgress)
+        wait_comm(c, "finalize", err, sizeof err);
+    if (c->comm) ncclCommDestroy(c->comm);
     if (c->stream) cudaStreamDestroy(c->stream);
     cudaFree(c->stage);
     coll_destroy(c->boot);

@@ -449,6 +449,19 @@ static int ensure_workspace(GpuModel *g, size_t need, char *err, size_t errlen)
     return 0;
 }
 
+// The first usable algorithm of cuDNN's ranking (fastest first) that runs in FP32 FMA
+// math, else the first usable one; -1 when none.
+template <typename Perf> static int pick_algo(const Perf *p, int n)
+{
+    int any = -1;
+    for (int i = 0; i < n; i++) {
+        if (p[i].status != CUDNN_STATUS_SUCCESS || p[i].memory > WS_LIMIT) continue;
+        if (p[i].mathType == CUDNN_FMA_MATH) return i;
+        if (any < 0) any = i;
+    }
+    return any;
+}
+
 // Descriptors and algorithms of conv layer li for batches of b (redone when b changes).
 static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
 {
@@ -474,20 +487,20 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
     size_t need = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[MAXALGO];
     DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y, MAXALGO, &got, fp));
-    for (i = 0; i < got && (fp[i].status != CUDNN_STATUS_SUCCESS || fp[i].memory > WS_LIMIT); i++) {}
-    if (i == got) return fail(err, errlen, "layers[%d]: no cuDNN forward algorithm", li);
+    i = pick_algo(fp, got);
+    if (i < 0) return fail(err, errlen, "layers[%d]: no cuDNN forward algorithm", li);
     p->fwd = fp[i].algo;
     need = fp[i].memory;
     cudnnConvolutionBwdDataAlgoPerf_t dp[MAXALGO];
     DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x, MAXALGO, &got, dp));
-    for (i = 0; i < got && (dp[i].status != CUDNN_STATUS_SUCCESS || dp[i].memory > WS_LIMIT); i++) {}
-    if (i == got) return fail(err, errlen, "layers[%d]: no cuDNN backward-data algorithm", li);
+    i = pick_algo(dp, got);
+    if (i < 0) return fail(err, errlen, "layers[%d]: no cuDNN backward-data algorithm", li);
     p->bwd_data = dp[i].algo;
     need = dp[i].memory > need ? dp[i].memory : need;
     cudnnConvolutionBwdFilterAlgoPerf_t wp[MAXALGO];
     DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w, MAXALGO, &got, wp));
-    for (i = 0; i < got && (wp[i].status != CUDNN_STATUS_SUCCESS || wp[i].memory > WS_LIMIT); i++) {}
-    if (i == got) return fail(err, errlen, "layers[%d]: no cuDNN backward-filter algorithm", li);
+    i = pick_algo(wp, got);
+    if (i < 0) return fail(err, errlen, "layers[%d]: no cuDNN backward-filter algorithm", li);
     p->bwd_filter = wp[i].algo;
     need = wp[i].memory > need ? wp[i].memory : need;
     TRY(ensure_workspace(g, need, err, errlen));
@@ -828,6 +841,8 @@ static int create(GpuModel *g, char *err, size_t errlen)
     CU(cudaMalloc(&g->row_correct, B * sizeof(int)));
     CU(cudaMallocHost(&g->stats_h, MODEL_STATS_FLOATS * sizeof(float)));
     CU(cudaMallocHost(&g->acc_h, 3 * sizeof(double)));
+    // the memsets above ran on the legacy stream, which the compute stream does not wait for
+    CU(cudaDeviceSynchronize());
     return 0;
 }
 
