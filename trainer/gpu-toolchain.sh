@@ -7,7 +7,7 @@
 #      as one toolkit tree, $KT_CACHE/cuda/root/{bin,nvvm,include,lib}, of symlinks.
 #      cuBLAS, cuDNN, NCCL and CCCL are taken from $KT_CACHE/venv-torch when a CUDA build
 #      of torch is there (same CUDA major), so only nvcc is downloaded; else they are
-#      installed too. The runtime is pinned to the version those libraries came with.
+#      installed too (the newest of CUDA 13).
 #
 # cuDNN and NCCL are found in the same tree (CUDNN_HOME and NCCL_HOME default to it).
 set -euo pipefail
@@ -18,9 +18,10 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then echo /usr/local/cuda; exit 0; fi
 CACHE=${KT_CACHE:-$HOME/.cache/kubetrain}
 PREFIX=$CACHE/cuda
 ROOT=$PREFIX/root
-# CUDA 13 wheels (nvidia/cu13); the major follows the torch venv when it has one.
+# CUDA 13 wheels (nvidia/cu13). nvcc and the runtime are pinned to the runtime that the
+# reused libraries came with; installed afresh, all are the newest of CUDA 13.
 CUDA_MAJOR=13
-PINNED_RUNTIME=13.2.86
+PIN=""
 STAMP=$ROOT/.complete
 
 if [[ -f $STAMP ]]; then echo "$ROOT"; exit 0; fi
@@ -45,15 +46,14 @@ if [[ -x $CACHE/venv-torch/bin/python ]]; then
         TSITE=$t
         rt=$(ls -d "$t"/nvidia_cuda_runtime-*.dist-info 2>/dev/null | head -1)
         if [[ -n $rt ]]; then
-            PINNED_RUNTIME=$(basename "$rt" .dist-info)
-            PINNED_RUNTIME=${PINNED_RUNTIME#nvidia_cuda_runtime-}
+            PIN=$(basename "$rt" .dist-info)
+            PIN="==${PIN#nvidia_cuda_runtime-}"
         fi
-        log "reusing cuBLAS, cuDNN, NCCL and CCCL from $CACHE/venv-torch (runtime $PINNED_RUNTIME)"
+        log "reusing cuBLAS, cuDNN, NCCL and CCCL from $CACHE/venv-torch (runtime ${PIN:-any})"
     fi
 fi
 
-PKGS=("nvidia-cuda-nvcc==$PINNED_RUNTIME" "nvidia-cuda-crt==$PINNED_RUNTIME"
-      "nvidia-nvvm==$PINNED_RUNTIME" "nvidia-cuda-runtime==$PINNED_RUNTIME")
+PKGS=("nvidia-cuda-nvcc$PIN" "nvidia-cuda-crt$PIN" "nvidia-nvvm$PIN" "nvidia-cuda-runtime$PIN")
 [[ -n $TSITE ]] || PKGS+=("nvidia-cublas" "nvidia-cudnn-cu$CUDA_MAJOR" "nvidia-nccl-cu$CUDA_MAJOR"
                           "nvidia-cuda-cccl")
 log "installing ${PKGS[*]} into $PREFIX/venv"
