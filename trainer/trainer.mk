@@ -181,3 +181,15 @@ $(TRAINER_BIN): $(GPU_OBJS)
 $(TRAINER_SAN) $(TRAINER_TESTS): $(GPU_SOBJS)
 $(BUILD)/bin/bench-allreduce: $(GPU_OBJS)
 endif
+
+# Benchmark (issue 7), on a machine with a CUDA device: tutorial-cnn on one GPU against
+# PyTorch eager and torch.compile (trainer/bench/bench_gpu.py), and the nccl collective's
+# cost at one rank. Not in `make bench`: without a device it only says skipped.
+GPU_BENCH_TORCH := $(KT_CACHE)/venv-torch
+bench-gpu:
+	$(MAKE) GPU=1 BUILD=$(BUILD)/gpu $(BUILD)/gpu/bin/kubetrain-trainer
+	@test -x $(GPU_BENCH_TORCH)/bin/python || (python3 -m venv $(GPU_BENCH_TORCH) && \
+	    $(GPU_BENCH_TORCH)/bin/pip install -q torch)
+	python3 trainer/bench/bench_gpu.py $(BUILD)/gpu/bin/kubetrain-trainer \
+	    $(GPU_BENCH_TORCH)/bin/python $(FASHION_DIR) bench/results/gpu-tutorial-cnn.json
+.PHONY: bench-gpu
