@@ -165,8 +165,8 @@ static int checkpoint_save(Trainer *t, char *err, size_t errlen)
     int rc = trainer_sync_host(t, err, errlen);
     if (rc) return rc;
     rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
-                       t->model->num_params * sizeof(float), t->opt->state,
-                       t->opt->state_floats * sizeof(float), err, errlen);
+                   t->model->num_params * sizeof(float), t->opt->state,
+                   t->opt->state_floats * sizeof(float), err, errlen);
     if (!rc)
         util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
     return rc;
