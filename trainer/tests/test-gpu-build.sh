@@ -59,6 +59,34 @@ if [[ $gpu -eq 0 ]]; then
   fi
 fi
 
+# The whole trainer on the device (only where one is): its losses follow the CPU's, the
+# one-rank NCCL collective changes nothing, and two local workers on two GPUs (nccl, picked
+# by collective auto) end with the same weights.
+losses() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"))' "$1"; }
+close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x in sys.argv[1:3]] + [float(sys.argv[3])]; sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2" "$3"; }
+if [[ $gpu -eq 1 ]]; then
+  run=(--epochs 1 --steps-per-epoch 8 --per-worker-batch 32 --optimizer adam --data-dir "$DATA")
+  "$BIN" "${run[@]}" --device cpu --metrics-file "$tmp/cpu.jsonl" >/dev/null 2>&1
+  "$BIN" "${run[@]}" --device gpu --metrics-file "$tmp/gpu.jsonl" >/dev/null 2>"$tmp/err"
+  "$BIN" "${run[@]}" --device gpu --collective nccl --metrics-file "$tmp/nccl.jsonl" >/dev/null 2>>"$tmp/err"
+  lc=$(losses "$tmp/cpu.jsonl"); lg=$(losses "$tmp/gpu.jsonl"); ln=$(losses "$tmp/nccl.jsonl")
+  if close "$lg" "$lc" 1e-3; then tap_ok "trainer on the GPU: 8 step losses within 1e-3 of the CPU's"
+  else tap_fail "trainer on the GPU: losses follow the CPU's" "cpu: $lc"$'\n'"gpu: $lg"$'\n'"$(cat "$tmp/err")"; fi
+  if close "$ln" "$lg" 1e-4; then tap_ok "trainer with --collective nccl at one rank: the same losses"
+  else tap_fail "trainer with --collective nccl at one rank" "gpu: $lg"$'\n'"nccl: $ln"$'\n'"$(cat "$tmp/err")"; fi
+  ndev=$(grep -o 'training on CUDA device [0-9]* of [0-9]*' "$tmp/err" | head -1 | awk '{print $NF}')
+  if [[ ${ndev:-1} -ge 2 ]]; then
+    hs=$("$BIN" launch --workers 2 "${run[@]}" --device gpu --print-weights-hash 2>"$tmp/err" | sed -n 's/^.*weights-sha256: //p' | sort -u)
+    if [[ ${#hs} -eq 64 ]] && grep -q 'NCCL communicator of 2 ranks' "$tmp/err"; then
+      tap_ok "launch --workers 2 on two GPUs: NCCL, identical weights on both ranks"
+    else tap_fail "launch --workers 2 on two GPUs" "hashes '$hs': $(tail -20 "$tmp/err")"; fi
+  else
+    tap_skip "launch --workers 2 on two GPUs" "one CUDA device here"
+  fi
+else
+  tap_skip "trainer on the GPU: losses follow the CPU's, one-rank NCCL, two GPUs" "no CUDA device"
+fi
+
 # --gpus-per-worker N: N ranks in this worker, each the trainer re-executed (run here on
 # the CPU: the fan-out and supervision do not depend on the device).
 if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]; then
