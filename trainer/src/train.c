@@ -8,6 +8,7 @@
 #include "gemm.h"
 #include "util.h"
 #ifdef KT_GPU
+#include "gpu/coll_nccl.h"
 #include "gpu/gpu.h"
 #endif
 
@@ -160,24 +161,41 @@ static uint64_t dropout_seed(const Trainer *t)
 }
 
 #ifdef KT_GPU
+/* The gradient-ready hook with NCCL: each layer's slice is all-reduced on the
+ * collective's stream while the backward pass goes on. */
+static int nccl_slice_ready(void *ctx, size_t offset, size_t count, void *ready, char *err,
+                            size_t errlen)
+{
+    Trainer *t = ctx;
+    return coll_nccl_allreduce_start(t->coll, gpu_model_grads(t->gpu) + offset, count, ready,
+                                     err, errlen);
+}
+
 /* One step on the device: the batch to the device, forward/backward, the all-reduce of
- * the device gradient arena (staged through the host arena for a host-only
- * collective), the reduced statistics into the host arena's last floats, and the
- * optimizer update launched. Returns 0 or a negative errno; *coll_failed tells a
- * failed all-reduce from a device error. */
+ * the device gradient arena (with NCCL layer by layer during the backward pass; staged
+ * through the host arena for a host-only collective), the reduced statistics into the
+ * host arena's last floats, and the optimizer update launched. Returns 0 or a negative
+ * errno; *coll_failed tells a failed all-reduce from a device error. */
 static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *err, size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params, n = np + MODEL_STATS_FLOATS;
     GpuModel *g = t->gpu;
     const float stop = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
+    const int overlap = !strcmp(t->coll->name, "nccl") && t->coll->world > 1;
     char cerr[512];
     int rc;
+    gpu_model_on_grad_ready(g, overlap ? nccl_slice_ready : NULL, t);
     if ((rc = gpu_model_load_batch(g, b->x, b->y, b->size, err, errlen)) ||
         (rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
                              errlen)))
         return rc;
-    if (t->coll->device_buffers) {
+    if (overlap) {
+        /* the statistics were final before the backward pass began */
+        rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(g) + np, MODEL_STATS_FLOATS,
+                                       NULL, cerr, sizeof cerr);
+        if (!rc) rc = coll_nccl_allreduce_wait(t->coll, cerr, sizeof cerr);
+    } else if (t->coll->device_buffers) {
         rc = coll_allreduce_sum(t->coll, gpu_model_grads(g), n, cerr, sizeof cerr);
     } else {
         if ((rc = gpu_model_grads_to_host(g, m->grads, n, err, errlen))) return rc;

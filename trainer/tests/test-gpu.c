@@ -309,6 +309,17 @@ static void test_nccl_one_rank(void **s)
     memcpy(back, h, N * sizeof *h);
     assert_int_equal(coll_allreduce_sum(c, back, N, err, sizeof err), 0); /* host, staged */
     assert_memory_equal(back, h, N * sizeof *h);
+    /* started after an event, in two slices, then waited for (the trainer's overlap) */
+    cudaEvent_t ev;
+    assert_int_equal(cudaEventCreate(&ev), cudaSuccess);
+    assert_int_equal(cudaMemcpy(d, h, N * sizeof *d, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaEventRecord(ev, 0), cudaSuccess);
+    assert_int_equal(coll_nccl_allreduce_start(c, d + 1000, N - 1000, ev, err, sizeof err), 0);
+    assert_int_equal(coll_nccl_allreduce_start(c, d, 1000, NULL, err, sizeof err), 0);
+    assert_int_equal(coll_nccl_allreduce_wait(c, err, sizeof err), 0);
+    assert_int_equal(cudaMemcpy(back, d, N * sizeof *d, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_memory_equal(back, h, N * sizeof *h);
+    cudaEventDestroy(ev);
     cudaFree(d);
     free(h);
     free(back);

@@ -120,6 +120,33 @@ cuda:
     return aborted(c, -EIO, err, errlen, "all-reduce staging", cudaGetErrorString(e));
 }
 
+int coll_nccl_allreduce_start(Collective *base, float *dev, size_t n, void *after, char *err,
+                              size_t errlen)
+{
+    Nccl *c = (Nccl *)base;
+    if (!c->comm) {
+        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
+        return -EIO;
+    }
+    cudaError_t e;
+    if (after && (e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)after, 0)) != cudaSuccess)
+        return aborted(c, -EIO, err, errlen, "all-reduce", cudaGetErrorString(e));
+    ncclResult_t r = ncclAllReduce(dev, dev, n, ncclFloat, ncclSum, c->comm, c->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return aborted(c, -EIO, err, errlen, "all-reduce", ncclGetErrorString(r));
+    return r == ncclInProgress ? wait_comm(c, "all-reduce", err, errlen) : 0;
+}
+
+int coll_nccl_allreduce_wait(Collective *base, char *err, size_t errlen)
+{
+    Nccl *c = (Nccl *)base;
+    if (!c->comm) {
+        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
+        return -EIO;
+    }
+    return wait_stream(c, "all-reduce", err, errlen);
+}
+
 static int nccl_broadcast(Collective *base, void *buf, size_t n, int root, char *err,
                           size_t errlen)
 {

@@ -21,4 +21,14 @@
 Collective *coll_nccl_create(Collective *boot, int device, double timeout_s, char *err,
                              size_t errlen);
 
+/* Starts the all-reduce (sum, in place) of dev[0, n), device memory, on the
+ * collective's stream once the CUDA event `after` (a cudaEvent_t; NULL: at once) has
+ * fired, and returns without waiting for it. c must be an nccl collective. */
+int coll_nccl_allreduce_start(Collective *c, float *dev, size_t n, void *after, char *err,
+                              size_t errlen);
+
+/* Waits until every started all-reduce is done, with the timeout and the abort of
+ * allreduce_sum. */
+int coll_nccl_allreduce_wait(Collective *c, char *err, size_t errlen);
+
 #endif

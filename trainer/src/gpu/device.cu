@@ -428,6 +428,9 @@ struct GpuModel {
     int *row_correct;
     float *stats_h;          // pinned, MODEL_STATS_FLOATS
     double *acc_h;           // pinned, 3
+    cudaEvent_t *ready;      // per layer: its gradient slice is final
+    GpuGradReadyFn on_ready;
+    void *ready_ctx;
 };
 
 
@@ -706,6 +709,11 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
             k_axpy<<<GRID(l->w_count)>>>(dw, w, 2.0f * l->l2 / (float)num_replicas, l->w_count);
             LAUNCHED();
         }
+        if (l->w_count && g->on_ready) {
+            CU(cudaEventRecord(g->ready[i], g->compute));
+            TRY(g->on_ready(g->ready_ctx, l->w_off, l->w_count + l->b_count, g->ready[i], err,
+                            errlen));
+        }
         d = din;
         cur = 1 - cur;
     }
@@ -734,6 +742,9 @@ extern "C" void gpu_model_free(GpuModel *g)
         cudaFree(p->xpad);
         cudaFree(p->dxpad);
     }
+    for (int i = 0; g->ready && i < g->m->num_layers; i++)
+        if (g->ready[i]) cudaEventDestroy(g->ready[i]);
+    free(g->ready);
     free(g->acts);
     free(g->masks);
     free(g->argmax);
@@ -796,12 +807,14 @@ static int create(GpuModel *g, char *err, size_t errlen)
     g->masks = (float **)calloc((size_t)m->num_layers, sizeof *g->masks);
     g->argmax = (int32_t **)calloc((size_t)m->num_layers, sizeof *g->argmax);
     g->plans = (ConvPlan *)calloc((size_t)m->num_layers, sizeof *g->plans);
-    if (!g->acts || !g->masks || !g->argmax || !g->plans)
+    g->ready = (cudaEvent_t *)calloc((size_t)m->num_layers, sizeof *g->ready);
+    if (!g->acts || !g->masks || !g->argmax || !g->plans || !g->ready)
         return fail(err, errlen, "out of host memory for %d layers", m->num_layers);
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
             CU(cudaMalloc(&g->acts[i], B * l->out_size * sizeof(float)));
+        if (l->w_count) CU(cudaEventCreateWithFlags(&g->ready[i], cudaEventDisableTiming));
         if (l->type == LAYER_DROPOUT) CU(cudaMalloc(&g->masks[i], B * l->out_size * sizeof(float)));
         if (l->type == LAYER_MAXPOOL)
             CU(cudaMalloc(&g->argmax[i], B * l->out_size * sizeof(int32_t)));
@@ -934,6 +947,12 @@ extern "C" int gpu_model_step(GpuModel *g, int global_batch, int num_replicas,
     CU(cudaEventRecord(g->consumed[g->slot], g->compute));
     CU(cudaStreamSynchronize(g->compute));
     return 0;
+}
+
+extern "C" void gpu_model_on_grad_ready(GpuModel *g, GpuGradReadyFn fn, void *ctx)
+{
+    g->on_ready = fn;
+    g->ready_ctx = ctx;
 }
 
 extern "C" float *gpu_model_grads(GpuModel *g)

@@ -12,7 +12,9 @@
  * Streams: batches go host -> pinned buffer -> device on a copy stream, double
  * buffered, so the copy of step i's batch overlaps step i-1's optimizer update on the
  * compute stream. gpu_model_step returns once the gradients are final (it synchronizes
- * the compute stream), so any collective may read the gradient arena afterwards.
+ * the compute stream), so any collective may read the gradient arena afterwards; with a
+ * gradient-ready hook (gpu_model_on_grad_ready) the all-reduce of each layer's slice can
+ * instead start during the backward pass.
  *
  * Every function returns 0 or a negative errno with one line in err naming the CUDA,
  * cuBLAS or cuDNN call that failed. The header is plain C; the implementation is
@@ -69,6 +71,17 @@ int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, c
  * loss share, correct predictions, examples, and stop_flag. Returns when done. */
 int gpu_model_step(GpuModel *g, int global_batch, int num_replicas, uint64_t dropout_seed,
                    float stop_flag, char *err, size_t errlen);
+
+/* Called by gpu_model_step during the backward pass, layers last to first, as soon as the
+ * device gradients [offset, offset + count) are final: `ready` (a cudaEvent_t) is
+ * recorded on the compute stream right after the slice is written, so a collective can
+ * start reducing the slice on its own stream while the backward pass goes on. Returns 0,
+ * or a negative errno with err filled, which ends the step with that error. */
+typedef int (*GpuGradReadyFn)(void *ctx, size_t offset, size_t count, void *ready, char *err,
+                              size_t errlen);
+
+/* Sets (fn NULL: clears) the hook of gpu_model_step. */
+void gpu_model_on_grad_ready(GpuModel *g, GpuGradReadyFn fn, void *ctx);
 
 /* The device gradient arena (num_params + MODEL_STATS_FLOATS floats), for a collective
  * that takes device pointers. */
