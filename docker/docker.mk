@@ -1,12 +1,10 @@
 # Images: `make images` builds the operator and the CPU trainer image, tagged with
 # VERSION, on a locally made bookworm base (docker/base.sh) unless BASE names another.
-# `make images GPU=1` adds the CUDA trainer (docker/trainer-cuda.Dockerfile), whose CUDA
-# bases (CUDA_DEVEL, CUDA_RUNTIME) come from a registry: no local base stands in for them.
+# `make images GPU=1` adds the CUDA trainer (docker/trainer-cuda.Dockerfile), on the same
+# base: its CUDA toolchain and libraries are NVIDIA's wheels, installed in the build.
 VERSION      := $(shell cat VERSION)
 BASE         ?= kubetrain/base:bookworm
 IMAGE_PREFIX ?= kubetrain
-CUDA_ARGS    := $(if $(CUDA_DEVEL),--build-arg CUDA_DEVEL=$(CUDA_DEVEL)) \
-                $(if $(CUDA_RUNTIME),--build-arg CUDA_RUNTIME=$(CUDA_RUNTIME))
 
 .PHONY: images image-base image-operator image-trainer image-trainer-cuda
 images: image-operator image-trainer $(if $(GPU),image-trainer-cuda)
@@ -24,5 +22,5 @@ image-trainer: image-base
 	    -t $(IMAGE_PREFIX)/trainer:$(VERSION) .
 
 image-trainer-cuda: image-base
-	docker build -q -f docker/trainer-cuda.Dockerfile --build-arg DATA_BASE=$(BASE) $(CUDA_ARGS) \
+	docker build -q -f docker/trainer-cuda.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/trainer-cuda:$(VERSION) .

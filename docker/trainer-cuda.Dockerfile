@@ -1,36 +1,46 @@
-# The GPU trainer: kubetrain-trainer built with `make GPU=1` (cuBLAS, cuDNN, NCCL for the
-# collective), on NVIDIA's CUDA runtime image with cuDNN (which also carries libnccl2),
-# and Fashion-MNIST at /data like the CPU image.
-#   docker build -f docker/trainer-cuda.Dockerfile -t kubetrain/trainer-cuda:$(cat VERSION) .
-# CUDA_DEVEL and CUDA_RUNTIME must be the devel and runtime flavours of one CUDA release
-# and distribution; DATA_BASE is any Debian image (the dataset is a Debian package).
-ARG CUDA_DEVEL=nvidia/cuda:12.6.3-cudnn-devel-ubuntu24.04
-ARG CUDA_RUNTIME=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
-ARG DATA_BASE=debian:bookworm-slim
+# The GPU trainer: kubetrain-trainer built with `make GPU=1` (cuDNN convolutions, cuBLAS
+# dense layers, NCCL for the collective), and Fashion-MNIST at /data like the CPU image.
+#   docker build -f docker/trainer-cuda.Dockerfile --build-arg BASE=kubetrain/base:bookworm \
+#       -t kubetrain/trainer-cuda:$(cat VERSION) .
+# BASE is any Debian bookworm image (`make images GPU=1` passes the locally made one).
+# The CUDA toolchain and libraries are NVIDIA's wheels from the Python package index,
+# installed in the build stage by trainer/gpu-toolchain.sh exactly as on a developer's
+# machine; no CUDA base image is needed. Like the CPU image, the runtime is the binary,
+# exactly the shared libraries it loads (plus the cuDNN engine libraries cuDNN opens at
+# run time, which ldd cannot see) and the data: no shell, no package manager. The
+# driver's libcuda.so.1 comes from the node: the NVIDIA container runtime mounts it.
+ARG BASE=debian:bookworm-slim
 
-FROM ${DATA_BASE} AS data
+FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        dataset-fashion-mnist >/dev/null
-
-FROM ${CUDA_DEVEL} AS build
-RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        gcc libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libssl-dev >/dev/null
+        gcc g++ libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev libssl-dev \
+        python3 python3-venv ca-certificates dataset-fashion-mnist >/dev/null
 WORKDIR /src
 COPY . .
-RUN make GPU=1 DEPS_APT= build/bin/kubetrain-trainer && strip build/bin/kubetrain-trainer
+# The wheels go to /opt/kubetrain/cuda; the binary's rpath names that tree, and the
+# runtime keeps it at the same path.
+ENV KT_CACHE=/opt/kubetrain
+RUN make GPU=1 DEPS_APT= BUILD=build/gpu build/gpu/bin/kubetrain-trainer \
+    && strip build/gpu/bin/kubetrain-trainer
+RUN set -e; lib=$(bash trainer/gpu-toolchain.sh)/lib; \
+    mkdir -p /rootfs/usr/local/bin /rootfs/etc /rootfs/tmp "/rootfs$lib"; \
+    cp build/gpu/bin/kubetrain-trainer /rootfs/usr/local/bin/; \
+    ldd build/gpu/bin/kubetrain-trainer | grep -o '/[^ ]*' | sort -u \
+        | xargs -I{} cp --parents -L {} /rootfs/; \
+    for f in "$lib"/libcudnn*.so.* "$lib"/libnvrtc*.so* "$lib"/libnvJitLink*.so*; do \
+        if [ -e "$f" ]; then cp -L "$f" "/rootfs$lib/"; fi; \
+    done; \
+    cp -r /usr/share/datasets/fashion-mnist /rootfs/data; \
+    chmod 1777 /rootfs/tmp; \
+    echo 'nonroot:x:65532:65532::/nonexistent:/sbin/nologin' > /rootfs/etc/passwd; \
+    echo 'nonroot:x:65532:' > /rootfs/etc/group
 
-FROM ${CUDA_RUNTIME}
-# libssl3 was renamed libssl3t64 in Ubuntu 24.04; take whichever this release has.
-RUN apt-get update -qq \
-    && ssl=$(apt-cache show libssl3t64 >/dev/null 2>&1 && echo libssl3t64 || echo libssl3) \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        libopenblas0-pthread libcjson1 libyaml-0-2 zlib1g "$ssl" >/dev/null \
-    && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
-              /usr/share/doc/* /usr/share/man/*
-COPY --from=build /src/build/bin/kubetrain-trainer /usr/local/bin/kubetrain-trainer
-COPY --from=data /usr/share/datasets/fashion-mnist/ /data/
-# The operator runs trainer pods as uid/gid 65532 (the conventional "nonroot").
+FROM scratch
+COPY --from=build /rootfs/ /
+# The operator runs trainer pods as uid/gid 65532 (the conventional "nonroot") and calls
+# the binary by name. NVIDIA_DRIVER_CAPABILITIES asks the container runtime for the
+# compute libraries of the driver.
 USER 65532:65532
-ENV KUBETRAIN_DATA_DIR=/data
+ENV PATH=/usr/local/bin KUBETRAIN_DATA_DIR=/data NVIDIA_DRIVER_CAPABILITIES=compute,utility
 ENTRYPOINT ["/usr/local/bin/kubetrain-trainer"]
 CMD ["train"]

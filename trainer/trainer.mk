@@ -137,3 +137,59 @@ bench-gemm: $(GEMM_BACKENDS:%=$(BUILD)/bench/gemm_floor-%)
 	@mkdir -p bench/results
 	python3 trainer/bench/gemm_compare.py bench/results/gemm-backends.json $^
 .PHONY: bench-gemm
+
+# ---- GPU build (issue 7): make GPU=1 ------------------------------------------------
+# The trainer with CUDA: the device step (trainer/src/gpu/: cuDNN convolutions, cuBLAS
+# dense layers, CUDA kernels for the rest) and the nccl collective. The toolchain comes
+# from CUDA_HOME or /usr/local/cuda, else from NVIDIA's wheels installed once under
+# $(KT_CACHE)/cuda by trainer/gpu-toolchain.sh; cuDNN and NCCL from CUDNN_HOME and
+# NCCL_HOME (default: CUDA_HOME). Build it into its own directory so that the CPU
+# objects are not mixed with it: make GPU=1 BUILD=build/gpu. The CPU build stays the
+# default; trainer/tests/test-gpu-build.sh compiles and links this one on every make test.
+ifeq ($(GPU),1)
+CUDA_HOME := $(shell bash trainer/gpu-toolchain.sh)
+ifeq ($(CUDA_HOME),)
+$(error GPU=1: no CUDA toolchain (trainer/gpu-toolchain.sh failed, see above))
+endif
+CUDNN_HOME ?= $(CUDA_HOME)
+NCCL_HOME  ?= $(CUDA_HOME)
+cuda_libdir = $(firstword $(wildcard $(1)/lib64) $(1)/lib)
+NVCC       := $(CUDA_HOME)/bin/nvcc
+# Ampere and Hopper as binaries, PTX of the newest for the rest.
+CUDA_ARCHS ?= 80 90
+NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+GPU_INC    := -isystem $(CUDA_HOME)/include -isystem $(CUDNN_HOME)/include -isystem $(NCCL_HOME)/include
+NVCCFLAGS  := -std=c++17 -O3 -g $(NVCC_GENCODE) -ccbin $(CXX) $(GPU_INC) $(TRAINER_INC) -DKT_GPU \
+              -Xcompiler -Wall,-Wextra,-Werror,-Wshadow,-fno-math-errno
+GPU_LIBDIRS := $(sort $(call cuda_libdir,$(CUDA_HOME)) $(call cuda_libdir,$(CUDNN_HOME)) \
+                      $(call cuda_libdir,$(NCCL_HOME)))
+TRAINER_CFLAGS += -DKT_GPU $(GPU_INC)
+TRAINER_LIBS   += $(GPU_LIBDIRS:%=-L%) $(GPU_LIBDIRS:%=-Wl,-rpath,%) \
+                  -lcudnn -lcublas -lnccl -lcudart -lstdc++
+GPU_CSRCS  := $(wildcard trainer/src/gpu/*.c)
+GPU_CUSRCS := $(wildcard trainer/src/gpu/*.cu)
+GPU_CUOBJS := $(GPU_CUSRCS:%.cu=$(BUILD)/opt/%.cu.o)
+GPU_OBJS   := $(GPU_CSRCS:%.c=$(BUILD)/opt/%.o) $(GPU_CUOBJS)
+# The sanitizer builds take the device code as it is (nvcc objects carry no ASan).
+GPU_SOBJS  := $(GPU_CSRCS:%.c=$(BUILD)/san/%.o) $(GPU_CUOBJS)
+$(BUILD)/opt/trainer/%.cu.o: trainer/%.cu | deps
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+# Extra prerequisites: the link rules above take them through $^.
+$(TRAINER_BIN): $(GPU_OBJS)
+$(TRAINER_SAN) $(TRAINER_TESTS): $(GPU_SOBJS)
+$(BUILD)/bin/bench-allreduce: $(GPU_OBJS)
+endif
+
+# Benchmark (issue 7), on a machine with a CUDA device: tutorial-cnn on one GPU against
+# PyTorch eager and torch.compile (trainer/bench/bench_gpu.py), and the nccl collective's
+# cost at one rank. Not in `make bench`: without a device it only says skipped.
+GPU_BENCH_TORCH := $(KT_CACHE)/venv-torch
+bench-gpu:
+	$(MAKE) GPU=1 BUILD=$(BUILD)/gpu $(BUILD)/gpu/bin/kubetrain-trainer
+	@test -x $(GPU_BENCH_TORCH)/bin/python || (python3 -m venv $(GPU_BENCH_TORCH) && \
+	    $(GPU_BENCH_TORCH)/bin/pip install -q torch)
+	python3 trainer/bench/bench_gpu.py $(BUILD)/gpu/bin/kubetrain-trainer \
+	    $(GPU_BENCH_TORCH)/bin/python $(FASHION_DIR) bench/results/gpu-tutorial-cnn.json
+.PHONY: bench-gpu

@@ -177,6 +177,8 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     if (s->scale_by_workers) rc |= add_arg(a, "--scale-lr-by-workers", NULL);
     if (s->seed_set) rc |= add_arg_int(a, "--seed", s->seed);
     rc |= add_arg(a, "--collective", s->collective);
+    /* one rank per GPU: the trainer runs gpusPerWorker processes in the pod */
+    if (s->gpus > 1) rc |= add_arg_int(a, "--gpus-per-worker", s->gpus);
     if (ckpt_dir) {
         rc |= add_arg(a, "--checkpoint-dir", ckpt_dir);
         if (s->checkpoint_every >= 0)

@@ -805,6 +805,12 @@ static void test_template_merge_gpus_domain(void **state)
     assert_string_equal(jsonx_str(c, "image"), "img:1");
     const cJSON *lim = jsonx_obj(c, "resources.limits");
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu")->valuestring, "2");
+    /* two GPUs: the trainer runs two ranks in the pod */
+    const cJSON *gargs = jsonx_arr(c, "args"), *gpw = NULL;
+    for (const cJSON *a = gargs ? gargs->child : NULL; a && a->next; a = a->next)
+        if (cJSON_IsString(a) && !strcmp(a->valuestring, "--gpus-per-worker")) gpw = a->next;
+    assert_non_null(gpw);
+    assert_string_equal(gpw->valuestring, "2");
     assert_string_equal(env_of(pod, "TF_CONFIG"),
                         "{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.default.svc."
                         "cluster.local:2222\"]},\"task\":{\"type\":\"worker\",\"index\":0}}");

@@ -33,6 +33,7 @@ Collective *coll_local_create(void)
     c->rank = 0;
     c->world = 1;
     c->name = "local";
+    c->device_buffers = 1; /* the identity touches no buffer, wherever it lives */
     c->allreduce_sum = local_allreduce_sum;
     c->broadcast = local_broadcast;
     c->barrier = local_barrier;

@@ -1,6 +1,7 @@
 /* collective — the one interface through which workers agree: barrier, broadcast and
  * all-reduce. Implementations: the single-process one here (world size 1), the TCP
- * ring (ring.c), NCCL on GPUs. The training loop sees only this header. */
+ * ring (ring.c), and in make GPU=1 builds NCCL (gpu/coll_nccl.h, coll_nccl_create).
+ * The training loop sees only this header. */
 #ifndef KT_COLLECTIVE_H
 #define KT_COLLECTIVE_H
 
@@ -14,6 +15,8 @@ struct Collective {
     int rank;
     int world;
     const char *name; /* "local", "ring", "nccl" */
+    int device_buffers; /* 1: allreduce_sum takes CUDA device pointers too (nccl); 0: host
+                           memory only, so a GPU trainer stages its gradients through it */
     /* Sums n floats across all ranks, in place; every rank ends with identical bits. */
     int (*allreduce_sum)(Collective *c, float *buf, size_t n, char *err, size_t errlen);
     /* Copies n bytes from rank `root` into buf on every other rank. */

@@ -7,7 +7,8 @@
 #include <string.h>
 
 typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_BOOL, OPT_ENUM_OPTIMIZER,
-               OPT_ENUM_SHARD, OPT_ENUM_COLLECTIVE, OPT_ENUM_DATASET } OptType;
+               OPT_ENUM_SHARD, OPT_ENUM_COLLECTIVE, OPT_ENUM_DATASET,
+               OPT_ENUM_DEVICE } OptType;
 
 typedef struct {
     const char *name; /* without the leading "--" */
@@ -43,6 +44,10 @@ static const Option options[] = {
     {"seed", OPT_U64, offsetof(Config, seed), 0, 0, 0, "N  (1)"},
     {"collective", OPT_ENUM_COLLECTIVE, offsetof(Config, collective),
      sizeof(((Config *)0)->collective), 0, 0, "NAME  auto | ring | nccl"},
+    {"device", OPT_ENUM_DEVICE, offsetof(Config, device), sizeof(((Config *)0)->device), 0, 0,
+     "D  auto | cpu | gpu (auto: a CUDA device when built with GPU=1 and one is present)"},
+    {"gpus-per-worker", OPT_INT, offsetof(Config, gpus_per_worker), 0, 0, 64,
+     "N  > 1: N ranks in this worker, one per GPU, ranks = workers x N (make GPU=1 builds)"},
     {"checkpoint-dir", OPT_STR, offsetof(Config, checkpoint_dir),
      sizeof(((Config *)0)->checkpoint_dir), 0, 0, "DIR"},
     {"checkpoint-every-steps", OPT_INT, offsetof(Config, checkpoint_every_steps), 0, 0, 1e9, "N"},
@@ -79,6 +84,7 @@ static void defaults(Config *c)
     c->shard_policy = SHARD_AUTO;
     c->seed = 1;
     strcpy(c->collective, "auto");
+    strcpy(c->device, "auto");
     c->keep_checkpoints = 5;
     c->index = -1;
     c->rendezvous_timeout = 300;
@@ -157,6 +163,13 @@ static int set_option(Config *c, const Option *o, const char *v, const char *who
             return 0;
         }
         snprintf(err, errlen, "%s: expected fashion-mnist or mnist, got '%s'", who, v);
+        return -EINVAL;
+    case OPT_ENUM_DEVICE:
+        if (!strcmp(v, "auto") || !strcmp(v, "cpu") || !strcmp(v, "gpu")) {
+            strcpy(base, v);
+            return 0;
+        }
+        snprintf(err, errlen, "%s: expected auto, cpu or gpu, got '%s'", who, v);
         return -EINVAL;
     }
     return -EINVAL;

@@ -29,6 +29,8 @@ typedef struct {
     ShardPolicy shard_policy;
     uint64_t seed;
     char collective[16];      /* auto | ring | nccl */
+    char device[8];           /* auto | cpu | gpu (gpu: make GPU=1 builds only) */
+    int gpus_per_worker;      /* > 1: that many ranks in this worker, one per GPU */
     char checkpoint_dir[4096];
     int checkpoint_every_steps; /* 0: at the end of each epoch only */
     int keep_checkpoints;

@@ -29,6 +29,10 @@
 #include "tfconfig.h"
 #include "train.h"
 #include "util.h"
+#ifdef KT_GPU
+#include "gpu/coll_nccl.h"
+#include "gpu/pergpu.h"
+#endif
 
 /* Silence on a ring connection that counts as a lost peer. It must exceed the longest
  * pause of a live peer: the chief writing a checkpoint between two all-reduces. */
@@ -65,9 +69,27 @@ static void on_stop_signal(int sig)
 static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
 {
     char err[1024];
-    if (!strcmp(cfg->collective, "nccl"))
+    /* nccl: asked for, or auto on a GPU (trainer_pick_device, the same choice the
+     * trainer makes); a world of one needs no communicator unless asked for. */
+    int device, nccl = !strcmp(cfg->collective, "nccl");
+    if (trainer_pick_device(cfg, tf->rank, &device, err, sizeof err))
+        util_fail(KT_EXIT_USAGE, "%s", err);
+#ifdef KT_GPU
+    if (nccl && device < 0)
+        util_fail(KT_EXIT_USAGE, "--collective nccl: needs a CUDA device (--device %s found none)",
+                  cfg->device);
+    nccl |= !strcmp(cfg->collective, "auto") && device >= 0 && tf->world > 1;
+    if (nccl && tf->world == 1) {
+        Collective *c = coll_nccl_create(coll_local_create(), device, RING_IO_TIMEOUT_S, err,
+                                         sizeof err);
+        if (!c) util_fail(KT_EXIT_RETRY, "%s", err);
+        return c;
+    }
+#else
+    if (nccl)
         util_fail(KT_EXIT_USAGE, "--collective nccl: this trainer was built without NCCL (build "
                                  "with make GPU=1)");
+#endif
     if (tf->world == 1) return coll_local_create();
 
     /* The rendezvous compares the model's signature, so build the model once for it. */
@@ -97,7 +119,18 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
              ring.prev_name, ring.next_name);
     RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S};
-    return ring_create(tf->rank, tf->world, &ring, &ro);
+    Collective *c = ring_create(tf->rank, tf->world, &ring, &ro);
+#ifdef KT_GPU
+    /* The ring carries the chief's NCCL id (it is authenticated), then broadcasts. */
+    if (nccl) {
+        t0 = util_now();
+        if (!(c = coll_nccl_create(c, device, RING_IO_TIMEOUT_S, err, sizeof err)))
+            util_fail(KT_EXIT_RETRY, "%s", err);
+        util_log("NCCL communicator of %d ranks on CUDA device %d ready in %.2fs", tf->world,
+                 device, util_now() - t0);
+    }
+#endif
+    return c;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -129,9 +162,11 @@ static int checkpoint_save(Trainer *t, char *err, size_t errlen)
     cs.data_position = t->st.cursor.position;
     cs.optimizer_iter = (uint64_t)t->opt->iterations;
     double t0 = util_now();
-    int rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
-                       t->model->num_params * sizeof(float), t->opt->state,
-                       t->opt->state_floats * sizeof(float), err, errlen);
+    int rc = trainer_sync_host(t, err, errlen);
+    if (rc) return rc;
+    rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
+                   t->model->num_params * sizeof(float), t->opt->state,
+                   t->opt->state_floats * sizeof(float), err, errlen);
     if (!rc)
         util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
     return rc;
@@ -252,6 +287,14 @@ static int cmd_train(int argc, char **argv)
     }
     if (rc) util_fail(KT_EXIT_USAGE, "%s", err);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (cfg.gpus_per_worker > 1) {
+#ifdef KT_GPU
+        return pergpu_main(cfg.gpus_per_worker, cfg.index, argc, argv);
+#else
+        util_fail(KT_EXIT_USAGE, "--gpus-per-worker %d: this trainer was built without CUDA "
+                  "(build it with make GPU=1)", cfg.gpus_per_worker);
+#endif
+    }
     util_on_stop_signals(on_stop_signal);
 
     TfConfig tf;

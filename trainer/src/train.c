@@ -7,6 +7,42 @@
 
 #include "gemm.h"
 #include "util.h"
+#ifdef KT_GPU
+#include "gpu/coll_nccl.h"
+#include "gpu/gpu.h"
+#endif
+
+int trainer_pick_device(const Config *cfg, int rank, int *device, char *err, size_t errlen)
+{
+    *device = -1;
+    if (!strcmp(cfg->device, "cpu")) return 0;
+#ifdef KT_GPU
+    char why[256] = "";
+    int n = gpu_device_count(why, sizeof why);
+    if (n > 0) {
+        *device = rank % n;
+        return 0;
+    }
+    if (!strcmp(cfg->device, "auto")) return 0;
+    snprintf(err, errlen, "--device gpu: no CUDA device on this machine (%s)", why);
+#else
+    (void)rank;
+    if (!strcmp(cfg->device, "auto")) return 0;
+    snprintf(err, errlen, "--device gpu: this trainer was built without CUDA (build it with "
+             "make GPU=1)");
+#endif
+    return -ENODEV;
+}
+
+int trainer_sync_host(Trainer *t, char *err, size_t errlen)
+{
+#ifdef KT_GPU
+    if (t->gpu) return gpu_model_download(t->gpu, t->model->params, t->opt->state, err, errlen);
+#else
+    (void)t, (void)err, (void)errlen;
+#endif
+    return 0;
+}
 
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen)
@@ -46,6 +82,23 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     oc.nesterov = cfg->nesterov;
     t->opt = optim_create(&oc, t->model->num_params);
     model_reserve(t->model, cfg->per_worker_batch);
+    if ((rc = trainer_pick_device(cfg, coll->rank, &t->gpu_device, err, errlen))) {
+        *exit_code = KT_EXIT_USAGE;
+        goto err;
+    }
+#ifdef KT_GPU
+    if (t->gpu_device >= 0) {
+        if ((rc = gpu_model_create(&t->gpu, t->model, &oc, t->gpu_device, cfg->per_worker_batch,
+                                   err, errlen))) {
+            *exit_code = KT_EXIT_RETRY;
+            goto err;
+        }
+        char dev[256];
+        gpu_device_describe(t->gpu_device, dev, sizeof dev);
+        util_log("training on CUDA device %d of %d: %s", t->gpu_device, gpu_device_count(NULL, 0),
+                 dev);
+    }
+#endif
     *out = t;
     return 0;
 err:
@@ -79,6 +132,16 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
         const uint8_t *img = t->test.images + start * pixels;
         for (size_t j = 0; j < (size_t)n * pixels; j++) x[j] = (float)img[j] / 255.0f;
         StepStats s;
+#ifdef KT_GPU
+        if (t->gpu) {
+            char err[512];
+            if (gpu_model_load_batch(t->gpu, x, t->test.labels + start, n, err, sizeof err) ||
+                gpu_model_evaluate(t->gpu, &s, err, sizeof err))
+                util_fail(KT_EXIT_RETRY, "evaluation on the GPU: %s", err);
+            sum += s.loss, correct += s.correct, count += s.count;
+            continue;
+        }
+#endif
         model_evaluate(t->model, x, t->test.labels + start, n, &s);
         sum += s.loss, correct += s.correct, count += s.count;
     }
@@ -108,6 +171,58 @@ static void tensorboard_dir(const Trainer *t, char *out, size_t outlen)
     else if (c->checkpoint_dir[0]) snprintf(out, outlen, "%s/logs", c->checkpoint_dir);
 }
 
+#ifdef KT_GPU
+/* The gradient-ready hook with NCCL: each layer's slice is all-reduced on the
+ * collective's stream while the backward pass goes on. */
+static int nccl_slice_ready(void *ctx, size_t offset, size_t count, void *ready, char *err,
+                            size_t errlen)
+{
+    Trainer *t = ctx;
+    return coll_nccl_allreduce_start(t->coll, gpu_model_grads(t->gpu) + offset, count, ready,
+                                     err, errlen);
+}
+
+/* One step on the device: the batch to the device, forward/backward, the all-reduce of
+ * the device gradient arena (with NCCL layer by layer during the backward pass; staged
+ * through the host arena for a host-only collective), the reduced statistics into the
+ * host arena's last floats, and the optimizer update launched. Returns 0 or a negative
+ * errno; *coll_failed tells a failed all-reduce from a device error. */
+static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *err, size_t errlen)
+{
+    Model *m = t->model;
+    const size_t np = m->num_params, n = np + MODEL_STATS_FLOATS;
+    GpuModel *g = t->gpu;
+    const float stop = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
+    const int overlap = !strcmp(t->coll->name, "nccl") && t->coll->world > 1;
+    char cerr[512];
+    int rc;
+    gpu_model_on_grad_ready(g, overlap ? nccl_slice_ready : NULL, t);
+    if ((rc = gpu_model_load_batch(g, b->x, b->y, b->size, err, errlen)) ||
+        (rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
+                             errlen)))
+        return rc;
+    if (overlap) {
+        /* the statistics were final before the backward pass began */
+        rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(g) + np, MODEL_STATS_FLOATS,
+                                       NULL, cerr, sizeof cerr);
+        if (!rc) rc = coll_nccl_allreduce_wait(t->coll, cerr, sizeof cerr);
+    } else if (t->coll->device_buffers) {
+        rc = coll_allreduce_sum(t->coll, gpu_model_grads(g), n, cerr, sizeof cerr);
+    } else {
+        if ((rc = gpu_model_grads_to_host(g, m->grads, n, err, errlen))) return rc;
+        rc = coll_allreduce_sum(t->coll, m->grads, n, cerr, sizeof cerr);
+        if (!rc && (rc = gpu_model_grads_from_host(g, m->grads, n, err, errlen))) return rc;
+    }
+    if (rc) {
+        snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
+        *coll_failed = 1;
+        return rc;
+    }
+    if ((rc = gpu_model_read_stats(g, m->grads + np, err, errlen))) return rc;
+    return gpu_model_optim_step(g, t->opt, err, errlen);
+}
+#endif
+
 int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
 {
     Model *m = t->model;
@@ -126,6 +241,12 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = KT_EXIT_USAGE;
         return rc;
     }
+#ifdef KT_GPU
+    if (t->gpu && (rc = gpu_model_upload(t->gpu, m->params, t->opt->state, err, errlen))) {
+        *exit_code = KT_EXIT_RETRY;
+        goto fail;
+    }
+#endif
     for (; t->st.epoch < t->cfg.epochs; t->st.epoch++, t->st.step_in_epoch = 0) {
         const int epoch = t->st.epoch + 1;
         double ep_start = util_now(), loss_sum = 0.0, correct = 0.0, count = 0.0;
@@ -134,6 +255,23 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         while (t->st.step_in_epoch < t->steps_per_epoch) {
             double s0 = util_now();
             const Batch *b = pipeline_next(t->pipe);
+            double allreduce_s = 0.0; /* on the GPU it overlaps the step: not told apart */
+#ifdef KT_GPU
+            if (t->gpu) {
+                int coll_failed = 0;
+                if ((rc = gpu_train_step(t, b, &coll_failed, err, errlen))) {
+                    if (!coll_failed) {
+                        char derr[512];
+                        snprintf(derr, sizeof derr, "GPU step %ld: %s", t->st.global_step + 1, err);
+                        snprintf(err, errlen, "%s", derr);
+                    }
+                    *exit_code = KT_EXIT_RETRY;
+                    goto fail;
+                }
+                t->stopping = m->grads[np + 3] > 0.5f;
+                goto step_done;
+            }
+#endif
             StepStats ss;
             model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
                        NULL, NULL, &ss);
@@ -148,9 +286,12 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
                 *exit_code = KT_EXIT_RETRY;
                 goto fail;
             }
-            double allreduce_s = util_now() - a0;
+            allreduce_s = util_now() - a0;
             t->stopping = m->grads[np + 3] > 0.5f;
             optim_step(t->opt, m->params, m->grads);
+#ifdef KT_GPU
+        step_done:;
+#endif
             double step_loss = m->grads[np], step_acc = m->grads[np + 1] / m->grads[np + 2];
             loss_sum += step_loss, correct += m->grads[np + 1], count += m->grads[np + 2];
             ep_steps++;
@@ -184,6 +325,10 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         }
     }
     t->seconds = util_now() - run_start;
+    if ((rc = trainer_sync_host(t, err, errlen))) {
+        *exit_code = KT_EXIT_RETRY;
+        goto fail;
+    }
     char hash[65];
     trainer_weights_hash(t, hash);
     metrics_done(t->metrics, t->st.global_step, t->seconds, hash);
@@ -201,6 +346,9 @@ void trainer_free(Trainer *t)
 {
     if (!t) return;
     metrics_abort(t->metrics);
+#ifdef KT_GPU
+    gpu_model_free(t->gpu);
+#endif
     pipeline_free(t->pipe);
     optim_free(t->opt);
     model_free(t->model);

@@ -25,6 +25,7 @@ typedef struct {
 } TrainState;
 
 typedef struct Trainer Trainer;
+struct GpuModel;
 
 /* Called after every completed step (state already advanced); returns 0 or a negative
  * errno with err filled, which ends the run with that error. */
@@ -52,7 +53,21 @@ struct Trainer {
     /* the last epoch's means, the run's result */
     double last_loss, last_accuracy;
     double seconds;
+    /* The device step (make GPU=1 builds with --device gpu, or auto on a GPU): the model
+     * lives on the device during trainer_run, and the host arenas (model->params,
+     * opt->state) are current only after trainer_sync_host. NULL: the CPU path. */
+    struct GpuModel *gpu;
+    int gpu_device;
 };
+
+/* The CUDA device this rank trains on: 0 and *device = -1 for the CPU path, or 0 and
+ * the device index (rank modulo the devices present); -ENODEV with one line in err when
+ * cfg->device is "gpu" but this build has no CUDA or the machine no device. */
+int trainer_pick_device(const Config *cfg, int rank, int *device, char *err, size_t errlen);
+
+/* Brings the host parameter and optimizer arenas up to date with the device (a no-op on
+ * the CPU path), e.g. before a checkpoint. Returns 0 or a negative errno with err. */
+int trainer_sync_host(Trainer *t, char *err, size_t errlen);
 
 /* Builds the model, optimizer, datasets and pipeline for cfg on collective coll (which
  * must outlive the trainer). Returns 0, or a negative errno with one line in err and

@@ -1,0 +1,116 @@
+/* gpu — the training step on a CUDA device (built with make GPU=1 only).
+ *
+ * A GpuModel mirrors a Model (model.h) on one device: ONE parameter arena, ONE gradient
+ * arena (num_params + MODEL_STATS_FLOATS, same offsets and layouts as the host arenas,
+ * so a checkpoint or an all-reduce sees the same bytes) and one optimizer-state arena
+ * laid out as Optimizer.state. Convolutions run through cuDNN (forward, backward data,
+ * backward filter; NHWC activations, the HWIO kernel transposed to cuDNN's KRSC), dense
+ * layers through cuBLAS, everything else as CUDA kernels that follow layers.c, loss.c
+ * and optim.c formula by formula (dropout draws the same splitmix64 masks as the CPU).
+ * cuDNN is told to use FMA math only and cuBLAS its default FP32 math, so no TF32.
+ *
+ * Streams: batches go host -> pinned buffer -> device on a copy stream, double
+ * buffered, so the copy of step i's batch overlaps step i-1's optimizer update on the
+ * compute stream. gpu_model_step returns once the gradients are final (it synchronizes
+ * the compute stream), so any collective may read the gradient arena afterwards; with a
+ * gradient-ready hook (gpu_model_on_grad_ready) the all-reduce of each layer's slice can
+ * instead start during the backward pass.
+ *
+ * Every function returns 0 or a negative errno with one line in err naming the CUDA,
+ * cuBLAS or cuDNN call that failed. The header is plain C; the implementation is
+ * device.cu. */
+#ifndef KT_GPU_H
+#define KT_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CUDA devices this process can use: 0 when there are none or no driver, then `why`
+ * (may be NULL) gets the runtime's reason. Never fails otherwise. */
+int gpu_device_count(char *why, size_t whylen);
+
+/* "NVIDIA H100 80GB HBM3, compute 9.0, driver 12040, runtime 13020" for device dev. */
+void gpu_device_describe(int dev, char *out, size_t outlen);
+
+typedef struct GpuModel GpuModel;
+
+/* Mirrors m (borrowed: its layers must outlive g) on device `dev` for batches of up to
+ * max_batch examples, with the optimizer described by oc (its state arena sized as
+ * optim_create's). Nothing is copied yet: call gpu_model_upload. Free with
+ * gpu_model_free. */
+int gpu_model_create(GpuModel **out, const Model *m, const OptimizerConfig *oc, int dev,
+                     int max_batch, char *err, size_t errlen);
+
+/* Frees g and its device memory; NULL is a no-op. */
+void gpu_model_free(GpuModel *g);
+
+/* Host -> device: params (num_params floats) and opt_state (the optimizer's
+ * state_floats; may be NULL when there are none). Synchronous. */
+int gpu_model_upload(GpuModel *g, const float *params, const float *opt_state, char *err,
+                     size_t errlen);
+
+/* Device -> host, the same two arenas. Synchronous. */
+int gpu_model_download(GpuModel *g, float *params, float *opt_state, char *err, size_t errlen);
+
+/* Copies a batch (x: b * input_size floats, y: b labels; both read before it returns)
+ * to the device on the copy stream; the next gpu_model_step or gpu_model_evaluate uses
+ * it. b <= max_batch. */
+int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, char *err,
+                         size_t errlen);
+
+/* model_step on the loaded batch: forward (dropout drawn from dropout_seed exactly as
+ * the CPU does), loss, backward into the device gradient arena, which then holds the
+ * same quantity as Model.grads, and its last MODEL_STATS_FLOATS floats: this worker's
+ * loss share, correct predictions, examples, and stop_flag. Returns when done. */
+int gpu_model_step(GpuModel *g, int global_batch, int num_replicas, uint64_t dropout_seed,
+                   float stop_flag, char *err, size_t errlen);
+
+/* Called by gpu_model_step during the backward pass, layers last to first, as soon as the
+ * device gradients [offset, offset + count) are final: `ready` (a cudaEvent_t) is
+ * recorded on the compute stream right after the slice is written, so a collective can
+ * start reducing the slice on its own stream while the backward pass goes on. Returns 0,
+ * or a negative errno with err filled, which ends the step with that error. */
+typedef int (*GpuGradReadyFn)(void *ctx, size_t offset, size_t count, void *ready, char *err,
+                              size_t errlen);
+
+/* Sets (fn NULL: clears) the hook of gpu_model_step. */
+void gpu_model_on_grad_ready(GpuModel *g, GpuGradReadyFn fn, void *ctx);
+
+/* The device gradient arena (num_params + MODEL_STATS_FLOATS floats), for a collective
+ * that takes device pointers. */
+float *gpu_model_grads(GpuModel *g);
+
+/* The MODEL_STATS_FLOATS statistics after the gradients (after an all-reduce: their
+ * sums) to out. Synchronous. */
+int gpu_model_read_stats(GpuModel *g, float *out, char *err, size_t errlen);
+
+/* The gradient arena, or its first n floats, to and from host memory (for collectives
+ * over host buffers and for tests). Synchronous. */
+int gpu_model_grads_to_host(GpuModel *g, float *host, size_t n, char *err, size_t errlen);
+int gpu_model_grads_from_host(GpuModel *g, const float *host, size_t n, char *err,
+                              size_t errlen);
+
+/* The output of layer i for the last batch (b * out_size floats, or the input's for a
+ * reshape) to host, for comparisons with the CPU path. */
+int gpu_model_read_activation(GpuModel *g, int layer, float *host, char *err, size_t errlen);
+
+/* optim_step on the device arenas with o's configuration and iteration count; then
+ * o->iterations += 1 (o->state on the host is not touched). Asynchronous. */
+int gpu_model_optim_step(GpuModel *g, Optimizer *o, char *err, size_t errlen);
+
+/* model_evaluate on the loaded batch (dropout off): st->loss is the sum of the
+ * examples' losses. */
+int gpu_model_evaluate(GpuModel *g, StepStats *st, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
