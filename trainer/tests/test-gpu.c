@@ -172,6 +172,20 @@ static void test_conv_maxpool_softmax(void **s)
                  "{\"type\":\"Dense\",\"units\":10,\"activation\":\"softmax\"}]}");
 }
 
+static void test_same_pool_rank3_dense(void **s)
+{
+    (void)s;
+    need_devices(1);
+    /* a non-square "same" MaxPooling2D with unequal strides; Dense layers on a rank-3
+     * input (the last axis), one of them a softmax over each row */
+    compare_step("{\"input_shape\":[9,8,2],\"layers\":["
+                 "{\"type\":\"MaxPooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],"
+                 "\"padding\":\"same\"},"
+                 "{\"type\":\"Dense\",\"units\":4,\"activation\":\"relu\"},"
+                 "{\"type\":\"Dense\",\"units\":3,\"activation\":\"softmax\"},"
+                 "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":5}]}");
+}
+
 static void test_dropout_l2_softmax_middle_relu_last(void **s)
 {
     (void)s;
@@ -469,6 +483,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_conv_valid_dense),
         cmocka_unit_test(test_conv_same_strided_odd_padding),
         cmocka_unit_test(test_conv_maxpool_softmax),
+        cmocka_unit_test(test_same_pool_rank3_dense),
         cmocka_unit_test(test_dropout_l2_softmax_middle_relu_last),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_training_follows_cpu),
