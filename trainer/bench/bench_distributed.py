@@ -118,6 +118,24 @@ ACC_JOB = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--optimizer",
            "--lr", "0.001", "--epochs", "2", "--steps-per-epoch", "0", "--eval"]
 
 
+def accuracy_result(k, t, runs, load_start):
+    gap = 100 * (statistics.mean(k) - statistics.mean(t))
+    se = (100 * (statistics.variance(k) / len(k) + statistics.variance(t) / len(t)) ** 0.5
+          if len(k) > 1 else None)
+    result = {"benchmark": "distributed accuracy", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
+                          "load_avg_at_start": load_start, "load_avg_at_end": list(os.getloadavg())},
+              "job": "2 workers on 127.0.0.1, tutorial-cnn, per-worker batch 64, Adam(1e-3), 2 epochs "
+                     "over the training set (468 steps each), test set after training; seeds 1..%d "
+                     "(kubetrain --seed S; TensorFlow tf.keras.utils.set_random_seed(S))" % len(k),
+              "kubetrain_test_accuracy": k, "tensorflow_test_accuracy": t,
+              "kubetrain_mean_test_accuracy": statistics.mean(k),
+              "tensorflow_mean_test_accuracy": statistics.mean(t),
+              "accuracy_gap_points": gap, "accuracy_gap_standard_error_points": se,
+              "met": {"|accuracy gap| <= 0.5 points": abs(gap) <= 0.5}}
+    return result
+
+
 def accuracy(trainer, tf_python, data_dir, out, runs):
     tmp = tempfile.mkdtemp(prefix="kt-bench-acc-")
     k, t = [], []
@@ -135,25 +153,13 @@ def accuracy(trainer, tf_python, data_dir, out, runs):
             t.append(r["test_accuracy"])
             print("accuracy seed %d: kubetrain %.4f tensorflow %.4f" % (seed, k[-1], t[-1]),
                   flush=True)
+            # written after every seed, so a run stopped early keeps the seeds it finished
+            result = accuracy_result(k, t, runs, load_start)
+            with open(out, "w") as f:
+                json.dump(result, f, indent=1)
+                f.write("\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    gap = 100 * (statistics.mean(k) - statistics.mean(t))
-    se = (100 * (statistics.variance(k) / len(k) + statistics.variance(t) / len(t)) ** 0.5
-          if runs > 1 else None)
-    result = {"benchmark": "distributed accuracy", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-                          "load_avg_at_start": load_start, "load_avg_at_end": list(os.getloadavg())},
-              "job": "2 workers on 127.0.0.1, tutorial-cnn, per-worker batch 64, Adam(1e-3), 2 epochs "
-                     "over the training set (468 steps each), test set after training; seeds 1..%d "
-                     "(kubetrain --seed S; TensorFlow tf.keras.utils.set_random_seed(S))" % runs,
-              "kubetrain_test_accuracy": k, "tensorflow_test_accuracy": t,
-              "kubetrain_mean_test_accuracy": statistics.mean(k),
-              "tensorflow_mean_test_accuracy": statistics.mean(t),
-              "accuracy_gap_points": gap, "accuracy_gap_standard_error_points": se,
-              "met": {"|accuracy gap| <= 0.5 points": abs(gap) <= 0.5}}
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
     print(json.dumps({x: result[x] for x in ("kubetrain_mean_test_accuracy", "tensorflow_mean_test_accuracy",
                                              "accuracy_gap_points", "accuracy_gap_standard_error_points",
                                              "met")}, indent=1))

@@ -185,6 +185,32 @@ def accuracy(trainer, py, data_dir, out_path):
     one = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     load_start = os.getloadavg()
     acc_runs = int(os.environ.get("ACC_RUNS", "8"))
+    def summary(done):
+        gap = 100.0 * (statistics.mean(k_accs) - statistics.mean(tf_accs))
+        # the gap's standard error from the two samples' spreads (points)
+        se = 100.0 * (statistics.variance(k_accs) / len(k_accs) +
+                      statistics.variance(tf_accs) / len(tf_accs)) ** 0.5 if done > 1 else None
+        result = {
+            "benchmark": "trainer accuracy: one worker, tutorial-cnn, Adam(1e-3), Fashion-MNIST",
+            "date": now(),
+            "machine": machine(load_start),
+            "settings": "tutorial-cnn, Adam(lr=1e-3), batch 64, 2 epochs x 937 steps, shuffle(60000), "
+                        "seeds 1..%d each (kubetrain with OPENBLAS_NUM_THREADS=1)" % done,
+            "commands": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval "
+                        "--seed S; tf_peer.py accuracy DATA S (S = 1..ACC_RUNS; means compared)",
+            "kubetrain_test_accuracy": k_accs, "kubetrain_test_loss": k_losses,
+            "kubetrain_epoch_seconds": k_secs, "kubetrain_max_rss_mib": k_acc_rss,
+            "tensorflow_test_accuracy": tf_accs, "tensorflow_test_loss": tf_losses,
+            "tensorflow_epoch_seconds": tf_secs, "tensorflow_max_rss_mib": tf_acc_rss,
+            "kubetrain_mean_test_accuracy": statistics.mean(k_accs),
+            "tensorflow_mean_test_accuracy": statistics.mean(tf_accs),
+            "accuracy_gap_points": gap,
+            "accuracy_gap_standard_error_points": se,
+            "targets": {"accuracy_gap_points": "|gap| <= 0.5", "kubetrain_max_rss_mib": "<= 200"},
+            "met": {"accuracy": abs(gap) <= 0.5, "rss": k_acc_rss <= 200},
+        }
+        return result
+
     k_accs, k_losses, k_secs, tf_accs, tf_losses, tf_secs, k_acc_rss, tf_acc_rss = [], [], [], [], [], [], 0.0, 0.0
     for seed in range(1, acc_runs + 1):
         ev, rss = kubetrain_epochs(trainer, ["--model", "tutorial-cnn", "--per-worker-batch", "64",
@@ -204,30 +230,9 @@ def accuracy(trainer, py, data_dir, out_path):
         tf_acc_rss = max(tf_acc_rss, rss)
         print("accuracy seed %d: kubetrain %.4f tensorflow %.4f" % (seed, k_accs[-1], tf_accs[-1]),
               flush=True)
-    gap = 100.0 * (statistics.mean(k_accs) - statistics.mean(tf_accs))
-    # the gap's standard error from the two samples' spreads (points)
-    se = 100.0 * (statistics.variance(k_accs) / len(k_accs) +
-                  statistics.variance(tf_accs) / len(tf_accs)) ** 0.5 if acc_runs > 1 else None
-    result = {
-        "benchmark": "trainer accuracy: one worker, tutorial-cnn, Adam(1e-3), Fashion-MNIST",
-        "date": now(),
-        "machine": machine(load_start),
-        "settings": "tutorial-cnn, Adam(lr=1e-3), batch 64, 2 epochs x 937 steps, shuffle(60000), "
-                    "seeds 1..%d each (kubetrain with OPENBLAS_NUM_THREADS=1)" % acc_runs,
-        "commands": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval "
-                    "--seed S; tf_peer.py accuracy DATA S (S = 1..ACC_RUNS; means compared)",
-        "kubetrain_test_accuracy": k_accs, "kubetrain_test_loss": k_losses,
-        "kubetrain_epoch_seconds": k_secs, "kubetrain_max_rss_mib": k_acc_rss,
-        "tensorflow_test_accuracy": tf_accs, "tensorflow_test_loss": tf_losses,
-        "tensorflow_epoch_seconds": tf_secs, "tensorflow_max_rss_mib": tf_acc_rss,
-        "kubetrain_mean_test_accuracy": statistics.mean(k_accs),
-        "tensorflow_mean_test_accuracy": statistics.mean(tf_accs),
-        "accuracy_gap_points": gap,
-        "accuracy_gap_standard_error_points": se,
-        "targets": {"accuracy_gap_points": "|gap| <= 0.5", "kubetrain_max_rss_mib": "<= 200"},
-        "met": {"accuracy": abs(gap) <= 0.5, "rss": k_acc_rss <= 200},
-    }
-    write_json(out_path, result)
+        # written after every seed, so a run stopped early keeps the seeds it finished
+        result = summary(seed)
+        write_json(out_path, result)
     print(json.dumps({k: result[k] for k in ("kubetrain_mean_test_accuracy",
                                               "tensorflow_mean_test_accuracy",
                                               "accuracy_gap_points",
