@@ -347,8 +347,11 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
         if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
         assert_true(res[r].sum == 3.0f);
     }
+    /* The trickler is still trickling when the real peer authenticates (handshakes are
+     * served side by side), so it is dropped without a line; the handshake timeout is
+     * exercised against the real binary in test-hostile.sh. */
     const char *expect[] = {"frame length over the limit", "not a kubetrain handshake",
-                            "handshake not completed in time", "does not know the job secret"};
+                            "does not know the job secret"};
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
         if (!file_contains(log1, expect[i]))
             fail_msg("rank 1's log has no \"rejected connection ...: %s\" line", expect[i]);
