@@ -13,9 +13,10 @@ import sys
 import yaml
 
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
-# jobs, pods, services and secrets; controller.c creates pods, services, secrets and
-# events, deletes pods and expired jobs, PUTs job status; owner references with
-# blockOwnerDeletion need update on trainingjobs/finalizers), as (group, resource, verb).
+# jobs, pods, services, secrets and networkpolicies; controller.c creates pods, services,
+# secrets, networkpolicies and events, deletes pods, networkpolicies and expired jobs,
+# PUTs job status; owner references with blockOwnerDeletion need update on
+# trainingjobs/finalizers), as (group, resource, verb).
 OPERATOR_RULES = {
     ("kubetrain.dev", "trainingjobs", v) for v in ("list", "watch", "delete")
 } | {
@@ -26,6 +27,8 @@ OPERATOR_RULES = {
     ("", "pods", v) for v in ("list", "watch", "create", "delete")
 } | {
     ("", r, v) for r in ("services", "secrets") for v in ("list", "watch", "create")
+} | {
+    ("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "delete")
 }
 # leader.c: GET and PUT the Lease named kubetrain-operator, POST it when absent.
 LEASE_RULES = {

@@ -25,6 +25,8 @@ typedef enum {
     ACTION_UPDATE_STATUS, /* object: the whole job with the new status (PUT .../status) */
     ACTION_DELETE_JOB,    /* ttlSecondsAfterFinished elapsed */
     ACTION_EVENT,         /* event_type, reason, message */
+    ACTION_CREATE_NETWORK_POLICY, /* spec.networkPolicy: before the pods */
+    ACTION_DELETE_NETWORK_POLICY, /* spec.networkPolicy turned off */
 } ActionKind;
 
 typedef struct Action {
@@ -52,6 +54,7 @@ typedef struct Observed {
     const cJSON *job;         /* the TrainingJob */
     const cJSON *secret;      /* <job>-secret or NULL */
     const cJSON *service;     /* <job>-worker or NULL */
+    const cJSON *network_policy; /* the NetworkPolicy <job>-worker or NULL */
     const cJSON *const *pods; /* pods labelled with the job's name */
     size_t npods;
     double now;                 /* wall-clock seconds */
