@@ -8,7 +8,9 @@
 #  - the pods it stores run non-root with no privilege escalation and no capabilities,
 #    unless the pod template says otherwise;
 #  - no token or key reaches a log line: the ServiceAccount token and every job's ring key
-#    are searched for in the operator's whole output at --log-level debug.
+#    are searched for in the operator's whole output at --log-level debug;
+#  - TLS: without the cluster CA the operator refuses the server; --insecure-skip-tls-verify
+#    works and says loudly that verification is off.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 . e2e/lib/tap.sh
@@ -186,4 +188,34 @@ nkeys=$(k get secrets -A -l app.kubernetes.io/managed-by=kubetrain-operator -o n
 if [ ${#leaks[@]} = 0 ] && [ "$nkeys" -ge 3 ] && [ "$(grep -c . "$LOG")" -gt 10 ]; then
   tap_ok "no token or ring key in the operator's debug log (${#needles[@]} values, $nkeys Secrets, $(grep -c . "$LOG") lines)"
 else tap_fail "no token or ring key in the operator's log" "leaked: ${leaks[*]}; $nkeys secrets"; fi
+
+# --- TLS verification: on unless the explicit flag says otherwise ----------------------------
+if [ -n "$token" ]; then
+  NOCA=$IT_DIR/noca.kubeconfig
+  cat >"$NOCA" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "$KT_APISERVER_URL"}}]
+users: [{name: sa, user: {token: "$token"}}]
+contexts: [{name: c, context: {cluster: c, user: sa}}]
+current-context: c
+EOF
+  ns tls
+  KUBECONFIG=$NOCA it_operator noca
+  job tls t1 1
+  sleep 5
+  if grep -qi 'certificate' "$IT_DIR/op-noca.log" && [ "$(npods tls t1)" = 0 ]; then
+    tap_ok "without the cluster's CA the operator verifies, fails and creates nothing"
+  else tap_fail "without the cluster's CA the operator refuses the unverified server" \
+    "$(npods tls t1) pods; $(tail -n 5 "$IT_DIR/op-noca.log")"; fi
+  it_stop "$IT_PID"
+  KUBECONFIG=$NOCA it_operator insecure --insecure-skip-tls-verify
+  if wait_until 30 has_npods tls t1 1 && grep -q 'TLS VERIFICATION IS OFF' "$IT_DIR/op-insecure.log"; then
+    tap_ok "with --insecure-skip-tls-verify it works, and says verification is off"
+  else tap_fail "with --insecure-skip-tls-verify it works and warns" "$(tail -n 5 "$IT_DIR/op-insecure.log")"; fi
+  it_stop "$IT_PID"
+  if grep -qF -- "$token" "$IT_DIR"/op-noca.log "$IT_DIR"/op-insecure.log; then
+    tap_fail "no token in the TLS cases' logs" "leaked"
+  else tap_ok "no token in the TLS cases' logs"; fi
+fi
 tap_done
