@@ -83,9 +83,23 @@ for why in "frame length over the limit" "not a kubetrain handshake" \
   if [ "$n" -gt 0 ]; then tap_ok "rank 0 logs \"$why\" ($n)"
   else tap_fail "rank 0 logs \"$why\"" "$(grep rejected "$tmp/h0.err" | sort | uniq -c | head)"; fi
 done
-if grep -q "$KUBETRAIN_SECRET" "$tmp"/h*.err "$tmp"/h*.out "$tmp"/r*.err "$tmp"/r*.out; then
-  tap_fail "the job secret appears in no log line" "$(grep -l "$KUBETRAIN_SECRET" "$tmp"/*)"
-else tap_ok "the job secret appears in no log line"; fi
+# Two workers whose secrets differ (one from a file): both fail, and neither secret is
+# printed by either, however the failure is reported.
+other=9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b
+printf '%s\n' "$other" >"$tmp/secret"
+TF_CONFIG=$(tf 0) "$BIN" "${opts[@]}" --rendezvous-timeout 5 >"$tmp/w0.out" 2>"$tmp/w0.err" & a=$!
+TF_CONFIG=$(tf 1) KUBETRAIN_SECRET='' KUBETRAIN_SECRET_FILE=$tmp/secret "$BIN" "${opts[@]}" \
+  --rendezvous-timeout 5 >"$tmp/w1.out" 2>"$tmp/w1.err" & b=$!
+pids+=("$a" "$b")
+wait "$a"; ra=$?; wait "$b"; rb=$?
+if [ $ra != 0 ] && [ $rb != 0 ] && grep -q 'secret' "$tmp/w0.err" "$tmp/w1.err"; then
+  tap_ok "workers with different secrets refuse each other (exit $ra/$rb)"
+else tap_fail "workers with different secrets refuse each other" "exit $ra/$rb; $(tail -3 "$tmp/w0.err" "$tmp/w1.err")"; fi
+leaks=$(grep -l -e "$KUBETRAIN_SECRET" -e "$other" -e "${KUBETRAIN_SECRET:0:16}" -e "${other:0:16}" \
+  "$tmp"/[hrw][01].err "$tmp"/[hrw][01].out 2>/dev/null)
+if [ -z "$leaks" ] && [ -s "$tmp/w0.err" ] && [ -s "$tmp/h0.err" ]; then
+  tap_ok "no secret, nor half of one, in any output of the six workers"
+else tap_fail "no secret in any worker's output" "in: $leaks"; fi
 
 report=$(python3 - "$tmp/report.json" <<'PY'
 import json, sys
