@@ -30,12 +30,13 @@ OPERATOR_RULES = {
 } | {
     ("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "delete")
 }
-# leader.c: GET and PUT the Lease named kubetrain-operator, POST it when absent.
-LEASE_RULES = {
-    ("coordination.k8s.io", "leases", "", "create"),
-    ("coordination.k8s.io", "leases", "kubetrain-operator", "get"),
-    ("coordination.k8s.io", "leases", "kubetrain-operator", "update"),
-}
+# leader.c: GET and PUT the Lease named by --leader-elect-name, POST it when absent.
+def lease_rules(name):
+    return {
+        ("coordination.k8s.io", "leases", "", "create"),
+        ("coordination.k8s.io", "leases", name, "get"),
+        ("coordination.k8s.io", "leases", name, "update"),
+    }
 COMMON_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
                  "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
                  "app.kubernetes.io/part-of", "app.kubernetes.io/component",
@@ -187,9 +188,17 @@ def main():
     else:
         check(f"[{mode}] one operator {op_kind}", False, f"got {len(op_roles)}")
     if leader:
+        # The Lease is named after the release (its fullname; release "kubetrain" of
+        # chart "kubetrain" is "kubetrain"), so two releases in a namespace never share it.
+        args = by_kind["Deployment"][0]["spec"]["template"]["spec"]["containers"][0].get("args") or []
+        names = [a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-name=")]
+        fullname = release if "kubetrain" in release else release + "-kubetrain"
+        check(f"[{mode}] the Deployment names its Lease after the release", names == [fullname],
+              f"got {names}")
+        want_le = lease_rules(fullname)
         got = flat_rules(le_roles[0]) if len(le_roles) == 1 else set()
-        check(f"[{mode}] leader-election Role grants exactly the Lease verbs", got == LEASE_RULES,
-              f"extra {sorted(got - LEASE_RULES)}; missing {sorted(LEASE_RULES - got)}")
+        check(f"[{mode}] leader-election Role grants exactly the Lease verbs", got == want_le,
+              f"extra {sorted(got - want_le)}; missing {sorted(want_le - got)}")
     else:
         check(f"[{mode}] no leader-election Role", not le_roles)
 

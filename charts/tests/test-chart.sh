@@ -173,7 +173,7 @@ if [ $cluster = 1 ]; then
            "create pods -n team-a" "delete pods -n team-a" "watch pods -A" "create services -n team-a" \
            "list secrets -A" "create secrets -n team-a" "create events -n team-a" \
            "create leases.coordination.k8s.io -n kubetrain-system" \
-           "update leases.coordination.k8s.io/kubetrain-operator -n kubetrain-system"; do
+           "update leases.coordination.k8s.io/kubetrain -n kubetrain-system"; do
     # shellcheck disable=SC2086
     [ "$(k auth can-i $q --as "$sa" 2>/dev/null)" = yes ] || can+=("$q")
   done
@@ -231,9 +231,9 @@ for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args
     if [ $ok = 1 ]; then tap_ok "[$mode] examples/job.yaml gets its Service, Secret, 2 pods and a status"
     else tap_fail "[$mode] examples/job.yaml gets its Service, Secret, 2 pods and a status" \
       "$(k get all,secrets -n "$jobns" 2>&1; tail -n 20 "$log")"; fi
-    holder=$(k get lease kubetrain-operator -n "$ns" -o 'jsonpath={.spec.holderIdentity}' 2>&1)
-    if [ "$holder" = kubetrain-test-0 ]; then tap_ok "[$mode] the operator holds its Lease in $ns, named by the pod"
-    else tap_fail "[$mode] the operator holds its Lease in $ns, named by the pod" "holder: $holder"; fi
+    holder=$(k get lease kubetrain -n "$ns" -o 'jsonpath={.spec.holderIdentity}' 2>&1)
+    if [ "$holder" = kubetrain-test-0 ]; then tap_ok "[$mode] the operator holds its Lease (named after the release) in $ns, named by the pod"
+    else tap_fail "[$mode] the operator holds its Lease (named after the release) in $ns, named by the pod" "holder: $holder"; fi
     if grep -qiE 'forbidden|" 403|code.?403' "$log"; then
       tap_fail "[$mode] no request of the operator was forbidden" "$(grep -iE 'forbidden|403' "$log" | head -5)"
     else tap_ok "[$mode] no request of the operator was forbidden"; fi

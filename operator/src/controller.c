@@ -89,12 +89,14 @@ static const char *const METADATA_KEPT[] = {"name",
  * container states of the status); the spec it never compares. */
 static void prune_pod(cJSON *pod)
 {
-    static const char *const top[] = {"metadata", "status", NULL};
+    static const char *const top[] = {"metadata", "spec", "status", NULL};
+    static const char *const spec[] = {"nodeName", NULL}; /* named when forcing a deletion */
     static const char *const status[] = {"phase", "reason", "conditions", "containerStatuses",
                                          NULL};
     static const char *const cstatus[] = {"name", "state", NULL};
     keep_only(pod, top);
     keep_only(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), METADATA_KEPT);
+    keep_only(cJSON_GetObjectItemCaseSensitive(pod, "spec"), spec);
     cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
     keep_only(st, status);
     cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses");
@@ -297,6 +299,28 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
              * have been handled before this answer; the watch brings the truth. */
             metrics_count_pods(0, 1);
             olog(OLOG_INFO, key, "deleted pod %s", a->name);
+        } else if (rc == -ENOENT) {
+            rc = 0;
+        }
+        break;
+    }
+    case ACTION_FORCE_DELETE_POD: {
+        kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
+        cJSON *opts = delete_options(pod_uid(pods, a->name), NULL);
+        if (opts && !jsonx_set_num(opts, "gracePeriodSeconds", 0)) {
+            cJSON_Delete(opts);
+            opts = NULL;
+        }
+        if (!opts) {
+            snprintf(err, errlen, "force-deleting pod %s: out of memory", a->name);
+            rc = -ENOMEM;
+            break;
+        }
+        rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
+        cJSON_Delete(opts);
+        if (rc == 0) {
+            metrics_count_pods(0, 1);
+            olog(OLOG_WARN, key, "force-deleted pod %s (stuck terminating)", a->name);
         } else if (rc == -ENOENT) {
             rc = 0;
         }

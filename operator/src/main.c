@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "olog.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -46,10 +47,14 @@ static void usage(FILE *f)
         "  --leader-elect-namespace NS   namespace of the Lease (default: the kubeconfig's or "
         "\"default\")\n"
         "  --leader-elect-id ID      identity in the Lease (default: hostname_pid)\n"
+        "  --leader-elect-name NAME  name of the Lease (default: kubetrain-operator); two\n"
+        "                            installations in one namespace need different names\n"
         "  --qps N --burst N         API client rate limit (50, 100)\n"
         "  --workers N               reconcile threads (4)\n"
         "  --backoff-base S          delay before the first retry after a worker failure (10)\n"
         "  --backoff-max S           cap of that exponential delay (360)\n"
+        "  --force-delete-after S    force-delete a pod still terminating S seconds after its\n"
+        "                            grace period ended (its node is gone); 0: never (60)\n"
         "  --log-level LEVEL         debug | info | warn | error (info)\n"
         "  --insecure-skip-tls-verify  do not verify the API server's certificate (never in\n"
         "                            production; logged as a warning at start and every minute)\n"
@@ -115,6 +120,19 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
     return 0;
 }
 
+/* A DNS-1123 subdomain, which object names such as a Lease's must be. */
+static int dns_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '-' ||
+              s[i] == '.'))
+            return 0;
+    return 1;
+}
+
 static void nap(double s)
 {
     struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
@@ -125,9 +143,9 @@ int main(int argc, char **argv)
 {
     const char *kubeconfig = NULL, *ns = "", *image = "kubetrain/trainer:" VERSION;
     const char *domain = "", *metrics_addr = ":8080", *health_addr = ":8081";
-    const char *le_ns = NULL, *le_id = NULL, *level = "info";
+    const char *le_ns = NULL, *le_id = NULL, *le_name = "kubetrain-operator", *level = "info";
     int leader_elect = 0, insecure = 0;
-    double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360;
+    double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360, force_after = 60;
     enum {
         O_KCFG = 256,
         O_NS,
@@ -138,11 +156,13 @@ int main(int argc, char **argv)
         O_LE,
         O_LENS,
         O_LEID,
+        O_LENAME,
         O_QPS,
         O_BURST,
         O_WORKERS,
         O_BBASE,
         O_BMAX,
+        O_FORCE,
         O_LEVEL,
         O_INSECURE,
         O_VERSION,
@@ -158,11 +178,13 @@ int main(int argc, char **argv)
         {"leader-elect", no_argument, 0, O_LE},
         {"leader-elect-namespace", required_argument, 0, O_LENS},
         {"leader-elect-id", required_argument, 0, O_LEID},
+        {"leader-elect-name", required_argument, 0, O_LENAME},
         {"qps", required_argument, 0, O_QPS},
         {"burst", required_argument, 0, O_BURST},
         {"workers", required_argument, 0, O_WORKERS},
         {"backoff-base", required_argument, 0, O_BBASE},
         {"backoff-max", required_argument, 0, O_BMAX},
+        {"force-delete-after", required_argument, 0, O_FORCE},
         {"log-level", required_argument, 0, O_LEVEL},
         {"insecure-skip-tls-verify", no_argument, 0, O_INSECURE},
         {"version", no_argument, 0, O_VERSION},
@@ -202,6 +224,17 @@ int main(int argc, char **argv)
         case O_LEID:
             le_id = optarg;
             break;
+        case O_LENAME:
+            le_name = optarg;
+            if (!dns_subdomain(le_name)) {
+                fprintf(stderr,
+                        "kubetrain-operator: --leader-elect-name: \"%s\" is not a valid Lease "
+                        "name (lowercase letters, digits, '-' and '.', at most 253 characters, "
+                        "starting and ending with a letter or digit)\n",
+                        le_name);
+                bad = 1;
+            }
+            break;
         case O_QPS:
             bad |= parse_num("--qps", optarg, 0, 100000, &qps);
             break;
@@ -216,6 +249,9 @@ int main(int argc, char **argv)
             break;
         case O_BMAX:
             bad |= parse_num("--backoff-max", optarg, 0, 86400, &backoff_max);
+            break;
+        case O_FORCE:
+            bad |= parse_num("--force-delete-after", optarg, 0, 86400, &force_after);
             break;
         case O_LEVEL:
             level = optarg;
@@ -299,7 +335,8 @@ int main(int argc, char **argv)
         .namespace = ns,
         .reconcile = {.desired = {.trainer_image = image, .cluster_domain = domain},
                       .backoff_base_s = backoff_base,
-                      .backoff_max_s = backoff_max},
+                      .backoff_max_s = backoff_max,
+                      .force_delete_after_s = force_after},
         .workers = (int)workers,
         .identity = le_id ? le_id : id,
     };
@@ -336,7 +373,7 @@ int main(int argc, char **argv)
     if (leader_elect) {
         LeaderConfig lc = {.ns = le_ns ? le_ns
                                        : (*ns ? ns : (kc->namespace ? kc->namespace : "default")),
-                           .name = "kubetrain-operator",
+                           .name = le_name,
                            .identity = cc.identity};
         leader = leader_new(client, &lc);
         if (!leader || leader_acquire(leader, &g_stop) != 0) goto out;

@@ -18,8 +18,8 @@
 
 static const char *const kind_names[] = {"create-secret", "create-service", "create-pod",
                                          "delete-pod",    "update-status",  "delete-job",
-                                         "event",         "create-network-policy",
-                                         "delete-network-policy"};
+                                         "event",         "force-delete-pod",
+                                         "create-network-policy", "delete-network-policy"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -662,6 +662,35 @@ out:
     free(cur);
 }
 
+/* Pods of the job (an older job's of the same name too: they block the names) whose
+ * deletion has not finished force_delete_after_s after their grace period ended: the
+ * kubelet that should confirm it is gone, as when a node dies. Without this such a pod
+ * blocks the restarted group forever. The rest are looked at again when they are due. */
+static void force_delete_stuck(Ctx *c)
+{
+    const Observed *o = c->obs;
+    double after = c->cfg->force_delete_after_s;
+    if (after <= 0) return;
+    for (size_t i = 0; i < o->npods; i++) {
+        const char *name = jsonx_str(o->pods[i], "metadata.name");
+        double deadline;
+        if (!name || clock_parse_rfc3339(jsonx_str(o->pods[i], "metadata.deletionTimestamp"),
+                                         &deadline) != 0)
+            continue;
+        double at = deadline + after;
+        if (o->now < at) {
+            requeue(c, at - o->now);
+            continue;
+        }
+        add_action(c, ACTION_FORCE_DELETE_POD, name, NULL);
+        const char *node = jsonx_str(o->pods[i], "spec.nodeName");
+        event(c, "Warning", "ForceDeleted",
+              "pod %s is still terminating %.0f s after its grace period ended (node %s does not "
+              "confirm it); deleted it with grace period 0 so that the job can go on",
+              name, o->now - deadline, node ? node : "(none)");
+    }
+}
+
 int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char *err, size_t errlen)
 {
     memset(plan, 0, sizeof *plan);
@@ -741,6 +770,7 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     }
     reconcile_active(&c, views, nviews, foreign);
 out:
+    if (!c.nomem) force_delete_stuck(&c);
     free(views);
     cJSON_Delete(c.status);
     if (c.nomem) {

@@ -25,6 +25,7 @@ typedef enum {
     ACTION_UPDATE_STATUS, /* object: the whole job with the new status (PUT .../status) */
     ACTION_DELETE_JOB,    /* ttlSecondsAfterFinished elapsed */
     ACTION_EVENT,         /* event_type, reason, message */
+    ACTION_FORCE_DELETE_POD, /* a pod stuck terminating: DELETE with gracePeriodSeconds 0 */
     ACTION_CREATE_NETWORK_POLICY, /* spec.networkPolicy: before the pods */
     ACTION_DELETE_NETWORK_POLICY, /* spec.networkPolicy turned off */
 } ActionKind;
@@ -48,6 +49,10 @@ typedef struct ReconcileConfig {
     DesiredConfig desired;
     double backoff_base_s; /* delay before the first retry after an application failure */
     double backoff_max_s;  /* the delay doubles per failure up to this */
+    /* A pod still there this long after its deletionTimestamp (the end of its grace
+     * period) is on a node that no longer answers: it is deleted with grace period 0 so
+     * that its name is free for the restarted group. <= 0: never. */
+    double force_delete_after_s;
 } ReconcileConfig;
 
 typedef struct Observed {

@@ -19,7 +19,7 @@ trap cleanup EXIT
 out=$("$bin" --help 2>&1); rc=$?
 missing=""
 for f in --kubeconfig --namespace --trainer-image --metrics-addr --health-addr --leader-elect \
-         --qps --burst --workers --log-level --cluster-domain; do
+         --leader-elect-name --qps --burst --workers --log-level --cluster-domain; do
   grep -q -- "$f" <<<"$out" || missing="$missing $f"
 done
 if [ $rc -eq 0 ] && [ -z "$missing" ]; then tap_ok "--help lists every flag"; else
@@ -33,6 +33,11 @@ tap_check "an unknown flag exits 2 (got $rc)" test $rc -eq 2
 out=$("$bin" --qps fast 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q -- '--qps: expected a number' <<<"$out"; then tap_ok "a bad --qps names the flag"
 else tap_fail "a bad --qps names the flag" "rc=$rc $out"; fi
+
+out=$("$bin" --leader-elect-name Ops_Lease 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q -- '--leader-elect-name: "Ops_Lease" is not a valid Lease name' <<<"$out"; then
+  tap_ok "a bad --leader-elect-name names the flag and the rule"
+else tap_fail "a bad --leader-elect-name names the flag and the rule" "rc=$rc $out"; fi
 
 # No configuration anywhere: exit 2, one JSON error line naming where it looked.
 out=$(env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST HOME="$tmp" "$bin" 2>&1); rc=$?

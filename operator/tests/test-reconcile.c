@@ -104,7 +104,7 @@ static void pod_terminated(cJSON *pod, int code, const char *message)
     jsonx_set(st, "containerStatuses", cJSON_Parse(buf));
 }
 
-static void fx_run(Fixture *f, double now)
+static void fx_run_cfg(Fixture *f, const ReconcileConfig *cfg, double now)
 {
     Observed o = {.job = f->job,
                   .secret = f->secret,
@@ -116,11 +116,16 @@ static void fx_run(Fixture *f, double now)
     for (int i = 0; i < 32; i++)
         o.ring_key[i] = (unsigned char)(0xa0 + i);
     char err[256] = "";
-    int rc = reconcile(&CFG, &o, &f->plan, err, sizeof err);
+    int rc = reconcile(cfg, &o, &f->plan, err, sizeof err);
     if (rc) fprintf(stderr, "# reconcile: %s\n", err);
     assert_int_equal(rc, 0);
     f->desc = plan_describe(&f->plan);
     assert_non_null(f->desc);
+}
+
+static void fx_run(Fixture *f, double now)
+{
+    fx_run_cfg(f, &CFG, now);
 }
 
 /* The new status of the plan's update-status action (fails if there is none). */
@@ -932,6 +937,7 @@ static void apply_prefix(Fixture *f, size_t k)
             break;
         }
         case ACTION_DELETE_POD:
+        case ACTION_FORCE_DELETE_POD:
             /* Unscheduled pods go at once (no kubelet to wait for). */
             for (size_t j = 0; j < f->npods; j++) {
                 if (strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) != 0) continue;
@@ -1120,6 +1126,53 @@ static void test_wrong_types_anywhere_never_crash(void **state)
     olog_set_level(OLOG_INFO);
 }
 
+/* A pod whose node died stays terminating for ever (no kubelet confirms the deletion):
+ * once it is force_delete_after_s past its grace period it is deleted with grace period 0,
+ * with a Warning event; before that the job is looked at again when it falls due. */
+static void test_force_delete_stuck_terminating(void **state)
+{
+    (void)state;
+    ReconcileConfig cfg = CFG;
+    cfg.force_delete_after_s = 60;
+    Fixture f = {.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    cJSON *stuck = fx_pod(&f, 1, 0, "Running");
+    char ts[40];
+    clock_format_rfc3339(NOW - 30, ts, sizeof ts); /* grace period ended 30 s ago */
+    jsonx_set_str(jsonx_ensure_obj(stuck, "metadata"), "deletionTimestamp", ts);
+    jsonx_set_str(jsonx_ensure_obj(stuck, "spec"), "nodeName", "node-a");
+
+    fx_run_cfg(&f, &cfg, NOW);
+    if (strstr(f.desc, "force-delete-pod"))
+        fail_msg("forced 30 s after the grace period, before the 60 s allowance:\n%s", f.desc);
+    assert_true(f.plan.requeue_after > 0 && f.plan.requeue_after <= 30.0 + 1e-6);
+    plan_free(&f.plan);
+    free(f.desc);
+
+    fx_run_cfg(&f, &cfg, NOW + 31);
+    const Action *a = find_action(&f, ACTION_FORCE_DELETE_POD, "mnist-worker-1");
+    assert_non_null(a);
+    if (strstr(f.desc, "force-delete-pod mnist-worker-0"))
+        fail_msg("forced a pod that is not terminating:\n%s", f.desc);
+    if (!strstr(f.desc, "event Warning ForceDeleted"))
+        fail_msg("no ForceDeleted event:\n%s", f.desc);
+    int named = 0;
+    for (size_t i = 0; i < f.plan.n; i++)
+        if (f.plan.actions[i].kind == ACTION_EVENT &&
+            strcmp(f.plan.actions[i].reason, "ForceDeleted") == 0)
+            named = strstr(f.plan.actions[i].message, "mnist-worker-1") &&
+                    strstr(f.plan.actions[i].message, "node-a");
+    assert_true(named);
+    plan_free(&f.plan);
+    free(f.desc);
+
+    /* Switched off (the default of a zeroed config): never forced. */
+    fx_run(&f, NOW + 3600);
+    if (strstr(f.desc, "force-delete-pod")) fail_msg("forced while switched off:\n%s", f.desc);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1145,6 +1198,7 @@ int main(void)
         cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),
+        cmocka_unit_test(test_force_delete_stuck_terminating),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }

@@ -1,7 +1,10 @@
 /* bench-allreduce — all-reduce bus bandwidth of the TCP ring (ring.c) on loopback,
  * side by side in one run with PyTorch's gloo backend (allreduce_gloo.py) and with the
  * loopback exchange limit: two processes that each send and receive the same bytes at
- * once over one TCP connection, which one ring step cannot beat.
+ * once, over one TCP connection per direction as the ring has, which one ring step cannot
+ * beat. Like the ring, the
+ * exchange sends from its own thread while the caller receives once a message reaches
+ * --thread-min bytes (1 MiB by default), and alternates on one thread below that.
  *
  * busbw follows nccl-tests: size / time x 2(N-1)/N. The exchange limit is reported as
  * bytes sent per process / time for the bytes one ring rank sends, size x 2(N-1)/N, so
@@ -21,6 +24,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,35 +105,106 @@ static void ring_rank(int rank, int world, const int *lfd, const int *port, Shar
 /* ---------------------------------------------------------------------------------- */
 /* loopback exchange limit */
 
-/* Sends and receives n bytes at once on fd (non-blocking), 1 MiB per call at most. */
-static int exchange(int fd, const char *out, char *in, size_t n)
+/* Moves n bytes one way on non-blocking fd (send when out, else receive into in),
+ * waiting in poll when the socket is full or empty. */
+static int one_way(int fd, const char *out, char *in, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t k = n - done;
+        ssize_t r = out ? send(fd, out + done, k, MSG_NOSIGNAL) : recv(fd, in + done, k, 0);
+        if (r > 0) {
+            done += (size_t)r;
+        } else if (r == 0) {
+            return -ECONNRESET;
+        } else if (errno == EAGAIN) {
+            struct pollfd p = {.fd = fd, .events = out ? POLLOUT : POLLIN};
+            poll(&p, 1, 1000);
+        } else if (errno != EINTR) {
+            return -errno;
+        }
+    }
+    return 0;
+}
+
+/* Sends and receives n bytes at once on fd (non-blocking) from one thread, alternating
+ * calls of 1 MiB at most: what the ring does below its thread_min_bytes. */
+static int exchange_single(int sfd, int rfd, const char *out, char *in, size_t n)
 {
     size_t so = 0, ro = 0;
     while (so < n || ro < n) {
         int progress = 0;
         if (so < n) {
             size_t k = n - so > (1u << 20) ? (1u << 20) : n - so;
-            ssize_t w = send(fd, out + so, k, MSG_NOSIGNAL);
+            ssize_t w = send(sfd, out + so, k, MSG_NOSIGNAL);
             if (w > 0) so += (size_t)w, progress = 1;
             else if (errno != EAGAIN) return -errno;
         }
         if (ro < n) {
             size_t k = n - ro > (1u << 20) ? (1u << 20) : n - ro;
-            ssize_t r = recv(fd, in + ro, k, 0);
+            ssize_t r = recv(rfd, in + ro, k, 0);
             if (r > 0) ro += (size_t)r, progress = 1;
             else if (r == 0) return -ECONNRESET;
             else if (errno != EAGAIN) return -errno;
         }
         if (!progress) {
-            short ev = (short)((so < n ? POLLOUT : 0) | (ro < n ? POLLIN : 0));
-            struct pollfd p = {.fd = fd, .events = ev};
-            poll(&p, 1, 1000);
+            struct pollfd p[2] = {{.fd = so < n ? sfd : -1, .events = POLLOUT},
+                                  {.fd = ro < n ? rfd : -1, .events = POLLIN}};
+            poll(p, 2, 1000);
         }
     }
     return 0;
 }
 
-static void exchange_rank(int side, int fd, int world, Shared *sh)
+/* A persistent send thread, as the ring keeps one: from thread_min_bytes up, the bytes
+ * go out on this thread while the caller receives, so sending and receiving each have
+ * a core, which is what the ring's threaded path gets. */
+typedef struct Sender {
+    pthread_t t;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int fd, quit, busy, rc;
+    const char *out;
+    size_t n;
+} Sender;
+
+static void *sender_main(void *arg)
+{
+    Sender *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->busy && !s->quit) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->quit) break;
+        pthread_mutex_unlock(&s->mu);
+        int rc = one_way(s->fd, s->out, NULL, s->n);
+        pthread_mutex_lock(&s->mu);
+        s->rc = rc;
+        s->busy = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static int exchange(Sender *s, int rfd, const char *out, char *in, size_t n)
+{
+    size_t thread_min = g_thread_min ? g_thread_min : 1u << 20;
+    if (n < thread_min) return exchange_single(s->fd, rfd, out, in, n);
+    pthread_mutex_lock(&s->mu);
+    s->out = out, s->n = n, s->busy = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    int rc = one_way(rfd, NULL, in, n);
+    pthread_mutex_lock(&s->mu);
+    while (s->busy) pthread_cond_wait(&s->cv, &s->mu);
+    if (!rc) rc = s->rc;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* sfd carries this side's bytes to the other, rfd the other's to this one: one
+ * connection per direction, as the ring has to its next and from its previous rank. */
+static void exchange_rank(int side, int sfd, int rfd, int world, Shared *sh)
 {
     size_t maxb = 0;
     for (int s = 0; s < g_nsizes; s++) {
@@ -138,18 +213,32 @@ static void exchange_rank(int side, int fd, int world, Shared *sh)
     }
     char *out = xmalloc(maxb), *in = xmalloc(maxb), sync[8] = {0};
     memset(out, side + 1, maxb);
+    fcntl(sfd, F_SETFL, fcntl(sfd, F_GETFL) | O_NONBLOCK);
+    fcntl(rfd, F_SETFL, fcntl(rfd, F_GETFL) | O_NONBLOCK);
+    Sender snd = {.fd = sfd, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    if (pthread_create(&snd.t, NULL, sender_main, &snd) != 0) {
+        sh->rc[side] = -EAGAIN;
+        snprintf(sh->err[side], 256, "exchange: cannot start the send thread");
+        free(out), free(in);
+        return;
+    }
     for (int s = 0; s < g_nsizes && sh->rc[side] == 0; s++) {
         size_t b = g_sizes[s] * 2 * (size_t)(world - 1) / (size_t)world;
         int iters = iterations(g_sizes[s]);
-        for (int w = 0; w < 2; w++) sh->rc[side] |= exchange(fd, out, in, b);
+        for (int w = 0; w < 2; w++) sh->rc[side] |= exchange(&snd, rfd, out, in, b);
         for (int r = 0; r < g_repeats && sh->rc[side] == 0; r++) {
-            sh->rc[side] |= exchange(fd, sync, sync, sizeof sync);
+            sh->rc[side] |= exchange(&snd, rfd, sync, sync, sizeof sync);
             double t0 = util_now();
             for (int i = 0; i < iters && sh->rc[side] == 0; i++)
-                sh->rc[side] |= exchange(fd, out, in, b);
+                sh->rc[side] |= exchange(&snd, rfd, out, in, b);
             sh->t[side][s][r] = (util_now() - t0) / iters;
         }
     }
+    pthread_mutex_lock(&snd.mu);
+    snd.quit = 1;
+    pthread_cond_signal(&snd.cv);
+    pthread_mutex_unlock(&snd.mu);
+    pthread_join(snd.t, NULL);
     if (sh->rc[side]) snprintf(sh->err[side], 256, "exchange: %s", strerror(-sh->rc[side]));
     free(out), free(in);
 }
@@ -218,21 +307,24 @@ static int run_exchange(int world, double *best)
     pid_t pid[2];
     for (int side = 0; side < 2; side++) {
         if ((pid[side] = fork()) == 0) {
-            int fd;
-            if (side == 0) {
-                fd = accept(lfd, NULL, NULL);
-            } else {
-                fd = socket(AF_INET, SOCK_STREAM, 0);
-                net_tune_socket(fd, g_sockbuf);
-                int fl = fcntl(fd, F_GETFL);
-                fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-                struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-                if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) _exit(1);
+            int fd[2]; /* 0→1, then 1→0 */
+            for (int c = 0; c < 2; c++) {
+                if (side == 0) {
+                    fd[c] = accept(lfd, NULL, NULL);
+                } else {
+                    fd[c] = socket(AF_INET, SOCK_STREAM, 0);
+                    net_tune_socket(fd[c], g_sockbuf);
+                    fcntl(fd[c], F_SETFL, fcntl(fd[c], F_GETFL) & ~O_NONBLOCK);
+                    struct sockaddr_in sa = {.sin_family = AF_INET,
+                                             .sin_port = htons((uint16_t)port),
+                                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+                    if (connect(fd[c], (struct sockaddr *)&sa, sizeof sa) < 0) _exit(1);
+                }
+                if (fd[c] < 0) _exit(1);
+                net_tune_socket(fd[c], g_sockbuf);
             }
             close(lfd);
-            net_tune_socket(fd, g_sockbuf);
-            exchange_rank(side, fd, world, sh);
+            exchange_rank(side, fd[side], fd[1 - side], world, sh);
             _exit(sh->rc[side] ? 1 : 0);
         }
     }
@@ -335,8 +427,9 @@ int main(int argc, char **argv)
     machine_info(root);
     cJSON_AddStringToObject(root, "definition",
                             "busbw = size/time x 2(N-1)/N (nccl-tests); exchange_limit = bytes "
-                            "each of two processes sends and receives at once over one loopback "
-                            "TCP connection / time, for size x 2(N-1)/N bytes; best of repeats");
+                            "each of two processes sends and receives at once over loopback TCP, "
+                            "one connection per direction as in the ring / time, for size x 2(N-1)/N bytes, sending from a second "
+                            "thread from thread_min_bytes up as the ring does; best of repeats");
     cJSON_AddNumberToObject(root, "repeats", g_repeats);
     cJSON_AddNumberToObject(root, "rounds", g_rounds);
     cJSON_AddNumberToObject(root, "sockbuf_bytes", g_sockbuf);

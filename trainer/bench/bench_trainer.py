@@ -5,7 +5,12 @@ Side by side in one run, interleaved over ROUNDS rounds so that machine noise hi
 three alike: kubetrain-trainer, the TensorFlow/Keras peer (tf_peer.py, the reference
 notebook's single-worker fit), and the compute floor (gemm_floor: the step's GEMMs
 alone). Then tutorial-cnn + Adam(1e-3), 2 epochs over the training set, test accuracy
-of both. Peak RSS of every process from wait4. Writes bench/results/trainer-core.json.
+of both over ACC_RUNS seeds. Peak RSS of every process from wait4.
+
+Writes OUT_JSON (throughput, bench/results/trainer-core.json) and, next to it,
+trainer-accuracy.json. PARTS=throughput or PARTS=accuracy runs one part alone (the
+accuracy runs do not depend on machine load, so they can run while the machine is busy;
+the throughput rounds want a quiet machine).
 
   bench_trainer.py TRAINER GEMM_FLOOR VENV_PYTHON DATA_DIR OUT_JSON
 """
@@ -67,8 +72,33 @@ def cpu_model():
     return platform.processor()
 
 
+def machine(load_start):
+    return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
+            "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg()}
+
+
+def write_json(path, result):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def main():
     trainer, floor_bin, py, data_dir, out_path = sys.argv[1:6]
+    parts = os.environ.get("PARTS", "throughput,accuracy").split(",")
+    if "throughput" in parts:
+        throughput(trainer, floor_bin, py, data_dir, out_path)
+    if "accuracy" in parts:
+        accuracy(trainer, py, data_dir,
+                 os.path.join(os.path.dirname(out_path), "trainer-accuracy.json"))
+
+
+def throughput(trainer, floor_bin, py, data_dir, out_path):
     tf_peer = os.path.join(HERE, "tf_peer.py")
     rounds = []
     # gemm threads: the default (the CPUs) and 1 (OPENBLAS_NUM_THREADS=1, which gemm.c
@@ -111,10 +141,50 @@ def main():
     def med(key):
         return statistics.median(r[key] for r in rounds)
 
-    # accuracy: Adam(1e-3), 2 epochs over the whole training set, test-set evaluation,
-    # ACC_RUNS seeds each (TensorFlow's accuracy moves by about a point between seeds,
-    # so one run of each says little about a 0.5-point target).
-    acc_runs = int(os.environ.get("ACC_RUNS", "3"))
+    result = {
+        "benchmark": "trainer-core: one worker, tutorial-cnn, batch 64, Fashion-MNIST",
+        "date": now(),
+        "machine": machine(load_start),
+        "commands": {
+            "kubetrain": "kubetrain-trainer --model tutorial-cnn --per-worker-batch 64 --epochs 3 "
+                         "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
+            "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
+            "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
+                     "backend and threads as the trainer)",
+            "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
+                       "with OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
+            "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "
+                   "epochs 2-3 (kubetrain: wait4 CPU of the 3-epoch run minus that of the same "
+                   "run stopped after epoch 1; TensorFlow: process_time in the epoch callback). "
+                   "Unlike samples/s it is not inflated by waiting for a core on the shared "
+                   "machine",
+            "accuracy": "in trainer-accuracy.json",
+        },
+        "rounds": rounds,
+        "median": {k: med(k) for k in rounds[0] if k != "load_avg_1m"},
+        "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5",
+                    "kubetrain_max_rss_mib": "<= 200"},
+    }
+    m = result["median"]
+    best = max(("default", "t1"), key=lambda t: m["kubetrain_%s_samples_per_sec" % t])
+    result["met"] = {
+        "best_openblas_threads": best,
+        "vs_floor": m["kubetrain_%s_vs_floor" % best] >= 0.8,
+        "vs_tensorflow": m["kubetrain_%s_vs_tensorflow" % best] >= 1.5,
+        "rss": max(m["kubetrain_default_max_rss_mib"], m["kubetrain_t1_max_rss_mib"]) <= 200,
+    }
+    write_json(out_path, result)
+    print(json.dumps({"median": result["median"], "met": result["met"]}, indent=1))
+
+
+def accuracy(trainer, py, data_dir, out_path):
+    """Adam(1e-3), 2 epochs over the whole training set, test-set evaluation, ACC_RUNS
+    seeds each (TensorFlow's accuracy moves by about a point between seeds, so one run of
+    each says little about a 0.5-point target)."""
+    tf_peer = os.path.join(HERE, "tf_peer.py")
+    one = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    load_start = os.getloadavg()
+    acc_runs = int(os.environ.get("ACC_RUNS", "8"))
     k_accs, k_losses, k_secs, tf_accs, tf_losses, tf_secs, k_acc_rss, tf_acc_rss = [], [], [], [], [], [], 0.0, 0.0
     for seed in range(1, acc_runs + 1):
         ev, rss = kubetrain_epochs(trainer, ["--model", "tutorial-cnn", "--per-worker-batch", "64",
@@ -134,60 +204,35 @@ def main():
         tf_acc_rss = max(tf_acc_rss, rss)
         print("accuracy seed %d: kubetrain %.4f tensorflow %.4f" % (seed, k_accs[-1], tf_accs[-1]),
               flush=True)
-    acc = {
+    gap = 100.0 * (statistics.mean(k_accs) - statistics.mean(tf_accs))
+    # the gap's standard error from the two samples' spreads (points)
+    se = 100.0 * (statistics.variance(k_accs) / len(k_accs) +
+                  statistics.variance(tf_accs) / len(tf_accs)) ** 0.5 if acc_runs > 1 else None
+    result = {
+        "benchmark": "trainer accuracy: one worker, tutorial-cnn, Adam(1e-3), Fashion-MNIST",
+        "date": now(),
+        "machine": machine(load_start),
         "settings": "tutorial-cnn, Adam(lr=1e-3), batch 64, 2 epochs x 937 steps, shuffle(60000), "
                     "seeds 1..%d each (kubetrain with OPENBLAS_NUM_THREADS=1)" % acc_runs,
+        "commands": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval "
+                    "--seed S; tf_peer.py accuracy DATA S (S = 1..ACC_RUNS; means compared)",
         "kubetrain_test_accuracy": k_accs, "kubetrain_test_loss": k_losses,
         "kubetrain_epoch_seconds": k_secs, "kubetrain_max_rss_mib": k_acc_rss,
         "tensorflow_test_accuracy": tf_accs, "tensorflow_test_loss": tf_losses,
         "tensorflow_epoch_seconds": tf_secs, "tensorflow_max_rss_mib": tf_acc_rss,
         "kubetrain_mean_test_accuracy": statistics.mean(k_accs),
         "tensorflow_mean_test_accuracy": statistics.mean(tf_accs),
+        "accuracy_gap_points": gap,
+        "accuracy_gap_standard_error_points": se,
+        "targets": {"accuracy_gap_points": "|gap| <= 0.5", "kubetrain_max_rss_mib": "<= 200"},
+        "met": {"accuracy": abs(gap) <= 0.5, "rss": k_acc_rss <= 200},
     }
-    acc["accuracy_gap_points"] = 100.0 * (acc["kubetrain_mean_test_accuracy"] -
-                                          acc["tensorflow_mean_test_accuracy"])
-
-    result = {
-        "benchmark": "trainer-core: one worker, tutorial-cnn, batch 64, Fashion-MNIST",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-                    "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg()},
-        "commands": {
-            "kubetrain": "kubetrain-trainer --model tutorial-cnn --per-worker-batch 64 --epochs 3 "
-                         "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
-            "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
-            "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
-                     "backend and threads as the trainer)",
-            "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
-                       "with OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
-            "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "
-                   "epochs 2-3 (kubetrain: wait4 CPU of the 3-epoch run minus that of the same "
-                   "run stopped after epoch 1; TensorFlow: process_time in the epoch callback). "
-                   "Unlike samples/s it is not inflated by waiting for a core on the shared "
-                   "machine",
-            "accuracy": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval "
-                        "--seed S; tf_peer.py accuracy DATA S (S = 1..ACC_RUNS; means compared)",
-        },
-        "rounds": rounds,
-        "median": {k: med(k) for k in rounds[0] if k != "load_avg_1m"},
-        "accuracy": acc,
-        "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5",
-                    "accuracy_gap_points": "|gap| <= 0.5", "kubetrain_max_rss_mib": "<= 200"},
-    }
-    m = result["median"]
-    best = max(("default", "t1"), key=lambda t: m["kubetrain_%s_samples_per_sec" % t])
-    result["met"] = {
-        "best_openblas_threads": best,
-        "vs_floor": m["kubetrain_%s_vs_floor" % best] >= 0.8,
-        "vs_tensorflow": m["kubetrain_%s_vs_tensorflow" % best] >= 1.5,
-        "accuracy": abs(acc["accuracy_gap_points"]) <= 0.5,
-        "rss": max(m["kubetrain_default_max_rss_mib"], m["kubetrain_t1_max_rss_mib"], k_acc_rss) <= 200,
-    }
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
-    print(json.dumps({"median": result["median"], "accuracy": acc, "met": result["met"]}, indent=1))
+    write_json(out_path, result)
+    print(json.dumps({k: result[k] for k in ("kubetrain_mean_test_accuracy",
+                                              "tensorflow_mean_test_accuracy",
+                                              "accuracy_gap_points",
+                                              "accuracy_gap_standard_error_points", "met")},
+                     indent=1))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../../.."
 . operator/tests/integration/lib.sh
 
 it_cluster opint-lifecycle
-it_operator main --workers 4
+it_operator main --workers 4 --force-delete-after 2
 OP=$IT_PID
 LOG=$IT_DIR/op-main.log
 # Every phase every job passes through, as a watch sees them: "ns/name phase" lines.
@@ -302,6 +302,32 @@ if wait_until 30 attempt_pods disrupt j 2 2 && is disrupt tj/j .status.restarts.
    ! is disrupt tj/j .status.phase Failed && [ "$(jp disrupt tj/j .status.restarts.application)" = 0 ]; then
   tap_ok "a preempted worker (DisruptionTarget): restarts, disruption 2, application 0, not Failed (Never, backoffLimit 0)"
 else tap_fail "a preempted worker restarts without failing the job" "$(jp disrupt tj/j .status)"; fi
+
+# --- a pod stuck terminating on a dead node --------------------------------------------------
+# A pod bound to a node is deleted gracefully: it stays Terminating until that node's kubelet
+# confirms. Here the node has no kubelet, as when a node dies; with --force-delete-after 2 the
+# operator deletes it with grace period 0 two seconds after its grace period ends, and the
+# group restarts (without it the restart would wait for ever on the pod's name).
+ns stuck
+job stuck j 2
+all_running stuck j 2
+k create -f - >/dev/null <<'Y'
+{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "kt-dead-node"}}
+Y
+k create --raw /api/v1/namespaces/stuck/pods/j-worker-1/binding -f - >/dev/null <<'Y'
+{"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "j-worker-1"},
+ "target": {"apiVersion": "v1", "kind": "Node", "name": "kt-dead-node"}}
+Y
+k -n stuck delete pod j-worker-1 --grace-period=1 --wait=false >/dev/null
+if [ -n "$(jp stuck pod/j-worker-1 .metadata.deletionTimestamp)" ]; then
+  tap_ok "a pod bound to a node without a kubelet stays Terminating after delete"
+else tap_fail "a pod bound to a node without a kubelet stays Terminating after delete" "$(k -n stuck get pod j-worker-1 -o yaml 2>&1 | head -30)"; fi
+forced() { k -n stuck get events -o 'jsonpath={.items[?(@.reason=="ForceDeleted")].message}' | grep -q 'j-worker-1.*kt-dead-node'; }
+if wait_until 30 attempt_pods stuck j 1 2 && forced; then
+  tap_ok "a pod stuck Terminating is force-deleted after --force-delete-after (ForceDeleted event naming pod and node) and the group restarts"
+else tap_fail "a pod stuck Terminating is force-deleted and the group restarts" \
+  "$(jp stuck tj/j .status; k -n stuck get pods -o wide 2>&1; k -n stuck get events 2>&1 | tail -5)"; fi
+k delete node kt-dead-node --wait=false >/dev/null 2>&1
 
 # --- cleanPodPolicy None and All -------------------------------------------------------------
 for policy in None All; do
