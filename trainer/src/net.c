@@ -391,6 +391,13 @@ static int send_frame_now(int fd, const unsigned char *payload, size_t n)
     return w == (ssize_t)(n + 4) ? 0 : w < 0 ? -errno : -EAGAIN;
 }
 
+/* Logs why p is turned away; returns -EAGAIN for pending_step's caller to drop it. */
+static int reject(const Pending *p, const char *why)
+{
+    util_log("rejected connection from %s: %s", p->from, why);
+    return -EAGAIN;
+}
+
 /* Feeds the bytes that arrived on p through the handshake. Returns 1 when rank-1 has
  * authenticated (p->fd is its connection), 0 to wait for more bytes, -EAGAIN after
  * logging why the connection is rejected, or -EPROTO (err) when an authenticated peer
@@ -398,22 +405,18 @@ static int send_frame_now(int fd, const unsigned char *payload, size_t n)
 static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
 {
     ssize_t r = recv(p->fd, p->buf + p->have, sizeof p->buf - p->have, 0);
-    if (r == 0) return util_log("rejected connection from %s: closed during the handshake",
-                                p->from), -EAGAIN;
+    if (r == 0) return reject(p, "closed during the handshake");
     if (r < 0) {
         if (errno == EAGAIN || errno == EINTR) return 0;
-        return util_log("rejected connection from %s: %s", p->from, strerror(errno)), -EAGAIN;
+        return reject(p, strerror(errno));
     }
     p->have += (size_t)r;
     if (p->have < 4) return 0;
     uint32_t len = (uint32_t)p->buf[0] | (uint32_t)p->buf[1] << 8 | (uint32_t)p->buf[2] << 16 |
                    (uint32_t)p->buf[3] << 24;
-    if (len > FRAME_MAX || len < 5)
-        return util_log("rejected connection from %s: frame length over the limit", p->from),
-               -EAGAIN;
+    if (len > FRAME_MAX || len < 5) return reject(p, "frame length over the limit");
     if (p->have < 4 + len) return 0;
-    if (p->have > 4 + len)
-        return util_log("rejected connection from %s: bytes after its frame", p->from), -EAGAIN;
+    if (p->have > 4 + len) return reject(p, "bytes after its frame");
     const unsigned char *f = p->buf + 4;
     const char *why = NULL;
     p->have = 0;
@@ -422,7 +425,7 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
         memcpy(p->hello, f, len), p->hn = len;
         if (hello_decode(p->hello, p->hn, MSG_HELLO, &p->theirs, &used, &why) < 0 ||
             (used != p->hn && (why = "trailing bytes after the hello")))
-            return util_log("rejected connection from %s: %s", p->from, why), -EAGAIN;
+            return reject(p, why);
         if (hello_fill(&p->mine, rv->job) < 0) {
             snprintf(err, errlen, "rendezvous: the random number generator failed");
             return -EIO;
@@ -430,26 +433,26 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
         p->cn = hello_encode(p->chal, MSG_CHALLENGE, &p->mine);
         transcript_mac(rv->opt, "server", p->hello, p->hn, p->chal, p->cn, p->chal + p->cn);
         p->cn += MAC_BYTES;
-        if (send_frame_now(p->fd, p->chal, p->cn) < 0)
-            return util_log("rejected connection from %s: it does not read", p->from), -EAGAIN;
+        if (send_frame_now(p->fd, p->chal, p->cn) < 0) return reject(p, "it does not read");
         p->got_hello = 1;
         return 0;
     }
     unsigned char mac[MAC_BYTES];
     if (len != 5 + MAC_BYTES || memcmp(f, "KTH1", 4) != 0 || f[4] != MSG_PROOF)
-        return util_log("rejected connection from %s: malformed proof", p->from), -EAGAIN;
+        return reject(p, "malformed proof");
     transcript_mac(rv->opt, "client", p->hello, p->hn, p->chal, p->cn, mac);
-    if (CRYPTO_memcmp(mac, f + 5, MAC_BYTES) != 0)
-        return util_log("rejected connection from %s claiming rank %u: it does not know the job "
-                        "secret (KUBETRAIN_SECRET differs?)", p->from, p->theirs.rank), -EAGAIN;
+    if (CRYPTO_memcmp(mac, f + 5, MAC_BYTES) != 0) {
+        util_log("rejected connection from %s claiming rank %u: it does not know the job secret "
+                 "(KUBETRAIN_SECRET differs?)", p->from, p->theirs.rank);
+        return -EAGAIN;
+    }
     char peer[NET_NAME_MAX + 64];
     snprintf(peer, sizeof peer, "rank %u (connecting from %s)", p->theirs.rank, p->from);
     int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
     int rc = hello_agree(&p->mine, &p->theirs, prev, peer, err, errlen);
     if (rc < 0) return rc;
     unsigned char ack[5] = {'K', 'T', 'H', '1', MSG_ACK};
-    if (send_frame_now(p->fd, ack, sizeof ack) < 0)
-        return util_log("rejected connection from %s: closed before the ack", p->from), -EAGAIN;
+    if (send_frame_now(p->fd, ack, sizeof ack) < 0) return reject(p, "closed before the ack");
     return 1;
 }
 
