@@ -466,6 +466,19 @@ static void addr_name(const struct sockaddr_storage *ss, socklen_t sl, char *out
     else snprintf(out, n, "%s:%s", h, p);
 }
 
+/* This worker is giving up (its own connection found a disagreement): hellos already
+ * here still get their challenge, so that the peer that sent one finds the disagreement
+ * itself and says so, instead of retrying against a worker that is gone. */
+static void answer_hellos(Rendezvous *rv, Pending **pend, int n)
+{
+    char scratch[256];
+    for (int i = 0; i < n; i++) {
+        struct pollfd p = {.fd = pend[i]->fd, .events = POLLIN};
+        if (!pend[i]->got_hello && poll(&p, 1, 0) == 1)
+            pending_step(rv, pend[i], scratch, sizeof scratch);
+    }
+}
+
 /* Accepts connections until rank-1 authenticates, serving every handshake in progress
  * as its bytes arrive, each bounded by the handshake timeout. Returns rank-1's fd,
  * -ETIMEDOUT (err), -ECANCELED, -EPROTO (err) or another negative errno. */
@@ -476,6 +489,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
     int n = 0, rc = 0;
     for (;;) {
         if (atomic_load(&rv->abort_flag)) {
+            answer_hellos(rv, pend, n);
             rc = -ECANCELED;
             break;
         }

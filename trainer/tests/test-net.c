@@ -336,7 +336,10 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
                 .rendezvous_timeout_s = 15, .handshake_timeout_s = 1,
                 .log_path = {log0, log1}};
     cluster_start(&c, 1, net_rank, &a);
-    nanosleep(&ts, NULL);
+    /* Rank 1 serves the queued strangers side by side; the impostor's exchange must end
+     * (and be logged) before the real peer authenticates and the rest are dropped. */
+    struct timespec settle = {1, 0};
+    nanosleep(&settle, NULL);
     cluster_start(&c, 0, net_rank, &a);
     assert_int_equal(cluster_wait(&c, 40), 0);
     kill(tr, SIGKILL), kill(im, SIGKILL);
