@@ -74,3 +74,12 @@ bench-report:
 tensorboard-screenshot: $(TRAINER_BIN)
 	bash bench/tensorboard-screenshot.sh $(TRAINER_BIN) bench/plots/tensorboard.png
 .PHONY: tensorboard-screenshot
+
+# --- soak (issue 9): chaos trials, not part of `make test` (e2e/soak/soak.py) -------------
+# make soak                      the full counts (about 15 min on 2 cores)
+# make soak SOAK_SCALE=0.1       a tenth of every count; SOAK_KINDS=trainer-kill,... picks kinds
+# make soak SOAK_OUT=bench/results/soak.json   records the table (default: build/soak/soak.json)
+SOAK_OUT ?= $(BUILD)/soak/soak.json
+soak: $(TRAINER_BIN) $(OPERATOR_SAN)
+	@python3 e2e/soak/soak.py --trainer $(TRAINER_BIN) --operator $(OPERATOR_SAN) --out $(SOAK_OUT)
+.PHONY: soak

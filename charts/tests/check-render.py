@@ -13,9 +13,10 @@ import sys
 import yaml
 
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
-# jobs, pods, services and secrets; controller.c creates pods, services, secrets and
-# events, deletes pods and expired jobs, PUTs job status; owner references with
-# blockOwnerDeletion need update on trainingjobs/finalizers), as (group, resource, verb).
+# jobs, pods, services, secrets and networkpolicies; controller.c creates pods, services,
+# secrets, networkpolicies and events, deletes pods, networkpolicies and expired jobs,
+# PUTs job status; owner references with blockOwnerDeletion need update on
+# trainingjobs/finalizers), as (group, resource, verb).
 OPERATOR_RULES = {
     ("kubetrain.dev", "trainingjobs", v) for v in ("list", "watch", "delete")
 } | {
@@ -26,6 +27,8 @@ OPERATOR_RULES = {
     ("", "pods", v) for v in ("list", "watch", "create", "delete")
 } | {
     ("", r, v) for r in ("services", "secrets") for v in ("list", "watch", "create")
+} | {
+    ("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "delete")
 }
 # leader.c: GET and PUT the Lease named by --leader-elect-name, POST it when absent.
 def lease_rules(name):
@@ -57,6 +60,72 @@ def flat_rules(role):
                     for n in r.get("resourceNames") or [""]:
                         out.add((g, res, n, v))
     return out
+
+
+def source_rules(src_dir):
+    """(group, resource, verb) of every API request in operator/src, read from the code:
+    each kclient_request takes the path of the kpath call before it (group version,
+    plural, sub-resource); a plural held in a variable is the set of string literals of
+    its assignment; the informers' requests (list and watch) are those of each
+    informer_new in controller.c with the group version and plural set before it.
+    Requests on leases (leader.c) are left to LEASE_RULES."""
+    import glob
+    import os
+
+    def group(gv):
+        gv = gv.strip()
+        if gv == "KT_API_VERSION":
+            return "kubetrain.dev"
+        gv = gv.strip('"')
+        return "" if gv == "v1" else gv.split("/")[0]
+
+    def plurals(arg, text_before):
+        arg = arg.strip()
+        if arg == "KT_PLURAL":
+            return {"trainingjobs"}
+        if arg.startswith('"'):
+            return {arg.strip('"')}
+        m = list(re.finditer(r"\b" + re.escape(arg) + r"\s*=([^;]*);", text_before))
+        return set(re.findall(r'"([a-z]+)"', m[-1].group(1))) if m else {"?" + arg}
+
+    used = set()
+    for path in sorted(glob.glob(os.path.join(src_dir, "*.c"))):
+        if path.endswith(("kclient.c", "leader.c")):
+            continue
+        text = open(path).read()
+        last = None
+        for m in re.finditer(r"\bkpath\(([^;]*?)\);|\bkclient_request\([^,]+,\s*\"([A-Z]+)\"", text):
+            if m.group(1) is not None:
+                args = [a.strip() for a in m.group(1).split(",")]
+                last = (args[2], args[4], args[5], args[6], text[:m.start()])
+                continue
+            if last is None or last[0] == "inf->group_version":
+                continue
+            gv, plural, name, sub = last[0], last[1], last[2], last[3]
+            verb = {"POST": "create", "PUT": "update", "DELETE": "delete",
+                    "GET": "get" if name != "NULL" else "list"}[m.group(2)]
+            for r in plurals(plural, last[4]):
+                used.add((group(gv), r + ("/status" if sub == '"status"' else ""), verb))
+        # InformerOptions X = {.group_version = ..., .plural = ...}; X.plural = ...;
+        # informer_new(client, &X): list and watch with X's fields at that point.
+        opts = {}
+        for m in re.finditer(r"InformerOptions\s+(\w+)\s*=\s*\{([^;]*)\};|"
+                             r"\b(\w+)\.(group_version|plural)\s*=\s*([^;]+);|"
+                             r"informer_new\([^,]+,\s*&(\w+)\)", text):
+            if m.group(1):
+                fields = dict(re.findall(r"\.(\w+)\s*=\s*([^,}]+)", m.group(2)))
+                opts[m.group(1)] = {k: v.strip() for k, v in fields.items()}
+            elif m.group(3):
+                opts.setdefault(m.group(3), {})[m.group(4)] = m.group(5).strip()
+            else:
+                o = opts.get(m.group(6), {})
+                for r in plurals(o.get("plural", "?"), ""):
+                    g = group(o.get("group_version", "?"))
+                    used |= {(g, r, "list"), (g, r, "watch")}
+    desired = os.path.join(src_dir, "desired.c")
+    if os.path.exists(desired) and "blockOwnerDeletion" in open(desired).read():
+        used.add(("kubetrain.dev", "trainingjobs/finalizers", "update"))
+    return used
 
 
 def main():
@@ -203,6 +272,13 @@ def main():
     else:
         check(f"[{mode}] no --leader-elect", not any(a.startswith("--leader-elect") for a in args),
               f"args {args}")
+    if main_c and mode == "default":
+        import os
+        used = source_rules(os.path.dirname(main_c))
+        check("the operator's verbs table matches the API requests in operator/src "
+              f"({len(used)} derived from the code)", used == OPERATOR_RULES,
+              f"in the code, not the table: {sorted(used - OPERATOR_RULES)}; "
+              f"in the table, not the code: {sorted(OPERATOR_RULES - used)}")
     if main_c:
         with open(main_c) as f:
             known = set(re.findall(r'\{"([a-z][a-z-]*)",\s*(?:required|no)_argument', f.read()))

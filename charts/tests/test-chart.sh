@@ -5,7 +5,8 @@
 #   - helm template for the default, single-namespace, no-leader-election and
 #     ServiceMonitor values: kinds, labels, RBAC (no wildcard, exactly the operator's
 #     verbs), security context, probes, and flags the operator really has
-#     (charts/tests/check-render.py);
+#     (charts/tests/check-render.py), and that table of verbs read back from the API
+#     requests in operator/src;
 #   - on an api-level cluster (e2e/cluster/up.sh api, its own run dir under build/e2e):
 #     the rendered chart and every example pass a server-side dry run; helm install with a
 #     value of the wrong type or an unknown key fails naming the value and creates

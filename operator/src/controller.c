@@ -22,7 +22,7 @@ struct Controller {
     ControllerConfig cfg;
     char *ns, *identity;
     WorkQueue *queue;
-    Informer *jobs, *pods, *services, *secrets;
+    Informer *jobs, *pods, *services, *secrets, *netpols;
     pthread_t threads[MAX_WORKER_THREADS];
     int nthreads;
 };
@@ -150,7 +150,11 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     c->services = informer_new(client, &po);
     po.plural = "secrets";
     c->secrets = informer_new(client, &po);
-    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->secrets) goto nomem;
+    po.group_version = "networking.k8s.io/v1";
+    po.plural = "networkpolicies";
+    c->netpols = informer_new(client, &po);
+    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->secrets || !c->netpols)
+        goto nomem;
     return c;
 nomem:
     snprintf(err, errlen, "out of memory creating the controller");
@@ -165,6 +169,7 @@ void controller_free(Controller *c)
     informer_free(c->pods);
     informer_free(c->services);
     informer_free(c->secrets);
+    informer_free(c->netpols);
     wq_free(c->queue);
     free(c->ns);
     free(c->identity);
@@ -175,7 +180,8 @@ int controller_start_informers(Controller *c)
 {
     int rc;
     if ((rc = informer_start(c->jobs)) || (rc = informer_start(c->pods)) ||
-        (rc = informer_start(c->services)) || (rc = informer_start(c->secrets)))
+        (rc = informer_start(c->services)) || (rc = informer_start(c->secrets)) ||
+        (rc = informer_start(c->netpols)))
         return rc;
     return 0;
 }
@@ -183,7 +189,7 @@ int controller_start_informers(Controller *c)
 int controller_synced(Controller *c)
 {
     return informer_synced(c->jobs) && informer_synced(c->pods) && informer_synced(c->services) &&
-           informer_synced(c->secrets);
+           informer_synced(c->secrets) && informer_synced(c->netpols);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -338,6 +344,22 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         if (rc == 0) olog(OLOG_INFO, key, "deleted the job: ttlSecondsAfterFinished elapsed");
         break;
     }
+    case ACTION_CREATE_NETWORK_POLICY:
+        kpath(path, sizeof path, "networking.k8s.io/v1", ns, "networkpolicies", NULL, NULL);
+        rc = kclient_request(c->client, "POST", path, a->object, NULL, &r, err, errlen);
+        if (rc == 0) {
+            informer_store(c->netpols, r.body);
+            olog(OLOG_INFO, key, "created networkpolicies %s", a->name);
+        } else if (rc == -EEXIST) {
+            rc = 0;
+        }
+        break;
+    case ACTION_DELETE_NETWORK_POLICY:
+        kpath(path, sizeof path, "networking.k8s.io/v1", ns, "networkpolicies", a->name, NULL);
+        rc = kclient_request(c->client, "DELETE", path, NULL, NULL, &r, err, errlen);
+        if (rc == -ENOENT) rc = 0;
+        if (rc == 0) olog(OLOG_INFO, key, "deleted networkpolicies %s", a->name);
+        break;
     case ACTION_EVENT:
         olog(strcmp(a->event_type, "Warning") == 0 ? OLOG_WARN : OLOG_INFO, key, "%s: %s",
              a->reason, a->message);
@@ -369,6 +391,7 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
     cJSON *pods = informer_list(c->pods, ns, LABEL_JOB_NAME, name);
     cJSON *secret = informer_get(c->secrets, ns, sname);
     cJSON *service = informer_get(c->services, ns, vname);
+    cJSON *netpol = informer_get(c->netpols, ns, vname);
     size_t npods = (size_t)cJSON_GetArraySize(pods);
     const cJSON **pv = calloc(npods + 1, sizeof *pv);
     Plan plan = {0};
@@ -384,6 +407,7 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
     Observed obs = {.job = job,
                     .secret = secret,
                     .service = service,
+                    .network_policy = netpol,
                     .pods = pv,
                     .npods = npods,
                     .now = clock_wall()};
@@ -405,6 +429,7 @@ out:
     cJSON_Delete(pods);
     cJSON_Delete(secret);
     cJSON_Delete(service);
+    cJSON_Delete(netpol);
     cJSON_Delete(job);
     return rc;
 }
@@ -458,10 +483,12 @@ void controller_stop(Controller *c)
     informer_request_stop(c->pods);
     informer_request_stop(c->services);
     informer_request_stop(c->secrets);
+    informer_request_stop(c->netpols);
     informer_stop(c->jobs);
     informer_stop(c->pods);
     informer_stop(c->services);
     informer_stop(c->secrets);
+    informer_stop(c->netpols);
 }
 
 static void count_phase(void *ctx, const cJSON *job)

@@ -140,6 +140,47 @@ cJSON *desired_service(const JobSpec *s)
     return o;
 }
 
+/* Appends a new empty object to arr (NULL: nothing) and returns it; NULL on failure. */
+static cJSON *array_add_obj(cJSON *arr)
+{
+    cJSON *o = arr ? cJSON_CreateObject() : NULL;
+    if (o && !cJSON_AddItemToArray(arr, o)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* matchLabels selecting the job's worker pods, at path under o. */
+static int select_workers(cJSON *o, const char *path, const JobSpec *s)
+{
+    cJSON *ml = o ? jsonx_ensure_obj(o, path) : NULL;
+    return ml && jsonx_set_str(ml, LABEL_JOB_NAME, s->name) &&
+           jsonx_set_str(ml, LABEL_ROLE, "worker");
+}
+
+cJSON *desired_network_policy(const JobSpec *s)
+{
+    char name[300];
+    desired_service_name(s->name, name, sizeof name);
+    cJSON *o = new_object(s, "NetworkPolicy", name);
+    if (!o) return NULL;
+    cJSON *spec = jsonx_set(o, "spec", cJSON_CreateObject());
+    cJSON *types = spec ? jsonx_set(spec, "policyTypes", cJSON_CreateArray()) : NULL;
+    cJSON *rule = array_add_obj(spec ? jsonx_set(spec, "ingress", cJSON_CreateArray()) : NULL);
+    cJSON *peer = array_add_obj(rule ? jsonx_set(rule, "from", cJSON_CreateArray()) : NULL);
+    cJSON *port = array_add_obj(rule ? jsonx_set(rule, "ports", cJSON_CreateArray()) : NULL);
+    if (!jsonx_set_str(o, "apiVersion", "networking.k8s.io/v1") || !types ||
+        !cJSON_AddItemToArray(types, cJSON_CreateString("Ingress")) ||
+        !select_workers(spec, "podSelector.matchLabels", s) ||
+        !select_workers(peer, "podSelector.matchLabels", s) || !port ||
+        !jsonx_set_str(port, "protocol", "TCP") || !jsonx_set_num(port, "port", s->port)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* Appends "flag value" (value printed) to args. */
 static int add_arg(cJSON *args, const char *flag, const char *value)
 {

@@ -58,6 +58,11 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
 /* The headless Service. Caller owns the result. */
 cJSON *desired_service(const JobSpec *s);
 
+/* The job's NetworkPolicy (networking.k8s.io/v1), named like its Service: the worker
+ * pods accept TCP on spec.port from the job's own worker pods and nothing else. NULL
+ * when out of memory; caller frees. */
+cJSON *desired_network_policy(const JobSpec *s);
+
 /* Worker `index`'s pod in group incarnation `attempt`: the template merged with the
  * operator's fields, which win. Caller owns the result. NULL on allocation failure. */
 cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long long attempt);

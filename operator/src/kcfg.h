@@ -1,8 +1,10 @@
 /* kcfg — where and how to reach the API server: kubeconfig files (current context,
  * its cluster and user: certificate authority, client certificate and key as files
  * or inline data, bearer token or token file, exec credential plugins) and the
- * in-cluster service account. TLS verification is always on: a kubeconfig asking
- * for insecure-skip-tls-verify is refused. */
+ * in-cluster service account. TLS verification is on unless the caller sets
+ * insecure_skip_tls_verify itself: a kubeconfig's insecure-skip-tls-verify is only
+ * recorded (insecure_requested), and kubetrain-operator refuses to start on it without
+ * its explicit --insecure-skip-tls-verify flag. */
 #ifndef KT_KCFG_H
 #define KT_KCFG_H
 
@@ -23,6 +25,8 @@ typedef struct KubeConfig {
     char **exec_env;    /* NULL-terminated "NAME=VALUE" */
     char *exec_api_version;
     char source[512]; /* the file or "in-cluster", for messages */
+    int insecure_requested;       /* the cluster entry sets insecure-skip-tls-verify */
+    int insecure_skip_tls_verify; /* set by the caller only: TLS is not verified */
 } KubeConfig;
 
 /* Loads the configuration from the first of: `path` (when non-NULL), $KUBECONFIG

@@ -118,6 +118,8 @@ KubeClient *kclient_new(const KubeConfig *cfg, double qps, int burst, char *err,
     d->exec_args = vdup(cfg->exec_args);
     d->exec_env = vdup(cfg->exec_env);
     d->exec_api_version = sdup(cfg->exec_api_version);
+    d->insecure_requested = cfg->insecure_requested;
+    d->insecure_skip_tls_verify = cfg->insecure_skip_tls_verify;
     c->token = sdup(cfg->token);
     if (!d->server || (cfg->token && !c->token)) goto nomem;
     pthread_mutex_init(&c->mu, NULL);
@@ -299,8 +301,8 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
 static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *err, size_t errlen)
 {
     const KubeConfig *k = &c->cfg;
-    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, k->insecure_skip_tls_verify ? 0L : 1L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, k->insecure_skip_tls_verify ? 0L : 2L);
     if (k->ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, k->ca_file);
     if (k->ca_data) {
         struct curl_blob b = {.data = k->ca_data, .len = k->ca_len, .flags = CURL_BLOB_COPY};

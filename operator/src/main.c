@@ -56,6 +56,8 @@ static void usage(FILE *f)
         "  --force-delete-after S    force-delete a pod still terminating S seconds after its\n"
         "                            grace period ended (its node is gone); 0: never (60)\n"
         "  --log-level LEVEL         debug | info | warn | error (info)\n"
+        "  --insecure-skip-tls-verify  do not verify the API server's certificate (never in\n"
+        "                            production; logged as a warning at start and every minute)\n"
         "  --version, --help\n");
 }
 
@@ -142,7 +144,7 @@ int main(int argc, char **argv)
     const char *kubeconfig = NULL, *ns = "", *image = "kubetrain/trainer:" VERSION;
     const char *domain = "", *metrics_addr = ":8080", *health_addr = ":8081";
     const char *le_ns = NULL, *le_id = NULL, *le_name = "kubetrain-operator", *level = "info";
-    int leader_elect = 0;
+    int leader_elect = 0, insecure = 0;
     double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360, force_after = 60;
     enum {
         O_KCFG = 256,
@@ -162,6 +164,7 @@ int main(int argc, char **argv)
         O_BMAX,
         O_FORCE,
         O_LEVEL,
+        O_INSECURE,
         O_VERSION,
         O_HELP
     };
@@ -183,6 +186,7 @@ int main(int argc, char **argv)
         {"backoff-max", required_argument, 0, O_BMAX},
         {"force-delete-after", required_argument, 0, O_FORCE},
         {"log-level", required_argument, 0, O_LEVEL},
+        {"insecure-skip-tls-verify", no_argument, 0, O_INSECURE},
         {"version", no_argument, 0, O_VERSION},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
@@ -210,6 +214,9 @@ int main(int argc, char **argv)
             break;
         case O_LE:
             leader_elect = 1;
+            break;
+        case O_INSECURE:
+            insecure = 1;
             break;
         case O_LENS:
             le_ns = optarg;
@@ -299,6 +306,16 @@ int main(int argc, char **argv)
         olog(OLOG_ERROR, NULL, "configuration: %s", err);
         return 2;
     }
+    if (kc->insecure_requested && !insecure) {
+        olog(OLOG_ERROR, NULL,
+             "configuration: %s: the cluster sets insecure-skip-tls-verify; kubetrain-operator "
+             "verifies TLS unless started with --insecure-skip-tls-verify: give "
+             "certificate-authority(-data) instead",
+             kc->source);
+        kcfg_free(kc);
+        return 2;
+    }
+    kc->insecure_skip_tls_verify = insecure;
     KubeClient *client = kclient_new(kc, qps, (int)burst, err, sizeof err);
     if (!client) {
         olog(OLOG_ERROR, NULL, "configuration: %s", err);
@@ -308,6 +325,11 @@ int main(int argc, char **argv)
     kclient_set_observer(client, on_api);
     olog(OLOG_INFO, NULL, "kubetrain-operator %s: API server %s (from %s), namespace %s", VERSION,
          kc->server, kc->source, *ns ? ns : "(all)");
+    static const char insecure_warning[] =
+        "TLS VERIFICATION IS OFF (--insecure-skip-tls-verify): anyone between the operator and "
+        "%s can pose as the API server and receive the operator's credentials; give "
+        "certificate-authority(-data) in the kubeconfig instead";
+    if (insecure) olog(OLOG_WARN, NULL, insecure_warning, kc->server);
 
     char hostname[256] = "kubetrain-operator", id[300];
     gethostname(hostname, sizeof hostname - 1);
@@ -375,8 +397,14 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto out;
     }
-    while (!STOPPING())
+    double warned = clock_mono();
+    while (!STOPPING()) {
         nap(0.1);
+        if (insecure && clock_mono() - warned >= 60) {
+            olog(OLOG_WARN, NULL, insecure_warning, kc->server);
+            warned = clock_mono();
+        }
+    }
     if (__atomic_load_n(&g_lost, __ATOMIC_ACQUIRE)) exit_code = 1;
 out:
     olog(OLOG_INFO, NULL, "stopping");

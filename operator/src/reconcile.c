@@ -18,7 +18,8 @@
 
 static const char *const kind_names[] = {"create-secret", "create-service", "create-pod",
                                          "delete-pod",    "update-status",  "delete-job",
-                                         "event",         "force-delete-pod"};
+                                         "event",         "force-delete-pod",
+                                         "create-network-policy", "delete-network-policy"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -565,7 +566,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     /* A Secret or Service left by an older job of the same name is the garbage
      * collector's: pods wait until it is gone and ours is created. */
     int blocked = foreign || (o->secret && owned_by_other(o->secret, s->uid)) ||
-                  (o->service && owned_by_other(o->service, s->uid));
+                  (o->service && owned_by_other(o->service, s->uid)) ||
+                  (o->network_policy && owned_by_other(o->network_policy, s->uid));
     for (size_t i = 0; i < n; i++) {
         if (v[i].attempt == attempt && v[i].index >= 0 && v[i].index < s->workers &&
             cur[v[i].index] == &v[i])
@@ -597,6 +599,16 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         char name[300];
         desired_service_name(s->name, name, sizeof name);
         add_action(c, ACTION_CREATE_SERVICE, name, desired_service(s));
+    }
+    /* The policy goes before the pods, so that no worker runs unprotected. */
+    if (s->network_policy && !o->network_policy) {
+        char name[300];
+        desired_service_name(s->name, name, sizeof name);
+        add_action(c, ACTION_CREATE_NETWORK_POLICY, name, desired_network_policy(s));
+    } else if (!s->network_policy && o->network_policy &&
+               !owned_by_other(o->network_policy, s->uid)) {
+        add_action(c, ACTION_DELETE_NETWORK_POLICY, jsonx_str(o->network_policy, "metadata.name"),
+                   NULL);
     }
     int created = 0, present = 0, running = 0;
     for (int i = 0; i < s->workers; i++) {

@@ -26,6 +26,8 @@ typedef enum {
     ACTION_DELETE_JOB,    /* ttlSecondsAfterFinished elapsed */
     ACTION_EVENT,         /* event_type, reason, message */
     ACTION_FORCE_DELETE_POD, /* a pod stuck terminating: DELETE with gracePeriodSeconds 0 */
+    ACTION_CREATE_NETWORK_POLICY, /* spec.networkPolicy: before the pods */
+    ACTION_DELETE_NETWORK_POLICY, /* spec.networkPolicy turned off */
 } ActionKind;
 
 typedef struct Action {
@@ -57,6 +59,7 @@ typedef struct Observed {
     const cJSON *job;         /* the TrainingJob */
     const cJSON *secret;      /* <job>-secret or NULL */
     const cJSON *service;     /* <job>-worker or NULL */
+    const cJSON *network_policy; /* the NetworkPolicy <job>-worker or NULL */
     const cJSON *const *pods; /* pods labelled with the job's name */
     size_t npods;
     double now;                 /* wall-clock seconds */

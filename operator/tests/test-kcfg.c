@@ -65,6 +65,24 @@ static void parse_err(const char *yaml, const char *want_substring)
 #define CA_B64 "aGVsbG8tY2E="
 #define CERT_B64 "aGVsbG8t\n  Y2VydA=="
 
+/* A kubeconfig's insecure-skip-tls-verify is recorded, never applied: only the caller
+ * turns verification off (kubetrain-operator, with its explicit flag). */
+static void test_insecure_is_recorded_not_applied(void **state)
+{
+    (void)state;
+    KubeConfig *c = parse_ok(
+        "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+        "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: true}}]\n");
+    assert_int_equal(c->insecure_requested, 1);
+    assert_int_equal(c->insecure_skip_tls_verify, 0);
+    kcfg_free(c);
+    c = parse_ok("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+                 "clusters: [{name: c, cluster: {server: 'https://h'}}]\n");
+    assert_int_equal(c->insecure_requested, 0);
+    assert_int_equal(c->insecure_skip_tls_verify, 0);
+    kcfg_free(c);
+}
+
 static void test_current_context_token_and_data(void **state)
 {
     (void)state;
@@ -133,10 +151,6 @@ static void test_errors_name_the_problem(void **state)
     parse_err("current-context: nope\ncontexts: []\n", "context \"nope\" not found");
     parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n",
               "cluster \"c\" of context \"x\" not found");
-    parse_err(
-        "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
-        "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: true}}]\n",
-        "insecure-skip-tls-verify");
     parse_err("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
               "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
               "users: [{name: u, user: {client-certificate: a.crt}}]\n",
@@ -294,6 +308,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_current_context_token_and_data),
+        cmocka_unit_test(test_insecure_is_recorded_not_applied),
         cmocka_unit_test(test_files_token_file_and_exec),
         cmocka_unit_test(test_errors_name_the_problem),
         cmocka_unit_test(test_search_order_and_in_cluster),

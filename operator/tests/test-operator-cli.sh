@@ -52,8 +52,22 @@ clusters: [{name: k, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-
 users: [{name: u, user: {token: t}}]
 Y
 out=$("$bin" --kubeconfig "$tmp/insecure.yaml" 2>&1); rc=$?
-if [ $rc -eq 2 ] && grep -q 'insecure-skip-tls-verify' <<<"$out"; then tap_ok "insecure kubeconfig refused"
-else tap_fail "insecure kubeconfig refused" "rc=$rc $out"; fi
+if [ $rc -eq 2 ] && grep -q 'sets insecure-skip-tls-verify.*started with --insecure-skip-tls-verify' <<<"$out"; then
+  tap_ok "a kubeconfig with insecure-skip-tls-verify is refused without the flag, naming it"
+else tap_fail "insecure kubeconfig refused without the flag" "rc=$rc $out"; fi
+# With the explicit flag it starts, with a warning that says what is at stake.
+"$bin" --kubeconfig "$tmp/insecure.yaml" --insecure-skip-tls-verify --metrics-addr 0 \
+  --health-addr 0 >"$tmp/insecure.log" 2>&1 &
+ipid=$!
+for _ in $(seq 50); do grep -q 'TLS VERIFICATION IS OFF' "$tmp/insecure.log" && break; sleep 0.1; done
+kill -TERM "$ipid"; wait "$ipid"; rc=$?
+if [ $rc -eq 0 ] && python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+w = [l for l in lines if "TLS VERIFICATION IS OFF" in l["msg"]]
+assert w and w[0]["level"] == "warn" and "credentials" in w[0]["msg"], lines' "$tmp/insecure.log"; then
+  tap_ok "--insecure-skip-tls-verify: starts, logs a warning that verification is off"
+else tap_fail "--insecure-skip-tls-verify warns loudly" "rc=$rc $(cat "$tmp/insecure.log")"; fi
 
 # An API server that is not there: the daemon keeps running and retrying, the probes say
 # alive but not ready, and SIGTERM ends it cleanly.

@@ -40,7 +40,7 @@ static cJSON *job_new(const char *spec, const char *status)
 
 typedef struct Fixture {
     cJSON *job;
-    cJSON *secret, *service;
+    cJSON *secret, *service, *netpol;
     cJSON *pods[16];
     size_t npods;
     Plan plan;
@@ -52,6 +52,7 @@ static void fx_free(Fixture *f)
     cJSON_Delete(f->job);
     cJSON_Delete(f->secret);
     cJSON_Delete(f->service);
+    cJSON_Delete(f->netpol);
     for (size_t i = 0; i < f->npods; i++)
         cJSON_Delete(f->pods[i]);
     plan_free(&f->plan);
@@ -108,6 +109,7 @@ static void fx_run_cfg(Fixture *f, const ReconcileConfig *cfg, double now)
     Observed o = {.job = f->job,
                   .secret = f->secret,
                   .service = f->service,
+                  .network_policy = f->netpol,
                   .pods = (const cJSON *const *)f->pods,
                   .npods = f->npods,
                   .now = now};
@@ -834,6 +836,85 @@ static void test_template_merge_gpus_domain(void **state)
     fx_free(&f);
 }
 
+/* spec.networkPolicy: the policy is created before the pods, admits only the job's
+ * worker pods on the job's port, and goes when the field is turned off. */
+static void test_network_policy(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":true}", NULL)};
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-secret mnist-secret\n"
+                                "create-service mnist-worker\n"
+                                "create-network-policy mnist-worker\n"
+                                "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *np = find_action(&f, ACTION_CREATE_NETWORK_POLICY, "mnist-worker")->object;
+    assert_string_equal(jsonx_str(np, "apiVersion"), "networking.k8s.io/v1");
+    assert_string_equal(jsonx_str(np, "kind"), "NetworkPolicy");
+    const cJSON *ref = cJSON_GetArrayItem(jsonx_at(np, "metadata.ownerReferences"), 0);
+    assert_string_equal(jsonx_str(ref, "uid"), "uid-1");
+    assert_true(jsonx_bool(ref, "controller", 0));
+    const cJSON *rule = cJSON_GetArrayItem(jsonx_at(np, "spec.ingress"), 0);
+    const cJSON *from = cJSON_GetArrayItem(jsonx_at(rule, "from"), 0);
+    const cJSON *port = cJSON_GetArrayItem(jsonx_at(rule, "ports"), 0);
+    const cJSON *types = jsonx_at(np, "spec.policyTypes");
+    assert_int_equal(cJSON_GetArraySize(types), 1);
+    assert_string_equal(cJSON_GetArrayItem(types, 0)->valuestring, "Ingress");
+    const cJSON *sel[2] = {jsonx_obj(np, "spec.podSelector.matchLabels"),
+                           jsonx_obj(from, "podSelector.matchLabels")};
+    /* Every pod the selectors pick carries these labels. */
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(cJSON_GetArraySize(sel[i]), 2);
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, sel[i])
+        {
+            const cJSON *l = cJSON_GetObjectItemCaseSensitive(jsonx_obj(pod, "metadata.labels"),
+                                                              kv->string);
+            assert_non_null(l);
+            assert_string_equal(l->valuestring, kv->valuestring);
+        }
+    }
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel[0], "kubetrain.dev/job-name")->valuestring,
+                        "mnist");
+    assert_int_equal(cJSON_GetArraySize(jsonx_at(np, "spec.ingress")), 1);
+    assert_int_equal(cJSON_GetArraySize(jsonx_at(rule, "from")), 1);
+    assert_int_equal(cJSON_GetArraySize(jsonx_at(rule, "ports")), 1);
+    assert_int_equal(jsonx_int(port, "port", -1), 2345);
+    assert_string_equal(jsonx_str(port, "protocol"), "TCP");
+
+    /* Observed: nothing more to create. */
+    f.netpol = cJSON_Duplicate(np, 1);
+    fx_with_support(&f);
+    cJSON_Delete(f.job);
+    f.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":true}", ST_LAUNCHED(""));
+    for (int i = 0; i < 2; i++) fx_pod(&f, i, 0, "Running");
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW);
+    assert_null(strstr(f.desc, "network-policy"));
+
+    /* Turned off: deleted. */
+    cJSON_Delete(f.job);
+    f.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":false}", ST_LAUNCHED(""));
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW);
+    assert_non_null(strstr(f.desc, "delete-network-policy mnist-worker\n"));
+    fx_free(&f);
+
+    /* Not a boolean: Invalid, nothing created. */
+    Fixture g = {.job = job_new("{\"workers\":2,\"networkPolicy\":\"yes\"}", NULL)};
+    fx_run(&g, NOW);
+    assert_null(strstr(g.desc, "create-"));
+    char *st = cJSON_PrintUnformatted(new_status(&g));
+    assert_non_null(strstr(st, "spec.networkPolicy"));
+    free(st);
+    fx_free(&g);
+}
+
 /* ------------------------------------------------------------------------------------
  * Crash safety: the operator stopped after any prefix of any plan, then restarted. */
 
@@ -874,6 +955,13 @@ static void apply_prefix(Fixture *f, size_t k)
         case ACTION_UPDATE_STATUS:
             cJSON_Delete(f->job);
             f->job = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_CREATE_NETWORK_POLICY:
+            if (!f->netpol) f->netpol = cJSON_Duplicate(a->object, 1);
+            break;
+        case ACTION_DELETE_NETWORK_POLICY:
+            cJSON_Delete(f->netpol);
+            f->netpol = NULL;
             break;
         case ACTION_DELETE_JOB:
         case ACTION_EVENT:
@@ -920,12 +1008,18 @@ static void test_crash_at_any_action_converges(void **state)
     (void)state;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (int round = 0; round < 150; round++) {
-        Fixture f = {.job = job_new(SPEC2, NULL)};
+        /* Every other round with a NetworkPolicy, which must exist before any pod. */
+        int np = round % 2;
+        Fixture f = {.job = job_new(np ? "{\"workers\":2,\"checkpoint\":{\"claimName\":"
+                                         "\"ckpt\"},\"networkPolicy\":true}"
+                                       : SPEC2,
+                                    NULL)};
         double now = NOW;
         settle(&f, &now, &rng);
         assert_int_equal(f.npods, 2);
         assert_non_null(f.secret);
         assert_non_null(f.service);
+        assert_true(np ? f.netpol != NULL : f.netpol == NULL);
         assert_true(jsonx_bool(f.job, "status.launched", 0));
 
         /* The kubelet starts both; worker 1 then fails with a retryable error. */
@@ -1107,6 +1201,7 @@ int main(void)
         cmocka_unit_test(test_invalid_spec),
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),
+        cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),
         cmocka_unit_test(test_force_delete_stuck_terminating),

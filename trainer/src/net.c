@@ -366,57 +366,107 @@ typedef struct Rendezvous {
     char client_err[1024];
 } Rendezvous;
 
-/* Runs the server side of one handshake on fd. Returns 0 (accepted), -EAGAIN (a bad
- * connection, already logged), or -EPROTO (an authenticated peer disagrees; err).
- * Connections are served one at a time, each bounded by the handshake timeout, so a
- * stalling client delays the real peer by at most that long. */
-static int serve_one(Rendezvous *rv, int fd, const char *from, char *err, size_t errlen)
-{
-    unsigned char hello[FRAME_MAX], chal[FRAME_MAX + MAC_BYTES], proof[FRAME_MAX], mac[MAC_BYTES];
-    size_t hn, cn, pn, used;
-    const char *why = NULL;
-    double deadline = util_now() + rv->opt->handshake_timeout_s;
-    if (deadline > rv->deadline) deadline = rv->deadline;
+/* One incoming connection in the middle of its handshake. */
+typedef struct Pending {
+    int fd;
+    int got_hello;              /* HELLO answered with a CHALLENGE; PROOF expected */
+    double deadline;            /* the handshake timeout, from accept */
+    size_t have;                /* bytes in buf */
+    unsigned char buf[4 + FRAME_MAX];
+    unsigned char hello[FRAME_MAX], chal[FRAME_MAX + MAC_BYTES];
+    size_t hn, cn;
     Hello theirs, mine;
-    int rc = recv_frame(fd, hello, &hn, deadline, &rv->abort_flag);
-    if (rc == 0) rc = hello_decode(hello, hn, MSG_HELLO, &theirs, &used, &why);
-    if (rc == 0 && used != hn) rc = -EBADMSG, why = "trailing bytes after the hello";
-    if (rc < 0) goto reject;
+    char from[NET_NAME_MAX];
+} Pending;
 
-    if (hello_fill(&mine, rv->job) < 0) {
-        snprintf(err, errlen, "rendezvous: the random number generator failed");
-        return -EIO;
+/* Handshakes in progress at once. A stranger that opens more has its oldest dropped,
+ * so connections that hold or trickle cannot keep the real peer waiting: each is
+ * served as its bytes arrive, not one after the other. */
+#define PENDING_MAX 32
+
+static void pending_drop(Pending **pend, int *n, int i, const char *why)
+{
+    if (why) util_log("rejected connection from %s: %s", pend[i]->from, why);
+    close(pend[i]->fd);
+    free(pend[i]);
+    pend[i] = pend[--*n];
+}
+
+/* Sends a whole handshake frame without waiting: a fresh socket's send buffer takes it,
+ * so a peer that does not let it through is not one worth waiting for. */
+static int send_frame_now(int fd, const unsigned char *payload, size_t n)
+{
+    unsigned char b[4 + FRAME_MAX + MAC_BYTES];
+    b[0] = (unsigned char)n, b[1] = (unsigned char)(n >> 8);
+    b[2] = (unsigned char)(n >> 16), b[3] = (unsigned char)(n >> 24);
+    memcpy(b + 4, payload, n);
+    ssize_t w = send(fd, b, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return w == (ssize_t)(n + 4) ? 0 : w < 0 ? -errno : -EAGAIN;
+}
+
+/* Logs why p is turned away; returns -EAGAIN for pending_step's caller to drop it. */
+static int reject(const Pending *p, const char *why)
+{
+    util_log("rejected connection from %s: %s", p->from, why);
+    return -EAGAIN;
+}
+
+/* Feeds the bytes that arrived on p through the handshake. Returns 1 when rank-1 has
+ * authenticated (p->fd is its connection), 0 to wait for more bytes, -EAGAIN after
+ * logging why the connection is rejected, or -EPROTO (err) when an authenticated peer
+ * disagrees about the job. */
+static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
+{
+    ssize_t r = recv(p->fd, p->buf + p->have, sizeof p->buf - p->have, 0);
+    if (r == 0) return reject(p, "closed during the handshake");
+    if (r < 0) {
+        if (errno == EAGAIN || errno == EINTR) return 0;
+        return reject(p, strerror(errno));
     }
-    cn = hello_encode(chal, MSG_CHALLENGE, &mine);
-    transcript_mac(rv->opt, "server", hello, hn, chal, cn, chal + cn);
-    cn += MAC_BYTES;
-    if ((rc = send_frame(fd, chal, cn, deadline, &rv->abort_flag)) < 0) goto reject;
-    if ((rc = recv_frame(fd, proof, &pn, deadline, &rv->abort_flag)) < 0) goto reject;
-    if (pn != 5 + MAC_BYTES || memcmp(proof, "KTH1", 4) != 0 || proof[4] != MSG_PROOF) {
-        rc = -EBADMSG, why = "malformed proof";
-        goto reject;
+    p->have += (size_t)r;
+    if (p->have < 4) return 0;
+    uint32_t len = (uint32_t)p->buf[0] | (uint32_t)p->buf[1] << 8 | (uint32_t)p->buf[2] << 16 |
+                   (uint32_t)p->buf[3] << 24;
+    if (len > FRAME_MAX || len < 5) return reject(p, "frame length over the limit");
+    if (p->have < 4 + len) return 0;
+    if (p->have > 4 + len) return reject(p, "bytes after its frame");
+    const unsigned char *f = p->buf + 4;
+    const char *why = NULL;
+    p->have = 0;
+    if (!p->got_hello) {
+        size_t used;
+        memcpy(p->hello, f, len), p->hn = len;
+        if (hello_decode(p->hello, p->hn, MSG_HELLO, &p->theirs, &used, &why) < 0 ||
+            (used != p->hn && (why = "trailing bytes after the hello")))
+            return reject(p, why);
+        if (hello_fill(&p->mine, rv->job) < 0) {
+            snprintf(err, errlen, "rendezvous: the random number generator failed");
+            return -EIO;
+        }
+        p->cn = hello_encode(p->chal, MSG_CHALLENGE, &p->mine);
+        transcript_mac(rv->opt, "server", p->hello, p->hn, p->chal, p->cn, p->chal + p->cn);
+        p->cn += MAC_BYTES;
+        if (send_frame_now(p->fd, p->chal, p->cn) < 0) return reject(p, "it does not read");
+        p->got_hello = 1;
+        return 0;
     }
-    transcript_mac(rv->opt, "client", hello, hn, chal, cn, mac);
-    if (CRYPTO_memcmp(mac, proof + 5, MAC_BYTES) != 0) {
+    unsigned char mac[MAC_BYTES];
+    if (len != 5 + MAC_BYTES || memcmp(f, "KTH1", 4) != 0 || f[4] != MSG_PROOF)
+        return reject(p, "malformed proof");
+    transcript_mac(rv->opt, "client", p->hello, p->hn, p->chal, p->cn, mac);
+    if (CRYPTO_memcmp(mac, f + 5, MAC_BYTES) != 0) {
         util_log("rejected connection from %s claiming rank %u: it does not know the job secret "
-                 "(KUBETRAIN_SECRET differs?)", from, theirs.rank);
+                 "(KUBETRAIN_SECRET differs?)", p->from, p->theirs.rank);
         return -EAGAIN;
     }
     char peer[NET_NAME_MAX + 64];
-    snprintf(peer, sizeof peer, "rank %u (connecting from %s)", theirs.rank, from);
+    snprintf(peer, sizeof peer, "rank %u (connecting from %s)", p->theirs.rank, p->from);
     int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
-    if ((rc = hello_agree(&mine, &theirs, prev, peer, err, errlen)) < 0) return rc;
+    int rc = hello_agree(&p->mine, &p->theirs, prev, peer, err, errlen);
+    if (rc < 0) return rc;
     unsigned char ack[5] = {'K', 'T', 'H', '1', MSG_ACK};
-    if ((rc = send_frame(fd, ack, sizeof ack, deadline, &rv->abort_flag)) < 0) goto reject;
-    return 0;
-reject:
-    if (rc == -ECANCELED) return rc;
-    if (!why) why = rc == -EMSGSIZE   ? "frame length over the limit"
-                    : rc == -ETIMEDOUT ? "handshake not completed in time"
-                    : rc == -ECONNRESET ? "closed during the handshake"
-                                        : strerror(-rc);
-    util_log("rejected connection from %s: %s", from, why);
-    return -EAGAIN;
+    if (send_frame_now(p->fd, ack, sizeof ack) < 0) return reject(p, "closed before the ack");
+    return 1;
 }
 
 static void addr_name(const struct sockaddr_storage *ss, socklen_t sl, char *out, size_t n)
@@ -429,31 +479,92 @@ static void addr_name(const struct sockaddr_storage *ss, socklen_t sl, char *out
     else snprintf(out, n, "%s:%s", h, p);
 }
 
-/* Accepts connections until rank-1 authenticates. Returns its fd or a negative errno. */
+/* This worker is giving up (its own connection found a disagreement): hellos already
+ * here still get their challenge, so that the peer that sent one finds the disagreement
+ * itself and says so, instead of retrying against a worker that is gone. */
+static void answer_hellos(Rendezvous *rv, Pending **pend, int n)
+{
+    char scratch[256];
+    for (int i = 0; i < n; i++) {
+        struct pollfd p = {.fd = pend[i]->fd, .events = POLLIN};
+        if (!pend[i]->got_hello && poll(&p, 1, 0) == 1)
+            pending_step(rv, pend[i], scratch, sizeof scratch);
+    }
+}
+
+/* Accepts connections until rank-1 authenticates, serving every handshake in progress
+ * as its bytes arrive, each bounded by the handshake timeout. Returns rank-1's fd,
+ * -ETIMEDOUT (err), -ECANCELED, -EPROTO (err) or another negative errno. */
 static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
 {
+    Pending *pend[PENDING_MAX];
+    struct pollfd pfd[PENDING_MAX + 1];
+    int n = 0, rc = 0;
     for (;;) {
-        int rc = wait_fd(listen_fd, POLLIN, rv->deadline, &rv->abort_flag);
-        if (rc == -ETIMEDOUT) {
+        if (atomic_load(&rv->abort_flag)) {
+            answer_hellos(rv, pend, n);
+            rc = -ECANCELED;
+            break;
+        }
+        double now = util_now();
+        if (now >= rv->deadline) {
             int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
             snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s", prev,
                      rv->tf->peers[prev].host, rv->tf->peers[prev].port,
                      rv->opt->rendezvous_timeout_s);
-            return rc;
+            rc = -ETIMEDOUT;
+            break;
         }
-        if (rc < 0) return rc;
+        for (int i = n - 1; i >= 0; i--)
+            if (now >= pend[i]->deadline) pending_drop(pend, &n, i, "handshake not completed in time");
+        pfd[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (int i = 0; i < n; i++) pfd[i + 1] = (struct pollfd){.fd = pend[i]->fd, .events = POLLIN};
+        int r = poll(pfd, (nfds_t)n + 1, 100);
+        if (r < 0 && errno != EINTR) {
+            rc = -errno;
+            snprintf(err, errlen, "rendezvous: poll: %s", strerror(errno));
+            break;
+        }
+        if (r <= 0) continue;
+        /* Handshakes first (they may finish), then new connections. */
+        int done = -1;
+        for (int i = n - 1; i >= 0 && done < 0; i--) {
+            if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            int s = pending_step(rv, pend[i], err, errlen);
+            if (s == 1) done = i;
+            else if (s == -EAGAIN) pending_drop(pend, &n, i, NULL);
+            else if (s < 0) {
+                rc = s;
+                goto out;
+            }
+        }
+        if (done >= 0) {
+            rc = pend[done]->fd;
+            free(pend[done]);
+            pend[done] = pend[--n];
+            break;
+        }
+        if (!(pfd[0].revents & POLLIN)) continue;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         int fd = accept4(listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
         if (fd < 0) continue;
-        char from[NET_NAME_MAX];
-        addr_name(&ss, sl, from, sizeof from);
+        if (n == PENDING_MAX) {
+            int oldest = 0;
+            for (int i = 1; i < n; i++)
+                if (pend[i]->deadline < pend[oldest]->deadline) oldest = i;
+            pending_drop(pend, &n, oldest, "too many handshakes at once; dropped the oldest");
+        }
+        Pending *p = xcalloc(1, sizeof *p);
+        p->fd = fd;
+        p->deadline = util_now() + rv->opt->handshake_timeout_s;
+        addr_name(&ss, sl, p->from, sizeof p->from);
         net_tune_socket(fd, rv->opt->sockbuf_bytes);
-        rc = serve_one(rv, fd, from, err, errlen);
-        if (rc == 0) return fd;
-        close(fd);
-        if (rc != -EAGAIN) return rc;
+        pend[n++] = p;
     }
+out:
+    while (n > 0) pending_drop(pend, &n, n - 1, NULL);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------- */

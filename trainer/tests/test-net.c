@@ -337,7 +337,10 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
                 .rendezvous_timeout_s = 15, .handshake_timeout_s = 1,
                 .log_path = {log0, log1}};
     cluster_start(&c, 1, net_rank, &a);
-    nanosleep(&ts, NULL);
+    /* Rank 1 serves the queued strangers side by side; the impostor's exchange must end
+     * (and be logged) before the real peer authenticates and the rest are dropped. */
+    struct timespec settle = {1, 0};
+    nanosleep(&settle, NULL);
     cluster_start(&c, 0, net_rank, &a);
     assert_int_equal(cluster_wait(&c, 40), 0);
     kill(tr, SIGKILL), kill(im, SIGKILL);
@@ -348,8 +351,11 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
         if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
         assert_true(res[r].sum == 3.0f);
     }
+    /* The trickler is still trickling when the real peer authenticates (handshakes are
+     * served side by side), so it is dropped without a line; the handshake timeout is
+     * exercised against the real binary in test-hostile.sh. */
     const char *expect[] = {"frame length over the limit", "not a kubetrain handshake",
-                            "handshake not completed in time", "does not know the job secret"};
+                            "does not know the job secret"};
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
         if (!file_contains(log1, expect[i]))
             fail_msg("rank 1's log has no \"rejected connection ...: %s\" line", expect[i]);

@@ -62,4 +62,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# spec.networkPolicy: the job's NetworkPolicy is created, and deleted when turned off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch, create, delete]
 {{- end -}}

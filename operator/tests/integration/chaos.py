@@ -12,6 +12,7 @@ for the shell test to turn into TAP; "#" lines are information.
 """
 import argparse
 import collections
+import json
 import os
 import random
 import signal
@@ -33,6 +34,7 @@ ap.add_argument("--jobs", type=int, default=20)
 ap.add_argument("--workers", type=int, default=2)
 ap.add_argument("--rounds", type=int, default=10)
 ap.add_argument("--seed", type=int, default=int(time.time()))
+ap.add_argument("--summary", help="write the counts behind the checks here as JSON (make soak)")
 args = ap.parse_args()
 rng = random.Random(args.seed)
 print(f"# seed {args.seed}", flush=True)
@@ -251,6 +253,13 @@ for plural in ("pods", "services", "secrets"):
 check("no orphan: every pod, Service and Secret owned by its live job", not orph, f"{orph}")
 n_svc = len(api.get(kube.ns_path(NS, "services"))["items"])
 check(f"one Service per job ({n_svc})", n_svc == len(names), f"{n_svc} services")
+
+if args.summary:
+    with open(args.summary, "w") as f:
+        json.dump({"kills": len(kills), "jobs": len(names),
+                   "duplicates": sum(v - 1 for v in dups.values()) + sum(v - 1 for v in sdups.values()),
+                   "orphans": len(orph),
+                   "not_terminal": len(names) - phases.get("Succeeded", 0)}, f)
 
 op.send_signal(signal.SIGTERM)
 try:
