@@ -61,3 +61,6 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Hardening targets (issue 9): make fuzz, make valgrind.
+include .ci/fuzz.mk

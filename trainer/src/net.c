@@ -32,10 +32,10 @@
  * Each side's MAC covers both nonces and both job descriptions, so neither a replay
  * nor an altered description passes. */
 #define FRAME_MAX 2048
-#define NONCE_BYTES 32
+#define NONCE_BYTES NET_NONCE_BYTES
 #define MAC_BYTES 32
-#define STR_MAX 512
-enum { MSG_HELLO = 1, MSG_CHALLENGE = 2, MSG_PROOF = 3, MSG_ACK = 4 };
+#define STR_MAX NET_HELLO_STR_MAX
+enum { MSG_HELLO = NET_MSG_HELLO, MSG_CHALLENGE = NET_MSG_CHALLENGE, MSG_PROOF = 3, MSG_ACK = 4 };
 
 int net_tune_socket(int fd, int sockbuf_bytes)
 {
@@ -222,14 +222,6 @@ static int recv_frame(int fd, unsigned char *buf, size_t *n, double deadline,
 /* ---------------------------------------------------------------------------------- */
 /* handshake messages */
 
-typedef struct Hello {
-    unsigned char nonce[NONCE_BYTES];
-    uint32_t world, rank;
-    uint64_t global_batch;
-    char signature[STR_MAX];
-    char dataset[STR_MAX];
-} Hello;
-
 static size_t put_str(unsigned char *p, const char *s)
 {
     size_t n = strnlen(s, STR_MAX - 1);
@@ -238,8 +230,7 @@ static size_t put_str(unsigned char *p, const char *s)
     return n + 2;
 }
 
-/* Encodes a HELLO or CHALLENGE (without mac) into buf; returns its length. */
-static size_t hello_encode(unsigned char *buf, int type, const Hello *h)
+size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h)
 {
     size_t n = 0;
     memcpy(buf, "KTH1", 4), n = 4;
@@ -253,10 +244,8 @@ static size_t hello_encode(unsigned char *buf, int type, const Hello *h)
     return n;
 }
 
-/* Decodes a HELLO/CHALLENGE payload; *used receives the bytes it spans (a CHALLENGE
- * carries the mac after them). Returns 0 or -EBADMSG with why. */
-static int hello_decode(const unsigned char *buf, size_t n, int type, Hello *h, size_t *used,
-                        const char **why)
+int net_hello_decode(const unsigned char *buf, size_t n, int type, NetHello *h, size_t *used,
+                     const char **why)
 {
     size_t o = 0;
     memset(h, 0, sizeof *h);
@@ -302,7 +291,7 @@ static void transcript_mac(const NetOptions *opt, const char *label, const unsig
 }
 
 /* Describes this worker with a fresh nonce; -EIO when the RNG fails. */
-static int hello_fill(Hello *h, const NetJob *job)
+static int hello_fill(NetHello *h, const NetJob *job)
 {
     if (RAND_bytes(h->nonce, NONCE_BYTES) != 1) return -EIO;
     h->world = (uint32_t)job->world;
@@ -314,7 +303,7 @@ static int hello_fill(Hello *h, const NetJob *job)
 }
 
 /* Compares an authenticated peer's description with ours; -EPROTO naming both values. */
-static int hello_agree(const Hello *mine, const Hello *theirs, int expect_rank,
+static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_rank,
                        const char *peer, char *err, size_t errlen)
 {
     if (theirs->world != mine->world)
@@ -364,9 +353,9 @@ static int serve_one(Rendezvous *rv, int fd, const char *from, char *err, size_t
     const char *why = NULL;
     double deadline = util_now() + rv->opt->handshake_timeout_s;
     if (deadline > rv->deadline) deadline = rv->deadline;
-    Hello theirs, mine;
+    NetHello theirs, mine;
     int rc = recv_frame(fd, hello, &hn, deadline, &rv->abort_flag);
-    if (rc == 0) rc = hello_decode(hello, hn, MSG_HELLO, &theirs, &used, &why);
+    if (rc == 0) rc = net_hello_decode(hello, hn, MSG_HELLO, &theirs, &used, &why);
     if (rc == 0 && used != hn) rc = -EBADMSG, why = "trailing bytes after the hello";
     if (rc < 0) goto reject;
 
@@ -374,7 +363,7 @@ static int serve_one(Rendezvous *rv, int fd, const char *from, char *err, size_t
         snprintf(err, errlen, "rendezvous: the random number generator failed");
         return -EIO;
     }
-    cn = hello_encode(chal, MSG_CHALLENGE, &mine);
+    cn = net_hello_encode(chal, MSG_CHALLENGE, &mine);
     transcript_mac(rv->opt, "server", hello, hn, chal, cn, chal + cn);
     cn += MAC_BYTES;
     if ((rc = send_frame(fd, chal, cn, deadline, &rv->abort_flag)) < 0) goto reject;
@@ -510,7 +499,7 @@ static void *client_main(void *arg)
             unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
             size_t hn, cn, used;
             const char *why = NULL;
-            Hello mine, theirs;
+            NetHello mine, theirs;
             if (hello_fill(&mine, rv->job) < 0) {
                 snprintf(rv->client_err, sizeof rv->client_err,
                          "rendezvous: the random number generator failed");
@@ -518,10 +507,10 @@ static void *client_main(void *arg)
                 close(fd);
                 break;
             }
-            hn = hello_encode(hello, MSG_HELLO, &mine);
+            hn = net_hello_encode(hello, MSG_HELLO, &mine);
             int rc = send_frame(fd, hello, hn, rv->deadline, &rv->abort_flag);
             if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
-            if (rc == 0) rc = hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why);
+            if (rc == 0) rc = net_hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why);
             if (rc == 0 && used + MAC_BYTES != cn) rc = -EBADMSG;
             if (rc == 0) {
                 transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);
