@@ -59,6 +59,13 @@ def model(out):
           "input_shape: [28, 28]\nlayers:\n  - type: Flatten\n"
           "  - {type: Dense, units: 64, activation: relu, kernel_regularizer: {l2: 0.0001}}\n"
           "  - type: Dropout\n    rate: 0.1\n  - {type: Dense, units: 10, activation: softmax}\n")
+    # Regressions: sizes that overflowed (now refused with a message).
+    write(out, "model", "regress-flatten-2^60.json",
+          '{"input_shape":[1048576,1048576,1048576],"layers":[{"type":"Flatten"},'
+          '{"type":"Dense","units":2}]}')
+    write(out, "model", "regress-conv-params.json",
+          '{"input_shape":[4096,4096,64],"layers":[{"type":"Conv2D","filters":65536,'
+          '"kernel_size":3},{"type":"Flatten"},{"type":"Dense","units":2}]}')
     write(out, "model", "cnn.yaml",
           "layers:\n  - {type: Input, shape: [8, 8, 2]}\n"
           "  - {type: Conv2D, filters: 3, kernel_size: [3, 2], strides: 2, padding: same}\n"
@@ -73,6 +80,8 @@ def idx(out):
     imgs = header(3, [2, 4, 3]) + bytes(range(24))
     labels = header(1, [2]) + bytes([3, 7])
     write(out, "idx", "images.raw", imgs)
+    # Regression: a header announcing 2 GB over a 10-byte body (allocated up front once).
+    write(out, "idx", "regress-huge-header.raw", header(3, [60000, 200, 170]) + bytes(10))
     write(out, "idx", "labels.raw", labels)
     write(out, "idx", "images.gz", gzip.compress(imgs))
     write(out, "idx", "labels.gz", gzip.compress(labels))
