@@ -64,3 +64,4 @@ clean:
 
 # Hardening targets (issue 9): make fuzz, make valgrind.
 include .ci/fuzz.mk
+include .ci/valgrind.mk

@@ -3,7 +3,8 @@
 #
 #   make fuzz                  build every target and run each for FUZZ_SECONDS (60)
 #   make fuzz FUZZ_SECONDS=600 a longer campaign; FUZZ_JSON=bench/results/fuzz.json
-#                              also records its figures there
+#                              also records its figures there (FUZZ_TARGETS="a b" runs
+#                              a subset and updates those targets' rows)
 #   make fuzz-targets          only build them (build/fuzz/bin/)
 #
 # Seeds are generated from the repo's examples and fixtures into build/fuzz/seeds/;
@@ -35,6 +36,8 @@ FUZZ_MAXLEN_reconcile := 16384
 
 FUZZ_TRAINER  := $(patsubst trainer/fuzz/fuzz-%.c,%,$(wildcard trainer/fuzz/fuzz-*.c))
 FUZZ_OPERATOR := $(patsubst operator/fuzz/fuzz-%.c,%,$(wildcard operator/fuzz/fuzz-*.c))
+# The targets `make fuzz` runs (all by default): FUZZ_TARGETS="idx model".
+FUZZ_TARGETS  ?= $(FUZZ_TRAINER) $(FUZZ_OPERATOR)
 FUZZ_BINS     := $(FUZZ_TRAINER:%=$(FUZZ_DIR)/bin/fuzz-%) $(FUZZ_OPERATOR:%=$(FUZZ_DIR)/bin/fuzz-%)
 FUZZ_TOBJS    := $(TRAINER_SRCS:%.c=$(FUZZ_DIR)/%.o)
 FUZZ_OOBJS    := $(OPERATOR_SRCS:%.c=$(FUZZ_DIR)/%.o)
@@ -66,5 +69,5 @@ $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/s
 fuzz-targets: $(FUZZ_BINS) $(FUZZ_DIR)/seeds/.stamp
 fuzz: fuzz-targets
 	@bash .ci/fuzzrun --seconds $(FUZZ_SECONDS) --dir $(FUZZ_DIR) $(if $(FUZZ_JSON),--json $(FUZZ_JSON)) \
-	    $(foreach t,$(FUZZ_TRAINER) $(FUZZ_OPERATOR),$(t):$(FUZZ_MAXLEN_$(t)))
+	    $(foreach t,$(FUZZ_TARGETS),$(t):$(FUZZ_MAXLEN_$(t)))
 .PHONY: fuzz fuzz-targets
