@@ -129,6 +129,8 @@ def main():
                                     pod(job, 1, "Failed", 75, "not json")]},
         "inline": {"job": js[-1], "pods": [pod(js[-1], 2, "Failed", 137)], "now": 1800000100},
     }
+    # Regression: 2300 workers (over the CRD's 1024) took 26 s of CPU to reconcile.
+    cases["regress-2300-workers"] = {"job": dict(job, spec=dict(job["spec"], workers=2300))}
     for name, c in cases.items():
         write(out, "reconcile", name + ".json", json.dumps(c))
 
