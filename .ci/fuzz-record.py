@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Records a fuzz campaign (the summary .ci/fuzzrun wrote) as JSON with the date and
 the machine: fuzz-record.py SUMMARY OUT SECONDS_PER_TARGET. An existing OUT of the
-same machine and time per target is updated target by target. Crashes found and fixed
-before this run are listed per target from .ci/fuzz-findings.json."""
+same machine and time per target is updated target by target. What any run found, and
+whether it is fixed, comes from .ci/fuzz-findings.json (kept by hand)."""
 import datetime
 import json
 import os
@@ -38,9 +38,7 @@ def main():
             "cov": r["cov"],
             "ft": r["ft"],
             "corpus_units": r["corpus"],
-            "crashes_this_run": 0 if r["exit"] == 0 else 1,
-            "crashes_found_earlier": len(mine),
-            "fixed": sum(1 for f in mine if f.get("fixed")),
+            "crashed_this_run": r["exit"] != 0,
         })
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -64,6 +62,12 @@ def main():
         if old.get("seconds_per_target") == seconds and old.get("machine") == doc["machine"]:
             names = {t["target"] for t in targets}
             doc["targets"] = [t for t in old.get("targets", []) if t["target"] not in names] + targets
+    # Findings (crashes, leaks, timeouts found by any run, fixed or not) per target.
+    for t in doc["targets"]:
+        mine = [f for f in findings if f["target"] == t["target"]]
+        t.pop("crashes_this_run", None), t.pop("crashes_found_earlier", None)
+        t["findings"] = len(mine)
+        t["fixed"] = sum(1 for f in mine if f.get("fixed"))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
