@@ -83,3 +83,7 @@ SOAK_OUT ?= $(BUILD)/soak/soak.json
 soak: $(TRAINER_BIN) $(OPERATOR_SAN)
 	@python3 e2e/soak/soak.py --trainer $(TRAINER_BIN) --operator $(OPERATOR_SAN) --out $(SOAK_OUT)
 .PHONY: soak
+
+# Hardening targets (issue 9): make fuzz, make valgrind.
+include .ci/fuzz.mk
+include .ci/valgrind.mk

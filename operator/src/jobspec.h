@@ -15,6 +15,9 @@
 #define KT_KIND "TrainingJob"
 #define KT_PLURAL "trainingjobs"
 
+/* spec.workers at most, as in the CRD's schema (crds/). */
+#define JOBSPEC_MAX_WORKERS 1024
+
 typedef enum { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_EXIT_CODE } RestartPolicy;
 typedef enum { CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL } CleanPodPolicy;
 typedef enum { SUCCESS_CHIEF_COMPLETED, SUCCESS_ALL_WORKERS } SuccessPolicy;

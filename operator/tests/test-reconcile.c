@@ -730,6 +730,7 @@ static void test_invalid_spec(void **state)
     static const char *const specs[] = {
         "{\"workers\":2,\"collective\":\"nccl\"}",
         "{\"workers\":0}",
+        "{\"workers\":1025}", /* regression (fuzz-reconcile): 2300 workers took minutes */
         "{\"workers\":\"two\"}",
         "{\"workers\":2,\"restartPolicy\":\"Always\"}",
         "{\"workers\":2,\"template\":{\"spec\":{\"containers\":{}}}}",

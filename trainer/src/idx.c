@@ -10,6 +10,7 @@
 #include "util.h"
 
 #define IDX_MAX_BYTES ((size_t)1 << 31)
+#define IDX_FIRST_CHUNK ((size_t)1 << 20)
 
 /* Reads exactly n bytes; returns how many it got (fewer: end of file or error). */
 static size_t gz_read_all(gzFile f, uint8_t *buf, size_t n)
@@ -55,8 +56,22 @@ int idx_read(const char *path, int ndims, uint8_t **data, uint32_t dims[3], char
         }
         total *= dims[i];
     }
-    *data = xmalloc(total);
-    size_t got = gz_read_all(f, *data, total);
+    /* The buffer grows with the data actually read, so that a short file announcing
+     * 2 GiB costs what it holds, not what it claims. */
+    size_t cap = total < IDX_FIRST_CHUNK ? total : IDX_FIRST_CHUNK, got = 0;
+    *data = xmalloc(cap);
+    for (;;) {
+        got += gz_read_all(f, *data + got, cap - got);
+        if (got < cap || cap == total) break;
+        cap = cap > total / 2 ? total : 2 * cap;
+        uint8_t *grown = realloc(*data, cap);
+        if (!grown) {
+            snprintf(err, errlen, "%s: out of memory for %zu bytes of IDX data", path, total);
+            rc = -ENOMEM;
+            goto out;
+        }
+        *data = grown;
+    }
     if (got != total) {
         snprintf(err, errlen, "%s: truncated IDX data: %zu of %zu bytes", path, got, total);
         goto out;

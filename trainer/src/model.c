@@ -18,6 +18,11 @@
 
 const char *const model_builtin_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2", "mlp", NULL};
 
+/* Bounds on what a spec may ask for, so that every size below fits in an int and the
+ * arenas in memory: values per example of any layer, weights of one layer, parameters
+ * in all (2^28 floats = 1 GiB). */
+#define MODEL_MAX_FLOATS ((size_t)1 << 28)
+
 static const char *const builtin_specs[] = {
     "{\"input_shape\":[28,28],\"layers\":["
     "{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
@@ -376,6 +381,9 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
                                      "Dropout");
     }
     l->out_size = shape_size(l->out_shape, l->out_rank);
+    if (l->out_size > MODEL_MAX_FLOATS || l->w_count > MODEL_MAX_FLOATS)
+        return spec_fail(sc, "type", "a layer of at most 2^28 outputs per example and 2^28 "
+                                     "weights");
     return 0;
 }
 
@@ -464,6 +472,10 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
     m->input_rank = 2;
     const cJSON *is = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_shape") : NULL;
     if (is && (rc = spec_shape(&sc, is, "input_shape", m->input_shape, &m->input_rank))) goto err;
+    if (shape_size(m->input_shape, m->input_rank) > MODEL_MAX_FLOATS) {
+        rc = spec_fail(&sc, "input_shape", "at most 2^28 values per example");
+        goto err;
+    }
     m->layers = xcalloc((size_t)cJSON_GetArraySize(layers), sizeof *m->layers);
     int shape[3], rank;
     memcpy(shape, m->input_shape, sizeof shape);
@@ -480,6 +492,10 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
             if ((rc = spec_shape(&sc, cJSON_GetObjectItemCaseSensitive(o, "shape"), "shape",
                                  m->input_shape, &m->input_rank)))
                 goto err;
+            if (shape_size(m->input_shape, m->input_rank) > MODEL_MAX_FLOATS) {
+                rc = spec_fail(&sc, "shape", "at most 2^28 values per example");
+                goto err;
+            }
             memcpy(shape, m->input_shape, sizeof shape);
             rank = m->input_rank;
             continue;
@@ -505,6 +521,10 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         l->w_off = m->num_params;
         l->b_off = l->w_off + l->w_count;
         m->num_params += l->w_count + l->b_count;
+    }
+    if (m->num_params > MODEL_MAX_FLOATS) {
+        rc = spec_fail(&sc, "layers", "at most 2^28 parameters in all");
+        goto err;
     }
     m->params = xcalloc(m->num_params, sizeof(float));
     m->grads = xcalloc(m->num_params + MODEL_STATS_FLOATS, sizeof(float));

@@ -32,10 +32,10 @@
  * Each side's MAC covers both nonces and both job descriptions, so neither a replay
  * nor an altered description passes. */
 #define FRAME_MAX 2048
-#define NONCE_BYTES 32
+#define NONCE_BYTES NET_NONCE_BYTES
 #define MAC_BYTES 32
-#define STR_MAX 512
-enum { MSG_HELLO = 1, MSG_CHALLENGE = 2, MSG_PROOF = 3, MSG_ACK = 4 };
+#define STR_MAX NET_HELLO_STR_MAX
+enum { MSG_HELLO = NET_MSG_HELLO, MSG_CHALLENGE = NET_MSG_CHALLENGE, MSG_PROOF = 3, MSG_ACK = 4 };
 
 int net_tune_socket(int fd, int sockbuf_bytes)
 {
@@ -235,14 +235,6 @@ static int recv_frame(int fd, unsigned char *buf, size_t *n, double deadline,
 /* ---------------------------------------------------------------------------------- */
 /* handshake messages */
 
-typedef struct Hello {
-    unsigned char nonce[NONCE_BYTES];
-    uint32_t world, rank;
-    uint64_t global_batch;
-    char signature[STR_MAX];
-    char dataset[STR_MAX];
-} Hello;
-
 static size_t put_str(unsigned char *p, const char *s)
 {
     size_t n = strnlen(s, STR_MAX - 1);
@@ -251,8 +243,7 @@ static size_t put_str(unsigned char *p, const char *s)
     return n + 2;
 }
 
-/* Encodes a HELLO or CHALLENGE (without mac) into buf; returns its length. */
-static size_t hello_encode(unsigned char *buf, int type, const Hello *h)
+size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h)
 {
     size_t n = 0;
     memcpy(buf, "KTH1", 4), n = 4;
@@ -266,10 +257,8 @@ static size_t hello_encode(unsigned char *buf, int type, const Hello *h)
     return n;
 }
 
-/* Decodes a HELLO/CHALLENGE payload; *used receives the bytes it spans (a CHALLENGE
- * carries the mac after them). Returns 0 or -EBADMSG with why. */
-static int hello_decode(const unsigned char *buf, size_t n, int type, Hello *h, size_t *used,
-                        const char **why)
+int net_hello_decode(const unsigned char *buf, size_t n, int type, NetHello *h, size_t *used,
+                     const char **why)
 {
     size_t o = 0;
     memset(h, 0, sizeof *h);
@@ -315,7 +304,7 @@ static void transcript_mac(const NetOptions *opt, const char *label, const unsig
 }
 
 /* Describes this worker with a fresh nonce; -EIO when the RNG fails. */
-static int hello_fill(Hello *h, const NetJob *job)
+static int hello_fill(NetHello *h, const NetJob *job)
 {
     if (RAND_bytes(h->nonce, NONCE_BYTES) != 1) return -EIO;
     h->world = (uint32_t)job->world;
@@ -327,7 +316,7 @@ static int hello_fill(Hello *h, const NetJob *job)
 }
 
 /* Compares an authenticated peer's description with ours; -EPROTO naming both values. */
-static int hello_agree(const Hello *mine, const Hello *theirs, int expect_rank,
+static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_rank,
                        const char *peer, char *err, size_t errlen)
 {
     if (theirs->world != mine->world)
@@ -375,7 +364,7 @@ typedef struct Pending {
     unsigned char buf[4 + FRAME_MAX];
     unsigned char hello[FRAME_MAX], chal[FRAME_MAX + MAC_BYTES];
     size_t hn, cn;
-    Hello theirs, mine;
+    NetHello theirs, mine;
     char from[NET_NAME_MAX];
 } Pending;
 
@@ -436,14 +425,14 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
     if (!p->got_hello) {
         size_t used;
         memcpy(p->hello, f, len), p->hn = len;
-        if (hello_decode(p->hello, p->hn, MSG_HELLO, &p->theirs, &used, &why) < 0 ||
+        if (net_hello_decode(p->hello, p->hn, MSG_HELLO, &p->theirs, &used, &why) < 0 ||
             (used != p->hn && (why = "trailing bytes after the hello")))
             return reject(p, why);
         if (hello_fill(&p->mine, rv->job) < 0) {
             snprintf(err, errlen, "rendezvous: the random number generator failed");
             return -EIO;
         }
-        p->cn = hello_encode(p->chal, MSG_CHALLENGE, &p->mine);
+        p->cn = net_hello_encode(p->chal, MSG_CHALLENGE, &p->mine);
         transcript_mac(rv->opt, "server", p->hello, p->hn, p->chal, p->cn, p->chal + p->cn);
         p->cn += MAC_BYTES;
         if (send_frame_now(p->fd, p->chal, p->cn) < 0) return reject(p, "it does not read");
@@ -634,7 +623,7 @@ static void *client_main(void *arg)
             unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
             size_t hn, cn, used;
             const char *why = NULL;
-            Hello mine, theirs;
+            NetHello mine, theirs;
             if (hello_fill(&mine, rv->job) < 0) {
                 snprintf(rv->client_err, sizeof rv->client_err,
                          "rendezvous: the random number generator failed");
@@ -642,10 +631,10 @@ static void *client_main(void *arg)
                 close(fd);
                 break;
             }
-            hn = hello_encode(hello, MSG_HELLO, &mine);
+            hn = net_hello_encode(hello, MSG_HELLO, &mine);
             int rc = send_frame(fd, hello, hn, rv->deadline, &rv->abort_flag);
             if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
-            if (rc == 0) rc = hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why);
+            if (rc == 0) rc = net_hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why);
             if (rc == 0 && used + MAC_BYTES != cn) rc = -EBADMSG;
             if (rc == 0) {
                 transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);

@@ -48,6 +48,34 @@ typedef struct NetRing {
     char next_name[NET_NAME_MAX];
 } NetRing;
 
+/* The handshake's HELLO (client) and CHALLENGE (server) description of a worker.
+ * Wire form, after the frame's u32 length: "KTH1", the type byte, the nonce, u32 world,
+ * u32 rank, u64 global batch (little-endian), then signature and dataset, each a u16
+ * length and that many bytes (no NUL, under NET_HELLO_STR_MAX). */
+#define NET_NONCE_BYTES 32
+#define NET_HELLO_STR_MAX 512
+enum { NET_MSG_HELLO = 1, NET_MSG_CHALLENGE = 2 };
+
+typedef struct NetHello {
+    unsigned char nonce[NET_NONCE_BYTES];
+    uint32_t world, rank;
+    uint64_t global_batch;
+    char signature[NET_HELLO_STR_MAX]; /* NUL-terminated */
+    char dataset[NET_HELLO_STR_MAX];
+} NetHello;
+
+/* Encodes h as a payload of `type` (NET_MSG_HELLO or NET_MSG_CHALLENGE, without the
+ * CHALLENGE's mac) into buf, which holds at least 64 + 2 * NET_HELLO_STR_MAX bytes;
+ * strings longer than NET_HELLO_STR_MAX - 1 are cut. Returns the length. */
+size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h);
+
+/* Decodes the n-byte payload of one frame received from a peer that is not yet
+ * authenticated: a `type` message whose fields *used bytes span (a CHALLENGE carries
+ * its mac after them). Pure; reads only buf[0, n). Returns 0 with *h filled, or
+ * -EBADMSG with *why (a static string) saying what is wrong. */
+int net_hello_decode(const unsigned char *buf, size_t n, int type, NetHello *h, size_t *used,
+                     const char **why);
+
 /* Reads the job secret from $KUBETRAIN_SECRET, or from the file named by
  * $KUBETRAIN_SECRET_FILE (one trailing newline stripped). With neither, sets *secret
  * NULL and *len 0 and logs a warning that peers are not authenticated. Returns 0 or

@@ -158,6 +158,22 @@ static void test_spec_errors(void **s)
     expect_error("{\"layers\":[{\"type\":\"Flatten\",\"data_format\":\"x\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].data_format: not a Flatten option here (it takes: name)");
+    /* Regressions (fuzz-model): sizes that overflowed an int or the arena's size_t. */
+    expect_error("{\"input_shape\":[1048576,1048576,1048576],\"layers\":[{\"type\":\"Flatten\"},"
+                 "{\"type\":\"Dense\",\"units\":2}]}",
+                 "input_shape: expected at most 2^28 values per example");
+    expect_error("{\"layers\":[{\"type\":\"Input\",\"shape\":[65536,65536]},"
+                 "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}",
+                 "layers[0].shape: expected at most 2^28 values per example");
+    expect_error("{\"input_shape\":[16384,16384],\"layers\":[{\"type\":\"Flatten\"},"
+                 "{\"type\":\"Dense\",\"units\":1048576},{\"type\":\"Dense\",\"units\":2}]}",
+                 "layers[1].type: expected a layer of at most 2^28 outputs");
+    expect_error("{\"input_shape\":[4096,4096,16],\"layers\":[{\"type\":\"Conv2D\",\"filters\":"
+                 "65536,\"kernel_size\":3},{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}",
+                 "layers[0].type: expected a layer of at most 2^28 outputs");
+    expect_error("{\"input_shape\":[8192,16384],\"layers\":[{\"type\":\"Flatten\"},"
+                 "{\"type\":\"Dense\",\"units\":2},{\"type\":\"Dense\",\"units\":2}]}",
+                 "layers: expected at most 2^28 parameters in all");
 }
 
 static void test_spec_file(void **s)

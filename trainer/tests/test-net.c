@@ -18,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <string.h>
 #include <sys/socket.h>
 
 typedef struct NetResult {
@@ -432,11 +433,44 @@ static void test_ring_socket_options(void **state)
     close(fd);
 }
 
+/* The hello codec a stranger's first frame goes through (fuzzed by
+ * trainer/fuzz/fuzz-handshake.c): a round trip, and every cut of a valid frame, every
+ * wrong type and an over-long string length refused with a reason. */
+static void test_hello_decode(void **state)
+{
+    (void)state;
+    NetHello h = {.world = 4, .rank = 3, .global_batch = 256}, got;
+    memset(h.nonce, 0xab, sizeof h.nonce);
+    strcpy(h.signature, "sequential in=28x28|params=10");
+    strcpy(h.dataset, "fashion-mnist");
+    unsigned char buf[64 + 2 * NET_HELLO_STR_MAX];
+    size_t n = net_hello_encode(buf, NET_MSG_HELLO, &h), used = 0;
+    const char *why = NULL;
+    assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), 0);
+    assert_int_equal(used, n);
+    assert_int_equal(got.world, 4);
+    assert_int_equal(got.rank, 3);
+    assert_int_equal(got.global_batch, 256);
+    assert_string_equal(got.signature, h.signature);
+    assert_string_equal(got.dataset, h.dataset);
+    assert_memory_equal(got.nonce, h.nonce, sizeof h.nonce);
+    for (size_t cut = 0; cut < n; cut++) {
+        why = NULL;
+        assert_int_equal(net_hello_decode(buf, cut, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
+        assert_non_null(why);
+    }
+    assert_int_equal(net_hello_decode(buf, n, NET_MSG_CHALLENGE, &got, &used, &why), -EBADMSG);
+    buf[4 + 1 + NET_NONCE_BYTES + 16 + 1] = 0xff; /* signature length over 0xff00 */
+    assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
+    assert_string_equal(why, "malformed handshake fields");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_socket_options),
+        cmocka_unit_test(test_hello_decode),
         cmocka_unit_test(test_secret_from_env_and_file),
         cmocka_unit_test(test_ring_forms_with_secret),
         cmocka_unit_test(test_ring_forms_without_secret),
