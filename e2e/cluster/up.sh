@@ -191,7 +191,16 @@ kubeconfig "$KT_RUN/controller-manager.kubeconfig" controller-manager
 start() {
   local name=$1; shift
   setsid "$@" </dev/null >"$KT_RUN/logs/$name.log" 2>&1 &
-  echo $! > "$KT_RUN/pids/$name.pid"
+  local pid=$!
+  echo $pid > "$KT_RUN/pids/$name.pid"
+  # Until the child has exec'd, its command line is this script's, and wait_for's
+  # liveness check would take it for a process that exited (seen on a loaded machine).
+  local i
+  for ((i = 0; i < 200; i++)); do
+    kt_pid_alive "$name" "$name" && return
+    kill -0 "$pid" 2>/dev/null || return
+    sleep 0.05
+  done
 }
 
 # wait_for WHAT CMD...: retries CMD until it succeeds; gives up, stopping everything,
