@@ -94,6 +94,11 @@ k create namespace "$NS" >/dev/null
 for _ in $(seq 60); do k -n "$NS" get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
 
 have_base=0
+# The base image is this tier's own prerequisite: made here when Docker lacks it (an
+# import of the cached debootstrap tarball, or a debootstrap on a fresh machine).
+if ! docker image inspect "$BASE" >/dev/null 2>&1 && [ "$BASE" = kubetrain/base:bookworm ]; then
+  bash docker/dockerd.sh >/dev/null 2>&1 && bash docker/base.sh "$BASE" >/dev/null 2>&1
+fi
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
   tap_skip "pod of the base image" "Docker has no $BASE (make image-base makes it)"
   tap_skip "a pod reaches the apiserver at kubernetes.default.svc:443" "no $BASE"
