@@ -196,11 +196,14 @@ start() {
   # Until the child has exec'd, its command line is this script's, and wait_for's
   # liveness check would take it for a process that exited (seen on a loaded machine).
   local i
+  # (Returns 0 either way: wait_for, next, reports a component that died.)
   for ((i = 0; i < 200; i++)); do
-    kt_pid_alive "$name" "$name" && return
-    kill -0 "$pid" 2>/dev/null || return
+    kt_pid_alive "$name" "$name" && return 0
+    # gone, or a zombie not yet reaped: dead either way
+    [ -r "/proc/$pid/stat" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 0
     sleep 0.05
   done
+  return 0
 }
 
 # wait_for WHAT CMD...: retries CMD until it succeeds; gives up, stopping everything,
