@@ -104,7 +104,13 @@ EOF
 }
 
 # ns NAME: a fresh namespace for one case.
-ns() { k create namespace "$1" >/dev/null; }
+# ns NAME: a namespace, once its "default" ServiceAccount exists: before that, pod
+# creation is refused (403, "error looking up service account"), which the operator retries
+# but which the RBAC checks would take for a refusal.
+ns() {
+  k create namespace "$1" >/dev/null
+  wait_until 30 k -n "$1" get serviceaccount default
+}
 
 # pod_running NS POD: the kubelet's part: phase Running, Ready, trainer running.
 pod_running() {
