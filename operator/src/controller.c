@@ -289,38 +289,26 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         }
         break;
     }
-    case ACTION_DELETE_POD: {
-        kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
-        cJSON *opts = delete_options(pod_uid(pods, a->name), NULL);
-        rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
-        cJSON_Delete(opts);
-        if (rc == 0) {
-            /* No write-through: the pod may be gone already, and its DELETED event may
-             * have been handled before this answer; the watch brings the truth. */
-            metrics_count_pods(0, 1);
-            olog(OLOG_INFO, key, "deleted pod %s", a->name);
-        } else if (rc == -ENOENT) {
-            rc = 0;
-        }
-        break;
-    }
+    case ACTION_DELETE_POD:
     case ACTION_FORCE_DELETE_POD: {
+        /* A forced deletion (a pod stuck terminating) skips the grace period. */
+        const int force = a->kind == ACTION_FORCE_DELETE_POD;
         kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
         cJSON *opts = delete_options(pod_uid(pods, a->name), NULL);
-        if (opts && !jsonx_set_num(opts, "gracePeriodSeconds", 0)) {
+        if (!opts || (force && !jsonx_set_num(opts, "gracePeriodSeconds", 0))) {
             cJSON_Delete(opts);
-            opts = NULL;
-        }
-        if (!opts) {
-            snprintf(err, errlen, "force-deleting pod %s: out of memory", a->name);
+            snprintf(err, errlen, "deleting pod %s: out of memory", a->name);
             rc = -ENOMEM;
             break;
         }
         rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
         cJSON_Delete(opts);
         if (rc == 0) {
+            /* No write-through: the pod may be gone already, and its DELETED event may
+             * have been handled before this answer; the watch brings the truth. */
             metrics_count_pods(0, 1);
-            olog(OLOG_WARN, key, "force-deleted pod %s (stuck terminating)", a->name);
+            olog(force ? OLOG_WARN : OLOG_INFO, key, "%s pod %s",
+                 force ? "force-deleted (stuck terminating)" : "deleted", a->name);
         } else if (rc == -ENOENT) {
             rc = 0;
         }
