@@ -10,15 +10,8 @@ import platform
 import subprocess
 import sys
 
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "trainer", "bench"))
+from machine import cpu_model  # noqa: E402
 
 
 def main():

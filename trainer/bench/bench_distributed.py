@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from machine import cpu_model  # trainer/bench/machine.py, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--optimizer", "sgd", "--lr", "0.001",
@@ -35,16 +36,6 @@ JOB = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--optimizer", "sg
 
 def children_maxrss_mib():
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def kubetrain(trainer, data_dir, workers, tmp, ckpt):

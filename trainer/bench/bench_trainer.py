@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from machine import cpu_model  # trainer/bench/machine.py, beside this script
 
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,16 +61,6 @@ def kubetrain_epochs(trainer, args, env=None):
         _, rss = run_rss([trainer, "--metrics-file", mf] + args, env)
         events = [json.loads(l) for l in open(mf)]
     return events, rss
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def machine(load_start):

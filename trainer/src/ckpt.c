@@ -98,20 +98,6 @@ static int read_all(int fd, void *buf, size_t n)
     return 0;
 }
 
-static int mkdir_p(const char *dir)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return -ENAMETOOLONG;
-    for (char *s = path + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
-        *s = '/';
-    }
-    if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
-    return 0;
-}
-
 /* Parses "ckpt-<digits>.kt" into *step; 0 when the name matches. */
 static int name_step(const char *name, uint64_t *step)
 {
@@ -196,7 +182,7 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
         snprintf(err, errlen, "checkpoint keep count %d: expected at least 1", keep);
         return -EINVAL;
     }
-    if ((rc = mkdir_p(dir)) < 0) {
+    if ((rc = util_mkdir_p(dir)) < 0) {
         snprintf(err, errlen, "checkpoint directory %s: %s", dir, strerror(-rc));
         return rc;
     }

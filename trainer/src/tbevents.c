@@ -171,23 +171,9 @@ static void write_event(TbWriter *w)
 /* ---------------------------------------------------------------------------------- */
 /* the writer */
 
-static int mkdir_p(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return -ENAMETOOLONG;
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
-        *p = '/';
-    }
-    if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
-    return 0;
-}
-
 int tbev_open(TbWriter **out, const char *dir, char *err, size_t errlen)
 {
-    int rc = mkdir_p(dir);
+    int rc = util_mkdir_p(dir);
     if (rc) {
         snprintf(err, errlen, "--tensorboard-dir %s: cannot create the directory: %s", dir,
                  strerror(-rc));

@@ -1,6 +1,9 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <openssl/sha.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -137,4 +140,18 @@ uint64_t util_rand_below(uint64_t *state, uint64_t n)
     do r = util_rand_u64(state);
     while (r >= limit);
     return r % n;
+}
+
+int util_mkdir_p(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return -ENAMETOOLONG;
+    for (char *s = path + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
+        *s = '/';
+    }
+    if (mkdir(path, 0755) < 0 && errno != EEXIST) return -errno;
+    return 0;
 }

@@ -42,6 +42,10 @@ void util_on_stop_signals(void (*fn)(int));
 /* Monotonic time in seconds. */
 double util_now(void);
 
+/* mkdir -p: creates dir and its missing parents (mode 0755). Returns 0, or a negative
+ * errno (-ENAMETOOLONG for a path over PATH_MAX). */
+int util_mkdir_p(const char *dir);
+
 /* SHA-256 of buf as 64 lowercase hex digits plus NUL in out. */
 void util_sha256_hex(const void *buf, size_t n, char out[65]);
 

@@ -149,7 +149,7 @@ static void test_spec_errors(void **s)
                  "\"padding\":\"causal\"}]}",
                  "layers[0].padding: expected \"valid\" or \"same\"");
     expect_error("layers:\n  - type: Flatten\n  - {type: Dense, units: 10\n", "invalid YAML");
-    /* a Keras option that is not implemented is refused, not ignored */
+    /* a Keras option the trainer lacks is refused, not ignored */
     expect_error("{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"Conv2D\",\"filters\":2,"
                  "\"kernel_size\":3,\"dilation_rate\":2},{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
