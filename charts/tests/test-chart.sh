@@ -49,7 +49,7 @@ else tap_fail "the chart's CRDs are crds/ byte for byte" "differ:$bad (run make 
 
 # --- helm ------------------------------------------------------------------------------
 if ! helm=$(bash charts/build-helm.sh 2>"$work/helm-build.log"); then
-  tap_skip "helm lint, template, install" "helm unavailable: $(tail -n 1 "$work/helm-build.log")"
+  tap_fail "building helm (charts/build-helm.sh)" "$(tail -n 5 "$work/helm-build.log")"
   tap_done; exit
 fi
 tap_check "helm lint --strict (default values)" "$helm" lint --strict "$CHART"
@@ -88,7 +88,8 @@ skip_cluster() {
 }
 cluster=1
 if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
-  skip_cluster "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
+  tap_fail "building the Kubernetes binaries (e2e/cluster/build-k8s.sh api)" "$(tail -n 5 <<<"$err")"
+  cluster=0
 elif ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
   skip_cluster "etcd not installed (Debian package etcd-server)"
 elif ! out=$(bash e2e/cluster/up.sh api 2>&1); then

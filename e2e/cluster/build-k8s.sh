@@ -44,9 +44,12 @@ for b in $need; do [ -x "$out/$b" ] || missing="$missing $b"; done
 if [ -n "$missing" ]; then
   kt_go_env
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  # The release's own date (from the module proxy's record) keeps the build reproducible.
+  # The release's own date (from the module proxy's record) keeps the build reproducible;
+  # on a cold cache the record comes with the module's download.
+  (cd "$KT_CLUSTER/k8sbuild" && go mod download k8s.io/kubernetes) >&2 ||
+    kt_die "downloading k8s.io/kubernetes $K8S_VERSION from the Go module proxy failed (is GOPROXY reachable?)"
   info=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.info
-  now=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info" 2>/dev/null)
+  now=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info" 2>/dev/null || true)
   [ -n "$now" ] || now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do

@@ -8,7 +8,7 @@
 # it; down.sh leaves no process, mount, bridge, iptables chain, cgroup or run directory.
 # Uses its own run directory (build/e2e/test-cluster-full). Skips, saying why, when the
 # machine cannot run a node (not root, no containerd/runc/CNI plugins, another full
-# cluster holds the bridge) or the binaries cannot be had.
+# cluster holds the bridge); a failed build of the binaries is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
@@ -27,11 +27,12 @@ done
   skip_all "CNI plugins not installed (Debian package containernetworking-plugins)"
 ip link show kt-cni0 >/dev/null 2>&1 &&
   skip_all "bridge kt-cni0 exists: another full-level cluster runs on this machine"
+fail_all() { tap_fail "$1" "$(tail -n 5 <<<"$2")"; tap_done; exit 1; }
 if ! err=$(bash e2e/cluster/build-k8s.sh full 2>&1 >/dev/null); then
-  skip_all "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
+  fail_all "building the Kubernetes binaries (e2e/cluster/build-k8s.sh full)" "$err"
 fi
 if ! err=$(bash e2e/cluster/build-coredns.sh 2>&1 >/dev/null); then
-  skip_all "CoreDNS unavailable: $(tail -n 1 <<<"$err")"
+  fail_all "building CoreDNS (e2e/cluster/build-coredns.sh)" "$err"
 fi
 bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null ||
   skip_all "etcd not installed (Debian package etcd-server)"
@@ -96,10 +97,13 @@ for _ in $(seq 60); do k -n "$NS" get serviceaccount default >/dev/null 2>&1 && 
 have_base=0
 # The base image is this tier's own prerequisite: made here when Docker lacks it (an
 # import of the cached debootstrap tarball, or a debootstrap on a fresh machine).
+base_err=
 if ! docker image inspect "$BASE" >/dev/null 2>&1 && [ "$BASE" = kubetrain/base:bookworm ]; then
-  bash docker/dockerd.sh >/dev/null 2>&1 && bash docker/base.sh "$BASE" >/dev/null 2>&1
+  base_err=$( (bash docker/dockerd.sh && bash docker/base.sh "$BASE") 2>&1 >/dev/null) || true
 fi
-if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+if ! docker image inspect "$BASE" >/dev/null 2>&1 && [ "$BASE" = kubetrain/base:bookworm ]; then
+  tap_fail "making the base image (docker/dockerd.sh, docker/base.sh)" "$(tail -n 5 <<<"$base_err")"
+elif ! docker image inspect "$BASE" >/dev/null 2>&1; then
   tap_skip "pod of the base image" "Docker has no $BASE (make image-base makes it)"
   tap_skip "a pod reaches the apiserver at kubernetes.default.svc:443" "no $BASE"
   tap_skip "two pods resolve each other through CoreDNS and talk TCP" "no $BASE"

@@ -13,7 +13,7 @@ export KT_RUN=$PWD/build/e2e/test-crd/run
 trap 'bash e2e/cluster/down.sh >/dev/null 2>&1' EXIT
 
 if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
-  tap_skip "TrainingJob CRD on kube-apiserver" "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
+  tap_fail "building the Kubernetes binaries (e2e/cluster/build-k8s.sh api)" "$(tail -n 5 <<<"$err")"
   tap_done; exit
 fi
 if ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then

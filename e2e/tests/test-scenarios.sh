@@ -4,7 +4,7 @@
 # (make images, cached by Docker), the cluster is made in build/e2e/suite/run and torn
 # down at the end. Skips, saying why, when the machine cannot run a node (not root, no
 # containerd/runc/CNI plugins, another full cluster holds the bridge), Docker is not
-# there, or the Kubernetes binaries, CoreDNS or helm cannot be had.
+# there; a failed build of the Kubernetes binaries, CoreDNS or helm is a failure.
 # KT_E2E_IMAGE_PREFIX (default kubetrain) names the images it builds and tests.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -17,7 +17,9 @@ docker info >/dev/null 2>&1 || bash docker/dockerd.sh >/dev/null 2>&1
 docker info >/dev/null 2>&1 || skip_all "Docker is not running (docker/dockerd.sh could not start it)"
 for b in "e2e/cluster/build-k8s.sh full" e2e/cluster/build-coredns.sh charts/build-helm.sh; do
   # shellcheck disable=SC2086 # $b is a script and its argument
-  if ! err=$(bash $b 2>&1 >/dev/null); then skip_all "${b%% *} failed: $(tail -n 1 <<<"$err")"; fi
+  if ! err=$(bash $b 2>&1 >/dev/null); then
+    tap_fail "building with $b" "$(tail -n 5 <<<"$err")"; tap_done; exit 1
+  fi
 done
 bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null || skip_all "etcd not installed (Debian package etcd-server)"
 

@@ -118,7 +118,13 @@ typedef struct {
     float *c;
     int split_rows; /* 1: blocks of C's rows, 0: of its columns */
     int block, nblocks;
+    ParallelFn fn; /* set: a parallel_for job, block i is fn(ctx, i) */
+    void *ctx;
 } Job;
+
+/* Set while this thread runs a block: a gemm() or parallel_for() called from inside runs
+ * on this thread alone (the pool is busy with the job that called it). */
+static __thread int in_block;
 
 static struct {
     pthread_mutex_t mu;
@@ -135,6 +141,10 @@ static struct {
 
 static void job_run_block(const Job *j, int i)
 {
+    if (j->fn) {
+        j->fn(j->ctx, i);
+        return;
+    }
     int lo = i * j->block, len = j->split_rows ? j->m : j->n;
     int cnt = lo + j->block < len ? j->block : len - lo;
     if (j->split_rows) {
@@ -157,7 +167,9 @@ static void pool_take_blocks(unsigned long gen)
         int i = pool.next++;
         Job j = pool.job;
         pthread_mutex_unlock(&pool.mu);
+        in_block = 1;
         job_run_block(&j, i);
+        in_block = 0;
         pthread_mutex_lock(&pool.mu);
         if (++pool.done == j.nblocks) pthread_cond_signal(&pool.finished);
     }
@@ -215,9 +227,52 @@ void gemm_set_threads(int n)
     pthread_mutex_unlock(&pool.mu);
 }
 
+/* Hands pool.job (filled in, mu held) to the workers, takes blocks until none is left,
+ * waits for the others' and unlocks mu. */
+static void pool_run(void)
+{
+    pool.next = pool.done = 0;
+    unsigned long gen = ++pool.gen;
+    pthread_cond_broadcast(&pool.wake);
+    pool_take_blocks(gen);
+    while (pool.done < pool.job.nblocks)
+        pthread_cond_wait(&pool.finished, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+}
+
+int gemm_threads(void)
+{
+    pthread_mutex_lock(&pool.mu);
+    pool_start();
+    int threads = pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
+    pthread_mutex_unlock(&pool.mu);
+    return threads;
+}
+
+void parallel_for(int n, ParallelFn fn, void *ctx)
+{
+    if (n <= 1 || in_block) {
+        for (int i = 0; i < n; i++) fn(ctx, i);
+        return;
+    }
+    pthread_mutex_lock(&pool.mu);
+    pool_start();
+    if (pool.workers == 0) {
+        pthread_mutex_unlock(&pool.mu);
+        for (int i = 0; i < n; i++) fn(ctx, i);
+        return;
+    }
+    pool.job = (Job){.fn = fn, .ctx = ctx, .nblocks = n};
+    pool_run();
+}
+
 void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc)
 {
+    if (in_block) {
+        backend_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     pthread_mutex_lock(&pool.mu);
     pool_start();
     int threads = pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
@@ -248,11 +303,5 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
                      .split_rows = split_rows,
                      .block = block,
                      .nblocks = (len + block - 1) / block};
-    pool.next = pool.done = 0;
-    unsigned long gen = ++pool.gen;
-    pthread_cond_broadcast(&pool.wake);
-    pool_take_blocks(gen);
-    while (pool.done < pool.job.nblocks)
-        pthread_cond_wait(&pool.finished, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
+    pool_run();
 }

@@ -19,7 +19,8 @@ typedef enum { GEMM_N = 0, GEMM_T = 1 } GemmTrans;
  * depend on the thread count), and the caller and gemm's own workers take blocks
  * until none is left. One hand-off per call instead of the library's per-panel
  * barriers: on a shared machine a descheduled thread then delays only its own block,
- * and no library thread spins between calls. Not reentrant: one caller at a time. */
+ * and no library thread spins between calls. Not reentrant: one caller at a time,
+ * except that a task of parallel_for() may call it (it then runs on that thread alone). */
 void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc);
 
@@ -27,6 +28,17 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
  * Without a call: the backend's usual variable if set (OPENBLAS_NUM_THREADS,
  * BLIS_NUM_THREADS or OMP_NUM_THREADS), else the CPUs this process may run on. */
 void gemm_set_threads(int n);
+
+/* The threads gemm() uses now (the caller included); starts its workers. */
+int gemm_threads(void);
+
+/* Runs fn(ctx, 0) .. fn(ctx, n-1) on gemm's threads (the caller included) and returns
+ * when all have returned. Tasks are claimed in order as threads get to run them, so
+ * which thread runs which is not fixed: a task must depend only on its index. Inside a
+ * task, gemm() and parallel_for() run on the calling thread alone. Same caller rule as
+ * gemm(). */
+typedef void (*ParallelFn)(void *ctx, int i);
+void parallel_for(int n, ParallelFn fn, void *ctx);
 
 /* The backend's name: "blis", "openblas" or "dnnl" (a static string). */
 const char *gemm_backend(void);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "gemm.h"
 #include "loss.h"
 #include "util.h"
 
@@ -621,6 +622,8 @@ void model_free(Model *m)
     free(m->layers);
     free(m->params);
     free(m->grads);
+    for (int s = 0; s < m->num_sgrads; s++) free(m->sgrads[s]);
+    free(m->sgrads);
     free(m->signature);
     free(m);
 }
@@ -671,6 +674,8 @@ void model_reserve(Model *m, int max_batch)
         dmax = l->out_size > dmax ? l->out_size : dmax;
     }
     m->dcol = xmalloc((colmax ? colmax : 1) * sizeof(float));
+    m->dmax = dmax;
+    m->colmax = colmax / b;
     m->dbuf[0] = xmalloc(b * dmax * sizeof(float));
     m->dbuf[1] = xmalloc(b * dmax * sizeof(float));
     m->max_batch = max_batch;
@@ -679,42 +684,77 @@ void model_reserve(Model *m, int max_batch)
 /* ----------------------------------------------------------------------------
  * Forward, loss, backward */
 
-/* The output of layer i: its own buffer, or what it reshapes. */
-static const float *layer_out(const Model *m, const float *x, int i)
+/* A batch is cut into shards of consecutive examples that gemm's threads run in
+ * parallel (parallel_for), each shard running every layer on its own examples with
+ * single-threaded products: im2col, activations, pooling and the products all spread
+ * over the threads, with one hand-off per pass instead of one per product. Every
+ * per-example buffer is shared, a shard using its own rows of it (of the scratch buffers
+ * that layers of different sizes share, rows of the largest size). Shard 0 writes its
+ * gradients into grads, shard s > 0 into sgrads[s-1]; they are added in shard order,
+ * so a run is reproducible for a given thread count. Dropout draws the same masks
+ * whatever the shards: draw j of the step's sequence is made on its own. */
+#define SHARD_MIN_EXAMPLES 16
+#define SHARD_MAX 64
+
+static int shards_for(int b)
 {
-    for (; i >= 0; i--)
-        if (m->acts[i]) return m->acts[i];
-    return x;
+    int s = gemm_threads();
+    if (s > b / SHARD_MIN_EXAMPLES) s = b / SHARD_MIN_EXAMPLES;
+    if (s > SHARD_MAX) s = SHARD_MAX;
+    return s < 1 ? 1 : s;
 }
 
-/* Runs the layers on b examples. The last layer's softmax is left out: the loss takes
- * the logits (as Keras's TensorFlow backend does for a softmax output), and argmax is
- * the same on both. */
-static void forward(Model *m, const float *x, int b, int training, uint64_t dropout_seed)
+/* The first example of shard s of `shards` over b examples. */
+static int shard_lo(int b, int shards, int s)
 {
-    uint64_t rng = dropout_seed;
+    return (int)((long)b * s / shards);
+}
+
+/* The output of layer i for the examples from lo on: its own buffer, or what it
+ * reshapes. */
+static const float *layer_out(const Model *m, const float *x, int i, int lo)
+{
+    for (; i >= 0; i--)
+        if (m->acts[i]) return m->acts[i] + (size_t)lo * m->layers[i].out_size;
+    return x + (size_t)lo * m->input_size;
+}
+
+/* Runs the layers on examples lo..lo+cnt-1 of a batch of b. The last layer's softmax is
+ * left out: the loss takes the logits (as Keras's TensorFlow backend does for a softmax
+ * output), and argmax is the same on both. */
+static void forward(Model *m, const float *x, int b, int lo, int cnt, int training,
+                    uint64_t dropout_seed)
+{
+    uint64_t draws = 0; /* dropout draws of the whole batch in the layers before */
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        const float *in = layer_out(m, x, i - 1);
-        float *out = m->acts[i];
+        const float *in = layer_out(m, x, i - 1, lo);
+        float *out = m->acts[i] ? m->acts[i] + (size_t)lo * l->out_size : NULL;
+        const size_t at = (size_t)lo * l->out_size, n = (size_t)cnt * l->out_size;
         const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
         switch (l->type) {
         case LAYER_RESHAPE:
         case LAYER_FLATTEN: continue;
-        case LAYER_CONV2D: conv2d_forward(out, m->cols[i], in, w, bias, &l->conv, b); break;
-        case LAYER_DENSE:
-            dense_forward(out, in, w, bias, b * l->dense_rows, l->dense_in, l->units);
+        case LAYER_CONV2D:
+            conv2d_forward(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias, &l->conv,
+                           cnt);
             break;
-        case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i], in, &l->pool, b); break;
+        case LAYER_DENSE:
+            dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
+            break;
+        case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
         case LAYER_DROPOUT:
-            memcpy(out, in, (size_t)b * l->out_size * sizeof *out);
-            if (training && m->dropout_enabled && l->rate > 0.0f)
-                dropout_forward(out, m->masks[i], (size_t)b * l->out_size, l->rate, &rng);
+            memcpy(out, in, n * sizeof *out);
+            if (training && m->dropout_enabled && l->rate > 0.0f) {
+                uint64_t rng = util_rand_skip(dropout_seed, draws + at);
+                dropout_forward(out, m->masks[i] + at, n, l->rate, &rng);
+                draws += (uint64_t)b * l->out_size;
+            }
             break;
         }
         int last = i == m->num_layers - 1;
         /* per row of the last axis: a softmax Dense on a rank > 1 input normalises each */
-        size_t rows = l->type == LAYER_DENSE ? (size_t)b * (size_t)l->dense_rows : (size_t)b;
+        size_t rows = l->type == LAYER_DENSE ? (size_t)cnt * (size_t)l->dense_rows : (size_t)cnt;
         size_t cols = l->type == LAYER_DENSE ? (size_t)l->units : l->out_size;
         if (!(last && l->act == ACT_SOFTMAX)) activation_forward(out, rows, cols, l->act);
     }
@@ -743,71 +783,144 @@ double model_regularization(const Model *m)
     return r;
 }
 
-void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
-                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
-                StepStats *st)
+/* The first layer with parameters: the layers before it need no input gradient. */
+static int first_param_layer(const Model *m)
 {
-    const int b = local_batch;
-    forward(m, x, b, 1, dropout_seed);
-    int correct = 0, cur = 0;
-    const float *logits = layer_out(m, x, m->num_layers - 1);
-    double loss = loss_of(m, m->dbuf[0], &correct, logits, y, b, 1.0f / (float)global_batch);
-    st->loss = loss / global_batch + model_regularization(m) / num_replicas;
-    st->correct = correct;
-    st->count = b;
-
-    /* first_param: layers before it need no input gradient. */
-    int first_param = m->num_layers;
     for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].w_count) {
-            first_param = i;
-            break;
-        }
-    float *d = m->dbuf[0];
+        if (m->layers[i].w_count) return i;
+    return m->num_layers;
+}
+
+/* What finishes a layer's gradient: the regularization term, then on_ready. */
+typedef struct {
+    int num_replicas;
+    GradReadyFn on_ready;
+    void *ctx;
+} Finish;
+
+/* Adds the other shards' gradients of layer i onto grads, then finishes it. */
+static void finish_layer(Model *m, int i, int shards, const Finish *f)
+{
+    const Layer *l = &m->layers[i];
+    float *g = m->grads + l->w_off;
+    const size_t n = l->w_count + l->b_count;
+    for (int s = 1; s < shards; s++) {
+        const float *o = m->sgrads[s - 1] + l->w_off;
+        for (size_t k = 0; k < n; k++) g[k] += o[k];
+    }
+    if (l->l2 != 0.0f) {
+        const float k = 2.0f * l->l2 / (float)f->num_replicas;
+        const float *w = m->params + l->w_off;
+        for (size_t q = 0; q < l->w_count; q++) g[q] += k * w[q];
+    }
+    if (f->on_ready) f->on_ready(f->ctx, l->w_off, n);
+}
+
+/* Backward over examples lo..lo+cnt-1 from d, the loss gradient of their logits, into
+ * the gradient arena g. With fin (one shard: g is grads), each layer is finished as
+ * soon as its gradient is, so a collective can start on it while backward goes on. */
+static void backward(Model *m, const float *x, int lo, int cnt, float *d, float *g,
+                     const Finish *fin)
+{
+    const int first_param = first_param_layer(m);
+    int cur = 0;
     for (int i = m->num_layers - 1; i >= first_param; i--) {
         const Layer *l = &m->layers[i];
-        const float *in = layer_out(m, x, i - 1), *out = layer_out(m, x, i);
-        float *din = i > first_param ? m->dbuf[1 - cur] : NULL;
+        const float *in = layer_out(m, x, i - 1, lo), *out = layer_out(m, x, i, lo);
+        float *din = i > first_param ? m->dbuf[1 - cur] + (size_t)lo * m->dmax : NULL;
+        const size_t at = (size_t)lo * l->out_size;
         const float *w = m->params + l->w_off;
-        float *dw = m->grads + l->w_off, *db = m->grads + l->b_off;
+        float *dw = g + l->w_off, *db = g + l->b_off;
         int last = i == m->num_layers - 1;
         if (l->type == LAYER_CONV2D && !(last && l->act == ACT_SOFTMAX))
-            activation_backward(d, out, (size_t)b, l->out_size, l->act);
+            activation_backward(d, out, (size_t)cnt, l->out_size, l->act);
         if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
-            activation_backward(d, out, (size_t)b * (size_t)l->dense_rows, (size_t)l->units,
+            activation_backward(d, out, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units,
                                 l->act);
         switch (l->type) {
         case LAYER_RESHAPE:
         case LAYER_FLATTEN: continue;
         case LAYER_DROPOUT:
             if (m->dropout_enabled && l->rate > 0.0f)
-                dropout_backward(d, m->masks[i], (size_t)b * l->out_size);
+                dropout_backward(d, m->masks[i] + at, (size_t)cnt * l->out_size);
             continue;
-        case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i], &l->pool, b); break;
+        case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
         case LAYER_DENSE:
-            dense_backward(din, dw, db, d, in, w, b * l->dense_rows, l->dense_in, l->units);
+            dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
             break;
-        case LAYER_CONV2D:
-            conv2d_backward(din, dw, db, m->dcol, d, m->cols[i], w, &l->conv, b);
+        case LAYER_CONV2D: {
+            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
+                            m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
             break;
         }
-        if (l->w_count) {
-            if (l->l2 != 0.0f) {
-                const float k = 2.0f * l->l2 / (float)num_replicas;
-                for (size_t j = 0; j < l->w_count; j++) dw[j] += k * w[j];
-            }
-            if (on_ready) on_ready(ctx, l->w_off, l->w_count + l->b_count);
         }
+        if (fin && l->w_count) finish_layer(m, i, 1, fin);
         d = din;
         cur = 1 - cur;
     }
 }
 
+typedef struct {
+    Model *m;
+    const float *x;
+    const uint8_t *y;
+    int b, shards, training;
+    float scale;
+    uint64_t dropout_seed;
+    const Finish *fin; /* one shard: finish each layer inside backward */
+    double loss[SHARD_MAX];
+    int correct[SHARD_MAX];
+} ShardJob;
+
+static void shard_run(void *arg, int s)
+{
+    ShardJob *j = arg;
+    Model *m = j->m;
+    const int lo = shard_lo(j->b, j->shards, s), cnt = shard_lo(j->b, j->shards, s + 1) - lo;
+    forward(m, j->x, j->b, lo, cnt, j->training, j->dropout_seed);
+    const float *logits = layer_out(m, j->x, m->num_layers - 1, lo);
+    float *d = j->training ? m->dbuf[0] + (size_t)lo * m->dmax : NULL;
+    j->correct[s] = 0;
+    j->loss[s] = loss_of(m, d, &j->correct[s], logits, j->y + lo, cnt, j->scale);
+    if (j->training) backward(m, j->x, lo, cnt, d, s ? m->sgrads[s - 1] : m->grads, j->fin);
+}
+
+void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
+                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
+                StepStats *st)
+{
+    const Finish fin = {.num_replicas = num_replicas, .on_ready = on_ready, .ctx = ctx};
+    ShardJob j = {.m = m, .x = x, .y = y, .b = local_batch, .shards = shards_for(local_batch),
+                  .training = 1, .scale = 1.0f / (float)global_batch,
+                  .dropout_seed = dropout_seed};
+    if (j.shards == 1) j.fin = &fin;
+    if (j.shards - 1 > m->num_sgrads) {
+        if (!m->sgrads) m->sgrads = xcalloc(SHARD_MAX - 1, sizeof *m->sgrads);
+        for (int s = m->num_sgrads; s < j.shards - 1; s++)
+            m->sgrads[s] = xmalloc((m->num_params ? m->num_params : 1) * sizeof(float));
+        m->num_sgrads = j.shards - 1;
+    }
+    parallel_for(j.shards, shard_run, &j);
+    /* several shards: their sums, layer by layer from the last */
+    for (int i = m->num_layers - 1; j.shards > 1 && i >= 0; i--)
+        if (m->layers[i].w_count) finish_layer(m, i, j.shards, &fin);
+
+    double loss = 0.0;
+    int correct = 0;
+    for (int s = 0; s < j.shards; s++) loss += j.loss[s], correct += j.correct[s];
+    st->loss = loss / global_batch + model_regularization(m) / num_replicas;
+    st->correct = correct;
+    st->count = local_batch;
+}
+
 void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st)
 {
-    forward(m, x, b, 0, 0);
+    ShardJob j = {.m = m, .x = x, .y = y, .b = b, .shards = shards_for(b), .scale = 1.0f};
+    parallel_for(j.shards, shard_run, &j);
+    double loss = 0.0;
     int correct = 0;
-    st->loss = loss_of(m, NULL, &correct, layer_out(m, x, m->num_layers - 1), y, b, 1.0f);
+    for (int s = 0; s < j.shards; s++) loss += j.loss[s], correct += j.correct[s];
+    st->loss = loss;
     st->correct = correct;
     st->count = b;
 }

@@ -48,6 +48,9 @@ struct Model {
     float *grads;           /* (num_params + MODEL_STATS_FLOATS) gradients at the same
                                offsets, then room for the step statistics, so that one
                                all-reduce carries both */
+    float **sgrads;         /* (num_sgrads) gradient arenas of the step's shards after the
+                               first (model.c: a batch is cut into shards run in parallel) */
+    int num_sgrads;
     int dropout_enabled;    /* 1 by default; tests turn it off to compare with Keras */
     char *signature;        /* architecture + parameter count, one line */
     char signature_sha256[65];
@@ -57,8 +60,10 @@ struct Model {
     float **masks;          /* dropout masks */
     int32_t **argmax;       /* maxpool argmax */
     float **cols;           /* im2col of each conv layer, kept for its backward */
-    float *dcol;            /* scratch for the largest conv's column gradient */
-    float *dbuf[2];         /* ping-pong activation gradients */
+    float *dcol;            /* scratch for the largest conv's column gradient, colmax
+                               floats per example */
+    float *dbuf[2];         /* ping-pong activation gradients, dmax floats per example */
+    size_t dmax, colmax;
 };
 
 /* Local statistics of one step or evaluation, to be summed across workers. */

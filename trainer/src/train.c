@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "overlap.h"
 #include "util.h"
 #ifdef KT_GPU
 #include "gpu/coll_nccl.h"
@@ -99,6 +100,11 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                  dev);
     }
 #endif
+    if (!t->gpu && coll->world > 1) {
+        int slices = 1;
+        for (int i = 0; i < t->model->num_layers; i++) slices += t->model->layers[i].w_count > 0;
+        t->overlap = overlap_create(coll, t->model->grads, slices);
+    }
     *out = t;
     return 0;
 err:
@@ -273,15 +279,21 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             }
 #endif
             StepStats ss;
+            /* world > 1: the gradients are all-reduced layer by layer while backward goes
+             * on (overlap.h); allreduce_s is then the time the step still waited */
             model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
-                       NULL, NULL, &ss);
+                       t->overlap ? overlap_ready : NULL, t->overlap, &ss);
             m->grads[np] = (float)ss.loss;
             m->grads[np + 1] = (float)ss.correct;
             m->grads[np + 2] = (float)ss.count;
             m->grads[np + 3] = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
             double a0 = util_now();
-            if ((rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr,
-                                         sizeof cerr))) {
+            if (t->overlap)
+                rc = overlap_finish(t->overlap, np, MODEL_STATS_FLOATS, cerr, sizeof cerr);
+            else
+                rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr,
+                                        sizeof cerr);
+            if (rc) {
                 snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
                 *exit_code = KT_EXIT_RETRY;
                 goto fail;
@@ -346,6 +358,7 @@ void trainer_free(Trainer *t)
 {
     if (!t) return;
     metrics_abort(t->metrics);
+    overlap_free(t->overlap);
 #ifdef KT_GPU
     gpu_model_free(t->gpu);
 #endif

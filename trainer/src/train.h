@@ -58,6 +58,8 @@ struct Trainer {
      * opt->state) are current only after trainer_sync_host. NULL: the CPU path. */
     struct GpuModel *gpu;
     int gpu_device;
+    /* The CPU path with more than one worker: the all-reduce overlapped with backward. */
+    struct Overlap *overlap;
 };
 
 /* The CUDA device this rank trains on: 0 and *device = -1 for the CPU path, or 0 and

@@ -120,9 +120,16 @@ void util_sha256_hex(const void *buf, size_t n, char out[65])
     out[64] = '\0';
 }
 
+#define SPLITMIX_GAMMA 0x9E3779B97F4A7C15ull
+
+uint64_t util_rand_skip(uint64_t state, uint64_t n)
+{
+    return state + n * SPLITMIX_GAMMA;
+}
+
 uint64_t util_rand_u64(uint64_t *state)
 {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (*state += SPLITMIX_GAMMA);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);

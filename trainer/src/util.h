@@ -52,6 +52,10 @@ void util_sha256_hex(const void *buf, size_t n, char out[65]);
 /* splitmix64: advances *state and returns the next 64 random bits. Deterministic,
  * so that one seed gives one run. */
 uint64_t util_rand_u64(uint64_t *state);
+/* The state n draws after `state` (splitmix64's state only adds a constant per draw, so
+ * draw j of a sequence can be made on its own: the GPU's dropout and the sharded CPU
+ * step use it). */
+uint64_t util_rand_skip(uint64_t state, uint64_t n);
 /* Uniform float in [0, 1) from *state. */
 float util_rand_float(uint64_t *state);
 /* Uniform integer in [0, n) from *state, without modulo bias; n > 0. */

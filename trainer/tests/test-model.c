@@ -14,7 +14,9 @@
 
 #include <cmocka.h>
 
+#include "gemm.h"
 #include "model.h"
+#include "util.h"
 
 static void test_builtin_param_counts(void **s)
 {
@@ -203,12 +205,96 @@ static void test_spec_file(void **s)
     unlink(path);
 }
 
+typedef struct {
+    size_t next_end; /* ranges must come last to first, back to back */
+    int calls, out_of_order;
+} ReadyLog;
+
+static void on_ready_log(void *ctx, size_t offset, size_t count)
+{
+    ReadyLog *r = ctx;
+    if (offset + count != r->next_end) r->out_of_order++;
+    r->next_end = offset;
+    r->calls++;
+}
+
+/* One step cut into shards over 3 threads (model.c) equals the step on one thread: the
+ * same dropout masks bit for bit, the same statistics, gradients equal up to the order
+ * of the sums, every layer handed to on_ready last to first; and the sharded step is
+ * reproducible. Covers a same-padded strided conv, pooling, dropout, a Dense on rank > 1
+ * and L2. */
+static void test_sharded_step_equals_one_thread(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[12,12,1],\"layers\":["
+                       "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"strides\":2,"
+                       "\"padding\":\"same\",\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":0.01}},"
+                       "{\"type\":\"MaxPooling2D\",\"pool_size\":2},"
+                       "{\"type\":\"Dropout\",\"rate\":0.3},"
+                       "{\"type\":\"Dense\",\"units\":5,\"activation\":\"relu\"},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dropout\",\"rate\":0.2},"
+                       "{\"type\":\"Dense\",\"units\":10}]}";
+    enum { B = 48 };
+    char err[256];
+    Model *m[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(model_create(&m[i], spec, 7, err, sizeof err), 0);
+        model_reserve(m[i], B);
+    }
+    float *x = malloc(sizeof(float) * B * 144);
+    uint8_t y[B];
+    uint64_t rng = 3;
+    for (int i = 0; i < B * 144; i++) x[i] = util_rand_float(&rng);
+    for (int i = 0; i < B; i++) y[i] = (uint8_t)util_rand_below(&rng, 10);
+
+    StepStats st[3];
+    ReadyLog log[3];
+    for (int i = 0; i < 3; i++) {
+        gemm_set_threads(i == 0 ? 1 : 3);
+        log[i] = (ReadyLog){.next_end = m[i]->num_params};
+        model_step(m[i], x, y, B, 2 * B, 2, 99, on_ready_log, &log[i], &st[i]);
+        assert_int_equal(log[i].out_of_order, 0);
+        assert_int_equal(log[i].next_end, 0);
+        assert_int_equal(log[i].calls, 3);
+    }
+    gemm_set_threads(1);
+    assert_true(fabs(st[0].loss - st[1].loss) < 1e-6 * fabs(st[0].loss));
+    assert_true(st[0].correct == st[1].correct && st[1].count == B);
+    double gmax = 0.0, dmax = 0.0;
+    for (size_t k = 0; k < m[0]->num_params; k++) {
+        gmax = fmax(gmax, fabs(m[0]->grads[k]));
+        dmax = fmax(dmax, fabs(m[0]->grads[k] - m[1]->grads[k]));
+    }
+    print_message("# sharded step: largest gradient %.3g, largest difference %.3g\n", gmax, dmax);
+    assert_true(gmax > 0.0 && dmax <= 1e-5 * gmax);
+    /* the second sharded run is the first, bit for bit */
+    assert_memory_equal(m[1]->grads, m[2]->grads, m[1]->num_params * sizeof(float));
+    assert_true(st[1].loss == st[2].loss);
+    for (int l = 0; l < m[0]->num_layers; l++)
+        if (m[0]->masks[l])
+            assert_memory_equal(m[0]->masks[l], m[1]->masks[l],
+                                (size_t)B * m[0]->layers[l].out_size * sizeof(float));
+
+    /* evaluation sharded the same way */
+    StepStats e0, e1;
+    gemm_set_threads(1);
+    model_evaluate(m[0], x, y, B, &e0);
+    gemm_set_threads(3);
+    model_evaluate(m[1], x, y, B, &e1);
+    gemm_set_threads(1);
+    assert_true(fabs(e0.loss - e1.loss) < 1e-6 * fabs(e0.loss) && e0.correct == e1.correct);
+    free(x);
+    for (int i = 0; i < 3; i++) model_free(m[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_param_counts), cmocka_unit_test(test_yaml_equals_json),
         cmocka_unit_test(test_signature_distinguishes), cmocka_unit_test(test_seeded_init),
         cmocka_unit_test(test_spec_errors), cmocka_unit_test(test_spec_file),
+        cmocka_unit_test(test_sharded_step_equals_one_thread),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }

@@ -20,7 +20,8 @@ it_cleanup() {
 
 # it_cluster NAME: brings up a cluster in build/e2e/NAME/run, installs crds/ and sets
 # IT_DIR (scratch directory) and k (kubectl). Exits the test with a skip, saying why,
-# when the operator or the Kubernetes binaries cannot be had.
+# when the operator is not built or etcd is not installed; a failed build of the
+# Kubernetes binaries is a failure.
 it_cluster() {
   local name=$1 err
   IT_DIR=$PWD/build/e2e/$name
@@ -30,8 +31,9 @@ it_cluster() {
     tap_done; exit 0
   fi
   if ! err=$(bash e2e/cluster/build-k8s.sh api 2>&1 >/dev/null); then
-    tap_skip "$name" "Kubernetes binaries unavailable: $(tail -n 1 <<<"$err")"
-    tap_done; exit 0
+    tap_fail "$name: building the Kubernetes binaries (e2e/cluster/build-k8s.sh api)" \
+      "$(tail -n 5 <<<"$err")"
+    tap_done; exit 1
   fi
   if ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
     tap_skip "$name" "etcd not installed (Debian package etcd-server)"
