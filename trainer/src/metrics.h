@@ -23,7 +23,8 @@ typedef struct {
     double loss, accuracy;     /* over the global batch */
     double samples_per_sec;    /* global batch / step_seconds */
     double learning_rate;
-    double allreduce_seconds;  /* the gradient all-reduce of the step */
+    double allreduce_seconds;  /* the time the step waited for its gradient all-reduce after
+                                  the backward pass (on the CPU the all-reduce overlaps it) */
     double step_seconds;       /* data, forward/backward, all-reduce and update */
 } MetricsStep;
 

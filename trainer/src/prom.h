@@ -6,7 +6,7 @@
  *   kubetrain_loss, kubetrain_accuracy  of the last step, over the global batch
  *   kubetrain_samples_per_second        of the last step
  *   kubetrain_learning_rate
- *   kubetrain_allreduce_seconds         the last step's gradient all-reduce
+ *   kubetrain_allreduce_seconds         the last step's wait for its gradient all-reduce
  *   kubetrain_allreduce_seconds_total   summed over the steps of this process, and
  *   kubetrain_step_seconds_total        likewise the steps, for rate() in PromQL
  *   kubetrain_test_loss, kubetrain_test_accuracy   the last evaluation (after one ran)
