@@ -141,7 +141,8 @@ def throughput(trainer, floor_bin, py, data_dir, out_path):
                          "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
             "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
             "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
-                     "backend and threads as the trainer)",
+                     "backend and threads as the trainer, run as the trainer runs them: the "
+                     "batch cut into one shard per thread, each shard's calls on one thread)",
             "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
                        "with OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
             "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "

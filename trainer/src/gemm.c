@@ -249,6 +249,14 @@ int gemm_threads(void)
     return threads;
 }
 
+int gemm_batch_shards(int b)
+{
+    int s = gemm_threads();
+    if (s > b / GEMM_SHARD_MIN_EXAMPLES) s = b / GEMM_SHARD_MIN_EXAMPLES;
+    if (s > GEMM_MAX_SHARDS) s = GEMM_MAX_SHARDS;
+    return s < 1 ? 1 : s;
+}
+
 void parallel_for(int n, ParallelFn fn, void *ctx)
 {
     if (n <= 1 || in_block) {

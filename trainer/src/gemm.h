@@ -40,6 +40,13 @@ int gemm_threads(void);
 typedef void (*ParallelFn)(void *ctx, int i);
 void parallel_for(int n, ParallelFn fn, void *ctx);
 
+/* How many shards model.c cuts a batch of b examples into, each run by one task of
+ * parallel_for: one per thread, with at least GEMM_SHARD_MIN_EXAMPLES examples each and
+ * at most GEMM_MAX_SHARDS; 1 when b is small or there is one thread. */
+#define GEMM_SHARD_MIN_EXAMPLES 16
+#define GEMM_MAX_SHARDS 64
+int gemm_batch_shards(int b);
+
 /* The backend's name: "blis", "openblas" or "dnnl" (a static string). */
 const char *gemm_backend(void);
 

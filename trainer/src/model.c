@@ -693,17 +693,6 @@ void model_reserve(Model *m, int max_batch)
  * gradients into grads, shard s > 0 into sgrads[s-1]; they are added in shard order,
  * so a run is reproducible for a given thread count. Dropout draws the same masks
  * whatever the shards: draw j of the step's sequence is made on its own. */
-#define SHARD_MIN_EXAMPLES 16
-#define SHARD_MAX 64
-
-static int shards_for(int b)
-{
-    int s = gemm_threads();
-    if (s > b / SHARD_MIN_EXAMPLES) s = b / SHARD_MIN_EXAMPLES;
-    if (s > SHARD_MAX) s = SHARD_MAX;
-    return s < 1 ? 1 : s;
-}
-
 /* The first example of shard s of `shards` over b examples. */
 static int shard_lo(int b, int shards, int s)
 {
@@ -868,8 +857,8 @@ typedef struct {
     float scale;
     uint64_t dropout_seed;
     const Finish *fin; /* one shard: finish each layer inside backward */
-    double loss[SHARD_MAX];
-    int correct[SHARD_MAX];
+    double loss[GEMM_MAX_SHARDS];
+    int correct[GEMM_MAX_SHARDS];
 } ShardJob;
 
 static void shard_run(void *arg, int s)
@@ -890,12 +879,12 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
                 StepStats *st)
 {
     const Finish fin = {.num_replicas = num_replicas, .on_ready = on_ready, .ctx = ctx};
-    ShardJob j = {.m = m, .x = x, .y = y, .b = local_batch, .shards = shards_for(local_batch),
-                  .training = 1, .scale = 1.0f / (float)global_batch,
+    ShardJob j = {.m = m, .x = x, .y = y, .b = local_batch,
+                  .shards = gemm_batch_shards(local_batch), .training = 1, .scale = 1.0f / (float)global_batch,
                   .dropout_seed = dropout_seed};
     if (j.shards == 1) j.fin = &fin;
     if (j.shards - 1 > m->num_sgrads) {
-        if (!m->sgrads) m->sgrads = xcalloc(SHARD_MAX - 1, sizeof *m->sgrads);
+        if (!m->sgrads) m->sgrads = xcalloc(GEMM_MAX_SHARDS - 1, sizeof *m->sgrads);
         for (int s = m->num_sgrads; s < j.shards - 1; s++)
             m->sgrads[s] = xmalloc((m->num_params ? m->num_params : 1) * sizeof(float));
         m->num_sgrads = j.shards - 1;
@@ -915,7 +904,7 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
 
 void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st)
 {
-    ShardJob j = {.m = m, .x = x, .y = y, .b = b, .shards = shards_for(b), .scale = 1.0f};
+    ShardJob j = {.m = m, .x = x, .y = y, .b = b, .shards = gemm_batch_shards(b), .scale = 1.0f};
     parallel_for(j.shards, shard_run, &j);
     double loss = 0.0;
     int correct = 0;
