@@ -77,7 +77,7 @@ json.dump(d, open(without_pt, "w"))
 PY
   then
     # the median as the report prints it (its fmt())
-    sps=$("$PY" -c 'import json, sys; sys.path.insert(0, "bench"); from report import fmt
+    sps=$(PYTHONDONTWRITEBYTECODE=1 "$PY" -c 'import json, sys; sys.path.insert(0, "bench"); from report import fmt
 print(fmt(json.load(open(sys.argv[1]))["median"]["pytorch_samples_per_sec"]))' "$tmp/pt/trainer-core.json")
     if "$PY" bench/report.py --results "$tmp/pt" --out "$tmp/outpt" >/dev/null 2>"$tmp/errpt" &&
        grep -q '^### Training throughput: kubetrain vs TensorFlow and PyTorch$' "$tmp/outpt/RESULTS.md" &&
