@@ -129,21 +129,36 @@ def is_operator(d):
     return isinstance(r, list) and r and all("pods_s" in x and "bound_s" in x for x in r)
 
 
+# The one-worker runs of trainer-core.json: (field prefix, label, bar label). PyTorch is
+# absent from files written before bench-trainer ran it; its bar and row are then left out.
+CORE_RUNS = [
+    ("kubetrain_default", "kubetrain, 1 worker", "kubetrain\n1 worker"),
+    ("kubetrain_t1", "kubetrain, 1 worker, 1 thread", "kubetrain\n1 worker, 1 thread"),
+    ("tensorflow", "TensorFlow/Keras, 1 worker", "TensorFlow/Keras\n1 worker"),
+    ("pytorch", "PyTorch, 1 worker (CPU)", "PyTorch\n1 worker (CPU)"),
+    ("floor_default", "GEMM floor (the step's GEMMs only)", "GEMM floor\n(step's GEMMs only)"),
+]
+CORE_COLOURS = {"kubetrain_default": "#1f77b4", "kubetrain_t1": "#6baed6",
+                "tensorflow": "#ff7f0e", "pytorch": "#d62728", "floor_default": "#999999"}
+
+
 def throughput_plot(core, dist, out_dir):
     """Samples/s: one worker (trainer-core) and 2/4 workers (distributed), medians as
-    bars, each round as a dot."""
+    bars, each round as a dot. Returns the plot's path, the labels of its bars and what it lacks."""
     bars = []  # (label, median, rounds, colour)
+    missing = []
     if core:
         d = core.doc
         med = d["median"]
         rounds = d.get("rounds", [])
-        for key, label, colour in [
-                ("kubetrain_default_samples_per_sec", "kubetrain\n1 worker", "#1f77b4"),
-                ("kubetrain_t1_samples_per_sec", "kubetrain\n1 worker, 1 thread", "#6baed6"),
-                ("tensorflow_samples_per_sec", "TensorFlow/Keras\n1 worker", "#ff7f0e"),
-                ("floor_default_samples_per_sec", "GEMM floor\n(step's GEMMs only)", "#999999")]:
+        for run, _, label in CORE_RUNS:
+            key = run + "_samples_per_sec"
             if key in med:
-                bars.append((label, med[key], [r[key] for r in rounds if key in r], colour))
+                bars.append((label, med[key],
+                             [r[key] for r in rounds if key in r], CORE_COLOURS[run]))
+            elif run == "pytorch":
+                missing.append("PyTorch: not in %s (a run from before bench-trainer had it)" %
+                               core.name)
     if dist:
         d = dist.doc
         med = d["median"]
@@ -160,8 +175,8 @@ def throughput_plot(core, dist, out_dir):
             if key in med:
                 bars.append((label, med[key], per_round(run), colour))
     if not bars:
-        return None
-    fig, ax = plt.subplots(figsize=(10, 5.6))
+        return None, [], missing
+    fig, ax = plt.subplots(figsize=(max(10, 1.45 * len(bars)), 5.6))
     fig.subplots_adjust(bottom=0.22)
     xs = range(len(bars))
     ax.bar(xs, [b[1] for b in bars], color=[b[3] for b in bars])
@@ -170,11 +185,13 @@ def throughput_plot(core, dist, out_dir):
         ax.annotate("%.0f" % b[1], (x, b[1]), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [b[0] for b in bars], fontsize=8)
     ax.set_ylabel("samples/s (bar: median, dots: rounds)")
-    ax.set_title("Training throughput, tutorial-cnn on Fashion-MNIST, batch 64 per worker\n"
-                 "(PyTorch: the repo has no training benchmark for it, only gloo in the all-reduce plot)",
-                 fontsize=10)
+    title = "Training throughput, tutorial-cnn on Fashion-MNIST, batch 64 per worker"
+    if missing:
+        title += "\n(%s)" % "; ".join(missing)
+    ax.set_title(title, fontsize=10)
     annotate(fig, [s for s in (core, dist) if s])
-    return save(fig, out_dir, "samples-per-sec.png")
+    return (save(fig, out_dir, "samples-per-sec.png"), [b[0].replace("\n", " ") for b in bars],
+            missing)
 
 
 def allreduce_plot(sources, out_dir):
@@ -266,6 +283,20 @@ def trainer_core_section(src):
     lines = section_head(src, "Trainer core: one worker (%s)" % src.name)
     if d.get("benchmark"):
         lines += ["Benchmark: %s." % d["benchmark"], ""]
+    rows = []
+    base = med.get("kubetrain_default_samples_per_sec")
+    for run, label, _ in CORE_RUNS:
+        sps = med.get(run + "_samples_per_sec")
+        if sps is None:
+            continue
+        rows.append([label, sps, med.get(run + "_cpu_ms_per_sample", ""),
+                     med.get(run + "_max_rss_mib", ""), base / sps if base and sps else ""])
+    if rows:
+        lines += [table(["run (medians)", "samples/s", "CPU ms/sample", "max RSS MiB",
+                         "kubetrain (default threads) / this"], rows), ""]
+    if isinstance(d.get("versions"), dict) and d["versions"]:
+        lines += ["Versions: %s." % ", ".join("%s %s" % (k, v) for k, v in d["versions"].items()),
+                  ""]
     rows = [[k, med[k]] for k in sorted(med)]
     lines += [table(["median over %d rounds" % len(d.get("rounds", [])), "value"], rows), ""]
     if isinstance(d.get("met"), dict):
@@ -363,16 +394,19 @@ def main():
     gm = [s for s in sources if is_gemm(s.doc) and s not in core + dist]
 
     plots = []
-    p = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
+    p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
     if p:
-        plots.append(("Training throughput: kubetrain vs TensorFlow", p))
+        peers = [n for n in ("TensorFlow", "PyTorch") if any(b.startswith(n) for b in bars)]
+        plots.append(("Training throughput: kubetrain vs %s" % " and ".join(peers or ["its peers"]),
+                      p, "Bars: %s.%s" % ("; ".join(bars),
+                                          "".join(" Not plotted: %s." % m for m in missing))))
     if ar:
-        plots.append(("All-reduce bus bandwidth vs message size", allreduce_plot(ar, a.out)))
+        plots.append(("All-reduce bus bandwidth vs message size", allreduce_plot(ar, a.out), None))
     for s in op:
         plots.append(("Operator pod-creation time vs the QPS bound (%s)" % s.name,
-                      operator_plot(s, a.out)))
+                      operator_plot(s, a.out), None))
     for s in gm:
-        plots.append(("GEMM backends (%s)" % s.name, gemm_plot(s, a.out)))
+        plots.append(("GEMM backends (%s)" % s.name, gemm_plot(s, a.out), None))
 
     md = ["# Benchmark results", "",
           "Generated by `make bench-report` (bench/report.py) from the committed JSON under",
@@ -385,8 +419,10 @@ def main():
     md += ["| `%s` | %s | %s | %s |" % (s.name, s.machine, s.date, s.commit) for s in sources]
     md += [""]
     md += ["## Plots", ""]
-    for title, path in plots:
+    for title, path, caption in plots:
         md += ["### %s" % title, "", "![%s](%s)" % (title, path), ""]
+        if caption:
+            md += [caption, ""]
     for s in sources:
         if s in core:
             md += trainer_core_section(s)

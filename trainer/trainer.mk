@@ -81,7 +81,8 @@ bench-allreduce: $(BUILD)/bin/bench-allreduce $(TORCH_VENV)/bin/python
 	    --out bench/results/allreduce.json
 .PHONY: bench-allreduce
 
-# Benchmark: kubetrain vs TensorFlow/Keras vs the GEMM floor (trainer/bench/bench_trainer.py).
+# Benchmark: kubetrain vs TensorFlow/Keras, PyTorch (CPU, $(TORCH_VENV)) and the GEMM floor
+# (trainer/bench/bench_trainer.py).
 # TensorFlow comes from PyPI into a venv under $(KT_CACHE), made once.
 TF_VENV      := $(KT_CACHE)/venv-tf
 GEMM_FLOOR   := $(BUILD)/bench/gemm_floor
@@ -99,9 +100,9 @@ $(TF_VENV)/.installed:
 	$(TF_VENV)/bin/pip install --quiet tensorflow-cpu
 	@touch $@
 
-bench-trainer: $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/.installed
+bench-trainer: $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/.installed $(TORCH_VENV)/bin/python
 	python3 trainer/bench/bench_trainer.py $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/bin/python \
-	    $(FASHION_DIR) bench/results/trainer-core.json
+	    $(FASHION_DIR) bench/results/trainer-core.json $(TORCH_VENV)/bin/python
 
 # Regenerates trainer/tests/reference/reference.json with TensorFlow (commit the result).
 reference-trainer: $(TF_VENV)/.installed

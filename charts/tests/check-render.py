@@ -3,9 +3,11 @@
 
 Facts about one `helm template` output of charts/kubetrain, for test-chart.sh. MODE is
 what the values asked for: default | single (singleNamespace=true) | noleader
-(leaderElection.enabled=false) | monitor (metrics.serviceMonitor.enabled=true). Prints one
-line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail". With
-OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option table.
+(leaderElection.enabled=false) | monitor (metrics.serviceMonitor.enabled=true and
+metrics.podMonitor.enabled=true) | monitor-single (both monitors and singleNamespace=true).
+Prints one line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail".
+With OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option
+table, and the PodMonitor selects the labels operator/src/desired.h defines.
 """
 import re
 import sys
@@ -128,6 +130,56 @@ def source_rules(src_dir):
     return used
 
 
+def operator_labels(main_c):
+    """The pod labels the operator sets, from operator/src/desired.h beside main_c (the
+    #defines LABEL_* and MANAGED_BY), else the names DESIGN.md gives."""
+    import os
+    names = {"LABEL_JOB_NAME": "kubetrain.dev/job-name", "LABEL_ROLE": "kubetrain.dev/role",
+             "LABEL_REPLICA_INDEX": "kubetrain.dev/replica-index",
+             "LABEL_MANAGED_BY": "app.kubernetes.io/managed-by", "MANAGED_BY": "kubetrain-operator"}
+    h = os.path.join(os.path.dirname(main_c), "desired.h") if main_c else ""
+    if h and os.path.exists(h):
+        with open(h) as f:
+            names.update(re.findall(r'^#define (LABEL_[A-Z_]+|MANAGED_BY) "([^"]*)"', f.read(), re.M))
+    return names
+
+
+def check_pod_monitor(mode, pm, ns, single, main_c):
+    """The PodMonitor scrapes worker 0 of every job (the chief, which alone serves
+    /metrics) on the port named metrics, in the namespaces the operator watches; and
+    examples/job-metrics.yaml declares that port where KUBETRAIN_METRICS_PORT points."""
+    import os
+    lab = operator_labels(main_c)
+    spec = pm.get("spec") or {}
+    want_sel = {lab["LABEL_MANAGED_BY"]: lab["MANAGED_BY"], lab["LABEL_ROLE"]: "worker",
+                lab["LABEL_REPLICA_INDEX"]: "0"}
+    sel = (spec.get("selector") or {}).get("matchLabels")
+    check(f"[{mode}] PodMonitor selects worker 0 of every job by the operator's labels",
+          sel == want_sel, f"selector {sel}, want {want_sel}")
+    eps = spec.get("podMetricsEndpoints") or [{}]
+    check(f"[{mode}] PodMonitor scrapes port metrics /metrics, the job name as a target label",
+          len(eps) == 1 and eps[0].get("port") == "metrics" and eps[0].get("path") == "/metrics"
+          and spec.get("podTargetLabels") == [lab["LABEL_JOB_NAME"]], f"{spec}")
+    want_ns = {"matchNames": [ns]} if single else {"any": True}
+    check(f"[{mode}] PodMonitor looks in the namespaces the operator watches: {want_ns}",
+          spec.get("namespaceSelector") == want_ns, f"got {spec.get('namespaceSelector')}")
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                      "job-metrics.yaml")
+    try:
+        with open(ex) as f:
+            job = yaml.safe_load(f)
+        cs = job["spec"]["template"]["spec"]["containers"]
+        c = [c for c in cs if c.get("name") == "trainer"][0]
+        env = {e["name"]: e.get("value") for e in c.get("env") or []}
+        ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+        ok = "KUBETRAIN_METRICS_PORT" in env and ports.get("metrics") == int(env["KUBETRAIN_METRICS_PORT"])
+        detail = f"env {env}, ports {ports}"
+    except (OSError, KeyError, IndexError, TypeError, ValueError, yaml.YAMLError) as e:
+        ok, detail = False, f"{ex}: {e!r}"
+    check(f"[{mode}] examples/job-metrics.yaml: the trainer's port metrics is KUBETRAIN_METRICS_PORT",
+          ok, detail)
+
+
 def main():
     mode, path, release, ns = sys.argv[1:5]
     main_c = sys.argv[5] if len(sys.argv) > 5 else ""
@@ -139,12 +191,14 @@ def main():
     kinds = sorted(by_kind)
 
     leader = mode != "noleader"
+    single = mode in ("single", "monitor-single")
+    monitor = mode in ("monitor", "monitor-single")
     want = {"ServiceAccount", "Deployment", "Service"}
-    want |= {"Role", "RoleBinding"} if mode == "single" else {"ClusterRole", "ClusterRoleBinding"}
+    want |= {"Role", "RoleBinding"} if single else {"ClusterRole", "ClusterRoleBinding"}
     if leader:
         want |= {"Role", "RoleBinding"}
-    if mode == "monitor":
-        want.add("ServiceMonitor")
+    if monitor:
+        want |= {"ServiceMonitor", "PodMonitor"}
     check(f"[{mode}] kinds rendered: {', '.join(sorted(want))}", set(kinds) == want,
           f"got {kinds}")
 
@@ -176,7 +230,7 @@ def main():
                    for x in r.get(key) or [])]
     check(f"[{mode}] no wildcard in any RBAC rule", not wild, "\n".join(wild))
 
-    op_kind = "Role" if mode == "single" else "ClusterRole"
+    op_kind = "Role" if single else "ClusterRole"
     roles = {d["metadata"]["name"]: d for k in ("Role", "ClusterRole") for d in by_kind.get(k, [])}
     op_roles = [d for d in by_kind.get(op_kind, []) if not d["metadata"]["name"].endswith("-leader-election")]
     le_roles = [d for d in by_kind.get("Role", []) if d["metadata"]["name"].endswith("-leader-election")]
@@ -260,7 +314,7 @@ def main():
           c["image"] == "kubetrain/operator:0.1.0"
           and argmap.get("--trainer-image") == "kubetrain/trainer:0.1.0",
           f"image {c['image']}, --trainer-image {argmap.get('--trainer-image')}")
-    if mode == "single":
+    if single:
         check(f"[{mode}] --namespace={ns}", argmap.get("--namespace") == ns, f"args {args}")
     else:
         check(f"[{mode}] no --namespace (all namespaces)", "--namespace" not in argmap, f"args {args}")
@@ -292,7 +346,7 @@ def main():
           svc["spec"]["selector"] == sel and sp["targetPort"] == "metrics"
           and argmap.get("--metrics-addr") == f":{ports.get('metrics')}",
           f"selector {svc['spec']['selector']}, port {sp}, --metrics-addr {argmap.get('--metrics-addr')}")
-    if mode == "monitor":
+    if monitor:
         sm = by_kind["ServiceMonitor"][0]
         smsel = sm["spec"]["selector"]["matchLabels"]
         svcl = svc["metadata"]["labels"]
@@ -300,6 +354,7 @@ def main():
               all(svcl.get(k) == v for k, v in smsel.items())
               and sm["spec"]["endpoints"][0]["port"] == "metrics"
               and sm["spec"]["endpoints"][0]["path"] == "/metrics", f"{sm['spec']}")
+        check_pod_monitor(mode, by_kind["PodMonitor"][0], ns, single, main_c)
 
     for name, ok, detail in results:
         detail = str(detail).replace("\n", "\\n").replace("\t", " ")

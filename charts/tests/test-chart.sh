@@ -3,10 +3,11 @@
 # them:
 #   - the chart's CRD is crds/ byte for byte; helm lint --strict;
 #   - helm template for the default, single-namespace, no-leader-election and
-#     ServiceMonitor values: kinds, labels, RBAC (no wildcard, exactly the operator's
-#     verbs), security context, probes, and flags the operator really has
-#     (charts/tests/check-render.py), and that table of verbs read back from the API
-#     requests in operator/src;
+#     ServiceMonitor + PodMonitor (cluster-wide and single-namespace) values: kinds,
+#     labels, RBAC (no wildcard, exactly the operator's verbs), security context, probes,
+#     flags the operator really has, the PodMonitor's selector against the operator's pod
+#     labels and examples/job-metrics.yaml (charts/tests/check-render.py), and that table
+#     of verbs read back from the API requests in operator/src;
 #   - on an api-level cluster (e2e/cluster/up.sh api, its own run dir under build/e2e):
 #     the rendered chart and every example pass a server-side dry run; helm install with a
 #     value of the wrong type or an unknown key fails naming the value and creates
@@ -75,7 +76,10 @@ render() {
 render default kubetrain-system
 render single team-a --set singleNamespace=true
 render noleader kubetrain-system --set leaderElection.enabled=false
-render monitor kubetrain-system --set metrics.serviceMonitor.enabled=true
+render monitor kubetrain-system --set metrics.serviceMonitor.enabled=true \
+  --set metrics.podMonitor.enabled=true
+render monitor-single team-a --set singleNamespace=true --set metrics.serviceMonitor.enabled=true \
+  --set metrics.podMonitor.enabled=true
 
 # --- the api-level cluster ----------------------------------------------------------------
 skip_cluster() {

@@ -837,6 +837,52 @@ static void test_template_merge_gpus_domain(void **state)
     fx_free(&f);
 }
 
+/* The chief's /metrics as examples/job-metrics.yaml asks for it: the template's env and
+ * its port named "metrics" stay on the trainer container beside the operator's
+ * "collective" port, and only worker 0 carries the labels the chart's PodMonitor selects
+ * (charts/kubetrain/templates/podmonitor.yaml). */
+static void test_template_metrics_port(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"template\":{\"spec\":{\"containers\":[{\"name\":"
+                                "\"trainer\",\"env\":[{\"name\":\"KUBETRAIN_METRICS_PORT\","
+                                "\"value\":\"9090\"}],\"ports\":[{\"name\":\"metrics\","
+                                "\"containerPort\":9090}]}]}}}",
+                                NULL)};
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
+    DesiredConfig dc = {.trainer_image = "def"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *pod = desired_pod(&s, &dc, i, 0);
+        assert_non_null(pod);
+        assert_string_equal(env_of(pod, "KUBETRAIN_METRICS_PORT"), "9090");
+        assert_non_null(env_of(pod, "TF_CONFIG"));
+        const cJSON *ports = jsonx_arr(container(pod, "trainer"), "ports");
+        assert_int_equal(cJSON_GetArraySize(ports), 2);
+        int metrics = -1, collective = -1;
+        const cJSON *p;
+        cJSON_ArrayForEach(p, ports)
+        {
+            if (!strcmp(jsonx_str(p, "name"), "metrics"))
+                metrics = (int)jsonx_int(p, "containerPort", -1);
+            if (!strcmp(jsonx_str(p, "name"), "collective"))
+                collective = (int)jsonx_int(p, "containerPort", -1);
+        }
+        assert_int_equal(metrics, 9090);
+        assert_int_equal(collective, 2222);
+        const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+#define LABEL(k) cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(labels, k))
+        assert_string_equal(LABEL("app.kubernetes.io/managed-by"), "kubetrain-operator");
+        assert_string_equal(LABEL("kubetrain.dev/role"), "worker");
+        assert_string_equal(LABEL("kubetrain.dev/replica-index"), i == 0 ? "0" : "1");
+        assert_string_equal(LABEL("kubetrain.dev/job-name"), "mnist");
+#undef LABEL
+        cJSON_Delete(pod);
+    }
+    fx_free(&f);
+}
+
 /* spec.networkPolicy: the policy is created before the pods, admits only the job's
  * worker pods on the job's port, and goes when the field is turned off. */
 static void test_network_policy(void **state)
@@ -1202,6 +1248,7 @@ int main(void)
         cmocka_unit_test(test_invalid_spec),
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),
+        cmocka_unit_test(test_template_metrics_port),
         cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),

@@ -2,8 +2,9 @@
 """make bench-trainer: one worker, tutorial-cnn, batch 64, Fashion-MNIST.
 
 Side by side in one run, interleaved over ROUNDS rounds so that machine noise hits all
-three alike: kubetrain-trainer, the TensorFlow/Keras peer (tf_peer.py, the reference
-notebook's single-worker fit), and the compute floor (gemm_floor: the step's GEMMs
+four alike: kubetrain-trainer, the TensorFlow/Keras peer (tf_peer.py, the reference
+notebook's single-worker fit), the PyTorch peer (torch_peer.py, the same job on the CPU
+with torch's default threads), and the compute floor (gemm_floor: the step's GEMMs
 alone). Then tutorial-cnn + Adam(1e-3), 2 epochs over the training set, test accuracy
 of both over ACC_RUNS seeds. Peak RSS of every process from wait4.
 
@@ -12,7 +13,10 @@ trainer-accuracy.json. PARTS=throughput or PARTS=accuracy runs one part alone (t
 accuracy runs do not depend on machine load, so they can run while the machine is busy;
 the throughput rounds want a quiet machine).
 
-  bench_trainer.py TRAINER GEMM_FLOOR VENV_PYTHON DATA_DIR OUT_JSON
+  bench_trainer.py TRAINER GEMM_FLOOR VENV_PYTHON DATA_DIR OUT_JSON TORCH_PYTHON
+
+VENV_PYTHON: a Python with tensorflow; TORCH_PYTHON: one with torch (the throughput part
+only).
 """
 import datetime
 import json
@@ -80,17 +84,22 @@ def now():
 
 
 def main():
-    trainer, floor_bin, py, data_dir, out_path = sys.argv[1:6]
+    if len(sys.argv) != 7:
+        sys.exit("usage: bench_trainer.py TRAINER GEMM_FLOOR VENV_PYTHON DATA_DIR OUT_JSON "
+                 "TORCH_PYTHON")
+    trainer, floor_bin, py, data_dir, out_path, torch_py = sys.argv[1:7]
     parts = os.environ.get("PARTS", "throughput,accuracy").split(",")
     if "throughput" in parts:
-        throughput(trainer, floor_bin, py, data_dir, out_path)
+        throughput(trainer, floor_bin, py, torch_py, data_dir, out_path)
     if "accuracy" in parts:
         accuracy(trainer, py, data_dir,
                  os.path.join(os.path.dirname(out_path), "trainer-accuracy.json"))
 
 
-def throughput(trainer, floor_bin, py, data_dir, out_path):
+def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
     tf_peer = os.path.join(HERE, "tf_peer.py")
+    torch_peer = os.path.join(HERE, "torch_peer.py")
+    versions = {}
     rounds = []
     # gemm threads: the default (the CPUs) and 1 (OPENBLAS_NUM_THREADS=1, which gemm.c
     # honours). On a shared, oversubscribed machine the second thread may find no free
@@ -120,12 +129,20 @@ def throughput(trainer, floor_bin, py, data_dir, out_path):
         row["tensorflow_samples_per_sec"] = tf["samples_per_sec"]
         row["tensorflow_cpu_ms_per_sample"] = tf["cpu_ms_per_sample"]
         row["tensorflow_max_rss_mib"] = tf_rss
+        pt_out, pt_rss = run_rss([torch_py, torch_peer, "throughput", data_dir])
+        pt = json.loads(pt_out.strip().splitlines()[-1])
+        row["pytorch_samples_per_sec"] = pt["samples_per_sec"]
+        row["pytorch_cpu_ms_per_sample"] = pt["cpu_ms_per_sample"]
+        row["pytorch_max_rss_mib"] = pt_rss
+        versions = {"tensorflow": tf.get("tensorflow"), "pytorch": pt.get("torch"),
+                    "pytorch_threads": pt.get("threads")}
         for tag in ("default", "t1"):
-            row["kubetrain_%s_vs_tensorflow" % tag] = (row["kubetrain_%s_samples_per_sec" % tag] /
-                                                       tf["samples_per_sec"])
-            # > 1: kubetrain spends less CPU per sample than TensorFlow
-            row["kubetrain_%s_cpu_efficiency_vs_tensorflow" % tag] = (
-                tf["cpu_ms_per_sample"] / row["kubetrain_%s_cpu_ms_per_sample" % tag])
+            for peer, p in (("tensorflow", tf), ("pytorch", pt)):
+                row["kubetrain_%s_vs_%s" % (tag, peer)] = (
+                    row["kubetrain_%s_samples_per_sec" % tag] / p["samples_per_sec"])
+                # > 1: kubetrain spends less CPU per sample than the peer
+                row["kubetrain_%s_cpu_efficiency_vs_%s" % (tag, peer)] = (
+                    p["cpu_ms_per_sample"] / row["kubetrain_%s_cpu_ms_per_sample" % tag])
         print("round %d: %s" % (r + 1, json.dumps(row)), flush=True)
         rounds.append(row)
 
@@ -140,18 +157,22 @@ def throughput(trainer, floor_bin, py, data_dir, out_path):
             "kubetrain": "kubetrain-trainer --model tutorial-cnn --per-worker-batch 64 --epochs 3 "
                          "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
             "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
+            "pytorch": "trainer/bench/torch_peer.py throughput (the same model, SGD lr 0.001, "
+                       "batch 64, 3 epochs x 70 steps on the CPU, epochs 2-3)",
             "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
                      "backend and threads as the trainer, run as the trainer runs them: the "
                      "batch cut into one shard per thread, each shard's calls on one thread)",
             "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
-                       "with OPENBLAS_NUM_THREADS=1; TensorFlow with its defaults",
+                       "with OPENBLAS_NUM_THREADS=1; TensorFlow and PyTorch with their defaults",
             "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "
                    "epochs 2-3 (kubetrain: wait4 CPU of the 3-epoch run minus that of the same "
-                   "run stopped after epoch 1; TensorFlow: process_time in the epoch callback). "
+                   "run stopped after epoch 1; TensorFlow: process_time in the epoch callback; "
+                   "PyTorch: process_time around each epoch's steps). "
                    "Unlike samples/s it is not inflated by waiting for a core on the shared "
                    "machine",
             "accuracy": "in trainer-accuracy.json",
         },
+        "versions": versions,
         "rounds": rounds,
         "median": {k: med(k) for k in rounds[0] if k != "load_avg_1m"},
         "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5",

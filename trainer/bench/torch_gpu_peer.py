@@ -2,31 +2,23 @@
 """The PyTorch peer of make bench-gpu: tutorial-cnn (Conv2D(32,3,relu) -> Flatten ->
 Dense(128,relu) -> Dense(10), from logits), SGD lr 0.001, on one CUDA device, batches of
 Fashion-MNIST taken in a shuffled order from pinned host memory and copied per step, as
-kubetrain-trainer does. Prints one JSON object: samples/s over the timed steps.
+kubetrain-trainer does. Prints one JSON object: samples/s over the timed steps. The model
+and the data loading are torch_peer.py's (the CPU peer of make bench-trainer).
 
   torch_gpu_peer.py DATA_DIR BATCH WARMUP_STEPS TIMED_STEPS eager|compile
 """
-import gzip
 import json
-import os
 import sys
 import time
 
 import torch
-from torch import nn
-
-
-def read_idx(path, offset):
-    with gzip.open(path + ".gz", "rb") if os.path.exists(path + ".gz") else open(path, "rb") as f:
-        data = f.read()
-    return torch.frombuffer(bytearray(data[offset:]), dtype=torch.uint8)
+from torch_peer import load, tutorial_cnn  # trainer/bench/torch_peer.py, beside this script
 
 
 def main():
     data_dir, batch, warmup, timed, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
         int(sys.argv[4]), sys.argv[5]
-    x = read_idx(os.path.join(data_dir, "train-images-idx3-ubyte"), 16).reshape(-1, 28 * 28)
-    y = read_idx(os.path.join(data_dir, "train-labels-idx1-ubyte"), 8).long()
+    x, y = load(data_dir, "train")
     g = torch.Generator().manual_seed(1)
     order = torch.randperm(x.shape[0], generator=g)
     x = (x[order].float() / 255.0).pin_memory()
@@ -35,11 +27,9 @@ def main():
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False  # kubetrain computes in FP32
     torch.backends.cudnn.allow_tf32 = False
-    model = nn.Sequential(nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, 32, 3), nn.ReLU(),
-                          nn.Flatten(), nn.Linear(26 * 26 * 32, 128), nn.ReLU(),
-                          nn.Linear(128, 10)).to(dev)
+    model = tutorial_cnn().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss()
 
     def step(xb, yb):
         opt.zero_grad(set_to_none=True)

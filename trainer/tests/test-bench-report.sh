@@ -2,7 +2,8 @@
 # make bench-report's script (bench/report.py) from the committed bench/results/*.json
 # into a temporary directory: RESULTS.md names every JSON, every plot it links is a PNG,
 # the plots carry their provenance; a JSON of an unknown shape still gets a section, and
-# a malformed one fails naming the file. Runs no benchmark.
+# a malformed one fails naming the file; PyTorch is plotted when trainer-core.json has it
+# and said to be missing when it has not. Runs no benchmark.
 source e2e/lib/tap.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -53,6 +54,58 @@ print("ok")
 PY
 then tap_ok "each JSON's machine, date and commit in the provenance table"
 else tap_fail "each JSON's machine, date and commit in the provenance table" "$(cat "$tmp/prov")"; fi
+
+# PyTorch in the throughput plot and the trainer-core table: from a trainer-core.json with
+# the PyTorch peer's fields (added here with stand-in values when the committed file has
+# none) and from one without them, as files from before bench-trainer ran PyTorch are.
+if [ -f bench/results/trainer-core.json ]; then
+  mkdir -p "$tmp/pt" "$tmp/nopt"
+  if "$PY" - bench/results/trainer-core.json "$tmp/pt/trainer-core.json" "$tmp/nopt/trainer-core.json" \
+       >"$tmp/ptprep" 2>&1 <<'PY'
+import json, sys
+src, with_pt, without_pt = sys.argv[1:4]
+d = json.load(open(src))
+if "pytorch_samples_per_sec" not in d["median"]:
+    for row in d["rounds"] + [d["median"]]:
+        row.update(pytorch_samples_per_sec=1234.5, pytorch_cpu_ms_per_sample=1.25,
+                   pytorch_max_rss_mib=900.0)
+json.dump(d, open(with_pt, "w"))
+for row in d["rounds"] + [d["median"]]:
+    for k in [k for k in row if "pytorch" in k]:
+        del row[k]
+json.dump(d, open(without_pt, "w"))
+PY
+  then
+    # the median as the report prints it (its fmt())
+    sps=$(PYTHONDONTWRITEBYTECODE=1 "$PY" -c 'import json, sys; sys.path.insert(0, "bench"); from report import fmt
+print(fmt(json.load(open(sys.argv[1]))["median"]["pytorch_samples_per_sec"]))' "$tmp/pt/trainer-core.json")
+    if "$PY" bench/report.py --results "$tmp/pt" --out "$tmp/outpt" >/dev/null 2>"$tmp/errpt" &&
+       grep -q '^### Training throughput: kubetrain vs TensorFlow and PyTorch$' "$tmp/outpt/RESULTS.md" &&
+       grep -q '^Bars: .*; PyTorch 1 worker (CPU); ' "$tmp/outpt/RESULTS.md" &&
+       grep -q "^| PyTorch, 1 worker (CPU) | $sps | " "$tmp/outpt/RESULTS.md" &&
+       ! grep -q 'Not plotted: PyTorch' "$tmp/outpt/RESULTS.md"; then
+      tap_ok "a trainer-core.json with PyTorch: its bar in the throughput plot, its row ($sps samples/s)"
+    else
+      tap_fail "a trainer-core.json with PyTorch: its bar and its row" \
+        "$(cat "$tmp/errpt"; grep -n 'Training throughput\|^Bars\|PyTorch' "$tmp/outpt/RESULTS.md")"
+    fi
+    if "$PY" bench/report.py --results "$tmp/nopt" --out "$tmp/outnopt" >/dev/null 2>"$tmp/errnopt" &&
+       grep -q '^### Training throughput: kubetrain vs TensorFlow$' "$tmp/outnopt/RESULTS.md" &&
+       grep -q '^Bars: .*TensorFlow/Keras 1 worker.* Not plotted: PyTorch: not in trainer-core.json' \
+         "$tmp/outnopt/RESULTS.md" &&
+       ! grep -q '^| PyTorch' "$tmp/outnopt/RESULTS.md" &&
+       [[ $(head -c 8 "$tmp/outnopt/plots/samples-per-sec.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]]; then
+      tap_ok "a trainer-core.json without PyTorch (an older run) still plots, saying PyTorch is not in it"
+    else
+      tap_fail "a trainer-core.json without PyTorch still plots" \
+        "$(cat "$tmp/errnopt"; grep -n 'Training throughput\|^Bars\|PyTorch' "$tmp/outnopt/RESULTS.md")"
+    fi
+  else
+    tap_fail "trainer-core.json with and without PyTorch prepared" "$(cat "$tmp/ptprep")"
+  fi
+else
+  tap_skip "PyTorch in the throughput plot" "no bench/results/trainer-core.json"
+fi
 
 # an unknown shape and a malformed file
 mkdir -p "$tmp/res"
