@@ -79,12 +79,13 @@ wait_for() { # seconds cmd...: polls cmd every 0.05 s
   until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
 }
 ck=$tmp/ck-kill
-victim=$((RANDOM % 2)); at_step=$((2 * (1 + RANDOM % 4)))
+# The kill must land before the last all-reduce (12 steps of tens of ms each): after the
+# checkpoint of step 2, 4 or 6, plus 0-90 ms into the next step.
+victim=$((RANDOM % 2)); at_step=$((2 * (1 + RANDOM % 3)))
 start_launch "$tmp/kout" "$tmp/kerr" --workers 2 "${cnn[@]}" --checkpoint-dir "$ck" --checkpoint-every-steps 2 \
   --metrics-file "$tmp/km.jsonl"
-# kill once the checkpoint of step at_step (2..8 of 12) exists, plus a random delay into the next step
 wait_for 60 test -e "$ck/ckpt-$at_step.kt"
-sleep "0.$((RANDOM % 3))"
+sleep "0.0$((RANDOM % 10))"
 vp=$(worker_pid "$tmp/kerr" $victim)
 kill -9 "$vp" 2>/dev/null
 wait "$lpid" 2>/dev/null; rc=$?
