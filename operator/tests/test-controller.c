@@ -1,7 +1,9 @@
 /* Informers and the controller against the in-memory API server: list, watch and
  * relist after 410; a job's objects created with the right TF_CONFIG; status phases;
  * a worker failure restarting the group with backoff; success with the chief's result
- * and cleanup; a deadline and a TTL that fire from timers, with no event to wake them. */
+ * and cleanup; a deadline and a TTL that fire from timers, with no event to wake them.
+ * Every wait and upper time bound is multiplied by KT_TEST_TIME_SCALE (timescale.h); the
+ * lower bounds are kept as written, since a slower machine only makes the times longer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include "informer.h"
 #include "jsonx.h"
 #include "metrics.h"
+#include "timescale.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,13 +62,14 @@ static void nap(double s)
     nanosleep(&ts, NULL);
 }
 
-/* Polls cond(arg) every 10 ms for up to timeout seconds; returns the seconds it took
+/* Polls expr every 10 ms for up to scaled(timeout) seconds; returns the seconds it took
  * or fails the test. */
 #define WAIT_FOR(timeout, what, expr)                                                              \
     ({                                                                                             \
-        double t0_ = clock_mono();                                                                 \
+        double t0_ = clock_mono(), limit_ = scaled(timeout);                                       \
         while (!(expr)) {                                                                          \
-            if (clock_mono() - t0_ > (timeout)) fail_msg("timed out waiting for %s", what);        \
+            if (clock_mono() - t0_ > limit_)                                                       \
+                fail_msg("timed out waiting %g s for %s", limit_, what);                           \
             nap(0.01);                                                                             \
         }                                                                                          \
         clock_mono() - t0_;                                                                        \
@@ -123,7 +127,7 @@ static void test_informer_list_watch_relist(void **state)
     WAIT_FOR(5, "a deleted", !has(inf, "inf", "a"));
 
     /* The server ends each watch after 1 s: the informer resumes without losing events. */
-    nap(1.3);
+    nap(1.0 + scaled(0.3));
     cJSON_Delete(
         fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"c\",\"labels\":{\"k\":\"v\"}}}"));
     WAIT_FOR(5, "c after a watch timeout", has(inf, "inf", "c"));
@@ -310,7 +314,8 @@ static void test_deadline_and_ttl_timers(void **state)
     double at = clock_mono() - t0;
     (void)waited;
     /* startTime has one-second resolution, so the deadline lands 0..2 s after creation. */
-    if (at > 3.0) fail_msg("deadline fired %g s after creation, want <= 3", at);
+    if (at > scaled(3.0))
+        fail_msg("deadline fired %g s after creation, want <= %g", at, scaled(3.0));
     cJSON *job = get_job("dl");
     const cJSON *cond;
     int found = 0;
@@ -382,6 +387,7 @@ static void test_owned_object_events_reach_their_job(void **state)
 
 int main(void)
 {
+    test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_informer_list_watch_relist),
         cmocka_unit_test(test_job_lifecycle),

@@ -1,6 +1,8 @@
 /* Leader election: the pure lease decision, and two candidates against the in-memory
  * API server — exactly one holds the lease; a release hands it over at once; a holder
- * that stops renewing loses it once the lease duration has passed. */
+ * that stops renewing loses it once the lease duration has passed. The candidates'
+ * durations, the pauses and the time bounds are all multiplied by KT_TEST_TIME_SCALE
+ * (timescale.h), rounded up to a whole number since a lease's duration is whole seconds. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,8 +14,10 @@
 #include "jsonx.h"
 #include "leader.h"
 #include "metrics.h"
+#include "timescale.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,6 +102,7 @@ static void nap(double s)
 static void test_two_candidates(void **state)
 {
     (void)state;
+    const double s = ceil(test_time_scale());
     metrics_init();
     FakeApi *api = fakeapi_start();
     assert_non_null(api);
@@ -112,13 +117,13 @@ static void test_two_candidates(void **state)
     LeaderConfig la = {.ns = "default",
                        .name = "kt",
                        .identity = "a",
-                       .lease_s = 4,
-                       .renew_deadline_s = 3,
-                       .retry_s = 0.1};
+                       .lease_s = 4 * s,
+                       .renew_deadline_s = 3 * s,
+                       .retry_s = 0.1 * s};
     LeaderConfig lb = la;
     lb.identity = "b";
-    lb.lease_s = 1;
-    lb.renew_deadline_s = 0.8;
+    lb.lease_s = 1 * s;
+    lb.renew_deadline_s = 0.8 * s;
     Candidate a = {.l = leader_new(client, &la)}, b = {.l = leader_new(client, &lb)};
     pthread_t ta, tb;
     pthread_create(&ta, NULL, acquire_main, &a);
@@ -127,7 +132,7 @@ static void test_two_candidates(void **state)
     assert_int_equal(leader_start_renewing(a.l, NULL, NULL), 0);
     pthread_create(&tb, NULL, acquire_main, &b);
     /* While a renews, b waits well past the lease duration. */
-    nap(2.0);
+    nap(2.0 * s);
     assert_false(b.acquired);
     cJSON *lease = fakeapi_get(api, "/apis/coordination.k8s.io/v1/namespaces/default/leases/kt");
     assert_string_equal(jsonx_str(lease, "spec.holderIdentity"), "a");
@@ -137,7 +142,8 @@ static void test_two_candidates(void **state)
     leader_release(a.l);
     pthread_join(tb, NULL);
     assert_true(b.acquired);
-    if (b.at - t0 > 2.5) fail_msg("takeover after release took %g s", b.at - t0);
+    if (b.at - t0 > 2.5 * s)
+        fail_msg("takeover after release took %g s, want <= %g", b.at - t0, 2.5 * s);
 
     /* b stops renewing without releasing (as if killed): a takes over once b's 1 s lease
      * has run out by a's own clock, not before (the upper bound only allows for load). */
@@ -147,7 +153,8 @@ static void test_two_candidates(void **state)
     pthread_join(ta, NULL);
     assert_true(a.acquired);
     double dt = a.at - t0;
-    if (dt < 0.95 || dt > 6.0) fail_msg("takeover of an abandoned lease after %g s", dt);
+    if (dt < 0.95 * s || dt > 6.0 * s)
+        fail_msg("takeover of an abandoned lease after %g s, want %g..%g", dt, 0.95 * s, 6.0 * s);
     lease = fakeapi_get(api, "/apis/coordination.k8s.io/v1/namespaces/default/leases/kt");
     assert_string_equal(jsonx_str(lease, "spec.holderIdentity"), "a");
     assert_int_equal(jsonx_int(lease, "spec.leaseTransitions", -1), 2);
@@ -157,7 +164,7 @@ static void test_two_candidates(void **state)
     b.stop = 0;
     b.acquired = 0;
     pthread_create(&tb, NULL, acquire_main, &b);
-    nap(0.3);
+    nap(0.3 * s);
     __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
     pthread_join(tb, NULL);
     assert_false(b.acquired);
@@ -171,6 +178,7 @@ static void test_two_candidates(void **state)
 
 int main(void)
 {
+    test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decide),
         cmocka_unit_test(test_two_candidates),

@@ -8,6 +8,7 @@
 #include "net.h"
 #include "ring.h"
 #include "tfconfig.h"
+#include "timescale.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -115,7 +116,8 @@ static inline void *cluster_shared(size_t n)
 }
 
 /* In a child: rendezvous as `rank` of c with the given job secret and return its
- * ring (RingOptions from the other arguments), or NULL with err filled. */
+ * ring (RingOptions from the other arguments), or NULL with err filled. The rendezvous
+ * timeouts are scaled by KT_TEST_TIME_SCALE; io_timeout_s is taken as given. */
 static inline Collective *cluster_ring(const Cluster *c, int rank, const char *secret,
                                        double io_timeout_s, size_t segment_bytes,
                                        size_t thread_min_bytes, char *err, size_t errlen)
@@ -124,7 +126,7 @@ static inline Collective *cluster_ring(const Cluster *c, int rank, const char *s
     cluster_tfconfig(c, rank, &tf);
     NetJob job = {.world = c->world, .rank = rank, .model_signature = "test-model",
                   .global_batch = 64, .dataset = "synthetic"};
-    NetOptions opt = {.rendezvous_timeout_s = 20, .handshake_timeout_s = 2,
+    NetOptions opt = {.rendezvous_timeout_s = scaled(20), .handshake_timeout_s = scaled(2),
                       .secret = (const unsigned char *)secret,
                       .secret_len = secret ? strlen(secret) : 0};
     NetRing conn;

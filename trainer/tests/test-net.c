@@ -1,7 +1,8 @@
 /* Rendezvous and its handshake: rings form with the right secret; a wrong secret, a
  * disagreeing peer, a duplicate rank or an absent peer fail with a message naming both
  * sides; garbage, oversized frames, a trickling client and an impostor are rejected
- * with a log line while the real ring forms. */
+ * with a log line while the real ring forms. Every timeout, pause and time bound is
+ * multiplied by KT_TEST_TIME_SCALE (timescale.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,12 +85,12 @@ static NetResult *run_cluster(int world, NetArg *a, double wait_s)
     assert_non_null(res);
     assert_int_equal(cluster_listen(&c, world), 0);
     a->res = res;
-    if (!a->rendezvous_timeout_s) a->rendezvous_timeout_s = 10;
-    if (!a->handshake_timeout_s) a->handshake_timeout_s = 1;
+    if (!a->rendezvous_timeout_s) a->rendezvous_timeout_s = scaled(10);
+    if (!a->handshake_timeout_s) a->handshake_timeout_s = scaled(1);
     for (int r = 0; r < world; r++) {
         if (!a->absent[r]) cluster_start(&c, r, net_rank, a);
     }
-    assert_int_equal(cluster_wait(&c, wait_s), 0);
+    assert_int_equal(cluster_wait(&c, scaled(wait_s)), 0);
     return res;
 }
 
@@ -127,7 +128,7 @@ static void test_ring_forms_without_secret(void **state)
 static void test_wrong_secret(void **state)
 {
     (void)state;
-    NetArg a = {.secret = {"right", "wrong"}, .rendezvous_timeout_s = 3};
+    NetArg a = {.secret = {"right", "wrong"}, .rendezvous_timeout_s = scaled(3)};
     double t0 = util_now();
     NetResult *res = run_cluster(2, &a, 30);
     for (int r = 0; r < 2; r++) {
@@ -135,10 +136,11 @@ static void test_wrong_secret(void **state)
         assert_int_equal(res[r].rc, -EACCES);
         assert_non_null(strstr(res[r].err, "could not prove the job secret"));
     }
-    assert_true(util_now() - t0 < 10);
+    double dt = util_now() - t0;
+    if (dt >= scaled(10)) fail_msg("refused after %.2f s, want < %g", dt, scaled(10));
     free_results(res);
     /* one side without any secret fails the same way */
-    NetArg b = {.secret = {"right", NULL}, .rendezvous_timeout_s = 3};
+    NetArg b = {.secret = {"right", NULL}, .rendezvous_timeout_s = scaled(3)};
     res = run_cluster(2, &b, 30);
     assert_int_equal(res[0].rc, -EACCES);
     assert_int_equal(res[1].rc, -EACCES);
@@ -147,7 +149,7 @@ static void test_wrong_secret(void **state)
 
 static void expect_mismatch(NetArg *a, const char *v0, const char *v1)
 {
-    a->rendezvous_timeout_s = 5;
+    a->rendezvous_timeout_s = scaled(5);
     NetResult *res = run_cluster(2, a, 30);
     for (int r = 0; r < 2; r++) {
         print_message("# rank %d: %s\n", r, res[r].err);
@@ -172,7 +174,7 @@ static void test_disagreement_names_both_values(void **state)
 static void test_duplicate_rank(void **state)
 {
     (void)state;
-    NetArg a = {.claims = {1, 1}, .rendezvous_timeout_s = 5};
+    NetArg a = {.claims = {1, 1}, .rendezvous_timeout_s = scaled(5)};
     NetResult *res = run_cluster(2, &a, 30);
     for (int r = 0; r < 2; r++) {
         print_message("# process %d: %s\n", r, res[r].err);
@@ -188,7 +190,7 @@ static void test_world_size_mismatch_is_reported(void **state)
     /* a rank whose TfConfig disagrees with its job description is refused up front */
     TfConfig tf = {.world = 2, .rank = 0};
     NetJob job = {.world = 3, .rank = 0, .model_signature = "m", .dataset = "d"};
-    NetOptions opt = {.rendezvous_timeout_s = 1, .handshake_timeout_s = 1};
+    NetOptions opt = {.rendezvous_timeout_s = scaled(1), .handshake_timeout_s = scaled(1)};
     NetRing conn;
     char err[256];
     assert_int_equal(net_rendezvous(-1, &tf, &job, &opt, &conn, err, sizeof err), -EINVAL);
@@ -198,15 +200,21 @@ static void test_world_size_mismatch_is_reported(void **state)
 static void test_absent_peer_times_out(void **state)
 {
     (void)state;
-    NetArg a = {.absent = {0, 1}, .rendezvous_timeout_s = 1.5};
+    NetArg a = {.absent = {0, 1}, .rendezvous_timeout_s = scaled(1.5)};
     double t0 = util_now();
     NetResult *res = run_cluster(2, &a, 30);
     double dt = util_now() - t0;
     print_message("# after %.2f s: %s\n", dt, res[0].err);
     assert_int_equal(res[0].rc, -ETIMEDOUT);
     assert_non_null(strstr(res[0].err, "rank 1"));
-    assert_true(dt < 5);
+    if (dt >= scaled(5)) fail_msg("gave up after %.2f s, want < %g", dt, scaled(5));
     free_results(res);
+}
+
+static void nap(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
 }
 
 /* Connects to 127.0.0.1:port and writes buf; returns the socket (kept open). */
@@ -287,8 +295,7 @@ static void trickler(const Cluster *c, int rank, void *argp)
     const unsigned char slow[] = {40, 0, 0, 0, 'K', 'T', 'H', '1', 1, 0, 0, 0, 0, 0};
     for (size_t i = 0; i < sizeof slow; i++) {
         if (write(fd, &slow[i], 1) != 1) break;
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        nap(scaled(0.1));
     }
     close(fd);
 }
@@ -323,8 +330,7 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
         trickler(&rogues, 0, NULL);
         _exit(0);
     }
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    nap(scaled(0.05));
     if ((im = fork()) == 0) {
         int devnull = open("/dev/null", O_WRONLY);
         dup2(devnull, 2);
@@ -332,18 +338,17 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
         impostor(&rogues, 0, NULL);
         _exit(0);
     }
-    nanosleep(&ts, NULL);
+    nap(scaled(0.05));
 
-    NetArg a = {.res = res, .secret = {"k", "k"}, 
-                .rendezvous_timeout_s = 15, .handshake_timeout_s = 1,
+    NetArg a = {.res = res, .secret = {"k", "k"},
+                .rendezvous_timeout_s = scaled(15), .handshake_timeout_s = scaled(1),
                 .log_path = {log0, log1}};
     cluster_start(&c, 1, net_rank, &a);
     /* Rank 1 serves the queued strangers side by side; the impostor's exchange must end
      * (and be logged) before the real peer authenticates and the rest are dropped. */
-    struct timespec settle = {1, 0};
-    nanosleep(&settle, NULL);
+    nap(scaled(1));
     cluster_start(&c, 0, net_rank, &a);
-    assert_int_equal(cluster_wait(&c, 40), 0);
+    assert_int_equal(cluster_wait(&c, scaled(40)), 0);
     kill(tr, SIGKILL), kill(im, SIGKILL);
     waitpid(tr, NULL, 0), waitpid(im, NULL, 0);
     close(f1), close(f2), close(f3);
@@ -468,6 +473,7 @@ static void test_hello_decode(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_socket_options),
         cmocka_unit_test(test_hello_decode),

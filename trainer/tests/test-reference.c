@@ -3,7 +3,10 @@
  * Fashion-MNIST training examples, the losses of the first optimizer steps must equal
  * the ones Keras computed (reference.json) within 1e-4 relative. mlp runs with dropout
  * off on both sides: its masks come from different RNGs, so only the deterministic
- * part can be compared (the Dropout layer itself is gradient-checked in test-layers). */
+ * part can be compared (the Dropout layer itself is gradient-checked in test-layers).
+ * KT_TEST_REFERENCE_MODELS="mlp shapes" runs only the tests named (among tutorial-cnn,
+ * tutorial-cnn-l2, cnn2, mlp, shapes) and skips the others, saying so: `make valgrind`
+ * sets it, a step of a CNN taking some 30 s under memcheck. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +28,9 @@
 
 static cJSON *reference;
 static IdxDataset ds;
+static const char *const test_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2", "mlp",
+                                         "shapes", NULL};
+static unsigned selected = ~0u; /* bit i: test_names[i] runs (KT_TEST_REFERENCE_MODELS) */
 
 static int setup(void **state)
 {
@@ -36,6 +42,24 @@ static int setup(void **state)
     fclose(f);
     buf[n] = '\0';
     reference = cJSON_Parse(buf);
+    const char *only = getenv("KT_TEST_REFERENCE_MODELS");
+    if (only) {
+        selected = 0;
+        for (const char *p = only + strspn(only, " ,"); *p; p += strspn(p, " ,")) {
+            size_t w = strcspn(p, " ,");
+            int i = 0;
+            while (test_names[i] && !(strlen(test_names[i]) == w && !strncmp(p, test_names[i], w)))
+                i++;
+            if (!test_names[i]) {
+                print_message("# KT_TEST_REFERENCE_MODELS: \"%.*s\" is not one of tutorial-cnn, "
+                              "tutorial-cnn-l2, cnn2, mlp, shapes\n",
+                              (int)w, p);
+                return -1;
+            }
+            selected |= 1u << i;
+            p += w;
+        }
+    }
     char err[256];
     if (idx_load_dataset(&ds, DATA_DIR, "train", 10, err, sizeof err) != 0) {
         print_message("# %s\n", err);
@@ -52,8 +76,16 @@ static int teardown(void **state)
     return 0;
 }
 
-static void check_run(const char *model_name)
+/* Runs the reference runs of the test `test` (one of test_names): of the built-in model
+ * of that name, or of the model in spec when spec is not NULL. */
+static void check_run(const char *test, const char *spec)
 {
+    const char *model_name = spec ? spec : test;
+    for (int i = 0; test_names[i]; i++)
+        if (strcmp(test_names[i], test) == 0 && !(selected >> i & 1)) {
+            print_message("# %s: not in KT_TEST_REFERENCE_MODELS\n", test);
+            skip();
+        }
     if (ds.count == 0) skip();
     int runs = 0;
     const cJSON *run;
@@ -107,16 +139,17 @@ static void check_run(const char *model_name)
     assert_true(runs >= 2);
 }
 
-static void test_tutorial_cnn(void **state) { (void)state; check_run("tutorial-cnn"); }
-static void test_tutorial_cnn_l2(void **state) { (void)state; check_run("tutorial-cnn-l2"); }
-static void test_cnn2(void **state) { (void)state; check_run("cnn2"); }
-static void test_mlp(void **state) { (void)state; check_run("mlp"); }
+static void test_tutorial_cnn(void **state) { (void)state; check_run("tutorial-cnn", NULL); }
+static void test_tutorial_cnn_l2(void **state) { (void)state; check_run("tutorial-cnn-l2", NULL); }
+static void test_cnn2(void **state) { (void)state; check_run("cnn2", NULL); }
+static void test_mlp(void **state) { (void)state; check_run("mlp", NULL); }
 /* gen_reference.py's SHAPES_SPEC, the same text: a non-square "same" MaxPooling2D with
  * unequal strides and a Dense on a rank-3 input. */
 static void test_spec_shapes(void **state)
 {
     (void)state;
-    check_run("{\"input_shape\":[28,28],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
+    check_run("shapes",
+              "{\"input_shape\":[28,28],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
               "{\"type\":\"MaxPooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],\"padding\":\"same\"},"
               "{\"type\":\"Dense\",\"units\":8,\"activation\":\"relu\"},{\"type\":\"Flatten\"},"
               "{\"type\":\"Dense\",\"units\":10}]}");

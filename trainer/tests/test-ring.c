@@ -1,6 +1,7 @@
 /* Ring collective: 2, 3 and 4 forked workers on loopback, all-reduce on many sizes
  * (bit-identical on every rank, run to run, and equal to the sum), broadcast from every
- * root, barrier, mismatched calls, and peers that die or go silent mid-all-reduce. */
+ * root, barrier, mismatched calls, and peers that die or go silent mid-all-reduce.
+ * Every timeout and time bound is multiplied by KT_TEST_TIME_SCALE (timescale.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,8 +56,8 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err,
-                                    sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, scaled(5.0), a->segment_bytes, a->thread_min,
+                                    r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -96,7 +97,7 @@ static void check_allreduce(int world, size_t segment_bytes, size_t max_size, si
     RingArg a = {.res = res, .segment_bytes = segment_bytes, .max_size = max_size,
                  .thread_min = thread_min, .victim = -1};
     for (int r = 0; r < world; r++) cluster_start(&c, r, allreduce_rank, &a);
-    assert_int_equal(cluster_wait(&c, 120), 0);
+    assert_int_equal(cluster_wait(&c, scaled(120)), 0);
     size_t nsizes = 0;
     while (nsizes < NSIZES && SIZES[nsizes] <= max_size) nsizes++;
     for (int r = 0; r < world; r++) {
@@ -148,12 +149,18 @@ static void test_allreduce_single_thread_and_all_threaded(void **state)
     check_allreduce(4, 4096, 300001, 4);
 }
 
+static void nap(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 static void bcast_barrier_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 5.0, a->segment_bytes, a->thread_min, r->err,
-                                    sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, scaled(5.0), a->segment_bytes, a->thread_min,
+                                    r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -177,8 +184,7 @@ static void bcast_barrier_rank(const Cluster *c, int rank, void *argp)
         }
     r->bcast_ok = ok;
     if (ok) {
-        struct timespec ts = {0, rank * 150 * 1000 * 1000L};
-        nanosleep(&ts, NULL);
+        nap(scaled(0.15) * rank); /* the ranks enter the barrier one after another */
         r->t_enter = util_now();
         r->rc = coll_barrier(coll, r->err, sizeof r->err);
         r->t_exit = util_now();
@@ -193,7 +199,7 @@ static void check_bcast_barrier(int world, size_t segment_bytes)
     assert_int_equal(cluster_listen(&c, world), 0);
     RingArg a = {.res = res, .segment_bytes = segment_bytes, .victim = -1};
     for (int r = 0; r < world; r++) cluster_start(&c, r, bcast_barrier_rank, &a);
-    assert_int_equal(cluster_wait(&c, 60), 0);
+    assert_int_equal(cluster_wait(&c, scaled(60)), 0);
     double last_enter = 0;
     for (int r = 0; r < world; r++) {
         if (res[r].rc != 0 || !res[r].bcast_ok) fail_msg("rank %d: %s", r, res[r].err);
@@ -220,19 +226,19 @@ static void test_broadcast_barrier_4(void **state)
 
 static void *kill_self_soon(void *sig)
 {
-    struct timespec ts = {0, 2 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    nap(scaled(0.002));
     kill(getpid(), *(int *)sig);
     return NULL;
 }
 
 /* The victim all-reduces a few times, then SIGKILLs or SIGSTOPs itself from a thread
- * 2 ms into its next all-reduce while the others keep all-reducing 4 MiB buffers. */
+ * 2 ms (scaled) into its next all-reduce while the others keep all-reducing 4 MiB buffers. */
 static void failure_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 1.5, 0, a->thread_min, r->err, sizeof r->err);
+    Collective *coll =
+        cluster_ring(c, rank, SECRET, scaled(1.5), 0, a->thread_min, r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -270,7 +276,7 @@ static void check_failure_opts(int world, int victim, int sig, size_t thread_min
     for (int r = 0; r < world; r++) {
         if (r == victim) continue;
         double t0 = util_now();
-        while (util_now() - t0 < 30) {
+        while (util_now() - t0 < scaled(30)) {
             if (waitpid(c.pid[r], &c.status[r], WNOHANG) == c.pid[r]) {
                 c.pid[r] = 0;
                 break;
@@ -279,7 +285,7 @@ static void check_failure_opts(int world, int victim, int sig, size_t thread_min
             nanosleep(&ts, NULL);
         }
     }
-    int killed = cluster_wait(&c, 1);
+    int killed = cluster_wait(&c, scaled(1));
     assert_true(killed <= 1);
     int named = 0;
     for (int r = 0; r < world; r++) {
@@ -287,7 +293,8 @@ static void check_failure_opts(int world, int victim, int sig, size_t thread_min
         if (res[r].rc == 0) fail_msg("rank %d did not notice rank %d's loss", r, victim);
         double dt = res[r].t_event - res[victim].t_event;
         print_message("# rank %d after %.2f s: %s\n", r, dt, res[r].err);
-        if (dt > 5.0) fail_msg("rank %d took %.2f s to fail", r, dt);
+        if (dt > scaled(5.0))
+            fail_msg("rank %d took %.2f s to fail, want <= %g", r, dt, scaled(5.0));
         if (!res[r].repeat_same[0]) fail_msg("rank %d: a call after the failure did not fail", r);
         char want[32];
         snprintf(want, sizeof want, "rank %d", victim);
@@ -327,7 +334,7 @@ static void mismatch_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
     RankResult *r = &a->res[rank];
-    Collective *coll = cluster_ring(c, rank, SECRET, 3.0, 0, 0, r->err, sizeof r->err);
+    Collective *coll = cluster_ring(c, rank, SECRET, scaled(3.0), 0, 0, r->err, sizeof r->err);
     if (!coll) {
         r->rc = -1;
         return;
@@ -346,7 +353,7 @@ static void test_mismatched_calls(void **state)
     assert_int_equal(cluster_listen(&c, 2), 0);
     RingArg a = {.res = res, .victim = -1};
     for (int r = 0; r < 2; r++) cluster_start(&c, r, mismatch_rank, &a);
-    assert_int_equal(cluster_wait(&c, 30), 0);
+    assert_int_equal(cluster_wait(&c, scaled(30)), 0);
     for (int r = 0; r < 2; r++) {
         print_message("# rank %d: %s\n", r, res[r].err);
         assert_int_not_equal(res[r].rc, 0);
@@ -371,6 +378,7 @@ static void test_world_one_is_local(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_world_one_is_local),
         cmocka_unit_test(test_allreduce_2),
