@@ -161,7 +161,7 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
                        "batch 64, 3 epochs x 70 steps on the CPU, epochs 2-3)",
             "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
                      "backend and threads as the trainer, run as the trainer runs them: the "
-                     "batch cut into one shard per thread, each shard's calls on one thread)",
+                     "conv products one shard of examples per thread, the dense ones cut by gemm)",
             "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
                        "with OPENBLAS_NUM_THREADS=1; TensorFlow and PyTorch with their defaults",
             "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "

@@ -1,10 +1,10 @@
 /* gemm_floor — the compute floor of one tutorial-cnn training step: the same gemm()
  * calls that layers.c issues (same shapes, layouts and transposes, same backend as the
  * trainer it is built with), timed alone with nothing else in the step, and run the way
- * the trainer runs them: the batch cut into gemm_batch_shards() shards, each shard's
- * calls one parallel_for task on its own buffers (with one shard, the calls use gemm's
- * threads themselves). Prints one JSON object with the step and each call's share (of
- * shard 0, in its task):
+ * the trainer runs them (model.c): the conv products cut into gemm_batch_shards()
+ * shards of examples, one parallel_for task each; the dense products on the whole batch,
+ * gemm() cutting them into blocks. Prints one JSON object with the step and each call's
+ * share:
  *   {"backend":"blis","threads":1,"batch":64,"shards":1,"step_ms":...,"samples_per_sec":...,
  *    "gflops":...,"calls_ms":{"conv_fwd":...,...}}
  *
@@ -48,59 +48,30 @@ enum {
 static const char *const call_names[NCALLS] = {"conv_fwd",  "dense1_fwd", "dense2_fwd", "dense2_dw",
                                                "dense2_dx", "dense1_dw",  "dense1_dx",  "conv_dw"};
 
-/* One shard's operands and the time its calls took. */
-typedef struct {
-    int b;
-    float *col, *wc, *conv, *dwc, *w1, *h, *dw1, *dconv, *w2, *o, *dw2, *dh;
-    double spent[NCALLS];
-} Shard;
-
 /* tutorial-cnn: conv 3x3x1->32 on 28x28 (26x26 out), dense 21632->128, dense 128->10 */
-enum { K1 = 9, F1 = 32, D_IN = 21632, D1 = 128, D2 = 10 };
+enum { K1 = 9, F1 = 32, D_IN = 21632, D1 = 128, D2 = 10, PIX = 26 * 26 };
 
-static void shard_init(Shard *sh, int b, float *w1)
-{
-    const int m1 = b * 26 * 26;
-    *sh = (Shard){.b = b};
-    sh->col = buf((size_t)m1 * K1), sh->wc = buf((size_t)K1 * F1), sh->conv = buf((size_t)m1 * F1);
-    sh->dwc = buf((size_t)K1 * F1), sh->h = buf((size_t)b * D1), sh->dw1 = buf((size_t)D_IN * D1);
-    sh->dconv = buf((size_t)b * D_IN), sh->w2 = buf((size_t)D1 * D2), sh->o = buf((size_t)b * D2);
-    sh->dw2 = buf((size_t)D1 * D2), sh->dh = buf((size_t)b * D1);
-    sh->w1 = w1; /* the weights are shared, as in the trainer */
-}
+/* The step's operands (the whole batch) and its shards. */
+typedef struct {
+    int b, shards;
+    float *col, *wc, *conv, *dwc, *w1, *h, *dw1, *dconv, *w2, *o, *dw2, *dh;
+    float **dwc_shard; /* shard s > 0's conv kernel gradient */
+    int call;          /* the conv call the tasks run: CONV_FWD or CONV_DW */
+} Step;
 
-static void shard_free(Shard *sh)
+/* Shard s's part of a conv call: its examples' rows of col, conv and dconv. */
+static void conv_task(void *arg, int s)
 {
-    free(sh->col), free(sh->wc), free(sh->conv), free(sh->dwc), free(sh->h), free(sh->dw1);
-    free(sh->dconv), free(sh->w2), free(sh->o), free(sh->dw2), free(sh->dh);
-}
-
-/* The step's eight calls on one shard, in layers.c's order. */
-static void shard_step(void *arg, int i)
-{
-    Shard *sh = (Shard *)arg + i;
-    const int b = sh->b, m1 = b * 26 * 26;
-    double c0, c1;
-#define TIMED(id, call) (c0 = now(), (call), c1 = now(), sh->spent[id] += c1 - c0)
-    /* forward (bias already in C: beta 1, as layers.c does) */
-    TIMED(CONV_FWD, gemm(GEMM_N, GEMM_N, m1, F1, K1, 1.0f, sh->col, K1, sh->wc, F1, 1.0f,
-                         sh->conv, F1));
-    TIMED(DENSE1_FWD, gemm(GEMM_N, GEMM_N, b, D1, D_IN, 1.0f, sh->conv, D_IN, sh->w1, D1, 1.0f,
-                           sh->h, D1));
-    TIMED(DENSE2_FWD, gemm(GEMM_N, GEMM_N, b, D2, D1, 1.0f, sh->h, D1, sh->w2, D2, 1.0f, sh->o,
-                           D2));
-    /* backward: dense 2 (weights and input), dense 1 (weights and input), conv (weights) */
-    TIMED(DENSE2_DW, gemm(GEMM_T, GEMM_N, D1, D2, b, 1.0f, sh->h, D1, sh->o, D2, 0.0f, sh->dw2,
-                          D2));
-    TIMED(DENSE2_DX, gemm(GEMM_N, GEMM_T, b, D1, D2, 1.0f, sh->o, D2, sh->w2, D2, 0.0f, sh->dh,
-                          D1));
-    TIMED(DENSE1_DW, gemm(GEMM_T, GEMM_N, D_IN, D1, b, 1.0f, sh->conv, D_IN, sh->dh, D1, 0.0f,
-                          sh->dw1, D1));
-    TIMED(DENSE1_DX, gemm(GEMM_N, GEMM_T, b, D_IN, D1, 1.0f, sh->dh, D1, sh->w1, D1, 0.0f,
-                          sh->dconv, D_IN));
-    TIMED(CONV_DW, gemm(GEMM_T, GEMM_N, K1, F1, m1, 1.0f, sh->col, K1, sh->dconv, F1, 0.0f,
-                        sh->dwc, F1));
-#undef TIMED
+    Step *st = arg;
+    const int lo = (int)((long)st->b * s / st->shards);
+    const int m = ((int)((long)st->b * (s + 1) / st->shards) - lo) * PIX;
+    const float *col = st->col + (size_t)lo * PIX * K1;
+    if (st->call == CONV_FWD)
+        gemm(GEMM_N, GEMM_N, m, F1, K1, 1.0f, col, K1, st->wc, F1, 1.0f,
+             st->conv + (size_t)lo * PIX * F1, F1);
+    else
+        gemm(GEMM_T, GEMM_N, K1, F1, m, 1.0f, col, K1, st->dconv + (size_t)lo * PIX * F1, F1,
+             0.0f, s ? st->dwc_shard[s] : st->dwc, F1);
 }
 
 int main(int argc, char **argv)
@@ -109,30 +80,54 @@ int main(int argc, char **argv)
     const double secs = argc > 2 ? atof(argv[2]) : 5.0;
     const int threads = argc > 3 ? atoi(argv[3]) : 0;
     if (threads > 0) gemm_set_threads(threads);
-    const int nsh = gemm_batch_shards(b);
-    float *w1 = buf((size_t)D_IN * D1);
-    Shard *sh = calloc((size_t)nsh, sizeof *sh);
-    if (!sh) return 1;
-    for (int i = 0; i < nsh; i++)
-        shard_init(&sh[i], (int)((long)b * (i + 1) / nsh - (long)b * i / nsh), w1);
-    const int m1 = b * 26 * 26;
+    Step st = {.b = b, .shards = gemm_batch_shards(b)};
+    const int m1 = b * PIX;
+    st.col = buf((size_t)m1 * K1), st.wc = buf((size_t)K1 * F1), st.conv = buf((size_t)m1 * F1);
+    st.dwc = buf((size_t)K1 * F1), st.w1 = buf((size_t)D_IN * D1), st.h = buf((size_t)b * D1);
+    st.dw1 = buf((size_t)D_IN * D1), st.dconv = buf((size_t)b * D_IN);
+    st.w2 = buf((size_t)D1 * D2), st.o = buf((size_t)b * D2), st.dw2 = buf((size_t)D1 * D2);
+    st.dh = buf((size_t)b * D1);
+    st.dwc_shard = calloc((size_t)st.shards, sizeof *st.dwc_shard);
+    for (int s = 1; s < st.shards; s++) st.dwc_shard[s] = buf((size_t)K1 * F1);
     double flops = 2.0 * m1 * K1 * F1 * 2 + 2.0 * b * D_IN * D1 * 3 + 2.0 * b * D1 * D2 * 3;
+    double spent[NCALLS] = {0};
     long steps = 0;
-    double t0 = now(), t;
+    double t0 = now(), t, c0, c1;
+#define TIMED(id, call) (c0 = now(), (call), c1 = now(), spent[id] += c1 - c0)
+#define CONV(id) (st.call = (id), parallel_for(st.shards, conv_task, &st))
     do {
-        parallel_for(nsh, shard_step, sh);
+        /* forward (bias already in C: beta 1, as layers.c does); conv per shard */
+        TIMED(CONV_FWD, CONV(CONV_FWD));
+        TIMED(DENSE1_FWD,
+              gemm(GEMM_N, GEMM_N, b, D1, D_IN, 1.0f, st.conv, D_IN, st.w1, D1, 1.0f, st.h, D1));
+        TIMED(DENSE2_FWD,
+              gemm(GEMM_N, GEMM_N, b, D2, D1, 1.0f, st.h, D1, st.w2, D2, 1.0f, st.o, D2));
+        /* backward: dense 2 (weights and input), dense 1 (weights and input), conv (weights) */
+        TIMED(DENSE2_DW,
+              gemm(GEMM_T, GEMM_N, D1, D2, b, 1.0f, st.h, D1, st.o, D2, 0.0f, st.dw2, D2));
+        TIMED(DENSE2_DX,
+              gemm(GEMM_N, GEMM_T, b, D1, D2, 1.0f, st.o, D2, st.w2, D2, 0.0f, st.dh, D1));
+        TIMED(DENSE1_DW, gemm(GEMM_T, GEMM_N, D_IN, D1, b, 1.0f, st.conv, D_IN, st.dh, D1, 0.0f,
+                              st.dw1, D1));
+        TIMED(DENSE1_DX, gemm(GEMM_N, GEMM_T, b, D_IN, D1, 1.0f, st.dh, D1, st.w1, D1, 0.0f,
+                              st.dconv, D_IN));
+        TIMED(CONV_DW, CONV(CONV_DW));
         steps++;
         t = now() - t0;
     } while (t < secs || steps < 3);
+#undef CONV
+#undef TIMED
     double step = t / steps;
     printf("{\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,\"shards\":%d,\"steps\":%ld,"
            "\"step_ms\":%.3f,\"samples_per_sec\":%.1f,\"gflops\":%.2f,\"calls_ms\":{",
-           gemm_backend(), threads, b, nsh, steps, step * 1e3, b / step, flops / step * 1e-9);
+           gemm_backend(), threads, b, st.shards, steps, step * 1e3, b / step,
+           flops / step * 1e-9);
     for (int i = 0; i < NCALLS; i++)
-        printf("%s\"%s\":%.3f", i ? "," : "", call_names[i], sh[0].spent[i] / steps * 1e3);
+        printf("%s\"%s\":%.3f", i ? "," : "", call_names[i], spent[i] / steps * 1e3);
     printf("}}\n");
-    for (int i = 0; i < nsh; i++) shard_free(&sh[i]);
-    free(sh);
-    free(w1);
+    free(st.col), free(st.wc), free(st.conv), free(st.dwc), free(st.w1), free(st.h);
+    free(st.dw1), free(st.dconv), free(st.w2), free(st.o), free(st.dw2), free(st.dh);
+    for (int s = 1; s < st.shards; s++) free(st.dwc_shard[s]);
+    free(st.dwc_shard);
     return 0;
 }

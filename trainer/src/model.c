@@ -684,15 +684,17 @@ void model_reserve(Model *m, int max_batch)
 /* ----------------------------------------------------------------------------
  * Forward, loss, backward */
 
-/* A batch is cut into shards of consecutive examples that gemm's threads run in
- * parallel (parallel_for), each shard running every layer on its own examples with
- * single-threaded products: im2col, activations, pooling and the products all spread
- * over the threads, with one hand-off per pass instead of one per product. Every
- * per-example buffer is shared, a shard using its own rows of it (of the scratch buffers
- * that layers of different sizes share, rows of the largest size). Shard 0 writes its
- * gradients into grads, shard s > 0 into sgrads[s-1]; they are added in shard order,
- * so a run is reproducible for a given thread count. Dropout draws the same masks
- * whatever the shards: draw j of the step's sequence is made on its own. */
+/* Threads. A step runs layer by layer; a layer whose work grows with the examples and
+ * not with its weights (Conv2D with its im2col, MaxPooling2D, Dropout) is cut into
+ * shards of consecutive examples that gemm's threads run in parallel (parallel_for),
+ * each shard with single-threaded products; a Dense layer runs on the whole batch, its
+ * products cut by gemm() into blocks of the weight matrix, so that its weights are read
+ * and its gradient written once, not once per shard. Shards share every per-example
+ * buffer, each using its own rows. A sharded Conv2D's kernel gradient is summed over
+ * the shards in shard order (shard 0 in grads, the others in sgrads), so a run is
+ * reproducible for a given thread count. Dropout draws the same masks whatever the
+ * shards: draw j of the step's sequence is made on its own. */
+
 /* The first example of shard s of `shards` over b examples. */
 static int shard_lo(int b, int shards, int s)
 {
@@ -708,44 +710,81 @@ static const float *layer_out(const Model *m, const float *x, int i, int lo)
     return x + (size_t)lo * m->input_size;
 }
 
-/* Runs the layers on examples lo..lo+cnt-1 of a batch of b. The last layer's softmax is
- * left out: the loss takes the logits (as Keras's TensorFlow backend does for a softmax
- * output), and argmax is the same on both. */
-static void forward(Model *m, const float *x, int b, int lo, int cnt, int training,
-                    uint64_t dropout_seed)
+static int layer_sharded(const Layer *l)
 {
-    uint64_t draws = 0; /* dropout draws of the whole batch in the layers before */
+    return l->type == LAYER_CONV2D || l->type == LAYER_MAXPOOL || l->type == LAYER_DROPOUT;
+}
+
+/* One pass's state, shared by the tasks of a layer. */
+typedef struct {
+    Model *m;
+    const float *x;
+    int b, shards, training;
+    uint64_t dropout_seed;
+    int layer;
+    uint64_t draws; /* forward: dropout draws of the whole batch in the layers before */
+    float *d, *din; /* backward: the layer's output gradient and its input gradient */
+} Pass;
+
+/* Runs layer p->layer on examples lo..lo+cnt-1. The last layer's softmax is left out:
+ * the loss takes the logits (as Keras's TensorFlow backend does for a softmax output),
+ * and argmax is the same on both. */
+static void forward_layer(const Pass *p, int lo, int cnt)
+{
+    Model *m = p->m;
+    const int i = p->layer;
+    const Layer *l = &m->layers[i];
+    if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) return;
+    const float *in = layer_out(m, p->x, i - 1, lo);
+    float *out = m->acts[i] + (size_t)lo * l->out_size;
+    const size_t at = (size_t)lo * l->out_size, n = (size_t)cnt * l->out_size;
+    const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
+    switch (l->type) {
+    case LAYER_RESHAPE:
+    case LAYER_FLATTEN: return;
+    case LAYER_CONV2D:
+        conv2d_forward(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias, &l->conv, cnt);
+        break;
+    case LAYER_DENSE:
+        dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
+        break;
+    case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
+    case LAYER_DROPOUT:
+        memcpy(out, in, n * sizeof *out);
+        if (p->training && m->dropout_enabled && l->rate > 0.0f) {
+            uint64_t rng = util_rand_skip(p->dropout_seed, p->draws + at);
+            dropout_forward(out, m->masks[i] + at, n, l->rate, &rng);
+        }
+        break;
+    }
+    int last = i == m->num_layers - 1;
+    /* per row of the last axis: a softmax Dense on a rank > 1 input normalises each */
+    size_t rows = l->type == LAYER_DENSE ? (size_t)cnt * (size_t)l->dense_rows : (size_t)cnt;
+    size_t cols = l->type == LAYER_DENSE ? (size_t)l->units : l->out_size;
+    if (!(last && l->act == ACT_SOFTMAX)) activation_forward(out, rows, cols, l->act);
+}
+
+static void forward_task(void *arg, int s)
+{
+    const Pass *p = arg;
+    const int lo = shard_lo(p->b, p->shards, s);
+    forward_layer(p, lo, shard_lo(p->b, p->shards, s + 1) - lo);
+}
+
+/* Forward over the whole batch, layer by layer. */
+static void forward(Pass *p)
+{
+    Model *m = p->m;
+    p->draws = 0;
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        const float *in = layer_out(m, x, i - 1, lo);
-        float *out = m->acts[i] ? m->acts[i] + (size_t)lo * l->out_size : NULL;
-        const size_t at = (size_t)lo * l->out_size, n = (size_t)cnt * l->out_size;
-        const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
-        switch (l->type) {
-        case LAYER_RESHAPE:
-        case LAYER_FLATTEN: continue;
-        case LAYER_CONV2D:
-            conv2d_forward(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias, &l->conv,
-                           cnt);
-            break;
-        case LAYER_DENSE:
-            dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
-            break;
-        case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
-        case LAYER_DROPOUT:
-            memcpy(out, in, n * sizeof *out);
-            if (training && m->dropout_enabled && l->rate > 0.0f) {
-                uint64_t rng = util_rand_skip(dropout_seed, draws + at);
-                dropout_forward(out, m->masks[i] + at, n, l->rate, &rng);
-                draws += (uint64_t)b * l->out_size;
-            }
-            break;
-        }
-        int last = i == m->num_layers - 1;
-        /* per row of the last axis: a softmax Dense on a rank > 1 input normalises each */
-        size_t rows = l->type == LAYER_DENSE ? (size_t)cnt * (size_t)l->dense_rows : (size_t)cnt;
-        size_t cols = l->type == LAYER_DENSE ? (size_t)l->units : l->out_size;
-        if (!(last && l->act == ACT_SOFTMAX)) activation_forward(out, rows, cols, l->act);
+        p->layer = i;
+        if (p->shards > 1 && layer_sharded(l))
+            parallel_for(p->shards, forward_task, p);
+        else
+            forward_layer(p, 0, p->b);
+        if (l->type == LAYER_DROPOUT && p->training && m->dropout_enabled && l->rate > 0.0f)
+            p->draws += (uint64_t)p->b * l->out_size;
     }
 }
 
@@ -772,144 +811,141 @@ double model_regularization(const Model *m)
     return r;
 }
 
-/* The first layer with parameters: the layers before it need no input gradient. */
-static int first_param_layer(const Model *m)
+/* Backward of layer p->layer over examples lo..lo+cnt-1 (p->d and p->din hold the whole
+ * batch), its parameter gradient into g (laid out as the arena). */
+static void backward_layer(const Pass *p, int lo, int cnt, float *g)
 {
-    for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].w_count) return i;
-    return m->num_layers;
+    Model *m = p->m;
+    const int i = p->layer;
+    const Layer *l = &m->layers[i];
+    const float *in = layer_out(m, p->x, i - 1, lo), *out = layer_out(m, p->x, i, lo);
+    float *d = p->d + (size_t)lo * l->out_size;
+    float *din = p->din ? p->din + (size_t)lo * l->in_size : NULL;
+    const size_t at = (size_t)lo * l->out_size;
+    const float *w = m->params + l->w_off;
+    float *dw = g + l->w_off, *db = g + l->b_off;
+    int last = i == m->num_layers - 1;
+    if (l->type == LAYER_CONV2D && !(last && l->act == ACT_SOFTMAX))
+        activation_backward(d, out, (size_t)cnt, l->out_size, l->act);
+    if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
+        activation_backward(d, out, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units, l->act);
+    switch (l->type) {
+    case LAYER_RESHAPE:
+    case LAYER_FLATTEN: break;
+    case LAYER_DROPOUT:
+        if (m->dropout_enabled && l->rate > 0.0f)
+            dropout_backward(d, m->masks[i] + at, (size_t)cnt * l->out_size);
+        break;
+    case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
+    case LAYER_DENSE:
+        dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
+        break;
+    case LAYER_CONV2D:
+        conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
+                        m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
+        break;
+    }
 }
 
-/* What finishes a layer's gradient: the regularization term, then on_ready. */
-typedef struct {
-    int num_replicas;
-    GradReadyFn on_ready;
-    void *ctx;
-} Finish;
+static void backward_task(void *arg, int s)
+{
+    const Pass *p = arg;
+    Model *m = p->m;
+    const Layer *l = &m->layers[p->layer];
+    const int lo = shard_lo(p->b, p->shards, s);
+    /* shard s > 0 writes the layer's parameter gradient at the start of its scratch */
+    float *g = s ? m->sgrads[s - 1] - l->w_off : m->grads;
+    backward_layer(p, lo, shard_lo(p->b, p->shards, s + 1) - lo, g);
+}
 
-/* Adds the other shards' gradients of layer i onto grads, then finishes it. */
-static void finish_layer(Model *m, int i, int shards, const Finish *f)
+/* Adds the other shards' gradients of layer i onto grads (shards > 1: it ran sharded),
+ * then the regularization term, and hands the slice to on_ready. */
+static void finish_layer(Model *m, int i, int shards, int num_replicas, GradReadyFn on_ready,
+                         void *ctx)
 {
     const Layer *l = &m->layers[i];
     float *g = m->grads + l->w_off;
     const size_t n = l->w_count + l->b_count;
     for (int s = 1; s < shards; s++) {
-        const float *o = m->sgrads[s - 1] + l->w_off;
+        const float *o = m->sgrads[s - 1];
         for (size_t k = 0; k < n; k++) g[k] += o[k];
     }
     if (l->l2 != 0.0f) {
-        const float k = 2.0f * l->l2 / (float)f->num_replicas;
+        const float k = 2.0f * l->l2 / (float)num_replicas;
         const float *w = m->params + l->w_off;
         for (size_t q = 0; q < l->w_count; q++) g[q] += k * w[q];
     }
-    if (f->on_ready) f->on_ready(f->ctx, l->w_off, n);
+    if (on_ready) on_ready(ctx, l->w_off, n);
 }
 
-/* Backward over examples lo..lo+cnt-1 from d, the loss gradient of their logits, into
- * the gradient arena g. With fin (one shard: g is grads), each layer is finished as
- * soon as its gradient is, so a collective can start on it while backward goes on. */
-static void backward(Model *m, const float *x, int lo, int cnt, float *d, float *g,
-                     const Finish *fin)
+/* The largest parameter slice of a layer that runs sharded: the size of each sgrads. */
+static size_t sharded_params_max(const Model *m)
 {
-    const int first_param = first_param_layer(m);
-    int cur = 0;
-    for (int i = m->num_layers - 1; i >= first_param; i--) {
+    size_t n = 0;
+    for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        const float *in = layer_out(m, x, i - 1, lo), *out = layer_out(m, x, i, lo);
-        float *din = i > first_param ? m->dbuf[1 - cur] + (size_t)lo * m->dmax : NULL;
-        const size_t at = (size_t)lo * l->out_size;
-        const float *w = m->params + l->w_off;
-        float *dw = g + l->w_off, *db = g + l->b_off;
-        int last = i == m->num_layers - 1;
-        if (l->type == LAYER_CONV2D && !(last && l->act == ACT_SOFTMAX))
-            activation_backward(d, out, (size_t)cnt, l->out_size, l->act);
-        if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
-            activation_backward(d, out, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units,
-                                l->act);
-        switch (l->type) {
-        case LAYER_RESHAPE:
-        case LAYER_FLATTEN: continue;
-        case LAYER_DROPOUT:
-            if (m->dropout_enabled && l->rate > 0.0f)
-                dropout_backward(d, m->masks[i] + at, (size_t)cnt * l->out_size);
-            continue;
-        case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
-        case LAYER_DENSE:
-            dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
-            break;
-        case LAYER_CONV2D: {
-            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
-                            m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
-            break;
-        }
-        }
-        if (fin && l->w_count) finish_layer(m, i, 1, fin);
-        d = din;
-        cur = 1 - cur;
+        if (layer_sharded(l) && l->w_count + l->b_count > n) n = l->w_count + l->b_count;
     }
-}
-
-typedef struct {
-    Model *m;
-    const float *x;
-    const uint8_t *y;
-    int b, shards, training;
-    float scale;
-    uint64_t dropout_seed;
-    const Finish *fin; /* one shard: finish each layer inside backward */
-    double loss[GEMM_MAX_SHARDS];
-    int correct[GEMM_MAX_SHARDS];
-} ShardJob;
-
-static void shard_run(void *arg, int s)
-{
-    ShardJob *j = arg;
-    Model *m = j->m;
-    const int lo = shard_lo(j->b, j->shards, s), cnt = shard_lo(j->b, j->shards, s + 1) - lo;
-    forward(m, j->x, j->b, lo, cnt, j->training, j->dropout_seed);
-    const float *logits = layer_out(m, j->x, m->num_layers - 1, lo);
-    float *d = j->training ? m->dbuf[0] + (size_t)lo * m->dmax : NULL;
-    j->correct[s] = 0;
-    j->loss[s] = loss_of(m, d, &j->correct[s], logits, j->y + lo, cnt, j->scale);
-    if (j->training) backward(m, j->x, lo, cnt, d, s ? m->sgrads[s - 1] : m->grads, j->fin);
+    return n;
 }
 
 void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st)
 {
-    const Finish fin = {.num_replicas = num_replicas, .on_ready = on_ready, .ctx = ctx};
-    ShardJob j = {.m = m, .x = x, .y = y, .b = local_batch,
-                  .shards = gemm_batch_shards(local_batch), .training = 1, .scale = 1.0f / (float)global_batch,
-                  .dropout_seed = dropout_seed};
-    if (j.shards == 1) j.fin = &fin;
-    if (j.shards - 1 > m->num_sgrads) {
+    Pass p = {.m = m, .x = x, .b = local_batch, .shards = gemm_batch_shards(local_batch),
+              .training = 1, .dropout_seed = dropout_seed};
+    if (p.shards - 1 > m->num_sgrads) {
         if (!m->sgrads) m->sgrads = xcalloc(GEMM_MAX_SHARDS - 1, sizeof *m->sgrads);
-        for (int s = m->num_sgrads; s < j.shards - 1; s++)
-            m->sgrads[s] = xmalloc((m->num_params ? m->num_params : 1) * sizeof(float));
-        m->num_sgrads = j.shards - 1;
+        const size_t n = sharded_params_max(m);
+        for (int s = m->num_sgrads; s < p.shards - 1; s++)
+            m->sgrads[s] = xmalloc((n ? n : 1) * sizeof(float));
+        m->num_sgrads = p.shards - 1;
     }
-    parallel_for(j.shards, shard_run, &j);
-    /* several shards: their sums, layer by layer from the last */
-    for (int i = m->num_layers - 1; j.shards > 1 && i >= 0; i--)
-        if (m->layers[i].w_count) finish_layer(m, i, j.shards, &fin);
-
-    double loss = 0.0;
+    forward(&p);
     int correct = 0;
-    for (int s = 0; s < j.shards; s++) loss += j.loss[s], correct += j.correct[s];
+    const float *logits = layer_out(m, x, m->num_layers - 1, 0);
+    double loss = loss_of(m, m->dbuf[0], &correct, logits, y, local_batch,
+                          1.0f / (float)global_batch);
     st->loss = loss / global_batch + model_regularization(m) / num_replicas;
     st->correct = correct;
     st->count = local_batch;
+
+    /* the layers before the first with parameters need no input gradient */
+    int first_param = m->num_layers;
+    for (int i = 0; i < m->num_layers; i++)
+        if (m->layers[i].w_count) {
+            first_param = i;
+            break;
+        }
+    int cur = 0;
+    p.d = m->dbuf[0];
+    for (int i = m->num_layers - 1; i >= first_param; i--) {
+        const Layer *l = &m->layers[i];
+        if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) continue;
+        p.layer = i;
+        /* dropout scales d in place; the others write their input's gradient */
+        p.din = i > first_param && l->type != LAYER_DROPOUT ? m->dbuf[1 - cur] : NULL;
+        int sharded = p.shards > 1 && layer_sharded(l);
+        if (sharded)
+            parallel_for(p.shards, backward_task, &p);
+        else
+            backward_layer(&p, 0, local_batch, m->grads);
+        if (l->w_count)
+            finish_layer(m, i, sharded ? p.shards : 1, num_replicas, on_ready, ctx);
+        if (p.din) {
+            p.d = p.din;
+            cur = 1 - cur;
+        }
+    }
 }
 
 void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st)
 {
-    ShardJob j = {.m = m, .x = x, .y = y, .b = b, .shards = gemm_batch_shards(b), .scale = 1.0f};
-    parallel_for(j.shards, shard_run, &j);
-    double loss = 0.0;
+    Pass p = {.m = m, .x = x, .b = b, .shards = gemm_batch_shards(b)};
+    forward(&p);
     int correct = 0;
-    for (int s = 0; s < j.shards; s++) loss += j.loss[s], correct += j.correct[s];
-    st->loss = loss;
+    st->loss = loss_of(m, NULL, &correct, layer_out(m, x, m->num_layers - 1, 0), y, b, 1.0f);
     st->correct = correct;
     st->count = b;
 }
