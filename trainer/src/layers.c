@@ -117,11 +117,54 @@ void conv2d_forward(float *out, float *col, const float *inp, const float *weigh
     gemm(GEMM_N, GEMM_N, m, g->f, k, 1.0f, col, k, weight, g->f, 1.0f, out, g->f);
 }
 
+void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
+                         const float *bias, const ConvGeom *g, int b)
+{
+    const size_t m = (size_t)b * g->oh * g->ow, f = (size_t)g->f;
+    const int k = g->kh * g->kw * g->c;
+    im2col(col, inp, g, b);
+    gemm(GEMM_N, GEMM_N, (int)m, g->f, k, 1.0f, col, k, weight, g->f, 0.0f, out, g->f);
+    for (size_t r = 0; r < m; r++) {
+        float *o = out + r * f;
+        for (size_t j = 0; j < f; j++) {
+            const float v = o[j] + bias[j];
+            o[j] = v > 0.0f ? v : 0.0f;
+        }
+    }
+}
+
+/* conv2d_backward from dout, the gradient before the activation (bias_grad done). */
+static void conv2d_backward_rest(float *dinput, float *dweight, float *dcol, const float *dout,
+                                 const float *col, const float *weight, const ConvGeom *g, int b);
+
+void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
+                          const float *out, const float *col, const float *weight,
+                          const ConvGeom *g, int b)
+{
+    const size_t m = (size_t)b * g->oh * g->ow, f = (size_t)g->f;
+    memset(dbias, 0, f * sizeof *dbias);
+    for (size_t r = 0; r < m; r++) {
+        float *d = dout + r * f;
+        const float *y = out + r * f;
+        for (size_t j = 0; j < f; j++) {
+            d[j] = y[j] > 0.0f ? d[j] : 0.0f;
+            dbias[j] += d[j];
+        }
+    }
+    conv2d_backward_rest(dinput, dweight, dcol, dout, col, weight, g, b);
+}
+
 void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
                      const float *col, const float *weight, const ConvGeom *g, int b)
 {
+    bias_grad(dbias, dout, (size_t)b * g->oh * g->ow, (size_t)g->f);
+    conv2d_backward_rest(dinput, dweight, dcol, dout, col, weight, g, b);
+}
+
+static void conv2d_backward_rest(float *dinput, float *dweight, float *dcol, const float *dout,
+                                 const float *col, const float *weight, const ConvGeom *g, int b)
+{
     const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
-    bias_grad(dbias, dout, (size_t)m, (size_t)g->f);
     /* dweight (K,F) = col^T (K,M) @ dout (M,F) */
     gemm(GEMM_T, GEMM_N, k, g->f, m, 1.0f, col, k, dout, g->f, 0.0f, dweight, g->f);
     if (!dinput) return;

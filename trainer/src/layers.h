@@ -42,6 +42,16 @@ void conv2d_forward(float *out, float *col, const float *inp, const float *weigh
 void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
                      const float *col, const float *weight, const ConvGeom *g, int b);
 
+/* The same with the layer's activation folded in, one pass over the output instead of
+ * three: conv2d_forward_relu writes relu(conv + bias); conv2d_backward_relu takes dout
+ * as the gradient of that relu output and out as the output itself, turns dout into the
+ * gradient before the relu in place, and goes on as conv2d_backward. */
+void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
+                         const float *bias, const ConvGeom *g, int b);
+void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
+                          const float *out, const float *col, const float *weight,
+                          const ConvGeom *g, int b);
+
 /* out (B,OUT) = inp (B,IN) @ weight (IN,OUT) + bias (OUT). */
 void dense_forward(float *out, const float *inp, const float *weight, const float *bias, int b,
                    int in, int outn);

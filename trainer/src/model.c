@@ -743,6 +743,11 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_RESHAPE:
     case LAYER_FLATTEN: return;
     case LAYER_CONV2D:
+        if (l->act == ACT_RELU) { /* the activation folded in */
+            conv2d_forward_relu(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias,
+                                &l->conv, cnt);
+            return;
+        }
         conv2d_forward(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias, &l->conv, cnt);
         break;
     case LAYER_DENSE:
@@ -825,7 +830,7 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     const float *w = m->params + l->w_off;
     float *dw = g + l->w_off, *db = g + l->b_off;
     int last = i == m->num_layers - 1;
-    if (l->type == LAYER_CONV2D && !(last && l->act == ACT_SOFTMAX))
+    if (l->type == LAYER_CONV2D && l->act != ACT_RELU && !(last && l->act == ACT_SOFTMAX))
         activation_backward(d, out, (size_t)cnt, l->out_size, l->act);
     if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
         activation_backward(d, out, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units, l->act);
@@ -841,8 +846,12 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
         break;
     case LAYER_CONV2D:
-        conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
-                        m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
+        if (l->act == ACT_RELU) /* the activation's gradient folded in */
+            conv2d_backward_relu(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, out,
+                                 m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
+        else
+            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
+                            m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
         break;
     }
 }

@@ -97,6 +97,48 @@ static void test_conv_valid(void **s) { (void)s; conv_case(6, 5, 2, 3, 3, 1, 0);
 static void test_conv_same_stride2(void **s) { (void)s; conv_case(7, 6, 3, 3, 2, 2, 1); }
 static void test_conv_same_even_kernel(void **s) { (void)s; conv_case(5, 5, 1, 2, 2, 1, 1); }
 
+/* The fused relu conv equals conv2d_forward + relu, and its backward equals relu's
+ * gradient + conv2d_backward, on a strided same-padded case. */
+static void test_conv_relu_fused(void **s)
+{
+    (void)s;
+    /* its own draws: the other tests' data stays as it was (their finite differences
+     * are checked away from relu's kink on those draws) */
+    const uint64_t keep = rng;
+    rng = 7;
+    ConvGeom g;
+    const int b = 3, h = 7, w = 6, ch = 2, k = 3, f = 4;
+    assert_int_equal(conv_geom_init(&g, h, w, ch, k, k, f, 2, 2, 1), 0);
+    size_t nin = (size_t)b * h * w * ch, nw = (size_t)k * k * ch * f,
+           nout = (size_t)b * g.oh * g.ow * f, ncol = conv_col_size(&g, b);
+    float *in = rand_array(nin, 1), *wt = rand_array(nw, 0.5f), *bias = rand_array((size_t)f, 0.5f);
+    float *r = rand_array(nout, 1), *r2 = malloc(nout * 4);
+    float *o1 = malloc(nout * 4), *o2 = malloc(nout * 4), *c1 = malloc(ncol * 4),
+          *c2 = malloc(ncol * 4), *dcol = malloc(ncol * 4);
+    float *din1 = malloc(nin * 4), *din2 = malloc(nin * 4), *dw1 = malloc(nw * 4),
+          *dw2 = malloc(nw * 4), *db1 = malloc((size_t)f * 4), *db2 = malloc((size_t)f * 4);
+    memcpy(r2, r, nout * 4);
+    conv2d_forward(o1, c1, in, wt, bias, &g, b);
+    activation_forward(o1, (size_t)b, nout / (size_t)b, ACT_RELU);
+    conv2d_forward_relu(o2, c2, in, wt, bias, &g, b);
+    int zeros = 0;
+    for (size_t i = 0; i < nout; i++) {
+        assert_true(fabsf(o1[i] - o2[i]) <= 1e-6f * (1.0f + fabsf(o1[i])));
+        zeros += o2[i] == 0.0f;
+    }
+    assert_true(zeros > 0 && zeros < (int)nout); /* the relu cut some and kept some */
+    activation_backward(r, o1, (size_t)b, nout / (size_t)b, ACT_RELU);
+    conv2d_backward(din1, dw1, db1, dcol, r, c1, wt, &g, b);
+    conv2d_backward_relu(din2, dw2, db2, dcol, r2, o2, c2, wt, &g, b);
+    for (size_t i = 0; i < nout; i++) assert_true(r[i] == r2[i]);
+    for (size_t i = 0; i < nin; i++) assert_true(fabsf(din1[i] - din2[i]) <= 1e-5f);
+    for (size_t i = 0; i < nw; i++) assert_true(fabsf(dw1[i] - dw2[i]) <= 1e-5f);
+    for (int i = 0; i < f; i++) assert_true(fabsf(db1[i] - db2[i]) <= 1e-5f);
+    free(in), free(wt), free(bias), free(r), free(r2), free(o1), free(o2), free(c1), free(c2);
+    free(dcol), free(din1), free(din2), free(dw1), free(dw2), free(db1), free(db2);
+    rng = keep;
+}
+
 static void test_conv_geometry(void **s)
 {
     (void)s;
@@ -443,6 +485,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_geometry),     cmocka_unit_test(test_conv_valid),
+        cmocka_unit_test(test_conv_relu_fused),
         cmocka_unit_test(test_conv_same_stride2), cmocka_unit_test(test_conv_same_even_kernel),
         cmocka_unit_test(test_dense),             cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_dropout),           cmocka_unit_test(test_relu),
