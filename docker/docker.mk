@@ -21,6 +21,12 @@ image-trainer: image-base
 	docker build -q -f docker/trainer.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/trainer:$(VERSION) .
 
+# The CUDA build stage installs NVIDIA's wheels with pip, so it trusts what this machine
+# trusts: the host's CA bundle goes into the build context (docker/.build-ca.crt, not
+# committed) for that stage only; the runtime image does not keep it.
+HOST_CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 image-trainer-cuda: image-base
+	@if [ -r $(HOST_CA_BUNDLE) ]; then cp $(HOST_CA_BUNDLE) docker/.build-ca.crt; \
+	 else : > docker/.build-ca.crt; fi
 	docker build -q -f docker/trainer-cuda.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/trainer-cuda:$(VERSION) .

@@ -20,7 +20,10 @@ COPY . .
 # The wheels go to /opt/kubetrain/cuda; the binary's rpath names that tree, and the
 # runtime keeps it at the same path.
 ENV KT_CACHE=/opt/kubetrain
-RUN make GPU=1 DEPS_APT= BUILD=build/gpu build/gpu/bin/kubetrain-trainer \
+# docker/.build-ca.crt: the building machine's CA bundle (docker.mk copies it), for pip
+# behind a TLS-inspecting proxy; empty or absent, pip uses the base image's bundle.
+RUN if [ -s docker/.build-ca.crt ]; then export PIP_CERT=/src/docker/.build-ca.crt; fi; \
+    make GPU=1 DEPS_APT= BUILD=build/gpu build/gpu/bin/kubetrain-trainer \
     && strip build/gpu/bin/kubetrain-trainer
 RUN set -e; lib=$(bash trainer/gpu-toolchain.sh)/lib; \
     mkdir -p /rootfs/usr/local/bin /rootfs/etc /rootfs/tmp "/rootfs$lib"; \

@@ -29,7 +29,8 @@ if [[ -f $STAMP ]]; then echo "$ROOT"; exit 0; fi
 log() { echo "gpu-toolchain: $*" >&2; }
 site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 
-exec 9>"$CACHE/.cuda.lock" 2>/dev/null || { mkdir -p "$CACHE"; exec 9>"$CACHE/.cuda.lock"; }
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.cuda.lock"
 flock 9
 if [[ -f $STAMP ]]; then echo "$ROOT"; exit 0; fi
 
