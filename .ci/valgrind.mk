@@ -16,7 +16,7 @@ VG_OPERATOR_TESTS := $(patsubst operator/tests/%.c,%,$(wildcard operator/tests/t
 # test-net, test-ring, test-controller and test-leader assert deadlines (a peer within
 # 1.5-10 s, a takeover after a release within 2.5 s, ...); each multiplies its timeouts,
 # pauses and upper time bounds by KT_TEST_TIME_SCALE (trainer/tests/timescale.h,
-# operator/tests/support/timescale.h), set to VG_TIME_SCALE here. Measured under memcheck
+# included by the operator tests too), set to VG_TIME_SCALE here. Measured under memcheck
 # on the shared 2-core machine (2026-11-22): test-net fails at 1 in 2 runs of 2 (its 1 s
 # pause before the real peer is too short for the impostor's handshake) and passes at 5,
 # 10 and 20; test-ring, test-controller and test-leader pass at 1 and at 20. 20 leaves a

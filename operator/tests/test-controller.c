@@ -16,7 +16,7 @@
 #include "informer.h"
 #include "jsonx.h"
 #include "metrics.h"
-#include "timescale.h"
+#include "../../trainer/tests/timescale.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include "jsonx.h"
 #include "leader.h"
 #include "metrics.h"
-#include "timescale.h"
+#include "../../trainer/tests/timescale.h"
 
 #include <errno.h>
 #include <math.h>

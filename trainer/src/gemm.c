@@ -240,11 +240,18 @@ static void pool_run(void)
     pthread_mutex_unlock(&pool.mu);
 }
 
+/* The threads a job can use: those wanted, at most the workers started plus the caller.
+ * With mu held, after pool_start. */
+static int pool_threads(void)
+{
+    return pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
+}
+
 int gemm_threads(void)
 {
     pthread_mutex_lock(&pool.mu);
     pool_start();
-    int threads = pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
+    int threads = pool_threads();
     pthread_mutex_unlock(&pool.mu);
     return threads;
 }
@@ -283,7 +290,7 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
     }
     pthread_mutex_lock(&pool.mu);
     pool_start();
-    int threads = pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
+    int threads = pool_threads();
     /* One block per thread along the longer side of C (each block repacks the operand it
      * shares with the others, so more blocks cost more). Blocks are claimed when a thread
      * gets to run: a worker that is not scheduled in time leaves its block to the caller. */

@@ -734,9 +734,8 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     Model *m = p->m;
     const int i = p->layer;
     const Layer *l = &m->layers[i];
-    if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) return;
     const float *in = layer_out(m, p->x, i - 1, lo);
-    float *out = m->acts[i] + (size_t)lo * l->out_size;
+    float *out = m->acts[i] ? m->acts[i] + (size_t)lo * l->out_size : NULL; /* NULL: reshapes */
     const size_t at = (size_t)lo * l->out_size, n = (size_t)cnt * l->out_size;
     const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
     switch (l->type) {

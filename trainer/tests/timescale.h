@@ -2,7 +2,7 @@
  * which the tests that measure time multiply every timeout, deadline and "within N s"
  * bound, so that they keep their meaning under a slowdown such as valgrind's (`make
  * valgrind` sets it). Unset, every bound is exactly the one written in the test.
- * operator/tests/support/timescale.h is the same helper for the operator's tests. */
+ * The operator's tests (test-controller, test-leader) include this same file. */
 #ifndef KT_TEST_TIMESCALE_H
 #define KT_TEST_TIMESCALE_H
 
