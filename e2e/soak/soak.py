@@ -222,7 +222,10 @@ def ckpt_write(n):
         killed = subprocess.run([args.trainer, "train"] + opts + ["--checkpoint-dir", d],
                                 env=ENV, capture_output=True, text=True, timeout=120,
                                 preexec_fn=fsize_limit(k))
-        torn = [f for f in os.listdir(d) if not re.fullmatch(r"ckpt-\d+\.kt", f)]
+        # logs/ is the chief's TensorBoard directory (its default place is the checkpoint
+        # directory); anything else that is not a complete checkpoint is a temporary.
+        torn = [f for f in os.listdir(d) if not re.fullmatch(r"ckpt-\d+\.kt", f)
+                and not (f == "logs" and os.path.isdir(os.path.join(d, f)))]
         torn_sizes = [os.path.getsize(os.path.join(d, f)) for f in torn]
         why = []
         if killed.returncode != -signal.SIGXFSZ:

@@ -514,20 +514,35 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
     return 0;
 }
 
+/* The next wait before a list or watch is tried again. A server that answered with a
+ * client error (401, 403, 404, 422) gets a doubling wait up to 30 s: retrying fast changes
+ * nothing. A server that could not be reached or was not ready (no answer, 429, 5xx: a
+ * restarting or overloaded apiserver) is tried again within 2 s, so that the informer
+ * catches up within seconds of the server coming back; a client that cannot connect
+ * costs the server nothing. */
+double informer_next_backoff(double cur, int rc)
+{
+    int unreachable = rc == -EIO || rc == -ETIMEDOUT || rc == -EAGAIN;
+    double cap = unreachable ? INFORMER_UNREACHABLE_MAX_S : INFORMER_BACKOFF_MAX_S;
+    double next = cur * 2;
+    return next > cap ? cap : next;
+}
+
 static void *informer_main(void *arg)
 {
     Informer *inf = arg;
-    double backoff = 0.5;
+    double backoff = INFORMER_BACKOFF_BASE_S;
     char base[512], sel[512], path[4096], err[512];
     base_path(inf, base, sizeof base);
     url_escape(inf->selector, sel, sizeof sel);
     while (!STOPPED(inf)) {
-        if (relist(inf) != 0) {
+        int lrc = relist(inf);
+        if (lrc != 0) {
             nap(inf, backoff);
-            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+            backoff = informer_next_backoff(backoff, lrc);
             continue;
         }
-        backoff = 0.5;
+        backoff = INFORMER_BACKOFF_BASE_S;
         while (!STOPPED(inf)) {
             char rv[64];
             pthread_rwlock_rdlock(&inf->lock);
@@ -540,7 +555,7 @@ static void *informer_main(void *arg)
                                    inf->watch_timeout_s + 60.0, err, sizeof err);
             if (STOPPED(inf)) break;
             if (rc == 0) {
-                backoff = 0.5;
+                backoff = INFORMER_BACKOFF_BASE_S;
                 continue; /* the server ended the watch: resume from the last version */
             }
             if (rc == -ESTALE) {
@@ -552,7 +567,7 @@ static void *informer_main(void *arg)
                  *err ? err : strerror(-rc), backoff);
             err[0] = 0;
             nap(inf, backoff);
-            backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+            backoff = informer_next_backoff(backoff, rc);
         }
     }
     return NULL;

@@ -2,7 +2,8 @@
  * selector) in step with the API server: list, then watch from the list's
  * resourceVersion with bookmarks; a watch that ends is resumed from the last version
  * seen, a 410 Gone (or an ERROR event with code 410) triggers a fresh list, errors
- * back off exponentially (0.5 s up to 30 s). The cache is keyed "namespace/name" and
+ * back off exponentially from 0.5 s (up to 2 s while the server cannot be reached or is
+ * not ready, up to 30 s when it refuses the request). The cache is keyed "namespace/name" and
  * every change is passed to a handler. One thread per informer. */
 #ifndef KT_INFORMER_H
 #define KT_INFORMER_H
@@ -32,6 +33,14 @@ typedef struct Informer Informer;
 
 /* Strings in opt are copied. NULL on allocation failure. */
 Informer *informer_new(KubeClient *client, const InformerOptions *opt);
+
+#define INFORMER_BACKOFF_BASE_S 0.5
+#define INFORMER_BACKOFF_MAX_S 30.0     /* the server refused the list or watch */
+#define INFORMER_UNREACHABLE_MAX_S 2.0  /* no answer, 429 or 5xx */
+
+/* The wait after `cur` seconds when a list or watch failed with rc (-errno from
+ * kclient): doubled, capped by the kind of failure. */
+double informer_next_backoff(double cur, int rc);
 
 /* Starts the thread. Returns 0 or -errno. */
 int informer_start(Informer *inf);

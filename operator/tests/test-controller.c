@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "../../trainer/tests/timescale.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,46 @@ static void test_informer_list_watch_relist(void **state)
     assert_true(has(inf, "inf", "c"));
     assert_int_equal(informer_size(inf), 1);
     assert_true(__atomic_load_n(&s.deleted, __ATOMIC_SEQ_CST) >= 2);
+    informer_stop(inf);
+    informer_free(inf);
+}
+
+/* An apiserver that is restarting (no answer, 503) is tried again within 2 s however long
+ * it was away; one that refuses the request backs off to 30 s. */
+static void test_informer_catches_up_after_an_outage(void **state)
+{
+    (void)state;
+    double b = INFORMER_BACKOFF_BASE_S;
+    for (int i = 0; i < 8; i++)
+        b = informer_next_backoff(b, -EAGAIN);
+    assert_true(b == INFORMER_UNREACHABLE_MAX_S);
+    assert_true(informer_next_backoff(INFORMER_UNREACHABLE_MAX_S, -EIO) ==
+                INFORMER_UNREACHABLE_MAX_S);
+    b = INFORMER_BACKOFF_BASE_S;
+    for (int i = 0; i < 3; i++)
+        b = informer_next_backoff(b, -EACCES);
+    assert_true(b == 4.0);
+    for (int i = 0; i < 8; i++)
+        b = informer_next_backoff(b, -EACCES);
+    assert_true(b == INFORMER_BACKOFF_MAX_S);
+
+    const char *coll = "/api/v1/namespaces/outage/configmaps";
+    Seen s = {0};
+    InformerOptions o = {.group_version = "v1",
+                         .plural = "configmaps",
+                         .ns = "outage",
+                         .handler = count_event,
+                         .ctx = &s};
+    Informer *inf = informer_new(client, &o);
+    assert_int_equal(informer_start(inf), 0);
+    WAIT_FOR(5, "the first list", informer_synced(inf));
+    /* Four seconds away: a plain doubling (0.5, 1, 2, 4) would next try 3.5 s after the
+     * server is back; the informer tries every 2 s at most. */
+    fakeapi_set_unavailable(api, 1);
+    nap(4.0);
+    fakeapi_set_unavailable(api, 0);
+    cJSON_Delete(fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"after\"}}"));
+    WAIT_FOR(2.5, "an object created after the outage", has(inf, "outage", "after"));
     informer_stop(inf);
     informer_free(inf);
 }
@@ -390,6 +431,7 @@ int main(void)
     test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_informer_list_watch_relist),
+        cmocka_unit_test(test_informer_catches_up_after_an_outage),
         cmocka_unit_test(test_job_lifecycle),
         cmocka_unit_test(test_deadline_and_ttl_timers),
         cmocka_unit_test(test_watch_expiry_and_bad_objects),

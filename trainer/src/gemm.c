@@ -107,6 +107,11 @@ const char *gemm_backend(void)
 /* Below this many flops a product runs on the caller alone: the hand-off would cost
  * more than the second core gives. */
 #define GEMM_PARALLEL_FLOPS 4e6
+/* A product whose inner dimension is this many times longer than both sides of C is cut
+ * along it (a Dense layer's forward on a small batch): cut along C, every block would
+ * pack the whole of the operand it shares, which there is as large as the product's
+ * work. The blocks' sums are added in block order. */
+#define GEMM_SPLIT_K_RATIO 32
 /* Blocks are multiples of this many rows/columns (a whole number of register tiles). */
 #define GEMM_BLOCK_ALIGN 16
 
@@ -117,6 +122,8 @@ typedef struct {
     const float *a, *b;
     float *c;
     int split_rows; /* 1: blocks of C's rows, 0: of its columns */
+    int split_k;    /* 1: blocks of the inner dimension, summed afterwards */
+    float *partial; /* split_k: C-sized sums of blocks 1.. (m*n floats each) */
     int block, nblocks;
     ParallelFn fn; /* set: a parallel_for job, block i is fn(ctx, i) */
     void *ctx;
@@ -145,9 +152,20 @@ static void job_run_block(const Job *j, int i)
         j->fn(j->ctx, i);
         return;
     }
-    int lo = i * j->block, len = j->split_rows ? j->m : j->n;
+    int lo = i * j->block, len = j->split_k ? j->k : j->split_rows ? j->m : j->n;
     int cnt = lo + j->block < len ? j->block : len - lo;
-    if (j->split_rows) {
+    if (j->split_k) {
+        /* columns lo.. of op(A) and rows lo.. of op(B); block 0 into C (with beta), the
+         * others into their own partial sums */
+        const float *a = j->ta == GEMM_N ? j->a + lo : j->a + (size_t)lo * j->lda;
+        const float *b = j->tb == GEMM_N ? j->b + (size_t)lo * j->ldb : j->b + lo;
+        if (i == 0)
+            backend_gemm(j->ta, j->tb, j->m, j->n, cnt, j->alpha, a, j->lda, b, j->ldb, j->beta,
+                         j->c, j->ldc);
+        else
+            backend_gemm(j->ta, j->tb, j->m, j->n, cnt, j->alpha, a, j->lda, b, j->ldb, 0.0f,
+                         j->partial + (size_t)(i - 1) * j->m * j->n, j->n);
+    } else if (j->split_rows) {
         /* rows lo.. of op(A): rows of A, or columns of A when transposed */
         const float *a = j->ta == GEMM_N ? j->a + (size_t)lo * j->lda : j->a + lo;
         backend_gemm(j->ta, j->tb, cnt, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta,
@@ -281,6 +299,24 @@ void parallel_for(int n, ParallelFn fn, void *ctx)
     pool_run();
 }
 
+/* The partial sums of a product cut along k, grown as needed; with mu held. */
+static struct {
+    float *buf;
+    size_t cap;
+} partial;
+
+/* Makes room for n floats of partial sums; 0 when there is no memory for them (the
+ * product is then cut along C instead). */
+static int partial_reserve(size_t n)
+{
+    if (n <= partial.cap) return 1;
+    float *p = realloc(partial.buf, n * sizeof *p);
+    if (!p) return 0;
+    partial.buf = p;
+    partial.cap = n;
+    return 1;
+}
+
 void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -291,10 +327,13 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
     pthread_mutex_lock(&pool.mu);
     pool_start();
     int threads = pool_threads();
-    /* One block per thread along the longer side of C (each block repacks the operand it
-     * shares with the others, so more blocks cost more). Blocks are claimed when a thread
-     * gets to run: a worker that is not scheduled in time leaves its block to the caller. */
-    int split_rows = m >= n, len = split_rows ? m : n;
+    /* One block per thread along the longer side of C, or along k (each block repacks the
+     * operand it shares with the others, so more blocks cost more). Blocks are claimed
+     * when a thread gets to run: a worker that is not scheduled in time leaves its block
+     * to the caller. */
+    int split_k = k >= GEMM_SPLIT_K_RATIO * (m > n ? m : n) &&
+                  partial_reserve((size_t)(threads - 1) * m * n);
+    int split_rows = m >= n, len = split_k ? k : split_rows ? m : n;
     int block = (len + threads - 1) / threads;
     block = (block + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
     if (threads == 1 || 2.0 * m * n * k < GEMM_PARALLEL_FLOPS || block >= len) {
@@ -316,7 +355,16 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
                      .b = b,
                      .c = c,
                      .split_rows = split_rows,
+                     .split_k = split_k,
                      .block = block,
                      .nblocks = (len + block - 1) / block};
+    if (split_k) pool.job.partial = partial.buf;
+    const Job j = pool.job;
     pool_run();
+    if (j.split_k)
+        for (int i = 1; i < j.nblocks; i++) {
+            const float *p = j.partial + (size_t)(i - 1) * m * n;
+            for (int r = 0; r < m; r++)
+                for (int q = 0; q < n; q++) c[(size_t)r * ldc + q] += p[(size_t)r * n + q];
+        }
 }

@@ -15,9 +15,11 @@ typedef enum { GEMM_N = 0, GEMM_T = 1 } GemmTrans;
  * written (its old contents may be NaN).
  *
  * Threads: the library itself always runs single-threaded. A large product is cut
- * into independent blocks of C's rows or columns (no reduction, so results do not
- * depend on the thread count), and the caller and gemm's own workers take blocks
- * until none is left. One hand-off per call instead of the library's per-panel
+ * into independent blocks of C's rows or columns, or, when the inner dimension k is far
+ * longer than both sides of C (a Dense layer's forward on a small batch), into blocks
+ * of k whose sums are added in block order afterwards (so that no block packs the
+ * whole of a shared operand); a result is then the same bits for a given thread count.
+ * The caller and gemm's own workers take blocks until none is left. One hand-off per call instead of the library's per-panel
  * barriers: on a shared machine a descheduled thread then delays only its own block,
  * and no library thread spins between calls. Not reentrant: one caller at a time,
  * except that a task of parallel_for() may call it (it then runs on that thread alone). */

@@ -192,6 +192,15 @@ void dense_backward(float *dinput, float *dweight, float *dbias, const float *do
         gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, 0.0f, dinput, in);
 }
 
+void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const float *inp,
+                        float *weight, int b, int in, int outn, float lr, float decay)
+{
+    bias_grad(dbias, dout, (size_t)b, (size_t)outn);
+    if (dinput)
+        gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, 0.0f, dinput, in);
+    gemm(GEMM_T, GEMM_N, in, outn, b, -lr, inp, in, dout, outn, decay, weight, outn);
+}
+
 /* ----------------------------------------------------------------------------
  * MaxPooling2D */
 

@@ -58,6 +58,13 @@ void dense_forward(float *out, const float *inp, const float *weight, const floa
 /* dweight (IN,OUT), dbias (OUT) and, when dinput != NULL, dinput (B,IN) from dout (B,OUT). */
 void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
                     const float *inp, const float *weight, int b, int in, int outn);
+/* dense_backward with a plain SGD update of the kernel folded into its gradient's
+ * product: dinput (from the weights as they were) and dbias as above, then
+ *     weight = decay * weight - lr * inp^T @ dout
+ * in place, so that the kernel's gradient is never written (decay = 1 - lr * the
+ * L2 term's factor). */
+void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const float *inp,
+                        float *weight, int b, int in, int outn, float lr, float decay);
 
 /* Geometry of one MaxPooling2D: input (B,H,W,C) -> output (B,OH,OW,C). */
 typedef struct {

@@ -724,6 +724,8 @@ typedef struct {
     int layer;
     uint64_t draws; /* forward: dropout draws of the whole batch in the layers before */
     float *d, *din; /* backward: the layer's output gradient and its input gradient */
+    float sgd_lr;   /* > 0: plain SGD folded into the Dense layers' backward */
+    int replicas;
 } Pass;
 
 /* Runs layer p->layer on examples lo..lo+cnt-1. The last layer's softmax is left out:
@@ -842,7 +844,13 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         break;
     case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
     case LAYER_DENSE:
-        dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
+        if (p->sgd_lr > 0.0f) {
+            const float decay = 1.0f - p->sgd_lr * 2.0f * l->l2 / (float)p->replicas;
+            dense_backward_sgd(din, db, d, in, m->params + l->w_off, cnt * l->dense_rows,
+                               l->dense_in, l->units, p->sgd_lr, decay);
+        } else {
+            dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
+        }
         break;
     case LAYER_CONV2D:
         if (l->act == ACT_RELU) /* the activation's gradient folded in */
@@ -866,20 +874,39 @@ static void backward_task(void *arg, int s)
     backward_layer(p, lo, shard_lo(p->b, p->shards, s + 1) - lo, g);
 }
 
-/* Adds the other shards' gradients of layer i onto grads (shards > 1: it ran sharded),
- * then the regularization term, and hands the slice to on_ready. */
-static void finish_layer(Model *m, int i, int shards, int num_replicas, GradReadyFn on_ready,
-                         void *ctx)
+/* Whether layer i's kernel is updated inside its backward (Pass.sgd_lr). */
+static int kernel_folded(const Pass *p, const Layer *l)
 {
+    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE;
+}
+
+/* Adds the other shards' gradients of layer i onto grads (shards > 1: it ran sharded),
+ * then the regularization term, and hands the slice to on_ready. With the update
+ * folded in (p->sgd_lr), applies it to what the backward left: the bias of a Dense
+ * layer, the whole slice of any other. */
+static void finish_layer(const Pass *p, int i, int shards, GradReadyFn on_ready, void *ctx)
+{
+    Model *m = p->m;
     const Layer *l = &m->layers[i];
     float *g = m->grads + l->w_off;
     const size_t n = l->w_count + l->b_count;
+    const int folded = kernel_folded(p, l);
     for (int s = 1; s < shards; s++) {
         const float *o = m->sgrads[s - 1];
         for (size_t k = 0; k < n; k++) g[k] += o[k];
     }
+    if (p->sgd_lr > 0.0f) {
+        const size_t from = folded ? l->w_count : 0;
+        float *w = m->params + l->w_off;
+        const float lr = p->sgd_lr, k2 = 2.0f * l->l2 / (float)p->replicas;
+        for (size_t q = from; q < n; q++) {
+            if (q < l->w_count) g[q] += k2 * w[q];
+            w[q] -= lr * g[q];
+        }
+        return;
+    }
     if (l->l2 != 0.0f) {
-        const float k = 2.0f * l->l2 / (float)num_replicas;
+        const float k = 2.0f * l->l2 / (float)p->replicas;
         const float *w = m->params + l->w_off;
         for (size_t q = 0; q < l->w_count; q++) g[q] += k * w[q];
     }
@@ -897,25 +924,26 @@ static size_t sharded_params_max(const Model *m)
     return n;
 }
 
-void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
-                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
-                StepStats *st)
+/* Forward, loss and backward of one step (model_step, model_step_sgd). */
+static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_ready, void *ctx,
+                 StepStats *st)
 {
-    Pass p = {.m = m, .x = x, .b = local_batch, .shards = gemm_batch_shards(local_batch),
-              .training = 1, .dropout_seed = dropout_seed};
-    if (p.shards - 1 > m->num_sgrads) {
+    Model *m = p->m;
+    const float *x = p->x;
+    const int local_batch = p->b;
+    if (p->shards - 1 > m->num_sgrads) {
         if (!m->sgrads) m->sgrads = xcalloc(GEMM_MAX_SHARDS - 1, sizeof *m->sgrads);
         const size_t n = sharded_params_max(m);
-        for (int s = m->num_sgrads; s < p.shards - 1; s++)
+        for (int s = m->num_sgrads; s < p->shards - 1; s++)
             m->sgrads[s] = xmalloc((n ? n : 1) * sizeof(float));
-        m->num_sgrads = p.shards - 1;
+        m->num_sgrads = p->shards - 1;
     }
-    forward(&p);
+    forward(p);
     int correct = 0;
     const float *logits = layer_out(m, x, m->num_layers - 1, 0);
     double loss = loss_of(m, m->dbuf[0], &correct, logits, y, local_batch,
                           1.0f / (float)global_batch);
-    st->loss = loss / global_batch + model_regularization(m) / num_replicas;
+    st->loss = loss / global_batch + model_regularization(m) / p->replicas;
     st->correct = correct;
     st->count = local_batch;
 
@@ -927,25 +955,41 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
             break;
         }
     int cur = 0;
-    p.d = m->dbuf[0];
+    p->d = m->dbuf[0];
     for (int i = m->num_layers - 1; i >= first_param; i--) {
         const Layer *l = &m->layers[i];
         if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) continue;
-        p.layer = i;
+        p->layer = i;
         /* dropout scales d in place; the others write their input's gradient */
-        p.din = i > first_param && l->type != LAYER_DROPOUT ? m->dbuf[1 - cur] : NULL;
-        int sharded = p.shards > 1 && layer_sharded(l);
+        p->din = i > first_param && l->type != LAYER_DROPOUT ? m->dbuf[1 - cur] : NULL;
+        int sharded = p->shards > 1 && layer_sharded(l);
         if (sharded)
-            parallel_for(p.shards, backward_task, &p);
+            parallel_for(p->shards, backward_task, p);
         else
-            backward_layer(&p, 0, local_batch, m->grads);
-        if (l->w_count)
-            finish_layer(m, i, sharded ? p.shards : 1, num_replicas, on_ready, ctx);
-        if (p.din) {
-            p.d = p.din;
+            backward_layer(p, 0, local_batch, m->grads);
+        if (l->w_count) finish_layer(p, i, sharded ? p->shards : 1, on_ready, ctx);
+        if (p->din) {
+            p->d = p->din;
             cur = 1 - cur;
         }
     }
+}
+
+void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
+                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
+                StepStats *st)
+{
+    Pass p = {.m = m, .x = x, .b = local_batch, .shards = gemm_batch_shards(local_batch),
+              .training = 1, .dropout_seed = dropout_seed, .replicas = num_replicas};
+    step(&p, y, global_batch, on_ready, ctx, st);
+}
+
+void model_step_sgd(Model *m, const float *x, const uint8_t *y, int batch, uint64_t dropout_seed,
+                    float lr, StepStats *st)
+{
+    Pass p = {.m = m, .x = x, .b = batch, .shards = gemm_batch_shards(batch), .training = 1,
+              .dropout_seed = dropout_seed, .sgd_lr = lr, .replicas = 1};
+    step(&p, y, batch, NULL, NULL, st);
 }
 
 void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st)

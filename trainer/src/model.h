@@ -112,6 +112,15 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st);
 
+/* model_step on one worker (global batch = batch, one replica) followed by plain SGD,
+ * params -= lr * gradient (Keras's SGD with momentum 0; lr > 0): the same update as
+ * model_step then optim_step, but each Dense kernel is updated inside its gradient's
+ * product (dense_backward_sgd), so that its gradient is never written nor read back.
+ * m->grads then holds the gradients of every parameter but the Dense kernels (their
+ * slices are left as they were). The caller counts the optimizer's iteration. */
+void model_step_sgd(Model *m, const float *x, const uint8_t *y, int batch, uint64_t dropout_seed,
+                    float lr, StepStats *st);
+
 /* Inference (dropout off) on b examples: st->loss is the SUM of the examples' losses
  * (no regularization), st->correct and st->count as above. */
 void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st);

@@ -1,11 +1,11 @@
 #include "optim.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "util.h"
 
 static const char *const kind_names[] = {"sgd", "rmsprop", "adam", "adam-amsgrad"};
@@ -59,25 +59,28 @@ void optim_free(Optimizer *o)
     free(o);
 }
 
-static void sgd_step(Optimizer *o, float *w, const float *g)
+/* Each rule below updates the elements [lo, hi) and reads nothing outside them, so a
+ * step cut into ranges on several threads gives the same bits as one pass. */
+
+static void sgd_step(const Optimizer *o, float *w, const float *g, size_t lo, size_t hi)
 {
     const float lr = o->cfg.lr, mom = o->cfg.momentum;
     if (mom == 0.0f) {
-        cblas_saxpy((int)o->n, -lr, g, 1, w, 1); /* w -= lr*g, OpenBLAS-threaded */
+        for (size_t i = lo; i < hi; i++) w[i] -= lr * g[i];
         return;
     }
     float *m = o->state;
-    for (size_t i = 0; i < o->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         m[i] = mom * m[i] - lr * g[i];
         w[i] += o->cfg.nesterov ? mom * m[i] - lr * g[i] : m[i];
     }
 }
 
-static void rmsprop_step(Optimizer *o, float *w, const float *g)
+static void rmsprop_step(const Optimizer *o, float *w, const float *g, size_t lo, size_t hi)
 {
     const float lr = o->cfg.lr, rho = o->cfg.rho, eps = o->cfg.epsilon, mom = o->cfg.momentum;
     float *v = o->state, *mo = o->state + o->n;
-    for (size_t i = 0; i < o->n; i++) {
+    for (size_t i = lo; i < hi; i++) {
         v[i] = rho * v[i] + (1.0f - rho) * g[i] * g[i];
         float inc = lr * g[i] / sqrtf(v[i] + eps);
         if (mom != 0.0f) {
@@ -89,7 +92,7 @@ static void rmsprop_step(Optimizer *o, float *w, const float *g)
     }
 }
 
-static void adam_step(Optimizer *o, float *w, const float *g)
+static void adam_step(const Optimizer *o, float *w, const float *g, size_t lo, size_t hi)
 {
     const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.epsilon;
     const float t = (float)(o->iterations + 1);
@@ -97,14 +100,14 @@ static void adam_step(Optimizer *o, float *w, const float *g)
     float *m = o->state, *v = o->state + o->n, *vh = o->state + 2 * o->n;
     /* two loops without a branch inside, so that both vectorize */
     if (o->cfg.kind == OPT_ADAM_AMSGRAD) {
-        for (size_t i = 0; i < o->n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             m[i] += (g[i] - m[i]) * (1.0f - b1);
             v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
             vh[i] = vh[i] > v[i] ? vh[i] : v[i];
             w[i] -= alpha * m[i] / (sqrtf(vh[i]) + eps);
         }
     } else {
-        for (size_t i = 0; i < o->n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             m[i] += (g[i] - m[i]) * (1.0f - b1);
             v[i] += (g[i] * g[i] - v[i]) * (1.0f - b2);
             w[i] -= alpha * m[i] / (sqrtf(v[i]) + eps);
@@ -112,13 +115,42 @@ static void adam_step(Optimizer *o, float *w, const float *g)
     }
 }
 
+/* Below this many parameters a step runs on the caller alone. */
+#define OPTIM_PARALLEL_MIN 65536
+
+typedef struct {
+    const Optimizer *o;
+    float *w;
+    const float *g;
+    size_t chunk;
+} StepJob;
+
+static void step_range(void *ctx, int i)
+{
+    const StepJob *j = ctx;
+    const Optimizer *o = j->o;
+    size_t lo = (size_t)i * j->chunk, hi = lo + j->chunk < o->n ? lo + j->chunk : o->n;
+    switch (o->cfg.kind) {
+    case OPT_SGD: sgd_step(o, j->w, j->g, lo, hi); break;
+    case OPT_RMSPROP: rmsprop_step(o, j->w, j->g, lo, hi); break;
+    case OPT_ADAM:
+    case OPT_ADAM_AMSGRAD: adam_step(o, j->w, j->g, lo, hi); break;
+    }
+}
+
 void optim_step(Optimizer *o, float *params, const float *grads)
 {
-    switch (o->cfg.kind) {
-    case OPT_SGD: sgd_step(o, params, grads); break;
-    case OPT_RMSPROP: rmsprop_step(o, params, grads); break;
-    case OPT_ADAM:
-    case OPT_ADAM_AMSGRAD: adam_step(o, params, grads); break;
-    }
+    /* one range per thread of gemm's pool (the step is memory-bound: more ranges only
+     * cost hand-offs), in multiples of 16 floats so that no two share a cache line */
+    int parts = o->n < OPTIM_PARALLEL_MIN ? 1 : gemm_threads();
+    StepJob j = {.o = o, .w = params, .g = grads};
+    j.chunk = ((o->n + (size_t)parts - 1) / (size_t)parts + 15) / 16 * 16;
+    if (j.chunk == 0) j.chunk = 16;
+    parallel_for((int)((o->n + j.chunk - 1) / j.chunk), step_range, &j);
     o->iterations++;
+}
+
+int optim_plain_sgd(const Optimizer *o)
+{
+    return o->cfg.kind == OPT_SGD && o->cfg.momentum == 0.0f && o->cfg.lr > 0.0f;
 }

@@ -43,7 +43,13 @@ void optim_free(Optimizer *o);
  *  rmsprop:  v = rho*v + (1-rho)*g^2; inc = lr*g / sqrt(v + eps);
  *            w -= inc, or with momentum: mo = mom*mo + inc; w -= mo
  *  adam:     t = iterations+1; a = lr*sqrt(1-b2^t)/(1-b1^t); m += (g-m)(1-b1);
- *            v += (g^2-v)(1-b2); [amsgrad: vh = max(vh, v), use vh]; w -= a*m/(sqrt(v)+eps) */
+ *            v += (g^2-v)(1-b2); [amsgrad: vh = max(vh, v), use vh]; w -= a*m/(sqrt(v)+eps)
+ * A large arena is cut into ranges on gemm's threads (parallel_for); the result is the
+ * same bits for any number of threads. */
 void optim_step(Optimizer *o, float *params, const float *grads);
+
+/* Whether o's update is plain SGD (sgd, momentum 0, lr > 0), which a single worker's
+ * step folds into its backward pass (model_step_sgd). */
+int optim_plain_sgd(const Optimizer *o);
 
 #endif

@@ -279,10 +279,15 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             }
 #endif
             StepStats ss;
+            /* one worker with plain SGD: the update is folded into the backward pass */
+            const int folded = t->coll->world == 1 && optim_plain_sgd(t->opt);
             /* world > 1: the gradients are all-reduced layer by layer while backward goes
              * on (overlap.h); allreduce_s is then the time the step still waited */
-            model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
-                       t->overlap ? overlap_ready : NULL, t->overlap, &ss);
+            if (folded)
+                model_step_sgd(m, b->x, b->y, b->size, dropout_seed(t), t->opt->cfg.lr, &ss);
+            else
+                model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world,
+                           dropout_seed(t), t->overlap ? overlap_ready : NULL, t->overlap, &ss);
             m->grads[np] = (float)ss.loss;
             m->grads[np + 1] = (float)ss.correct;
             m->grads[np + 2] = (float)ss.count;
@@ -300,7 +305,10 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             }
             allreduce_s = util_now() - a0;
             t->stopping = m->grads[np + 3] > 0.5f;
-            optim_step(t->opt, m->params, m->grads);
+            if (folded)
+                t->opt->iterations++;
+            else
+                optim_step(t->opt, m->params, m->grads);
 #ifdef KT_GPU
         step_done:;
 #endif

@@ -16,6 +16,7 @@
 
 #include "gemm.h"
 #include "model.h"
+#include "optim.h"
 #include "util.h"
 
 static void test_builtin_param_counts(void **s)
@@ -288,6 +289,73 @@ static void test_sharded_step_equals_one_thread(void **s)
     for (int i = 0; i < 3; i++) model_free(m[i]);
 }
 
+/* A single worker's step with plain SGD folded into the backward (model_step_sgd) makes
+ * the same update as model_step followed by optim_step: over three steps, with L2 on a
+ * conv and on a Dense kernel, dropout, and shards on 3 threads; the statistics agree and
+ * the gradients it still writes (everything but the Dense kernels) are the same. */
+static void test_folded_sgd_equals_step_then_sgd(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[12,12,1],\"layers\":["
+                       "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,"
+                       "\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":0.01}},"
+                       "{\"type\":\"MaxPooling2D\",\"pool_size\":2},"
+                       "{\"type\":\"Dropout\",\"rate\":0.3},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\","
+                       "\"kernel_regularizer\":{\"l2\":0.02}},"
+                       "{\"type\":\"Dense\",\"units\":10}]}";
+    enum { B = 48 };
+    const float lr = 0.05f;
+    char err[256];
+    Model *m[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(model_create(&m[i], spec, 11, err, sizeof err), 0);
+        model_reserve(m[i], B);
+    }
+    const size_t np = m[0]->num_params;
+    float *p0 = malloc(np * sizeof *p0), *x = malloc(sizeof(float) * B * 144);
+    memcpy(p0, m[0]->params, np * sizeof *p0);
+    uint8_t y[B];
+    uint64_t rng = 5;
+    OptimizerConfig c = optim_defaults(OPT_SGD, lr);
+    Optimizer *o = optim_create(&c, np);
+    assert_true(optim_plain_sgd(o));
+    gemm_set_threads(3);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < B * 144; i++) x[i] = util_rand_float(&rng);
+        for (int i = 0; i < B; i++) y[i] = (uint8_t)util_rand_below(&rng, 10);
+        StepStats a, b;
+        model_step(m[0], x, y, B, B, 1, 40 + step, NULL, NULL, &a);
+        optim_step(o, m[0]->params, m[0]->grads);
+        model_step_sgd(m[1], x, y, B, 40 + step, lr, &b);
+        assert_true(fabs(a.loss - b.loss) <= 1e-5 * fabs(a.loss));
+        assert_true(a.correct == b.correct && a.count == b.count);
+    }
+    gemm_set_threads(1);
+    double moved = 0.0, dmax = 0.0, gdiff = 0.0, gmax = 0.0;
+    for (size_t k = 0; k < np; k++) {
+        moved = fmax(moved, fabs(m[0]->params[k] - p0[k]));
+        dmax = fmax(dmax, fabs(m[0]->params[k] - m[1]->params[k]));
+    }
+    for (int l = 0; l < m[0]->num_layers; l++) {
+        const Layer *ly = &m[0]->layers[l];
+        size_t from = ly->type == LAYER_DENSE ? ly->b_off : ly->w_off;
+        for (size_t k = from; k < ly->b_off + ly->b_count; k++) {
+            gmax = fmax(gmax, fabs(m[0]->grads[k]));
+            gdiff = fmax(gdiff, fabs(m[0]->grads[k] - m[1]->grads[k]));
+        }
+    }
+    print_message("# folded SGD: largest update %.3g, largest difference %.3g; gradients "
+                  "written %.3g, differ by %.3g\n", moved, dmax, gmax, gdiff);
+    assert_true(moved > 0.0 && dmax <= 1e-4 * moved);
+    assert_true(gmax > 0.0 && gdiff <= 1e-4 * gmax);
+    optim_free(o);
+    free(p0);
+    free(x);
+    for (int i = 0; i < 2; i++) model_free(m[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_signature_distinguishes), cmocka_unit_test(test_seeded_init),
         cmocka_unit_test(test_spec_errors), cmocka_unit_test(test_spec_file),
         cmocka_unit_test(test_sharded_step_equals_one_thread),
+        cmocka_unit_test(test_folded_sgd_equals_step_then_sgd),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }

@@ -6,10 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
+#include "gemm.h"
 #include "optim.h"
+#include "util.h"
 
 #define N 3
 static const float g_seq[3][N] = {{0.5f, -1.0f, 2.0f}, {0.25f, 0.5f, -1.5f}, {-0.1f, 0.3f, 0.0f}};
@@ -135,6 +138,38 @@ static void test_amsgrad_differs(void **st)
     assert_true(wa[2] != wb[2]);
 }
 
+/* A large arena is updated in ranges on several threads: the same bits as one thread,
+ * for every rule, over a few steps (state carried), with a size that leaves a ragged
+ * last range. */
+static void test_threads_same_bits(void **st)
+{
+    (void)st;
+    const size_t n = 200003;
+    const OptimizerKind kinds[] = {OPT_SGD, OPT_SGD, OPT_RMSPROP, OPT_ADAM, OPT_ADAM_AMSGRAD};
+    float *g = xmalloc(3 * n * sizeof *g), *w[2];
+    uint64_t r = 7;
+    for (size_t i = 0; i < 3 * n; i++) g[i] = util_rand_float(&r) - 0.5f;
+    for (int k = 0; k < 5; k++) {
+        OptimizerConfig c = optim_defaults(kinds[k], 0.01f);
+        if (k == 1) c.momentum = 0.9f;
+        for (int t = 0; t < 2; t++) {
+            gemm_set_threads(t == 0 ? 1 : 3);
+            Optimizer *o = optim_create(&c, n);
+            w[t] = xmalloc(n * sizeof *w[t]);
+            for (size_t i = 0; i < n; i++) w[t][i] = (float)i / (float)n - 0.5f;
+            for (int s = 0; s < 3; s++) optim_step(o, w[t], g + (size_t)s * n);
+            optim_free(o);
+        }
+        print_message("# %s%s: 1 thread vs 3\n", optim_kind_name(kinds[k]),
+                      k == 1 ? " (momentum)" : "");
+        assert_memory_equal(w[0], w[1], n * sizeof(float));
+        assert_true(w[0][n - 1] != (float)(n - 1) / (float)n - 0.5f); /* the last range moved */
+        free(w[0]);
+        free(w[1]);
+    }
+    free(g);
+}
+
 static void test_parse(void **st)
 {
     (void)st;
@@ -161,7 +196,7 @@ int main(void)
         cmocka_unit_test(test_sgd_nesterov), cmocka_unit_test(test_rmsprop),
         cmocka_unit_test(test_rmsprop_momentum), cmocka_unit_test(test_adam),
         cmocka_unit_test(test_adam_amsgrad), cmocka_unit_test(test_amsgrad_differs),
-        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_threads_same_bits), cmocka_unit_test(test_parse),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);
 }

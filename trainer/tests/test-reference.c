@@ -114,8 +114,14 @@ static void check_run(const char *test, const char *spec)
         cJSON_ArrayForEach(want, cJSON_GetObjectItem(run, "losses"))
         {
             StepStats st;
-            model_step(m, x, ds.labels, 64, 64, 1, 0, NULL, NULL, &st);
-            optim_step(o, m->params, m->grads);
+            /* the trainer's path on one worker: plain SGD folded into the backward */
+            if (optim_plain_sgd(o)) {
+                model_step_sgd(m, x, ds.labels, 64, 0, oc.lr, &st);
+                o->iterations++;
+            } else {
+                model_step(m, x, ds.labels, 64, 64, 1, 0, NULL, NULL, &st);
+                optim_step(o, m->params, m->grads);
+            }
             double rel = fabs(st.loss - want->valuedouble) / fabs(want->valuedouble);
             print_message("# %s %s step %d: kubetrain %.7f keras %.7f rel %.2e\n", model_name,
                           opt_name, step, st.loss, want->valuedouble, rel);

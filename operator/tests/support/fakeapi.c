@@ -45,6 +45,7 @@ struct FakeApi {
     long long rv, min_rv; /* watches from before min_rv get 410 */
     long long uid;
     int expire_gen;
+    int unavailable; /* answer 503 and end open watches, as a restarting server would */
     int active; /* connection threads alive */
     struct {
         char method[16];
@@ -279,6 +280,14 @@ void fakeapi_expire(FakeApi *f)
     pthread_mutex_unlock(&f->mu);
 }
 
+void fakeapi_set_unavailable(FakeApi *f, int on)
+{
+    pthread_mutex_lock(&f->mu);
+    f->unavailable = on;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mu);
+}
+
 /* ------------------------------------------------------------------------------------
  * HTTP */
 
@@ -376,7 +385,7 @@ static void serve_watch(FakeApi *f, int fd, const Res *coll, const char *path)
     pthread_mutex_lock(&f->mu);
     int gen = f->expire_gen;
     for (;;) {
-        if (__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) break;
+        if (__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE) || f->unavailable) break;
         if (cursor + 1 < f->min_rv || gen != f->expire_gen) {
             pthread_mutex_unlock(&f->mu);
             send_chunk(fd, "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,"
@@ -451,7 +460,12 @@ static void handle(FakeApi *f, int fd)
     int watch = *q != 0;
     pthread_mutex_lock(&f->mu);
     count(f, watch ? "WATCH" : (strcmp(method, "GET") == 0 && !*r.name) ? "LIST" : method);
+    int unavailable = f->unavailable;
     pthread_mutex_unlock(&f->mu);
+    if (unavailable) {
+        reply_status(fd, 503, "ServiceUnavailable", "the server is restarting");
+        goto out;
+    }
     if (watch) {
         serve_watch(f, fd, &r, path);
         goto out;

@@ -31,6 +31,8 @@ int fakeapi_delete(FakeApi *f, const char *object_path);
 cJSON *fakeapi_list(FakeApi *f, const char *collection);
 /* Forgets the event history: open watches get ERROR 410 and must relist. */
 void fakeapi_expire(FakeApi *f);
+/* While on, every request gets 503 Service Unavailable and open watches end. */
+void fakeapi_set_unavailable(FakeApi *f, int on);
 /* Requests served with this method ("POST", "WATCH", "LIST", ...). */
 unsigned long fakeapi_requests(FakeApi *f, const char *method);
 
