@@ -126,6 +126,66 @@ if [ $cluster = 1 ]; then
   if [ "$n" = 0 ] && [ "$n2" = 0 ]; then tap_ok "the dry runs stored nothing"
   else tap_fail "the dry runs stored nothing" "$(k get tj,pvc,deploy -A 2>&1)"; fi
 
+  # --- the monitors against prometheus-operator itself ------------------------------------
+  # Its own CRDs (from its Go module, charts/tests/prometheus-operator.sh) validate the
+  # PodMonitor and ServiceMonitor the chart renders, created for real with strict field
+  # validation (an unknown field is an error, not silently pruned); each mistake below
+  # must be refused, naming its field. Then the operator built from the same module turns
+  # them into Prometheus's scrape configuration, whose relabelings must keep the chiefs'
+  # metrics port and nothing else.
+  PO_VERSION=${PO_VERSION:-v0.85.0}
+  export PO_VERSION
+  po_crds=
+  if ! po_crds=$(bash charts/tests/prometheus-operator.sh crds 2>"$work/po-crds.log"); then
+    tap_fail "prometheus-operator $PO_VERSION's CRDs (charts/tests/prometheus-operator.sh crds)" \
+      "$(tail -n 5 "$work/po-crds.log")"
+    po_crds=
+  elif out=$(k apply --server-side -f "$po_crds" 2>&1 &&
+             k wait --for condition=Established --timeout 60s \
+               crd/podmonitors.monitoring.coreos.com crd/servicemonitors.monitoring.coreos.com \
+               crd/prometheuses.monitoring.coreos.com 2>&1); then
+    tap_ok "prometheus-operator $PO_VERSION's CRDs (from its Go module) install and are Established"
+    for _ in $(seq 40); do k get podmonitors,servicemonitors -A >/dev/null 2>&1 && break; sleep 0.5; done
+  else
+    tap_fail "prometheus-operator $PO_VERSION's CRDs install and are Established" "$out"
+    po_crds=
+  fi
+  po_check() {  # the ok / not ok lines of check-monitoring.py as TAP
+    local status name detail
+    while IFS=$'\t' read -r status name detail; do
+      if [ "$status" = ok ]; then tap_ok "$name"; else tap_fail "$name" "${detail//\\n/$'\n'}"; fi
+    done < <(python3 charts/tests/check-monitoring.py "$@" 2>&1 ||
+             printf 'not ok\tcheck-monitoring.py %s ran\tit failed\n' "$1")
+  }
+  if [ -n "$po_crds" ]; then
+    for mode in monitor monitor-single; do
+      ns=kubetrain-system; [ $mode = monitor-single ] && ns=team-a
+      if ! python3 charts/tests/check-monitoring.py extract "$work/$mode.yaml" >"$work/$mode-monitors.yaml" 2>"$work/$mode-monitors.err"; then
+        tap_fail "[$mode] the rendered PodMonitor and ServiceMonitor" "$(cat "$work/$mode-monitors.err")"
+        continue
+      fi
+      if out=$(k create --validate=strict -n "$ns" -f "$work/$mode-monitors.yaml" 2>&1); then
+        tap_ok "[$mode] the rendered PodMonitor and ServiceMonitor are created under prometheus-operator $PO_VERSION's schemas (strict)"
+        k get podmonitors,servicemonitors -n "$ns" -o json >"$work/$mode-stored.json" 2>&1
+        po_check stored "$mode" "$work/$mode.yaml" "$work/$mode-stored.json"
+      else
+        tap_fail "[$mode] the rendered PodMonitor and ServiceMonitor are created under prometheus-operator $PO_VERSION's schemas (strict)" "$out"
+      fi
+    done
+    # Mistakes the schemas must refuse, each in a copy of the rendered monitor.
+    while IFS=$'\t' read -r file want name; do
+      if out=$(k create --validate=strict -n kubetrain-system -f "$file" 2>&1); then
+        tap_fail "prometheus-operator's schema refuses a $name" "created: $out"
+        k delete --wait=false -n kubetrain-system -f "$file" >/dev/null 2>&1
+      elif grep -qF -- "$want" <<<"$out"; then
+        tap_ok "prometheus-operator's schema refuses a $name, naming $want"
+      else
+        tap_fail "prometheus-operator's schema refuses a $name, naming $want" "$out"
+      fi
+    done < <(python3 charts/tests/check-monitoring.py broken "$work/monitor.yaml" "$work" 2>&1 ||
+             printf '%s\t%s\t%s\n' /dev/null check-monitoring.py "broken monitor (check-monitoring.py broken failed)")
+  fi
+
   # created REL NS: every object of release REL (labelled, or helm's release record).
   created() {
     { k get all,sa,roles,rolebindings,configmaps,secrets -n "$2" -l "app.kubernetes.io/instance=$1" -o name
