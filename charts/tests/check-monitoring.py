@@ -152,6 +152,8 @@ def relabel(labels, rules):
         elif action == "dropequal":
             if value == labels.get(target, ""):
                 return None
+        elif action in ("replace", "lowercase", "uppercase", "hashmod") and not target:
+            raise ValueError(f"relabel action {action} without target_label: {r}")
         elif action == "replace":
             m = regex.match(value)
             if m:
