@@ -17,7 +17,8 @@ charts/tests/test-chart.sh. Prints one line per check, "ok\tNAME" or "not ok\tNA
                                 applied to Kubernetes pod-discovery targets made from the
                                 labels operator/src/desired.h defines (MAIN_C's directory),
                                 keep exactly the chief's `metrics` port, with the job name
-                                as a label
+                                as a label; the ServiceMonitor's, applied to endpoints-
+                                discovery targets, exactly the operator's metrics Service
 """
 import hashlib
 import json
@@ -204,6 +205,46 @@ def pod_target(ns, pod, labels, port_name, port, container="trainer"):
     return t
 
 
+def endpoints_target(ns, service, labels, port_name, port):
+    """The labels Kubernetes endpoints discovery gives one port of a Service's ready
+    endpoint, a pod of that Service."""
+    t = {"__address__": f"10.244.0.9:{port}", "__meta_kubernetes_namespace": ns,
+         "__meta_kubernetes_service_name": service, "__meta_kubernetes_endpoints_name": service,
+         "__meta_kubernetes_endpoint_port_name": port_name,
+         "__meta_kubernetes_endpoint_port_protocol": "TCP",
+         "__meta_kubernetes_endpoint_ready": "true",
+         "__meta_kubernetes_endpoint_address_target_kind": "Pod",
+         "__meta_kubernetes_endpoint_address_target_name": service + "-pod",
+         "__meta_kubernetes_pod_name": service + "-pod", "__meta_kubernetes_pod_phase": "Running",
+         "__meta_kubernetes_pod_container_name": "operator"}
+    for k, v in labels.items():
+        t["__meta_kubernetes_service_label_" + meta(k)] = v
+        t["__meta_kubernetes_service_labelpresent_" + meta(k)] = "true"
+    return t
+
+
+def run_targets(job, targets, check_kept):
+    """Relabels each (what, labels, kept?) of TARGETS under JOB; the mismatches, and
+    CHECK_KEPT(what, labels) for each target kept as it should be."""
+    # $(SHARD) is filled in by prometheus-config-reloader; one shard is shard 0.
+    rules = json.loads(json.dumps(job.get("relabel_configs") or []).replace("$(SHARD)", "0"))
+    bad = []
+    try:
+        for what, t, want in targets:
+            got = None
+            if t is not None:  # None: outside the namespaces discovery looks in
+                t = dict(t, **scrape_defaults(job))
+                got = relabel(t, rules)
+            if (got is not None) != want:
+                bad.append(f"{what}: {'kept' if got is not None else 'dropped'}, want "
+                           f"{'kept' if want else 'dropped'}")
+            elif got is not None:
+                bad += check_kept(what, got)
+    except ValueError as e:
+        bad.append(str(e))
+    return bad + ([f"relabel_configs: {json.dumps(rules)}"] if bad else [])
+
+
 def scrape_defaults(job):
     """The labels Prometheus adds to each target before relabeling."""
     return {"job": job["job_name"], "__metrics_path__": job.get("metrics_path", "/metrics"),
@@ -257,39 +298,58 @@ def cmd_scrape(mode, render, config, ns, main_c):
     worker1 = dict(chief, **{lab["LABEL_REPLICA_INDEX"]: "1"})
     stranger = {k: v for k, v in chief.items() if k != lab["LABEL_MANAGED_BY"]}
     other_ns = "team-b" if ns != "team-b" else "team-c"
-    targets = [  # (what, namespace, pod labels, port name, port, kept?)
-        ("the chief's metrics port", ns, chief, "metrics", 9090, True),
-        ("the chief's metrics port in another namespace", other_ns, chief, "metrics", 9090,
-         mode != "monitor-single"),
-        ("the chief's collective port", ns, chief, "collective", 2222, False),
-        ("worker 1's metrics port", ns, worker1, "metrics", 9090, False),
-        ("a pod not made by the operator", ns, stranger, "metrics", 9090, False),
-    ]
-    # $(SHARD) is filled in by prometheus-config-reloader; one shard is shard 0.
-    rules = json.loads(json.dumps(job.get("relabel_configs") or []).replace("$(SHARD)", "0"))
-    bad = []
-    try:
-        for what, tns, labels, pname, port, want in targets:
-            if want_names[0] is not None and tns not in want_names[0]:
-                got = None  # not discovered at all
-            else:
-                t = pod_target(tns, "mnist-worker-" + labels[lab["LABEL_REPLICA_INDEX"]], labels, pname, port)
-                t.update(scrape_defaults(job))
-                got = relabel(t, rules)
-            if (got is not None) != want:
-                bad.append(f"{what}: {'kept' if got is not None else 'dropped'}, want "
-                           f"{'kept' if want else 'dropped'}")
-            elif got is not None:
-                jl = meta(lab["LABEL_JOB_NAME"])
-                if got.get(jl) != "mnist" or got.get("namespace") != tns or \
-                        got.get("__address__") != f"10.244.0.7:{port}":
-                    bad.append(f"{what}: labels {json.dumps({k: v for k, v in got.items() if not k.startswith('__meta')})}")
-    except ValueError as e:
-        bad.append(str(e))
+    sd_names = want_names[0]
+
+    def pod(what, tns, labels, pname, port, want):
+        seen = sd_names is None or tns in sd_names
+        t = pod_target(tns, "mnist-worker-" + labels[lab["LABEL_REPLICA_INDEX"]], labels, pname, port)
+        return (what, t if seen else None, want)
+
+    def pod_kept(what, got):
+        if got.get(meta(lab["LABEL_JOB_NAME"])) == "mnist" and got.get("namespace") in (ns, other_ns) \
+                and got.get("__address__") == "10.244.0.7:9090":
+            return []
+        return [f"{what}: labels {json.dumps({k: v for k, v in got.items() if not k.startswith('__meta')})}"]
+
+    bad = run_targets(job, [
+        pod("the chief's metrics port", ns, chief, "metrics", 9090, True),
+        pod("the chief's metrics port in another namespace", other_ns, chief, "metrics", 9090,
+            mode != "monitor-single"),
+        pod("the chief's collective port", ns, chief, "collective", 2222, False),
+        pod("worker 1's metrics port", ns, worker1, "metrics", 9090, False),
+        pod("a pod not made by the operator", ns, stranger, "metrics", 9090, False),
+    ], pod_kept)
     out(not bad, f"[{mode}] its relabelings keep the chief's metrics port only "
         f"(selector {','.join(f'{k}={v}' for k, v in sel.items())}), "
-        f"labelled {meta(lab['LABEL_JOB_NAME'])} and namespace",
-        "\n".join(bad) + f"\nrelabel_configs: {json.dumps(rules)}")
+        f"labelled {meta(lab['LABEL_JOB_NAME'])}", "\n".join(bad))
+
+    # The ServiceMonitor: the operator's metrics Service, in the release namespace.
+    if sm_job not in jobs:
+        return
+    job = jobs[sm_job]
+    with open(render) as f:
+        svc = next(d for d in yaml.safe_load_all(f) if d and d.get("kind") == "Service"
+                   and any(p.get("name") == "metrics" for p in d["spec"].get("ports", [])))
+    sds = job.get("kubernetes_sd_configs") or [{}]
+    sd_ok = [sd.get("role") for sd in sds] == ["endpoints"] and \
+        [(sd.get("namespaces") or {}).get("names") for sd in sds] == [[ns]]
+    other = dict(svc["metadata"]["labels"], **{"app.kubernetes.io/instance": "other"})
+    name = svc["metadata"]["name"]
+
+    def svc_kept(what, got):
+        if got.get("job") == name and got.get("namespace") == ns and got.get("__address__") == "10.244.0.9:8080":
+            return []
+        return [f"{what}: labels {json.dumps({k: v for k, v in got.items() if not k.startswith('__meta')})}"]
+
+    bad = [] if sd_ok else [f"kubernetes_sd_configs: {sds}, want role endpoints in [{ns}]"]
+    bad += run_targets(job, [
+        (f"Service {name}'s metrics port", endpoints_target(ns, name, svc["metadata"]["labels"], "metrics", 8080), True),
+        (f"Service {name}'s port health", endpoints_target(ns, name, svc["metadata"]["labels"], "health", 8081), False),
+        ("another release's metrics Service", endpoints_target(ns, "other-metrics", other, "metrics", 8080), False),
+        ("a job's worker Service", endpoints_target(ns, "mnist-worker", chief, "metrics", 9090), False),
+    ], svc_kept)
+    out(not bad, f"[{mode}] the ServiceMonitor's job keeps Service {name}'s metrics port in {ns} only",
+        "\n".join(bad))
 
 
 def main():

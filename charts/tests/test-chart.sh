@@ -18,7 +18,8 @@
 #     naming the field; prometheus-operator's operator, built from that module once per
 #     machine, turns them into a Prometheus configuration whose relabelings, applied to
 #     pod-discovery targets with the operator's pod labels (charts/tests/check-monitoring.py),
-#     keep the chief's metrics port only, in the namespaces the PodMonitor names (a
+#     keep the chief's metrics port only, in the namespaces the PodMonitor names, and the
+#     operator's metrics Service only (a
 #     download or build that fails is a failure, not a skip); helm install with a value of
 #     the wrong type or an unknown key fails naming the value and creates nothing; a real install's ServiceAccount may do what the operator does and no more;
 #     when build/bin/kubetrain-operator exists, it runs with that ServiceAccount's token
