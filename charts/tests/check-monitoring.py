@@ -6,7 +6,7 @@ charts/tests/test-chart.sh. Prints one line per check, "ok\tNAME" or "not ok\tNA
   extract RENDER                the PodMonitor and ServiceMonitor documents of a helm
                                 template output, as YAML (stdout), nothing else
   broken RENDER DIR             DIR/broken-CASE.yaml: the rendered PodMonitor or
-                                ServiceMonitor, renamed, with one mistake each (BROKEN);
+                                ServiceMonitor, renamed -broken-CASE, with one mistake (BROKEN);
                                 prints "FILE\tFIELD\tWHAT" for each, FIELD the path the
                                 API server's refusal must name
   stored MODE RENDER STORED     every field the chart set is in the objects the API server
@@ -62,7 +62,7 @@ def cmd_extract(render):
 def cmd_broken(render, outdir):
     for case, (kind, what, field) in BROKEN.items():
         doc = next(d for d in monitors(render) if d["kind"] == kind)
-        doc["metadata"]["name"] += "-broken"
+        doc["metadata"]["name"] += f"-broken-{case}"
         spec = doc["spec"]
         if case == "port-int":
             spec["podMetricsEndpoints"][0]["port"] = 9090
