@@ -14,8 +14,9 @@
 # $KT_CACHE/go, GOMAXPROCS=2, -p 2, CGO off, a lock against concurrent builders. The module
 # replaces two of its own nested modules by directories its module zip does not hold, so it
 # is built as the dependency of a throwaway wrapper module (which ignores those replaces and
-# takes the nested modules' releases of the same version). Exit status 0 on success; 1 with
-# the reason on stderr.
+# takes the nested modules' releases of the same version). Exit status 0 on success; 3 when
+# go is not installed and the cache does not hold what was asked; 1 with the reason on
+# stderr for any other failure.
 set -euo pipefail
 PO_VERSION=${PO_VERSION:-v0.85.0}
 KT_CACHE=${KT_CACHE:-$HOME/.cache/kubetrain}
@@ -25,16 +26,16 @@ log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 go_env() {
-  command -v go >/dev/null || die "go is not installed; cannot fetch prometheus-operator $PO_VERSION"
+  command -v go >/dev/null || { log "go is not installed; cannot fetch prometheus-operator $PO_VERSION"; exit 3; }
   export GOPATH=$KT_CACHE/go GOMODCACHE=$KT_CACHE/go/pkg/mod GOCACHE=$KT_CACHE/go/cache
   export GOMAXPROCS=${GOMAXPROCS:-2} GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
 }
 
 case "${1:-}" in
 crds)
-  go_env
-  dir=$GOMODCACHE/$MOD@$PO_VERSION
+  dir=$KT_CACHE/go/pkg/mod/$MOD@$PO_VERSION
   if [ ! -d "$dir/example/prometheus-operator-crd" ]; then
+    go_env
     (cd / && go mod download "$MOD@$PO_VERSION") >&2 ||
       die "downloading $MOD@$PO_VERSION from the Go module proxy failed (is GOPROXY reachable?)"
   fi
