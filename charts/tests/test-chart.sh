@@ -9,9 +9,20 @@
 #     labels and examples/job-metrics.yaml (charts/tests/check-render.py), and that table
 #     of verbs read back from the API requests in operator/src;
 #   - on an api-level cluster (e2e/cluster/up.sh api, its own run dir under build/e2e):
-#     the rendered chart and every example pass a server-side dry run; helm install with a
-#     value of the wrong type or an unknown key fails naming the value and creates
-#     nothing; a real install's ServiceAccount may do what the operator does and no more;
+#     the rendered chart and every example pass a server-side dry run; prometheus-operator's
+#     own CRDs (PO_VERSION, default v0.85.0, read from its Go module in the module cache
+#     under $KT_CACHE by charts/tests/prometheus-operator.sh, never copied here) install, the
+#     chart's PodMonitor and ServiceMonitor (cluster-wide and single-namespace) are created
+#     under them with strict field validation and stored with every field, and four broken
+#     copies (wrong type, value outside an enum, unknown field, bad duration) are refused
+#     naming the field; prometheus-operator's operator, built from that module once per
+#     machine, turns them into a Prometheus configuration whose relabelings, applied to
+#     pod-discovery targets with the operator's pod labels (charts/tests/check-monitoring.py),
+#     keep the chief's metrics port only, in the namespaces the PodMonitor names, and the
+#     operator's metrics Service only (a download or build that fails is a failure; only
+#     a machine without go skips); helm install with a value of the wrong type or an
+#     unknown key fails naming the value and creates nothing; a real install's
+#     ServiceAccount may do what the operator does and no more;
 #     when build/bin/kubetrain-operator exists, it runs with that ServiceAccount's token
 #     and the chart's args and turns examples/job.yaml into its Service, Secret and pods
 #     without a single forbidden request, cluster-wide and in single-namespace mode;
@@ -29,9 +40,10 @@ work=$PWD/build/e2e/test-chart
 export KT_RUN=$work/run
 rm -rf "$work"
 mkdir -p "$work"
-op_pid= op_container=
+op_pid= op_container= po_pid=
 cleanup() {
   [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null && wait "$op_pid" 2>/dev/null
+  [ -n "$po_pid" ] && kill "$po_pid" 2>/dev/null && wait "$po_pid" 2>/dev/null
   [ -n "$op_container" ] && docker rm -f "$op_container" >/dev/null 2>&1
   bash e2e/cluster/down.sh >/dev/null 2>&1
 }
@@ -125,6 +137,120 @@ if [ $cluster = 1 ]; then
   n2=$(k get tj,pvc -A -o name 2>&1 | grep -c .)
   if [ "$n" = 0 ] && [ "$n2" = 0 ]; then tap_ok "the dry runs stored nothing"
   else tap_fail "the dry runs stored nothing" "$(k get tj,pvc,deploy -A 2>&1)"; fi
+
+  # --- the monitors against prometheus-operator itself ------------------------------------
+  # Its own CRDs (from its Go module, charts/tests/prometheus-operator.sh) validate the
+  # PodMonitor and ServiceMonitor the chart renders, created for real with strict field
+  # validation (an unknown field is an error, not silently pruned); each mistake below
+  # must be refused, naming its field. Then the operator built from the same module turns
+  # them into Prometheus's scrape configuration, whose relabelings must keep the chiefs'
+  # metrics port and nothing else.
+  PO_VERSION=${PO_VERSION:-v0.85.0}
+  export PO_VERSION
+  po_crds=$(bash charts/tests/prometheus-operator.sh crds 2>"$work/po-crds.log"); rc=$?
+  if [ $rc = 3 ]; then
+    tap_skip "the monitors against prometheus-operator $PO_VERSION" "go is not installed (charts/tests/prometheus-operator.sh)"
+    po_crds=
+  elif [ $rc != 0 ]; then
+    tap_fail "prometheus-operator $PO_VERSION's CRDs (charts/tests/prometheus-operator.sh crds)" \
+      "$(tail -n 5 "$work/po-crds.log")"
+    po_crds=
+  elif out=$(k apply --server-side -f "$po_crds" 2>&1 &&
+             k wait --for condition=Established --timeout 60s \
+               crd/podmonitors.monitoring.coreos.com crd/servicemonitors.monitoring.coreos.com \
+               crd/prometheuses.monitoring.coreos.com 2>&1); then
+    tap_ok "prometheus-operator $PO_VERSION's CRDs (from its Go module) install and are Established"
+    for _ in $(seq 40); do k get podmonitors,servicemonitors -A >/dev/null 2>&1 && break; sleep 0.5; done
+  else
+    tap_fail "prometheus-operator $PO_VERSION's CRDs install and are Established" "$out"
+    po_crds=
+  fi
+  po_check() {  # the ok / not ok lines of check-monitoring.py as TAP
+    local status name detail
+    while IFS=$'\t' read -r status name detail; do
+      if [ "$status" = ok ]; then tap_ok "$name"; else tap_fail "$name" "${detail//\\n/$'\n'}"; fi
+    done < <(python3 charts/tests/check-monitoring.py "$@" 2>&1 ||
+             printf 'not ok\tcheck-monitoring.py %s ran\tit failed\n' "$1")
+  }
+  if [ -n "$po_crds" ]; then
+    for mode in monitor monitor-single; do
+      ns=kubetrain-system; [ $mode = monitor-single ] && ns=team-a
+      if ! python3 charts/tests/check-monitoring.py extract "$work/$mode.yaml" >"$work/$mode-monitors.yaml" 2>"$work/$mode-monitors.err"; then
+        tap_fail "[$mode] the rendered PodMonitor and ServiceMonitor" "$(cat "$work/$mode-monitors.err")"
+        continue
+      fi
+      if out=$(k create --validate=strict -n "$ns" -f "$work/$mode-monitors.yaml" 2>&1); then
+        tap_ok "[$mode] the rendered PodMonitor and ServiceMonitor are created under prometheus-operator $PO_VERSION's schemas (strict)"
+        k get podmonitors,servicemonitors -n "$ns" -o json >"$work/$mode-stored.json" 2>&1
+        po_check stored "$mode" "$work/$mode.yaml" "$work/$mode-stored.json"
+      else
+        tap_fail "[$mode] the rendered PodMonitor and ServiceMonitor are created under prometheus-operator $PO_VERSION's schemas (strict)" "$out"
+      fi
+    done
+    # Mistakes the schemas must refuse, each in a copy of the rendered monitor.
+    while IFS=$'\t' read -r file want name; do
+      out=$(k create --validate=strict -n kubetrain-system -f "$file" 2>&1); rc=$?
+      printf '%s\n' "$out" >"${file%.yaml}.out"
+      if [ $rc = 0 ]; then
+        tap_fail "prometheus-operator's schema refuses a $name" "created: $out"
+        k delete --wait=false -n kubetrain-system -f "$file" >/dev/null 2>&1
+      elif grep -qF -- "$want" <<<"$out"; then
+        tap_ok "prometheus-operator's schema refuses a $name, naming $want"
+      else
+        tap_fail "prometheus-operator's schema refuses a $name, naming $want" "$out"
+      fi
+    done < <(python3 charts/tests/check-monitoring.py broken "$work/monitor.yaml" "$work" 2>&1 ||
+             printf '%s\t%s\t%s\n' /dev/null check-monitoring.py "broken monitor (check-monitoring.py broken failed)")
+    # The operator itself: it turns the monitors a Prometheus selects into that
+    # Prometheus's configuration (Secret prometheus-NAME, key prometheus.yaml.gz). No
+    # kubelet runs, so its StatefulSet never gets a pod; the configuration is all we read.
+    po_bin=$(bash charts/tests/prometheus-operator.sh operator 2>"$work/po-build.log"); rc=$?
+    if [ $rc = 3 ]; then
+      tap_skip "prometheus-operator's scrape configuration of the monitors" "go is not installed (charts/tests/prometheus-operator.sh)"
+    elif [ $rc != 0 ]; then
+      tap_fail "building prometheus-operator $PO_VERSION (charts/tests/prometheus-operator.sh operator)" \
+        "$(tail -n 5 "$work/po-build.log")"
+    else
+      k create namespace monitoring >/dev/null
+      cat >"$work/prometheus.yaml" <<'YAML'
+apiVersion: monitoring.coreos.com/v1
+kind: Prometheus
+metadata: {name: kubetrain-test, namespace: monitoring}
+spec:
+  replicas: 1
+  podMonitorSelector: {matchLabels: {app.kubernetes.io/instance: kubetrain}}
+  podMonitorNamespaceSelector: {}
+  serviceMonitorSelector: {matchLabels: {app.kubernetes.io/instance: kubetrain}}
+  serviceMonitorNamespaceSelector: {}
+YAML
+      wp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      "$po_bin" --web.listen-address="127.0.0.1:$wp" >"$work/po.log" 2>&1 &
+      po_pid=$!
+      cfg=$work/prometheus-config.yaml
+      : >"$cfg"
+      if out=$(k create --validate=strict -f "$work/prometheus.yaml" 2>&1); then
+        # Until the configuration holds both PodMonitors' jobs (or 90 s).
+        for _ in $(seq 180); do
+          k get secret prometheus-kubetrain-test -n monitoring -o 'jsonpath={.data.prometheus\.yaml\.gz}' 2>/dev/null |
+            base64 -d 2>/dev/null | gunzip >"$cfg" 2>/dev/null
+          [ "$(grep -c 'job_name: podMonitor/' "$cfg")" -ge 2 ] && break
+          kill -0 "$po_pid" 2>/dev/null || break
+          sleep 0.5
+        done
+        if [ -s "$cfg" ]; then
+          tap_ok "prometheus-operator $PO_VERSION writes the configuration of a Prometheus that selects the chart's monitors"
+          po_check scrape monitor "$work/monitor.yaml" "$cfg" kubetrain-system "$main_c"
+          po_check scrape monitor-single "$work/monitor-single.yaml" "$cfg" team-a "$main_c"
+        else
+          tap_fail "prometheus-operator $PO_VERSION writes the configuration of a Prometheus that selects the chart's monitors" \
+            "no Secret monitoring/prometheus-kubetrain-test with prometheus.yaml.gz; $(tail -n 20 "$work/po.log")"
+        fi
+      else
+        tap_fail "a Prometheus selecting the chart's monitors is created" "$out"
+      fi
+      kill "$po_pid" 2>/dev/null; wait "$po_pid" 2>/dev/null; po_pid=
+    fi
+  fi
 
   # created REL NS: every object of release REL (labelled, or helm's release record).
   created() {
