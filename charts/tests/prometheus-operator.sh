@@ -19,16 +19,13 @@
 # stderr for any other failure.
 set -euo pipefail
 PO_VERSION=${PO_VERSION:-v0.85.0}
-KT_CACHE=${KT_CACHE:-$HOME/.cache/kubetrain}
 MOD=github.com/prometheus-operator/prometheus-operator
-
-log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# kt_log, kt_die, kt_go_env, kt_build_lock; KT_CACHE
+. "$(dirname "$0")/../../e2e/cluster/lib.sh"
 
 go_env() {
-  command -v go >/dev/null || { log "go is not installed; cannot fetch prometheus-operator $PO_VERSION"; exit 3; }
-  export GOPATH=$KT_CACHE/go GOMODCACHE=$KT_CACHE/go/pkg/mod GOCACHE=$KT_CACHE/go/cache
-  export GOMAXPROCS=${GOMAXPROCS:-2} GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOTOOLCHAIN=local
+  command -v go >/dev/null || { kt_log "go is not installed; cannot fetch prometheus-operator $PO_VERSION"; exit 3; }
+  kt_go_env
 }
 
 case "${1:-}" in
@@ -37,48 +34,43 @@ crds)
   if [ ! -d "$dir/example/prometheus-operator-crd" ]; then
     go_env
     (cd / && go mod download "$MOD@$PO_VERSION") >&2 ||
-      die "downloading $MOD@$PO_VERSION from the Go module proxy failed (is GOPROXY reachable?)"
+      kt_die "downloading $MOD@$PO_VERSION from the Go module proxy failed (is GOPROXY reachable?)"
   fi
   [ -f "$dir/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml" ] ||
-    die "$dir/example/prometheus-operator-crd has no monitoring.coreos.com_podmonitors.yaml"
+    kt_die "$dir/example/prometheus-operator-crd has no monitoring.coreos.com_podmonitors.yaml"
   echo "$dir/example/prometheus-operator-crd"
   ;;
 operator)
   if [ -n "${KT_PROMETHEUS_OPERATOR:-}" ]; then
-    [ -x "$KT_PROMETHEUS_OPERATOR" ] || die "KT_PROMETHEUS_OPERATOR=$KT_PROMETHEUS_OPERATOR is not an executable"
+    [ -x "$KT_PROMETHEUS_OPERATOR" ] || kt_die "KT_PROMETHEUS_OPERATOR=$KT_PROMETHEUS_OPERATOR is not an executable"
     echo "$KT_PROMETHEUS_OPERATOR"
     exit 0
   fi
   out=$KT_CACHE/prometheus-operator/$PO_VERSION/bin
   if [ -x "$out/operator" ]; then echo "$out/operator"; exit 0; fi
   go_env
-  mkdir -p "$out"
-  exec 9>"$out/../build.lock"
-  if ! flock -n 9; then
-    log "another process is building prometheus-operator $PO_VERSION; waiting"
-    flock 9
-  fi
+  kt_build_lock "$out" "prometheus-operator $PO_VERSION"
   if [ ! -x "$out/operator" ]; then
     tmp=$(mktemp -d "$out/../tmp.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
-    log "building prometheus-operator $PO_VERSION (GOMAXPROCS=$GOMAXPROCS, -p 2; slow the first time)"
+    kt_log "building prometheus-operator $PO_VERSION (GOMAXPROCS=$GOMAXPROCS, -p 2; slow the first time)"
     start=$(date +%s)
     printf 'module ktbuild/prometheus-operator\n\ngo 1.24\n' >"$tmp/go.mod"
     (cd "$tmp" && go get "$MOD/cmd/operator@$PO_VERSION") >&2 ||
-      die "fetching $MOD/cmd/operator@$PO_VERSION and its dependencies failed"
+      kt_die "fetching $MOD/cmd/operator@$PO_VERSION and its dependencies failed"
     info=$GOMODCACHE/cache/download/$MOD/@v/$PO_VERSION.info
     date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info" 2>/dev/null || true)
     v=github.com/prometheus/common/version
     ld="-s -w -X $v.Version=${PO_VERSION#v} -X $v.Branch=$PO_VERSION -X $v.BuildDate=$date"
     (cd "$tmp" && go build -p 2 -trimpath -ldflags "$ld" -o "$tmp/operator" "$MOD/cmd/operator") >&2 ||
-      die "go build of prometheus-operator $PO_VERSION failed"
-    "$tmp/operator" --version >/dev/null 2>&1 || die "the built prometheus-operator does not run"
+      kt_die "go build of prometheus-operator $PO_VERSION failed"
+    "$tmp/operator" --version >/dev/null 2>&1 || kt_die "the built prometheus-operator does not run"
     mv -f "$tmp/operator" "$out/operator"
-    log "built prometheus-operator $PO_VERSION in $(( $(date +%s) - start ))s into $out"
+    kt_log "built prometheus-operator $PO_VERSION in $(( $(date +%s) - start ))s into $out"
   fi
   echo "$out/operator"
   ;;
 *)
-  die "usage: prometheus-operator.sh crds|operator"
+  kt_die "usage: prometheus-operator.sh crds|operator"
   ;;
 esac

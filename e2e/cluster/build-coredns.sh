@@ -21,9 +21,7 @@ command -v go >/dev/null || kt_die "go is not installed; cannot build CoreDNS $C
 grep -Eq "^[[:space:]]*(require )?github.com/coredns/coredns $COREDNS_VERSION( |$)" \
     "$KT_CLUSTER/corednsbuild/go.mod" ||
   kt_die "corednsbuild/go.mod does not require CoreDNS $COREDNS_VERSION (see its header)"
-mkdir -p "$out"
-exec 9>"$out/../build.lock"
-if ! flock -n 9; then kt_log "another process is building CoreDNS; waiting"; flock 9; fi
+kt_build_lock "$out" "CoreDNS $COREDNS_VERSION"
 if [ ! -x "$out/coredns" ]; then
   kt_go_env
   tmp=$(mktemp -d "$out/../tmp.XXXXXX")

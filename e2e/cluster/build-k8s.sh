@@ -33,12 +33,7 @@ grep -Eq "^[[:space:]]*(require )?k8s.io/kubernetes $K8S_VERSION( |$)" \
     "$KT_CLUSTER/k8sbuild/go.mod" ||
   kt_die "k8sbuild/go.mod is not for $K8S_VERSION; run e2e/cluster/gen-k8sbuild.sh"
 
-mkdir -p "$out"
-exec 9>"$out/../build.lock"
-if ! flock -n 9; then
-  kt_log "another process is building Kubernetes $K8S_VERSION; waiting"
-  flock 9
-fi
+kt_build_lock "$out" "Kubernetes $K8S_VERSION"
 missing=
 for b in $need; do [ -x "$out/$b" ] || missing="$missing $b"; done
 if [ -n "$missing" ]; then

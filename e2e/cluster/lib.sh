@@ -31,6 +31,18 @@ kt_go_env() {
   export GOTOOLCHAIN=local
 }
 
+# kt_build_lock DIR WHAT: creates the cache directory DIR and takes the lock of its
+# parent (DIR/../build.lock) on fd 9, held until the script exits; while another process
+# holds it (building WHAT), says so on stderr and waits.
+kt_build_lock() {
+  mkdir -p "$1"
+  exec 9>"$1/../build.lock"
+  if ! flock -n 9; then
+    kt_log "another process is building $2; waiting"
+    flock 9
+  fi
+}
+
 # kt_k8s_bin NAME: prints the path of the Kubernetes binary NAME to use: the one in
 # $KUBEBUILDER_ASSETS when set and present there (the envtest convention; envtest ships
 # kube-apiserver, kubectl and etcd, not kube-controller-manager), otherwise the one in the
