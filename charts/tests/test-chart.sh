@@ -117,10 +117,27 @@ if [ $cluster = 1 ]; then
   . "$KT_RUN/env"
   export KUBECONFIG
   k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+  # established SECONDS CRD...: waits until every CRD named is Established, or says which is
+  # not. (kubectl wait fails outright on a CRD created so recently that it has no
+  # status.conditions yet: ".status.conditions accessor error".)
+  established() {
+    local end=$((SECONDS + $1)) c st
+    shift
+    for c in "$@"; do
+      while st=$(k get crd "$c" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>&1)
+            [ "$st" != True ]; do
+        [ $SECONDS -ge $end ] && { echo "crd/$c is not Established: ${st:-no condition yet}"; return 1; }
+        sleep 0.2
+      done
+      echo "crd/$c Established"
+    done
+  }
 
-  tap_check "the chart's CRD installs and is Established" \
-    bash -c "'$KT_K8S_BIN/kubectl' apply -f '$CHART/crds/' && \
-             '$KT_K8S_BIN/kubectl' wait --for condition=Established --timeout 60s crd/trainingjobs.kubetrain.dev"
+  if out=$(k apply -f "$CHART/crds/" 2>&1 && established 60 trainingjobs.kubetrain.dev); then
+    tap_ok "the chart's CRD installs and is Established"
+  else
+    tap_fail "the chart's CRD installs and is Established" "$out"
+  fi
   for _ in $(seq 40); do k get tj -A >/dev/null 2>&1 && break; sleep 0.5; done
   for ns in kubetrain-system team-a team-b; do k create namespace "$ns" >/dev/null; done
 
@@ -156,9 +173,8 @@ if [ $cluster = 1 ]; then
       "$(tail -n 5 "$work/po-crds.log")"
     po_crds=
   elif out=$(k apply --server-side -f "$po_crds" 2>&1 &&
-             k wait --for condition=Established --timeout 60s \
-               crd/podmonitors.monitoring.coreos.com crd/servicemonitors.monitoring.coreos.com \
-               crd/prometheuses.monitoring.coreos.com 2>&1); then
+             established 60 podmonitors.monitoring.coreos.com \
+               servicemonitors.monitoring.coreos.com prometheuses.monitoring.coreos.com); then
     tap_ok "prometheus-operator $PO_VERSION's CRDs (from its Go module) install and are Established"
     for _ in $(seq 40); do k get podmonitors,servicemonitors -A >/dev/null 2>&1 && break; sleep 0.5; done
   else
