@@ -817,6 +817,19 @@ double model_regularization(const Model *m)
     return r;
 }
 
+/* Whether layer l's kernel is updated inside its backward (Pass.sgd_lr). */
+static int kernel_folded(const Pass *p, const Layer *l)
+{
+    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE;
+}
+
+/* The L2 term's gradient is this times the kernel: 2 * l2 / replicas (the loss is scaled by
+ * tf.nn.scale_regularization_loss). */
+static float l2_factor(const Pass *p, const Layer *l)
+{
+    return 2.0f * l->l2 / (float)p->replicas;
+}
+
 /* Backward of layer p->layer over examples lo..lo+cnt-1 (p->d and p->din hold the whole
  * batch), its parameter gradient into g (laid out as the arena). */
 static void backward_layer(const Pass *p, int lo, int cnt, float *g)
@@ -844,8 +857,8 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         break;
     case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
     case LAYER_DENSE:
-        if (p->sgd_lr > 0.0f) {
-            const float decay = 1.0f - p->sgd_lr * 2.0f * l->l2 / (float)p->replicas;
+        if (kernel_folded(p, l)) {
+            const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);
             dense_backward_sgd(din, db, d, in, m->params + l->w_off, cnt * l->dense_rows,
                                l->dense_in, l->units, p->sgd_lr, decay);
         } else {
@@ -874,12 +887,6 @@ static void backward_task(void *arg, int s)
     backward_layer(p, lo, shard_lo(p->b, p->shards, s + 1) - lo, g);
 }
 
-/* Whether layer i's kernel is updated inside its backward (Pass.sgd_lr). */
-static int kernel_folded(const Pass *p, const Layer *l)
-{
-    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE;
-}
-
 /* Adds the other shards' gradients of layer i onto grads (shards > 1: it ran sharded),
  * then the regularization term, and hands the slice to on_ready. With the update
  * folded in (p->sgd_lr), applies it to what the backward left: the bias of a Dense
@@ -890,15 +897,14 @@ static void finish_layer(const Pass *p, int i, int shards, GradReadyFn on_ready,
     const Layer *l = &m->layers[i];
     float *g = m->grads + l->w_off;
     const size_t n = l->w_count + l->b_count;
-    const int folded = kernel_folded(p, l);
     for (int s = 1; s < shards; s++) {
         const float *o = m->sgrads[s - 1];
         for (size_t k = 0; k < n; k++) g[k] += o[k];
     }
     if (p->sgd_lr > 0.0f) {
-        const size_t from = folded ? l->w_count : 0;
+        const size_t from = kernel_folded(p, l) ? l->w_count : 0;
         float *w = m->params + l->w_off;
-        const float lr = p->sgd_lr, k2 = 2.0f * l->l2 / (float)p->replicas;
+        const float lr = p->sgd_lr, k2 = l2_factor(p, l);
         for (size_t q = from; q < n; q++) {
             if (q < l->w_count) g[q] += k2 * w[q];
             w[q] -= lr * g[q];
@@ -906,7 +912,7 @@ static void finish_layer(const Pass *p, int i, int shards, GradReadyFn on_ready,
         return;
     }
     if (l->l2 != 0.0f) {
-        const float k = 2.0f * l->l2 / (float)p->replicas;
+        const float k = l2_factor(p, l);
         const float *w = m->params + l->w_off;
         for (size_t q = 0; q < l->w_count; q++) g[q] += k * w[q];
     }
