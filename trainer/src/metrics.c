@@ -55,8 +55,11 @@ static char *earlier_records(const Metrics *m, int remove)
     if (stat(partial, &st) == 0 && !remove) return partial;
     if (remove) unlink(partial);
     free(partial);
-    char *d1 = xstrdup(m->path), *d2 = xstrdup(m->path);
+    char *d1 = xstrdup(m->path), *d2 = xstrdup(m->path), *d3 = xstrdup(m->tmp);
     const char *dir = dirname(d1), *base = basename(d2);
+    /* this run's own temporary, by its name in dir: a bare "m.jsonl" has dir "." and the
+     * joined "./m.jsonl.tmp.N" would not compare equal to m->tmp */
+    const char *own = basename(d3);
     size_t blen = strlen(base);
     double best_mtime = -1;
     DIR *dp = opendir(dir);
@@ -67,7 +70,7 @@ static char *earlier_records(const Metrics *m, int remove)
         size_t pn = strlen(dir) + strlen(e->d_name) + 2;
         char *p = xmalloc(pn);
         snprintf(p, pn, "%s/%s", dir, e->d_name);
-        if (strcmp(p, m->tmp) == 0 || stat(p, &st) != 0) {
+        if (strcmp(e->d_name, own) == 0 || stat(p, &st) != 0) {
             free(p);
         } else if (remove) {
             unlink(p);
@@ -81,7 +84,7 @@ static char *earlier_records(const Metrics *m, int remove)
         }
     }
     if (dp) closedir(dp);
-    free(d1), free(d2);
+    free(d1), free(d2), free(d3);
     return best;
 }
 

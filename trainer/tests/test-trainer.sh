@@ -47,6 +47,11 @@ assert t["weights_sha256"] == done["weights_sha256"] and t["step"] == 4 and t["e
 PY
 grep -q "^Epoch 2/2" <<<"$out" && grep -qE "^2/2 - [0-9.]+s - loss: [0-9.]+ - accuracy: [0-9.]+ - [0-9]+ samples/s" <<<"$out" && tap_ok "Keras-like epoch lines" || tap_fail "Keras-like epoch lines" "$out"
 
+# a metrics file named without a directory lands in the working directory
+bin_abs=$(realpath -- "$BIN")
+(cd "$tmp" && "$bin_abs" "${short[@]}" --model mlp --metrics-file bare.jsonl >/dev/null 2>"$tmp/bare.err")
+[[ $? -eq 0 && $(grep -c '"event":"done"' "$tmp/bare.jsonl" 2>/dev/null) == 1 ]] && tap_ok "--metrics-file without a directory" || tap_fail "--metrics-file without a directory" "$(cat "$tmp/bare.err")"
+
 # flags override env; env overrides defaults
 e1=$(KUBETRAIN_SEED=8 hash_of --model mlp --optimizer adam)
 e2=$(KUBETRAIN_SEED=8 hash_of --model mlp --optimizer adam --seed 7)
