@@ -38,7 +38,7 @@ def children_maxrss_mib():
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
 
 
-def kubetrain(trainer, data_dir, workers, tmp, ckpt):
+def kubetrain(trainer, data_dir, workers, tmp, ckpt, shm=True):
     """One launch; returns samples/s (epochs 2-3), test accuracy, seconds, checkpoint seconds."""
     metrics = os.path.join(tmp, "m.jsonl")
     ck = os.path.join(tmp, "ck")
@@ -53,8 +53,10 @@ def kubetrain(trainer, data_dir, workers, tmp, ckpt):
              "print(json.dumps({'rc':p.returncode,'err':p.stderr[-20000:],"
              "'rss':resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024.0}))")
     t0 = time.perf_counter()
+    # shm=False: every all-reduce over the TCP ring, as between pods on different nodes
+    env = dict(os.environ, KUBETRAIN_SHM="1" if shm else "0")
     r = json.loads(subprocess.run([sys.executable, "-c", probe] + argv, capture_output=True,
-                                  text=True, check=True).stdout)
+                                  text=True, check=True, env=env).stdout)
     wall = time.perf_counter() - t0
     if r["rc"] != 0:
         raise SystemExit("kubetrain failed (%d): %s" % (r["rc"], r["err"][-2000:]))
@@ -172,6 +174,7 @@ def main():
         for r in range(rounds):
             row = {"kubetrain_2": kubetrain(trainer, data_dir, 2, tmp, False),
                    "tensorflow_2": tensorflow(tf_python, data_dir, 2),
+                   "kubetrain_2_tcp": kubetrain(trainer, data_dir, 2, tmp, False, shm=False),
                    "kubetrain_4": kubetrain(trainer, data_dir, 4, tmp, False),
                    "kubetrain_2_ckpt": kubetrain(trainer, data_dir, 2, tmp, True)}
             rows.append(row)
@@ -190,6 +193,9 @@ def main():
         "kubetrain_2w_samples_per_sec": k2,
         "tensorflow_mwms_2w_samples_per_sec": tf2,
         "kubetrain_vs_tensorflow": k2 / tf2,
+        # the same job with the shared-memory path off: all-reduce over loopback TCP
+        "kubetrain_2w_tcp_samples_per_sec": med("kubetrain_2_tcp", "samples_per_sec"),
+        "kubetrain_tcp_vs_tensorflow": med("kubetrain_2_tcp", "samples_per_sec") / tf2,
         # after 210 SGD steps, one run each: indicative only; the accuracy target is
         # judged in distributed-accuracy.json
         "kubetrain_2w_test_accuracy": med("kubetrain_2", "test_accuracy"),
@@ -212,7 +218,8 @@ def main():
               "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
                           "load_avg_at_end": list(os.getloadavg())},
               "job": "tutorial-cnn, per-worker batch 64, SGD lr 0.001, 3 epochs x 70 steps, "
-                     "workers on 127.0.0.1",
+                     "workers on 127.0.0.1 (all-reduce through shared memory; _tcp: over the "
+                     "TCP ring, KUBETRAIN_SHM=0)",
               "note": "samples/s = global samples over epochs 2-3 / their seconds; accuracy on the "
                       "10k test set after training; RSS = the largest worker's peak; the machine is "
                       "shared with other jobs (see load_avg_at_end)",

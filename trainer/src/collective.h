@@ -1,7 +1,8 @@
 /* collective — the one interface through which workers agree: barrier, broadcast and
  * all-reduce. Implementations: the single-process one here (world size 1), the TCP
- * ring (ring.c), and in make GPU=1 builds NCCL (gpu/coll_nccl.h, coll_nccl_create).
- * The training loop sees only this header. */
+ * ring (ring.c) with its shared-memory path for ranks on one host (shm.c), and in
+ * make GPU=1 builds NCCL (gpu/coll_nccl.h, coll_nccl_create). The training loop sees
+ * only this header. */
 #ifndef KT_COLLECTIVE_H
 #define KT_COLLECTIVE_H
 
@@ -23,6 +24,11 @@ struct Collective {
     int (*broadcast)(Collective *c, void *buf, size_t n, int root, char *err, size_t errlen);
     /* Returns once every rank has entered. */
     int (*barrier)(Collective *c, char *err, size_t errlen);
+    /* Optional (NULL: nothing to do). Offers the arena later all-reduces will come from
+     * (page-aligned, `bytes` whole pages, mapped alone); a collective may move it into
+     * memory shared with ranks on the same host (shm.h). Its contents are kept. Called
+     * by every rank at the same point; returns 0 or a negative errno as above. */
+    int (*share_arena)(Collective *c, float *arena, size_t bytes, char *err, size_t errlen);
     /* Closes connections and frees c. */
     void (*destroy)(Collective *c);
 };
@@ -39,6 +45,11 @@ static inline int coll_broadcast(Collective *c, void *buf, size_t n, int root, c
 static inline int coll_barrier(Collective *c, char *err, size_t errlen)
 {
     return c->barrier(c, err, errlen);
+}
+static inline int coll_share_arena(Collective *c, float *arena, size_t bytes, char *err,
+                                   size_t errlen)
+{
+    return c->share_arena ? c->share_arena(c, arena, bytes, err, errlen) : 0;
 }
 /* Frees c; NULL is a no-op. */
 static inline void coll_destroy(Collective *c)

@@ -26,6 +26,7 @@
 #include "launch.h"
 #include "net.h"
 #include "ring.h"
+#include "shm.h"
 #include "tfconfig.h"
 #include "train.h"
 #include "util.h"
@@ -119,7 +120,8 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
              ring.prev_name, ring.next_name);
     RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S};
-    Collective *c = ring_create(tf->rank, tf->world, &ring, &ro);
+    /* the ring, with its shared-memory path for ranks on one host (shm.h) */
+    Collective *c = shm_wrap(ring_create(tf->rank, tf->world, &ring, &ro));
 #ifdef KT_GPU
     /* The ring carries the chief's NCCL id (it is authenticated), then broadcasts. */
     if (nccl) {

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "gemm.h"
@@ -528,7 +530,14 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         goto err;
     }
     m->params = xcalloc(m->num_params, sizeof(float));
-    m->grads = xcalloc(m->num_params + MODEL_STATS_FLOATS, sizeof(float));
+    /* whole pages of its own, so that a collective can put the arena in memory shared
+     * with ranks on the same host (shm.h); freed with munmap in model_free */
+    m->grads_bytes = model_grads_bytes(m->num_params);
+    m->grads = mmap(NULL, m->grads_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                    -1, 0);
+    if (m->grads == MAP_FAILED)
+        util_fail(KT_EXIT_DATA, "out of memory mapping the %zu-byte gradient arena",
+                  m->grads_bytes);
     m->dropout_enabled = 1;
     make_signature(m);
     model_init_params(m, seed);
@@ -615,13 +624,20 @@ static void free_buffers(Model *m)
     m->max_batch = 0;
 }
 
+size_t model_grads_bytes(size_t num_params)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t bytes = (num_params + MODEL_STATS_FLOATS) * sizeof(float);
+    return (bytes + page - 1) / page * page;
+}
+
 void model_free(Model *m)
 {
     if (!m) return;
     free_buffers(m);
     free(m->layers);
     free(m->params);
-    free(m->grads);
+    if (m->grads) munmap(m->grads, m->grads_bytes);
     for (int s = 0; s < m->num_sgrads; s++) free(m->sgrads[s]);
     free(m->sgrads);
     free(m->signature);

@@ -36,6 +36,10 @@ typedef struct {
 
 #define MODEL_STATS_FLOATS 4
 
+/* The bytes of the gradient arena's mapping for num_params parameters: the floats and
+ * the statistics, rounded up to whole pages. */
+size_t model_grads_bytes(size_t num_params);
+
 typedef struct Model Model;
 struct Model {
     int num_layers;
@@ -47,7 +51,9 @@ struct Model {
     float *params;          /* (num_params) the one parameter arena */
     float *grads;           /* (num_params + MODEL_STATS_FLOATS) gradients at the same
                                offsets, then room for the step statistics, so that one
-                               all-reduce carries both */
+                               all-reduce carries both; page-aligned, mapped alone
+                               (model_grads_bytes) so that it can be shared (shm.h) */
+    size_t grads_bytes;     /* its mapping's length, whole pages */
     float **sgrads;         /* (num_sgrads) gradient arenas of the step's shards after the
                                first (model.c: a batch is cut into shards run in parallel) */
     int num_sgrads;

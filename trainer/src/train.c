@@ -100,6 +100,11 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                  dev);
     }
 #endif
+    if (coll->world > 1 && !coll->device_buffers &&
+        (rc = coll_share_arena(coll, t->model->grads, t->model->grads_bytes, err, errlen))) {
+        *exit_code = KT_EXIT_RETRY;
+        goto err;
+    }
     if (!t->gpu && coll->world > 1) {
         int slices = 1;
         for (int i = 0; i < t->model->num_layers; i++) slices += t->model->layers[i].w_count > 0;

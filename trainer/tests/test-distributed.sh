@@ -47,6 +47,34 @@ H2=$(hashes "$tmp/out2")
 [[ -n $H2 && $(hashes "$tmp/out2b") == "$H2" ]] && tap_ok "2-worker runs are deterministic" \
   || tap_fail "2-worker runs are deterministic" "$H2 vs $(hashes "$tmp/out2b")"
 
+# --- the shared-memory path and the TCP ring ------------------------------------------
+# launch's workers share this host, so their all-reduces go through shared memory (shm.h);
+# KUBETRAIN_SHM=0 keeps them on the ring. With 2 ranks each sum is one addition, so both
+# paths give the same bits.
+if grep -q "all-reduce through shared memory" "$tmp/err2" && grep -q "all-reduce through shared memory" "$tmp/err4"; then
+  tap_ok "workers on one host all-reduce through shared memory (2 and 4 workers)"
+else tap_fail "shared memory chosen on one host" "$(grep -i "all-reduce" "$tmp/err2" "$tmp/err4" | head -4)"; fi
+KUBETRAIN_SHM=0 "$BIN" launch --workers 2 "${mlp[@]}" >"$tmp/tcp2" 2>"$tmp/tcp2e"; rc=$?
+if [[ $rc -eq 0 && -n $H2 && $(hashes "$tmp/tcp2") == "$H2" && $(grep -c "all-reduce over TCP: KUBETRAIN_SHM=0" "$tmp/tcp2e") -eq 2 ]]; then
+  tap_ok "KUBETRAIN_SHM=0: the TCP ring alone, same hash as through shared memory"
+else tap_fail "TCP ring alone, same hash" "rc=$rc $H2 vs $(hashes "$tmp/tcp2") $(tail -5 "$tmp/tcp2e")"; fi
+KUBETRAIN_SHM=0 "$BIN" launch --workers 4 "${mlp[@]}" >"$tmp/tcp4" 2>&1; rc=$?
+[[ $rc -eq 0 && $(count_hashes "$tmp/tcp4") -eq 4 && $(hashes "$tmp/tcp4" | wc -l) -eq 1 ]] \
+  && tap_ok "KUBETRAIN_SHM=0: 4 workers over the TCP ring end with the same hash on every rank" \
+  || tap_fail "4 workers over TCP" "rc=$rc $(tail -8 "$tmp/tcp4")"
+# a rank that cannot share (here: has it off) makes every rank keep the ring
+p0=$(free_port); p1=$(free_port)
+TF_CONFIG=$(tf_config 0 "$p0" "$p1") KUBETRAIN_SECRET=s "$BIN" "${mlp[@]}" >"$tmp/f0.out" 2>"$tmp/f0.err" & f0=$!; pids+=("$f0")
+TF_CONFIG=$(tf_config 1 "$p0" "$p1") KUBETRAIN_SECRET=s KUBETRAIN_SHM=0 "$BIN" "${mlp[@]}" >"$tmp/f1.out" 2>"$tmp/f1.err"; rc1=$?
+wait "$f0"; rc0=$?
+if [[ $rc0 -eq 0 && $rc1 -eq 0 ]] && grep -q "all-reduce over TCP: rank 1 has no shared arena" "$tmp/f0.err" \
+   && [[ $(cat "$tmp/f0.out" "$tmp/f1.out" | sed -n 's/weights-sha256: //p' | sort -u) == "$H2" ]]; then
+  tap_ok "one rank without shared memory: every rank keeps the ring (said in the log), same hash"
+else tap_fail "fallback to the ring" "rc=$rc0/$rc1 $(grep -i all-reduce "$tmp/f0.err" "$tmp/f1.err")"; fi
+leftover=$(find /dev/shm -maxdepth 1 -name 'kubetrain-*' -user "$(id -u)" 2>/dev/null | while read -r f; do
+  pid=${f#/dev/shm/kubetrain-}; pid=${pid%%-*}; kill -0 "$pid" 2>/dev/null || echo "$f"; done)
+[[ -z $leftover ]] && tap_ok "no shared-memory object is left in /dev/shm" || tap_fail "objects left in /dev/shm" "$leftover"
+
 # --- N workers with batch b == one worker with batch N*b ----------------------------
 "$BIN" launch --workers 2 --model tutorial-cnn --epochs 2 --steps-per-epoch 3 --per-worker-batch 8 \
   --metrics-file "$tmp/m2.jsonl" >/dev/null 2>&1

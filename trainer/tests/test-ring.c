@@ -1,6 +1,7 @@
 /* Ring collective: 2, 3 and 4 forked workers on loopback, all-reduce on many sizes
  * (bit-identical on every rank, run to run, and equal to the sum), broadcast from every
- * root, barrier, mismatched calls, and peers that die or go silent mid-all-reduce.
+ * root, barrier, mismatched calls, and peers that die or go silent mid-all-reduce; the
+ * all-reduce also through shared memory (shm.h).
  * Every timeout and time bound is multiplied by KT_TEST_TIME_SCALE (timescale.h). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 
 #include "fork_cluster.h"
 #include "ring.h"
+#include "shm.h"
 #include "util.h"
 
 #include <math.h>
@@ -39,6 +41,7 @@ typedef struct RingArg {
     int victim;     /* rank that dies (SIGKILL) or stops (SIGSTOP); -1 none */
     int victim_sig;
     int mismatch;   /* rank 0 broadcasts while the others all-reduce */
+    int shm;        /* wrap the ring in shm_wrap and all-reduce slices of a shared arena */
 } RingArg;
 
 static float input_value(uint64_t *st)
@@ -62,6 +65,28 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
         r->rc = -1;
         return;
     }
+    float *arena = NULL;
+    size_t arena_bytes = 0;
+    if (a->shm) {
+        /* as the model's gradient arena: whole pages mapped alone, with room for the
+         * slices' offsets */
+        coll = shm_wrap(coll);
+        arena_bytes = (SIZES[NSIZES - 1] + 64) * sizeof(float);
+        arena_bytes = (arena_bytes + 4095) / 4096 * 4096;
+        arena = mmap(NULL, arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        arena[0] = 42.0f;
+        if ((r->rc = coll_share_arena(coll, arena, arena_bytes, r->err, sizeof r->err))) {
+            coll_destroy(coll);
+            return;
+        }
+        if (!shm_active(coll) || arena[0] != 42.0f) {
+            snprintf(r->err, sizeof r->err, "shared memory not taken up (active %d, arena kept %d)",
+                     shm_active(coll), arena[0] == 42.0f);
+            r->rc = -1;
+            coll_destroy(coll);
+            return;
+        }
+    }
     for (size_t si = 0; si < NSIZES && SIZES[si] <= a->max_size; si++) {
         size_t n = SIZES[si];
         float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *t = malloc(n * sizeof *t);
@@ -70,13 +95,17 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
             fill_input(t, n, k, si);
             for (size_t i = 0; i < n; i++) exact[i] += t[i];
         }
-        fill_input(x, n, rank, si);
-        fill_input(y, n, rank, si);
-        if ((r->rc = coll_allreduce_sum(coll, x, n, r->err, sizeof r->err)) < 0 ||
-            (r->rc = coll_allreduce_sum(coll, y, n, r->err, sizeof r->err)) < 0) {
+        /* shm: both runs on one slice of the arena, at an offset that varies with the size */
+        float *xs = a->shm ? arena + si % 7 : x, *ys = a->shm ? xs : y;
+        fill_input(xs, n, rank, si);
+        r->rc = coll_allreduce_sum(coll, xs, n, r->err, sizeof r->err);
+        memcpy(x, xs, n * sizeof *x);
+        fill_input(ys, n, rank, si);
+        if (r->rc < 0 || (r->rc = coll_allreduce_sum(coll, ys, n, r->err, sizeof r->err)) < 0) {
             free(x), free(y), free(t), free(exact);
             break;
         }
+        memcpy(y, ys, n * sizeof *y);
         util_sha256_hex(x, n * sizeof *x, r->hash[si]);
         r->repeat_same[si] = memcmp(x, y, n * sizeof *x) == 0;
         double m = 0;
@@ -86,16 +115,18 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
         free(x), free(y), free(t), free(exact);
     }
     coll_destroy(coll);
+    if (arena) munmap(arena, arena_bytes);
 }
 
-static void check_allreduce(int world, size_t segment_bytes, size_t max_size, size_t thread_min)
+static void check_allreduce_opts(int world, size_t segment_bytes, size_t max_size,
+                                size_t thread_min, int shm)
 {
     Cluster c;
     RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
     assert_non_null(res);
     assert_int_equal(cluster_listen(&c, world), 0);
     RingArg a = {.res = res, .segment_bytes = segment_bytes, .max_size = max_size,
-                 .thread_min = thread_min, .victim = -1};
+                 .thread_min = thread_min, .victim = -1, .shm = shm};
     for (int r = 0; r < world; r++) cluster_start(&c, r, allreduce_rank, &a);
     assert_int_equal(cluster_wait(&c, scaled(120)), 0);
     size_t nsizes = 0;
@@ -115,6 +146,19 @@ static void check_allreduce(int world, size_t segment_bytes, size_t max_size, si
         }
     }
     munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+}
+
+static void check_allreduce(int world, size_t segment_bytes, size_t max_size, size_t thread_min)
+{
+    check_allreduce_opts(world, segment_bytes, max_size, thread_min, 0);
+}
+
+/* Through shared memory (shm.h): slices at odd offsets of the arena, sizes on both
+ * sides of SHM_MIN_BYTES and not multiples of the world; the same checks. */
+static void test_shm_allreduce(void **state)
+{
+    (void)state;
+    for (int world = 2; world <= 4; world++) check_allreduce_opts(world, 0, SIZE_MAX, 0, 1);
 }
 
 static void test_allreduce_2(void **state)
@@ -385,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_3),
         cmocka_unit_test(test_allreduce_4),
         cmocka_unit_test(test_allreduce_small_segments),
+        cmocka_unit_test(test_shm_allreduce),
         cmocka_unit_test(test_allreduce_single_thread_and_all_threaded),
         cmocka_unit_test(test_broadcast_barrier_2),
         cmocka_unit_test(test_broadcast_barrier_4),
