@@ -51,7 +51,11 @@ static void im2col(float *col, const float *inp, const ConvGeom *g, int b)
                     if (iy < 0 || iy >= g->h) {
                         memset(col, 0, (size_t)kc * sizeof *col);
                     } else if (ix0 >= 0 && ix0 + g->kw <= g->w) {
-                        memcpy(col, img + ((size_t)iy * g->w + ix0) * g->c, (size_t)kc * sizeof *col);
+                        const float *src = img + ((size_t)iy * g->w + ix0) * g->c;
+                        if (kc <= 16) /* a few floats (3 for a 3x3 kernel on one channel) */
+                            for (int j = 0; j < kc; j++) col[j] = src[j];
+                        else
+                            memcpy(col, src, (size_t)kc * sizeof *col);
                     } else {
                         for (int kx = 0; kx < g->kw; kx++) {
                             int ix = ix0 + kx;
@@ -108,69 +112,110 @@ static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
         for (size_t j = 0; j < cols; j++) dbias[j] += dout[r * cols + j];
 }
 
+/* Examples per block: a convolution runs block by block so that each block's output
+ * (about CONV_BLOCK_FLOATS) is still in cache when its bias, relu and gradient passes
+ * read it, instead of making several trips through memory over the whole batch. */
+#define CONV_BLOCK_FLOATS (64 * 1024)
+static int block_examples(const ConvGeom *g)
+{
+    const size_t per = (size_t)g->oh * g->ow * (g->f > g->kh * g->kw * g->c ? g->f
+                                                                            : g->kh * g->kw * g->c);
+    return per >= CONV_BLOCK_FLOATS ? 1 : (int)(CONV_BLOCK_FLOATS / per);
+}
+
+/* The block of nb examples from example n0: its rows of col, out and dout, its input. */
+typedef struct ConvBlock {
+    int n0, nb, m; /* m = nb*oh*ow rows */
+    size_t col, out, in;
+} ConvBlock;
+
+static ConvBlock conv_block(const ConvGeom *g, int n0, int nb)
+{
+    const size_t rows = (size_t)n0 * g->oh * g->ow;
+    return (ConvBlock){.n0 = n0, .nb = nb, .m = nb * g->oh * g->ow,
+                       .col = rows * g->kh * g->kw * g->c, .out = rows * g->f,
+                       .in = (size_t)n0 * g->h * g->w * g->c};
+}
+
 void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b)
 {
-    const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
-    im2col(col, inp, g, b);
-    bias_rows(out, bias, (size_t)m, (size_t)g->f);
-    gemm(GEMM_N, GEMM_N, m, g->f, k, 1.0f, col, k, weight, g->f, 1.0f, out, g->f);
+    const int k = g->kh * g->kw * g->c;
+    const int eb = block_examples(g);
+    for (int n0 = 0; n0 < b; n0 += eb) {
+        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
+        im2col(col + blk.col, inp + blk.in, g, blk.nb);
+        bias_rows(out + blk.out, bias, (size_t)blk.m, (size_t)g->f);
+        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 1.0f,
+             out + blk.out, g->f);
+    }
 }
 
 void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b)
 {
-    const size_t m = (size_t)b * g->oh * g->ow, f = (size_t)g->f;
+    const size_t f = (size_t)g->f;
     const int k = g->kh * g->kw * g->c;
-    im2col(col, inp, g, b);
-    gemm(GEMM_N, GEMM_N, (int)m, g->f, k, 1.0f, col, k, weight, g->f, 0.0f, out, g->f);
-    for (size_t r = 0; r < m; r++) {
-        float *o = out + r * f;
-        for (size_t j = 0; j < f; j++) {
-            const float v = o[j] + bias[j];
-            o[j] = v > 0.0f ? v : 0.0f;
-        }
+    const int eb = block_examples(g);
+    for (int n0 = 0; n0 < b; n0 += eb) {
+        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
+        float *o = out + blk.out;
+        im2col(col + blk.col, inp + blk.in, g, blk.nb);
+        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
+        for (size_t r = 0; r < (size_t)blk.m; r++, o += f)
+            for (size_t j = 0; j < f; j++) {
+                const float v = o[j] + bias[j];
+                o[j] = v > 0.0f ? v : 0.0f;
+            }
     }
 }
 
-/* conv2d_backward from dout, the gradient before the activation (bias_grad done). */
-static void conv2d_backward_rest(float *dinput, float *dweight, float *dcol, const float *dout,
-                                 const float *col, const float *weight, const ConvGeom *g, int b);
+/* The kernel gradient (accumulated from the second block on) and the input gradient of
+ * one block, from its dout before the activation. */
+static void conv2d_backward_block(float *dinput, float *dweight, float *dcol, const float *dout,
+                                  const float *col, const float *weight, const ConvGeom *g,
+                                  const ConvBlock *blk)
+{
+    const int k = g->kh * g->kw * g->c;
+    /* dweight (K,F) (+)= col^T (K,M) @ dout (M,F) */
+    gemm(GEMM_T, GEMM_N, k, g->f, blk->m, 1.0f, col + blk->col, k, dout + blk->out, g->f,
+         blk->n0 ? 1.0f : 0.0f, dweight, g->f);
+    if (!dinput) return;
+    /* dcol (M,K) = dout (M,F) @ weight^T (F,K) */
+    gemm(GEMM_N, GEMM_T, blk->m, k, g->f, 1.0f, dout + blk->out, g->f, weight, g->f, 0.0f,
+         dcol + blk->col, k);
+    col2im(dinput + blk->in, dcol + blk->col, g, blk->nb);
+}
 
 void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
                           const float *out, const float *col, const float *weight,
                           const ConvGeom *g, int b)
 {
-    const size_t m = (size_t)b * g->oh * g->ow, f = (size_t)g->f;
+    const size_t f = (size_t)g->f;
     memset(dbias, 0, f * sizeof *dbias);
-    for (size_t r = 0; r < m; r++) {
-        float *d = dout + r * f;
-        const float *y = out + r * f;
-        for (size_t j = 0; j < f; j++) {
-            d[j] = y[j] > 0.0f ? d[j] : 0.0f;
-            dbias[j] += d[j];
-        }
+    const int eb = block_examples(g);
+    for (int n0 = 0; n0 < b; n0 += eb) {
+        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
+        float *d = dout + blk.out;
+        const float *y = out + blk.out;
+        for (size_t r = 0; r < (size_t)blk.m; r++, d += f, y += f)
+            for (size_t j = 0; j < f; j++) {
+                d[j] = y[j] > 0.0f ? d[j] : 0.0f;
+                dbias[j] += d[j];
+            }
+        conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
     }
-    conv2d_backward_rest(dinput, dweight, dcol, dout, col, weight, g, b);
 }
 
 void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
                      const float *col, const float *weight, const ConvGeom *g, int b)
 {
     bias_grad(dbias, dout, (size_t)b * g->oh * g->ow, (size_t)g->f);
-    conv2d_backward_rest(dinput, dweight, dcol, dout, col, weight, g, b);
-}
-
-static void conv2d_backward_rest(float *dinput, float *dweight, float *dcol, const float *dout,
-                                 const float *col, const float *weight, const ConvGeom *g, int b)
-{
-    const int m = b * g->oh * g->ow, k = g->kh * g->kw * g->c;
-    /* dweight (K,F) = col^T (K,M) @ dout (M,F) */
-    gemm(GEMM_T, GEMM_N, k, g->f, m, 1.0f, col, k, dout, g->f, 0.0f, dweight, g->f);
-    if (!dinput) return;
-    /* dcol (M,K) = dout (M,F) @ weight^T (F,K) */
-    gemm(GEMM_N, GEMM_T, m, k, g->f, 1.0f, dout, g->f, weight, g->f, 0.0f, dcol, k);
-    col2im(dinput, dcol, g, b);
+    const int eb = block_examples(g);
+    for (int n0 = 0; n0 < b; n0 += eb) {
+        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
+        conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
+    }
 }
 
 /* ----------------------------------------------------------------------------

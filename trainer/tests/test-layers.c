@@ -139,6 +139,66 @@ static void test_conv_relu_fused(void **s)
     rng = keep;
 }
 
+/* A batch large enough to be cut into cache-sized blocks of examples (layers.c: 28x28
+ * outputs of 40 filters make blocks of 2, so 5 examples run as 2+2+1) gives what the
+ * examples give one at a time: outputs and input gradients per example, kernel and bias
+ * gradients summed over them; for the plain and the relu-fused convolution. */
+static void test_conv_blocks_equal_examples(void **s)
+{
+    (void)s;
+    const uint64_t keep = rng;
+    rng = 11;
+    ConvGeom g;
+    const int b = 5, h = 30, w = 30, ch = 2, k = 3, f = 40;
+    assert_int_equal(conv_geom_init(&g, h, w, ch, k, k, f, 1, 1, 0), 0);
+    const size_t pin = (size_t)h * w * ch, pout = (size_t)g.oh * g.ow * f, nw = (size_t)k * k * ch * f,
+                 pcol = conv_col_size(&g, 1);
+    float *in = rand_array(b * pin, 1), *wt = rand_array(nw, 0.5f), *bias = rand_array((size_t)f, 0.5f);
+    float *r = rand_array(b * pout, 1);
+    float *out = malloc(b * pout * 4), *col = malloc(b * pcol * 4), *dcol = malloc(b * pcol * 4),
+          *din = malloc(b * pin * 4), *dw = malloc(nw * 4), *db = malloc((size_t)f * 4),
+          *d = malloc(b * pout * 4);
+    float *o1 = malloc(pout * 4), *c1 = malloc(pcol * 4), *din1 = malloc(pin * 4),
+          *dw1 = malloc(nw * 4), *db1 = malloc((size_t)f * 4), *d1 = malloc(pout * 4);
+    double *dws = malloc(nw * sizeof *dws), *dbs = malloc((size_t)f * sizeof *dbs);
+    for (int relu = 0; relu < 2; relu++) {
+        memcpy(d, r, b * pout * 4);
+        if (relu) {
+            conv2d_forward_relu(out, col, in, wt, bias, &g, b);
+            conv2d_backward_relu(din, dw, db, dcol, d, out, col, wt, &g, b);
+        } else {
+            conv2d_forward(out, col, in, wt, bias, &g, b);
+            conv2d_backward(din, dw, db, dcol, d, col, wt, &g, b);
+        }
+        memset(dws, 0, nw * sizeof *dws), memset(dbs, 0, (size_t)f * sizeof *dbs);
+        for (int n = 0; n < b; n++) {
+            memcpy(d1, r + n * pout, pout * 4);
+            if (relu) {
+                conv2d_forward_relu(o1, c1, in + n * pin, wt, bias, &g, 1);
+                conv2d_backward_relu(din1, dw1, db1, dcol, d1, o1, c1, wt, &g, 1);
+            } else {
+                conv2d_forward(o1, c1, in + n * pin, wt, bias, &g, 1);
+                conv2d_backward(din1, dw1, db1, dcol, d1, c1, wt, &g, 1);
+            }
+            for (size_t i = 0; i < pout; i++) assert_true(out[n * pout + i] == o1[i]);
+            for (size_t i = 0; i < pin; i++)
+                assert_true(fabsf(din[n * pin + i] - din1[i]) <= 1e-5f * (1.0f + fabsf(din1[i])));
+            for (size_t i = 0; i < nw; i++) dws[i] += dw1[i];
+            for (int i = 0; i < f; i++) dbs[i] += db1[i];
+        }
+        for (size_t i = 0; i < nw; i++)
+            if (fabs(dw[i] - dws[i]) > 1e-4 * (1.0 + fabs(dws[i])))
+                fail_msg("relu %d: dweight[%zu] %g, per example %g", relu, i, dw[i], dws[i]);
+        for (int i = 0; i < f; i++)
+            if (fabs(db[i] - dbs[i]) > 1e-4 * (1.0 + fabs(dbs[i])))
+                fail_msg("relu %d: dbias[%d] %g, per example %g", relu, i, db[i], dbs[i]);
+    }
+    free(in), free(wt), free(bias), free(r), free(out), free(col), free(dcol), free(din), free(dw);
+    free(db), free(d), free(o1), free(c1), free(din1), free(dw1), free(db1), free(d1), free(dws);
+    free(dbs);
+    rng = keep;
+}
+
 static void test_conv_geometry(void **s)
 {
     (void)s;
@@ -484,6 +544,7 @@ static void test_model_grad_nd_dense_and_pool(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_blocks_equal_examples),
         cmocka_unit_test(test_conv_geometry),     cmocka_unit_test(test_conv_valid),
         cmocka_unit_test(test_conv_relu_fused),
         cmocka_unit_test(test_conv_same_stride2), cmocka_unit_test(test_conv_same_even_kernel),
