@@ -10,13 +10,15 @@
  * bytes sent per process / time for the bytes one ring rank sends, size x 2(N-1)/N, so
  * the two columns compare directly. The three take turns --rounds times; each figure is
  * the best of all rounds' --repeats timed loops; a loop moves about 256 MiB (5 to 1000
- * all-reduces), and the ranks' times are maxed.
+ * all-reduces), and the ranks' times are maxed. A fourth column, shm, is the trainer's
+ * collective between ranks of one host: the ring with its shared-memory path (shm.h).
  *
  * usage: bench-allreduce [--out FILE] [--python PYTHON] [--repeats R] [--rounds K] [--worlds 2,4]
  *                        [--sizes BYTES,...] [--sockbuf BYTES] [--segment BYTES]
  *                        [--thread-min BYTES] */
 #include "net.h"
 #include "ring.h"
+#include "shm.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -64,7 +66,10 @@ typedef struct Shared {
     char err[MAX_WORLD][256];
 } Shared;
 
-static void ring_rank(int rank, int world, const int *lfd, const int *port, Shared *sh)
+/* shm: the ring wrapped by shm_wrap, the buffer a shared arena (as the trainer's
+ * gradient arena: whole pages mapped alone), so all-reduces of 256 KiB and more go
+ * through shared memory (shm.h) */
+static void ring_rank(int rank, int world, const int *lfd, const int *port, Shared *sh, int shm)
 {
     TfConfig tf = {.world = world, .rank = rank, .peers = xcalloc((size_t)world, sizeof(TfPeer))};
     for (int i = 0; i < world; i++) {
@@ -83,7 +88,16 @@ static void ring_rank(int rank, int world, const int *lfd, const int *port, Shar
     Collective *c = ring_create(rank, world, &conn, &ro);
     size_t maxn = 0;
     for (int s = 0; s < g_nsizes; s++) maxn = g_sizes[s] > maxn ? g_sizes[s] : maxn;
-    float *x = xmalloc(maxn);
+    const size_t bytes = (maxn + 4095) / 4096 * 4096;
+    float *x = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (x == MAP_FAILED) util_fail(1, "out of memory");
+    if (shm) {
+        c = shm_wrap(c);
+        if ((sh->rc[rank] = coll_share_arena(c, x, bytes, err, 256)) == 0 && !shm_active(c)) {
+            snprintf(err, 256, "shared memory not taken up");
+            sh->rc[rank] = -1;
+        }
+    }
     for (size_t i = 0; i < maxn / sizeof(float); i++) x[i] = 1.0f / (float)(i % 97 + 1);
     for (int s = 0; s < g_nsizes && sh->rc[rank] == 0; s++) {
         size_t n = g_sizes[s] / sizeof(float);
@@ -97,8 +111,8 @@ static void ring_rank(int rank, int world, const int *lfd, const int *port, Shar
             sh->t[rank][s][r] = (util_now() - t0) / iters;
         }
     }
-    free(x);
     coll_destroy(c);
+    munmap(x, bytes);
     tfconfig_free(&tf);
 }
 
@@ -269,7 +283,7 @@ static void best_times(const Shared *sh, int ranks, double *best)
     }
 }
 
-static int run_ring(int world, double *best)
+static int run_ring(int world, double *best, int shm)
 {
     Shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     memset(sh, 0, sizeof *sh);
@@ -283,7 +297,7 @@ static int run_ring(int world, double *best)
         if ((pid[i] = fork()) == 0) {
             for (int k = 0; k < world; k++)
                 if (k != i) close(lfd[k]);
-            ring_rank(i, world, lfd, port, sh);
+            ring_rank(i, world, lfd, port, sh, shm);
             _exit(sh->rc[i] ? 1 : 0);
         }
     }
@@ -443,15 +457,16 @@ int main(int argc, char **argv)
         int world = (int)worlds[w];
         if (world < 2 || world > MAX_WORLD)
             util_fail(2, "--worlds: %d is not in 2..%d", world, MAX_WORLD);
-        double tr[MAX_SIZES], tx[MAX_SIZES], tg[MAX_SIZES];
-        double br[MAX_SIZES], bx[MAX_SIZES], bg[MAX_SIZES];
+        double tr[MAX_SIZES], tx[MAX_SIZES], tg[MAX_SIZES], ts[MAX_SIZES];
+        double br[MAX_SIZES], bx[MAX_SIZES], bg[MAX_SIZES], bs[MAX_SIZES];
         int have_gloo = python != NULL;
-        for (int s = 0; s < g_nsizes; s++) br[s] = bx[s] = bg[s] = 1e30;
+        for (int s = 0; s < g_nsizes; s++) br[s] = bx[s] = bg[s] = bs[s] = 1e30;
         /* the contenders take turns so that the machine's load hits them alike */
         for (int round = 0; round < g_rounds; round++) {
-            util_log("N=%d round %d: ring, loopback exchange%s", world, round + 1,
+            util_log("N=%d round %d: ring, shared memory, loopback exchange%s", world, round + 1,
                      have_gloo ? ", gloo" : "");
-            failed |= run_ring(world, tr);
+            failed |= run_ring(world, tr, 0);
+            failed |= run_ring(world, ts, 1);
             failed |= run_exchange(world, tx);
             if (have_gloo && run_gloo(python, script, world, tg) != 0) {
                 util_log("gloo run failed; its column is left out");
@@ -460,10 +475,12 @@ int main(int argc, char **argv)
             for (int s = 0; s < g_nsizes; s++) {
                 br[s] = tr[s] < br[s] ? tr[s] : br[s];
                 bx[s] = tx[s] < bx[s] ? tx[s] : bx[s];
+                bs[s] = ts[s] < bs[s] ? ts[s] : bs[s];
                 if (have_gloo) bg[s] = tg[s] < bg[s] ? tg[s] : bg[s];
             }
         }
         memcpy(tr, br, sizeof tr), memcpy(tx, bx, sizeof tx), memcpy(tg, bg, sizeof tg);
+        memcpy(ts, bs, sizeof ts);
         double f = 2.0 * (world - 1) / world;
         for (int s = 0; s < g_nsizes; s++) {
             cJSON *r = cJSON_CreateObject();
@@ -475,8 +492,13 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(r, "ring_busbw_GBps", ring_bus);
             cJSON_AddNumberToObject(r, "exchange_limit_GBps", limit);
             cJSON_AddNumberToObject(r, "ring_vs_limit", ring_bus / limit);
-            printf("N=%d %10.0f B  ring %8.1f us %6.3f GB/s  limit %6.3f GB/s (x%.2f)", world,
-                   size, tr[s] * 1e6, ring_bus, limit, ring_bus / limit);
+            /* below SHM_MIN_BYTES the shared-memory collective hands the ring the work */
+            const double shm_bus = size / ts[s] * f / 1e9;
+            cJSON_AddNumberToObject(r, "shm_us", ts[s] * 1e6);
+            cJSON_AddNumberToObject(r, "shm_busbw_GBps", shm_bus);
+            cJSON_AddBoolToObject(r, "shm_path", size >= SHM_MIN_BYTES);
+            printf("N=%d %10.0f B  ring %8.1f us %6.3f GB/s  limit %6.3f GB/s (x%.2f)  shm %6.3f GB/s",
+                   world, size, tr[s] * 1e6, ring_bus, limit, ring_bus / limit, shm_bus);
             if (have_gloo) {
                 double gloo_bus = size / tg[s] * f / 1e9;
                 cJSON_AddNumberToObject(r, "gloo_us", tg[s] * 1e6);
