@@ -169,6 +169,8 @@ def throughput_plot(core, dist, out_dir):
                     if isinstance(r.get(run), dict) and "samples_per_sec" in r[run]]
         for key, run, label, colour in [
                 ("kubetrain_2w_samples_per_sec", "kubetrain_2", "kubetrain\n2 workers", "#1f77b4"),
+                ("kubetrain_2w_tcp_samples_per_sec", "kubetrain_2_tcp",
+                 "kubetrain 2 workers\nTCP ring only", "#aec7e8"),
                 ("tensorflow_mwms_2w_samples_per_sec", "tensorflow_2", "TensorFlow MWMS\n2 workers",
                  "#ff7f0e"),
                 ("kubetrain_4w_samples_per_sec", "kubetrain_4", "kubetrain\n4 workers", "#1f77b4")]:
@@ -197,7 +199,7 @@ def throughput_plot(core, dist, out_dir):
 def allreduce_plot(sources, out_dir):
     fig, ax = plt.subplots(figsize=(10, 5.6))
     fig.subplots_adjust(bottom=0.18)
-    styles = {"ring": ("-", "o"), "gloo": ("--", "s"), "limit": (":", "")}
+    styles = {"ring": ("-", "o"), "gloo": ("--", "s"), "limit": (":", ""), "shm": ("-.", "^")}
     colours = {2: "#1f77b4", 4: "#d62728"}
     for src in sources:
         rows = src.doc["results"]
@@ -215,6 +217,10 @@ def allreduce_plot(sources, out_dir):
                 continue
             ax.plot(mib, [r["ring_busbw_GBps"] for r in rs], styles["ring"][0],
                     marker=styles["ring"][1], color=c, label="kubetrain ring N=%d" % world)
+            if "shm_busbw_GBps" in rs[0]:
+                ax.plot(mib, [r["shm_busbw_GBps"] for r in rs], styles["shm"][0],
+                        marker=styles["shm"][1], color=c,
+                        label="kubetrain shared memory N=%d (ring below 256 KiB)" % world)
             if "gloo_busbw_GBps" in rs[0]:
                 ax.plot(mib, [r["gloo_busbw_GBps"] for r in rs], styles["gloo"][0],
                         marker=styles["gloo"][1], color=c, label="PyTorch gloo N=%d" % world)
@@ -336,10 +342,11 @@ def allreduce_section(src):
     if d.get("definition"):
         lines += ["Definition: %s" % d["definition"], ""]
     rows = [[r["world"], r["bytes"], r["ring_busbw_GBps"], r.get("gloo_busbw_GBps", ""),
-             r.get("exchange_limit_GBps", ""), r.get("ring_vs_gloo", ""), r.get("ring_vs_limit", "")]
+             r.get("exchange_limit_GBps", ""), r.get("ring_vs_gloo", ""), r.get("ring_vs_limit", ""),
+             r.get("shm_busbw_GBps", "")]
             for r in d["results"]]
     lines += [table(["N", "bytes", "ring GB/s", "gloo GB/s", "loopback limit GB/s",
-                     "ring/gloo", "ring/limit"], rows), ""]
+                     "ring/gloo", "ring/limit", "shared memory GB/s"], rows), ""]
     return lines
 
 
