@@ -41,21 +41,31 @@ size_t conv_col_size(const ConvGeom *g, int b)
 static void im2col(float *col, const float *inp, const ConvGeom *g, int b)
 {
     const int kc = g->kw * g->c;
+    const size_t row = (size_t)g->w * g->c;
     for (int n = 0; n < b; n++) {
         const float *img = inp + (size_t)n * g->h * g->w * g->c;
         for (int oy = 0; oy < g->oh; oy++) {
             for (int ox = 0; ox < g->ow; ox++) {
                 int iy0 = oy * g->sh - g->pad_top, ix0 = ox * g->sw - g->pad_left;
+                if (kc <= 16 && iy0 >= 0 && iy0 + g->kh <= g->h && ix0 >= 0 &&
+                    ix0 + g->kw <= g->w) {
+                    /* the whole field inside, in rows of a few floats (3 for a 3x3
+                     * kernel on one channel): copied inline */
+                    const float *src = img + (size_t)iy0 * row + (size_t)ix0 * g->c;
+                    if (kc == 3) /* three floats a row, unrolled */
+                        for (int ky = 0; ky < g->kh; ky++, src += row, col += 3)
+                            col[0] = src[0], col[1] = src[1], col[2] = src[2];
+                    else
+                        for (int ky = 0; ky < g->kh; ky++, src += row, col += kc)
+                            for (int j = 0; j < kc; j++) col[j] = src[j];
+                    continue;
+                }
                 for (int ky = 0; ky < g->kh; ky++) {
                     int iy = iy0 + ky;
                     if (iy < 0 || iy >= g->h) {
                         memset(col, 0, (size_t)kc * sizeof *col);
                     } else if (ix0 >= 0 && ix0 + g->kw <= g->w) {
-                        const float *src = img + ((size_t)iy * g->w + ix0) * g->c;
-                        if (kc <= 16) /* a few floats (3 for a 3x3 kernel on one channel) */
-                            for (int j = 0; j < kc; j++) col[j] = src[j];
-                        else
-                            memcpy(col, src, (size_t)kc * sizeof *col);
+                        memcpy(col, img + ((size_t)iy * g->w + ix0) * g->c, (size_t)kc * sizeof *col);
                     } else {
                         for (int kx = 0; kx < g->kw; kx++) {
                             int ix = ix0 + kx;
@@ -137,6 +147,27 @@ static ConvBlock conv_block(const ConvGeom *g, int n0, int nb)
                        .in = (size_t)n0 * g->h * g->w * g->c};
 }
 
+/* o = relu(o + bias), row by row (restrict: the rows vectorize) */
+static void relu_bias_rows(float *restrict o, const float *restrict bias, size_t rows, size_t f)
+{
+    for (size_t r = 0; r < rows; r++, o += f)
+        for (size_t j = 0; j < f; j++) {
+            const float v = o[j] + bias[j];
+            o[j] = v > 0.0f ? v : 0.0f;
+        }
+}
+
+/* d = relu'(y) d in place, and its column sums added onto dbias */
+static void relu_grad_rows(float *restrict d, float *restrict dbias, const float *restrict y,
+                           size_t rows, size_t f)
+{
+    for (size_t r = 0; r < rows; r++, d += f, y += f)
+        for (size_t j = 0; j < f; j++) {
+            d[j] = y[j] > 0.0f ? d[j] : 0.0f;
+            dbias[j] += d[j];
+        }
+}
+
 void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b)
 {
@@ -162,11 +193,7 @@ void conv2d_forward_relu(float *out, float *col, const float *inp, const float *
         float *o = out + blk.out;
         im2col(col + blk.col, inp + blk.in, g, blk.nb);
         gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
-        for (size_t r = 0; r < (size_t)blk.m; r++, o += f)
-            for (size_t j = 0; j < f; j++) {
-                const float v = o[j] + bias[j];
-                o[j] = v > 0.0f ? v : 0.0f;
-            }
+        relu_bias_rows(o, bias, (size_t)blk.m, f);
     }
 }
 
@@ -196,13 +223,7 @@ void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dc
     const int eb = block_examples(g);
     for (int n0 = 0; n0 < b; n0 += eb) {
         const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
-        float *d = dout + blk.out;
-        const float *y = out + blk.out;
-        for (size_t r = 0; r < (size_t)blk.m; r++, d += f, y += f)
-            for (size_t j = 0; j < f; j++) {
-                d[j] = y[j] > 0.0f ? d[j] : 0.0f;
-                dbias[j] += d[j];
-            }
+        relu_grad_rows(dout + blk.out, dbias, out + blk.out, (size_t)blk.m, f);
         conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
     }
 }

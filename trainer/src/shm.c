@@ -103,8 +103,13 @@ static int shm_allreduce_sum(Collective *c, float *buf, size_t n, char *err, siz
 static const float *open_peer(const char *name, size_t bytes, char *why, size_t whylen)
 {
     int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0 && errno == ENOENT) {
+        snprintf(why, whylen, "a peer's shared memory %s is not here (another host, or a "
+                              "/dev/shm of its own as in a pod)", name);
+        return NULL;
+    }
     if (fd < 0) {
-        snprintf(why, whylen, "%s: %s", name, strerror(errno));
+        snprintf(why, whylen, "a peer's shared memory %s: %s", name, strerror(errno));
         return NULL;
     }
     struct stat st;

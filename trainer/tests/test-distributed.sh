@@ -71,6 +71,21 @@ if [[ $rc0 -eq 0 && $rc1 -eq 0 ]] && grep -q "all-reduce over TCP: rank 1 has no
    && [[ $(cat "$tmp/f0.out" "$tmp/f1.out" | sed -n 's/weights-sha256: //p' | sort -u) == "$H2" ]]; then
   tap_ok "one rank without shared memory: every rank keeps the ring (said in the log), same hash"
 else tap_fail "fallback to the ring" "rc=$rc0/$rc1 $(grep -i all-reduce "$tmp/f0.err" "$tmp/f1.err")"; fi
+# a rank with a /dev/shm of its own, as a pod has (a private mount namespace; needs root)
+if unshare -m true 2>/dev/null; then
+  p0=$(free_port); p1=$(free_port)
+  TF_CONFIG=$(tf_config 0 "$p0" "$p1") KUBETRAIN_SECRET=s "$BIN" "${mlp[@]}" >"$tmp/n0.out" 2>"$tmp/n0.err" & n0=$!; pids+=("$n0")
+  TF_CONFIG=$(tf_config 1 "$p0" "$p1") KUBETRAIN_SECRET=s unshare -m sh -c 'mount -t tmpfs kt-shm /dev/shm && exec "$@"' sh \
+    "$BIN" "${mlp[@]}" >"$tmp/n1.out" 2>"$tmp/n1.err"; rc1=$?
+  wait "$n0"; rc0=$?
+  if [[ $rc0 -eq 0 && $rc1 -eq 0 ]] && grep -q "all-reduce over TCP: a peer's shared memory .* is not here" "$tmp/n0.err" \
+     && grep -q "all-reduce over TCP: a peer's shared memory .* is not here" "$tmp/n1.err" \
+     && [[ $(cat "$tmp/n0.out" "$tmp/n1.out" | sed -n 's/weights-sha256: //p' | sort -u) == "$H2" ]]; then
+    tap_ok "ranks with separate /dev/shm (as pods): both keep the ring and say why, same hash"
+  else tap_fail "separate /dev/shm" "rc=$rc0/$rc1 $(grep -i all-reduce "$tmp/n0.err" "$tmp/n1.err")"; fi
+else
+  tap_skip "ranks with separate /dev/shm" "unshare -m is not allowed here (needs root)"
+fi
 leftover=$(find /dev/shm -maxdepth 1 -name 'kubetrain-*' -user "$(id -u)" 2>/dev/null | while read -r f; do
   pid=${f#/dev/shm/kubetrain-}; pid=${pid%%-*}; kill -0 "$pid" 2>/dev/null || echo "$f"; done)
 [[ -z $leftover ]] && tap_ok "no shared-memory object is left in /dev/shm" || tap_fail "objects left in /dev/shm" "$leftover"
