@@ -216,7 +216,7 @@ static void conv2d_backward_block(float *dinput, float *dweight, float *dcol, co
 
 void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
                           const float *out, const float *col, const float *weight,
-                          const ConvGeom *g, int b)
+                          const ConvGeom *g, int b, int rezero)
 {
     const size_t f = (size_t)g->f;
     memset(dbias, 0, f * sizeof *dbias);
@@ -225,6 +225,7 @@ void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dc
         const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
         relu_grad_rows(dout + blk.out, dbias, out + blk.out, (size_t)blk.m, f);
         conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
+        if (rezero) memset(dout + blk.out, 0, (size_t)blk.m * f * sizeof *dout);
     }
 }
 
@@ -250,20 +251,23 @@ void dense_forward(float *out, const float *inp, const float *weight, const floa
 }
 
 void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
-                    const float *inp, const float *weight, int b, int in, int outn)
+                    const float *inp, const float *weight, int b, int in, int outn, int din_zero)
 {
     bias_grad(dbias, dout, (size_t)b, (size_t)outn);
     gemm(GEMM_T, GEMM_N, in, outn, b, 1.0f, inp, in, dout, outn, 0.0f, dweight, outn);
     if (dinput)
-        gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, 0.0f, dinput, in);
+        gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, din_zero ? 1.0f : 0.0f,
+             dinput, in);
 }
 
 void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const float *inp,
-                        float *weight, int b, int in, int outn, float lr, float decay)
+                        float *weight, int b, int in, int outn, float lr, float decay,
+                        int din_zero)
 {
     bias_grad(dbias, dout, (size_t)b, (size_t)outn);
     if (dinput)
-        gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, 0.0f, dinput, in);
+        gemm(GEMM_N, GEMM_T, b, in, outn, 1.0f, dout, outn, weight, outn, din_zero ? 1.0f : 0.0f,
+             dinput, in);
     gemm(GEMM_T, GEMM_N, in, outn, b, -lr, inp, in, dout, outn, decay, weight, outn);
 }
 

@@ -48,23 +48,28 @@ void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, c
  * gradient before the relu in place, and goes on as conv2d_backward. */
 void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b);
+/* rezero: dout is left all zero (block by block, while the block is in cache), for a
+ * product that adds onto it the next time (dense_backward's din_zero). */
 void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
                           const float *out, const float *col, const float *weight,
-                          const ConvGeom *g, int b);
+                          const ConvGeom *g, int b, int rezero);
 
 /* out (B,OUT) = inp (B,IN) @ weight (IN,OUT) + bias (OUT). */
 void dense_forward(float *out, const float *inp, const float *weight, const float *bias, int b,
                    int in, int outn);
-/* dweight (IN,OUT), dbias (OUT) and, when dinput != NULL, dinput (B,IN) from dout (B,OUT). */
+/* dweight (IN,OUT), dbias (OUT) and, when dinput != NULL, dinput (B,IN) from dout (B,OUT).
+ * din_zero: dinput holds zeros already, so the product is added onto it and spared the
+ * pass that would zero it. */
 void dense_backward(float *dinput, float *dweight, float *dbias, const float *dout,
-                    const float *inp, const float *weight, int b, int in, int outn);
+                    const float *inp, const float *weight, int b, int in, int outn, int din_zero);
 /* dense_backward with a plain SGD update of the kernel folded into its gradient's
  * product: dinput (from the weights as they were) and dbias as above, then
  *     weight = decay * weight - lr * inp^T @ dout
  * in place, so that the kernel's gradient is never written (decay = 1 - lr * the
  * L2 term's factor). */
 void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const float *inp,
-                        float *weight, int b, int in, int outn, float lr, float decay);
+                        float *weight, int b, int in, int outn, float lr, float decay,
+                        int din_zero);
 
 /* Geometry of one MaxPooling2D: input (B,H,W,C) -> output (B,OH,OW,C). */
 typedef struct {

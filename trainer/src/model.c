@@ -616,6 +616,8 @@ static void free_buffers(Model *m)
     free(m->dcol);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
+    free(m->dzero);
+    m->dzero = NULL;
     m->acts = NULL;
     m->masks = NULL;
     m->argmax = NULL;
@@ -666,6 +668,17 @@ void model_init_params(Model *m, uint64_t seed)
     }
 }
 
+/* 1 when layer i is a Dense layer whose input gradient goes straight (through Flatten or
+ * Reshape alone) to a Conv2D with relu: that gradient can live in m->dzero. */
+static int dense_feeds_relu_conv(const Model *m, int i)
+{
+    if (m->layers[i].type != LAYER_DENSE) return 0;
+    int j = i - 1;
+    while (j >= 0 && (m->layers[j].type == LAYER_FLATTEN || m->layers[j].type == LAYER_RESHAPE))
+        j--;
+    return j >= 0 && m->layers[j].type == LAYER_CONV2D && m->layers[j].act == ACT_RELU;
+}
+
 void model_reserve(Model *m, int max_batch)
 {
     if (max_batch <= m->max_batch) return;
@@ -694,6 +707,8 @@ void model_reserve(Model *m, int max_batch)
     m->colmax = colmax / b;
     m->dbuf[0] = xmalloc(b * dmax * sizeof(float));
     m->dbuf[1] = xmalloc(b * dmax * sizeof(float));
+    for (int i = 0; i < m->num_layers && !m->dzero; i++)
+        if (dense_feeds_relu_conv(m, i)) m->dzero = xcalloc(b * dmax, sizeof(float));
     m->max_batch = max_batch;
 }
 
@@ -876,15 +891,17 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         if (kernel_folded(p, l)) {
             const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);
             dense_backward_sgd(din, db, d, in, m->params + l->w_off, cnt * l->dense_rows,
-                               l->dense_in, l->units, p->sgd_lr, decay);
+                               l->dense_in, l->units, p->sgd_lr, decay, din && din == m->dzero);
         } else {
-            dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units);
+            dense_backward(din, dw, db, d, in, w, cnt * l->dense_rows, l->dense_in, l->units,
+                           din && din == m->dzero);
         }
         break;
     case LAYER_CONV2D:
         if (l->act == ACT_RELU) /* the activation's gradient folded in */
             conv2d_backward_relu(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, out,
-                                 m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
+                                 m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt,
+                                 p->d == m->dzero);
         else
             conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
                             m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
@@ -984,6 +1001,9 @@ static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_rea
         p->layer = i;
         /* dropout scales d in place; the others write their input's gradient */
         p->din = i > first_param && l->type != LAYER_DROPOUT ? m->dbuf[1 - cur] : NULL;
+        /* a Dense layer's for a relu Conv2D goes to the buffer kept zero (model.h) */
+        const int to_zero = p->din && m->dzero && dense_feeds_relu_conv(m, i);
+        if (to_zero) p->din = m->dzero;
         int sharded = p->shards > 1 && layer_sharded(l);
         if (sharded)
             parallel_for(p->shards, backward_task, p);
@@ -992,7 +1012,7 @@ static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_rea
         if (l->w_count) finish_layer(p, i, sharded ? p->shards : 1, on_ready, ctx);
         if (p->din) {
             p->d = p->din;
-            cur = 1 - cur;
+            if (!to_zero) cur = 1 - cur; /* with the zero buffer both dbufs are free */
         }
     }
 }

@@ -69,6 +69,11 @@ struct Model {
     float *dcol;            /* scratch for the largest conv's column gradient, colmax
                                floats per example */
     float *dbuf[2];         /* ping-pong activation gradients, dmax floats per example */
+    float *dzero;           /* the input gradient a Dense layer writes for a relu Conv2D
+                               (dense_feeds_relu_conv), dmax floats per example: all zero
+                               between steps (the conv zeroes it again as it reads it), so
+                               the Dense product adds onto it with no zeroing pass; NULL
+                               when no layer needs it */
     size_t dmax, colmax;
 };
 

@@ -129,7 +129,7 @@ static void test_conv_relu_fused(void **s)
     assert_true(zeros > 0 && zeros < (int)nout); /* the relu cut some and kept some */
     activation_backward(r, o1, (size_t)b, nout / (size_t)b, ACT_RELU);
     conv2d_backward(din1, dw1, db1, dcol, r, c1, wt, &g, b);
-    conv2d_backward_relu(din2, dw2, db2, dcol, r2, o2, c2, wt, &g, b);
+    conv2d_backward_relu(din2, dw2, db2, dcol, r2, o2, c2, wt, &g, b, 0);
     for (size_t i = 0; i < nout; i++) assert_true(r[i] == r2[i]);
     for (size_t i = 0; i < nin; i++) assert_true(fabsf(din1[i] - din2[i]) <= 1e-5f);
     for (size_t i = 0; i < nw; i++) assert_true(fabsf(dw1[i] - dw2[i]) <= 1e-5f);
@@ -165,7 +165,7 @@ static void test_conv_blocks_equal_examples(void **s)
         memcpy(d, r, b * pout * 4);
         if (relu) {
             conv2d_forward_relu(out, col, in, wt, bias, &g, b);
-            conv2d_backward_relu(din, dw, db, dcol, d, out, col, wt, &g, b);
+            conv2d_backward_relu(din, dw, db, dcol, d, out, col, wt, &g, b, 0);
         } else {
             conv2d_forward(out, col, in, wt, bias, &g, b);
             conv2d_backward(din, dw, db, dcol, d, col, wt, &g, b);
@@ -175,7 +175,7 @@ static void test_conv_blocks_equal_examples(void **s)
             memcpy(d1, r + n * pout, pout * 4);
             if (relu) {
                 conv2d_forward_relu(o1, c1, in + n * pin, wt, bias, &g, 1);
-                conv2d_backward_relu(din1, dw1, db1, dcol, d1, o1, c1, wt, &g, 1);
+                conv2d_backward_relu(din1, dw1, db1, dcol, d1, o1, c1, wt, &g, 1, 0);
             } else {
                 conv2d_forward(o1, c1, in + n * pin, wt, bias, &g, 1);
                 conv2d_backward(din1, dw1, db1, dcol, d1, c1, wt, &g, 1);
@@ -234,7 +234,7 @@ static void test_dense(void **s)
     c.r = rand_array(12, 1), c.y = malloc(12 * 4);
     float dx[21], dw[28], db[4];
     dense_obj(&c);
-    dense_backward(dx, dw, db, c.r, c.x, c.w, c.b, c.in, c.out);
+    dense_backward(dx, dw, db, c.r, c.x, c.w, c.b, c.in, c.out, 0);
     check_grad("dense dinput", c.x, dx, 21, dense_obj, &c, EPS);
     check_grad("dense dweight", c.w, dw, 28, dense_obj, &c, EPS);
     check_grad("dense dbias", c.bias, db, 4, dense_obj, &c, EPS);

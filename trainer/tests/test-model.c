@@ -293,6 +293,50 @@ static void test_sharded_step_equals_one_thread(void **s)
  * the same update as model_step followed by optim_step: over three steps, with L2 on a
  * conv and on a Dense kernel, dropout, and shards on 3 threads; the statistics agree and
  * the gradients it still writes (everything but the Dense kernels) are the same. */
+/* A Dense layer that feeds a relu Conv2D (through Flatten) adds its input gradient onto
+ * a buffer the conv zeroes again as it reads it (model.h, dzero). The same step twice, on
+ * the same weights and batch, must give the same gradients bit for bit, with one thread
+ * and with shards, and a model_step_sgd between them must leave the buffer zero too. */
+static void test_zeroed_gradient_buffer_stays_zero(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[14,14,1],\"layers\":["
+                       "{\"type\":\"Conv2D\",\"filters\":6,\"kernel_size\":3,"
+                       "\"activation\":\"relu\"},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":12,\"activation\":\"relu\"},"
+                       "{\"type\":\"Dense\",\"units\":10}]}";
+    enum { B = 20 };
+    char err[256];
+    Model *m;
+    assert_int_equal(model_create(&m, spec, 3, err, sizeof err), 0);
+    model_reserve(m, B);
+    assert_non_null(m->dzero);
+    const size_t np = m->num_params, ng = np + MODEL_STATS_FLOATS;
+    float *x = malloc(sizeof(float) * B * 196), *g1 = malloc(ng * sizeof *g1);
+    float *p0 = malloc(np * sizeof *p0);
+    uint8_t y[B];
+    uint64_t rng = 9;
+    for (int i = 0; i < B * 196; i++) x[i] = util_rand_float(&rng);
+    for (int i = 0; i < B; i++) y[i] = (uint8_t)util_rand_below(&rng, 10);
+    memcpy(p0, m->params, np * sizeof *p0);
+    for (int threads = 1; threads <= 3; threads += 2) {
+        gemm_set_threads(threads);
+        StepStats st;
+        model_step(m, x, y, B, B, 1, 1, NULL, NULL, &st);
+        memcpy(g1, m->grads, np * sizeof *g1);
+        for (int i = 0; i < (int)(B * m->dmax); i++) assert_true(m->dzero[i] == 0.0f);
+        model_step_sgd(m, x, y, B, 1, 0.1f, &st); /* moves the weights; uses the buffer too */
+        for (int i = 0; i < (int)(B * m->dmax); i++) assert_true(m->dzero[i] == 0.0f);
+        memcpy(m->params, p0, np * sizeof *p0);
+        model_step(m, x, y, B, B, 1, 1, NULL, NULL, &st);
+        assert_memory_equal(g1, m->grads, np * sizeof *g1);
+    }
+    gemm_set_threads(1);
+    free(x), free(g1), free(p0);
+    model_free(m);
+}
+
 static void test_folded_sgd_equals_step_then_sgd(void **s)
 {
     (void)s;
@@ -364,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_spec_errors), cmocka_unit_test(test_spec_file),
         cmocka_unit_test(test_sharded_step_equals_one_thread),
         cmocka_unit_test(test_folded_sgd_equals_step_then_sgd),
+        cmocka_unit_test(test_zeroed_gradient_buffer_stays_zero),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }
