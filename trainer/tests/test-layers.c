@@ -180,7 +180,11 @@ static void test_conv_blocks_equal_examples(void **s)
                 conv2d_forward(o1, c1, in + n * pin, wt, bias, &g, 1);
                 conv2d_backward(din1, dw1, db1, dcol, d1, c1, wt, &g, 1);
             }
-            for (size_t i = 0; i < pout; i++) assert_true(out[n * pout + i] == o1[i]);
+            /* Not bit for bit: the library's product may take another kernel for the
+             * rows at the edge of a block than for a lone example (OpenBLAS under
+             * valgrind does, where the CPU it sees has no AVX-512). */
+            for (size_t i = 0; i < pout; i++)
+                assert_true(fabsf(out[n * pout + i] - o1[i]) <= 1e-5f * (1.0f + fabsf(o1[i])));
             for (size_t i = 0; i < pin; i++)
                 assert_true(fabsf(din[n * pin + i] - din1[i]) <= 1e-5f * (1.0f + fabsf(din1[i])));
             for (size_t i = 0; i < nw; i++) dws[i] += dw1[i];
