@@ -133,18 +133,31 @@ static int block_examples(const ConvGeom *g)
     return per >= CONV_BLOCK_FLOATS ? 1 : (int)(CONV_BLOCK_FLOATS / per);
 }
 
-/* The block of nb examples from example n0: its rows of col, out and dout, its input. */
+/* The block of nb examples from example n0: its rows of col, out and dout, its input.
+ * for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) visits the blocks of a batch
+ * of b in order. */
 typedef struct ConvBlock {
     int n0, nb, m; /* m = nb*oh*ow rows */
     size_t col, out, in;
 } ConvBlock;
 
-static ConvBlock conv_block(const ConvGeom *g, int n0, int nb)
+static int conv_block_next(const ConvGeom *g, int b, ConvBlock *blk)
 {
+    const int n0 = blk->n0 + blk->nb, eb = block_examples(g);
+    if (n0 >= b) return 0;
+    const int nb = b - n0 < eb ? b - n0 : eb;
     const size_t rows = (size_t)n0 * g->oh * g->ow;
-    return (ConvBlock){.n0 = n0, .nb = nb, .m = nb * g->oh * g->ow,
+    *blk = (ConvBlock){.n0 = n0, .nb = nb, .m = nb * g->oh * g->ow,
                        .col = rows * g->kh * g->kw * g->c, .out = rows * g->f,
                        .in = (size_t)n0 * g->h * g->w * g->c};
+    return 1;
+}
+
+/* o += bias, row by row (restrict: the rows vectorize) */
+static void bias_add_rows(float *restrict o, const float *restrict bias, size_t rows, size_t f)
+{
+    for (size_t r = 0; r < rows; r++, o += f)
+        for (size_t j = 0; j < f; j++) o[j] += bias[j];
 }
 
 /* o = relu(o + bias), row by row (restrict: the rows vectorize) */
@@ -168,33 +181,30 @@ static void relu_grad_rows(float *restrict d, float *restrict dbias, const float
         }
 }
 
+/* Each block: im2col, the product, then the bias (and relu) while the block is in cache. */
+static void conv_forward(float *out, float *col, const float *inp, const float *weight,
+                         const float *bias, const ConvGeom *g, int b, int relu)
+{
+    const int k = g->kh * g->kw * g->c;
+    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
+        float *o = out + blk.out;
+        im2col(col + blk.col, inp + blk.in, g, blk.nb);
+        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
+        if (relu) relu_bias_rows(o, bias, (size_t)blk.m, (size_t)g->f);
+        else bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
+    }
+}
+
 void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b)
 {
-    const int k = g->kh * g->kw * g->c;
-    const int eb = block_examples(g);
-    for (int n0 = 0; n0 < b; n0 += eb) {
-        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
-        im2col(col + blk.col, inp + blk.in, g, blk.nb);
-        bias_rows(out + blk.out, bias, (size_t)blk.m, (size_t)g->f);
-        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 1.0f,
-             out + blk.out, g->f);
-    }
+    conv_forward(out, col, inp, weight, bias, g, b, 0);
 }
 
 void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b)
 {
-    const size_t f = (size_t)g->f;
-    const int k = g->kh * g->kw * g->c;
-    const int eb = block_examples(g);
-    for (int n0 = 0; n0 < b; n0 += eb) {
-        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
-        float *o = out + blk.out;
-        im2col(col + blk.col, inp + blk.in, g, blk.nb);
-        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
-        relu_bias_rows(o, bias, (size_t)blk.m, f);
-    }
+    conv_forward(out, col, inp, weight, bias, g, b, 1);
 }
 
 /* The kernel gradient (accumulated from the second block on) and the input gradient of
@@ -220,9 +230,7 @@ void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dc
 {
     const size_t f = (size_t)g->f;
     memset(dbias, 0, f * sizeof *dbias);
-    const int eb = block_examples(g);
-    for (int n0 = 0; n0 < b; n0 += eb) {
-        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
+    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         relu_grad_rows(dout + blk.out, dbias, out + blk.out, (size_t)blk.m, f);
         conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
         if (rezero) memset(dout + blk.out, 0, (size_t)blk.m * f * sizeof *dout);
@@ -233,9 +241,7 @@ void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, c
                      const float *col, const float *weight, const ConvGeom *g, int b)
 {
     bias_grad(dbias, dout, (size_t)b * g->oh * g->ow, (size_t)g->f);
-    const int eb = block_examples(g);
-    for (int n0 = 0; n0 < b; n0 += eb) {
-        const ConvBlock blk = conv_block(g, n0, b - n0 < eb ? b - n0 : eb);
+    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
     }
 }

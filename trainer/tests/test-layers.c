@@ -97,46 +97,88 @@ static void test_conv_valid(void **s) { (void)s; conv_case(6, 5, 2, 3, 3, 1, 0);
 static void test_conv_same_stride2(void **s) { (void)s; conv_case(7, 6, 3, 3, 2, 2, 1); }
 static void test_conv_same_even_kernel(void **s) { (void)s; conv_case(5, 5, 1, 2, 2, 1, 1); }
 
+/* A convolution's operands drawn from a seed of their own (the other tests' draws stay
+ * as they were: their finite differences are checked away from relu's kink on those),
+ * and the buffers of one pass over b examples. */
+typedef struct {
+    size_t nin, nw, nout, ncol;
+    float *in, *wt, *bias, *r;                 /* drawn: input, kernel, bias, dout */
+    float *out, *col, *dcol, *din, *dw, *db, *d; /* a pass's */
+} ConvData;
+
+static void conv_data_buffers(ConvData *c, const ConvGeom *g, int b)
+{
+    *c = (ConvData){0};
+    c->nin = (size_t)b * g->h * g->w * g->c, c->nw = (size_t)g->kh * g->kw * g->c * g->f;
+    c->nout = (size_t)b * g->oh * g->ow * g->f, c->ncol = conv_col_size(g, b);
+    c->out = malloc(c->nout * 4), c->col = malloc(c->ncol * 4), c->dcol = malloc(c->ncol * 4);
+    c->din = malloc(c->nin * 4), c->dw = malloc(c->nw * 4), c->db = malloc((size_t)g->f * 4);
+    c->d = malloc(c->nout * 4);
+}
+
+static ConvData conv_data(const ConvGeom *g, int b, uint64_t seed)
+{
+    ConvData c;
+    conv_data_buffers(&c, g, b);
+    const uint64_t keep = rng;
+    rng = seed;
+    c.in = rand_array(c.nin, 1), c.wt = rand_array(c.nw, 0.5f);
+    c.bias = rand_array((size_t)g->f, 0.5f), c.r = rand_array(c.nout, 1);
+    rng = keep;
+    return c;
+}
+
+static void conv_data_free(ConvData *c)
+{
+    free(c->in), free(c->wt), free(c->bias), free(c->r), free(c->out), free(c->col);
+    free(c->dcol), free(c->din), free(c->dw), free(c->db), free(c->d);
+}
+
+/* One pass over c's b examples from in (the plain or the relu-fused convolution), with
+ * dout = r (relu: taken through the relu in c->d). */
+static void conv_pass(ConvData *c, const float *in, const float *r, const ConvGeom *g, int b,
+                      int relu)
+{
+    memcpy(c->d, r, c->nout * 4);
+    if (relu) {
+        conv2d_forward_relu(c->out, c->col, in, c->wt, c->bias, g, b);
+        conv2d_backward_relu(c->din, c->dw, c->db, c->dcol, c->d, c->out, c->col, c->wt, g, b, 0);
+    } else {
+        conv2d_forward(c->out, c->col, in, c->wt, c->bias, g, b);
+        conv2d_backward(c->din, c->dw, c->db, c->dcol, c->d, c->col, c->wt, g, b);
+    }
+}
+
 /* The fused relu conv equals conv2d_forward + relu, and its backward equals relu's
  * gradient + conv2d_backward, on a strided same-padded case. */
 static void test_conv_relu_fused(void **s)
 {
     (void)s;
-    /* its own draws: the other tests' data stays as it was (their finite differences
-     * are checked away from relu's kink on those draws) */
-    const uint64_t keep = rng;
-    rng = 7;
     ConvGeom g;
-    const int b = 3, h = 7, w = 6, ch = 2, k = 3, f = 4;
-    assert_int_equal(conv_geom_init(&g, h, w, ch, k, k, f, 2, 2, 1), 0);
-    size_t nin = (size_t)b * h * w * ch, nw = (size_t)k * k * ch * f,
-           nout = (size_t)b * g.oh * g.ow * f, ncol = conv_col_size(&g, b);
-    float *in = rand_array(nin, 1), *wt = rand_array(nw, 0.5f), *bias = rand_array((size_t)f, 0.5f);
-    float *r = rand_array(nout, 1), *r2 = malloc(nout * 4);
-    float *o1 = malloc(nout * 4), *o2 = malloc(nout * 4), *c1 = malloc(ncol * 4),
-          *c2 = malloc(ncol * 4), *dcol = malloc(ncol * 4);
-    float *din1 = malloc(nin * 4), *din2 = malloc(nin * 4), *dw1 = malloc(nw * 4),
-          *dw2 = malloc(nw * 4), *db1 = malloc((size_t)f * 4), *db2 = malloc((size_t)f * 4);
-    memcpy(r2, r, nout * 4);
-    conv2d_forward(o1, c1, in, wt, bias, &g, b);
-    activation_forward(o1, (size_t)b, nout / (size_t)b, ACT_RELU);
-    conv2d_forward_relu(o2, c2, in, wt, bias, &g, b);
+    const int b = 3;
+    assert_int_equal(conv_geom_init(&g, 7, 6, 2, 3, 3, 4, 2, 2, 1), 0);
+    ConvData c1 = conv_data(&g, b, 7), c2;
+    conv_data_buffers(&c2, &g, b);
+    c2.wt = c1.wt, c2.bias = c1.bias;
+    const size_t nout = c1.nout, row = nout / (size_t)b;
+    conv2d_forward(c1.out, c1.col, c1.in, c1.wt, c1.bias, &g, b);
+    activation_forward(c1.out, (size_t)b, row, ACT_RELU);
+    memcpy(c1.d, c1.r, nout * 4);
+    activation_backward(c1.d, c1.out, (size_t)b, row, ACT_RELU);
+    conv2d_backward(c1.din, c1.dw, c1.db, c1.dcol, c1.d, c1.col, c1.wt, &g, b);
+    conv_pass(&c2, c1.in, c1.r, &g, b, 1);
     int zeros = 0;
     for (size_t i = 0; i < nout; i++) {
-        assert_true(fabsf(o1[i] - o2[i]) <= 1e-6f * (1.0f + fabsf(o1[i])));
-        zeros += o2[i] == 0.0f;
+        assert_true(fabsf(c1.out[i] - c2.out[i]) <= 1e-6f * (1.0f + fabsf(c1.out[i])));
+        zeros += c2.out[i] == 0.0f;
     }
     assert_true(zeros > 0 && zeros < (int)nout); /* the relu cut some and kept some */
-    activation_backward(r, o1, (size_t)b, nout / (size_t)b, ACT_RELU);
-    conv2d_backward(din1, dw1, db1, dcol, r, c1, wt, &g, b);
-    conv2d_backward_relu(din2, dw2, db2, dcol, r2, o2, c2, wt, &g, b, 0);
-    for (size_t i = 0; i < nout; i++) assert_true(r[i] == r2[i]);
-    for (size_t i = 0; i < nin; i++) assert_true(fabsf(din1[i] - din2[i]) <= 1e-5f);
-    for (size_t i = 0; i < nw; i++) assert_true(fabsf(dw1[i] - dw2[i]) <= 1e-5f);
-    for (int i = 0; i < f; i++) assert_true(fabsf(db1[i] - db2[i]) <= 1e-5f);
-    free(in), free(wt), free(bias), free(r), free(r2), free(o1), free(o2), free(c1), free(c2);
-    free(dcol), free(din1), free(din2), free(dw1), free(dw2), free(db1), free(db2);
-    rng = keep;
+    for (size_t i = 0; i < nout; i++) assert_true(c1.d[i] == c2.d[i]);
+    for (size_t i = 0; i < c1.nin; i++) assert_true(fabsf(c1.din[i] - c2.din[i]) <= 1e-5f);
+    for (size_t i = 0; i < c1.nw; i++) assert_true(fabsf(c1.dw[i] - c2.dw[i]) <= 1e-5f);
+    for (int i = 0; i < g.f; i++) assert_true(fabsf(c1.db[i] - c2.db[i]) <= 1e-5f);
+    c2.wt = c2.bias = NULL; /* c1's */
+    conv_data_free(&c1), conv_data_free(&c2);
 }
 
 /* A batch large enough to be cut into cache-sized blocks of examples (layers.c: 28x28
@@ -146,61 +188,41 @@ static void test_conv_relu_fused(void **s)
 static void test_conv_blocks_equal_examples(void **s)
 {
     (void)s;
-    const uint64_t keep = rng;
-    rng = 11;
     ConvGeom g;
-    const int b = 5, h = 30, w = 30, ch = 2, k = 3, f = 40;
-    assert_int_equal(conv_geom_init(&g, h, w, ch, k, k, f, 1, 1, 0), 0);
-    const size_t pin = (size_t)h * w * ch, pout = (size_t)g.oh * g.ow * f, nw = (size_t)k * k * ch * f,
-                 pcol = conv_col_size(&g, 1);
-    float *in = rand_array(b * pin, 1), *wt = rand_array(nw, 0.5f), *bias = rand_array((size_t)f, 0.5f);
-    float *r = rand_array(b * pout, 1);
-    float *out = malloc(b * pout * 4), *col = malloc(b * pcol * 4), *dcol = malloc(b * pcol * 4),
-          *din = malloc(b * pin * 4), *dw = malloc(nw * 4), *db = malloc((size_t)f * 4),
-          *d = malloc(b * pout * 4);
-    float *o1 = malloc(pout * 4), *c1 = malloc(pcol * 4), *din1 = malloc(pin * 4),
-          *dw1 = malloc(nw * 4), *db1 = malloc((size_t)f * 4), *d1 = malloc(pout * 4);
-    double *dws = malloc(nw * sizeof *dws), *dbs = malloc((size_t)f * sizeof *dbs);
+    const int b = 5;
+    assert_int_equal(conv_geom_init(&g, 30, 30, 2, 3, 3, 40, 1, 1, 0), 0);
+    ConvData all = conv_data(&g, b, 11), one;
+    conv_data_buffers(&one, &g, 1);
+    one.wt = all.wt, one.bias = all.bias;
+    const size_t pin = all.nin / b, pout = all.nout / b, nw = all.nw;
+    double *dws = malloc(nw * sizeof *dws), *dbs = malloc((size_t)g.f * sizeof *dbs);
     for (int relu = 0; relu < 2; relu++) {
-        memcpy(d, r, b * pout * 4);
-        if (relu) {
-            conv2d_forward_relu(out, col, in, wt, bias, &g, b);
-            conv2d_backward_relu(din, dw, db, dcol, d, out, col, wt, &g, b, 0);
-        } else {
-            conv2d_forward(out, col, in, wt, bias, &g, b);
-            conv2d_backward(din, dw, db, dcol, d, col, wt, &g, b);
-        }
-        memset(dws, 0, nw * sizeof *dws), memset(dbs, 0, (size_t)f * sizeof *dbs);
+        conv_pass(&all, all.in, all.r, &g, b, relu);
+        memset(dws, 0, nw * sizeof *dws), memset(dbs, 0, (size_t)g.f * sizeof *dbs);
         for (int n = 0; n < b; n++) {
-            memcpy(d1, r + n * pout, pout * 4);
-            if (relu) {
-                conv2d_forward_relu(o1, c1, in + n * pin, wt, bias, &g, 1);
-                conv2d_backward_relu(din1, dw1, db1, dcol, d1, o1, c1, wt, &g, 1, 0);
-            } else {
-                conv2d_forward(o1, c1, in + n * pin, wt, bias, &g, 1);
-                conv2d_backward(din1, dw1, db1, dcol, d1, c1, wt, &g, 1);
-            }
+            conv_pass(&one, all.in + n * pin, all.r + n * pout, &g, 1, relu);
             /* Not bit for bit: the library's product may take another kernel for the
              * rows at the edge of a block than for a lone example (OpenBLAS under
              * valgrind does, where the CPU it sees has no AVX-512). */
             for (size_t i = 0; i < pout; i++)
-                assert_true(fabsf(out[n * pout + i] - o1[i]) <= 1e-5f * (1.0f + fabsf(o1[i])));
+                assert_true(fabsf(all.out[n * pout + i] - one.out[i]) <=
+                            1e-5f * (1.0f + fabsf(one.out[i])));
             for (size_t i = 0; i < pin; i++)
-                assert_true(fabsf(din[n * pin + i] - din1[i]) <= 1e-5f * (1.0f + fabsf(din1[i])));
-            for (size_t i = 0; i < nw; i++) dws[i] += dw1[i];
-            for (int i = 0; i < f; i++) dbs[i] += db1[i];
+                assert_true(fabsf(all.din[n * pin + i] - one.din[i]) <=
+                            1e-5f * (1.0f + fabsf(one.din[i])));
+            for (size_t i = 0; i < nw; i++) dws[i] += one.dw[i];
+            for (int i = 0; i < g.f; i++) dbs[i] += one.db[i];
         }
         for (size_t i = 0; i < nw; i++)
-            if (fabs(dw[i] - dws[i]) > 1e-4 * (1.0 + fabs(dws[i])))
-                fail_msg("relu %d: dweight[%zu] %g, per example %g", relu, i, dw[i], dws[i]);
-        for (int i = 0; i < f; i++)
-            if (fabs(db[i] - dbs[i]) > 1e-4 * (1.0 + fabs(dbs[i])))
-                fail_msg("relu %d: dbias[%d] %g, per example %g", relu, i, db[i], dbs[i]);
+            if (fabs(all.dw[i] - dws[i]) > 1e-4 * (1.0 + fabs(dws[i])))
+                fail_msg("relu %d: dweight[%zu] %g, per example %g", relu, i, all.dw[i], dws[i]);
+        for (int i = 0; i < g.f; i++)
+            if (fabs(all.db[i] - dbs[i]) > 1e-4 * (1.0 + fabs(dbs[i])))
+                fail_msg("relu %d: dbias[%d] %g, per example %g", relu, i, all.db[i], dbs[i]);
     }
-    free(in), free(wt), free(bias), free(r), free(out), free(col), free(dcol), free(din), free(dw);
-    free(db), free(d), free(o1), free(c1), free(din1), free(dw1), free(db1), free(d1), free(dws);
-    free(dbs);
-    rng = keep;
+    one.wt = one.bias = NULL; /* all's */
+    free(dws), free(dbs);
+    conv_data_free(&all), conv_data_free(&one);
 }
 
 static void test_conv_geometry(void **s)
