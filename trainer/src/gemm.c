@@ -4,6 +4,9 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 /* ----------------------------------------------------------------------------
  * Backends: one single-threaded product of the library chosen at build time */
@@ -196,6 +199,7 @@ static void pool_take_blocks(unsigned long gen)
 static void *pool_worker(void *arg)
 {
     (void)arg;
+    gemm_flush_denormals();
     unsigned long seen = 0;
     pthread_mutex_lock(&pool.mu);
     for (;;) {
@@ -367,4 +371,15 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
             for (int r = 0; r < m; r++)
                 for (int q = 0; q < n; q++) c[(size_t)r * ldc + q] += p[(size_t)r * n + q];
         }
+}
+
+void gemm_flush_denormals(void)
+{
+#if defined(__SSE__)
+    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) | DAZ (bit 6) */
+#elif defined(__aarch64__)
+    unsigned long fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ul << 24))); /* FZ */
+#endif
 }

@@ -52,4 +52,11 @@ int gemm_batch_shards(int b);
 /* The backend's name: "blis", "openblas" or "dnnl" (a static string). */
 const char *gemm_backend(void);
 
+/* Flushes denormal floats to zero in the calling thread's arithmetic (results and
+ * operands: x86's FTZ and DAZ, AArch64's FZ), as TensorFlow's CPU threads do. Threads
+ * created afterwards inherit it; the pool's workers set it themselves. Without it a
+ * denormal operand (Adam's second moments decaying, gradients of nearly dead units)
+ * costs a hundred cycles or more. */
+void gemm_flush_denormals(void);
+
 #endif

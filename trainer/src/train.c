@@ -52,6 +52,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     int rc;
     t->cfg = *cfg;
     t->coll = coll;
+    gemm_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
     *exit_code = KT_EXIT_DATA;
     if ((rc = model_create(&t->model, cfg->model, cfg->seed, err, errlen))) {
