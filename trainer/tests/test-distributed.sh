@@ -111,6 +111,7 @@ PY
 HC=$(hashes "$tmp/ref")
 start_launch() { # out err args...
   local out=$1 err=$2; shift 2
+  : >"$out"; : >"$err" # there before the first poll of them (the & redirects later)
   "$BIN" launch "$@" >"$out" 2>"$err" &
   lpid=$!; pids+=("$lpid")
 }
