@@ -67,7 +67,9 @@ trainer: $(TRAINER_BIN)
 .PHONY: trainer
 
 # Benchmarks (make bench). bench-allreduce: the ring against PyTorch gloo and the
-# loopback exchange limit; torch (CPU use) lives in a venv under $(KT_CACHE).
+# loopback exchange limit, AR_ROUNDS turns each; torch (CPU use) lives in a venv under
+# $(KT_CACHE).
+AR_ROUNDS ?= 5
 TORCH_VENV := $(KT_CACHE)/venv-torch
 BENCH_TARGETS += bench-allreduce
 $(BUILD)/bin/bench-allreduce: $(BUILD)/opt/trainer/bench/bench-allreduce.o $(TRAINER_OBJS)
@@ -77,7 +79,7 @@ $(TORCH_VENV)/bin/python:
 	python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q torch
 bench-allreduce: $(BUILD)/bin/bench-allreduce $(TORCH_VENV)/bin/python
 	@mkdir -p bench/results
-	$(BUILD)/bin/bench-allreduce --python $(TORCH_VENV)/bin/python \
+	$(BUILD)/bin/bench-allreduce --python $(TORCH_VENV)/bin/python --rounds $(AR_ROUNDS) \
 	    --out bench/results/allreduce.json
 .PHONY: bench-allreduce
 

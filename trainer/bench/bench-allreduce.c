@@ -10,7 +10,9 @@
  * bytes sent per process / time for the bytes one ring rank sends, size x 2(N-1)/N, so
  * the two columns compare directly. The three take turns --rounds times; each figure is
  * the best of all rounds' --repeats timed loops; a loop moves about 256 MiB (5 to 1000
- * all-reduces), and the ranks' times are maxed. A fourth column, shm, is the trainer's
+ * all-reduces), and the ranks' times are maxed. Each size also lists every round's own
+ * ring/limit ratio (ring and exchange of one round run back to back) and their median, so a
+ * best-of figure can be checked against the pairs. A fourth column, shm, is the trainer's
  * collective between ranks of one host: the ring with its shared-memory path (shm.h).
  *
  * usage: bench-allreduce [--out FILE] [--python PYTHON] [--repeats R] [--rounds K] [--worlds 2,4]
@@ -41,6 +43,7 @@
 #define MAX_SIZES 32
 #define MAX_REPEATS 16
 #define MAX_WORLD 8
+#define MAX_ROUNDS 16
 
 static size_t g_sizes[MAX_SIZES] = {4096,    16384,    65536,    262144,  1048576,
                                     4194304, 11082536, 16777216, 67108864};
@@ -270,6 +273,19 @@ static int wait_children(pid_t *pid, int n)
     return bad ? -1 : 0;
 }
 
+/* Median of n values (n <= MAX_ROUNDS); v is left unchanged. */
+static double median(const double *v, int n)
+{
+    double t[MAX_ROUNDS];
+    memcpy(t, v, (size_t)n * sizeof *t);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
 /* Best over repeats of the max over ranks, per size, into best[]. */
 static void best_times(const Shared *sh, int ranks, double *best)
 {
@@ -433,8 +449,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--sizes")) g_nsizes = parse_list(argv[++i], g_sizes, MAX_SIZES);
         else util_fail(2, "unknown option %s", argv[i]);
     }
-    if (g_repeats < 1 || g_repeats > MAX_REPEATS || g_rounds < 1 || nworlds < 1 || g_nsizes < 1)
-        util_fail(2, "bad --repeats, --worlds or --sizes");
+    if (g_repeats < 1 || g_repeats > MAX_REPEATS || g_rounds < 1 || g_rounds > MAX_ROUNDS ||
+        nworlds < 1 || g_nsizes < 1)
+        util_fail(2, "bad --repeats (1..%d), --rounds (1..%d), --worlds or --sizes", MAX_REPEATS,
+                  MAX_ROUNDS);
     for (int s = 0; s < g_nsizes; s++) g_sizes[s] -= g_sizes[s] % sizeof(float);
 
     cJSON *root = cJSON_CreateObject();
@@ -459,6 +477,7 @@ int main(int argc, char **argv)
             util_fail(2, "--worlds: %d is not in 2..%d", world, MAX_WORLD);
         double tr[MAX_SIZES], tx[MAX_SIZES], tg[MAX_SIZES], ts[MAX_SIZES];
         double br[MAX_SIZES], bx[MAX_SIZES], bg[MAX_SIZES], bs[MAX_SIZES];
+        double paired[MAX_SIZES][MAX_ROUNDS]; /* per round: ring busbw / exchange limit */
         int have_gloo = python != NULL;
         for (int s = 0; s < g_nsizes; s++) br[s] = bx[s] = bg[s] = bs[s] = 1e30;
         /* the contenders take turns so that the machine's load hits them alike */
@@ -473,6 +492,7 @@ int main(int argc, char **argv)
                 have_gloo = 0;
             }
             for (int s = 0; s < g_nsizes; s++) {
+                paired[s][round] = tx[s] / tr[s];
                 br[s] = tr[s] < br[s] ? tr[s] : br[s];
                 bx[s] = tx[s] < bx[s] ? tx[s] : bx[s];
                 bs[s] = ts[s] < bs[s] ? ts[s] : bs[s];
@@ -492,6 +512,10 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(r, "ring_busbw_GBps", ring_bus);
             cJSON_AddNumberToObject(r, "exchange_limit_GBps", limit);
             cJSON_AddNumberToObject(r, "ring_vs_limit", ring_bus / limit);
+            cJSON_AddItemToObject(r, "ring_vs_limit_per_round",
+                                  cJSON_CreateDoubleArray(paired[s], g_rounds));
+            cJSON_AddNumberToObject(r, "ring_vs_limit_median_of_rounds",
+                                    median(paired[s], g_rounds));
             /* below SHM_MIN_BYTES the shared-memory collective hands the ring the work */
             const double shm_bus = size / ts[s] * f / 1e9;
             cJSON_AddNumberToObject(r, "shm_us", ts[s] * 1e6);
