@@ -6,6 +6,11 @@ VERSION      := $(shell cat VERSION)
 BASE         ?= kubetrain/base:bookworm
 IMAGE_PREFIX ?= kubetrain
 
+# The builds' RUN steps use the host's network (--network host): apt and pip then work
+# whatever Docker's bridge needs (IPv4 forwarding, which the e2e cluster's down.sh puts
+# back to what it found, and Docker's NAT rules). The images themselves are unaffected.
+DOCKER_BUILD := docker build -q --network host
+
 .PHONY: images image-base image-operator image-trainer image-trainer-cuda
 images: image-operator image-trainer $(if $(GPU),image-trainer-cuda)
 
@@ -14,11 +19,11 @@ image-base:
 	@if [ "$(BASE)" = "kubetrain/base:bookworm" ]; then bash docker/base.sh $(BASE); fi
 
 image-operator: image-base
-	docker build -q -f docker/operator.Dockerfile --build-arg BASE=$(BASE) \
+	$(DOCKER_BUILD) -f docker/operator.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/operator:$(VERSION) .
 
 image-trainer: image-base
-	docker build -q -f docker/trainer.Dockerfile --build-arg BASE=$(BASE) \
+	$(DOCKER_BUILD) -f docker/trainer.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/trainer:$(VERSION) .
 
 # The CUDA build stage installs NVIDIA's wheels with pip, so it trusts what this machine
@@ -28,5 +33,5 @@ HOST_CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 image-trainer-cuda: image-base
 	@if [ -r $(HOST_CA_BUNDLE) ]; then cp $(HOST_CA_BUNDLE) docker/.build-ca.crt; \
 	 else : > docker/.build-ca.crt; fi
-	docker build -q -f docker/trainer-cuda.Dockerfile --build-arg BASE=$(BASE) \
+	$(DOCKER_BUILD) -f docker/trainer-cuda.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/trainer-cuda:$(VERSION) .
