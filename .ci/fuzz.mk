@@ -11,7 +11,9 @@
 # each target's growing corpus stays in build/fuzz/corpus/<target>/ between runs and
 # crashes land in build/fuzz/artifacts/. Every crash found so far is a regression case
 # in the module's unit test (trainer/tests, operator/tests).
-DEPS_APT += clang
+# libclang-rt-dev: libFuzzer and the sanitizer runtimes, only recommended by clang (and
+# deps.sh installs no recommends).
+DEPS_APT += clang libclang-rt-dev
 
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
