@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """make bench-gpu: tutorial-cnn on one CUDA device, kubetrain-trainer (make GPU=1) against
 PyTorch eager and torch.compile (torch_gpu_peer.py), batch 64 and 512, interleaved over
-ROUNDS rounds, medians reported; and the cost of the nccl collective at one rank
-(--collective nccl against the local one). Writes OUT_JSON with the device, driver and
+ROUNDS rounds, medians reported; what the step's CUDA graphs bring (KT_CUDA_GRAPHS=0
+against the default); and the cost of the nccl collective at one rank (--collective nccl
+against the local one). Writes OUT_JSON with the device, driver and
 library versions, date and machine. Without a CUDA device it says so, writes nothing and
 exits 0.
 
@@ -23,29 +24,33 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = {64: 400, 512: 100}  # timed steps per run (after a warm-up epoch)
 
 
-def run(argv):
-    p = subprocess.run(argv, capture_output=True, text=True)
+def run(env, argv):
+    p = subprocess.run(argv, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit("bench-gpu: %s failed (%d): %s" % (" ".join(argv), p.returncode,
                                                    p.stderr.strip()[-2000:]))
     return p
 
 
-def kubetrain(trainer, data_dir, batch, collective):
+def kubetrain(trainer, data_dir, batch, collective, graphs=True):
     """samples/s of the second epoch (the first one plans cuDNN and warms up)."""
+    env = dict(os.environ, KT_CUDA_GRAPHS="1" if graphs else "0")
     with tempfile.TemporaryDirectory() as d:
         mf = os.path.join(d, "m.jsonl")
-        p = run([trainer, "train", "--device", "gpu", "--model", "tutorial-cnn", "--data-dir",
+        p = run(env, [trainer, "train", "--device", "gpu", "--model", "tutorial-cnn", "--data-dir",
                  data_dir, "--per-worker-batch", str(batch), "--epochs", "2",
                  "--steps-per-epoch", str(STEPS[batch]), "--optimizer", "sgd", "--lr", "0.001",
                  "--collective", collective, "--metrics-file", mf])
         epochs = [e for e in map(json.loads, open(mf)) if e.get("event") == "epoch"]
     dev = re.search(r"training on CUDA device \d+ of \d+: (.*)", p.stderr)
+    if graphs and "CUDA graphs off" in p.stderr:  # a failed capture: the row would lie
+        sys.exit("bench-gpu: the step's CUDA graph was not captured: %s" %
+                 re.search(r".*CUDA graphs off.*", p.stderr).group(0))
     return epochs[-1]["samples_per_sec"], dev.group(1) if dev else "?"
 
 
 def torch_peer(py, data_dir, batch, mode):
-    p = run([py, os.path.join(HERE, "torch_gpu_peer.py"), data_dir, str(batch),
+    p = run(None, [py, os.path.join(HERE, "torch_gpu_peer.py"), data_dir, str(batch),
              str(STEPS[batch] // 2), str(STEPS[batch]), mode])
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -58,13 +63,15 @@ def main():
     if probe.returncode != 0:
         print("bench-gpu: skipped: %s" % probe.stderr.strip().splitlines()[-1])
         return
-    res = {b: {"kubetrain": [], "kubetrain_nccl": [], "torch_eager": [], "torch_compile": []}
-           for b in STEPS}
+    res = {b: {"kubetrain": [], "kubetrain_no_graphs": [], "kubetrain_nccl": [],
+               "torch_eager": [], "torch_compile": []} for b in STEPS}
     info = {}
     for _ in range(ROUNDS):
         for b in STEPS:
             v, info["kubetrain_device"] = kubetrain(trainer, data_dir, b, "auto")
             res[b]["kubetrain"].append(v)
+            v, _ = kubetrain(trainer, data_dir, b, "auto", graphs=False)
+            res[b]["kubetrain_no_graphs"].append(v)
             v, _ = kubetrain(trainer, data_dir, b, "nccl")
             res[b]["kubetrain_nccl"].append(v)
             for mode in ("eager", "compile"):
@@ -79,6 +86,7 @@ def main():
             "runs": r,
             "kubetrain_over_torch_eager": med["kubetrain"] / med["torch_eager"],
             "kubetrain_over_torch_compile": med["kubetrain"] / med["torch_compile"],
+            "cuda_graphs_speedup": med["kubetrain"] / med["kubetrain_no_graphs"],
             "nccl_one_rank_cost": 1.0 - med["kubetrain_nccl"] / med["kubetrain"],
         }
     cpu = "?"

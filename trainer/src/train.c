@@ -231,6 +231,11 @@ static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *er
         return rc;
     }
     if ((rc = gpu_model_read_stats(g, m->grads + np, err, errlen))) return rc;
+    if (!t->graph_logged && gpu_model_graph_launches(g) > 0) {
+        t->graph_logged = 1;
+        util_log("the training step replays a CUDA graph from step %ld on (KT_CUDA_GRAPHS=0 "
+                 "turns this off)", t->st.global_step + 1);
+    }
     return gpu_model_optim_step(g, t->opt, err, errlen);
 }
 #endif

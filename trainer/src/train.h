@@ -58,6 +58,7 @@ struct Trainer {
      * opt->state) are current only after trainer_sync_host. NULL: the CPU path. */
     struct GpuModel *gpu;
     int gpu_device;
+    int graph_logged;         /* the log said the step replays a CUDA graph */
     /* The CPU path with more than one worker: the all-reduce overlapped with backward. */
     struct Overlap *overlap;
 };

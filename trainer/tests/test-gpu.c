@@ -1,10 +1,10 @@
 /* The GPU path against the CPU path (make GPU=1 builds, on a machine with a CUDA
  * device): every layer's forward output and every gradient slice of small models that
- * use each layer, activation and loss; each optimizer's update; evaluation; a short
- * training run whose losses follow the CPU run; a one-rank NCCL all-reduce; and two
- * ranks (two devices) where one dies mid-run and the other's all-reduce fails within
- * seconds instead of hanging. "Equal" means max|gpu - cpu| <= 1e-4 * max|cpu| per
- * array (cuDNN and cuBLAS sum in other orders than OpenBLAS).
+ * use each layer, activation and loss; the step's CUDA graphs; each optimizer's update;
+ * evaluation; a short training run whose losses follow the CPU run; a one-rank NCCL
+ * all-reduce; and two ranks (two devices) where one dies mid-run and the other's
+ * all-reduce fails within seconds instead of hanging. "Equal" means max|gpu - cpu| <=
+ * 1e-4 * max|cpu| per array (cuDNN and cuBLAS sum in other orders than OpenBLAS).
  *
  * Without a device every test says skipped; a build without CUDA has the one test
  * that says so. */
@@ -199,6 +199,80 @@ static void test_dropout_l2_softmax_middle_relu_last(void **s)
                  "{\"type\":\"Dense\",\"units\":12,\"activation\":\"softmax\"},"
                  "{\"type\":\"Dense\",\"units\":6,\"activation\":\"relu\","
                  "\"kernel_regularizer\":{\"l2\":0.001}}]}");
+}
+
+/* Steps with CUDA graphs (on) and without (off) against the CPU from the same weights:
+ * each step a new batch, a new dropout seed and, from step 5, the stop flag, one
+ * partial batch (a new graph key) and an evaluation of another size between steps (it
+ * re-plans cuDNN for that size). A graph that kept a captured seed, batch or flag would
+ * drift from the CPU here; the graphs must have been replayed when on and never when
+ * off. */
+static void graphs_follow_cpu(int on)
+{
+    enum { B = 8, STEPS = 9 };
+    char err[512];
+    Model *m;
+    assert_int_equal(model_create_from_text(&m,
+        "{\"input_shape\":[9,9,1],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"strides\":2,"
+        "\"padding\":\"same\",\"activation\":\"relu\"},"
+        "{\"type\":\"MaxPooling2D\",\"pool_size\":2},{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\","
+        "\"kernel_regularizer\":{\"l2\":0.01}},"
+        "{\"type\":\"Dropout\",\"rate\":0.4},{\"type\":\"Dense\",\"units\":5}]}",
+        "graphs spec", 7, err, sizeof err), 0);
+    const size_t np = m->num_params, pixels = m->input_size;
+    model_reserve(m, B);
+    OptimizerConfig oc = optim_defaults(OPT_SGD, 0.01f);
+    GpuModel *g;
+    assert_int_equal(gpu_model_create(&g, m, &oc, 0, B, err, sizeof err), 0);
+    gpu_model_use_graphs(g, on);
+    assert_int_equal(gpu_model_upload(g, m->params, NULL, err, sizeof err), 0);
+    float *x = xmalloc(B * pixels * sizeof *x);
+    float *gr = xmalloc((np + MODEL_STATS_FLOATS) * sizeof *gr);
+    uint8_t y[B];
+    for (int step = 0; step < STEPS; step++) {
+        const int b = step == 5 ? 5 : B;
+        const float stop = step >= 4 ? 1.0f : 0.0f;
+        const uint64_t dseed = 0xD00D + 31 * (uint64_t)step;
+        fill_batch(x, y, pixels, b, 5, 500 + (uint64_t)step);
+        StepStats st;
+        model_step(m, x, y, b, 2 * B, 2, dseed, NULL, NULL, &st);
+        assert_int_equal(gpu_model_load_batch(g, x, y, b, err, sizeof err), 0);
+        if (gpu_model_step(g, 2 * B, 2, dseed, stop, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(gpu_model_grads_to_host(g, gr, np + MODEL_STATS_FLOATS, err, sizeof err),
+                         0);
+        char what[64];
+        snprintf(what, sizeof what, "graphs %s, step %d: gradients", on ? "on" : "off", step + 1);
+        check_close(what, gr, m->grads, np);
+        float want_loss = (float)st.loss;
+        check_close("loss share", gr + np, &want_loss, 1);
+        assert_true(gr[np + 2] == (float)b);
+        assert_true(gr[np + 3] == stop);
+        if (step == 6) { /* an evaluation of 3 examples between two steps */
+            StepStats ge;
+            assert_int_equal(gpu_model_load_batch(g, x, y, 3, err, sizeof err), 0);
+            assert_int_equal(gpu_model_evaluate(g, &ge, err, sizeof err), 0);
+            assert_true(ge.count == 3);
+        }
+    }
+    long replays = gpu_model_graph_launches(g);
+    print_message("# graphs %s: %ld of %d steps replayed a graph\n", on ? "on" : "off", replays,
+                  STEPS);
+    if (on) assert_true(replays >= 3);
+    else assert_true(replays == 0);
+    free(gr);
+    free(x);
+    gpu_model_free(g);
+    model_free(m);
+}
+
+static void test_graphs_follow_cpu(void **s)
+{
+    (void)s;
+    need_devices(1);
+    graphs_follow_cpu(1);
+    graphs_follow_cpu(0);
 }
 
 static void test_optimizers(void **s)
@@ -485,6 +559,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_conv_maxpool_softmax),
         cmocka_unit_test(test_same_pool_rank3_dense),
         cmocka_unit_test(test_dropout_l2_softmax_middle_relu_last),
+        cmocka_unit_test(test_graphs_follow_cpu),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_training_follows_cpu),
         cmocka_unit_test(test_nccl_one_rank),

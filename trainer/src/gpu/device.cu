@@ -13,6 +13,9 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+// util.h's log line (util.h itself is C11: _Noreturn)
+extern "C" void util_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 // ------------------------------------------------------------------------------------
 // errors
 
@@ -195,12 +198,21 @@ __device__ static float rand_float_at(uint64_t seed, uint64_t draw)
     return (float)(z >> 40) * (1.0f / 16777216.0f);
 }
 
+// What changes from one training step to the next and is not a buffer: the kernels read
+// it from device memory, so a captured step (a CUDA graph) replays with this step's
+// values. gpu_model_step copies it to the device before the step.
+struct StepArgs {
+    uint64_t dropout_seed;
+    float stop_flag;
+};
+
 // dropout_forward with the CPU's masks: out = in * mask, the mask drawn as draws
 // first..first+n-1 of the step's sequence.
 __global__ void k_dropout(float *out, float *mask, const float *in, size_t n, float rate,
-                          uint64_t seed, uint64_t first)
+                          const StepArgs *args, uint64_t first)
 {
     const float scale = 1.0f / (1.0f - rate);
+    const uint64_t seed = args->dropout_seed;
     FOR_EACH(i, n) {
         mask[i] = rand_float_at(seed, first + i) >= rate ? scale : 0.0f;
         out[i] = in[i] * mask[i];
@@ -335,12 +347,12 @@ __global__ void k_l2_sum(double *acc, const float *w, size_t n, float l2)
 
 // The step statistics after the gradients, as train.c lays them out.
 __global__ void k_stats(float *stats, const double *acc, int global_batch, int replicas, int b,
-                        float stop)
+                        const StepArgs *args)
 {
     stats[0] = (float)(acc[0] / global_batch + acc[2] / replicas);
     stats[1] = (float)acc[1];
     stats[2] = (float)b;
-    stats[3] = stop;
+    stats[3] = args->stop_flag;
 }
 
 // dw += k * w (the L2 gradient).
@@ -434,11 +446,28 @@ struct GpuModel {
     cudaEvent_t *ready;      // per layer: its gradient slice is final
     GpuGradReadyFn on_ready;
     void *ready_ctx;
+    StepArgs *args_h, *args_d; // pinned and device copies of this step's StepArgs
+    // The training step as CUDA graphs, one per batch slot (the step reads the slot's
+    // buffers): a graph replays while the batch size, global batch, replica count and
+    // workspace are those it was captured with. Used when no gradient-ready hook is set.
+    struct StepGraph {
+        cudaGraphExec_t exec;
+        int b, global_batch, replicas;
+        unsigned ws_gen;
+        int warm;            // the step ran once without a graph at this key
+    } graphs[2];
+    int graphs_on;           // 0: KT_CUDA_GRAPHS=0, or a capture failed
+    unsigned ws_gen;         // bumped when the workspace moves (graphs hold its address)
+    long graph_launches;     // steps that ran as a graph replay
+    void *blas_ws;           // cuBLAS's workspace (fixed, so cuBLAS allocates nothing in a capture)
 };
 
 
 // Workspace cuDNN may use per convolution call; algorithms that want more are skipped.
 static const size_t WS_LIMIT = (size_t)512 << 20;
+// cuBLAS's workspace, set by us so that a captured step allocates nothing (cuBLAS
+// recommends 32 MiB on Hopper, 4 MiB before).
+static const size_t BLAS_WS = (size_t)32 << 20;
 
 // The launch geometry of an element-wise kernel on the compute stream.
 #define GRID(n) blocks_for(n), THREADS, 0, g->compute
@@ -452,6 +481,7 @@ static int ensure_workspace(GpuModel *g, size_t need, char *err, size_t errlen)
     g->ws_size = 0;
     CU(cudaMalloc(&g->ws, need));
     g->ws_size = need;
+    g->ws_gen++;
     return 0;
 }
 
@@ -583,7 +613,7 @@ static int conv_backward(GpuModel *g, int li, float *din, float *dw, float *db, 
 }
 
 // model.c's forward on the loaded batch.
-static int forward(GpuModel *g, int training, uint64_t seed, char *err, size_t errlen)
+static int forward(GpuModel *g, int training, char *err, size_t errlen)
 {
     const Model *m = g->m;
     const int b = g->b;
@@ -622,7 +652,7 @@ static int forward(GpuModel *g, int training, uint64_t seed, char *err, size_t e
             break;
         case LAYER_DROPOUT:
             if (training && m->dropout_enabled && l->rate > 0.0f) {
-                k_dropout<<<GRID(n)>>>(out, g->masks[i], in, n, l->rate, seed, draws);
+                k_dropout<<<GRID(n)>>>(out, g->masks[i], in, n, l->rate, g->args_d, draws);
                 LAUNCHED();
                 draws += n;
             } else {
@@ -755,6 +785,8 @@ extern "C" void gpu_model_free(GpuModel *g)
     }
     for (int i = 0; g->ready && i < g->m->num_layers; i++)
         if (g->ready[i]) cudaEventDestroy(g->ready[i]);
+    for (int k = 0; k < 2; k++)
+        if (g->graphs[k].exec) cudaGraphExecDestroy(g->graphs[k].exec);
     free(g->ready);
     free(g->acts);
     free(g->masks);
@@ -778,7 +810,10 @@ extern "C" void gpu_model_free(GpuModel *g)
     cudaFree(g->row_correct);
     if (g->stats_h) cudaFreeHost(g->stats_h);
     if (g->acc_h) cudaFreeHost(g->acc_h);
+    if (g->args_h) cudaFreeHost(g->args_h);
+    cudaFree(g->args_d);
     if (g->blas) cublasDestroy(g->blas);
+    cudaFree(g->blas_ws);
     if (g->dnn) cudnnDestroy(g->dnn);
     if (g->compute) cudaStreamDestroy(g->compute);
     if (g->copy) cudaStreamDestroy(g->copy);
@@ -807,6 +842,8 @@ static int create(GpuModel *g, char *err, size_t errlen)
     BLAS(cublasCreate(&g->blas));
     BLAS(cublasSetStream(g->blas, g->compute));
     BLAS(cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH));
+    CU(cudaMalloc(&g->blas_ws, BLAS_WS));
+    BLAS(cublasSetWorkspace(g->blas, g->blas_ws, BLAS_WS));
     DNN(cudnnCreate(&g->dnn));
     DNN(cudnnSetStream(g->dnn, g->compute));
     CU(cudaMalloc(&g->params, g->np * sizeof(float)));
@@ -865,6 +902,9 @@ static int create(GpuModel *g, char *err, size_t errlen)
     CU(cudaMalloc(&g->row_correct, B * sizeof(int)));
     CU(cudaMallocHost(&g->stats_h, MODEL_STATS_FLOATS * sizeof(float)));
     CU(cudaMallocHost(&g->acc_h, 3 * sizeof(double)));
+    CU(cudaMallocHost(&g->args_h, sizeof *g->args_h));
+    CU(cudaMalloc(&g->args_d, sizeof *g->args_d));
+    CU(cudaMemset(g->args_d, 0, sizeof *g->args_d));
     // the memsets above ran on the legacy stream, which the compute stream does not wait for
     CU(cudaDeviceSynchronize());
     return 0;
@@ -885,6 +925,8 @@ extern "C" int gpu_model_create(GpuModel **out, const Model *m, const OptimizerC
     g->oc = *oc;
     g->np = m->num_params;
     g->state_floats = optimizer_slots(oc) * m->num_params;
+    const char *graphs = getenv("KT_CUDA_GRAPHS");
+    g->graphs_on = !(graphs && !strcmp(graphs, "0"));
     int rc = create(g, err, errlen);
     if (rc) {
         gpu_model_free(g);
@@ -937,12 +979,13 @@ extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *
     return 0;
 }
 
-extern "C" int gpu_model_step(GpuModel *g, int global_batch, int num_replicas,
-                              uint64_t dropout_seed, float stop_flag, char *err, size_t errlen)
+// The training step after the batch and StepArgs are on their way: forward, loss,
+// statistics, backward, all on the compute stream (recorded into a graph when the stream
+// is capturing).
+static int record_step(GpuModel *g, int global_batch, int num_replicas, char *err,
+                       size_t errlen)
 {
-    if (g->b < 1) return fail(err, errlen, "gpu: gpu_model_step before gpu_model_load_batch");
-    CU(cudaStreamWaitEvent(g->compute, g->copied[g->slot], 0));
-    TRY(forward(g, 1, dropout_seed, err, errlen));
+    TRY(forward(g, 1, err, errlen));
     TRY(loss(g, g->dbuf[0], 1.0f / (float)global_batch, err, errlen));
     const Model *m = g->m;
     for (int i = 0; i < m->num_layers; i++) {
@@ -952,12 +995,91 @@ extern "C" int gpu_model_step(GpuModel *g, int global_batch, int num_replicas,
         LAUNCHED();
     }
     k_stats<<<1, 1, 0, g->compute>>>(g->grads + g->np, g->acc, global_batch, num_replicas, g->b,
-                                     stop_flag);
+                                     g->args_d);
     LAUNCHED();
-    TRY(backward(g, num_replicas, err, errlen));
+    return backward(g, num_replicas, err, errlen);
+}
+
+// Captures record_step into slot s's graph. On failure (a call cuDNN or cuBLAS cannot
+// record, say) graphs are turned off for this model with a log line and 1 is returned:
+// the caller runs the step without one. Negative errno only for errors outside capture.
+static int capture_step(GpuModel *g, GpuModel::StepGraph *s, int global_batch,
+                        int num_replicas, char *err, size_t errlen)
+{
+    char cerr[512] = "";
+    cudaGraph_t graph = NULL;
+    CU(cudaStreamBeginCapture(g->compute, cudaStreamCaptureModeThreadLocal));
+    int rc = record_step(g, global_batch, num_replicas, cerr, sizeof cerr);
+    cudaError_t e = cudaStreamEndCapture(g->compute, &graph);
+    if (!rc && e == cudaSuccess) e = cudaGraphInstantiate(&s->exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (!rc && e == cudaSuccess) return 0;
+    cudaGetLastError(); // a failed capture's error is not sticky: clear it
+    s->exec = NULL;
+    g->graphs_on = 0;
+    util_log("CUDA graphs off for this run: capturing the training step failed (%s); each "
+             "step launches its kernels one by one", rc ? cerr : cudaGetErrorString(e));
+    return 1;
+}
+
+// The step through slot g->slot's graph: the first step at a new key runs without one
+// (it sets up cuDNN plans and workspaces and loads the kernels, none of which may happen
+// while capturing), the second captures it, later ones replay it.
+static int graph_step(GpuModel *g, int global_batch, int num_replicas, char *err,
+                      size_t errlen)
+{
+    const Model *m = g->m;
+    for (int i = 0; i < m->num_layers; i++) // the plans a capture records (may move ws)
+        if (m->layers[i].type == LAYER_CONV2D) TRY(conv_plan(g, i, g->b, err, errlen));
+    GpuModel::StepGraph *s = &g->graphs[g->slot];
+    if (s->b != g->b || s->global_batch != global_batch || s->replicas != num_replicas ||
+        s->ws_gen != g->ws_gen) {
+        if (s->exec) CU(cudaGraphExecDestroy(s->exec));
+        s->exec = NULL;
+        s->b = g->b, s->global_batch = global_batch, s->replicas = num_replicas;
+        s->ws_gen = g->ws_gen;
+        s->warm = 0;
+    }
+    if (!s->exec && !s->warm) {
+        s->warm = 1;
+        return record_step(g, global_batch, num_replicas, err, errlen);
+    }
+    if (!s->exec) {
+        int rc = capture_step(g, s, global_batch, num_replicas, err, errlen);
+        if (rc < 0) return rc;
+        if (rc > 0) return record_step(g, global_batch, num_replicas, err, errlen);
+    }
+    CU(cudaGraphLaunch(s->exec, g->compute));
+    g->graph_launches++;
+    return 0;
+}
+
+extern "C" int gpu_model_step(GpuModel *g, int global_batch, int num_replicas,
+                              uint64_t dropout_seed, float stop_flag, char *err, size_t errlen)
+{
+    if (g->b < 1) return fail(err, errlen, "gpu: gpu_model_step before gpu_model_load_batch");
+    // args_h is free: the previous step synchronized the compute stream
+    g->args_h->dropout_seed = dropout_seed;
+    g->args_h->stop_flag = stop_flag;
+    CU(cudaMemcpyAsync(g->args_d, g->args_h, sizeof *g->args_d, cudaMemcpyHostToDevice,
+                       g->compute));
+    CU(cudaStreamWaitEvent(g->compute, g->copied[g->slot], 0));
+    // with a gradient-ready hook the step calls out to the collective as it goes: eager
+    if (g->graphs_on && !g->on_ready) TRY(graph_step(g, global_batch, num_replicas, err, errlen));
+    else TRY(record_step(g, global_batch, num_replicas, err, errlen));
     CU(cudaEventRecord(g->consumed[g->slot], g->compute));
     CU(cudaStreamSynchronize(g->compute));
     return 0;
+}
+
+extern "C" void gpu_model_use_graphs(GpuModel *g, int on)
+{
+    g->graphs_on = on;
+}
+
+extern "C" long gpu_model_graph_launches(const GpuModel *g)
+{
+    return g->graph_launches;
 }
 
 extern "C" void gpu_model_on_grad_ready(GpuModel *g, GpuGradReadyFn fn, void *ctx)
@@ -1033,7 +1155,7 @@ extern "C" int gpu_model_evaluate(GpuModel *g, StepStats *st, char *err, size_t 
 {
     if (g->b < 1) return fail(err, errlen, "gpu: gpu_model_evaluate before gpu_model_load_batch");
     CU(cudaStreamWaitEvent(g->compute, g->copied[g->slot], 0));
-    TRY(forward(g, 0, 0, err, errlen));
+    TRY(forward(g, 0, err, errlen));
     TRY(loss(g, NULL, 1.0f, err, errlen));
     CU(cudaMemcpyAsync(g->acc_h, g->acc, 3 * sizeof(double), cudaMemcpyDeviceToHost, g->compute));
     CU(cudaEventRecord(g->consumed[g->slot], g->compute));

@@ -16,6 +16,13 @@
  * gradient-ready hook (gpu_model_on_grad_ready) the all-reduce of each layer's slice can
  * instead start during the backward pass.
  *
+ * CUDA graphs: without a gradient-ready hook the step (forward, loss, backward: some 40
+ * launches for tutorial-cnn, which at small batches cost more than the kernels) is
+ * captured once per batch slot and replayed, the per-step values (dropout seed, stop
+ * flag) read from device memory. The first step at a batch size runs without a graph,
+ * the second captures it. KT_CUDA_GRAPHS=0 in the environment turns graphs off; a
+ * capture that fails turns them off with a log line and the step runs launch by launch.
+ *
  * Every function returns 0 or a negative errno with one line in err naming the CUDA,
  * cuBLAS or cuDNN call that failed. The header is plain C; the implementation is
  * device.cu. */
@@ -82,6 +89,12 @@ typedef int (*GpuGradReadyFn)(void *ctx, size_t offset, size_t count, void *read
 
 /* Sets (fn NULL: clears) the hook of gpu_model_step. */
 void gpu_model_on_grad_ready(GpuModel *g, GpuGradReadyFn fn, void *ctx);
+
+/* Turns the step's CUDA graphs on (the default unless KT_CUDA_GRAPHS=0) or off. */
+void gpu_model_use_graphs(GpuModel *g, int on);
+
+/* How many steps so far ran as a replay of a captured graph. */
+long gpu_model_graph_launches(const GpuModel *g);
 
 /* The device gradient arena (num_params + MODEL_STATS_FLOATS floats), for a collective
  * that takes device pointers. */
