@@ -63,6 +63,17 @@ $(BUILD)/san/tests/test-%: $(BUILD)/san/trainer/tests/test-%.o $(TRAINER_SOBJS)
 	@mkdir -p $(@D)
 	$(CC) $(SANFLAGS) -o $@ $^ -lcmocka $(TRAINER_LIBS)
 
+# C++ tests (trainer/tests/test-*.cc): test-gpu-kernels runs the CUDA kernels of
+# trainer/src/gpu/kernels.cuh, which is CUDA C++, under a CPU emulation of the grid.
+CXXWARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wvla -Wpointer-arith -Wcast-qual -Wundef
+TRAINER_CXX_TESTS := $(patsubst trainer/tests/%.cc,$(BUILD)/san/tests/%,$(wildcard trainer/tests/test-*.cc))
+TEST_PROGRAMS += $(TRAINER_CXX_TESTS)
+$(TRAINER_CXX_TESTS): $(BUILD)/san/tests/%: trainer/tests/%.cc $(TRAINER_SOBJS) | deps
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 $(CXXWARN) $(SANFLAGS) -MMD -MP -MF $@.d $(TRAINER_INC) -o $@ $< \
+	    $(TRAINER_SOBJS) -lcmocka $(TRAINER_LIBS)
+-include $(TRAINER_CXX_TESTS:%=%.d)
+
 trainer: $(TRAINER_BIN)
 .PHONY: trainer
 
