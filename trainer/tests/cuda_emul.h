@@ -3,10 +3,10 @@
  * a GPU where none can be had and says nothing about CUDA itself, cuDNN, cuBLAS,
  * streams or graphs: test-gpu.c checks those on a device.
  *
- * A launch runs its blocks one after another and each block's threads as real threads
- * (std::thread), so __syncthreads is a barrier among them and __shared__ arrays (static
- * here) are shared by the block that is running. One dimension (x) only, as the kernels
- * use. */
+ * A launch starts one real thread (std::thread) per thread of a block; together they
+ * run the blocks one after another, meeting at a barrier after each, so __syncthreads is
+ * a barrier among them and __shared__ arrays (static here) belong to the block that is
+ * running. One dimension (x) only, as the kernels use. */
 #ifndef KT_CUDA_EMUL_H
 #define KT_CUDA_EMUL_H
 
@@ -21,8 +21,8 @@ struct dim3 {
     unsigned x, y, z;
 };
 
-static dim3 blockIdx, blockDim, gridDim;
-static thread_local dim3 threadIdx;
+static dim3 blockDim, gridDim;
+static thread_local dim3 blockIdx, threadIdx;
 static pthread_barrier_t emul_block_barrier;
 static std::mutex emul_atomic_lock;
 
@@ -49,19 +49,20 @@ static void emul_launch(unsigned grid, unsigned block, void (*kernel)(P...), A..
 {
     gridDim = dim3{grid, 1, 1};
     blockDim = dim3{block, 1, 1};
-    for (unsigned b = 0; b < grid; b++) {
-        blockIdx = dim3{b, 0, 0};
-        pthread_barrier_init(&emul_block_barrier, nullptr, block);
-        std::vector<std::thread> threads;
-        threads.reserve(block);
-        for (unsigned t = 0; t < block; t++)
-            threads.emplace_back([=] {
-                threadIdx = dim3{t, 0, 0};
+    pthread_barrier_init(&emul_block_barrier, nullptr, block);
+    std::vector<std::thread> threads;
+    threads.reserve(block);
+    for (unsigned t = 0; t < block; t++)
+        threads.emplace_back([=] {
+            threadIdx = dim3{t, 0, 0};
+            for (unsigned b = 0; b < grid; b++) {
+                blockIdx = dim3{b, 0, 0};
                 kernel(args...);
-            });
-        for (auto &th : threads) th.join();
-        pthread_barrier_destroy(&emul_block_barrier);
-    }
+                pthread_barrier_wait(&emul_block_barrier); // the block is done
+            }
+        });
+    for (auto &th : threads) th.join();
+    pthread_barrier_destroy(&emul_block_barrier);
 }
 
 #endif

@@ -163,8 +163,17 @@ static const size_t WS_LIMIT = (size_t)512 << 20;
 // recommends 32 MiB on Hopper, 4 MiB before).
 static const size_t BLAS_WS = (size_t)32 << 20;
 
-// The launch geometry of an element-wise kernel on the compute stream.
-#define GRID(n) blocks_for(n), THREADS, 0, g->compute
+// Kernel launches: EW runs an element-wise (grid-stride) kernel over n elements on the
+// compute stream, LAUNCH one with a fixed geometry. Built for the CPU emulation of the
+// test (KT_CUDA_EMUL, trainer/tests/fakecuda) they go through its launcher instead.
+#ifdef KT_CUDA_EMUL
+#define LAUNCH(k, grid, block, stream, ...) emul_launch_on(stream, grid, block, k, __VA_ARGS__)
+#define EW(k, n, ...) \
+    emul_launch_on(g->compute, blocks_for(n) < 2 ? blocks_for(n) : 2, 2, k, __VA_ARGS__)
+#else
+#define LAUNCH(k, grid, block, stream, ...) k<<<grid, block, 0, stream>>>(__VA_ARGS__)
+#define EW(k, n, ...) k<<<blocks_for(n), THREADS, 0, g->compute>>>(__VA_ARGS__)
+#endif
 
 static int ensure_workspace(GpuModel *g, size_t need, char *err, size_t errlen)
 {
@@ -264,12 +273,12 @@ static int conv_forward(GpuModel *g, int li, float *out, const float *in, const 
     ConvPlan *p = &g->plans[li];
     TRY(conv_plan(g, li, b, err, errlen));
     const int rsc = c->kh * c->kw * c->c;
-    k_hwio_to_krsc<<<GRID((size_t)rsc * c->f)>>>(p->wt, w, rsc, c->f);
+    EW(k_hwio_to_krsc, (size_t)rsc * c->f, p->wt, w, rsc, c->f);
     LAUNCHED();
     const float *xin = in;
     if (p->explicit_pad) {
-        k_pad<<<GRID((size_t)b * (c->h + p->ph) * (c->w + p->pw) * c->c)>>>(
-            p->xpad, in, b, c->h, c->w, c->c, p->ph, p->pw, c->pad_top, c->pad_left);
+        EW(k_pad, (size_t)b * (c->h + p->ph) * (c->w + p->pw) * c->c,
+           p->xpad, in, b, c->h, c->w, c->c, p->ph, p->pw, c->pad_top, c->pad_left);
         LAUNCHED();
         xin = p->xpad;
     }
@@ -287,20 +296,20 @@ static int conv_backward(GpuModel *g, int li, float *din, float *dw, float *db, 
     ConvPlan *p = &g->plans[li];
     const float one = 1.0f, zero = 0.0f;
     const int rsc = c->kh * c->kw * c->c;
-    k_bias_grad<<<c->f, THREADS, 0, g->compute>>>(db, d, (size_t)b * c->oh * c->ow, c->f);
+    LAUNCH(k_bias_grad, c->f, THREADS, g->compute, db, d, (size_t)b * c->oh * c->ow, c->f);
     LAUNCHED();
     DNN(cudnnConvolutionBackwardFilter(g->dnn, &one, p->x, p->explicit_pad ? p->xpad : in, p->y, d,
                                        p->conv, p->bwd_filter, g->ws, g->ws_size, &zero, p->w,
                                        p->dwt));
-    k_krsc_to_hwio<<<GRID((size_t)rsc * c->f)>>>(dw, p->dwt, rsc, c->f);
+    EW(k_krsc_to_hwio, (size_t)rsc * c->f, dw, p->dwt, rsc, c->f);
     LAUNCHED();
     if (!din) return 0;
     DNN(cudnnConvolutionBackwardData(g->dnn, &one, p->w, p->wt, p->y, d, p->conv, p->bwd_data,
                                      g->ws, g->ws_size, &zero, p->x,
                                      p->explicit_pad ? p->dxpad : din));
     if (p->explicit_pad) {
-        k_crop<<<GRID((size_t)b * c->h * c->w * c->c)>>>(din, p->dxpad, b, c->h, c->w, c->c, p->ph,
-                                                         p->pw, c->pad_top, c->pad_left);
+        EW(k_crop, (size_t)b * c->h * c->w * c->c, din, p->dxpad, b, c->h, c->w, c->c, p->ph,
+           p->pw, c->pad_top, c->pad_left);
         LAUNCHED();
     }
     return 0;
@@ -326,7 +335,7 @@ static int forward(GpuModel *g, int training, char *err, size_t errlen)
         case LAYER_FLATTEN: continue;
         case LAYER_CONV2D:
             TRY(conv_forward(g, i, out, in, w, b, err, errlen));
-            k_bias_act<<<GRID(n)>>>(out, bias, n / l->conv.f, l->conv.f, act == ACT_RELU);
+            EW(k_bias_act, n, out, bias, n / l->conv.f, l->conv.f, act == ACT_RELU);
             LAUNCHED();
             if (act == ACT_RELU) act = ACT_LINEAR; // done
             break;
@@ -335,18 +344,18 @@ static int forward(GpuModel *g, int training, char *err, size_t errlen)
             const int rows = b * l->dense_rows;
             BLAS(gemm_rm(g->blas, 0, 0, rows, l->units, l->dense_in, in, l->dense_in, w,
                          l->units, 0.0f, out, l->units));
-            k_bias_act<<<GRID(n)>>>(out, bias, (size_t)rows, l->units, act == ACT_RELU);
+            EW(k_bias_act, n, out, bias, (size_t)rows, l->units, act == ACT_RELU);
             LAUNCHED();
             if (act == ACT_RELU) act = ACT_LINEAR;
             break;
         }
         case LAYER_MAXPOOL:
-            k_maxpool<<<GRID(n)>>>(out, g->argmax[i], in, l->pool, b);
+            EW(k_maxpool, n, out, g->argmax[i], in, l->pool, b);
             LAUNCHED();
             break;
         case LAYER_DROPOUT:
             if (training && m->dropout_enabled && l->rate > 0.0f) {
-                k_dropout<<<GRID(n)>>>(out, g->masks[i], in, n, l->rate, g->args_d, draws);
+                EW(k_dropout, n, out, g->masks[i], in, n, l->rate, g->args_d, draws);
                 LAUNCHED();
                 draws += n;
             } else {
@@ -357,8 +366,8 @@ static int forward(GpuModel *g, int training, char *err, size_t errlen)
         // a softmax normalises each row of the last axis (a Dense's units)
         const size_t srows = l->type == LAYER_DENSE ? (size_t)b * l->dense_rows : (size_t)b;
         const int scols = l->type == LAYER_DENSE ? l->units : (int)l->out_size;
-        if (act == ACT_RELU) k_relu<<<GRID(n)>>>(out, n);
-        else if (act == ACT_SOFTMAX) k_softmax_rows<<<GRID(srows)>>>(out, srows, scols);
+        if (act == ACT_RELU) EW(k_relu, n, out, n);
+        else if (act == ACT_SOFTMAX) EW(k_softmax_rows, srows, out, srows, scols);
         LAUNCHED();
     }
     return 0;
@@ -372,14 +381,14 @@ static int loss(GpuModel *g, float *dout, float scale, char *err, size_t errlen)
     const float *out = layer_out(g, g->x[g->slot], m->num_layers - 1);
     const int c = (int)m->num_classes, b = g->b;
     if (last->act == ACT_LINEAR || last->act == ACT_SOFTMAX)
-        k_sce_logits<<<GRID((size_t)b)>>>(dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
-                                          c, scale);
+        EW(k_sce_logits, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
+           c, scale);
     else
-        k_sce_probs<<<GRID((size_t)b)>>>(dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
-                                         c, scale);
+        EW(k_sce_probs, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
+           c, scale);
     LAUNCHED();
     CU(cudaMemsetAsync(g->acc, 0, 3 * sizeof *g->acc, g->compute));
-    k_sum_loss<<<1, THREADS, 0, g->compute>>>(g->acc, g->row_loss, g->row_correct, b);
+    LAUNCH(k_sum_loss, 1, THREADS, g->compute, g->acc, g->row_loss, g->row_correct, b);
     LAUNCHED();
     return 0;
 }
@@ -408,9 +417,9 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
         if ((l->type == LAYER_CONV2D || l->type == LAYER_DENSE) && !(last && l->act == ACT_SOFTMAX)) {
             const size_t srows = l->type == LAYER_DENSE ? (size_t)b * l->dense_rows : (size_t)b;
             const int scols = l->type == LAYER_DENSE ? l->units : (int)l->out_size;
-            if (l->act == ACT_RELU) k_relu_backward<<<GRID(n)>>>(d, out, n);
+            if (l->act == ACT_RELU) EW(k_relu_backward, n, d, out, n);
             else if (l->act == ACT_SOFTMAX)
-                k_softmax_backward_rows<<<GRID(srows)>>>(d, out, srows, scols);
+                EW(k_softmax_backward_rows, srows, d, out, srows, scols);
             LAUNCHED();
         }
         switch (l->type) {
@@ -418,18 +427,18 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
         case LAYER_FLATTEN: continue;
         case LAYER_DROPOUT:
             if (m->dropout_enabled && l->rate > 0.0f) {
-                k_mul<<<GRID(n)>>>(d, g->masks[i], n);
+                EW(k_mul, n, d, g->masks[i], n);
                 LAUNCHED();
             }
             continue;
         case LAYER_MAXPOOL:
             CU(cudaMemsetAsync(din, 0, (size_t)b * l->in_size * sizeof *din, g->compute));
-            k_maxpool_backward<<<GRID(n)>>>(din, d, g->argmax[i], n);
+            EW(k_maxpool_backward, n, din, d, g->argmax[i], n);
             LAUNCHED();
             break;
         case LAYER_DENSE: {
             const int rows = b * l->dense_rows;
-            k_bias_grad<<<l->units, THREADS, 0, g->compute>>>(db, d, (size_t)rows, l->units);
+            LAUNCH(k_bias_grad, l->units, THREADS, g->compute, db, d, (size_t)rows, l->units);
             LAUNCHED();
             BLAS(gemm_rm(g->blas, 1, 0, l->dense_in, l->units, rows, in, l->dense_in, d,
                          l->units, 0.0f, dw, l->units));
@@ -441,7 +450,7 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
         case LAYER_CONV2D: TRY(conv_backward(g, i, din, dw, db, d, in, b, err, errlen)); break;
         }
         if (l->w_count && l->l2 != 0.0f) {
-            k_axpy<<<GRID(l->w_count)>>>(dw, w, 2.0f * l->l2 / (float)num_replicas, l->w_count);
+            EW(k_axpy, l->w_count, dw, w, 2.0f * l->l2 / (float)num_replicas, l->w_count);
             LAUNCHED();
         }
         if (l->w_count && g->on_ready) {
@@ -685,11 +694,12 @@ static int record_step(GpuModel *g, int global_batch, int num_replicas, char *er
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->l2 == 0.0f) continue;
-        k_l2_sum<<<1, THREADS, 0, g->compute>>>(g->acc + 2, g->params + l->w_off, l->w_count, l->l2);
+        LAUNCH(k_l2_sum, 1, THREADS, g->compute, g->acc + 2, g->params + l->w_off, l->w_count,
+               l->l2);
         LAUNCHED();
     }
-    k_stats<<<1, 1, 0, g->compute>>>(g->grads + g->np, g->acc, global_batch, num_replicas, g->b,
-                                     g->args_d);
+    LAUNCH(k_stats, 1, 1, g->compute, g->grads + g->np, g->acc, global_batch, num_replicas, g->b,
+           g->args_d);
     LAUNCHED();
     return backward(g, num_replicas, err, errlen);
 }
@@ -827,15 +837,15 @@ extern "C" int gpu_model_optim_step(GpuModel *g, Optimizer *o, char *err, size_t
     float *w = g->params, *s = g->state;
     const float *gr = g->grads;
     switch (c->kind) {
-    case OPT_SGD: k_sgd<<<GRID(n)>>>(w, gr, s, n, c->lr, c->momentum, c->nesterov); break;
+    case OPT_SGD: EW(k_sgd, n, w, gr, s, n, c->lr, c->momentum, c->nesterov); break;
     case OPT_RMSPROP:
-        k_rmsprop<<<GRID(n)>>>(w, gr, s, s + n, n, c->lr, c->rho, c->epsilon, c->momentum);
+        EW(k_rmsprop, n, w, gr, s, s + n, n, c->lr, c->rho, c->epsilon, c->momentum);
         break;
     case OPT_ADAM:
     case OPT_ADAM_AMSGRAD: {
         const float alpha = adam_alpha(c->lr, c->beta1, c->beta2, o->iterations);
-        k_adam<<<GRID(n)>>>(w, gr, s, s + n, s + 2 * n, n, alpha, c->beta1, c->beta2, c->epsilon,
-                            c->kind == OPT_ADAM_AMSGRAD);
+        EW(k_adam, n, w, gr, s, s + n, s + 2 * n, n, alpha, c->beta1, c->beta2, c->epsilon,
+           c->kind == OPT_ADAM_AMSGRAD);
         break;
     }
     }

@@ -15,7 +15,12 @@
 
 #include "layers.h"
 
-static const int THREADS = 256;
+// Threads per block of the block reductions and element-wise launches (the CPU
+// emulation of test-gpu-emul builds with fewer: each emulated thread is a real one).
+#ifndef KT_GPU_THREADS
+#define KT_GPU_THREADS 256
+#endif
+static const int THREADS = KT_GPU_THREADS;
 
 // Adam's step size at iteration `iterations` (0-based), as optim.c computes it.
 static inline float adam_alpha(float lr, float beta1, float beta2, int64_t iterations)

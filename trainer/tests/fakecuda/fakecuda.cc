@@ -1,0 +1,724 @@
+// fakecuda.cc — the CPU stand-ins of cuda_runtime.h, cublas_v2.h and cudnn.h here, for
+// test-gpu-emul only. What each checks is said in its header.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include <cblas.h>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+#include "cudnn.h"
+
+// ------------------------------------------------------------------------------------
+// runtime
+
+namespace {
+
+typedef std::vector<std::function<void()>> Ops;
+
+thread_local cudaError_t last_error = cudaSuccess;
+std::map<uintptr_t, size_t> device_blocks, pinned_blocks;
+
+cudaError_t set_error(cudaError_t e)
+{
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+bool inside(const std::map<uintptr_t, size_t> &blocks, const void *p, size_t bytes)
+{
+    uintptr_t a = (uintptr_t)p;
+    auto it = blocks.upper_bound(a);
+    if (it == blocks.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+} // namespace
+
+struct FakeStream {
+    bool capturing = false, invalidated = false;
+    Ops ops;
+};
+struct FakeEvent {
+    int unused;
+};
+struct FakeGraph {
+    Ops ops;
+};
+struct FakeGraphExec {
+    Ops ops;
+};
+
+// the stream capturing in this thread, if any
+static thread_local FakeStream *capture_here = nullptr;
+
+cudaError_t fake_capture_unsafe(void)
+{
+    if (!capture_here) return cudaSuccess;
+    capture_here->invalidated = true;
+    return set_error(cudaErrorStreamCaptureUnsupported);
+}
+
+cudaError_t fake_submit(cudaStream_t s, std::function<void()> op)
+{
+    if (s && s->capturing) {
+        if (s->invalidated) return set_error(cudaErrorStreamCaptureInvalidated);
+        s->ops.push_back(std::move(op));
+        return cudaSuccess;
+    }
+    if (!s && capture_here) return fake_capture_unsafe(); // the legacy stream syncs
+    op();
+    return cudaSuccess;
+}
+
+int fake_is_device(const void *p, size_t bytes)
+{
+    return inside(device_blocks, p, bytes);
+}
+
+void fake_set_launch_error(cudaError_t e)
+{
+    set_error(e);
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (fake CUDA)";
+    case cudaErrorMemoryAllocation: return "out of memory (fake CUDA)";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected (fake CUDA)";
+    case cudaErrorInvalidDevice: return "invalid device ordinal (fake CUDA)";
+    case cudaErrorIllegalState: return "illegal state (fake CUDA)";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing (fake CUDA)";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture (fake CUDA)";
+    case cudaErrorStreamCaptureWrongThread: return "capture from another thread (fake CUDA)";
+    }
+    return "unknown error (fake CUDA)";
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
+{
+    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation of CUDA (kubetrain's fakecuda, not a GPU)");
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+    return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+    return fake_capture_unsafe();
+}
+
+static cudaError_t alloc(std::map<uintptr_t, size_t> &blocks, void **p, size_t bytes)
+{
+    if (cudaError_t e = fake_capture_unsafe()) return e;
+    void *q = malloc(bytes ? bytes : 1);
+    if (!q) return set_error(cudaErrorMemoryAllocation);
+    memset(q, 0xFF, bytes); // NaN floats and doubles: unwritten memory shows
+    blocks[(uintptr_t)q] = bytes;
+    *p = q;
+    return cudaSuccess;
+}
+
+static cudaError_t release(std::map<uintptr_t, size_t> &blocks, void *p)
+{
+    if (cudaError_t e = fake_capture_unsafe()) return e;
+    if (!p) return cudaSuccess;
+    auto it = blocks.find((uintptr_t)p);
+    if (it == blocks.end()) return set_error(cudaErrorInvalidValue);
+    blocks.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    return alloc(device_blocks, p, bytes);
+}
+cudaError_t cudaFree(void *p)
+{
+    return release(device_blocks, p);
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    return alloc(pinned_blocks, p, bytes);
+}
+cudaError_t cudaFreeHost(void *p)
+{
+    return release(pinned_blocks, p);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
+{
+    if (!fake_is_device(p, bytes)) return set_error(cudaErrorInvalidValue);
+    return fake_submit(s, [=] { memset(p, value, bytes); });
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t bytes)
+{
+    if (cudaError_t e = fake_capture_unsafe()) return e;
+    return cudaMemsetAsync(p, value, bytes, nullptr);
+}
+
+static bool copy_fits(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    const bool dd = fake_is_device(dst, bytes), sd = fake_is_device(src, bytes);
+    switch (kind) {
+    case cudaMemcpyHostToHost: return !dd && !sd;
+    case cudaMemcpyHostToDevice: return dd && !sd;
+    case cudaMemcpyDeviceToHost: return !dd && sd;
+    case cudaMemcpyDeviceToDevice: return dd && sd;
+    case cudaMemcpyDefault: return true;
+    }
+    return false;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s)
+{
+    if (!copy_fits(dst, src, bytes, kind)) return set_error(cudaErrorInvalidValue);
+    return fake_submit(s, [=] { memmove(dst, src, bytes); });
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    if (cudaError_t e = fake_capture_unsafe()) return e;
+    return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    (void)flags;
+    *s = new FakeStream;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (capture_here == s) capture_here = nullptr;
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    (void)s;
+    return fake_capture_unsafe();
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    (void)s, (void)flags;
+    return e ? cudaSuccess : set_error(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    if (s && s->capturing) return fake_capture_unsafe();
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    *e = new FakeEvent();
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (!e) return set_error(cudaErrorInvalidValue);
+    return fake_submit(s, [] {});
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    (void)e;
+    return fake_capture_unsafe();
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
+{
+    if (!s || s->capturing || capture_here || mode == cudaStreamCaptureModeRelaxed)
+        return set_error(cudaErrorIllegalState);
+    s->capturing = true;
+    s->invalidated = false;
+    s->ops.clear();
+    capture_here = s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    *graph = nullptr;
+    if (!s || !s->capturing) return set_error(cudaErrorIllegalState);
+    s->capturing = false;
+    capture_here = nullptr;
+    if (s->invalidated) {
+        s->ops.clear();
+        return set_error(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = new FakeGraph{std::move(s->ops)};
+    s->ops.clear();
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags)
+{
+    (void)flags;
+    if (!graph) return set_error(cudaErrorInvalidValue);
+    *exec = new FakeGraphExec{graph->ops};
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s)
+{
+    if (!exec) return set_error(cudaErrorInvalidValue);
+    return fake_submit(s, [exec] {
+        for (auto &op : exec->ops) op();
+    });
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    delete graph;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec)
+{
+    delete exec;
+    return cudaSuccess;
+}
+
+// ------------------------------------------------------------------------------------
+// cuBLAS
+
+struct FakeCublas {
+    cudaStream_t stream = nullptr;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *h)
+{
+    *h = new FakeCublas;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h)
+{
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
+{
+    (void)h;
+    return mode == CUBLAS_DEFAULT_MATH ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
+{
+    (void)h;
+    return fake_is_device(ws, bytes) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (fake)";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (fake)";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED (fake)";
+    }
+    return "unknown cuBLAS status (fake)";
+}
+
+// A (rows x cols, column-major, leading dimension ld) lies in device memory.
+static bool matrix_on_device(const float *a, int rows, int cols, int ld)
+{
+    if (rows == 0 || cols == 0) return true;
+    return fake_is_device(a, ((size_t)(cols - 1) * ld + rows) * sizeof(float));
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const float *alpha, const float *A, int lda,
+                           const float *B, int ldb, const float *beta, float *C, int ldc)
+{
+    const int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+    const int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+    if (m < 0 || n < 0 || k < 0 || lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) ||
+        ldc < (m > 1 ? m : 1) || !matrix_on_device(A, ar, ac, lda) ||
+        !matrix_on_device(B, br, bc, ldb) || !matrix_on_device(C, m, n, ldc))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const float al = *alpha, be = *beta;
+    // BLAS's own column-major sgemm (OpenBLAS): cuBLAS has BLAS's interface and meaning
+    cudaError_t e = fake_submit(h->stream, [=] {
+        cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb,
+                    be, C, ldc);
+    });
+    return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+// ------------------------------------------------------------------------------------
+// cuDNN
+
+struct FakeCudnn {
+    cudaStream_t stream = nullptr;
+};
+struct FakeTensorDesc {
+    int set = 0, n, c, h, w;
+};
+struct FakeFilterDesc {
+    int set = 0, k, c, h, w;
+};
+struct FakeConvDesc {
+    int set = 0, ph, pw, u, v;
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+// The two algorithms the queries offer: a tensor-op one (device.cu asks for FMA math and
+// must not pick it; these calls refuse it) and the FMA one, whose workspace grows with
+// the batch so that device.cu's workspace and graph bookkeeping is exercised.
+enum { TENSOR_OP_ALGO = 1, FMA_ALGO = 0 };
+static size_t workspace_need(const FakeTensorDesc *x)
+{
+    return (size_t)x->n * 4096;
+}
+
+size_t cudnnGetVersion(void)
+{
+    return 0;
+}
+
+const char *cudnnGetErrorString(cudnnStatus_t s)
+{
+    switch (s) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED (fake)";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM (fake)";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED (fake)";
+    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED (fake)";
+    }
+    return "unknown cuDNN status (fake)";
+}
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
+{
+    *h = new FakeCudnn;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
+{
+    delete h;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
+{
+    *d = new FakeTensorDesc;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
+{
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
+                                         cudnnDataType_t type, int n, int c, int h, int w)
+{
+    if (n < 1 || c < 1 || h < 1 || w < 1) return CUDNN_STATUS_BAD_PARAM;
+    if (format != CUDNN_TENSOR_NHWC || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
+    *d = FakeTensorDesc{1, n, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
+{
+    *d = new FakeFilterDesc;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
+{
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
+                                         cudnnTensorFormat_t format, int k, int c, int h, int w)
+{
+    if (k < 1 || c < 1 || h < 1 || w < 1) return CUDNN_STATUS_BAD_PARAM;
+    if (format != CUDNN_TENSOR_NHWC || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
+    *d = FakeFilterDesc{1, k, c, h, w};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
+{
+    *d = new FakeConvDesc;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
+{
+    delete d;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h,
+                                              int pad_w, int u, int v, int dil_h, int dil_w,
+                                              cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t compute)
+{
+    if (pad_h < 0 || pad_w < 0 || u < 1 || v < 1) return CUDNN_STATUS_BAD_PARAM;
+    if (dil_h != 1 || dil_w != 1 || mode != CUDNN_CROSS_CORRELATION ||
+        compute != CUDNN_DATA_FLOAT)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    *d = FakeConvDesc{1, pad_h, pad_w, u, v, d->math};
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m)
+{
+    d->math = m;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+// x, w, conv and y fit together: y's shape is the convolution's output.
+static bool conv_fits(const FakeTensorDesc *x, const FakeFilterDesc *w, const FakeConvDesc *cv,
+                      const FakeTensorDesc *y)
+{
+    if (!x->set || !w->set || !cv->set || !y->set) return false;
+    const int oh = (x->h + 2 * cv->ph - w->h) / cv->u + 1, ow = (x->w + 2 * cv->pw - w->w) / cv->v + 1;
+    return x->c == w->c && y->n == x->n && y->c == w->k && y->h == oh && y->w == ow &&
+           x->h + 2 * cv->ph >= w->h && x->w + 2 * cv->pw >= w->w;
+}
+
+cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t conv,
+                                                    cudnnTensorDescriptor_t x,
+                                                    cudnnFilterDescriptor_t w, int *n, int *c,
+                                                    int *h, int *wd)
+{
+    if (!conv->set || !x->set || !w->set || x->c != w->c) return CUDNN_STATUS_BAD_PARAM;
+    *n = x->n;
+    *c = w->k;
+    *h = (x->h + 2 * conv->ph - w->h) / conv->u + 1;
+    *wd = (x->w + 2 * conv->pw - w->w) / conv->v + 1;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+template <typename Perf>
+static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w,
+                           const FakeConvDesc *cv, const FakeTensorDesc *y, int requested,
+                           int *returned, Perf *perf)
+{
+    if (!conv_fits(x, w, cv, y) || requested < 1) return CUDNN_STATUS_BAD_PARAM;
+    Perf all[2];
+    memset(all, 0, sizeof all);
+    all[0].algo = (decltype(all[0].algo))TENSOR_OP_ALGO;
+    all[0].status = CUDNN_STATUS_SUCCESS;
+    all[0].mathType = CUDNN_TENSOR_OP_MATH;
+    all[1].algo = (decltype(all[1].algo))FMA_ALGO;
+    all[1].status = CUDNN_STATUS_SUCCESS;
+    all[1].memory = workspace_need(x);
+    all[1].mathType = CUDNN_FMA_MATH;
+    *returned = requested < 2 ? requested : 2;
+    for (int i = 0; i < *returned; i++) perf[i] = all[i];
+    return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                     cudnnFilterDescriptor_t w,
+                                                     cudnnConvolutionDescriptor_t conv,
+                                                     cudnnTensorDescriptor_t y, int requested,
+                                                     int *returned,
+                                                     cudnnConvolutionFwdAlgoPerf_t *perf)
+{
+    (void)h;
+    return offer(x, w, conv, y, requested, returned, perf);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t h, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx, int requested, int *returned,
+    cudnnConvolutionBwdDataAlgoPerf_t *perf)
+{
+    (void)h;
+    return offer(dx, w, conv, dy, requested, returned, perf);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+    cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw, int requested, int *returned,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perf)
+{
+    (void)h;
+    return offer(x, dw, conv, dy, requested, returned, perf);
+}
+
+// The checks every convolution call makes: descriptors that fit, the FMA algorithm, its
+// workspace, and buffers inside device memory.
+static cudnnStatus_t conv_check(const FakeTensorDesc *x, const void *xp, const FakeFilterDesc *w,
+                                const void *wp, const FakeConvDesc *cv, int algo, void *ws,
+                                size_t ws_bytes, const FakeTensorDesc *y, const void *yp)
+{
+    if (!conv_fits(x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
+    if (algo != FMA_ALGO || cv->math != CUDNN_FMA_MATH) return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t need = workspace_need(x);
+    if (ws_bytes < need || (need && !fake_is_device(ws, need))) return CUDNN_STATUS_BAD_PARAM;
+    const size_t xs = (size_t)x->n * x->h * x->w * x->c, ws_ = (size_t)w->k * w->h * w->w * w->c,
+                 ys = (size_t)y->n * y->h * y->w * y->c;
+    if (!fake_is_device(xp, xs * sizeof(float)) || !fake_is_device(wp, ws_ * sizeof(float)) ||
+        !fake_is_device(yp, ys * sizeof(float)))
+        return CUDNN_STATUS_BAD_PARAM;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+// Calls f(xi, wi, yi) for every product x[xi] * w[wi] that contributes to y[yi].
+template <typename F>
+static void conv_loop(const FakeTensorDesc x, const FakeFilterDesc w, const FakeConvDesc cv,
+                      const FakeTensorDesc y, F f)
+{
+    for (int n = 0; n < y.n; n++)
+        for (int oy = 0; oy < y.h; oy++)
+            for (int ox = 0; ox < y.w; ox++)
+                for (int k = 0; k < y.c; k++)
+                    for (int r = 0; r < w.h; r++)
+                        for (int s = 0; s < w.w; s++) {
+                            const int iy = oy * cv.u - cv.ph + r, ix = ox * cv.v - cv.pw + s;
+                            if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
+                            for (int c = 0; c < x.c; c++)
+                                f((((size_t)n * x.h + iy) * x.w + ix) * x.c + c,
+                                  (((size_t)k * w.h + r) * w.w + s) * w.c + c,
+                                  (((size_t)n * y.h + oy) * y.w + ox) * y.c + k);
+                        }
+}
+
+// out = alpha * acc + beta * out (out not read when beta is 0, as cuDNN has it)
+static void blend(float *out, const std::vector<double> &acc, float alpha, float beta)
+{
+    for (size_t i = 0; i < acc.size(); i++)
+        out[i] = beta == 0.0f ? (float)(alpha * acc[i]) : (float)(alpha * acc[i] + beta * out[i]);
+}
+
+cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
+                                      cudnnTensorDescriptor_t xd, const void *x,
+                                      cudnnFilterDescriptor_t wd, const void *w,
+                                      cudnnConvolutionDescriptor_t conv,
+                                      cudnnConvolutionFwdAlgo_t algo, void *ws, size_t ws_bytes,
+                                      const void *beta, cudnnTensorDescriptor_t yd, void *y)
+{
+    if (cudnnStatus_t s = conv_check(xd, x, wd, w, conv, algo, ws, ws_bytes, yd, y)) return s;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const FakeTensorDesc X = *xd, Y = *yd;
+    const FakeFilterDesc W = *wd;
+    const FakeConvDesc C = *conv;
+    const float *xp = (const float *)x, *wp = (const float *)w;
+    float *yp = (float *)y;
+    cudaError_t e = fake_submit(h->stream, [=] {
+        std::vector<double> acc((size_t)Y.n * Y.h * Y.w * Y.c, 0.0);
+        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) {
+            acc[yi] += (double)xp[xi] * wp[wi];
+        });
+        blend(yp, acc, al, be);
+    });
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
+                                           cudnnFilterDescriptor_t wd, const void *w,
+                                           cudnnTensorDescriptor_t dyd, const void *dy,
+                                           cudnnConvolutionDescriptor_t conv,
+                                           cudnnConvolutionBwdDataAlgo_t algo, void *ws,
+                                           size_t ws_bytes, const void *beta,
+                                           cudnnTensorDescriptor_t dxd, void *dx)
+{
+    if (cudnnStatus_t s = conv_check(dxd, dx, wd, w, conv, algo, ws, ws_bytes, dyd, dy)) return s;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const FakeTensorDesc X = *dxd, Y = *dyd;
+    const FakeFilterDesc W = *wd;
+    const FakeConvDesc C = *conv;
+    const float *wp = (const float *)w, *dyp = (const float *)dy;
+    float *dxp = (float *)dx;
+    cudaError_t e = fake_submit(h->stream, [=] {
+        std::vector<double> acc((size_t)X.n * X.h * X.w * X.c, 0.0);
+        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) {
+            acc[xi] += (double)dyp[yi] * wp[wi];
+        });
+        blend(dxp, acc, al, be);
+    });
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
+                                             cudnnTensorDescriptor_t xd, const void *x,
+                                             cudnnTensorDescriptor_t dyd, const void *dy,
+                                             cudnnConvolutionDescriptor_t conv,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void *ws,
+                                             size_t ws_bytes, const void *beta,
+                                             cudnnFilterDescriptor_t dwd, void *dw)
+{
+    if (cudnnStatus_t s = conv_check(xd, x, dwd, dw, conv, algo, ws, ws_bytes, dyd, dy)) return s;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const FakeTensorDesc X = *xd, Y = *dyd;
+    const FakeFilterDesc W = *dwd;
+    const FakeConvDesc C = *conv;
+    const float *xp = (const float *)x, *dyp = (const float *)dy;
+    float *dwp = (float *)dw;
+    cudaError_t e = fake_submit(h->stream, [=] {
+        std::vector<double> acc((size_t)W.k * W.h * W.w * W.c, 0.0);
+        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) {
+            acc[wi] += (double)dyp[yi] * xp[xi];
+        });
+        blend(dwp, acc, al, be);
+    });
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
