@@ -95,7 +95,19 @@ $(EMUL_DIR)/test-gpu.o: trainer/tests/test-gpu.c | deps
 $(TEST_GPU_EMUL): $(EMUL_DIR)/test-gpu.o $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o $(TRAINER_SOBJS)
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -o $@ $^ -lcmocka $(TRAINER_LIBS)
--include $(EMUL_DIR)/*.d
+
+# The whole trainer on the same emulation (with the one-rank NCCL stand-in there), for
+# trainer/tests/test-gpu-emul-trainer.sh: train.c's GPU path, graphs, checkpoints.
+EMUL_TRAINER := $(EMUL_DIR)/bin/kubetrain-trainer
+EMUL_COBJS   := $(patsubst %.c,$(EMUL_DIR)/%.o,trainer/src/main.c $(TRAINER_SRCS) $(wildcard trainer/src/gpu/*.c))
+$(EMUL_DIR)/trainer/%.o: trainer/%.c | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(EMUL_FLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+$(EMUL_TRAINER): $(EMUL_COBJS) $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o
+	@mkdir -p $(@D)
+	$(CXX) $(SANFLAGS) -o $@ $^ $(TRAINER_LIBS)
+test: $(EMUL_TRAINER)
+-include $(EMUL_DIR)/*.d $(EMUL_COBJS:.o=.d)
 
 trainer: $(TRAINER_BIN)
 .PHONY: trainer

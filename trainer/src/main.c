@@ -84,6 +84,7 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
         Collective *c = coll_nccl_create(coll_local_create(), device, RING_IO_TIMEOUT_S, err,
                                          sizeof err);
         if (!c) util_fail(KT_EXIT_RETRY, "%s", err);
+        util_log("NCCL communicator of 1 rank on CUDA device %d ready", device);
         return c;
     }
 #else

@@ -12,6 +12,7 @@
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "cudnn.h"
+#include "nccl.h"
 
 // ------------------------------------------------------------------------------------
 // runtime
@@ -100,6 +101,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorStreamCaptureInvalidated:
         return "operation failed due to a previous error during capture (fake CUDA)";
     case cudaErrorStreamCaptureWrongThread: return "capture from another thread (fake CUDA)";
+    case cudaErrorNotReady: return "device not ready (fake CUDA)";
     }
     return "unknown error (fake CUDA)";
 }
@@ -216,6 +218,18 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 {
     if (!copy_fits(dst, src, bytes, kind)) return set_error(cudaErrorInvalidValue);
     return fake_submit(s, [=] { memmove(dst, src, bytes); });
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    memset(a, 0, sizeof *a);
+    a->type = fake_is_device(p, 1)                 ? cudaMemoryTypeDevice
+              : inside(pinned_blocks, p, 1) ? cudaMemoryTypeHost
+                                            : cudaMemoryTypeUnregistered;
+    void *q = const_cast<void *>(p);
+    if (a->type == cudaMemoryTypeDevice) a->devicePointer = q;
+    else a->hostPointer = q;
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
@@ -721,4 +735,80 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
         blend(dwp, acc, al, be);
     });
     return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+// ------------------------------------------------------------------------------------
+// NCCL (one rank)
+
+struct FakeNcclComm {
+    int pending; // a non-blocking init still to report ncclInProgress once
+};
+
+const char *ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (fake NCCL)";
+    case ncclSystemError: return "unhandled system error (fake NCCL)";
+    case ncclInternalError: return "internal error (fake NCCL)";
+    case ncclInvalidArgument: return "invalid argument (fake NCCL)";
+    case ncclInvalidUsage: return "invalid usage: the fake NCCL has one rank only";
+    case ncclRemoteError: return "remote process exited or there was a network error (fake NCCL)";
+    case ncclInProgress: return "NCCL operation in progress (fake NCCL)";
+    }
+    return "unknown NCCL result (fake)";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "fake-nccl-id");
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    if (strcmp(id.internal, "fake-nccl-id") != 0) return ncclInvalidArgument;
+    if (nranks != 1 || rank != 0) return ncclInvalidUsage;
+    *comm = new FakeNcclComm{config && !config->blocking};
+    return config && !config->blocking ? ncclInProgress : ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
+{
+    if (!comm) return ncclInvalidArgument;
+    *state = comm->pending ? ncclInProgress : ncclSuccess;
+    comm->pending = 0;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    if (!comm || comm->pending || type != ncclFloat || op != ncclSum) return ncclInvalidArgument;
+    const size_t bytes = count * sizeof(float);
+    if (!fake_is_device(send, bytes) || !fake_is_device(recv, bytes)) return ncclInvalidArgument;
+    return fake_submit(stream, [=] {
+               if (send != recv) memmove(recv, send, bytes);
+           }) == cudaSuccess
+               ? ncclSuccess
+               : ncclUnhandledCudaError;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm)
+{
+    return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    delete comm;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+    delete comm;
+    return ncclSuccess;
 }
