@@ -656,11 +656,26 @@ static void conv_loop(const FakeTensorDesc x, const FakeFilterDesc w, const Fake
                         }
 }
 
-// out = alpha * acc + beta * out (out not read when beta is 0, as cuDNN has it)
-static void blend(float *out, const std::vector<double> &acc, float alpha, float beta)
+// Submits out = alpha * sums + beta * out (out not read when beta is 0, as cuDNN has
+// it), where sums (n values) gathers add(sums, xi, wi, yi) over conv_loop's products.
+template <typename Add>
+static cudnnStatus_t conv_submit(cudnnHandle_t h, const FakeTensorDesc *x,
+                                 const FakeFilterDesc *w, const FakeConvDesc *cv,
+                                 const FakeTensorDesc *y, const void *alpha, const void *beta,
+                                 void *out, size_t n, Add add)
 {
-    for (size_t i = 0; i < acc.size(); i++)
-        out[i] = beta == 0.0f ? (float)(alpha * acc[i]) : (float)(alpha * acc[i] + beta * out[i]);
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const FakeTensorDesc X = *x, Y = *y;
+    const FakeFilterDesc W = *w;
+    const FakeConvDesc C = *cv;
+    float *o = (float *)out;
+    cudaError_t e = fake_submit(h->stream, [=] {
+        std::vector<double> sums(n, 0.0);
+        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) { add(sums, xi, wi, yi); });
+        for (size_t i = 0; i < n; i++)
+            o[i] = be == 0.0f ? (float)(al * sums[i]) : (float)(al * sums[i] + be * o[i]);
+    });
+    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
 }
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
@@ -671,20 +686,11 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
                                       const void *beta, cudnnTensorDescriptor_t yd, void *y)
 {
     if (cudnnStatus_t s = conv_check(xd, x, wd, w, conv, algo, ws, ws_bytes, yd, y)) return s;
-    const float al = *(const float *)alpha, be = *(const float *)beta;
-    const FakeTensorDesc X = *xd, Y = *yd;
-    const FakeFilterDesc W = *wd;
-    const FakeConvDesc C = *conv;
     const float *xp = (const float *)x, *wp = (const float *)w;
-    float *yp = (float *)y;
-    cudaError_t e = fake_submit(h->stream, [=] {
-        std::vector<double> acc((size_t)Y.n * Y.h * Y.w * Y.c, 0.0);
-        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) {
-            acc[yi] += (double)xp[xi] * wp[wi];
-        });
-        blend(yp, acc, al, be);
-    });
-    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+    return conv_submit(h, xd, wd, conv, yd, alpha, beta, y, (size_t)yd->n * yd->h * yd->w * yd->c,
+                       [=](std::vector<double> &sums, size_t xi, size_t wi, size_t yi) {
+                           sums[yi] += (double)xp[xi] * wp[wi];
+                       });
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
@@ -696,20 +702,12 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
                                            cudnnTensorDescriptor_t dxd, void *dx)
 {
     if (cudnnStatus_t s = conv_check(dxd, dx, wd, w, conv, algo, ws, ws_bytes, dyd, dy)) return s;
-    const float al = *(const float *)alpha, be = *(const float *)beta;
-    const FakeTensorDesc X = *dxd, Y = *dyd;
-    const FakeFilterDesc W = *wd;
-    const FakeConvDesc C = *conv;
     const float *wp = (const float *)w, *dyp = (const float *)dy;
-    float *dxp = (float *)dx;
-    cudaError_t e = fake_submit(h->stream, [=] {
-        std::vector<double> acc((size_t)X.n * X.h * X.w * X.c, 0.0);
-        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) {
-            acc[xi] += (double)dyp[yi] * wp[wi];
-        });
-        blend(dxp, acc, al, be);
-    });
-    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+    return conv_submit(h, dxd, wd, conv, dyd, alpha, beta, dx,
+                       (size_t)dxd->n * dxd->h * dxd->w * dxd->c,
+                       [=](std::vector<double> &sums, size_t xi, size_t wi, size_t yi) {
+                           sums[xi] += (double)dyp[yi] * wp[wi];
+                       });
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
@@ -721,20 +719,12 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
                                              cudnnFilterDescriptor_t dwd, void *dw)
 {
     if (cudnnStatus_t s = conv_check(xd, x, dwd, dw, conv, algo, ws, ws_bytes, dyd, dy)) return s;
-    const float al = *(const float *)alpha, be = *(const float *)beta;
-    const FakeTensorDesc X = *xd, Y = *dyd;
-    const FakeFilterDesc W = *dwd;
-    const FakeConvDesc C = *conv;
     const float *xp = (const float *)x, *dyp = (const float *)dy;
-    float *dwp = (float *)dw;
-    cudaError_t e = fake_submit(h->stream, [=] {
-        std::vector<double> acc((size_t)W.k * W.h * W.w * W.c, 0.0);
-        conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) {
-            acc[wi] += (double)dyp[yi] * xp[xi];
-        });
-        blend(dwp, acc, al, be);
-    });
-    return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+    return conv_submit(h, xd, dwd, conv, dyd, alpha, beta, dw,
+                       (size_t)dwd->k * dwd->h * dwd->w * dwd->c,
+                       [=](std::vector<double> &sums, size_t xi, size_t wi, size_t yi) {
+                           sums[wi] += (double)dyp[yi] * xp[xi];
+                       });
 }
 
 // ------------------------------------------------------------------------------------
