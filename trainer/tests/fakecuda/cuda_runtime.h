@@ -7,7 +7,11 @@
  * - memory: cudaMalloc'd blocks are host blocks filled with NaN bytes (a read of device
  *   memory nobody wrote shows up as NaN); copies check that their pointers lie in the
  *   kind of memory their cudaMemcpyKind names;
- * - streams: work runs at once, in program order (so stream races cannot show here);
+ * - streams: work waits in its stream's queue until the host synchronizes with it (or
+ *   frees memory), then the streams' queues run interleaved in a random order that only
+ *   events constrain (FAKECUDA_SEED), so a missing wait between two streams shows up as
+ *   stale or NaN data; copies from pageable memory take their source at the call and
+ *   copies to it return when done, as the runtime's do;
  * - capture: between cudaStreamBeginCapture and cudaStreamEndCapture the work submitted
  *   to that stream is recorded, not run, and a call the real runtime refuses while a
  *   capture is under way in this thread (synchronization, allocation, synchronous

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -41,12 +42,25 @@ bool inside(const std::map<uintptr_t, size_t> &blocks, const void *p, size_t byt
 
 } // namespace
 
+// Streams: work submitted to a stream waits in its queue until the host synchronizes
+// with something that needs it (or frees memory); then the queues' heads run one at a
+// time, the next stream picked at random among those whose head may run (a wait for an
+// event runs once that event's record has run). So work on two streams runs in either
+// order unless an event orders it, as on a device, and a missing wait shows up as
+// stale or NaN data. FAKECUDA_SEED picks the sequence (default 1).
+struct FakeEvent {
+    unsigned long recorded = 0, completed = 0; // records asked for, and those that ran
+};
+struct QueuedOp {
+    std::function<void()> run;
+    FakeEvent *wait = nullptr; // a stream wait: runnable once wait->completed >= gen
+    FakeEvent *record = nullptr; // an event record: sets record->completed = gen
+    unsigned long gen = 0;
+};
 struct FakeStream {
     bool capturing = false, invalidated = false;
-    Ops ops;
-};
-struct FakeEvent {
-    int unused;
+    Ops ops; // recorded by a capture
+    std::deque<QueuedOp> queue;
 };
 struct FakeGraph {
     Ops ops;
@@ -55,8 +69,58 @@ struct FakeGraphExec {
     Ops ops;
 };
 
+static std::vector<FakeStream *> live_streams;
+static uint64_t pick_state = 0;
+
 // the stream capturing in this thread, if any
 static thread_local FakeStream *capture_here = nullptr;
+
+static bool runnable(const FakeStream *s)
+{
+    if (s->queue.empty()) return false;
+    const QueuedOp &op = s->queue.front();
+    return !op.wait || op.wait->completed >= op.gen;
+}
+
+// Runs queued work, one op at a time from a randomly picked runnable stream, until
+// done() holds.
+template <typename Done> static void drain(Done done)
+{
+    if (!pick_state) {
+        const char *seed = getenv("FAKECUDA_SEED");
+        pick_state = seed ? strtoull(seed, nullptr, 10) | 1 : 1;
+    }
+    while (!done()) {
+        std::vector<FakeStream *> ready;
+        for (FakeStream *s : live_streams)
+            if (runnable(s)) ready.push_back(s);
+        if (ready.empty()) {
+            fprintf(stderr, "fakecuda: the host waits for work no stream can run (a stream "
+                            "waits for an event that is never recorded)\n");
+            abort();
+        }
+        pick_state ^= pick_state << 13, pick_state ^= pick_state >> 7, pick_state ^= pick_state << 17;
+        FakeStream *s = ready[pick_state % ready.size()];
+        QueuedOp op = std::move(s->queue.front());
+        s->queue.pop_front();
+        if (op.run) op.run();
+        if (op.record && op.record->completed < op.gen) op.record->completed = op.gen;
+    }
+}
+
+static void drain_stream(FakeStream *s)
+{
+    drain([s] { return s->queue.empty(); });
+}
+
+static void drain_all(void)
+{
+    drain([] {
+        for (FakeStream *s : live_streams)
+            if (!s->queue.empty()) return false;
+        return true;
+    });
+}
 
 cudaError_t fake_capture_unsafe(void)
 {
@@ -72,8 +136,14 @@ cudaError_t fake_submit(cudaStream_t s, std::function<void()> op)
         s->ops.push_back(std::move(op));
         return cudaSuccess;
     }
-    if (!s && capture_here) return fake_capture_unsafe(); // the legacy stream syncs
-    op();
+    if (!s) { // the legacy stream: synchronous here (device.cu's streams do not wait for it)
+        if (capture_here) return fake_capture_unsafe();
+        op();
+        return cudaSuccess;
+    }
+    QueuedOp q;
+    q.run = std::move(op);
+    s->queue.push_back(std::move(q));
     return cudaSuccess;
 }
 
@@ -146,7 +216,9 @@ cudaError_t cudaSetDevice(int dev)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    return fake_capture_unsafe();
+    if (cudaError_t e = fake_capture_unsafe()) return e;
+    drain_all();
+    return cudaSuccess;
 }
 
 static cudaError_t alloc(std::map<uintptr_t, size_t> &blocks, void **p, size_t bytes)
@@ -164,6 +236,7 @@ static cudaError_t release(std::map<uintptr_t, size_t> &blocks, void *p)
 {
     if (cudaError_t e = fake_capture_unsafe()) return e;
     if (!p) return cudaSuccess;
+    drain_all(); // cudaFree and cudaFreeHost wait for the device
     auto it = blocks.find((uintptr_t)p);
     if (it == blocks.end()) return set_error(cudaErrorInvalidValue);
     blocks.erase(it);
@@ -217,7 +290,20 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
                             cudaStream_t s)
 {
     if (!copy_fits(dst, src, bytes, kind)) return set_error(cudaErrorInvalidValue);
-    return fake_submit(s, [=] { memmove(dst, src, bytes); });
+    const bool src_pageable = !fake_is_device(src, bytes) && !inside(pinned_blocks, src, bytes);
+    const bool dst_pageable = !fake_is_device(dst, bytes) && !inside(pinned_blocks, dst, bytes);
+    cudaError_t e;
+    if (src_pageable && !(s && s->capturing)) {
+        // from pageable memory the runtime stages the source before it returns
+        std::vector<unsigned char> staged((const unsigned char *)src,
+                                          (const unsigned char *)src + bytes);
+        e = fake_submit(s, [=] { memcpy(dst, staged.data(), bytes); });
+    } else {
+        e = fake_submit(s, [=] { memmove(dst, src, bytes); });
+    }
+    // to pageable memory it returns once the copy is done
+    if (e == cudaSuccess && dst_pageable && s && !s->capturing) drain_stream(s);
+    return e;
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
@@ -242,31 +328,45 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
     (void)flags;
     *s = new FakeStream;
+    live_streams.push_back(*s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+    if (!s) return set_error(cudaErrorInvalidValue);
     if (capture_here == s) capture_here = nullptr;
+    drain_stream(s); // its work still runs, as on a device
+    for (size_t i = 0; i < live_streams.size(); i++)
+        if (live_streams[i] == s) live_streams.erase(live_streams.begin() + (long)i);
     delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    (void)s;
-    return fake_capture_unsafe();
+    if (cudaError_t e = fake_capture_unsafe()) return e;
+    if (s) drain_stream(s);
+    else drain_all();
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
-    (void)s, (void)flags;
-    return e ? cudaSuccess : set_error(cudaErrorInvalidValue);
+    (void)flags;
+    if (!e || !s) return set_error(cudaErrorInvalidValue);
+    if (s->capturing || !e->recorded) return cudaSuccess; // nothing to wait for
+    QueuedOp q;
+    q.wait = e;
+    q.gen = e->recorded; // the event's most recent record
+    s->queue.push_back(std::move(q));
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     if (s && s->capturing) return fake_capture_unsafe();
+    if (s) drain_stream(s);
     return cudaSuccess;
 }
 
@@ -279,6 +379,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
+    if (!e) return set_error(cudaErrorInvalidValue);
+    drain_all(); // queued waits and records may still name it
     delete e;
     return cudaSuccess;
 }
@@ -286,13 +388,26 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (!e) return set_error(cudaErrorInvalidValue);
-    return fake_submit(s, [] {});
+    if (s && s->capturing) return fake_submit(s, [] {});
+    if (!s) { // the legacy stream runs at once
+        if (cudaError_t err = fake_capture_unsafe()) return err;
+        e->completed = ++e->recorded;
+        return cudaSuccess;
+    }
+    QueuedOp q;
+    q.record = e;
+    q.gen = ++e->recorded;
+    s->queue.push_back(std::move(q));
+    return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-    (void)e;
-    return fake_capture_unsafe();
+    if (cudaError_t err = fake_capture_unsafe()) return err;
+    if (!e) return set_error(cudaErrorInvalidValue);
+    const unsigned long want = e->recorded;
+    drain([e, want] { return e->completed >= want; });
+    return cudaSuccess;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
