@@ -74,11 +74,11 @@ $(TRAINER_CXX_TESTS): $(BUILD)/san/tests/%: trainer/tests/%.cc $(TRAINER_SOBJS) 
 	    $(TRAINER_SOBJS) -lcmocka $(TRAINER_LIBS)
 -include $(TRAINER_CXX_TESTS:%=%.d)
 
-# test-gpu-emul: test-gpu.c against the GPU path (device.cu) built as C++ for the CPU
-# emulation of CUDA, cuBLAS and cuDNN in trainer/tests/fakecuda, so the GPU path's host
-# code and kernels run on every make test, on machines without a GPU (what that does
-# and does not check: trainer/tests/fakecuda/cuda_runtime.h). Few threads per block:
-# each emulated thread is a real one.
+# test-gpu-emul: test-gpu.c against the GPU path (device.cu, coll_nccl.c) built for the
+# CPU emulation of CUDA, cuBLAS, cuDNN and a one-rank NCCL in trainer/tests/fakecuda, so
+# the GPU path's host code and kernels run on every make test, on machines without a GPU
+# (what that does and does not check: trainer/tests/fakecuda/cuda_runtime.h). Few
+# threads per block: each emulated thread is a real one.
 EMUL_DIR   := $(BUILD)/san/emul
 EMUL_FLAGS := -DKT_GPU -DKT_CUDA_EMUL -DKT_GPU_THREADS=16 -Itrainer/tests/fakecuda -Itrainer/tests
 TEST_GPU_EMUL := $(BUILD)/san/tests/test-gpu-emul
@@ -92,7 +92,8 @@ $(EMUL_DIR)/fakecuda.o: trainer/tests/fakecuda/fakecuda.cc | deps
 $(EMUL_DIR)/test-gpu.o: trainer/tests/test-gpu.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(EMUL_FLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
-$(TEST_GPU_EMUL): $(EMUL_DIR)/test-gpu.o $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o $(TRAINER_SOBJS)
+$(TEST_GPU_EMUL): $(EMUL_DIR)/test-gpu.o $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o \
+                  $(EMUL_DIR)/trainer/src/gpu/coll_nccl.o $(TRAINER_SOBJS)
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -o $@ $^ -lcmocka $(TRAINER_LIBS)
 

@@ -29,11 +29,9 @@
 #include "util.h"
 
 #ifdef KT_GPU
-#ifndef KT_CUDA_EMUL
 #include <cuda_runtime_api.h>
 
 #include "gpu/coll_nccl.h"
-#endif
 #include "gpu/gpu.h"
 
 #define REL_TOL 1e-4
@@ -377,17 +375,6 @@ static void test_training_follows_cpu(void **s)
     model_free(m);
 }
 
-#ifdef KT_CUDA_EMUL
-/* test-gpu-emul: this file's tests against device.cu built for the CPU emulation of
- * trainer/tests/fakecuda (no NCCL there). */
-static void test_nccl_emulated(void **s)
-{
-    (void)s;
-    print_message("# skipped: the NCCL tests need a CUDA device and NCCL; this is the CPU "
-                  "emulation of CUDA (trainer/tests/fakecuda), not a GPU\n");
-    skip();
-}
-#else
 static void test_nccl_one_rank(void **s)
 {
     (void)s;
@@ -540,7 +527,6 @@ static void test_nccl_peer_lost(void **s)
     assert_true(WIFEXITED(status[0]));
     assert_int_equal(WEXITSTATUS(status[0]), KT_EXIT_RETRY);
 }
-#endif /* KT_CUDA_EMUL */
 
 #else /* no CUDA in this build */
 
@@ -558,7 +544,7 @@ static void test_gpu_build_only(void **s)
 int main(int argc, char **argv)
 {
     (void)argc;
-#if defined(KT_GPU) && !defined(KT_CUDA_EMUL)
+#ifdef KT_GPU
     const char *role = getenv("KT_TEST_GPU_PEER"), *fd = getenv("KT_TEST_GPU_FD");
     if (role && fd) return peer_main(atoi(role), atoi(fd));
     self_path = argv[0];
@@ -567,11 +553,7 @@ int main(int argc, char **argv)
 #endif
     const struct CMUnitTest tests[] = {
 #ifdef KT_GPU
-#ifdef KT_CUDA_EMUL
-        cmocka_unit_test(test_nccl_emulated),
-#else
         cmocka_unit_test(test_nccl_peer_lost),
-#endif
         cmocka_unit_test(test_conv_valid_dense),
         cmocka_unit_test(test_conv_same_strided_odd_padding),
         cmocka_unit_test(test_conv_maxpool_softmax),
@@ -580,9 +562,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_graphs_follow_cpu),
         cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_training_follows_cpu),
-#ifndef KT_CUDA_EMUL
         cmocka_unit_test(test_nccl_one_rank),
-#endif
 #else
         cmocka_unit_test(test_gpu_build_only),
 #endif

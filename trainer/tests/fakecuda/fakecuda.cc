@@ -377,6 +377,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
     return cudaSuccess;
 }
 
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
     if (!e) return set_error(cudaErrorInvalidValue);
