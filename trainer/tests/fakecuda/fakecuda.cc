@@ -95,8 +95,8 @@ template <typename Done> static void drain(Done done)
         for (FakeStream *s : live_streams)
             if (runnable(s)) ready.push_back(s);
         if (ready.empty()) {
-            fprintf(stderr, "fakecuda: the host waits for work no stream can run (a stream "
-                            "waits for an event that is never recorded)\n");
+            fprintf(stderr, "fakecuda: the host waits for work no stream can run (queued "
+                            "event waits that can never be met)\n");
             abort();
         }
         pick_state ^= pick_state << 13, pick_state ^= pick_state >> 7, pick_state ^= pick_state << 17;
