@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make bench-gpu: tutorial-cnn on one CUDA device, kubetrain-trainer (make GPU=1) against
 PyTorch eager and torch.compile (torch_gpu_peer.py), batch 64 and 512, interleaved over
-ROUNDS rounds, medians reported; what the step's CUDA graphs bring (KT_CUDA_GRAPHS=0
+ROUNDS rounds, medians reported; what the step's CUDA graphs bring (--cuda-graphs=false
 against the default); and the cost of the nccl collective at one rank (--collective nccl
 against the local one). Writes OUT_JSON with the device, driver and
 library versions, date and machine. Without a CUDA device it says so, writes nothing and
@@ -24,8 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = {64: 400, 512: 100}  # timed steps per run (after a warm-up epoch)
 
 
-def run(env, argv):
-    p = subprocess.run(argv, capture_output=True, text=True, env=env)
+def run(argv):
+    p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit("bench-gpu: %s failed (%d): %s" % (" ".join(argv), p.returncode,
                                                    p.stderr.strip()[-2000:]))
@@ -34,13 +34,13 @@ def run(env, argv):
 
 def kubetrain(trainer, data_dir, batch, collective, graphs=True):
     """samples/s of the second epoch (the first one plans cuDNN and warms up)."""
-    env = dict(os.environ, KT_CUDA_GRAPHS="1" if graphs else "0")
     with tempfile.TemporaryDirectory() as d:
         mf = os.path.join(d, "m.jsonl")
-        p = run(env, [trainer, "train", "--device", "gpu", "--model", "tutorial-cnn", "--data-dir",
+        p = run([trainer, "train", "--device", "gpu", "--model", "tutorial-cnn", "--data-dir",
                  data_dir, "--per-worker-batch", str(batch), "--epochs", "2",
                  "--steps-per-epoch", str(STEPS[batch]), "--optimizer", "sgd", "--lr", "0.001",
-                 "--collective", collective, "--metrics-file", mf])
+                 "--collective", collective, "--metrics-file", mf,
+                 "--cuda-graphs=%s" % ("true" if graphs else "false")])
         epochs = [e for e in map(json.loads, open(mf)) if e.get("event") == "epoch"]
     dev = re.search(r"training on CUDA device \d+ of \d+: (.*)", p.stderr)
     if graphs and "CUDA graphs off" in p.stderr:  # a failed capture: the row would lie
@@ -50,7 +50,7 @@ def kubetrain(trainer, data_dir, batch, collective, graphs=True):
 
 
 def torch_peer(py, data_dir, batch, mode):
-    p = run(None, [py, os.path.join(HERE, "torch_gpu_peer.py"), data_dir, str(batch),
+    p = run([py, os.path.join(HERE, "torch_gpu_peer.py"), data_dir, str(batch),
              str(STEPS[batch] // 2), str(STEPS[batch]), mode])
     return json.loads(p.stdout.strip().splitlines()[-1])
 

@@ -46,6 +46,8 @@ static const Option options[] = {
      sizeof(((Config *)0)->collective), 0, 0, "NAME  auto | ring | nccl"},
     {"device", OPT_ENUM_DEVICE, offsetof(Config, device), sizeof(((Config *)0)->device), 0, 0,
      "D  auto | cpu | gpu (auto: a CUDA device when built with GPU=1 and one is present)"},
+    {"cuda-graphs", OPT_BOOL, offsetof(Config, cuda_graphs), 0, 0, 0,
+     "  replay the GPU step as a CUDA graph (true; =false: launch by launch)"},
     {"gpus-per-worker", OPT_INT, offsetof(Config, gpus_per_worker), 0, 0, 64,
      "N  > 1: N ranks in this worker, one per GPU, ranks = workers x N (make GPU=1 builds)"},
     {"checkpoint-dir", OPT_STR, offsetof(Config, checkpoint_dir),
@@ -85,6 +87,7 @@ static void defaults(Config *c)
     c->seed = 1;
     strcpy(c->collective, "auto");
     strcpy(c->device, "auto");
+    c->cuda_graphs = 1;
     c->keep_checkpoints = 5;
     c->index = -1;
     c->rendezvous_timeout = 300;

@@ -31,6 +31,7 @@ typedef struct {
     char collective[16];      /* auto | ring | nccl */
     char device[8];           /* auto | cpu | gpu (gpu: make GPU=1 builds only) */
     int gpus_per_worker;      /* > 1: that many ranks in this worker, one per GPU */
+    int cuda_graphs;          /* replay the GPU step as a CUDA graph (default 1) */
     char checkpoint_dir[4096];
     int checkpoint_every_steps; /* 0: at the end of each epoch only */
     int keep_checkpoints;

@@ -95,6 +95,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
             *exit_code = KT_EXIT_RETRY;
             goto err;
         }
+        gpu_model_use_graphs(t->gpu, cfg->cuda_graphs);
         char dev[256];
         gpu_device_describe(t->gpu_device, dev, sizeof dev);
         util_log("training on CUDA device %d of %d: %s", t->gpu_device, gpu_device_count(NULL, 0),
@@ -233,7 +234,7 @@ static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *er
     if ((rc = gpu_model_read_stats(g, m->grads + np, err, errlen))) return rc;
     if (!t->graph_logged && gpu_model_graph_launches(g) > 0) {
         t->graph_logged = 1;
-        util_log("the training step replays a CUDA graph from step %ld on (KT_CUDA_GRAPHS=0 "
+        util_log("the training step replays a CUDA graph from step %ld on (--cuda-graphs=false "
                  "turns this off)", t->st.global_step + 1);
     }
     return gpu_model_optim_step(g, t->opt, err, errlen);

@@ -38,11 +38,11 @@ else tap_fail "the step losses follow the CPU trainer's" "cpu: $lc"$'\n'"gpu: $l
 HG=$(hash_of "$tmp/gpu.out")
 
 # --- graphs off: the same operations, so the same bits ---------------------------------
-KT_CUDA_GRAPHS=0 "$BIN" "${run[@]}" --device gpu >"$tmp/nog.out" 2>"$tmp/nog.err"; rc=$?
+"$BIN" "${run[@]}" --device gpu --cuda-graphs=false >"$tmp/nog.out" 2>"$tmp/nog.err"; rc=$?
 if [[ $rc -eq 0 && ${#HG} -eq 64 && $(hash_of "$tmp/nog.out") == "$HG" ]] \
    && ! grep -q "CUDA graph" "$tmp/nog.err"; then
-  tap_ok "KT_CUDA_GRAPHS=0: no graph, the same final weights bit for bit"
-else tap_fail "KT_CUDA_GRAPHS=0 gives the same weights" "rc=$rc $HG vs $(hash_of "$tmp/nog.out") $(tail -3 "$tmp/nog.err")"; fi
+  tap_ok "--cuda-graphs=false: no graph, the same final weights bit for bit"
+else tap_fail "--cuda-graphs=false gives the same weights" "rc=$rc $HG vs $(hash_of "$tmp/nog.out") $(tail -3 "$tmp/nog.err")"; fi
 
 # --- the nccl collective at one rank ---------------------------------------------------
 "$BIN" "${run[@]}" --device gpu --collective nccl >"$tmp/nccl.out" 2>"$tmp/nccl.err"; rc=$?

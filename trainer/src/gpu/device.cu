@@ -150,7 +150,7 @@ struct GpuModel {
         unsigned ws_gen;
         int warm;            // the step ran once without a graph at this key
     } graphs[2];
-    int graphs_on;           // 0: KT_CUDA_GRAPHS=0, or a capture failed
+    int graphs_on;           // 0: turned off (gpu_model_use_graphs), or a capture failed
     unsigned ws_gen;         // bumped when the workspace moves (graphs hold its address)
     long graph_launches;     // steps that ran as a graph replay
     void *blas_ws;           // cuBLAS's workspace (fixed, so cuBLAS allocates nothing in a capture)
@@ -628,8 +628,7 @@ extern "C" int gpu_model_create(GpuModel **out, const Model *m, const OptimizerC
     g->oc = *oc;
     g->np = m->num_params;
     g->state_floats = optimizer_slots(oc) * m->num_params;
-    const char *graphs = getenv("KT_CUDA_GRAPHS");
-    g->graphs_on = !(graphs && !strcmp(graphs, "0"));
+    g->graphs_on = 1;
     int rc = create(g, err, errlen);
     if (rc) {
         gpu_model_free(g);

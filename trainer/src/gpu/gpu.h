@@ -20,7 +20,8 @@
  * launches for tutorial-cnn, which at small batches cost more than the kernels) is
  * captured once per batch slot and replayed, the per-step values (dropout seed, stop
  * flag) read from device memory. The first step at a batch size runs without a graph,
- * the second captures it. KT_CUDA_GRAPHS=0 in the environment turns graphs off; a
+ * the second captures it. gpu_model_use_graphs(g, 0) (the trainer's --cuda-graphs=false)
+ * turns graphs off; a
  * capture that fails turns them off with a log line and the step runs launch by launch.
  *
  * Every function returns 0 or a negative errno with one line in err naming the CUDA,
@@ -90,7 +91,7 @@ typedef int (*GpuGradReadyFn)(void *ctx, size_t offset, size_t count, void *read
 /* Sets (fn NULL: clears) the hook of gpu_model_step. */
 void gpu_model_on_grad_ready(GpuModel *g, GpuGradReadyFn fn, void *ctx);
 
-/* Turns the step's CUDA graphs on (the default unless KT_CUDA_GRAPHS=0) or off. */
+/* Turns the step's CUDA graphs on (the default) or off. */
 void gpu_model_use_graphs(GpuModel *g, int on);
 
 /* How many steps so far ran as a replay of a captured graph. */
