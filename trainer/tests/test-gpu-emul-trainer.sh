@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The whole trainer's GPU path on a machine without a GPU: kubetrain-trainer built with
 # KT_GPU against the CPU stand-in of the CUDA runtime, cuBLAS, cuDNN and a one-rank
-# NCCL (trainer/tests/fakecuda; what it checks and what it cannot: its cuda_runtime.h).
-# This is not a GPU: it checks train.c's device path (upload, batches, the step's CUDA
-# graph, statistics, the optimizer, checkpoints and the stop flag) end to end, and
-# test-gpu-build.sh does the same on a real device when there is one. The test set's
+# NCCL between processes (trainer/tests/fakecuda; what it checks and what it cannot: its
+# cuda_runtime.h and nccl.h). This is not a GPU: it checks train.c's device path (upload,
+# batches, the step's CUDA graph, statistics, the optimizer, checkpoints, the stop flag)
+# and the NCCL path (two ranks with the per-layer all-reduce started during backward,
+# --gpus-per-worker, a lost peer) end to end; test-gpu-build.sh does the like on a real
+# device when there is one. The test set's
 # evaluation is left out here (10,000 examples through the emulated convolution take
 # half a minute); test-gpu-emul compares gpu_model_evaluate with the CPU.
 source e2e/lib/tap.sh
+unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
 BIN=${BUILD:-build}/san/emul/bin/kubetrain-trainer
 CPU=${BUILD:-build}/bin/kubetrain-trainer
 DATA=/usr/share/datasets/fashion-mnist
@@ -28,7 +31,7 @@ close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x
 # --- the device path against the CPU ---------------------------------------------------
 "$CPU" "${run[@]}" --device cpu --metrics-file "$tmp/cpu.jsonl" >"$tmp/cpu.out" 2>&1
 "$BIN" "${run[@]}" --device gpu --metrics-file "$tmp/gpu.jsonl" >"$tmp/gpu.out" 2>"$tmp/gpu.err"; rc=$?
-if [[ $rc -eq 0 ]] && grep -q "training on CUDA device 0 of 1: CPU emulation" "$tmp/gpu.err" \
+if [[ $rc -eq 0 ]] && grep -q "training on CUDA device 0 of 2: CPU emulation" "$tmp/gpu.err" \
    && grep -q "replays a CUDA graph from step 3" "$tmp/gpu.err"; then
   tap_ok "--device gpu on the emulation: trains, and the step replays a CUDA graph from step 3"
 else tap_fail "--device gpu on the emulation trains with graphs" "rc=$rc $(tail -5 "$tmp/gpu.err")"; fi
@@ -77,5 +80,50 @@ if [[ $rc -eq 75 && ${steps:-99} -lt 16 && $rc2 -eq 0 && $(hash_of "$tmp/term2.o
    && grep -q "resuming from .*ckpt-$steps.kt" "$tmp/term2.err"; then
   tap_ok "SIGTERM during graph replays: stopped after step $steps with exit 75; the resumed run ends with the same weights"
 else tap_fail "SIGTERM during graph replays" "rc=$rc steps=$steps rc2=$rc2 $(tail -3 "$tmp/term.err") $(tail -3 "$tmp/term2.err")"; fi
+
+# --- two ranks over NCCL ------------------------------------------------------------------
+two=(--model tutorial-cnn --epochs 2 --steps-per-epoch 4 --per-worker-batch 16 --threads 1
+     --optimizer adam --data-dir "$DATA" --print-weights-hash)
+hashes() { sed -n 's/.*weights-sha256: //p' "$1" | sort -u; }
+"$CPU" launch --workers 2 "${two[@]}" --device cpu --metrics-file "$tmp/cpu2.jsonl" >"$tmp/cpu2.out" 2>&1
+"$BIN" launch --workers 2 "${two[@]}" --device gpu --metrics-file "$tmp/gpu2.jsonl" >"$tmp/gpu2.out" 2>"$tmp/gpu2.err"; rc=$?
+H2=$(hashes "$tmp/gpu2.out")
+if [[ $rc -eq 0 && ${#H2} -eq 64 && $(grep -c 'weights-sha256' "$tmp/gpu2.out") -eq 2 ]] \
+   && grep -q "NCCL communicator of 2 ranks" "$tmp/gpu2.err"; then
+  tap_ok "launch --workers 2 --device gpu: NCCL between the two ranks, identical weights on both"
+else tap_fail "launch --workers 2 over NCCL" "rc=$rc hashes '$H2' $(tail -8 "$tmp/gpu2.err")"; fi
+lc=$(losses "$tmp/cpu2.jsonl"); lg=$(losses "$tmp/gpu2.jsonl")
+if close "$lg" "$lc" 1e-3; then tap_ok "two ranks: the 8 step losses follow two CPU workers' within 1e-3"
+else tap_fail "two ranks: the step losses follow the CPU's" "cpu: $lc"$'\n'"gpu: $lg"; fi
+
+# --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
+export KUBETRAIN_SECRET=$(openssl rand -hex 32)
+port=$(( 30000 + RANDOM % 20000 ))
+tf="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
+TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
+  "${two[@]}" --device gpu >"$tmp/pg.out" 2>"$tmp/pg.err"; rc=$?
+if [[ $rc -eq 0 && $(hashes "$tmp/pg.out") == "$H2" ]] && grep -q "NCCL communicator of 2 ranks" "$tmp/pg.err"; then
+  tap_ok "--gpus-per-worker 2: two ranks on devices 0 and 1, the same weights as launch --workers 2"
+else tap_fail "--gpus-per-worker 2 over NCCL" "rc=$rc '$(hashes "$tmp/pg.out")' vs '$H2' $(tail -6 "$tmp/pg.err")"; fi
+
+# a lost peer: the other rank's all-reduce fails and it exits 75, never a hang
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+p0=$(free_port); p1=$(free_port)
+tfc() { echo "{\"cluster\":{\"worker\":[\"127.0.0.1:$p0\",\"127.0.0.1:$p1\"]},\"task\":{\"type\":\"worker\",\"index\":$1}}"; }
+long=(--model tutorial-cnn --epochs 1 --steps-per-epoch 1000 --per-worker-batch 16 --threads 1
+      --data-dir "$DATA" --device gpu)
+TF_CONFIG=$(tfc 0) "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l0.err" & w0=$!
+TF_CONFIG=$(tfc 1) "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l1.err" & w1=$!
+for _ in $(seq 600); do grep -q "NCCL communicator of 2 ranks" "$tmp/l1.err" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+kill -9 "$w0"; wait "$w0" 2>/dev/null
+t0=$(date +%s)
+for _ in $(seq 600); do kill -0 "$w1" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$w1" 2>/dev/null; then kill -9 "$w1"; fi
+wait "$w1"; rc=$?
+secs=$(( $(date +%s) - t0 ))
+if [[ $rc -eq 75 && $secs -le 30 ]] && grep -qE "all-reduce at step [0-9]+: nccl .*(a peer lost\?|remote process exited)" "$tmp/l1.err"; then
+  tap_ok "a rank killed mid-run: the other's NCCL all-reduce fails and it exits 75 in ${secs}s"
+else tap_fail "a lost NCCL peer: exit 75" "rc=$rc after ${secs}s $(tail -4 "$tmp/l1.err")"; fi
 
 tap_done

@@ -469,18 +469,26 @@ static int peer_main(int rank, int fd)
     float *h = xmalloc(N * sizeof *h);
     for (int round = 0; round < 2; round++) {
         for (size_t i = 0; i < N; i++) h[i] = (float)(rank + 1);
+        int bad = 0;
         if (coll_allreduce_sum(c, h, N, err, sizeof err)) {
             fprintf(stderr, "rank %d round %d: %s\n", rank, round, err);
-            return 2;
+            bad = 2;
         }
-        for (size_t i = 0; i < N; i++)
-            if (h[i] != 3.0f) return 1;
+        for (size_t i = 0; !bad && i < N; i++)
+            if (h[i] != 3.0f) bad = 1;
+        if (bad) {
+            free(h);
+            coll_destroy(c);
+            return bad;
+        }
     }
     if (rank == 1) _exit(0); /* gone, without a word to the communicator */
     double t0 = util_now();
     int rc = coll_allreduce_sum(c, h, N, err, sizeof err);
     fprintf(stderr, "rank 0 after the peer died: rc %d in %.1fs: %s\n", rc, util_now() - t0,
             rc ? err : "(no error)");
+    free(h);
+    coll_destroy(c);
     return rc ? KT_EXIT_RETRY : 0;
 }
 

@@ -110,11 +110,14 @@ static int nccl_allreduce_sum(Collective *base, float *buf, size_t n, char *err,
     if (r != ncclSuccess && r != ncclInProgress)
         return aborted(c, -EIO, err, errlen, "all-reduce", ncclGetErrorString(r));
     int rc = r == ncclInProgress ? wait_comm(c, "all-reduce", err, errlen) : 0;
+    /* the all-reduce done first, watched for a lost peer: a copy to pageable memory
+     * returns only when it is done, so queued behind a stuck all-reduce it would hang */
+    if (!rc) rc = wait_stream(c, "all-reduce", err, errlen);
     if (!rc && !on_device) {
         e = cudaMemcpyAsync(buf, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream);
         if (e != cudaSuccess) goto cuda;
+        rc = wait_stream(c, "all-reduce", err, errlen);
     }
-    if (!rc) rc = wait_stream(c, "all-reduce", err, errlen);
     return rc;
 cuda:
     return aborted(c, -EIO, err, errlen, "all-reduce staging", cudaGetErrorString(e));

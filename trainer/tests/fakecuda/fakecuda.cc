@@ -4,11 +4,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cerrno>
 #include <deque>
 #include <map>
 #include <vector>
 
 #include <cblas.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
@@ -59,6 +64,7 @@ struct QueuedOp {
 };
 struct FakeStream {
     bool capturing = false, invalidated = false;
+    bool stuck = false; // behind a failed NCCL operation: nothing more runs until an abort
     Ops ops; // recorded by a capture
     std::deque<QueuedOp> queue;
 };
@@ -77,7 +83,7 @@ static thread_local FakeStream *capture_here = nullptr;
 
 static bool runnable(const FakeStream *s)
 {
-    if (s->queue.empty()) return false;
+    if (s->queue.empty() || s->stuck) return false;
     const QueuedOp &op = s->queue.front();
     return !op.wait || op.wait->completed >= op.gen;
 }
@@ -95,8 +101,12 @@ template <typename Done> static void drain(Done done)
         for (FakeStream *s : live_streams)
             if (runnable(s)) ready.push_back(s);
         if (ready.empty()) {
-            fprintf(stderr, "fakecuda: the host waits for work no stream can run (queued "
-                            "event waits that can never be met)\n");
+            bool stuck = false;
+            for (FakeStream *st : live_streams) stuck |= st->stuck;
+            fprintf(stderr, "fakecuda: the host waits for work no stream can run (%s): on a "
+                            "device this wait would never return\n",
+                    stuck ? "a stream is stuck behind a failed NCCL operation"
+                          : "queued event waits that can never be met");
             abort();
         }
         pick_state ^= pick_state << 13, pick_state ^= pick_state >> 7, pick_state ^= pick_state << 17;
@@ -183,15 +193,24 @@ cudaError_t cudaGetLastError(void)
     return e;
 }
 
+// Devices: FAKECUDA_DEVICES of them (default 2, so that two ranks can each have one);
+// they share this process's memory, as the ranks on one host of a real run do not.
+static int fake_devices(void)
+{
+    const char *v = getenv("FAKECUDA_DEVICES");
+    int n = v ? atoi(v) : 2;
+    return n >= 0 ? n : 0;
+}
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
-    return cudaSuccess;
+    *n = fake_devices();
+    return *n ? cudaSuccess : set_error(cudaErrorNoDevice);
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
 {
-    if (dev != 0) return set_error(cudaErrorInvalidDevice);
+    if (dev < 0 || dev >= fake_devices()) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulation of CUDA (kubetrain's fakecuda, not a GPU)");
     return cudaSuccess;
@@ -211,7 +230,7 @@ cudaError_t cudaRuntimeGetVersion(int *v)
 
 cudaError_t cudaSetDevice(int dev)
 {
-    return dev == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice);
+    return dev >= 0 && dev < fake_devices() ? cudaSuccess : set_error(cudaErrorInvalidDevice);
 }
 
 cudaError_t cudaDeviceSynchronize(void)
@@ -366,8 +385,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     if (s && s->capturing) return fake_capture_unsafe();
-    if (s) drain_stream(s);
-    return cudaSuccess;
+    if (!s) return cudaSuccess;
+    drain([s] { return s->queue.empty() || s->stuck; });
+    return s->stuck ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -848,10 +868,32 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
 }
 
 // ------------------------------------------------------------------------------------
-// NCCL (one rank)
+// NCCL: the ranks of a communicator are processes on this host; they meet in a shared
+// memory segment named by the unique id. An all-reduce runs, when its stream gets to it,
+// in chunks: each rank puts its chunk in its slot, all wait, each sums the slots in rank
+// order (so every rank gets the same bits), all wait again. A wait notices a rank whose
+// process is gone (or 120 s without progress): the operation then fails, its stream is
+// stuck, as a device's would be behind a collective that cannot finish, and
+// ncclCommGetAsyncError says ncclRemoteError; ncclCommAbort releases the stream.
+
+static const int FAKE_NCCL_MAX_RANKS = 64;
+static const size_t FAKE_NCCL_CHUNK = (size_t)1 << 18;
+
+struct FakeNcclShared {
+    int nranks;
+    pid_t pid[64]; // FAKE_NCCL_MAX_RANKS
+    uint64_t arrived; // barrier arrivals, all ranks together
+    float slots[];    // nranks x FAKE_NCCL_CHUNK
+};
 
 struct FakeNcclComm {
-    int pending; // a non-blocking init still to report ncclInProgress once
+    int pending;      // a non-blocking init still to report ncclInProgress once
+    int rank, nranks;
+    FakeNcclShared *sh;
+    size_t bytes;
+    uint64_t barriers;
+    ncclResult_t error;
+    std::vector<FakeStream *> stuck;
 };
 
 const char *ncclGetErrorString(ncclResult_t r)
@@ -862,7 +904,7 @@ const char *ncclGetErrorString(ncclResult_t r)
     case ncclSystemError: return "unhandled system error (fake NCCL)";
     case ncclInternalError: return "internal error (fake NCCL)";
     case ncclInvalidArgument: return "invalid argument (fake NCCL)";
-    case ncclInvalidUsage: return "invalid usage: the fake NCCL has one rank only";
+    case ncclInvalidUsage: return "invalid usage (fake NCCL)";
     case ncclRemoteError: return "remote process exited or there was a network error (fake NCCL)";
     case ncclInProgress: return "NCCL operation in progress (fake NCCL)";
     }
@@ -872,23 +914,81 @@ const char *ncclGetErrorString(ncclResult_t r)
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     memset(id, 0, sizeof *id);
-    snprintf(id->internal, sizeof id->internal, "fake-nccl-id");
+    uint64_t r = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&r, sizeof r, 1, f) != 1) r = (uint64_t)getpid() * 2654435761u;
+    if (f) fclose(f);
+    snprintf(id->internal, sizeof id->internal, "/kt-fakenccl-%d-%016llx", (int)getpid(),
+             (unsigned long long)r);
     return ncclSuccess;
+}
+
+static bool rank_gone(pid_t pid)
+{
+    if (pid <= 0) return false;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); // "pid (comm) S ..."
+    return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+// All ranks meet; false when one is gone or nothing moved for 120 s.
+static bool fake_nccl_barrier(FakeNcclComm *c)
+{
+    const uint64_t target = ++c->barriers * (uint64_t)c->nranks;
+    __atomic_fetch_add(&c->sh->arrived, 1, __ATOMIC_SEQ_CST);
+    for (long spins = 0;; spins++) {
+        if (__atomic_load_n(&c->sh->arrived, __ATOMIC_SEQ_CST) >= target) return true;
+        if (spins % 64 == 63) {
+            for (int r = 0; r < c->nranks; r++)
+                if (r != c->rank && rank_gone(__atomic_load_n(&c->sh->pid[r], __ATOMIC_SEQ_CST)))
+                    return false;
+            if (spins > 64L * 1000 * 120) return false; // ~120 s of 1 ms naps
+            usleep(1000);
+        }
+    }
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *config)
 {
-    if (strcmp(id.internal, "fake-nccl-id") != 0) return ncclInvalidArgument;
-    if (nranks != 1 || rank != 0) return ncclInvalidUsage;
-    *comm = new FakeNcclComm{config && !config->blocking};
-    return config && !config->blocking ? ncclInProgress : ncclSuccess;
+    if (strncmp(id.internal, "/kt-fakenccl-", 13) != 0) return ncclInvalidArgument;
+    if (nranks < 1 || nranks > FAKE_NCCL_MAX_RANKS || rank < 0 || rank >= nranks)
+        return ncclInvalidArgument;
+    const size_t bytes = sizeof(FakeNcclShared) + (size_t)nranks * FAKE_NCCL_CHUNK * sizeof(float);
+    int fd = shm_open(id.internal, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return ncclSystemError;
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        close(fd);
+        return ncclSystemError;
+    }
+    void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return ncclSystemError;
+    FakeNcclComm *c = new FakeNcclComm{config && !config->blocking, rank, nranks,
+                                       (FakeNcclShared *)p, bytes, 0, ncclSuccess, {}};
+    __atomic_store_n(&c->sh->pid[rank], getpid(), __ATOMIC_SEQ_CST);
+    const bool met = fake_nccl_barrier(c); // every rank has the segment open
+    if (rank == 0) shm_unlink(id.internal);
+    if (!met) {
+        munmap(p, bytes);
+        delete c;
+        return ncclRemoteError;
+    }
+    *comm = c;
+    return c->pending ? ncclInProgress : ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 {
     if (!comm) return ncclInvalidArgument;
-    *state = comm->pending ? ncclInProgress : ncclSuccess;
+    *state = comm->pending ? ncclInProgress : comm->error;
     comm->pending = 0;
     return ncclSuccess;
 }
@@ -896,11 +996,33 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    if (!comm || comm->pending || type != ncclFloat || op != ncclSum) return ncclInvalidArgument;
+    if (!comm || comm->pending || type != ncclFloat || op != ncclSum || !stream)
+        return ncclInvalidArgument;
+    if (comm->error != ncclSuccess) return comm->error;
     const size_t bytes = count * sizeof(float);
     if (!fake_is_device(send, bytes) || !fake_is_device(recv, bytes)) return ncclInvalidArgument;
+    const float *in = (const float *)send;
+    float *out = (float *)recv;
     return fake_submit(stream, [=] {
-               if (send != recv) memmove(recv, send, bytes);
+               FakeNcclComm *c = comm;
+               float *mine = c->sh->slots + (size_t)c->rank * FAKE_NCCL_CHUNK;
+               for (size_t off = 0; off < count; off += FAKE_NCCL_CHUNK) {
+                   const size_t n = count - off < FAKE_NCCL_CHUNK ? count - off : FAKE_NCCL_CHUNK;
+                   memcpy(mine, in + off, n * sizeof(float));
+                   bool ok = fake_nccl_barrier(c);
+                   for (size_t i = 0; ok && i < n; i++) {
+                       float sum = 0.0f;
+                       for (int r = 0; r < c->nranks; r++)
+                           sum += c->sh->slots[(size_t)r * FAKE_NCCL_CHUNK + i];
+                       out[off + i] = sum;
+                   }
+                   if (!ok || !fake_nccl_barrier(c)) {
+                       c->error = ncclRemoteError;
+                       stream->stuck = true;
+                       c->stuck.push_back(stream);
+                       return;
+                   }
+               }
            }) == cudaSuccess
                ? ncclSuccess
                : ncclUnhandledCudaError;
@@ -911,14 +1033,23 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm)
     return comm ? ncclSuccess : ncclInvalidArgument;
 }
 
+static void fake_nccl_free(FakeNcclComm *c)
+{
+    for (FakeStream *st : c->stuck) // the collective is gone: the stream moves on
+        for (FakeStream *live : live_streams)
+            if (live == st) st->stuck = false;
+    munmap(c->sh, c->bytes);
+    delete c;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    delete comm;
+    if (comm) fake_nccl_free(comm);
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    delete comm;
+    if (comm) fake_nccl_free(comm);
     return ncclSuccess;
 }

@@ -1,9 +1,12 @@
 /* A CPU stand-in for the NCCL calls of trainer/src/gpu/coll_nccl.c (tests only; see
- * cuda_runtime.h here): a communicator of ONE rank, whose all-reduce copies its input
- * to its output on the stream it is given. A communicator of more ranks is refused with
- * ncclInvalidUsage, so the emulation never pretends to reduce between processes. The
- * non-blocking protocol is kept: a non-blocking init reports ncclInProgress once, and
- * ncclCommGetAsyncError then says ncclSuccess. */
+ * cuda_runtime.h here). The ranks of a communicator are processes on one host that meet
+ * in a shared memory segment named by the unique id (the trainer carries the id over its
+ * authenticated ring, as with real NCCL); all-reduce sums in rank order, so every rank
+ * gets the same bits. A rank whose process is gone makes the others' operation fail the
+ * way a lost peer does on a device: the stream stays stuck, ncclCommGetAsyncError says
+ * ncclRemoteError, ncclCommAbort releases it. The non-blocking protocol is kept: a
+ * non-blocking init reports ncclInProgress once. Says nothing about NCCL's transports,
+ * speed or real failure modes. */
 #ifndef KT_FAKE_NCCL_H
 #define KT_FAKE_NCCL_H
 
