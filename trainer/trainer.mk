@@ -75,9 +75,9 @@ $(TRAINER_CXX_TESTS): $(BUILD)/san/tests/%: trainer/tests/%.cc $(TRAINER_SOBJS) 
 -include $(TRAINER_CXX_TESTS:%=%.d)
 
 # test-gpu-emul: test-gpu.c against the GPU path (device.cu, coll_nccl.c) built for the
-# CPU emulation of CUDA, cuBLAS, cuDNN and a one-rank NCCL in trainer/tests/fakecuda, so
-# the GPU path's host code and kernels run on every make test, on machines without a GPU
-# (what that does and does not check: trainer/tests/fakecuda/cuda_runtime.h). Few
+# CPU emulation of CUDA, cuBLAS, cuDNN and NCCL in trainer/tests/fakecuda, so the GPU
+# path's host code and kernels run on every make test, on machines without a GPU (what
+# that does and does not check: trainer/tests/fakecuda/cuda_runtime.h and nccl.h). Few
 # threads per block: each emulated thread is a real one.
 EMUL_DIR   := $(BUILD)/san/emul
 EMUL_FLAGS := -DKT_GPU -DKT_CUDA_EMUL -DKT_GPU_THREADS=16 -Itrainer/tests/fakecuda -Itrainer/tests
@@ -97,8 +97,8 @@ $(TEST_GPU_EMUL): $(EMUL_DIR)/test-gpu.o $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecu
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -o $@ $^ -lcmocka $(TRAINER_LIBS)
 
-# The whole trainer on the same emulation (with the one-rank NCCL stand-in there), for
-# trainer/tests/test-gpu-emul-trainer.sh: train.c's GPU path, graphs, checkpoints.
+# The whole trainer on the same emulation (NCCL ranks are processes there), for
+# trainer/tests/test-gpu-emul-trainer.sh: train.c's GPU path, graphs, checkpoints, ranks.
 EMUL_TRAINER := $(EMUL_DIR)/bin/kubetrain-trainer
 EMUL_COBJS   := $(patsubst %.c,$(EMUL_DIR)/%.o,trainer/src/main.c $(TRAINER_SRCS) $(wildcard trainer/src/gpu/*.c))
 $(EMUL_DIR)/trainer/%.o: trainer/%.c | deps

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole trainer's GPU path on a machine without a GPU: kubetrain-trainer built with
-# KT_GPU against the CPU stand-in of the CUDA runtime, cuBLAS, cuDNN and a one-rank
-# NCCL between processes (trainer/tests/fakecuda; what it checks and what it cannot: its
+# KT_GPU against the CPU stand-in of the CUDA runtime, cuBLAS, cuDNN and of NCCL
+# between processes (trainer/tests/fakecuda; what it checks and what it cannot: its
 # cuda_runtime.h and nccl.h). This is not a GPU: it checks train.c's device path (upload,
 # batches, the step's CUDA graph, statistics, the optimizer, checkpoints, the stop flag)
 # and the NCCL path (two ranks with the per-layer all-reduce started during backward,
