@@ -92,11 +92,16 @@ static void rmsprop_step(const Optimizer *o, float *w, const float *g, size_t lo
     }
 }
 
+float optim_adam_alpha(const OptimizerConfig *c, int64_t iterations)
+{
+    const float t = (float)(iterations + 1);
+    return c->lr * sqrtf(1.0f - powf(c->beta2, t)) / (1.0f - powf(c->beta1, t));
+}
+
 static void adam_step(const Optimizer *o, float *w, const float *g, size_t lo, size_t hi)
 {
     const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.epsilon;
-    const float t = (float)(o->iterations + 1);
-    const float alpha = o->cfg.lr * sqrtf(1.0f - powf(b2, t)) / (1.0f - powf(b1, t));
+    const float alpha = optim_adam_alpha(&o->cfg, o->iterations);
     float *m = o->state, *v = o->state + o->n, *vh = o->state + 2 * o->n;
     /* two loops without a branch inside, so that both vectorize */
     if (o->cfg.kind == OPT_ADAM_AMSGRAD) {

@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* also called from the GPU path's device.cu */
+#endif
+
 typedef enum { OPT_SGD = 0, OPT_RMSPROP, OPT_ADAM, OPT_ADAM_AMSGRAD } OptimizerKind;
 
 typedef struct {
@@ -51,5 +55,13 @@ void optim_step(Optimizer *o, float *params, const float *grads);
 /* Whether o's update is plain SGD (sgd, momentum 0, lr > 0), which a single worker's
  * step folds into its backward pass (model_step_sgd). */
 int optim_plain_sgd(const Optimizer *o);
+
+/* Adam's step size a (optim_step's formula) for the update after `iterations` updates;
+ * the GPU path's Adam kernel takes it from here too. */
+float optim_adam_alpha(const OptimizerConfig *c, int64_t iterations);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

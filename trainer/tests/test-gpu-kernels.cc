@@ -348,8 +348,8 @@ static void test_optimizers(void **state)
             case OPT_ADAM:
             case OPT_ADAM_AMSGRAD:
                 emul_launch(EW, k_adam, w.data(), gr, s, s + n, s + 2 * n, n,
-                            adam_alpha(oc.lr, oc.beta1, oc.beta2, it), oc.beta1, oc.beta2,
-                            oc.epsilon, (int)(k.kind == OPT_ADAM_AMSGRAD));
+                            optim_adam_alpha(&oc, it), oc.beta1, oc.beta2, oc.epsilon,
+                            (int)(k.kind == OPT_ADAM_AMSGRAD));
                 break;
             }
         }

@@ -842,7 +842,7 @@ extern "C" int gpu_model_optim_step(GpuModel *g, Optimizer *o, char *err, size_t
         break;
     case OPT_ADAM:
     case OPT_ADAM_AMSGRAD: {
-        const float alpha = adam_alpha(c->lr, c->beta1, c->beta2, o->iterations);
+        const float alpha = optim_adam_alpha(c, o->iterations);
         EW(k_adam, n, w, gr, s, s + n, s + 2 * n, n, alpha, c->beta1, c->beta2, c->epsilon,
            c->kind == OPT_ADAM_AMSGRAD);
         break;

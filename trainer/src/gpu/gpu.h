@@ -21,8 +21,8 @@
  * captured once per batch slot and replayed, the per-step values (dropout seed, stop
  * flag) read from device memory. The first step at a batch size runs without a graph,
  * the second captures it. gpu_model_use_graphs(g, 0) (the trainer's --cuda-graphs=false)
- * turns graphs off; a
- * capture that fails turns them off with a log line and the step runs launch by launch.
+ * turns graphs off; a capture that fails turns them off with a log line and the step
+ * runs launch by launch.
  *
  * Every function returns 0 or a negative errno with one line in err naming the CUDA,
  * cuBLAS or cuDNN call that failed. The header is plain C; the implementation is

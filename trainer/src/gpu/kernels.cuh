@@ -22,14 +22,6 @@
 #endif
 static const int THREADS = KT_GPU_THREADS;
 
-// Adam's step size at iteration `iterations` (0-based), as optim.c computes it.
-static inline float adam_alpha(float lr, float beta1, float beta2, int64_t iterations)
-{
-    const float t = (float)(iterations + 1);
-    return lr * sqrtf(1.0f - powf(beta2, t)) / (1.0f - powf(beta1, t));
-}
-
-
 #define FOR_EACH(i, n) \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
