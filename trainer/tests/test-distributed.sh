@@ -4,6 +4,7 @@
 # SIGTERM, a chief killed while writing checkpoints, a corrupt newest checkpoint, the
 # wrong secret, malformed TF_CONFIG and every exit code of the contract.
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -23,13 +24,6 @@ if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx
 fi
 
 # A free port on 127.0.0.1 (the kernel's choice; closed again at once).
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tf_config() { # index port...
-  local idx=$1; shift
-  local list; list=$(printf '"127.0.0.1:%s",' "$@")
-  echo "{\"cluster\":{\"worker\":[${list%,}]},\"task\":{\"type\":\"worker\",\"index\":$idx}}"
-}
-hashes() { sed -n 's/.*weights-sha256: //p' "$1" | sort -u; }
 count_hashes() { grep -c 'weights-sha256: ' "$1"; }
 
 mlp=(--model mlp --epochs 3 --steps-per-epoch 5 --per-worker-batch 16 --print-weights-hash)

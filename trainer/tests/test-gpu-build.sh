@@ -6,6 +6,7 @@
 # --device auto trains on the CPU with the same weights as the CPU build. Then the GPU
 # tests (trainer/tests/test-gpu.c) run: on a machine without a device each says skipped.
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 OUT=build/gpu
 BIN=$OUT/bin/kubetrain-trainer
 TEST=$OUT/san/tests/test-gpu
@@ -62,8 +63,6 @@ fi
 # The whole trainer on the device (only where one is): its losses follow the CPU's, the
 # one-rank NCCL collective changes nothing, and two local workers on two GPUs (nccl, picked
 # by collective auto) end with the same weights.
-losses() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"))' "$1"; }
-close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x in sys.argv[1:3]] + [float(sys.argv[3])]; sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2" "$3"; }
 if [[ $gpu -eq 1 ]]; then
   run=(--epochs 1 --steps-per-epoch 8 --per-worker-batch 32 --optimizer adam --data-dir "$DATA")
   "$BIN" "${run[@]}" --device cpu --metrics-file "$tmp/cpu.jsonl" >/dev/null 2>&1
@@ -91,8 +90,7 @@ fi
 # the CPU: the fan-out and supervision do not depend on the device).
 if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]; then
   export KUBETRAIN_SECRET=$(openssl rand -hex 32)
-  port=$(( 30000 + RANDOM % 20000 ))
-  tf="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
+  tf=$(tf_config 0 "$(free_port)")
   pg=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --device cpu --threads 1 --print-weights-hash)
   h_ranks=$(TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=$tmp/term timeout 120 "$BIN" train --gpus-per-worker 2 "${pg[@]}" 2>"$tmp/err" | sed -n 's/^weights-sha256: //p' | sort -u)
   h_launch=$("$BIN" launch --workers 2 "${pg[@]}" 2>/dev/null | sed -n 's/^.*weights-sha256: //p' | sort -u)
@@ -100,8 +98,7 @@ if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]
     tap_ok "--gpus-per-worker 2: two ranks in one worker train as launch --workers 2 does"
   else tap_fail "--gpus-per-worker 2: two ranks in one worker" "'$h_ranks' vs '$h_launch': $(cat "$tmp/err")"; fi
 
-  port=$(( 30000 + RANDOM % 20000 ))
-  tf="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
+  tf=$(tf_config 0 "$(free_port)")
   TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=/dev/null "$BIN" train --gpus-per-worker 2 --epochs 1 \
     --steps-per-epoch 100000 --per-worker-batch 16 --device cpu --threads 1 >/dev/null 2>"$tmp/err" &
   sup=$!

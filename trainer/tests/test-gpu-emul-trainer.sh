@@ -10,6 +10,7 @@
 # evaluation is left out here (10,000 examples through the emulated convolution take
 # half a minute); test-gpu-emul compares gpu_model_evaluate with the CPU.
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
 BIN=${BUILD:-build}/san/emul/bin/kubetrain-trainer
 CPU=${BUILD:-build}/bin/kubetrain-trainer
@@ -24,9 +25,6 @@ fi
 
 run=(--model tutorial-cnn --epochs 2 --steps-per-epoch 8 --per-worker-batch 32 --threads 1
      --optimizer adam --data-dir "$DATA" --print-weights-hash)
-hash_of() { sed -n 's/^weights-sha256: //p' "$1"; }
-losses() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"))' "$1"; }
-close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x in sys.argv[1:3]] + [float(sys.argv[3])]; sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2" "$3"; }
 
 # --- the device path against the CPU ---------------------------------------------------
 "$CPU" "${run[@]}" --device cpu --metrics-file "$tmp/cpu.jsonl" >"$tmp/cpu.out" 2>&1
@@ -38,29 +36,29 @@ else tap_fail "--device gpu on the emulation trains with graphs" "rc=$rc $(tail 
 lc=$(losses "$tmp/cpu.jsonl"); lg=$(losses "$tmp/gpu.jsonl")
 if close "$lg" "$lc" 1e-3; then tap_ok "the 16 step losses follow the CPU trainer's within 1e-3"
 else tap_fail "the step losses follow the CPU trainer's" "cpu: $lc"$'\n'"gpu: $lg"; fi
-HG=$(hash_of "$tmp/gpu.out")
+HG=$(hashes "$tmp/gpu.out")
 
 # --- graphs off: the same operations, so the same bits ---------------------------------
 "$BIN" "${run[@]}" --device gpu --cuda-graphs=false >"$tmp/nog.out" 2>"$tmp/nog.err"; rc=$?
-if [[ $rc -eq 0 && ${#HG} -eq 64 && $(hash_of "$tmp/nog.out") == "$HG" ]] \
+if [[ $rc -eq 0 && ${#HG} -eq 64 && $(hashes "$tmp/nog.out") == "$HG" ]] \
    && ! grep -q "CUDA graph" "$tmp/nog.err"; then
   tap_ok "--cuda-graphs=false: no graph, the same final weights bit for bit"
-else tap_fail "--cuda-graphs=false gives the same weights" "rc=$rc $HG vs $(hash_of "$tmp/nog.out") $(tail -3 "$tmp/nog.err")"; fi
+else tap_fail "--cuda-graphs=false gives the same weights" "rc=$rc $HG vs $(hashes "$tmp/nog.out") $(tail -3 "$tmp/nog.err")"; fi
 
 # --- the nccl collective at one rank ---------------------------------------------------
 "$BIN" "${run[@]}" --device gpu --collective nccl >"$tmp/nccl.out" 2>"$tmp/nccl.err"; rc=$?
-if [[ $rc -eq 0 && $(hash_of "$tmp/nccl.out") == "$HG" ]] \
+if [[ $rc -eq 0 && $(hashes "$tmp/nccl.out") == "$HG" ]] \
    && grep -q "NCCL communicator of 1 rank on CUDA device 0 ready" "$tmp/nccl.err"; then
   tap_ok "--collective nccl at one rank: the communicator comes up, the same weights"
-else tap_fail "--collective nccl at one rank" "rc=$rc $(hash_of "$tmp/nccl.out") vs $HG $(tail -3 "$tmp/nccl.err")"; fi
+else tap_fail "--collective nccl at one rank" "rc=$rc $(hashes "$tmp/nccl.out") vs $HG $(tail -3 "$tmp/nccl.err")"; fi
 
 # --- checkpoints: the device state goes out and comes back ------------------------------
 ck=$tmp/ck
 "$BIN" "${run[@]}" --epochs 1 --device gpu --checkpoint-dir "$ck" >/dev/null 2>&1
 "$BIN" "${run[@]}" --device gpu --checkpoint-dir "$ck" >"$tmp/res.out" 2>"$tmp/res.err"; rc=$?
-if [[ $rc -eq 0 && $(hash_of "$tmp/res.out") == "$HG" ]] && grep -q "resuming from .*ckpt-8.kt" "$tmp/res.err"; then
+if [[ $rc -eq 0 && $(hashes "$tmp/res.out") == "$HG" ]] && grep -q "resuming from .*ckpt-8.kt" "$tmp/res.err"; then
   tap_ok "resumed from the epoch-1 checkpoint (weights and Adam state from the device): same weights"
-else tap_fail "resume on the device" "rc=$rc $(hash_of "$tmp/res.out") vs $HG $(tail -4 "$tmp/res.err")"; fi
+else tap_fail "resume on the device" "rc=$rc $(hashes "$tmp/res.out") vs $HG $(tail -4 "$tmp/res.err")"; fi
 
 # --- SIGTERM: the stop flag reaches the replayed graph -------------------------------------
 ck=$tmp/ck-term
@@ -76,7 +74,7 @@ kill -TERM "$pid"
 wait "$pid"; rc=$?
 steps=$(sed -n 's/.*stopped by a signal after step \([0-9]*\) .*/\1/p' "$tmp/term.err")
 "$BIN" "${run[@]}" --device gpu --checkpoint-dir "$ck" >"$tmp/term2.out" 2>"$tmp/term2.err"; rc2=$?
-if [[ $rc -eq 75 && ${steps:-99} -lt 16 && $rc2 -eq 0 && $(hash_of "$tmp/term2.out") == "$HG" ]] \
+if [[ $rc -eq 75 && ${steps:-99} -lt 16 && $rc2 -eq 0 && $(hashes "$tmp/term2.out") == "$HG" ]] \
    && grep -q "resuming from .*ckpt-$steps.kt" "$tmp/term2.err"; then
   tap_ok "SIGTERM during graph replays: stopped after step $steps with exit 75; the resumed run ends with the same weights"
 else tap_fail "SIGTERM during graph replays" "rc=$rc steps=$steps rc2=$rc2 $(tail -3 "$tmp/term.err") $(tail -3 "$tmp/term2.err")"; fi
@@ -84,7 +82,6 @@ else tap_fail "SIGTERM during graph replays" "rc=$rc steps=$steps rc2=$rc2 $(tai
 # --- two ranks over NCCL ------------------------------------------------------------------
 two=(--model tutorial-cnn --epochs 2 --steps-per-epoch 4 --per-worker-batch 16 --threads 1
      --optimizer adam --data-dir "$DATA" --print-weights-hash)
-hashes() { sed -n 's/.*weights-sha256: //p' "$1" | sort -u; }
 "$CPU" launch --workers 2 "${two[@]}" --device cpu --metrics-file "$tmp/cpu2.jsonl" >"$tmp/cpu2.out" 2>&1
 "$BIN" launch --workers 2 "${two[@]}" --device gpu --metrics-file "$tmp/gpu2.jsonl" >"$tmp/gpu2.out" 2>"$tmp/gpu2.err"; rc=$?
 H2=$(hashes "$tmp/gpu2.out")
@@ -98,22 +95,18 @@ else tap_fail "two ranks: the step losses follow the CPU's" "cpu: $lc"$'\n'"gpu:
 
 # --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
 export KUBETRAIN_SECRET=$(openssl rand -hex 32)
-port=$(( 30000 + RANDOM % 20000 ))
-tf="{\"cluster\":{\"worker\":[\"127.0.0.1:$port\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
-TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
+TF_CONFIG=$(tf_config 0 "$(free_port)") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
   "${two[@]}" --device gpu >"$tmp/pg.out" 2>"$tmp/pg.err"; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/pg.out") == "$H2" ]] && grep -q "NCCL communicator of 2 ranks" "$tmp/pg.err"; then
   tap_ok "--gpus-per-worker 2: two ranks on devices 0 and 1, the same weights as launch --workers 2"
 else tap_fail "--gpus-per-worker 2 over NCCL" "rc=$rc '$(hashes "$tmp/pg.out")' vs '$H2' $(tail -6 "$tmp/pg.err")"; fi
 
 # a lost peer: the other rank's all-reduce fails and it exits 75, never a hang
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 p0=$(free_port); p1=$(free_port)
-tfc() { echo "{\"cluster\":{\"worker\":[\"127.0.0.1:$p0\",\"127.0.0.1:$p1\"]},\"task\":{\"type\":\"worker\",\"index\":$1}}"; }
 long=(--model tutorial-cnn --epochs 1 --steps-per-epoch 1000 --per-worker-batch 16 --threads 1
       --data-dir "$DATA" --device gpu)
-TF_CONFIG=$(tfc 0) "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l0.err" & w0=$!
-TF_CONFIG=$(tfc 1) "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l1.err" & w1=$!
+TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l0.err" & w0=$!
+TF_CONFIG=$(tf_config 1 "$p0" "$p1") "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l1.err" & w1=$!
 for _ in $(seq 600); do grep -q "NCCL communicator of 2 ranks" "$tmp/l1.err" 2>/dev/null && break; sleep 0.1; done
 sleep 1
 kill -9 "$w0"; wait "$w0" 2>/dev/null

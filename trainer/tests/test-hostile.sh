@@ -7,6 +7,7 @@
 # weights of an undisturbed run, name every rejection in its log, close every stranger,
 # and refuse connections once the ring is formed (nothing can join or inject then).
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -23,12 +24,10 @@ if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx
   tap_skip "hostile clients" "no Fashion-MNIST in $DATA"; tap_done; exit
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 p0=$(free_port); p1=$(free_port)
-tf() { echo "{\"cluster\":{\"worker\":[\"127.0.0.1:$p0\",\"127.0.0.1:$p1\"]},\"task\":{\"type\":\"worker\",\"index\":$1}}"; }
+tf() { tf_config "$1" "$p0" "$p1"; }
 opts=(--model mlp --epochs 2 --steps-per-epoch 20 --per-worker-batch 16 --print-weights-hash
       --rendezvous-timeout 60)
-hashes() { sed -n 's/.*weights-sha256: //p' "$@" | sort -u; }
 export KUBETRAIN_SECRET=0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0
 
 # The undisturbed run.

@@ -4,6 +4,7 @@
 # the scraped step's loss equal to the metrics file's; 404 elsewhere; off by default;
 # with 2 workers only the chief listens; a taken port -> exit 2 naming the flag.
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -20,7 +21,6 @@ fi
 if ! command -v curl >/dev/null; then
   tap_skip "Prometheus endpoint" "no curl"; tap_done; exit
 fi
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 steps_of() { sed -n 's/^kubetrain_steps_total \([0-9]*\)$/\1/p' "$1"; }
 
 port=$(free_port)

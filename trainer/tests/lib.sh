@@ -1,0 +1,21 @@
+# Shell helpers of the trainer's script tests; source it after e2e/lib/tap.sh.
+
+# A TCP port free on loopback now.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# TF_CONFIG of worker `index` in a cluster of loopback workers on the given ports.
+tf_config() { # index port...
+  local idx=$1; shift
+  local list; list=$(printf '"127.0.0.1:%s",' "$@")
+  echo "{\"cluster\":{\"worker\":[${list%,}]},\"task\":{\"type\":\"worker\",\"index\":$idx}}"
+}
+
+# The distinct weights hashes (--print-weights-hash) in the given output files.
+hashes() { sed -n 's/.*weights-sha256: //p' "$@" | sort -u; }
+
+# The step losses of a --metrics-file, space-separated.
+losses() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"))' "$1"; }
+
+# Whether two such loss lists have the same length (> 0) and agree within a relative
+# tolerance: close GOT WANT TOL.
+close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x in sys.argv[1:3]] + [float(sys.argv[3])]; sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2" "$3"; }
