@@ -608,15 +608,34 @@ const char *cudnnGetErrorString(cudnnStatus_t s)
     return "unknown cuDNN status (fake)";
 }
 
+// the library's objects: a handle and the descriptors are plain structs here
+template <typename T> static cudnnStatus_t make(T **p)
+{
+    *p = new T();
+    return CUDNN_STATUS_SUCCESS;
+}
+template <typename T> static cudnnStatus_t drop(T *p)
+{
+    delete p;
+    return CUDNN_STATUS_SUCCESS;
+}
+
+// What cudnnSet{Tensor,Filter}4dDescriptor accept: positive sizes, NHWC floats.
+static cudnnStatus_t check_4d(cudnnTensorFormat_t format, cudnnDataType_t type, int n, int c,
+                              int h, int w)
+{
+    if (n < 1 || c < 1 || h < 1 || w < 1) return CUDNN_STATUS_BAD_PARAM;
+    if (format != CUDNN_TENSOR_NHWC || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t cudnnCreate(cudnnHandle_t *h)
 {
-    *h = new FakeCudnn;
-    return CUDNN_STATUS_SUCCESS;
+    return make(h);
 }
 cudnnStatus_t cudnnDestroy(cudnnHandle_t h)
 {
-    delete h;
-    return CUDNN_STATUS_SUCCESS;
+    return drop(h);
 }
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 {
@@ -626,49 +645,41 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s)
 
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d)
 {
-    *d = new FakeTensorDesc;
-    return CUDNN_STATUS_SUCCESS;
+    return make(d);
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d)
 {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
+    return drop(d);
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t format,
                                          cudnnDataType_t type, int n, int c, int h, int w)
 {
-    if (n < 1 || c < 1 || h < 1 || w < 1) return CUDNN_STATUS_BAD_PARAM;
-    if (format != CUDNN_TENSOR_NHWC || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
-    *d = FakeTensorDesc{1, n, c, h, w};
-    return CUDNN_STATUS_SUCCESS;
+    cudnnStatus_t s = check_4d(format, type, n, c, h, w);
+    if (s == CUDNN_STATUS_SUCCESS) *d = FakeTensorDesc{1, n, c, h, w};
+    return s;
 }
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d)
 {
-    *d = new FakeFilterDesc;
-    return CUDNN_STATUS_SUCCESS;
+    return make(d);
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d)
 {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
+    return drop(d);
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t type,
                                          cudnnTensorFormat_t format, int k, int c, int h, int w)
 {
-    if (k < 1 || c < 1 || h < 1 || w < 1) return CUDNN_STATUS_BAD_PARAM;
-    if (format != CUDNN_TENSOR_NHWC || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
-    *d = FakeFilterDesc{1, k, c, h, w};
-    return CUDNN_STATUS_SUCCESS;
+    cudnnStatus_t s = check_4d(format, type, k, c, h, w);
+    if (s == CUDNN_STATUS_SUCCESS) *d = FakeFilterDesc{1, k, c, h, w};
+    return s;
 }
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d)
 {
-    *d = new FakeConvDesc;
-    return CUDNN_STATUS_SUCCESS;
+    return make(d);
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
 {
-    delete d;
-    return CUDNN_STATUS_SUCCESS;
+    return drop(d);
 }
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h,
                                               int pad_w, int u, int v, int dil_h, int dil_w,
