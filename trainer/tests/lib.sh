@@ -3,6 +3,10 @@
 # A TCP port free on loopback now.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# A fresh 32-byte KUBETRAIN_SECRET in hex (no openssl command needed: the GPU machine
+# may have none).
+secret() { od -An -tx1 -N32 /dev/urandom | tr -d ' \n'; }
+
 # TF_CONFIG of worker `index` in a cluster of loopback workers on the given ports.
 tf_config() { # index port...
   local idx=$1; shift

@@ -89,7 +89,7 @@ fi
 # --gpus-per-worker N: N ranks in this worker, each the trainer re-executed (run here on
 # the CPU: the fan-out and supervision do not depend on the device).
 if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]; then
-  export KUBETRAIN_SECRET=$(openssl rand -hex 32)
+  export KUBETRAIN_SECRET=$(secret)
   tf=$(tf_config 0 "$(free_port)")
   pg=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --device cpu --threads 1 --print-weights-hash)
   h_ranks=$(TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=$tmp/term timeout 120 "$BIN" train --gpus-per-worker 2 "${pg[@]}" 2>"$tmp/err" | sed -n 's/^weights-sha256: //p' | sort -u)

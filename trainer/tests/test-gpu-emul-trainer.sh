@@ -94,7 +94,7 @@ if close "$lg" "$lc" 1e-3; then tap_ok "two ranks: the 8 step losses follow two 
 else tap_fail "two ranks: the step losses follow the CPU's" "cpu: $lc"$'\n'"gpu: $lg"; fi
 
 # --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
-export KUBETRAIN_SECRET=$(openssl rand -hex 32)
+export KUBETRAIN_SECRET=$(secret)
 TF_CONFIG=$(tf_config 0 "$(free_port)") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
   "${two[@]}" --device gpu >"$tmp/pg.out" 2>"$tmp/pg.err"; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/pg.out") == "$H2" ]] && grep -q "NCCL communicator of 2 ranks" "$tmp/pg.err"; then

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# gpu-device.sh — issue 7's checks on a machine with a CUDA device that has no apt and no
+# network (the GPU machine lent to a session: CUDA's nvcc in /usr/local/cuda, cuDNN and
+# NCCL in the wheels of its PyTorch, no -dev packages, no Fashion-MNIST).
+#
+#   trainer/gpu-device.sh bundle         here, with apt: writes build/device/, what the
+#                                        GPU machine lacks (about 45 MB; carry it there)
+#   trainer/gpu-device.sh run [PHASE..]  there, in the repository root: PHASEs among
+#                                        env build test bench (default: all, in order)
+#
+# bundle: the trainer's libraries with their headers (cJSON, libyaml, zlib, OpenBLAS with
+# its Fortran runtime, libcrypto, cmocka), from Debian's packages unpacked into one prefix
+# (build/device/deps.tar.xz: include/ and lib/), and Fashion-MNIST's four files.
+# run: unpacks the prefix into /tmp/kt-deps (make's DEPS_PREFIX: no apt) and the data into
+# /usr/share/datasets/fashion-mnist; then
+#   env    the device, driver, nvcc, compiler and PyTorch, into $OUT/env.txt;
+#   build  make GPU=1 into build/gpu (trainer and test-gpu), log in $OUT/build.log; if a
+#          newer compiler than CI's warns, once more with WERROR= (the warnings are kept
+#          in the log, to be fixed here);
+#   test   trainer/tests/test-gpu-build.sh (the device checks and test-gpu), TAP in
+#          $OUT/test-gpu-build.tap;
+#   bench  make bench-gpu against the PyTorch that python3 holds (ROUNDS, default 3),
+#          its JSON in $OUT/gpu-tutorial-cnn.json and bench/results/.
+# Each phase's output is written as it runs, so a command stopped at its time limit still
+# returns what it did. OUT defaults to build/device/out. Exit status: the number of
+# phases that failed.
+set -uo pipefail
+
+DEV=build/device
+DATA=/usr/share/datasets/fashion-mnist
+PREFIX=${KT_DEPS_DIR:-/tmp/kt-deps}
+# Debian's packages of the libraries the trainer and its tests link, and their runtime.
+PKGS=(libcjson1 libcjson-dev libyaml-0-2 libyaml-dev zlib1g zlib1g-dev libssl3 libssl-dev
+      libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
+      libcmocka0 libcmocka-dev)
+MA=x86_64-linux-gnu
+
+bundle() {
+    local stage
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' RETURN
+    (cd "$stage" && apt-get download "${PKGS[@]}" >/dev/null 2>&1) ||
+        { apt-get update -qq && (cd "$stage" && apt-get download "${PKGS[@]}" >/dev/null); } ||
+        { echo "gpu-device: apt-get download ${PKGS[*]} failed" >&2; return 1; }
+    mkdir -p "$stage/root" "$stage/prefix/include" "$stage/prefix/lib"
+    for d in "$stage"/*.deb; do dpkg -x "$d" "$stage/root"; done
+    local r=$stage/root p=$stage/prefix
+    # Headers: the plain ones, the multiarch ones (openssl's configuration) and
+    # OpenBLAS's (Debian reaches them through alternatives, which dpkg -x does not make).
+    cp -a "$r/usr/include/." "$p/include/"
+    rm -rf "$p/include/$MA"
+    cp -a "$r/usr/include/$MA/." "$p/include/"
+    rm -rf "$p/include/openblas-pthread"
+    cp -a "$r/usr/include/$MA/openblas-pthread/." "$p/include/"
+    # Libraries: every shared object and its links; OpenBLAS's, under its plain name.
+    for d in "$r/usr/lib/$MA" "$r/lib/$MA"; do
+        [[ -d $d ]] && find "$d" -maxdepth 1 -name '*.so*' -exec cp -a {} "$p/lib/" \;
+    done
+    cp -L "$r/usr/lib/$MA/openblas-pthread/libopenblas.so.0" "$p/lib/libopenblas.so.0"
+    ln -sf libopenblas.so.0 "$p/lib/libopenblas.so"
+    # Links to absolute paths (zlib's) would point at the GPU machine's own files.
+    local l
+    for l in "$p"/lib/*; do
+        [[ -L $l && $(readlink "$l") == /* ]] && ln -sf "$(basename "$(readlink "$l")")" "$l"
+    done
+    local f
+    for f in cjson/cJSON.h yaml.h zlib.h openssl/evp.h openssl/opensslconf.h cblas.h \
+             openblas_config.h cmocka.h; do
+        [[ -e $p/include/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
+    done
+    for f in libcjson libyaml libz libcrypto libopenblas libcmocka libgfortran.so.5 libquadmath.so.0; do
+        [[ $f == *.so.* ]] || f=$f.so
+        [[ -e $p/lib/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
+    done
+    mkdir -p "$DEV/fashion-mnist"
+    tar -C "$p" -cJf "$DEV/deps.tar.xz" .
+    cp "$DATA"/*-ubyte.gz "$DEV/fashion-mnist/" ||
+        { echo "gpu-device: no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)" >&2; return 1; }
+    echo "gpu-device: $DEV ready ($(du -sh "$DEV" | cut -f1)): carry it to the GPU machine and run" \
+         "'bash trainer/gpu-device.sh run' there"
+}
+
+unpack() {
+    [[ -f $DEV/deps.tar.xz ]] ||
+        { echo "gpu-device: no $DEV/deps.tar.xz: run 'trainer/gpu-device.sh bundle' first and carry $DEV" >&2; return 1; }
+    if [[ ! -f $PREFIX/.unpacked || $DEV/deps.tar.xz -nt $PREFIX/.unpacked ]]; then
+        rm -rf "$PREFIX" && mkdir -p "$PREFIX" && tar -C "$PREFIX" -xJf "$DEV/deps.tar.xz" &&
+            touch "$PREFIX/.unpacked" || return 1
+    fi
+    if ! ls "$DATA"/train-images-idx3-ubyte* >/dev/null 2>&1; then
+        mkdir -p "$DATA" && cp "$DEV"/fashion-mnist/*.gz "$DATA/" || return 1
+    fi
+    export DEPS_PREFIX=$PREFIX
+}
+
+phase_env() {
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+        bash trainer/gpu-toolchain.sh 2>&1
+        "$(bash trainer/gpu-toolchain.sh 2>/dev/null)/bin/nvcc" --version 2>&1 | tail -2
+        ${CXX:-g++} --version 2>&1 | head -1
+        python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+                    "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0))' 2>&1
+        nproc
+    } | tee "$OUT/env.txt"
+}
+
+phase_build() {
+    local targets=(build/gpu/bin/kubetrain-trainer build/gpu/san/tests/test-gpu)
+    if make -j"$(nproc)" GPU=1 BUILD=build/gpu "${targets[@]}" >"$OUT/build.log" 2>&1; then
+        echo "build: ok"; return 0
+    fi
+    tail -40 "$OUT/build.log"
+    echo "build: failed with -Werror; once more with WERROR= (warnings kept in $OUT/build-nowerror.log)"
+    export WERROR=
+    if make -j"$(nproc)" GPU=1 BUILD=build/gpu "${targets[@]}" >"$OUT/build-nowerror.log" 2>&1; then
+        echo "build: ok without -Werror"; return 1
+    fi
+    tail -40 "$OUT/build-nowerror.log"
+    return 1
+}
+
+phase_test() {
+    bash trainer/tests/test-gpu-build.sh 2>&1 | tee "$OUT/test-gpu-build.tap"
+    ! grep -q '^not ok' "$OUT/test-gpu-build.tap"
+}
+
+phase_bench() {
+    local py
+    py=$(python3 -c 'import sys; print(sys.prefix)') || return 1
+    PYTHONUNBUFFERED=1 make bench-gpu GPU_BENCH_TORCH="$py" 2>&1 | tee "$OUT/bench.log" || return 1
+    cp bench/results/gpu-tutorial-cnn.json "$OUT/"
+}
+
+case ${1:-} in
+    bundle) bundle ;;
+    run)
+        shift
+        OUT=${OUT:-$DEV/out}
+        mkdir -p "$OUT"
+        unpack || exit 1
+        failed=0
+        for ph in "${@:-env build test bench}"; do
+            for p in $ph; do
+                echo "== $p ($(date -u +%T))"
+                "phase_$p" || { failed=$((failed + 1)); echo "== $p: failed"; }
+            done
+        done
+        exit "$failed" ;;
+    *) sed -n '2,/^set /p' "$0" | sed '$d' >&2; exit 2 ;;
+esac
