@@ -3,11 +3,13 @@
 # debootstrap --variant=minbase bookworm, then `docker import`. For machines with no
 # container registry; elsewhere pass any bookworm base as BASE to the Dockerfiles.
 # The root filesystem tarball is cached in $KT_CACHE/base so a rebuilt Docker still
-# imports it in seconds. Idempotent: an existing image is kept.
+# imports it in seconds. Idempotent: an existing image is kept. BASE_TARBALL_ONLY=1 makes
+# the tarball alone (no Docker needed), for trainer/tests/test-gpu-device.sh's chroot.
 set -euo pipefail
 tag=${1:-kubetrain/base:bookworm}
 cache=${KT_CACHE:-$HOME/.cache/kubetrain}/base
-if docker image inspect "$tag" >/dev/null 2>&1; then exit 0; fi
+only=${BASE_TARBALL_ONLY:-0}
+if [ "$only" != 1 ] && docker image inspect "$tag" >/dev/null 2>&1; then exit 0; fi
 mkdir -p "$cache"
 tarball=$cache/bookworm-minbase.tar
 if [ ! -s "$tarball" ]; then
@@ -23,5 +25,6 @@ if [ ! -s "$tarball" ]; then
   tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
   mv "$tarball.tmp" "$tarball"
 fi
+[ "$only" != 1 ] || exit 0
 docker import "$tarball" "$tag" >/dev/null
 echo "base: imported $tag"

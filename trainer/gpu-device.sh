@@ -128,8 +128,10 @@ phase_test() {
 
 phase_bench() {
     local py
-    py=$(python3 -c 'import sys; print(sys.prefix)') || return 1
-    PYTHONUNBUFFERED=1 make bench-gpu GPU_BENCH_TORCH="$py" 2>&1 | tee "$OUT/bench.log" || return 1
+    py=$(command -v python3) || return 1
+    rm -f bench/results/gpu-tutorial-cnn.json
+    PYTHONUNBUFFERED=1 make bench-gpu GPU_BENCH_PYTHON="$py" 2>&1 | tee "$OUT/bench.log" || return 1
+    [[ -f bench/results/gpu-tutorial-cnn.json ]] || { echo "bench: no JSON written (see above)"; return 1; }
     cp bench/results/gpu-tutorial-cnn.json "$OUT/"
 }
 

@@ -241,11 +241,14 @@ endif
 # Benchmark (issue 7), on a machine with a CUDA device: tutorial-cnn on one GPU against
 # PyTorch eager and torch.compile (trainer/bench/bench_gpu.py), and the nccl collective's
 # cost at one rank. Not in `make bench`: without a device it only says skipped.
-GPU_BENCH_TORCH := $(KT_CACHE)/venv-torch
+# GPU_BENCH_PYTHON: a Python with a CUDA build of torch (default: one installed into
+# $(KT_CACHE)/venv-torch on first use).
+GPU_BENCH_TORCH  := $(KT_CACHE)/venv-torch
+GPU_BENCH_PYTHON ?= $(GPU_BENCH_TORCH)/bin/python
 bench-gpu:
 	$(MAKE) GPU=1 BUILD=$(BUILD)/gpu $(BUILD)/gpu/bin/kubetrain-trainer
-	@test -x $(GPU_BENCH_TORCH)/bin/python || (python3 -m venv $(GPU_BENCH_TORCH) && \
+	@test -x $(GPU_BENCH_PYTHON) || (python3 -m venv $(GPU_BENCH_TORCH) && \
 	    $(GPU_BENCH_TORCH)/bin/pip install -q torch)
 	python3 trainer/bench/bench_gpu.py $(BUILD)/gpu/bin/kubetrain-trainer \
-	    $(GPU_BENCH_TORCH)/bin/python $(FASHION_DIR) bench/results/gpu-tutorial-cnn.json
+	    $(GPU_BENCH_PYTHON) $(FASHION_DIR) bench/results/gpu-tutorial-cnn.json
 .PHONY: bench-gpu
