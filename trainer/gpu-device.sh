@@ -16,7 +16,8 @@
 #   env    the device, driver, nvcc, compiler and PyTorch, into $OUT/env.txt;
 #   build  make GPU=1 into build/gpu (trainer and test-gpu), log in $OUT/build.log; if a
 #          newer compiler than CI's warns, once more with WERROR= (the warnings are kept
-#          in the log, to be fixed here);
+#          in the log, to be fixed here), and if that fails too, once more without the
+#          sanitizers (a compiler without ASan's runtime); either counts as failed;
 #   test   trainer/tests/test-gpu-build.sh (the device checks and test-gpu), TAP in
 #          $OUT/test-gpu-build.tap;
 #   bench  make bench-gpu against the PyTorch that python3 holds (ROUNDS, default 3),
@@ -118,6 +119,13 @@ phase_build() {
         echo "build: ok without -Werror"; return 1
     fi
     tail -40 "$OUT/build-nowerror.log"
+    # A compiler without ASan's runtime: test-gpu without the sanitizers, rather than none.
+    echo "build: failed again; once more without the sanitizers (log in $OUT/build-nosan.log)"
+    if make -j"$(nproc)" GPU=1 BUILD=build/gpu SANFLAGS="-O1 -g" "${targets[@]}" \
+            >"$OUT/build-nosan.log" 2>&1; then
+        echo "build: ok without -Werror and without the sanitizers"; return 1
+    fi
+    tail -40 "$OUT/build-nosan.log"
     return 1
 }
 
