@@ -107,25 +107,24 @@ phase_env() {
     } | tee "$OUT/env.txt"
 }
 
+# build_try LOG [VAR=VALUE..]: make GPU=1's trainer and test-gpu, output in $OUT/LOG, whose
+# end is shown when it fails.
+build_try() {
+    local log=$OUT/$1
+    shift
+    make -j"$(nproc)" GPU=1 BUILD=build/gpu "$@" build/gpu/bin/kubetrain-trainer \
+        build/gpu/san/tests/test-gpu >"$log" 2>&1 || { tail -40 "$log"; return 1; }
+}
+
 phase_build() {
-    local targets=(build/gpu/bin/kubetrain-trainer build/gpu/san/tests/test-gpu)
-    if make -j"$(nproc)" GPU=1 BUILD=build/gpu "${targets[@]}" >"$OUT/build.log" 2>&1; then
-        echo "build: ok"; return 0
-    fi
-    tail -40 "$OUT/build.log"
+    build_try build.log && { echo "build: ok"; return 0; }
     echo "build: failed with -Werror; once more with WERROR= (warnings kept in $OUT/build-nowerror.log)"
     export WERROR=
-    if make -j"$(nproc)" GPU=1 BUILD=build/gpu "${targets[@]}" >"$OUT/build-nowerror.log" 2>&1; then
-        echo "build: ok without -Werror"; return 1
-    fi
-    tail -40 "$OUT/build-nowerror.log"
+    build_try build-nowerror.log && { echo "build: ok without -Werror"; return 1; }
     # A compiler without ASan's runtime: test-gpu without the sanitizers, rather than none.
     echo "build: failed again; once more without the sanitizers (log in $OUT/build-nosan.log)"
-    if make -j"$(nproc)" GPU=1 BUILD=build/gpu SANFLAGS="-O1 -g" "${targets[@]}" \
-            >"$OUT/build-nosan.log" 2>&1; then
-        echo "build: ok without -Werror and without the sanitizers"; return 1
-    fi
-    tail -40 "$OUT/build-nosan.log"
+    build_try build-nosan.log SANFLAGS="-O1 -g" &&
+        echo "build: ok without -Werror and without the sanitizers"
     return 1
 }
 
