@@ -196,17 +196,20 @@ static int nccl_slice_ready(void *ctx, size_t offset, size_t count, void *ready,
 }
 
 /* One step on the device: the batch to the device, forward/backward, the all-reduce of
- * the device gradient arena (with NCCL layer by layer during the backward pass; staged
- * through the host arena for a host-only collective), the reduced statistics into the
- * host arena's last floats, and the optimizer update launched. Returns 0 or a negative
- * errno; *coll_failed tells a failed all-reduce from a device error. */
+ * the device gradient arena (with NCCL on its own stream, layer by layer during the
+ * backward pass when there are several ranks; staged through the host arena for a
+ * host-only collective), the statistics copied to the host arena's last floats and the
+ * optimizer update queued behind them. With NCCL the host waits once per step, for the
+ * statistics, watching the communicator (a lost peer fails the wait, never hangs it).
+ * Returns 0 or a negative errno; *coll_failed tells a failed all-reduce from a device
+ * error. */
 static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *err, size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params, n = np + MODEL_STATS_FLOATS;
     GpuModel *g = t->gpu;
     const float stop = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
-    const int overlap = !strcmp(t->coll->name, "nccl") && t->coll->world > 1;
+    const int nccl = !strcmp(t->coll->name, "nccl"), overlap = nccl && t->coll->world > 1;
     char cerr[512];
     int rc;
     gpu_model_on_grad_ready(g, overlap ? nccl_slice_ready : NULL, t);
@@ -214,30 +217,39 @@ static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *er
         (rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
                              errlen)))
         return rc;
-    if (overlap) {
-        /* the statistics were final before the backward pass began */
-        rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(g) + np, MODEL_STATS_FLOATS,
-                                       NULL, cerr, sizeof cerr);
-        if (!rc) rc = coll_nccl_allreduce_wait(t->coll, cerr, sizeof cerr);
-    } else if (t->coll->device_buffers) {
-        rc = coll_allreduce_sum(t->coll, gpu_model_grads(g), n, cerr, sizeof cerr);
-    } else {
+    if (nccl) {
+        /* overlapped: the slices went during the backward pass, the statistics go now;
+         * at one rank the whole arena goes once the step is done */
+        const size_t from = overlap ? np : 0;
+        void *reduced;
+        rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(g) + from, n - from,
+                                       gpu_model_step_event(g), cerr, sizeof cerr);
+        if (!rc) rc = coll_nccl_allreduce_event(t->coll, &reduced, cerr, sizeof cerr);
+        if (rc) goto coll_failed;
+        if ((rc = gpu_model_wait_event(g, reduced, err, errlen))) return rc;
+    } else if (t->coll->world > 1) {
         if ((rc = gpu_model_grads_to_host(g, m->grads, n, err, errlen))) return rc;
-        rc = coll_allreduce_sum(t->coll, m->grads, n, cerr, sizeof cerr);
-        if (!rc && (rc = gpu_model_grads_from_host(g, m->grads, n, err, errlen))) return rc;
+        if ((rc = coll_allreduce_sum(t->coll, m->grads, n, cerr, sizeof cerr))) goto coll_failed;
+        if ((rc = gpu_model_grads_from_host(g, m->grads, n, err, errlen))) return rc;
+    } /* one rank without NCCL: the sum is the arena itself */
+    void *copied;
+    if ((rc = gpu_model_finish_step(g, t->opt, &copied, err, errlen))) return rc;
+    if (!nccl) {
+        if ((rc = gpu_model_sync_event(copied, err, errlen))) return rc;
+    } else if ((rc = coll_nccl_wait_event(t->coll, copied, cerr, sizeof cerr))) {
+        goto coll_failed;
     }
-    if (rc) {
-        snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
-        *coll_failed = 1;
-        return rc;
-    }
-    if ((rc = gpu_model_read_stats(g, m->grads + np, err, errlen))) return rc;
+    gpu_model_copied_stats(g, m->grads + np);
     if (!t->graph_logged && gpu_model_graph_launches(g) > 0) {
         t->graph_logged = 1;
         util_log("the training step replays a CUDA graph from step %ld on (--cuda-graphs=false "
                  "turns this off)", t->st.global_step + 1);
     }
-    return gpu_model_optim_step(g, t->opt, err, errlen);
+    return 0;
+coll_failed:
+    snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
+    *coll_failed = 1;
+    return rc;
 }
 #endif
 

@@ -5,8 +5,8 @@
 # cuda_runtime.h and nccl.h). This is not a GPU: it checks train.c's device path (upload,
 # batches, the step's CUDA graph, statistics, the optimizer, checkpoints, the stop flag)
 # and the NCCL path (two ranks with the per-layer all-reduce started during backward,
-# --gpus-per-worker, a lost peer) end to end; test-gpu-build.sh does the like on a real
-# device when there is one. The test set's
+# --gpus-per-worker, a lost peer) end to end, and two GPU ranks over the host's ring;
+# test-gpu-build.sh does the like on a real device when there is one. The test set's
 # evaluation is left out here (10,000 examples through the emulated convolution take
 # half a minute); test-gpu-emul compares gpu_model_evaluate with the CPU.
 source e2e/lib/tap.sh
@@ -92,6 +92,14 @@ else tap_fail "launch --workers 2 over NCCL" "rc=$rc hashes '$H2' $(tail -8 "$tm
 lc=$(losses "$tmp/cpu2.jsonl"); lg=$(losses "$tmp/gpu2.jsonl")
 if close "$lg" "$lc" 1e-3; then tap_ok "two ranks: the 8 step losses follow two CPU workers' within 1e-3"
 else tap_fail "two ranks: the step losses follow the CPU's" "cpu: $lc"$'\n'"gpu: $lg"; fi
+
+# the ring (a host collective) between two GPU ranks: the gradients go through the host
+# arena; with two ranks a sum is a + b either way, so the same bits as over NCCL
+"$BIN" launch --workers 2 "${two[@]}" --device gpu --collective ring >"$tmp/gr.out" 2>"$tmp/gr.err"; rc=$?
+if [[ $rc -eq 0 && $(grep -c 'weights-sha256' "$tmp/gr.out") -eq 2 && $(hashes "$tmp/gr.out") == "$H2" ]] \
+   && ! grep -q "NCCL communicator" "$tmp/gr.err"; then
+  tap_ok "launch --workers 2 --device gpu --collective ring: through the host, the same weights as over NCCL"
+else tap_fail "two GPU ranks over the ring" "rc=$rc '$(hashes "$tmp/gr.out")' vs '$H2' $(tail -6 "$tmp/gr.err")"; fi
 
 # --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
 export KUBETRAIN_SECRET=$(secret)

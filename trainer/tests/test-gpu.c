@@ -351,9 +351,12 @@ static void test_training_follows_cpu(void **s)
         model_step(m, x, y, B, B, 1, (uint64_t)step, NULL, NULL, &st);
         optim_step(cpu, m->params, m->grads);
         assert_int_equal(gpu_model_load_batch(g, x, y, B, err, sizeof err), 0);
+        /* as the trainer does it: the statistics copied and the update queued, one wait */
         assert_int_equal(gpu_model_step(g, B, 1, (uint64_t)step, 0.0f, err, sizeof err), 0);
-        assert_int_equal(gpu_model_read_stats(g, stats, err, sizeof err), 0);
-        assert_int_equal(gpu_model_optim_step(g, dev, err, sizeof err), 0);
+        void *copied;
+        assert_int_equal(gpu_model_finish_step(g, dev, &copied, err, sizeof err), 0);
+        assert_int_equal(gpu_model_sync_event(copied, err, sizeof err), 0);
+        gpu_model_copied_stats(g, stats);
         double rel = fabs(stats[0] - st.loss) / fabs(st.loss);
         print_message("# step %d: cpu loss %.6f, gpu loss %.6f (rel %.2g)\n", step + 1, st.loss,
                       (double)stats[0], rel);
@@ -407,6 +410,26 @@ static void test_nccl_one_rank(void **s)
     assert_int_equal(coll_nccl_allreduce_wait(c, err, sizeof err), 0);
     assert_int_equal(cudaMemcpy(back, d, N * sizeof *d, cudaMemcpyDeviceToHost), cudaSuccess);
     assert_memory_equal(back, h, N * sizeof *h);
+    /* the trainer's join: another stream waits for the all-reduce's event and copies
+     * the sum to pinned memory; the host waits, watched, for that stream's event */
+    cudaStream_t other;
+    cudaEvent_t copied;
+    void *reduced;
+    float *hp;
+    assert_int_equal(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    assert_int_equal(cudaEventCreate(&copied), cudaSuccess);
+    assert_int_equal(cudaMallocHost((void **)&hp, N * sizeof *hp), cudaSuccess);
+    assert_int_equal(coll_nccl_allreduce_start(c, d, N, NULL, err, sizeof err), 0);
+    assert_int_equal(coll_nccl_allreduce_event(c, &reduced, err, sizeof err), 0);
+    assert_int_equal(cudaStreamWaitEvent(other, (cudaEvent_t)reduced, 0), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(hp, d, N * sizeof *d, cudaMemcpyDeviceToHost, other),
+                     cudaSuccess);
+    assert_int_equal(cudaEventRecord(copied, other), cudaSuccess);
+    assert_int_equal(coll_nccl_wait_event(c, copied, err, sizeof err), 0);
+    assert_memory_equal(hp, h, N * sizeof *h);
+    cudaFreeHost(hp);
+    cudaEventDestroy(copied);
+    cudaStreamDestroy(other);
     cudaEventDestroy(ev);
     cudaFree(d);
     free(h);

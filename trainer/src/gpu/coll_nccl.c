@@ -15,24 +15,26 @@ typedef struct {
     Collective *boot;     /* owned: the id exchange, broadcast and barrier */
     ncclComm_t comm;      /* NULL once aborted */
     cudaStream_t stream;
+    cudaEvent_t done;     /* coll_nccl_allreduce_event's */
     double timeout_s;
     float *stage;         /* device copy of host buffers handed to allreduce_sum */
     size_t stage_n;
 } Nccl;
 
-/* Between two polls of a wait that began `waited` seconds ago. The first milliseconds
- * only yield the core: a step's all-reduce at one rank, or over NVLink, is done within
- * tens of microseconds, and a nap of even 0.2 ms (the kernel's timer slack on top) would
- * cost more than that on every step. A longer wait (a slow peer, the network) naps,
- * 0.1 ms at first and at most 1 ms, so a stall costs no core while it is watched. */
+/* Between two polls of a wait that began `waited` seconds ago. The first 20 ms only
+ * yield the core, as CUDA's own synchronize spins: the host waits here for every step
+ * (the statistics behind the all-reduce), and a one-rank or NVLink all-reduce takes tens
+ * of microseconds, so a nap of even 0.1 ms (the kernel's timer slack on top) would cost
+ * more than that. After that it naps 1% of the time waited so far, at most 1 ms: a slow
+ * step loses about 1%, and a stall (a lost peer, until the timeout) costs no core. */
 static void pause_poll(double waited)
 {
-    if (waited < 0.002) {
+    if (waited < 0.02) {
         sched_yield();
         return;
     }
-    long ns = waited < 0.05 ? 100 * 1000 : 1000 * 1000;
-    struct timespec ts = {0, ns};
+    double nap = waited / 100 < 0.001 ? waited / 100 : 0.001;
+    struct timespec ts = {0, (long)(nap * 1e9)};
     nanosleep(&ts, NULL);
 }
 
@@ -73,12 +75,13 @@ static int wait_comm(Nccl *c, const char *what, char *err, size_t errlen)
     }
 }
 
-/* Waits for the collective's stream, watching the communicator for async errors. */
-static int wait_stream(Nccl *c, const char *what, char *err, size_t errlen)
+/* Waits for `ev` (NULL: the collective's stream) to be done, watching the communicator
+ * for async errors. */
+static int watch(Nccl *c, cudaEvent_t ev, const char *what, char *err, size_t errlen)
 {
     double t0 = util_now();
     for (;;) {
-        cudaError_t e = cudaStreamQuery(c->stream);
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
         if (e == cudaSuccess) return 0;
         if (e != cudaErrorNotReady)
             return aborted(c, -EIO, err, errlen, what, cudaGetErrorString(e));
@@ -125,11 +128,11 @@ static int nccl_allreduce_sum(Collective *base, float *buf, size_t n, char *err,
     int rc = r == ncclInProgress ? wait_comm(c, "all-reduce", err, errlen) : 0;
     /* the all-reduce done first, watched for a lost peer: a copy to pageable memory
      * returns only when it is done, so queued behind a stuck all-reduce it would hang */
-    if (!rc) rc = wait_stream(c, "all-reduce", err, errlen);
+    if (!rc) rc = watch(c, NULL, "all-reduce", err, errlen);
     if (!rc && !on_device) {
         e = cudaMemcpyAsync(buf, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream);
         if (e != cudaSuccess) goto cuda;
-        rc = wait_stream(c, "all-reduce", err, errlen);
+        rc = watch(c, NULL, "all-reduce", err, errlen);
     }
     return rc;
 cuda:
@@ -160,7 +163,30 @@ int coll_nccl_allreduce_wait(Collective *base, char *err, size_t errlen)
         snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
         return -EIO;
     }
-    return wait_stream(c, "all-reduce", err, errlen);
+    return watch(c, NULL, "all-reduce", err, errlen);
+}
+
+int coll_nccl_allreduce_event(Collective *base, void **event, char *err, size_t errlen)
+{
+    Nccl *c = (Nccl *)base;
+    if (!c->comm) {
+        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
+        return -EIO;
+    }
+    cudaError_t e = cudaEventRecord(c->done, c->stream);
+    if (e != cudaSuccess) return aborted(c, -EIO, err, errlen, "all-reduce", cudaGetErrorString(e));
+    *event = c->done;
+    return 0;
+}
+
+int coll_nccl_wait_event(Collective *base, void *event, char *err, size_t errlen)
+{
+    Nccl *c = (Nccl *)base;
+    if (!c->comm) {
+        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
+        return -EIO;
+    }
+    return watch(c, (cudaEvent_t)event, "all-reduce", err, errlen);
 }
 
 static int nccl_broadcast(Collective *base, void *buf, size_t n, int root, char *err,
@@ -184,6 +210,7 @@ static void nccl_destroy(Collective *base)
     if (c->comm && ncclCommFinalize(c->comm) == ncclInProgress)
         wait_comm(c, "finalize", err, sizeof err);
     if (c->comm) ncclCommDestroy(c->comm);
+    if (c->done) cudaEventDestroy(c->done);
     if (c->stream) cudaStreamDestroy(c->stream);
     cudaFree(c->stage);
     coll_destroy(c->boot);
@@ -207,6 +234,7 @@ Collective *coll_nccl_create(Collective *boot, int device, double timeout_s, cha
 
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "nccl: CUDA device %d: %s", device, cudaGetErrorString(e));
         goto fail;

@@ -141,6 +141,9 @@ struct GpuModel {
     GpuGradReadyFn on_ready;
     void *ready_ctx;
     StepArgs *args_h, *args_d; // pinned and device copies of this step's StepArgs
+    cudaEvent_t args_read;   // the last step's copy of args_h has run: args_h is free
+    cudaEvent_t step_done;   // after the last step's backward pass (gpu_model_step_event)
+    cudaEvent_t stats_copied; // after gpu_model_finish_step's copy to stats_h
     // The training step as CUDA graphs, one per batch slot (the step reads the slot's
     // buffers): a graph replays while the batch size, global batch, replica count and
     // workspace are those it was captured with. Used when no gradient-ready hook is set.
@@ -504,6 +507,9 @@ extern "C" void gpu_model_free(GpuModel *g)
         if (g->copied[k]) cudaEventDestroy(g->copied[k]);
         if (g->consumed[k]) cudaEventDestroy(g->consumed[k]);
     }
+    if (g->args_read) cudaEventDestroy(g->args_read);
+    if (g->step_done) cudaEventDestroy(g->step_done);
+    if (g->stats_copied) cudaEventDestroy(g->stats_copied);
     cudaFree(g->params);
     cudaFree(g->grads);
     cudaFree(g->state);
@@ -607,6 +613,9 @@ static int create(GpuModel *g, char *err, size_t errlen)
     CU(cudaMallocHost(&g->acc_h, 3 * sizeof(double)));
     CU(cudaMallocHost(&g->args_h, sizeof *g->args_h));
     CU(cudaMalloc(&g->args_d, sizeof *g->args_d));
+    CU(cudaEventCreateWithFlags(&g->args_read, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&g->step_done, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&g->stats_copied, cudaEventDisableTiming));
     CU(cudaMemset(g->args_d, 0, sizeof *g->args_d));
     // the memsets above ran on the legacy stream, which the compute stream does not wait for
     CU(cudaDeviceSynchronize());
@@ -761,18 +770,53 @@ extern "C" int gpu_model_step(GpuModel *g, int global_batch, int num_replicas,
                               uint64_t dropout_seed, float stop_flag, char *err, size_t errlen)
 {
     if (g->b < 1) return fail(err, errlen, "gpu: gpu_model_step before gpu_model_load_batch");
-    // args_h is free: the previous step synchronized the compute stream
+    // args_h is free once the last step's copy of it has run (as a rule long before)
+    CU(cudaEventSynchronize(g->args_read));
     g->args_h->dropout_seed = dropout_seed;
     g->args_h->stop_flag = stop_flag;
     CU(cudaMemcpyAsync(g->args_d, g->args_h, sizeof *g->args_d, cudaMemcpyHostToDevice,
                        g->compute));
+    CU(cudaEventRecord(g->args_read, g->compute));
     CU(cudaStreamWaitEvent(g->compute, g->copied[g->slot], 0));
     // with a gradient-ready hook the step calls out to the collective as it goes: eager
     if (g->graphs_on && !g->on_ready) TRY(graph_step(g, global_batch, num_replicas, err, errlen));
     else TRY(record_step(g, global_batch, num_replicas, err, errlen));
     CU(cudaEventRecord(g->consumed[g->slot], g->compute));
-    CU(cudaStreamSynchronize(g->compute));
+    CU(cudaEventRecord(g->step_done, g->compute));
     return 0;
+}
+
+extern "C" void *gpu_model_step_event(GpuModel *g)
+{
+    return g->step_done;
+}
+
+extern "C" int gpu_model_wait_event(GpuModel *g, void *event, char *err, size_t errlen)
+{
+    CU(cudaStreamWaitEvent(g->compute, (cudaEvent_t)event, 0));
+    return 0;
+}
+
+extern "C" int gpu_model_finish_step(GpuModel *g, Optimizer *o, void **copied, char *err,
+                                     size_t errlen)
+{
+    CU(cudaMemcpyAsync(g->stats_h, g->grads + g->np, MODEL_STATS_FLOATS * sizeof(float),
+                       cudaMemcpyDeviceToHost, g->compute));
+    CU(cudaEventRecord(g->stats_copied, g->compute));
+    TRY(gpu_model_optim_step(g, o, err, errlen));
+    *copied = g->stats_copied;
+    return 0;
+}
+
+extern "C" int gpu_model_sync_event(void *event, char *err, size_t errlen)
+{
+    CU(cudaEventSynchronize((cudaEvent_t)event));
+    return 0;
+}
+
+extern "C" void gpu_model_copied_stats(const GpuModel *g, float *out)
+{
+    memcpy(out, g->stats_h, MODEL_STATS_FLOATS * sizeof(float));
 }
 
 extern "C" void gpu_model_use_graphs(GpuModel *g, int on)
@@ -868,11 +912,3 @@ extern "C" int gpu_model_evaluate(GpuModel *g, StepStats *st, char *err, size_t 
     return 0;
 }
 
-extern "C" int gpu_model_read_stats(GpuModel *g, float *out, char *err, size_t errlen)
-{
-    CU(cudaMemcpyAsync(g->stats_h, g->grads + g->np, MODEL_STATS_FLOATS * sizeof(float),
-                       cudaMemcpyDeviceToHost, g->compute));
-    CU(cudaStreamSynchronize(g->compute));
-    memcpy(out, g->stats_h, MODEL_STATS_FLOATS * sizeof(float));
-    return 0;
-}

@@ -11,10 +11,15 @@
  *
  * Streams: batches go host -> pinned buffer -> device on a copy stream, double
  * buffered, so the copy of step i's batch overlaps step i-1's optimizer update on the
- * compute stream. gpu_model_step returns once the gradients are final (it synchronizes
- * the compute stream), so any collective may read the gradient arena afterwards; with a
- * gradient-ready hook (gpu_model_on_grad_ready) the all-reduce of each layer's slice can
- * instead start during the backward pass.
+ * compute stream. gpu_model_step launches the step and returns without waiting for it:
+ * a collective on another stream starts after gpu_model_step_event, or, with a
+ * gradient-ready hook (gpu_model_on_grad_ready), each layer's slice as soon as the
+ * backward pass has written it; gpu_model_wait_event makes the compute stream wait for
+ * the collective. gpu_model_finish_step then queues the copy of the statistics and the
+ * optimizer update, so the host waits once per step (for the statistics) and the update
+ * runs while it prepares the next batch. The functions that hand device memory to the
+ * host (grads_to_host, read_activation, download, evaluate) wait for the compute stream
+ * themselves.
  *
  * CUDA graphs: without a gradient-ready hook the step (forward, loss, backward: some 40
  * launches for tutorial-cnn, which at small batches cost more than the kernels) is
@@ -76,9 +81,33 @@ int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, c
 /* model_step on the loaded batch: forward (dropout drawn from dropout_seed exactly as
  * the CPU does), loss, backward into the device gradient arena, which then holds the
  * same quantity as Model.grads, and its last MODEL_STATS_FLOATS floats: this worker's
- * loss share, correct predictions, examples, and stop_flag. Returns when done. */
+ * loss share, correct predictions, examples, and stop_flag. Asynchronous: the arena is
+ * final once gpu_model_step_event has fired. */
 int gpu_model_step(GpuModel *g, int global_batch, int num_replicas, uint64_t dropout_seed,
                    float stop_flag, char *err, size_t errlen);
+
+/* The event (a cudaEvent_t, owned by g) the last gpu_model_step recorded on the compute
+ * stream after its backward pass: a collective's stream that waits for it reads final
+ * gradients and statistics. */
+void *gpu_model_step_event(GpuModel *g);
+
+/* Makes the compute stream wait for `event` (a cudaEvent_t recorded on another stream of
+ * this device, say after a collective's all-reduce) before whatever is queued next. */
+int gpu_model_wait_event(GpuModel *g, void *event, char *err, size_t errlen);
+
+/* Queues on the compute stream, behind everything there: the copy of the statistics
+ * (the gradient arena's last MODEL_STATS_FLOATS floats) to pinned host memory, then the
+ * update of gpu_model_optim_step. *copied (a cudaEvent_t, owned by g) fires between the
+ * two: wait for it (gpu_model_sync_event, or a collective's watched wait), then
+ * gpu_model_copied_stats gives the statistics. Asynchronous. */
+int gpu_model_finish_step(GpuModel *g, Optimizer *o, void **copied, char *err,
+                          size_t errlen);
+
+/* Waits on the host for `event` (a cudaEvent_t) to fire. */
+int gpu_model_sync_event(void *event, char *err, size_t errlen);
+
+/* The statistics copied by gpu_model_finish_step (once its event has fired) to out. */
+void gpu_model_copied_stats(const GpuModel *g, float *out);
 
 /* Called by gpu_model_step during the backward pass, layers last to first, as soon as the
  * device gradients [offset, offset + count) are final: `ready` (a cudaEvent_t) is
@@ -100,10 +129,6 @@ long gpu_model_graph_launches(const GpuModel *g);
 /* The device gradient arena (num_params + MODEL_STATS_FLOATS floats), for a collective
  * that takes device pointers. */
 float *gpu_model_grads(GpuModel *g);
-
-/* The MODEL_STATS_FLOATS statistics after the gradients (after an all-reduce: their
- * sums) to out. Synchronous. */
-int gpu_model_read_stats(GpuModel *g, float *out, char *err, size_t errlen);
 
 /* The gradient arena, or its first n floats, to and from host memory (for collectives
  * over host buffers and for tests). Synchronous. */

@@ -89,8 +89,8 @@ static bool runnable(const FakeStream *s)
 }
 
 // Runs queued work, one op at a time from a randomly picked runnable stream, until
-// done() holds.
-template <typename Done> static void drain(Done done)
+// done() holds (true) or no stream can run (false).
+template <typename Done> static bool drain_while_runnable(Done done)
 {
     if (!pick_state) {
         const char *seed = getenv("FAKECUDA_SEED");
@@ -100,15 +100,7 @@ template <typename Done> static void drain(Done done)
         std::vector<FakeStream *> ready;
         for (FakeStream *s : live_streams)
             if (runnable(s)) ready.push_back(s);
-        if (ready.empty()) {
-            bool stuck = false;
-            for (FakeStream *st : live_streams) stuck |= st->stuck;
-            fprintf(stderr, "fakecuda: the host waits for work no stream can run (%s): on a "
-                            "device this wait would never return\n",
-                    stuck ? "a stream is stuck behind a failed NCCL operation"
-                          : "queued event waits that can never be met");
-            abort();
-        }
+        if (ready.empty()) return false;
         pick_state ^= pick_state << 13, pick_state ^= pick_state >> 7, pick_state ^= pick_state << 17;
         FakeStream *s = ready[pick_state % ready.size()];
         QueuedOp op = std::move(s->queue.front());
@@ -116,6 +108,21 @@ template <typename Done> static void drain(Done done)
         if (op.run) op.run();
         if (op.record && op.record->completed < op.gen) op.record->completed = op.gen;
     }
+    return true;
+}
+
+// drain_while_runnable for a host that blocks until done() holds: when no stream can
+// run, the wait would never return on a device, so the process aborts with why.
+template <typename Done> static void drain(Done done)
+{
+    if (drain_while_runnable(done)) return;
+    bool stuck = false;
+    for (FakeStream *st : live_streams) stuck |= st->stuck;
+    fprintf(stderr, "fakecuda: the host waits for work no stream can run (%s): on a device "
+                    "this wait would never return\n",
+            stuck ? "a stream is stuck behind a failed NCCL operation"
+                  : "queued event waits that can never be met");
+    abort();
 }
 
 static void drain_stream(FakeStream *s)
@@ -386,8 +393,9 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
 {
     if (s && s->capturing) return fake_capture_unsafe();
     if (!s) return cudaSuccess;
-    drain([s] { return s->queue.empty() || s->stuck; });
-    return s->stuck ? cudaErrorNotReady : cudaSuccess;
+    // not ready while work is queued, also when it never can run (behind a stuck stream)
+    bool done = drain_while_runnable([s] { return s->queue.empty() || s->stuck; });
+    return done && !s->stuck ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -433,6 +441,17 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
     const unsigned long want = e->recorded;
     drain([e, want] { return e->completed >= want; });
     return cudaSuccess;
+}
+
+// Not ready while the event's last record has not run, also when it never can (queued
+// behind a stream stuck on a failed NCCL operation): the host polls, as on a device.
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (cudaError_t err = fake_capture_unsafe()) return err;
+    if (!e) return set_error(cudaErrorInvalidValue);
+    const unsigned long want = e->recorded;
+    return drain_while_runnable([e, want] { return e->completed >= want; }) ? cudaSuccess
+                                                                           : cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
