@@ -195,15 +195,29 @@ static int nccl_slice_ready(void *ctx, size_t offset, size_t count, void *ready,
                                      err, errlen);
 }
 
-/* One step on the device: the batch to the device, forward/backward, the all-reduce of
- * the device gradient arena (with NCCL on its own stream, layer by layer during the
- * backward pass when there are several ranks; staged through the host arena for a
- * host-only collective), the statistics copied to the host arena's last floats and the
- * optimizer update queued behind them. With NCCL the host waits once per step, for the
- * statistics, watching the communicator (a lost peer fails the wait, never hangs it).
- * Returns 0 or a negative errno; *coll_failed tells a failed all-reduce from a device
- * error. */
-static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *err, size_t errlen)
+/* The next batch of the stream to the device (gpu_model_load_batch: the host copies it
+ * to pinned memory, the copy stream takes it from there); t->gpu_batch_next is then
+ * where the stream stands after it. */
+static int gpu_load_next(Trainer *t, char *err, size_t errlen)
+{
+    const Batch *b = pipeline_next(t->pipe);
+    t->gpu_batch_next = b->next;
+    return gpu_model_load_batch(t->gpu, b->x, b->y, b->size, err, errlen);
+}
+
+/* One step on the device: its batch to the device (unless the last step did it),
+ * forward/backward, the all-reduce of the device gradient arena (with NCCL on its own
+ * stream, layer by layer during the backward pass when there are several ranks; staged
+ * through the host arena for a host-only collective), the statistics copied to the host
+ * arena's last floats and the optimizer update queued behind them. While the device
+ * computes, the next step's batch goes to the device, unless this step ends the epoch
+ * (an evaluation may come between) or this rank asks to stop. The host waits once per
+ * step, for the statistics; with NCCL it watches the communicator meanwhile (a lost
+ * peer fails the wait, never hangs it). *cursor is the data stream's position after
+ * this step's batch. Returns 0 or a negative errno; *coll_failed tells a failed
+ * all-reduce from a device error. */
+static int gpu_train_step(Trainer *t, int last_in_epoch, PipelineCursor *cursor,
+                          int *coll_failed, char *err, size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params, n = np + MODEL_STATS_FLOATS;
@@ -213,8 +227,10 @@ static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *er
     char cerr[512];
     int rc;
     gpu_model_on_grad_ready(g, overlap ? nccl_slice_ready : NULL, t);
-    if ((rc = gpu_model_load_batch(g, b->x, b->y, b->size, err, errlen)) ||
-        (rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
+    if (!t->gpu_preloaded && (rc = gpu_load_next(t, err, errlen))) return rc;
+    t->gpu_preloaded = 0;
+    *cursor = t->gpu_batch_next;
+    if ((rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
                              errlen)))
         return rc;
     if (nccl) {
@@ -234,6 +250,10 @@ static int gpu_train_step(Trainer *t, const Batch *b, int *coll_failed, char *er
     } /* one rank without NCCL: the sum is the arena itself */
     void *copied;
     if ((rc = gpu_model_finish_step(g, t->opt, &copied, err, errlen))) return rc;
+    if (!last_in_epoch && stop == 0.0f) {
+        if ((rc = gpu_load_next(t, err, errlen))) return rc;
+        t->gpu_preloaded = 1;
+    }
     if (!nccl) {
         if ((rc = gpu_model_sync_event(copied, err, errlen))) return rc;
     } else if ((rc = coll_nccl_wait_event(t->coll, copied, cerr, sizeof cerr))) {
@@ -284,12 +304,14 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         metrics_epoch_begin(t->metrics, epoch);
         while (t->st.step_in_epoch < t->steps_per_epoch) {
             double s0 = util_now();
-            const Batch *b = pipeline_next(t->pipe);
             double allreduce_s = 0.0; /* on the GPU it overlaps the step: not told apart */
+            PipelineCursor cursor;
 #ifdef KT_GPU
             if (t->gpu) {
                 int coll_failed = 0;
-                if ((rc = gpu_train_step(t, b, &coll_failed, err, errlen))) {
+                const int last_in_epoch = t->st.step_in_epoch + 1 == t->steps_per_epoch;
+                if ((rc = gpu_train_step(t, last_in_epoch, &cursor, &coll_failed, err,
+                                         errlen))) {
                     if (!coll_failed) {
                         char derr[512];
                         snprintf(derr, sizeof derr, "GPU step %ld: %s", t->st.global_step + 1, err);
@@ -302,6 +324,8 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
                 goto step_done;
             }
 #endif
+            const Batch *b = pipeline_next(t->pipe);
+            cursor = b->next;
             StepStats ss;
             /* one worker with plain SGD: the update is folded into the backward pass */
             const int folded = t->coll->world == 1 && optim_plain_sgd(t->opt);
@@ -341,7 +365,7 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
             ep_steps++;
             t->st.step_in_epoch++;
             t->st.global_step++;
-            t->st.cursor = pipeline_cursor(t->pipe);
+            t->st.cursor = cursor;
             double step_s = util_now() - s0;
             MetricsStep ms = {.loss = step_loss, .accuracy = step_acc,
                               .samples_per_sec = t->global_batch / step_s,

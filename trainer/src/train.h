@@ -59,6 +59,10 @@ struct Trainer {
     struct GpuModel *gpu;
     int gpu_device;
     int graph_logged;         /* the log said the step replays a CUDA graph */
+    /* The next step's batch, already copied to the device while the last step computed
+     * (gpu_preloaded), and the data stream's position after it. */
+    int gpu_preloaded;
+    PipelineCursor gpu_batch_next;
     /* The CPU path with more than one worker: the all-reduce overlapped with backward. */
     struct Overlap *overlap;
 };

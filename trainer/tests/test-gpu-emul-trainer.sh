@@ -60,6 +60,17 @@ if [[ $rc -eq 0 && $(hashes "$tmp/res.out") == "$HG" ]] && grep -q "resuming fro
   tap_ok "resumed from the epoch-1 checkpoint (weights and Adam state from the device): same weights"
 else tap_fail "resume on the device" "rc=$rc $(hashes "$tmp/res.out") vs $HG $(tail -4 "$tmp/res.err")"; fi
 
+# a checkpoint in mid-epoch, taken while the next step's batch was already on the device:
+# the position saved is after the last trained batch, not after the preloaded one
+ck=$tmp/ck-mid
+"$BIN" "${run[@]}" --epochs 1 --device gpu --checkpoint-dir "$ck" --checkpoint-every-steps 3 \
+  --keep-checkpoints 5 >/dev/null 2>&1
+rm -f "$ck"/ckpt-6.kt "$ck"/ckpt-8.kt
+"$BIN" "${run[@]}" --device gpu --checkpoint-dir "$ck" >"$tmp/mid.out" 2>"$tmp/mid.err"; rc=$?
+if [[ $rc -eq 0 && $(hashes "$tmp/mid.out") == "$HG" ]] && grep -q "resuming from .*ckpt-3.kt" "$tmp/mid.err"; then
+  tap_ok "resumed from a mid-epoch checkpoint (step 3, the next batch preloaded): same weights"
+else tap_fail "resume from a mid-epoch checkpoint" "rc=$rc $(hashes "$tmp/mid.out") vs $HG $(ls "$ck") $(tail -4 "$tmp/mid.err")"; fi
+
 # --- SIGTERM: the stop flag reaches the replayed graph -------------------------------------
 ck=$tmp/ck-term
 "$BIN" "${run[@]}" --device gpu --checkpoint-dir "$ck" >"$tmp/term.out" 2>"$tmp/term.err" &
