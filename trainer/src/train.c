@@ -122,6 +122,7 @@ err:
 void trainer_seek(Trainer *t, const TrainState *st)
 {
     t->st = *st;
+    t->gpu_preloaded = 0; /* a batch preloaded on the device is not the one that follows */
     if (t->st.step_in_epoch >= t->steps_per_epoch) {
         t->st.epoch++;
         t->st.step_in_epoch = 0;
@@ -191,8 +192,10 @@ static int nccl_slice_ready(void *ctx, size_t offset, size_t count, void *ready,
                             size_t errlen)
 {
     Trainer *t = ctx;
-    return coll_nccl_allreduce_start(t->coll, gpu_model_grads(t->gpu) + offset, count, ready,
-                                     err, errlen);
+    int rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(t->gpu) + offset, count, ready,
+                                       err, errlen);
+    if (rc) t->gpu_hook_failed = 1;
+    return rc;
 }
 
 /* The next batch of the stream to the device (gpu_model_load_batch: the host copies it
@@ -210,13 +213,13 @@ static int gpu_load_next(Trainer *t, char *err, size_t errlen)
  * stream, layer by layer during the backward pass when there are several ranks; staged
  * through the host arena for a host-only collective), the statistics copied to the host
  * arena's last floats and the optimizer update queued behind them. While the device
- * computes, the next step's batch goes to the device, unless this step ends the epoch
- * (an evaluation may come between) or this rank asks to stop. The host waits once per
+ * computes, the next step's batch goes to the device, unless no_preload (an evaluation
+ * comes next, or the run ends) or this rank asks to stop. The host waits once per
  * step, for the statistics; with NCCL it watches the communicator meanwhile (a lost
  * peer fails the wait, never hangs it). *cursor is the data stream's position after
  * this step's batch. Returns 0 or a negative errno; *coll_failed tells a failed
  * all-reduce from a device error. */
-static int gpu_train_step(Trainer *t, int last_in_epoch, PipelineCursor *cursor,
+static int gpu_train_step(Trainer *t, int no_preload, PipelineCursor *cursor,
                           int *coll_failed, char *err, size_t errlen)
 {
     Model *m = t->model;
@@ -230,9 +233,15 @@ static int gpu_train_step(Trainer *t, int last_in_epoch, PipelineCursor *cursor,
     if (!t->gpu_preloaded && (rc = gpu_load_next(t, err, errlen))) return rc;
     t->gpu_preloaded = 0;
     *cursor = t->gpu_batch_next;
+    t->gpu_hook_failed = 0;
     if ((rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
-                             errlen)))
+                             errlen))) {
+        if (t->gpu_hook_failed) {
+            snprintf(cerr, sizeof cerr, "%s", err);
+            goto coll_failed;
+        }
         return rc;
+    }
     if (nccl) {
         /* overlapped: the slices went during the backward pass, the statistics go now;
          * at one rank the whole arena goes once the step is done */
@@ -250,7 +259,7 @@ static int gpu_train_step(Trainer *t, int last_in_epoch, PipelineCursor *cursor,
     } /* one rank without NCCL: the sum is the arena itself */
     void *copied;
     if ((rc = gpu_model_finish_step(g, t->opt, &copied, err, errlen))) return rc;
-    if (!last_in_epoch && stop == 0.0f) {
+    if (!no_preload && stop == 0.0f) {
         if ((rc = gpu_load_next(t, err, errlen))) return rc;
         t->gpu_preloaded = 1;
     }
@@ -309,8 +318,10 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
 #ifdef KT_GPU
             if (t->gpu) {
                 int coll_failed = 0;
-                const int last_in_epoch = t->st.step_in_epoch + 1 == t->steps_per_epoch;
-                if ((rc = gpu_train_step(t, last_in_epoch, &cursor, &coll_failed, err,
+                /* no batch preloaded for an evaluation to overwrite, nor past the end */
+                const int no_preload = t->st.step_in_epoch + 1 == t->steps_per_epoch &&
+                                       (t->cfg.eval || epoch == t->cfg.epochs);
+                if ((rc = gpu_train_step(t, no_preload, &cursor, &coll_failed, err,
                                          errlen))) {
                     if (!coll_failed) {
                         char derr[512];

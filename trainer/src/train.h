@@ -63,6 +63,7 @@ struct Trainer {
      * (gpu_preloaded), and the data stream's position after it. */
     int gpu_preloaded;
     PipelineCursor gpu_batch_next;
+    int gpu_hook_failed;      /* the all-reduce started from the backward pass failed */
     /* The CPU path with more than one worker: the all-reduce overlapped with backward. */
     struct Overlap *overlap;
 };

@@ -38,6 +38,32 @@ if close "$lg" "$lc" 1e-3; then tap_ok "the 16 step losses follow the CPU traine
 else tap_fail "the step losses follow the CPU trainer's" "cpu: $lc"$'\n'"gpu: $lg"; fi
 HG=$(hashes "$tmp/gpu.out")
 
+# --- --eval between epochs: the evaluation takes a batch slot, so no batch is preloaded
+# across the epoch's end; training is untouched (the same bits) and the test losses follow
+# the CPU's. The test set here is the first 200 examples of t10k (the emulated
+# convolution would take half a minute over 10,000).
+small=$tmp/small
+mkdir -p "$small"
+ln -s "$DATA"/train-*.gz "$small"/
+python3 - "$DATA" "$small" <<'PY'
+import gzip, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+for name, item in (("t10k-images-idx3-ubyte.gz", 28 * 28), ("t10k-labels-idx1-ubyte.gz", 1)):
+    b = gzip.open(src + "/" + name).read()
+    dims = b[3]
+    head = bytearray(b[:4 + 4 * dims])
+    struct.pack_into(">I", head, 4, 200)
+    gzip.open(dst + "/" + name, "wb").write(bytes(head) + b[len(head):len(head) + 200 * item])
+PY
+ev=("${run[@]/#$DATA/$small}")
+"$CPU" "${ev[@]}" --eval --device cpu --metrics-file "$tmp/cpue.jsonl" >/dev/null 2>&1
+"$BIN" "${ev[@]}" --eval --device gpu --metrics-file "$tmp/gpue.jsonl" >"$tmp/gpue.out" 2>"$tmp/gpue.err"; rc=$?
+evals() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["test_loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "eval"))' "$1"; }
+ec=$(evals "$tmp/cpue.jsonl"); eg=$(evals "$tmp/gpue.jsonl")
+if [[ $rc -eq 0 && $(hashes "$tmp/gpue.out") == "$HG" && $(wc -w <<<"$eg") -eq 2 ]] && close "$eg" "$ec" 1e-3; then
+  tap_ok "--eval after each epoch: the same weights as without, test losses follow the CPU's ($eg)"
+else tap_fail "--eval between epochs on the device" "rc=$rc $(hashes "$tmp/gpue.out") vs $HG; cpu: $ec gpu: $eg $(tail -3 "$tmp/gpue.err")"; fi
+
 # --- graphs off: the same operations, so the same bits ---------------------------------
 "$BIN" "${run[@]}" --device gpu --cuda-graphs=false >"$tmp/nog.out" 2>"$tmp/nog.err"; rc=$?
 if [[ $rc -eq 0 && ${#HG} -eq 64 && $(hashes "$tmp/nog.out") == "$HG" ]] \

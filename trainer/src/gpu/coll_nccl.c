@@ -83,8 +83,11 @@ static int watch(Nccl *c, cudaEvent_t ev, const char *what, char *err, size_t er
     for (;;) {
         cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
         if (e == cudaSuccess) return 0;
-        if (e != cudaErrorNotReady)
-            return aborted(c, -EIO, err, errlen, what, cudaGetErrorString(e));
+        if (e != cudaErrorNotReady) { /* the device's error, not the peers' */
+            char buf[256];
+            snprintf(buf, sizeof buf, "a CUDA error while waiting: %s", cudaGetErrorString(e));
+            return aborted(c, -EIO, err, errlen, what, buf);
+        }
         ncclResult_t st;
         if (ncclCommGetAsyncError(c->comm, &st) == ncclSuccess && st != ncclSuccess &&
             st != ncclInProgress)

@@ -132,6 +132,7 @@ struct GpuModel {
     uint8_t *y[2], *yh[2];
     cudaEvent_t copied[2], consumed[2];
     int slot;                // the slot of the loaded batch
+    int ran_slot, ran_b;     // the slot and size of the batch the last step or evaluation read
     double *acc;             // loss sum, correct, regularization
     double *row_loss;
     int *row_correct;
@@ -783,6 +784,8 @@ extern "C" int gpu_model_step(GpuModel *g, int global_batch, int num_replicas,
     else TRY(record_step(g, global_batch, num_replicas, err, errlen));
     CU(cudaEventRecord(g->consumed[g->slot], g->compute));
     CU(cudaEventRecord(g->step_done, g->compute));
+    g->ran_slot = g->slot;
+    g->ran_b = g->b;
     return 0;
 }
 
@@ -861,10 +864,11 @@ extern "C" int gpu_model_grads_from_host(GpuModel *g, const float *host, size_t 
 extern "C" int gpu_model_read_activation(GpuModel *g, int layer, float *host, char *err,
                                          size_t errlen)
 {
-    if (layer < 0 || layer >= g->m->num_layers || g->b < 1)
+    if (layer < 0 || layer >= g->m->num_layers || g->ran_b < 1)
         return fail(err, errlen, "gpu: no activation of layer %d", layer);
-    const float *src = layer_out(g, g->x[g->slot], layer);
-    size_t n = (size_t)g->b * g->m->layers[layer].out_size;
+    // the batch that ran: another one may have been loaded since
+    const float *src = layer_out(g, g->x[g->ran_slot], layer);
+    size_t n = (size_t)g->ran_b * g->m->layers[layer].out_size;
     CU(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, g->compute));
     CU(cudaStreamSynchronize(g->compute));
     return 0;
@@ -901,6 +905,8 @@ extern "C" int gpu_model_evaluate(GpuModel *g, StepStats *st, char *err, size_t 
 {
     if (g->b < 1) return fail(err, errlen, "gpu: gpu_model_evaluate before gpu_model_load_batch");
     CU(cudaStreamWaitEvent(g->compute, g->copied[g->slot], 0));
+    g->ran_slot = g->slot;
+    g->ran_b = g->b;
     TRY(forward(g, 0, err, errlen));
     TRY(loss(g, NULL, 1.0f, err, errlen));
     CU(cudaMemcpyAsync(g->acc_h, g->acc, 3 * sizeof(double), cudaMemcpyDeviceToHost, g->compute));

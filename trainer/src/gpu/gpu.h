@@ -136,8 +136,8 @@ int gpu_model_grads_to_host(GpuModel *g, float *host, size_t n, char *err, size_
 int gpu_model_grads_from_host(GpuModel *g, const float *host, size_t n, char *err,
                               size_t errlen);
 
-/* The output of layer i for the last batch (b * out_size floats, or the input's for a
- * reshape) to host, for comparisons with the CPU path. */
+/* The output of layer i for the batch the last step or evaluation ran on (b * out_size
+ * floats, or the input's for a reshape) to host, for comparisons with the CPU path. */
 int gpu_model_read_activation(GpuModel *g, int layer, float *host, char *err, size_t errlen);
 
 /* optim_step on the device arenas with o's configuration and iteration count; then
