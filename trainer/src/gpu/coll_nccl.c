@@ -38,6 +38,13 @@ static void pause_poll(double waited)
     nanosleep(&ts, NULL);
 }
 
+/* 0, with err filled, when an earlier failure aborted the communicator. */
+static int alive(Nccl *c, char *err, size_t errlen)
+{
+    if (!c->comm) snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
+    return c->comm != NULL;
+}
+
 /* Fills err with "nccl <what>: <why>", aborts the communicator, returns rc. */
 static int aborted(Nccl *c, int rc, char *err, size_t errlen, const char *what, const char *why)
 {
@@ -103,10 +110,7 @@ static int watch(Nccl *c, cudaEvent_t ev, const char *what, char *err, size_t er
 static int nccl_allreduce_sum(Collective *base, float *buf, size_t n, char *err, size_t errlen)
 {
     Nccl *c = (Nccl *)base;
-    if (!c->comm) {
-        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
-        return -EIO;
-    }
+    if (!alive(c, err, errlen)) return -EIO;
     struct cudaPointerAttributes pa;
     int on_device = cudaPointerGetAttributes(&pa, buf) == cudaSuccess &&
                     (pa.type == cudaMemoryTypeDevice || pa.type == cudaMemoryTypeManaged);
@@ -146,10 +150,7 @@ int coll_nccl_allreduce_start(Collective *base, float *dev, size_t n, void *afte
                               size_t errlen)
 {
     Nccl *c = (Nccl *)base;
-    if (!c->comm) {
-        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
-        return -EIO;
-    }
+    if (!alive(c, err, errlen)) return -EIO;
     cudaError_t e;
     if (after && (e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)after, 0)) != cudaSuccess)
         return aborted(c, -EIO, err, errlen, "all-reduce", cudaGetErrorString(e));
@@ -159,23 +160,10 @@ int coll_nccl_allreduce_start(Collective *base, float *dev, size_t n, void *afte
     return r == ncclInProgress ? wait_comm(c, "all-reduce", err, errlen) : 0;
 }
 
-int coll_nccl_allreduce_wait(Collective *base, char *err, size_t errlen)
-{
-    Nccl *c = (Nccl *)base;
-    if (!c->comm) {
-        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
-        return -EIO;
-    }
-    return watch(c, NULL, "all-reduce", err, errlen);
-}
-
 int coll_nccl_allreduce_event(Collective *base, void **event, char *err, size_t errlen)
 {
     Nccl *c = (Nccl *)base;
-    if (!c->comm) {
-        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
-        return -EIO;
-    }
+    if (!alive(c, err, errlen)) return -EIO;
     cudaError_t e = cudaEventRecord(c->done, c->stream);
     if (e != cudaSuccess) return aborted(c, -EIO, err, errlen, "all-reduce", cudaGetErrorString(e));
     *event = c->done;
@@ -185,10 +173,7 @@ int coll_nccl_allreduce_event(Collective *base, void **event, char *err, size_t 
 int coll_nccl_wait_event(Collective *base, void *event, char *err, size_t errlen)
 {
     Nccl *c = (Nccl *)base;
-    if (!c->comm) {
-        snprintf(err, errlen, "nccl all-reduce: the communicator was aborted earlier");
-        return -EIO;
-    }
+    if (!alive(c, err, errlen)) return -EIO;
     return watch(c, (cudaEvent_t)event, "all-reduce", err, errlen);
 }
 

@@ -27,17 +27,13 @@ Collective *coll_nccl_create(Collective *boot, int device, double timeout_s, cha
 int coll_nccl_allreduce_start(Collective *c, float *dev, size_t n, void *after, char *err,
                               size_t errlen);
 
-/* Waits until every started all-reduce is done, with the timeout and the abort of
- * allreduce_sum. */
-int coll_nccl_allreduce_wait(Collective *c, char *err, size_t errlen);
-
 /* Records on the collective's stream, after every all-reduce started so far, an event
  * (a cudaEvent_t owned by c, recorded again by the next call) and returns it in *event:
  * a stream that waits for it sees the reduced buffers. The host does not wait. */
 int coll_nccl_allreduce_event(Collective *c, void **event, char *err, size_t errlen);
 
 /* Waits on the host until `event` (a cudaEvent_t of c's device, on any stream) has
- * fired, watching the communicator as allreduce_wait does: an NCCL error or no progress
+ * fired, watching the communicator as allreduce_sum does: an NCCL error or no progress
  * within the timeout aborts it and fails. For a stream that waits behind the all-reduce,
  * a plain synchronize would hang on a lost peer. */
 int coll_nccl_wait_event(Collective *c, void *event, char *err, size_t errlen);
