@@ -17,8 +17,11 @@ tf_config() { # index port...
 # The distinct weights hashes (--print-weights-hash) in the given output files.
 hashes() { sed -n 's/.*weights-sha256: //p' "$@" | sort -u; }
 
+# values EVENT KEY FILE: KEY of each EVENT record of a --metrics-file, space-separated.
+values() { python3 -c 'import json,sys; print(" ".join("%.6f" % e[sys.argv[2]] for e in map(json.loads, open(sys.argv[3])) if e["event"] == sys.argv[1]))' "$@"; }
+
 # The step losses of a --metrics-file, space-separated.
-losses() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"))' "$1"; }
+losses() { values step loss "$1"; }
 
 # Whether two such loss lists have the same length (> 0) and agree within a relative
 # tolerance: close GOT WANT TOL.

@@ -58,8 +58,7 @@ PY
 ev=("${run[@]/#$DATA/$small}")
 "$CPU" "${ev[@]}" --eval --device cpu --metrics-file "$tmp/cpue.jsonl" >/dev/null 2>&1
 "$BIN" "${ev[@]}" --eval --device gpu --metrics-file "$tmp/gpue.jsonl" >"$tmp/gpue.out" 2>"$tmp/gpue.err"; rc=$?
-evals() { python3 -c 'import json,sys; print(" ".join("%.6f" % e["test_loss"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "eval"))' "$1"; }
-ec=$(evals "$tmp/cpue.jsonl"); eg=$(evals "$tmp/gpue.jsonl")
+ec=$(values eval test_loss "$tmp/cpue.jsonl"); eg=$(values eval test_loss "$tmp/gpue.jsonl")
 if [[ $rc -eq 0 && $(hashes "$tmp/gpue.out") == "$HG" && $(wc -w <<<"$eg") -eq 2 ]] && close "$eg" "$ec" 1e-3; then
   tap_ok "--eval after each epoch: the same weights as without, test losses follow the CPU's ($eg)"
 else tap_fail "--eval between epochs on the device" "rc=$rc $(hashes "$tmp/gpue.out") vs $HG; cpu: $ec gpu: $eg $(tail -3 "$tmp/gpue.err")"; fi

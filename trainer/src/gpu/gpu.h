@@ -10,8 +10,8 @@
  * cuDNN is told to use FMA math only and cuBLAS its default FP32 math, so no TF32.
  *
  * Streams: batches go host -> pinned buffer -> device on a copy stream, double
- * buffered, so the copy of step i's batch overlaps step i-1's optimizer update on the
- * compute stream. gpu_model_step launches the step and returns without waiting for it:
+ * buffered, so the copy of step i+1's batch can overlap step i on the compute stream
+ * (the trainer loads it once step i is queued). gpu_model_step launches the step and returns without waiting for it:
  * a collective on another stream starts after gpu_model_step_event, or, with a
  * gradient-ready hook (gpu_model_on_grad_ready), each layer's slice as soon as the
  * backward pass has written it; gpu_model_wait_event makes the compute stream wait for
