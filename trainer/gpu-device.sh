@@ -4,7 +4,7 @@
 # NCCL in the wheels of its PyTorch, no -dev packages, no Fashion-MNIST).
 #
 #   trainer/gpu-device.sh bundle         here, with apt: writes build/device/, what the
-#                                        GPU machine lacks (about 45 MB; carry it there)
+#                                        GPU machine lacks (about 37 MB; carry it there)
 #   trainer/gpu-device.sh run [PHASE..]  there, in the repository root: PHASEs among
 #                                        env build test bench (default: all, in order)
 #
@@ -95,11 +95,14 @@ unpack() {
 }
 
 phase_env() {
+    local tc
     {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
-        bash trainer/gpu-toolchain.sh 2>&1
-        "$(bash trainer/gpu-toolchain.sh 2>/dev/null)/bin/nvcc" --version 2>&1 | tail -2
+        # its log, then the CUDA_HOME it found (the last line)
+        tc=$(bash trainer/gpu-toolchain.sh 2>&1)
+        echo "$tc"
+        "$(tail -1 <<<"$tc")/bin/nvcc" --version 2>&1 | tail -2
         ${CXX:-g++} --version 2>&1 | head -1
         python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
                     "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0))' 2>&1
@@ -149,12 +152,12 @@ case ${1:-} in
         OUT=${OUT:-$DEV/out}
         mkdir -p "$OUT"
         unpack || exit 1
+        phases=("$@")
+        [[ $# -gt 0 ]] || phases=(env build test bench)
         failed=0
-        for ph in "${@:-env build test bench}"; do
-            for p in $ph; do
-                echo "== $p ($(date -u +%T))"
-                "phase_$p" || { failed=$((failed + 1)); echo "== $p: failed"; }
-            done
+        for p in "${phases[@]}"; do
+            echo "== $p ($(date -u +%T))"
+            "phase_$p" || { failed=$((failed + 1)); echo "== $p: failed"; }
         done
         exit "$failed" ;;
     *) sed -n '2,/^set /p' "$0" | sed '$d' >&2; exit 2 ;;
