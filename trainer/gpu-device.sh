@@ -21,7 +21,7 @@
 #   test   trainer/tests/test-gpu-build.sh (the device checks and test-gpu), TAP in
 #          $OUT/test-gpu-build.tap;
 #   bench  make bench-gpu against the PyTorch that python3 holds (ROUNDS, default 3),
-#          its JSON in $OUT/gpu-tutorial-cnn.json and bench/results/.
+#          its JSON in $OUT/gpu-tutorial-cnn.json (after every run) and bench/results/.
 # Each phase's output is written as it runs, so a command stopped at its time limit still
 # returns what it did. OUT defaults to build/device/out. Exit status: the number of
 # phases that failed.
@@ -139,10 +139,15 @@ phase_test() {
 phase_bench() {
     local py
     py=$(command -v python3) || return 1
-    rm -f bench/results/gpu-tutorial-cnn.json
-    PYTHONUNBUFFERED=1 make bench-gpu GPU_BENCH_PYTHON="$py" 2>&1 | tee "$OUT/bench.log" || return 1
-    [[ -f bench/results/gpu-tutorial-cnn.json ]] || { echo "bench: no JSON written (see above)"; return 1; }
-    cp bench/results/gpu-tutorial-cnn.json "$OUT/"
+    local json=$OUT/gpu-tutorial-cnn.json rc
+    rm -f "$json"
+    # straight into $OUT: rewritten after every run, it comes back from a call cut short
+    PYTHONUNBUFFERED=1 make bench-gpu GPU_BENCH_PYTHON="$py" GPU_BENCH_OUT="$json" 2>&1 |
+        tee "$OUT/bench.log"
+    rc=${PIPESTATUS[0]}
+    [[ -f $json ]] || { echo "bench: no JSON written (see above)"; return 1; }
+    cp "$json" bench/results/
+    return "$rc"
 }
 
 case ${1:-} in

@@ -242,13 +242,14 @@ endif
 # PyTorch eager and torch.compile (trainer/bench/bench_gpu.py), and the nccl collective's
 # cost at one rank. Not in `make bench`: without a device it only says skipped.
 # GPU_BENCH_PYTHON: a Python with a CUDA build of torch (default: one installed into
-# $(KT_CACHE)/venv-torch on first use).
+# $(KT_CACHE)/venv-torch on first use); GPU_BENCH_OUT: the JSON, written after every run.
 GPU_BENCH_TORCH  := $(KT_CACHE)/venv-torch
 GPU_BENCH_PYTHON ?= $(GPU_BENCH_TORCH)/bin/python
+GPU_BENCH_OUT    ?= bench/results/gpu-tutorial-cnn.json
 bench-gpu:
 	$(MAKE) GPU=1 BUILD=$(BUILD)/gpu $(BUILD)/gpu/bin/kubetrain-trainer
 	@test -x $(GPU_BENCH_PYTHON) || (python3 -m venv $(GPU_BENCH_TORCH) && \
 	    $(GPU_BENCH_TORCH)/bin/pip install -q torch)
 	python3 trainer/bench/bench_gpu.py $(BUILD)/gpu/bin/kubetrain-trainer \
-	    $(GPU_BENCH_PYTHON) $(FASHION_DIR) bench/results/gpu-tutorial-cnn.json
+	    $(GPU_BENCH_PYTHON) $(FASHION_DIR) $(GPU_BENCH_OUT)
 .PHONY: bench-gpu
