@@ -265,7 +265,8 @@ static int gpu_train_step(Trainer *t, int no_preload, PipelineCursor *cursor,
     }
     if (!nccl) {
         if ((rc = gpu_model_sync_event(copied, err, errlen))) return rc;
-    } else if ((rc = coll_nccl_wait_event(t->coll, copied, cerr, sizeof cerr))) {
+    } else if ((rc = coll_nccl_wait_event(t->coll, copied, gpu_model_step_event(g), cerr,
+                                          sizeof cerr))) {
         goto coll_failed;
     }
     gpu_model_copied_stats(g, m->grads + np);

@@ -409,7 +409,7 @@ static void test_nccl_one_rank(void **s)
     assert_int_equal(coll_nccl_allreduce_start(c, d, 1000, NULL, err, sizeof err), 0);
     void *slices;
     assert_int_equal(coll_nccl_allreduce_event(c, &slices, err, sizeof err), 0);
-    assert_int_equal(coll_nccl_wait_event(c, slices, err, sizeof err), 0);
+    assert_int_equal(coll_nccl_wait_event(c, slices, ev, err, sizeof err), 0);
     assert_int_equal(cudaMemcpy(back, d, N * sizeof *d, cudaMemcpyDeviceToHost), cudaSuccess);
     assert_memory_equal(back, h, N * sizeof *h);
     /* the trainer's join: another stream waits for the all-reduce's event and copies
@@ -427,7 +427,7 @@ static void test_nccl_one_rank(void **s)
     assert_int_equal(cudaMemcpyAsync(hp, d, N * sizeof *d, cudaMemcpyDeviceToHost, other),
                      cudaSuccess);
     assert_int_equal(cudaEventRecord(copied, other), cudaSuccess);
-    assert_int_equal(coll_nccl_wait_event(c, copied, err, sizeof err), 0);
+    assert_int_equal(coll_nccl_wait_event(c, copied, NULL, err, sizeof err), 0);
     assert_memory_equal(hp, h, N * sizeof *h);
     cudaFreeHost(hp);
     cudaEventDestroy(copied);

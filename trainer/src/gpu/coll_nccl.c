@@ -83,13 +83,24 @@ static int wait_comm(Nccl *c, const char *what, char *err, size_t errlen)
 }
 
 /* Waits for `ev` (NULL: the collective's stream) to be done, watching the communicator
- * for async errors. */
-static int watch(Nccl *c, cudaEvent_t ev, const char *what, char *err, size_t errlen)
+ * for async errors. The timeout runs from when `since` (NULL: the call) has fired, and
+ * from one timeout after the call at the latest (never a hang). */
+static int watch(Nccl *c, cudaEvent_t ev, cudaEvent_t since, const char *what, char *err,
+                 size_t errlen)
 {
-    double t0 = util_now();
+    const double start = util_now();
+    double t0 = start;
     for (;;) {
         cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
         if (e == cudaSuccess) return 0;
+        if (e == cudaErrorNotReady && since) {
+            /* this rank's own work still running is no stalled peer: the clock waits */
+            cudaError_t s = cudaEventQuery(since);
+            double now = util_now();
+            if (s == cudaErrorNotReady && now - start < c->timeout_s) t0 = now;
+            else if (s != cudaErrorNotReady) since = NULL;
+            if (s != cudaSuccess && s != cudaErrorNotReady) e = s;
+        }
         if (e != cudaErrorNotReady) { /* the device's error, not the peers' */
             char buf[256];
             snprintf(buf, sizeof buf, "a CUDA error while waiting: %s", cudaGetErrorString(e));
@@ -135,11 +146,11 @@ static int nccl_allreduce_sum(Collective *base, float *buf, size_t n, char *err,
     int rc = r == ncclInProgress ? wait_comm(c, "all-reduce", err, errlen) : 0;
     /* the all-reduce done first, watched for a lost peer: a copy to pageable memory
      * returns only when it is done, so queued behind a stuck all-reduce it would hang */
-    if (!rc) rc = watch(c, NULL, "all-reduce", err, errlen);
+    if (!rc) rc = watch(c, NULL, NULL, "all-reduce", err, errlen);
     if (!rc && !on_device) {
         e = cudaMemcpyAsync(buf, dev, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream);
         if (e != cudaSuccess) goto cuda;
-        rc = watch(c, NULL, "all-reduce", err, errlen);
+        rc = watch(c, NULL, NULL, "all-reduce", err, errlen);
     }
     return rc;
 cuda:
@@ -170,11 +181,12 @@ int coll_nccl_allreduce_event(Collective *base, void **event, char *err, size_t 
     return 0;
 }
 
-int coll_nccl_wait_event(Collective *base, void *event, char *err, size_t errlen)
+int coll_nccl_wait_event(Collective *base, void *event, void *since, char *err,
+                         size_t errlen)
 {
     Nccl *c = (Nccl *)base;
     if (!alive(c, err, errlen)) return -EIO;
-    return watch(c, (cudaEvent_t)event, "all-reduce", err, errlen);
+    return watch(c, (cudaEvent_t)event, (cudaEvent_t)since, "all-reduce", err, errlen);
 }
 
 static int nccl_broadcast(Collective *base, void *buf, size_t n, int root, char *err,
