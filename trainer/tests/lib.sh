@@ -26,3 +26,13 @@ losses() { values step loss "$1"; }
 # Whether two such loss lists have the same length (> 0) and agree within a relative
 # tolerance: close GOT WANT TOL.
 close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x in sys.argv[1:3]] + [float(sys.argv[3])]; sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2" "$3"; }
+
+# BIN, the trainer built on the CUDA emulation (trainer/tests/fakecuda), and CPU, the CPU
+# build; make test builds both. Returns 1 after a not-ok line when either is missing.
+emul_trainers() {
+  BIN=${BUILD:-build}/san/emul/bin/kubetrain-trainer
+  CPU=${BUILD:-build}/bin/kubetrain-trainer
+  [[ -x $BIN && -x $CPU ]] && return
+  tap_fail "the emulated trainer and the CPU trainer are built" "missing $BIN or $CPU (make test builds both)"
+  return 1
+}

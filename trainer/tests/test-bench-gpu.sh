@@ -8,16 +8,12 @@
 # other series go on; a run killed part way (as at a time limit) leaves the JSON of every
 # run before the kill.
 source e2e/lib/tap.sh
-BIN=${BUILD:-build}/san/emul/bin/kubetrain-trainer
-CPU=${BUILD:-build}/bin/kubetrain-trainer
+source trainer/tests/lib.sh
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if [[ ! -x $BIN || ! -x $CPU ]]; then
-  tap_fail "the emulated trainer and the CPU trainer are built" "missing $BIN or $CPU (make test builds both)"
-  tap_done; exit
-fi
+emul_trainers || { tap_done; exit; }
 echo "# PyTorch's side is a stand-in (no CUDA device here): the figures are not measured"
 
 # The stand-in peer: torch_gpu_peer.py's arguments and output line. FAIL_MODE fails that

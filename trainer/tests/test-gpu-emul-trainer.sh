@@ -12,16 +12,11 @@
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
-BIN=${BUILD:-build}/san/emul/bin/kubetrain-trainer
-CPU=${BUILD:-build}/bin/kubetrain-trainer
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if [[ ! -x $BIN || ! -x $CPU ]]; then
-  tap_fail "the emulated trainer and the CPU trainer are built" "missing $BIN or $CPU (make test builds both)"
-  tap_done; exit
-fi
+emul_trainers || { tap_done; exit; }
 
 run=(--model tutorial-cnn --epochs 2 --steps-per-epoch 8 --per-worker-batch 32 --threads 1
      --optimizer adam --data-dir "$DATA" --print-weights-hash)
