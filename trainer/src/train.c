@@ -329,7 +329,7 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
                         snprintf(derr, sizeof derr, "GPU step %ld: %s", t->st.global_step + 1, err);
                         snprintf(err, errlen, "%s", derr);
                     }
-                    *exit_code = KT_EXIT_RETRY;
+                    *exit_code = rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY;
                     goto fail;
                 }
                 t->stopping = m->grads[np + 3] > 0.5f;

@@ -65,6 +65,19 @@ if [[ $rc -eq 0 && ${#HG} -eq 64 && $(hashes "$tmp/nog.out") == "$HG" ]] \
   tap_ok "--cuda-graphs=false: no graph, the same final weights bit for bit"
 else tap_fail "--cuda-graphs=false gives the same weights" "rc=$rc $HG vs $(hashes "$tmp/nog.out") $(tail -3 "$tmp/nog.err")"; fi
 
+# --- cuDNN's algorithms: the fake offers a tensor-op one, a non-deterministic FMA one
+# (its sums come out a last bit apart from run to run) and the deterministic FMA one, in
+# that order; the checks above hold only because device.cu takes the last. Without it the
+# trainer says the weights may differ; with neither FMA one it stops with exit 3.
+short=(--model tutorial-cnn --epochs 1 --steps-per-epoch 2 --per-worker-batch 8 --threads 1
+       --data-dir "$DATA" --device gpu)
+FAKECUDNN_ALGOS=nondeterministic "$BIN" "${short[@]}" >/dev/null 2>"$tmp/nd.err"; rc=$?
+FAKECUDNN_ALGOS=tensor-op "$BIN" "${short[@]}" >/dev/null 2>"$tmp/to.err"; rc2=$?
+if [[ $rc -eq 0 && $(grep -c "cuDNN offers no deterministic .* algorithm for this convolution: the last bits of the weights may differ" "$tmp/nd.err") -eq 3 \
+      && $rc2 -eq 3 ]] && grep -q "GPU step 1: layers\[1\]: cuDNN offers no FP32 (FMA math) forward algorithm .* train this model with --device cpu" "$tmp/to.err"; then
+  tap_ok "cuDNN without a deterministic FMA algorithm: told once per pass; without any FMA one: exit 3, a clear error"
+else tap_fail "cuDNN's algorithm choice" "rc=$rc rc2=$rc2 $(tail -3 "$tmp/nd.err") $(tail -2 "$tmp/to.err")"; fi
+
 # --- the nccl collective at one rank ---------------------------------------------------
 "$BIN" "${run[@]}" --device gpu --collective nccl >"$tmp/nccl.out" 2>"$tmp/nccl.err"; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/nccl.out") == "$HG" ]] \

@@ -2,6 +2,7 @@
 // CUDA device. Each kernel names the CPU function whose math it follows.
 #include "gpu/gpu.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -193,16 +194,45 @@ static int ensure_workspace(GpuModel *g, size_t need, char *err, size_t errlen)
 }
 
 // The first usable algorithm of cuDNN's ranking (fastest first) that runs in FP32 FMA
-// math, else the first usable one; -1 when none.
-template <typename Perf> static int pick_algo(const Perf *p, int n)
+// math and is deterministic (cuDNN's algorithms that add with atomics are not: a run's
+// bits would change from run to run, with graphs on or off, after a resume), else the
+// first usable FMA one, *deterministic set to 0; -1 when none (the convolution
+// descriptor asks for FMA math, so no other math type is taken).
+template <typename Perf> static int pick_algo(const Perf *p, int n, int *deterministic)
 {
     int any = -1;
     for (int i = 0; i < n; i++) {
-        if (p[i].status != CUDNN_STATUS_SUCCESS || p[i].memory > WS_LIMIT) continue;
-        if (p[i].mathType == CUDNN_FMA_MATH) return i;
+        if (p[i].status != CUDNN_STATUS_SUCCESS || p[i].memory > WS_LIMIT ||
+            p[i].mathType != CUDNN_FMA_MATH)
+            continue;
+        if (p[i].determinism == CUDNN_DETERMINISTIC) {
+            *deterministic = 1;
+            return i;
+        }
         if (any < 0) any = i;
     }
+    *deterministic = 0;
     return any;
+}
+
+// pick_algo's choice for the pass named what of layer li, told on stderr when it is not
+// deterministic (unless quiet: the layer was planned before); -ENOTSUP when there is none.
+template <typename Perf>
+static int choose(const Perf *p, int n, int li, const char *what, int quiet, char *err,
+                  size_t errlen)
+{
+    int det, i = pick_algo(p, n, &det);
+    if (i < 0) {
+        fail(err, errlen, "layers[%d]: cuDNN offers no FP32 (FMA math) %s algorithm within a "
+             "%zu MiB workspace for this convolution on this device; train this model with "
+             "--device cpu", li, what, WS_LIMIT >> 20);
+        return -ENOTSUP;
+    }
+    if (!det && !quiet)
+        fprintf(stderr, "kubetrain-trainer: layers[%d]: cuDNN offers no deterministic %s "
+                "algorithm for this convolution: the last bits of the weights may differ "
+                "between runs\n", li, what);
+    return i;
 }
 
 // Descriptors and algorithms of conv layer li for batches of b (redone when b changes).
@@ -225,27 +255,31 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
         return fail(err, errlen, "layers[%d]: cuDNN computes a %dx%dx%dx%d output, the model "
                     "%dx%dx%dx%d", li, on, oh, ow, oc, b, c->oh, c->ow, c->f);
 
+    // the workspace each choice needs is asked again for that algorithm (the larger of
+    // the two is kept)
     enum { MAXALGO = 8 };
     int got = 0, i;
-    size_t need = 0;
+    size_t need = 0, ws = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[MAXALGO];
     DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y, MAXALGO, &got, fp));
-    i = pick_algo(fp, got);
-    if (i < 0) return fail(err, errlen, "layers[%d]: no cuDNN forward algorithm", li);
+    if ((i = choose(fp, got, li, "forward", p->b != 0, err, errlen)) < 0) return i;
     p->fwd = fp[i].algo;
-    need = fp[i].memory;
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y, p->fwd, &ws));
+    need = std::max(fp[i].memory, ws);
     cudnnConvolutionBwdDataAlgoPerf_t dp[MAXALGO];
     DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x, MAXALGO, &got, dp));
-    i = pick_algo(dp, got);
-    if (i < 0) return fail(err, errlen, "layers[%d]: no cuDNN backward-data algorithm", li);
+    if ((i = choose(dp, got, li, "backward-data", p->b != 0, err, errlen)) < 0) return i;
     p->bwd_data = dp[i].algo;
-    need = dp[i].memory > need ? dp[i].memory : need;
+    DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x,
+                                                     p->bwd_data, &ws));
+    need = std::max({need, dp[i].memory, ws});
     cudnnConvolutionBwdFilterAlgoPerf_t wp[MAXALGO];
     DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w, MAXALGO, &got, wp));
-    i = pick_algo(wp, got);
-    if (i < 0) return fail(err, errlen, "layers[%d]: no cuDNN backward-filter algorithm", li);
+    if ((i = choose(wp, got, li, "backward-filter", p->b != 0, err, errlen)) < 0) return i;
     p->bwd_filter = wp[i].algo;
-    need = wp[i].memory > need ? wp[i].memory : need;
+    DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(g->dnn, p->x, p->y, p->conv, p->w,
+                                                       p->bwd_filter, &ws));
+    need = std::max({need, wp[i].memory, ws});
     TRY(ensure_workspace(g, need, err, errlen));
     p->b = b;
     return 0;

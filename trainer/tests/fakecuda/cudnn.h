@@ -2,9 +2,11 @@
  * cuda_runtime.h here): 2-D cross-correlation on NHWC float tensors with a KRSC (NHWC
  * format) filter, symmetric padding and strides, no dilation; forward, backward data
  * and backward filter with cuDNN's alpha/beta blending. The algorithm queries offer a
- * tensor-op algorithm first (which device.cu must pass over) and then an FMA one whose
- * workspace grows with the batch; each call refuses descriptors that do not fit
- * together and a workspace smaller than its algorithm needs. */
+ * tensor-op algorithm first (which device.cu must pass over), then a non-deterministic
+ * FMA one (its sums, like those of cuDNN's algorithms that add with atomics, differ in
+ * the last bits from run to run), then the deterministic FMA one, whose workspace grows
+ * with the batch; each call refuses descriptors that do not fit together and a
+ * workspace smaller than its algorithm needs. */
 #ifndef KT_FAKE_CUDNN_H
 #define KT_FAKE_CUDNN_H
 
@@ -26,9 +28,20 @@ enum cudnnMathType_t {
     CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION = 2,
     CUDNN_FMA_MATH = 3,
 };
-enum cudnnConvolutionFwdAlgo_t { CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0 };
-enum cudnnConvolutionBwdDataAlgo_t { CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0 };
-enum cudnnConvolutionBwdFilterAlgo_t { CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0 };
+enum cudnnDeterminism_t { CUDNN_NON_DETERMINISTIC = 0, CUDNN_DETERMINISTIC = 1 };
+/* the fake offers algorithms 0 (FMA, deterministic), 1 (tensor op) and 2 (FMA,
+ * non-deterministic) of each kind, whatever cuDNN's own numbers name */
+enum cudnnConvolutionFwdAlgo_t { FAKE_FWD_ALGO_0 = 0, FAKE_FWD_ALGO_1 = 1, FAKE_FWD_ALGO_2 = 2 };
+enum cudnnConvolutionBwdDataAlgo_t {
+    FAKE_BWD_DATA_ALGO_0 = 0,
+    FAKE_BWD_DATA_ALGO_1 = 1,
+    FAKE_BWD_DATA_ALGO_2 = 2,
+};
+enum cudnnConvolutionBwdFilterAlgo_t {
+    FAKE_BWD_FILTER_ALGO_0 = 0,
+    FAKE_BWD_FILTER_ALGO_1 = 1,
+    FAKE_BWD_FILTER_ALGO_2 = 2,
+};
 
 typedef struct FakeCudnn *cudnnHandle_t;
 typedef struct FakeTensorDesc *cudnnTensorDescriptor_t;
@@ -40,7 +53,7 @@ template <typename Algo> struct FakeAlgoPerf {
     cudnnStatus_t status;
     float time;
     size_t memory;
-    int determinism;
+    cudnnDeterminism_t determinism;
     cudnnMathType_t mathType;
 };
 typedef FakeAlgoPerf<cudnnConvolutionFwdAlgo_t> cudnnConvolutionFwdAlgoPerf_t;
@@ -87,6 +100,21 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
     cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw, int requested, int *returned,
     cudnnConvolutionBwdFilterAlgoPerf_t *perf);
+
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                      cudnnFilterDescriptor_t w,
+                                                      cudnnConvolutionDescriptor_t conv,
+                                                      cudnnTensorDescriptor_t y,
+                                                      cudnnConvolutionFwdAlgo_t algo,
+                                                      size_t *bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t h, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx,
+    cudnnConvolutionBwdDataAlgo_t algo, size_t *bytes);
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw,
+    cudnnConvolutionBwdFilterAlgo_t algo, size_t *bytes);
 
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
                                       cudnnTensorDescriptor_t xd, const void *x,

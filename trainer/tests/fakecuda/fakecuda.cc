@@ -1,5 +1,6 @@
 // fakecuda.cc — the CPU stand-ins of cuda_runtime.h, cublas_v2.h and cudnn.h here, for
 // test-gpu-emul only. What each checks is said in its header.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <cblas.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -601,13 +603,32 @@ struct FakeConvDesc {
     cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
 
-// The two algorithms the queries offer: a tensor-op one (device.cu asks for FMA math and
-// must not pick it; these calls refuse it) and the FMA one, whose workspace grows with
-// the batch so that device.cu's workspace and graph bookkeeping is exercised.
-enum { TENSOR_OP_ALGO = 1, FMA_ALGO = 0 };
-static size_t workspace_need(const FakeTensorDesc *x)
+// The three algorithms the queries offer, in this order: a tensor-op one (device.cu asks
+// for FMA math and must not pick it; these calls refuse it), a non-deterministic FMA one
+// that needs no workspace (device.cu must pass it over too, or the bits of a run would
+// change from run to run: the fake's sums come out a last bit apart at random, seeded
+// from the clock, as cuDNN's atomics make them) and the deterministic FMA one, whose
+// workspace grows with the batch so that device.cu's workspace and graph bookkeeping is
+// exercised. FAKECUDNN_ALGOS (see offer) takes the last ones away.
+enum { FMA_ALGO = 0, TENSOR_OP_ALGO = 1, NONDET_FMA_ALGO = 2 };
+static size_t workspace_need(const FakeTensorDesc *x, int algo)
 {
-    return (size_t)x->n * 4096;
+    return algo == FMA_ALGO ? (size_t)x->n * 4096 : 0;
+}
+
+// The last-bit differences of NONDET_FMA_ALGO: about one value in eight moves one ulp.
+static void nondeterministic_bits(float *o, size_t n)
+{
+    static uint64_t state;
+    if (!state) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        state = ((uint64_t)ts.tv_nsec << 20 ^ (uint64_t)getpid() ^ (uint64_t)ts.tv_sec) | 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        if (state % 8 == 0) o[i] = nextafterf(o[i], state & 8 ? INFINITY : -INFINITY);
+    }
 }
 
 size_t cudnnGetVersion(void)
@@ -747,18 +768,64 @@ static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w,
                            int *returned, Perf *perf)
 {
     if (!conv_fits(x, w, cv, y) || requested < 1) return CUDNN_STATUS_BAD_PARAM;
-    Perf all[2];
+    Perf all[3];
     memset(all, 0, sizeof all);
-    all[0].algo = (decltype(all[0].algo))TENSOR_OP_ALGO;
-    all[0].status = CUDNN_STATUS_SUCCESS;
-    all[0].mathType = CUDNN_TENSOR_OP_MATH;
-    all[1].algo = (decltype(all[1].algo))FMA_ALGO;
-    all[1].status = CUDNN_STATUS_SUCCESS;
-    all[1].memory = workspace_need(x);
-    all[1].mathType = CUDNN_FMA_MATH;
-    *returned = requested < 2 ? requested : 2;
+    const int algos[3] = {TENSOR_OP_ALGO, NONDET_FMA_ALGO, FMA_ALGO};
+    for (int i = 0; i < 3; i++) {
+        all[i].algo = (decltype(all[i].algo))algos[i];
+        all[i].status = CUDNN_STATUS_SUCCESS;
+        all[i].memory = workspace_need(x, algos[i]);
+        all[i].mathType = algos[i] == TENSOR_OP_ALGO ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+        all[i].determinism = algos[i] == NONDET_FMA_ALGO ? CUDNN_NON_DETERMINISTIC
+                                                         : CUDNN_DETERMINISTIC;
+    }
+    // FAKECUDNN_ALGOS=nondeterministic leaves out the deterministic FMA algorithm,
+    // =tensor-op both FMA ones (what device.cu does when cuDNN offers no such algorithm)
+    const char *only = getenv("FAKECUDNN_ALGOS");
+    const int offered = !only ? 3 : !strcmp(only, "nondeterministic") ? 2
+                                  : !strcmp(only, "tensor-op")        ? 1
+                                                                      : 3;
+    *returned = requested < offered ? requested : offered;
     for (int i = 0; i < *returned; i++) perf[i] = all[i];
     return CUDNN_STATUS_SUCCESS;
+}
+
+// The workspace queries: what algo needs with these descriptors (the tensor-op
+// algorithm is not supported under the FMA math device.cu sets).
+static cudnnStatus_t workspace_query(const FakeTensorDesc *x, const FakeFilterDesc *w,
+                                     const FakeConvDesc *cv, const FakeTensorDesc *y, int algo,
+                                     size_t *bytes)
+{
+    if (!conv_fits(x, w, cv, y) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+    if (algo != FMA_ALGO && algo != NONDET_FMA_ALGO) return CUDNN_STATUS_NOT_SUPPORTED;
+    *bytes = workspace_need(x, algo);
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTensorDescriptor_t x,
+                                                      cudnnFilterDescriptor_t w,
+                                                      cudnnConvolutionDescriptor_t conv,
+                                                      cudnnTensorDescriptor_t y,
+                                                      cudnnConvolutionFwdAlgo_t algo,
+                                                      size_t *bytes)
+{
+    (void)h;
+    return workspace_query(x, w, conv, y, algo, bytes);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
+    cudnnHandle_t h, cudnnFilterDescriptor_t w, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnTensorDescriptor_t dx,
+    cudnnConvolutionBwdDataAlgo_t algo, size_t *bytes)
+{
+    (void)h;
+    return workspace_query(dx, w, conv, dy, algo, bytes);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
+    cudnnHandle_t h, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy,
+    cudnnConvolutionDescriptor_t conv, cudnnFilterDescriptor_t dw,
+    cudnnConvolutionBwdFilterAlgo_t algo, size_t *bytes)
+{
+    (void)h;
+    return workspace_query(x, dw, conv, dy, algo, bytes);
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
@@ -788,15 +855,16 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
     return offer(x, dw, conv, dy, requested, returned, perf);
 }
 
-// The checks every convolution call makes: descriptors that fit, the FMA algorithm, its
+// The checks every convolution call makes: descriptors that fit, an FMA algorithm, its
 // workspace, and buffers inside device memory.
 static cudnnStatus_t conv_check(const FakeTensorDesc *x, const void *xp, const FakeFilterDesc *w,
                                 const void *wp, const FakeConvDesc *cv, int algo, void *ws,
                                 size_t ws_bytes, const FakeTensorDesc *y, const void *yp)
 {
     if (!conv_fits(x, w, cv, y)) return CUDNN_STATUS_BAD_PARAM;
-    if (algo != FMA_ALGO || cv->math != CUDNN_FMA_MATH) return CUDNN_STATUS_NOT_SUPPORTED;
-    const size_t need = workspace_need(x);
+    if ((algo != FMA_ALGO && algo != NONDET_FMA_ALGO) || cv->math != CUDNN_FMA_MATH)
+        return CUDNN_STATUS_NOT_SUPPORTED;
+    const size_t need = workspace_need(x, algo);
     if (ws_bytes < need || (need && !fake_is_device(ws, need))) return CUDNN_STATUS_BAD_PARAM;
     const size_t xs = (size_t)x->n * x->h * x->w * x->c, ws_ = (size_t)w->k * w->h * w->w * w->c,
                  ys = (size_t)y->n * y->h * y->w * y->c;
@@ -827,9 +895,10 @@ static void conv_loop(const FakeTensorDesc x, const FakeFilterDesc w, const Fake
 }
 
 // Submits out = alpha * sums + beta * out (out not read when beta is 0, as cuDNN has
-// it), where sums (n values) gathers add(sums, xi, wi, yi) over conv_loop's products.
+// it), where sums (n values) gathers add(sums, xi, wi, yi) over conv_loop's products;
+// algo NONDET_FMA_ALGO then moves some of them a last bit.
 template <typename Add>
-static cudnnStatus_t conv_submit(cudnnHandle_t h, const FakeTensorDesc *x,
+static cudnnStatus_t conv_submit(cudnnHandle_t h, int algo, const FakeTensorDesc *x,
                                  const FakeFilterDesc *w, const FakeConvDesc *cv,
                                  const FakeTensorDesc *y, const void *alpha, const void *beta,
                                  void *out, size_t n, Add add)
@@ -844,6 +913,7 @@ static cudnnStatus_t conv_submit(cudnnHandle_t h, const FakeTensorDesc *x,
         conv_loop(X, W, C, Y, [&](size_t xi, size_t wi, size_t yi) { add(sums, xi, wi, yi); });
         for (size_t i = 0; i < n; i++)
             o[i] = be == 0.0f ? (float)(al * sums[i]) : (float)(al * sums[i] + be * o[i]);
+        if (algo == NONDET_FMA_ALGO) nondeterministic_bits(o, n);
     });
     return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
 }
@@ -857,7 +927,8 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *alpha,
 {
     if (cudnnStatus_t s = conv_check(xd, x, wd, w, conv, algo, ws, ws_bytes, yd, y)) return s;
     const float *xp = (const float *)x, *wp = (const float *)w;
-    return conv_submit(h, xd, wd, conv, yd, alpha, beta, y, (size_t)yd->n * yd->h * yd->w * yd->c,
+    return conv_submit(h, algo, xd, wd, conv, yd, alpha, beta, y,
+                       (size_t)yd->n * yd->h * yd->w * yd->c,
                        [=](std::vector<double> &sums, size_t xi, size_t wi, size_t yi) {
                            sums[yi] += (double)xp[xi] * wp[wi];
                        });
@@ -873,7 +944,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void *alpha,
 {
     if (cudnnStatus_t s = conv_check(dxd, dx, wd, w, conv, algo, ws, ws_bytes, dyd, dy)) return s;
     const float *wp = (const float *)w, *dyp = (const float *)dy;
-    return conv_submit(h, dxd, wd, conv, dyd, alpha, beta, dx,
+    return conv_submit(h, algo, dxd, wd, conv, dyd, alpha, beta, dx,
                        (size_t)dxd->n * dxd->h * dxd->w * dxd->c,
                        [=](std::vector<double> &sums, size_t xi, size_t wi, size_t yi) {
                            sums[xi] += (double)dyp[yi] * wp[wi];
@@ -890,7 +961,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void *alpha,
 {
     if (cudnnStatus_t s = conv_check(xd, x, dwd, dw, conv, algo, ws, ws_bytes, dyd, dy)) return s;
     const float *xp = (const float *)x, *dyp = (const float *)dy;
-    return conv_submit(h, xd, dwd, conv, dyd, alpha, beta, dw,
+    return conv_submit(h, algo, xd, dwd, conv, dyd, alpha, beta, dw,
                        (size_t)dwd->k * dwd->h * dwd->w * dwd->c,
                        [=](std::vector<double> &sums, size_t xi, size_t wi, size_t yi) {
                            sums[wi] += (double)dyp[yi] * xp[xi];
