@@ -104,21 +104,6 @@ static void test_bias_activations(void **state)
     expect_close("softmax backward", sd.data(), sdwant.data(), n, 1e-6);
 }
 
-static void test_bias_grad(void **state)
-{
-    (void)state;
-    /* more rows than THREADS, so each thread sums several before the tree */
-    const int b = 300, in = 4, out = 9;
-    auto dout = randoms((size_t)b * out, 8), inp = randoms((size_t)b * in, 9),
-         w = randoms((size_t)in * out, 10);
-    std::vector<float> dw((size_t)in * out), dbias_cpu(out), dbias(out, -1.0f);
-    dense_backward(nullptr, dw.data(), dbias_cpu.data(), dout.data(), inp.data(), w.data(), b, in,
-                   out, 0);
-    emul_launch(out, THREADS, k_bias_grad, dbias.data(), (const float *)dout.data(), (size_t)b,
-                out);
-    expect_close("bias gradient", dbias.data(), dbias_cpu.data(), out, 1e-5);
-}
-
 static void check_pool(int h, int w, int c, int ph, int pw, int sh, int sw, int same)
 {
     const int b = 3;
@@ -364,7 +349,7 @@ static void test_optimizers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bias_activations), cmocka_unit_test(test_bias_grad),
+        cmocka_unit_test(test_bias_activations),
         cmocka_unit_test(test_maxpool),          cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_kernel_layouts),   cmocka_unit_test(test_pad_crop),
         cmocka_unit_test(test_losses),           cmocka_unit_test(test_l2_stats_axpy),

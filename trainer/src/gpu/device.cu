@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -159,6 +160,8 @@ struct GpuModel {
     unsigned ws_gen;         // bumped when the workspace moves (graphs hold its address)
     long graph_launches;     // steps that ran as a graph replay
     void *blas_ws;           // cuBLAS's workspace (fixed, so cuBLAS allocates nothing in a capture)
+    float *ones;             // 1.0f for every row a bias gradient sums over (max_batch x the most
+                             // rows per example of any layer)
 };
 
 
@@ -296,6 +299,13 @@ static cublasStatus_t gemm_rm(cublasHandle_t h, int ta, int tb, int M, int N, in
                        &one, B, ldb, A, lda, &beta, C, ldc);
 }
 
+// bias_grad: dbias (cols) = ones (1, rows) @ dout (rows, cols), through cuBLAS (coalesced
+// and deterministic, where one block per column of a kernel would stride through dout).
+static cublasStatus_t bias_grad(GpuModel *g, float *dbias, const float *dout, int rows, int cols)
+{
+    return gemm_rm(g->blas, 0, 0, 1, cols, rows, g->ones, rows, dout, cols, 0.0f, dbias, cols);
+}
+
 static const float *layer_out(const GpuModel *g, const float *x, int i)
 {
     for (; i >= 0; i--)
@@ -334,8 +344,7 @@ static int conv_backward(GpuModel *g, int li, float *din, float *dw, float *db, 
     ConvPlan *p = &g->plans[li];
     const float one = 1.0f, zero = 0.0f;
     const int rsc = c->kh * c->kw * c->c;
-    LAUNCH(k_bias_grad, c->f, THREADS, g->compute, db, d, (size_t)b * c->oh * c->ow, c->f);
-    LAUNCHED();
+    BLAS(bias_grad(g, db, d, b * c->oh * c->ow, c->f));
     DNN(cudnnConvolutionBackwardFilter(g->dnn, &one, p->x, p->explicit_pad ? p->xpad : in, p->y, d,
                                        p->conv, p->bwd_filter, g->ws, g->ws_size, &zero, p->w,
                                        p->dwt));
@@ -476,8 +485,7 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
             break;
         case LAYER_DENSE: {
             const int rows = b * l->dense_rows;
-            LAUNCH(k_bias_grad, l->units, THREADS, g->compute, db, d, (size_t)rows, l->units);
-            LAUNCHED();
+            BLAS(bias_grad(g, db, d, rows, l->units));
             BLAS(gemm_rm(g->blas, 1, 0, l->dense_in, l->units, rows, in, l->dense_in, d,
                          l->units, 0.0f, dw, l->units));
             if (din)
@@ -558,6 +566,7 @@ extern "C" void gpu_model_free(GpuModel *g)
     cudaFree(g->args_d);
     if (g->blas) cublasDestroy(g->blas);
     cudaFree(g->blas_ws);
+    cudaFree(g->ones);
     if (g->dnn) cudnnDestroy(g->dnn);
     if (g->compute) cudaStreamDestroy(g->compute);
     if (g->copy) cudaStreamDestroy(g->copy);
@@ -579,7 +588,7 @@ static int create(GpuModel *g, char *err, size_t errlen)
 {
     const Model *m = g->m;
     const size_t B = (size_t)g->max_batch;
-    size_t dmax = m->input_size;
+    size_t dmax = m->input_size, rmax = 0;
     CU(cudaSetDevice(g->dev));
     CU(cudaStreamCreateWithFlags(&g->compute, cudaStreamNonBlocking));
     CU(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking));
@@ -631,6 +640,17 @@ static int create(GpuModel *g, char *err, size_t errlen)
             }
         }
         dmax = l->out_size > dmax ? l->out_size : dmax;
+        const size_t rows = l->type == LAYER_CONV2D  ? (size_t)l->conv.oh * l->conv.ow
+                            : l->type == LAYER_DENSE ? (size_t)l->dense_rows
+                                                     : 0;
+        rmax = rows > rmax ? rows : rmax;
+    }
+    if (rmax) {
+        std::vector<float> ones(B * rmax, 1.0f);
+        CU(cudaMalloc(&g->ones, ones.size() * sizeof(float)));
+        CU(cudaMemcpyAsync(g->ones, ones.data(), ones.size() * sizeof(float),
+                           cudaMemcpyHostToDevice, g->compute));
+        CU(cudaStreamSynchronize(g->compute));
     }
     for (int k = 0; k < 2; k++) {
         CU(cudaMalloc(&g->dbuf[k], B * dmax * sizeof(float)));

@@ -4,8 +4,8 @@
 // the CUDA grid (trainer/tests/cuda_emul.h) against those CPU functions.
 //
 // Every element-wise kernel is a grid-stride loop, so any launch geometry computes the
-// same result; the block reductions (k_bias_grad, k_sum_loss, k_l2_sum) need
-// blockDim.x == THREADS.
+// same result; the block reductions (k_sum_loss, k_l2_sum) need blockDim.x == THREADS.
+// Bias gradients are a cuBLAS product with a vector of ones (device.cu's bias_grad).
 #ifndef KT_GPU_KERNELS_CUH
 #define KT_GPU_KERNELS_CUH
 
@@ -66,22 +66,6 @@ __global__ void k_softmax_backward_rows(float *d, const float *y, size_t rows, i
         for (int j = 0; j < cols; j++) dot += dr[j] * yr[j];
         for (int j = 0; j < cols; j++) dr[j] = yr[j] * (dr[j] - dot);
     }
-}
-
-// bias_grad: dbias[j] = sum_r dout[r, j]; one block per column.
-__global__ void k_bias_grad(float *dbias, const float *dout, size_t rows, int cols)
-{
-    __shared__ float part[THREADS];
-    const int j = blockIdx.x;
-    float s = 0.0f;
-    for (size_t r = threadIdx.x; r < rows; r += blockDim.x) s += dout[r * cols + j];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) dbias[j] = part[0];
 }
 
 // maxpool_forward: the first maximum of each window (its cells inside the input: padded
