@@ -32,6 +32,7 @@
 #include "util.h"
 #ifdef KT_GPU
 #include "gpu/coll_nccl.h"
+#include "gpu/gpu.h"
 #include "gpu/pergpu.h"
 #endif
 
@@ -65,6 +66,37 @@ static void on_stop_signal(int sig)
 /* ---------------------------------------------------------------------------------- */
 /* collective */
 
+#ifdef KT_GPU
+/* NCCL takes one GPU per rank: the first two ranks of c's world on the same GPU (by its
+ * UUID, so that ranks on several hosts compare right), *a < *b, else -1 in both. The
+ * UUIDs travel over c as 16-bit pieces of a sum (exact in floats), so every rank comes
+ * to the same answer. */
+static int ranks_sharing_gpu(Collective *c, int device, int *a, int *b, char *err,
+                             size_t errlen)
+{
+    enum { PIECES = 8 };
+    unsigned char id[16];
+    *a = *b = -1;
+    int rc = gpu_device_uuid(device, id, err, errlen);
+    if (rc) return rc;
+    const size_t n = (size_t)c->world * PIECES;
+    float *all = calloc(n, sizeof *all);
+    if (!all) {
+        snprintf(err, errlen, "out of memory for %d ranks' GPU UUIDs", c->world);
+        return -ENOMEM;
+    }
+    for (int k = 0; k < PIECES; k++)
+        all[(size_t)c->rank * PIECES + k] = (float)(id[2 * k] << 8 | id[2 * k + 1]);
+    rc = coll_allreduce_sum(c, all, n, err, errlen);
+    for (int i = 0; !rc && *a < 0 && i < c->world; i++)
+        for (int j = i + 1; j < c->world && *a < 0; j++)
+            if (!memcmp(all + (size_t)i * PIECES, all + (size_t)j * PIECES, PIECES * sizeof *all))
+                *a = i, *b = j;
+    free(all);
+    return rc;
+}
+#endif
+
 /* Forms the collective of this worker: the local one for a world of one, otherwise the
  * TCP ring after an authenticated rendezvous. Exits with the contract's code on error. */
 static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
@@ -79,6 +111,7 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     if (nccl && device < 0)
         util_fail(KT_EXIT_USAGE, "--collective nccl: needs a CUDA device (--device %s found none)",
                   cfg->device);
+    const int asked = nccl;
     nccl |= !strcmp(cfg->collective, "auto") && device >= 0 && tf->world > 1;
     if (nccl && tf->world == 1) {
         Collective *c = coll_nccl_create(coll_local_create(), device, RING_IO_TIMEOUT_S, err,
@@ -124,6 +157,20 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     /* the ring, with its shared-memory path for ranks on one host (shm.h) */
     Collective *c = shm_wrap(ring_create(tf->rank, tf->world, &ring, &ro));
 #ifdef KT_GPU
+    /* Ranks that share a GPU (more workers than GPUs on a host) cannot use NCCL: auto
+     * keeps the ring, nccl asked for is a usage error. */
+    int a, b;
+    if (nccl && ranks_sharing_gpu(c, device, &a, &b, err, sizeof err))
+        util_fail(KT_EXIT_RETRY, "comparing the ranks' GPUs: %s", err);
+    if (nccl && a >= 0 && asked)
+        util_fail(KT_EXIT_USAGE, "--collective nccl: ranks %d and %d are on one GPU, and NCCL "
+                  "needs a GPU of its own for each rank (this host has %d): run at most one "
+                  "worker per GPU, or use --collective ring", a, b, gpu_device_count(NULL, 0));
+    if (nccl && a >= 0) {
+        util_log("ranks %d and %d are on one GPU, and NCCL needs a GPU of its own for each "
+                 "rank: the all-reduce goes over the ring", a, b);
+        nccl = 0;
+    }
     /* The ring carries the chief's NCCL id (it is authenticated), then broadcasts. */
     if (nccl) {
         t0 = util_now();

@@ -145,6 +145,17 @@ if [[ $rc -eq 0 && $(grep -c 'weights-sha256' "$tmp/gr.out") -eq 2 && $(hashes "
   tap_ok "launch --workers 2 --device gpu --collective ring: through the host, the same weights as over NCCL"
 else tap_fail "two GPU ranks over the ring" "rc=$rc '$(hashes "$tmp/gr.out")' vs '$H2' $(tail -6 "$tmp/gr.err")"; fi
 
+# two ranks on a host with one GPU: NCCL refuses two ranks on one device (the fake does
+# too), so auto keeps the ring (the same weights again) and --collective nccl is exit 2
+FAKECUDA_DEVICES=1 "$BIN" launch --workers 2 "${two[@]}" --device gpu >"$tmp/g1.out" 2>"$tmp/g1.err"; rc=$?
+FAKECUDA_DEVICES=1 "$BIN" launch --workers 2 "${two[@]}" --device gpu --collective nccl --max-restarts 0 \
+  >/dev/null 2>"$tmp/g1n.err"; rc2=$?
+if [[ $rc -eq 0 && $(grep -c 'weights-sha256' "$tmp/g1.out") -eq 2 && $(hashes "$tmp/g1.out") == "$H2" ]] \
+   && grep -q "ranks 0 and 1 are on one GPU, and NCCL needs a GPU of its own for each rank: the all-reduce goes over the ring" "$tmp/g1.err" \
+   && [[ $rc2 -eq 2 ]] && grep -q "worker 0.*--collective nccl: ranks 0 and 1 are on one GPU, .* (this host has 1): run at most one worker per GPU, or use --collective ring" "$tmp/g1n.err"; then
+  tap_ok "two ranks on one GPU: auto all-reduces over the ring (the same weights), --collective nccl is exit 2 with the reason"
+else tap_fail "two ranks on one GPU" "rc=$rc rc2=$rc2 '$(hashes "$tmp/g1.out")' vs '$H2' $(tail -4 "$tmp/g1.err") $(tail -4 "$tmp/g1n.err")"; fi
+
 # --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
 export KUBETRAIN_SECRET=$(secret)
 TF_CONFIG=$(tf_config 0 "$(free_port)") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \

@@ -96,6 +96,14 @@ extern "C" void gpu_device_describe(int dev, char *out, size_t outlen)
              p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv, rt, cudnnGetVersion());
 }
 
+extern "C" int gpu_device_uuid(int dev, unsigned char uuid[16], char *err, size_t errlen)
+{
+    cudaDeviceProp p;
+    CU(cudaGetDeviceProperties(&p, dev));
+    memcpy(uuid, p.uuid.bytes, 16);
+    return 0;
+}
+
 // ------------------------------------------------------------------------------------
 // the model
 

@@ -222,6 +222,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     if (dev < 0 || dev >= fake_devices()) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulation of CUDA (kubetrain's fakecuda, not a GPU)");
+    memcpy(p->uuid.bytes, "fakecuda-dev", 12);
+    memcpy(p->uuid.bytes + 12, &dev, sizeof dev);
     return cudaSuccess;
 }
 
@@ -237,9 +239,14 @@ cudaError_t cudaRuntimeGetVersion(int *v)
     return cudaSuccess;
 }
 
+// The device cudaSetDevice chose (one per process here, as the trainer has it).
+static int current_device;
+
 cudaError_t cudaSetDevice(int dev)
 {
-    return dev >= 0 && dev < fake_devices() ? cudaSuccess : set_error(cudaErrorInvalidDevice);
+    if (dev < 0 || dev >= fake_devices()) return set_error(cudaErrorInvalidDevice);
+    current_device = dev;
+    return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void)
@@ -983,6 +990,7 @@ static const size_t FAKE_NCCL_CHUNK = (size_t)1 << 18;
 struct FakeNcclShared {
     int nranks;
     pid_t pid[64]; // FAKE_NCCL_MAX_RANKS
+    int dev[64];   // each rank's device (cudaSetDevice)
     uint64_t arrived; // barrier arrivals, all ranks together
     float slots[];    // nranks x FAKE_NCCL_CHUNK
 };
@@ -1074,13 +1082,19 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     if (p == MAP_FAILED) return ncclSystemError;
     FakeNcclComm *c = new FakeNcclComm{config && !config->blocking, rank, nranks,
                                        (FakeNcclShared *)p, bytes, 0, ncclSuccess, {}};
+    __atomic_store_n(&c->sh->dev[rank], current_device, __ATOMIC_SEQ_CST);
     __atomic_store_n(&c->sh->pid[rank], getpid(), __ATOMIC_SEQ_CST);
     const bool met = fake_nccl_barrier(c); // every rank has the segment open
     if (rank == 0) shm_unlink(id.internal);
-    if (!met) {
+    // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); the fake's processes
+    // are on one host, so one device number is one GPU
+    bool duplicate = false;
+    for (int r = 0; met && r < nranks; r++)
+        duplicate |= r != rank && __atomic_load_n(&c->sh->dev[r], __ATOMIC_SEQ_CST) == current_device;
+    if (!met || duplicate) {
         munmap(p, bytes);
         delete c;
-        return ncclRemoteError;
+        return met ? ncclInvalidUsage : ncclRemoteError;
     }
     *comm = c;
     return c->pending ? ncclInProgress : ncclSuccess;

@@ -5,7 +5,8 @@
  * gets the same bits. A rank whose process is gone makes the others' operation fail the
  * way a lost peer does on a device: the stream stays stuck, ncclCommGetAsyncError says
  * ncclRemoteError, ncclCommAbort releases it. The non-blocking protocol is kept: a
- * non-blocking init reports ncclInProgress once. Says nothing about NCCL's transports,
+ * non-blocking init reports ncclInProgress once; two ranks on one device are refused with
+ * ncclInvalidUsage, as NCCL refuses them. Says nothing about NCCL's transports,
  * speed or real failure modes. */
 #ifndef KT_FAKE_NCCL_H
 #define KT_FAKE_NCCL_H
