@@ -367,9 +367,18 @@ static void test_training_follows_cpu(void **s)
     assert_true(last < first); /* it trained */
     float *p = xmalloc(np * sizeof *p);
     assert_int_equal(gpu_model_download(g, p, NULL, err, sizeof err), 0);
-    double r = rel_diff(p, m->params, np);
-    print_message("# parameters after %d steps: relative difference %.3g\n", STEPS, r);
-    assert_true(r <= 1e-2);
+    /* Adam moves a weight by about lr whatever its gradient's size, so a weight whose
+     * gradient sums to nearly zero (the summation orders then disagree on its sign) may
+     * move apart by a few lr over the steps: the whole vector is compared, in norm */
+    double dd = 0.0, pp = 0.0;
+    for (size_t i = 0; i < np; i++) {
+        dd += ((double)p[i] - m->params[i]) * ((double)p[i] - m->params[i]);
+        pp += (double)m->params[i] * m->params[i];
+    }
+    const double r = sqrt(dd / pp);
+    print_message("# parameters after %d steps: relative difference %.3g in norm, %.3g largest\n",
+                  STEPS, r, rel_diff(p, m->params, np));
+    assert_true(r <= 1e-3);
     free(p);
     free(x);
     gpu_model_free(g);
