@@ -19,7 +19,8 @@
 #          in the log, to be fixed here), and if that fails too, once more without the
 #          sanitizers (a compiler without ASan's runtime); either counts as failed;
 #   test   trainer/tests/test-gpu-build.sh (the device checks and test-gpu), TAP in
-#          $OUT/test-gpu-build.tap;
+#          $OUT/test-gpu-build.tap; where nvidia-smi lists a GPU, it fails unless the
+#          trainer trained on it (skipped device tests there are not a pass);
 #   bench  make bench-gpu against the PyTorch that python3 holds (ROUNDS, default 3),
 #          its JSON in $OUT/gpu-tutorial-cnn.json (after every run) and bench/results/.
 # Each phase's output is written as it runs, so a command stopped at its time limit still
@@ -133,7 +134,15 @@ phase_build() {
 
 phase_test() {
     bash trainer/tests/test-gpu-build.sh 2>&1 | tee "$OUT/test-gpu-build.tap"
-    ! grep -q '^not ok' "$OUT/test-gpu-build.tap"
+    grep -q '^not ok' "$OUT/test-gpu-build.tap" && return 1
+    # where nvidia-smi lists a GPU, a trainer that found no CUDA device (a driver older
+    # than the runtime, say) tested nothing: that is a failure, not a pass
+    if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+        grep -q -- '^ok .* - --device gpu trains on the device' "$OUT/test-gpu-build.tap" || {
+            echo "test: nvidia-smi lists a GPU but the trainer found no CUDA device: the device's tests did not run"
+            return 1
+        }
+    fi
 }
 
 phase_bench() {

@@ -88,6 +88,13 @@ unshare --mount --propagation private bash -c '
   (cd "$repo" && { git ls-files -co --exclude-standard; find build/device -type f; } | tar -cf - -T -) | tar -C "$r/src" -xf -
   chroot "$r" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONPATH="$site" OUT=/tmp/out \
     bash -c "cd /src && bash trainer/gpu-device.sh run env build test bench; echo \"rc=\$?\"; ldd build/gpu/bin/kubetrain-trainer > /tmp/out/ldd" || true
+  # a machine whose nvidia-smi lists a GPU the trainer cannot use (a driver too old for
+  # the runtime): the test phase fails rather than passing on skipped device tests
+  mkdir -p "$r/tmp/smi"
+  printf "#!/bin/sh\necho \"GPU 0: stand-in for nvidia-smi (UUID: GPU-0)\"\n" >"$r/tmp/smi/nvidia-smi"
+  chmod +x "$r/tmp/smi/nvidia-smi"
+  chroot "$r" env -i PATH=/tmp/smi:/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONPATH="$site" OUT=/tmp/out-smi \
+    bash -c "cd /src && bash trainer/gpu-device.sh run test > /tmp/out/smi.log 2>&1; echo \"rc=\$?\" >> /tmp/out/smi.log" || true
   cp -a "$r/tmp/out/." "$tmp/out/"
 ' rehearsal "$root" "$tmp" "$site" "$PWD" >"$tmp/run" 2>&1
 secs=$(( $(date +%s) - t0 ))
@@ -113,6 +120,11 @@ if [[ ${tap_lines:-0} -ge 10 ]] && ! grep -q '^not ok' "$tmp/out/test-gpu-build.
    grep -q '^ok .* - --gpus-per-worker 2: two ranks' "$tmp/out/test-gpu-build.tap"; then
   tap_ok "run test: test-gpu-build.sh passes ($tap_lines lines), the device's tests say skipped"
 else tap_fail "run test: test-gpu-build.sh" "$(cat "$tmp/out/test-gpu-build.tap" 2>&1)"; fi
+
+if grep -q '^test: nvidia-smi lists a GPU but the trainer found no CUDA device' "$tmp/out/smi.log" 2>/dev/null &&
+   grep -q '^== test: failed' "$tmp/out/smi.log" && grep -q '^rc=1$' "$tmp/out/smi.log"; then
+  tap_ok "run test where nvidia-smi lists a GPU the trainer cannot use: the phase fails, saying so"
+else tap_fail "run test with a GPU listed but none usable: fails" "$(tail -15 "$tmp/out/smi.log" 2>&1)"; fi
 
 if grep -q 'bench-gpu: skipped: .*no CUDA device' <<<"$log" && grep -q '^== bench: failed' <<<"$log" &&
    [[ ! -e $tmp/out/gpu-tutorial-cnn.json ]] && grep -q '^rc=1$' <<<"$log"; then
