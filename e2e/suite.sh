@@ -386,8 +386,13 @@ s_operator() {
   check "restarts application/disruption 0/0" "$(restarts mnist-op)" "0/0"
   check "one Service for the job" "$(kn get svc -l kubetrain.dev/job-name=mnist-op -o name | grep -c .)" 1
   check "one Secret for the job" "$(kn get secret -o name | grep -c '^secret/mnist-op-')" 1
-  check "a new operator pod is available" \
-    "$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" -o 'jsonpath={.items[0].status.availableReplicas}')" 1
+  # The job can finish before the new pod's readiness probe (every 5 s) has passed and the
+  # Deployment's status says so: wait for it rather than read it once.
+  local n end=$(( $(date +%s) + 60 ))
+  while n=$(k -n "$REL_NS" get deploy -l "app.kubernetes.io/instance=$REL" \
+              -o 'jsonpath={.items[0].status.availableReplicas}' 2>/dev/null)
+        [ "$n" != 1 ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  check "a new operator pod is available" "$n" 1
   end
 }
 
