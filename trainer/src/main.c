@@ -67,28 +67,61 @@ static void on_stop_signal(int sig)
 /* collective */
 
 #ifdef KT_GPU
-/* NCCL takes one GPU per rank: the first two ranks of c's world on the same GPU (by its
- * UUID, so that ranks on several hosts compare right), *a < *b, else -1 in both. The
- * UUIDs travel over c as 16-bit pieces of a sum (exact in floats), so every rank comes
- * to the same answer. */
-static int ranks_sharing_gpu(Collective *c, int device, int *a, int *b, char *err,
-                             size_t errlen)
+/* The host as NCCL tells hosts apart: NCCL_HOSTID where set, else the host name up to its
+ * first dot and the kernel's boot id; 48 bits of its hash. */
+static uint64_t host_hash(void)
 {
-    enum { PIECES = 8 };
-    unsigned char id[16];
-    *a = *b = -1;
-    int rc = gpu_device_uuid(device, id, err, errlen);
-    if (rc) return rc;
+    char s[512] = "";
+    const char *id = getenv("NCCL_HOSTID");
+    if (id && *id) {
+        snprintf(s, sizeof s, "%s", id);
+    } else {
+        if (gethostname(s, 256) != 0) s[0] = '\0';
+        s[255] = '\0';
+        s[strcspn(s, ".")] = '\0';
+        FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (f) {
+            size_t n = strlen(s);
+            if (!fgets(s + n, (int)(sizeof s - n), f)) s[n] = '\0';
+            fclose(f);
+        }
+    }
+    char hex[65];
+    util_sha256_hex(s, strlen(s), hex);
+    hex[12] = '\0';
+    return strtoull(hex, NULL, 16);
+}
+
+/* Every rank tells the others whether it trains on a CUDA device and which GPU that is,
+ * as NCCL tells GPUs apart (host_hash and the PCI bus id): ranks on GPUs and ranks on
+ * CPUs step through different collectives, and NCCL refuses two ranks on one GPU. The
+ * answers travel over c as 16-bit pieces of a sum (exact in floats), so every rank comes
+ * to the same conclusion: *gpuless the first rank without a device, *gpuful the first
+ * with one, *a < *b the first two ranks on one GPU; -1 where there is none. */
+static int gpu_census(Collective *c, int device, int *gpuless, int *gpuful, int *a, int *b,
+                      char *err, size_t errlen)
+{
+    enum { PIECES = 7 }; /* has a device; the host's hash in 3; PCI domain, bus, device */
+    *gpuless = *gpuful = *a = *b = -1;
     const size_t n = (size_t)c->world * PIECES;
-    float *all = calloc(n, sizeof *all);
+    float *all = calloc(n, sizeof *all), *mine = all + (size_t)c->rank * PIECES;
     if (!all) {
-        snprintf(err, errlen, "out of memory for %d ranks' GPU UUIDs", c->world);
+        snprintf(err, errlen, "out of memory for %d ranks' GPUs", c->world);
         return -ENOMEM;
     }
-    for (int k = 0; k < PIECES; k++)
-        all[(size_t)c->rank * PIECES + k] = (float)(id[2 * k] << 8 | id[2 * k + 1]);
-    rc = coll_allreduce_sum(c, all, n, err, errlen);
-    for (int i = 0; !rc && *a < 0 && i < c->world; i++)
+    int pci[3], rc = device >= 0 ? gpu_device_bus_id(device, pci, err, errlen) : 0;
+    if (!rc && device >= 0) {
+        const uint64_t h = host_hash();
+        mine[0] = 1.0f;
+        for (int k = 0; k < 3; k++) {
+            mine[1 + k] = (float)((h >> (16 * k)) & 0xffff);
+            mine[4 + k] = (float)(pci[k] & 0xffff);
+        }
+    }
+    if (!rc) rc = coll_allreduce_sum(c, all, n, err, errlen);
+    for (int i = c->world - 1; !rc && i >= 0; i--)
+        *(all[(size_t)i * PIECES] == 0.0f ? gpuless : gpuful) = i;
+    for (int i = 0; !rc && *gpuless < 0 && *a < 0 && i < c->world; i++)
         for (int j = i + 1; j < c->world && *a < 0; j++)
             if (!memcmp(all + (size_t)i * PIECES, all + (size_t)j * PIECES, PIECES * sizeof *all))
                 *a = i, *b = j;
@@ -157,11 +190,14 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     /* the ring, with its shared-memory path for ranks on one host (shm.h) */
     Collective *c = shm_wrap(ring_create(tf->rank, tf->world, &ring, &ro));
 #ifdef KT_GPU
-    /* Ranks that share a GPU (more workers than GPUs on a host) cannot use NCCL: auto
-     * keeps the ring, nccl asked for is a usage error. */
-    int a, b;
-    if (nccl && ranks_sharing_gpu(c, device, &a, &b, err, sizeof err))
-        util_fail(KT_EXIT_RETRY, "comparing the ranks' GPUs: %s", err);
+    /* Every rank takes part, with a device or not, so that all choose alike. */
+    int gpuless, gpuful, a, b;
+    if (gpu_census(c, device, &gpuless, &gpuful, &a, &b, err, sizeof err))
+        util_fail(KT_EXIT_RETRY, "comparing the ranks' devices: %s", err);
+    if (gpuless >= 0 && gpuful >= 0)
+        util_fail(KT_EXIT_USAGE, "rank %d has no CUDA device and rank %d trains on one: the "
+                  "workers train all on GPUs or all on CPUs (give every worker a GPU, or run "
+                  "them all with --device cpu)", gpuless, gpuful);
     if (nccl && a >= 0 && asked)
         util_fail(KT_EXIT_USAGE, "--collective nccl: ranks %d and %d are on one GPU, and NCCL "
                   "needs a GPU of its own for each rank (this host has %d): run at most one "

@@ -149,9 +149,10 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
 #ifdef KT_GPU
         if (t->gpu) {
             char err[512];
-            if (gpu_model_load_batch(t->gpu, x, t->test.labels + start, n, err, sizeof err) ||
-                gpu_model_evaluate(t->gpu, &s, err, sizeof err))
-                util_fail(KT_EXIT_RETRY, "evaluation on the GPU: %s", err);
+            int rc = gpu_model_load_batch(t->gpu, x, t->test.labels + start, n, err, sizeof err);
+            if (rc || (rc = gpu_model_evaluate(t->gpu, &s, err, sizeof err)))
+                util_fail(rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY, "evaluation on the GPU: %s",
+                          err); /* -ENOTSUP: no cuDNN algorithm for the last, smaller batch */
             sum += s.loss, correct += s.correct, count += s.count;
             continue;
         }

@@ -68,12 +68,14 @@ else tap_fail "--cuda-graphs=false gives the same weights" "rc=$rc $HG vs $(hash
 # --- cuDNN's algorithms: the fake offers a tensor-op one, a non-deterministic FMA one
 # (its sums come out a last bit apart from run to run) and the deterministic FMA one, in
 # that order; the checks above hold only because device.cu takes the last. Without it the
-# trainer says the weights may differ; with neither FMA one it stops with exit 3.
+# trainer says the weights may differ, once for each pass of the one convolution (forward
+# and backward-filter: the first layer with weights passes no gradient back, so it plans
+# no backward-data algorithm); with neither FMA one it stops with exit 3.
 short=(--model tutorial-cnn --epochs 1 --steps-per-epoch 2 --per-worker-batch 8 --threads 1
        --data-dir "$DATA" --device gpu)
 FAKECUDNN_ALGOS=nondeterministic "$BIN" "${short[@]}" >/dev/null 2>"$tmp/nd.err"; rc=$?
 FAKECUDNN_ALGOS=tensor-op "$BIN" "${short[@]}" >/dev/null 2>"$tmp/to.err"; rc2=$?
-if [[ $rc -eq 0 && $(grep -c "cuDNN offers no deterministic .* algorithm for this convolution: the last bits of the weights may differ" "$tmp/nd.err") -eq 3 \
+if [[ $rc -eq 0 && $(grep -c "cuDNN offers no deterministic .* algorithm for this convolution: the last bits of the weights may differ" "$tmp/nd.err") -eq 2 \
       && $rc2 -eq 3 ]] && grep -q "GPU step 1: layers\[1\]: cuDNN offers no FP32 (FMA math) forward algorithm .* train this model with --device cpu" "$tmp/to.err"; then
   tap_ok "cuDNN without a deterministic FMA algorithm: told once per pass; without any FMA one: exit 3, a clear error"
 else tap_fail "cuDNN's algorithm choice" "rc=$rc rc2=$rc2 $(tail -3 "$tmp/nd.err") $(tail -2 "$tmp/to.err")"; fi
@@ -163,6 +165,21 @@ TF_CONFIG=$(tf_config 0 "$(free_port)") KUBETRAIN_TERMINATION_FILE=/dev/null tim
 if [[ $rc -eq 0 && $(hashes "$tmp/pg.out") == "$H2" ]] && grep -q "NCCL communicator of 2 ranks" "$tmp/pg.err"; then
   tap_ok "--gpus-per-worker 2: two ranks on devices 0 and 1, the same weights as launch --workers 2"
 else tap_fail "--gpus-per-worker 2 over NCCL" "rc=$rc '$(hashes "$tmp/pg.out")' vs '$H2' $(tail -6 "$tmp/pg.err")"; fi
+
+# a rank without a GPU beside one with a GPU: ranks on GPUs and on CPUs step through
+# different collectives, so every rank hears of the others' devices first and both stop
+# with exit 2 and the reason (before, the one with a GPU chose NCCL alone: exit 75, again
+# after every restart)
+p0=$(free_port); p1=$(free_port)
+TF_CONFIG=$(tf_config 0 "$p0" "$p1") FAKECUDA_DEVICES=0 KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 \
+  "$BIN" "${two[@]}" >/dev/null 2>"$tmp/m0.err" & m0=$!
+TF_CONFIG=$(tf_config 1 "$p0" "$p1") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 \
+  "$BIN" "${two[@]}" >/dev/null 2>"$tmp/m1.err"; rc1=$?
+wait "$m0"; rc0=$?
+why="rank 0 has no CUDA device and rank 1 trains on one: the workers train all on GPUs or all on CPUs (give every worker a GPU, or run them all with --device cpu)"
+if [[ $rc0 -eq 2 && $rc1 -eq 2 ]] && grep -qF "$why" "$tmp/m0.err" && grep -qF "$why" "$tmp/m1.err"; then
+  tap_ok "a rank without a GPU beside one with a GPU: both exit 2, naming the ranks"
+else tap_fail "a rank without a GPU beside one with a GPU" "rc=$rc0/$rc1 $(tail -3 "$tmp/m0.err") $(tail -3 "$tmp/m1.err")"; fi
 
 # a lost peer: the other rank's all-reduce fails and it exits 75, never a hang
 p0=$(free_port); p1=$(free_port)

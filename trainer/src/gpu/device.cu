@@ -96,11 +96,11 @@ extern "C" void gpu_device_describe(int dev, char *out, size_t outlen)
              p.major, p.minor, (double)p.totalGlobalMem / (1 << 30), drv, rt, cudnnGetVersion());
 }
 
-extern "C" int gpu_device_uuid(int dev, unsigned char uuid[16], char *err, size_t errlen)
+extern "C" int gpu_device_bus_id(int dev, int pci[3], char *err, size_t errlen)
 {
     cudaDeviceProp p;
     CU(cudaGetDeviceProperties(&p, dev));
-    memcpy(uuid, p.uuid.bytes, 16);
+    pci[0] = p.pciDomainID, pci[1] = p.pciBusID, pci[2] = p.pciDeviceID;
     return 0;
 }
 
@@ -246,6 +246,14 @@ static int choose(const Perf *p, int n, int li, const char *what, int quiet, cha
     return i;
 }
 
+// The first layer with parameters: backward stops there, and passes no gradient back.
+static int first_param_layer(const Model *m)
+{
+    for (int i = 0; i < m->num_layers; i++)
+        if (m->layers[i].w_count) return i;
+    return m->num_layers;
+}
+
 // Descriptors and algorithms of conv layer li for batches of b (redone when b changes).
 static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
 {
@@ -266,27 +274,36 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
         return fail(err, errlen, "layers[%d]: cuDNN computes a %dx%dx%dx%d output, the model "
                     "%dx%dx%dx%d", li, on, oh, ow, oc, b, c->oh, c->ow, c->f);
 
-    // the workspace each choice needs is asked again for that algorithm (the larger of
-    // the two is kept)
-    enum { MAXALGO = 8 };
-    int got = 0, i;
+    // cuDNN ranks as many algorithms as it has (its MaxCount); the workspace each choice
+    // needs is asked again for that algorithm (the larger of the two is kept)
+    int got = 0, max = 0, i;
     size_t need = 0, ws = 0;
-    cudnnConvolutionFwdAlgoPerf_t fp[MAXALGO];
-    DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y, MAXALGO, &got, fp));
-    if ((i = choose(fp, got, li, "forward", p->b != 0, err, errlen)) < 0) return i;
+    DNN(cudnnGetConvolutionForwardAlgorithmMaxCount(g->dnn, &max));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> fp(std::max(max, 1));
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(g->dnn, p->x, p->w, p->conv, p->y, (int)fp.size(),
+                                               &got, fp.data()));
+    if ((i = choose(fp.data(), got, li, "forward", p->b != 0, err, errlen)) < 0) return i;
     p->fwd = fp[i].algo;
     DNN(cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y, p->fwd, &ws));
     need = std::max(fp[i].memory, ws);
-    cudnnConvolutionBwdDataAlgoPerf_t dp[MAXALGO];
-    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x, MAXALGO, &got, dp));
-    if ((i = choose(dp, got, li, "backward-data", p->b != 0, err, errlen)) < 0) return i;
-    p->bwd_data = dp[i].algo;
-    DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x,
-                                                     p->bwd_data, &ws));
-    need = std::max({need, dp[i].memory, ws});
-    cudnnConvolutionBwdFilterAlgoPerf_t wp[MAXALGO];
-    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w, MAXALGO, &got, wp));
-    if ((i = choose(wp, got, li, "backward-filter", p->b != 0, err, errlen)) < 0) return i;
+    // the first layer with parameters passes no gradient back (backward): no algorithm
+    if (li > first_param_layer(g->m)) {
+        DNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(g->dnn, &max));
+        std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dp(std::max(max, 1));
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
+                                                        (int)dp.size(), &got, dp.data()));
+        if ((i = choose(dp.data(), got, li, "backward-data", p->b != 0, err, errlen)) < 0)
+            return i;
+        p->bwd_data = dp[i].algo;
+        DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x,
+                                                         p->bwd_data, &ws));
+        need = std::max({need, dp[i].memory, ws});
+    }
+    DNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(g->dnn, &max));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> wp(std::max(max, 1));
+    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(g->dnn, p->x, p->y, p->conv, p->w,
+                                                      (int)wp.size(), &got, wp.data()));
+    if ((i = choose(wp.data(), got, li, "backward-filter", p->b != 0, err, errlen)) < 0) return i;
     p->bwd_filter = wp[i].algo;
     DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(g->dnn, p->x, p->y, p->conv, p->w,
                                                        p->bwd_filter, &ws));
@@ -454,12 +471,8 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
     const Model *m = g->m;
     const int b = g->b;
     const float *x = g->x[g->slot];
-    int first_param = m->num_layers, cur = 0;
-    for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].w_count) {
-            first_param = i;
-            break;
-        }
+    const int first_param = first_param_layer(m);
+    int cur = 0;
     float *d = g->dbuf[0];
     for (int i = m->num_layers - 1; i >= first_param; i--) {
         const Layer *l = &m->layers[i];

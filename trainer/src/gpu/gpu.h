@@ -52,9 +52,10 @@ int gpu_device_count(char *why, size_t whylen);
 /* "NVIDIA H100 80GB HBM3, compute 9.0, driver 12040, runtime 13020" for device dev. */
 void gpu_device_describe(int dev, char *out, size_t outlen);
 
-/* The 16 bytes of device dev's UUID (one GPU has one, whatever number a process gives
- * it). 0, or -EIO with the reason in err. */
-int gpu_device_uuid(int dev, unsigned char uuid[16], char *err, size_t errlen);
+/* Device dev's PCI domain, bus and device numbers: with the host, what NCCL tells one GPU
+ * by (the slices of a MIG-partitioned GPU have one bus id, as one process's device
+ * numbers have none of their own). 0, or -EIO with the reason in err. */
+int gpu_device_bus_id(int dev, int pci[3], char *err, size_t errlen);
 
 typedef struct GpuModel GpuModel;
 

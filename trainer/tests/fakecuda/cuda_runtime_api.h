@@ -45,12 +45,9 @@ typedef struct FakeEvent *cudaEvent_t;
 typedef struct FakeGraph *cudaGraph_t;
 typedef struct FakeGraphExec *cudaGraphExec_t;
 
-typedef struct CUuuid_st {
-    char bytes[16];
-} cudaUUID_t;
 typedef struct cudaDeviceProp {
     char name[256];
-    cudaUUID_t uuid; /* the fake's: "fakecuda-dev" and the device's int */
+    int pciDomainID, pciBusID, pciDeviceID; /* the fake's: 0, the device's number + 1, 0 */
     int major, minor;
     size_t totalGlobalMem;
 } cudaDeviceProp;

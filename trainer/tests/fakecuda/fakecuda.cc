@@ -222,8 +222,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     if (dev < 0 || dev >= fake_devices()) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulation of CUDA (kubetrain's fakecuda, not a GPU)");
-    memcpy(p->uuid.bytes, "fakecuda-dev", 12);
-    memcpy(p->uuid.bytes + 12, &dev, sizeof dev);
+    p->pciBusID = dev + 1;
     return cudaSuccess;
 }
 
@@ -617,7 +616,7 @@ struct FakeConvDesc {
 // from the clock, as cuDNN's atomics make them) and the deterministic FMA one, whose
 // workspace grows with the batch so that device.cu's workspace and graph bookkeeping is
 // exercised. FAKECUDNN_ALGOS (see offer) takes the last ones away.
-enum { FMA_ALGO = 0, TENSOR_OP_ALGO = 1, NONDET_FMA_ALGO = 2 };
+enum { FMA_ALGO = 0, TENSOR_OP_ALGO = 1, NONDET_FMA_ALGO = 2, FAKE_ALGOS = 3 };
 static size_t workspace_need(const FakeTensorDesc *x, int algo)
 {
     return algo == FMA_ALGO ? (size_t)x->n * 4096 : 0;
@@ -775,10 +774,10 @@ static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w,
                            int *returned, Perf *perf)
 {
     if (!conv_fits(x, w, cv, y) || requested < 1) return CUDNN_STATUS_BAD_PARAM;
-    Perf all[3];
+    Perf all[FAKE_ALGOS];
     memset(all, 0, sizeof all);
-    const int algos[3] = {TENSOR_OP_ALGO, NONDET_FMA_ALGO, FMA_ALGO};
-    for (int i = 0; i < 3; i++) {
+    const int algos[FAKE_ALGOS] = {TENSOR_OP_ALGO, NONDET_FMA_ALGO, FMA_ALGO};
+    for (int i = 0; i < FAKE_ALGOS; i++) {
         all[i].algo = (decltype(all[i].algo))algos[i];
         all[i].status = CUDNN_STATUS_SUCCESS;
         all[i].memory = workspace_need(x, algos[i]);
@@ -789,9 +788,9 @@ static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w,
     // FAKECUDNN_ALGOS=nondeterministic leaves out the deterministic FMA algorithm,
     // =tensor-op both FMA ones (what device.cu does when cuDNN offers no such algorithm)
     const char *only = getenv("FAKECUDNN_ALGOS");
-    const int offered = !only ? 3 : !strcmp(only, "nondeterministic") ? 2
-                                  : !strcmp(only, "tensor-op")        ? 1
-                                                                      : 3;
+    const int offered = !only ? FAKE_ALGOS : !strcmp(only, "nondeterministic") ? 2
+                                           : !strcmp(only, "tensor-op")        ? 1
+                                                                               : FAKE_ALGOS;
     *returned = requested < offered ? requested : offered;
     for (int i = 0; i < *returned; i++) perf[i] = all[i];
     return CUDNN_STATUS_SUCCESS;
@@ -833,6 +832,26 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
 {
     (void)h;
     return workspace_query(x, dw, conv, dy, algo, bytes);
+}
+
+// The fake ranks FAKE_ALGOS algorithms of each pass (offer).
+static cudnnStatus_t algo_count(cudnnHandle_t h, int *count)
+{
+    if (!h || !count) return CUDNN_STATUS_BAD_PARAM;
+    *count = FAKE_ALGOS;
+    return CUDNN_STATUS_SUCCESS;
+}
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t h, int *count)
+{
+    return algo_count(h, count);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t h, int *count)
+{
+    return algo_count(h, count);
+}
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t h, int *count)
+{
+    return algo_count(h, count);
 }
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTensorDescriptor_t x,
