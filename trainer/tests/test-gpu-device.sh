@@ -14,6 +14,8 @@ source e2e/lib/tap.sh
 KC=${KT_CACHE:-$HOME/.cache/kubetrain}
 PKGS="build-essential make python3 xz-utils procps"
 
+# a fresh machine has no debootstrap yet (the images install it later): root installs it
+[[ $(id -u) -eq 0 ]] && ! command -v debootstrap >/dev/null && bash .ci/deps.sh debootstrap >&2
 if [[ $(id -u) -ne 0 ]] || ! command -v unshare >/dev/null || ! command -v debootstrap >/dev/null; then
   tap_skip "trainer/gpu-device.sh rehearsal" "needs root, unshare and debootstrap (chroot)"
   tap_done; exit
