@@ -96,19 +96,20 @@ static uint64_t host_hash(void)
  * as NCCL tells GPUs apart (host_hash and the PCI bus id): ranks on GPUs and ranks on
  * CPUs step through different collectives, and NCCL refuses two ranks on one GPU. The
  * answers travel over c as 16-bit pieces of a sum (exact in floats), so every rank comes
- * to the same conclusion: *gpuless the first rank without a device, *gpuful the first
- * with one, *a < *b the first two ranks on one GPU; -1 where there is none. */
+ * to the same conclusion: *gpuless the first rank on the CPU, *gpuful the first on a
+ * device, *a < *b the first two ranks on one GPU; -1 where there is none. */
 static int gpu_census(Collective *c, int device, int *gpuless, int *gpuful, int *a, int *b,
                       char *err, size_t errlen)
 {
     enum { PIECES = 7 }; /* has a device; the host's hash in 3; PCI domain, bus, device */
     *gpuless = *gpuful = *a = *b = -1;
     const size_t n = (size_t)c->world * PIECES;
-    float *all = calloc(n, sizeof *all), *mine = all + (size_t)c->rank * PIECES;
+    float *all = calloc(n, sizeof *all);
     if (!all) {
         snprintf(err, errlen, "out of memory for %d ranks' GPUs", c->world);
         return -ENOMEM;
     }
+    float *mine = all + (size_t)c->rank * PIECES;
     int pci[3], rc = device >= 0 ? gpu_device_bus_id(device, pci, err, errlen) : 0;
     if (!rc && device >= 0) {
         const uint64_t h = host_hash();
@@ -195,7 +196,7 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     if (gpu_census(c, device, &gpuless, &gpuful, &a, &b, err, sizeof err))
         util_fail(KT_EXIT_RETRY, "comparing the ranks' devices: %s", err);
     if (gpuless >= 0 && gpuful >= 0)
-        util_fail(KT_EXIT_USAGE, "rank %d has no CUDA device and rank %d trains on one: the "
+        util_fail(KT_EXIT_USAGE, "rank %d trains on the CPU and rank %d on a CUDA device: the "
                   "workers train all on GPUs or all on CPUs (give every worker a GPU, or run "
                   "them all with --device cpu)", gpuless, gpuful);
     if (nccl && a >= 0 && asked)

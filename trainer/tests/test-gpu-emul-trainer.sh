@@ -176,7 +176,7 @@ TF_CONFIG=$(tf_config 0 "$p0" "$p1") FAKECUDA_DEVICES=0 KUBETRAIN_TERMINATION_FI
 TF_CONFIG=$(tf_config 1 "$p0" "$p1") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 \
   "$BIN" "${two[@]}" >/dev/null 2>"$tmp/m1.err"; rc1=$?
 wait "$m0"; rc0=$?
-why="rank 0 has no CUDA device and rank 1 trains on one: the workers train all on GPUs or all on CPUs (give every worker a GPU, or run them all with --device cpu)"
+why="rank 0 trains on the CPU and rank 1 on a CUDA device: the workers train all on GPUs or all on CPUs (give every worker a GPU, or run them all with --device cpu)"
 if [[ $rc0 -eq 2 && $rc1 -eq 2 ]] && grep -qF "$why" "$tmp/m0.err" && grep -qF "$why" "$tmp/m1.err"; then
   tap_ok "a rank without a GPU beside one with a GPU: both exit 2, naming the ranks"
 else tap_fail "a rank without a GPU beside one with a GPU" "rc=$rc0/$rc1 $(tail -3 "$tmp/m0.err") $(tail -3 "$tmp/m1.err")"; fi
