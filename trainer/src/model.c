@@ -987,12 +987,7 @@ static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_rea
     st->count = local_batch;
 
     /* the layers before the first with parameters need no input gradient */
-    int first_param = m->num_layers;
-    for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].w_count) {
-            first_param = i;
-            break;
-        }
+    const int first_param = model_first_param_layer(m);
     int cur = 0;
     p->d = m->dbuf[0];
     for (int i = m->num_layers - 1; i >= first_param; i--) {

@@ -139,4 +139,13 @@ void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats
 /* The regularization loss sum_l l2_l * |kernel_l|^2 of the current parameters. */
 double model_regularization(const Model *m);
 
+/* The first layer with parameters (num_layers when none): backward stops there, and
+ * that layer passes no gradient back. Inline, for device.cu's C++ too. */
+static inline int model_first_param_layer(const Model *m)
+{
+    for (int i = 0; i < m->num_layers; i++)
+        if (m->layers[i].w_count) return i;
+    return m->num_layers;
+}
+
 #endif

@@ -246,14 +246,6 @@ static int choose(const Perf *p, int n, int li, const char *what, int quiet, cha
     return i;
 }
 
-// The first layer with parameters: backward stops there, and passes no gradient back.
-static int first_param_layer(const Model *m)
-{
-    for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].w_count) return i;
-    return m->num_layers;
-}
-
 // Descriptors and algorithms of conv layer li for batches of b (redone when b changes).
 static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
 {
@@ -287,7 +279,7 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
     DNN(cudnnGetConvolutionForwardWorkspaceSize(g->dnn, p->x, p->w, p->conv, p->y, p->fwd, &ws));
     need = std::max(fp[i].memory, ws);
     // the first layer with parameters passes no gradient back (backward): no algorithm
-    if (li > first_param_layer(g->m)) {
+    if (li > model_first_param_layer(g->m)) {
         DNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(g->dnn, &max));
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dp(std::max(max, 1));
         DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
@@ -471,7 +463,7 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
     const Model *m = g->m;
     const int b = g->b;
     const float *x = g->x[g->slot];
-    const int first_param = first_param_layer(m);
+    const int first_param = model_first_param_layer(m);
     int cur = 0;
     float *d = g->dbuf[0];
     for (int i = m->num_layers - 1; i >= first_param; i--) {
