@@ -185,10 +185,16 @@ else tap_fail "a rank without a GPU beside one with a GPU" "rc=$rc0/$rc1 $(tail 
 p0=$(free_port); p1=$(free_port)
 long=(--model tutorial-cnn --epochs 1 --steps-per-epoch 1000 --per-worker-batch 16 --threads 1
       --data-dir "$DATA" --device gpu)
-TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l0.err" & w0=$!
+TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${long[@]}" --metrics-file "$tmp/l0.jsonl" \
+  >/dev/null 2>"$tmp/l0.err" & w0=$!
 TF_CONFIG=$(tf_config 1 "$p0" "$p1") "$BIN" "${long[@]}" >/dev/null 2>"$tmp/l1.err" & w1=$!
-for _ in $(seq 600); do grep -q "NCCL communicator of 2 ranks" "$tmp/l1.err" 2>/dev/null && break; sleep 0.1; done
-sleep 1
+# Killed once the chief has finished two steps (its metrics records are flushed per step),
+# so the loss lands in a step's all-reduce, not in the initial broadcast, however loaded
+# the machine is (a fixed 1 s after the communicator came up once hit the broadcast).
+for _ in $(seq 600); do
+  [[ $(grep -c '"event":"step"' "$tmp/l0.jsonl.tmp.$w0" 2>/dev/null) -ge 2 ]] && break
+  sleep 0.1
+done
 kill -9 "$w0"; wait "$w0" 2>/dev/null
 t0=$(date +%s)
 for _ in $(seq 600); do kill -0 "$w1" 2>/dev/null || break; sleep 0.1; done
