@@ -8,19 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "net.h"
 #include "util.h"
 
-#define CLIENT_TIMEOUT_S 2
 #define REQUEST_MAX 4096
+
+typedef struct PromConn {
+    int fd;             /* -1: a free slot */
+    long long deadline; /* monotonic ms; the slot's age too, for eviction */
+    size_t len;         /* bytes of the request read */
+    char *out;          /* NULL while reading; then the whole answer, head and body */
+    size_t out_len, out_off;
+    char req[REQUEST_MAX + 1];
+} PromConn;
 
 struct Prom {
     int lfd;
     int wake[2];   /* prom_stop writes to wake[1]; the thread polls wake[0] */
     pthread_t thread;
+    PromConn conns[PROM_MAX_CONNS]; /* owned by the thread */
     pthread_mutex_t mu;
     /* guarded by mu */
     long steps;
@@ -90,34 +98,51 @@ char *prom_format(Prom *p, size_t *len)
     return text;
 }
 
-static void write_all(int fd, const char *s, size_t n)
+/* The server: one thread, one poll loop over the listener, the wake pipe and up to
+ * PROM_MAX_CONNS non-blocking connections. A poll loop rather than a thread per
+ * connection: answering costs microseconds (prom_format), so only the waiting needs to be
+ * concurrent, and one poll waits on every connection at once; and prom_stop has a single
+ * thread to wake, which is never blocked on a client, so a finished run exits at once
+ * whatever its scrapers do. Each connection has one deadline, PROM_DEADLINE_MS from its
+ * accept, for the request and the answer together (a timeout that restarted on every byte
+ * let a client sending one byte a second hold the server, and the trainer's exit, for
+ * hours). When all slots are taken a new connection replaces the oldest: a scrape needs its
+ * slot for a millisecond, so the oldest is the likeliest to be a client that stalls. */
+static long long now_ms(void)
 {
-    while (n > 0) {
-        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-        if (w <= 0) return;
-        s += w, n -= (size_t)w;
-    }
+    return (long long)(util_now() * 1e3);
 }
 
-/* Reads one request head and answers it. */
-static void serve(Prom *p, int fd)
+static void conn_close(PromConn *c)
 {
-    struct timeval tv = {.tv_sec = CLIENT_TIMEOUT_S};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    char req[REQUEST_MAX + 1];
-    size_t n = 0;
-    while (n < REQUEST_MAX) {
-        ssize_t r = recv(fd, req + n, REQUEST_MAX - n, 0);
-        if (r <= 0) return;
-        n += (size_t)r;
-        req[n] = '\0';
-        if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n")) break;
+    if (c->fd < 0) return;
+    close(c->fd);
+    free(c->out);
+    c->fd = -1;
+    c->out = NULL;
+    c->len = c->out_len = c->out_off = 0;
+}
+
+/* Sends what the socket takes of the answer; closes c once it is all sent, or on error. */
+static void conn_write(PromConn *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (w <= 0) break;
+        c->out_off += (size_t)w;
     }
-    req[n] = '\0';
+    conn_close(c);
+}
+
+/* Answers the request head in c->req and starts sending. */
+static void conn_answer(Prom *p, PromConn *c)
+{
     char *body, head[256];
     const char *status = "200 OK", *type = "text/plain; version=0.0.4; charset=utf-8";
     size_t blen;
+    const char *req = c->req;
     int get = !strncmp(req, "GET ", 4), head_only = !strncmp(req, "HEAD ", 5);
     const char *path = get ? req + 4 : head_only ? req + 5 : NULL;
     if (path && (!strncmp(path, "/metrics ", 9) || !strncmp(path, "/metrics?", 9))) {
@@ -131,27 +156,89 @@ static void serve(Prom *p, int fd)
     int hl = snprintf(head, sizeof head,
                       "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                       "Connection: close\r\n\r\n", status, type, blen);
-    write_all(fd, head, (size_t)hl);
-    if (!head_only) write_all(fd, body, blen);
+    size_t send_body = head_only ? 0 : blen;
+    c->out = xmalloc((size_t)hl + send_body);
+    memcpy(c->out, head, (size_t)hl);
+    memcpy(c->out + hl, body, send_body);
+    c->out_len = (size_t)hl + send_body;
     free(body);
+    conn_write(c);
+}
+
+/* Reads what has arrived of the request head; answers once it is complete (or fills
+ * the buffer), closes on end of file or error. */
+static void conn_read(Prom *p, PromConn *c)
+{
+    for (;;) {
+        ssize_t r = recv(c->fd, c->req + c->len, REQUEST_MAX - c->len, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (r <= 0) {
+            conn_close(c);
+            return;
+        }
+        c->len += (size_t)r;
+        c->req[c->len] = '\0';
+        if (c->len == REQUEST_MAX || strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n")) {
+            conn_answer(p, c);
+            return;
+        }
+    }
+}
+
+/* Accepts the queued connections, each into a free slot or the oldest one's, and reads
+ * each at once (a scrape's request usually came with it). */
+static void accept_all(Prom *p)
+{
+    for (int i = 0; i < PROM_MAX_CONNS; i++) {
+        int fd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN: none left; anything else: try at the next wakeup */
+        PromConn *c = NULL;
+        for (int j = 0; j < PROM_MAX_CONNS; j++) {
+            PromConn *d = &p->conns[j];
+            if (d->fd < 0) {
+                c = d;
+                break;
+            }
+            if (!c || d->deadline < c->deadline) c = d;
+        }
+        conn_close(c);
+        c->fd = fd;
+        c->deadline = now_ms() + PROM_DEADLINE_MS;
+        conn_read(p, c);
+    }
 }
 
 static void *server_main(void *arg)
 {
     Prom *p = arg;
-    struct pollfd pf[2] = {{.fd = p->lfd, .events = POLLIN}, {.fd = p->wake[0], .events = POLLIN}};
+    struct pollfd pf[2 + PROM_MAX_CONNS];
+    pf[0] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
+    pf[1] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
     for (;;) {
-        if (poll(pf, 2, -1) < 0) {
+        long long now = now_ms(), next = -1;
+        for (int i = 0; i < PROM_MAX_CONNS; i++) {
+            PromConn *c = &p->conns[i];
+            if (c->fd >= 0 && c->deadline <= now) conn_close(c);
+            pf[2 + i] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
+            if (c->fd >= 0 && (next < 0 || c->deadline < next)) next = c->deadline;
+        }
+        if (poll(pf, 2 + PROM_MAX_CONNS, next < 0 ? -1 : (int)(next - now)) < 0) {
             if (errno == EINTR) continue;
             break;
         }
-        if (pf[1].revents) break;
-        if (!(pf[0].revents & POLLIN)) continue;
-        int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        serve(p, fd);
-        close(fd);
+        if (pf[0].revents) break;
+        for (int i = 0; i < PROM_MAX_CONNS; i++) {
+            PromConn *c = &p->conns[i];
+            if (c->fd < 0 || !pf[2 + i].revents) continue;
+            if (c->out)
+                conn_write(c);
+            else
+                conn_read(p, c);
+        }
+        if (pf[1].revents & POLLIN) accept_all(p);
     }
+    for (int i = 0; i < PROM_MAX_CONNS; i++) conn_close(&p->conns[i]);
     return NULL;
 }
 
@@ -165,13 +252,16 @@ int prom_start(Prom **out, int port, int *bound_port, char *err, size_t errlen)
         free(p);
         return rc;
     }
-    if (pipe2(p->wake, O_CLOEXEC) < 0) {
+    /* Non-blocking: the loop accepts until the queue is empty. */
+    int fl = fcntl(p->lfd, F_GETFL);
+    if (fl < 0 || fcntl(p->lfd, F_SETFL, fl | O_NONBLOCK) < 0 || pipe2(p->wake, O_CLOEXEC) < 0) {
         rc = -errno;
-        snprintf(err, errlen, "--metrics-port %d: pipe: %s", port, strerror(errno));
+        snprintf(err, errlen, "--metrics-port %d: %s", port, strerror(errno));
         close(p->lfd);
         free(p);
         return rc;
     }
+    for (int i = 0; i < PROM_MAX_CONNS; i++) p->conns[i].fd = -1;
     pthread_mutex_init(&p->mu, NULL);
     if ((rc = pthread_create(&p->thread, NULL, server_main, p))) {
         snprintf(err, errlen, "--metrics-port %d: cannot start the thread: %s", port, strerror(rc));

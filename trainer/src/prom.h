@@ -11,12 +11,21 @@
  *   kubetrain_step_seconds_total        likewise the steps, for rate() in PromQL
  *   kubetrain_test_loss, kubetrain_test_accuracy   the last evaluation (after one ran)
  *
- * in the text exposition format 0.0.4. One request at a time, each answered and closed;
- * a client silent for 2 s is dropped. Nothing else is served (404). */
+ * in the text exposition format 0.0.4, each request answered and its connection closed.
+ * Connections are served concurrently (one poll loop), at most PROM_MAX_CONNS at once (a
+ * new one then replaces the oldest), and each must have sent its request and taken the
+ * answer within PROM_DEADLINE_MS of its accept, however it paces its bytes, else it is
+ * closed; so no client delays a scrape or the trainer's exit. Nothing else is served
+ * (404). */
 #ifndef KT_PROM_H
 #define KT_PROM_H
 
 #include <stddef.h>
+
+/* The whole exchange of one connection, from accept to the last byte of the answer. */
+#define PROM_DEADLINE_MS 2000
+/* Connections held open at once. */
+#define PROM_MAX_CONNS 16
 
 typedef struct Prom Prom;
 
@@ -37,7 +46,8 @@ void prom_eval(Prom *p, double test_loss, double test_accuracy);
  * *len. The caller frees it with free(). */
 char *prom_format(Prom *p, size_t *len);
 
-/* Stops the thread, closes the socket and frees p; NULL is a no-op. */
+/* Stops the thread, closes the listener and every connection and frees p; returns at
+ * once whatever the clients do. NULL is a no-op. */
 void prom_stop(Prom *p);
 
 #endif
