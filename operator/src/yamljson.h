@@ -9,8 +9,10 @@
 #include <stddef.h>
 
 /* Parses the first document of `text` (len bytes). Returns 0 and *out (the caller
- * frees it with cJSON_Delete; an empty document gives an empty object), or -EINVAL
- * with "line L: problem" in err. */
+ * frees it with cJSON_Delete; an empty document gives an empty object), -EINVAL with
+ * "line L: problem" in err, or -ENOMEM. Aliases are expanded, but a document whose
+ * aliases would add more than its own size and more than 1 MiB to the tree (a "billion
+ * laughs") is refused with the line of the anchor, before the tree grows past that. */
 int yamljson_parse(const char *text, size_t len, cJSON **out, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,6 @@
 /* kubeconfig fixtures: context selection, files and inline data, tokens, exec
- * plugins, the search order, in-cluster configuration, and malformed input. */
+ * plugins, the search order, in-cluster configuration, malformed input, and aliases
+ * (kept, but a "billion laughs" is refused in little time and memory). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,11 +10,18 @@
 #include "kcfg.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "../../trainer/tests/timescale.h"
 
 static char tmpdir[256];
 
@@ -253,6 +261,163 @@ static void test_search_order_and_in_cluster(void **state)
     kcfg_free(NULL);
 }
 
+/* Anchors as PyYAML's yaml.dump writes them where one object appears twice: expanded. */
+static void test_aliases_are_expanded(void **state)
+{
+    (void)state;
+    KubeConfig *c = parse_ok("current-context: b\n"
+                             "clusters:\n"
+                             "- name: one\n  cluster: &id001\n    server: https://one:6443\n"
+                             "- name: two\n  cluster: *id001\n"
+                             "contexts:\n"
+                             "- name: a\n  context: {cluster: one, user: u}\n"
+                             "- name: b\n  context: {cluster: two, user: u}\n"
+                             "users:\n- name: u\n  user: {token: &t s3cret, username: *t}\n");
+    assert_string_equal(c->server, "https://one:6443");
+    assert_string_equal(c->token, "s3cret");
+    kcfg_free(c);
+}
+
+/* A "billion laughs": 9 levels of 9 aliases of the level above, 9^9 scalars once
+ * expanded (before the bound the converter took 3.8 GB, then failed as if the YAML were
+ * malformed). Line 1 is the kubeconfig's, the anchors are on lines 2 to 10. */
+static const char *billion_laughs(void)
+{
+    static char s[4096];
+    size_t n = sizeof s, len = 0;
+    len += (size_t)snprintf(s + len, n - len, "current-context: x\n");
+    len += (size_t)snprintf(s + len, n - len, "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, "
+                                              "lol]\n");
+    for (char c = 'b'; c <= 'i'; c++) {
+        len += (size_t)snprintf(s + len, n - len, "%c: &%c [", c, c);
+        for (int k = 0; k < 9; k++)
+            len += (size_t)snprintf(s + len, n - len, "%s*%c", k ? ", " : "", c - 1);
+        len += (size_t)snprintf(s + len, n - len, "]\n");
+    }
+    snprintf(s + len, n - len, "contexts: [{name: x, context: {cluster: *i}}]\n");
+    return s;
+}
+
+typedef struct {
+    int rc;
+    double seconds;
+    char err[512];
+} BoundedResult;
+
+/* The value of field `key` ("VmData:") of /proc/self/status, in bytes; -1 if absent. */
+static long long proc_status_bytes(const char *key)
+{
+    char line[256];
+    long long kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && kb < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, key, strlen(key)) == 0) kb = atoll(line + strlen(key));
+    if (f) fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* Runs load(arg) in a child whose writable memory may grow by at most `grow` bytes
+ * over its size at the fork (RLIMIT_DATA relative to VmData: ASan's shadow and heap
+ * reservations are terabytes of it, so an absolute limit, or one on the address space,
+ * which ASan's heap grows inside of, would not bound it) and which gets SIGALRM after
+ * `seconds`, so that a parser without the bound fails the test at once instead of
+ * taking the machine's memory. Returns the child's wait status and its peak RSS in
+ * *peak_kib; the result lands in *res. */
+static int run_bounded(int (*load)(const char *arg, char *err, size_t errlen), const char *arg,
+                       size_t grow, unsigned seconds, BoundedResult *res, long *peak_kib)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        long long now = proc_status_bytes("VmData:");
+        struct rlimit rl = {(rlim_t)now + grow, (rlim_t)now + grow};
+        if (now < 0 || setrlimit(RLIMIT_DATA, &rl) != 0) _exit(99);
+        alarm(seconds);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        res->rc = load(arg, res->err, sizeof res->err);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        res->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        _exit(0);
+    }
+    int status;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+    *peak_kib = ru.ru_maxrss;
+    return status;
+}
+
+static int parse_text(const char *text, char *err, size_t errlen)
+{
+    KubeConfig *c = NULL;
+    int rc = kcfg_parse(text, strlen(text), "/etc/kube", "fixture", &c, err, errlen);
+    kcfg_free(c);
+    return rc;
+}
+
+/* kcfg_load on a path, or with the path as $KUBECONFIG when it starts with "env:" (the
+ * list's own loader, which merges files). */
+static int load_path(const char *path, char *err, size_t errlen)
+{
+    KubeConfig *c = NULL;
+    int rc;
+    if (strncmp(path, "env:", 4) == 0) {
+        setenv("KUBECONFIG", path + 4, 1);
+        rc = kcfg_load(NULL, &c, err, errlen);
+    } else {
+        rc = kcfg_load(path, &c, err, errlen);
+    }
+    kcfg_free(c);
+    return rc;
+}
+
+static void expect_bounded_refusal(int (*load)(const char *, char *, size_t), const char *arg,
+                                   const char *want)
+{
+    BoundedResult *res =
+        mmap(NULL, sizeof *res, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(res != MAP_FAILED);
+    memset(res, 0, sizeof *res);
+    /* 256 MiB more and 5 s: the bounded tree needs a few MiB and milliseconds */
+    long peak;
+    int status = run_bounded(load, arg, (size_t)256 << 20, (unsigned)scaled(5), res, &peak);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the billion laughs took its child down (%s %d, peak RSS %ld MiB) instead of "
+                 "being refused",
+                 WIFSIGNALED(status) ? "signal" : "exit",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), peak / 1024);
+    print_message("# refused in %.3f s: %s\n", res->seconds, res->err);
+    assert_int_equal(res->rc, -EINVAL);
+    if (!strstr(res->err, want)) fail_msg("error \"%s\" lacks \"%s\"", res->err, want);
+    if (res->seconds > scaled(1.0))
+        fail_msg("refusal took %.3f s > %.1f s", res->seconds, scaled(1.0));
+    munmap(res, sizeof *res);
+}
+
+static void test_billion_laughs_refused(void **state)
+{
+    (void)state;
+    const char *bomb = billion_laughs();
+    char path[600], want[1024];
+    write_file("laughs.yaml", bomb);
+    /* the bound is spent while e's row copies d: the line is d's anchor, that of the
+     * outermost node being copied */
+    const char *why = ": aliases of the node anchored there add more than the document's own "
+                      "size and more than 1 MiB";
+    snprintf(want, sizeof want, "fixture: line %d%s", 5, why);
+    expect_bounded_refusal(parse_text, bomb, want);
+    snprintf(path, sizeof path, "%s/laughs.yaml", tmpdir);
+    snprintf(want, sizeof want, "%s: line %d%s", path, 5, why);
+    expect_bounded_refusal(load_path, path, want);
+    snprintf(path, sizeof path, "env:%s/laughs.yaml", tmpdir);
+    expect_bounded_refusal(load_path, path, want);
+    /* an alias inside the node it names is a cycle in libyaml's tree */
+    parse_err("current-context: x\nusers: &u [{name: u, user: *u}]\n",
+              "line 2: nested deeper than 64 levels (or an alias inside the node it names)");
+}
+
 static void test_mangled_input_never_crashes(void **state)
 {
     (void)state;
@@ -313,6 +478,8 @@ int main(void)
         cmocka_unit_test(test_errors_name_the_problem),
         cmocka_unit_test(test_search_order_and_in_cluster),
         cmocka_unit_test(test_mangled_input_never_crashes),
+        cmocka_unit_test(test_aliases_are_expanded),
+        cmocka_unit_test(test_billion_laughs_refused),
     };
     return cmocka_run_group_tests_name("kcfg", tests, setup, teardown);
 }
