@@ -60,50 +60,114 @@ static const char *const builtin_specs[] = {
 /* ----------------------------------------------------------------------------
  * YAML -> cJSON, so that one parser reads both spellings of a spec */
 
-static cJSON *yaml_node_to_json(yaml_document_t *doc, yaml_node_t *node, int depth)
+/* libyaml's loader makes an alias a second reference to the anchored node, so the tree
+ * copies that node once per alias, and a few lines of aliases of aliases ("billion
+ * laughs") stand for billions of nodes. Aliases stay allowed (a spec written by PyYAML's
+ * yaml.dump has &id001 anchors wherever one object appeared twice), but what their
+ * copies add is bounded by the document's own size (every node once) or
+ * YAML_ALIAS_SLACK, whichever is larger. Sizes are in bytes, roughly what the tree
+ * holds: a cJSON item per node and each scalar's text. */
+#define YAML_NODE_COST 64
+#define YAML_ALIAS_SLACK ((size_t)1 << 20)
+#define YAML_MAX_DEPTH 64
+
+typedef struct {
+    yaml_document_t *doc;
+    const char *what;
+    unsigned char *seen;       /* [node index]: converted once already */
+    size_t used, limit;        /* size so far and its bound */
+    const yaml_node_t *repeat; /* the outermost node being copied for an alias, or NULL */
+    char *err;
+    size_t errlen;
+} YamlConv;
+
+static size_t yaml_node_cost(const yaml_node_t *n)
 {
-    if (!node || depth > 64) return NULL;
+    return YAML_NODE_COST + (n->type == YAML_SCALAR_NODE ? n->data.scalar.length + 1 : 0);
+}
+
+/* Counts node n (a value or a key) against the bounds; -1 with the reason in err. */
+static int yaml_charge(YamlConv *yc, const yaml_node_t *n, int depth)
+{
+    if (depth > YAML_MAX_DEPTH) {
+        snprintf(yc->err, yc->errlen,
+                 "%s: line %zu: nested deeper than %d levels (or an alias inside the node it "
+                 "names)",
+                 yc->what, n->start_mark.line + 1, YAML_MAX_DEPTH);
+        return -1;
+    }
+    yc->used += yaml_node_cost(n);
+    if (yc->used <= yc->limit) return 0;
+    const yaml_node_t *a = yc->repeat ? yc->repeat : n;
+    snprintf(yc->err, yc->errlen,
+             "%s: line %zu: aliases of the node anchored there add more than the document's own "
+             "size and more than %zu MiB (a \"billion laughs\"?); write the repeated parts out "
+             "instead",
+             yc->what, a->start_mark.line + 1, YAML_ALIAS_SLACK >> 20);
+    return -1;
+}
+
+static cJSON *yaml_scalar_to_json(const yaml_node_t *node)
+{
+    const char *s = (const char *)node->data.scalar.value;
+    size_t len = node->data.scalar.length;
+    if (node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+        char *end;
+        double v = strtod(s, &end);
+        if (len > 0 && end == s + len) return cJSON_CreateNumber(v);
+        if (!strcmp(s, "true")) return cJSON_CreateTrue();
+        if (!strcmp(s, "false")) return cJSON_CreateFalse();
+        if (!strcmp(s, "null") || !strcmp(s, "~") || len == 0) return cJSON_CreateNull();
+    }
+    return cJSON_CreateString(s);
+}
+
+/* Converts node; NULL with the reason in yc->err. */
+static cJSON *yaml_node_to_json(YamlConv *yc, yaml_node_t *node, int depth)
+{
+    if (!node) {
+        snprintf(yc->err, yc->errlen, "%s: a YAML node libyaml lost", yc->what);
+        return NULL;
+    }
+    if (yaml_charge(yc, node, depth)) return NULL;
+    const size_t i = (size_t)(node - yc->doc->nodes.start);
+    const yaml_node_t *outer = yc->repeat;
+    if (yc->seen[i] && !outer) yc->repeat = node;
+    yc->seen[i] = 1;
+    cJSON *out = NULL;
     if (node->type == YAML_SCALAR_NODE) {
-        const char *s = (const char *)node->data.scalar.value;
-        size_t len = node->data.scalar.length;
-        if (node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
-            char *end;
-            double v = strtod(s, &end);
-            if (len > 0 && end == s + len) return cJSON_CreateNumber(v);
-            if (!strcmp(s, "true")) return cJSON_CreateTrue();
-            if (!strcmp(s, "false")) return cJSON_CreateFalse();
-            if (!strcmp(s, "null") || !strcmp(s, "~") || len == 0) return cJSON_CreateNull();
-        }
-        return cJSON_CreateString(s);
-    }
-    if (node->type == YAML_SEQUENCE_NODE) {
-        cJSON *arr = cJSON_CreateArray();
+        out = yaml_scalar_to_json(node);
+    } else if (node->type == YAML_SEQUENCE_NODE) {
+        out = cJSON_CreateArray();
         for (yaml_node_item_t *it = node->data.sequence.items.start;
-             arr && it < node->data.sequence.items.top; it++) {
-            cJSON *child = yaml_node_to_json(doc, yaml_document_get_node(doc, *it), depth + 1);
-            if (!child) {
-                cJSON_Delete(arr);
-                return NULL;
-            }
-            cJSON_AddItemToArray(arr, child);
+             out && it < node->data.sequence.items.top; it++) {
+            cJSON *child = yaml_node_to_json(yc, yaml_document_get_node(yc->doc, *it), depth + 1);
+            if (!child) goto err;
+            cJSON_AddItemToArray(out, child);
         }
-        return arr;
-    }
-    if (node->type == YAML_MAPPING_NODE) {
-        cJSON *obj = cJSON_CreateObject();
+    } else if (node->type == YAML_MAPPING_NODE) {
+        out = cJSON_CreateObject();
         for (yaml_node_pair_t *p = node->data.mapping.pairs.start;
-             obj && p < node->data.mapping.pairs.top; p++) {
-            yaml_node_t *k = yaml_document_get_node(doc, p->key);
-            cJSON *child = yaml_node_to_json(doc, yaml_document_get_node(doc, p->value), depth + 1);
-            if (!k || k->type != YAML_SCALAR_NODE || !child) {
-                cJSON_Delete(child);
-                cJSON_Delete(obj);
-                return NULL;
+             out && p < node->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(yc->doc, p->key);
+            if (!k || k->type != YAML_SCALAR_NODE) {
+                snprintf(yc->err, yc->errlen, "%s: line %zu: expected a scalar key", yc->what,
+                         k ? k->start_mark.line + 1 : node->start_mark.line + 1);
+                goto err;
             }
-            cJSON_AddItemToObject(obj, (const char *)k->data.scalar.value, child);
+            if (yaml_charge(yc, k, depth + 1)) goto err;
+            cJSON *child =
+                yaml_node_to_json(yc, yaml_document_get_node(yc->doc, p->value), depth + 1);
+            if (!child) goto err;
+            cJSON_AddItemToObject(out, (const char *)k->data.scalar.value, child);
         }
-        return obj;
     }
+    if (!out) snprintf(yc->err, yc->errlen, "%s: out of memory reading the YAML", yc->what);
+    yc->repeat = outer;
+    return out;
+err:
+    yc->repeat = outer;
+    cJSON_Delete(out);
     return NULL;
 }
 
@@ -124,8 +188,16 @@ static cJSON *parse_yaml(const char *text, const char *what, char *err, size_t e
         return NULL;
     }
     yaml_node_t *top = yaml_document_get_root_node(&doc);
-    root = top ? yaml_node_to_json(&doc, top, 0) : NULL;
-    if (!root) snprintf(err, errlen, "%s: expected a YAML mapping with `layers:`", what);
+    if (top) {
+        size_t own = 0;
+        for (yaml_node_t *n = doc.nodes.start; n < doc.nodes.top; n++) own += yaml_node_cost(n);
+        YamlConv yc = {.doc = &doc, .what = what, .err = err, .errlen = errlen,
+                       .seen = xcalloc((size_t)(doc.nodes.top - doc.nodes.start), 1),
+                       .limit = own + (own > YAML_ALIAS_SLACK ? own : YAML_ALIAS_SLACK)};
+        root = yaml_node_to_json(&yc, top, 0);
+        free(yc.seen);
+    }
+    if (!top) snprintf(err, errlen, "%s: expected a YAML mapping with `layers:`", what);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     return root;
