@@ -13,7 +13,11 @@
 
 #include "util.h"
 
+/* An object's name: NAME_PREFIX, the creator's pid, '-' and NAME_RANDOM random bytes in
+ * lowercase hex, NUL-terminated within NAME_BYTES (at most 11 + 10 + 1 + 32 + 1). */
 #define NAME_BYTES 64
+#define NAME_PREFIX "/kubetrain-"
+#define NAME_RANDOM 16
 #define BLOCK_FLOATS 2048 /* the running sum of world > 2 ranks, kept in L1 */
 
 typedef struct Shm {
@@ -98,6 +102,42 @@ static int shm_allreduce_sum(Collective *c, float *buf, size_t n, char *err, siz
 #undef CHUNK
 }
 
+/* 1 when a peer's name is one that share_own makes. A name is a file under /dev/shm,
+ * so anything else — no NUL within NAME_BYTES, another prefix, a '/', "..", a length
+ * of its own — is refused before shm_open: a rank of another trainer version, or a
+ * bug, must not make this one open what it names. */
+static int name_is_kubetrain(const char name[NAME_BYTES])
+{
+    const char *end = memchr(name, '\0', NAME_BYTES);
+    const size_t plen = sizeof NAME_PREFIX - 1;
+    if (!end || (size_t)(end - name) <= plen || memcmp(name, NAME_PREFIX, plen) != 0) return 0;
+    const char *p = name + plen, *pid = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    if (p == pid || p - pid > 10 || p == end || *p++ != '-' || end - p != 2 * NAME_RANDOM)
+        return 0;
+    for (; p < end; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return 0;
+    return 1;
+}
+
+/* The reason a peer's name is refused, in why, with the name's bytes as printable text. */
+static void why_bad_name(int rank, const char name[NAME_BYTES], char *why, size_t whylen)
+{
+    char shown[4 * NAME_BYTES + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < NAME_BYTES && name[i]; i++) {
+        const unsigned char ch = (unsigned char)name[i];
+        const int plain = ch >= 0x20 && ch < 0x7f && ch != '\\';
+        n += (size_t)snprintf(shown + n, sizeof shown - n, plain ? "%c" : "\\x%02x", ch);
+    }
+    shown[n] = '\0';
+    snprintf(why, whylen, "rank %d sent \"%s\"%s for its shared memory, not a name of the form "
+                          NAME_PREFIX "<pid>-<%d hex digits>; it is not opened (are all ranks "
+                          "the same trainer version?)",
+             rank, shown, memchr(name, '\0', NAME_BYTES) ? "" : " (unterminated)",
+             2 * NAME_RANDOM);
+}
+
 /* Opens peer `name` read-only; NULL (reason in why) where this host has no such object
  * of this user's and this size. */
 static const float *open_peer(const char *name, size_t bytes, char *why, size_t whylen)
@@ -132,12 +172,12 @@ static const float *open_peer(const char *name, size_t bytes, char *why, size_t 
  * may be lost (its remapping failed). */
 static int share_own(Shm *s, char name[NAME_BYTES], char *why, size_t whylen)
 {
-    unsigned char rnd[16];
+    unsigned char rnd[NAME_RANDOM];
     if (RAND_bytes(rnd, sizeof rnd) != 1) {
         snprintf(why, whylen, "no random bytes for a name");
         return 1;
     }
-    int len = snprintf(name, NAME_BYTES, "/kubetrain-%ld-", (long)getpid());
+    int len = snprintf(name, NAME_BYTES, NAME_PREFIX "%ld-", (long)getpid());
     for (size_t i = 0; i < sizeof rnd; i++)
         len += snprintf(name + len, (size_t)(NAME_BYTES - len), "%02x", rnd[i]);
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -199,6 +239,9 @@ static int shm_share_arena(Collective *c, float *arena, size_t bytes, char *err,
         if (r == c->rank) continue;
         if (!names[r][0]) {
             snprintf(why, sizeof why, "rank %d has no shared arena", r);
+            ok = 0;
+        } else if (!name_is_kubetrain(names[r])) {
+            why_bad_name(r, names[r], why, sizeof why);
             ok = 0;
         } else if (!(s->views[r] = open_peer(names[r], bytes, why, sizeof why))) {
             ok = 0;

@@ -15,7 +15,10 @@
  * but with /dev/shm of their own) every rank keeps the ring, which also carries the
  * barriers, broadcasts, small all-reduces and every failure report (a lost peer fails
  * the next barrier with the ring's message). The objects are unlinked as soon as every
- * rank has opened them, so nothing is left in /dev/shm.
+ * rank has opened them, so nothing is left in /dev/shm. A name from a peer that is not
+ * one a trainer makes (/kubetrain-<pid>-<32 hex digits>, NUL-terminated) is never
+ * opened: every rank keeps the ring, and the rank that saw it logs it with the sender's
+ * rank.
  *
  * KUBETRAIN_SHM=0 in the environment of any rank keeps every rank's all-reduces on the
  * ring. */
