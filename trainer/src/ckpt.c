@@ -173,6 +173,93 @@ static void remove_temporaries(const char *dir)
     closedir(d);
 }
 
+static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *ob, char *why,
+                       size_t whylen);
+
+/* Whether a checkpoint that verified belongs to this run: its model signature and arena
+ * sizes are this run's. Returns 0, or -EPROTO with the two differing values in why. */
+static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const char *signature,
+                       size_t params_bytes, size_t opt_bytes, char *why, size_t whylen)
+{
+    if (strcmp(got->model_signature, signature) != 0) {
+        snprintf(why, whylen, "written for model \"%s\", this run's model is \"%s\"",
+                 got->model_signature, signature);
+        return -EPROTO;
+    }
+    if (pb != params_bytes || ob != opt_bytes) {
+        snprintf(why, whylen, "holds %" PRIu64 " parameter and %" PRIu64 " optimizer bytes, this "
+                              "run has %zu and %zu (another optimizer?)",
+                 pb, ob, params_bytes, opt_bytes);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+/* Moves the checkpoint at path aside to <path>.bad, kept for inspection: it is no longer
+ * a checkpoint name, so neither a load nor a later save looks at it again. */
+static void move_aside(const char *path, const char *why, uint64_t step, uint64_t written)
+{
+    char bad[PATH_MAX];
+    if (snprintf(bad, sizeof bad, "%s.bad", path) >= (int)sizeof bad) return;
+    if (rename(path, bad) < 0) {
+        if (errno != ENOENT)
+            util_log("checkpoint %s: %s; cannot move it aside to %s: %s", path, why, bad,
+                     strerror(errno));
+        return;
+    }
+    util_log("checkpoint %s: %s; moved aside to %s%s", path, why, bad,
+             step > written ? " (newer than the checkpoint just written, it would have been "
+                              "the one a restart looks at first)"
+                            : "");
+}
+
+/* After a save of step st->global_step: keeps it and the newest keep - 1 older ones that
+ * are valid for this run, deletes the older others, and moves every invalid one it
+ * looks at aside (move_aside). A newer one than the one just written is one this run did
+ * not write (skipped as invalid when the run started, or put there since): it is verified
+ * whole; invalid, it is moved aside; valid, it is left and said, never deleted (a restart
+ * will resume from it). Older ones are verified whole down to the keep - 1 valid it
+ * keeps (in the steady state keep - 1 reads of files the page cache holds, against one
+ * write) and deleted unread past them. A file that cannot be read now (an I/O error) is
+ * left as it is and not counted as kept. */
+static void prune(const char *dir, int keep, const CkptState *st, size_t params_bytes,
+                  size_t opt_bytes)
+{
+    uint64_t *steps;
+    int n = list_steps(dir, &steps), kept = 1;
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX], why[1024];
+        const int newer = steps[i] > st->global_step;
+        if (steps[i] == st->global_step ||
+            snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]) >=
+                (int)sizeof path)
+            continue;
+        if (!newer && kept >= keep) {
+            if (unlink(path) < 0 && errno != ENOENT)
+                util_log("checkpoint %s: cannot delete: %s", path, strerror(errno));
+            continue;
+        }
+        CkptState got;
+        uint64_t pb, ob;
+        int v = verify_file(path, &got, &pb, &ob, why, sizeof why);
+        if (v == 0)
+            v = check_owner(&got, pb, ob, st->model_signature, params_bytes, opt_bytes, why,
+                            sizeof why);
+        if (v == -EBADMSG || v == -EPROTO)
+            move_aside(path, why, steps[i], st->global_step);
+        else if (v < 0 && v != -ENOENT)
+            util_log("checkpoint %s: cannot check it: %s; left as it is", path, why);
+        else if (v == 0 && newer)
+            util_log("warning: checkpoint %s is valid and newer than step %" PRIu64 " just "
+                     "written, which this run did not write: a restart resumes from it (is "
+                     "another job writing to %s?)",
+                     path, st->global_step, dir);
+        else if (v == 0)
+            kept++;
+    }
+    free(steps);
+}
+
 int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen)
 {
@@ -231,16 +318,7 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
         snprintf(err, errlen, "checkpoint directory %s: fsync: %s", dir, strerror(-rc));
         return rc;
     }
-
-    uint64_t *steps;
-    int n = list_steps(dir, &steps);
-    for (int i = keep; i < n; i++) {
-        char old[PATH_MAX];
-        if (snprintf(old, sizeof old, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]) < (int)sizeof old &&
-            unlink(old) < 0 && errno != ENOENT)
-            util_log("checkpoint %s: cannot delete: %s", old, strerror(errno));
-    }
-    free(steps);
+    prune(dir, keep, st, params_bytes, opt_bytes);
     return 0;
 err:
     snprintf(err, errlen, "checkpoint %s: %s", tmp, strerror(-rc));
@@ -342,7 +420,7 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
     }
     int rc = -EBADMSG, skipped = 0;
     for (int i = 0; i < n; i++) {
-        char path[PATH_MAX], why[256];
+        char path[PATH_MAX], why[1024];
         snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]);
         CkptState got;
         uint64_t pb, ob;
@@ -352,23 +430,17 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
             skipped++;
             continue;
         }
+        if (v == -ENOENT) continue; /* deleted since the listing (a writer's keep-N) */
         if (v < 0) {
             snprintf(err, errlen, "checkpoint %s: %s", path, why);
             rc = v;
             break;
         }
-        if (strcmp(got.model_signature, model_signature) != 0) {
-            snprintf(err, errlen, "checkpoint %s: written for model \"%s\", this run's model is "
-                                  "\"%s\"; use another --checkpoint-dir",
-                     path, got.model_signature, model_signature);
-            rc = -EPROTO;
-            break;
-        }
-        if (pb != params_bytes || ob != opt_bytes) {
-            snprintf(err, errlen, "checkpoint %s: holds %" PRIu64 " parameter and %" PRIu64
-                                  " optimizer bytes, this run has %zu and %zu (another optimizer?)",
-                     path, pb, ob, params_bytes, opt_bytes);
-            rc = -EPROTO;
+        if ((rc = check_owner(&got, pb, ob, model_signature, params_bytes, opt_bytes, why,
+                              sizeof why))) {
+            snprintf(err, errlen, "checkpoint %s: %s%s", path, why,
+                     strcmp(got.model_signature, model_signature) ? "; use another --checkpoint-dir"
+                                                                  : "");
             break;
         }
         int fd = open(path, O_RDONLY | O_CLOEXEC);

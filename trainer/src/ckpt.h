@@ -1,7 +1,9 @@
 /* ckpt — checkpoints on the shared volume: a header (model signature, world size,
  * position in training, RNG and data cursor), the parameter arena, the optimizer state
  * arena and a checksum, written atomically (temporary name, fsync, rename, directory
- * fsync) as <dir>/ckpt-<global step>.kt, keeping the newest N. Loading takes the newest
+ * fsync) as <dir>/ckpt-<global step>.kt, keeping the one just written and the newest
+ * valid older ones, N in all; an invalid one (corrupt, truncated, another model's) is
+ * moved aside to <name>.bad rather than left to be the newest. Loading takes the newest
  * valid one and reports and skips those that are truncated or fail their checksum.
  *
  * Checksum: zlib's crc32 over everything before it. The threat is a torn or bit-rotted
@@ -39,9 +41,16 @@ typedef struct CkptLoadInfo {
 } CkptLoadInfo;
 
 /* Writes a checkpoint of `st`, `params` (params_bytes) and `opt` (opt_bytes; NULL with
- * 0 when the optimizer has no state) into dir, creating dir if needed, then deletes
- * all but the newest `keep` (>= 1) checkpoints and any temporary file a crashed writer
- * left. Only the chief calls it. Returns 0 or a negative errno with the reason in err. */
+ * 0 when the optimizer has no state) into dir, creating dir if needed, and removes any
+ * temporary file a crashed writer left. Then it keeps `keep` (>= 1) checkpoints: the one
+ * just written, never deleted, and the newest keep - 1 older ones that are valid for
+ * this model (signature and arena sizes of st and the sizes given), deleting the older
+ * others. Invalid ones (corrupt, truncated, another model's), every one newer than the
+ * one just written and the older ones it looks at, are moved aside to <name>.bad and
+ * logged, so that a corrupt or foreign file with a higher step never outlives this
+ * run's checkpoints nor is the one a restart finds first; a valid newer one is left (a
+ * restart resumes from it) and logged. Only the chief calls it. Returns 0 or a negative
+ * errno with the reason in err. */
 int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen);
 

@@ -1,6 +1,7 @@
-/* Checkpoints: exact round trip, keep-N pruning, a corrupt or truncated newest file
- * skipped for the previous, another model refused, and a writer that died before its
- * rename leaving the previous checkpoint loadable. */
+/* Checkpoints: exact round trip, keep-N pruning (the checkpoint just written and the
+ * newest valid ones kept, corrupt or foreign ones moved aside), a corrupt or truncated
+ * newest file skipped for the previous, another model refused, and a writer that died
+ * before its rename leaving the previous checkpoint loadable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -283,6 +284,114 @@ static void test_crash_before_rename_keeps_previous(void **state)
     assert_memory_equal(p, f->params, sizeof p);
 }
 
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    static char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in), fclose(out);
+}
+
+/* Whether dir/name exists, with the listing in the failure message. */
+static void expect_file(Fixture *f, const char *name, int present)
+{
+    char p[256], all[1024] = "";
+    snprintf(p, sizeof p, "%s/%s", f->dir, name);
+    if ((access(p, F_OK) == 0) == present) return;
+    DIR *d = opendir(f->dir);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') strncat(strncat(all, " ", sizeof all - strlen(all) - 1),
+                                         e->d_name, sizeof all - strlen(all) - 1);
+    closedir(d);
+    fail_msg("%s: expected %s; the directory holds:%s", name, present ? "present" : "absent",
+             all);
+}
+
+/* A corrupt checkpoint with a higher step than the run's (a restart skipped it for the
+ * previous one): with --keep-checkpoints 1 every save used to delete the checkpoint it
+ * had just written, by step order, and leave the corrupt one, the only one a restart
+ * then found. Now the save keeps what it wrote and moves the corrupt one aside. */
+static void test_corrupt_newer_never_wins(void **state)
+{
+    Fixture *f = *state;
+    save(f, 2, 1);
+    char from[256], bad[256];
+    path_of(f, 2, from, sizeof from);
+    path_of(f, 1000, bad, sizeof bad);
+    copy_file(from, bad);
+    flip_byte(bad, 360 + 4 * 5000);
+    expect_load(f, 2, 1);
+    for (uint64_t step = 4; step <= 8; step += 2) {
+        save(f, step, 1);
+        char name[32];
+        snprintf(name, sizeof name, "ckpt-%llu.kt", (unsigned long long)step);
+        expect_file(f, name, 1);
+    }
+    expect_file(f, "ckpt-1000.kt", 0);
+    expect_file(f, "ckpt-1000.kt.bad", 1);
+    expect_file(f, "ckpt-6.kt", 0);
+    assert_int_equal(count_files(f->dir), 2);
+    expect_load(f, 8, 0);
+}
+
+/* A valid checkpoint of another model with a higher step would make every restart exit
+ * 3; the save moves it aside too. */
+static void test_foreign_newer_moved_aside(void **state)
+{
+    Fixture *f = *state;
+    char err[512];
+    CkptState other = state_at(1000);
+    snprintf(other.model_signature, sizeof other.model_signature, "mlp:101770");
+    assert_int_equal(ckpt_save(f->dir, 5, &other, f->params, sizeof f->params, NULL, 0, err,
+                               sizeof err),
+                     0);
+    save(f, 10, 2);
+    save(f, 20, 2);
+    expect_file(f, "ckpt-1000.kt", 0);
+    expect_file(f, "ckpt-1000.kt.bad", 1);
+    expect_file(f, "ckpt-10.kt", 1);
+    expect_load(f, 20, 0);
+}
+
+/* A valid checkpoint of this model newer than the one just written (another writer):
+ * never deleted, even by --keep-checkpoints 1, and the one a restart resumes from. */
+static void test_valid_newer_left(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 5);
+    save(f, 1000, 5);
+    save(f, 20, 1);
+    expect_file(f, "ckpt-1000.kt", 1);
+    expect_file(f, "ckpt-20.kt", 1);
+    expect_file(f, "ckpt-10.kt", 0);
+    expect_load(f, 1000, 0);
+}
+
+/* The kept ones are the newest valid: a corrupt older one does not take a place. */
+static void test_corrupt_older_not_kept(void **state)
+{
+    Fixture *f = *state;
+    save(f, 10, 3);
+    save(f, 20, 3);
+    save(f, 30, 3);
+    char p[256];
+    path_of(f, 20, p, sizeof p);
+    flip_byte(p, 360 + 4 * 7);
+    save(f, 40, 3);
+    expect_file(f, "ckpt-40.kt", 1);
+    expect_file(f, "ckpt-30.kt", 1);
+    expect_file(f, "ckpt-10.kt", 1);
+    expect_file(f, "ckpt-20.kt", 0);
+    expect_file(f, "ckpt-20.kt.bad", 1);
+    save(f, 50, 3);
+    expect_file(f, "ckpt-10.kt", 0);
+    assert_int_equal(count_files(f->dir), 4); /* 50, 40, 30 and 20's .bad */
+}
+
 static void test_bad_keep(void **state)
 {
     Fixture *f = *state;
@@ -303,6 +412,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_all_corrupt_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_before_rename_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_newer_never_wins, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_newer_moved_aside, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_valid_newer_left, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_older_not_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_keep, setup, teardown),
     };
     return cmocka_run_group_tests_name("ckpt", tests, NULL, NULL);

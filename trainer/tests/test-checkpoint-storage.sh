@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The real binary (ASan+UBSan build) against a checkpoint directory that misbehaves: a
+# corrupt checkpoint with a higher step than the run's, kept by --keep-checkpoints 1 while
+# the run's own were deleted (a restart then found only it and exited 3).
+set -euo pipefail
+source e2e/lib/tap.sh
+BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
+DATA=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
+export OPENBLAS_NUM_THREADS=1 KUBETRAIN_TERMINATION_FILE=$tmp/termination
+
+if [ ! -x "$BIN" ]; then tap_skip "checkpoint storage" "$BIN is not built"; tap_done; exit; fi
+if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
+  tap_skip "checkpoint storage" "no Fashion-MNIST in $DATA"; tap_done; exit
+fi
+
+# mlp with SGD: 101770 parameters, no optimizer state, 407444 bytes per checkpoint
+run=(--model mlp --per-worker-batch 8 --seed 5 --tensorboard-dir "$tmp/tb")
+ls_ck() { (cd "$1" && ls -A | tr '\n' ' '); }
+
+# --- a corrupt checkpoint newer than the run's, --keep-checkpoints 1 ---------------------
+ck=$tmp/ck
+"$BIN" "${run[@]}" --epochs 1 --steps-per-epoch 2 --checkpoint-dir "$ck" >/dev/null 2>&1
+cp "$ck/ckpt-2.kt" "$ck/ckpt-1000.kt"
+printf '\xff' | dd of="$ck/ckpt-1000.kt" bs=1 seek=5000 conv=notrunc status=none
+rc=0
+"$BIN" "${run[@]}" --epochs 2 --steps-per-epoch 6 --checkpoint-dir "$ck" \
+  --checkpoint-every-steps 2 --keep-checkpoints 1 >/dev/null 2>"$tmp/k1.err" || rc=$?
+if [[ $rc -eq 0 && -f $ck/ckpt-12.kt && ! -e $ck/ckpt-1000.kt && -f $ck/ckpt-1000.kt.bad ]] &&
+   [[ $(ls "$ck" | grep -c '^ckpt-[0-9]*\.kt$') -eq 1 ]] &&
+   grep -q "ckpt-1000.kt: checksum mismatch .*moved aside to .*ckpt-1000.kt.bad" "$tmp/k1.err"
+then
+  tap_ok "--keep-checkpoints 1 keeps the checkpoint just written, moves the corrupt newer one aside"
+else
+  tap_fail "--keep-checkpoints 1 with a corrupt newer checkpoint" \
+    "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/k1.err")"
+fi
+rc=0
+"$BIN" "${run[@]}" --epochs 3 --steps-per-epoch 6 --checkpoint-dir "$ck" --keep-checkpoints 1 \
+  >/dev/null 2>"$tmp/k2.err" || rc=$?
+if [[ $rc -eq 0 ]] && grep -q "resuming from .*ckpt-12.kt" "$tmp/k2.err"; then
+  tap_ok "the restart resumes from the run's own newest checkpoint (step 12)"
+else
+  tap_fail "restart after --keep-checkpoints 1" \
+    "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/k2.err")"
+fi
+
+tap_done
