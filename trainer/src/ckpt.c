@@ -195,6 +195,20 @@ static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const cha
     return 0;
 }
 
+/* strerror(-rc), with the two ways a volume runs out of room said plainly. */
+static void describe_io_error(int rc, char *out, size_t outlen)
+{
+    if (rc == -ENOSPC || rc == -EDQUOT)
+        snprintf(out, outlen, "disk full (%s)", strerror(-rc));
+    else
+        snprintf(out, outlen, "%s", strerror(-rc));
+}
+
+int ckpt_error_retryable(int rc)
+{
+    return rc == -ENOSPC || rc == -EDQUOT || rc == -EIO || rc == -ESTALE || rc == -ETIMEDOUT;
+}
+
 /* Moves the checkpoint at path aside to <path>.bad, kept for inspection: it is no longer
  * a checkpoint name, so neither a load nor a later save looks at it again. */
 static void move_aside(const char *path, const char *why, uint64_t step, uint64_t written)
@@ -269,8 +283,10 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
         snprintf(err, errlen, "checkpoint keep count %d: expected at least 1", keep);
         return -EINVAL;
     }
+    char why[256];
     if ((rc = util_mkdir_p(dir)) < 0) {
-        snprintf(err, errlen, "checkpoint directory %s: %s", dir, strerror(-rc));
+        describe_io_error(rc, why, sizeof why);
+        snprintf(err, errlen, "checkpoint directory %s: %s", dir, why);
         return rc;
     }
     remove_temporaries(dir);
@@ -315,13 +331,19 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
         goto err;
     }
     if ((rc = fsync_dir(dir)) < 0) {
-        snprintf(err, errlen, "checkpoint directory %s: fsync: %s", dir, strerror(-rc));
+        describe_io_error(rc, why, sizeof why);
+        snprintf(err, errlen, "checkpoint directory %s: fsync after writing %s: %s", dir, final,
+                 why);
         return rc;
     }
     prune(dir, keep, st, params_bytes, opt_bytes);
     return 0;
 err:
-    snprintf(err, errlen, "checkpoint %s: %s", tmp, strerror(-rc));
+    describe_io_error(rc, why, sizeof why);
+    snprintf(err, errlen, "checkpoint %s: %s while writing it (as %s); the older checkpoints are "
+                          "kept%s",
+             final, why, tmp,
+             rc == -ENOSPC || rc == -EDQUOT ? ": free space on the volume or make it larger" : "");
     if (fd >= 0) close(fd);
     unlink(tmp);
     return rc;

@@ -50,9 +50,16 @@ typedef struct CkptLoadInfo {
  * logged, so that a corrupt or foreign file with a higher step never outlives this
  * run's checkpoints nor is the one a restart finds first; a valid newer one is left (a
  * restart resumes from it) and logged. Only the chief calls it. Returns 0 or a negative
- * errno with the reason in err. */
+ * errno with the reason in err, which names the file (and says "disk full" for ENOSPC
+ * and EDQUOT); on failure the older checkpoints are left as they were. */
 int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen);
+
+/* 1 when rc, an error of ckpt_save, is trouble with the storage that a later attempt may
+ * not meet (the volume full or over quota, an I/O error, a stale or timed-out network
+ * file system): the CLI exits 75, which is retried, rather than 3 (a permission denied,
+ * a read-only volume or a path too long stay 3: a restart meets them again). */
+int ckpt_error_retryable(int rc);
 
 /* Loads the newest valid checkpoint in dir into *st, params and opt, whose sizes must
  * equal the ones saved. Files that are truncated or fail the checksum are logged and

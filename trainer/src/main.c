@@ -11,7 +11,7 @@
  * Exit codes (shared/DESIGN.md): 0 done, 2 bad usage or configuration (malformed
  * TF_CONFIG, peers that disagree or do not know the secret), 3 bad data, model or
  * checkpoint, 75 retry (peers never came or were lost, stopped by SIGTERM after the
- * checkpoint), 128+n killed by signal n. */
+ * checkpoint, the checkpoint volume full or failing), 128+n killed by signal n. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
@@ -234,7 +234,9 @@ static void checkpoint_signature(const Trainer *t, char out[CKPT_SIGNATURE_MAX])
                  optim_kind_name(t->cfg.optimizer));
 }
 
-static int checkpoint_save(Trainer *t, char *err, size_t errlen)
+/* Saves a checkpoint; on error sets *exit_code: 75 for trouble with the storage or the
+ * device that a restart may not meet (ckpt_error_retryable), else 3. */
+static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
 {
     CkptState cs;
     memset(&cs, 0, sizeof cs);
@@ -250,24 +252,30 @@ static int checkpoint_save(Trainer *t, char *err, size_t errlen)
     cs.optimizer_iter = (uint64_t)t->opt->iterations;
     double t0 = util_now();
     int rc = trainer_sync_host(t, err, errlen);
-    if (rc) return rc;
+    if (rc) {
+        *exit_code = KT_EXIT_RETRY;
+        return rc;
+    }
     rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
                    t->model->num_params * sizeof(float), t->opt->state,
                    t->opt->state_floats * sizeof(float), err, errlen);
-    if (!rc)
-        util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
-    return rc;
+    if (rc) {
+        *exit_code = ckpt_error_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_DATA;
+        return rc;
+    }
+    util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
+    return 0;
 }
 
 /* The after-step hook of the chief: a checkpoint every --checkpoint-every-steps steps,
  * at the end of every epoch, and when the run is being stopped. */
-static int checkpoint_hook(Trainer *t, void *ctx, char *err, size_t errlen)
+static int checkpoint_hook(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen)
 {
     (void)ctx;
     int every = t->cfg.checkpoint_every_steps;
     if ((every > 0 && t->st.global_step % every == 0) || t->st.step_in_epoch == t->steps_per_epoch ||
         t->stopping)
-        return checkpoint_save(t, err, errlen);
+        return checkpoint_save(t, exit_code, err, errlen);
     return 0;
 }
 

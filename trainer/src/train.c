@@ -385,7 +385,8 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
                               .learning_rate = t->opt->cfg.lr, .allreduce_seconds = allreduce_s,
                               .step_seconds = step_s};
             metrics_step(t->metrics, epoch, t->st.global_step, &ms);
-            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, err, errlen))) goto fail;
+            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
+                goto fail;
             if (t->stopping) {
                 snprintf(err, errlen, "stopped by a signal after step %ld (epoch %d, step %ld of "
                          "%ld)", t->st.global_step, epoch, t->st.step_in_epoch, t->steps_per_epoch);

@@ -27,9 +27,10 @@ typedef struct {
 typedef struct Trainer Trainer;
 struct GpuModel;
 
-/* Called after every completed step (state already advanced); returns 0 or a negative
- * errno with err filled, which ends the run with that error. */
-typedef int (*TrainStepHook)(Trainer *t, void *ctx, char *err, size_t errlen);
+/* Called after every completed step (state already advanced); returns 0, or a negative
+ * errno with err filled and *exit_code set (it comes preset to KT_EXIT_DATA), which ends
+ * the run with that error and code. */
+typedef int (*TrainStepHook)(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen);
 
 struct Trainer {
     Config cfg;

@@ -10,7 +10,8 @@
 #define KT_EXIT_OK 0
 #define KT_EXIT_USAGE 2 /* bad flag, env or configuration */
 #define KT_EXIT_DATA 3  /* bad data, model or checkpoint that cannot be recovered */
-#define KT_EXIT_RETRY 75 /* a peer was lost, peers never came, preempted after saving */
+#define KT_EXIT_RETRY 75 /* a peer was lost, peers never came, preempted after saving, the
+                            checkpoint volume full or failing */
 
 /* Sets the prefix of log lines ("kubetrain-trainer[rank 1]"); the string is copied. */
 void util_set_log_prefix(const char *prefix);

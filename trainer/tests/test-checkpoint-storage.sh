@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # The real binary (ASan+UBSan build) against a checkpoint directory that misbehaves: a
 # corrupt checkpoint with a higher step than the run's, kept by --keep-checkpoints 1 while
-# the run's own were deleted (a restart then found only it and exited 3).
+# the run's own were deleted (a restart then found only it and exited 3); and a volume
+# that fills up mid-run (a real tmpfs with a size limit: root mounts it), which must exit
+# 75 (retried), say "disk full" naming the checkpoint, keep the older checkpoints and
+# resume from them once there is room.
 set -euo pipefail
 source e2e/lib/tap.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+mounted=
+cleanup() {
+  if [[ -n $mounted ]]; then umount "$mounted" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
 export OPENBLAS_NUM_THREADS=1 KUBETRAIN_TERMINATION_FILE=$tmp/termination
 
@@ -47,4 +55,39 @@ else
     "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/k2.err")"
 fi
 
+# --- the checkpoint volume fills up --------------------------------------------------------
+small=$tmp/small
+mkdir -p "$small"
+if [[ $(id -u) -ne 0 ]]; then
+  tap_skip "a full checkpoint volume" "mounting a tmpfs needs root"
+  tap_done; exit
+fi
+# 1000 KiB: room for two checkpoints (100 pages each), not three
+mount -t tmpfs -o size=1000k tmpfs "$small"
+mounted=$small
+rc=0
+"$BIN" "${run[@]}" --epochs 1 --steps-per-epoch 6 --checkpoint-dir "$small" \
+  --checkpoint-every-steps 1 >/dev/null 2>"$tmp/full.err" || rc=$?
+msg=$(tail -1 "$tmp/full.err")
+if [[ $rc -eq 75 && $msg == *"ckpt-3.kt: disk full (No space left on device)"* &&
+      $msg == *"older checkpoints are kept"* ]] && grep -qF '"error"' "$tmp/termination"; then
+  tap_ok "a full volume: exit 75 (retried), 'disk full' naming the checkpoint"
+else
+  tap_fail "a full volume: exit 75 with 'disk full'" "rc=$rc: $msg"
+fi
+if [[ $(ls_ck "$small") == "ckpt-1.kt ckpt-2.kt " ]]; then
+  tap_ok "the older checkpoints are kept and no temporary file is left"
+else
+  tap_fail "older checkpoints kept after ENOSPC" "dir: $(ls_ck "$small")"
+fi
+# the operator makes room; the retried run resumes where the last checkpoint was
+mount -o remount,size=4m "$small"
+rc=0
+"$BIN" "${run[@]}" --epochs 1 --steps-per-epoch 6 --checkpoint-dir "$small" \
+  --checkpoint-every-steps 1 >/dev/null 2>"$tmp/retry.err" || rc=$?
+if [[ $rc -eq 0 ]] && grep -q "resuming from .*ckpt-2.kt" "$tmp/retry.err"; then
+  tap_ok "with room again the retried run resumes from step 2 and finishes"
+else
+  tap_fail "retry after making room" "rc=$rc $(tail -3 "$tmp/retry.err")"
+fi
 tap_done
