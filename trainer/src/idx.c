@@ -127,6 +127,7 @@ int idx_load_dataset(IdxDataset *ds, const char *dir, const char *prefix, int nu
     ds->count = idims[0];
     ds->rows = (int)idims[1];
     ds->cols = (int)idims[2];
+    snprintf(ds->images_path, sizeof ds->images_path, "%s", ipath);
     return 0;
 err:
     idx_dataset_free(ds);

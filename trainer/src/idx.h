@@ -13,6 +13,7 @@ typedef struct {
     uint8_t *labels; /* (count) */
     size_t count;
     int rows, cols;
+    char images_path[4096]; /* the images file read, for messages about its shape */
 } IdxDataset;
 
 /* Reads one IDX file of unsigned bytes with `ndims` dimensions (3 for images, 1 for
@@ -26,8 +27,8 @@ int idx_read(const char *path, int ndims, uint8_t **data, uint32_t dims[3], char
 
 /* Loads "<dir>/<prefix>-images-idx3-ubyte[.gz]" and "<dir>/<prefix>-labels-idx1-ubyte[.gz]"
  * (prefix "train" or "t10k"), checks that the two counts agree and that every label is
- * below num_classes. Returns 0 or a negative errno with err as above; free with
- * idx_dataset_free. */
+ * below num_classes (the caller checks the images' shape against its model). Returns 0
+ * or a negative errno with err as above; free with idx_dataset_free. */
 int idx_load_dataset(IdxDataset *ds, const char *dir, const char *prefix, int num_classes,
                      char *err, size_t errlen);
 

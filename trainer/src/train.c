@@ -45,6 +45,29 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* Whether the images of ds fit the model's input: rows x cols for an input_shape
+ * [rows, cols] or [rows, cols, 1], rows * cols values for a flat one. Every example is
+ * read as input_size values, so another size would read past the images' buffer, and
+ * another shape of the same size would train on scrambled pixels. Returns 0, or -EINVAL
+ * with err naming the file and both shapes. */
+static int check_images(const IdxDataset *ds, const Model *m, char *err, size_t errlen)
+{
+    const int *in = m->input_shape;
+    int fits = (size_t)ds->rows * (size_t)ds->cols == m->input_size;
+    if (m->input_rank >= 2) fits &= in[0] == ds->rows && in[1] == ds->cols;
+    if (fits) return 0;
+    char shape[64];
+    int n = snprintf(shape, sizeof shape, "[%d", in[0]);
+    for (int i = 1; i < m->input_rank; i++)
+        n += snprintf(shape + n, sizeof shape - (size_t)n, ", %d", in[i]);
+    snprintf(shape + n, sizeof shape - (size_t)n, "]");
+    snprintf(err, errlen, "%s: %dx%d images, but the model's input_shape is %s (%zu values per "
+             "example): use --data-dir with images of that shape, or a model whose input_shape "
+             "is [%d, %d]", ds->images_path, ds->rows, ds->cols, shape, m->input_size, ds->rows,
+             ds->cols);
+    return -EINVAL;
+}
+
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen)
 {
@@ -65,12 +88,9 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     if (cfg->eval && (rc = idx_load_dataset(&t->test, cfg->data_dir, "t10k",
                                             (int)t->model->num_classes, err, errlen)))
         goto err;
-    if ((size_t)t->train.rows * t->train.cols != t->model->input_size) {
-        snprintf(err, errlen, "%s: %dx%d images, but the model's input has %zu values",
-                 cfg->data_dir, t->train.rows, t->train.cols, t->model->input_size);
-        rc = -EINVAL;
+    if ((rc = check_images(&t->train, t->model, err, errlen)) ||
+        (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
         goto err;
-    }
     PipelineConfig pc = {.batch = cfg->per_worker_batch, .shuffle_buffer = (size_t)cfg->shuffle_buffer,
                          .seed = cfg->seed, .rank = coll->rank, .world = coll->world,
                          .policy = cfg->shard_policy};

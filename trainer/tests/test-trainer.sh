@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real binary (ASan+UBSan build) end to end on a few steps: determinism of the
 # weights hash, the metrics file and termination message, flag/env precedence, and
-# the exit code and one-line message of bad flags, model specs and data files.
+# the exit code and one-line message of bad flags, model specs and data files (images
+# of another shape than the model's input).
 source e2e/lib/tap.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
@@ -90,6 +91,35 @@ head -c 5000 "$DATA/train-images-idx3-ubyte.gz" >"$tmp/trunc/train-images-idx3-u
 cp "$DATA"/train-labels-idx1-ubyte* "$tmp/trunc/"
 expect_fail "truncated data" 3 "truncated IDX data" --data-dir "$tmp/trunc"
 expect_fail "metrics dir missing" 2 "--metrics-file" --metrics-file "$tmp/nodir/m.jsonl" --steps-per-epoch 1 --epochs 1
+# every data file's image shape against the model's input, at start-up: test images of
+# another size used to be read past their buffer at the first evaluation (SIGSEGV)
+idx_file() { # FILE COUNT [ROWS COLS]: zero images (COUNT x ROWS x COLS) or labels 0..9
+  python3 - "$@" <<'PY'
+import struct, sys
+path, dims = sys.argv[1], [int(d) for d in sys.argv[2:]]
+head = struct.pack(">I", 0x800 + len(dims)) + b"".join(struct.pack(">I", d) for d in dims)
+n = 1
+for d in dims:
+    n *= d
+body = bytes(n) if len(dims) == 3 else bytes(i % 10 for i in range(n))
+open(path, "wb").write(head + body)
+PY
+}
+mkdir -p "$tmp/tiny-test" "$tmp/odd-train"
+ln -s "$DATA"/train-* "$tmp/tiny-test/"
+idx_file "$tmp/tiny-test/t10k-images-idx3-ubyte" 10 1 1
+idx_file "$tmp/tiny-test/t10k-labels-idx1-ubyte" 10
+expect_fail "--eval with 1x1 test images" 3 \
+  "tiny-test/t10k-images-idx3-ubyte: 1x1 images, but the model's input_shape is [28, 28] (784" \
+  --data-dir "$tmp/tiny-test" --eval --model mlp --epochs 1 --steps-per-epoch 1
+# as many pixels in another shape: not the images the model was written for
+ln -s "$DATA"/t10k-* "$tmp/odd-train/"
+idx_file "$tmp/odd-train/train-images-idx3-ubyte" 20 14 56
+idx_file "$tmp/odd-train/train-labels-idx1-ubyte" 20
+expect_fail "14x56 training images for a 28x28 model" 3 \
+  "odd-train/train-images-idx3-ubyte: 14x56 images, but the model's input_shape is [28, 28]" \
+  --data-dir "$tmp/odd-train" --model mlp --epochs 1 --steps-per-epoch 1 --per-worker-batch 8
+
 ok=$(KUBETRAIN_PER_WORKER_BATCH=x "$BIN" --per-worker-batch 8 --epochs 1 --steps-per-epoch 1 --model mlp >/dev/null 2>&1; echo $?)
 [[ $ok -eq 2 ]] && tap_ok "a malformed env value fails even when a flag overrides it" || tap_fail "malformed env with flag" "rc=$ok"
 tap_done
