@@ -69,6 +69,12 @@ static const Option options[] = {
      "  print \"weights-sha256: <hex>\" of the final parameters"},
     {"threads", OPT_INT, offsetof(Config, threads), 0, 0, 1024,
      "N  GEMM threads (0: OPENBLAS_NUM_THREADS, else the CPUs available)"},
+    {"max-model-memory-gib", OPT_DOUBLE, offsetof(Config, max_model_memory_gib), 0, 0.001, 1e6,
+     "F  refuse at start-up (exit 3) a model whose parameters,\n"
+     "                             gradients, optimizer state and activations at\n"
+     "                             --per-worker-batch need more GiB (4; the built-in models\n"
+     "                             need 2 to 131 MiB at batch 64, tutorial-cnn 21 MiB plus\n"
+     "                             0.4 MiB per example; a GPU holds about as much again)"},
 };
 #define NUM_OPTIONS (sizeof options / sizeof options[0])
 
@@ -91,6 +97,7 @@ static void defaults(Config *c)
     c->keep_checkpoints = 5;
     c->index = -1;
     c->rendezvous_timeout = 300;
+    c->max_model_memory_gib = 4;
 }
 
 /* Sets option o from text v; `who` names the flag or variable in errors. */

@@ -43,6 +43,7 @@ typedef struct {
     double rendezvous_timeout;/* seconds */
     int print_weights_hash;
     int threads;              /* OpenBLAS threads, 0: OpenBLAS's own choice */
+    double max_model_memory_gib; /* bound on model_memory at the per-worker batch */
 } Config;
 
 /* Fills c with the defaults, then the environment, then argv[0..argc) (the options

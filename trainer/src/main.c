@@ -163,8 +163,8 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
 
     /* The rendezvous compares the model's signature, so build the model once for it. */
     Model *m;
-    int rc = model_create(&m, cfg->model, cfg->seed, err, sizeof err);
-    if (rc) util_fail(rc == -ENOENT ? KT_EXIT_USAGE : KT_EXIT_DATA, "%s", err);
+    int code, rc = trainer_create_model(&m, cfg, &code, err, sizeof err);
+    if (rc) util_fail(code, "%s", err);
     unsigned char *secret;
     size_t secret_len;
     if (net_secret_load(&secret, &secret_len, err, sizeof err)) util_fail(KT_EXIT_USAGE, "%s", err);

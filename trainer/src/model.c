@@ -534,8 +534,71 @@ static void make_signature(Model *m)
     util_sha256_hex(s, len, m->signature_sha256);
 }
 
-static int build(Model **out, const cJSON *root, const char *what, uint64_t seed, char *err,
-                 size_t errlen)
+/* Saturating arithmetic for model_memory: a spec may describe more bytes than a size_t. */
+static size_t sat_add(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static size_t sat_mul(size_t a, size_t b)
+{
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+static size_t sharded_params_max(const Model *m);
+static int dense_feeds_relu_conv(const Model *m, int i);
+
+ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
+{
+    const size_t b = (size_t)batch, f = sizeof(float);
+    ModelMemory mm = {0};
+    /* step(): a shard of at least GEMM_SHARD_MIN_EXAMPLES examples per thread, at most
+     * GEMM_MAX_SHARDS; the threads are not known yet, so the most the batch allows */
+    size_t shards = b / GEMM_SHARD_MIN_EXAMPLES;
+    shards = shards < 1 ? 1 : shards > GEMM_MAX_SHARDS ? GEMM_MAX_SHARDS : shards;
+    mm.weights = sat_add(sat_mul(m->num_params, f), model_grads_bytes(m->num_params));
+    mm.weights = sat_add(mm.weights, sat_mul(sat_mul(shards - 1, sharded_params_max(m)), f));
+    mm.weights = sat_add(mm.weights, sat_mul(sat_mul(m->num_params, state_per_param), f));
+    /* model_reserve's buffers, in its order */
+    size_t dmax = m->input_size, colmax = 0, dzero = 0;
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        const size_t out = sat_mul(sat_mul(b, l->out_size), f);
+        if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
+            mm.activations = sat_add(mm.activations, out);
+        if (l->type == LAYER_DROPOUT) mm.activations = sat_add(mm.activations, out);
+        if (l->type == LAYER_MAXPOOL)
+            mm.activations = sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size),
+                                                             sizeof(int32_t)));
+        if (l->type == LAYER_CONV2D) {
+            const ConvGeom *g = &l->conv;
+            size_t c = sat_mul(sat_mul(sat_mul(b, (size_t)g->oh * (size_t)g->ow),
+                                       (size_t)g->kh * (size_t)g->kw),
+                               (size_t)g->c);
+            mm.activations = sat_add(mm.activations, sat_mul(c, f));
+            colmax = c > colmax ? c : colmax;
+        }
+        dmax = l->out_size > dmax ? l->out_size : dmax;
+        dzero |= (size_t)dense_feeds_relu_conv(m, i);
+    }
+    mm.activations = sat_add(mm.activations, sat_mul(colmax, f));
+    mm.activations = sat_add(mm.activations, sat_mul(sat_mul(b, dmax), f * (2 + dzero)));
+    mm.total = sat_add(mm.weights, mm.activations);
+    return mm;
+}
+
+/* n bytes for a message: MiB below a GiB, else GiB. */
+static void format_bytes(char *out, size_t outlen, size_t n)
+{
+    if (n < ((size_t)1 << 30))
+        snprintf(out, outlen, "%.1f MiB", (double)n / (1 << 20));
+    else
+        snprintf(out, outlen, "%.1f GiB", (double)n / (1 << 30));
+}
+
+static int build(Model **out, const cJSON *root, const char *what, uint64_t seed,
+                 const ModelBudget *budget, char *err, size_t errlen)
 {
     SpecCtx sc = {.what = what, .err = err, .errlen = errlen, .index = -1};
     const cJSON *layers = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "layers");
@@ -601,6 +664,21 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         rc = spec_fail(&sc, "layers", "at most 2^28 parameters in all");
         goto err;
     }
+    ModelMemory mm;
+    if (budget && (mm = model_memory(m, budget->batch, budget->state_per_param)).total >
+                      budget->limit) {
+        char total[32], weights[32], acts[32], limit[32];
+        format_bytes(total, sizeof total, mm.total);
+        format_bytes(weights, sizeof weights, mm.weights);
+        format_bytes(acts, sizeof acts, mm.activations);
+        format_bytes(limit, sizeof limit, budget->limit);
+        snprintf(err, errlen, "%s: the model needs %s of memory (%zu parameters with their "
+                 "gradients and optimizer state: %s; activations of %d examples per step: %s), "
+                 "over the limit of %s", what, total, m->num_params, weights, budget->batch, acts,
+                 limit);
+        rc = -E2BIG;
+        goto err;
+    }
     m->params = xcalloc(m->num_params, sizeof(float));
     /* whole pages of its own, so that a collective can put the arena in memory shared
      * with ranks on the same host (shm.h); freed with munmap in model_free */
@@ -620,8 +698,8 @@ err:
     return rc;
 }
 
-int model_create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
-                           char *err, size_t errlen)
+static int create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
+                            const ModelBudget *budget, char *err, size_t errlen)
 {
     const char *p = text;
     while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
@@ -637,18 +715,30 @@ int model_create_from_text(Model **out, const char *text, const char *what, uint
     } else if (!(root = parse_yaml(p, what, err, errlen))) {
         return -EINVAL;
     }
-    int rc = build(out, root, what, seed, err, errlen);
+    int rc = build(out, root, what, seed, budget, err, errlen);
     cJSON_Delete(root);
     return rc;
 }
 
+int model_create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
+                           char *err, size_t errlen)
+{
+    return create_from_text(out, text, what, seed, NULL, err, errlen);
+}
+
 int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t errlen)
+{
+    return model_create_within(out, spec, seed, NULL, err, errlen);
+}
+
+int model_create_within(Model **out, const char *spec, uint64_t seed, const ModelBudget *budget,
+                        char *err, size_t errlen)
 {
     for (int i = 0; model_builtin_names[i]; i++)
         if (!strcmp(spec, model_builtin_names[i])) {
             char what[64];
             snprintf(what, sizeof what, "built-in model %s", spec);
-            return model_create_from_text(out, builtin_specs[i], what, seed, err, errlen);
+            return create_from_text(out, builtin_specs[i], what, seed, budget, err, errlen);
         }
     struct stat st;
     if (stat(spec, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -662,12 +752,12 @@ int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t
         size_t n = fread(text, 1, (size_t)st.st_size, f);
         fclose(f);
         text[n] = '\0';
-        int rc = model_create_from_text(out, text, spec, seed, err, errlen);
+        int rc = create_from_text(out, text, spec, seed, budget, err, errlen);
         free(text);
         return rc;
     }
     if (strstr(spec, "layers"))
-        return model_create_from_text(out, spec, "--model (inline spec)", seed, err, errlen);
+        return create_from_text(out, spec, "--model (inline spec)", seed, budget, err, errlen);
     snprintf(err, errlen, "--model %s: expected tutorial-cnn, tutorial-cnn-l2, cnn2, mlp, a model "
                           "JSON/YAML file or an inline spec with layers", spec);
     return -ENOENT;

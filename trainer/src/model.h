@@ -103,6 +103,35 @@ int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t
 int model_create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
                            char *err, size_t errlen);
 
+/* What a model asks of memory at start-up (model_memory), in bytes. */
+typedef struct {
+    size_t weights;     /* parameter and gradient arenas, the gradient arenas of the most
+                           shards a step may cut the batch into, the optimizer state */
+    size_t activations; /* model_reserve's buffers for the batch: outputs, dropout masks,
+                           maxpool argmax, im2col columns, activation gradients */
+    size_t total;       /* their sum (SIZE_MAX when it does not fit a size_t) */
+} ModelMemory;
+
+/* What a model (its layers and num_params, nothing allocated needed) asks of memory
+ * when it trains on batches of `batch` examples with state_per_param floats of optimizer
+ * state per parameter: the host's share; a GPU holds about as much again. */
+ModelMemory model_memory(const Model *m, int batch, size_t state_per_param);
+
+/* A bound for model_create_within: the model at `batch` examples per step, with
+ * state_per_param floats of optimizer state per parameter, may ask at most `limit`
+ * bytes (model_memory's total). */
+typedef struct {
+    int batch;
+    size_t state_per_param;
+    size_t limit;
+} ModelBudget;
+
+/* model_create, refusing (-E2BIG, err giving the figures and the limit) a spec whose
+ * model_memory exceeds budget->limit, before its arenas are allocated. A NULL budget
+ * bounds nothing beyond the per-layer limits. */
+int model_create_within(Model **out, const char *spec, uint64_t seed, const ModelBudget *budget,
+                        char *err, size_t errlen);
+
 void model_free(Model *m);
 
 /* Re-initialises the parameters from seed (Glorot-uniform kernels drawn with

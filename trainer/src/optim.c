@@ -31,7 +31,7 @@ const char *optim_kind_name(OptimizerKind kind)
     return kind_names[kind];
 }
 
-static size_t slots(const OptimizerConfig *cfg)
+size_t optim_state_per_param(const OptimizerConfig *cfg)
 {
     switch (cfg->kind) {
     case OPT_SGD: return cfg->momentum != 0.0f ? 1 : 0;
@@ -47,7 +47,7 @@ Optimizer *optim_create(const OptimizerConfig *cfg, size_t n)
     Optimizer *o = xcalloc(1, sizeof *o);
     o->cfg = *cfg;
     o->n = n;
-    o->state_floats = slots(cfg) * n;
+    o->state_floats = optim_state_per_param(cfg) * n;
     o->state = xcalloc(o->state_floats ? o->state_floats : 1, sizeof(float));
     return o;
 }

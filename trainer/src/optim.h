@@ -38,6 +38,9 @@ OptimizerConfig optim_defaults(OptimizerKind kind, float lr);
 int optim_parse_kind(const char *name, OptimizerKind *kind);
 const char *optim_kind_name(OptimizerKind kind);
 
+/* The floats of state an optimizer of cfg keeps per parameter (its slots: 0 to 3). */
+size_t optim_state_per_param(const OptimizerConfig *cfg);
+
 /* An optimizer for n parameters with zeroed state. Caller frees with optim_free. */
 Optimizer *optim_create(const OptimizerConfig *cfg, size_t n);
 void optim_free(Optimizer *o);

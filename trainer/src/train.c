@@ -45,6 +45,26 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err,
+                         size_t errlen)
+{
+    OptimizerConfig oc = optim_defaults(cfg->optimizer, (float)cfg->lr);
+    oc.momentum = (float)cfg->momentum;
+    const ModelBudget budget = {.batch = cfg->per_worker_batch,
+                                .state_per_param = optim_state_per_param(&oc),
+                                .limit = (size_t)(cfg->max_model_memory_gib * (1 << 30))};
+    int rc = model_create_within(out, cfg->model, cfg->seed, &budget, err, errlen);
+    *exit_code = rc == -ENOENT ? KT_EXIT_USAGE : KT_EXIT_DATA;
+    if (rc == -E2BIG) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (--max-model-memory-gib %g): make the model or "
+                 "--per-worker-batch smaller, or raise --max-model-memory-gib "
+                 "(KUBETRAIN_MAX_MODEL_MEMORY_GIB) where the machine has the memory",
+                 cfg->max_model_memory_gib);
+    }
+    return rc;
+}
+
 /* Whether the images of ds fit the model's input: rows x cols for an input_shape
  * [rows, cols] or [rows, cols, 1], rows * cols values for a flat one. Every example is
  * read as input_size values, so another size would read past the images' buffer, and
@@ -77,11 +97,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     t->coll = coll;
     gemm_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
-    *exit_code = KT_EXIT_DATA;
-    if ((rc = model_create(&t->model, cfg->model, cfg->seed, err, errlen))) {
-        if (rc == -ENOENT) *exit_code = KT_EXIT_USAGE;
-        goto err;
-    }
+    if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
+    *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
     if ((rc = idx_load_dataset(&t->train, cfg->data_dir, "train", (int)t->model->num_classes, err,
                                errlen)))
         goto err;

@@ -1,6 +1,6 @@
 /* Model specs: the built-in models' shapes and parameter counts (those Keras reports),
  * JSON and YAML spelling the same model, one-line errors that name the field, the
- * signature, and seeded initialisation. */
+ * signature, seeded initialisation, and the bound on a model's memory. */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -177,6 +177,57 @@ static void test_spec_errors(void **s)
     expect_error("{\"input_shape\":[8192,16384],\"layers\":[{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":2},{\"type\":\"Dense\",\"units\":2}]}",
                  "layers: expected at most 2^28 parameters in all");
+}
+
+/* model_memory adds up what model_create and model_reserve allocate and the optimizer's
+ * state; model_create_within refuses a spec over its bound before allocating it. */
+static void test_memory_bound(void **s)
+{
+    (void)s;
+    Model *m;
+    char err[512];
+    assert_int_equal(model_create(&m, "mlp", 1, err, sizeof err), 0);
+    const size_t P = 784 * 128 + 128 + 1290;
+    /* batch 10: one shard; Dense(128) and Dropout outputs, Dropout's mask, Dense(10),
+     * two activation gradients of the widest layer (the 784 inputs) */
+    ModelMemory mm = model_memory(m, 10, 0);
+    assert_int_equal(mm.weights, P * 4 + model_grads_bytes(P));
+    assert_int_equal(mm.activations, (10 * 128 * 3 + 10 * 10 + 2 * 10 * 784) * 4);
+    assert_int_equal(mm.total, mm.weights + mm.activations);
+    model_free(m);
+    /* tutorial-cnn with Adam at batch 64: two state floats per parameter, the Conv2D's
+     * gradient in 3 more shards, im2col columns (26x26 pixels x 9), and a zeroed input
+     * gradient for the Dense layer after the relu Conv2D */
+    assert_int_equal(model_create(&m, "tutorial-cnn", 1, err, sizeof err), 0);
+    const size_t Q = m->num_params, conv = 26 * 26 * 32;
+    mm = model_memory(m, 64, 2);
+    assert_int_equal(mm.weights, Q * 4 * 3 + model_grads_bytes(Q) + 3 * 320 * 4);
+    assert_int_equal(mm.activations,
+                     64 * (conv + 128 + 10 + 26 * 26 * 9 * 2 + 3 * conv) * sizeof(float));
+    ModelBudget b = {.batch = 64, .state_per_param = 2, .limit = mm.total};
+    model_free(m);
+    m = NULL;
+    assert_int_equal(model_create_within(&m, "tutorial-cnn", 1, &b, err, sizeof err), 0);
+    model_free(m);
+    m = NULL;
+    b.limit--;
+    assert_int_equal(model_create_within(&m, "tutorial-cnn", 1, &b, err, sizeof err), -E2BIG);
+    assert_null(m);
+    print_message("# %s\n", err);
+    assert_non_null(strstr(err, "built-in model tutorial-cnn: the model needs 66.4 MiB"));
+    assert_non_null(strstr(err, "over the limit of 66.4 MiB"));
+    /* Legal layer by layer, 37.5 GiB in all at batch 64 (2^28 floats per layer at
+     * most): refused before its 0.4 GiB of parameters are allocated */
+    const char *big = "{\"input_shape\":[28,28,1],\"layers\":[{\"type\":\"Conv2D\","
+                      "\"filters\":65536,\"kernel_size\":1},{\"type\":\"Flatten\"},"
+                      "{\"type\":\"Dense\",\"units\":2}]}";
+    b = (ModelBudget){.batch = 64, .state_per_param = 0, .limit = (size_t)4 << 30};
+    assert_int_equal(model_create_within(&m, big, 1, &b, err, sizeof err), -E2BIG);
+    assert_null(m);
+    print_message("# %s\n", err);
+    assert_non_null(strstr(err, "the model needs 37.5 GiB of memory (102891522 parameters"));
+    assert_non_null(strstr(err, "activations of 64 examples per step: 36.8 GiB"));
+    assert_non_null(strstr(err, "over the limit of 4.0 GiB"));
 }
 
 static void test_spec_file(void **s)
@@ -409,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_sharded_step_equals_one_thread),
         cmocka_unit_test(test_folded_sgd_equals_step_then_sgd),
         cmocka_unit_test(test_zeroed_gradient_buffer_stays_zero),
+        cmocka_unit_test(test_memory_bound),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The real binary (ASan+UBSan build) end to end on a few steps: determinism of the
 # weights hash, the metrics file and termination message, flag/env precedence, and
-# the exit code and one-line message of bad flags, model specs and data files (images
-# of another shape than the model's input).
+# the exit code and one-line message of bad flags, model specs, data files (images of
+# another shape than the model's input) and models over the memory bound.
 source e2e/lib/tap.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
@@ -119,6 +119,27 @@ idx_file "$tmp/odd-train/train-labels-idx1-ubyte" 20
 expect_fail "14x56 training images for a 28x28 model" 3 \
   "odd-train/train-images-idx3-ubyte: 14x56 images, but the model's input_shape is [28, 28]" \
   --data-dir "$tmp/odd-train" --model mlp --epochs 1 --steps-per-epoch 1 --per-worker-batch 8
+
+# the whole model's memory at the per-worker batch, bounded at start-up
+# (Conv2D(65536, 1) keeps the 28x28 pixels: 51 million values per example)
+big='{"input_shape":[28,28,1],"layers":[{"type":"Conv2D","filters":65536,"kernel_size":1},'
+big+='{"type":"MaxPooling2D","pool_size":28},{"type":"Flatten"},{"type":"Dense","units":10}]}'
+expect_fail "a legal spec needing 36.8 GiB" 3 "needs 36.8 GiB of memory (786442 parameters" \
+  --model "$big" --per-worker-batch 64
+grep -qF "activations of 64 examples per step: 36.8 GiB), over the limit of 4.0 GiB" \
+  "$tmp/termination" && tap_ok "... its message gives the activations and the limit" ||
+  tap_fail "... its message gives the activations and the limit" "$(cat "$tmp/termination")"
+expect_fail "tutorial-cnn under a 0.01 GiB bound" 3 "the model needs 27.2 MiB of memory" \
+  --model tutorial-cnn --per-worker-batch 16 --max-model-memory-gib 0.01
+KUBETRAIN_MAX_MODEL_MEMORY_GIB=0.01 expect_fail "the bound from the environment" 3 \
+  "over the limit of 10.2 MiB (--max-model-memory-gib 0.01)" \
+  --model tutorial-cnn --per-worker-batch 16
+m1=$(KUBETRAIN_MAX_MODEL_MEMORY_GIB=0.01 hash_of --seed 3 --model tutorial-cnn \
+       --max-model-memory-gib 0.04)
+[[ ${#m1} -eq 64 && $m1 == "$c1" ]] &&
+  tap_ok "a raised --max-model-memory-gib accepts the model (flag over env; same weights)" ||
+  tap_fail "a raised --max-model-memory-gib accepts the model" \
+    "'$m1' vs '$c1': $(cat "$tmp/stderr")"
 
 ok=$(KUBETRAIN_PER_WORKER_BATCH=x "$BIN" --per-worker-batch 8 --epochs 1 --steps-per-epoch 1 --model mlp >/dev/null 2>&1; echo $?)
 [[ $ok -eq 2 ]] && tap_ok "a malformed env value fails even when a flag overrides it" || tap_fail "malformed env with flag" "rc=$ok"
