@@ -440,7 +440,7 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
         snprintf(err, errlen, "checkpoint directory %s: %s", dir, strerror(-n));
         return n;
     }
-    int rc = -EBADMSG, skipped = 0;
+    int rc = -EBADMSG, skipped = 0, foreign = 0;
     for (int i = 0; i < n; i++) {
         char path[PATH_MAX], why[1024];
         snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]);
@@ -458,12 +458,17 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
             rc = v;
             break;
         }
-        if ((rc = check_owner(&got, pb, ob, model_signature, params_bytes, opt_bytes, why,
-                              sizeof why))) {
-            snprintf(err, errlen, "checkpoint %s: %s%s", path, why,
-                     strcmp(got.model_signature, model_signature) ? "; use another --checkpoint-dir"
-                                                                  : "");
-            break;
+        if (check_owner(&got, pb, ob, model_signature, params_bytes, opt_bytes, why,
+                        sizeof why)) {
+            /* another model's (DESIGN: skipped like a corrupt one); the error when none
+             * of this model's follows names the newest */
+            util_log("checkpoint %s: %s; skipped for the previous one", path, why);
+            if (!foreign++)
+                snprintf(err, errlen, "checkpoint %s: %s, and no checkpoint in %s is this "
+                                      "model's; use another --checkpoint-dir",
+                         path, why, dir);
+            skipped++;
+            continue;
         }
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
@@ -488,7 +493,9 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
         rc = 0;
         break;
     }
-    if (rc == -EBADMSG)
+    if (rc == -EBADMSG && foreign)
+        rc = -EPROTO;
+    else if (rc == -EBADMSG)
         snprintf(err, errlen, "checkpoint directory %s: none of %d checkpoints is valid", dir, n);
     free(steps);
     return rc;

@@ -4,7 +4,8 @@
  * fsync) as <dir>/ckpt-<global step>.kt, keeping the one just written and the newest
  * valid older ones, N in all; an invalid one (corrupt, truncated, another model's) is
  * moved aside to <name>.bad rather than left to be the newest. Loading takes the newest
- * valid one and reports and skips those that are truncated or fail their checksum.
+ * valid one of the model and reports and skips those that are truncated, fail their
+ * checksum or belong to another model.
  *
  * Checksum: zlib's crc32 over everything before it. The threat is a torn or bit-rotted
  * file, not an adversary, and crc32 runs several times faster than SHA-256 on these
@@ -37,7 +38,7 @@ typedef struct CkptState {
 /* What ckpt_load_latest found. */
 typedef struct CkptLoadInfo {
     char path[4096]; /* the file loaded */
-    int skipped;     /* newer files that were corrupt or truncated and were skipped */
+    int skipped;     /* newer files skipped: corrupt, truncated or another model's */
 } CkptLoadInfo;
 
 /* Writes a checkpoint of `st`, `params` (params_bytes) and `opt` (opt_bytes; NULL with
@@ -61,13 +62,14 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
  * a read-only volume or a path too long stay 3: a restart meets them again). */
 int ckpt_error_retryable(int rc);
 
-/* Loads the newest valid checkpoint in dir into *st, params and opt, whose sizes must
- * equal the ones saved. Files that are truncated or fail the checksum are logged and
- * skipped for the previous one. Returns 0 on success (info filled when not NULL);
- * -ENOENT when dir has no checkpoint; -EBADMSG when it has some but none is valid;
- * -EPROTO when the newest valid one belongs to another model (signature or arena sizes
- * differ: the CLI exits 3); another negative errno on an I/O error. err names the file
- * and the two differing values. */
+/* Loads the newest checkpoint in dir that is valid and this model's into *st, params and
+ * opt, whose sizes must equal the ones saved. Files that are truncated, fail the
+ * checksum or belong to another model (signature or arena sizes differ) are logged and
+ * skipped for the previous one; it writes nothing, every rank runs it. Returns 0 on
+ * success (info filled when not NULL); -ENOENT when dir has no checkpoint; -EPROTO when
+ * none is this model's but some valid one is another's (the CLI exits 3; err names the
+ * newest such file and the two differing values); -EBADMSG when none is valid; another
+ * negative errno on an I/O error. */
 int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st, void *params,
                      size_t params_bytes, void *opt, size_t opt_bytes, CkptLoadInfo *info,
                      char *err, size_t errlen);

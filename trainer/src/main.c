@@ -309,7 +309,8 @@ static void restore_and_sync(Trainer *t)
             util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
         if (!rc) {
             if (info.skipped)
-                util_log("skipped %d newer checkpoint(s) that failed validation", info.skipped);
+                util_log("skipped %d newer checkpoint(s) that failed validation or belong to "
+                         "another model", info.skipped);
             ss.restored = 1;
             ss.epoch = cs.epoch, ss.step_in_epoch = cs.step_in_epoch;
             ss.global_step = cs.global_step;

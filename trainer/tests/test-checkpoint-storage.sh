@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real binary (ASan+UBSan build) against a checkpoint directory that misbehaves: a
 # corrupt checkpoint with a higher step than the run's, kept by --keep-checkpoints 1 while
-# the run's own were deleted (a restart then found only it and exited 3); and a volume
+# the run's own were deleted (a restart then found only it and exited 3); another model's
+# checkpoint with a higher step (a restart exited 3 though its own were there); and a volume
 # that fills up mid-run (a real tmpfs with a size limit: root mounts it), which must exit
 # 75 (retried), say "disk full" naming the checkpoint, keep the older checkpoints and
 # resume from them once there is room.
@@ -53,6 +54,24 @@ if [[ $rc -eq 0 ]] && grep -q "resuming from .*ckpt-12.kt" "$tmp/k2.err"; then
 else
   tap_fail "restart after --keep-checkpoints 1" \
     "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/k2.err")"
+fi
+
+# --- another model's checkpoint, newer than the run's, at a restart ---------------------
+ck=$tmp/ck-foreign
+"$BIN" "${run[@]}" --epochs 1 --steps-per-epoch 2 --checkpoint-dir "$ck" >/dev/null 2>&1
+"$BIN" --model tutorial-cnn --per-worker-batch 8 --epochs 1 --steps-per-epoch 1 \
+  --checkpoint-dir "$tmp/cnn" --tensorboard-dir "$tmp/tb" >/dev/null 2>&1
+cp "$tmp/cnn/ckpt-1.kt" "$ck/ckpt-1000.kt"
+rc=0
+"$BIN" "${run[@]}" --epochs 2 --steps-per-epoch 2 --checkpoint-dir "$ck" >/dev/null \
+  2>"$tmp/f.err" || rc=$?
+if [[ $rc -eq 0 && -f $ck/ckpt-1000.kt.bad && ! -e $ck/ckpt-1000.kt ]] &&
+   grep -q "ckpt-1000.kt: written for model .*; skipped for the previous one" "$tmp/f.err" &&
+   grep -q "resuming from .*ckpt-2.kt" "$tmp/f.err"; then
+  tap_ok "another model's newer checkpoint: skipped at the restart, moved aside at the next save"
+else
+  tap_fail "another model's newer checkpoint at a restart" \
+    "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/f.err")"
 fi
 
 # --- the checkpoint volume fills up --------------------------------------------------------

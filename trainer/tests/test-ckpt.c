@@ -241,6 +241,40 @@ static void test_other_model_refused(void **state)
     assert_non_null(strstr(err, "optimizer"));
 }
 
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    static char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in), fclose(out);
+}
+
+/* Another model's checkpoint, newer than this model's (copied in after the last save):
+ * skipped for the newest of this model, as a corrupt one is, not a reason to exit 3. */
+static void test_foreign_newest_skipped_at_load(void **state)
+{
+    Fixture *f = *state;
+    char other[64], from[256], to[256], err[512];
+    snprintf(other, sizeof other, "/tmp/kt-test-ckpt-other-XXXXXX");
+    assert_non_null(mkdtemp(other));
+    CkptState s = state_at(1000);
+    snprintf(s.model_signature, sizeof s.model_signature, "mlp:101770");
+    assert_int_equal(ckpt_save(other, 1, &s, f->params, sizeof f->params, NULL, 0, err,
+                               sizeof err),
+                     0);
+    save(f, 10, 5);
+    save(f, 20, 5);
+    snprintf(from, sizeof from, "%s/ckpt-1000.kt", other);
+    path_of(f, 1000, to, sizeof to);
+    copy_file(from, to);
+    unlink(from);
+    rmdir(other);
+    expect_load(f, 20, 1);
+}
+
 /* A writer killed after writing its temporary file but before the rename. */
 static void test_crash_before_rename_keeps_previous(void **state)
 {
@@ -282,17 +316,6 @@ static void test_crash_before_rename_keeps_previous(void **state)
     memcpy(p, f->params, sizeof p);
     fill(f, s.global_step);
     assert_memory_equal(p, f->params, sizeof p);
-}
-
-static void copy_file(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    static char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, in)) > 0) assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in), fclose(out);
 }
 
 /* Whether dir/name exists, with the listing in the failure message. */
@@ -411,6 +434,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncated_newest_loads_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_all_corrupt_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_newest_skipped_at_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_before_rename_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_newer_never_wins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_newer_moved_aside, setup, teardown),
