@@ -195,20 +195,6 @@ static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const cha
     return 0;
 }
 
-/* strerror(-rc), with the two ways a volume runs out of room said plainly. */
-static void describe_io_error(int rc, char *out, size_t outlen)
-{
-    if (rc == -ENOSPC || rc == -EDQUOT)
-        snprintf(out, outlen, "disk full (%s)", strerror(-rc));
-    else
-        snprintf(out, outlen, "%s", strerror(-rc));
-}
-
-int ckpt_error_retryable(int rc)
-{
-    return rc == -ENOSPC || rc == -EDQUOT || rc == -EIO || rc == -ESTALE || rc == -ETIMEDOUT;
-}
-
 /* Moves the checkpoint at path aside to <path>.bad, kept for inspection: it is no longer
  * a checkpoint name, so neither a load nor a later save looks at it again. */
 static void move_aside(const char *path, const char *why, uint64_t step, uint64_t written)
@@ -285,7 +271,7 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
     }
     char why[256];
     if ((rc = util_mkdir_p(dir)) < 0) {
-        describe_io_error(rc, why, sizeof why);
+        util_io_strerror(rc, why, sizeof why);
         snprintf(err, errlen, "checkpoint directory %s: %s", dir, why);
         return rc;
     }
@@ -331,7 +317,7 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
         goto err;
     }
     if ((rc = fsync_dir(dir)) < 0) {
-        describe_io_error(rc, why, sizeof why);
+        util_io_strerror(rc, why, sizeof why);
         snprintf(err, errlen, "checkpoint directory %s: fsync after writing %s: %s", dir, final,
                  why);
         return rc;
@@ -339,7 +325,7 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
     prune(dir, keep, st, params_bytes, opt_bytes);
     return 0;
 err:
-    describe_io_error(rc, why, sizeof why);
+    util_io_strerror(rc, why, sizeof why);
     snprintf(err, errlen, "checkpoint %s: %s while writing it (as %s); the older checkpoints are "
                           "kept%s",
              final, why, tmp,

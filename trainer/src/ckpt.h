@@ -56,12 +56,6 @@ typedef struct CkptLoadInfo {
 int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen);
 
-/* 1 when rc, an error of ckpt_save, is trouble with the storage that a later attempt may
- * not meet (the volume full or over quota, an I/O error, a stale or timed-out network
- * file system): the CLI exits 75, which is retried, rather than 3 (a permission denied,
- * a read-only volume or a path too long stay 3: a restart meets them again). */
-int ckpt_error_retryable(int rc);
-
 /* Loads the newest checkpoint in dir that is valid and this model's into *st, params and
  * opt, whose sizes must equal the ones saved. Files that are truncated, fail the
  * checksum or belong to another model (signature or arena sizes differ) are logged and

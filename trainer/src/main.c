@@ -235,7 +235,7 @@ static void checkpoint_signature(const Trainer *t, char out[CKPT_SIGNATURE_MAX])
 }
 
 /* Saves a checkpoint; on error sets *exit_code: 75 for trouble with the storage or the
- * device that a restart may not meet (ckpt_error_retryable), else 3. */
+ * device that a restart may not meet (util_io_retryable), else 3. */
 static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
 {
     CkptState cs;
@@ -260,7 +260,7 @@ static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
                    t->model->num_params * sizeof(float), t->opt->state,
                    t->opt->state_floats * sizeof(float), err, errlen);
     if (rc) {
-        *exit_code = ckpt_error_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_DATA;
+        *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_DATA;
         return rc;
     }
     util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);

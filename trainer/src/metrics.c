@@ -154,8 +154,9 @@ int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errle
         m->f = fopen(m->tmp, "w");
         if (!m->f) {
             int e = errno;
-            snprintf(err, errlen, "--metrics-file %s: cannot create %s: %s", path, m->tmp,
-                     strerror(e));
+            char why[128];
+            util_io_strerror(-e, why, sizeof why);
+            snprintf(err, errlen, "--metrics-file %s: cannot create %s: %s", path, m->tmp, why);
             metrics_abort(m);
             return -e;
         }
@@ -288,8 +289,10 @@ int metrics_close(Metrics *m, char *err, size_t errlen)
         int bad = fflush(m->f) != 0 || fsync(fileno(m->f)) != 0;
         bad |= fclose(m->f) != 0;
         if (bad || rename(m->tmp, m->path) != 0) {
+            char why[128];
             rc = -(errno ? errno : EIO);
-            snprintf(err, errlen, "--metrics-file %s: cannot write: %s", m->path, strerror(-rc));
+            util_io_strerror(rc, why, sizeof why);
+            snprintf(err, errlen, "--metrics-file %s: cannot write: %s", m->path, why);
             unlink(m->tmp);
         }
         free(earlier_records(m, 1));

@@ -336,7 +336,7 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
                          .resume_step = t->st.global_step,
                          .steps_per_epoch = t->steps_per_epoch};
     if ((rc = metrics_open(&t->metrics, &mo, err, errlen))) {
-        *exit_code = KT_EXIT_USAGE;
+        *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
         return rc;
     }
 #ifdef KT_GPU
@@ -453,7 +453,7 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
     metrics_done(t->metrics, t->st.global_step, t->seconds, hash);
     rc = metrics_close(t->metrics, err, errlen);
     t->metrics = NULL;
-    if (rc) *exit_code = KT_EXIT_USAGE;
+    if (rc) *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
     return rc;
 fail:
     metrics_abort(t->metrics);

@@ -15,6 +15,19 @@
 
 static char log_prefix[64] = "kubetrain-trainer";
 
+int util_io_retryable(int rc)
+{
+    return rc == -ENOSPC || rc == -EDQUOT || rc == -EIO || rc == -ESTALE || rc == -ETIMEDOUT;
+}
+
+void util_io_strerror(int rc, char *out, size_t outlen)
+{
+    if (rc == -ENOSPC || rc == -EDQUOT)
+        snprintf(out, outlen, "disk full (%s)", strerror(-rc));
+    else
+        snprintf(out, outlen, "%s", strerror(-rc));
+}
+
 void util_set_log_prefix(const char *prefix)
 {
     snprintf(log_prefix, sizeof log_prefix, "%s", prefix);

@@ -13,6 +13,17 @@
 #define KT_EXIT_RETRY 75 /* a peer was lost, peers never came, preempted after saving, the
                             checkpoint volume full or failing */
 
+/* 1 when rc (a negative errno from writing a file) is trouble with the storage that a
+ * later attempt may not meet: the volume full or over quota, an I/O error, a stale or
+ * timed-out network file system. Writers of the checkpoint and metrics files exit
+ * KT_EXIT_RETRY for these, else their permanent code (a permission denied, a read-only
+ * volume or a path too long: a restart meets them again). */
+int util_io_retryable(int rc);
+
+/* Writes strerror(-rc) to out, with the two ways a volume runs out of room said plainly:
+ * "disk full (No space left on device)". */
+void util_io_strerror(int rc, char *out, size_t outlen);
+
 /* Sets the prefix of log lines ("kubetrain-trainer[rank 1]"); the string is copied. */
 void util_set_log_prefix(const char *prefix);
 

@@ -109,4 +109,19 @@ if [[ $rc -eq 0 ]] && grep -q "resuming from .*ckpt-2.kt" "$tmp/retry.err"; then
 else
   tap_fail "retry after making room" "rc=$rc $(tail -3 "$tmp/retry.err")"
 fi
+
+# --- the metrics file's volume is full: storage trouble too, so retried --------------------
+umount "$small"; mounted=
+mount -t tmpfs -o size=64k tmpfs "$small"
+mounted=$small
+dd if=/dev/zero of="$small/filler" bs=4k status=none 2>/dev/null || true
+rc=0
+"$BIN" "${run[@]}" --epochs 1 --steps-per-epoch 3 --checkpoint-dir "$tmp/ck-m" \
+  --metrics-file "$small/metrics.jsonl" >/dev/null 2>"$tmp/mfull.err" || rc=$?
+msg=$(tail -1 "$tmp/mfull.err")
+if [[ $rc -eq 75 && $msg == *"--metrics-file $small/metrics.jsonl"*"disk full"* ]]; then
+  tap_ok "a full metrics volume: exit 75 (retried), 'disk full' naming --metrics-file"
+else
+  tap_fail "a full metrics volume: exit 75 with 'disk full'" "rc=$rc: $msg"
+fi
 tap_done
