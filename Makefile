@@ -71,20 +71,20 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-# --- bench-report (issue 8) ----------------------------------------------------------
+# --- bench-report: the benchmark report ---------------------------------------------
 # bench/RESULTS.md and bench/plots/*.png from the committed bench/results/*.json; runs
 # no benchmark. matplotlib comes from a venv under $(KT_CACHE), made on first use.
 bench-report:
 	@py=$$(bash bench/pyvenv.sh venv-report matplotlib matplotlib) && "$$py" bench/report.py
 .PHONY: bench-report
 
-# The README's TensorBoard screenshot (bench/plots/tensorboard.png) from a real 2-worker
+# docs/observability.md's TensorBoard screenshot (bench/plots/tensorboard.png) from a real 2-worker
 # run; needs Debian's chromium, not installed by `make` (optional, for the docs only).
 tensorboard-screenshot: $(TRAINER_BIN)
 	bash bench/tensorboard-screenshot.sh $(TRAINER_BIN) bench/plots/tensorboard.png
 .PHONY: tensorboard-screenshot
 
-# --- soak (issue 9): chaos trials, not part of `make test` (e2e/soak/soak.py) -------------
+# --- soak: chaos trials, not part of `make test` (e2e/soak/soak.py) ---------------------
 # make soak                      the full counts (about 15 min on 2 cores)
 # make soak SOAK_SCALE=0.1       a tenth of every count; SOAK_KINDS=trainer-kill,... picks kinds
 # make soak SOAK_OUT=bench/results/soak.json   records the table (default: build/soak/soak.json)
@@ -93,6 +93,6 @@ soak: $(TRAINER_BIN) $(OPERATOR_SAN)
 	@python3 e2e/soak/soak.py --trainer $(TRAINER_BIN) --operator $(OPERATOR_SAN) --out $(SOAK_OUT)
 .PHONY: soak
 
-# Hardening targets (issue 9): make fuzz, make valgrind.
+# Hardening targets: make fuzz, make valgrind (docs/hardening.md).
 include .ci/fuzz.mk
 include .ci/valgrind.mk

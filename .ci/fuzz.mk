@@ -1,4 +1,4 @@
-# Fuzzing (issue 9): libFuzzer targets for every parser that reads outside input,
+# Fuzzing (docs/hardening.md): libFuzzer targets for every parser that reads outside input,
 # built with clang and ASan+UBSan (trainer/fuzz/fuzz-*.c, operator/fuzz/fuzz-*.c).
 #
 #   make fuzz                  build every target and run each for FUZZ_SECONDS (60)

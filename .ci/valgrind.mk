@@ -1,4 +1,4 @@
-# Valgrind (issue 9): the C unit tests of the trainer and the operator, built without
+# Valgrind (docs/hardening.md): the C unit tests of the trainer and the operator, built without
 # sanitizers (-O1 -g, build/vg/), each run under memcheck; a definite or indirect leak,
 # an invalid access or a use of uninitialised memory fails the test.
 #

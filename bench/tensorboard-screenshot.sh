@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/tensorboard-screenshot.sh TRAINER OUT.png
-# The README's TensorBoard picture from a real run: 2 local workers train the tutorial
+# docs/observability.md's TensorBoard picture from a real run: 2 local workers train the tutorial
 # job (3 epochs x 70 steps, --eval) with a checkpoint dir, so the chief writes its
 # events under <checkpoint-dir>/logs; TensorBoard (venv under $KT_CACHE) serves them on
 # loopback and headless Chromium (Debian's `chromium`) takes the picture.

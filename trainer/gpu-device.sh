@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# gpu-device.sh — issue 7's checks on a machine with a CUDA device that has no apt and no
+# gpu-device.sh — the GPU build's checks (docs/gpu.md) on a machine with a CUDA device
+# that has no apt and no
 # network (the GPU machine lent to a session: CUDA's nvcc in /usr/local/cuda, cuDNN and
 # NCCL in the wheels of its PyTorch, no -dev packages, no Fashion-MNIST).
 #

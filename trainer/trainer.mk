@@ -194,7 +194,7 @@ bench-gemm: $(GEMM_BACKENDS:%=$(BUILD)/bench/gemm_floor-%)
 	python3 trainer/bench/gemm_compare.py bench/results/gemm-backends.json $^
 .PHONY: bench-gemm
 
-# ---- GPU build (issue 7): make GPU=1 ------------------------------------------------
+# ---- GPU build: make GPU=1 (docs/gpu.md) --------------------------------------------
 # The trainer with CUDA: the device step (trainer/src/gpu/: cuDNN convolutions, cuBLAS
 # dense layers, CUDA kernels for the rest) and the nccl collective. The toolchain comes
 # from CUDA_HOME or /usr/local/cuda, else from NVIDIA's wheels installed once under
@@ -238,7 +238,7 @@ $(TRAINER_SAN) $(TRAINER_TESTS): $(GPU_SOBJS)
 $(BUILD)/bin/bench-allreduce: $(GPU_OBJS)
 endif
 
-# Benchmark (issue 7), on a machine with a CUDA device: tutorial-cnn on one GPU against
+# Benchmark of the GPU build, on a machine with a CUDA device: tutorial-cnn on one GPU against
 # PyTorch eager and torch.compile (trainer/bench/bench_gpu.py), and the nccl collective's
 # cost at one rank. Not in `make bench`: without a device it only says skipped.
 # GPU_BENCH_PYTHON: a Python with a CUDA build of torch (default: one installed into

@@ -132,7 +132,7 @@ def source_rules(src_dir):
 
 def operator_labels(main_c):
     """The pod labels the operator sets, from operator/src/desired.h beside main_c (the
-    #defines LABEL_* and MANAGED_BY), else the names DESIGN.md gives."""
+    #defines LABEL_* and MANAGED_BY), else the names docs/design.md gives."""
     import os
     names = {"LABEL_JOB_NAME": "kubetrain.dev/job-name", "LABEL_ROLE": "kubetrain.dev/role",
              "LABEL_REPLICA_INDEX": "kubetrain.dev/replica-index",

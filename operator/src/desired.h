@@ -1,6 +1,7 @@
 /* desired — the objects the operator wants for one TrainingJob: the ring Secret, the
  * headless Service and one pod per worker, with the names, labels, DNS and TF_CONFIG
- * of shared/DESIGN.md. Pure functions of the parsed spec and the operator's settings.
+ * of docs/design.md ("Names, labels and DNS", "TF_CONFIG", "The worker pod").
+ * Pure functions of the parsed spec and the operator's settings.
  *
  *   Service  <job>-worker            headless, publishNotReadyAddresses
  *   Pod      <job>-worker-<i>        hostname <job>-worker-<i>, subdomain <job>-worker

@@ -1,4 +1,4 @@
-/* config — the trainer's command line (shared/DESIGN.md, "Trainer contract").
+/* config — the trainer's command line (docs/design.md, "Trainer command line").
  *
  * Every flag --some-flag can also come from the environment as KUBETRAIN_SOME_FLAG;
  * flags override the environment, the environment overrides the defaults. Flags that

@@ -8,10 +8,11 @@
  * the chief checkpointing every --checkpoint-every-steps steps, at each epoch end and
  * when stopped by SIGTERM.
  *
- * Exit codes (shared/DESIGN.md): 0 done, 2 bad usage or configuration (malformed
- * TF_CONFIG, peers that disagree or do not know the secret), 3 bad data, model or
- * checkpoint, 75 retry (peers never came or were lost, stopped by SIGTERM after the
- * checkpoint, the checkpoint volume full or failing), 128+n killed by signal n. */
+ * Exit codes (docs/design.md, "Exit codes"): 0 done, 2 bad usage or configuration
+ * (malformed TF_CONFIG, peers that disagree or do not know the secret), 3 bad data,
+ * model or checkpoint, 75 retry (peers never came or were lost, stopped by SIGTERM
+ * after the checkpoint, the checkpoint or metrics volume full or failing), 128+n killed
+ * by signal n. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>

@@ -1,10 +1,11 @@
 /* metrics — what the trainer reports: a Keras-like line per epoch on stdout and, with
  * --metrics-file, one JSON object per line per step, epoch, evaluation and at the end
- * (shared/DESIGN.md). The file is written under a temporary name and renamed when the
- * run succeeds. A failed run leaves what it wrote as <path>.partial (or, killed outright,
- * its temporary <path>.tmp.<pid>): the run that resumes from a checkpoint at global step
- * N starts its file with those records up to step N, so that after any number of
- * restarts the file holds the whole run; a run from step 0 deletes them.
+ * (docs/design.md, "Results and metrics"). The file is written under a temporary
+ * name and renamed when the run succeeds. A failed run leaves what it wrote as
+ * <path>.partial (or, killed outright, its temporary <path>.tmp.<pid>): the run that
+ * resumes from a checkpoint at global step N starts its file with those records up to
+ * step N, so that after any number of restarts the file holds the whole run; a run
+ * from step 0 deletes them.
  *
  * With a TensorBoard directory (the chief's, see tbevents.h) the same values also go
  * to an event file there as scalars: "step/..." at each global step, "epoch/..." and

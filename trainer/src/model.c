@@ -17,7 +17,7 @@
 #include "util.h"
 
 /* ----------------------------------------------------------------------------
- * The built-in models of the MWMS tutorials (shared/DESIGN.md) */
+ * The built-in models of the MWMS tutorials (docs/design.md, "Models and data") */
 
 const char *const model_builtin_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2", "mlp", NULL};
 

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Exit codes of the trainer contract (shared/DESIGN.md). */
+/* Exit codes of the trainer contract (docs/design.md, "Exit codes"). */
 #define KT_EXIT_OK 0
 #define KT_EXIT_USAGE 2 /* bad flag, env or configuration */
 #define KT_EXIT_DATA 3  /* bad data, model or checkpoint that cannot be recovered */

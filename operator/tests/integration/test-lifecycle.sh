@@ -42,7 +42,8 @@ k -n objects get tj/mnist -o json >"$IT_DIR/job.json"
 k -n objects get secret/mnist-secret -o json >"$IT_DIR/secret.json"
 k -n objects get service/mnist-worker -o json >"$IT_DIR/service.json"
 k -n objects get pods -l kubetrain.dev/job-name=mnist -o json >"$IT_DIR/pods.json"
-# Checks each object against shared/DESIGN.md; prints one line per mismatch.
+# Checks each object against docs/design.md ("Names, labels and DNS", "TF_CONFIG");
+# prints one line per mismatch.
 out=$(python3 - "$IT_DIR" <<'PY'
 import base64, json, re, sys
 d = sys.argv[1]
@@ -98,8 +99,9 @@ for i in range(3):
 print("\n".join(bad))
 PY
 )
-if [ -z "$out" ]; then tap_ok "Secret, Service and pods as DESIGN.md names them (TF_CONFIG exact, labels, owner references, env)"
-else tap_fail "Secret, Service and pods as DESIGN.md names them" "$out"; fi
+objects_check="Secret, Service and pods as docs/design.md names them"
+if [ -z "$out" ]; then tap_ok "$objects_check (TF_CONFIG exact, labels, owner references, env)"
+else tap_fail "$objects_check" "$out"; fi
 
 # --- status phases ----------------------------------------------------------------------
 if is objects tj/mnist .status.phase Pending && is objects tj/mnist .status.workers.active 3 &&
