@@ -15,10 +15,11 @@ import sys
 import yaml
 
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
-# jobs, pods, services, secrets and networkpolicies; controller.c creates pods, services,
+# jobs, pods, services and networkpolicies; controller.c creates pods, services,
 # secrets, networkpolicies and events, deletes pods, networkpolicies and expired jobs,
 # PUTs job status; owner references with blockOwnerDeletion need update on
-# trainingjobs/finalizers), as (group, resource, verb).
+# trainingjobs/finalizers), as (group, resource, verb). Secrets: create and nothing else
+# (no get, list or watch, anywhere).
 OPERATOR_RULES = {
     ("kubetrain.dev", "trainingjobs", v) for v in ("list", "watch", "delete")
 } | {
@@ -28,7 +29,9 @@ OPERATOR_RULES = {
 } | {
     ("", "pods", v) for v in ("list", "watch", "create", "delete")
 } | {
-    ("", r, v) for r in ("services", "secrets") for v in ("list", "watch", "create")
+    ("", "services", v) for v in ("list", "watch", "create")
+} | {
+    ("", "secrets", "create"),
 } | {
     ("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "delete")
 }

@@ -318,14 +318,16 @@ YAML
            "delete trainingjobs.kubetrain.dev -n team-a" "update trainingjobs.kubetrain.dev --subresource status -n team-a" \
            "update trainingjobs.kubetrain.dev --subresource finalizers -n team-a" \
            "create pods -n team-a" "delete pods -n team-a" "watch pods -A" "create services -n team-a" \
-           "list secrets -A" "create secrets -n team-a" "create events -n team-a" \
+           "create secrets -n team-a" "create events -n team-a" \
            "create leases.coordination.k8s.io -n kubetrain-system" \
            "update leases.coordination.k8s.io/kubetrain -n kubetrain-system"; do
     # shellcheck disable=SC2086
     [ "$(k auth can-i $q --as "$sa" 2>/dev/null)" = yes ] || can+=("$q")
   done
   for q in "update pods -n team-a" "patch trainingjobs.kubetrain.dev -n team-a" "create trainingjobs.kubetrain.dev -n team-a" \
-           "get secrets/x -n team-a" "delete secrets -n team-a" "update secrets -n team-a" "delete services -n team-a" \
+           "get secrets/x -n team-a" "get secrets -n team-a" "list secrets -n team-a" "list secrets -A" \
+           "watch secrets -n team-a" "watch secrets -A" \
+           "delete secrets -n team-a" "update secrets -n team-a" "patch secrets -n team-a" "delete services -n team-a" \
            "create pods --subresource exec -n team-a" "create deployments.apps -n team-a" \
            "update leases.coordination.k8s.io/other -n kubetrain-system" "create leases.coordination.k8s.io -n team-a" \
            "create clusterroles.rbac.authorization.k8s.io"; do
@@ -334,8 +336,8 @@ YAML
   done
   if [ ${#can[@]} = 0 ]; then tap_ok "the ServiceAccount may make each request the operator makes"
   else tap_fail "the ServiceAccount may make each request the operator makes" "denied: ${can[*]}"; fi
-  if [ ${#cannot[@]} = 0 ]; then tap_ok "the ServiceAccount may not do what the operator never does"
-  else tap_fail "the ServiceAccount may not do what the operator never does" "allowed: ${cannot[*]}"; fi
+  if [ ${#cannot[@]} = 0 ]; then tap_ok "the ServiceAccount may not do what the operator never does (no get, list or watch of any Secret)"
+  else tap_fail "the ServiceAccount may not do what the operator never does (no get, list or watch of any Secret)" "allowed: ${cannot[*]}"; fi
 
   # run_operator MODE NS JOBNS: the operator binary with the release's ServiceAccount
   # token and the Deployment's args, made to run examples/job.yaml in JOBNS.
@@ -369,15 +371,24 @@ for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args
     if [ $ok = 1 ]; then tap_ok "[$mode] the operator with the chart's args and RBAC becomes ready"
     else tap_fail "[$mode] the operator with the chart's args and RBAC becomes ready" "$(tail -n 20 "$log")"; fi
     k apply -n "$jobns" -f examples/pvc.yaml -f examples/job.yaml >/dev/null
-    ok=0
+    ok=0 secret=
     for _ in $(seq 60); do
-      if k get -n "$jobns" service/mnist-worker secret/mnist-secret pod/mnist-worker-0 pod/mnist-worker-1 >/dev/null 2>&1 &&
+      secret=$(k get tj mnist -n "$jobns" -o 'jsonpath={.status.secretName}' 2>/dev/null)
+      if [ -n "$secret" ] &&
+         k get -n "$jobns" service/mnist-worker "secret/$secret" pod/mnist-worker-0 pod/mnist-worker-1 >/dev/null 2>&1 &&
          [ -n "$(k get tj mnist -n "$jobns" -o 'jsonpath={.status.phase}')" ]; then ok=1; break; fi
       sleep 0.5
     done
-    if [ $ok = 1 ]; then tap_ok "[$mode] examples/job.yaml gets its Service, Secret, 2 pods and a status"
-    else tap_fail "[$mode] examples/job.yaml gets its Service, Secret, 2 pods and a status" \
+    if [ $ok = 1 ]; then tap_ok "[$mode] examples/job.yaml gets its Service, Secret ($secret, from status.secretName), 2 pods and a status"
+    else tap_fail "[$mode] examples/job.yaml gets its Service, Secret (status.secretName), 2 pods and a status" \
       "$(k get all,secrets -n "$jobns" 2>&1; tail -n 20 "$log")"; fi
+    # The Secret it created is no more readable to it than any other.
+    sa_op=system:serviceaccount:$ns:kubetrain readable=
+    for v in get list watch; do
+      [ "$(k auth can-i "$v" "secrets/${secret:-x}" -n "$jobns" --as "$sa_op" 2>/dev/null)" = no ] || readable="$readable $v"
+    done
+    if [ -n "$secret" ] && [ -z "$readable" ]; then tap_ok "[$mode] the operator may not get, list or watch even the Secret it created"
+    else tap_fail "[$mode] the operator may not get, list or watch even the Secret it created" "secret '$secret', allowed:$readable"; fi
     holder=$(k get lease kubetrain -n "$ns" -o 'jsonpath={.spec.holderIdentity}' 2>&1)
     if [ "$holder" = kubetrain-test-0 ]; then tap_ok "[$mode] the operator holds its Lease (named after the release) in $ns, named by the pod"
     else tap_fail "[$mode] the operator holds its Lease (named after the release) in $ns, named by the pod" "holder: $holder"; fi

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static const DesiredConfig cfg = {.trainer_image = "kubetrain/trainer:fuzz",
                                           .cluster_domain = "cluster.local"};
         unsigned char key[32] = {0};
-        cJSON *pod = desired_pod(&s, &cfg, s.workers - 1, 1);
+        cJSON *pod = desired_pod(&s, &cfg, "fuzz-secret-x1y2z", s.workers - 1, 1);
         cJSON *svc = desired_service(&s);
         cJSON *sec = desired_secret(&s, key);
         if (!pod || !svc || !sec) abort();

@@ -1,7 +1,7 @@
 /* libFuzzer target: one reconcile over observed objects as the API server returns
  * them, including the chief's termination message (status.containerStatuses[].state
  * .terminated.message), which the operator parses as JSON. Input:
- *   {"job": {...}, "secret": {...}, "service": {...}, "pods": [{...}, ...], "now": N} */
+ *   {"job": {...}, "service": {...}, "pods": [{...}, ...], "now": N} */
 #include "jsonx.h"
 #include "olog.h"
 #include "reconcile.h"
@@ -38,7 +38,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (npods < MAX_PODS) pods[npods++] = p;
     }
     Observed obs = {.job = jsonx_at(root, "job"),
-                    .secret = jsonx_at(root, "secret"),
                     .service = jsonx_at(root, "service"),
                     .pods = pods,
                     .npods = npods,

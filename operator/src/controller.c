@@ -22,7 +22,7 @@ struct Controller {
     ControllerConfig cfg;
     char *ns, *identity;
     WorkQueue *queue;
-    Informer *jobs, *pods, *services, *secrets, *netpols;
+    Informer *jobs, *pods, *services, *netpols; /* never Secrets: see reconcile.h */
     pthread_t threads[MAX_WORKER_THREADS];
     int nthreads;
 };
@@ -105,8 +105,7 @@ static void prune_pod(cJSON *pod)
     cJSON_ArrayForEach(c, cs) keep_only(c, cstatus);
 }
 
-/* Services and Secrets matter only as present and owned: no spec, and no secret data
- * kept in memory. */
+/* Services and NetworkPolicies matter only as present and owned: no spec. */
 static void prune_owned(cJSON *obj)
 {
     static const char *const top[] = {"metadata", NULL};
@@ -148,12 +147,10 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     po.transform = prune_owned;
     po.plural = "services";
     c->services = informer_new(client, &po);
-    po.plural = "secrets";
-    c->secrets = informer_new(client, &po);
     po.group_version = "networking.k8s.io/v1";
     po.plural = "networkpolicies";
     c->netpols = informer_new(client, &po);
-    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->secrets || !c->netpols)
+    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->netpols)
         goto nomem;
     return c;
 nomem:
@@ -168,7 +165,6 @@ void controller_free(Controller *c)
     informer_free(c->jobs);
     informer_free(c->pods);
     informer_free(c->services);
-    informer_free(c->secrets);
     informer_free(c->netpols);
     wq_free(c->queue);
     free(c->ns);
@@ -180,8 +176,7 @@ int controller_start_informers(Controller *c)
 {
     int rc;
     if ((rc = informer_start(c->jobs)) || (rc = informer_start(c->pods)) ||
-        (rc = informer_start(c->services)) || (rc = informer_start(c->secrets)) ||
-        (rc = informer_start(c->netpols)))
+        (rc = informer_start(c->services)) || (rc = informer_start(c->netpols)))
         return rc;
     return 0;
 }
@@ -189,7 +184,7 @@ int controller_start_informers(Controller *c)
 int controller_synced(Controller *c)
 {
     return informer_synced(c->jobs) && informer_synced(c->pods) && informer_synced(c->services) &&
-           informer_synced(c->secrets) && informer_synced(c->netpols);
+           informer_synced(c->netpols);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -260,24 +255,44 @@ static const char *pod_uid(const cJSON *pods, const char *name)
     return NULL;
 }
 
-/* Carries out one action. Returns 0 or -errno with err. */
+/* Carries out one action. Returns 0 or -errno with err. `secret` (at least 254 bytes)
+ * carries the name the API server gave the Secret this plan created to the plan's
+ * status update. */
 static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Action *a,
-                   const char *key, char *err, size_t errlen)
+                   const char *key, char *secret, char *err, size_t errlen)
 {
     const char *ns = jsonx_str(job, "metadata.namespace");
     char path[1024];
     KubeResponse r = {0};
     int rc = 0;
     switch (a->kind) {
-    case ACTION_CREATE_SECRET:
+    case ACTION_CREATE_SECRET: {
+        kpath(path, sizeof path, "v1", ns, "secrets", NULL, NULL);
+        rc = kclient_request(c->client, "POST", path, a->object, NULL, &r, err, errlen);
+        const char *name = rc == 0 ? jsonx_str(r.body, "metadata.name") : NULL;
+        if (rc == 0 && (!name || strlen(name) > 253)) {
+            snprintf(err, errlen, "creating the Secret %s*: the answer has no metadata.name",
+                     a->name);
+            rc = -EPROTO;
+        } else if (rc == 0) {
+            snprintf(secret, 254, "%s", name);
+            olog(OLOG_INFO, key, "created secrets %s", name);
+        } else if (rc == -EEXIST) {
+            /* No free generated name: an error like any other, retried; the Secret of
+             * that name is not ours. */
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen,
+                     "creating the Secret %s*: the API server found no free generated name "
+                     "(%s); retrying with another",
+                     a->name, why);
+        }
+        break;
+    }
     case ACTION_CREATE_SERVICE:
     case ACTION_CREATE_POD: {
-        const char *plural = a->kind == ACTION_CREATE_POD       ? "pods"
-                             : a->kind == ACTION_CREATE_SERVICE ? "services"
-                                                                : "secrets";
-        Informer *inf = a->kind == ACTION_CREATE_POD       ? c->pods
-                        : a->kind == ACTION_CREATE_SERVICE ? c->services
-                                                           : c->secrets;
+        const char *plural = a->kind == ACTION_CREATE_POD ? "pods" : "services";
+        Informer *inf = a->kind == ACTION_CREATE_POD ? c->pods : c->services;
         kpath(path, sizeof path, "v1", ns, plural, NULL, NULL);
         rc = kclient_request(c->client, "POST", path, a->object, NULL, &r, err, errlen);
         if (rc == 0) {
@@ -315,6 +330,12 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         break;
     }
     case ACTION_UPDATE_STATUS:
+        if (*secret &&
+            !jsonx_set_str(jsonx_ensure_obj(a->object, "status"), "secretName", secret)) {
+            snprintf(err, errlen, "recording the Secret %s: out of memory", secret);
+            rc = -ENOMEM;
+            break;
+        }
         kpath(path, sizeof path, KT_API_VERSION, ns, KT_PLURAL, a->name, "status");
         rc = kclient_request(c->client, "PUT", path, a->object, NULL, &r, err, errlen);
         if (rc == 0) {
@@ -373,11 +394,9 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
 
     cJSON *job = informer_get(c->jobs, ns, name);
     if (!job) return 0; /* deleted: the garbage collector removes what it owned */
-    char sname[300], vname[300];
-    desired_secret_name(name, sname, sizeof sname);
+    char vname[300], secret[254] = "";
     desired_service_name(name, vname, sizeof vname);
     cJSON *pods = informer_list(c->pods, ns, LABEL_JOB_NAME, name);
-    cJSON *secret = informer_get(c->secrets, ns, sname);
     cJSON *service = informer_get(c->services, ns, vname);
     cJSON *netpol = informer_get(c->netpols, ns, vname);
     size_t npods = (size_t)cJSON_GetArraySize(pods);
@@ -393,7 +412,6 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
     const cJSON *p;
     cJSON_ArrayForEach(p, pods) pv[i++] = p;
     Observed obs = {.job = job,
-                    .secret = secret,
                     .service = service,
                     .network_policy = netpol,
                     .pods = pv,
@@ -407,7 +425,7 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
     rc = reconcile(&c->cfg.reconcile, &obs, &plan, err, errlen);
     if (rc) goto out;
     for (size_t k = 0; k < plan.n; k++) {
-        rc = execute(c, job, pods, &plan.actions[k], key, err, errlen);
+        rc = execute(c, job, pods, &plan.actions[k], key, secret, err, errlen);
         if (rc) goto out;
     }
     *requeue_after = plan.requeue_after;
@@ -415,7 +433,6 @@ out:
     plan_free(&plan);
     free(pv);
     cJSON_Delete(pods);
-    cJSON_Delete(secret);
     cJSON_Delete(service);
     cJSON_Delete(netpol);
     cJSON_Delete(job);
@@ -470,12 +487,10 @@ void controller_stop(Controller *c)
     informer_request_stop(c->jobs);
     informer_request_stop(c->pods);
     informer_request_stop(c->services);
-    informer_request_stop(c->secrets);
     informer_request_stop(c->netpols);
     informer_stop(c->jobs);
     informer_stop(c->pods);
     informer_stop(c->services);
-    informer_stop(c->secrets);
     informer_stop(c->netpols);
 }
 

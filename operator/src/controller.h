@@ -1,5 +1,6 @@
 /* controller — the thin I/O around reconcile: informers for TrainingJobs and the pods,
- * services and secrets the operator owns; a work queue of job keys fed by their
+ * services and network policies the operator owns (never Secrets, which it may not
+ * read); a work queue of job keys fed by their
  * events (owned objects map to their job through the controller owner reference, or
  * the kubetrain.dev/job-name label); worker threads that read the caches, call
  * reconcile and carry out its plan in order, stopping at the first failed action

@@ -13,9 +13,9 @@ void desired_service_name(const char *job, char *out, size_t n)
     snprintf(out, n, "%s-worker", job);
 }
 
-void desired_secret_name(const char *job, char *out, size_t n)
+void desired_secret_prefix(const char *job, char *out, size_t n)
 {
-    snprintf(out, n, "%s-secret", job);
+    snprintf(out, n, "%s-secret-", job);
 }
 
 void desired_pod_name(const char *job, int index, char *out, size_t n)
@@ -97,14 +97,18 @@ static cJSON *b64_string(const void *buf, size_t n)
 
 cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32])
 {
-    char name[300];
-    desired_secret_name(s->name, name, sizeof name);
-    cJSON *o = new_object(s, "Secret", name);
+    char prefix[300];
+    desired_secret_prefix(s->name, prefix, sizeof prefix);
+    cJSON *o = new_object(s, "Secret", prefix);
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
     cJSON *data = jsonx_set(o, "data", cJSON_CreateObject());
     char hex[65];
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", ring_key[i]);
-    if (!jsonx_set_str(o, "type", "Opaque") || !data ||
+    /* A name chosen by the API server: see desired_secret_prefix. */
+    cJSON_DeleteItemFromObjectCaseSensitive(md, "name");
+    if (!md || !jsonx_set_str(md, "generateName", prefix) ||
+        !jsonx_set_str(o, "type", "Opaque") || !data ||
         !jsonx_set(data, SECRET_RING_KEY, b64_string(hex, 64)))
         goto err;
     if (s->model_inline) {
@@ -368,12 +372,12 @@ static int security_defaults(cJSON *spec, cJSON *c)
     return rc ? -1 : 0;
 }
 
-cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long long attempt)
+cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, int index,
+                   long long attempt)
 {
-    char name[300], svc[300], secret[300], buf[64], ckpt_dir[1024];
+    char name[300], svc[300], buf[64], ckpt_dir[1024];
     desired_pod_name(s->name, index, name, sizeof name);
     desired_service_name(s->name, svc, sizeof svc);
-    desired_secret_name(s->name, secret, sizeof secret);
     const char *ckpt = NULL;
     if (s->checkpoint_claim) {
         snprintf(ckpt_dir, sizeof ckpt_dir, "%s/%s", s->checkpoint_path, s->name);

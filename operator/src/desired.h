@@ -5,8 +5,9 @@
  *
  *   Service  <job>-worker            headless, publishNotReadyAddresses
  *   Pod      <job>-worker-<i>        hostname <job>-worker-<i>, subdomain <job>-worker
- *   Secret   <job>-secret            ring-key (64 hex digits of 32 random bytes),
- *                                    model.json when the model is given inline
+ *   Secret   <job>-secret-<random>   ring-key (64 hex digits of 32 random bytes),
+ *                                    model.json when the model is given inline; the
+ *                                    API server generates the suffix (generateName)
  *   TF_CONFIG peers  <job>-worker-<i>.<job>-worker.<ns>.svc[.<cluster domain>]:<port>
  */
 #ifndef KT_DESIRED_H
@@ -39,7 +40,9 @@ typedef struct DesiredConfig {
 /* Object names, written into out (always NUL-terminated; job names are validated to
  * fit a 63-character DNS label). */
 void desired_service_name(const char *job, char *out, size_t n);
-void desired_secret_name(const char *job, char *out, size_t n);
+/* The Secret's generateName, "<job>-secret-": the API server appends a random suffix,
+ * so nobody can create the job's Secret before the operator does. */
+void desired_secret_prefix(const char *job, char *out, size_t n);
 void desired_pod_name(const char *job, int index, char *out, size_t n);
 
 /* TF_CONFIG of worker `index`. Returns a malloc'd string; the caller frees it. NULL
@@ -52,8 +55,9 @@ cJSON *desired_owner_ref(const JobSpec *s);
 /* Labels every object of the job carries (job name, managed-by). */
 cJSON *desired_job_labels(const JobSpec *s);
 
-/* The Secret: ring-key is the 64 lowercase hex digits of `ring_key`. The caller owns
- * the result (cJSON_Delete). NULL on allocation failure. */
+/* The Secret, with metadata.generateName and no name: ring-key is the 64 lowercase hex
+ * digits of `ring_key`. The caller owns the result (cJSON_Delete). NULL on allocation
+ * failure. */
 cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
 
 /* The headless Service. Caller owns the result. */
@@ -65,7 +69,10 @@ cJSON *desired_service(const JobSpec *s);
 cJSON *desired_network_policy(const JobSpec *s);
 
 /* Worker `index`'s pod in group incarnation `attempt`: the template merged with the
- * operator's fields, which win. Caller owns the result. NULL on allocation failure. */
-cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, int index, long long attempt);
+ * operator's fields, which win; the ring key and an inline model come from the Secret
+ * named `secret` (the job's status.secretName). Caller owns the result. NULL on
+ * allocation failure. */
+cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, int index,
+                   long long attempt);
 
 #endif

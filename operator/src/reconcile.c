@@ -563,10 +563,9 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     }
 
     /* Progress: pods of older attempts go first; their names block the new ones. */
-    /* A Secret or Service left by an older job of the same name is the garbage
-     * collector's: pods wait until it is gone and ours is created. */
-    int blocked = foreign || (o->secret && owned_by_other(o->secret, s->uid)) ||
-                  (o->service && owned_by_other(o->service, s->uid)) ||
+    /* A Service left by an older job of the same name is the garbage collector's: pods
+     * wait until it is gone and ours is created. */
+    int blocked = foreign || (o->service && owned_by_other(o->service, s->uid)) ||
                   (o->network_policy && owned_by_other(o->network_policy, s->uid));
     for (size_t i = 0; i < n; i++) {
         if (v[i].attempt == attempt && v[i].index >= 0 && v[i].index < s->workers &&
@@ -590,10 +589,17 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
             requeue(c, at - o->now);
         }
     }
-    if (!o->secret) {
-        char name[300];
-        desired_secret_name(s->name, name, sizeof name);
-        add_action(c, ACTION_CREATE_SECRET, name, desired_secret(s, o->ring_key));
+    /* The ring key's Secret, created once per job under a name the API server generates:
+     * a Secret made in advance by someone else (who would know the key) can never be
+     * taken for the job's. Its name reaches status in this pass; pods wait for it. */
+    const char *secret = jsonx_str(c->status, "secretName");
+    if (!secret || !*secret) {
+        char prefix[300];
+        desired_secret_prefix(s->name, prefix, sizeof prefix);
+        add_action(c, ACTION_CREATE_SECRET, prefix, desired_secret(s, o->ring_key));
+        set_str(c, "secretName", "");
+        secret = NULL;
+        blocked = 1;
     }
     if (!o->service) {
         char name[300];
@@ -619,7 +625,7 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
             continue;
         }
         if (blocked) continue;
-        cJSON *pod = desired_pod(s, &c->cfg->desired, i, attempt);
+        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, i, attempt);
         if (!pod) {
             c->nomem = 1;
             break;

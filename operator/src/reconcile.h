@@ -18,6 +18,11 @@
 #include <stddef.h>
 
 typedef enum {
+    /* POST the Secret (metadata.generateName). The name the API server gave it goes into
+     * status.secretName of the plan's update-status, which always follows (reconcile
+     * leaves "" there, which the CRD's schema refuses, so a name never filled in cannot
+     * be stored). The operator never reads Secrets: having created this one is how it
+     * knows the Secret is its own. */
     ACTION_CREATE_SECRET,
     ACTION_CREATE_SERVICE,
     ACTION_CREATE_POD,
@@ -55,9 +60,10 @@ typedef struct ReconcileConfig {
     double force_delete_after_s;
 } ReconcileConfig;
 
+/* The job's Secret is not observed: the operator may not read Secrets. The job's
+ * status.secretName names the one it created. */
 typedef struct Observed {
     const cJSON *job;         /* the TrainingJob */
-    const cJSON *secret;      /* <job>-secret or NULL */
     const cJSON *service;     /* <job>-worker or NULL */
     const cJSON *network_policy; /* the NetworkPolicy <job>-worker or NULL */
     const cJSON *const *pods; /* pods labelled with the job's name */

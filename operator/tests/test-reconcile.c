@@ -38,9 +38,13 @@ static cJSON *job_new(const char *spec, const char *status)
     return j;
 }
 
+/* The name the API server generates for the job's Secret in these fixtures. */
+#define SECRET "mnist-secret-x7k2p"
+
 typedef struct Fixture {
     cJSON *job;
-    cJSON *secret, *service, *netpol;
+    int secrets; /* Secrets created (the operator never observes them) */
+    cJSON *service, *netpol;
     cJSON *pods[16];
     size_t npods;
     Plan plan;
@@ -50,7 +54,6 @@ typedef struct Fixture {
 static void fx_free(Fixture *f)
 {
     cJSON_Delete(f->job);
-    cJSON_Delete(f->secret);
     cJSON_Delete(f->service);
     cJSON_Delete(f->netpol);
     for (size_t i = 0; i < f->npods; i++)
@@ -59,15 +62,16 @@ static void fx_free(Fixture *f)
     free(f->desc);
 }
 
-/* Observes the Secret and Service as the operator would have created them. */
+/* The Service as the operator would have created it, and the Secret's name in status
+ * as the operator would have recorded it. */
 static void fx_with_support(Fixture *f)
 {
     JobSpec s;
     char err[256];
     assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
-    unsigned char key[32] = {0};
-    f->secret = desired_secret(&s, key);
+    f->secrets = 1;
     f->service = desired_service(&s);
+    jsonx_set_str(jsonx_ensure_obj(f->job, "status"), "secretName", SECRET);
 }
 
 /* Adds worker i's pod of attempt `attempt` in phase `phase`. */
@@ -76,7 +80,7 @@ static cJSON *fx_pod(Fixture *f, int i, long long attempt, const char *phase)
     JobSpec s;
     char err[256];
     assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
-    cJSON *p = desired_pod(&s, &CFG.desired, i, attempt);
+    cJSON *p = desired_pod(&s, &CFG.desired, SECRET, i, attempt);
     assert_non_null(p);
     cJSON *st = jsonx_ensure_obj(p, "status");
     jsonx_set_str(st, "phase", phase);
@@ -107,7 +111,6 @@ static void pod_terminated(cJSON *pod, int code, const char *message)
 static void fx_run_cfg(Fixture *f, const ReconcileConfig *cfg, double now)
 {
     Observed o = {.job = f->job,
-                  .secret = f->secret,
                   .service = f->service,
                   .network_policy = f->netpol,
                   .pods = (const cJSON *const *)f->pods,
@@ -126,6 +129,17 @@ static void fx_run_cfg(Fixture *f, const ReconcileConfig *cfg, double now)
 static void fx_run(Fixture *f, double now)
 {
     fx_run_cfg(f, &CFG, now);
+}
+
+static void apply_prefix(Fixture *f, size_t k);
+
+/* Carries out the whole plan as the controller and API server would, then forgets it. */
+static void fx_apply(Fixture *f)
+{
+    apply_prefix(f, f->plan.n);
+    plan_free(&f->plan);
+    free(f->desc);
+    f->desc = NULL;
 }
 
 /* The new status of the plan's update-status action (fails if there is none). */
@@ -208,13 +222,33 @@ static void test_new_job_creates_everything(void **state)
     (void)state;
     Fixture f = {.job = job_new(SPEC2, NULL)};
     fx_run(&f, NOW);
-    assert_string_equal(f.desc, "create-secret mnist-secret\n"
+    /* The pods wait for the Secret's generated name to be in status. */
+    assert_string_equal(f.desc, "create-secret mnist-secret-\n"
                                 "create-service mnist-worker\n"
-                                "create-pod mnist-worker-0\n"
+                                "update-status mnist\n");
+    const cJSON *sec = find_action(&f, ACTION_CREATE_SECRET, "mnist-secret-")->object;
+    assert_string_equal(jsonx_str(sec, "metadata.generateName"), "mnist-secret-");
+    assert_null(jsonx_at(sec, "metadata.name"));
+    assert_string_equal(
+        jsonx_str(cJSON_GetArrayItem(jsonx_arr(sec, "metadata.ownerReferences"), 0), "uid"),
+        "uid-1");
+    /* base64 of the hex of a0 a1 ... bf */
+    const char *key = jsonx_str(sec, "data.ring-key");
+    assert_non_null(key);
+    assert_int_equal(strlen(key), 88);
+    assert_memory_equal(key, "YTBhMWEyYTNh", 12); /* "a0a1a2a3a" */
+    /* The controller fills in the generated name; "" is what the CRD refuses. */
+    assert_string_equal(jsonx_str(new_status(&f), "secretName"), "");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Pending");
+    fx_apply(&f);
+
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
                                 "create-pod mnist-worker-1\n"
                                 "event Normal CreatedWorkers\n"
                                 "update-status mnist\n");
     const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "secretName"), SECRET);
     assert_string_equal(jsonx_str(st, "phase"), "Pending");
     assert_string_equal(jsonx_str(st, "startTime"), "2027-01-15T08:00:00Z");
     assert_int_equal(jsonx_int(st, "observedGeneration", -1), 3);
@@ -252,7 +286,7 @@ static void test_new_job_creates_everything(void **state)
     cJSON_ArrayForEach(e, jsonx_arr(c, "env"))
     {
         if (strcmp(jsonx_str(e, "name"), "KUBETRAIN_SECRET") != 0) continue;
-        assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.name"), "mnist-secret");
+        assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.name"), SECRET);
         assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.key"), "ring-key");
         found_secret = 1;
     }
@@ -271,7 +305,7 @@ static void test_new_job_creates_everything(void **state)
     assert_string_equal(
         jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/attempt"), "0");
 
-    const cJSON *svc = find_action(&f, ACTION_CREATE_SERVICE, "mnist-worker")->object;
+    const cJSON *svc = f.service;
     assert_string_equal(jsonx_str(svc, "spec.clusterIP"), "None");
     assert_true(jsonx_bool(svc, "spec.publishNotReadyAddresses", 0));
     const cJSON *sel = jsonx_obj(svc, "spec.selector");
@@ -279,12 +313,6 @@ static void test_new_job_creates_everything(void **state)
         cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/job-name")->valuestring, "mnist");
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/role")->valuestring,
                         "worker");
-    const cJSON *sec = find_action(&f, ACTION_CREATE_SECRET, "mnist-secret")->object;
-    /* base64 of the hex of a0 a1 ... bf */
-    const char *key = jsonx_str(sec, "data.ring-key");
-    assert_non_null(key);
-    assert_int_equal(strlen(key), 88);
-    assert_memory_equal(key, "YTBhMWEyYTNh", 12); /* "a0a1a2a3a" */
     assert_true(f.plan.requeue_after < 0);
     fx_free(&f);
 }
@@ -708,19 +736,55 @@ static void test_stale_and_foreign_pods(void **state)
     cJSON *p = fx_pod(&f, 0, 0, "Running");
     cJSON *ref = cJSON_GetArrayItem(jsonx_arr(p, "metadata.ownerReferences"), 0);
     jsonx_set_str(ref, "uid", "uid-old");
-    fx_run(&f, NOW);
-    assert_string_equal(f.desc, "create-secret mnist-secret\n"
-                                "create-service mnist-worker\n"
-                                "update-status mnist\n");
-    fx_free(&f);
-
-    /* Likewise a Secret of an older job: no pods may mount it. */
-    f = (Fixture){.job = job_new(SPEC2, NULL)};
     fx_with_support(&f);
-    jsonx_set_str(cJSON_GetArrayItem(jsonx_arr(f.secret, "metadata.ownerReferences"), 0), "uid",
-                  "uid-old");
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "update-status mnist\n");
+    fx_free(&f);
+}
+
+/* The ring key's Secret (issue 23): the operator never reads Secrets, so a Secret named
+ * like the job's, made beforehand by someone who then knows its key, must never be the
+ * one the pods use. Its name is generated by the API server at creation, recorded in
+ * status, and the pods name that one; a job whose status names none gets a new one and
+ * no pods until it is recorded, whatever exists in the namespace. */
+static void test_secret_is_never_adopted(void **state)
+{
+    (void)state;
+    /* A job an operator that used "<job>-secret" began: it gets a Secret of its own. */
+    Fixture f = {.job = job_new(SPEC2, "{\"observedGeneration\":3,\"phase\":\"Pending\"}")};
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
+    f.service = desired_service(&s);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-secret mnist-secret-\n"
+                                "update-status mnist\n");
+    const cJSON *sec = find_action(&f, ACTION_CREATE_SECRET, "mnist-secret-")->object;
+    assert_string_equal(jsonx_str(sec, "metadata.generateName"), "mnist-secret-");
+    assert_null(jsonx_at(sec, "metadata.name"));
+    fx_apply(&f);
+    assert_string_equal(jsonx_str(f.job, "status.secretName"), SECRET);
+
+    /* The pods (and an inline model's volume) name the recorded Secret. */
+    fx_free(&f);
+    f = (Fixture){.job = job_new("{\"workers\":1,\"model\":{\"layers\":[{\"type\":\"Flatten\"}]}}",
+                                 NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    const cJSON *e, *v;
+    int refs = 0;
+    cJSON_ArrayForEach(e, jsonx_arr(container(pod, "trainer"), "env"))
+    {
+        const char *n = jsonx_str(e, "valueFrom.secretKeyRef.name");
+        if (n) refs++, assert_string_equal(n, SECRET);
+    }
+    cJSON_ArrayForEach(v, jsonx_arr(pod, "spec.volumes"))
+    {
+        const char *n = jsonx_str(v, "secret.secretName");
+        if (n) refs++, assert_string_equal(n, SECRET);
+    }
+    assert_int_equal(refs, 2);
     fx_free(&f);
 }
 
@@ -802,7 +866,7 @@ static void test_template_merge_gpus_domain(void **state)
     char err[256];
     assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
     DesiredConfig dc = {.trainer_image = "def", .cluster_domain = "cluster.local"};
-    cJSON *pod = desired_pod(&s, &dc, 0, 4);
+    cJSON *pod = desired_pod(&s, &dc, SECRET, 0, 4);
     assert_non_null(pod);
     const cJSON *c = container(pod, "trainer");
     assert_string_equal(jsonx_str(c, "image"), "img:1");
@@ -854,7 +918,7 @@ static void test_template_metrics_port(void **state)
     assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
     DesiredConfig dc = {.trainer_image = "def"};
     for (int i = 0; i < 2; i++) {
-        cJSON *pod = desired_pod(&s, &dc, i, 0);
+        cJSON *pod = desired_pod(&s, &dc, SECRET, i, 0);
         assert_non_null(pod);
         assert_string_equal(env_of(pod, "KUBETRAIN_METRICS_PORT"), "9090");
         assert_non_null(env_of(pod, "TF_CONFIG"));
@@ -890,14 +954,18 @@ static void test_network_policy(void **state)
     (void)state;
     Fixture f = {.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":true}", NULL)};
     fx_run(&f, NOW);
-    assert_string_equal(f.desc, "create-secret mnist-secret\n"
+    assert_string_equal(f.desc, "create-secret mnist-secret-\n"
                                 "create-service mnist-worker\n"
                                 "create-network-policy mnist-worker\n"
-                                "create-pod mnist-worker-0\n"
+                                "update-status mnist\n");
+    fx_apply(&f);
+    const cJSON *np = f.netpol;
+    assert_non_null(np);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
                                 "create-pod mnist-worker-1\n"
                                 "event Normal CreatedWorkers\n"
                                 "update-status mnist\n");
-    const cJSON *np = find_action(&f, ACTION_CREATE_NETWORK_POLICY, "mnist-worker")->object;
     assert_string_equal(jsonx_str(np, "apiVersion"), "networking.k8s.io/v1");
     assert_string_equal(jsonx_str(np, "kind"), "NetworkPolicy");
     const cJSON *ref = cJSON_GetArrayItem(jsonx_at(np, "metadata.ownerReferences"), 0);
@@ -933,10 +1001,9 @@ static void test_network_policy(void **state)
     assert_string_equal(jsonx_str(port, "protocol"), "TCP");
 
     /* Observed: nothing more to create. */
-    f.netpol = cJSON_Duplicate(np, 1);
-    fx_with_support(&f);
     cJSON_Delete(f.job);
     f.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":true}", ST_LAUNCHED(""));
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "secretName", SECRET);
     for (int i = 0; i < 2; i++) fx_pod(&f, i, 0, "Running");
     plan_free(&f.plan);
     free(f.desc);
@@ -946,6 +1013,7 @@ static void test_network_policy(void **state)
     /* Turned off: deleted. */
     cJSON_Delete(f.job);
     f.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":false}", ST_LAUNCHED(""));
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "secretName", SECRET);
     plan_free(&f.plan);
     free(f.desc);
     fx_run(&f, NOW);
@@ -968,11 +1036,13 @@ static void test_network_policy(void **state)
 /* Applies the plan's first `k` actions to the fixture, as the API server would. */
 static void apply_prefix(Fixture *f, size_t k)
 {
+    int created = 0;
     for (size_t i = 0; i < k && i < f->plan.n; i++) {
         const Action *a = &f->plan.actions[i];
         switch (a->kind) {
-        case ACTION_CREATE_SECRET:
-            if (!f->secret) f->secret = cJSON_Duplicate(a->object, 1);
+        case ACTION_CREATE_SECRET: /* the controller carries its name to the status update */
+            f->secrets++;
+            created = 1;
             break;
         case ACTION_CREATE_SERVICE:
             if (!f->service) f->service = cJSON_Duplicate(a->object, 1);
@@ -1002,6 +1072,7 @@ static void apply_prefix(Fixture *f, size_t k)
         case ACTION_UPDATE_STATUS:
             cJSON_Delete(f->job);
             f->job = cJSON_Duplicate(a->object, 1);
+            if (created) jsonx_set_str(jsonx_ensure_obj(f->job, "status"), "secretName", SECRET);
             break;
         case ACTION_CREATE_NETWORK_POLICY:
             if (!f->netpol) f->netpol = cJSON_Duplicate(a->object, 1);
@@ -1064,7 +1135,10 @@ static void test_crash_at_any_action_converges(void **state)
         double now = NOW;
         settle(&f, &now, &rng);
         assert_int_equal(f.npods, 2);
-        assert_non_null(f.secret);
+        /* One Secret, or more when a pass stopped between creating one and recording
+         * it (the rest are the garbage collector's when the job goes). */
+        assert_true(f.secrets >= 1);
+        assert_string_equal(jsonx_str(f.job, "status.secretName"), SECRET);
         assert_non_null(f.service);
         assert_true(np ? f.netpol != NULL : f.netpol == NULL);
         assert_true(jsonx_bool(f.job, "status.launched", 0));
@@ -1160,12 +1234,10 @@ static void test_wrong_types_anywhere_never_crash(void **state)
         pod_terminated(fx_pod(&f, 1, 0, "Running"), 75, "{\"error\":\"x\"}");
         unsigned rate = 3 + (unsigned)(mut_next() % 40);
         mutate(f.job, rate);
-        mutate(f.secret, rate);
         mutate(f.service, rate);
         for (size_t i = 0; i < f.npods; i++)
             mutate(f.pods[i], rate);
         Observed o = {.job = f.job,
-                      .secret = f.secret,
                       .service = f.service,
                       .pods = (const cJSON *const *)f.pods,
                       .npods = f.npods,
@@ -1245,6 +1317,7 @@ int main(void)
         cmocka_unit_test(test_suspend_and_resume),
         cmocka_unit_test(test_workers_change_restarts_group),
         cmocka_unit_test(test_stale_and_foreign_pods),
+        cmocka_unit_test(test_secret_is_never_adopted),
         cmocka_unit_test(test_invalid_spec),
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),

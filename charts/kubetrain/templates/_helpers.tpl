@@ -42,7 +42,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
      services, secrets and events, deletes a job whose TTL ran out, and PUTs status).
      Shared by the ClusterRole and the single-namespace Role. trainingjobs/finalizers
      update: the operator's owner references set blockOwnerDeletion, which the
-     OwnerReferencesPermissionEnforcement admission plugin allows only with it. */}}
+     OwnerReferencesPermissionEnforcement admission plugin allows only with it.
+     Secrets: create only. The operator never reads one, not even its own: each job's
+     Secret gets a name the API server generates, which the operator records in the
+     job's status (operator/README.md, "The job's Secret"). */}}
 {{- define "kubetrain.rules" -}}
 - apiGroups: [kubetrain.dev]
   resources: [trainingjobs]
@@ -57,8 +60,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [pods]
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
-  resources: [services, secrets]
+  resources: [services]
   verbs: [list, watch, create]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -95,7 +95,8 @@ def watch_secrets():
     for _, ev in kube.watch_resumed(w, kube.ns_path(NS, "secrets"), stop.is_set):
         if ev["type"] == "ADDED":
             with lock:
-                secrets_added[ev["object"]["metadata"]["name"]] += 1
+                md = ev["object"]["metadata"]
+                secrets_added[(md.get("labels", {}).get("kubetrain.dev/job-name"), md["name"])] += 1
 
 
 subprocess.run([args.kubectl, "--kubeconfig", args.kubeconfig, "create", "namespace", NS],
@@ -230,8 +231,27 @@ with lock:
     sdups = {k: v for k, v in secrets_added.items() if v > 1}
 check("no duplicate pod: each (job, attempt, index) created once", not dups, f"{dups}")
 check(f"never more than {W} pods of a job at once", not over, f"{over}")
-check("each job's Secret created once", not sdups and len(secrets_added) == len(names),
-      f"dups {sdups}, {len(secrets_added)} secrets")
+# Each job's Secret is the one its status names and all its pods use. A kill between
+# creating a Secret (generated name) and recording it in status leaves a spare one,
+# owned by the job: at most one per kill.
+spare = len(secrets_added) - len(names)
+unused = []
+final = jobs()
+for n, j in final.items():
+    want = j.get("status", {}).get("secretName")
+    if (n, want) not in secrets_added:
+        unused.append(f"{n}: status.secretName {want!r} was never created")
+for o in api.get(kube.ns_path(NS, "pods"))["items"]:
+    job = o["metadata"].get("labels", {}).get("kubetrain.dev/job-name")
+    want = final[job].get("status", {}).get("secretName")
+    for c in o["spec"]["containers"]:
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            if ref and ref["name"] != want:
+                unused.append(f"pods/{o['metadata']['name']} uses {ref['name']}, status {want!r}")
+check(f"each job's pods use the Secret its status names; {spare} spare for {len(kills)} kills",
+      not sdups and not unused and 0 <= spare <= len(kills),
+      f"dups {sdups}, {unused}, {len(secrets_added)} secrets")
 
 # No orphan: every pod, Service and Secret belongs to a live job by uid; pods are of the
 # job's current attempt.
@@ -258,6 +278,7 @@ if args.summary:
     with open(args.summary, "w") as f:
         json.dump({"kills": len(kills), "jobs": len(names),
                    "duplicates": sum(v - 1 for v in dups.values()) + sum(v - 1 for v in sdups.values()),
+                   "spare_secrets": spare,
                    "orphans": len(orph),
                    "not_terminal": len(names) - phases.get("Succeeded", 0)}, f)
 

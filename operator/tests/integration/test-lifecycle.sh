@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kubetrain-operator (ASan+UBSan build) against a real kube-apiserver, etcd and
 # kube-controller-manager: the objects it creates (Secret, Service, pods with TF_CONFIG,
-# labels, owner references, env), status phases, the restart policies with pod failures
+# labels, owner references, env; a Secret named like the job's made beforehand by
+# someone else is never used), status phases, the restart policies with pod failures
 # written through the pods' status subresource (no kubelet at this tier), backoffLimit,
 # activeDeadlineSeconds, ttlSecondsAfterFinished, suspend and resume, cleanPodPolicy, a
 # spec the operator cannot run, disruptions, and garbage collection after the job is
@@ -35,11 +36,16 @@ pod_exit ttl j-worker-0 0 '{"step":1}'
 
 # --- objects: Secret, Service, pods ---------------------------------------------------
 ns objects
+# Someone who may create Secrets here (and so knows this one's key) makes the name an
+# operator before issue 23 gave the job's Secret, before the job exists.
+k -n objects create secret generic mnist-secret --from-literal=ring-key=known-to-another >/dev/null
 job objects mnist 3 "  port: 2345"
 if wait_until 30 has_npods objects mnist 3; then tap_ok "3 worker pods created"
 else tap_fail "3 worker pods created" "$(k -n objects get pods 2>&1; tail -n 5 "$LOG")"; fi
 k -n objects get tj/mnist -o json >"$IT_DIR/job.json"
-k -n objects get secret/mnist-secret -o json >"$IT_DIR/secret.json"
+secret=$(jp objects tj/mnist .status.secretName)
+k -n objects get "secret/${secret:-none}" -o json >"$IT_DIR/secret.json"
+k -n objects get secret/mnist-secret -o json >"$IT_DIR/premade.json"
 k -n objects get service/mnist-worker -o json >"$IT_DIR/service.json"
 k -n objects get pods -l kubetrain.dev/job-name=mnist -o json >"$IT_DIR/pods.json"
 # Checks each object against docs/design.md ("Names, labels and DNS", "TF_CONFIG");
@@ -48,12 +54,22 @@ out=$(python3 - "$IT_DIR" <<'PY'
 import base64, json, re, sys
 d = sys.argv[1]
 job = json.load(open(d + "/job.json"))
-sec = json.load(open(d + "/secret.json"))
+try:
+    sec = json.load(open(d + "/secret.json"))
+except ValueError:
+    sec = {"kind": "Secret", "metadata": {"name": None, "labels": {}}, "data": {"ring-key": ""}}
+premade = json.load(open(d + "/premade.json"))
 svc = json.load(open(d + "/service.json"))
 pods = {p["metadata"]["name"]: p for p in json.load(open(d + "/pods.json"))["items"]}
 uid, bad = job["metadata"]["uid"], []
 def want(what, got, exp):
     if got != exp: bad.append(f"{what}: got {got!r}, want {exp!r}")
+sname = job.get("status", {}).get("secretName") or ""
+if not re.fullmatch(r"mnist-secret-[a-z0-9]{5}", sname):
+    bad.append(f"status.secretName: got {sname!r}, want mnist-secret-<5 generated characters>")
+want("Secret name", sec["metadata"]["name"], sname)
+want("the Secret made beforehand: untouched (no owner)", premade["metadata"].get("ownerReferences"), None)
+want("the Secret made beforehand: its key", base64.b64decode(premade["data"]["ring-key"]), b"known-to-another")
 ref = [{"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob", "name": "mnist",
         "uid": uid, "controller": True, "blockOwnerDeletion": True}]
 base = {"kubetrain.dev/job-name": "mnist", "app.kubernetes.io/managed-by": "kubetrain-operator"}
@@ -92,7 +108,7 @@ for i in range(3):
                  "KUBETRAIN_CHECKPOINT_DIR": "/checkpoints/mnist", "KUBETRAIN_COLLECTIVE": "auto"}.items():
         want(f"{n} env {k}", env.get(k, {}).get("value"), v)
     refs = [e["valueFrom"]["secretKeyRef"] for e in env.values() if "secretKeyRef" in e.get("valueFrom", {})]
-    want(n + " env from the ring secret", [(r["name"], r["key"]) for r in refs], [("mnist-secret", "ring-key")])
+    want(n + " env from the ring secret", [(r["name"], r["key"]) for r in refs], [(sname, "ring-key")])
     want(n + " checkpoint claim", [v.get("persistentVolumeClaim", {}).get("claimName") for v in sp.get("volumes", [])
                                    if "persistentVolumeClaim" in v], ["ckpt"])
     want(n + " attempt annotation", md.get("annotations", {}).get("kubetrain.dev/attempt"), "0")
@@ -100,7 +116,9 @@ print("\n".join(bad))
 PY
 )
 objects_check="Secret, Service and pods as docs/design.md names them"
-if [ -z "$out" ]; then tap_ok "$objects_check (TF_CONFIG exact, labels, owner references, env)"
+if [ -z "$out" ]; then
+  tap_ok "$objects_check (TF_CONFIG exact, labels, owner references, env; the Secret's\
+ generated name in status, a mnist-secret made beforehand by another never used)"
 else tap_fail "$objects_check" "$out"; fi
 
 # --- status phases ----------------------------------------------------------------------
@@ -115,7 +133,7 @@ if wait_until 20 is objects tj/mnist .status.phase Running; then
     tap_ok "phase Running once every pod runs: ready 3, Running condition, startTime, observedGeneration"
   else tap_fail "Running status fields" "$(jp objects tj/mnist .status)"; fi
 else tap_fail "phase Running once every pod runs" "$(jp objects tj/mnist .status)"; fi
-secret_uid=$(jp objects secret/mnist-secret .metadata.uid)
+secret_uid=$(jp objects "secret/${secret:-none}" .metadata.uid)
 pod_exit objects mnist-worker-0 0 '{"step":210,"epoch":3,"loss":0.41,"accuracy":0.86,"weights_sha256":"ab12"}'
 if wait_until 20 is objects tj/mnist .status.phase Succeeded; then
   res=$(jp objects tj/mnist .status.result)
@@ -360,10 +378,13 @@ sleep 1
 if [ -z "$(k -n clean-none get pods -o name 2>/dev/null)" ]; then tap_ok "the operator recreates nothing for a deleted job"
 else tap_fail "the operator recreates nothing for a deleted job" "$(k -n clean-none get pods 2>&1)"; fi
 
-# The secret was created once: its uid never changed through the objects case.
-if [ -n "$secret_uid" ] && [ "$(jp objects secret/mnist-secret .metadata.uid)" = "$secret_uid" ]; then
+# The secret was created once: status names the same one through the objects case, and
+# the operator made no other (the one made beforehand has no job label).
+nsec=$(k -n objects get secrets -l kubetrain.dev/job-name=mnist -o name 2>/dev/null | wc -l)
+if [ -n "$secret_uid" ] && is objects tj/mnist .status.secretName "$secret" &&
+   [ "$(jp objects "secret/$secret" .metadata.uid)" = "$secret_uid" ] && [ "$nsec" = 1 ]; then
   tap_ok "the ring Secret is created once"
-else tap_fail "the ring Secret is created once" "uid $secret_uid -> $(jp objects secret/mnist-secret .metadata.uid)"; fi
+else tap_fail "the ring Secret is created once" "$secret uid $secret_uid -> $(jp objects tj/mnist .status.secretName) $(jp objects "secret/$secret" .metadata.uid); $nsec secrets"; fi
 
 # --- phases as a watch saw them ----------------------------------------------------------------
 bad=
