@@ -163,6 +163,22 @@ static int select_workers(cJSON *o, const char *path, const JobSpec *s)
            jsonx_set_str(ml, LABEL_ROLE, "worker");
 }
 
+int desired_metrics_port(const JobSpec *s)
+{
+    const cJSON *c, *p;
+    cJSON_ArrayForEach(c, jsonx_arr(s->template, "spec.containers"))
+    {
+        cJSON_ArrayForEach(p, jsonx_arr(c, "ports"))
+        {
+            const char *n = jsonx_str(p, "name");
+            long long port = jsonx_int(p, "containerPort", 0);
+            if (n && strcmp(n, METRICS_PORT_NAME) == 0 && port >= 1 && port <= 65535)
+                return (int)port;
+        }
+    }
+    return 0;
+}
+
 cJSON *desired_network_policy(const JobSpec *s)
 {
     char name[300];
@@ -181,6 +197,19 @@ cJSON *desired_network_policy(const JobSpec *s)
         !jsonx_set_str(port, "protocol", "TCP") || !jsonx_set_num(port, "port", s->port)) {
         cJSON_Delete(o);
         return NULL;
+    }
+    /* The chief's /metrics, which a Prometheus anywhere in the cluster scrapes (the
+     * chart's PodMonitor): that port only, from pods of any namespace. */
+    int mport = desired_metrics_port(s);
+    if (mport) {
+        cJSON *mrule = array_add_obj(cJSON_GetObjectItemCaseSensitive(spec, "ingress"));
+        cJSON *mpeer = array_add_obj(mrule ? jsonx_set(mrule, "from", cJSON_CreateArray()) : NULL);
+        cJSON *mp = array_add_obj(mrule ? jsonx_set(mrule, "ports", cJSON_CreateArray()) : NULL);
+        if (!mpeer || !jsonx_set(mpeer, "namespaceSelector", cJSON_CreateObject()) || !mp ||
+            !jsonx_set_str(mp, "protocol", "TCP") || !jsonx_set_num(mp, "port", mport)) {
+            cJSON_Delete(o);
+            return NULL;
+        }
     }
     return o;
 }

@@ -29,6 +29,7 @@
 #define SECRET_RING_KEY "ring-key"
 #define SECRET_MODEL "model.json"
 #define MODEL_MOUNT_DIR "/etc/kubetrain"
+#define METRICS_PORT_NAME "metrics" /* the chief's /metrics (the chart's PodMonitor) */
 
 /* The operator's settings that shape the objects. */
 typedef struct DesiredConfig {
@@ -63,9 +64,15 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
 /* The headless Service. Caller owns the result. */
 cJSON *desired_service(const JobSpec *s);
 
+/* The containerPort the template declares under the name "metrics" (the chief's
+ * /metrics, KUBETRAIN_METRICS_PORT), or 0. */
+int desired_metrics_port(const JobSpec *s);
+
 /* The job's NetworkPolicy (networking.k8s.io/v1), named like its Service: the worker
- * pods accept TCP on spec.port from the job's own worker pods and nothing else. NULL
- * when out of memory; caller frees. */
+ * pods accept TCP on spec.port from the job's own worker pods, and, when the template
+ * declares a metrics port, TCP on that port from pods in any namespace (where a
+ * Prometheus runs is the cluster's choice); nothing else. NULL when out of memory;
+ * caller frees. */
 cJSON *desired_network_policy(const JobSpec *s);
 
 /* Worker `index`'s pod in group incarnation `attempt`: the template merged with the

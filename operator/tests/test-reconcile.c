@@ -1020,6 +1020,31 @@ static void test_network_policy(void **state)
     assert_non_null(strstr(f.desc, "delete-network-policy mnist-worker\n"));
     fx_free(&f);
 
+    /* With the chief's metrics port declared (examples/job-metrics.yaml): a second rule
+     * admits that port, and only it, from pods of any namespace (issue 23: the policy
+     * blocked Prometheus). */
+    Fixture m = {.job = job_new("{\"workers\":2,\"networkPolicy\":true,\"template\":{\"spec\":"
+                                "{\"containers\":[{\"name\":\"trainer\",\"ports\":[{\"name\":"
+                                "\"metrics\",\"containerPort\":9090}]}]}}}",
+                                NULL)};
+    fx_run(&m, NOW);
+    np = find_action(&m, ACTION_CREATE_NETWORK_POLICY, "mnist-worker")->object;
+    const cJSON *ingress = jsonx_at(np, "spec.ingress");
+    assert_int_equal(cJSON_GetArraySize(ingress), 2);
+    const cJSON *r0 = cJSON_GetArrayItem(ingress, 0), *r1 = cJSON_GetArrayItem(ingress, 1);
+    assert_int_equal(jsonx_int(cJSON_GetArrayItem(jsonx_at(r0, "ports"), 0), "port", -1), 2222);
+    assert_non_null(jsonx_obj(cJSON_GetArrayItem(jsonx_at(r0, "from"), 0), "podSelector"));
+    assert_int_equal(cJSON_GetArraySize(jsonx_at(r1, "ports")), 1);
+    assert_int_equal(jsonx_int(cJSON_GetArrayItem(jsonx_at(r1, "ports"), 0), "port", -1), 9090);
+    assert_string_equal(jsonx_str(cJSON_GetArrayItem(jsonx_at(r1, "ports"), 0), "protocol"), "TCP");
+    assert_int_equal(cJSON_GetArraySize(jsonx_at(r1, "from")), 1);
+    const cJSON *peer = cJSON_GetArrayItem(jsonx_at(r1, "from"), 0);
+    assert_int_equal(cJSON_GetArraySize(peer), 1); /* no podSelector: any pod there */
+    const cJSON *nsel = jsonx_obj(peer, "namespaceSelector");
+    assert_non_null(nsel);
+    assert_int_equal(cJSON_GetArraySize(nsel), 0);
+    fx_free(&m);
+
     /* Not a boolean: Invalid, nothing created. */
     Fixture g = {.job = job_new("{\"workers\":2,\"networkPolicy\":\"yes\"}", NULL)};
     fx_run(&g, NOW);

@@ -3,8 +3,9 @@
 #  - it runs with the chart's RBAC as rendered by helm (a ServiceAccount token, no
 #    admin certificate) and is never refused a request;
 #  - spec.networkPolicy: a NetworkPolicy <job>-worker owned by the job, created before the
-#    pods, admitting only the job's own worker pods on spec.port; deleted when the field is
-#    turned off, collected with the job; none for a job without the field;
+#    pods, admitting only the job's own worker pods on spec.port (and the template's
+#    metrics port from any namespace's pods); deleted when the field is turned off,
+#    collected with the job; none for a job without the field;
 #  - the pods it stores run non-root with no privilege escalation and no capabilities,
 #    unless the pod template says otherwise;
 #  - no token or key reaches a log line: the ServiceAccount token and every job's ring key
@@ -102,6 +103,26 @@ else tap_fail "NetworkPolicy np-worker" "$res"; fi
 if [ -z "$(k -n netpol get networkpolicy plain-worker -o name 2>/dev/null)" ] && has_npods netpol plain 2; then
   tap_ok "a job without networkPolicy gets no NetworkPolicy"
 else tap_fail "a job without networkPolicy gets no NetworkPolicy" "$(k -n netpol get networkpolicy 2>&1)"; fi
+# The chief's metrics port (examples/job-metrics.yaml): admitted from any namespace's
+# pods, that port only, beside the workers' own rule (issue 23: Prometheus was blocked).
+job netpol npm 1 "  networkPolicy: true
+  template:
+    spec:
+      containers:
+        - name: trainer
+          env: [{name: KUBETRAIN_METRICS_PORT, value: \"9090\"}]
+          ports: [{name: metrics, containerPort: 9090}]"
+wait_until 30 k -n netpol get networkpolicy npm-worker
+ing=$(k -n netpol get networkpolicy npm-worker -o jsonpath='{.spec.ingress}' 2>&1)
+if python3 -c '
+import json, sys
+ing = json.loads(sys.argv[1])
+want = [{"from": [{"podSelector": {"matchLabels": {"kubetrain.dev/job-name": "npm", "kubetrain.dev/role": "worker"}}}],
+         "ports": [{"protocol": "TCP", "port": 2222}]},
+        {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9090}]}]
+sys.exit(ing != want)' "$ing" 2>/dev/null; then
+  tap_ok "NetworkPolicy npm-worker: the declared metrics port 9090 from any namespace's pods, besides the workers on 2222"
+else tap_fail "NetworkPolicy npm-worker admits the declared metrics port" "ingress: $ing"; fi
 gone() { [ -z "$(k -n "$1" get networkpolicy "$2" -o name 2>/dev/null)" ]; }
 k -n netpol patch tj np --type merge -p '{"spec":{"networkPolicy":false}}' >/dev/null
 if wait_until 30 gone netpol np-worker; then tap_ok "networkPolicy turned off: the NetworkPolicy is deleted"
