@@ -4,7 +4,8 @@
 Facts about one `helm template` output of charts/kubetrain, for test-chart.sh. MODE is
 what the values asked for: default | single (singleNamespace=true) | noleader
 (leaderElection.enabled=false) | monitor (metrics.serviceMonitor.enabled=true and
-metrics.podMonitor.enabled=true) | monitor-single (both monitors and singleNamespace=true).
+metrics.podMonitor.enabled=true) | monitor-single (both monitors and singleNamespace=true)
+| nopolicy (templatePolicy.level=none).
 Prints one line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail".
 With OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option
 table, and the PodMonitor selects the labels operator/src/desired.h defines.
@@ -46,7 +47,8 @@ COMMON_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
                  "app.kubernetes.io/version", "app.kubernetes.io/managed-by",
                  "app.kubernetes.io/part-of", "app.kubernetes.io/component",
                  "helm.sh/chart")
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                  "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 results = []
 
@@ -202,6 +204,9 @@ def main():
         want |= {"Role", "RoleBinding"}
     if monitor:
         want |= {"ServiceMonitor", "PodMonitor"}
+    policy = mode != "nopolicy"
+    if policy:
+        want |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     check(f"[{mode}] kinds rendered: {', '.join(sorted(want))}", set(kinds) == want,
           f"got {kinds}")
 
@@ -342,6 +347,29 @@ def main():
         unknown = [k for k in argmap if k[2:] not in known]
         check(f"[{mode}] every flag passed is one the operator has ({main_c})",
               known and not unknown, f"unknown {unknown}; the operator has {sorted(known)}")
+
+    # The template policy: the operator's flag, and the admission policy bound to it.
+    level = "baseline" if policy else "none"
+    check(f"[{mode}] --template-policy={level}", argmap.get("--template-policy") == level,
+          f"args {args}")
+    if policy:
+        vap = by_kind["ValidatingAdmissionPolicy"][0]
+        vb = by_kind["ValidatingAdmissionPolicyBinding"][0]
+        rules = vap["spec"]["matchConstraints"]["resourceRules"]
+        want_ns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} \
+            if single else None
+        ok = (vb["spec"]["policyName"] == vap["metadata"]["name"]
+              and vb["spec"]["validationActions"] == ["Deny"]
+              and vap["spec"]["failurePolicy"] == "Fail"
+              and rules == [{"apiGroups": ["kubetrain.dev"], "apiVersions": ["v1alpha1"],
+                             "operations": ["CREATE", "UPDATE"], "resources": ["trainingjobs"]}]
+              and vb["spec"].get("matchResources") == want_ns)
+        check(f"[{mode}] ValidatingAdmissionPolicy: TrainingJob create/update, Deny, bound"
+              + (f" in {ns} only" if single else ""), ok, f"{vap['spec'].get('matchConstraints')} {vb['spec']}")
+        msgs = [v.get("message") or v.get("messageExpression") or "" for v in vap["spec"]["validations"]]
+        check(f"[{mode}] every admission rule's message names a spec.template field first "
+              f"({len(msgs)} rules)", len(msgs) >= 19 and all("spec.template." in m for m in msgs),
+              f"{msgs}")
 
     svc = by_kind["Service"][0]
     sp = svc["spec"]["ports"][0]

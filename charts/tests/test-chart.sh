@@ -22,7 +22,9 @@
 #     operator's metrics Service only (a download or build that fails is a failure; only
 #     a machine without go skips); helm install with a value of the wrong type or an
 #     unknown key fails naming the value and creates nothing; a real install's
-#     ServiceAccount may do what the operator does and no more;
+#     ServiceAccount may do what the operator does and no more (no get, list or watch of
+#     any Secret); its ValidatingAdmissionPolicy refuses each refused template of
+#     operator/tests/podpolicy-cases.json naming the field, and admits the allowed ones;
 #     when build/bin/kubetrain-operator exists, it runs with that ServiceAccount's token
 #     and the chart's args and turns examples/job.yaml into its Service, Secret and pods
 #     without a single forbidden request, cluster-wide and in single-namespace mode;
@@ -92,6 +94,7 @@ render monitor kubetrain-system --set metrics.serviceMonitor.enabled=true \
   --set metrics.podMonitor.enabled=true
 render monitor-single team-a --set singleNamespace=true --set metrics.serviceMonitor.enabled=true \
   --set metrics.podMonitor.enabled=true
+render nopolicy kubetrain-system --set templatePolicy.level=none
 
 # --- the api-level cluster ----------------------------------------------------------------
 skip_cluster() {
@@ -312,6 +315,42 @@ YAML
   else
     tap_fail "helm install (default values)" "$out"
   fi
+  # The template policy at admission: each case of operator/tests/podpolicy-cases.json (the
+  # cases the operator's own check is tested against) as a TrainingJob, server-side dry
+  # run: a refused template is denied naming its field first, an allowed one passes.
+  tp_case() {  # tp_case I: prints the case's field (or "-") and writes the job to $work/tp-I.json
+    python3 - "$1" "$work/tp-$1.json" <<'PY'
+import json, sys
+c = json.load(open("operator/tests/podpolicy-cases.json"))["cases"][int(sys.argv[1])]
+job = {"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob",
+       "metadata": {"name": f"tp-{sys.argv[1]}"}, "spec": {"workers": 1, "template": c["template"]}}
+json.dump(job, open(sys.argv[2], "w"))
+print(c["field"] or "-", c["name"], sep="\t")
+PY
+  }
+  ncases=$(python3 -c 'import json; print(len(json.load(open("operator/tests/podpolicy-cases.json"))["cases"]))')
+  # The policy takes effect a moment after it is created: wait for the first case's refusal.
+  IFS=$'\t' read -r field _ < <(tp_case 0)
+  for _ in $(seq 60); do
+    k create --dry-run=server -n team-a -f "$work/tp-0.json" >/dev/null 2>&1 || break
+    sleep 0.5
+  done
+  tp_bad=()
+  for ((i = 0; i < ncases; i++)); do
+    IFS=$'\t' read -r field cname < <(tp_case "$i")
+    out=$(k create --dry-run=server -n team-a -f "$work/tp-$i.json" 2>&1); rc=$?
+    if [ "$field" = - ]; then
+      [ $rc = 0 ] || tp_bad+=("$cname: refused: $out")
+    elif [ $rc = 0 ]; then tp_bad+=("$cname: admitted")
+    elif ! grep -qF -- "$field: " <<<"$out" || ! grep -qF 'ValidatingAdmissionPolicy' <<<"$out"; then
+      tp_bad+=("$cname: not naming $field: $out")
+    fi
+  done
+  if [ ${#tp_bad[@]} = 0 ]; then
+    tap_ok "the ValidatingAdmissionPolicy refuses each template podpolicy-cases.json refuses, naming its field, and admits the others ($ncases cases)"
+  else tap_fail "the ValidatingAdmissionPolicy applies the template policy ($ncases cases)" "$(printf '%s\n' "${tp_bad[@]}")"; fi
+  k get validatingadmissionpolicy kubetrain-template-policy -o jsonpath='{.status.typeChecking}' >"$work/vap-typecheck.json" 2>&1
+
   sa=system:serviceaccount:kubetrain-system:kubetrain
   can=() cannot=()
   for q in "list trainingjobs.kubetrain.dev -n team-a" "watch trainingjobs.kubetrain.dev -A" \

@@ -55,6 +55,10 @@ static void usage(FILE *f)
         "  --backoff-max S           cap of that exponential delay (360)\n"
         "  --force-delete-after S    force-delete a pod still terminating S seconds after its\n"
         "                            grace period ended (its node is gone); 0: never (60)\n"
+        "  --template-policy P       baseline: refuse a job whose spec.template asks what Pod\n"
+        "                            Security's baseline level refuses (privileged, host\n"
+        "                            namespaces, hostPath, ...) or a service account other\n"
+        "                            than default; none: pass templates through (baseline)\n"
         "  --log-level LEVEL         debug | info | warn | error (info)\n"
         "  --insecure-skip-tls-verify  do not verify the API server's certificate (never in\n"
         "                            production; logged as a warning at start and every minute)\n"
@@ -144,6 +148,9 @@ int main(int argc, char **argv)
     const char *kubeconfig = NULL, *ns = "", *image = "kubetrain/trainer:" VERSION;
     const char *domain = "", *metrics_addr = ":8080", *health_addr = ":8081";
     const char *le_ns = NULL, *le_id = NULL, *le_name = "kubetrain-operator", *level = "info";
+    /* Safe unless told otherwise: whoever may create TrainingJobs gets pods made for them
+     * without being allowed to create pods; "none" is the cluster admin's decision. */
+    PodPolicyLevel template_policy = PODPOLICY_BASELINE;
     int leader_elect = 0, insecure = 0;
     double qps = 50, burst = 100, workers = 4, backoff_base = 10, backoff_max = 360, force_after = 60;
     enum {
@@ -163,6 +170,7 @@ int main(int argc, char **argv)
         O_BBASE,
         O_BMAX,
         O_FORCE,
+        O_TPOLICY,
         O_LEVEL,
         O_INSECURE,
         O_VERSION,
@@ -185,6 +193,7 @@ int main(int argc, char **argv)
         {"backoff-base", required_argument, 0, O_BBASE},
         {"backoff-max", required_argument, 0, O_BMAX},
         {"force-delete-after", required_argument, 0, O_FORCE},
+        {"template-policy", required_argument, 0, O_TPOLICY},
         {"log-level", required_argument, 0, O_LEVEL},
         {"insecure-skip-tls-verify", no_argument, 0, O_INSECURE},
         {"version", no_argument, 0, O_VERSION},
@@ -252,6 +261,15 @@ int main(int argc, char **argv)
             break;
         case O_FORCE:
             bad |= parse_num("--force-delete-after", optarg, 0, 86400, &force_after);
+            break;
+        case O_TPOLICY:
+            if (podpolicy_parse_level(optarg, &template_policy) != 0) {
+                fprintf(stderr,
+                        "kubetrain-operator: --template-policy: expected baseline|none, got "
+                        "\"%s\"\n",
+                        optarg);
+                bad = 1;
+            }
             break;
         case O_LEVEL:
             level = optarg;
@@ -330,6 +348,11 @@ int main(int argc, char **argv)
         "%s can pose as the API server and receive the operator's credentials; give "
         "certificate-authority(-data) in the kubeconfig instead";
     if (insecure) olog(OLOG_WARN, NULL, insecure_warning, kc->server);
+    if (template_policy == PODPOLICY_NONE)
+        olog(OLOG_WARN, NULL,
+             "--template-policy none: TrainingJob templates pass through (privileged, host "
+             "namespaces, hostPath, any service account); whoever may create TrainingJobs gets "
+             "any pod the namespace's Pod Security admission allows");
 
     char hostname[256] = "kubetrain-operator", id[300];
     gethostname(hostname, sizeof hostname - 1);
@@ -339,7 +362,8 @@ int main(int argc, char **argv)
         .reconcile = {.desired = {.trainer_image = image, .cluster_domain = domain},
                       .backoff_base_s = backoff_base,
                       .backoff_max_s = backoff_max,
-                      .force_delete_after_s = force_after},
+                      .force_delete_after_s = force_after,
+                      .template_policy = template_policy},
         .workers = (int)workers,
         .identity = le_id ? le_id : id,
     };

@@ -729,13 +729,19 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
             nviews++;
     }
 
-    char perr[400];
+    char perr[512];
+    const char *invalid = NULL;
     if (jobspec_parse(obs->job, &c.spec, perr, sizeof perr) != 0) {
         c.spec.name = jsonx_str(obs->job, "metadata.name");
+        invalid = "InvalidSpec";
+    } else if (podpolicy_check(cfg->template_policy, c.spec.template, perr, sizeof perr) != 0) {
+        invalid = "TemplateNotAllowed";
+    }
+    if (invalid) {
         set_num(&c, c.status, "observedGeneration",
                 (double)jsonx_int(obs->job, "metadata.generation", 0));
-        if (set_condition(&c, "Invalid", 1, "InvalidSpec", perr))
-            event(&c, "Warning", "InvalidSpec", "%s", perr);
+        if (set_condition(&c, "Invalid", 1, invalid, perr))
+            event(&c, "Warning", invalid, "%s", perr);
         if (!jsonx_str(c.status, "phase")) set_str(&c, "phase", "Pending");
         emit_status(&c);
         goto out;

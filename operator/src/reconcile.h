@@ -13,6 +13,7 @@
 #define KT_RECONCILE_H
 
 #include "desired.h"
+#include "podpolicy.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
@@ -58,6 +59,9 @@ typedef struct ReconcileConfig {
      * period) is on a node that no longer answers: it is deleted with grace period 0 so
      * that its name is free for the restarted group. <= 0: never. */
     double force_delete_after_s;
+    /* What spec.template may ask for (podpolicy.h); a refused template makes the job
+     * Invalid (reason TemplateNotAllowed, the field named) and creates nothing. */
+    PodPolicyLevel template_policy;
 } ReconcileConfig;
 
 /* The job's Secret is not observed: the operator may not read Secrets. The job's

@@ -7,7 +7,8 @@
 #    metrics port from any namespace's pods); deleted when the field is turned off,
 #    collected with the job; none for a job without the field;
 #  - the pods it stores run non-root with no privilege escalation and no capabilities,
-#    unless the pod template says otherwise;
+#    unless the pod template says otherwise; a template with what Pod Security's baseline
+#    refuses (privileged, hostPath) makes the job Invalid naming the field, and no pods;
 #  - no token or key reaches a log line: the ServiceAccount token and every job's ring key
 #    are searched for in the operator's whole output at --log-level debug;
 #  - TLS: without the cluster CA the operator refuses the server; --insecure-skip-tls-verify
@@ -183,6 +184,38 @@ PY
 if [ "$res" = ok ]; then
   tap_ok "stored pods: non-root, no privilege escalation, no capabilities, no token; the template's root choice kept"
 else tap_fail "stored pods: non-root and no privilege escalation unless the template says otherwise" "$res"; fi
+
+# --- the template policy at reconcile time (no admission policy here) -----------------------
+# A privileged template and a hostPath volume: Invalid (TemplateNotAllowed) naming the field,
+# a Warning event, nothing created (the podsec case above shows a job within baseline runs).
+ns tpol
+job tpol priv 1 "  template:
+    spec:
+      containers:
+        - name: trainer
+          securityContext: {privileged: true}"
+job tpol hostpath 1 "  template:
+    spec:
+      volumes: [{name: root, hostPath: {path: /}}]"
+tp_refused() {  # tp_refused JOB FIELD
+  [ "$(condition tpol "$1" Invalid reason)" = TemplateNotAllowed ] &&
+    [[ "$(condition tpol "$1" Invalid message)" == "$2: "* ]]
+}
+bad=
+for jf in "priv spec.template.spec.containers[0].securityContext.privileged" \
+          "hostpath spec.template.spec.volumes[0].hostPath"; do
+  j=${jf%% *} f=${jf#* }
+  wait_until 30 tp_refused "$j" "$f" || bad="$bad$j: $(jp tpol "tj/$j" .status.conditions)"$'\n'
+  ev=$(k -n tpol get events --field-selector "involvedObject.name=$j,reason=TemplateNotAllowed" \
+    -o 'jsonpath={.items[*].message}' 2>&1)
+  [[ "$ev" == "$f: "* ]] || bad="$bad$j: event '$ev'"$'\n'
+done
+sleep 1
+made=$(k -n tpol get pods,services,secrets -l kubetrain.dev/job-name -o name 2>&1)
+[ -z "$made" ] || bad="${bad}created: $made"
+if [ -z "$bad" ]; then
+  tap_ok "--template-policy baseline (the default): a privileged container or a hostPath volume makes the job Invalid (TemplateNotAllowed) naming the field, with an event, and creates nothing"
+else tap_fail "the template policy at reconcile time" "$bad"; fi
 
 # --- nothing refused, nothing secret in the log --------------------------------------------
 it_stop "$OP"; rc=$?
