@@ -184,7 +184,10 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     close(lfd);
     free(secret);
     model_free(m);
-    if (rc == -EPROTO || rc == -EACCES) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
+    /* Only a peer that proved the job secret and disagrees about the job is a
+     * configuration error; whatever else answered or failed to (a stale address, another
+     * job's worker, a wrong secret) may be gone after a restart, so it is retryable. */
+    if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
     if (rc) util_fail(KT_EXIT_RETRY, "rendezvous: %s", err);
     util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
              ring.prev_name, ring.next_name);

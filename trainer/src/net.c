@@ -14,6 +14,7 @@
 #include <openssl/rand.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,19 +316,18 @@ static int hello_fill(NetHello *h, const NetJob *job)
     return 0;
 }
 
-/* Compares an authenticated peer's description with ours; -EPROTO naming both values. */
+/* Compares an authenticated peer's description with ours; err names both values.
+ * Returns 0; -EPROTO when it disagrees about the job (world size, model, global batch,
+ * dataset): it knows the job secret, so it is a worker of this job configured otherwise,
+ * which no retry mends; or -ENXIO when it is a worker of this job but not the rank
+ * expected there (a stale DNS record, a port taken over by another worker, two workers
+ * with one task index), which the next connection may mend. */
 static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_rank,
                        const char *peer, char *err, size_t errlen)
 {
     if (theirs->world != mine->world)
         snprintf(err, errlen, "%s has world size %u, this worker (rank %u) has %u", peer,
                  theirs->world, mine->rank, mine->world);
-    else if (theirs->rank == mine->rank)
-        snprintf(err, errlen, "%s says it is rank %u too: two workers have the same task index",
-                 peer, theirs->rank);
-    else if ((int)theirs->rank != expect_rank)
-        snprintf(err, errlen, "%s says it is rank %u, expected rank %d", peer, theirs->rank,
-                 expect_rank);
     else if (strcmp(theirs->signature, mine->signature) != 0)
         snprintf(err, errlen, "%s has model signature \"%.160s\", this worker has \"%.160s\"", peer,
                  theirs->signature, mine->signature);
@@ -337,12 +337,30 @@ static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_
     else if (strcmp(theirs->dataset, mine->dataset) != 0)
         snprintf(err, errlen, "%s has dataset \"%.160s\", this worker has \"%.160s\"", peer,
                  theirs->dataset, mine->dataset);
-    else return 0;
+    else if (theirs->rank == mine->rank) {
+        snprintf(err, errlen, "%s says it is rank %u too: two workers have the same task index, "
+                 "or a stale DNS record points at the wrong worker", peer, theirs->rank);
+        return -ENXIO;
+    } else if ((int)theirs->rank != expect_rank) {
+        snprintf(err, errlen, "%s says it is rank %u, expected rank %d: a stale DNS record or a "
+                 "reused address points at another worker of this job", peer, theirs->rank,
+                 expect_rank);
+        return -ENXIO;
+    } else return 0;
     return -EPROTO;
 }
 
 /* ---------------------------------------------------------------------------------- */
 /* server side: accept rank-1 */
+
+/* A connection's source address, IPv4-mapped IPv6 folded to IPv4, so that the dual-stack
+ * listener's view of a peer compares equal to its name's A record. */
+typedef struct SrcAddr {
+    int family; /* AF_INET (a[0..4)), AF_INET6, or 0: unknown */
+    unsigned char a[16];
+} SrcAddr;
+
+#define EXPECT_MAX 8
 
 typedef struct Rendezvous {
     const TfConfig *tf;
@@ -350,35 +368,178 @@ typedef struct Rendezvous {
     const NetOptions *opt;
     double deadline;
     atomic_int abort_flag;
-    int next_fd; /* client result */
+    atomic_int server_done;     /* accept_prev has returned: the client thread may end */
+    int next_fd;                /* client result */
     int client_rc;
     char client_err[1024];
+    char client_seen[512];      /* why the last answer at rank+1's address was refused */
+    char server_seen[512];      /* why the last connection as rank-1 was refused */
+    pthread_mutex_t lock;       /* guards expect and nexpect, written by the client thread */
+    SrcAddr expect[EXPECT_MAX]; /* rank-1's addresses, once its name resolves */
+    int nexpect;
+    double log_window;          /* the second whose rejection lines are being counted */
+    int log_lines, log_hidden;
 } Rendezvous;
 
 /* One incoming connection in the middle of its handshake. */
 typedef struct Pending {
     int fd;
     int got_hello;              /* HELLO answered with a CHALLENGE; PROOF expected */
+    int expected;               /* it comes from an address of rank-1's name */
+    double since;               /* accepted at */
     double deadline;            /* the handshake timeout, from accept */
     size_t have;                /* bytes in buf */
     unsigned char buf[4 + FRAME_MAX];
     unsigned char hello[FRAME_MAX], chal[FRAME_MAX + MAC_BYTES];
     size_t hn, cn;
     NetHello theirs, mine;
+    SrcAddr src;
     char from[NET_NAME_MAX];
 } Pending;
 
-/* Handshakes in progress at once. A stranger that opens more has its oldest dropped,
- * so connections that hold or trickle cannot keep the real peer waiting: each is
- * served as its bytes arrive, not one after the other. */
+/* Handshake slots, and how a flood of connections is kept from pushing rank-1 out.
+ *
+ * Every handshake in progress is served as its bytes arrive (one that holds or trickles
+ * keeps no one waiting), and at most PENDING_MAX are in progress. When a new connection
+ * finds them full, one of them gives up its slot, chosen so that the real peer keeps its
+ * own:
+ *  - at most PER_SOURCE_MAX slots per source address: a newcomer from an address that
+ *    holds that many takes the slot of one of that address's own connections, so one
+ *    stranger's flood churns through its own slots only;
+ *  - a connection from rank-1's address (its name from TF_CONFIG, resolved by the client
+ *    thread) never gives its slot to a newcomer from another address; when every
+ *    candidate is one, the newcomer is closed instead;
+ *  - among the candidates, the one with the least progress goes first: a connection that
+ *    has sent nothing (or part of its HELLO) before one whose HELLO was answered and
+ *    whose proof is awaited; then the oldest.
+ * In a cluster the addresses tell strangers from rank-1. On one host (launch, and the
+ * tests) every worker connects from 127.0.0.1, the same as a local stranger, and
+ * progress does the work: rank-1 sends its HELLO as soon as it connects, so while it
+ * computes its proof (one round trip, or longer on a loaded machine) a flood of
+ * connections that send nothing only replaces itself. A local stranger that sends
+ * well-formed HELLOs faster than rank-1's round trip can still push it out; rank-1 then
+ * connects again, until the rendezvous deadline. */
 #define PENDING_MAX 32
+#define PER_SOURCE_MAX 16
 
-static void pending_drop(Pending **pend, int *n, int i, const char *why)
+/* Rejection lines per second: a flood of connections must not become a flood of log
+ * lines (nor spend the accept loop's time on them). Lines over the budget are counted,
+ * and the count is logged when the second is over. */
+#define REJECT_LOG_PER_S 100
+
+static void reject_log_flush(Rendezvous *rv, double now, int force)
 {
-    if (why) util_log("rejected connection from %s: %s", pend[i]->from, why);
+    if (!force && now - rv->log_window < 1.0) return;
+    if (rv->log_hidden > 0)
+        util_log("... and %d more connection(s) rejected in %.1f s, not logged one by one",
+                 rv->log_hidden, now - rv->log_window);
+    rv->log_window = now, rv->log_lines = 0, rv->log_hidden = 0;
+}
+
+static void reject_log(Rendezvous *rv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reject_log(Rendezvous *rv, const char *fmt, ...)
+{
+    reject_log_flush(rv, util_now(), 0);
+    if (rv->log_lines >= REJECT_LOG_PER_S) {
+        rv->log_hidden++;
+        return;
+    }
+    rv->log_lines++;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    util_log("%s", line);
+}
+
+static void pending_drop(Rendezvous *rv, Pending **pend, int *n, int i, const char *why)
+{
+    if (why) reject_log(rv, "rejected connection from %s: %s", pend[i]->from, why);
     close(pend[i]->fd);
     free(pend[i]);
     pend[i] = pend[--*n];
+}
+
+static void src_addr(const struct sockaddr *sa, SrcAddr *a)
+{
+    memset(a, 0, sizeof *a);
+    if (sa->sa_family == AF_INET) {
+        a->family = AF_INET;
+        memcpy(a->a, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *x = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        int mapped = IN6_IS_ADDR_V4MAPPED(x);
+        a->family = mapped ? AF_INET : AF_INET6;
+        memcpy(a->a, x->s6_addr + (mapped ? 12 : 0), mapped ? 4 : 16);
+    }
+}
+
+static int src_equal(const SrcAddr *x, const SrcAddr *y)
+{
+    return x->family != 0 && x->family == y->family && memcmp(x->a, y->a, sizeof x->a) == 0;
+}
+
+static int from_prev_host(Rendezvous *rv, const SrcAddr *a)
+{
+    int yes = 0;
+    pthread_mutex_lock(&rv->lock);
+    for (int i = 0; i < rv->nexpect; i++) yes |= src_equal(&rv->expect[i], a);
+    pthread_mutex_unlock(&rv->lock);
+    return yes;
+}
+
+/* Resolves rank-1's name into rv->expect, once it has a record (a starting pod may have
+ * none yet: the next call tries again). Called by the client thread, which may block in
+ * DNS where the accept loop must not. */
+static void resolve_prev(Rendezvous *rv)
+{
+    pthread_mutex_lock(&rv->lock);
+    int have = rv->nexpect;
+    pthread_mutex_unlock(&rv->lock);
+    if (have) return;
+    int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(rv->tf->peers[prev].host, NULL, &hints, &res) != 0) return;
+    SrcAddr got[EXPECT_MAX];
+    int n = 0;
+    for (struct addrinfo *a = res; a && n < EXPECT_MAX; a = a->ai_next) {
+        src_addr(a->ai_addr, &got[n]);
+        if (got[n].family) n++;
+    }
+    freeaddrinfo(res);
+    pthread_mutex_lock(&rv->lock);
+    memcpy(rv->expect, got, (size_t)n * sizeof *got);
+    rv->nexpect = n;
+    pthread_mutex_unlock(&rv->lock);
+}
+
+/* Whether a should give up its slot before b: strangers' addresses first, then the
+ * least progress, then the oldest. */
+static int pending_before(const Pending *a, const Pending *b)
+{
+    if (a->expected != b->expected) return a->expected < b->expected;
+    if (a->got_hello != b->got_hello) return a->got_hello < b->got_hello;
+    return a->since < b->since;
+}
+
+/* The slot the newcomer p takes by the rules above: n when one is free, the index of
+ * the connection that gives up its slot, or -1 when p is to be closed. */
+static int pending_victim(Pending *const *pend, int n, const Pending *p)
+{
+    int same = 0;
+    for (int i = 0; i < n; i++) same += src_equal(&pend[i]->src, &p->src);
+    int capped = same >= PER_SOURCE_MAX;
+    if (!capped && n < PENDING_MAX) return n;
+    int pick = -1;
+    for (int i = 0; i < n; i++) {
+        const Pending *q = pend[i];
+        if (capped && !src_equal(&q->src, &p->src)) continue;
+        if (q->expected && !p->expected) continue;
+        if (pick < 0 || pending_before(q, pend[pick])) pick = i;
+    }
+    return pick;
 }
 
 /* Sends a whole handshake frame without waiting: a fresh socket's send buffer takes it,
@@ -394,31 +555,32 @@ static int send_frame_now(int fd, const unsigned char *payload, size_t n)
 }
 
 /* Logs why p is turned away; returns -EAGAIN for pending_step's caller to drop it. */
-static int reject(const Pending *p, const char *why)
+static int reject(Rendezvous *rv, const Pending *p, const char *why)
 {
-    util_log("rejected connection from %s: %s", p->from, why);
+    reject_log(rv, "rejected connection from %s: %s", p->from, why);
     return -EAGAIN;
 }
 
 /* Feeds the bytes that arrived on p through the handshake. Returns 1 when rank-1 has
  * authenticated (p->fd is its connection), 0 to wait for more bytes, -EAGAIN after
- * logging why the connection is rejected, or -EPROTO (err) when an authenticated peer
+ * logging why the connection is rejected (a wrong proof, or a worker of this job that
+ * is not rank-1, included), or -EPROTO (err) when a peer that proved the job secret
  * disagrees about the job. */
 static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
 {
     ssize_t r = recv(p->fd, p->buf + p->have, sizeof p->buf - p->have, 0);
-    if (r == 0) return reject(p, "closed during the handshake");
+    if (r == 0) return reject(rv, p, "closed during the handshake");
     if (r < 0) {
         if (errno == EAGAIN || errno == EINTR) return 0;
-        return reject(p, strerror(errno));
+        return reject(rv, p, strerror(errno));
     }
     p->have += (size_t)r;
     if (p->have < 4) return 0;
     uint32_t len = (uint32_t)p->buf[0] | (uint32_t)p->buf[1] << 8 | (uint32_t)p->buf[2] << 16 |
                    (uint32_t)p->buf[3] << 24;
-    if (len > FRAME_MAX || len < 5) return reject(p, "frame length over the limit");
+    if (len > FRAME_MAX || len < 5) return reject(rv, p, "frame length over the limit");
     if (p->have < 4 + len) return 0;
-    if (p->have > 4 + len) return reject(p, "bytes after its frame");
+    if (p->have > 4 + len) return reject(rv, p, "bytes after its frame");
     const unsigned char *f = p->buf + 4;
     const char *why = NULL;
     p->have = 0;
@@ -427,7 +589,7 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
         memcpy(p->hello, f, len), p->hn = len;
         if (net_hello_decode(p->hello, p->hn, MSG_HELLO, &p->theirs, &used, &why) < 0 ||
             (used != p->hn && (why = "trailing bytes after the hello")))
-            return reject(p, why);
+            return reject(rv, p, why);
         if (hello_fill(&p->mine, rv->job) < 0) {
             snprintf(err, errlen, "rendezvous: the random number generator failed");
             return -EIO;
@@ -435,26 +597,37 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
         p->cn = net_hello_encode(p->chal, MSG_CHALLENGE, &p->mine);
         transcript_mac(rv->opt, "server", p->hello, p->hn, p->chal, p->cn, p->chal + p->cn);
         p->cn += MAC_BYTES;
-        if (send_frame_now(p->fd, p->chal, p->cn) < 0) return reject(p, "it does not read");
+        if (send_frame_now(p->fd, p->chal, p->cn) < 0) return reject(rv, p, "it does not read");
         p->got_hello = 1;
         return 0;
     }
     unsigned char mac[MAC_BYTES];
     if (len != 5 + MAC_BYTES || memcmp(f, "KTH1", 4) != 0 || f[4] != MSG_PROOF)
-        return reject(p, "malformed proof");
+        return reject(rv, p, "malformed proof");
+    int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
     transcript_mac(rv->opt, "client", p->hello, p->hn, p->chal, p->cn, mac);
     if (CRYPTO_memcmp(mac, f + 5, MAC_BYTES) != 0) {
-        util_log("rejected connection from %s claiming rank %u: it does not know the job secret "
-                 "(KUBETRAIN_SECRET differs?)", p->from, p->theirs.rank);
+        reject_log(rv, "rejected connection from %s claiming rank %u: it does not know the job "
+                   "secret (KUBETRAIN_SECRET differs?)", p->from, p->theirs.rank);
+        if ((int)p->theirs.rank == prev)
+            snprintf(rv->server_seen, sizeof rv->server_seen,
+                     "a connection from %s claiming to be rank %d did not know the job secret "
+                     "(KUBETRAIN_SECRET differs between workers?)", p->from, prev);
         return -EAGAIN;
     }
-    char peer[NET_NAME_MAX + 64];
+    char peer[NET_NAME_MAX + 64], disagree[sizeof rv->server_seen];
     snprintf(peer, sizeof peer, "rank %u (connecting from %s)", p->theirs.rank, p->from);
-    int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
-    int rc = hello_agree(&p->mine, &p->theirs, prev, peer, err, errlen);
-    if (rc < 0) return rc;
+    int rc = hello_agree(&p->mine, &p->theirs, prev, peer, disagree, sizeof disagree);
+    if (rc == -ENXIO) {
+        snprintf(rv->server_seen, sizeof rv->server_seen, "%s", disagree);
+        return reject(rv, p, disagree);
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", disagree);
+        return rc;
+    }
     unsigned char ack[5] = {'K', 'T', 'H', '1', MSG_ACK};
-    if (send_frame_now(p->fd, ack, sizeof ack) < 0) return reject(p, "closed before the ack");
+    if (send_frame_now(p->fd, ack, sizeof ack) < 0) return reject(rv, p, "closed before the ack");
     return 1;
 }
 
@@ -481,6 +654,40 @@ static void answer_hellos(Rendezvous *rv, Pending **pend, int n)
     }
 }
 
+/* Accepts one connection into a handshake slot, making room by the rules above. */
+static void accept_one(Rendezvous *rv, int listen_fd, Pending **pend, int *n)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    Pending *p = xcalloc(1, sizeof *p);
+    p->fd = fd;
+    p->since = util_now();
+    p->deadline = p->since + rv->opt->handshake_timeout_s;
+    addr_name(&ss, sl, p->from, sizeof p->from);
+    src_addr((const struct sockaddr *)&ss, &p->src);
+    p->expected = from_prev_host(rv, &p->src);
+    int v = pending_victim(pend, *n, p);
+    if (v < 0) {
+        int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+        reject_log(rv, "rejected connection from %s: too many handshakes at once, and every slot "
+                   "it could take is held by a connection from rank %d's address", p->from, prev);
+        close(fd);
+        free(p);
+        return;
+    }
+    if (v < *n) {
+        char why[NET_NAME_MAX + 128];
+        snprintf(why, sizeof why, "too many handshakes at once; this one gave its slot to %s "
+                 "(it had %s)", p->from,
+                 pend[v]->got_hello ? "not sent its proof yet" : "not sent a whole HELLO");
+        pending_drop(rv, pend, n, v, why);
+    }
+    net_tune_socket(fd, rv->opt->sockbuf_bytes);
+    pend[(*n)++] = p;
+}
+
 /* Accepts connections until rank-1 authenticates, serving every handshake in progress
  * as its bytes arrive, each bounded by the handshake timeout. Returns rank-1's fd,
  * -ETIMEDOUT (err), -ECANCELED, -EPROTO (err) or another negative errno. */
@@ -489,25 +696,32 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
     Pending *pend[PENDING_MAX];
     struct pollfd pfd[PENDING_MAX + 1];
     int n = 0, rc = 0;
+    rv->log_window = util_now();
     for (;;) {
+        /* The deadline before the abort: when the client thread gave up because time
+         * ran out, this side's own account of the wait belongs in the message too. */
+        double now = util_now();
+        reject_log_flush(rv, now, 0);
+        if (now >= rv->deadline) {
+            int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+            snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s%s%s", prev,
+                     rv->tf->peers[prev].host, rv->tf->peers[prev].port,
+                     rv->opt->rendezvous_timeout_s, rv->server_seen[0] ? ": " : "",
+                     rv->server_seen);
+            rc = -ETIMEDOUT;
+            break;
+        }
         if (atomic_load(&rv->abort_flag)) {
             answer_hellos(rv, pend, n);
             rc = -ECANCELED;
             break;
         }
-        double now = util_now();
-        if (now >= rv->deadline) {
-            int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
-            snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s", prev,
-                     rv->tf->peers[prev].host, rv->tf->peers[prev].port,
-                     rv->opt->rendezvous_timeout_s);
-            rc = -ETIMEDOUT;
-            break;
-        }
         for (int i = n - 1; i >= 0; i--)
-            if (now >= pend[i]->deadline) pending_drop(pend, &n, i, "handshake not completed in time");
+            if (now >= pend[i]->deadline)
+                pending_drop(rv, pend, &n, i, "handshake not completed in time");
         pfd[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
-        for (int i = 0; i < n; i++) pfd[i + 1] = (struct pollfd){.fd = pend[i]->fd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            pfd[i + 1] = (struct pollfd){.fd = pend[i]->fd, .events = POLLIN};
         int r = poll(pfd, (nfds_t)n + 1, 100);
         if (r < 0 && errno != EINTR) {
             rc = -errno;
@@ -515,13 +729,14 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
             break;
         }
         if (r <= 0) continue;
-        /* Handshakes first (they may finish), then new connections. */
+        /* Handshakes first (they may finish, and a HELLO read now is progress that keeps
+         * its slot), then one new connection. */
         int done = -1;
         for (int i = n - 1; i >= 0 && done < 0; i--) {
             if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             int s = pending_step(rv, pend[i], err, errlen);
             if (s == 1) done = i;
-            else if (s == -EAGAIN) pending_drop(pend, &n, i, NULL);
+            else if (s == -EAGAIN) pending_drop(rv, pend, &n, i, NULL);
             else if (s < 0) {
                 rc = s;
                 goto out;
@@ -533,26 +748,11 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
             pend[done] = pend[--n];
             break;
         }
-        if (!(pfd[0].revents & POLLIN)) continue;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        if (n == PENDING_MAX) {
-            int oldest = 0;
-            for (int i = 1; i < n; i++)
-                if (pend[i]->deadline < pend[oldest]->deadline) oldest = i;
-            pending_drop(pend, &n, oldest, "too many handshakes at once; dropped the oldest");
-        }
-        Pending *p = xcalloc(1, sizeof *p);
-        p->fd = fd;
-        p->deadline = util_now() + rv->opt->handshake_timeout_s;
-        addr_name(&ss, sl, p->from, sizeof p->from);
-        net_tune_socket(fd, rv->opt->sockbuf_bytes);
-        pend[n++] = p;
+        if (pfd[0].revents & POLLIN) accept_one(rv, listen_fd, pend, &n);
     }
 out:
-    while (n > 0) pending_drop(pend, &n, n - 1, NULL);
+    while (n > 0) pending_drop(rv, pend, &n, n - 1, NULL);
+    reject_log_flush(rv, util_now(), 1);
     return rc;
 }
 
@@ -606,6 +806,87 @@ static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged)
     return -EAGAIN;
 }
 
+/* Notes why the answer at rank+1's address was refused, logging it when it differs from
+ * the last (the client retries once a second at most; the same line each time would
+ * say nothing new). Returns -EAGAIN: the client connects again. */
+static int client_refuse(Rendezvous *rv, const char *why)
+{
+    if (strcmp(rv->client_seen, why) != 0)
+        util_log("%s; connecting again until the rendezvous deadline", why);
+    snprintf(rv->client_seen, sizeof rv->client_seen, "%s", why);
+    return -EAGAIN;
+}
+
+/* The client's half of the handshake on fd, connected to rank+1's address; each attempt
+ * is bounded by the handshake timeout, so a port taken by something silent does not
+ * hold the client to the deadline. Returns 0 (authenticated), -EAGAIN to connect again
+ * (dropped, or an answer from the wrong party, noted by client_refuse), -EPROTO
+ * (rv->client_err) when rank+1, proven by the job secret, disagrees about the job, or
+ * -ECANCELED/-EIO. */
+static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
+{
+    unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
+    size_t hn, cn, used;
+    const char *why = NULL;
+    char note[sizeof rv->client_seen];
+    NetHello mine, theirs;
+    double dl = util_now() + rv->opt->handshake_timeout_s;
+    if (dl > rv->deadline) dl = rv->deadline;
+    if (hello_fill(&mine, rv->job) < 0) {
+        snprintf(rv->client_err, sizeof rv->client_err,
+                 "rendezvous: the random number generator failed");
+        return -EIO;
+    }
+    hn = net_hello_encode(hello, MSG_HELLO, &mine);
+    int rc = send_frame(fd, hello, hn, dl, &rv->abort_flag);
+    if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, &rv->abort_flag);
+    if (rc == -ECANCELED) return rc;
+    if (rc == -ETIMEDOUT && util_now() < rv->deadline) {
+        snprintf(note, sizeof note, "%s accepted the connection but did not answer the "
+                 "handshake within %.1f s (another service on that port?)", peer,
+                 rv->opt->handshake_timeout_s);
+        return client_refuse(rv, note);
+    }
+    if (rc < 0 && rc != -EMSGSIZE) return -EAGAIN; /* dropped: the server may be busy */
+    if (rc < 0 || net_hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why) < 0 ||
+        used + MAC_BYTES != cn) {
+        snprintf(note, sizeof note, "the service at %s's address does not speak the kubetrain "
+                 "handshake (another service on that port?)", peer);
+        return client_refuse(rv, note);
+    }
+    transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);
+    if (CRYPTO_memcmp(mac, chal + used, MAC_BYTES) != 0) {
+        snprintf(note, sizeof note, "%s could not prove the job secret: the worker there belongs "
+                 "to another job (a stale DNS record or a port clash), or KUBETRAIN_SECRET "
+                 "differs between workers", peer);
+        return client_refuse(rv, note);
+    }
+    rc = hello_agree(&mine, &theirs, next, peer, note, sizeof note);
+    if (rc == -ENXIO) return client_refuse(rv, note);
+    if (rc < 0) {
+        snprintf(rv->client_err, sizeof rv->client_err, "%s", note);
+        return rc;
+    }
+    unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
+    transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
+    rc = send_frame(fd, proof, sizeof proof, dl, &rv->abort_flag);
+    if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, &rv->abort_flag);
+    if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK))
+        rc = -EBADMSG;
+    if (rc == -ECANCELED) return rc;
+    return rc < 0 ? -EAGAIN : 0;
+}
+
+/* Sleeps s seconds, or less when the rendezvous is aborted or the server is done. */
+static void client_nap(Rendezvous *rv, double s)
+{
+    double until = util_now() + s;
+    while (!atomic_load(&rv->abort_flag) && !atomic_load(&rv->server_done) && util_now() < until) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void *client_main(void *arg)
 {
     Rendezvous *rv = arg;
@@ -617,68 +898,46 @@ static void *client_main(void *arg)
     int dns_logged = 0;
     rv->client_rc = -ETIMEDOUT;
     while (!atomic_load(&rv->abort_flag) && util_now() < rv->deadline) {
+        resolve_prev(rv);
         int fd = connect_once(rv, p, &dns_logged);
         if (fd == -ECANCELED) break;
         if (fd >= 0) {
-            unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
-            size_t hn, cn, used;
-            const char *why = NULL;
-            NetHello mine, theirs;
-            if (hello_fill(&mine, rv->job) < 0) {
-                snprintf(rv->client_err, sizeof rv->client_err,
-                         "rendezvous: the random number generator failed");
-                rv->client_rc = -EIO;
-                close(fd);
-                break;
-            }
-            hn = net_hello_encode(hello, MSG_HELLO, &mine);
-            int rc = send_frame(fd, hello, hn, rv->deadline, &rv->abort_flag);
-            if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
-            if (rc == 0) rc = net_hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why);
-            if (rc == 0 && used + MAC_BYTES != cn) rc = -EBADMSG;
-            if (rc == 0) {
-                transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);
-                if (CRYPTO_memcmp(mac, chal + used, MAC_BYTES) != 0) {
-                    snprintf(rv->client_err, sizeof rv->client_err,
-                             "%s could not prove the job secret: KUBETRAIN_SECRET differs "
-                             "between workers", peer);
-                    rv->client_rc = -EACCES;
-                    close(fd);
-                    break;
-                }
-                rc = hello_agree(&mine, &theirs, next, peer, rv->client_err,
-                                 sizeof rv->client_err);
-                if (rc == -EPROTO) {
-                    rv->client_rc = rc;
-                    close(fd);
-                    break;
-                }
-            }
-            if (rc == 0) {
-                unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
-                transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
-                rc = send_frame(fd, proof, sizeof proof, rv->deadline, &rv->abort_flag);
-            }
-            if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
-            if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK))
-                rc = -EBADMSG;
+            int rc = client_handshake(rv, fd, next, peer);
             if (rc == 0) {
                 rv->next_fd = fd;
                 rv->client_rc = 0;
-                return NULL;
+                break;
             }
             close(fd);
-            if (rc == -ECANCELED) break;
+            if (rc != -EAGAIN) {
+                if (rc != -ECANCELED) rv->client_rc = rc;
+                break;
+            }
         }
-        /* not up yet, or dropped us mid-handshake: try again */
+        /* not up yet, dropped, or the wrong party answered: try again */
         struct timespec ts = {0, (long)(backoff * 1e9)};
         nanosleep(&ts, NULL);
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
+    if (rv->client_rc == 0) {
+        /* The accept loop still wants rank-1's addresses until rank-1 has come. */
+        for (;;) {
+            pthread_mutex_lock(&rv->lock);
+            int have = rv->nexpect;
+            pthread_mutex_unlock(&rv->lock);
+            if (have || atomic_load(&rv->server_done) || atomic_load(&rv->abort_flag) ||
+                util_now() >= rv->deadline)
+                break;
+            client_nap(rv, 0.5);
+            resolve_prev(rv);
+        }
+        return NULL;
+    }
     if (rv->client_rc == -ETIMEDOUT)
-        snprintf(rv->client_err, sizeof rv->client_err,
-                 "could not reach %s within %.1f s", peer, rv->opt->rendezvous_timeout_s);
-    if (rv->client_rc != 0) atomic_store(&rv->abort_flag, 1);
+        snprintf(rv->client_err, sizeof rv->client_err, "could not reach %s within %.1f s%s%s",
+                 peer, rv->opt->rendezvous_timeout_s, rv->client_seen[0] ? ": " : "",
+                 rv->client_seen);
+    atomic_store(&rv->abort_flag, 1);
     return NULL;
 }
 
@@ -698,20 +957,30 @@ int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const N
     rv->deadline = util_now() + opt->rendezvous_timeout_s;
     rv->next_fd = -1;
     atomic_init(&rv->abort_flag, 0);
+    atomic_init(&rv->server_done, 0);
+    pthread_mutex_init(&rv->lock, NULL);
     pthread_t th;
     int rc = pthread_create(&th, NULL, client_main, rv);
     if (rc != 0) {
+        pthread_mutex_destroy(&rv->lock);
         free(rv);
         snprintf(err, errlen, "rendezvous: cannot start a thread: %s", strerror(rc));
         return -rc;
     }
     char serr[1024] = "";
     int prev_fd = accept_prev(rv, listen_fd, serr, sizeof serr);
+    atomic_store(&rv->server_done, 1);
     if (prev_fd < 0 && prev_fd != -ECANCELED) atomic_store(&rv->abort_flag, 1);
     pthread_join(th, NULL);
+    pthread_mutex_destroy(&rv->lock);
 
     rc = 0;
-    if (prev_fd < 0 && prev_fd != -ECANCELED) {
+    if (prev_fd == -ETIMEDOUT && rv->client_rc == -ETIMEDOUT) {
+        /* Both halves ran out of time: each may know why (what answered at rank+1's
+         * address, what connected as rank-1), so say both. */
+        rc = -ETIMEDOUT;
+        snprintf(err, errlen, "%.500s; %.500s", rv->client_err, serr);
+    } else if (prev_fd < 0 && prev_fd != -ECANCELED) {
         rc = prev_fd;
         snprintf(err, errlen, "%s", serr);
     } else if (rv->client_rc != 0) {

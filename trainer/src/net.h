@@ -10,7 +10,15 @@
  * and dataset, and that their ranks are the expected, distinct neighbours. A
  * connection that fails authentication, sends garbage or oversized frames, or trickles
  * past the handshake timeout is logged and dropped, and the listener goes on waiting
- * for the real peer. */
+ * for the real peer; a flood of connections cannot push the real peer's handshake out
+ * (the slot rules are in net.c).
+ *
+ * Whoever answers at a peer's address is not trusted to be that peer until it proves
+ * the secret and its rank: a wrong MAC, a wrong rank, or something that does not speak
+ * the handshake (a stale DNS record, a port clash) is logged and the worker connects
+ * again until the rendezvous deadline. Only a disagreement from a peer that proved the
+ * secret (same job, other world size, model, global batch or dataset) ends the
+ * rendezvous at once, since no retry mends it. */
 #ifndef KT_NET_H
 #define KT_NET_H
 
@@ -33,7 +41,7 @@ typedef struct NetJob {
 
 typedef struct NetOptions {
     double rendezvous_timeout_s;  /* the whole rendezvous: DNS, connects and handshakes */
-    double handshake_timeout_s;   /* one incoming connection's handshake, start to end */
+    double handshake_timeout_s;   /* one connection's handshake (either way), start to end */
     const unsigned char *secret;  /* the job secret; NULL or empty: unauthenticated */
     size_t secret_len;
     int sockbuf_bytes;            /* SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning */
@@ -93,10 +101,11 @@ int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *boun
  * tf->peers) while accepting and authenticating rank-1 on listen_fd, which it does not
  * close (close it afterwards, so that late connections are refused, not queued).
  * Returns 0 with *out filled, or a negative errno and one line in err:
- * -ETIMEDOUT when peers never came before the deadline, -EPROTO when an authenticated
- * peer disagrees (the line names both values), -EACCES when the peer this worker
- * connected to could not prove the secret. The caller closes out's sockets (or hands
- * them to ring_create). */
+ * -ETIMEDOUT when the ring did not form before the deadline (the line says what answered
+ * or connected instead, if anything: a wrong secret, a wrong rank, a silent port), so
+ * retryable; -EPROTO when a peer that proved the job secret disagrees about world size,
+ * model signature, global batch or dataset (the line names both values), which is not.
+ * The caller closes out's sockets (or hands them to ring_create). */
 int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const NetOptions *opt,
                    NetRing *out, char *err, size_t errlen);
 

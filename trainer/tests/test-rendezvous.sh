@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The rendezvous of the real trainer (the ASan+UBSan build) on loopback:
+#  - another job's worker answering at a peer's address (a stale DNS record, a port
+#    clash) is refused and retried: the worker keeps connecting until the real peer
+#    answers there, and the job completes (it used to exit 2 at the first wrong answer,
+#    which the ExitCode restart policy takes as permanent). test-distributed.sh checks
+#    that a wrong secret that persists ends in 75.
+set -euo pipefail
+source e2e/lib/tap.sh
+source trainer/tests/lib.sh
+BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
+DATA=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do
+    kill -CONT "$p" 2>/dev/null || true
+    kill -9 "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+unset TF_CONFIG KUBETRAIN_SECRET_FILE
+export OPENBLAS_NUM_THREADS=1 KUBETRAIN_TERMINATION_FILE=/dev/null
+if [ ! -x "$BIN" ]; then tap_skip "rendezvous" "$BIN is not built"; tap_done; exit; fi
+if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
+  tap_skip "rendezvous" "no Fashion-MNIST in $DATA"; tap_done; exit
+fi
+mlp=(--model mlp --epochs 1 --steps-per-epoch 4 --per-worker-batch 16)
+wait_for() { # seconds cmd...: polls cmd every 0.02 s
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.02; done
+}
+listening() { ss -ltnH "sport = :$1" | awk '{print $4}'; } # local address:port of each listener
+is_listening() { [ -n "$(listening "$1")" ]; }
+
+# --- another job's worker at rank 1's address, then rank 1 ------------------------------
+# The squatter is rank 1 of another job (another secret) on rank 1's port for 4 s (its own
+# peer never comes, so it exits 75). Rank 0 starts meanwhile and reaches it first.
+p0=$(free_port); p1=$(free_port); dead=$(free_port)
+export KUBETRAIN_SECRET; KUBETRAIN_SECRET=$(secret)
+KUBETRAIN_SECRET=$(secret) TF_CONFIG=$(tf_config 1 "$dead" "$p1") "$BIN" "${mlp[@]}" \
+  --rendezvous-timeout 4 >/dev/null 2>"$tmp/sq.err" & sq=$!
+pids+=("$sq")
+wait_for 30 is_listening "$p1" || true
+TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${mlp[@]}" --rendezvous-timeout 60 \
+  >"$tmp/r0.out" 2>"$tmp/r0.err" & r0=$!
+pids+=("$r0")
+rcs=0; wait "$sq" || rcs=$?
+refused=$(grep -c "could not prove the job secret" "$tmp/r0.err" || true)
+refused=${refused:-0}
+alive=0; kill -0 "$r0" 2>/dev/null && alive=1
+TF_CONFIG=$(tf_config 1 "$p0" "$p1") "$BIN" "${mlp[@]}" --rendezvous-timeout 60 \
+  >"$tmp/r1.out" 2>"$tmp/r1.err" & r1=$!
+pids+=("$r1")
+rc0=0; wait "$r0" || rc0=$?
+rc1=0; wait "$r1" || rc1=$?
+if [ "$refused" -ge 1 ] && [ $alive = 1 ] && [ $rc0 = 0 ] && [ $rc1 = 0 ]; then
+  tap_ok "another job's worker at rank 1's address is refused, rank 0 retries, the job completes"
+else
+  tap_fail "another job's worker at rank 1's address is refused and retried" \
+    "refusals: $refused, rank 0 alive after: $alive, exits $rc0/$rc1; $(tail -4 "$tmp/r0.err")"
+fi
+if [ $rcs = 75 ] && grep -q "rendezvous: .*rank 0" "$tmp/sq.err"; then
+  why=$(grep -o 'rendezvous: .\{0,40\}' "$tmp/sq.err")
+  tap_ok "the squatter, whose peers never came, exits 75 ($why)"
+else tap_fail "the squatter exits 75" "exit $rcs; $(tail -3 "$tmp/sq.err")"; fi
+tap_done
