@@ -170,8 +170,12 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     size_t secret_len;
     if (net_secret_load(&secret, &secret_len, err, sizeof err)) util_fail(KT_EXIT_USAGE, "%s", err);
 
+    /* Listen where TF_CONFIG says this worker is (127.0.0.1 under launch), not on every
+     * interface; net_listen_task falls back to them, saying so, when that name is not an
+     * address of this machine (yet). */
     int lfd, port;
-    if (net_listen(NULL, tf->peers[tf->rank].port, 0, &lfd, &port, err, sizeof err))
+    if (net_listen_task(tf->peers[tf->rank].host, tf->peers[tf->rank].port, 0, &lfd, &port,
+                        err, sizeof err))
         util_fail(KT_EXIT_RETRY, "%s", err);
     NetJob job = {.world = tf->world, .rank = tf->rank, .model_signature = m->signature,
                   .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)tf->world,

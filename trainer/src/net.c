@@ -154,6 +154,24 @@ int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *boun
     return rc;
 }
 
+int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
+                    char *err, size_t errlen)
+{
+    char why[512];
+    int rc = net_listen(host, port, sockbuf_bytes, fd, bound_port, why, sizeof why);
+    if (rc == 0) return 0;
+    /* -EINVAL: no address for the name; -EADDRNOTAVAIL: none of them is this machine's
+     * (bind's answer, which is also right for 127.0.0.2 and other loopback addresses
+     * that no interface lists) */
+    if (rc != -EINVAL && rc != -EADDRNOTAVAIL) {
+        snprintf(err, errlen, "%s", why);
+        return rc;
+    }
+    util_log("listening on every interface, port %d: this worker's own TF_CONFIG address %s is "
+             "not one of this machine's (%s)", port, host, why);
+    return net_listen(NULL, port, sockbuf_bytes, fd, bound_port, err, errlen);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* framed I/O with a deadline */
 

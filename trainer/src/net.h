@@ -97,6 +97,17 @@ int net_secret_load(unsigned char **secret, size_t *len, char *err, size_t errle
 int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
                char *err, size_t errlen);
 
+/* Opens this worker's rendezvous listener on port: on host (its own TF_CONFIG entry)
+ * when host resolves to an address of this machine, so that a worker whose peers are on
+ * 127.0.0.1 (launch) is not reachable from other machines; otherwise on every interface,
+ * logged. The fallback is for names that do not resolve yet, or not to a local address
+ * (a pod's headless-service name before its DNS record exists, a stale record, NAT):
+ * there the worker must still be reachable, and a pod's own network namespace holds
+ * only its pod IP and loopback anyway. Returns like net_listen; a port already taken
+ * is an error, not a reason to fall back. */
+int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
+                    char *err, size_t errlen);
+
 /* Forms this worker's part of the ring: connects and authenticates to rank+1 (from
  * tf->peers) while accepting and authenticating rank-1 on listen_fd, which it does not
  * close (close it afterwards, so that late connections are refused, not queued).

@@ -729,6 +729,42 @@ static void test_wrong_rank_connecting_is_refused(void **state)
     free_results(res);
 }
 
+/* A worker listens on its own TF_CONFIG address when that is one of this machine's:
+ * 127.0.0.1 stays 127.0.0.1 (launch), and no other interface has the port. An address
+ * that is not this machine's, or a name without a record, falls back to every interface. */
+static void test_listen_on_own_address(void **state)
+{
+    (void)state;
+    const struct {
+        const char *host;
+        int wildcard;
+    } cases[] = {{"127.0.0.1", 0}, {"192.0.2.1", 1}, {"no-such-host.invalid", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int fd, port;
+        char err[512] = "";
+        assert_int_equal(net_listen_task(cases[i].host, 0, 0, &fd, &port, err, sizeof err), 0);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&ss, &sl), 0);
+        char h[INET6_ADDRSTRLEN] = "";
+        if (ss.ss_family == AF_INET)
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, h, sizeof h);
+        else inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, h, sizeof h);
+        print_message("# own address %s: listening on %s port %d\n", cases[i].host, h, port);
+        if (cases[i].wildcard) assert_true(!strcmp(h, "::") || !strcmp(h, "0.0.0.0"));
+        else assert_string_equal(h, cases[i].host);
+        close(fd);
+    }
+    /* a port taken on the own address is an error, not a reason to listen elsewhere */
+    int a, b, port, port2;
+    char err[512] = "";
+    assert_int_equal(net_listen("127.0.0.1", 0, 0, &a, &port, err, sizeof err), 0);
+    assert_int_equal(net_listen_task("127.0.0.1", port, 0, &b, &port2, err, sizeof err),
+                     -EADDRINUSE);
+    assert_non_null(strstr(err, "127.0.0.1"));
+    close(a);
+}
+
 static void test_secret_from_env_and_file(void **state)
 {
     (void)state;
@@ -849,6 +885,7 @@ int main(void)
         cmocka_unit_test(test_wrong_rank_connecting_is_refused),
         cmocka_unit_test(test_flood_of_connects_does_not_evict_the_peer),
         cmocka_unit_test(test_hello_flood_from_a_stranger_address_does_not_evict_the_peer),
+        cmocka_unit_test(test_listen_on_own_address),
     };
     return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The rendezvous of the real trainer (the ASan+UBSan build) on loopback:
+#  - under launch, a worker's rendezvous port listens on 127.0.0.1 only (its TF_CONFIG
+#    address), not on every interface;
 #  - another job's worker answering at a peer's address (a stale DNS record, a port
 #    clash) is refused and retried: the worker keeps connecting until the real peer
 #    answers there, and the job completes (it used to exit 2 at the first wrong answer,
@@ -33,6 +35,35 @@ wait_for() { # seconds cmd...: polls cmd every 0.02 s
 }
 listening() { ss -ltnH "sport = :$1" | awk '{print $4}'; } # local address:port of each listener
 is_listening() { [ -n "$(listening "$1")" ]; }
+
+# --- launch: the rendezvous port is on 127.0.0.1 only -----------------------------------
+# Worker 0 listens until worker 1 connects to it, which is milliseconds after launch starts
+# them; so worker 1 is stopped (SIGSTOP) as soon as launch names its pid, before it is up,
+# and worker 0's listener is looked at while it waits. Should worker 1 win the race and
+# finish its rendezvous first, the run is tried again.
+seen=
+for attempt in 1 2 3 4 5; do
+  : >"$tmp/l.err"
+  "$BIN" launch --workers 2 "${mlp[@]}" --rendezvous-timeout 60 >"$tmp/l.out" 2>"$tmp/l.err" &
+  lp=$!; pids+=("$lp")
+  pid1=; port0=
+  wait_for 30 grep -q "worker 1: pid" "$tmp/l.err" || true
+  pid1=$(sed -n 's/.*launch: worker 1: pid \([0-9]*\),.*/\1/p' "$tmp/l.err")
+  [ -n "$pid1" ] && kill -STOP "$pid1"
+  port0=$(sed -n 's/.*launch: worker 0: pid [0-9]*, 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/l.err")
+  if [ -n "$pid1" ] && [ -n "$port0" ] && wait_for 10 is_listening "$port0"; then
+    seen=$(listening "$port0" | sort -u | tr '\n' ' ')
+  fi
+  [ -n "$pid1" ] && kill -CONT "$pid1"
+  rc=0; wait "$lp" || rc=$?
+  [ -n "$seen" ] && break
+done
+if [ -n "$seen" ] && [ "$seen" = "127.0.0.1:$port0 " ] && [ "$rc" = 0 ]; then
+  tap_ok "under launch worker 0 listens on 127.0.0.1:$port0 only (try $attempt); the job completes"
+else
+  tap_fail "under launch worker 0 listens on 127.0.0.1 only" \
+    "port ${port0:-?}: '${seen:-none seen in $attempt tries}', exit $rc; $(tail -5 "$tmp/l.err")"
+fi
 
 # --- another job's worker at rank 1's address, then rank 1 ------------------------------
 # The squatter is rank 1 of another job (another secret) on rank 1's port for 4 s (its own
