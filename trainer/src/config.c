@@ -64,7 +64,7 @@ static const Option options[] = {
     {"eval", OPT_BOOL, offsetof(Config, eval), 0, 0, 0, "  evaluate on the test set after each epoch"},
     {"index", OPT_INT, offsetof(Config, index), 0, 0, 1e6, "N  override TF_CONFIG's task index"},
     {"rendezvous-timeout", OPT_DOUBLE, offsetof(Config, rendezvous_timeout), 0, 0, 1e7,
-     "S  how long to wait for peers (300)"},
+     "S  how long to wait for peers, retrying wrong answers (300); then exit 75"},
     {"print-weights-hash", OPT_BOOL, offsetof(Config, print_weights_hash), 0, 0, 0,
      "  print \"weights-sha256: <hex>\" of the final parameters"},
     {"threads", OPT_INT, offsetof(Config, threads), 0, 0, 1024,
