@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The rendezvous of the real trainer (the ASan+UBSan build) on loopback:
 #  - under launch, a worker's rendezvous port listens on 127.0.0.1 only (its TF_CONFIG
-#    address), not on every interface;
+#    address), not on every interface; in (emulated) pods, on the pod IP that its
+#    TF_CONFIG name resolves to;
 #  - another job's worker answering at a peer's address (a stale DNS record, a port
 #    clash) is refused and retried: the worker keeps connecting until the real peer
 #    answers there, and the job completes (it used to exit 2 at the first wrong answer,
@@ -63,6 +64,55 @@ if [ -n "$seen" ] && [ "$seen" = "127.0.0.1:$port0 " ] && [ "$rc" = 0 ]; then
 else
   tap_fail "under launch worker 0 listens on 127.0.0.1 only" \
     "port ${port0:-?}: '${seen:-none seen in $attempt tries}', exit $rc; $(tail -5 "$tmp/l.err")"
+fi
+
+# --- pods: each worker listens on its own pod IP -------------------------------------
+# Two pods emulated in a private network and mount namespace (nothing on the host
+# changes): a veth pair carries their pod IPs, and /etc/hosts (bind-mounted over it,
+# answering as CoreDNS does for the headless Service) resolves the TF_CONFIG names
+# <pod>.<job>-worker.<ns>.svc to them. Both workers use port 2222, as pods do: possible
+# only when each listens on its own address, not on every interface.
+cat >"$tmp/pods.sh" <<'PODS'
+ip link set lo up
+ip link add v0 type veth peer name v1
+ip addr add 10.244.0.5/24 dev v0
+ip addr add 10.244.0.6/24 dev v1
+ip link set v0 up
+ip link set v1 up
+printf '127.0.0.1 localhost\n10.244.0.5 w0.j-worker.ns.svc\n10.244.0.6 w1.j-worker.ns.svc\n' \
+  >"$TMP/hosts"
+mount --bind "$TMP/hosts" /etc/hosts
+tf() {
+  printf '{"cluster":{"worker":["w0.j-worker.ns.svc:2222","w1.j-worker.ns.svc:2222"]},'
+  printf '"task":{"type":"worker","index":%d}}' "$1"
+}
+TF_CONFIG=$(tf 0) "$BIN" "${MLP[@]}" --rendezvous-timeout 30 >"$TMP/p0.out" 2>"$TMP/p0.err" &
+a=$!
+for _ in $(seq 500); do
+  ss -ltnH 'sport = :2222' | awk '{print $4}' >"$TMP/p0.listen"
+  [ -s "$TMP/p0.listen" ] && break
+  sleep 0.02
+done
+TF_CONFIG=$(tf 1) "$BIN" "${MLP[@]}" --rendezvous-timeout 30 >"$TMP/p1.out" 2>"$TMP/p1.err" &
+b=$!
+ra=0; wait $a || ra=$?
+rb=0; wait $b || rb=$?
+echo "$ra $rb" >"$TMP/pods.rc"
+PODS
+if [ "$(id -u)" != 0 ] || ! unshare -nm --propagation private true 2>/dev/null; then
+  tap_skip "workers in pods listen on their pod IPs" "needs root and unshare -nm (namespaces)"
+else
+  TMP=$tmp BIN=$BIN MLP="${mlp[*]}" unshare -nm --propagation private \
+    bash -c 'set -euo pipefail; read -ra MLP <<<"$MLP"; source "$TMP/pods.sh"' \
+    >"$tmp/pods.log" 2>&1 || true
+  got=$(sort -u "$tmp/p0.listen" 2>/dev/null | tr '\n' ' ')
+  rcs=$(cat "$tmp/pods.rc" 2>/dev/null || echo "none")
+  if [ "$got" = "10.244.0.5:2222 " ] && [ "$rcs" = "0 0" ]; then
+    tap_ok "workers in pods listen on their pod IPs (w0 on $got), both on port 2222; job done"
+  else
+    tap_fail "workers in pods listen on their pod IPs" \
+      "w0 on '$got', exits $rcs; $(tail -n 2 "$tmp/pods.log" "$tmp/p0.err" "$tmp/p1.err" 2>&1)"
+  fi
 fi
 
 # --- another job's worker at rank 1's address, then rank 1 ------------------------------
