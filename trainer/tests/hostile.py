@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """hostile.py PORT SECONDS REPORT: strangers at a trainer's rendezvous port (for
-test-hostile.sh). Opens, at once:
+test-hostile.sh). Or, with "flood" first, hostile.py flood PORT SECONDS MAX REPORT: see
+flood() below. Opens, at once:
   - 40 connections that connect and say nothing (more than the trainer serves at once);
   - 3 slowloris clients trickling a plausible HELLO one byte every 0.5 s;
   - 4 KB of random bytes; a length prefix of 0xffffffff; an HTTP request; a frame of
@@ -10,6 +11,7 @@ test-hostile.sh). Opens, at once:
 Keeps them for SECONDS, then writes REPORT (JSON): for each kind, how many connections
 the trainer closed on it and whether any impostor got an ACK.
 """
+import errno
 import hashlib
 import hmac
 import json
@@ -19,6 +21,40 @@ import struct
 import sys
 import threading
 import time
+
+
+def flood(port, seconds, most, report):
+    """Connects to 127.0.0.1:PORT as fast as one process can, holding the newest 64
+    connections open (so that they occupy handshake slots) and sending nothing; closes
+    each older one with a reset. Bounded: at most MOST connections in at most SECONDS,
+    only ever to 127.0.0.1. Writes REPORT (JSON) with the count when it ends, and also
+    every 0.2 s, so that a killed flood still leaves one."""
+    held, n, start, last = [], 0, time.time(), 0.0
+    linger = struct.pack("ii", 1, 0)
+    while n < most and time.time() - start < seconds:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        s.setblocking(False)
+        if s.connect_ex(("127.0.0.1", port)) not in (0, errno.EINPROGRESS):
+            s.close()
+            time.sleep(0.001)
+            continue
+        n += 1
+        held.append(s)
+        if len(held) > 64:
+            held.pop(0).close()
+        if time.time() - last > 0.2:
+            last = time.time()
+            with open(report + ".tmp", "w") as f:
+                json.dump({"connects": n, "seconds": last - start}, f)
+            os.replace(report + ".tmp", report)
+    with open(report, "w") as f:
+        json.dump({"connects": n, "seconds": time.time() - start, "ended": True}, f)
+
+
+if sys.argv[1] == "flood":
+    flood(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    sys.exit(0)
 
 port, seconds, report = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 results = {}

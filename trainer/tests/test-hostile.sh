@@ -5,7 +5,8 @@
 # rank 0's rendezvous port before rank 1 starts. The job must form its ring as soon as
 # rank 1 comes (not after the strangers' handshake timeouts one by one), end with the
 # weights of an undisturbed run, name every rejection in its log, close every stranger,
-# and refuse connections once the ring is formed (nothing can join or inject then).
+# and refuse connections once the ring is formed (nothing can join or inject then). Then a
+# flood of connections beside the real pair: the ring forms while it goes on.
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
@@ -112,4 +113,33 @@ case $report in
   ok*) tap_ok "every stranger was closed by the trainer, no impostor acknowledged (${report#ok })" ;;
   *) tap_fail "every stranger closed, no impostor acknowledged" "$report" ;;
 esac
+
+# A flood of connections that send nothing (hostile.py flood: one process, at most 300000
+# connections in at most 30 s, only to 127.0.0.1) at rank 0's port, started before rank 1:
+# rank 0's handshake slots are full, yet the ring forms while the flood goes on and the
+# job ends with the undisturbed weights.
+TF_CONFIG=$(tf 0) "$BIN" "${opts[@]}" >"$tmp/f0.out" 2>"$tmp/f0.err" & a=$!
+pids+=("$a")
+for _ in $(seq 100); do ss -ltn "sport = :$p0" | grep -q LISTEN && break; sleep 0.1; done
+python3 trainer/tests/hostile.py flood "$p0" 30 300000 "$tmp/flood.json" & h=$!
+pids+=("$h")
+sleep 1
+TF_CONFIG=$(tf 1) "$BIN" "${opts[@]}" >"$tmp/f1.out" 2>"$tmp/f1.err" & b=$!
+pids+=("$b")
+for _ in $(seq 600); do grep -q 'rendezvous done' "$tmp/f0.err" && break; sleep 0.05; done
+flooding=0; kill -0 "$h" 2>/dev/null && flooding=1
+kill "$h" 2>/dev/null; wait "$h" 2>/dev/null
+wait "$a"; ra=$?; wait "$b"; rb=$?
+n=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["connects"])' \
+  "$tmp/flood.json" 2>/dev/null)
+got=$(hashes "$tmp/f0.out" "$tmp/f1.out")
+if [ $ra = 0 ] && [ $rb = 0 ] && [ "$got" = "$REF" ] && [ $flooding = 1 ] \
+   && grep -q 'rendezvous done' "$tmp/f0.err" \
+   && grep -q 'too many handshakes at once' "$tmp/f0.err"; then
+  tap_ok "under a flood of ${n:-?} connections the ring forms; the job ends with the same weights"
+else
+  tap_fail "under a flood of connections the ring forms" \
+    "exit $ra/$rb, flood on at the rendezvous: $flooding (${n:-?} connections), '$got' vs '$REF';
+$(grep -v '^ *[0-9]' "$tmp/f0.err" | grep -v 'rejected connection' | tail -5)"
+fi
 tap_done
