@@ -1,8 +1,11 @@
-/* Rendezvous and its handshake: rings form with the right secret; a wrong secret, a
- * disagreeing peer, a duplicate rank or an absent peer fail with a message naming both
- * sides; garbage, oversized frames, a trickling client and an impostor are rejected
- * with a log line while the real ring forms. Every timeout, pause and time bound is
- * multiplied by KT_TEST_TIME_SCALE (timescale.h). */
+/* Rendezvous and its handshake: rings form with the right secret; a disagreeing peer
+ * fails at once (-EPROTO) with a message naming both values; a wrong secret, a duplicate
+ * or wrong rank, another job's worker at a peer's address or an absent peer is retried
+ * until the deadline (-ETIMEDOUT, saying what answered); garbage, oversized frames, a
+ * trickling client, an impostor and floods of connections are rejected with a log line
+ * while the real ring forms; a worker listens on its own address. Every timeout and
+ * time bound is multiplied by KT_TEST_TIME_SCALE (timescale.h); the slow peer's proof
+ * delay is not (it is what the flood races). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
