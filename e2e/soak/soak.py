@@ -27,6 +27,7 @@ job the operator lost track of.
 """
 import argparse
 import collections
+import filecmp
 import json
 import os
 import platform
@@ -189,6 +190,41 @@ def fsize_limit(k):
     return set_limit
 
 
+def ckpt_dir_faults(d, ref_dir, kept, step, k):
+    """What is wrong with checkpoint directory d after a writer was killed at byte k of
+    the checkpoint of `step`: it must hold the complete checkpoints `kept` byte for byte
+    as they were, the writer's temporary .ckpt-<step>.kt.tmp of exactly k bytes, and
+    the chief's TensorBoard directory logs/ (event files only: its default place is the
+    checkpoint directory); anything else, missing or extra, is a fault."""
+    faults = []
+    want = {f"ckpt-{s}.kt" for s in kept}
+    tmp = f".ckpt-{step}.kt.tmp"
+    names = set(os.listdir(d))
+    for f in sorted(want - names):
+        faults.append(f"complete checkpoint {f} is gone")
+    for f in sorted(want & names):
+        if not filecmp.cmp(os.path.join(d, f), os.path.join(ref_dir, f), shallow=False):
+            faults.append(f"complete checkpoint {f} was changed")
+    if tmp not in names:
+        faults.append(f"no torn temporary {tmp}")
+    elif os.path.getsize(os.path.join(d, tmp)) != k:
+        faults.append(f"torn temporary {tmp} has {os.path.getsize(os.path.join(d, tmp))} "
+                      f"bytes, expected {k}")
+    logs = os.path.join(d, "logs")
+    if "logs" in names:
+        if not os.path.isdir(logs):
+            faults.append("logs is not the TensorBoard directory")
+        else:
+            other = [f for f in os.listdir(logs) if not f.startswith("events.out.tfevents.")]
+            if other:
+                faults.append(f"logs/ holds files that are not TensorBoard events: {other}")
+    extra = sorted(names - want - {tmp, "logs"})
+    if extra:
+        faults.append("unexpected files: " + ", ".join(
+            f"{f} ({os.path.getsize(os.path.join(d, f))} bytes)" for f in extra))
+    return faults
+
+
 def ckpt_write(n):
     data = os.path.join(work, "tiny")
     tiny_data(data)
@@ -222,22 +258,18 @@ def ckpt_write(n):
         killed = subprocess.run([args.trainer, "train"] + opts + ["--checkpoint-dir", d],
                                 env=ENV, capture_output=True, text=True, timeout=120,
                                 preexec_fn=fsize_limit(k))
-        # logs/ is the chief's TensorBoard directory (its default place is the checkpoint
-        # directory); anything else that is not a complete checkpoint is a temporary.
-        torn = [f for f in os.listdir(d) if not re.fullmatch(r"ckpt-\d+\.kt", f)
-                and not (f == "logs" and os.path.isdir(os.path.join(d, f)))]
-        torn_sizes = [os.path.getsize(os.path.join(d, f)) for f in torn]
         why = []
         if killed.returncode != -signal.SIGXFSZ:
             why.append(f"the writer was not killed by SIGXFSZ (exit {killed.returncode})")
-        if torn_sizes != [k]:
-            why.append(f"expected one torn temporary of {k} bytes, found {dict(zip(torn, torn_sizes))}")
+        faults = ckpt_dir_faults(d, ref_dir, range(max(1, have - 2), have + 1), have + 1, k)
+        why += faults
         res = subprocess.run([args.trainer, "train"] + opts + ["--checkpoint-dir", d],
                              env=ENV, capture_output=True, text=True, timeout=120)
         want = (f"resuming from {d}/ckpt-{have}.kt" if have else
                 f"no checkpoint in {d}: starting from scratch")
         if want not in res.stderr:
             why.append(f"did not load the newest complete checkpoint ({want!r})")
+        if want not in res.stderr or any(f.startswith("complete checkpoint") for f in faults):
             lost += 1
         if res.returncode != 0 or hashes(res.stdout) != {ref_hash}:
             why.append(f"resumed run: exit {res.returncode}, hashes {sorted(hashes(res.stdout))}")
