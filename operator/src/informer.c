@@ -41,6 +41,9 @@ struct Informer {
     size_t size;
     char rv[64];              /* the resourceVersion to watch from */
     long long deleted_rv_max; /* newest resourceVersion of a DELETED event */
+    /* The current run of failed lists and watches (informer thread only). */
+    unsigned failures;
+    double failing_since, failure_logged;
     volatile int stop;
     int synced;
     int started;
@@ -364,10 +367,10 @@ typedef struct Pending {
 } Pending;
 
 /* Lists every page and replaces the cache; emits DELETED for objects that vanished
- * and ADDED/MODIFIED for the rest. */
-static int relist(Informer *inf)
+ * and ADDED/MODIFIED for the rest. Returns 0 or -errno with err set. */
+static int relist(Informer *inf, char *err, size_t errlen)
 {
-    char base[512], sel[512], path[4096], err[512], cont[1024] = "";
+    char base[512], sel[512], path[4096], cont[1024] = "";
     base_path(inf, base, sizeof base);
     url_escape(inf->selector, sel, sizeof sel);
     cJSON *items = cJSON_CreateArray();
@@ -380,9 +383,8 @@ static int relist(Informer *inf)
         snprintf(path, sizeof path, "%s?limit=500%s%s%s%s", base, *sel ? "&labelSelector=" : "",
                  sel, *cont ? "&continue=" : "", econt);
         KubeResponse r;
-        rc = kclient_request(inf->client, "GET", path, NULL, NULL, &r, err, sizeof err);
+        rc = kclient_request(inf->client, "GET", path, NULL, NULL, &r, err, errlen);
         if (rc) {
-            olog(OLOG_WARN, NULL, "list %s: %s", inf->plural, err);
             kresp_free(&r);
             break;
         }
@@ -408,6 +410,7 @@ static int relist(Informer *inf)
     } while (!rc && *cont && !STOPPED(inf));
     if (rc || STOPPED(inf)) {
         cJSON_Delete(items);
+        if (!rc) snprintf(err, errlen, "list %s: stopped", inf->plural);
         return rc ? rc : -ECANCELED;
     }
 
@@ -416,6 +419,7 @@ static int relist(Informer *inf)
     size_t nev = 0;
     if (!ev) {
         cJSON_Delete(items);
+        snprintf(err, errlen, "list %s: out of memory", inf->plural);
         return -ENOMEM;
     }
     pthread_rwlock_wrlock(&inf->lock);
@@ -470,6 +474,8 @@ static int relist(Informer *inf)
     return 0;
 }
 
+static void outage_over(Informer *inf);
+
 static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
 {
     Informer *inf = ctx;
@@ -480,6 +486,7 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
              inf->plural, code, msg ? msg : "");
         return code == 410 ? -ESTALE : -EIO;
     }
+    outage_over(inf);
     const char *rv = jsonx_str(obj, "metadata.resourceVersion");
     if (strcmp(type, "BOOKMARK") == 0) {
         if (rv) {
@@ -514,35 +521,73 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
     return 0;
 }
 
-/* The next wait before a list or watch is tried again. A server that answered with a
- * client error (401, 403, 404, 422) gets a doubling wait up to 30 s: retrying fast changes
- * nothing. A server that could not be reached or was not ready (no answer, 429, 5xx: a
- * restarting or overloaded apiserver) is tried again within 2 s, so that the informer
- * catches up within seconds of the server coming back; a client that cannot connect
- * costs the server nothing. */
-double informer_next_backoff(double cur, int rc)
+/* The wait before a list or watch is tried again after it failed with rc, `prev` being
+ * the wait after the failure before it in this run of failures (0: none).
+ *
+ * A server that could not be reached or was not ready (no answer, 429, 5xx, an ERROR
+ * event: a restarting or overloaded apiserver) is tried again every
+ * INFORMER_UNREACHABLE_RETRY_S, however long it has been away, so that the informer
+ * catches up within that long of the server answering again. (Waits doubling up to 2 s
+ * left it up to 2 s behind; with a failed pod's restart delay after it, the group restart
+ * went past its 5 s.) A client that cannot connect costs the server nothing, and one
+ * request per informer every half second is nothing to a server that answers 503.
+ *
+ * A server that refused the request (401, 403, 404, 422) gets a doubling wait from
+ * INFORMER_BACKOFF_BASE_S up to INFORMER_BACKOFF_MAX_S: retrying fast changes nothing.
+ * The class of this failure alone decides, so a run of refusals does not delay the retry
+ * of a server that then goes away and comes back. */
+double informer_next_backoff(double prev, int rc)
 {
-    int unreachable = rc == -EIO || rc == -ETIMEDOUT || rc == -EAGAIN;
-    double cap = unreachable ? INFORMER_UNREACHABLE_MAX_S : INFORMER_BACKOFF_MAX_S;
-    double next = cur * 2;
-    return next > cap ? cap : next;
+    if (rc == -EIO || rc == -ETIMEDOUT || rc == -EAGAIN) return INFORMER_UNREACHABLE_RETRY_S;
+    double next = prev > 0 ? prev * 2 : INFORMER_BACKOFF_BASE_S;
+    return next > INFORMER_BACKOFF_MAX_S ? INFORMER_BACKOFF_MAX_S : next;
+}
+
+/* A failed list or watch. The first of a run is logged, then one line every
+ * INFORMER_LOG_EVERY_S, so that a long outage retried every half second does not flood
+ * the log. */
+static void outage_failed(Informer *inf, const char *err, int rc, double wait)
+{
+    double now = clock_mono();
+    if (inf->failures++ == 0) {
+        inf->failing_since = now;
+    } else if (now - inf->failure_logged < INFORMER_LOG_EVERY_S) {
+        return;
+    }
+    inf->failure_logged = now;
+    olog(OLOG_WARN, NULL, "%s: %s; retrying in %.1f s (failure %u, %.0f s after the first)",
+         inf->plural, *err ? err : strerror(-rc), wait, inf->failures, now - inf->failing_since);
+}
+
+/* The list or watch works again: says so once after failures. */
+static void outage_over(Informer *inf)
+{
+    if (!inf->failures) return;
+    olog(OLOG_INFO, NULL,
+         "%s: the API server answers again, %.1f s after the first of %u failures", inf->plural,
+         clock_mono() - inf->failing_since, inf->failures);
+    inf->failures = 0;
 }
 
 static void *informer_main(void *arg)
 {
     Informer *inf = arg;
-    double backoff = INFORMER_BACKOFF_BASE_S;
+    double backoff = 0;
     char base[512], sel[512], path[4096], err[512];
     base_path(inf, base, sizeof base);
     url_escape(inf->selector, sel, sizeof sel);
     while (!STOPPED(inf)) {
-        int lrc = relist(inf);
+        err[0] = 0;
+        int lrc = relist(inf, err, sizeof err);
+        if (STOPPED(inf)) break;
         if (lrc != 0) {
-            nap(inf, backoff);
             backoff = informer_next_backoff(backoff, lrc);
+            outage_failed(inf, err, lrc, backoff);
+            nap(inf, backoff);
             continue;
         }
-        backoff = INFORMER_BACKOFF_BASE_S;
+        outage_over(inf);
+        backoff = 0;
         while (!STOPPED(inf)) {
             char rv[64];
             pthread_rwlock_rdlock(&inf->lock);
@@ -551,23 +596,24 @@ static void *informer_main(void *arg)
             snprintf(path, sizeof path,
                      "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%d%s%s",
                      base, rv, inf->watch_timeout_s, *sel ? "&labelSelector=" : "", sel);
+            err[0] = 0;
             int rc = kclient_watch(inf->client, path, on_watch_event, inf, &inf->stop,
                                    inf->watch_timeout_s + 60.0, err, sizeof err);
             if (STOPPED(inf)) break;
             if (rc == 0) {
-                backoff = INFORMER_BACKOFF_BASE_S;
+                outage_over(inf);
+                backoff = 0;
                 continue; /* the server ended the watch: resume from the last version */
             }
             if (rc == -ESTALE) {
+                outage_over(inf);
                 olog(OLOG_INFO, NULL, "watch %s: resourceVersion %s is gone; relisting",
                      inf->plural, rv);
                 break;
             }
-            olog(OLOG_WARN, NULL, "watch %s: %s; retrying in %.1f s", inf->plural,
-                 *err ? err : strerror(-rc), backoff);
-            err[0] = 0;
-            nap(inf, backoff);
             backoff = informer_next_backoff(backoff, rc);
+            outage_failed(inf, err, rc, backoff);
+            nap(inf, backoff);
         }
     }
     return NULL;

@@ -1,10 +1,12 @@
 /* informer — keeps a local cache of one resource (optionally one namespace and a label
  * selector) in step with the API server: list, then watch from the list's
  * resourceVersion with bookmarks; a watch that ends is resumed from the last version
- * seen, a 410 Gone (or an ERROR event with code 410) triggers a fresh list, errors
- * back off exponentially from 0.5 s (up to 2 s while the server cannot be reached or is
- * not ready, up to 30 s when it refuses the request). The cache is keyed "namespace/name" and
- * every change is passed to a handler. One thread per informer. */
+ * seen, a 410 Gone (or an ERROR event with code 410) triggers a fresh list. While the
+ * server cannot be reached or is not ready the list or watch is retried every 0.5 s, so
+ * that the cache catches up within that long of the server answering again; a refused
+ * request backs off exponentially from 0.5 s to 30 s. A run of failures is logged once
+ * every 10 s, and its end once. The cache is keyed "namespace/name" and every change is
+ * passed to a handler. One thread per informer. */
 #ifndef KT_INFORMER_H
 #define KT_INFORMER_H
 
@@ -34,13 +36,15 @@ typedef struct Informer Informer;
 /* Strings in opt are copied. NULL on allocation failure. */
 Informer *informer_new(KubeClient *client, const InformerOptions *opt);
 
-#define INFORMER_BACKOFF_BASE_S 0.5
-#define INFORMER_BACKOFF_MAX_S 30.0     /* the server refused the list or watch */
-#define INFORMER_UNREACHABLE_MAX_S 2.0  /* no answer, 429 or 5xx */
+#define INFORMER_BACKOFF_BASE_S 0.5      /* first wait after a refused list or watch */
+#define INFORMER_BACKOFF_MAX_S 30.0      /* the server refused it (401, 403, 404, 422) */
+#define INFORMER_UNREACHABLE_RETRY_S 0.5 /* every wait while no answer, 429 or 5xx */
+#define INFORMER_LOG_EVERY_S 10.0        /* one warning per this long of failures */
 
-/* The wait after `cur` seconds when a list or watch failed with rc (-errno from
- * kclient): doubled, capped by the kind of failure. */
-double informer_next_backoff(double cur, int rc);
+/* The wait after a list or watch failed with rc (-errno from kclient), `prev` being the
+ * wait after the previous failure of this run (0 for the first): the unreachable
+ * interval, or for a refusal `prev` doubled (from the base) up to the max. */
+double informer_next_backoff(double prev, int rc);
 
 /* Starts the thread. Returns 0 or -errno. */
 int informer_start(Informer *inf);
