@@ -387,7 +387,7 @@ def apiserver_restart(cl, n):
     if failed and not fails:
         fails = 1
     row("apiserver-restart", n, fails, s["lost"], time.time() - t0,
-        f"watch recovery (new job's pods and a failed pod's group restart) after the "
+        f"watch recovery (new job's pods, a failed pod counted and its group restarted) after the "
         f"apiserver answers again, {downs} s down: {s['times']} s, worst {s['worst']:.1f} s, "
         f"limit 5 s")
 
