@@ -81,13 +81,19 @@ command -v openssl >/dev/null || kt_die "openssl not found"
 
 # free_port VAR: sets VAR to a TCP port nobody uses and that this run has not handed out
 # yet (no command substitution: the record of handed-out ports must stay in this shell).
+# Ports come from below the kernel's ephemeral range: a component binds its port seconds
+# after it was chosen, and in the ephemeral range any outgoing connection on the machine
+# (a curl, the apiserver's own clients) could take it first (seen: the scheduler's
+# "bind: address already in use" on a busy machine).
 declare -A taken=()
+ephemeral_lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$ephemeral_lo" -gt 22000 ] 2>/dev/null || ephemeral_lo=32768
 free_port() {
   local -n var=$1
   local p busy
   busy=$(ss -Htan 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u)
   while :; do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % (ephemeral_lo - 20000)))
     [ -z "${taken[$p]:-}" ] || continue
     grep -qx "$p" <<<"$busy" && continue
     taken[$p]=1; var=$p; return
