@@ -34,7 +34,12 @@ typedef struct {
     size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
 } Layer;
 
-#define MODEL_STATS_FLOATS 4
+/* The step statistics, one float each at grads + num_params (after the gradients), so
+ * that the all-reduce of the gradients sums them too: this worker's share of the loss,
+ * its correct predictions and examples, and the stop flag (1 on a rank asked to stop,
+ * so the sum says whether any was). train.c writes them on the CPU, device.cu's k_stats
+ * on the GPU. */
+enum { STAT_LOSS, STAT_CORRECT, STAT_COUNT, STAT_STOP, MODEL_STATS_FLOATS };
 
 /* The bytes of the gradient arena's mapping for num_params parameters: the floats and
  * the statistics, rounded up to whole pages. */

@@ -250,63 +250,68 @@ static int gpu_load_next(Trainer *t, char *err, size_t errlen)
  * forward/backward, the all-reduce of the device gradient arena (with NCCL on its own
  * stream, layer by layer during the backward pass when there are several ranks; staged
  * through the host arena for a host-only collective), the statistics copied to the host
- * arena's last floats and the optimizer update queued behind them. While the device
- * computes, the next step's batch goes to the device, unless no_preload (an evaluation
- * comes next, or the run ends) or this rank asks to stop. The host waits once per
- * step, for the statistics; with NCCL it watches the communicator meanwhile (a lost
- * peer fails the wait, never hangs it). *cursor is the data stream's position after
- * this step's batch. Returns 0 or a negative errno; *coll_failed tells a failed
- * all-reduce from a device error. */
-static int gpu_train_step(Trainer *t, int no_preload, PipelineCursor *cursor,
-                          int *coll_failed, char *err, size_t errlen)
+ * arena's STAT_* slots and the optimizer update queued behind them. While the device
+ * computes, the next step's batch goes to the device, unless an evaluation comes next
+ * or the run ends (nothing for it to overwrite, nothing to read past the end) or this
+ * rank asks to stop. The host waits once per step, for the statistics; with NCCL it
+ * watches the communicator meanwhile (a lost peer fails the wait, never hangs it).
+ * *cursor is the data stream's position after this step's batch. Returns 0, or a
+ * negative errno with err naming the all-reduce or the device and *exit_code set:
+ * KT_EXIT_DATA for -ENOTSUP (cuDNN offers no algorithm: trying again will not help),
+ * else KT_EXIT_RETRY. */
+static int gpu_train_step(Trainer *t, PipelineCursor *cursor, int *exit_code, char *err,
+                          size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params, n = np + MODEL_STATS_FLOATS;
     GpuModel *g = t->gpu;
     const float stop = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
     const int nccl = !strcmp(t->coll->name, "nccl"), overlap = nccl && t->coll->world > 1;
-    char cerr[512];
-    int rc;
+    const int no_preload = t->st.step_in_epoch + 1 == t->steps_per_epoch &&
+                           (t->cfg.eval || t->st.epoch + 1 == t->cfg.epochs);
+    char why[512];
+    int rc, in_coll = 0; /* a failure now is the all-reduce's, else the device's */
     gpu_model_on_grad_ready(g, overlap ? nccl_slice_ready : NULL, t);
-    if (!t->gpu_preloaded && (rc = gpu_load_next(t, err, errlen))) return rc;
+    if (!t->gpu_preloaded && (rc = gpu_load_next(t, why, sizeof why))) goto err;
     t->gpu_preloaded = 0;
     *cursor = t->gpu_batch_next;
     t->gpu_hook_failed = 0;
-    if ((rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, err,
-                             errlen))) {
-        if (t->gpu_hook_failed) {
-            snprintf(cerr, sizeof cerr, "%s", err);
-            goto coll_failed;
-        }
-        return rc;
+    if ((rc = gpu_model_step(g, t->global_batch, t->coll->world, dropout_seed(t), stop, why,
+                             sizeof why))) {
+        in_coll = t->gpu_hook_failed;
+        goto err;
     }
     if (nccl) {
         /* overlapped: the slices went during the backward pass, the statistics go now;
          * at one rank the whole arena goes once the step is done */
         const size_t from = overlap ? np : 0;
         void *reduced;
-        rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(g) + from, n - from,
-                                       gpu_model_step_event(g), cerr, sizeof cerr);
-        if (!rc) rc = coll_nccl_allreduce_event(t->coll, &reduced, cerr, sizeof cerr);
-        if (rc) goto coll_failed;
-        if ((rc = gpu_model_wait_event(g, reduced, err, errlen))) return rc;
+        in_coll = 1;
+        if ((rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(g) + from, n - from,
+                                            gpu_model_step_event(g), why, sizeof why)) ||
+            (rc = coll_nccl_allreduce_event(t->coll, &reduced, why, sizeof why)))
+            goto err;
+        in_coll = 0;
+        if ((rc = gpu_model_wait_event(g, reduced, why, sizeof why))) goto err;
     } else if (t->coll->world > 1) {
-        if ((rc = gpu_model_grads_to_host(g, m->grads, n, err, errlen))) return rc;
-        if ((rc = coll_allreduce_sum(t->coll, m->grads, n, cerr, sizeof cerr))) goto coll_failed;
-        if ((rc = gpu_model_grads_from_host(g, m->grads, n, err, errlen))) return rc;
+        if ((rc = gpu_model_grads_to_host(g, m->grads, n, why, sizeof why))) goto err;
+        in_coll = 1;
+        if ((rc = coll_allreduce_sum(t->coll, m->grads, n, why, sizeof why))) goto err;
+        in_coll = 0;
+        if ((rc = gpu_model_grads_from_host(g, m->grads, n, why, sizeof why))) goto err;
     } /* one rank without NCCL: the sum is the arena itself */
     void *copied;
-    if ((rc = gpu_model_finish_step(g, t->opt, &copied, err, errlen))) return rc;
+    if ((rc = gpu_model_finish_step(g, t->opt, &copied, why, sizeof why))) goto err;
     if (!no_preload && stop == 0.0f) {
-        if ((rc = gpu_load_next(t, err, errlen))) return rc;
+        if ((rc = gpu_load_next(t, why, sizeof why))) goto err;
         t->gpu_preloaded = 1;
     }
-    if (!nccl) {
-        if ((rc = gpu_model_sync_event(copied, err, errlen))) return rc;
-    } else if ((rc = coll_nccl_wait_event(t->coll, copied, gpu_model_step_event(g), cerr,
-                                          sizeof cerr))) {
-        goto coll_failed;
-    }
+    in_coll = nccl;
+    if (nccl)
+        rc = coll_nccl_wait_event(t->coll, copied, gpu_model_step_event(g), why, sizeof why);
+    else
+        rc = gpu_model_sync_event(copied, why, sizeof why);
+    if (rc) goto err;
     gpu_model_copied_stats(g, m->grads + np);
     if (!t->graph_logged && gpu_model_graph_launches(g) > 0) {
         t->graph_logged = 1;
@@ -314,18 +319,141 @@ static int gpu_train_step(Trainer *t, int no_preload, PipelineCursor *cursor,
                  "turns this off)", t->st.global_step + 1);
     }
     return 0;
-coll_failed:
-    snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
-    *coll_failed = 1;
+err:
+    snprintf(err, errlen, in_coll ? "all-reduce at step %ld: %s" : "GPU step %ld: %s",
+             t->st.global_step + 1, why);
+    *exit_code = rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY;
     return rc;
 }
 #endif
 
-int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
+/* One step on the CPU: the batch, forward and backward, the all-reduce of the gradients
+ * with the statistics in their STAT_* slots, the update. With several workers the
+ * gradients are all-reduced layer by layer while backward goes on (overlap.h), and
+ * *allreduce_s is the time the step still waited for them; one worker with plain SGD
+ * folds the update into the backward pass. *cursor is the data stream's position after
+ * this step's batch. Returns 0, or a negative errno with err and *exit_code set
+ * (KT_EXIT_RETRY: the all-reduce failed). */
+static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_s,
+                          int *exit_code, char *err, size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params;
-    char cerr[512], tbdir[sizeof t->cfg.checkpoint_dir + 8];
+    float *stats = m->grads + np;
+    const Batch *b = pipeline_next(t->pipe);
+    *cursor = b->next;
+    const int folded = t->coll->world == 1 && optim_plain_sgd(t->opt);
+    StepStats ss;
+    if (folded)
+        model_step_sgd(m, b->x, b->y, b->size, dropout_seed(t), t->opt->cfg.lr, &ss);
+    else
+        model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
+                   t->overlap ? overlap_ready : NULL, t->overlap, &ss);
+    stats[STAT_LOSS] = (float)ss.loss;
+    stats[STAT_CORRECT] = (float)ss.correct;
+    stats[STAT_COUNT] = (float)ss.count;
+    stats[STAT_STOP] = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
+    char cerr[512];
+    int rc;
+    double a0 = util_now();
+    if (t->overlap)
+        rc = overlap_finish(t->overlap, np, MODEL_STATS_FLOATS, cerr, sizeof cerr);
+    else
+        rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr, sizeof cerr);
+    if (rc) {
+        snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
+        *exit_code = KT_EXIT_RETRY;
+        return rc;
+    }
+    *allreduce_s = util_now() - a0;
+    if (folded)
+        t->opt->iterations++;
+    else
+        optim_step(t->opt, m->params, m->grads);
+    return 0;
+}
+
+/* One training step on the trainer's device; afterwards the gradient arena's STAT_*
+ * slots hold the step statistics summed over the ranks. *allreduce_s: the time the CPU
+ * step waited for the all-reduce (0 on the GPU, where it overlaps the step and is not
+ * told apart). Returns 0, or a negative errno with err and *exit_code set. */
+static int train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_s, int *exit_code,
+                      char *err, size_t errlen)
+{
+    *allreduce_s = 0.0;
+#ifdef KT_GPU
+    if (t->gpu) return gpu_train_step(t, cursor, exit_code, err, errlen);
+#endif
+    return cpu_train_step(t, cursor, allreduce_s, exit_code, err, errlen);
+}
+
+/* The host's parameter and optimizer arenas onto the device, before the first step (a
+ * no-op on the CPU path). Returns 0 or a negative errno with err. */
+static int sync_device(Trainer *t, char *err, size_t errlen)
+{
+#ifdef KT_GPU
+    if (t->gpu) return gpu_model_upload(t->gpu, t->model->params, t->opt->state, err, errlen);
+#else
+    (void)t, (void)err, (void)errlen;
+#endif
+    return 0;
+}
+
+/* The rest of the epoch in progress (t->st.epoch), step by step, each step's metrics
+ * recorded and after_step called; then the epoch's means (t->last_loss,
+ * t->last_accuracy) and, with --eval, the evaluation. Returns 0, or a negative errno
+ * with err and *exit_code set: -EINTR when a rank was asked to stop. */
+static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
+{
+    const int epoch = t->st.epoch + 1;
+    double ep_start = util_now(), loss_sum = 0.0, correct = 0.0, count = 0.0;
+    long ep_steps = 0;
+    int rc;
+    metrics_epoch_begin(t->metrics, epoch);
+    while (t->st.step_in_epoch < t->steps_per_epoch) {
+        double s0 = util_now(), allreduce_s;
+        PipelineCursor cursor;
+        if ((rc = train_step(t, &cursor, &allreduce_s, exit_code, err, errlen))) return rc;
+        const float *stats = t->model->grads + t->model->num_params;
+        t->stopping = stats[STAT_STOP] > 0.5f;
+        double step_loss = stats[STAT_LOSS];
+        double step_acc = stats[STAT_CORRECT] / stats[STAT_COUNT];
+        loss_sum += step_loss, correct += stats[STAT_CORRECT], count += stats[STAT_COUNT];
+        ep_steps++;
+        t->st.step_in_epoch++;
+        t->st.global_step++;
+        t->st.cursor = cursor;
+        double step_s = util_now() - s0;
+        MetricsStep ms = {.loss = step_loss, .accuracy = step_acc,
+                          .samples_per_sec = t->global_batch / step_s,
+                          .learning_rate = t->opt->cfg.lr, .allreduce_seconds = allreduce_s,
+                          .step_seconds = step_s};
+        metrics_step(t->metrics, epoch, t->st.global_step, &ms);
+        if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
+            return rc;
+        if (t->stopping) {
+            snprintf(err, errlen, "stopped by a signal after step %ld (epoch %d, step %ld of "
+                     "%ld)", t->st.global_step, epoch, t->st.step_in_epoch, t->steps_per_epoch);
+            *exit_code = KT_EXIT_RETRY;
+            return -EINTR;
+        }
+    }
+    double secs = util_now() - ep_start;
+    t->last_loss = ep_steps ? loss_sum / ep_steps : 0.0;
+    t->last_accuracy = count > 0 ? correct / count : 0.0;
+    metrics_epoch_end(t->metrics, epoch, ep_steps, secs, t->last_loss, t->last_accuracy,
+                      secs > 0 ? count / secs : 0.0);
+    if (t->cfg.eval) {
+        double tl, ta;
+        trainer_evaluate(t, &tl, &ta);
+        metrics_eval(t->metrics, epoch, tl, ta);
+    }
+    return 0;
+}
+
+int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
+{
+    char tbdir[sizeof t->cfg.checkpoint_dir + 8];
     int rc;
     double run_start = util_now();
     *exit_code = KT_EXIT_DATA;
@@ -339,114 +467,16 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
         return rc;
     }
-#ifdef KT_GPU
-    if (t->gpu && (rc = gpu_model_upload(t->gpu, m->params, t->opt->state, err, errlen))) {
+    if ((rc = sync_device(t, err, errlen))) {
         *exit_code = KT_EXIT_RETRY;
-        goto fail;
+        goto err;
     }
-#endif
-    for (; t->st.epoch < t->cfg.epochs; t->st.epoch++, t->st.step_in_epoch = 0) {
-        const int epoch = t->st.epoch + 1;
-        double ep_start = util_now(), loss_sum = 0.0, correct = 0.0, count = 0.0;
-        long ep_steps = 0;
-        metrics_epoch_begin(t->metrics, epoch);
-        while (t->st.step_in_epoch < t->steps_per_epoch) {
-            double s0 = util_now();
-            double allreduce_s = 0.0; /* on the GPU it overlaps the step: not told apart */
-            PipelineCursor cursor;
-#ifdef KT_GPU
-            if (t->gpu) {
-                int coll_failed = 0;
-                /* no batch preloaded for an evaluation to overwrite, nor past the end */
-                const int no_preload = t->st.step_in_epoch + 1 == t->steps_per_epoch &&
-                                       (t->cfg.eval || epoch == t->cfg.epochs);
-                if ((rc = gpu_train_step(t, no_preload, &cursor, &coll_failed, err,
-                                         errlen))) {
-                    if (!coll_failed) {
-                        char derr[512];
-                        snprintf(derr, sizeof derr, "GPU step %ld: %s", t->st.global_step + 1, err);
-                        snprintf(err, errlen, "%s", derr);
-                    }
-                    *exit_code = rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY;
-                    goto fail;
-                }
-                t->stopping = m->grads[np + 3] > 0.5f;
-                goto step_done;
-            }
-#endif
-            const Batch *b = pipeline_next(t->pipe);
-            cursor = b->next;
-            StepStats ss;
-            /* one worker with plain SGD: the update is folded into the backward pass */
-            const int folded = t->coll->world == 1 && optim_plain_sgd(t->opt);
-            /* world > 1: the gradients are all-reduced layer by layer while backward goes
-             * on (overlap.h); allreduce_s is then the time the step still waited */
-            if (folded)
-                model_step_sgd(m, b->x, b->y, b->size, dropout_seed(t), t->opt->cfg.lr, &ss);
-            else
-                model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world,
-                           dropout_seed(t), t->overlap ? overlap_ready : NULL, t->overlap, &ss);
-            m->grads[np] = (float)ss.loss;
-            m->grads[np + 1] = (float)ss.correct;
-            m->grads[np + 2] = (float)ss.count;
-            m->grads[np + 3] = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
-            double a0 = util_now();
-            if (t->overlap)
-                rc = overlap_finish(t->overlap, np, MODEL_STATS_FLOATS, cerr, sizeof cerr);
-            else
-                rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr,
-                                        sizeof cerr);
-            if (rc) {
-                snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
-                *exit_code = KT_EXIT_RETRY;
-                goto fail;
-            }
-            allreduce_s = util_now() - a0;
-            t->stopping = m->grads[np + 3] > 0.5f;
-            if (folded)
-                t->opt->iterations++;
-            else
-                optim_step(t->opt, m->params, m->grads);
-#ifdef KT_GPU
-        step_done:;
-#endif
-            double step_loss = m->grads[np], step_acc = m->grads[np + 1] / m->grads[np + 2];
-            loss_sum += step_loss, correct += m->grads[np + 1], count += m->grads[np + 2];
-            ep_steps++;
-            t->st.step_in_epoch++;
-            t->st.global_step++;
-            t->st.cursor = cursor;
-            double step_s = util_now() - s0;
-            MetricsStep ms = {.loss = step_loss, .accuracy = step_acc,
-                              .samples_per_sec = t->global_batch / step_s,
-                              .learning_rate = t->opt->cfg.lr, .allreduce_seconds = allreduce_s,
-                              .step_seconds = step_s};
-            metrics_step(t->metrics, epoch, t->st.global_step, &ms);
-            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
-                goto fail;
-            if (t->stopping) {
-                snprintf(err, errlen, "stopped by a signal after step %ld (epoch %d, step %ld of "
-                         "%ld)", t->st.global_step, epoch, t->st.step_in_epoch, t->steps_per_epoch);
-                *exit_code = KT_EXIT_RETRY;
-                rc = -EINTR;
-                goto fail;
-            }
-        }
-        double secs = util_now() - ep_start;
-        t->last_loss = ep_steps ? loss_sum / ep_steps : 0.0;
-        t->last_accuracy = count > 0 ? correct / count : 0.0;
-        metrics_epoch_end(t->metrics, epoch, ep_steps, secs, t->last_loss, t->last_accuracy,
-                          secs > 0 ? count / secs : 0.0);
-        if (t->cfg.eval) {
-            double tl, ta;
-            trainer_evaluate(t, &tl, &ta);
-            metrics_eval(t->metrics, epoch, tl, ta);
-        }
-    }
+    for (; t->st.epoch < t->cfg.epochs; t->st.epoch++, t->st.step_in_epoch = 0)
+        if ((rc = train_epoch(t, exit_code, err, errlen))) goto err;
     t->seconds = util_now() - run_start;
     if ((rc = trainer_sync_host(t, err, errlen))) {
         *exit_code = KT_EXIT_RETRY;
-        goto fail;
+        goto err;
     }
     char hash[65];
     trainer_weights_hash(t, hash);
@@ -455,7 +485,7 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
     t->metrics = NULL;
     if (rc) *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
     return rc;
-fail:
+err:
     metrics_abort(t->metrics);
     t->metrics = NULL;
     return rc ? rc : -EIO;

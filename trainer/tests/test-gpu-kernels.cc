@@ -283,12 +283,13 @@ static void test_l2_stats_axpy(void **state)
     assert_true(fabs(acc - 1.0 - want) <= 1e-12 * want);
 
     /* the statistics train.c reads: loss share, correct, examples, stop flag */
-    const double sums[3] = {51.2, 30.0, 0.25};
+    const double sums[ACC_N] = {51.2, 30.0, 0.25};
     const StepArgs args = {0, 1.0f};
-    float stats[4];
+    float stats[MODEL_STATS_FLOATS];
     emul_launch(1, 1, k_stats, stats, sums, 128, 2, 64, &args);
-    assert_true(stats[0] == (float)(51.2 / 128 + 0.25 / 2));
-    assert_true(stats[1] == 30.0f && stats[2] == 64.0f && stats[3] == 1.0f);
+    assert_true(stats[STAT_LOSS] == (float)(51.2 / 128 + 0.25 / 2));
+    assert_true(stats[STAT_CORRECT] == 30.0f && stats[STAT_COUNT] == 64.0f &&
+                stats[STAT_STOP] == 1.0f);
 
     auto y = randoms(n, 21), yw = y;
     for (size_t i = 0; i < n; i++) yw[i] += 0.5f * w[i];

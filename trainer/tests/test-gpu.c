@@ -118,9 +118,9 @@ static void compare_step(const char *spec)
         check_close(what, gr + l->b_off, m->grads + l->b_off, l->b_count);
     }
     float want_loss = (float)st.loss;
-    check_close("loss share", gr + np, &want_loss, 1);
-    assert_true(gr[np + 1] == (float)st.correct);
-    assert_true(gr[np + 2] == (float)B);
+    check_close("loss share", gr + np + STAT_LOSS, &want_loss, 1);
+    assert_true(gr[np + STAT_CORRECT] == (float)st.correct);
+    assert_true(gr[np + STAT_COUNT] == (float)B);
 
     /* evaluation (dropout off) on the same batch */
     StepStats ce, ge;
@@ -246,9 +246,9 @@ static void graphs_follow_cpu(int on)
         snprintf(what, sizeof what, "graphs %s, step %d: gradients", on ? "on" : "off", step + 1);
         check_close(what, gr, m->grads, np);
         float want_loss = (float)st.loss;
-        check_close("loss share", gr + np, &want_loss, 1);
-        assert_true(gr[np + 2] == (float)b);
-        assert_true(gr[np + 3] == stop);
+        check_close("loss share", gr + np + STAT_LOSS, &want_loss, 1);
+        assert_true(gr[np + STAT_COUNT] == (float)b);
+        assert_true(gr[np + STAT_STOP] == stop);
         if (step == 6) { /* an evaluation of 3 examples between two steps */
             StepStats ge;
             assert_int_equal(gpu_model_load_batch(g, x, y, 3, err, sizeof err), 0);
@@ -357,9 +357,9 @@ static void test_training_follows_cpu(void **s)
         assert_int_equal(gpu_model_finish_step(g, dev, &copied, err, sizeof err), 0);
         assert_int_equal(gpu_model_sync_event(copied, err, sizeof err), 0);
         gpu_model_copied_stats(g, stats);
-        double rel = fabs(stats[0] - st.loss) / fabs(st.loss);
+        double rel = fabs(stats[STAT_LOSS] - st.loss) / fabs(st.loss);
         print_message("# step %d: cpu loss %.6f, gpu loss %.6f (rel %.2g)\n", step + 1, st.loss,
-                      (double)stats[0], rel);
+                      (double)stats[STAT_LOSS], rel);
         assert_true(rel <= 1e-3);
         if (step == 0) first = st.loss;
         last = st.loss;

@@ -143,11 +143,11 @@ struct GpuModel {
     cudaEvent_t copied[2], consumed[2];
     int slot;                // the slot of the loaded batch
     int ran_slot, ran_b;     // the slot and size of the batch the last step or evaluation read
-    double *acc;             // loss sum, correct, regularization
+    double *acc;             // ACC_N sums (kernels.cuh)
     double *row_loss;
     int *row_correct;
     float *stats_h;          // pinned, MODEL_STATS_FLOATS
-    double *acc_h;           // pinned, 3
+    double *acc_h;           // pinned, ACC_N
     cudaEvent_t *ready;      // per layer: its gradient slice is final
     GpuGradReadyFn on_ready;
     void *ready_ctx;
@@ -451,7 +451,7 @@ static int loss(GpuModel *g, float *dout, float scale, char *err, size_t errlen)
         EW(k_sce_probs, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
            c, scale);
     LAUNCHED();
-    CU(cudaMemsetAsync(g->acc, 0, 3 * sizeof *g->acc, g->compute));
+    CU(cudaMemsetAsync(g->acc, 0, ACC_N * sizeof *g->acc, g->compute));
     LAUNCH(k_sum_loss, 1, THREADS, g->compute, g->acc, g->row_loss, g->row_correct, b);
     LAUNCHED();
     return 0;
@@ -674,11 +674,11 @@ static int create(GpuModel *g, char *err, size_t errlen)
         CU(cudaEventCreateWithFlags(&g->copied[k], cudaEventDisableTiming));
         CU(cudaEventCreateWithFlags(&g->consumed[k], cudaEventDisableTiming));
     }
-    CU(cudaMalloc(&g->acc, 3 * sizeof(double)));
+    CU(cudaMalloc(&g->acc, ACC_N * sizeof(double)));
     CU(cudaMalloc(&g->row_loss, B * sizeof(double)));
     CU(cudaMalloc(&g->row_correct, B * sizeof(int)));
     CU(cudaMallocHost(&g->stats_h, MODEL_STATS_FLOATS * sizeof(float)));
-    CU(cudaMallocHost(&g->acc_h, 3 * sizeof(double)));
+    CU(cudaMallocHost(&g->acc_h, ACC_N * sizeof(double)));
     CU(cudaMallocHost(&g->args_h, sizeof *g->args_h));
     CU(cudaMalloc(&g->args_d, sizeof *g->args_d));
     CU(cudaEventCreateWithFlags(&g->args_read, cudaEventDisableTiming));
@@ -770,8 +770,8 @@ static int record_step(GpuModel *g, int global_batch, int num_replicas, char *er
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->l2 == 0.0f) continue;
-        LAUNCH(k_l2_sum, 1, THREADS, g->compute, g->acc + 2, g->params + l->w_off, l->w_count,
-               l->l2);
+        LAUNCH(k_l2_sum, 1, THREADS, g->compute, g->acc + ACC_L2, g->params + l->w_off,
+               l->w_count, l->l2);
         LAUNCHED();
     }
     LAUNCH(k_stats, 1, 1, g->compute, g->grads + g->np, g->acc, global_batch, num_replicas, g->b,
@@ -976,11 +976,12 @@ extern "C" int gpu_model_evaluate(GpuModel *g, StepStats *st, char *err, size_t 
     g->ran_b = g->b;
     TRY(forward(g, 0, err, errlen));
     TRY(loss(g, NULL, 1.0f, err, errlen));
-    CU(cudaMemcpyAsync(g->acc_h, g->acc, 3 * sizeof(double), cudaMemcpyDeviceToHost, g->compute));
+    CU(cudaMemcpyAsync(g->acc_h, g->acc, ACC_N * sizeof(double), cudaMemcpyDeviceToHost,
+                       g->compute));
     CU(cudaEventRecord(g->consumed[g->slot], g->compute));
     CU(cudaStreamSynchronize(g->compute));
-    st->loss = g->acc_h[0];
-    st->correct = g->acc_h[1];
+    st->loss = g->acc_h[ACC_LOSS];
+    st->correct = g->acc_h[ACC_CORRECT];
     st->count = g->b;
     return 0;
 }

@@ -85,10 +85,11 @@ int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, c
 
 /* model_step on the loaded batch: forward (dropout drawn from dropout_seed exactly as
  * the CPU does), loss, backward into the device gradient arena, which then holds the
- * same quantity as Model.grads, and its last MODEL_STATS_FLOATS floats: this worker's
- * loss share, correct predictions, examples, and stop_flag. Asynchronous: the arena is
- * final once gpu_model_step_event has fired. -ENOTSUP: cuDNN offers no usable algorithm
- * for one of the model's convolutions (trying again will not help). */
+ * same quantity as Model.grads, and its last MODEL_STATS_FLOATS floats (model.h's STAT_*
+ * slots): this worker's loss share, correct predictions, examples, and stop_flag.
+ * Asynchronous: the arena is final once gpu_model_step_event has fired. -ENOTSUP: cuDNN
+ * offers no usable algorithm for one of the model's convolutions (trying again will not
+ * help). */
 int gpu_model_step(GpuModel *g, int global_batch, int num_replicas, uint64_t dropout_seed,
                    float stop_flag, char *err, size_t errlen);
 

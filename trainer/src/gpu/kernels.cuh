@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "layers.h"
+#include "model.h"
 
 // Threads per block of the block reductions and element-wise launches (the CPU
 // emulation of test-gpu-emul builds with fewer: each emulated thread is a real one).
@@ -224,7 +225,11 @@ __global__ void k_sce_probs(float *dprobs, double *loss, int *correct, const flo
     }
 }
 
-// One block: acc[0] += sum loss, acc[1] += sum correct.
+// The device's sums of a step or an evaluation, in doubles: the examples' losses, their
+// correct predictions and the L2 regularization (k_stats makes the statistics of them).
+enum { ACC_LOSS, ACC_CORRECT, ACC_L2, ACC_N };
+
+// One block: the batch's loss and correct predictions added to acc.
 __global__ void k_sum_loss(double *acc, const double *loss, const int *correct, int b)
 {
     __shared__ double pl[THREADS], pc[THREADS];
@@ -237,7 +242,7 @@ __global__ void k_sum_loss(double *acc, const double *loss, const int *correct, 
         if ((int)threadIdx.x < w) pl[threadIdx.x] += pl[threadIdx.x + w], pc[threadIdx.x] += pc[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) acc[0] += pl[0], acc[1] += pc[0];
+    if (threadIdx.x == 0) acc[ACC_LOSS] += pl[0], acc[ACC_CORRECT] += pc[0];
 }
 
 // One block: *acc += l2 * sum w^2 (model_regularization, one layer).
@@ -255,14 +260,15 @@ __global__ void k_l2_sum(double *acc, const float *w, size_t n, float l2)
     if (threadIdx.x == 0) *acc += (double)l2 * part[0];
 }
 
-// The step statistics after the gradients, as train.c lays them out.
+// The step statistics after the gradients (model.h's STAT_* slots), as train.c writes them
+// on the CPU.
 __global__ void k_stats(float *stats, const double *acc, int global_batch, int replicas, int b,
                         const StepArgs *args)
 {
-    stats[0] = (float)(acc[0] / global_batch + acc[2] / replicas);
-    stats[1] = (float)acc[1];
-    stats[2] = (float)b;
-    stats[3] = args->stop_flag;
+    stats[STAT_LOSS] = (float)(acc[ACC_LOSS] / global_batch + acc[ACC_L2] / replicas);
+    stats[STAT_CORRECT] = (float)acc[ACC_CORRECT];
+    stats[STAT_COUNT] = (float)b;
+    stats[STAT_STOP] = args->stop_flag;
 }
 
 // dw += k * w (the L2 gradient).
