@@ -144,11 +144,13 @@ GEMM_FLOOR   := $(BUILD)/bench/gemm_floor
 FASHION_DIR  ?= /usr/share/datasets/fashion-mnist
 BENCH_TARGETS += bench-trainer
 
-# The floor uses the trainer's gemm.c and backend (GEMM), so it is the same library.
-$(GEMM_FLOOR): trainer/bench/gemm_floor.c trainer/src/gemm.c $(GEMM_STAMP) | deps
+# The floor uses the trainer's gemm.c, thread pool and backend (GEMM), so it is the same
+# library on the same threads.
+GEMM_FLOOR_SRCS := trainer/bench/gemm_floor.c trainer/src/gemm.c trainer/src/pool.c
+$(GEMM_FLOOR): $(GEMM_FLOOR_SRCS) $(GEMM_STAMP) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_INC) $(GEMM_CFLAGS_$(GEMM)) -o $@ \
-	    trainer/bench/gemm_floor.c trainer/src/gemm.c $(GEMM_LIBS_$(GEMM))
+	    $(GEMM_FLOOR_SRCS) $(GEMM_LIBS_$(GEMM))
 
 $(TF_VENV)/.installed:
 	python3 -m venv $(TF_VENV)
@@ -185,10 +187,10 @@ $(BUILD)/.deps-gemm-backends:
 	@mkdir -p $(@D)
 	@bash .ci/deps.sh $(GEMM_APT_blis) $(GEMM_APT_dnnl)
 	@touch $@
-$(BUILD)/bench/gemm_floor-%: trainer/bench/gemm_floor.c trainer/src/gemm.c | deps $(BUILD)/.deps-gemm-backends
+$(BUILD)/bench/gemm_floor-%: $(GEMM_FLOOR_SRCS) | deps $(BUILD)/.deps-gemm-backends
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_INC) $(GEMM_CFLAGS_$*) -o $@ \
-	    trainer/bench/gemm_floor.c trainer/src/gemm.c $(GEMM_LIBS_$*)
+	    $(GEMM_FLOOR_SRCS) $(GEMM_LIBS_$*)
 bench-gemm: $(GEMM_BACKENDS:%=$(BUILD)/bench/gemm_floor-%)
 	@mkdir -p bench/results
 	python3 trainer/bench/gemm_compare.py bench/results/gemm-backends.json $^

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "gemm.h"
+#include "pool.h"
 
 static double now(void)
 {

@@ -1,12 +1,9 @@
 #include "gemm.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
+
+#include "pool.h"
 
 /* ----------------------------------------------------------------------------
  * Backends: one single-threaded product of the library chosen at build time */
@@ -128,33 +125,12 @@ typedef struct {
     int split_k;    /* 1: blocks of the inner dimension, summed afterwards */
     float *partial; /* split_k: C-sized sums of blocks 1.. (m*n floats each) */
     int block, nblocks;
-    ParallelFn fn; /* set: a parallel_for job, block i is fn(ctx, i) */
-    void *ctx;
 } Job;
 
-/* Set while this thread runs a block: a gemm() or parallel_for() called from inside runs
- * on this thread alone (the pool is busy with the job that called it). */
-static __thread int in_block;
-
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t wake, finished;
-    int threads;       /* wanted, caller included; 0 until set or first used */
-    int started;       /* the library was made single-threaded */
-    int workers;       /* started */
-    unsigned long gen; /* bumped per job: workers join only the current one */
-    Job job;
-    int next, done; /* blocks claimed and finished, under mu */
-} pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
-          .wake = PTHREAD_COND_INITIALIZER,
-          .finished = PTHREAD_COND_INITIALIZER};
-
-static void job_run_block(const Job *j, int i)
+/* Block i of the product j (a ParallelFn). */
+static void job_run_block(void *ctx, int i)
 {
-    if (j->fn) {
-        j->fn(j->ctx, i);
-        return;
-    }
+    const Job *j = ctx;
     int lo = i * j->block, len = j->split_k ? j->k : j->split_rows ? j->m : j->n;
     int cnt = lo + j->block < len ? j->block : len - lo;
     if (j->split_k) {
@@ -181,101 +157,33 @@ static void job_run_block(const Job *j, int i)
     }
 }
 
-/* Claims and runs blocks of job `gen` until none is left; called with mu held. */
-static void pool_take_blocks(unsigned long gen)
-{
-    while (pool.gen == gen && pool.next < pool.job.nblocks) {
-        int i = pool.next++;
-        Job j = pool.job;
-        pthread_mutex_unlock(&pool.mu);
-        in_block = 1;
-        job_run_block(&j, i);
-        in_block = 0;
-        pthread_mutex_lock(&pool.mu);
-        if (++pool.done == j.nblocks) pthread_cond_signal(&pool.finished);
-    }
-}
+/* Whether gemm_set_threads was called, and whether gemm_start ran; under the caller
+ * rule of gemm(). */
+static int threads_set, started;
 
-static void *pool_worker(void *arg)
+/* Before the first product or thread count: the library made single-threaded (the
+ * pool's threads share the work), and the pool sized by the library's usual variable
+ * unless gemm_set_threads came first. */
+static void gemm_start(void)
 {
-    (void)arg;
-    gemm_flush_denormals();
-    unsigned long seen = 0;
-    pthread_mutex_lock(&pool.mu);
-    for (;;) {
-        while (pool.gen == seen)
-            pthread_cond_wait(&pool.wake, &pool.mu);
-        seen = pool.gen;
-        pool_take_blocks(seen);
-    }
-    return NULL;
-}
-
-/* Makes the library single-threaded and starts workers up to threads-1 (they live as
- * long as the process, asleep between products). With mu held. */
-static void pool_start(void)
-{
-    if (!pool.threads) {
-        const char *env = getenv(GEMM_THREADS_ENV);
-        cpu_set_t cpus;
-        if (env && atoi(env) > 0)
-            pool.threads = atoi(env);
-        else if (sched_getaffinity(0, sizeof cpus, &cpus) == 0)
-            pool.threads = CPU_COUNT(&cpus);
-        else
-            pool.threads = 1;
-    }
-    if (!pool.started) {
-        backend_single_thread();
-        pool.started = 1;
-    }
-    while (pool.workers < pool.threads - 1) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, pool_worker, NULL);
-        pthread_attr_destroy(&attr);
-        if (rc) break; /* fewer workers: the caller takes their blocks */
-        pool.workers++;
-    }
+    if (started) return;
+    started = 1;
+    backend_single_thread();
+    const char *env = getenv(GEMM_THREADS_ENV);
+    if (!threads_set && env && atoi(env) > 0) pool_set_threads(atoi(env));
 }
 
 void gemm_set_threads(int n)
 {
-    pthread_mutex_lock(&pool.mu);
-    pool.threads = n > 0 ? n : 1;
+    threads_set = 1;
+    pool_set_threads(n);
     backend_single_thread();
-    pthread_mutex_unlock(&pool.mu);
-}
-
-/* Hands pool.job (filled in, mu held) to the workers, takes blocks until none is left,
- * waits for the others' and unlocks mu. */
-static void pool_run(void)
-{
-    pool.next = pool.done = 0;
-    unsigned long gen = ++pool.gen;
-    pthread_cond_broadcast(&pool.wake);
-    pool_take_blocks(gen);
-    while (pool.done < pool.job.nblocks)
-        pthread_cond_wait(&pool.finished, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
-}
-
-/* The threads a job can use: those wanted, at most the workers started plus the caller.
- * With mu held, after pool_start. */
-static int pool_threads(void)
-{
-    return pool.threads < pool.workers + 1 ? pool.threads : pool.workers + 1;
 }
 
 int gemm_threads(void)
 {
-    pthread_mutex_lock(&pool.mu);
-    pool_start();
-    int threads = pool_threads();
-    pthread_mutex_unlock(&pool.mu);
-    return threads;
+    gemm_start();
+    return pool_threads();
 }
 
 int gemm_batch_shards(int b)
@@ -286,24 +194,7 @@ int gemm_batch_shards(int b)
     return s < 1 ? 1 : s;
 }
 
-void parallel_for(int n, ParallelFn fn, void *ctx)
-{
-    if (n <= 1 || in_block) {
-        for (int i = 0; i < n; i++) fn(ctx, i);
-        return;
-    }
-    pthread_mutex_lock(&pool.mu);
-    pool_start();
-    if (pool.workers == 0) {
-        pthread_mutex_unlock(&pool.mu);
-        for (int i = 0; i < n; i++) fn(ctx, i);
-        return;
-    }
-    pool.job = (Job){.fn = fn, .ctx = ctx, .nblocks = n};
-    pool_run();
-}
-
-/* The partial sums of a product cut along k, grown as needed; with mu held. */
+/* The partial sums of a product cut along k, grown as needed. */
 static struct {
     float *buf;
     size_t cap;
@@ -324,13 +215,11 @@ static int partial_reserve(size_t n)
 void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc)
 {
-    if (in_block) {
+    if (pool_in_task()) {
         backend_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    pthread_mutex_lock(&pool.mu);
-    pool_start();
-    int threads = pool_threads();
+    int threads = gemm_threads();
     /* One block per thread along the longer side of C, or along k (each block repacks the
      * operand it shares with the others, so more blocks cost more). Blocks are claimed
      * when a thread gets to run: a worker that is not scheduled in time leaves its block
@@ -341,45 +230,32 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
     int block = (len + threads - 1) / threads;
     block = (block + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
     if (threads == 1 || 2.0 * m * n * k < GEMM_PARALLEL_FLOPS || block >= len) {
-        pthread_mutex_unlock(&pool.mu);
         backend_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    pool.job = (Job){.ta = ta,
-                     .tb = tb,
-                     .m = m,
-                     .n = n,
-                     .k = k,
-                     .lda = lda,
-                     .ldb = ldb,
-                     .ldc = ldc,
-                     .alpha = alpha,
-                     .beta = beta,
-                     .a = a,
-                     .b = b,
-                     .c = c,
-                     .split_rows = split_rows,
-                     .split_k = split_k,
-                     .block = block,
-                     .nblocks = (len + block - 1) / block};
-    if (split_k) pool.job.partial = partial.buf;
-    const Job j = pool.job;
-    pool_run();
+    Job j = {.ta = ta,
+             .tb = tb,
+             .m = m,
+             .n = n,
+             .k = k,
+             .lda = lda,
+             .ldb = ldb,
+             .ldc = ldc,
+             .alpha = alpha,
+             .beta = beta,
+             .a = a,
+             .b = b,
+             .c = c,
+             .split_rows = split_rows,
+             .split_k = split_k,
+             .partial = split_k ? partial.buf : NULL,
+             .block = block,
+             .nblocks = (len + block - 1) / block};
+    parallel_for(j.nblocks, job_run_block, &j);
     if (j.split_k)
         for (int i = 1; i < j.nblocks; i++) {
             const float *p = j.partial + (size_t)(i - 1) * m * n;
             for (int r = 0; r < m; r++)
                 for (int q = 0; q < n; q++) c[(size_t)r * ldc + q] += p[(size_t)r * n + q];
         }
-}
-
-void gemm_flush_denormals(void)
-{
-#if defined(__SSE__)
-    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) | DAZ (bit 6) */
-#elif defined(__aarch64__)
-    unsigned long fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ul << 24))); /* FZ */
-#endif
 }

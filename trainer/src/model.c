@@ -14,6 +14,7 @@
 
 #include "gemm.h"
 #include "loss.h"
+#include "pool.h"
 #include "util.h"
 
 /* ----------------------------------------------------------------------------
@@ -879,7 +880,7 @@ void model_reserve(Model *m, int max_batch)
 
 /* Threads. A step runs layer by layer; a layer whose work grows with the examples and
  * not with its weights (Conv2D with its im2col, MaxPooling2D, Dropout) is cut into
- * shards of consecutive examples that gemm's threads run in parallel (parallel_for),
+ * shards of consecutive examples that the pool's threads run in parallel (parallel_for),
  * each shard with single-threaded products; a Dense layer runs on the whole batch, its
  * products cut by gemm() into blocks of the weight matrix, so that its weights are read
  * and its gradient written once, not once per shard. Shards share every per-example

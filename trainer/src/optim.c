@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "pool.h"
 #include "util.h"
 
 static const char *const kind_names[] = {"sgd", "rmsprop", "adam", "adam-amsgrad"};
@@ -145,7 +146,7 @@ static void step_range(void *ctx, int i)
 
 void optim_step(Optimizer *o, float *params, const float *grads)
 {
-    /* one range per thread of gemm's pool (the step is memory-bound: more ranges only
+    /* one range per thread of the pool (the step is memory-bound: more ranges only
      * cost hand-offs), in multiples of 16 floats so that no two share a cache line */
     int parts = o->n < OPTIM_PARALLEL_MIN ? 1 : gemm_threads();
     StepJob j = {.o = o, .w = params, .g = grads};

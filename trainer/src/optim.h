@@ -51,7 +51,7 @@ void optim_free(Optimizer *o);
  *            w -= inc, or with momentum: mo = mom*mo + inc; w -= mo
  *  adam:     t = iterations+1; a = lr*sqrt(1-b2^t)/(1-b1^t); m += (g-m)(1-b1);
  *            v += (g^2-v)(1-b2); [amsgrad: vh = max(vh, v), use vh]; w -= a*m/(sqrt(v)+eps)
- * A large arena is cut into ranges on gemm's threads (parallel_for); the result is the
+ * A large arena is cut into ranges on the pool's threads (parallel_for); the result is the
  * same bits for any number of threads. */
 void optim_step(Optimizer *o, float *params, const float *grads);
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gemm.h"
+#include "pool.h"
 #include "util.h"
 
 struct Overlap {
@@ -26,7 +26,7 @@ struct Overlap {
 static void *overlap_thread(void *arg)
 {
     Overlap *o = arg;
-    gemm_flush_denormals();
+    pool_flush_denormals();
     pthread_mutex_lock(&o->mu);
     for (;;) {
         while (o->head == o->tail && !o->quit) pthread_cond_wait(&o->cv, &o->mu);

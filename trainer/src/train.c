@@ -7,6 +7,7 @@
 
 #include "gemm.h"
 #include "overlap.h"
+#include "pool.h"
 #include "util.h"
 #ifdef KT_GPU
 #include "gpu/coll_nccl.h"
@@ -95,7 +96,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     int rc;
     t->cfg = *cfg;
     t->coll = coll;
-    gemm_flush_denormals();
+    pool_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
     if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
     *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */

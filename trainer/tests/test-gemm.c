@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "gemm.h"
+#include "pool.h"
 #include "util.h"
 
 typedef struct {
@@ -108,13 +109,13 @@ static void test_beta_zero_ignores_nan(void **st)
     free(b);
 }
 
-/* After gemm_flush_denormals(), a product on the pool's threads flushes denormals as
+/* After pool_flush_denormals(), a product on the pool's threads flushes denormals as
  * TensorFlow's CPU threads do: a denormal operand counts as zero and a product under
  * FLT_MIN comes out as zero, on every thread that takes a block. */
 static void test_denormals_flushed_on_every_thread(void **st)
 {
     (void)st;
-    gemm_flush_denormals();
+    pool_flush_denormals();
     volatile float tiny = 1e-39f, one = 1.0f, small = 1e-20f;
     if (tiny * one != 0.0f || small * small != 0.0f) {
         /* valgrind ignores FTZ and DAZ (it warns "unsupported action") */
