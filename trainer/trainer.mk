@@ -116,6 +116,13 @@ $(EMUL_TRAINER): $(EMUL_COBJS) $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o
 test: $(EMUL_TRAINER)
 -include $(EMUL_DIR)/*.d $(EMUL_COBJS:.o=.d)
 
+# What --version prints (main.c): the VERSION file at the top, which also tags the images.
+TRAINER_VERSION := $(shell cat VERSION)
+TRAINER_MAINS   := $(BUILD)/opt/trainer/src/main.o $(BUILD)/san/trainer/src/main.o \
+                   $(EMUL_DIR)/trainer/src/main.o
+$(TRAINER_MAINS): VERSION
+$(TRAINER_MAINS): TRAINER_CFLAGS += -DKT_VERSION='"$(TRAINER_VERSION)"'
+
 trainer: $(TRAINER_BIN)
 .PHONY: trainer
 

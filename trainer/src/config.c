@@ -246,6 +246,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
 void config_usage(FILE *f)
 {
     fprintf(f, "usage: kubetrain-trainer [train] [options]\n"
+               "       kubetrain-trainer --version\n"
                "Options (each also as KUBETRAIN_<NAME> in the environment; flags win):\n");
     for (size_t i = 0; i < NUM_OPTIONS; i++)
         fprintf(f, "  --%-24s %s\n", options[i].name, options[i].help);

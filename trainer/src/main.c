@@ -2,6 +2,8 @@
  *
  *   kubetrain-trainer [train] [options]                  one worker (TF_CONFIG names the cluster)
  *   kubetrain-trainer launch --workers N [options]       N local workers, supervised (launch.h)
+ *   kubetrain-trainer --version                          "kubetrain-trainer VERSION", as the
+ *                                                        operator prints its own
  *
  * A worker: TF_CONFIG -> rendezvous with its peers -> ring collective -> restore the
  * newest checkpoint -> the chief's weights broadcast and verified by hash -> train,
@@ -35,6 +37,12 @@
 #include "gpu/coll_nccl.h"
 #include "gpu/gpu.h"
 #include "gpu/pergpu.h"
+#endif
+
+/* trainer/trainer.mk passes the VERSION file at the top of the tree, which also tags the
+ * images. */
+#ifndef KT_VERSION
+#error "KT_VERSION undefined: build with make (trainer/trainer.mk defines it from VERSION)"
 #endif
 
 /* Silence on a ring connection that counts as a lost peer. It must exceed the longest
@@ -443,6 +451,12 @@ static int cmd_train(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* anywhere among the arguments, as kubetrain-operator takes it */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--version")) {
+            printf("kubetrain-trainer %s\n", KT_VERSION);
+            return KT_EXIT_OK;
+        }
     if (argc > 1 && !strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch_main(argc - 2, argv + 2, argv[0]);
     if (argc > 1 && strncmp(argv[1], "-", 1) != 0)

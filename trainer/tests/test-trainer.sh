@@ -2,13 +2,22 @@
 # The real binary (ASan+UBSan build) end to end on a few steps: determinism of the
 # weights hash, the metrics file and termination message, flag/env precedence, and
 # the exit code and one-line message of bad flags, model specs, data files (images of
-# another shape than the model's input) and models over the memory bound.
+# another shape than the model's input) and models over the memory bound; --version.
 source e2e/lib/tap.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination
+
+# --version: the operator's form with the VERSION file's version, exit 0, on stdout alone;
+# also after a command and options, as the operator takes it among its own
+want="kubetrain-trainer $(cat VERSION)"
+for args in "--version" "launch --workers 2 --version"; do
+  out=$("$BIN" $args 2>"$tmp/stderr"); rc=$?
+  if [[ $rc -eq 0 && $out == "$want" && ! -s $tmp/stderr ]]; then tap_ok "$args: '$out', exit 0"
+  else tap_fail "$args: '$want', exit 0" "rc=$rc, stdout '$out', stderr '$(cat "$tmp/stderr")'"; fi
+done
 
 if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
   tap_skip "trainer end to end" "no Fashion-MNIST in $DATA"
