@@ -187,90 +187,98 @@ static void refresh_token_file(KubeClient *c)
     c->token_mtime = st.st_mtim;
 }
 
-/* Runs the exec credential plugin and keeps its token or certificate until it
- * expires. Called with c->mu held. Returns 0 or -errno with err. */
-static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
+/* Reads fd to its end into *buf (malloc'd, free it; NULL when there was no memory for
+ * any of it) and its length into *len. Out of memory, the rest of the output is left
+ * unread: the credential is then whatever JSON that was, or none. */
+static void read_all(int fd, char **buf, size_t *len)
 {
-    /* A credential is kept until it expires, or, without expiry, until a 401. */
-    if ((c->token || c->exec_cert) && (c->exec_expiry == 0 || clock_wall() < c->exec_expiry - 10))
-        return 0;
-    char info[256];
-    snprintf(info, sizeof info,
-             "KUBERNETES_EXEC_INFO={\"apiVersion\":\"%s\",\"kind\":\"ExecCredential\","
-             "\"spec\":{\"interactive\":false}}",
-             c->cfg.exec_api_version);
+    size_t cap = 0;
+    *buf = NULL;
+    *len = 0;
+    for (;;) {
+        if (*len + 4096 > cap) {
+            char *nb = realloc(*buf, cap + 65536);
+            if (!nb) break;
+            *buf = nb;
+            cap += 65536;
+        }
+        ssize_t r = read(fd, *buf + *len, cap - *len - 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        *len += (size_t)r;
+    }
+}
+
+/* Runs k's exec credential plugin (k->exec_command with k->exec_args; our environment
+ * less any KUBERNETES_EXEC_INFO, then k->exec_env, then `info`), waits for it, and
+ * returns 0 with its standard output in *out (as read_all leaves it; free it), *outlen
+ * and its wait status in *status; or -errno when it could not be started. */
+static int exec_plugin_output(const KubeConfig *k, char *info, char **out, size_t *outlen,
+                              int *status)
+{
     /* argv and envp are built before fork: the child of a threaded process may only
      * call async-signal-safe functions. */
     extern char **environ;
     size_t na = 0, ne = 0, nenv = 0;
-    while (c->cfg.exec_args && c->cfg.exec_args[na])
+    while (k->exec_args && k->exec_args[na])
         na++;
-    while (c->cfg.exec_env && c->cfg.exec_env[ne])
+    while (k->exec_env && k->exec_env[ne])
         ne++;
     while (environ[nenv])
         nenv++;
     char **argv = calloc(na + 2, sizeof *argv);
     char **envp = calloc(nenv + ne + 2, sizeof *envp);
-    if (!argv || !envp) {
-        free(argv);
-        free(envp);
-        return -ENOMEM;
-    }
-    argv[0] = c->cfg.exec_command;
+    int fds[2] = {-1, -1}, rc = -ENOMEM;
+    pid_t pid;
+    if (!argv || !envp) goto err;
+    argv[0] = k->exec_command;
     for (size_t i = 0; i < na; i++)
-        argv[i + 1] = c->cfg.exec_args[i];
-    size_t k = 0;
+        argv[i + 1] = k->exec_args[i];
+    size_t n = 0;
     for (size_t i = 0; i < nenv; i++)
-        if (strncmp(environ[i], "KUBERNETES_EXEC_INFO=", 21) != 0) envp[k++] = environ[i];
+        if (strncmp(environ[i], "KUBERNETES_EXEC_INFO=", 21) != 0) envp[n++] = environ[i];
     for (size_t i = 0; i < ne; i++)
-        envp[k++] = c->cfg.exec_env[i];
-    envp[k++] = info;
-    int out[2];
-    if (pipe(out) != 0) {
-        free(argv);
-        free(envp);
-        return -errno;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(out[0]);
-        close(out[1]);
-        free(argv);
-        free(envp);
-        return -e;
+        envp[n++] = k->exec_env[i];
+    envp[n++] = info;
+    if (pipe(fds) != 0 || (pid = fork()) < 0) {
+        rc = -errno;
+        goto err;
     }
     if (pid == 0) {
-        dup2(out[1], STDOUT_FILENO);
-        close(out[0]);
-        close(out[1]);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
         execvpe(argv[0], argv, envp);
         _exit(127);
     }
     free(argv);
     free(envp);
-    close(out[1]);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 > cap) {
-            char *nb = realloc(buf, cap + 65536);
-            if (!nb) break;
-            buf = nb;
-            cap += 65536;
-        }
-        ssize_t r = read(out[0], buf + len, cap - len - 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        len += (size_t)r;
+    close(fds[1]);
+    read_all(fds[0], out, outlen);
+    close(fds[0]);
+    *status = 0;
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
     }
-    close(out[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    return 0;
+err:
+    if (fds[0] >= 0) {
+        close(fds[0]);
+        close(fds[1]);
     }
+    free(argv);
+    free(envp);
+    return rc;
+}
+
+/* Keeps the credential in an exec plugin's output (out, len bytes; NULL: none) on c, as
+ * the plugin's wait status allows: its token or client certificate and key, and its
+ * expiry. Called with c->mu held. Returns 0, or -EACCES with err naming the plugin, its
+ * exit status and what its output lacked. */
+static int exec_credential_keep(KubeClient *c, const char *out, size_t len, int status, char *err,
+                                size_t errlen)
+{
     int rc = 0;
-    cJSON *cred = buf ? cJSON_ParseWithLength(buf, len) : NULL;
-    free(buf);
+    cJSON *cred = out ? cJSON_ParseWithLength(out, len) : NULL;
     const char *token = jsonx_str(cred, "status.token");
     const char *cert = jsonx_str(cred, "status.clientCertificateData");
     const char *key = jsonx_str(cred, "status.clientKeyData");
@@ -294,6 +302,28 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
             clock_parse_rfc3339(jsonx_str(cred, "status.expirationTimestamp"), &exp) == 0 ? exp : 0;
     }
     cJSON_Delete(cred);
+    return rc;
+}
+
+/* Runs the exec credential plugin and keeps its token or certificate until it
+ * expires. Called with c->mu held. Returns 0 or -errno with err. */
+static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
+{
+    /* A credential is kept until it expires, or, without expiry, until a 401. */
+    if ((c->token || c->exec_cert) && (c->exec_expiry == 0 || clock_wall() < c->exec_expiry - 10))
+        return 0;
+    char info[256];
+    snprintf(info, sizeof info,
+             "KUBERNETES_EXEC_INFO={\"apiVersion\":\"%s\",\"kind\":\"ExecCredential\","
+             "\"spec\":{\"interactive\":false}}",
+             c->cfg.exec_api_version);
+    char *out = NULL;
+    size_t len = 0;
+    int status = 0;
+    int rc = exec_plugin_output(&c->cfg, info, &out, &len, &status);
+    if (rc) return rc;
+    rc = exec_credential_keep(c, out, len, status, err, errlen);
+    free(out);
     return rc;
 }
 
