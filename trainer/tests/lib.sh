@@ -3,6 +3,39 @@
 # A TCP port free on loopback now.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# The first of N consecutive TCP ports free on loopback now (a worker with
+# --gpus-per-worker N listens on its port and the N-1 after it). Taken below the kernel's
+# ephemeral range: the port after one the kernel just handed out is the one it is likely
+# to hand out next to any outgoing connection (seen: "listen on 127.0.0.1:38776: Address
+# already in use" for the second rank).
+free_ports() { # N
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError):
+    lo = 32768
+for _ in range(1000):
+    base = random.randrange(20000, max(lo, 20000 + 2 * n) - n)
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in socks:
+            s.close()
+    print(base)
+    break
+else:
+    sys.exit("free_ports: no %d consecutive free ports" % n)
+PY
+}
+
 # A fresh 32-byte KUBETRAIN_SECRET in hex (no openssl command needed: the GPU machine
 # may have none).
 secret() { od -An -tx1 -N32 /dev/urandom | tr -d ' \n'; }

@@ -90,7 +90,7 @@ fi
 # the CPU: the fan-out and supervision do not depend on the device).
 if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]; then
   export KUBETRAIN_SECRET=$(secret)
-  tf=$(tf_config 0 "$(free_port)")
+  tf=$(tf_config 0 "$(free_ports 2)")
   pg=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --device cpu --threads 1 --print-weights-hash)
   h_ranks=$(TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=$tmp/term timeout 120 "$BIN" train --gpus-per-worker 2 "${pg[@]}" 2>"$tmp/err" | sed -n 's/^weights-sha256: //p' | sort -u)
   h_launch=$("$BIN" launch --workers 2 "${pg[@]}" 2>/dev/null | sed -n 's/^.*weights-sha256: //p' | sort -u)
@@ -98,7 +98,7 @@ if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]
     tap_ok "--gpus-per-worker 2: two ranks in one worker train as launch --workers 2 does"
   else tap_fail "--gpus-per-worker 2: two ranks in one worker" "'$h_ranks' vs '$h_launch': $(cat "$tmp/err")"; fi
 
-  tf=$(tf_config 0 "$(free_port)")
+  tf=$(tf_config 0 "$(free_ports 2)")
   TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=/dev/null "$BIN" train --gpus-per-worker 2 --epochs 1 \
     --steps-per-epoch 100000 --per-worker-batch 16 --device cpu --threads 1 >/dev/null 2>"$tmp/err" &
   sup=$!

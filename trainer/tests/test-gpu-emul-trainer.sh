@@ -160,7 +160,7 @@ else tap_fail "two ranks on one GPU" "rc=$rc rc2=$rc2 '$(hashes "$tmp/g1.out")' 
 
 # --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
 export KUBETRAIN_SECRET=$(secret)
-TF_CONFIG=$(tf_config 0 "$(free_port)") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
+TF_CONFIG=$(tf_config 0 "$(free_ports 2)") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
   "${two[@]}" --device gpu >"$tmp/pg.out" 2>"$tmp/pg.err"; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/pg.out") == "$H2" ]] && grep -q "NCCL communicator of 2 ranks" "$tmp/pg.err"; then
   tap_ok "--gpus-per-worker 2: two ranks on devices 0 and 1, the same weights as launch --workers 2"
