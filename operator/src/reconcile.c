@@ -451,98 +451,155 @@ static void set_worker_counts(Ctx *c, const PodView *v, size_t n, long long atte
     set_num(c, w, "failed", failed);
 }
 
-/* A running (or pending) job: decide among success, resize, disruption, failure and
- * progress, in that order. */
-static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
+/* ------------------------------------------------------------------------------------
+ * A job that has not finished: the decisions of docs/design.md, "Restart policies and
+ * counting", in its order (deadline, success, resize, disruption, failure), then
+ * progress. Each decide_* either settles the pass, the plan and the new status complete,
+ * and returns 1, or changes nothing but a requeue and returns 0. */
+
+/* The worker group as observed. */
+typedef struct Group {
+    const PodView *pods; /* every pod of the job, older attempts' too */
+    size_t npods;
+    long long attempt; /* status.attempt */
+    int launched;      /* status.launched: every index has had its pod */
+    /* Per index (spec.workers of them): succeeded in this attempt, also once its pod is
+     * gone; and its pod in this attempt, or NULL. */
+    unsigned char *done;
+    const PodView **cur;
+    int nsucceeded; /* indexes done */
+    int resized;    /* a pod of this attempt was made for another world size */
+    int started;    /* status.startTime is set, to `start` */
+    double start;
+} Group;
+
+/* Fills *g from the status and the pods, and writes succeededIndexes, the worker counts
+ * and the chief's result into the new status. Returns 0, or -ENOMEM; group_free(g)
+ * either way. */
+static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
 {
     const JobSpec *s = &c->spec;
-    const Observed *o = c->obs;
-    long long attempt = jsonx_int(c->status, "attempt", 0);
-    int launched = jsonx_bool(c->status, "launched", 0);
-    char msg[512], text[400];
-
-    /* Indexes of this attempt known to have succeeded, also after their pods are gone. */
-    unsigned char *done = calloc((size_t)s->workers, 1);
-    const PodView **cur = calloc((size_t)s->workers, sizeof *cur);
-    if (!done || !cur) {
+    memset(g, 0, sizeof *g);
+    g->pods = v;
+    g->npods = n;
+    g->attempt = jsonx_int(c->status, "attempt", 0);
+    g->launched = jsonx_bool(c->status, "launched", 0);
+    g->done = calloc((size_t)s->workers, 1);
+    g->cur = calloc((size_t)s->workers, sizeof *g->cur);
+    if (!g->done || !g->cur) {
         c->nomem = 1;
-        goto out;
+        return -ENOMEM;
     }
     const cJSON *it;
     cJSON_ArrayForEach(it, jsonx_arr(c->status, "succeededIndexes"))
     {
         if (cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < s->workers)
-            done[(int)it->valuedouble] = 1;
+            g->done[(int)it->valuedouble] = 1;
     }
-    int resized = 0;
     for (size_t i = 0; i < n; i++) {
-        if (v[i].attempt != attempt || v[i].index < 0 || v[i].index >= s->workers) continue;
-        if (cur[v[i].index]) continue; /* two pods claim one index: the first one counts */
-        cur[v[i].index] = &v[i];
-        if (strcmp(v[i].phase, "Succeeded") == 0) done[v[i].index] = 1;
-        if (v[i].world != s->workers) resized = 1;
+        if (v[i].attempt != g->attempt || v[i].index < 0 || v[i].index >= s->workers) continue;
+        if (g->cur[v[i].index]) continue; /* two pods claim one index: the first one counts */
+        g->cur[v[i].index] = &v[i];
+        if (strcmp(v[i].phase, "Succeeded") == 0) g->done[v[i].index] = 1;
+        if (v[i].world != s->workers) g->resized = 1;
     }
-    int nsucceeded = 0;
     cJSON *idx = jsonx_set(c->status, "succeededIndexes", cJSON_CreateArray());
     for (int i = 0; i < s->workers; i++) {
-        if (!done[i]) continue;
-        nsucceeded++;
+        if (!g->done[i]) continue;
+        g->nsucceeded++;
         if (!idx || !cJSON_AddItemToArray(idx, cJSON_CreateNumber(i))) c->nomem = 1;
     }
-    set_worker_counts(c, v, n, attempt, nsucceeded);
+    set_worker_counts(c, v, n, g->attempt, g->nsucceeded);
     /* Recorded as soon as the chief succeeds: with successPolicy AllWorkers its pod may be
      * garbage-collected before the job completes. */
-    record_result(c, cur[0]);
+    record_result(c, g->cur[0]);
+    g->started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &g->start) == 0;
+    return 0;
+}
 
-    /* activeDeadlineSeconds counts from startTime (reset on resume). */
-    double start;
-    int started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &start) == 0;
-    if (started && s->active_deadline_s >= 0) {
-        double at = start + (double)s->active_deadline_s;
-        if (o->now >= at) {
-            snprintf(msg, sizeof msg, "the job ran longer than activeDeadlineSeconds=%lld",
-                     s->active_deadline_s);
-            finish(c, 0, "DeadlineExceeded", msg, v, n, NULL);
-            goto out;
-        }
-        requeue(c, at - o->now);
+static void group_free(Group *g)
+{
+    free(g->done);
+    free(g->cur);
+}
+
+/* activeDeadlineSeconds counts from startTime (reset on resume); before it passes, the
+ * job is looked at again when it does. */
+static int decide_deadline(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (!g->started || s->active_deadline_s < 0) return 0;
+    double at = g->start + (double)s->active_deadline_s;
+    if (c->obs->now < at) {
+        requeue(c, at - c->obs->now);
+        return 0;
     }
+    char msg[512];
+    snprintf(msg, sizeof msg, "the job ran longer than activeDeadlineSeconds=%lld",
+             s->active_deadline_s);
+    finish(c, 0, "DeadlineExceeded", msg, g->pods, g->npods, NULL);
+    return 1;
+}
 
+/* ChiefCompleted: worker 0 succeeded; AllWorkers: every index of this attempt did. */
+static int decide_completion(Ctx *c, const Group *g)
+{
+    int chief_only = c->spec.success_policy == SUCCESS_CHIEF_COMPLETED;
     int all_done = 1;
-    for (int i = 0; i < s->workers; i++)
-        all_done &= done[i];
-    if (s->success_policy == SUCCESS_CHIEF_COMPLETED ? done[0] : all_done) {
-        snprintf(msg, sizeof msg, "%s",
-                 s->success_policy == SUCCESS_CHIEF_COMPLETED ? "the chief (worker 0) completed"
-                                                              : "all workers completed");
-        finish(c, 1, "Completed", msg, v, n, cur[0]);
-        goto out;
-    }
+    for (int i = 0; i < c->spec.workers; i++)
+        all_done &= g->done[i];
+    if (!(chief_only ? g->done[0] : all_done)) return 0;
+    finish(c, 1, "Completed",
+           chief_only ? "the chief (worker 0) completed" : "all workers completed", g->pods,
+           g->npods, g->cur[0]);
+    return 1;
+}
 
-    if (resized) {
-        snprintf(msg, sizeof msg,
-                 "spec.workers changed to %d; the group resumes from its "
-                 "checkpoint with the new world size",
-                 s->workers);
-        restart(c, "WorkersChanged", NULL, msg, v, n);
-        goto out;
-    }
+/* Pods made for another world size: the group restarts with the new one, counted in
+ * neither counter. */
+static int decide_resize(Ctx *c, const Group *g)
+{
+    if (!g->resized) return 0;
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "spec.workers changed to %d; the group resumes from its "
+             "checkpoint with the new world size",
+             c->spec.workers);
+    restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+    return 1;
+}
 
+/* The first worker disrupted (view_pod says how), or whose pod is gone after launch
+ * before it succeeded: the group restarts, counted in restarts.disruption, without
+ * backoff. A succeeded worker is never a disruption. */
+static int decide_disruption(Ctx *c, const Group *g)
+{
+    for (int i = 0; i < c->spec.workers; i++) {
+        const PodView *p = g->cur[i];
+        const char *why = p                              ? p->disruption
+                          : (g->launched && !g->done[i]) ? "its pod is gone"
+                                                         : NULL;
+        if (!why || (p && strcmp(p->phase, "Succeeded") == 0)) continue;
+        char msg[512];
+        snprintf(msg, sizeof msg, "worker %d was disrupted: %s", i, why);
+        restart(c, "Disruption", "disruption", msg, g->pods, g->npods);
+        return 1;
+    }
+    return 0;
+}
+
+/* The first worker whose trainer exited non-zero: restartPolicy says whether the code
+ * is retried; a retry restarts the group (restarts.application) until backoffLimit,
+ * after which the job fails, as it does at once when the code is not retried. */
+static int decide_failure(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
     for (int i = 0; i < s->workers; i++) {
-        const char *why = cur[i]                   ? cur[i]->disruption
-                          : (launched && !done[i]) ? "its pod is gone"
-                                                   : NULL;
-        if (why && !(cur[i] && strcmp(cur[i]->phase, "Succeeded") == 0)) {
-            snprintf(msg, sizeof msg, "worker %d was disrupted: %s", i, why);
-            restart(c, "Disruption", "disruption", msg, v, n);
-            goto out;
-        }
-    }
-
-    for (int i = 0; i < s->workers; i++) {
-        if (!cur[i] || strcmp(cur[i]->phase, "Failed") != 0) continue;
-        int code = cur[i]->exit_code;
-        failure_text(cur[i]->message, text, sizeof text);
+        const PodView *p = g->cur[i];
+        if (!p || strcmp(p->phase, "Failed") != 0) continue;
+        char msg[512], text[400];
+        int code = p->exit_code;
+        failure_text(p->message, text, sizeof text);
         snprintf(msg, sizeof msg, "worker %d exited with code %d%s%s", i, code, *text ? ": " : "",
                  text);
         int retry = s->restart_policy == RESTART_ON_FAILURE ||
@@ -551,64 +608,84 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         if (!retry) {
             finish(c, 0,
                    s->restart_policy == RESTART_NEVER ? "WorkerFailed" : "NonRetryableExitCode",
-                   msg, v, n, NULL);
+                   msg, g->pods, g->npods, NULL);
         } else if (app >= s->backoff_limit) {
             char m2[600];
             snprintf(m2, sizeof m2, "backoffLimit=%d reached; last: %s", s->backoff_limit, msg);
-            finish(c, 0, "BackoffLimitExceeded", m2, v, n, NULL);
+            finish(c, 0, "BackoffLimitExceeded", m2, g->pods, g->npods, NULL);
         } else {
-            restart(c, "WorkerFailed", "application", msg, v, n);
+            restart(c, "WorkerFailed", "application", msg, g->pods, g->npods);
         }
-        goto out;
+        return 1;
     }
+    return 0;
+}
 
-    /* Progress: pods of older attempts go first; their names block the new ones. */
-    /* A Service left by an older job of the same name is the garbage collector's: pods
-     * wait until it is gone and ours is created. */
+/* Deletes the pods that are not their index's pod in this attempt (older attempts', a
+ * second claim on an index, bad labels): their names block the new ones. Returns 1 when
+ * new pods must wait: such a pod is there, or an older job's of this name (foreign), or
+ * its Service or NetworkPolicy, which the garbage collector removes before ours are
+ * made. */
+static int delete_stale_pods(Ctx *c, const Group *g, int foreign)
+{
+    const Observed *o = c->obs;
+    const JobSpec *s = &c->spec;
     int blocked = foreign || (o->service && owned_by_other(o->service, s->uid)) ||
                   (o->network_policy && owned_by_other(o->network_policy, s->uid));
-    for (size_t i = 0; i < n; i++) {
-        if (v[i].attempt == attempt && v[i].index >= 0 && v[i].index < s->workers &&
-            cur[v[i].index] == &v[i])
+    for (size_t i = 0; i < g->npods; i++) {
+        const PodView *p = &g->pods[i];
+        if (p->attempt == g->attempt && p->index >= 0 && p->index < s->workers &&
+            g->cur[p->index] == p)
             continue;
         blocked = 1;
-        if (!v[i].terminating && v[i].name) add_action(c, ACTION_DELETE_POD, v[i].name, NULL);
+        if (!p->terminating && p->name) add_action(c, ACTION_DELETE_POD, p->name, NULL);
     }
-    const cJSON *rs = true_condition(c->status, "Restarting");
-    const char *rs_reason = jsonx_str(rs, "reason");
-    double rs_time;
-    if (rs && rs_reason && strcmp(rs_reason, "WorkerFailed") == 0 &&
-        clock_parse_rfc3339(jsonx_str(rs, "lastTransitionTime"), &rs_time) == 0) {
-        /* Condition times have one-second resolution: count from the end of that second
-         * so that the delay is never cut short. */
-        double at =
-            rs_time + 1 +
-            reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
-        if (o->now < at) {
-            blocked = 1;
-            requeue(c, at - o->now);
-        }
-    }
+    return blocked;
+}
+
+/* Returns 1, and requeues for its end, while the backoff after an application failure
+ * runs: `restarting` (the Restarting condition when True) has reason WorkerFailed. */
+static int backoff_pending(Ctx *c, const cJSON *restarting)
+{
+    const char *reason = jsonx_str(restarting, "reason");
+    double since;
+    if (!restarting || !reason || strcmp(reason, "WorkerFailed") != 0 ||
+        clock_parse_rfc3339(jsonx_str(restarting, "lastTransitionTime"), &since) != 0)
+        return 0;
+    /* Condition times have one-second resolution: count from the end of that second
+     * so that the delay is never cut short. */
+    double at = since + 1 +
+                reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
+    if (c->obs->now >= at) return 0;
+    requeue(c, at - c->obs->now);
+    return 1;
+}
+
+/* Creates what the pods need and is missing: the Secret, the Service, the NetworkPolicy
+ * (deleted instead when spec.networkPolicy is off). Returns the Secret's name, or NULL
+ * while it is being created: then *blocked is set, the pods wait for it. */
+static const char *create_group_objects(Ctx *c, int *blocked)
+{
+    const Observed *o = c->obs;
+    const JobSpec *s = &c->spec;
+    char name[300];
     /* The ring key's Secret, created once per job under a name the API server generates:
      * a Secret made in advance by someone else (who would know the key) can never be
-     * taken for the job's. Its name reaches status in this pass; pods wait for it. */
+     * taken for the job's. Its name reaches status in this pass. */
     const char *secret = jsonx_str(c->status, "secretName");
     if (!secret || !*secret) {
-        char prefix[300];
-        desired_secret_prefix(s->name, prefix, sizeof prefix);
-        add_action(c, ACTION_CREATE_SECRET, prefix, desired_secret(s, o->ring_key));
+        desired_secret_prefix(s->name, name, sizeof name);
+        add_action(c, ACTION_CREATE_SECRET, name, desired_secret(s, o->ring_key));
         set_str(c, "secretName", "");
         secret = NULL;
-        blocked = 1;
+        *blocked = 1;
     }
     if (!o->service) {
-        char name[300];
         desired_service_name(s->name, name, sizeof name);
         add_action(c, ACTION_CREATE_SERVICE, name, desired_service(s));
     }
     /* The policy goes before the pods, so that no worker runs unprotected. */
     if (s->network_policy && !o->network_policy) {
-        char name[300];
         desired_service_name(s->name, name, sizeof name);
         add_action(c, ACTION_CREATE_NETWORK_POLICY, name, desired_network_policy(s));
     } else if (!s->network_policy && o->network_policy &&
@@ -616,56 +693,99 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
         add_action(c, ACTION_DELETE_NETWORK_POLICY, jsonx_str(o->network_policy, "metadata.name"),
                    NULL);
     }
-    int created = 0, present = 0, running = 0;
+    return secret;
+}
+
+/* Creates the pod of each index that has none and has not succeeded, unless blocked.
+ * Counts into *present the indexes with a pod or done, into *running those whose pod
+ * runs (not done). Returns the number of pods created. */
+static int create_pods(Ctx *c, const Group *g, const char *secret, int blocked, int *present,
+                       int *running)
+{
+    const JobSpec *s = &c->spec;
+    int created = 0;
     for (int i = 0; i < s->workers; i++) {
-        if (cur[i] || done[i]) {
-            present++;
-            if (cur[i] && !done[i] && is_active(cur[i]) && strcmp(cur[i]->phase, "Running") == 0)
-                running++;
+        const PodView *p = g->cur[i];
+        if (p || g->done[i]) {
+            (*present)++;
+            if (p && !g->done[i] && is_active(p) && strcmp(p->phase, "Running") == 0) (*running)++;
             continue;
         }
         if (blocked) continue;
-        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, i, attempt);
+        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, i, g->attempt);
         if (!pod) {
             c->nomem = 1;
             break;
         }
         add_action(c, ACTION_CREATE_POD, jsonx_str(pod, "metadata.name"), pod);
         created++;
-        present++;
+        (*present)++;
     }
-    if (created) {
-        event(c, "Normal", "CreatedWorkers", "created %d worker pod%s (attempt %lld)", created,
-              created == 1 ? "" : "s", attempt);
-        if (!started) {
-            set_str(c, "startTime", c->now_str);
-            if (s->active_deadline_s >= 0) requeue(c, (double)s->active_deadline_s);
-        }
-        snprintf(msg, sizeof msg, "created %d worker pods", s->workers);
-        set_condition(c, "Created", 1, "PodsCreated", msg);
-        /* The pods created here are active (Pending) once this status is written, so
-         * the next pass, which observes them, need not write again. */
-        cJSON *w = jsonx_ensure_obj(c->status, "workers");
-        if (!w)
-            c->nomem = 1;
-        else
-            set_num(c, w, "active", (double)(jsonx_int(w, "active", 0) + created));
+    return created;
+}
+
+/* Writes down `created` (> 0) new pods: an event, startTime on the first launch (the
+ * deadline counts from then), the Created condition, workers.active. */
+static void record_created(Ctx *c, const Group *g, int created)
+{
+    const JobSpec *s = &c->spec;
+    char msg[512];
+    event(c, "Normal", "CreatedWorkers", "created %d worker pod%s (attempt %lld)", created,
+          created == 1 ? "" : "s", g->attempt);
+    if (!g->started) {
+        set_str(c, "startTime", c->now_str);
+        if (s->active_deadline_s >= 0) requeue(c, (double)s->active_deadline_s);
     }
-    if (present == s->workers && !launched && !jsonx_set_bool(c->status, "launched", 1))
+    snprintf(msg, sizeof msg, "created %d worker pods", s->workers);
+    set_condition(c, "Created", 1, "PodsCreated", msg);
+    /* The pods created here are active (Pending) once this status is written, so
+     * the next pass, which observes them, need not write again. */
+    cJSON *w = jsonx_ensure_obj(c->status, "workers");
+    if (!w)
+        c->nomem = 1;
+    else
+        set_num(c, w, "active", (double)(jsonx_int(w, "active", 0) + created));
+}
+
+/* Progress, when no decision settled the pass: pods of older attempts go first (their
+ * names block the new ones), then what is missing is created, and the phase is set:
+ * Running once every index not done runs. */
+static void create_missing(Ctx *c, const Group *g, int foreign)
+{
+    const JobSpec *s = &c->spec;
+    const cJSON *restarting = true_condition(c->status, "Restarting");
+    int blocked = delete_stale_pods(c, g, foreign);
+    blocked |= backoff_pending(c, restarting);
+    const char *secret = create_group_objects(c, &blocked);
+    int present = 0, running = 0;
+    int created = create_pods(c, g, secret, blocked, &present, &running);
+    if (created) record_created(c, g, created);
+    if (present == s->workers && !g->launched && !jsonx_set_bool(c->status, "launched", 1))
         c->nomem = 1;
 
-    if (present == s->workers && running > 0 && running + nsucceeded == s->workers) {
+    if (present == s->workers && running > 0 && running + g->nsucceeded == s->workers) {
+        char msg[512];
         set_str(c, "phase", "Running");
         snprintf(msg, sizeof msg, "all %d workers are running", s->workers);
         set_condition(c, "Running", 1, "AllWorkersRunning", msg);
         clear_condition(c, "Restarting", "AllWorkersRunning", msg);
-    } else if (!rs) {
+    } else if (!restarting) {
         set_str(c, "phase", "Pending");
     }
     emit_status(c);
-out:
-    free(done);
-    free(cur);
+}
+
+/* A running (or pending) job: the first decision that settles the pass ends it, else
+ * the job makes progress. */
+static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
+{
+    Group g;
+    if (group_observe(c, v, n, &g) == 0) {
+        int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_resize(c, &g) ||
+                      decide_disruption(c, &g) || decide_failure(c, &g);
+        if (!settled) create_missing(c, &g, foreign);
+    }
+    group_free(&g);
 }
 
 /* Pods of the job (an older job's of the same name too: they block the names) whose
