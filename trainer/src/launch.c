@@ -41,13 +41,6 @@ static void on_signal(int sig)
     forwarded_signal = sig;
 }
 
-static int status_code(int status)
-{
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 128;
-}
-
 static int retryable(int code)
 {
     return code == KT_EXIT_RETRY || code >= 128;
@@ -210,7 +203,7 @@ static int run_attempt(Worker *w, int n, int *retry)
             int status;
             if (w[i].pid <= 0 || waitpid(w[i].pid, &status, WNOHANG) != w[i].pid) continue;
             w[i].pid = 0;
-            w[i].code = status_code(status);
+            w[i].code = util_exit_code(status);
             running--;
             if (w[i].code == 0) continue;
             util_log("worker %d exited with %d%s", i, w[i].code,

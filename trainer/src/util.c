@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <openssl/sha.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,6 +15,13 @@
 #include <unistd.h>
 
 static char log_prefix[64] = "kubetrain-trainer";
+
+int util_exit_code(int wait_status)
+{
+    if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+    if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+    return 128;
+}
 
 int util_io_retryable(int rc)
 {

@@ -15,6 +15,12 @@
                           * address could not prove the secret or its rank), preempted
                           * after saving, the checkpoint volume full or failing */
 
+/* The exit code of the contract for a child's waitpid status: its own exit code, or
+ * 128+n when signal n killed it. Any other status (waitpid gives one only when asked
+ * for stopped or continued children) is 128: the child did not say it failed for good
+ * (2, 3), so a supervisor must report what it may retry, never a permanent code. */
+int util_exit_code(int wait_status);
+
 /* 1 when rc (a negative errno from writing a file) is trouble with the storage that a
  * later attempt may not meet: the volume full or over quota, an I/O error, a stale or
  * timed-out network file system. Writers of the checkpoint and metrics files exit

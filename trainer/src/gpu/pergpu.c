@@ -43,13 +43,6 @@ static char *expanded_tf_config(const TfConfig *tf, int g, int index)
     return s;
 }
 
-static int status_code(int status)
-{
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 1;
-}
-
 int pergpu_main(int gpus_per_worker, int index_override, int argc, char **argv)
 {
     const int g = gpus_per_worker;
@@ -122,7 +115,7 @@ int pergpu_main(int gpus_per_worker, int index_override, int argc, char **argv)
             util_fail(KT_EXIT_RETRY, "--gpus-per-worker: waitpid: %s", strerror(errno));
         for (int l = 0; p > 0 && l < g; l++) {
             if (pid[l] != p) continue;
-            code[l] = status_code(status);
+            code[l] = util_exit_code(status);
             running--;
             if (code[l] != 0 && first_fail < 0) {
                 first_fail = l;
