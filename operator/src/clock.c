@@ -21,6 +21,18 @@ double clock_mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void clock_sleep(double s, volatile int *stop)
+{
+    double end = clock_mono() + s;
+    for (;;) {
+        if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) return;
+        double left = end - clock_mono();
+        if (left <= 0) return;
+        struct timespec ts = {0, (long)((left < 0.02 ? left : 0.02) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void clock_format_rfc3339(double t, char *out, size_t n)
 {
     time_t s = (time_t)t;

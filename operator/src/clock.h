@@ -10,6 +10,10 @@ double clock_wall(void);
 /* Seconds on CLOCK_MONOTONIC. */
 double clock_mono(void);
 
+/* Sleeps s seconds, or less: it returns within 20 ms once *stop (when stop is not NULL)
+ * is non-zero, so that a thread told to stop is never held up by its wait. */
+void clock_sleep(double s, volatile int *stop);
+
 /* Formats t (epoch seconds, truncated) as "2006-01-02T15:04:05Z" into out (>= 21 bytes). */
 void clock_format_rfc3339(double t, char *out, size_t n);
 

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define NBUCKETS 2048
 /* The stop flag is written by the stopping thread and polled by the informer's. */
@@ -351,16 +350,6 @@ static void base_path(Informer *inf, char *out, size_t n)
     kpath(out, n, inf->group_version, inf->ns, inf->plural, NULL, NULL);
 }
 
-/* Sleeps up to `s` seconds, waking early when stopped. */
-static void nap(Informer *inf, double s)
-{
-    double end = clock_mono() + s;
-    while (!STOPPED(inf) && clock_mono() < end) {
-        struct timespec ts = {0, 50000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 typedef struct Pending {
     char type[12];
     cJSON *obj;
@@ -583,7 +572,7 @@ static void *informer_main(void *arg)
         if (lrc != 0) {
             backoff = informer_next_backoff(backoff, lrc);
             outage_failed(inf, err, lrc, backoff);
-            nap(inf, backoff);
+            clock_sleep(backoff, &inf->stop);
             continue;
         }
         outage_over(inf);
@@ -613,7 +602,7 @@ static void *informer_main(void *arg)
             }
             backoff = informer_next_backoff(backoff, rc);
             outage_failed(inf, err, rc, backoff);
-            nap(inf, backoff);
+            clock_sleep(backoff, &inf->stop);
         }
     }
     return NULL;

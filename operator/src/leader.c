@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct Leader {
     KubeClient *client;
@@ -154,15 +153,6 @@ static int try_once(Leader *l)
     return 1;
 }
 
-static void nap(volatile int *stop, double s)
-{
-    double end = clock_mono() + s;
-    while (!(stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) && clock_mono() < end) {
-        struct timespec ts = {0, 20000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 int leader_acquire(Leader *l, volatile int *stop)
 {
     int logged = 0;
@@ -181,7 +171,7 @@ int leader_acquire(Leader *l, volatile int *stop)
             olog(OLOG_INFO, NULL, "leader election: waiting for lease %s/%s", l->ns, l->name);
             logged = 1;
         }
-        nap(stop, l->retry_s);
+        clock_sleep(l->retry_s, stop);
     }
     return -ECANCELED;
 }
@@ -191,7 +181,7 @@ static void *renew_main(void *arg)
     Leader *l = arg;
     double last_ok = clock_mono();
     while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
-        nap(&l->stop, l->retry_s);
+        clock_sleep(l->retry_s, &l->stop);
         if (__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) break;
         pthread_mutex_lock(&l->mu);
         int rc = l->held ? try_once(l) : 0;

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static volatile int g_stop;
@@ -112,12 +111,6 @@ static void http_handler(void *ctx, const char *path, int *code, const char **ct
     } else {
         *code = 404;
     }
-}
-
-static void nap(double s)
-{
-    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
 }
 
 /* Loads the kubeconfig into op->kc and makes op->client, then logs what it talks to and
@@ -228,7 +221,7 @@ static int run_controller(Operator *op)
     }
     double t0 = clock_mono();
     while (!STOPPING() && !controller_synced(op->ctl))
-        nap(0.05);
+        clock_sleep(0.05, &g_stop);
     if (STOPPING()) return 0;
     olog(OLOG_INFO, NULL, "caches synced in %.2f s; starting %d workers", clock_mono() - t0,
          op->cc.workers);
@@ -238,7 +231,7 @@ static int run_controller(Operator *op)
     }
     double warned = clock_mono();
     while (!STOPPING()) {
-        nap(0.1);
+        clock_sleep(0.1, &g_stop);
         if (o->insecure_skip_tls_verify && clock_mono() - warned >= 60) {
             olog(OLOG_WARN, NULL, insecure_warning, op->kc->server);
             warned = clock_mono();
