@@ -5,7 +5,10 @@ DEPS_APT += libcurl4-openssl-dev libcjson-dev libyaml-dev libssl-dev libcmocka-d
 OPERATOR_BIN   := $(BUILD)/bin/kubetrain-operator
 OPERATOR_SAN   := $(BUILD)/san/bin/kubetrain-operator
 OPERATOR_LIBS  := -lcurl -lcjson -lyaml -lcrypto -lpthread -lm
-OPERATOR_INC   := -Ioperator/src
+# The version --version prints and the default trainer image's tag: the VERSION file at
+# the top, which also tags the images (options.c, main.c).
+OPERATOR_VERSION := $(shell cat VERSION)
+OPERATOR_INC   := -Ioperator/src -DOPERATOR_VERSION='"$(OPERATOR_VERSION)"'
 
 OPERATOR_SRCS  := $(filter-out operator/src/main.c,$(wildcard operator/src/*.c))
 OPERATOR_OBJS  := $(OPERATOR_SRCS:%.c=$(BUILD)/opt/%.o)
@@ -23,6 +26,8 @@ $(BUILD)/opt/operator/%.o: operator/%.c | deps
 $(BUILD)/san/operator/%.o: operator/%.c | deps
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -c $< -o $@
+
+$(foreach v,opt san,$(BUILD)/$(v)/operator/src/options.o $(BUILD)/$(v)/operator/src/main.o): VERSION
 
 $(OPERATOR_BIN): $(BUILD)/opt/operator/src/main.o $(OPERATOR_OBJS)
 	@mkdir -p $(@D)

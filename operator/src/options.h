@@ -9,7 +9,10 @@
 
 #include <stdio.h>
 
-#define OPERATOR_VERSION "0.1.0"
+/* OPERATOR_VERSION, the VERSION file's text, comes from the build (operator/operator.mk). */
+#ifndef OPERATOR_VERSION
+#error "OPERATOR_VERSION is not defined: build with the Makefile (it passes the VERSION file)"
+#endif
 
 /* The strings point into argv or at literals: nothing here is freed. */
 typedef struct OperatorOptions {
