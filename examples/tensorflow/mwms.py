@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Synchronous data-parallel training with tf.distribute.MultiWorkerMirroredStrategy and
+Keras model.fit, the shape of TensorFlow's multi-worker Keras tutorial: every pod runs
+this same program; TF_CONFIG (the operator's, or a hand-made one) says who is who.
+
+  mwms.py [--data-dir DIR] [--checkpoint-dir DIR] [--epochs N] [--steps-per-epoch N]
+          [--per-worker-batch N] [--learning-rate F]
+
+With a checkpoint directory ($KUBETRAIN_CHECKPOINT_DIR, the job's directory on its
+checkpoint claim), BackupAndRestore backs the training state up there at each epoch end
+and a restarted group resumes from it; the chief also keeps each epoch's weights
+(ckpt/ckpt-<epoch>, for evaluator.py) and saves the final model (model/). The other
+workers write their copies to temporary directories that they delete.
+"""
+import argparse
+import json
+import os
+import shutil
+import tempfile
+
+# Keras 3 (TensorFlow >= 2.16's default) rejects MultiWorkerMirroredStrategy's per-replica
+# batches in fit(); Keras 2 (the tf-keras package) is what the tutorial runs.
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import tensorflow as tf  # noqa: E402
+
+import tutorial  # noqa: E402
+
+PROG = "mwms"
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-dir", default=tutorial.default_data_dir())
+    ap.add_argument("--checkpoint-dir", default=os.environ.get("KUBETRAIN_CHECKPOINT_DIR", ""))
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--steps-per-epoch", type=int, default=70)
+    ap.add_argument("--per-worker-batch", type=int, default=64)
+    ap.add_argument("--learning-rate", type=float, default=0.001)
+    return ap.parse_args()
+
+
+def is_chief(resolver):
+    """The chief task if the cluster has one, else worker 0 (also with no TF_CONFIG)."""
+    if resolver.task_type in (None, "chief"):
+        return True
+    return (resolver.task_type == "worker" and resolver.task_id == 0
+            and "chief" not in resolver.cluster_spec().jobs)
+
+
+def main():
+    a = parse_args()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = strategy.cluster_resolver
+    chief = is_chief(resolver)
+    print(f"{PROG}: task {resolver.task_type}/{resolver.task_id}"
+          f"{' (chief)' if chief else ''}; replicas in sync: {strategy.num_replicas_in_sync}; "
+          f"cluster: {json.dumps(resolver.cluster_spec().as_dict(), sort_keys=True)}", flush=True)
+
+    global_batch = a.per_worker_batch * strategy.num_replicas_in_sync
+    x, y = tutorial.load(a.data_dir, "train")
+    # Each worker reads the whole set; the strategy shards it by batch (AutoShardPolicy.DATA)
+    # and splits each global batch among the replicas.
+    ds = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat()
+          .batch(global_batch).map(tutorial.scale).prefetch(tf.data.AUTOTUNE))
+
+    with strategy.scope():
+        model = tutorial.cnn(a.learning_rate)
+
+    callbacks = []
+    model_dir = None
+    if a.checkpoint_dir:
+        backup_dir, ckpt_dir, model_dir = tutorial.checkpoint_dirs(a.checkpoint_dir)
+        # Both callbacks know the strategy: only the chief writes into these directories,
+        # the others write to temporary ones beside them and delete them.
+        callbacks += [tf.keras.callbacks.BackupAndRestore(backup_dir=backup_dir),
+                      tf.keras.callbacks.ModelCheckpoint(os.path.join(ckpt_dir, "ckpt-{epoch}"),
+                                                         save_weights_only=True)]
+    callbacks.append(tutorial.FirstEpochLog(PROG, a.epochs))
+    hist = model.fit(ds, epochs=a.epochs, steps_per_epoch=a.steps_per_epoch,
+                     callbacks=callbacks, verbose=2)
+
+    # Saving runs collective ops, so every worker saves; only the chief's copy is kept.
+    if model_dir:
+        target = model_dir if chief else tempfile.mkdtemp(prefix="mwms-model-")
+        model.save(target)
+        if not chief:
+            shutil.rmtree(target, ignore_errors=True)
+    last = {k: float(v[-1]) for k, v in hist.history.items()} if hist.history else {}
+    print(f"{PROG}: done: {json.dumps(last, sort_keys=True)}"
+          f"{f'; model saved to {model_dir}' if chief and model_dir else ''}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
