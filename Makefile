@@ -35,6 +35,7 @@ include trainer/trainer.mk
 include docker/docker.mk
 include e2e/e2e.mk
 include charts/charts.mk
+include examples/examples.mk
 
 # The stamp is keyed on the package list, so adding a package re-runs the check.
 # DEPS_PREFIX=DIR: a machine without apt (the GPU machine, trainer/gpu-device.sh) takes
