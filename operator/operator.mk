@@ -63,3 +63,10 @@ bench-operator: $(OPERATOR_BIN)
 	@bash operator/bench/run.sh
 BENCH_TARGETS += bench-operator
 .PHONY: bench-operator
+
+# Regenerates operator/tests/reference/tfconfig-roles.json, the TF_CONFIG of each pod for
+# chief/worker/ps/evaluator role combinations and what TensorFlow's TFConfigClusterResolver
+# makes of it (operator/tests/reference/gen_tfconfig.py; commit the result).
+reference-tfconfig: $(TF_VENV)/.installed
+	$(TF_VENV)/bin/python operator/tests/reference/gen_tfconfig.py
+.PHONY: reference-tfconfig
