@@ -11,7 +11,7 @@ IMAGE_PREFIX ?= kubetrain
 # back to what it found, and Docker's NAT rules). The images themselves are unaffected.
 DOCKER_BUILD := docker build -q --network host
 
-.PHONY: images image-base image-operator image-trainer image-trainer-cuda
+.PHONY: images image-base image-operator image-trainer image-trainer-cuda image-tensorflow
 images: image-operator image-trainer $(if $(GPU),image-trainer-cuda)
 
 image-base:
@@ -35,3 +35,22 @@ image-trainer-cuda: image-base
 	 else : > docker/.build-ca.crt; fi
 	$(DOCKER_BUILD) -f docker/trainer-cuda.Dockerfile --build-arg BASE=$(BASE) \
 	    -t $(IMAGE_PREFIX)/trainer-cuda:$(VERSION) .
+
+# The image for users' own TensorFlow programs (docs/tensorflow.md): about 1 GB from PyPI,
+# minutes to build, so not part of `make images`. Its label kubetrain.dev/inputs hashes
+# what goes into it (the Dockerfile, the examples, TF_VERSION and the base image's ID);
+# an image of this VERSION with the same hash is kept. pip trusts the host's CA bundle,
+# as for image-trainer-cuda.
+TF_VERSION ?= 2.21.0
+TF_IMAGE_INPUTS := docker/tensorflow.Dockerfile $(sort $(wildcard examples/tensorflow/*.py))
+image-tensorflow: image-base
+	@set -e; img=$(IMAGE_PREFIX)/tensorflow:$(VERSION); \
+	 hash=$$({ cat $(TF_IMAGE_INPUTS); echo $(TF_VERSION); docker image inspect -f '{{.Id}}' $(BASE); } \
+	        | sha256sum | cut -c1-16); \
+	 if [ "$$(docker image inspect -f '{{index .Config.Labels "kubetrain.dev/inputs"}}' $$img 2>/dev/null)" = "$$hash" ]; then \
+	   echo "$$img is up to date (inputs $$hash)"; exit 0; fi; \
+	 if [ -r $(HOST_CA_BUNDLE) ]; then cp $(HOST_CA_BUNDLE) docker/.build-ca.crt; \
+	 else : > docker/.build-ca.crt; fi; \
+	 echo "building $$img (inputs $$hash)"; \
+	 $(DOCKER_BUILD) -f docker/tensorflow.Dockerfile --build-arg BASE=$(BASE) \
+	     --build-arg TF_VERSION=$(TF_VERSION) --label kubetrain.dev/inputs=$$hash -t $$img .
