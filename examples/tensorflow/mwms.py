@@ -4,7 +4,7 @@ Keras model.fit, the shape of TensorFlow's multi-worker Keras tutorial: every po
 this same program; TF_CONFIG (the operator's, or a hand-made one) says who is who.
 
   mwms.py [--data-dir DIR] [--checkpoint-dir DIR] [--epochs N] [--steps-per-epoch N]
-          [--per-worker-batch N] [--learning-rate F]
+          [--per-worker-batch N] [--learning-rate F] [--seed N]
 
 With a checkpoint directory ($KUBETRAIN_CHECKPOINT_DIR, the job's directory on its
 checkpoint claim), BackupAndRestore backs the training state up there at each epoch end
@@ -37,6 +37,7 @@ def parse_args():
     ap.add_argument("--steps-per-epoch", type=int, default=70)
     ap.add_argument("--per-worker-batch", type=int, default=64)
     ap.add_argument("--learning-rate", type=float, default=0.001)
+    ap.add_argument("--seed", type=int, default=1, help="the shuffle's, the same on every worker")
     return ap.parse_args()
 
 
@@ -59,9 +60,10 @@ def main():
 
     global_batch = a.per_worker_batch * strategy.num_replicas_in_sync
     x, y = tutorial.load(a.data_dir, "train")
-    # Each worker reads the whole set; the strategy shards it by batch (AutoShardPolicy.DATA)
-    # and splits each global batch among the replicas.
-    ds = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).repeat()
+    # Each worker builds the whole pipeline and the strategy keeps its share of every
+    # global batch (AutoShardPolicy.DATA for an in-memory set): the shuffle's seed is the
+    # same on every worker, so that the shares are disjoint.
+    ds = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=a.seed).repeat()
           .batch(global_batch).map(tutorial.scale).prefetch(tf.data.AUTOTUNE))
 
     with strategy.scope():
