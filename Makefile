@@ -4,6 +4,7 @@
 #   make run      the main job: 2 local workers train tutorial-cnn on Fashion-MNIST
 #   make test     every test tier that exists, each program reporting TAP
 #   make bench    benchmarks side by side with their peers (JSON under bench/)
+#   make lint     clang-format, shellcheck and line-length checks (CONTRIBUTING.md)
 #
 # Each component owns a fragment (trainer/trainer.mk, operator/operator.mk); sources
 # are picked up by wildcard so adding a module needs no edit here.
@@ -27,7 +28,7 @@ export KT_CACHE
 # Test objects are intermediate files to make; keep them so a rerun rebuilds nothing.
 .SECONDARY:
 
-.PHONY: all deps run test bench clean format
+.PHONY: all deps run test bench clean
 all: deps
 
 include trainer/trainer.mk
@@ -36,19 +37,6 @@ include docker/docker.mk
 include e2e/e2e.mk
 include charts/charts.mk
 include examples/examples.mk
-
-# The stamp is keyed on the package list, so adding a package re-runs the check.
-# DEPS_PREFIX=DIR: a machine without apt (the GPU machine, trainer/gpu-device.sh) takes
-# the trainer's libraries and headers from DIR/lib and DIR/include instead.
-ifeq ($(DEPS_PREFIX),)
-deps: $(BUILD)/.deps-$(shell echo $(DEPS_APT) | cksum | cut -d' ' -f1)
-else
-deps:
-endif
-$(BUILD)/.deps-%:
-	@mkdir -p $(BUILD)
-	@bash .ci/deps.sh $(DEPS_APT)
-	@touch $@
 
 # The main job starts afresh each time; RESUME=1 keeps build/run/checkpoints, so a run
 # stopped with Ctrl-C (which saves a checkpoint) continues where it stopped.
@@ -63,9 +51,6 @@ test: all $(TEST_PROGRAMS)
 	@bash .ci/taprun $(TEST_PROGRAMS)
 
 bench: all $(BENCH_TARGETS)
-
-format:
-	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf $(BUILD)
@@ -97,3 +82,19 @@ soak: $(TRAINER_BIN) $(OPERATOR_SAN)
 # Hardening targets: make fuzz, make valgrind (docs/hardening.md).
 include .ci/fuzz.mk
 include .ci/valgrind.mk
+# make lint, make format (CONTRIBUTING.md).
+include .ci/lint.mk
+
+# The stamp is keyed on the package list, so adding a package re-runs the check; this
+# comes after every include, for the list to be complete when the rule is read.
+# DEPS_PREFIX=DIR: a machine without apt (the GPU machine, trainer/gpu-device.sh) takes
+# the trainer's libraries and headers from DIR/lib and DIR/include instead.
+ifeq ($(DEPS_PREFIX),)
+deps: $(BUILD)/.deps-$(shell echo $(DEPS_APT) | cksum | cut -d' ' -f1)
+else
+deps:
+endif
+$(BUILD)/.deps-%:
+	@mkdir -p $(BUILD)
+	@bash .ci/deps.sh $(DEPS_APT)
+	@touch $@

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# make lint: the static checks of CONTRIBUTING.md, over the files git tracks.
+#   1. clang-format (CLANG_FORMAT, clang-format-19) in check mode over the C, C++ and CUDA
+#      sources, with the nearest .clang-format (the root's; trainer/.clang-format adds
+#      the trainer's one-line idioms);
+#   2. shellcheck over every shell script (*.sh, and extension-less files whose first
+#      line is a sh or bash shebang), with .shellcheckrc; each script with a shebang sets
+#      `set -euo pipefail`, or `set -uo pipefail` with the reason in a comment on that
+#      line or the line above (a test that reports every failure and goes on);
+#   3. at most 100 columns (tabs at 8) in those sources and scripts and in the Makefiles,
+#      except the shell scripts listed in .ci/long-lines (to be wrapped: a listed script
+#      that has become short enough must leave the list).
+# Prints every finding and exits 1 if there was any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CLANG_FORMAT=${CLANG_FORMAT:-clang-format-19}
+MAX_COLUMNS=100
+status=0
+
+mapfile -t csrc < <(git ls-files '*.c' '*.h' '*.cc' '*.cu' '*.cuh')
+mapfile -t scripts < <(
+  git ls-files '*.sh'
+  git ls-files | while IFS= read -r f; do
+    case ${f##*/} in *.*) continue ;; esac
+    [ -f "$f" ] && head -n1 "$f" | grep -qE '^#!(/usr/bin/env |/bin/)(ba)?sh\b' && echo "$f"
+  done
+)
+mapfile -t makefiles < <(git ls-files Makefile '*.mk')
+
+# --- 1. clang-format ---------------------------------------------------------------
+command -v "$CLANG_FORMAT" >/dev/null || { echo "lint: no $CLANG_FORMAT (make deps)"; exit 1; }
+bad=()
+for f in "${csrc[@]}"; do
+  "$CLANG_FORMAT" --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+done
+if [ ${#bad[@]} -gt 0 ]; then
+  status=1
+  echo "lint: clang-format: ${#bad[@]} of ${#csrc[@]} files differ from their .clang-format:"
+  for f in "${bad[@]}"; do
+    n=$("$CLANG_FORMAT" "$f" | diff "$f" - | grep -c '^>' || true)
+    echo "  $f ($n lines); see them: $CLANG_FORMAT $f | diff $f -"
+  done
+  echo "lint: to fix: $CLANG_FORMAT -i ${bad[*]}"
+fi
+
+# --- 2. shellcheck and the set line ------------------------------------------------
+command -v shellcheck >/dev/null || { echo "lint: no shellcheck (make deps)"; exit 1; }
+if ! shellcheck -x -f gcc "${scripts[@]}"; then
+  status=1
+  echo "lint: shellcheck: findings above (a justified exception is a"
+  echo "      '# shellcheck disable=SCnnnn' line with the reason, above the line)"
+fi
+for f in "${scripts[@]}"; do
+  head -n1 "$f" | grep -q '^#!' || continue # a library, sourced by scripts that set
+  grep -qE '^set -euo pipefail' "$f" && continue
+  n=$(grep -nE '^set -uo pipefail' "$f" | head -n1 | cut -d: -f1)
+  if [ -n "$n" ]; then
+    sed -n "$((n > 1 ? n - 1 : 1)),${n}p" "$f" | grep -q '#' && continue
+    echo "$f:$n: set -uo pipefail without the reason for leaving out -e in a comment"
+  else
+    echo "$f: no 'set -euo pipefail' (or 'set -uo pipefail' with a reason) line"
+  fi
+  status=1
+done
+
+# --- 3. line length ----------------------------------------------------------------
+python3 .ci/linelength.py "$MAX_COLUMNS" .ci/long-lines \
+  "${csrc[@]}" "${scripts[@]}" "${makefiles[@]}" || status=1
+
+[ $status -eq 0 ] && echo "lint: ${#csrc[@]} C/C++/CUDA sources, ${#scripts[@]} shell scripts," \
+  "${#makefiles[@]} Makefiles: clean"
+exit $status
