@@ -15,9 +15,13 @@
 
 static volatile sig_atomic_t stop_signal;
 
-static void on_stop(int sig) { stop_signal = sig; }
+static void on_stop(int sig)
+{
+    stop_signal = sig;
+}
 
-static void on_child(int sig) {
+static void on_child(int sig)
+{
     int saved = errno;
     (void)sig;
     while (waitpid(-1, NULL, WNOHANG) > 0) {
@@ -27,7 +31,8 @@ static void on_child(int sig) {
 
 /* install: sets HANDLER for SIG with SA_RESTART and every signal blocked while it runs;
  * exits 1 with a message when the kernel refuses. */
-static void install(int sig, void (*handler)(int)) {
+static void install(int sig, void (*handler)(int))
+{
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;
@@ -39,7 +44,8 @@ static void install(int sig, void (*handler)(int)) {
     }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     (void)argv;
     if (argc != 1) {
         fprintf(stderr, "usage: pause (takes no arguments; exits on SIGINT or SIGTERM)\n");
@@ -49,7 +55,8 @@ int main(int argc, char **argv) {
     install(SIGINT, on_stop);
     install(SIGTERM, on_stop);
     install(SIGCHLD, on_child);
-    while (!stop_signal) pause();
+    while (!stop_signal)
+        pause();
     fprintf(stderr, "pause: signal %d, exiting\n", (int)stop_signal);
     return 0;
 }

@@ -21,8 +21,10 @@ static int on_event(void *ctx, const char *type, const cJSON *object)
     if (!type || !cJSON_IsObject(object)) abort();
     char *o = cJSON_PrintUnformatted(object);
     if (!o) abort();
-    for (const char *p = type; *p; p++) s->hash = (s->hash ^ (unsigned char)*p) * 1099511628211u;
-    for (const char *p = o; *p; p++) s->hash = (s->hash ^ (unsigned char)*p) * 1099511628211u;
+    for (const char *p = type; *p; p++)
+        s->hash = (s->hash ^ (unsigned char)*p) * 1099511628211u;
+    for (const char *p = o; *p; p++)
+        s->hash = (s->hash ^ (unsigned char)*p) * 1099511628211u;
     free(o);
     s->events++;
     return 0;

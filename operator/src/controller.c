@@ -150,8 +150,7 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     po.group_version = "networking.k8s.io/v1";
     po.plural = "networkpolicies";
     c->netpols = informer_new(client, &po);
-    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->netpols)
-        goto nomem;
+    if (!c->queue || !c->jobs || !c->pods || !c->services || !c->netpols) goto nomem;
     return c;
 nomem:
     snprintf(err, errlen, "out of memory creating the controller");

@@ -107,9 +107,8 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32])
         snprintf(hex + 2 * i, 3, "%02x", ring_key[i]);
     /* A name chosen by the API server: see desired_secret_prefix. */
     cJSON_DeleteItemFromObjectCaseSensitive(md, "name");
-    if (!md || !jsonx_set_str(md, "generateName", prefix) ||
-        !jsonx_set_str(o, "type", "Opaque") || !data ||
-        !jsonx_set(data, SECRET_RING_KEY, b64_string(hex, 64)))
+    if (!md || !jsonx_set_str(md, "generateName", prefix) || !jsonx_set_str(o, "type", "Opaque") ||
+        !data || !jsonx_set(data, SECRET_RING_KEY, b64_string(hex, 64)))
         goto err;
     if (s->model_inline) {
         char *m = cJSON_PrintUnformatted(s->model_inline);

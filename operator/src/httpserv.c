@@ -198,7 +198,8 @@ static void *serve(void *arg)
         }
         if (p[1].revents & POLLIN) accept_all(s);
     }
-    for (int i = 0; i < HTTPSERV_MAX_CONNS; i++) conn_close(&s->conns[i]);
+    for (int i = 0; i < HTTPSERV_MAX_CONNS; i++)
+        conn_close(&s->conns[i]);
     return NULL;
 }
 
@@ -234,7 +235,8 @@ HttpServer *httpserv_start(const char *addr, HttpHandler fn, void *ctx, char *er
     s->fn = fn;
     s->ctx = ctx;
     s->wake[0] = s->wake[1] = -1;
-    for (int i = 0; i < HTTPSERV_MAX_CONNS; i++) s->conns[i].fd = -1;
+    for (int i = 0; i < HTTPSERV_MAX_CONNS; i++)
+        s->conns[i].fd = -1;
     /* Non-blocking: the loop accepts until the queue is empty. */
     s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1, rc;

@@ -200,7 +200,8 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (su && !cJSON_IsNull(su) && !cJSON_IsBool(su)) FAIL("spec.suspend: expected a boolean");
     s->suspend = cJSON_IsTrue(su);
     const cJSON *np = jsonx_at(spec, "networkPolicy");
-    if (np && !cJSON_IsNull(np) && !cJSON_IsBool(np)) FAIL("spec.networkPolicy: expected a boolean");
+    if (np && !cJSON_IsNull(np) && !cJSON_IsBool(np))
+        FAIL("spec.networkPolicy: expected a boolean");
     s->network_policy = cJSON_IsTrue(np);
 
     const cJSON *t = jsonx_at(spec, "template");

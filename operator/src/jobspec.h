@@ -55,7 +55,7 @@ typedef struct JobSpec {
     CleanPodPolicy clean_pod_policy;
     SuccessPolicy success_policy;
     int suspend;
-    int network_policy; /* spec.networkPolicy: a NetworkPolicy admits only the job's pods */
+    int network_policy;    /* spec.networkPolicy: a NetworkPolicy admits only the job's pods */
     const cJSON *template; /* PodTemplateSpec or NULL */
 } JobSpec;
 

@@ -24,7 +24,7 @@ typedef struct KubeConfig {
     char **exec_args;   /* NULL-terminated */
     char **exec_env;    /* NULL-terminated "NAME=VALUE" */
     char *exec_api_version;
-    char source[512]; /* the file or "in-cluster", for messages */
+    char source[512];             /* the file or "in-cluster", for messages */
     int insecure_requested;       /* the cluster entry sets insecure-skip-tls-verify */
     int insecure_skip_tls_verify; /* set by the caller only: TLS is not verified */
 } KubeConfig;

@@ -189,8 +189,7 @@ int podpolicy_check(PodPolicyLevel level, const cJSON *tmpl, char *err, size_t e
         const char *n = str_at(it, "name");
         if (!n || !in_list(n, allowed_sysctls)) {
             snprintf(path, sizeof path, "spec.securityContext.sysctls[%d].name", j);
-            return refuse(err, errlen, path, "\"%s\" is not a sysctl baseline allows",
-                          n ? n : "?");
+            return refuse(err, errlen, path, "\"%s\" is not a sysctl baseline allows", n ? n : "?");
         }
         j++;
     }

@@ -48,11 +48,11 @@ typedef enum {
 #define PODPOLICY_SELINUX "container_t", "container_init_t", "container_kvm_t", "container_engine_t"
 /* Sysctls baseline allows (namespaced, safe). */
 #define PODPOLICY_SYSCTLS                                                                          \
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",                                     \
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",                                      \
         "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",                          \
         "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",                           \
-        "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",                                 \
-        "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"
+        "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", \
+        "net.ipv4.tcp_keepalive_probes"
 
 /* "none" | "baseline" -> *out; -EINVAL for anything else. */
 int podpolicy_parse_level(const char *s, PodPolicyLevel *out);

@@ -28,10 +28,10 @@ typedef enum {
     ACTION_CREATE_SERVICE,
     ACTION_CREATE_POD,
     ACTION_DELETE_POD,
-    ACTION_UPDATE_STATUS, /* object: the whole job with the new status (PUT .../status) */
-    ACTION_DELETE_JOB,    /* ttlSecondsAfterFinished elapsed */
-    ACTION_EVENT,         /* event_type, reason, message */
-    ACTION_FORCE_DELETE_POD, /* a pod stuck terminating: DELETE with gracePeriodSeconds 0 */
+    ACTION_UPDATE_STATUS,         /* object: the whole job with the new status (PUT .../status) */
+    ACTION_DELETE_JOB,            /* ttlSecondsAfterFinished elapsed */
+    ACTION_EVENT,                 /* event_type, reason, message */
+    ACTION_FORCE_DELETE_POD,      /* a pod stuck terminating: DELETE with gracePeriodSeconds 0 */
     ACTION_CREATE_NETWORK_POLICY, /* spec.networkPolicy: before the pods */
     ACTION_DELETE_NETWORK_POLICY, /* spec.networkPolicy turned off */
 } ActionKind;
@@ -67,10 +67,10 @@ typedef struct ReconcileConfig {
 /* The job's Secret is not observed: the operator may not read Secrets. The job's
  * status.secretName names the one it created. */
 typedef struct Observed {
-    const cJSON *job;         /* the TrainingJob */
-    const cJSON *service;     /* <job>-worker or NULL */
+    const cJSON *job;            /* the TrainingJob */
+    const cJSON *service;        /* <job>-worker or NULL */
     const cJSON *network_policy; /* the NetworkPolicy <job>-worker or NULL */
-    const cJSON *const *pods; /* pods labelled with the job's name */
+    const cJSON *const *pods;    /* pods labelled with the job's name */
     size_t npods;
     double now;                 /* wall-clock seconds */
     unsigned char ring_key[32]; /* used only when the Secret is created */

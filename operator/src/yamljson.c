@@ -78,8 +78,8 @@ static cJSON *convert(Conv *cv, yaml_node_t *n, int depth)
         if (!out) goto nomem;
     } else if (n->type == YAML_SEQUENCE_NODE) {
         if (!(out = cJSON_CreateArray())) goto nomem;
-        for (yaml_node_item_t *it = n->data.sequence.items.start;
-             it < n->data.sequence.items.top; it++) {
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+             it++) {
             cJSON *v = convert(cv, yaml_document_get_node(cv->doc, *it), depth + 1);
             if (!v) goto err;
             if (!cJSON_AddItemToArray(out, v)) {
@@ -141,8 +141,12 @@ int yamljson_parse(const char *text, size_t len, cJSON **out, char *err, size_t 
         if (!*out) rc = -ENOMEM;
     } else {
         size_t nodes = (size_t)(doc.nodes.top - doc.nodes.start), own = 0;
-        for (yaml_node_t *n = doc.nodes.start; n < doc.nodes.top; n++) own += node_cost(n);
-        Conv cv = {.doc = &doc, .seen = calloc(nodes, 1), .err = err, .errlen = errlen,
+        for (yaml_node_t *n = doc.nodes.start; n < doc.nodes.top; n++)
+            own += node_cost(n);
+        Conv cv = {.doc = &doc,
+                   .seen = calloc(nodes, 1),
+                   .err = err,
+                   .errlen = errlen,
                    .limit = own + (own > ALIAS_SLACK ? own : ALIAS_SLACK)};
         if (cv.seen && !(*out = convert(&cv, root, 0))) rc = cv.nomem ? -ENOMEM : -EINVAL;
         if (!cv.seen) rc = -ENOMEM;

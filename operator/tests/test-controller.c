@@ -151,8 +151,7 @@ static void expect_backoff(double prev, int rc, double want)
 {
     double got = informer_next_backoff(prev, rc);
     if (got != want)
-        fail_msg("informer_next_backoff(%g, %s) = %g s, want %g s", prev, strerror(-rc), got,
-                 want);
+        fail_msg("informer_next_backoff(%g, %s) = %g s, want %g s", prev, strerror(-rc), got, want);
 }
 
 /* The wait before the next list or watch. While the server cannot be reached or is not

@@ -131,7 +131,8 @@ static void test_trickling_clients_do_not_block_probes(void **state)
     HttpServer *s = httpserv_start("127.0.0.1:0", handler, NULL, err, sizeof err);
     if (!s) fail_msg("%s", err);
     int port = httpserv_port(s), fds[4];
-    for (int k = 0; k < 4; k++) fds[k] = dial(port);
+    for (int k = 0; k < 4; k++)
+        fds[k] = dial(port);
     /* Rounds of 100 ms for 1 s at most: inside the deadline, so the tricklers stay open. */
     double t0 = now_ms();
     for (int i = 0; i < 10 && now_ms() - t0 < HTTPSERV_DEADLINE_MS / 2; i++) {
@@ -140,7 +141,8 @@ static void test_trickling_clients_do_not_block_probes(void **state)
         probe_fast(port, "4 clients trickle their requests");
         usleep(100 * 1000);
     }
-    for (int k = 0; k < 4; k++) close(fds[k]);
+    for (int k = 0; k < 4; k++)
+        close(fds[k]);
     httpserv_stop(s);
 }
 
@@ -179,13 +181,15 @@ static void test_connection_flood(void **state)
     if (!s) fail_msg("%s", err);
     enum { N = HTTPSERV_MAX_CONNS + 16 };
     int fds[N];
-    for (int k = 0; k < N; k++) fds[k] = dial(httpserv_port(s));
+    for (int k = 0; k < N; k++)
+        fds[k] = dial(httpserv_port(s));
     probe_fast(httpserv_port(s), "more idle connections than the cap are open");
     /* Stopping does not wait for them either. */
     double t0 = now_ms();
     httpserv_stop(s);
     double ms = now_ms() - t0;
-    for (int k = 0; k < N; k++) close(fds[k]);
+    for (int k = 0; k < N; k++)
+        close(fds[k]);
     if (ms > scaled(100)) fail_msg("httpserv_stop took %.0f ms with idle clients open", ms);
 }
 

@@ -286,8 +286,9 @@ static const char *billion_laughs(void)
     static char s[4096];
     size_t n = sizeof s, len = 0;
     len += (size_t)snprintf(s + len, n - len, "current-context: x\n");
-    len += (size_t)snprintf(s + len, n - len, "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, "
-                                              "lol]\n");
+    len += (size_t)snprintf(s + len, n - len,
+                            "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, "
+                            "lol]\n");
     for (char c = 'b'; c <= 'i'; c++) {
         len += (size_t)snprintf(s + len, n - len, "%c: &%c [", c, c);
         for (int k = 0; k < 9; k++)

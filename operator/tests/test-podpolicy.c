@@ -88,8 +88,8 @@ static void test_reconcile_refuses(void **state)
         "\"spec\":{\"workers\":2,\"template\":{\"spec\":{\"containers\":[{\"name\":\"trainer\","
         "\"securityContext\":{\"privileged\":true}}]}}}}");
     assert_non_null(job);
-    ReconcileConfig cfg = {.desired = {.trainer_image = "t"}, .backoff_base_s = 1,
-                           .backoff_max_s = 1};
+    ReconcileConfig cfg = {
+        .desired = {.trainer_image = "t"}, .backoff_base_s = 1, .backoff_max_s = 1};
     Observed o = {.job = job, .now = 1800000000.0};
     Plan plan;
     char err[256];

@@ -767,8 +767,8 @@ static void test_secret_is_never_adopted(void **state)
 
     /* The pods (and an inline model's volume) name the recorded Secret. */
     fx_free(&f);
-    f = (Fixture){.job = job_new("{\"workers\":1,\"model\":{\"layers\":[{\"type\":\"Flatten\"}]}}",
-                                 NULL)};
+    f = (Fixture){
+        .job = job_new("{\"workers\":1,\"model\":{\"layers\":[{\"type\":\"Flatten\"}]}}", NULL)};
     fx_with_support(&f);
     fx_run(&f, NOW);
     const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
@@ -986,14 +986,14 @@ static void test_network_policy(void **state)
         const cJSON *kv;
         cJSON_ArrayForEach(kv, sel[i])
         {
-            const cJSON *l = cJSON_GetObjectItemCaseSensitive(jsonx_obj(pod, "metadata.labels"),
-                                                              kv->string);
+            const cJSON *l =
+                cJSON_GetObjectItemCaseSensitive(jsonx_obj(pod, "metadata.labels"), kv->string);
             assert_non_null(l);
             assert_string_equal(l->valuestring, kv->valuestring);
         }
     }
-    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel[0], "kubetrain.dev/job-name")->valuestring,
-                        "mnist");
+    assert_string_equal(
+        cJSON_GetObjectItemCaseSensitive(sel[0], "kubetrain.dev/job-name")->valuestring, "mnist");
     assert_int_equal(cJSON_GetArraySize(jsonx_at(np, "spec.ingress")), 1);
     assert_int_equal(cJSON_GetArraySize(jsonx_at(rule, "from")), 1);
     assert_int_equal(cJSON_GetArraySize(jsonx_at(rule, "ports")), 1);
@@ -1004,7 +1004,8 @@ static void test_network_policy(void **state)
     cJSON_Delete(f.job);
     f.job = job_new("{\"workers\":2,\"port\":2345,\"networkPolicy\":true}", ST_LAUNCHED(""));
     jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "secretName", SECRET);
-    for (int i = 0; i < 2; i++) fx_pod(&f, i, 0, "Running");
+    for (int i = 0; i < 2; i++)
+        fx_pod(&f, i, 0, "Running");
     plan_free(&f.plan);
     free(f.desc);
     fx_run(&f, NOW);

@@ -79,10 +79,15 @@ static void ring_rank(int rank, int world, const int *lfd, const int *port, Shar
         snprintf(tf.peers[i].host, sizeof tf.peers[i].host, "127.0.0.1");
         tf.peers[i].port = port[i];
     }
-    NetJob job = {.world = world, .rank = rank, .model_signature = "bench", .global_batch = 1,
+    NetJob job = {.world = world,
+                  .rank = rank,
+                  .model_signature = "bench",
+                  .global_batch = 1,
                   .dataset = "none"};
-    NetOptions opt = {.rendezvous_timeout_s = 30, .handshake_timeout_s = 5,
-                      .secret = (const unsigned char *)"bench", .secret_len = 5,
+    NetOptions opt = {.rendezvous_timeout_s = 30,
+                      .handshake_timeout_s = 5,
+                      .secret = (const unsigned char *)"bench",
+                      .secret_len = 5,
                       .sockbuf_bytes = g_sockbuf};
     NetRing conn;
     char *err = sh->err[rank];
@@ -460,8 +465,9 @@ int main(int argc, char **argv)
     cJSON_AddStringToObject(root, "definition",
                             "busbw = size/time x 2(N-1)/N (nccl-tests); exchange_limit = bytes "
                             "each of two processes sends and receives at once over loopback TCP, "
-                            "one connection per direction as in the ring / time, for size x 2(N-1)/N bytes, sending from a second "
-                            "thread from thread_min_bytes up as the ring does; best of repeats");
+                            "one connection per direction as in the ring / time, for size x "
+                            "2(N-1)/N bytes, sending from a second thread from "
+                            "thread_min_bytes up as the ring does; best of repeats");
     cJSON_AddNumberToObject(root, "repeats", g_repeats);
     cJSON_AddNumberToObject(root, "rounds", g_rounds);
     cJSON_AddNumberToObject(root, "sockbuf_bytes", g_sockbuf);
@@ -521,8 +527,9 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(r, "shm_us", ts[s] * 1e6);
             cJSON_AddNumberToObject(r, "shm_busbw_GBps", shm_bus);
             cJSON_AddBoolToObject(r, "shm_path", size >= SHM_MIN_BYTES);
-            printf("N=%d %10.0f B  ring %8.1f us %6.3f GB/s  limit %6.3f GB/s (x%.2f)  shm %6.3f GB/s",
-                   world, size, tr[s] * 1e6, ring_bus, limit, ring_bus / limit, shm_bus);
+            printf(
+                "N=%d %10.0f B  ring %8.1f us %6.3f GB/s  limit %6.3f GB/s (x%.2f)  shm %6.3f GB/s",
+                world, size, tr[s] * 1e6, ring_bus, limit, ring_bus / limit, shm_bus);
             if (have_gloo) {
                 double gloo_bus = size / tg[s] * f / 1e9;
                 cJSON_AddNumberToObject(r, "gloo_us", tg[s] * 1e6);

@@ -30,8 +30,7 @@ static float *buf(size_t n)
         fprintf(stderr, "gemm_floor: out of memory\n");
         exit(1);
     }
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     return p;
 }
 
@@ -71,8 +70,8 @@ static void conv_task(void *arg, int s)
         gemm(GEMM_N, GEMM_N, m, F1, K1, 1.0f, col, K1, st->wc, F1, 1.0f,
              st->conv + (size_t)lo * PIX * F1, F1);
     else
-        gemm(GEMM_T, GEMM_N, K1, F1, m, 1.0f, col, K1, st->dconv + (size_t)lo * PIX * F1, F1,
-             0.0f, s ? st->dwc_shard[s] : st->dwc, F1);
+        gemm(GEMM_T, GEMM_N, K1, F1, m, 1.0f, col, K1, st->dconv + (size_t)lo * PIX * F1, F1, 0.0f,
+             s ? st->dwc_shard[s] : st->dwc, F1);
 }
 
 int main(int argc, char **argv)
@@ -108,10 +107,10 @@ int main(int argc, char **argv)
               gemm(GEMM_T, GEMM_N, D1, D2, b, 1.0f, st.h, D1, st.o, D2, 0.0f, st.dw2, D2));
         TIMED(DENSE2_DX,
               gemm(GEMM_N, GEMM_T, b, D1, D2, 1.0f, st.o, D2, st.w2, D2, 0.0f, st.dh, D1));
-        TIMED(DENSE1_DW, gemm(GEMM_T, GEMM_N, D_IN, D1, b, 1.0f, st.conv, D_IN, st.dh, D1, 0.0f,
-                              st.dw1, D1));
-        TIMED(DENSE1_DX, gemm(GEMM_N, GEMM_T, b, D_IN, D1, 1.0f, st.dh, D1, st.w1, D1, 0.0f,
-                              st.dconv, D_IN));
+        TIMED(DENSE1_DW,
+              gemm(GEMM_T, GEMM_N, D_IN, D1, b, 1.0f, st.conv, D_IN, st.dh, D1, 0.0f, st.dw1, D1));
+        TIMED(DENSE1_DX,
+              gemm(GEMM_N, GEMM_T, b, D_IN, D1, 1.0f, st.dh, D1, st.w1, D1, 0.0f, st.dconv, D_IN));
         TIMED(CONV_DW, CONV(CONV_DW));
         steps++;
         t = now() - t0;
@@ -121,8 +120,7 @@ int main(int argc, char **argv)
     double step = t / steps;
     printf("{\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,\"shards\":%d,\"steps\":%ld,"
            "\"step_ms\":%.3f,\"samples_per_sec\":%.1f,\"gflops\":%.2f,\"calls_ms\":{",
-           gemm_backend(), threads, b, st.shards, steps, step * 1e3, b / step,
-           flops / step * 1e-9);
+           gemm_backend(), threads, b, st.shards, steps, step * 1e3, b / step, flops / step * 1e-9);
     for (int i = 0; i < NCALLS; i++)
         printf("%s\"%s\":%.3f", i ? "," : "", call_names[i], spent[i] / steps * 1e3);
     printf("}}\n");

@@ -37,8 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned char params[64], opt[32];
     CkptLoadInfo info;
     char err[1024] = "";
-    int rc = ckpt_load_latest(dir, "fuzz", &st, params, sizeof params, opt, sizeof opt, &info,
-                              err, sizeof err);
+    int rc = ckpt_load_latest(dir, "fuzz", &st, params, sizeof params, opt, sizeof opt, &info, err,
+                              sizeof err);
     if (rc == 0) {
         if (strcmp(st.model_signature, "fuzz") != 0 || info.skipped != 0) abort();
     } else if (!err[0] || (rc != -EBADMSG && rc != -EPROTO)) {

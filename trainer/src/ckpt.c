@@ -53,9 +53,9 @@ static void header_encode(unsigned char *h, const CkptState *st, uint64_t pb, ui
     put32(h + 12, HEADER_BYTES);
     memcpy(h + 16, st->model_signature, strnlen(st->model_signature, CKPT_SIGNATURE_MAX - 1));
     put32(h + 272, st->world);
-    const uint64_t f[10] = {st->epoch,         st->step_in_epoch,  st->global_step, st->seed,
-                            st->rng_state,     st->data_epoch,     st->data_position,
-                            st->optimizer_iter, pb,                ob};
+    const uint64_t f[10] = {
+        st->epoch,      st->step_in_epoch, st->global_step,    st->seed, st->rng_state,
+        st->data_epoch, st->data_position, st->optimizer_iter, pb,       ob};
     for (int i = 0; i < 10; i++) put64(h + 280 + 8 * i, f[i]);
 }
 
@@ -64,9 +64,9 @@ static void header_decode(const unsigned char *h, CkptState *st, uint64_t *pb, u
     memset(st, 0, sizeof *st);
     memcpy(st->model_signature, h + 16, CKPT_SIGNATURE_MAX - 1);
     st->world = get32(h + 272);
-    uint64_t *f[10] = {&st->epoch,     &st->step_in_epoch, &st->global_step,   &st->seed,
-                       &st->rng_state, &st->data_epoch,    &st->data_position, &st->optimizer_iter,
-                       pb,             ob};
+    uint64_t *f[10] = {
+        &st->epoch,      &st->step_in_epoch, &st->global_step,    &st->seed, &st->rng_state,
+        &st->data_epoch, &st->data_position, &st->optimizer_iter, pb,        ob};
     for (int i = 0; i < 10; i++) *f[i] = get64(h + 280 + 8 * i);
 }
 
@@ -187,8 +187,9 @@ static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const cha
         return -EPROTO;
     }
     if (pb != params_bytes || ob != opt_bytes) {
-        snprintf(why, whylen, "holds %" PRIu64 " parameter and %" PRIu64 " optimizer bytes, this "
-                              "run has %zu and %zu (another optimizer?)",
+        snprintf(why, whylen,
+                 "holds %" PRIu64 " parameter and %" PRIu64 " optimizer bytes, this "
+                 "run has %zu and %zu (another optimizer?)",
                  pb, ob, params_bytes, opt_bytes);
         return -EPROTO;
     }
@@ -230,9 +231,8 @@ static void prune(const char *dir, int keep, const CkptState *st, size_t params_
     for (int i = 0; i < n; i++) {
         char path[PATH_MAX], why[1024];
         const int newer = steps[i] > st->global_step;
-        if (steps[i] == st->global_step ||
-            snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]) >=
-                (int)sizeof path)
+        if (steps[i] == st->global_step || snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt",
+                                                    dir, steps[i]) >= (int)sizeof path)
             continue;
         if (!newer && kept >= keep) {
             if (unlink(path) < 0 && errno != ENOENT)
@@ -245,8 +245,7 @@ static void prune(const char *dir, int keep, const CkptState *st, size_t params_
         if (v == 0)
             v = check_owner(&got, pb, ob, st->model_signature, params_bytes, opt_bytes, why,
                             sizeof why);
-        if (v == -EBADMSG || v == -EPROTO)
-            move_aside(path, why, steps[i], st->global_step);
+        if (v == -EBADMSG || v == -EPROTO) move_aside(path, why, steps[i], st->global_step);
         else if (v < 0 && v != -ENOENT)
             util_log("checkpoint %s: cannot check it: %s; left as it is", path, why);
         else if (v == 0 && newer)
@@ -254,8 +253,7 @@ static void prune(const char *dir, int keep, const CkptState *st, size_t params_
                      "written, which this run did not write: a restart resumes from it (is "
                      "another job writing to %s?)",
                      path, st->global_step, dir);
-        else if (v == 0)
-            kept++;
+        else if (v == 0) kept++;
     }
     free(steps);
 }
@@ -326,8 +324,9 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
     return 0;
 err:
     util_io_strerror(rc, why, sizeof why);
-    snprintf(err, errlen, "checkpoint %s: %s while writing it (as %s); the older checkpoints are "
-                          "kept%s",
+    snprintf(err, errlen,
+             "checkpoint %s: %s while writing it (as %s); the older checkpoints are "
+             "kept%s",
              final, why, tmp,
              rc == -ENOSPC || rc == -EDQUOT ? ": free space on the volume or make it larger" : "");
     if (fd >= 0) close(fd);
@@ -366,8 +365,7 @@ static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *
         goto out;
     }
     if (get32(h + 8) != CKPT_FORMAT_VERSION || get32(h + 12) != HEADER_BYTES) {
-        snprintf(why, whylen, "format version %u, expected %d", get32(h + 8),
-                 CKPT_FORMAT_VERSION);
+        snprintf(why, whylen, "format version %u, expected %d", get32(h + 8), CKPT_FORMAT_VERSION);
         goto out;
     }
     header_decode(h, st, pb, ob);
@@ -444,14 +442,14 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
             rc = v;
             break;
         }
-        if (check_owner(&got, pb, ob, model_signature, params_bytes, opt_bytes, why,
-                        sizeof why)) {
+        if (check_owner(&got, pb, ob, model_signature, params_bytes, opt_bytes, why, sizeof why)) {
             /* another model's (DESIGN: skipped like a corrupt one); the error when none
              * of this model's follows names the newest */
             util_log("checkpoint %s: %s; skipped for the previous one", path, why);
             if (!foreign++)
-                snprintf(err, errlen, "checkpoint %s: %s, and no checkpoint in %s is this "
-                                      "model's; use another --checkpoint-dir",
+                snprintf(err, errlen,
+                         "checkpoint %s: %s, and no checkpoint in %s is this "
+                         "model's; use another --checkpoint-dir",
                          path, why, dir);
             skipped++;
             continue;
@@ -479,8 +477,7 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
         rc = 0;
         break;
     }
-    if (rc == -EBADMSG && foreign)
-        rc = -EPROTO;
+    if (rc == -EBADMSG && foreign) rc = -EPROTO;
     else if (rc == -EBADMSG)
         snprintf(err, errlen, "checkpoint directory %s: none of %d checkpoints is valid", dir, n);
     free(steps);

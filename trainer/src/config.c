@@ -6,9 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OPT_STR, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_BOOL, OPT_ENUM_OPTIMIZER,
-               OPT_ENUM_SHARD, OPT_ENUM_COLLECTIVE, OPT_ENUM_DATASET,
-               OPT_ENUM_DEVICE } OptType;
+typedef enum {
+    OPT_STR,
+    OPT_INT,
+    OPT_U64,
+    OPT_DOUBLE,
+    OPT_BOOL,
+    OPT_ENUM_OPTIMIZER,
+    OPT_ENUM_SHARD,
+    OPT_ENUM_COLLECTIVE,
+    OPT_ENUM_DATASET,
+    OPT_ENUM_DEVICE
+} OptType;
 
 typedef struct {
     const char *name; /* without the leading "--" */
@@ -18,7 +27,6 @@ typedef struct {
     double min, max;  /* numbers */
     const char *help;
 } Option;
-
 
 static const Option options[] = {
     {"model", OPT_STR, offsetof(Config, model), sizeof(((Config *)0)->model), 0, 0,
@@ -61,7 +69,8 @@ static const Option options[] = {
      "DIR  the chief's TensorBoard event files (default: <checkpoint-dir>/logs)"},
     {"metrics-port", OPT_INT, offsetof(Config, metrics_port), 0, 0, 65535,
      "N  the chief serves Prometheus text on GET /metrics there (0: off, the default)"},
-    {"eval", OPT_BOOL, offsetof(Config, eval), 0, 0, 0, "  evaluate on the test set after each epoch"},
+    {"eval", OPT_BOOL, offsetof(Config, eval), 0, 0, 0,
+     "  evaluate on the test set after each epoch"},
     {"index", OPT_INT, offsetof(Config, index), 0, 0, 1e6, "N  override TF_CONFIG's task index"},
     {"rendezvous-timeout", OPT_DOUBLE, offsetof(Config, rendezvous_timeout), 0, 0, 1e7,
      "S  how long to wait for peers, retrying wrong answers (300); then exit 75"},

@@ -67,10 +67,8 @@ static void epoch_order(const Pipeline *p, uint64_t e, uint32_t *order)
     for (size_t out = 0; out < p->n; out++) {
         size_t j = (size_t)util_rand_below(&rng, len);
         order[out] = pool[j];
-        if (next < p->n)
-            pool[j] = (uint32_t)(p->begin + next++);
-        else
-            pool[j] = pool[--len];
+        if (next < p->n) pool[j] = (uint32_t)(p->begin + next++);
+        else pool[j] = pool[--len];
     }
     free(pool);
 }
@@ -142,7 +140,8 @@ int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *
 {
     if (cfg->batch < 1 || cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world ||
         cfg->shuffle_buffer < 1) {
-        snprintf(err, errlen, "pipeline: expected batch >= 1, shuffle buffer >= 1, 0 <= rank < world");
+        snprintf(err, errlen,
+                 "pipeline: expected batch >= 1, shuffle buffer >= 1, 0 <= rank < world");
         return -EINVAL;
     }
     Pipeline *p = xcalloc(1, sizeof *p);
@@ -153,9 +152,7 @@ int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *
     size_t b = (size_t)cfg->batch, w = (size_t)cfg->world, r = (size_t)cfg->rank;
     switch (cfg->policy) {
     case SHARD_AUTO:
-    case SHARD_DATA:
-        p->begin = 0, p->n = ds->count, p->take = b * w, p->offset = r * b;
-        break;
+    case SHARD_DATA: p->begin = 0, p->n = ds->count, p->take = b * w, p->offset = r * b; break;
     case SHARD_FILE:
         p->begin = ds->count * r / w;
         p->n = ds->count * (r + 1) / w - p->begin;
@@ -167,8 +164,10 @@ int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *
         break;
     }
     if (p->n < p->take) {
-        snprintf(err, errlen, "dataset: %zu examples in this worker's stream, fewer than one step "
-                 "takes (%zu); expected a smaller --per-worker-batch", p->n, p->take);
+        snprintf(err, errlen,
+                 "dataset: %zu examples in this worker's stream, fewer than one step "
+                 "takes (%zu); expected a smaller --per-worker-batch",
+                 p->n, p->take);
         free(p);
         return -EINVAL;
     }

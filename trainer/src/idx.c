@@ -42,16 +42,19 @@ int idx_read(const char *path, int ndims, uint8_t **data, uint32_t dims[3], char
         goto out;
     }
     if (head[0] != 0 || head[1] != 0 || head[2] != 0x08 || head[3] != ndims) {
-        snprintf(err, errlen, "%s: bad IDX magic %02x%02x%02x%02x (expected 000008%02x: unsigned "
-                 "bytes, %d dimensions)", path, head[0], head[1], head[2], head[3], ndims, ndims);
+        snprintf(err, errlen,
+                 "%s: bad IDX magic %02x%02x%02x%02x (expected 000008%02x: unsigned "
+                 "bytes, %d dimensions)",
+                 path, head[0], head[1], head[2], head[3], ndims, ndims);
         goto out;
     }
     for (int i = 0; i < ndims; i++) {
         const uint8_t *p = head + 4 + 4 * i;
         dims[i] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
         if (dims[i] == 0 || total > IDX_MAX_BYTES / dims[i]) {
-            snprintf(err, errlen, "%s: IDX dimension %d is %u (expected > 0 and under 2 GiB in all)",
-                     path, i, dims[i]);
+            snprintf(err, errlen,
+                     "%s: IDX dimension %d is %u (expected > 0 and under 2 GiB in all)", path, i,
+                     dims[i]);
             goto out;
         }
         total *= dims[i];
@@ -119,8 +122,10 @@ int idx_load_dataset(IdxDataset *ds, const char *dir, const char *prefix, int nu
     }
     for (uint32_t i = 0; i < ldims[0]; i++)
         if (ds->labels[i] >= num_classes) {
-            snprintf(err, errlen, "%s: label %u of example %u (expected below %d, the model's "
-                     "classes)", lpath, ds->labels[i], i, num_classes);
+            snprintf(err, errlen,
+                     "%s: label %u of example %u (expected below %d, the model's "
+                     "classes)",
+                     lpath, ds->labels[i], i, num_classes);
             rc = -EINVAL;
             goto err;
         }

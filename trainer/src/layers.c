@@ -65,13 +65,13 @@ static void im2col(float *col, const float *inp, const ConvGeom *g, int b)
                     if (iy < 0 || iy >= g->h) {
                         memset(col, 0, (size_t)kc * sizeof *col);
                     } else if (ix0 >= 0 && ix0 + g->kw <= g->w) {
-                        memcpy(col, img + ((size_t)iy * g->w + ix0) * g->c, (size_t)kc * sizeof *col);
+                        memcpy(col, img + ((size_t)iy * g->w + ix0) * g->c,
+                               (size_t)kc * sizeof *col);
                     } else {
                         for (int kx = 0; kx < g->kw; kx++) {
                             int ix = ix0 + kx;
                             float *dst = col + (size_t)kx * g->c;
-                            if (ix < 0 || ix >= g->w)
-                                memset(dst, 0, (size_t)g->c * sizeof *dst);
+                            if (ix < 0 || ix >= g->w) memset(dst, 0, (size_t)g->c * sizeof *dst);
                             else
                                 memcpy(dst, img + ((size_t)iy * g->w + ix) * g->c,
                                        (size_t)g->c * sizeof *dst);
@@ -128,8 +128,8 @@ static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
 #define CONV_BLOCK_FLOATS (64 * 1024)
 static int block_examples(const ConvGeom *g)
 {
-    const size_t per = (size_t)g->oh * g->ow * (g->f > g->kh * g->kw * g->c ? g->f
-                                                                            : g->kh * g->kw * g->c);
+    const size_t per =
+        (size_t)g->oh * g->ow * (g->f > g->kh * g->kw * g->c ? g->f : g->kh * g->kw * g->c);
     return per >= CONV_BLOCK_FLOATS ? 1 : (int)(CONV_BLOCK_FLOATS / per);
 }
 
@@ -147,8 +147,11 @@ static int conv_block_next(const ConvGeom *g, int b, ConvBlock *blk)
     if (n0 >= b) return 0;
     const int nb = b - n0 < eb ? b - n0 : eb;
     const size_t rows = (size_t)n0 * g->oh * g->ow;
-    *blk = (ConvBlock){.n0 = n0, .nb = nb, .m = nb * g->oh * g->ow,
-                       .col = rows * g->kh * g->kw * g->c, .out = rows * g->f,
+    *blk = (ConvBlock){.n0 = n0,
+                       .nb = nb,
+                       .m = nb * g->oh * g->ow,
+                       .col = rows * g->kh * g->kw * g->c,
+                       .out = rows * g->f,
                        .in = (size_t)n0 * g->h * g->w * g->c};
     return 1;
 }
@@ -267,8 +270,7 @@ void dense_backward(float *dinput, float *dweight, float *dbias, const float *do
 }
 
 void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const float *inp,
-                        float *weight, int b, int in, int outn, float lr, float decay,
-                        int din_zero)
+                        float *weight, int b, int in, int outn, float lr, float decay, int din_zero)
 {
     bias_grad(dbias, dout, (size_t)b, (size_t)outn);
     if (dinput)

@@ -37,8 +37,8 @@ double loss_sce_logits(float *dlogits, int *correct, const float *logits, const 
     return total;
 }
 
-double loss_sce_probs(float *dprobs, int *correct, const float *probs, const uint8_t *labels,
-                      int b, int c, float scale)
+double loss_sce_probs(float *dprobs, int *correct, const float *probs, const uint8_t *labels, int b,
+                      int c, float scale)
 {
     double total = 0.0;
     int ok = 0;

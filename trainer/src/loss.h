@@ -15,7 +15,7 @@ double loss_sce_logits(float *dlogits, int *correct, const float *logits, const 
  * does it: p clipped to [1e-7, 1-1e-7], renormalised, loss_i = -log p_label. dprobs
  * (may be NULL) is the gradient of scale * sum_i loss_i (zero where clipping bites).
  * Returns sum_i loss_i; *correct as above. */
-double loss_sce_probs(float *dprobs, int *correct, const float *probs, const uint8_t *labels,
-                      int b, int c, float scale);
+double loss_sce_probs(float *dprobs, int *correct, const float *probs, const uint8_t *labels, int b,
+                      int c, float scale);
 
 #endif

@@ -71,7 +71,6 @@ static void on_stop_signal(int sig)
     stop_requested = 1;
 }
 
-
 /* ---------------------------------------------------------------------------------- */
 /* collective */
 
@@ -157,8 +156,8 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     const int asked = nccl;
     nccl |= !strcmp(cfg->collective, "auto") && device >= 0 && tf->world > 1;
     if (nccl && tf->world == 1) {
-        Collective *c = coll_nccl_create(coll_local_create(), device, RING_IO_TIMEOUT_S, err,
-                                         sizeof err);
+        Collective *c =
+            coll_nccl_create(coll_local_create(), device, RING_IO_TIMEOUT_S, err, sizeof err);
         if (!c) util_fail(KT_EXIT_RETRY, "%s", err);
         util_log("NCCL communicator of 1 rank on CUDA device %d ready", device);
         return c;
@@ -182,14 +181,18 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
      * interface; net_listen_task falls back to them, saying so, when that name is not an
      * address of this machine (yet). */
     int lfd, port;
-    if (net_listen_task(tf->peers[tf->rank].host, tf->peers[tf->rank].port, 0, &lfd, &port,
-                        err, sizeof err))
+    if (net_listen_task(tf->peers[tf->rank].host, tf->peers[tf->rank].port, 0, &lfd, &port, err,
+                        sizeof err))
         util_fail(KT_EXIT_RETRY, "%s", err);
-    NetJob job = {.world = tf->world, .rank = tf->rank, .model_signature = m->signature,
+    NetJob job = {.world = tf->world,
+                  .rank = tf->rank,
+                  .model_signature = m->signature,
                   .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)tf->world,
                   .dataset = cfg->dataset};
-    NetOptions no = {.rendezvous_timeout_s = cfg->rendezvous_timeout, .handshake_timeout_s = 10,
-                     .secret = secret, .secret_len = secret_len};
+    NetOptions no = {.rendezvous_timeout_s = cfg->rendezvous_timeout,
+                     .handshake_timeout_s = 10,
+                     .secret = secret,
+                     .secret_len = secret_len};
     NetRing ring;
     double t0 = util_now();
     rc = net_rendezvous(lfd, tf, &job, &no, &ring, err, sizeof err);
@@ -212,16 +215,21 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     if (gpu_census(c, device, &gpuless, &gpuful, &a, &b, err, sizeof err))
         util_fail(KT_EXIT_RETRY, "comparing the ranks' devices: %s", err);
     if (gpuless >= 0 && gpuful >= 0)
-        util_fail(KT_EXIT_USAGE, "rank %d trains on the CPU and rank %d on a CUDA device: the "
+        util_fail(KT_EXIT_USAGE,
+                  "rank %d trains on the CPU and rank %d on a CUDA device: the "
                   "workers train all on GPUs or all on CPUs (give every worker a GPU, or run "
-                  "them all with --device cpu)", gpuless, gpuful);
+                  "them all with --device cpu)",
+                  gpuless, gpuful);
     if (nccl && a >= 0 && asked)
-        util_fail(KT_EXIT_USAGE, "--collective nccl: ranks %d and %d are on one GPU, and NCCL "
+        util_fail(KT_EXIT_USAGE,
+                  "--collective nccl: ranks %d and %d are on one GPU, and NCCL "
                   "needs a GPU of its own for each rank (this host has %d): run at most one "
-                  "worker per GPU, or use --collective ring", a, b, gpu_device_count(NULL, 0));
+                  "worker per GPU, or use --collective ring",
+                  a, b, gpu_device_count(NULL, 0));
     if (nccl && a >= 0) {
         util_log("ranks %d and %d are on one GPU, and NCCL needs a GPU of its own for each "
-                 "rank: the all-reduce goes over the ring", a, b);
+                 "rank: the all-reduce goes over the ring",
+                 a, b);
         nccl = 0;
     }
     /* The ring carries the chief's NCCL id (it is authenticated), then broadcasts. */
@@ -289,8 +297,8 @@ static int checkpoint_hook(Trainer *t, void *ctx, int *exit_code, char *err, siz
 {
     (void)ctx;
     int every = t->cfg.checkpoint_every_steps;
-    if ((every > 0 && t->st.global_step % every == 0) || t->st.step_in_epoch == t->steps_per_epoch ||
-        t->stopping)
+    if ((every > 0 && t->st.global_step % every == 0) ||
+        t->st.step_in_epoch == t->steps_per_epoch || t->stopping)
         return checkpoint_save(t, exit_code, err, errlen);
     return 0;
 }
@@ -318,15 +326,16 @@ static void restore_and_sync(Trainer *t)
         CkptState cs;
         CkptLoadInfo info;
         checkpoint_signature(t, sig);
-        int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes,
-                                  t->opt->state, obytes, &info, err, sizeof err);
+        int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes, t->opt->state,
+                                  obytes, &info, err, sizeof err);
         if (rc == -EPROTO) util_fail(KT_EXIT_DATA, "checkpoint of another model: %s", err);
         if (rc && rc != -ENOENT)
             util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
         if (!rc) {
             if (info.skipped)
                 util_log("skipped %d newer checkpoint(s) that failed validation or belong to "
-                         "another model", info.skipped);
+                         "another model",
+                         info.skipped);
             ss.restored = 1;
             ss.epoch = cs.epoch, ss.step_in_epoch = cs.step_in_epoch;
             ss.global_step = cs.global_step;
@@ -344,7 +353,8 @@ static void restore_and_sync(Trainer *t)
                 int global = t->cfg.shard_policy == SHARD_AUTO || t->cfg.shard_policy == SHARD_DATA;
                 if (!global) ss.position = 0;
                 util_log("%s was written by %u workers, this run has %d: weights and optimizer "
-                         "restored, data re-sharded (%s)", info.path, cs.world, t->coll->world,
+                         "restored, data re-sharded (%s)",
+                         info.path, cs.world, t->coll->world,
                          global ? "the global stream continues at the same example"
                                 : "the new shards start the same data epoch from the beginning");
             }
@@ -368,11 +378,14 @@ static void restore_and_sync(Trainer *t)
         util_sha256_hex(m->params, pbytes, got);
         ss.hash[64] = '\0';
         if (strcmp(got, ss.hash) != 0)
-            util_fail(KT_EXIT_RETRY, "initial weights differ from the chief's after the broadcast: "
-                      "sha256 %s here, %s at rank 0", got, ss.hash);
+            util_fail(KT_EXIT_RETRY,
+                      "initial weights differ from the chief's after the broadcast: "
+                      "sha256 %s here, %s at rank 0",
+                      got, ss.hash);
         if (t->coll->rank != 0 && strcmp(mine, ss.hash) != 0)
             util_log("warning: this rank's initial weights (sha256 %.12s) differed from the "
-                     "chief's (%.12s); training from the chief's", mine, ss.hash);
+                     "chief's (%.12s); training from the chief's",
+                     mine, ss.hash);
         util_log("initial weights verified: sha256 %s", got);
     }
     st.epoch = (int)ss.epoch;
@@ -403,8 +416,10 @@ static int cmd_train(int argc, char **argv)
 #ifdef KT_GPU
         return pergpu_main(cfg.gpus_per_worker, cfg.index, argc, argv);
 #else
-        util_fail(KT_EXIT_USAGE, "--gpus-per-worker %d: this trainer was built without CUDA "
-                  "(build it with make GPU=1)", cfg.gpus_per_worker);
+        util_fail(KT_EXIT_USAGE,
+                  "--gpus-per-worker %d: this trainer was built without CUDA "
+                  "(build it with make GPU=1)",
+                  cfg.gpus_per_worker);
 #endif
     }
     util_on_stop_signals(on_stop_signal);

@@ -110,7 +110,8 @@ static void carry_over(Metrics *m, long step, long steps_per_epoch)
                 keep = cJSON_IsNumber(st) && st->valuedouble <= (double)step;
             else if (cJSON_IsString(ev) &&
                      (!strcmp(ev->valuestring, "epoch") || !strcmp(ev->valuestring, "eval")))
-                keep = cJSON_IsNumber(ep) && ep->valuedouble * (double)steps_per_epoch <= (double)step;
+                keep =
+                    cJSON_IsNumber(ep) && ep->valuedouble * (double)steps_per_epoch <= (double)step;
             cJSON_Delete(o);
             if (keep) {
                 fputs(line, m->f);
@@ -162,10 +163,8 @@ int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errle
         }
         if (!registered) registered = atexit(keep_open_sink) == 0;
         open_sink = m;
-        if (o->resume_step > 0)
-            carry_over(m, o->resume_step, o->steps_per_epoch);
-        else
-            free(earlier_records(m, 1)); /* a run from scratch: nothing of earlier runs */
+        if (o->resume_step > 0) carry_over(m, o->resume_step, o->steps_per_epoch);
+        else free(earlier_records(m, 1)); /* a run from scratch: nothing of earlier runs */
     }
     if (m->tb) util_log("TensorBoard events: %s", tbev_path(m->tb));
     *out = m;
@@ -192,8 +191,8 @@ void metrics_step(Metrics *m, int epoch, long step, const MetricsStep *s)
         tbev_scalars(m->tb, step, v, sizeof v / sizeof v[0]);
     }
     if (m->prom)
-        prom_step(m->prom, epoch, step, s->loss, s->accuracy, s->samples_per_sec,
-                  s->learning_rate, s->allreduce_seconds, s->step_seconds);
+        prom_step(m->prom, epoch, step, s->loss, s->accuracy, s->samples_per_sec, s->learning_rate,
+                  s->allreduce_seconds, s->step_seconds);
     if (!m->f) return;
     fprintf(m->f,
             "{\"event\":\"step\",\"epoch\":%d,\"step\":%ld,\"loss\":%.6g,\"accuracy\":%.6g,"

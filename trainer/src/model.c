@@ -40,7 +40,8 @@ static const char *const builtin_specs[] = {
     "{\"type\":\"Conv2D\",\"filters\":32,\"kernel_size\":3,\"activation\":\"relu\","
     "\"kernel_regularizer\":{\"l2\":1e-5}},"
     "{\"type\":\"Flatten\"},"
-    "{\"type\":\"Dense\",\"units\":128,\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":1e-5}},"
+    "{\"type\":\"Dense\",\"units\":128,\"activation\":\"relu\","
+    "\"kernel_regularizer\":{\"l2\":1e-5}},"
     "{\"type\":\"Dense\",\"units\":10,\"kernel_regularizer\":{\"l2\":1e-5}}]}",
 
     "{\"input_shape\":[28,28,1],\"layers\":["
@@ -192,7 +193,10 @@ static cJSON *parse_yaml(const char *text, const char *what, char *err, size_t e
     if (top) {
         size_t own = 0;
         for (yaml_node_t *n = doc.nodes.start; n < doc.nodes.top; n++) own += yaml_node_cost(n);
-        YamlConv yc = {.doc = &doc, .what = what, .err = err, .errlen = errlen,
+        YamlConv yc = {.doc = &doc,
+                       .what = what,
+                       .err = err,
+                       .errlen = errlen,
                        .seen = xcalloc((size_t)(doc.nodes.top - doc.nodes.start), 1),
                        .limit = own + (own > YAML_ALIAS_SLACK ? own : YAML_ALIAS_SLACK)};
         root = yaml_node_to_json(&yc, top, 0);
@@ -219,8 +223,7 @@ static int spec_fail(const SpecCtx *sc, const char *field, const char *expected)
     if (sc->index >= 0)
         snprintf(sc->err, sc->errlen, "%s: layers[%d].%s: expected %s", sc->what, sc->index, field,
                  expected);
-    else
-        snprintf(sc->err, sc->errlen, "%s: %s: expected %s", sc->what, field, expected);
+    else snprintf(sc->err, sc->errlen, "%s: %s: expected %s", sc->what, field, expected);
     return -EINVAL;
 }
 
@@ -347,15 +350,16 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
 {
     static const char *const reshape_keys[] = {"target_shape", NULL};
     static const char *const flatten_keys[] = {NULL};
-    static const char *const conv_keys[] = {"filters", "kernel_size", "strides", "padding",
-                                            "activation", "kernel_regularizer", NULL};
+    static const char *const conv_keys[] = {
+        "filters", "kernel_size", "strides", "padding", "activation", "kernel_regularizer", NULL};
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
     static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     if (!cJSON_IsObject(o) || !cJSON_IsString(type))
-        return spec_fail(sc, "type", "a string: Input, Reshape, Conv2D, MaxPooling2D, Flatten, "
-                                     "Dense or Dropout");
+        return spec_fail(sc, "type",
+                         "a string: Input, Reshape, Conv2D, MaxPooling2D, Flatten, "
+                         "Dense or Dropout");
     const char *t = type->valuestring;
     memset(l, 0, sizeof *l);
     memcpy(l->in_shape, in_shape, sizeof l->in_shape);
@@ -383,8 +387,10 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     } else if (!strcmp(t, "Conv2D")) {
         l->type = LAYER_CONV2D;
         int filters, k[2], s[2], same = 0;
-        if (in_rank != 3) return spec_fail(sc, "type", "Conv2D after a (height, width, channels) "
-                                                       "shape; add a Reshape");
+        if (in_rank != 3)
+            return spec_fail(sc, "type",
+                             "Conv2D after a (height, width, channels) "
+                             "shape; add a Reshape");
         if ((rc = spec_int(sc, o, "filters", -1, 1, 65536, &filters)) ||
             (rc = spec_pair(sc, o, "kernel_size", 0, k)) ||
             (rc = spec_pair(sc, o, "strides", 1, s)) || (rc = spec_activation(sc, o, &l->act)) ||
@@ -407,8 +413,10 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     } else if (!strcmp(t, "MaxPooling2D")) {
         l->type = LAYER_MAXPOOL;
         int p[2], s[2];
-        if (in_rank != 3) return spec_fail(sc, "type", "MaxPooling2D after a (height, width, "
-                                                       "channels) shape");
+        if (in_rank != 3)
+            return spec_fail(sc, "type",
+                             "MaxPooling2D after a (height, width, "
+                             "channels) shape");
         if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
         /* Keras: strides None means the pool size */
         const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "strides");
@@ -424,8 +432,9 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
             return spec_fail(sc, "padding", "\"valid\" or \"same\"");
         if (pool_geom_init(&l->pool, in_shape[0], in_shape[1], in_shape[2], p[0], p[1], s[0], s[1],
                            same))
-            return spec_fail(sc, "pool_size", "a pool no larger than the input (or padding "
-                                              "\"same\")");
+            return spec_fail(sc, "pool_size",
+                             "a pool no larger than the input (or padding "
+                             "\"same\")");
         l->same = same;
         l->out_shape[0] = l->pool.oh;
         l->out_shape[1] = l->pool.ow;
@@ -453,13 +462,15 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         memcpy(l->out_shape, in_shape, sizeof l->out_shape);
         l->out_rank = in_rank;
     } else {
-        return spec_fail(sc, "type", "Input, Reshape, Conv2D, MaxPooling2D, Flatten, Dense or "
-                                     "Dropout");
+        return spec_fail(sc, "type",
+                         "Input, Reshape, Conv2D, MaxPooling2D, Flatten, Dense or "
+                         "Dropout");
     }
     l->out_size = shape_size(l->out_shape, l->out_rank);
     if (l->out_size > MODEL_MAX_FLOATS || l->w_count > MODEL_MAX_FLOATS)
-        return spec_fail(sc, "type", "a layer of at most 2^28 outputs per example and 2^28 "
-                                     "weights");
+        return spec_fail(sc, "type",
+                         "a layer of at most 2^28 outputs per example and 2^28 "
+                         "weights");
     return 0;
 }
 
@@ -507,9 +518,8 @@ static void make_signature(Model *m)
         case LAYER_FLATTEN: append(&s, &len, &cap, "|flatten"); break;
         case LAYER_CONV2D:
             append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g)", l->conv.f, l->conv.kh,
-                   l->conv.kw, l->conv.sh, l->conv.sw,
-                   l->same ? "same" : "valid",
-                   act_name(l->act), (double)l->l2);
+                   l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid", act_name(l->act),
+                   (double)l->l2);
             break;
         case LAYER_MAXPOOL:
             /* a square "valid" pool keeps the signature it always had */
@@ -570,13 +580,13 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
             mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_DROPOUT) mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_MAXPOOL)
-            mm.activations = sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size),
-                                                             sizeof(int32_t)));
+            mm.activations =
+                sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
         if (l->type == LAYER_CONV2D) {
             const ConvGeom *g = &l->conv;
-            size_t c = sat_mul(sat_mul(sat_mul(b, (size_t)g->oh * (size_t)g->ow),
-                                       (size_t)g->kh * (size_t)g->kw),
-                               (size_t)g->c);
+            size_t c = sat_mul(
+                sat_mul(sat_mul(b, (size_t)g->oh * (size_t)g->ow), (size_t)g->kh * (size_t)g->kw),
+                (size_t)g->c);
             mm.activations = sat_add(mm.activations, sat_mul(c, f));
             colmax = c > colmax ? c : colmax;
         }
@@ -592,24 +602,24 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
 /* n bytes for a message: MiB below a GiB, else GiB. */
 static void format_bytes(char *out, size_t outlen, size_t n)
 {
-    if (n < ((size_t)1 << 30))
-        snprintf(out, outlen, "%.1f MiB", (double)n / (1 << 20));
-    else
-        snprintf(out, outlen, "%.1f GiB", (double)n / (1 << 30));
+    if (n < ((size_t)1 << 30)) snprintf(out, outlen, "%.1f MiB", (double)n / (1 << 20));
+    else snprintf(out, outlen, "%.1f GiB", (double)n / (1 << 30));
 }
 
 static int build(Model **out, const cJSON *root, const char *what, uint64_t seed,
                  const ModelBudget *budget, char *err, size_t errlen)
 {
     SpecCtx sc = {.what = what, .err = err, .errlen = errlen, .index = -1};
-    const cJSON *layers = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "layers");
+    const cJSON *layers =
+        cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "layers");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
         return spec_fail(&sc, "layers", "a non-empty list of layers");
     Model *m = xcalloc(1, sizeof *m);
     int rc;
     m->input_shape[0] = m->input_shape[1] = 28;
     m->input_rank = 2;
-    const cJSON *is = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_shape") : NULL;
+    const cJSON *is =
+        cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_shape") : NULL;
     if (is && (rc = spec_shape(&sc, is, "input_shape", m->input_shape, &m->input_rank))) goto err;
     if (shape_size(m->input_shape, m->input_rank) > MODEL_MAX_FLOATS) {
         rc = spec_fail(&sc, "input_shape", "at most 2^28 values per example");
@@ -648,8 +658,9 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
     sc.index = -1;
     if (m->num_layers == 0 || m->layers[m->num_layers - 1].type != LAYER_DENSE ||
         m->layers[m->num_layers - 1].units < 2 || m->layers[m->num_layers - 1].out_rank != 1) {
-        rc = spec_fail(&sc, "layers", "a last layer Dense on a flat input with one unit per class "
-                                      "(>= 2)");
+        rc = spec_fail(&sc, "layers",
+                       "a last layer Dense on a flat input with one unit per class "
+                       "(>= 2)");
         goto err;
     }
     m->input_size = shape_size(m->input_shape, m->input_rank);
@@ -666,17 +677,18 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         goto err;
     }
     ModelMemory mm;
-    if (budget && (mm = model_memory(m, budget->batch, budget->state_per_param)).total >
-                      budget->limit) {
+    if (budget &&
+        (mm = model_memory(m, budget->batch, budget->state_per_param)).total > budget->limit) {
         char total[32], weights[32], acts[32], limit[32];
         format_bytes(total, sizeof total, mm.total);
         format_bytes(weights, sizeof weights, mm.weights);
         format_bytes(acts, sizeof acts, mm.activations);
         format_bytes(limit, sizeof limit, budget->limit);
-        snprintf(err, errlen, "%s: the model needs %s of memory (%zu parameters with their "
+        snprintf(err, errlen,
+                 "%s: the model needs %s of memory (%zu parameters with their "
                  "gradients and optimizer state: %s; activations of %d examples per step: %s), "
-                 "over the limit of %s", what, total, m->num_params, weights, budget->batch, acts,
-                 limit);
+                 "over the limit of %s",
+                 what, total, m->num_params, weights, budget->batch, acts, limit);
         rc = -E2BIG;
         goto err;
     }
@@ -684,8 +696,8 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
     /* whole pages of its own, so that a collective can put the arena in memory shared
      * with ranks on the same host (shm.h); freed with munmap in model_free */
     m->grads_bytes = model_grads_bytes(m->num_params);
-    m->grads = mmap(NULL, m->grads_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                    -1, 0);
+    m->grads =
+        mmap(NULL, m->grads_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m->grads == MAP_FAILED)
         util_fail(KT_EXIT_DATA, "out of memory mapping the %zu-byte gradient arena",
                   m->grads_bytes);
@@ -759,8 +771,10 @@ int model_create_within(Model **out, const char *spec, uint64_t seed, const Mode
     }
     if (strstr(spec, "layers"))
         return create_from_text(out, spec, "--model (inline spec)", seed, budget, err, errlen);
-    snprintf(err, errlen, "--model %s: expected tutorial-cnn, tutorial-cnn-l2, cnn2, mlp, a model "
-                          "JSON/YAML file or an inline spec with layers", spec);
+    snprintf(err, errlen,
+             "--model %s: expected tutorial-cnn, tutorial-cnn-l2, cnn2, mlp, a model "
+             "JSON/YAML file or an inline spec with layers",
+             spec);
     return -ENOENT;
 }
 
@@ -827,7 +841,8 @@ void model_init_params(Model *m, uint64_t seed)
         }
         const float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
         float *w = m->params + l->w_off;
-        for (size_t j = 0; j < l->w_count; j++) w[j] = (2.0f * util_rand_float(&rng) - 1.0f) * limit;
+        for (size_t j = 0; j < l->w_count; j++)
+            w[j] = (2.0f * util_rand_float(&rng) - 1.0f) * limit;
     }
 }
 
@@ -979,10 +994,8 @@ static void forward(Pass *p)
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         p->layer = i;
-        if (p->shards > 1 && layer_sharded(l))
-            parallel_for(p->shards, forward_task, p);
-        else
-            forward_layer(p, 0, p->b);
+        if (p->shards > 1 && layer_sharded(l)) parallel_for(p->shards, forward_task, p);
+        else forward_layer(p, 0, p->b);
         if (l->type == LAYER_DROPOUT && p->training && m->dropout_enabled && l->rate > 0.0f)
             p->draws += (uint64_t)p->b * l->out_size;
     }
@@ -1143,8 +1156,8 @@ static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_rea
     forward(p);
     int correct = 0;
     const float *logits = layer_out(m, x, m->num_layers - 1, 0);
-    double loss = loss_of(m, m->dbuf[0], &correct, logits, y, local_batch,
-                          1.0f / (float)global_batch);
+    double loss =
+        loss_of(m, m->dbuf[0], &correct, logits, y, local_batch, 1.0f / (float)global_batch);
     st->loss = loss / global_batch + model_regularization(m) / p->replicas;
     st->correct = correct;
     st->count = local_batch;
@@ -1163,10 +1176,8 @@ static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_rea
         const int to_zero = p->din && m->dzero && dense_feeds_relu_conv(m, i);
         if (to_zero) p->din = m->dzero;
         int sharded = p->shards > 1 && layer_sharded(l);
-        if (sharded)
-            parallel_for(p->shards, backward_task, p);
-        else
-            backward_layer(p, 0, local_batch, m->grads);
+        if (sharded) parallel_for(p->shards, backward_task, p);
+        else backward_layer(p, 0, local_batch, m->grads);
         if (l->w_count) finish_layer(p, i, sharded ? p->shards : 1, on_ready, ctx);
         if (p->din) {
             p->d = p->din;
@@ -1179,16 +1190,27 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st)
 {
-    Pass p = {.m = m, .x = x, .b = local_batch, .shards = gemm_batch_shards(local_batch),
-              .training = 1, .dropout_seed = dropout_seed, .replicas = num_replicas};
+    Pass p = {.m = m,
+              .x = x,
+              .b = local_batch,
+              .shards = gemm_batch_shards(local_batch),
+              .training = 1,
+              .dropout_seed = dropout_seed,
+              .replicas = num_replicas};
     step(&p, y, global_batch, on_ready, ctx, st);
 }
 
 void model_step_sgd(Model *m, const float *x, const uint8_t *y, int batch, uint64_t dropout_seed,
                     float lr, StepStats *st)
 {
-    Pass p = {.m = m, .x = x, .b = batch, .shards = gemm_batch_shards(batch), .training = 1,
-              .dropout_seed = dropout_seed, .sgd_lr = lr, .replicas = 1};
+    Pass p = {.m = m,
+              .x = x,
+              .b = batch,
+              .shards = gemm_batch_shards(batch),
+              .training = 1,
+              .dropout_seed = dropout_seed,
+              .sgd_lr = lr,
+              .replicas = 1};
     step(&p, y, batch, NULL, NULL, st);
 }
 

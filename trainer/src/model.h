@@ -13,8 +13,14 @@
 
 #include "layers.h"
 
-typedef enum { LAYER_RESHAPE = 0, LAYER_CONV2D, LAYER_MAXPOOL, LAYER_FLATTEN, LAYER_DENSE,
-               LAYER_DROPOUT } LayerType;
+typedef enum {
+    LAYER_RESHAPE = 0,
+    LAYER_CONV2D,
+    LAYER_MAXPOOL,
+    LAYER_FLATTEN,
+    LAYER_DENSE,
+    LAYER_DROPOUT
+} LayerType;
 
 typedef struct {
     LayerType type;

@@ -101,10 +101,11 @@ int net_secret_load(unsigned char **secret, size_t *len, char *err, size_t errle
     return 0;
 }
 
-int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
-               char *err, size_t errlen)
+int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port, char *err,
+               size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char service[16];
@@ -116,8 +117,7 @@ int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *boun
         g = getaddrinfo(host, service, &hints, &res);
     }
     if (g != 0) {
-        snprintf(err, errlen, "listen address %s:%d: %s", host ? host : "*", port,
-                 gai_strerror(g));
+        snprintf(err, errlen, "listen address %s:%d: %s", host ? host : "*", port, gai_strerror(g));
         return -EINVAL;
     }
     int rc = -EADDRNOTAVAIL;
@@ -168,7 +168,8 @@ int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int 
         return rc;
     }
     util_log("listening on every interface, port %d: this worker's own TF_CONFIG address %s is "
-             "not one of this machine's (%s)", port, host, why);
+             "not one of this machine's (%s)",
+             port, host, why);
     return net_listen(NULL, port, sockbuf_bytes, fd, bound_port, err, errlen);
 }
 
@@ -244,8 +245,8 @@ static int recv_frame(int fd, unsigned char *buf, size_t *n, double deadline,
     unsigned char h[4];
     int rc = recv_exact(fd, h, 4, deadline, abort_flag);
     if (rc < 0) return rc;
-    uint32_t len = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                   (uint32_t)h[3] << 24;
+    uint32_t len =
+        (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
     if (len > FRAME_MAX || len < 5) return -EMSGSIZE;
     *n = len;
     return recv_exact(fd, buf, len, deadline, abort_flag);
@@ -356,13 +357,16 @@ static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_
         snprintf(err, errlen, "%s has dataset \"%.160s\", this worker has \"%.160s\"", peer,
                  theirs->dataset, mine->dataset);
     else if (theirs->rank == mine->rank) {
-        snprintf(err, errlen, "%s says it is rank %u too: two workers have the same task index, "
-                 "or a stale DNS record points at the wrong worker", peer, theirs->rank);
+        snprintf(err, errlen,
+                 "%s says it is rank %u too: two workers have the same task index, "
+                 "or a stale DNS record points at the wrong worker",
+                 peer, theirs->rank);
         return -ENXIO;
     } else if ((int)theirs->rank != expect_rank) {
-        snprintf(err, errlen, "%s says it is rank %u, expected rank %d: a stale DNS record or a "
-                 "reused address points at another worker of this job", peer, theirs->rank,
-                 expect_rank);
+        snprintf(err, errlen,
+                 "%s says it is rank %u, expected rank %d: a stale DNS record or a "
+                 "reused address points at another worker of this job",
+                 peer, theirs->rank, expect_rank);
         return -ENXIO;
     } else return 0;
     return -EPROTO;
@@ -625,12 +629,15 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
     int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
     transcript_mac(rv->opt, "client", p->hello, p->hn, p->chal, p->cn, mac);
     if (CRYPTO_memcmp(mac, f + 5, MAC_BYTES) != 0) {
-        reject_log(rv, "rejected connection from %s claiming rank %u: it does not know the job "
-                   "secret (KUBETRAIN_SECRET differs?)", p->from, p->theirs.rank);
+        reject_log(rv,
+                   "rejected connection from %s claiming rank %u: it does not know the job "
+                   "secret (KUBETRAIN_SECRET differs?)",
+                   p->from, p->theirs.rank);
         if ((int)p->theirs.rank == prev)
             snprintf(rv->server_seen, sizeof rv->server_seen,
                      "a connection from %s claiming to be rank %d did not know the job secret "
-                     "(KUBETRAIN_SECRET differs between workers?)", p->from, prev);
+                     "(KUBETRAIN_SECRET differs between workers?)",
+                     p->from, prev);
         return -EAGAIN;
     }
     char peer[NET_NAME_MAX + 64], disagree[sizeof rv->server_seen];
@@ -689,17 +696,20 @@ static void accept_one(Rendezvous *rv, int listen_fd, Pending **pend, int *n)
     int v = pending_victim(pend, *n, p);
     if (v < 0) {
         int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
-        reject_log(rv, "rejected connection from %s: too many handshakes at once, and every slot "
-                   "it could take is held by a connection from rank %d's address", p->from, prev);
+        reject_log(rv,
+                   "rejected connection from %s: too many handshakes at once, and every slot "
+                   "it could take is held by a connection from rank %d's address",
+                   p->from, prev);
         close(fd);
         free(p);
         return;
     }
     if (v < *n) {
         char why[NET_NAME_MAX + 128];
-        snprintf(why, sizeof why, "too many handshakes at once; this one gave its slot to %s "
-                 "(it had %s)", p->from,
-                 pend[v]->got_hello ? "not sent its proof yet" : "not sent a whole HELLO");
+        snprintf(why, sizeof why,
+                 "too many handshakes at once; this one gave its slot to %s "
+                 "(it had %s)",
+                 p->from, pend[v]->got_hello ? "not sent its proof yet" : "not sent a whole HELLO");
         pending_drop(rv, pend, n, v, why);
     }
     net_tune_socket(fd, rv->opt->sockbuf_bytes);
@@ -781,15 +791,14 @@ out:
  * retry (no DNS record yet, refused, unreachable), or -ECANCELED/-ETIMEDOUT. */
 static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char service[16];
     snprintf(service, sizeof service, "%d", p->port);
     int g = getaddrinfo(p->host, service, &hints, &res);
     if (g != 0) {
-        if (!*dns_logged)
-            util_log("waiting for %s to resolve (%s)", p->host, gai_strerror(g));
+        if (!*dns_logged) util_log("waiting for %s to resolve (%s)", p->host, gai_strerror(g));
         *dns_logged = 1;
         return -EAGAIN;
     }
@@ -860,23 +869,28 @@ static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
     if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, &rv->abort_flag);
     if (rc == -ECANCELED) return rc;
     if (rc == -ETIMEDOUT && util_now() < rv->deadline) {
-        snprintf(note, sizeof note, "%s accepted the connection but did not answer the "
-                 "handshake within %.1f s (another service on that port?)", peer,
-                 rv->opt->handshake_timeout_s);
+        snprintf(note, sizeof note,
+                 "%s accepted the connection but did not answer the "
+                 "handshake within %.1f s (another service on that port?)",
+                 peer, rv->opt->handshake_timeout_s);
         return client_refuse(rv, note);
     }
     if (rc < 0 && rc != -EMSGSIZE) return -EAGAIN; /* dropped: the server may be busy */
     if (rc < 0 || net_hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why) < 0 ||
         used + MAC_BYTES != cn) {
-        snprintf(note, sizeof note, "the service at %s's address does not speak the kubetrain "
-                 "handshake (another service on that port?)", peer);
+        snprintf(note, sizeof note,
+                 "the service at %s's address does not speak the kubetrain "
+                 "handshake (another service on that port?)",
+                 peer);
         return client_refuse(rv, note);
     }
     transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);
     if (CRYPTO_memcmp(mac, chal + used, MAC_BYTES) != 0) {
-        snprintf(note, sizeof note, "%s could not prove the job secret: the worker there belongs "
+        snprintf(note, sizeof note,
+                 "%s could not prove the job secret: the worker there belongs "
                  "to another job (a stale DNS record or a port clash), or KUBETRAIN_SECRET "
-                 "differs between workers", peer);
+                 "differs between workers",
+                 peer);
         return client_refuse(rv, note);
     }
     rc = hello_agree(&mine, &theirs, next, peer, note, sizeof note);
@@ -889,8 +903,7 @@ static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
     transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
     rc = send_frame(fd, proof, sizeof proof, dl, &rv->abort_flag);
     if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, &rv->abort_flag);
-    if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK))
-        rc = -EBADMSG;
+    if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK)) rc = -EBADMSG;
     if (rc == -ECANCELED) return rc;
     return rc < 0 ? -EAGAIN : 0;
 }

@@ -94,8 +94,8 @@ int net_secret_load(unsigned char **secret, size_t *len, char *err, size_t errle
 /* Opens a listening TCP socket on host:port (host NULL: every address, IPv6 and
  * IPv4; port 0: a free port). *bound_port receives the port actually bound. Returns 0
  * with *fd set, or a negative errno with err naming the address. Caller closes *fd. */
-int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port,
-               char *err, size_t errlen);
+int net_listen(const char *host, int port, int sockbuf_bytes, int *fd, int *bound_port, char *err,
+               size_t errlen);
 
 /* Opens this worker's rendezvous listener on port: on host (its own TF_CONFIG entry)
  * when host resolves to an address of this machine, so that a worker whose peers are on

@@ -13,8 +13,14 @@ static const char *const kind_names[] = {"sgd", "rmsprop", "adam", "adam-amsgrad
 
 OptimizerConfig optim_defaults(OptimizerKind kind, float lr)
 {
-    return (OptimizerConfig){.kind = kind, .lr = lr, .momentum = 0.0f, .nesterov = 0,
-                             .rho = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-7f};
+    return (OptimizerConfig){.kind = kind,
+                             .lr = lr,
+                             .momentum = 0.0f,
+                             .nesterov = 0,
+                             .rho = 0.9f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.999f,
+                             .epsilon = 1e-7f};
 }
 
 int optim_parse_kind(const char *name, OptimizerKind *kind)

@@ -155,7 +155,8 @@ static void conn_answer(Prom *p, PromConn *c)
     }
     int hl = snprintf(head, sizeof head,
                       "HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                      "Connection: close\r\n\r\n", status, type, blen);
+                      "Connection: close\r\n\r\n",
+                      status, type, blen);
     size_t send_body = head_only ? 0 : blen;
     c->out = xmalloc((size_t)hl + send_body);
     memcpy(c->out, head, (size_t)hl);
@@ -231,10 +232,8 @@ static void *server_main(void *arg)
         for (int i = 0; i < PROM_MAX_CONNS; i++) {
             PromConn *c = &p->conns[i];
             if (c->fd < 0 || !pf[2 + i].revents) continue;
-            if (c->out)
-                conn_write(c);
-            else
-                conn_read(p, c);
+            if (c->out) conn_write(c);
+            else conn_read(p, c);
         }
         if (pf[1].revents & POLLIN) accept_all(p);
     }

@@ -143,8 +143,8 @@ static int check_hdr(Ring *r, const unsigned char *h, uint32_t op, uint64_t n, c
                 "%s is in %s #%llu of %llu units (root %u), this rank in %s #%llu of %llu "
                 "(root %u): the workers called different collectives",
                 r->prev_name, OP_NAMES[(gop & 0xff) <= 3 ? gop & 0xff : 0],
-                (unsigned long long)gseq, (unsigned long long)gn, gop >> 8,
-                OP_NAMES[op & 0xff], (unsigned long long)r->seq, (unsigned long long)n, op >> 8);
+                (unsigned long long)gseq, (unsigned long long)gn, gop >> 8, OP_NAMES[op & 0xff],
+                (unsigned long long)r->seq, (unsigned long long)n, op >> 8);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -275,8 +275,7 @@ static int run_loop(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
                (segment(p, rg, 0, &ptr, &len, &add), len == 0))
             rg++, skipped = 1;
         if (skipped && p->threaded) publish_recv(r, rg);
-        int want_send = shdr_off < HDR_BYTES ||
-                        (sg < p->nsend && (p->dep < 0 || rg > sg - p->dep));
+        int want_send = shdr_off < HDR_BYTES || (sg < p->nsend && (p->dep < 0 || rg > sg - p->dep));
         int want_recv = rhdr_off < HDR_BYTES || rg < p->nrecv;
         if (shdr_off == HDR_BYTES && sg >= p->nsend && !want_recv) break;
 
@@ -331,9 +330,9 @@ static int run_loop(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
         }
         if (now - last > r->io_timeout_s) {
             const char *who = want_recv ? r->prev_name : r->next_name;
-            return fail(r, -ETIMEDOUT, err, errlen,
-                        "lost %s during %s: %s for %.1f s", who, OP_NAMES[p->op],
-                        want_recv ? "no data" : "it accepted no data", r->io_timeout_s);
+            return fail(r, -ETIMEDOUT, err, errlen, "lost %s during %s: %s for %.1f s", who,
+                        OP_NAMES[p->op], want_recv ? "no data" : "it accepted no data",
+                        r->io_timeout_s);
         }
         struct pollfd pf[3];
         int np = 0;
@@ -379,12 +378,16 @@ static int ring_check(Ring *r, char *err, size_t errlen)
     return r->broken;
 }
 
-static int ring_allreduce_op(Ring *r, float *buf, size_t n, uint32_t op, char *err,
-                             size_t errlen)
+static int ring_allreduce_op(Ring *r, float *buf, size_t n, uint32_t op, char *err, size_t errlen)
 {
     if (ring_check(r, err, errlen) < 0) return r->broken;
-    Plan p = {.r = r, .op = (int)op, .base = (char *)buf, .n = n, .elem = sizeof(float),
-              .rank = r->base.rank, .world = r->base.world,
+    Plan p = {.r = r,
+              .op = (int)op,
+              .base = (char *)buf,
+              .n = n,
+              .elem = sizeof(float),
+              .rank = r->base.rank,
+              .world = r->base.world,
               .seg_elems = r->seg_bytes / sizeof(float)};
     size_t maxchunk = (n + (size_t)p.world - 1) / (size_t)p.world;
     p.nseg = (int)((maxchunk + p.seg_elems - 1) / p.seg_elems);
@@ -408,8 +411,8 @@ static int ring_broadcast(Collective *c, void *buf, size_t n, int root, char *er
         snprintf(err, errlen, "broadcast: root %d is not a rank of %d", root, c->world);
         return -EINVAL;
     }
-    Plan p = {.r = r, .op = OP_BROADCAST, .base = buf, .n = n, .elem = 1,
-              .seg_elems = r->seg_bytes};
+    Plan p = {
+        .r = r, .op = OP_BROADCAST, .base = buf, .n = n, .elem = 1, .seg_elems = r->seg_bytes};
     p.nseg = (int)((n + p.seg_elems - 1) / p.seg_elems);
     int next = (c->rank + 1) % c->world;
     p.nrecv = c->rank == root ? 0 : p.nseg;

@@ -47,8 +47,7 @@ static int shm_barrier(Collective *c, char *err, size_t errlen)
 static void unmap_peers(Shm *s)
 {
     for (int r = 0; s->views && r < s->base.world; r++)
-        if (s->views[r] && r != s->base.rank)
-            munmap((void *)(uintptr_t)s->views[r], s->bytes);
+        if (s->views[r] && r != s->base.rank) munmap((void *)(uintptr_t)s->views[r], s->bytes);
     free(s->views);
     s->views = NULL;
     s->active = 0;
@@ -113,8 +112,7 @@ static int name_is_kubetrain(const char name[NAME_BYTES])
     if (!end || (size_t)(end - name) <= plen || memcmp(name, NAME_PREFIX, plen) != 0) return 0;
     const char *p = name + plen, *pid = p;
     while (p < end && *p >= '0' && *p <= '9') p++;
-    if (p == pid || p - pid > 10 || p == end || *p++ != '-' || end - p != 2 * NAME_RANDOM)
-        return 0;
+    if (p == pid || p - pid > 10 || p == end || *p++ != '-' || end - p != 2 * NAME_RANDOM) return 0;
     for (; p < end; p++)
         if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return 0;
     return 1;
@@ -131,11 +129,11 @@ static void why_bad_name(int rank, const char name[NAME_BYTES], char *why, size_
         n += (size_t)snprintf(shown + n, sizeof shown - n, plain ? "%c" : "\\x%02x", ch);
     }
     shown[n] = '\0';
-    snprintf(why, whylen, "rank %d sent \"%s\"%s for its shared memory, not a name of the form "
-                          NAME_PREFIX "<pid>-<%d hex digits>; it is not opened (are all ranks "
-                          "the same trainer version?)",
-             rank, shown, memchr(name, '\0', NAME_BYTES) ? "" : " (unterminated)",
-             2 * NAME_RANDOM);
+    snprintf(why, whylen,
+             "rank %d sent \"%s\"%s for its shared memory, not a name of the form " NAME_PREFIX
+             "<pid>-<%d hex digits>; it is not opened (are all ranks "
+             "the same trainer version?)",
+             rank, shown, memchr(name, '\0', NAME_BYTES) ? "" : " (unterminated)", 2 * NAME_RANDOM);
 }
 
 /* Opens peer `name` read-only; NULL (reason in why) where this host has no such object
@@ -144,8 +142,10 @@ static const float *open_peer(const char *name, size_t bytes, char *why, size_t 
 {
     int fd = shm_open(name, O_RDONLY, 0);
     if (fd < 0 && errno == ENOENT) {
-        snprintf(why, whylen, "a peer's shared memory %s is not here (another host, or a "
-                              "/dev/shm of its own as in a pod)", name);
+        snprintf(why, whylen,
+                 "a peer's shared memory %s is not here (another host, or a "
+                 "/dev/shm of its own as in a pod)",
+                 name);
         return NULL;
     }
     if (fd < 0) {
@@ -158,10 +158,8 @@ static const float *open_peer(const char *name, size_t bytes, char *why, size_t 
         snprintf(why, whylen, "%s: not this job's (owner or size differs)", name);
     } else {
         void *m = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED)
-            snprintf(why, whylen, "%s: mmap: %s", name, strerror(errno));
-        else
-            p = m;
+        if (m == MAP_FAILED) snprintf(why, whylen, "%s: mmap: %s", name, strerror(errno));
+        else p = m;
     }
     close(fd);
     return p;
@@ -254,8 +252,8 @@ static int shm_share_arena(Collective *c, float *arena, size_t bytes, char *err,
     if (s->active)
         util_log("all-reduce through shared memory: the %d ranks share this host", world);
     else
-        util_log("all-reduce over TCP: %s", ok > 0 ? "another rank cannot map this one's shared memory"
-                                                   : why);
+        util_log("all-reduce over TCP: %s",
+                 ok > 0 ? "another rank cannot map this one's shared memory" : why);
 out:
     if (names[c->rank][0]) shm_unlink(names[c->rank]);
     if (!s->active) unmap_peers(s);
@@ -280,9 +278,14 @@ Collective *shm_wrap(Collective *ring)
 {
     Shm *s = xcalloc(1, sizeof *s);
     s->ring = ring;
-    s->base = (Collective){.rank = ring->rank, .world = ring->world, .name = ring->name,
-                           .device_buffers = 0, .allreduce_sum = shm_allreduce_sum,
-                           .broadcast = shm_broadcast, .barrier = shm_barrier,
-                           .share_arena = shm_share_arena, .destroy = shm_destroy};
+    s->base = (Collective){.rank = ring->rank,
+                           .world = ring->world,
+                           .name = ring->name,
+                           .device_buffers = 0,
+                           .allreduce_sum = shm_allreduce_sum,
+                           .broadcast = shm_broadcast,
+                           .barrier = shm_barrier,
+                           .share_arena = shm_share_arena,
+                           .destroy = shm_destroy};
     return &s->base;
 }

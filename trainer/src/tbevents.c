@@ -221,7 +221,8 @@ const char *tbev_path(const TbWriter *w)
 void tbev_scalars(TbWriter *w, int64_t step, const TbScalar *v, size_t n)
 {
     size_t summary = 0;
-    for (size_t i = 0; i < n; i++) summary += 1 + varint_size(value_size(&v[i])) + value_size(&v[i]);
+    for (size_t i = 0; i < n; i++)
+        summary += 1 + varint_size(value_size(&v[i])) + value_size(&v[i]);
     uint8_t key;
     put_double_field(w, 1, wall_time());
     key = KEY(2, 0);

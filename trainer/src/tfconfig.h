@@ -26,8 +26,7 @@ typedef struct TfConfig {
  * Ranks: the `chief` entry (at most one) is rank 0, then `worker` in list order.
  * Returns 0, or -EINVAL with one line in err naming the field and what was expected
  * (the CLI exits 2). On success the caller frees out with tfconfig_free. */
-int tfconfig_parse(const char *json, int index_override, TfConfig *out, char *err,
-                   size_t errlen);
+int tfconfig_parse(const char *json, int index_override, TfConfig *out, char *err, size_t errlen);
 
 /* Splits "host:port", "host: port" or "[v6addr]:port" into host and port.
  * Returns 0 or -EINVAL with the reason in err. */

@@ -81,8 +81,7 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen);
 /* Builds cfg's model (--model, --seed) within --max-model-memory-gib at the per-worker
  * batch with cfg's optimizer. Returns 0, or a negative errno with one line in err and
  * *exit_code set: KT_EXIT_USAGE for an unknown --model, else KT_EXIT_DATA. */
-int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err,
-                         size_t errlen);
+int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err, size_t errlen);
 
 /* Builds the model, optimizer, datasets and pipeline for cfg on collective coll (which
  * must outlive the trainer). Returns 0, or a negative errno with one line in err and

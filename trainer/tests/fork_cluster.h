@@ -90,8 +90,8 @@ static inline int cluster_wait(Cluster *c, double timeout_s)
             pid_t w = waitpid(c->pid[i], &c->status[i], WNOHANG);
             if (w == c->pid[i]) break;
             clock_gettime(CLOCK_MONOTONIC, &now);
-            double el = (double)(now.tv_sec - t0.tv_sec) +
-                        (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+            double el =
+                (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
             if (el > timeout_s) {
                 kill(c->pid[i], SIGKILL);
                 waitpid(c->pid[i], &c->status[i], 0);
@@ -124,9 +124,13 @@ static inline Collective *cluster_ring(const Cluster *c, int rank, const char *s
 {
     TfConfig tf;
     cluster_tfconfig(c, rank, &tf);
-    NetJob job = {.world = c->world, .rank = rank, .model_signature = "test-model",
-                  .global_batch = 64, .dataset = "synthetic"};
-    NetOptions opt = {.rendezvous_timeout_s = scaled(20), .handshake_timeout_s = scaled(2),
+    NetJob job = {.world = c->world,
+                  .rank = rank,
+                  .model_signature = "test-model",
+                  .global_batch = 64,
+                  .dataset = "synthetic"};
+    NetOptions opt = {.rendezvous_timeout_s = scaled(20),
+                      .handshake_timeout_s = scaled(2),
                       .secret = (const unsigned char *)secret,
                       .secret_len = secret ? strlen(secret) : 0};
     NetRing conn;
@@ -134,7 +138,8 @@ static inline Collective *cluster_ring(const Cluster *c, int rank, const char *s
     tfconfig_free(&tf);
     close(c->listen_fd[rank]);
     if (rc < 0) return NULL;
-    RingOptions ro = {.io_timeout_s = io_timeout_s, .segment_bytes = segment_bytes,
+    RingOptions ro = {.io_timeout_s = io_timeout_s,
+                      .segment_bytes = segment_bytes,
                       .thread_min_bytes = thread_min_bytes};
     return ring_create(rank, c->world, &conn, &ro);
 }

@@ -58,10 +58,15 @@ static CkptState state_at(uint64_t step)
 {
     CkptState s;
     memset(&s, 0, sizeof s); /* padding too: states are compared with memcmp */
-    s = (CkptState){.world = 2, .epoch = step / 70, .step_in_epoch = step % 70,
-                   .global_step = step, .seed = 1, .rng_state = 0x1234 + step,
-                   .data_epoch = step / 100, .data_position = step * 128 % 60000,
-                   .optimizer_iter = step};
+    s = (CkptState){.world = 2,
+                    .epoch = step / 70,
+                    .step_in_epoch = step % 70,
+                    .global_step = step,
+                    .seed = 1,
+                    .rng_state = 0x1234 + step,
+                    .data_epoch = step / 100,
+                    .data_position = step * 128 % 60000,
+                    .optimizer_iter = step};
     snprintf(s.model_signature, sizeof s.model_signature, "tutorial-cnn:1769354");
     return s;
 }
@@ -262,8 +267,7 @@ static void test_foreign_newest_skipped_at_load(void **state)
     assert_non_null(mkdtemp(other));
     CkptState s = state_at(1000);
     snprintf(s.model_signature, sizeof s.model_signature, "mlp:101770");
-    assert_int_equal(ckpt_save(other, 1, &s, f->params, sizeof f->params, NULL, 0, err,
-                               sizeof err),
+    assert_int_equal(ckpt_save(other, 1, &s, f->params, sizeof f->params, NULL, 0, err, sizeof err),
                      0);
     save(f, 10, 5);
     save(f, 20, 5);
@@ -327,11 +331,11 @@ static void expect_file(Fixture *f, const char *name, int present)
     DIR *d = opendir(f->dir);
     struct dirent *e;
     while ((e = readdir(d)))
-        if (e->d_name[0] != '.') strncat(strncat(all, " ", sizeof all - strlen(all) - 1),
-                                         e->d_name, sizeof all - strlen(all) - 1);
+        if (e->d_name[0] != '.')
+            strncat(strncat(all, " ", sizeof all - strlen(all) - 1), e->d_name,
+                    sizeof all - strlen(all) - 1);
     closedir(d);
-    fail_msg("%s: expected %s; the directory holds:%s", name, present ? "present" : "absent",
-             all);
+    fail_msg("%s: expected %s; the directory holds:%s", name, present ? "present" : "absent", all);
 }
 
 /* A corrupt checkpoint with a higher step than the run's (a restart skipped it for the
@@ -369,9 +373,8 @@ static void test_foreign_newer_moved_aside(void **state)
     char err[512];
     CkptState other = state_at(1000);
     snprintf(other.model_signature, sizeof other.model_signature, "mlp:101770");
-    assert_int_equal(ckpt_save(f->dir, 5, &other, f->params, sizeof f->params, NULL, 0, err,
-                               sizeof err),
-                     0);
+    assert_int_equal(
+        ckpt_save(f->dir, 5, &other, f->params, sizeof f->params, NULL, 0, err, sizeof err), 0);
     save(f, 10, 2);
     save(f, 20, 2);
     expect_file(f, "ckpt-1000.kt", 0);

@@ -140,7 +140,11 @@ static void test_auto_shard_equals_big_batch(void **s)
     int big[12 * 20], part[4 * 20];
     collect(&one, 20, big);
     for (int r = 0; r < 3; r++) {
-        PipelineConfig pc = {.batch = 4, .shuffle_buffer = 60000, .seed = 2, .rank = r, .world = 3,
+        PipelineConfig pc = {.batch = 4,
+                             .shuffle_buffer = 60000,
+                             .seed = 2,
+                             .rank = r,
+                             .world = 3,
                              .policy = SHARD_AUTO};
         collect(&pc, 20, part);
         for (int st = 0; st < 20; st++)
@@ -159,14 +163,22 @@ static void test_file_and_off_shards(void **s)
     (void)s;
     int ex[2][50];
     for (int r = 0; r < 2; r++) {
-        PipelineConfig pc = {.batch = 5, .shuffle_buffer = 60000, .seed = 4, .rank = r, .world = 2,
+        PipelineConfig pc = {.batch = 5,
+                             .shuffle_buffer = 60000,
+                             .seed = 4,
+                             .rank = r,
+                             .world = 2,
                              .policy = SHARD_FILE};
         collect(&pc, 10, ex[r]);
         /* rank 0 holds [0,51), rank 1 [51,103) */
         for (int i = 0; i < 50; i++) assert_true(r == 0 ? ex[r][i] < 51 : ex[r][i] >= 51);
     }
     for (int r = 0; r < 2; r++) {
-        PipelineConfig pc = {.batch = 5, .shuffle_buffer = 60000, .seed = 4, .rank = r, .world = 2,
+        PipelineConfig pc = {.batch = 5,
+                             .shuffle_buffer = 60000,
+                             .seed = 4,
+                             .rank = r,
+                             .world = 2,
                              .policy = SHARD_OFF};
         collect(&pc, 10, ex[r]);
     }

@@ -32,7 +32,8 @@ static void check(const Shape *s, GemmTrans ta, GemmTrans tb, float alpha, float
     const int m = s->m, n = s->n, k = s->k;
     /* stored shapes: A is m x k (k x m when transposed), B k x n (n x k); pad each row */
     const int lda = (ta == GEMM_N ? k : m) + 3, ldb = (tb == GEMM_N ? n : k) + 5, ldc = n + 7;
-    const size_t na = (size_t)(ta == GEMM_N ? m : k) * lda, nb = (size_t)(tb == GEMM_N ? k : n) * ldb;
+    const size_t na = (size_t)(ta == GEMM_N ? m : k) * lda,
+                 nb = (size_t)(tb == GEMM_N ? k : n) * ldb;
     float *a = xmalloc(na * sizeof *a), *b = xmalloc(nb * sizeof *b);
     float *c = xmalloc((size_t)m * ldc * sizeof *c), *c0 = xmalloc((size_t)m * ldc * sizeof *c0);
     uint64_t r = (uint64_t)m * 131 + (uint64_t)n * 7 + (uint64_t)k + ta * 2 + tb;
@@ -57,11 +58,12 @@ static void check(const Shape *s, GemmTrans ta, GemmTrans tb, float alpha, float
             if (err > worst) worst = err;
         }
         /* the padding past n is never written */
-        for (int j = n; j < ldc; j++) assert_true(c[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j]);
+        for (int j = n; j < ldc; j++)
+            assert_true(c[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j]);
     }
-    print_message("# %dx%dx%d (%s) %c%c alpha %g beta %g: worst error %.2e of the terms' sum\n",
-                  m, n, k, s->cut, ta == GEMM_N ? 'N' : 'T', tb == GEMM_N ? 'N' : 'T',
-                  (double)alpha, (double)beta, worst);
+    print_message("# %dx%dx%d (%s) %c%c alpha %g beta %g: worst error %.2e of the terms' sum\n", m,
+                  n, k, s->cut, ta == GEMM_N ? 'N' : 'T', tb == GEMM_N ? 'N' : 'T', (double)alpha,
+                  (double)beta, worst);
     assert_true(worst < 1e-5);
 
     /* the same call again: the same bits */

@@ -229,10 +229,9 @@ static void check_loss(int probs, int b, int c)
     std::vector<double> row_loss(b);
     std::vector<int> row_correct(b);
     int correct_cpu = 0;
-    const double sum_cpu = probs ? loss_sce_probs(d_cpu.data(), &correct_cpu, z.data(),
-                                                  labels.data(), b, c, scale)
-                                 : loss_sce_logits(d_cpu.data(), &correct_cpu, z.data(),
-                                                   labels.data(), b, c, scale);
+    const double sum_cpu =
+        probs ? loss_sce_probs(d_cpu.data(), &correct_cpu, z.data(), labels.data(), b, c, scale)
+              : loss_sce_logits(d_cpu.data(), &correct_cpu, z.data(), labels.data(), b, c, scale);
     if (probs)
         emul_launch(EW, k_sce_probs, d.data(), row_loss.data(), row_correct.data(),
                     (const float *)z.data(), (const uint8_t *)labels.data(), b, c, scale);
@@ -306,8 +305,8 @@ static void test_optimizers(void **state)
         OptimizerKind kind;
         float mom;
         int nesterov;
-    } cases[] = {{OPT_SGD, 0.0f, 0},     {OPT_SGD, 0.9f, 0},     {OPT_SGD, 0.9f, 1},
-                 {OPT_RMSPROP, 0.0f, 0}, {OPT_RMSPROP, 0.5f, 0}, {OPT_ADAM, 0.0f, 0},
+    } cases[] = {{OPT_SGD, 0.0f, 0},         {OPT_SGD, 0.9f, 0},     {OPT_SGD, 0.9f, 1},
+                 {OPT_RMSPROP, 0.0f, 0},     {OPT_RMSPROP, 0.5f, 0}, {OPT_ADAM, 0.0f, 0},
                  {OPT_ADAM_AMSGRAD, 0.0f, 0}};
     const size_t n = 500;
     for (auto &k : cases) {
@@ -350,11 +349,10 @@ static void test_optimizers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bias_activations),
-        cmocka_unit_test(test_maxpool),          cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_kernel_layouts),   cmocka_unit_test(test_pad_crop),
-        cmocka_unit_test(test_losses),           cmocka_unit_test(test_l2_stats_axpy),
-        cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_bias_activations), cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_dropout),          cmocka_unit_test(test_kernel_layouts),
+        cmocka_unit_test(test_pad_crop),         cmocka_unit_test(test_losses),
+        cmocka_unit_test(test_l2_stats_axpy),    cmocka_unit_test(test_optimizers),
     };
     return cmocka_run_group_tests_name("gpu kernels (CPU emulation)", tests, NULL, NULL);
 }

@@ -141,10 +141,11 @@ static void test_conv_valid_dense(void **s)
 {
     (void)s;
     need_devices(1);
-    compare_step("{\"input_shape\":[10,10],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[10,10,1]},"
-                 "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"activation\":\"relu\"},"
-                 "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\"},"
-                 "{\"type\":\"Dense\",\"units\":5}]}");
+    compare_step(
+        "{\"input_shape\":[10,10],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[10,10,1]},"
+        "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"activation\":\"relu\"},"
+        "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\"},"
+        "{\"type\":\"Dense\",\"units\":5}]}");
 }
 
 static void test_conv_same_strided_odd_padding(void **s)
@@ -212,15 +213,17 @@ static void graphs_follow_cpu(int on)
     enum { B = 8, STEPS = 9 };
     char err[512];
     Model *m;
-    assert_int_equal(model_create_from_text(&m,
-        "{\"input_shape\":[9,9,1],\"layers\":["
-        "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"strides\":2,"
-        "\"padding\":\"same\",\"activation\":\"relu\"},"
-        "{\"type\":\"MaxPooling2D\",\"pool_size\":2},{\"type\":\"Flatten\"},"
-        "{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\","
-        "\"kernel_regularizer\":{\"l2\":0.01}},"
-        "{\"type\":\"Dropout\",\"rate\":0.4},{\"type\":\"Dense\",\"units\":5}]}",
-        "graphs spec", 7, err, sizeof err), 0);
+    assert_int_equal(model_create_from_text(
+                         &m,
+                         "{\"input_shape\":[9,9,1],\"layers\":["
+                         "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"strides\":2,"
+                         "\"padding\":\"same\",\"activation\":\"relu\"},"
+                         "{\"type\":\"MaxPooling2D\",\"pool_size\":2},{\"type\":\"Flatten\"},"
+                         "{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\","
+                         "\"kernel_regularizer\":{\"l2\":0.01}},"
+                         "{\"type\":\"Dropout\",\"rate\":0.4},{\"type\":\"Dense\",\"units\":5}]}",
+                         "graphs spec", 7, err, sizeof err),
+                     0);
     const size_t np = m->num_params, pixels = m->input_size;
     model_reserve(m, B);
     OptimizerConfig oc = optim_defaults(OPT_SGD, 0.01f);
@@ -279,9 +282,14 @@ static void test_optimizers(void **s)
 {
     (void)s;
     need_devices(1);
-    struct { OptimizerKind kind; float mom; int nesterov; } cases[] = {
-        {OPT_SGD, 0.0f, 0}, {OPT_SGD, 0.9f, 0}, {OPT_SGD, 0.9f, 1}, {OPT_RMSPROP, 0.0f, 0},
-        {OPT_RMSPROP, 0.5f, 0}, {OPT_ADAM, 0.0f, 0}, {OPT_ADAM_AMSGRAD, 0.0f, 0},
+    struct {
+        OptimizerKind kind;
+        float mom;
+        int nesterov;
+    } cases[] = {
+        {OPT_SGD, 0.0f, 0},          {OPT_SGD, 0.9f, 0},     {OPT_SGD, 0.9f, 1},
+        {OPT_RMSPROP, 0.0f, 0},      {OPT_RMSPROP, 0.5f, 0}, {OPT_ADAM, 0.0f, 0},
+        {OPT_ADAM_AMSGRAD, 0.0f, 0},
     };
     char err[512];
     Model *m;
@@ -449,7 +457,8 @@ static void test_nccl_one_rank(void **s)
 }
 
 /* ---- two ranks, one killed: each rank is this program re-executed (a forked child
- * cannot use CUDA once the parent has initialised it), bootstrapped over a pipe that carries the NCCL id. */
+ * cannot use CUDA once the parent has initialised it), bootstrapped over a pipe that
+ * carries the NCCL id. */
 
 typedef struct {
     Collective base;
@@ -489,9 +498,13 @@ static void pipe_destroy(Collective *c)
 static int peer_main(int rank, int fd)
 {
     PipeBoot *p = xcalloc(1, sizeof *p);
-    p->base = (Collective){.rank = rank, .world = 2, .name = "pipe",
-                           .allreduce_sum = pipe_allreduce, .broadcast = pipe_broadcast,
-                           .barrier = pipe_barrier, .destroy = pipe_destroy};
+    p->base = (Collective){.rank = rank,
+                           .world = 2,
+                           .name = "pipe",
+                           .allreduce_sum = pipe_allreduce,
+                           .broadcast = pipe_broadcast,
+                           .barrier = pipe_barrier,
+                           .destroy = pipe_destroy};
     p->fd = fd;
     char err[512];
     Collective *c = coll_nccl_create(&p->base, rank, 10.0, err, sizeof err);

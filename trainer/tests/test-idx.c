@@ -28,7 +28,8 @@ const char *__asan_default_options(void)
 
 static void put_be32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+    p[3] = (uint8_t)v;
 }
 
 /* Writes an IDX file of unsigned bytes: header for dims, then `payload` bytes of data
@@ -176,7 +177,8 @@ static void test_wrong_magic(void **s)
     write_idx("f", 3, dims, 60, 0, 0x0D); /* float type */
     expect_error(idx_read(path, 3, &data, d, err, sizeof err), err, "bad IDX magic 00000d03");
     write_idx("f", 3, dims, 60, 0, 0x08);
-    expect_error(idx_read(path, 1, &data, d, err, sizeof err), err, "bad IDX magic"); /* 3 dims, 1 expected */
+    expect_error(idx_read(path, 1, &data, d, err, sizeof err), err,
+                 "bad IDX magic"); /* 3 dims, 1 expected */
 }
 
 static void test_zero_dimension_and_trailing(void **s)
@@ -211,17 +213,21 @@ static void test_label_range_and_missing(void **s)
     write_pair(9, 9, 0); /* labels are i % 7: up to 6 */
     IdxDataset ds;
     char err[512];
-    expect_error(idx_load_dataset(&ds, dir, "train", 5, err, sizeof err), err, "label 5 of example 5");
+    expect_error(idx_load_dataset(&ds, dir, "train", 5, err, sizeof err), err,
+                 "label 5 of example 5");
     expect_error(idx_load_dataset(&ds, dir, "t10k", 10, err, sizeof err), err, "cannot open");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_raw_and_gzip), cmocka_unit_test(test_truncated_data),
+        cmocka_unit_test(test_good_raw_and_gzip),
+        cmocka_unit_test(test_truncated_data),
         cmocka_unit_test(test_huge_header_short_file),
-        cmocka_unit_test(test_truncated_header),  cmocka_unit_test(test_wrong_magic),
-        cmocka_unit_test(test_zero_dimension_and_trailing), cmocka_unit_test(test_count_mismatch),
+        cmocka_unit_test(test_truncated_header),
+        cmocka_unit_test(test_wrong_magic),
+        cmocka_unit_test(test_zero_dimension_and_trailing),
+        cmocka_unit_test(test_count_mismatch),
         cmocka_unit_test(test_label_range_and_missing),
     };
     return cmocka_run_group_tests_name("idx", tests, setup, teardown);

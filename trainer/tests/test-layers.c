@@ -57,7 +57,8 @@ static void check_grad(const char *what, float *x, const float *analytic, size_t
                 print_message("# %s[%zu]: analytic %.6f numeric %.6f\n", what, i, analytic[i], num);
         }
     }
-    if (bad) fail_msg("%s: %d of %zu gradient entries differ from finite differences", what, bad, n);
+    if (bad)
+        fail_msg("%s: %d of %zu gradient entries differ from finite differences", what, bad, n);
 }
 
 /* ---- conv2d ---- */
@@ -93,9 +94,21 @@ static void conv_case(int h, int w, int ch, int k, int f, int stride, int same)
     free(din), free(dw), free(db), free(dcol);
 }
 
-static void test_conv_valid(void **s) { (void)s; conv_case(6, 5, 2, 3, 3, 1, 0); }
-static void test_conv_same_stride2(void **s) { (void)s; conv_case(7, 6, 3, 3, 2, 2, 1); }
-static void test_conv_same_even_kernel(void **s) { (void)s; conv_case(5, 5, 1, 2, 2, 1, 1); }
+static void test_conv_valid(void **s)
+{
+    (void)s;
+    conv_case(6, 5, 2, 3, 3, 1, 0);
+}
+static void test_conv_same_stride2(void **s)
+{
+    (void)s;
+    conv_case(7, 6, 3, 3, 2, 2, 1);
+}
+static void test_conv_same_even_kernel(void **s)
+{
+    (void)s;
+    conv_case(5, 5, 1, 2, 2, 1, 1);
+}
 
 /* A convolution's operands drawn from a seed of their own (the other tests' draws stay
  * as they were: their finite differences are checked away from relu's kink on those),
@@ -363,7 +376,8 @@ static double drop_obj(void *p)
 static void test_dropout(void **s)
 {
     (void)s;
-    DropCase c = {.x = rand_array(50, 1), .y = malloc(200), .mask = malloc(200), .r = rand_array(50, 1)};
+    DropCase c = {
+        .x = rand_array(50, 1), .y = malloc(200), .mask = malloc(200), .r = rand_array(50, 1)};
     drop_obj(&c);
     int zeros = 0;
     for (int i = 0; i < 50; i++) {
@@ -401,14 +415,28 @@ static void act_case(Activation act)
     act_obj(&c);
     memcpy(d, c.r, sizeof d);
     activation_backward(d, c.y, 4, 6, act);
-    check_grad(act == ACT_RELU ? "relu" : act == ACT_SOFTMAX ? "softmax" : "linear", c.x, d, 24,
-               act_obj, &c, EPS);
+    check_grad(act == ACT_RELU      ? "relu"
+               : act == ACT_SOFTMAX ? "softmax"
+                                    : "linear",
+               c.x, d, 24, act_obj, &c, EPS);
     free(c.x), free(c.y), free(c.r);
 }
 
-static void test_relu(void **s) { (void)s; act_case(ACT_RELU); }
-static void test_softmax(void **s) { (void)s; act_case(ACT_SOFTMAX); }
-static void test_linear(void **s) { (void)s; act_case(ACT_LINEAR); }
+static void test_relu(void **s)
+{
+    (void)s;
+    act_case(ACT_RELU);
+}
+static void test_softmax(void **s)
+{
+    (void)s;
+    act_case(ACT_SOFTMAX);
+}
+static void test_linear(void **s)
+{
+    (void)s;
+    act_case(ACT_LINEAR);
+}
 
 /* ---- losses ---- */
 typedef struct {
@@ -503,7 +531,8 @@ static void test_model_grad(void **s)
         "{\"type\":\"MaxPooling2D\",\"pool_size\":1},"
         "{\"type\":\"Flatten\"},"
         "{\"type\":\"Dropout\",\"rate\":0.5},"
-        "{\"type\":\"Dense\",\"units\":4,\"activation\":\"softmax\",\"kernel_regularizer\":{\"l2\":0.01}}]}";
+        "{\"type\":\"Dense\",\"units\":4,\"activation\":\"softmax\",\"kernel_regularizer\":{\"l2\":"
+        "0.01}}]}";
     char err[256];
     ModelCase c = {.y = {1, 3, 0}};
     assert_int_equal(model_create(&c.m, spec, 5, err, sizeof err), 0);
@@ -557,8 +586,8 @@ static void test_model_grad_nd_dense_and_pool(void **s)
     model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
     float *g = malloc(c.m->num_params * sizeof *g);
     memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
-    check_grad("model params (rank-3 Dense, same pool)", c.m->params, g, c.m->num_params,
-               model_obj, &c, 2e-3f);
+    check_grad("model params (rank-3 Dense, same pool)", c.m->params, g, c.m->num_params, model_obj,
+               &c, 2e-3f);
     /* the softmax Dense normalised each of its 15 rows per example */
     const float *sm = c.m->acts[3];
     for (int r = 0; r < 3 * 15; r++) assert_float_equal(sm[2 * r] + sm[2 * r + 1], 1.0f, 1e-5);
@@ -571,14 +600,21 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_blocks_equal_examples),
-        cmocka_unit_test(test_conv_geometry),     cmocka_unit_test(test_conv_valid),
+        cmocka_unit_test(test_conv_geometry),
+        cmocka_unit_test(test_conv_valid),
         cmocka_unit_test(test_conv_relu_fused),
-        cmocka_unit_test(test_conv_same_stride2), cmocka_unit_test(test_conv_same_even_kernel),
-        cmocka_unit_test(test_dense),             cmocka_unit_test(test_maxpool),
-        cmocka_unit_test(test_dropout),           cmocka_unit_test(test_relu),
-        cmocka_unit_test(test_softmax),           cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_loss_logits),       cmocka_unit_test(test_loss_probs),
-        cmocka_unit_test(test_model_grad),        cmocka_unit_test(test_maxpool_same_by_hand),
+        cmocka_unit_test(test_conv_same_stride2),
+        cmocka_unit_test(test_conv_same_even_kernel),
+        cmocka_unit_test(test_dense),
+        cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_loss_logits),
+        cmocka_unit_test(test_loss_probs),
+        cmocka_unit_test(test_model_grad),
+        cmocka_unit_test(test_maxpool_same_by_hand),
         cmocka_unit_test(test_model_grad_nd_dense_and_pool),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);

@@ -23,7 +23,11 @@ static void test_builtin_param_counts(void **s)
 {
     (void)s;
     /* Keras's model.summary() totals */
-    const struct { const char *name; size_t params; int layers; } want[] = {
+    const struct {
+        const char *name;
+        size_t params;
+        int layers;
+    } want[] = {
         {"tutorial-cnn", 320 + 21632 * 128 + 128 + 1290, 5},
         {"tutorial-cnn-l2", 320 + 21632 * 128 + 128 + 1290, 5},
         {"cnn2", 320 + 18496 + 9216 * 64 + 64 + 650, 6},
@@ -171,9 +175,10 @@ static void test_spec_errors(void **s)
     expect_error("{\"input_shape\":[16384,16384],\"layers\":[{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":1048576},{\"type\":\"Dense\",\"units\":2}]}",
                  "layers[1].type: expected a layer of at most 2^28 outputs");
-    expect_error("{\"input_shape\":[4096,4096,16],\"layers\":[{\"type\":\"Conv2D\",\"filters\":"
-                 "65536,\"kernel_size\":3},{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}",
-                 "layers[0].type: expected a layer of at most 2^28 outputs");
+    expect_error(
+        "{\"input_shape\":[4096,4096,16],\"layers\":[{\"type\":\"Conv2D\",\"filters\":"
+        "65536,\"kernel_size\":3},{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}",
+        "layers[0].type: expected a layer of at most 2^28 outputs");
     expect_error("{\"input_shape\":[8192,16384],\"layers\":[{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":2},{\"type\":\"Dense\",\"units\":2}]}",
                  "layers: expected at most 2^28 parameters in all");
@@ -278,15 +283,16 @@ static void on_ready_log(void *ctx, size_t offset, size_t count)
 static void test_sharded_step_equals_one_thread(void **s)
 {
     (void)s;
-    const char *spec = "{\"input_shape\":[12,12,1],\"layers\":["
-                       "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"strides\":2,"
-                       "\"padding\":\"same\",\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":0.01}},"
-                       "{\"type\":\"MaxPooling2D\",\"pool_size\":2},"
-                       "{\"type\":\"Dropout\",\"rate\":0.3},"
-                       "{\"type\":\"Dense\",\"units\":5,\"activation\":\"relu\"},"
-                       "{\"type\":\"Flatten\"},"
-                       "{\"type\":\"Dropout\",\"rate\":0.2},"
-                       "{\"type\":\"Dense\",\"units\":10}]}";
+    const char *spec =
+        "{\"input_shape\":[12,12,1],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,\"strides\":2,"
+        "\"padding\":\"same\",\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":0.01}},"
+        "{\"type\":\"MaxPooling2D\",\"pool_size\":2},"
+        "{\"type\":\"Dropout\",\"rate\":0.3},"
+        "{\"type\":\"Dense\",\"units\":5,\"activation\":\"relu\"},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dropout\",\"rate\":0.2},"
+        "{\"type\":\"Dense\",\"units\":10}]}";
     enum { B = 48 };
     char err[256];
     Model *m[3] = {NULL, NULL, NULL};
@@ -442,7 +448,8 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
         }
     }
     print_message("# folded SGD: largest update %.3g, largest difference %.3g; gradients "
-                  "written %.3g, differ by %.3g\n", moved, dmax, gmax, gdiff);
+                  "written %.3g, differ by %.3g\n",
+                  moved, dmax, gmax, gdiff);
     assert_true(moved > 0.0 && dmax <= 1e-4 * moved);
     assert_true(gmax > 0.0 && gdiff <= 1e-4 * gmax);
     optim_free(o);
@@ -454,9 +461,12 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtin_param_counts), cmocka_unit_test(test_yaml_equals_json),
-        cmocka_unit_test(test_signature_distinguishes), cmocka_unit_test(test_seeded_init),
-        cmocka_unit_test(test_spec_errors), cmocka_unit_test(test_spec_file),
+        cmocka_unit_test(test_builtin_param_counts),
+        cmocka_unit_test(test_yaml_equals_json),
+        cmocka_unit_test(test_signature_distinguishes),
+        cmocka_unit_test(test_seeded_init),
+        cmocka_unit_test(test_spec_errors),
+        cmocka_unit_test(test_spec_file),
         cmocka_unit_test(test_sharded_step_equals_one_thread),
         cmocka_unit_test(test_folded_sgd_equals_step_then_sgd),
         cmocka_unit_test(test_zeroed_gradient_buffer_stays_zero),

@@ -65,14 +65,16 @@ static void net_rank(const Cluster *c, int rank, void *argp)
         tf.peers[me] = tf.peers[rank];
         tf.peers[rank] = t;
     }
-    NetJob job = {.world = c->world, .rank = me,
+    NetJob job = {.world = c->world,
+                  .rank = me,
                   .model_signature = a->signature[rank] ? a->signature[rank] : "cnn",
                   .global_batch = a->batch[rank] ? a->batch[rank] : 128,
                   .dataset = a->dataset[rank] ? a->dataset[rank] : "fashion-mnist"};
     const char *s = a->secret[rank];
     NetOptions opt = {.rendezvous_timeout_s = a->rendezvous_timeout_s,
                       .handshake_timeout_s = a->handshake_timeout_s,
-                      .secret = (const unsigned char *)s, .secret_len = s ? strlen(s) : 0};
+                      .secret = (const unsigned char *)s,
+                      .secret_len = s ? strlen(s) : 0};
     NetRing conn;
     r->rc = net_rendezvous(c->listen_fd[rank], &tf, &job, &opt, &conn, r->err, sizeof r->err);
     tfconfig_free(&tf);
@@ -147,8 +149,7 @@ static void test_wrong_secret(void **state)
     (void)state;
     const char *secrets[2][2] = {{"right", "wrong"}, {"right", NULL}};
     for (int k = 0; k < 2; k++) {
-        NetArg a = {.secret = {secrets[k][0], secrets[k][1]},
-                    .rendezvous_timeout_s = scaled(2)};
+        NetArg a = {.secret = {secrets[k][0], secrets[k][1]}, .rendezvous_timeout_s = scaled(2)};
         double t0 = util_now();
         NetResult *res = run_cluster(2, &a, 30);
         double dt = util_now() - t0;
@@ -242,7 +243,8 @@ static void nap(double s)
 static int rogue_connect(int port, const void *buf, size_t n)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) return -1;
     if (n && write(fd, buf, n) != (ssize_t)n) return -1;
@@ -361,8 +363,10 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
     }
     nap(scaled(0.05));
 
-    NetArg a = {.res = res, .secret = {"k", "k"},
-                .rendezvous_timeout_s = scaled(15), .handshake_timeout_s = scaled(1),
+    NetArg a = {.res = res,
+                .secret = {"k", "k"},
+                .rendezvous_timeout_s = scaled(15),
+                .handshake_timeout_s = scaled(1),
                 .log_path = {log0, log1}};
     cluster_start(&c, 1, net_rank, &a);
     /* Rank 1 serves the queued strangers side by side; the impostor's exchange must end
@@ -453,8 +457,7 @@ static int fake_client(int port, const FakePeer *fp)
     if (raw_send_frame(fd, hello, hn) < 0 || raw_recv_frame(fd, chal, sizeof chal, &cn) < 0)
         goto out;
     rc = -1;
-    if (net_hello_decode(chal, cn, NET_MSG_CHALLENGE, &theirs, &used, &why) < 0 ||
-        used + 32 != cn)
+    if (net_hello_decode(chal, cn, NET_MSG_CHALLENGE, &theirs, &used, &why) < 0 || used + 32 != cn)
         goto out;
     fake_mac(fp, "server", hello, hn, chal, used, mac);
     if (memcmp(mac, chal + used, 32) != 0) goto out;
@@ -515,7 +518,8 @@ typedef struct FloodReport {
 static void flooder(int port, const char *src, int hello, int procs, long max_n, double max_s,
                     FloodReport *rep)
 {
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     struct sockaddr_in from = {.sin_family = AF_INET};
     inet_pton(AF_INET, src, &from.sin_addr);
@@ -567,8 +571,11 @@ static void flood_beside_a_pair(const char *src, int hello, double proof_delay_s
     FloodReport *rep = cluster_shared(sizeof *rep);
     assert_int_equal(cluster_listen(&c, 2), 0);
     const double rendezvous_s = scaled(10);
-    NetArg a = {.res = res, .secret = {"k", "k"}, .rendezvous_timeout_s = rendezvous_s,
-                .handshake_timeout_s = scaled(10), .log_path = {NULL, log1},
+    NetArg a = {.res = res,
+                .secret = {"k", "k"},
+                .rendezvous_timeout_s = rendezvous_s,
+                .handshake_timeout_s = scaled(10),
+                .log_path = {NULL, log1},
                 .rendezvous_only = 1};
     cluster_start(&c, 1, net_rank, &a);
     fflush(stderr);
@@ -620,10 +627,9 @@ static void flood_beside_a_pair(const char *src, int hello, double proof_delay_s
     print_message("# flood from %s (%s): %ld connections before rank 0 came, %ld in the "
                   "%.2f s after (%.0f/s); rank 0 (proof after %.0f ms): %s after %d "
                   "attempt(s), %.2f s; rank 1: %s\n",
-                  src, hello ? "HELLOs" : "nothing sent", before, during, dt,
-                  (double)during / dt, proof_delay_s * 1e3,
-                  rep->acked ? "accepted" : "never accepted", rep->attempts, rep->took_s,
-                  res[1].rc ? res[1].err : "ring formed");
+                  src, hello ? "HELLOs" : "nothing sent", before, during, dt, (double)during / dt,
+                  proof_delay_s * 1e3, rep->acked ? "accepted" : "never accepted", rep->attempts,
+                  rep->took_s, res[1].rc ? res[1].err : "ring formed");
     if (before < 500) fail_msg("the flooder made only %ld connections", before);
     if (res[1].rc != 0 || !rep->acked)
         fail_msg("rank 1 did not accept the real rank 0 under the flood: %s", res[1].err);
@@ -673,8 +679,11 @@ static void test_wrong_party_at_the_peer_address_is_retried(void **state)
     Cluster c;
     NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
     assert_int_equal(cluster_listen(&c, 2), 0);
-    NetArg a = {.res = res, .secret = {"k", "k"}, .rendezvous_timeout_s = scaled(15),
-                .handshake_timeout_s = scaled(2), .log_path = {log0, NULL}};
+    NetArg a = {.res = res,
+                .secret = {"k", "k"},
+                .rendezvous_timeout_s = scaled(15),
+                .handshake_timeout_s = scaled(2),
+                .log_path = {log0, NULL}};
     /* the squatters hold rank 1's port: they answer rank 0's first two connections */
     pid_t sq = fork();
     if (sq == 0) {
@@ -714,8 +723,11 @@ static void test_wrong_rank_connecting_is_refused(void **state)
     Cluster c;
     NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
     assert_int_equal(cluster_listen(&c, 2), 0);
-    NetArg a = {.res = res, .secret = {"k", "k"}, .rendezvous_timeout_s = scaled(15),
-                .handshake_timeout_s = scaled(2), .log_path = {NULL, log1}};
+    NetArg a = {.res = res,
+                .secret = {"k", "k"},
+                .rendezvous_timeout_s = scaled(15),
+                .handshake_timeout_s = scaled(2),
+                .log_path = {NULL, log1}};
     cluster_start(&c, 1, net_rank, &a);
     FakePeer dup = {.secret = "k", .rank = 1};
     int got = fake_client(c.port[1], &dup);

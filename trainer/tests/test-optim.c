@@ -69,8 +69,16 @@ static void sgd_momentum(int nesterov)
     expect(w, want);
 }
 
-static void test_sgd_momentum(void **st) { (void)st; sgd_momentum(0); }
-static void test_sgd_nesterov(void **st) { (void)st; sgd_momentum(1); }
+static void test_sgd_momentum(void **st)
+{
+    (void)st;
+    sgd_momentum(0);
+}
+static void test_sgd_nesterov(void **st)
+{
+    (void)st;
+    sgd_momentum(1);
+}
 
 static void rmsprop(float momentum)
 {
@@ -99,8 +107,16 @@ static void rmsprop(float momentum)
     expect(w, want);
 }
 
-static void test_rmsprop(void **st) { (void)st; rmsprop(0.0f); }
-static void test_rmsprop_momentum(void **st) { (void)st; rmsprop(0.5f); }
+static void test_rmsprop(void **st)
+{
+    (void)st;
+    rmsprop(0.0f);
+}
+static void test_rmsprop_momentum(void **st)
+{
+    (void)st;
+    rmsprop(0.5f);
+}
 
 static void adam(int ams)
 {
@@ -124,14 +140,23 @@ static void adam(int ams)
     expect(w, want);
 }
 
-static void test_adam(void **st) { (void)st; adam(0); }
-static void test_adam_amsgrad(void **st) { (void)st; adam(1); }
+static void test_adam(void **st)
+{
+    (void)st;
+    adam(0);
+}
+static void test_adam_amsgrad(void **st)
+{
+    (void)st;
+    adam(1);
+}
 
 static void test_amsgrad_differs(void **st)
 {
     (void)st;
     /* a large then small gradient: amsgrad keeps the larger second moment */
-    OptimizerConfig a = optim_defaults(OPT_ADAM, 0.01f), b = optim_defaults(OPT_ADAM_AMSGRAD, 0.01f);
+    OptimizerConfig a = optim_defaults(OPT_ADAM, 0.01f),
+                    b = optim_defaults(OPT_ADAM_AMSGRAD, 0.01f);
     float wa[N], wb[N];
     run(&a, wa);
     run(&b, wb);
@@ -192,10 +217,10 @@ static void test_parse(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd_plain),    cmocka_unit_test(test_sgd_momentum),
-        cmocka_unit_test(test_sgd_nesterov), cmocka_unit_test(test_rmsprop),
-        cmocka_unit_test(test_rmsprop_momentum), cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_adam_amsgrad), cmocka_unit_test(test_amsgrad_differs),
+        cmocka_unit_test(test_sgd_plain),         cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_sgd_nesterov),      cmocka_unit_test(test_rmsprop),
+        cmocka_unit_test(test_rmsprop_momentum),  cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_adam_amsgrad),      cmocka_unit_test(test_amsgrad_differs),
         cmocka_unit_test(test_threads_same_bits), cmocka_unit_test(test_parse),
     };
     return cmocka_run_group_tests_name("optim", tests, NULL, NULL);

@@ -104,8 +104,7 @@ static void stop_fast(Prom *p, const char *while_what)
     prom_stop(p);
     double ms = now_ms() - t0;
     if (ms > scaled(100))
-        fail_msg("prom_stop while %s took %.0f ms, want %.0f at most", while_what, ms,
-                 scaled(100));
+        fail_msg("prom_stop while %s took %.0f ms, want %.0f at most", while_what, ms, scaled(100));
 }
 
 /* Three clients send a byte every 100 ms (each byte once restarted a 2 s timeout, and

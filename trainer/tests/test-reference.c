@@ -28,8 +28,8 @@
 
 static cJSON *reference;
 static IdxDataset ds;
-static const char *const test_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2", "mlp",
-                                         "shapes", NULL};
+static const char *const test_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2",
+                                         "mlp",          "shapes",          NULL};
 static unsigned selected = ~0u; /* bit i: test_names[i] runs (KT_TEST_REFERENCE_MODELS) */
 
 static int setup(void **state)
@@ -103,7 +103,8 @@ static void check_run(const char *test, const char *spec)
         model_reserve(m, 64);
         OptimizerKind kind;
         assert_int_equal(optim_parse_kind(opt_name, &kind), 0);
-        OptimizerConfig oc = optim_defaults(kind, (float)cJSON_GetObjectItem(run, "lr")->valuedouble);
+        OptimizerConfig oc =
+            optim_defaults(kind, (float)cJSON_GetObjectItem(run, "lr")->valuedouble);
         oc.momentum = mom ? (float)mom->valuedouble : 0.0f;
         oc.nesterov = cJSON_IsTrue(nest);
         Optimizer *o = optim_create(&oc, m->num_params);
@@ -145,29 +146,44 @@ static void check_run(const char *test, const char *spec)
     assert_true(runs >= 2);
 }
 
-static void test_tutorial_cnn(void **state) { (void)state; check_run("tutorial-cnn", NULL); }
-static void test_tutorial_cnn_l2(void **state) { (void)state; check_run("tutorial-cnn-l2", NULL); }
-static void test_cnn2(void **state) { (void)state; check_run("cnn2", NULL); }
-static void test_mlp(void **state) { (void)state; check_run("mlp", NULL); }
+static void test_tutorial_cnn(void **state)
+{
+    (void)state;
+    check_run("tutorial-cnn", NULL);
+}
+static void test_tutorial_cnn_l2(void **state)
+{
+    (void)state;
+    check_run("tutorial-cnn-l2", NULL);
+}
+static void test_cnn2(void **state)
+{
+    (void)state;
+    check_run("cnn2", NULL);
+}
+static void test_mlp(void **state)
+{
+    (void)state;
+    check_run("mlp", NULL);
+}
 /* gen_reference.py's SHAPES_SPEC, the same text: a non-square "same" MaxPooling2D with
  * unequal strides and a Dense on a rank-3 input. */
 static void test_spec_shapes(void **state)
 {
     (void)state;
-    check_run("shapes",
-              "{\"input_shape\":[28,28],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
-              "{\"type\":\"MaxPooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],\"padding\":\"same\"},"
-              "{\"type\":\"Dense\",\"units\":8,\"activation\":\"relu\"},{\"type\":\"Flatten\"},"
-              "{\"type\":\"Dense\",\"units\":10}]}");
+    check_run(
+        "shapes",
+        "{\"input_shape\":[28,28],\"layers\":[{\"type\":\"Reshape\",\"target_shape\":[28,28,1]},"
+        "{\"type\":\"MaxPooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],\"padding\":\"same\"},"
+        "{\"type\":\"Dense\",\"units\":8,\"activation\":\"relu\"},{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":10}]}");
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tutorial_cnn),
-        cmocka_unit_test(test_tutorial_cnn_l2),
-        cmocka_unit_test(test_cnn2),
-        cmocka_unit_test(test_mlp),
+        cmocka_unit_test(test_tutorial_cnn), cmocka_unit_test(test_tutorial_cnn_l2),
+        cmocka_unit_test(test_cnn2),         cmocka_unit_test(test_mlp),
         cmocka_unit_test(test_spec_shapes),
     };
     return cmocka_run_group_tests_name("reference", tests, setup, teardown);

@@ -119,14 +119,18 @@ static void allreduce_rank(const Cluster *c, int rank, void *argp)
 }
 
 static void check_allreduce_opts(int world, size_t segment_bytes, size_t max_size,
-                                size_t thread_min, int shm)
+                                 size_t thread_min, int shm)
 {
     Cluster c;
     RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
     assert_non_null(res);
     assert_int_equal(cluster_listen(&c, world), 0);
-    RingArg a = {.res = res, .segment_bytes = segment_bytes, .max_size = max_size,
-                 .thread_min = thread_min, .victim = -1, .shm = shm};
+    RingArg a = {.res = res,
+                 .segment_bytes = segment_bytes,
+                 .max_size = max_size,
+                 .thread_min = thread_min,
+                 .victim = -1,
+                 .shm = shm};
     for (int r = 0; r < world; r++) cluster_start(&c, r, allreduce_rank, &a);
     assert_int_equal(cluster_wait(&c, scaled(120)), 0);
     size_t nsizes = 0;
@@ -220,8 +224,8 @@ static void bcast_barrier_rank(const Cluster *c, int rank, void *argp)
             if ((r->rc = coll_broadcast(coll, b, n, root, r->err, sizeof r->err)) < 0) ok = 0;
             for (size_t i = 0; i < n && ok; i++)
                 if (b[i] != (unsigned char)(i * 31 + (size_t)root + k)) {
-                    snprintf(r->err, sizeof r->err, "root %d, %zu bytes: byte %zu differs", root,
-                             n, i);
+                    snprintf(r->err, sizeof r->err, "root %d, %zu bytes: byte %zu differs", root, n,
+                             i);
                     ok = 0;
                 }
             free(b);

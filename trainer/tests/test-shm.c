@@ -41,8 +41,7 @@ static Result *spy;
 int shm_open(const char *name, int oflag, mode_t mode)
 {
     static int (*libc_shm_open)(const char *, int, mode_t);
-    if (!libc_shm_open)
-        *(void **)&libc_shm_open = dlsym(RTLD_NEXT, "shm_open");
+    if (!libc_shm_open) *(void **)&libc_shm_open = dlsym(RTLD_NEXT, "shm_open");
     if (spy && spy->opens < MAX_OPENS) {
         /* strlen reads the whole name: with ASan, an unterminated one is reported here */
         size_t n = strlen(name);

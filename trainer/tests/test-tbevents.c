@@ -177,19 +177,28 @@ static int read_events(const char *path, Event *evs, int max)
     int count = 0, rc = 0;
     size_t off = 0;
     while (off < n && rc == 0) {
-        if (n - off < 12) { rc = -EIO; break; }
+        if (n - off < 12) {
+            rc = -EIO;
+            break;
+        }
         uint64_t len = le(buf + off, 8);
         if ((uint32_t)le(buf + off + 8, 4) != masked(crc32c_bitwise(buf + off, 8))) {
             rc = -EBADMSG;
             break;
         }
-        if (len > n - off - 12 || n - off - 12 - len < 4) { rc = -EIO; break; }
+        if (len > n - off - 12 || n - off - 12 - len < 4) {
+            rc = -EIO;
+            break;
+        }
         const uint8_t *data = buf + off + 12;
         if ((uint32_t)le(data + len, 4) != masked(crc32c_bitwise(data, len))) {
             rc = -EBADMSG;
             break;
         }
-        if (count >= max || parse_event(data, data + len, &evs[count])) { rc = -EPROTO; break; }
+        if (count >= max || parse_event(data, data + len, &evs[count])) {
+            rc = -EPROTO;
+            break;
+        }
         count++;
         off += 12 + len + 4;
     }
@@ -252,8 +261,8 @@ static void test_round_trip(void **state)
     TbWriter *w;
     char err[512];
     assert_int_equal(tbev_open(&w, f->sub, err, sizeof err), 0);
-    const TbScalar step[] = {{"step/loss", 2.25}, {"step/accuracy", 0.125},
-                             {"step/learning_rate", 0.001}};
+    const TbScalar step[] = {
+        {"step/loss", 2.25}, {"step/accuracy", 0.125}, {"step/learning_rate", 0.001}};
     tbev_scalars(w, 1, step, 3);
     tbev_scalars(w, 300000000000LL, step, 1); /* a step past 32 bits: multi-byte varint */
     const TbScalar ep[] = {{"epoch/loss", -1.5e-3}};

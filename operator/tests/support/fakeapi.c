@@ -46,7 +46,7 @@ struct FakeApi {
     long long uid;
     int expire_gen;
     int unavailable; /* answer 503 and end open watches, as a restarting server would */
-    int active; /* connection threads alive */
+    int active;      /* connection threads alive */
     struct {
         char method[16];
         unsigned long n;

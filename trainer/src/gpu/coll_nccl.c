@@ -72,8 +72,7 @@ static int wait_comm(Nccl *c, const char *what, char *err, size_t errlen)
         ncclResult_t r = ncclCommGetAsyncError(c->comm, &st);
         if (r != ncclSuccess) st = r;
         if (st == ncclSuccess) return 0;
-        if (st != ncclInProgress)
-            return lost(c, err, errlen, what, ncclGetErrorString(st));
+        if (st != ncclInProgress) return lost(c, err, errlen, what, ncclGetErrorString(st));
         double waited = util_now() - t0;
         if (waited > c->timeout_s)
             return aborted(c, -ETIMEDOUT, err, errlen, what,
@@ -181,16 +180,14 @@ int coll_nccl_allreduce_event(Collective *base, void **event, char *err, size_t 
     return 0;
 }
 
-int coll_nccl_wait_event(Collective *base, void *event, void *since, char *err,
-                         size_t errlen)
+int coll_nccl_wait_event(Collective *base, void *event, void *since, char *err, size_t errlen)
 {
     Nccl *c = (Nccl *)base;
     if (!alive(c, err, errlen)) return -EIO;
     return watch(c, (cudaEvent_t)event, (cudaEvent_t)since, "all-reduce", err, errlen);
 }
 
-static int nccl_broadcast(Collective *base, void *buf, size_t n, int root, char *err,
-                          size_t errlen)
+static int nccl_broadcast(Collective *base, void *buf, size_t n, int root, char *err, size_t errlen)
 {
     Nccl *c = (Nccl *)base;
     return coll_broadcast(c->boot, buf, n, root, err, errlen);

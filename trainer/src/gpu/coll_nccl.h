@@ -36,8 +36,9 @@ int coll_nccl_allreduce_event(Collective *c, void **event, char *err, size_t err
  * fired, watching the communicator as allreduce_sum does: an NCCL error or no progress
  * within the timeout aborts it and fails. The timeout runs from when the event `since`
  * (NULL: the call; the trainer's: its step's) has fired, so this rank's own compute is
- * not counted against its peers (but from one timeout after the call at the latest). For a stream that waits behind the all-reduce, a plain
- * synchronize would hang on a lost peer. */
+ * not counted against its peers (but from one timeout after the call at the latest).
+ * For a stream that waits behind the all-reduce, a plain synchronize would hang on a
+ * lost peer. */
 int coll_nccl_wait_event(Collective *c, void *event, void *since, char *err, size_t errlen);
 
 #endif

@@ -11,15 +11,15 @@
  *
  * Streams: batches go host -> pinned buffer -> device on a copy stream, double
  * buffered, so the copy of step i+1's batch can overlap step i on the compute stream
- * (the trainer loads it once step i is queued). gpu_model_step launches the step and returns without waiting for it:
- * a collective on another stream starts after gpu_model_step_event, or, with a
- * gradient-ready hook (gpu_model_on_grad_ready), each layer's slice as soon as the
- * backward pass has written it; gpu_model_wait_event makes the compute stream wait for
- * the collective. gpu_model_finish_step then queues the copy of the statistics and the
- * optimizer update, so the host waits once per step (for the statistics) and the update
- * runs while it prepares the next batch. The functions that hand device memory to the
- * host (grads_to_host, read_activation, download, evaluate) wait for the compute stream
- * themselves.
+ * (the trainer loads it once step i is queued). gpu_model_step launches the step and
+ * returns without waiting for it: a collective on another stream starts after
+ * gpu_model_step_event, or, with a gradient-ready hook (gpu_model_on_grad_ready), each
+ * layer's slice as soon as the backward pass has written it; gpu_model_wait_event makes
+ * the compute stream wait for the collective. gpu_model_finish_step then queues the
+ * copy of the statistics and the optimizer update, so the host waits once per step (for
+ * the statistics) and the update runs while it prepares the next batch. The functions
+ * that hand device memory to the host (grads_to_host, read_activation, download,
+ * evaluate) wait for the compute stream themselves.
  *
  * CUDA graphs: without a gradient-ready hook the step (forward, loss, backward: some 40
  * launches for tutorial-cnn, which at small batches cost more than the kernels) is
@@ -107,8 +107,7 @@ int gpu_model_wait_event(GpuModel *g, void *event, char *err, size_t errlen);
  * update of gpu_model_optim_step. *copied (a cudaEvent_t, owned by g) fires between the
  * two: wait for it (gpu_model_sync_event, or a collective's watched wait), then
  * gpu_model_copied_stats gives the statistics. Asynchronous. */
-int gpu_model_finish_step(GpuModel *g, Optimizer *o, void **copied, char *err,
-                          size_t errlen);
+int gpu_model_finish_step(GpuModel *g, Optimizer *o, void **copied, char *err, size_t errlen);
 
 /* Waits on the host for `event` (a cudaEvent_t) to fire. */
 int gpu_model_sync_event(void *event, char *err, size_t errlen);
@@ -140,8 +139,7 @@ float *gpu_model_grads(GpuModel *g);
 /* The gradient arena, or its first n floats, to and from host memory (for collectives
  * over host buffers and for tests). Synchronous. */
 int gpu_model_grads_to_host(GpuModel *g, float *host, size_t n, char *err, size_t errlen);
-int gpu_model_grads_from_host(GpuModel *g, const float *host, size_t n, char *err,
-                              size_t errlen);
+int gpu_model_grads_from_host(GpuModel *g, const float *host, size_t n, char *err, size_t errlen);
 
 /* The output of layer i for the batch the last step or evaluation ran on (b * out_size
  * floats, or the input's for a reshape) to host, for comparisons with the CPU path. */

@@ -23,8 +23,9 @@
 #endif
 static const int THREADS = KT_GPU_THREADS;
 
-#define FOR_EACH(i, n) \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define FOR_EACH(i, n)                                                                             \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)gridDim.x * blockDim.x)
 
 // bias_rows + activation_forward (relu): out (rows, cols) += bias, then relu.
 __global__ void k_bias_act(float *out, const float *bias, size_t rows, int cols, int relu)
@@ -158,10 +159,12 @@ __global__ void k_pad(float *dst, const float *src, int b, int h, int w, int c, 
 {
     const int H = h + ph, W = w + pw;
     FOR_EACH(i, (size_t)b * H * W * c) {
-        int ch = (int)(i % c), x = (int)(i / c % W), y = (int)(i / c / W % H), n = (int)(i / c / W / H);
+        int ch = (int)(i % c), x = (int)(i / c % W), y = (int)(i / c / W % H),
+            n = (int)(i / c / W / H);
         int sy = y - top, sx = x - left;
         dst[i] = sy >= 0 && sy < h && sx >= 0 && sx < w
-                     ? src[(((size_t)n * h + sy) * w + sx) * c + ch] : 0.0f;
+                     ? src[(((size_t)n * h + sy) * w + sx) * c + ch]
+                     : 0.0f;
     }
 }
 // Its adjoint: the gradient of the unpadded input.
@@ -170,7 +173,8 @@ __global__ void k_crop(float *dst, const float *src, int b, int h, int w, int c,
 {
     const int H = h + ph, W = w + pw;
     FOR_EACH(i, (size_t)b * h * w * c) {
-        int ch = (int)(i % c), x = (int)(i / c % w), y = (int)(i / c / w % h), n = (int)(i / c / w / h);
+        int ch = (int)(i % c), x = (int)(i / c % w), y = (int)(i / c / w % h),
+            n = (int)(i / c / w / h);
         dst[i] = src[(((size_t)n * H + y + top) * W + x + left) * c + ch];
     }
 }
@@ -239,7 +243,8 @@ __global__ void k_sum_loss(double *acc, const double *loss, const int *correct, 
     pc[threadIdx.x] = c;
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) pl[threadIdx.x] += pl[threadIdx.x + w], pc[threadIdx.x] += pc[threadIdx.x + w];
+        if ((int)threadIdx.x < w)
+            pl[threadIdx.x] += pl[threadIdx.x + w], pc[threadIdx.x] += pc[threadIdx.x + w];
         __syncthreads();
     }
     if (threadIdx.x == 0) acc[ACC_LOSS] += pl[0], acc[ACC_CORRECT] += pc[0];

@@ -76,10 +76,9 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
                                          cudnnTensorFormat_t format, int k, int c, int h, int w);
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d);
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d);
-cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h,
-                                              int pad_w, int u, int v, int dil_h, int dil_w,
-                                              cudnnConvolutionMode_t mode,
-                                              cudnnDataType_t compute);
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w,
+                                              int u, int v, int dil_h, int dil_w,
+                                              cudnnConvolutionMode_t mode, cudnnDataType_t compute);
 cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t d, cudnnMathType_t m);
 cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t conv,
                                                     cudnnTensorDescriptor_t x,

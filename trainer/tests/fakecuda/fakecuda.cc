@@ -25,7 +25,8 @@
 // ------------------------------------------------------------------------------------
 // runtime
 
-namespace {
+namespace
+{
 
 typedef std::vector<std::function<void()>> Ops;
 
@@ -103,7 +104,8 @@ template <typename Done> static bool drain_while_runnable(Done done)
         for (FakeStream *s : live_streams)
             if (runnable(s)) ready.push_back(s);
         if (ready.empty()) return false;
-        pick_state ^= pick_state << 13, pick_state ^= pick_state >> 7, pick_state ^= pick_state << 17;
+        pick_state ^= pick_state << 13, pick_state ^= pick_state >> 7,
+            pick_state ^= pick_state << 17;
         FakeStream *s = ready[pick_state % ready.size()];
         QueuedOp op = std::move(s->queue.front());
         s->queue.pop_front();
@@ -120,8 +122,9 @@ template <typename Done> static void drain(Done done)
     if (drain_while_runnable(done)) return;
     bool stuck = false;
     for (FakeStream *st : live_streams) stuck |= st->stuck;
-    fprintf(stderr, "fakecuda: the host waits for work no stream can run (%s): on a device "
-                    "this wait would never return\n",
+    fprintf(stderr,
+            "fakecuda: the host waits for work no stream can run (%s): on a device "
+            "this wait would never return\n",
             stuck ? "a stream is stuck behind a failed NCCL operation"
                   : "queued event waits that can never be met");
     abort();
@@ -343,7 +346,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
 {
     memset(a, 0, sizeof *a);
-    a->type = fake_is_device(p, 1)                 ? cudaMemoryTypeDevice
+    a->type = fake_is_device(p, 1)          ? cudaMemoryTypeDevice
               : inside(pinned_blocks, p, 1) ? cudaMemoryTypeHost
                                             : cudaMemoryTypeUnregistered;
     void *q = const_cast<void *>(p);
@@ -459,7 +462,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
     if (!e) return set_error(cudaErrorInvalidValue);
     const unsigned long want = e->recorded;
     return drain_while_runnable([e, want] { return e->completed >= want; }) ? cudaSuccess
-                                                                           : cudaErrorNotReady;
+                                                                            : cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode)
@@ -488,8 +491,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
     return cudaSuccess;
 }
 
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
-                                 unsigned long long flags)
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags)
 {
     (void)flags;
     if (!graph) return set_error(cudaErrorInvalidValue);
@@ -586,8 +588,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     // BLAS's own column-major sgemm (OpenBLAS): cuBLAS has BLAS's interface and meaning
     cudaError_t e = fake_submit(h->stream, [=] {
         cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                    tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb,
-                    be, C, ldc);
+                    tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb, be,
+                    C, ldc);
     });
     return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
@@ -667,8 +669,8 @@ template <typename T> static cudnnStatus_t drop(T *p)
 }
 
 // What cudnnSet{Tensor,Filter}4dDescriptor accept: positive sizes, NHWC floats.
-static cudnnStatus_t check_4d(cudnnTensorFormat_t format, cudnnDataType_t type, int n, int c,
-                              int h, int w)
+static cudnnStatus_t check_4d(cudnnTensorFormat_t format, cudnnDataType_t type, int n, int c, int h,
+                              int w)
 {
     if (n < 1 || c < 1 || h < 1 || w < 1) return CUDNN_STATUS_BAD_PARAM;
     if (format != CUDNN_TENSOR_NHWC || type != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
@@ -727,14 +729,12 @@ cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d)
 {
     return drop(d);
 }
-cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h,
-                                              int pad_w, int u, int v, int dil_h, int dil_w,
-                                              cudnnConvolutionMode_t mode,
-                                              cudnnDataType_t compute)
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int pad_h, int pad_w,
+                                              int u, int v, int dil_h, int dil_w,
+                                              cudnnConvolutionMode_t mode, cudnnDataType_t compute)
 {
     if (pad_h < 0 || pad_w < 0 || u < 1 || v < 1) return CUDNN_STATUS_BAD_PARAM;
-    if (dil_h != 1 || dil_w != 1 || mode != CUDNN_CROSS_CORRELATION ||
-        compute != CUDNN_DATA_FLOAT)
+    if (dil_h != 1 || dil_w != 1 || mode != CUDNN_CROSS_CORRELATION || compute != CUDNN_DATA_FLOAT)
         return CUDNN_STATUS_NOT_SUPPORTED;
     *d = FakeConvDesc{1, pad_h, pad_w, u, v, d->math};
     return CUDNN_STATUS_SUCCESS;
@@ -750,7 +750,8 @@ static bool conv_fits(const FakeTensorDesc *x, const FakeFilterDesc *w, const Fa
                       const FakeTensorDesc *y)
 {
     if (!x->set || !w->set || !cv->set || !y->set) return false;
-    const int oh = (x->h + 2 * cv->ph - w->h) / cv->u + 1, ow = (x->w + 2 * cv->pw - w->w) / cv->v + 1;
+    const int oh = (x->h + 2 * cv->ph - w->h) / cv->u + 1,
+              ow = (x->w + 2 * cv->pw - w->w) / cv->v + 1;
     return x->c == w->c && y->n == x->n && y->c == w->k && y->h == oh && y->w == ow &&
            x->h + 2 * cv->ph >= w->h && x->w + 2 * cv->pw >= w->w;
 }
@@ -769,9 +770,8 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(cudnnConvolutionDescriptor_t
 }
 
 template <typename Perf>
-static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w,
-                           const FakeConvDesc *cv, const FakeTensorDesc *y, int requested,
-                           int *returned, Perf *perf)
+static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w, const FakeConvDesc *cv,
+                           const FakeTensorDesc *y, int requested, int *returned, Perf *perf)
 {
     if (!conv_fits(x, w, cv, y) || requested < 1) return CUDNN_STATUS_BAD_PARAM;
     Perf all[FAKE_ALGOS];
@@ -782,15 +782,16 @@ static cudnnStatus_t offer(const FakeTensorDesc *x, const FakeFilterDesc *w,
         all[i].status = CUDNN_STATUS_SUCCESS;
         all[i].memory = workspace_need(x, algos[i]);
         all[i].mathType = algos[i] == TENSOR_OP_ALGO ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
-        all[i].determinism = algos[i] == NONDET_FMA_ALGO ? CUDNN_NON_DETERMINISTIC
-                                                         : CUDNN_DETERMINISTIC;
+        all[i].determinism =
+            algos[i] == NONDET_FMA_ALGO ? CUDNN_NON_DETERMINISTIC : CUDNN_DETERMINISTIC;
     }
     // FAKECUDNN_ALGOS=nondeterministic leaves out the deterministic FMA algorithm,
     // =tensor-op both FMA ones (what device.cu does when cuDNN offers no such algorithm)
     const char *only = getenv("FAKECUDNN_ALGOS");
-    const int offered = !only ? FAKE_ALGOS : !strcmp(only, "nondeterministic") ? 2
-                                           : !strcmp(only, "tensor-op")        ? 1
-                                                                               : FAKE_ALGOS;
+    const int offered = !only                               ? FAKE_ALGOS
+                        : !strcmp(only, "nondeterministic") ? 2
+                        : !strcmp(only, "tensor-op")        ? 1
+                                                            : FAKE_ALGOS;
     *returned = requested < offered ? requested : offered;
     for (int i = 0; i < *returned; i++) perf[i] = all[i];
     return CUDNN_STATUS_SUCCESS;
@@ -811,8 +812,7 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t h, cudnnTens
                                                       cudnnFilterDescriptor_t w,
                                                       cudnnConvolutionDescriptor_t conv,
                                                       cudnnTensorDescriptor_t y,
-                                                      cudnnConvolutionFwdAlgo_t algo,
-                                                      size_t *bytes)
+                                                      cudnnConvolutionFwdAlgo_t algo, size_t *bytes)
 {
     (void)h;
     return workspace_query(x, w, conv, y, algo, bytes);
@@ -1099,8 +1099,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return ncclSystemError;
-    FakeNcclComm *c = new FakeNcclComm{config && !config->blocking, rank, nranks,
-                                       (FakeNcclShared *)p, bytes, 0, ncclSuccess, {}};
+    FakeNcclComm *c = new FakeNcclComm{
+        config && !config->blocking, rank, nranks, (FakeNcclShared *)p, bytes, 0, ncclSuccess, {}};
     __atomic_store_n(&c->sh->dev[rank], current_device, __ATOMIC_SEQ_CST);
     __atomic_store_n(&c->sh->pid[rank], getpid(), __ATOMIC_SEQ_CST);
     const bool met = fake_nccl_barrier(c); // every rank has the segment open
@@ -1109,7 +1109,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     // are on one host, so one device number is one GPU
     bool duplicate = false;
     for (int r = 0; met && r < nranks; r++)
-        duplicate |= r != rank && __atomic_load_n(&c->sh->dev[r], __ATOMIC_SEQ_CST) == current_device;
+        duplicate |=
+            r != rank && __atomic_load_n(&c->sh->dev[r], __ATOMIC_SEQ_CST) == current_device;
     if (!met || duplicate) {
         munmap(p, bytes);
         delete c;
@@ -1137,27 +1138,29 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     if (!fake_is_device(send, bytes) || !fake_is_device(recv, bytes)) return ncclInvalidArgument;
     const float *in = (const float *)send;
     float *out = (float *)recv;
-    return fake_submit(stream, [=] {
-               FakeNcclComm *c = comm;
-               float *mine = c->sh->slots + (size_t)c->rank * FAKE_NCCL_CHUNK;
-               for (size_t off = 0; off < count; off += FAKE_NCCL_CHUNK) {
-                   const size_t n = count - off < FAKE_NCCL_CHUNK ? count - off : FAKE_NCCL_CHUNK;
-                   memcpy(mine, in + off, n * sizeof(float));
-                   bool ok = fake_nccl_barrier(c);
-                   for (size_t i = 0; ok && i < n; i++) {
-                       float sum = 0.0f;
-                       for (int r = 0; r < c->nranks; r++)
-                           sum += c->sh->slots[(size_t)r * FAKE_NCCL_CHUNK + i];
-                       out[off + i] = sum;
-                   }
-                   if (!ok || !fake_nccl_barrier(c)) {
-                       c->error = ncclRemoteError;
-                       stream->stuck = true;
-                       c->stuck.push_back(stream);
-                       return;
-                   }
-               }
-           }) == cudaSuccess
+    return fake_submit(stream,
+                       [=] {
+                           FakeNcclComm *c = comm;
+                           float *mine = c->sh->slots + (size_t)c->rank * FAKE_NCCL_CHUNK;
+                           for (size_t off = 0; off < count; off += FAKE_NCCL_CHUNK) {
+                               const size_t n =
+                                   count - off < FAKE_NCCL_CHUNK ? count - off : FAKE_NCCL_CHUNK;
+                               memcpy(mine, in + off, n * sizeof(float));
+                               bool ok = fake_nccl_barrier(c);
+                               for (size_t i = 0; ok && i < n; i++) {
+                                   float sum = 0.0f;
+                                   for (int r = 0; r < c->nranks; r++)
+                                       sum += c->sh->slots[(size_t)r * FAKE_NCCL_CHUNK + i];
+                                   out[off + i] = sum;
+                               }
+                               if (!ok || !fake_nccl_barrier(c)) {
+                                   c->error = ncclRemoteError;
+                                   stream->stuck = true;
+                                   c->stuck.push_back(stream);
+                                   return;
+                               }
+                           }
+                       }) == cudaSuccess
                ? ncclSuccess
                : ncclUnhandledCudaError;
 }
