@@ -76,7 +76,8 @@ tensorboard-screenshot: $(TRAINER_BIN)
 # make soak SOAK_OUT=bench/results/soak.json   records the table (default: build/soak/soak.json)
 SOAK_OUT ?= $(BUILD)/soak/soak.json
 soak: $(TRAINER_BIN) $(OPERATOR_SAN)
-	@python3 e2e/soak/soak.py --trainer $(TRAINER_BIN) --operator $(OPERATOR_SAN) --out $(SOAK_OUT)
+	@python3 e2e/soak/soak.py --trainer $(TRAINER_BIN) --operator $(OPERATOR_SAN) \
+	    --out $(SOAK_OUT)
 .PHONY: soak
 
 # Hardening targets: make fuzz, make valgrind (docs/hardening.md).

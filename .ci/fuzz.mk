@@ -46,17 +46,20 @@ FUZZ_OOBJS    := $(OPERATOR_SRCS:%.c=$(FUZZ_DIR)/%.o)
 
 $(FUZZ_DIR)/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(CSTD) $(FUZZ_WARN) $(FUZZ_CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+	$(FUZZ_CC) $(CSTD) $(FUZZ_WARN) $(FUZZ_CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) \
+	    $(TRAINER_INC) -c $< -o $@
 $(FUZZ_DIR)/trainer/src/gemm.o: $(GEMM_STAMP)
 $(FUZZ_DIR)/trainer/src/gemm.o: TRAINER_CFLAGS += $(GEMM_CFLAGS_$(GEMM))
 $(FUZZ_DIR)/operator/%.o: operator/%.c | deps
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(CSTD) $(FUZZ_WARN) $(FUZZ_CFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -c $< -o $@
 
-$(FUZZ_TRAINER:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: $(FUZZ_DIR)/trainer/fuzz/fuzz-%.o $(FUZZ_TOBJS)
+$(FUZZ_TRAINER:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: \
+    $(FUZZ_DIR)/trainer/fuzz/fuzz-%.o $(FUZZ_TOBJS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -g $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(TRAINER_LIBS)
-$(FUZZ_OPERATOR:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: $(FUZZ_DIR)/operator/fuzz/fuzz-%.o $(FUZZ_OOBJS)
+$(FUZZ_OPERATOR:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: \
+    $(FUZZ_DIR)/operator/fuzz/fuzz-%.o $(FUZZ_OOBJS)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -g $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(OPERATOR_LIBS)
 
@@ -70,6 +73,7 @@ $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/s
 
 fuzz-targets: $(FUZZ_BINS) $(FUZZ_DIR)/seeds/.stamp
 fuzz: fuzz-targets
-	@bash .ci/fuzzrun --seconds $(FUZZ_SECONDS) --dir $(FUZZ_DIR) $(if $(FUZZ_JSON),--json $(FUZZ_JSON)) \
+	@bash .ci/fuzzrun --seconds $(FUZZ_SECONDS) --dir $(FUZZ_DIR) \
+	    $(if $(FUZZ_JSON),--json $(FUZZ_JSON)) \
 	    $(foreach t,$(FUZZ_TARGETS),$(t):$(FUZZ_MAXLEN_$(t)))
 .PHONY: fuzz fuzz-targets

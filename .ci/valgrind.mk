@@ -33,25 +33,30 @@ VG_TESTS ?= $(filter-out $(VG_EXCLUDE),$(VG_TRAINER_TESTS) $(VG_OPERATOR_TESTS))
 
 $(VG_DIR)/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(VG_CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(VG_CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $(TRAINER_INC) \
+	    -c $< -o $@
 $(VG_DIR)/trainer/src/gemm.o: $(GEMM_STAMP)
 $(VG_DIR)/trainer/src/gemm.o: TRAINER_CFLAGS += $(GEMM_CFLAGS_$(GEMM))
 $(VG_DIR)/operator/%.o: operator/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(VG_CFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(VG_CFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support \
+	    -c $< -o $@
 
-$(VG_TRAINER_TESTS:%=$(VG_DIR)/tests/%): $(VG_DIR)/tests/%: $(VG_DIR)/trainer/tests/%.o $(TRAINER_SRCS:%.c=$(VG_DIR)/%.o)
+$(VG_TRAINER_TESTS:%=$(VG_DIR)/tests/%): $(VG_DIR)/tests/%: $(VG_DIR)/trainer/tests/%.o \
+        $(TRAINER_SRCS:%.c=$(VG_DIR)/%.o)
 	@mkdir -p $(@D)
 	$(CC) $(VG_CFLAGS) -o $@ $^ -lcmocka $(TRAINER_LIBS)
 $(VG_OPERATOR_TESTS:%=$(VG_DIR)/tests/%): $(VG_DIR)/tests/%: $(VG_DIR)/operator/tests/%.o \
-        $(OPERATOR_SRCS:%.c=$(VG_DIR)/%.o) $(patsubst %.c,$(VG_DIR)/%.o,$(wildcard operator/tests/support/*.c))
+        $(OPERATOR_SRCS:%.c=$(VG_DIR)/%.o) \
+        $(patsubst %.c,$(VG_DIR)/%.o,$(wildcard operator/tests/support/*.c))
 	@mkdir -p $(@D)
 	$(CC) $(VG_CFLAGS) -o $@ $^ -lcmocka $(OPERATOR_LIBS)
 
 # Each test runs through a two-line wrapper, so that .ci/taprun counts its TAP as usual.
 $(VG_DIR)/run/%.sh: $(VG_DIR)/tests/% .ci/valgrind.mk
 	@mkdir -p $(@D)
-	@echo 'export KT_TEST_TIME_SCALE=$(VG_TIME_SCALE) KT_TEST_REFERENCE_MODELS="$(VG_REFERENCE_MODELS)"' > $@
+	@echo 'export KT_TEST_TIME_SCALE=$(VG_TIME_SCALE)' \
+	    'KT_TEST_REFERENCE_MODELS="$(VG_REFERENCE_MODELS)"' > $@
 	@echo 'exec valgrind $(VG_FLAGS) -q $< "$$@"' >> $@
 
 valgrind: $(VG_TESTS:%=$(VG_DIR)/run/%.sh)

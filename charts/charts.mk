@@ -25,10 +25,12 @@ chart-crds:
 
 chart-crds-check:
 	@ok=1; for f in crds/*.yaml; do \
-	  cmp -s $$f $(CHART)/crds/$${f#crds/} || { echo "$(CHART)/crds/$${f#crds/} differs from $$f: run make chart-crds" >&2; ok=0; }; \
+	  cmp -s $$f $(CHART)/crds/$${f#crds/} || { ok=0; \
+	    echo "$(CHART)/crds/$${f#crds/} differs from $$f: run make chart-crds" >&2; }; \
 	done; \
 	for f in $(CHART)/crds/*.yaml; do \
-	  [ -e crds/$${f#$(CHART)/crds/} ] || { echo "$$f has no source in crds/: remove it" >&2; ok=0; }; \
+	  [ -e crds/$${f#$(CHART)/crds/} ] || { ok=0; \
+	    echo "$$f has no source in crds/: remove it" >&2; }; \
 	done; [ $$ok = 1 ]
 
 chart-lint: chart-crds-check

@@ -59,8 +59,11 @@ test-e2e-api: deps
 CLUSTER ?= full
 e2e:
 	@bash e2e/run.sh check $(CLUSTER)
-	@$(MAKE) --no-print-directory deps images helm $(if $(filter full,$(CLUSTER)),k8s-binaries-full)
-	@bash e2e/run.sh $(CLUSTER) $(IMAGE_PREFIX)/operator:$(VERSION) $(IMAGE_PREFIX)/trainer:$(VERSION)
+	@$(MAKE) --no-print-directory deps images helm \
+	    $(if $(filter full,$(CLUSTER)),k8s-binaries-full)
+	@bash e2e/run.sh $(CLUSTER) $(IMAGE_PREFIX)/operator:$(VERSION) \
+	    $(IMAGE_PREFIX)/trainer:$(VERSION)
 e2e-suite:
-	@KT_OPERATOR_IMAGE=$(IMAGE_PREFIX)/operator:$(VERSION) KT_TRAINER_IMAGE=$(IMAGE_PREFIX)/trainer:$(VERSION) \
+	@KT_OPERATOR_IMAGE=$(IMAGE_PREFIX)/operator:$(VERSION) \
+	    KT_TRAINER_IMAGE=$(IMAGE_PREFIX)/trainer:$(VERSION) \
 	    bash e2e/suite.sh

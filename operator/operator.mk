@@ -15,7 +15,8 @@ OPERATOR_OBJS  := $(OPERATOR_SRCS:%.c=$(BUILD)/opt/%.o)
 OPERATOR_SOBJS := $(OPERATOR_SRCS:%.c=$(BUILD)/san/%.o)
 # Test support code (a fake API server) shared by the unit tests.
 OPERATOR_TSUPP := $(patsubst %.c,$(BUILD)/san/%.o,$(wildcard operator/tests/support/*.c))
-OPERATOR_TESTS := $(patsubst operator/tests/%.c,$(BUILD)/san/tests/%,$(wildcard operator/tests/test-*.c))
+OPERATOR_TESTS := $(patsubst operator/tests/%.c,$(BUILD)/san/tests/%,\
+                  $(wildcard operator/tests/test-*.c))
 
 all: $(OPERATOR_BIN) $(OPERATOR_SAN)
 TEST_PROGRAMS += $(OPERATOR_TESTS) $(sort $(wildcard operator/tests/test-*.sh))
@@ -25,7 +26,8 @@ $(BUILD)/opt/operator/%.o: operator/%.c | deps
 	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -c $< -o $@
 $(BUILD)/san/operator/%.o: operator/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(DEPFLAGS) $(OPERATOR_INC) -Ioperator/tests/support \
+	    -c $< -o $@
 
 $(foreach v,opt san,$(BUILD)/$(v)/operator/src/options.o $(BUILD)/$(v)/operator/src/main.o): VERSION
 
@@ -38,7 +40,8 @@ $(OPERATOR_SAN): $(BUILD)/san/operator/src/main.o $(OPERATOR_SOBJS)
 
 # Unit tests link every operator module (not main) and cmocka, built with the sanitizers.
 # A static pattern rule, so that it never competes with the trainer's test-% rule.
-$(OPERATOR_TESTS): $(BUILD)/san/tests/%: $(BUILD)/san/operator/tests/%.o $(OPERATOR_SOBJS) $(OPERATOR_TSUPP)
+$(OPERATOR_TESTS): $(BUILD)/san/tests/%: $(BUILD)/san/operator/tests/%.o $(OPERATOR_SOBJS) \
+                   $(OPERATOR_TSUPP)
 	@mkdir -p $(@D)
 	$(CC) $(SANFLAGS) -o $@ $^ -lcmocka $(OPERATOR_LIBS)
 
@@ -49,9 +52,11 @@ operator: $(OPERATOR_BIN)
 # cannot share a build). `make test-operator-tsan`.
 OPERATOR_TSAN_TESTS := workqueue controller leader kclient httpserv
 TSANFLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
-$(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) $(wildcard operator/tests/support/*.c) | deps
+$(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) \
+                            $(wildcard operator/tests/support/*.c) | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(TSANFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -o $@ $^ -lcmocka $(OPERATOR_LIBS)
+	$(CC) $(CSTD) $(WARN) $(TSANFLAGS) $(OPERATOR_INC) -Ioperator/tests/support -o $@ $^ \
+	    -lcmocka $(OPERATOR_LIBS)
 test-operator-tsan: $(OPERATOR_TSAN_TESTS:%=$(BUILD)/tsan/tests/test-%)
 	@TSAN_OPTIONS=halt_on_error=1 bash .ci/taprun $^
 .PHONY: test-operator-tsan

@@ -43,11 +43,13 @@ TRAINER_CFLAGS := -fno-math-errno
 TRAINER_SRCS  := $(filter-out trainer/src/main.c,$(wildcard trainer/src/*.c))
 TRAINER_OBJS  := $(TRAINER_SRCS:%.c=$(BUILD)/opt/%.o)
 TRAINER_SOBJS := $(TRAINER_SRCS:%.c=$(BUILD)/san/%.o)
-TRAINER_TESTS := $(patsubst trainer/tests/%.c,$(BUILD)/san/tests/%,$(wildcard trainer/tests/test-*.c))
+TRAINER_TESTS := $(patsubst trainer/tests/%.c,$(BUILD)/san/tests/%,\
+                 $(wildcard trainer/tests/test-*.c))
 
 all: $(TRAINER_BIN) $(TRAINER_SAN)
 $(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: $(GEMM_STAMP)
-$(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: TRAINER_CFLAGS += $(GEMM_CFLAGS_$(GEMM))
+$(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: \
+    TRAINER_CFLAGS += $(GEMM_CFLAGS_$(GEMM))
 TEST_PROGRAMS += $(TRAINER_TESTS) $(sort $(wildcard trainer/tests/test-*.sh))
 
 $(BUILD)/opt/trainer/%.o: trainer/%.c | deps
@@ -72,7 +74,8 @@ $(BUILD)/san/tests/test-%: $(BUILD)/san/trainer/tests/test-%.o $(TRAINER_SOBJS)
 # C++ tests (trainer/tests/test-*.cc): test-gpu-kernels runs the CUDA kernels of
 # trainer/src/gpu/kernels.cuh, which is CUDA C++, under a CPU emulation of the grid.
 CXXWARN := -Wall -Wextra $(WERROR) -Wshadow -Wformat=2 -Wvla -Wpointer-arith -Wcast-qual -Wundef
-TRAINER_CXX_TESTS := $(patsubst trainer/tests/%.cc,$(BUILD)/san/tests/%,$(wildcard trainer/tests/test-*.cc))
+TRAINER_CXX_TESTS := $(patsubst trainer/tests/%.cc,$(BUILD)/san/tests/%,\
+                     $(wildcard trainer/tests/test-*.cc))
 TEST_PROGRAMS += $(TRAINER_CXX_TESTS)
 $(TRAINER_CXX_TESTS): $(BUILD)/san/tests/%: trainer/tests/%.cc $(TRAINER_SOBJS) | deps
 	@mkdir -p $(@D)
@@ -91,13 +94,15 @@ TEST_GPU_EMUL := $(BUILD)/san/tests/test-gpu-emul
 TEST_PROGRAMS += $(TEST_GPU_EMUL)
 $(EMUL_DIR)/device.o: trainer/src/gpu/device.cu | deps
 	@mkdir -p $(@D)
-	$(CXX) -x c++ -std=c++17 $(CXXWARN) $(SANFLAGS) $(EMUL_FLAGS) $(TRAINER_INC) -MMD -MP -c $< -o $@
+	$(CXX) -x c++ -std=c++17 $(CXXWARN) $(SANFLAGS) $(EMUL_FLAGS) $(TRAINER_INC) -MMD -MP \
+	    -c $< -o $@
 $(EMUL_DIR)/fakecuda.o: trainer/tests/fakecuda/fakecuda.cc | deps
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 $(CXXWARN) $(SANFLAGS) -O2 $(EMUL_FLAGS) -MMD -MP -c $< -o $@
 $(EMUL_DIR)/test-gpu.o: trainer/tests/test-gpu.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(EMUL_FLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(EMUL_FLAGS) $(DEPFLAGS) \
+	    $(TRAINER_INC) -c $< -o $@
 $(TEST_GPU_EMUL): $(EMUL_DIR)/test-gpu.o $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o \
                   $(EMUL_DIR)/trainer/src/gpu/coll_nccl.o $(TRAINER_SOBJS)
 	@mkdir -p $(@D)
@@ -106,10 +111,12 @@ $(TEST_GPU_EMUL): $(EMUL_DIR)/test-gpu.o $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecu
 # The whole trainer on the same emulation (NCCL ranks are processes there), for
 # trainer/tests/test-gpu-emul-trainer.sh: train.c's GPU path, graphs, checkpoints, ranks.
 EMUL_TRAINER := $(EMUL_DIR)/bin/kubetrain-trainer
-EMUL_COBJS   := $(patsubst %.c,$(EMUL_DIR)/%.o,trainer/src/main.c $(TRAINER_SRCS) $(wildcard trainer/src/gpu/*.c))
+EMUL_COBJS   := $(patsubst %.c,$(EMUL_DIR)/%.o,\
+                trainer/src/main.c $(TRAINER_SRCS) $(wildcard trainer/src/gpu/*.c))
 $(EMUL_DIR)/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(EMUL_FLAGS) $(DEPFLAGS) $(TRAINER_INC) -c $< -o $@
+	$(CC) $(CSTD) $(WARN) $(SANFLAGS) $(TRAINER_CFLAGS) $(EMUL_FLAGS) $(DEPFLAGS) \
+	    $(TRAINER_INC) -c $< -o $@
 $(EMUL_TRAINER): $(EMUL_COBJS) $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -o $@ $^ $(TRAINER_LIBS)
@@ -222,9 +229,11 @@ cuda_libdir = $(firstword $(wildcard $(1)/lib64) $(1)/lib)
 NVCC       := $(CUDA_HOME)/bin/nvcc
 # Ampere and Hopper as binaries, PTX of the newest for the rest.
 CUDA_ARCHS ?= 80 90
+CUDA_PTX     := $(lastword $(CUDA_ARCHS))
 NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
-                -gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
-GPU_INC    := -isystem $(CUDA_HOME)/include -isystem $(CUDNN_HOME)/include -isystem $(NCCL_HOME)/include
+                -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
+GPU_INC    := -isystem $(CUDA_HOME)/include -isystem $(CUDNN_HOME)/include \
+              -isystem $(NCCL_HOME)/include
 NVCCFLAGS  := -std=c++17 -O3 -g $(NVCC_GENCODE) -ccbin $(CXX) $(GPU_INC) $(TRAINER_INC) -DKT_GPU \
               -Xcompiler -Wall,-Wextra,-Wshadow,-fno-math-errno $(if $(WERROR),-Xcompiler -Werror)
 GPU_LIBDIRS := $(sort $(call cuda_libdir,$(CUDA_HOME)) $(call cuda_libdir,$(CUDNN_HOME)) \
