@@ -4,7 +4,7 @@
 # first (python3 -m venv, pip install PACKAGE...) when it is missing; exits non-zero,
 # saying why on stderr, when it cannot (no python3-venv, no package index). The
 # bench report (matplotlib) and the TensorBoard test (tensorboard) use it.
-set -u
+set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 NAME MODULE PACKAGE..." >&2; exit 2; }
 name=$1 module=$2; shift 2
 cache=${KT_CACHE:-$HOME/.cache/kubetrain}

@@ -2,7 +2,7 @@
 # Makes sure a Docker daemon answers: installs Debian's docker.io when the engine is
 # missing and starts dockerd by hand when no init system runs it (these machines have
 # none). Exits 0 when `docker info` works, 1 with the reason otherwise.
-set -uo pipefail
+set -uo pipefail # no -e: each failure exits with its own message
 docker info >/dev/null 2>&1 && exit 0
 if ! command -v dockerd >/dev/null; then
   bash "$(dirname "$0")/../.ci/deps.sh" docker.io debootstrap || exit 1

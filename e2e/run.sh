@@ -13,7 +13,7 @@
 #       for the checkpoint claim, `kind delete cluster` at the end. Needs kind, Docker
 #       and kubectl on PATH.
 # The images must already be in the local Docker (make images).
-set -uo pipefail
+set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/.." || exit 1
 
 die() { echo "e2e/run.sh: $*" >&2; exit 1; }

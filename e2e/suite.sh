@@ -21,7 +21,7 @@
 #
 # The jobs are examples/job.yaml shortened for speed: the same model, data, optimizer and
 # batch, 2 epochs x 30 steps, a checkpoint every 10 steps.
-set -uo pipefail
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/.." || exit 1
 . e2e/lib/tap.sh
 
@@ -151,6 +151,7 @@ kill_trainer() {
   cid=${cid#*://}
   [ -n "$cid" ] || { echo "no container ID for $1"; return 1; }
   if [ "$PROVIDER" = full ]; then
+    # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
     [ -n "${KT_CONTAINERD_ADDRESS:-}" ] ||
       KT_CONTAINERD_ADDRESS=$(. "${KT_RUN:-e2e/cluster/.run}/env" && echo "$KT_CONTAINERD_ADDRESS")
     pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
@@ -219,11 +220,10 @@ s_install() {
 s_invalid() {
   begin invalid
   local out
-  out=$(job bad-workers | sed 's/^  workers: 2$/  workers: 0/' | kn apply -f - 2>&1)
-  if [ $? -ne 0 ] && grep -q 'spec.workers' <<<"$out"; then ok "workers: 0 refused by kubectl apply naming spec.workers"
+  if ! out=$(job bad-workers | sed 's/^  workers: 2$/  workers: 0/' | kn apply -f - 2>&1) &&
+     grep -q 'spec.workers' <<<"$out"; then ok "workers: 0 refused by kubectl apply naming spec.workers"
   else fail "workers: 0 refused naming spec.workers" "$out"; fi
-  out=$(apply_job bad-policy "restartPolicy: Sometimes")
-  if [ $? -ne 0 ] && grep -q 'spec.restartPolicy' <<<"$out"; then ok "restartPolicy: Sometimes refused naming spec.restartPolicy"
+  if ! out=$(apply_job bad-policy "restartPolicy: Sometimes") && grep -q 'spec.restartPolicy' <<<"$out"; then ok "restartPolicy: Sometimes refused naming spec.restartPolicy"
   else fail "restartPolicy: Sometimes refused naming spec.restartPolicy" "$out"; fi
   check "nothing was created" "$(kn get tj -o name 2>&1 | grep -c bad-)" 0
   end
@@ -349,10 +349,9 @@ s_badmodel() {
   begin badmodel
   local out msg term
   # A Conv2D after a Flatten: the operator cannot know it is wrong, the trainer can (exit 3).
-  out=$(job mnist-bad "restartPolicy: ExitCode" |
+  if out=$(job mnist-bad "restartPolicy: ExitCode" |
         sed 's/^  model: tutorial-cnn$/  model: {layers: [{type: Flatten}, {type: Conv2D, filters: 8, kernel_size: 3}]}/' |
-        kn apply -f - 2>&1)
-  if [ $? = 0 ]; then ok "job mnist-bad applied (Conv2D after Flatten, restartPolicy ExitCode)"
+        kn apply -f - 2>&1); then ok "job mnist-bad applied (Conv2D after Flatten, restartPolicy ExitCode)"
   else fail "job mnist-bad applied" "$out"; end; return; fi
   if wait_phase mnist-bad 180 Failed; then ok "job Failed"
   else fail "job Failed" "$(explain mnist-bad)"; end; return; fi
@@ -428,8 +427,8 @@ s_deadline() {
   begin deadline
   local t0 out n reason
   t0=$(now)
-  out=$(job mnist-dl "activeDeadlineSeconds: 8" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 100000/' | kn apply -f - 2>&1)
-  if [ $? = 0 ]; then ok "job mnist-dl applied (activeDeadlineSeconds 8, 100000 steps)"
+  if out=$(job mnist-dl "activeDeadlineSeconds: 8" |
+           sed 's/stepsPerEpoch: 30/stepsPerEpoch: 100000/' | kn apply -f - 2>&1); then ok "job mnist-dl applied (activeDeadlineSeconds 8, 100000 steps)"
   else fail "job mnist-dl applied" "$out"; end; return; fi
   if wait_phase mnist-dl 120 Failed; then ok "job Failed ($(since "$t0")s after apply)"
   else fail "job Failed" "$(explain mnist-dl)"; end; return; fi

@@ -27,7 +27,7 @@
 # Each phase's output is written as it runs, so a command stopped at its time limit still
 # returns what it did. OUT defaults to build/device/out. Exit status: the number of
 # phases that failed.
-set -uo pipefail
+set -uo pipefail # no -e: a failed phase is counted (the exit status), the next runs
 
 DEV=build/device
 DATA=/usr/share/datasets/fashion-mnist

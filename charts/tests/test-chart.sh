@@ -32,8 +32,8 @@
 #     within the targets, the operator image answers /healthz and /readyz, and the trainer
 #     image trains two steps on its baked-in Fashion-MNIST.
 # Whatever cannot run is reported as skipped with the reason.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 
 CHART=charts/kubetrain
@@ -42,7 +42,7 @@ work=$PWD/build/e2e/test-chart
 export KT_RUN=$work/run
 rm -rf "$work"
 mkdir -p "$work"
-op_pid= op_container= po_pid=
+op_pid="" op_container="" po_pid=""
 cleanup() {
   [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null && wait "$op_pid" 2>/dev/null
   [ -n "$po_pid" ] && kill "$po_pid" 2>/dev/null && wait "$po_pid" 2>/dev/null
@@ -117,6 +117,7 @@ elif ! out=$(bash e2e/cluster/up.sh api 2>&1); then
 fi
 
 if [ $cluster = 1 ]; then
+  # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
   . "$KT_RUN/env"
   export KUBECONFIG
   k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
@@ -394,6 +395,7 @@ contexts: [{name: c, context: {cluster: c, user: sa, namespace: "$ns"}}]
 current-context: c
 EOF
     # The Deployment's args as the API stored them; the pod name stands in for $(POD_NAME).
+    # shellcheck disable=SC2016 # $(POD_NAME) is the Deployment's, not the shell's
     mapfile -t args < <(k get deploy kubetrain -n "$ns" -o json | python3 -c '
 import json, sys
 for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args"]:

@@ -57,6 +57,7 @@ if [ -n "$missing" ]; then
   trap 'rm -rf "$tmp"' EXIT
   kt_log "building Kubernetes $K8S_VERSION:$missing (GOMAXPROCS=$GOMAXPROCS, -p 2; slow the first time)"
   start=$(date +%s)
+  # shellcheck disable=SC2086 # pkgs is a list, one word a package
   (cd "$KT_CLUSTER/k8sbuild" && go build -p 2 -trimpath -ldflags "$ld" -o "$tmp/" $pkgs) >&2 ||
     kt_die "go build of Kubernetes $K8S_VERSION failed"
   for b in $missing; do mv -f "$tmp/$b" "$out/$b"; done

@@ -11,7 +11,7 @@
 # kubelet's cgroups, and the kernel settings it found changed. Safe to run when nothing
 # is up, or twice; exit status 0 unless a process survives or something cannot be
 # removed (then .run is kept, so another down.sh can finish the job).
-set -uo pipefail
+set -uo pipefail # no -e: a step that fails does not stop the rest of the teardown
 . "$(dirname "$0")/lib.sh"
 
 GRACE=${KT_STOP_GRACE:-10}
@@ -107,13 +107,15 @@ full_teardown() {
     for _ in 1 2 3; do
       ids=$(find "/sys/fs/cgroup/pids/$d" -name cgroup.procs -exec cat {} + 2>/dev/null)
       [ -n "$ids" ] || break
-      kt_log "killing processes left in the pods' cgroups: $(echo $ids)"
+      kt_log "killing processes left in the pods' cgroups: ${ids//$'\n'/ }"
+      # shellcheck disable=SC2086 # a list of process ids, one word each
       kill -KILL $ids 2>/dev/null
       sleep 0.5
     done
   fi
   # Mounts under the run directory, deepest first: pod volumes, container root
   # filesystems, sandbox /dev/shm and network namespaces.
+  # shellcheck disable=SC2013 # mount points under $KT_RUN, named by us: no spaces
   for m in $(awk -v r="$KT_RUN/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo |
              awk '{print length, $0}' | sort -rn | cut -d' ' -f2-); do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null ||

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source it
 # Shared helpers for e2e/cluster/*.sh. Source it; it sets:
 #   KT_ROOT     the repository root
 #   KT_CLUSTER  this directory

@@ -24,6 +24,7 @@
 #   .run/full/        (full) containerd, kubelet, CNI and volume state; host changes to undo
 # Running it when the same level is already up and healthy does nothing and succeeds;
 # a stale or broken .run is torn down first. Exit status 0 when the cluster is ready.
+# shellcheck disable=SC2154 # free_port sets the *_port variables through a nameref
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -88,6 +89,7 @@ command -v openssl >/dev/null || kt_die "openssl not found"
 declare -A taken=()
 ephemeral_lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 [ "$ephemeral_lo" -gt 22000 ] 2>/dev/null || ephemeral_lo=32768
+# shellcheck disable=SC2034 # var is the caller's variable (a nameref)
 free_port() {
   local -n var=$1
   local p busy

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # TAP helpers for shell tests; source it, call tap_ok/tap_fail/tap_skip/tap_check, end with tap_done.
 #   tap_check "name" cmd args...   runs cmd; ok when it exits 0, else not ok with its output
 _tap_n=0

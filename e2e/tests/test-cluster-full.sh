@@ -9,7 +9,7 @@
 # Uses its own run directory (build/e2e/test-cluster-full). Skips, saying why, when the
 # machine cannot run a node (not root, no containerd/runc/CNI plugins, another full
 # cluster holds the bridge); a failed build of the binaries is a failure.
-set -uo pipefail
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 
@@ -61,6 +61,7 @@ if out=$(bash e2e/cluster/up.sh full 2>&1); then
 else
   tap_fail "up.sh full succeeds" "$(tail -n 30 <<<"$out")"; tap_done; exit
 fi
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
 . "$KT_RUN/env"
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
 pids=$(cat "$KT_RUN"/pids/*.pid)
@@ -73,8 +74,7 @@ if [ "$out" = 1 ]; then tap_ok "CoreDNS Deployment available behind kube-dns ($K
 else tap_fail "CoreDNS Deployment available" "$out"; fi
 
 t0=$(date +%s.%N)
-out=$(bash e2e/cluster/up.sh full 2>&1)
-if [ $? = 0 ] && [ "$(cat "$KT_RUN"/pids/*.pid)" = "$pids" ]; then
+if out=$(bash e2e/cluster/up.sh full 2>&1) && [ "$(cat "$KT_RUN"/pids/*.pid)" = "$pids" ]; then
   tap_ok "up.sh full again is a no-op ($(since "$t0")s)"
 else tap_fail "up.sh full again is a no-op" "$out"; fi
 
@@ -267,6 +267,7 @@ for p in /proc/[0-9]*; do
   [[ $'\n'"$(tr '\0' '\n' 2>/dev/null < "$p/cmdline")"$'\n' == *$'\n'"$sock"$'\n'* ]] &&
     left="$left ${p#/proc/}"
 done
+# shellcheck disable=SC2086 # a list of process ids, one word each
 if [ -z "$left" ]; then tap_ok "no component or shim process left"
 else tap_fail "no component or shim process left" "$(ps -o pid,args -p $left)"; fi
 mounts=$(awk -v r="$KT_RUN/" 'index($5, r) == 1 {print $5}' /proc/self/mountinfo)

@@ -3,8 +3,10 @@
 # kube-controller-manager with an admin kubeconfig; a second up.sh is a no-op; a run whose
 # apiserver died is replaced; down.sh leaves no process and no state, and is idempotent.
 # Uses its own run directory (build/e2e/test-cluster) so a developer's cluster is untouched.
+# shellcheck disable=SC2031 # KT_RUN is set once, below; shellcheck's note is wrong here
+# no -e: a failing check is reported (not ok) and the test goes on to the next
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 
 export KT_RUN=$PWD/build/e2e/test-cluster/run
@@ -48,10 +50,12 @@ if out=$(bash e2e/cluster/up.sh api 2>&1); then
 else
   tap_fail "up.sh api succeeds" "$out"; tap_done; exit
 fi
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
 . "$KT_RUN/env"
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
 
 first=$(pids)
+# shellcheck disable=SC2046 # a list of process ids, one word each
 if [ "$(wc -l <<<"$first")" = 3 ] && [ "$(alive $(awk '{print $2}' <<<"$first") | wc -l)" = 3 ]; then
   tap_ok "three processes recorded and running"
 else tap_fail "three processes recorded and running" "$first"; fi
@@ -99,6 +103,8 @@ else tap_fail "up.sh api again is a no-op" "rc=$rc; before: $first; after: $(pid
 kill -KILL "$(cat "$KT_RUN/pids/kube-apiserver.pid")"
 old=$(awk '{print $2}' <<<"$first")
 sleep 0.5
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
+# shellcheck disable=SC2086 # $old: a list of process ids, one word each
 if out=$(bash e2e/cluster/up.sh api 2>&1) && . "$KT_RUN/env" && k get --raw /readyz >/dev/null 2>&1 &&
    [ -z "$(alive $old)" ]; then
   tap_ok "up.sh api replaces a run whose apiserver died, stopping the rest of it"
@@ -107,9 +113,12 @@ else tap_fail "up.sh api replaces a run whose apiserver died" "$out; still alive
 now=$(awk '{print $2}' <<<"$(pids)")
 if out=$(bash e2e/cluster/down.sh 2>&1); then tap_ok "down.sh succeeds"
 else tap_fail "down.sh succeeds" "$out"; fi
+# shellcheck disable=SC2086 # lists of process ids, one word each
 left=$(alive $now)
+# shellcheck disable=SC2086
 if [ -z "$left" ]; then tap_ok "down.sh leaves no process"
 else tap_fail "down.sh leaves no process" "$(ps -o pid,args -p $left)"; fi
+# shellcheck disable=SC2012 # ls -R for a reader, not parsed
 if [ ! -e "$KT_RUN" ]; then tap_ok "down.sh removes the run directory"
 else tap_fail "down.sh removes the run directory" "$(ls -R "$KT_RUN" | head)"; fi
 tap_check "down.sh when nothing is up succeeds" bash e2e/cluster/down.sh

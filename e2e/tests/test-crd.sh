@@ -5,8 +5,8 @@
 # Runs its own api-level cluster (e2e/cluster/up.sh api) in build/e2e/test-crd and tears
 # it down at exit. Skips, saying why, when the Kubernetes binaries or etcd are missing and
 # cannot be had.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 
 export KT_RUN=$PWD/build/e2e/test-crd/run
@@ -26,6 +26,7 @@ if ! out=$(bash e2e/cluster/up.sh api 2>&1); then
   tap_done; exit
 fi
 tap_ok "up.sh api brings the control plane up"
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
 . "$KT_RUN/env"
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
 
@@ -78,6 +79,7 @@ rejected() {
   if grep -qF -- "$field" <<<"$out" && grep -qF -- "$text" <<<"$out"; then
     tap_ok "rejected: $name ($field)"
   else
+    # shellcheck disable=SC2016 # the quotes around $text are meant to be printed
     tap_fail "rejected: $name (error must name $field${text:+ and '$text'})" "$out"
   fi
 }
@@ -114,12 +116,12 @@ else tap_fail "the inline model is stored unpruned" "layers[1].units = '$got'"; 
 
 # Immutability: an update that changes port or the checkpoint claim is refused; a
 # mutable field (workers) still changes.
-out=$(k patch tj defaults --type merge -p '{"spec":{"port":3333}}' 2>&1)
-if [ $? -ne 0 ] && grep -q 'spec.port' <<<"$out" && grep -q immutable <<<"$out"; then
+if ! out=$(k patch tj defaults --type merge -p '{"spec":{"port":3333}}' 2>&1) &&
+   grep -q 'spec.port' <<<"$out" && grep -q immutable <<<"$out"; then
   tap_ok "rejected: changing spec.port (immutable)"
 else tap_fail "rejected: changing spec.port (immutable)" "$out"; fi
-out=$(k patch tj defaults --type merge -p '{"spec":{"checkpoint":{"claimName":"other"}}}' 2>&1)
-if [ $? -ne 0 ] && grep -q 'spec.checkpoint.claimName' <<<"$out" && grep -q immutable <<<"$out"; then
+if ! out=$(k patch tj defaults --type merge -p '{"spec":{"checkpoint":{"claimName":"other"}}}' 2>&1) &&
+   grep -q 'spec.checkpoint.claimName' <<<"$out" && grep -q immutable <<<"$out"; then
   tap_ok "rejected: changing spec.checkpoint.claimName (immutable)"
 else tap_fail "rejected: changing spec.checkpoint.claimName (immutable)" "$out"; fi
 tap_check "workers can change on an existing job" \
@@ -152,8 +154,8 @@ out=$(k get tj defaults -o wide 2>&1)
 if [[ $(sed -n 2p <<<"$out" | tr -s ' ') == "defaults Running 3 2 1 4 0.5 "* ]]; then
   tap_ok "kubectl get tj -o wide adds Disruptions and Accuracy"
 else tap_fail "kubectl get tj -o wide adds Disruptions and Accuracy" "$out"; fi
-out=$(k patch tj defaults --subresource status --type merge -p '{"status":{"phase":"Exploded"}}' 2>&1)
-if [ $? -ne 0 ] && grep -q 'status.phase' <<<"$out"; then tap_ok "rejected: status.phase not in the enum"
+if ! out=$(k patch tj defaults --subresource status --type merge -p '{"status":{"phase":"Exploded"}}' 2>&1) &&
+   grep -q 'status.phase' <<<"$out"; then tap_ok "rejected: status.phase not in the enum"
 else tap_fail "rejected: status.phase not in the enum" "$out"; fi
 
 # --- garbage collection --------------------------------------------------------------

@@ -6,7 +6,7 @@
 # containerd/runc/CNI plugins, another full cluster holds the bridge), Docker is not
 # there; a failed build of the Kubernetes binaries, CoreDNS or helm is a failure.
 # KT_E2E_IMAGE_PREFIX (default kubetrain) names the images it builds and tests.
-set -uo pipefail
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 

@@ -10,8 +10,8 @@
 # $KT_CACHE/kubeflow/bin (GOMAXPROCS=2, go build -p 2); its TFJob CRD is applied from the
 # Go module cache. Neither is copied into the repository. When it cannot be built or
 # run, the reason is recorded in the JSON instead of its figures.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
+set -uo pipefail # no -e: a step that fails is recorded in the JSON
+cd "$(dirname "$0")/../.." || exit 1
 . e2e/cluster/lib.sh
 KF_VERSION=${KF_VERSION:-v1.9.3}
 JOBS=${BENCH_JOBS:-100}
@@ -50,6 +50,7 @@ kf_crd=$KT_CACHE/go/pkg/mod/github.com/kubeflow/training-operator@$KF_VERSION/ma
 # --- the cluster ------------------------------------------------------------------------
 log "starting the api-level cluster"
 bash e2e/cluster/up.sh api >"$dir/up.log" 2>&1 || { cat "$dir/up.log" >&2; exit 1; }
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
 . "$KT_RUN/env"
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 60s "$@"; }
 k apply -f crds/ >/dev/null

@@ -2,8 +2,8 @@
 # kubetrain-operator's command line: flags, configuration errors (exit 2 with a JSON log
 # line), the probes and metrics listeners while the API server is unreachable, and a
 # clean exit on SIGTERM.
-set -u
-cd "$(dirname "$0")/../.."
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 bin=${KT_OPERATOR_BIN:-build/san/bin/kubetrain-operator}
 if [ ! -x "$bin" ]; then

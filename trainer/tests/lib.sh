@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell helpers of the trainer's script tests; source it after e2e/lib/tap.sh.
 
 # A TCP port free on loopback now.

@@ -7,6 +7,7 @@
 # runs; a series that fails is named, not run again, and the exit status is 1 while the
 # other series go on; a run killed part way (as at a time limit) leaves the JSON of every
 # run before the kill.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 DATA=/usr/share/datasets/fashion-mnist

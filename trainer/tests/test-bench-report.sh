@@ -4,6 +4,7 @@
 # the plots carry their provenance; a JSON of an unknown shape still gets a section, and
 # a malformed one fails naming the file; PyTorch is plotted when trainer-core.json has it
 # and said to be missing when it has not. Runs no benchmark.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -111,6 +112,7 @@ fi
 mkdir -p "$tmp/res"
 cp "${jsons[@]}" "$tmp/res/"
 echo '{"date": "2026-01-01T00:00:00Z", "widgets_per_sec": 3}' >"$tmp/res/zz-new.json"
+# shellcheck disable=SC2016 # Markdown's backticks, not the shell's
 if "$PY" bench/report.py --results "$tmp/res" --out "$tmp/out2" >/dev/null 2>"$tmp/err2" &&
    grep -q 'Other results (zz-new.json)' "$tmp/out2/RESULTS.md" &&
    grep -q '`widgets_per_sec`' "$tmp/out2/RESULTS.md" &&

@@ -3,6 +3,7 @@
 # every rank, N x b == 1 x N*b, exact resume after SIGKILL of a random worker and after
 # SIGTERM, a chief killed while writing checkpoints, a corrupt newest checkpoint, the
 # wrong secret, malformed TF_CONFIG and every exit code of the contract.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
@@ -182,7 +183,7 @@ ck=$tmp/ck-epoch
 if [[ $rc -eq 0 && $(hashes "$tmp/eout") == "$HC" ]] && ! grep -q "Epoch 1/2" "$tmp/eout" \
    && grep -q "^\[worker 0\] 6/6 " "$tmp/eout" && ! grep -q "0/6" "$tmp/eout"; then
   tap_ok "resume from an epoch-end checkpoint: next epoch, no empty epoch line, same hash"
-else tap_fail "resume from epoch end" "rc=$rc $(cat "$tmp/eout" | tail -12)"; fi
+else tap_fail "resume from epoch end" "rc=$rc $(tail -12 "$tmp/eout")"; fi
 
 # another world size: weights and optimizer restored, the data re-sharded
 ck=$tmp/ck-world
@@ -206,7 +207,7 @@ p0=$(free_port); p1=$(free_port)
 for i in 0 1; do
   TF_CONFIG=$(tf_config $i "$p0" "$p1") KUBETRAIN_SECRET=s3 "$BIN" "${long[@]}" --checkpoint-dir "$ck" \
     --checkpoint-every-steps 1 --keep-checkpoints 3 >"$tmp/c$i.out" 2>"$tmp/c$i.err" &
-  cp[$i]=$!; pids+=("${cp[$i]}")
+  cp[i]=$!; pids+=("${cp[i]}")
 done
 wait_for 60 test -e "$ck/ckpt-3.kt"
 # kill when a temporary file is open, i.e. in the middle of a write (else at the next step)

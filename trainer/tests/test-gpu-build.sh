@@ -5,6 +5,7 @@
 # refuses --device gpu and --collective nccl with one clear line and exit 2, while
 # --device auto trains on the CPU with the same weights as the CPU build. Then the GPU
 # tests (trainer/tests/test-gpu.c) run: on a machine without a device each says skipped.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 OUT=build/gpu
@@ -89,7 +90,8 @@ fi
 # --gpus-per-worker N: N ranks in this worker, each the trainer re-executed (run here on
 # the CPU: the fan-out and supervision do not depend on the device).
 if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]; then
-  export KUBETRAIN_SECRET=$(secret)
+  KUBETRAIN_SECRET=$(secret)
+  export KUBETRAIN_SECRET
   tf=$(tf_config 0 "$(free_ports 2)")
   pg=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --device cpu --threads 1 --print-weights-hash)
   h_ranks=$(TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=$tmp/term timeout 120 "$BIN" train --gpus-per-worker 2 "${pg[@]}" 2>"$tmp/err" | sed -n 's/^weights-sha256: //p' | sort -u)
@@ -123,6 +125,7 @@ ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0 CMOCKA_MESSAGE_OUTPUT=TAP "$TES
 rc=$?
 ran=0
 reason=""
+# shellcheck disable=SC2094 # the loop reads $tmp/tap and only quotes it: nothing writes it
 while IFS= read -r line; do
   if [[ $line == "# skipped: "* ]]; then
     reason=${line#\# skipped: }

@@ -10,6 +10,7 @@
 # from the bundle alone, load every library from the bundle or CUDA's tree, pass the
 # device checks that need no device (those that need one say skipped: there is none
 # here), and the bench phase must fail saying skipped, writing no JSON.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 KC=${KT_CACHE:-$HOME/.cache/kubetrain}
 PKGS="build-essential make python3 xz-utils procps"
@@ -74,6 +75,7 @@ fi
 # does not ignore) and the carried build/device.
 mkdir -p "$tmp/upper" "$tmp/work" "$tmp/merged" "$tmp/out"
 t0=$(date +%s)
+# shellcheck disable=SC2016 # a script for the inner bash, which expands it
 unshare --mount --propagation private bash -c '
   set -e
   root=$1 tmp=$2 site=$3 repo=$4

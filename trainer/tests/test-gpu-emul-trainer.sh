@@ -9,6 +9,7 @@
 # test-gpu-build.sh does the like on a real device when there is one. The test set's
 # evaluation is left out here (10,000 examples through the emulated convolution take
 # half a minute); test-gpu-emul compares gpu_model_evaluate with the CPU.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
@@ -159,7 +160,8 @@ if [[ $rc -eq 0 && $(grep -c 'weights-sha256' "$tmp/g1.out") -eq 2 && $(hashes "
 else tap_fail "two ranks on one GPU" "rc=$rc rc2=$rc2 '$(hashes "$tmp/g1.out")' vs '$H2' $(tail -4 "$tmp/g1.err") $(tail -4 "$tmp/g1n.err")"; fi
 
 # --gpus-per-worker 2: the worker re-executes itself as two ranks, one per device
-export KUBETRAIN_SECRET=$(secret)
+KUBETRAIN_SECRET=$(secret)
+export KUBETRAIN_SECRET
 TF_CONFIG=$(tf_config 0 "$(free_ports 2)") KUBETRAIN_TERMINATION_FILE=/dev/null timeout 300 "$BIN" train --gpus-per-worker 2 \
   "${two[@]}" --device gpu >"$tmp/pg.out" 2>"$tmp/pg.err"; rc=$?
 if [[ $rc -eq 0 && $(hashes "$tmp/pg.out") == "$H2" ]] && grep -q "NCCL communicator of 2 ranks" "$tmp/pg.err"; then

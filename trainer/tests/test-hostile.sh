@@ -7,6 +7,7 @@
 # weights of an undisturbed run, name every rejection in its log, close every stranger,
 # and refuse connections once the ring is formed (nothing can join or inject then). Then a
 # flood of connections beside the real pair: the ring forms while it goes on.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}

@@ -5,6 +5,7 @@
 # built-in model. A "billion laughs" (aliases of aliases: 9^9 nodes from 10 lines, 3.8 GB
 # before the bound) and its cousin made of long scalars are refused at once, under a
 # 256 MiB address-space limit, with exit 3 and one line naming the file and the anchor.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 BIN=${TRAINER_OPT:-${BUILD:-build}/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist

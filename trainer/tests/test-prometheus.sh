@@ -3,6 +3,7 @@
 # curl during a run: text exposition with HELP/TYPE for every sample, steps that grow,
 # the scraped step's loss equal to the metrics file's; 404 elsewhere; off by default;
 # with 2 workers only the chief listens; a taken port -> exit 2 naming the flag.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}

@@ -102,6 +102,7 @@ PODS
 if [ "$(id -u)" != 0 ] || ! unshare -nm --propagation private true 2>/dev/null; then
   tap_skip "workers in pods listen on their pod IPs" "needs root and unshare -nm (namespaces)"
 else
+  # shellcheck disable=SC2016 # the inner bash expands it
   TMP=$tmp BIN=$BIN MLP="${mlp[*]}" unshare -nm --propagation private \
     bash -c 'set -euo pipefail; read -ra MLP <<<"$MLP"; source "$TMP/pods.sh"' \
     >"$tmp/pods.log" 2>&1 || true

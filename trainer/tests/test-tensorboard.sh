@@ -4,6 +4,7 @@
 # the metrics file's value; <checkpoint-dir>/logs by default, --tensorboard-dir and
 # KUBETRAIN_TENSORBOARD_DIR override; a resumed run adds a file and leaves the old one
 # as it was; only the chief writes; a flipped byte fails TensorBoard's CRC check.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist

@@ -3,6 +3,7 @@
 # weights hash, the metrics file and termination message, flag/env precedence, and
 # the exit code and one-line message of bad flags, model specs, data files (images of
 # another shape than the model's input) and models over the memory bound; --version.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for the operator's integration tests (operator/tests/integration/test-*.sh):
 # one api-level cluster (e2e/cluster/up.sh api) per test file, the operator binary run
 # against it, and pod status written through the API in place of a kubelet.

@@ -9,8 +9,8 @@
 # deleted.
 # One cluster for the file, one namespace per case. Schema-level admission (invalid
 # objects refused with the field named) is covered by e2e/tests/test-crd.sh.
-set -uo pipefail
-cd "$(dirname "$0")/../../.."
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
 . operator/tests/integration/lib.sh
 
@@ -351,7 +351,7 @@ k delete node kt-dead-node --wait=false >/dev/null 2>&1
 
 # --- cleanPodPolicy None and All -------------------------------------------------------------
 for policy in None All; do
-  n=clean-$(tr A-Z a-z <<<"$policy")
+  n=clean-${policy,,}
   ns "$n"
   job "$n" j 3 "  cleanPodPolicy: $policy"
   all_running "$n" j 3

@@ -7,8 +7,8 @@
 #    a failed pod restarts its group);
 #  - two operators with --leader-elect: exactly one acts; on SIGTERM the standby takes over.
 # One cluster for the file, one namespace per case.
-set -uo pipefail
-cd "$(dirname "$0")/../../.."
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
 . operator/tests/integration/lib.sh
 

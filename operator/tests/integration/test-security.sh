@@ -13,8 +13,8 @@
 #    are searched for in the operator's whole output at --log-level debug;
 #  - TLS: without the cluster CA the operator refuses the server; --insecure-skip-tls-verify
 #    works and says loudly that verification is off.
-set -uo pipefail
-cd "$(dirname "$0")/../../.."
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
 . operator/tests/integration/lib.sh
 
