@@ -16,6 +16,7 @@
 #include "informer.h"
 #include "jsonx.h"
 #include "metrics.h"
+#include "../../trainer/tests/assert_close.h"
 #include "../../trainer/tests/timescale.h"
 
 #include <errno.h>
@@ -178,7 +179,7 @@ static void test_informer_backoff(void **state)
         b = informer_next_backoff(b, -EACCES);
         want = want * 2 > INFORMER_BACKOFF_MAX_S ? INFORMER_BACKOFF_MAX_S : want * 2;
     }
-    assert_true(b == INFORMER_BACKOFF_MAX_S);
+    assert_close(b, INFORMER_BACKOFF_MAX_S, 0);
     expect_backoff(INFORMER_BACKOFF_MAX_S, -EIO, INFORMER_UNREACHABLE_RETRY_S);
     expect_backoff(INFORMER_BACKOFF_MAX_S, -EAGAIN, INFORMER_UNREACHABLE_RETRY_S);
     expect_backoff(INFORMER_UNREACHABLE_RETRY_S, -ENOENT, 2 * INFORMER_UNREACHABLE_RETRY_S);

@@ -10,6 +10,7 @@
 #include "jsonx.h"
 #include "olog.h"
 #include "reconcile.h"
+#include "../../trainer/tests/assert_close.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -374,11 +375,11 @@ static void test_chief_completed_succeeds_with_result(void **state)
     assert_string_equal(jsonx_str(st, "phase"), "Succeeded");
     assert_cond(st, "Succeeded", "True/Completed");
     assert_int_equal(jsonx_int(st, "result.step", -1), 210);
-    assert_true(jsonx_num(st, "result.accuracy", 0) == 0.86);
+    assert_close(jsonx_num(st, "result.accuracy", 0), 0.86, 0);
     assert_string_equal(jsonx_str(st, "result.weightsSha256"), "ab12");
     assert_null(jsonx_at(st, "result.weights_sha256"));
     assert_string_equal(jsonx_str(st, "completionTime"), "2027-01-15T08:00:00Z");
-    assert_true(f.plan.requeue_after == 600);
+    assert_close(f.plan.requeue_after, 600, 0);
     fx_free(&f);
 }
 
@@ -461,7 +462,7 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
     assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 0);
     assert_false(jsonx_bool(st, "launched", 1));
     assert_cond(st, "Restarting", "True/WorkerFailed");
-    assert_true(f.plan.requeue_after == 10);
+    assert_close(f.plan.requeue_after, 10, 0);
 
     /* Next: the status as written, the old pods terminating: nothing to do but wait. */
     cJSON *job2 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
@@ -475,7 +476,7 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
     fx_run(&f, NOW + 2);
     assert_string_equal(f.desc, "update-status mnist\n"); /* counts: failed 1 -> 0 */
     /* 10 s from the end of the second the restart was recorded in. */
-    assert_true(f.plan.requeue_after == 9);
+    assert_close(f.plan.requeue_after, 9, 0);
 
     /* Pods gone but within the backoff: still waiting. */
     for (size_t i = 0; i < f.npods; i++)
@@ -488,7 +489,7 @@ static void test_on_failure_restarts_group_with_backoff(void **state)
     free(f.desc);
     fx_run(&f, NOW + 5);
     assert_string_equal(f.desc, "");
-    assert_true(f.plan.requeue_after == 6);
+    assert_close(f.plan.requeue_after, 6, 0);
 
     /* After the backoff the group of attempt 1 is created. */
     plan_free(&f.plan);
@@ -547,9 +548,9 @@ static void test_backoff_limit_exceeded(void **state)
     assert_string_equal(jsonx_str(new_status(&f), "phase"), "Failed");
     assert_cond(new_status(&f), "Failed", "True/BackoffLimitExceeded");
     fx_free(&f);
-    assert_true(reconcile_backoff_delay(&CFG, 1) == 10);
-    assert_true(reconcile_backoff_delay(&CFG, 3) == 40);
-    assert_true(reconcile_backoff_delay(&CFG, 30) == 300);
+    assert_close(reconcile_backoff_delay(&CFG, 1), 10, 0);
+    assert_close(reconcile_backoff_delay(&CFG, 3), 40, 0);
+    assert_close(reconcile_backoff_delay(&CFG, 30), 300, 0);
 }
 
 static void test_disruptions_never_fail(void **state)
@@ -619,7 +620,7 @@ static void test_deadline(void **state)
     fx_pod(&f, 1, 0, "Running");
     fx_run(&f, NOW); /* started 100 s ago */
     assert_string_equal(f.desc, "update-status mnist\n");
-    assert_true(f.plan.requeue_after == 50);
+    assert_close(f.plan.requeue_after, 50, 0);
     plan_free(&f.plan);
     free(f.desc);
     fx_run(&f, NOW + 50);
@@ -639,7 +640,7 @@ static void test_ttl_and_clean_pod_policy(void **state)
     Fixture f = {.job = job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":60}", done)};
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "");
-    assert_true(f.plan.requeue_after == 50);
+    assert_close(f.plan.requeue_after, 50, 0);
     fx_free(&f);
 
     f = (Fixture){.job = job_new("{\"workers\":2,\"ttlSecondsAfterFinished\":5}", done)};

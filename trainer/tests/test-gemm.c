@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "gemm.h"
 #include "pool.h"
 #include "util.h"
@@ -44,7 +45,8 @@ static void check(const Shape *s, GemmTrans ta, GemmTrans tb, float alpha, float
 
     gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 
-    double worst = 0.0;
+    double worst = 0.0, worst_got = 0.0, worst_want = 0.0;
+    int worst_i = 0, worst_j = 0;
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < n; j++) {
             double want = 0.0, mag = 0.0;
@@ -55,15 +57,21 @@ static void check(const Shape *s, GemmTrans ta, GemmTrans tb, float alpha, float
             }
             want = alpha * want + beta * c0[(size_t)i * ldc + j];
             double err = fabs(c[(size_t)i * ldc + j] - want) / (fabs(alpha) * mag + 1e-30);
-            if (err > worst) worst = err;
+            if (err > worst) {
+                worst = err, worst_got = c[(size_t)i * ldc + j], worst_want = want;
+                worst_i = i, worst_j = j;
+            }
         }
         /* the padding past n is never written */
         for (int j = n; j < ldc; j++)
-            assert_true(c[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j]);
+            assert_close_i(c[(size_t)i * ldc + j], c0[(size_t)i * ldc + j], 0, (size_t)i * ldc + j);
     }
     print_message("# %dx%dx%d (%s) %c%c alpha %g beta %g: worst error %.2e of the terms' sum\n", m,
                   n, k, s->cut, ta == GEMM_N ? 'N' : 'T', tb == GEMM_N ? 'N' : 'T', (double)alpha,
                   (double)beta, worst);
+    if (worst >= 1e-5)
+        print_message("# the worst at C[%d][%d]: %.9g, want %.9g\n", worst_i, worst_j, worst_got,
+                      worst_want);
     assert_true(worst < 1e-5);
 
     /* the same call again: the same bits */
@@ -131,12 +139,12 @@ static void test_denormals_flushed_on_every_thread(void **st)
     for (int i = 0; i < K * N; i++) b[i] = 1.0f;
     gemm_set_threads(3); /* cut along C's rows: each thread a block */
     gemm(GEMM_N, GEMM_N, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
-    for (int i = 0; i < M * N; i++) assert_true(c[i] == 0.0f); /* 2e-37 unflushed */
+    for (int i = 0; i < M * N; i++) assert_close_i(c[i], 0.0f, 0, i); /* 2e-37 unflushed */
     for (int i = 0; i < M * K; i++) a[i] = 1e-20f;
     for (int i = 0; i < K * N; i++) b[i] = 1e-20f;
     gemm(GEMM_N, GEMM_N, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N);
     gemm_set_threads(1);
-    for (int i = 0; i < M * N; i++) assert_true(c[i] == 0.0f);
+    for (int i = 0; i < M * N; i++) assert_close_i(c[i], 0.0f, 0, i);
     free(a), free(b), free(c);
 }
 

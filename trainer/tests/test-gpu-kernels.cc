@@ -23,6 +23,7 @@
 extern "C" {
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "layers.h"
 #include "loss.h"
 #include "optim.h"
@@ -178,7 +179,8 @@ static void test_kernel_layouts(void **state)
             for (int ci = 0; ci < c; ci++)
                 for (int fi = 0; fi < f; fi++) {
                     const int p = (y * kw + x) * c + ci;
-                    assert_true(krsc[(size_t)fi * rsc + p] == hwio[(size_t)p * f + fi]);
+                    assert_close_i(krsc[(size_t)fi * rsc + p], hwio[(size_t)p * f + fi], 0,
+                                   (size_t)fi * rsc + p);
                 }
     emul_launch(EW, k_krsc_to_hwio, back.data(), (const float *)krsc.data(), rsc, f);
     expect_equal("HWIO -> KRSC -> HWIO", back.data(), hwio.data(), hwio.size());
@@ -201,14 +203,15 @@ static void test_pad_crop(void **state)
                     const float want = sy >= 0 && sy < h && sx >= 0 && sx < w
                                            ? x[(((size_t)i * h + sy) * w + sx) * c + ch]
                                            : 0.0f;
-                    assert_true(px[(((size_t)i * H + r) * W + s) * c + ch] == want);
+                    assert_close_i(px[(((size_t)i * H + r) * W + s) * c + ch], want, 0,
+                                   (((size_t)i * H + r) * W + s) * c + ch);
                 }
     /* crop is pad's adjoint: <pad x, y> == <x, crop y> */
     emul_launch(EW, k_crop, cy.data(), (const float *)y.data(), b, h, w, c, ph, pw, top, left);
     double lhs = 0.0, rhs = 0.0;
     for (size_t i = 0; i < np; i++) lhs += (double)px[i] * y[i];
     for (size_t i = 0; i < n; i++) rhs += (double)x[i] * cy[i];
-    assert_true(fabs(lhs - rhs) <= 1e-9 * fmax(1.0, fabs(lhs)));
+    assert_close(lhs, rhs, 1e-9 * fmax(1.0, fabs(lhs)));
 }
 
 /* loss kernel + k_sum_loss against the CPU loss, over b rows of c classes */
@@ -244,8 +247,8 @@ static void check_loss(int probs, int b, int c)
     print_message("# %s, %d rows of %d: loss sum %.9g (CPU %.9g), %g correct (CPU %d)\n",
                   probs ? "from probabilities" : "from logits", b, c, acc[0] - 0.5, sum_cpu,
                   acc[1] - 2.0, correct_cpu);
-    assert_true(fabs(acc[0] - 0.5 - sum_cpu) <= 1e-6 * fabs(sum_cpu));
-    assert_true(acc[1] - 2.0 == (double)correct_cpu);
+    assert_close(acc[0] - 0.5, sum_cpu, 1e-6 * fabs(sum_cpu));
+    assert_close(acc[1] - 2.0, (double)correct_cpu, 0);
     for (int i = 0; i < b; i++) { /* each row's loss, against the CPU on that row alone */
         float drow[16];
         const float *zi = z.data() + (size_t)i * c;
@@ -279,16 +282,17 @@ static void test_l2_stats_axpy(void **state)
     want *= l2;
     double acc = 1.0;
     emul_launch(1, THREADS, k_l2_sum, &acc, (const float *)w.data(), n, l2);
-    assert_true(fabs(acc - 1.0 - want) <= 1e-12 * want);
+    assert_close(acc - 1.0, want, 1e-12 * want);
 
     /* the statistics train.c reads: loss share, correct, examples, stop flag */
     const double sums[ACC_N] = {51.2, 30.0, 0.25};
     const StepArgs args = {0, 1.0f};
     float stats[MODEL_STATS_FLOATS];
     emul_launch(1, 1, k_stats, stats, sums, 128, 2, 64, &args);
-    assert_true(stats[STAT_LOSS] == (float)(51.2 / 128 + 0.25 / 2));
-    assert_true(stats[STAT_CORRECT] == 30.0f && stats[STAT_COUNT] == 64.0f &&
-                stats[STAT_STOP] == 1.0f);
+    assert_close(stats[STAT_LOSS], (float)(51.2 / 128 + 0.25 / 2), 0);
+    assert_close(stats[STAT_CORRECT], 30.0f, 0);
+    assert_close(stats[STAT_COUNT], 64.0f, 0);
+    assert_close(stats[STAT_STOP], 1.0f, 0);
 
     auto y = randoms(n, 21), yw = y;
     for (size_t i = 0; i < n; i++) yw[i] += 0.5f * w[i];

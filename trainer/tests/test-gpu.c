@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "collective.h"
 #include "model.h"
 #include "optim.h"
@@ -48,12 +49,15 @@ static void need_devices(int n)
     }
 }
 
-/* max|a-b| / max|b| over n floats (0 when both are all zero). */
-static double rel_diff(const float *a, const float *b, size_t n)
+/* max|a-b| / max|b| over n floats (0 when both are all zero); *at (if not NULL): the
+ * index of the largest |a-b|. */
+static double rel_diff(const float *a, const float *b, size_t n, size_t *at)
 {
     double d = 0.0, s = 0.0;
     for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
+        double di = fabs((double)a[i] - b[i]);
+        if (at && (i == 0 || di > d)) *at = i;
+        d = fmax(d, di);
         s = fmax(s, fabs((double)b[i]));
     }
     return s > 0.0 ? d / s : d;
@@ -61,8 +65,12 @@ static double rel_diff(const float *a, const float *b, size_t n)
 
 static void check_close(const char *what, const float *gpu, const float *cpu, size_t n)
 {
-    double r = rel_diff(gpu, cpu, n);
-    if (r > REL_TOL) print_message("# %s: relative difference %.3g over %zu floats\n", what, r, n);
+    size_t at = 0;
+    double r = rel_diff(gpu, cpu, n, &at);
+    if (r > REL_TOL)
+        print_message("# %s: relative difference %.3g over %zu floats, the largest at [%zu]: "
+                      "gpu %.9g, cpu %.9g\n",
+                      what, r, n, at, (double)gpu[at], (double)cpu[at]);
     assert_true(r <= REL_TOL);
 }
 
@@ -119,8 +127,8 @@ static void compare_step(const char *spec)
     }
     float want_loss = (float)st.loss;
     check_close("loss share", gr + np + STAT_LOSS, &want_loss, 1);
-    assert_true(gr[np + STAT_CORRECT] == (float)st.correct);
-    assert_true(gr[np + STAT_COUNT] == (float)B);
+    assert_close(gr[np + STAT_CORRECT], (float)st.correct, 0);
+    assert_close(gr[np + STAT_COUNT], (float)B, 0);
 
     /* evaluation (dropout off) on the same batch */
     StepStats ce, ge;
@@ -129,7 +137,8 @@ static void compare_step(const char *spec)
     assert_int_equal(gpu_model_evaluate(g, &ge, err, sizeof err), 0);
     float a = (float)ge.loss, b = (float)ce.loss;
     check_close("evaluation loss", &a, &b, 1);
-    assert_true(ge.correct == ce.correct && ge.count == ce.count);
+    assert_close(ge.correct, ce.correct, 0);
+    assert_close(ge.count, ce.count, 0);
 
     free(gr);
     gpu_model_free(g);
@@ -250,13 +259,13 @@ static void graphs_follow_cpu(int on)
         check_close(what, gr, m->grads, np);
         float want_loss = (float)st.loss;
         check_close("loss share", gr + np + STAT_LOSS, &want_loss, 1);
-        assert_true(gr[np + STAT_COUNT] == (float)b);
-        assert_true(gr[np + STAT_STOP] == stop);
+        assert_close(gr[np + STAT_COUNT], (float)b, 0);
+        assert_close(gr[np + STAT_STOP], stop, 0);
         if (step == 6) { /* an evaluation of 3 examples between two steps */
             StepStats ge;
             assert_int_equal(gpu_model_load_batch(g, x, y, 3, err, sizeof err), 0);
             assert_int_equal(gpu_model_evaluate(g, &ge, err, sizeof err), 0);
-            assert_true(ge.count == 3);
+            assert_close(ge.count, 3, 0);
         }
     }
     long replays = gpu_model_graph_launches(g);
@@ -385,7 +394,7 @@ static void test_training_follows_cpu(void **s)
     }
     const double r = sqrt(dd / pp);
     print_message("# parameters after %d steps: relative difference %.3g in norm, %.3g largest\n",
-                  STEPS, r, rel_diff(p, m->params, np));
+                  STEPS, r, rel_diff(p, m->params, np, NULL));
     assert_true(r <= 1e-3);
     free(p);
     free(x);

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
@@ -182,14 +183,14 @@ static void test_conv_relu_fused(void **s)
     conv_pass(&c2, c1.in, c1.r, &g, b, 1);
     int zeros = 0;
     for (size_t i = 0; i < nout; i++) {
-        assert_true(fabsf(c1.out[i] - c2.out[i]) <= 1e-6f * (1.0f + fabsf(c1.out[i])));
+        assert_close_i(c1.out[i], c2.out[i], 1e-6f * (1.0f + fabsf(c1.out[i])), i);
         zeros += c2.out[i] == 0.0f;
     }
     assert_true(zeros > 0 && zeros < (int)nout); /* the relu cut some and kept some */
-    for (size_t i = 0; i < nout; i++) assert_true(c1.d[i] == c2.d[i]);
-    for (size_t i = 0; i < c1.nin; i++) assert_true(fabsf(c1.din[i] - c2.din[i]) <= 1e-5f);
-    for (size_t i = 0; i < c1.nw; i++) assert_true(fabsf(c1.dw[i] - c2.dw[i]) <= 1e-5f);
-    for (int i = 0; i < g.f; i++) assert_true(fabsf(c1.db[i] - c2.db[i]) <= 1e-5f);
+    for (size_t i = 0; i < nout; i++) assert_close_i(c1.d[i], c2.d[i], 0, i);
+    for (size_t i = 0; i < c1.nin; i++) assert_close_i(c1.din[i], c2.din[i], 1e-5f, i);
+    for (size_t i = 0; i < c1.nw; i++) assert_close_i(c1.dw[i], c2.dw[i], 1e-5f, i);
+    for (int i = 0; i < g.f; i++) assert_close_i(c1.db[i], c2.db[i], 1e-5f, i);
     c2.wt = c2.bias = NULL; /* c1's */
     conv_data_free(&c1), conv_data_free(&c2);
 }
@@ -218,11 +219,11 @@ static void test_conv_blocks_equal_examples(void **s)
              * rows at the edge of a block than for a lone example (OpenBLAS under
              * valgrind does, where the CPU it sees has no AVX-512). */
             for (size_t i = 0; i < pout; i++)
-                assert_true(fabsf(all.out[n * pout + i] - one.out[i]) <=
-                            1e-5f * (1.0f + fabsf(one.out[i])));
+                assert_close_i(all.out[n * pout + i], one.out[i],
+                               1e-5f * (1.0f + fabsf(one.out[i])), i);
             for (size_t i = 0; i < pin; i++)
-                assert_true(fabsf(all.din[n * pin + i] - one.din[i]) <=
-                            1e-5f * (1.0f + fabsf(one.din[i])));
+                assert_close_i(all.din[n * pin + i], one.din[i], 1e-5f * (1.0f + fabsf(one.din[i])),
+                               i);
             for (size_t i = 0; i < nw; i++) dws[i] += one.dw[i];
             for (int i = 0; i < g.f; i++) dbs[i] += one.db[i];
         }
@@ -480,7 +481,7 @@ static void test_loss_probs(void **s)
     float p[4] = {0.0f, 1.0f, 0.0f, 0.0f};
     uint8_t y = 0;
     double l = loss_sce_probs(NULL, NULL, p, &y, 1, 4, 1.0f);
-    assert_true(isfinite(l) && l > 15.0 && l < 17.0);
+    assert_close_lt(l, 16.0, 1.0); /* finite, between 15 and 17 */
     /* a softmax output gives the same loss as its logits */
     float z[4] = {0.3f, -1.2f, 2.0f, 0.1f}, q[4];
     memcpy(q, z, sizeof q);

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "gemm.h"
 #include "model.h"
 #include "optim.h"
@@ -98,7 +99,7 @@ static void test_seeded_init(void **s)
     float mx = 0;
     for (size_t i = 0; i < d->w_count; i++) mx = fmaxf(mx, fabsf(a->params[d->w_off + i]));
     assert_true(mx <= limit && mx > 0.99f * limit);
-    for (size_t i = 0; i < d->b_count; i++) assert_true(a->params[d->b_off + i] == 0.0f);
+    for (size_t i = 0; i < d->b_count; i++) assert_close_i(a->params[d->b_off + i], 0.0f, 0, i);
     model_free(a);
     model_free(b);
     model_free(c);
@@ -317,8 +318,9 @@ static void test_sharded_step_equals_one_thread(void **s)
         assert_int_equal(log[i].calls, 3);
     }
     gemm_set_threads(1);
-    assert_true(fabs(st[0].loss - st[1].loss) < 1e-6 * fabs(st[0].loss));
-    assert_true(st[0].correct == st[1].correct && st[1].count == B);
+    assert_close_lt(st[0].loss, st[1].loss, 1e-6 * fabs(st[0].loss));
+    assert_close(st[0].correct, st[1].correct, 0);
+    assert_close(st[1].count, B, 0);
     double gmax = 0.0, dmax = 0.0;
     for (size_t k = 0; k < m[0]->num_params; k++) {
         gmax = fmax(gmax, fabs(m[0]->grads[k]));
@@ -328,7 +330,7 @@ static void test_sharded_step_equals_one_thread(void **s)
     assert_true(gmax > 0.0 && dmax <= 1e-5 * gmax);
     /* the second sharded run is the first, bit for bit */
     assert_memory_equal(m[1]->grads, m[2]->grads, m[1]->num_params * sizeof(float));
-    assert_true(st[1].loss == st[2].loss);
+    assert_close(st[1].loss, st[2].loss, 0);
     for (int l = 0; l < m[0]->num_layers; l++)
         if (m[0]->masks[l])
             assert_memory_equal(m[0]->masks[l], m[1]->masks[l],
@@ -341,7 +343,8 @@ static void test_sharded_step_equals_one_thread(void **s)
     gemm_set_threads(3);
     model_evaluate(m[1], x, y, B, &e1);
     gemm_set_threads(1);
-    assert_true(fabs(e0.loss - e1.loss) < 1e-6 * fabs(e0.loss) && e0.correct == e1.correct);
+    assert_close_lt(e0.loss, e1.loss, 1e-6 * fabs(e0.loss));
+    assert_close(e0.correct, e1.correct, 0);
     free(x);
     for (int i = 0; i < 3; i++) model_free(m[i]);
 }
@@ -382,9 +385,9 @@ static void test_zeroed_gradient_buffer_stays_zero(void **s)
         StepStats st;
         model_step(m, x, y, B, B, 1, 1, NULL, NULL, &st);
         memcpy(g1, m->grads, np * sizeof *g1);
-        for (int i = 0; i < (int)(B * m->dmax); i++) assert_true(m->dzero[i] == 0.0f);
+        for (int i = 0; i < (int)(B * m->dmax); i++) assert_close_i(m->dzero[i], 0.0f, 0, i);
         model_step_sgd(m, x, y, B, 1, 0.1f, &st); /* moves the weights; uses the buffer too */
-        for (int i = 0; i < (int)(B * m->dmax); i++) assert_true(m->dzero[i] == 0.0f);
+        for (int i = 0; i < (int)(B * m->dmax); i++) assert_close_i(m->dzero[i], 0.0f, 0, i);
         memcpy(m->params, p0, np * sizeof *p0);
         model_step(m, x, y, B, B, 1, 1, NULL, NULL, &st);
         assert_memory_equal(g1, m->grads, np * sizeof *g1);
@@ -430,8 +433,9 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
         model_step(m[0], x, y, B, B, 1, 40 + step, NULL, NULL, &a);
         optim_step(o, m[0]->params, m[0]->grads);
         model_step_sgd(m[1], x, y, B, 40 + step, lr, &b);
-        assert_true(fabs(a.loss - b.loss) <= 1e-5 * fabs(a.loss));
-        assert_true(a.correct == b.correct && a.count == b.count);
+        assert_close(a.loss, b.loss, 1e-5 * fabs(a.loss));
+        assert_close(a.correct, b.correct, 0);
+        assert_close(a.count, b.count, 0);
     }
     gemm_set_threads(1);
     double moved = 0.0, dmax = 0.0, gdiff = 0.0, gmax = 0.0;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "fork_cluster.h"
 #include "net.h"
 #include "util.h"
@@ -120,7 +121,7 @@ static void test_ring_forms_with_secret(void **state)
         NetResult *res = run_cluster(world, &a, 30);
         for (int r = 0; r < world; r++) {
             if (res[r].rc != 0) fail_msg("world %d rank %d: %s", world, r, res[r].err);
-            assert_true(res[r].sum == (float)(world * (world + 1) / 2));
+            assert_close_i(res[r].sum, (float)(world * (world + 1) / 2), 0, r);
         }
         free_results(res);
     }
@@ -133,7 +134,7 @@ static void test_ring_forms_without_secret(void **state)
     NetResult *res = run_cluster(2, &a, 30);
     assert_int_equal(res[0].rc, 0);
     assert_int_equal(res[1].rc, 0);
-    assert_true(res[0].sum == 3.0f);
+    assert_close(res[0].sum, 3.0f, 0);
     free_results(res);
 }
 
@@ -380,7 +381,7 @@ static void test_hostile_clients_do_not_disturb_the_ring(void **state)
 
     for (int r = 0; r < 2; r++) {
         if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
-        assert_true(res[r].sum == 3.0f);
+        assert_close_i(res[r].sum, 3.0f, 0, r);
     }
     /* The trickler is still trickling when the real peer authenticates (handshakes are
      * served side by side), so it is dropped without a line; the handshake timeout is
@@ -700,7 +701,7 @@ static void test_wrong_party_at_the_peer_address_is_retried(void **state)
     assert_int_equal(cluster_wait(&c, scaled(30)), 0);
     for (int r = 0; r < 2; r++) {
         if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
-        assert_true(res[r].sum == 3.0f);
+        assert_close_i(res[r].sum, 3.0f, 0, r);
     }
     const char *expect[] = {"could not prove the job secret", "says it is rank 0 too",
                             "connecting again until the rendezvous deadline"};
@@ -736,7 +737,7 @@ static void test_wrong_rank_connecting_is_refused(void **state)
     assert_int_equal(got, 0); /* closed after its proof, no ACK */
     for (int r = 0; r < 2; r++) {
         if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
-        assert_true(res[r].sum == 3.0f);
+        assert_close_i(res[r].sum, 3.0f, 0, r);
     }
     if (!file_contains(log1, "says it is rank 1 too"))
         fail_msg("rank 1's log does not name the duplicate");

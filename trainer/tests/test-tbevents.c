@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "assert_close.h"
 #include "tbevents.h"
 
 #include <dirent.h>
@@ -281,13 +282,14 @@ static void test_round_trip(void **state)
     assert_int_equal(evs[1].nvalues, 3);
     assert_string_equal(evs[1].tags[0], "step/loss");
     assert_string_equal(evs[1].tags[2], "step/learning_rate");
-    assert_true(evs[1].values[0] == 2.25f && evs[1].values[1] == 0.125f);
-    assert_true(evs[1].values[2] == 0.001f);
+    assert_close(evs[1].values[0], 2.25f, 0);
+    assert_close(evs[1].values[1], 0.125f, 0);
+    assert_close(evs[1].values[2], 0.001f, 0);
     assert_true(evs[1].wall_time >= evs[0].wall_time);
     assert_int_equal(evs[2].step, 300000000000LL);
     assert_int_equal(evs[3].step, 2);
     assert_string_equal(evs[3].tags[0], "epoch/loss");
-    assert_true(evs[3].values[0] == -1.5e-3f);
+    assert_close(evs[3].values[0], -1.5e-3f, 0);
 }
 
 static void test_flipped_byte_detected(void **state)
