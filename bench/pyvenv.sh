@@ -17,7 +17,8 @@ if ! ready; then
   if ! ready; then
     echo "creating $venv (pip install $*)" >&2
     { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "$@"; } \
-      >"$cache/pip-$name.log" 2>&1 || { echo "cannot create $venv: see $cache/pip-$name.log" >&2; exit 1; }
+      >"$cache/pip-$name.log" 2>&1 ||
+      { echo "cannot create $venv: see $cache/pip-$name.log" >&2; exit 1; }
     ready || { echo "$venv cannot import $module: see $cache/pip-$name.log" >&2; exit 1; }
   fi
 fi

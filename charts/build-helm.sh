@@ -28,7 +28,8 @@ if [ ! -x "$out/helm" ]; then
   kt_go_env
   major=${HELM_VERSION%%.*}
   pkg=helm.sh/helm/$major
-  ld="-s -w -X $pkg/internal/version.version=$HELM_VERSION -X $pkg/internal/version.gitTreeState=clean"
+  ld="-s -w -X $pkg/internal/version.version=$HELM_VERSION"
+  ld="$ld -X $pkg/internal/version.gitTreeState=clean"
   tmp=$(mktemp -d "$out/../tmp.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   kt_log "building helm $HELM_VERSION (GOMAXPROCS=$GOMAXPROCS, -p 2; slow the first time)"

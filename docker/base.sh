@@ -17,8 +17,12 @@ if [ ! -s "$tarball" ]; then
   root=$(mktemp -d)
   trap 'rm -rf "$root"' EXIT
   echo "base: debootstrap bookworm into $root"
-  debootstrap --variant=minbase bookworm "$root" ${mirror:+"$mirror"} >"$cache/debootstrap.log" 2>&1 ||
-    { tail -20 "$cache/debootstrap.log"; echo "base: debootstrap failed (log: $cache/debootstrap.log)" >&2; exit 1; }
+  debootstrap --variant=minbase bookworm "$root" ${mirror:+"$mirror"} \
+    >"$cache/debootstrap.log" 2>&1 || {
+    tail -20 "$cache/debootstrap.log"
+    echo "base: debootstrap failed (log: $cache/debootstrap.log)" >&2
+    exit 1
+  }
   # Keep the image small: no apt lists, docs or caches.
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/usr/share/doc/* \
          "$root"/usr/share/man/* "$root"/usr/share/locale/*

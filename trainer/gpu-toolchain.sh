@@ -67,7 +67,8 @@ if [[ -n $toolkit ]]; then
         for d in "$w"/cudnn "$w"/nccl "$w"/cu[0-9]*; do [[ -d $d ]] && srcs+=("$d"); done
     done <<<"$wheels"
     if [[ ${#srcs[@]} -eq 1 ]]; then
-        log "$toolkit has no cuDNN or NCCL and python3 imports no NVIDIA wheels: set CUDNN_HOME and NCCL_HOME"
+        log "$toolkit has no cuDNN or NCCL and python3 imports no NVIDIA wheels:" \
+            "set CUDNN_HOME and NCCL_HOME"
         echo "$toolkit"; exit 0
     fi
     root=$CACHE/cuda/local-root
@@ -107,8 +108,9 @@ VSITE=$(site_of "$PREFIX/venv")
 TSITE=""
 if [[ -x $CACHE/venv-torch/bin/python ]]; then
     t=$(site_of "$CACHE/venv-torch")
-    if [[ -e $t/nvidia/cu$CUDA_MAJOR/lib/libcublas.so.$CUDA_MAJOR && -e $t/nvidia/cudnn/include/cudnn.h &&
-          -e $t/nvidia/nccl/include/nccl.h && -d $t/nvidia/cu$CUDA_MAJOR/include/cccl ]]; then
+    if [[ -e $t/nvidia/cu$CUDA_MAJOR/lib/libcublas.so.$CUDA_MAJOR &&
+          -e $t/nvidia/cudnn/include/cudnn.h && -e $t/nvidia/nccl/include/nccl.h &&
+          -d $t/nvidia/cu$CUDA_MAJOR/include/cccl ]]; then
         TSITE=$t
         rt=$(ls -d "$t"/nvidia_cuda_runtime-*.dist-info 2>/dev/null | head -1)
         if [[ -n $rt ]]; then

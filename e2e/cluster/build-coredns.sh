@@ -28,7 +28,8 @@ if [ ! -x "$out/coredns" ]; then
   trap 'rm -rf "$tmp"' EXIT
   kt_log "building CoreDNS $COREDNS_VERSION (GOMAXPROCS=$GOMAXPROCS, -p 2)"
   start=$(date +%s)
-  (cd "$KT_CLUSTER/corednsbuild" && go build -p 2 -trimpath -ldflags "-s -w" -o "$tmp/coredns" .) >&2 ||
+  (cd "$KT_CLUSTER/corednsbuild" &&
+     go build -p 2 -trimpath -ldflags "-s -w" -o "$tmp/coredns" .) >&2 ||
     kt_die "go build of CoreDNS $COREDNS_VERSION failed"
   mv -f "$tmp/coredns" "$out/coredns"
   kt_log "built CoreDNS in $(( $(date +%s) - start ))s into $out"

@@ -78,7 +78,8 @@ full_teardown() {
   # runs, which tears down their networks through the CNI plugins.
   stop kube-controller-manager
   stop kube-scheduler
-  if pid_of kubelet >/dev/null && pid_of containerd >/dev/null && pid_of kube-apiserver >/dev/null; then
+  if pid_of kubelet >/dev/null && pid_of containerd >/dev/null &&
+     pid_of kube-apiserver >/dev/null; then
     "${k[@]}" delete pods --all --all-namespaces --grace-period=1 --wait=true \
       --timeout=45s >/dev/null 2>&1 || kt_log "not every pod was deleted through the API"
   fi

@@ -32,7 +32,8 @@ setsid "${cmd[@]}" </dev/null >>"$KT_RUN/logs/kube-apiserver.log" 2>&1 &
 echo $! > "$f"
 deadline=$((SECONDS + READY_TIMEOUT))
 until "$KT_RUN/bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" get --raw /readyz >/dev/null 2>&1; do
-  [ -e "/proc/$!" ] || kt_die "kube-apiserver exited on restart; see $KT_RUN/logs/kube-apiserver.log"
+  [ -e "/proc/$!" ] ||
+    kt_die "kube-apiserver exited on restart; see $KT_RUN/logs/kube-apiserver.log"
   [ $SECONDS -lt $deadline ] || kt_die "kube-apiserver not ready ${READY_TIMEOUT}s after restart"
   sleep 0.2
 done

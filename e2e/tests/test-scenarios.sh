@@ -14,14 +14,16 @@ skip_all() { tap_skip "end-to-end scenario suite" "$1"; tap_done; exit 0; }
 
 if ! why=$(bash e2e/run.sh check full 2>&1); then skip_all "${why#e2e/run.sh: }"; fi
 docker info >/dev/null 2>&1 || bash docker/dockerd.sh >/dev/null 2>&1
-docker info >/dev/null 2>&1 || skip_all "Docker is not running (docker/dockerd.sh could not start it)"
+docker info >/dev/null 2>&1 ||
+  skip_all "Docker is not running (docker/dockerd.sh could not start it)"
 for b in "e2e/cluster/build-k8s.sh full" e2e/cluster/build-coredns.sh charts/build-helm.sh; do
   # shellcheck disable=SC2086 # $b is a script and its argument
   if ! err=$(bash $b 2>&1 >/dev/null); then
     tap_fail "building with $b" "$(tail -n 5 <<<"$err")"; tap_done; exit 1
   fi
 done
-bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null || skip_all "etcd not installed (Debian package etcd-server)"
+bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null ||
+  skip_all "etcd not installed (Debian package etcd-server)"
 
 prefix=${KT_E2E_IMAGE_PREFIX:-kubetrain}
 version=$(cat VERSION)

@@ -2,7 +2,10 @@
 # Shell helpers of the trainer's script tests; source it after e2e/lib/tap.sh.
 
 # A TCP port free on loopback now.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
 
 # The first of N consecutive TCP ports free on loopback now (a worker with
 # --gpus-per-worker N listens on its port and the N-1 after it). Taken below the kernel's
@@ -52,14 +55,24 @@ tf_config() { # index port...
 hashes() { sed -n 's/.*weights-sha256: //p' "$@" | sort -u; }
 
 # values EVENT KEY FILE: KEY of each EVENT record of a --metrics-file, space-separated.
-values() { python3 -c 'import json,sys; print(" ".join("%.6f" % e[sys.argv[2]] for e in map(json.loads, open(sys.argv[3])) if e["event"] == sys.argv[1]))' "$@"; }
+values() {
+  python3 -c 'import json, sys
+event, key, path = sys.argv[1:4]
+print(" ".join("%.6f" % e[key] for e in map(json.loads, open(path)) if e["event"] == event))' "$@"
+}
 
 # The step losses of a --metrics-file, space-separated.
 losses() { values step loss "$1"; }
 
 # Whether two such loss lists have the same length (> 0) and agree within a relative
 # tolerance: close GOT WANT TOL.
-close() { python3 -c 'import sys; a, b, tol = [list(map(float, x.split())) for x in sys.argv[1:3]] + [float(sys.argv[3])]; sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2" "$3"; }
+close() {
+  python3 -c 'import sys
+a, b = (list(map(float, x.split())) for x in sys.argv[1:3])
+tol = float(sys.argv[3])
+sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b))
+         else 1)' "$1" "$2" "$3"
+}
 
 # BIN, the trainer built on the CUDA emulation (trainer/tests/fakecuda), and CPU, the CPU
 # build; make test builds both. Returns 1 after a not-ok line when either is missing.
@@ -67,6 +80,7 @@ emul_trainers() {
   BIN=${BUILD:-build}/san/emul/bin/kubetrain-trainer
   CPU=${BUILD:-build}/bin/kubetrain-trainer
   [[ -x $BIN && -x $CPU ]] && return
-  tap_fail "the emulated trainer and the CPU trainer are built" "missing $BIN or $CPU (make test builds both)"
+  tap_fail "the emulated trainer and the CPU trainer are built" \
+    "missing $BIN or $CPU (make test builds both)"
   return 1
 }

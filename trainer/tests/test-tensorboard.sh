@@ -123,7 +123,8 @@ fi
 touch "$tmp/marker"
 sleep 0.01
 "$BIN" "${run[@]}" --epochs 1 --metrics-file "$tmp/none.jsonl" >/dev/null 2>&1
-[[ -s $tmp/none.jsonl && -z $(find "$tmp" . -name 'events.out.tfevents.*' -newer "$tmp/marker") ]] &&
+[[ -s $tmp/none.jsonl &&
+   -z $(find "$tmp" . -name 'events.out.tfevents.*' -newer "$tmp/marker") ]] &&
   tap_ok "no checkpoint dir and no --tensorboard-dir: no event file" ||
   tap_fail "no checkpoint dir and no --tensorboard-dir: no event file" "$(events "$tmp")"
 err=$("$BIN" "${run[@]}" --epochs 1 --tensorboard-dir "$tmp/none.jsonl/logs" 2>&1 >/dev/null); rc=$?
@@ -135,10 +136,12 @@ err=$("$BIN" "${run[@]}" --epochs 1 --tensorboard-dir "$tmp/none.jsonl/logs" 2>&
 "$BIN" launch --workers 2 "${run[@]}" --epochs 1 --checkpoint-dir "$tmp/ck3" \
   --metrics-file "$tmp/m3.jsonl" >"$tmp/out3" 2>&1
 mapfile -t files3 < <(events "$tmp/ck3")
-if [[ ${#files3[@]} -eq 1 ]] && "$PY" "$tmp/compare.py" "$tmp/ck3/logs" "$tmp/m3.jsonl" >"$tmp/cmp3" 2>&1; then
+if [[ ${#files3[@]} -eq 1 ]] &&
+   "$PY" "$tmp/compare.py" "$tmp/ck3/logs" "$tmp/m3.jsonl" >"$tmp/cmp3" 2>&1; then
   tap_ok "2 workers: one event file, the chief's, equal to its metrics file"
 else
-  tap_fail "2 workers: one event file, the chief's" "${files3[*]} $(cat "$tmp/cmp3" "$tmp/out3" 2>/dev/null)"
+  tap_fail "2 workers: one event file, the chief's" \
+    "${files3[*]} $(cat "$tmp/cmp3" "$tmp/out3" 2>/dev/null)"
 fi
 
 # --- a flipped byte fails the CRC in TensorBoard's record reader ------------------
@@ -164,7 +167,8 @@ broken=$("$PY" "$tmp/crc.py" "$tmp/corrupt" 2>&1); rc1=$?
 if [[ $rc0 -eq 0 && $rc1 -eq 3 && $broken == *crc32* ]]; then
   tap_ok "TensorBoard's reader: intact file ($intact); flipped byte -> $broken"
 else
-  tap_fail "TensorBoard's reader detects a flipped byte" "intact: $rc0 $intact; corrupt: $rc1 $broken"
+  tap_fail "TensorBoard's reader detects a flipped byte" \
+    "intact: $rc0 $intact; corrupt: $rc1 $broken"
 fi
 
 tap_done

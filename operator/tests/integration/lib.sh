@@ -150,7 +150,7 @@ condition() { jp "$1" "tj/$2" ".status.conditions[?(@.type==\"$3\")].$4"; }
 # attempt_pods NS JOB ATTEMPT N: true when the job has exactly N pods, all of ATTEMPT.
 attempt_pods() {
   local got
-  got=$(k -n "$1" get pods -l "kubetrain.dev/job-name=$2" \
-    -o 'jsonpath={range .items[*]}{.metadata.annotations.kubetrain\.dev/attempt}{"\n"}{end}' 2>/dev/null)
+  local path='{range .items[*]}{.metadata.annotations.kubetrain\.dev/attempt}{"\n"}{end}'
+  got=$(k -n "$1" get pods -l "kubetrain.dev/job-name=$2" -o "jsonpath=$path" 2>/dev/null)
   [ "$(grep -c . <<<"$got")" = "$4" ] && [ "$(grep -cx "$3" <<<"$got")" = "$4" ]
 }
