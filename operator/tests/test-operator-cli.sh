@@ -32,17 +32,21 @@ tap_check "--version prints the VERSION file's version" \
 "$bin" --no-such-flag >/dev/null 2>&1; rc=$?
 tap_check "an unknown flag exits 2 (got $rc)" test $rc -eq 2
 out=$("$bin" --qps fast 2>&1); rc=$?
-if [ $rc -eq 2 ] && grep -q -- '--qps: expected a number' <<<"$out"; then tap_ok "a bad --qps names the flag"
+if [ $rc -eq 2 ] && grep -q -- '--qps: expected a number' <<<"$out"; then
+  tap_ok "a bad --qps names the flag"
 else tap_fail "a bad --qps names the flag" "rc=$rc $out"; fi
 
 out=$("$bin" --leader-elect-name Ops_Lease 2>&1); rc=$?
-if [ $rc -eq 2 ] && grep -q -- '--leader-elect-name: "Ops_Lease" is not a valid Lease name' <<<"$out"; then
+if [ $rc -eq 2 ] &&
+   grep -q -- '--leader-elect-name: "Ops_Lease" is not a valid Lease name' <<<"$out"; then
   tap_ok "a bad --leader-elect-name names the flag and the rule"
 else tap_fail "a bad --leader-elect-name names the flag and the rule" "rc=$rc $out"; fi
 
 # No configuration anywhere: exit 2, one JSON error line naming where it looked.
 out=$(env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST HOME="$tmp" "$bin" 2>&1); rc=$?
-if [ $rc -eq 2 ] && python3 -c 'import json,sys; o=json.loads(sys.argv[1].splitlines()[-1]); assert o["level"]=="error" and "kubeconfig" in o["msg"]' "$out"; then
+if [ $rc -eq 2 ] && python3 -c 'import json, sys
+o = json.loads(sys.argv[1].splitlines()[-1])
+assert o["level"] == "error" and "kubeconfig" in o["msg"]' "$out"; then
   tap_ok "no configuration: exit 2 with a JSON error"
 else tap_fail "no configuration: exit 2 with a JSON error" "rc=$rc $out"; fi
 
@@ -53,20 +57,25 @@ clusters: [{name: k, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-
 users: [{name: u, user: {token: t}}]
 Y
 out=$("$bin" --kubeconfig "$tmp/insecure.yaml" 2>&1); rc=$?
-if [ $rc -eq 2 ] && grep -q 'sets insecure-skip-tls-verify.*started with --insecure-skip-tls-verify' <<<"$out"; then
+if [ $rc -eq 2 ] &&
+   grep -q 'sets insecure-skip-tls-verify.*started with --insecure-skip-tls-verify' <<<"$out"; then
   tap_ok "a kubeconfig with insecure-skip-tls-verify is refused without the flag, naming it"
 else tap_fail "insecure kubeconfig refused without the flag" "rc=$rc $out"; fi
 # With the explicit flag it starts, with a warning that says what is at stake.
 "$bin" --kubeconfig "$tmp/insecure.yaml" --insecure-skip-tls-verify --metrics-addr 0 \
   --health-addr 0 >"$tmp/insecure.log" 2>&1 &
 ipid=$!
-for _ in $(seq 50); do grep -q 'TLS VERIFICATION IS OFF' "$tmp/insecure.log" && break; sleep 0.1; done
+for _ in $(seq 50); do
+  grep -q 'TLS VERIFICATION IS OFF' "$tmp/insecure.log" && break
+  sleep 0.1
+done
 kill -TERM "$ipid"; wait "$ipid"; rc=$?
 if [ $rc -eq 0 ] && python3 -c '
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 w = [l for l in lines if "TLS VERIFICATION IS OFF" in l["msg"]]
-assert w and w[0]["level"] == "warn" and "credentials" in w[0]["msg"], lines' "$tmp/insecure.log"; then
+assert w and w[0]["level"] == "warn" and "credentials" in w[0]["msg"], lines' \
+   "$tmp/insecure.log"; then
   tap_ok "--insecure-skip-tls-verify: starts, logs a warning that verification is off"
 else tap_fail "--insecure-skip-tls-verify warns loudly" "rc=$rc $(cat "$tmp/insecure.log")"; fi
 
@@ -98,7 +107,8 @@ t0=$SECONDS
 wait "$pid"; rc=$?
 pid=
 if [ $rc -eq 0 ] && [ $((SECONDS - t0)) -le 5 ]; then tap_ok "SIGTERM: exit 0 within 5 s"
-else tap_fail "SIGTERM: exit 0 within 5 s" "rc=$rc after $((SECONDS - t0)) s; $(tail -3 "$tmp/log")"; fi
+else tap_fail "SIGTERM: exit 0 within 5 s" "rc=$rc after $((SECONDS - t0)) s; $(tail -3 "$tmp/log")"
+fi
 if python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     json.loads(l)' "$tmp/log"; then tap_ok "every log line is JSON"

@@ -45,10 +45,12 @@ bench() { # OUT_DIR TRAINER, env as given: runs bench_gpu.py, output in OUT_DIR/
 
 # --- no device: the CPU build's --device gpu fails ----------------------------------
 bench "$tmp/none" "$CPU"; rc=$?
-if [[ $rc -eq 0 ]] && grep -q "^bench-gpu: skipped: .*" "$tmp/none/log" && [[ ! -e $tmp/none/out.json ]]; then
+if [[ $rc -eq 0 ]] && grep -q "^bench-gpu: skipped: .*" "$tmp/none/log" &&
+   [[ ! -e $tmp/none/out.json ]]; then
   tap_ok "without a device: $(head -1 "$tmp/none/log")"
 else
-  tap_fail "without a device it says skipped, exits 0 and writes no JSON" "rc=$rc; $(ls "$tmp/none"); $(tail -5 "$tmp/none/log")"
+  tap_fail "without a device it says skipped, exits 0 and writes no JSON" \
+    "rc=$rc; $(ls "$tmp/none"); $(tail -5 "$tmp/none/log")"
 fi
 
 # --- two rounds, torch.compile failing ----------------------------------------------
@@ -76,8 +78,10 @@ print("medians %s" % {k: round(med(k), 1) for k in want if n[k]})
 EOF
 )
 if [[ $rc -eq 1 ]] && grep -q "torch_compile at batch 64 failed, not run again" "$tmp/full/log" &&
-   [[ $(grep -c "torch_compile at batch 64$" "$tmp/full/log") -eq 1 ]] && [[ $check == medians* ]]; then
-  tap_ok "two rounds with torch.compile failing: exit 1, the failure named and not retried, ratios of the medians ($check)"
+   [[ $(grep -c "torch_compile at batch 64$" "$tmp/full/log") -eq 1 ]] &&
+   [[ $check == medians* ]]; then
+  tap_ok "two rounds with torch.compile failing: exit 1, the failure named and not retried,\
+ ratios of the medians ($check)"
 else
   tap_fail "two rounds with torch.compile failing" "rc=$rc; $check; $(tail -8 "$tmp/full/log")"
 fi
@@ -99,6 +103,7 @@ EOF
 if [[ $rc -ne 0 && $check == runs_done* ]]; then
   tap_ok "killed part way (rc $rc): the JSON holds every run before the kill ($check)"
 else
-  tap_fail "killed part way: the JSON holds every run before the kill" "rc=$rc; $check; $(tail -5 "$tmp/cut/log")"
+  tap_fail "killed part way: the JSON holds every run before the kill" \
+    "rc=$rc; $check; $(tail -5 "$tmp/cut/log")"
 fi
 tap_done

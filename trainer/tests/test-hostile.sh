@@ -40,7 +40,10 @@ wait "$a"; ra=$?; wait "$b"; rb=$?
 REF=$(hashes "$tmp/r0.out" "$tmp/r1.out")
 if [ $ra = 0 ] && [ $rb = 0 ] && [ "$(wc -l <<<"$REF")" = 1 ] && [ -n "$REF" ]; then
   tap_ok "undisturbed two-worker run (reference hash)"
-else tap_fail "undisturbed two-worker run" "exit $ra/$rb; $(tail -5 "$tmp/r0.err")"; tap_done; exit; fi
+else
+  tap_fail "undisturbed two-worker run" "exit $ra/$rb; $(tail -5 "$tmp/r0.err")"
+  tap_done; exit
+fi
 
 # Rank 0 alone, then the strangers, then (12 s later: past the 10 s handshake timeout,
 # so the silent ones have been timed out) rank 1.
@@ -71,9 +74,11 @@ if [ $ra = 0 ] && [ $rb = 0 ] && [ "$got" = "$REF" ]; then
   tap_ok "under attack the job completes with the undisturbed weights (no injected data)"
 else tap_fail "under attack the job completes with the undisturbed weights" \
   "exit $ra/$rb, hashes '$got' vs '$REF'; $(tail -8 "$tmp/h0.err")"; fi
-if grep -q 'rendezvous done' "$tmp/h0.err" && python3 -c "import sys; sys.exit(0 if $formed < 8 else 1)"; then
+if grep -q 'rendezvous done' "$tmp/h0.err" &&
+   python3 -c "import sys; sys.exit(0 if $formed < 8 else 1)"; then
   tap_ok "the ring forms ${formed} s after rank 1 starts, not after the strangers' timeouts"
-else tap_fail "the ring forms promptly despite 49 strangers" "${formed} s; $(grep -v '^ *[0-9]' "$tmp/h0.err" | tail -5)"; fi
+else tap_fail "the ring forms promptly despite 49 strangers" \
+  "${formed} s; $(grep -v '^ *[0-9]' "$tmp/h0.err" | tail -5)"; fi
 if [ "$refused" = refused ]; then tap_ok "after the rendezvous rank 0's port refuses connections"
 else tap_fail "after the rendezvous rank 0's port refuses connections" "$refused"; fi
 
@@ -95,8 +100,10 @@ pids+=("$a" "$b")
 wait "$a"; ra=$?; wait "$b"; rb=$?
 if [ $ra != 0 ] && [ $rb != 0 ] && grep -q 'secret' "$tmp/w0.err" "$tmp/w1.err"; then
   tap_ok "workers with different secrets refuse each other (exit $ra/$rb)"
-else tap_fail "workers with different secrets refuse each other" "exit $ra/$rb; $(tail -3 "$tmp/w0.err" "$tmp/w1.err")"; fi
-leaks=$(grep -l -e "$KUBETRAIN_SECRET" -e "$other" -e "${KUBETRAIN_SECRET:0:16}" -e "${other:0:16}" \
+else tap_fail "workers with different secrets refuse each other" \
+  "exit $ra/$rb; $(tail -3 "$tmp/w0.err" "$tmp/w1.err")"; fi
+leaks=$(grep -l -e "$KUBETRAIN_SECRET" -e "$other" \
+  -e "${KUBETRAIN_SECRET:0:16}" -e "${other:0:16}" \
   "$tmp"/[hrw][01].err "$tmp"/[hrw][01].out 2>/dev/null)
 if [ -z "$leaks" ] && [ -s "$tmp/w0.err" ] && [ -s "$tmp/h0.err" ]; then
   tap_ok "no secret, nor half of one, in any output of the six workers"
@@ -106,12 +113,16 @@ report=$(python3 - "$tmp/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 bad = [f"{k}: {c}" for k, c in sorted(r.items())
-       if c.get("connected", 0) != c.get("closed by trainer", 0) or c.get("got a reply after its proof")]
-print("; ".join(bad) if bad else "ok " + ", ".join(f"{k} {c['connected']}" for k, c in sorted(r.items())))
+       if c.get("connected", 0) != c.get("closed by trainer", 0)
+       or c.get("got a reply after its proof")]
+print("; ".join(bad) if bad
+      else "ok " + ", ".join(f"{k} {c['connected']}" for k, c in sorted(r.items())))
 PY
 )
 case $report in
-  ok*) tap_ok "every stranger was closed by the trainer, no impostor acknowledged (${report#ok })" ;;
+  ok*)
+    tap_ok "every stranger was closed by the trainer, no impostor acknowledged (${report#ok })"
+    ;;
   *) tap_fail "every stranger closed, no impostor acknowledged" "$report" ;;
 esac
 

@@ -30,7 +30,8 @@ port=$(free_port)
 pid=$!
 # first scrape once a step is done, then a second one later in the run
 for _ in $(seq 600); do
-  curl -sf "http://127.0.0.1:$port/metrics" -o "$tmp/s1" 2>/dev/null && [[ $(steps_of "$tmp/s1") -gt 0 ]] && break
+  curl -sf "http://127.0.0.1:$port/metrics" -o "$tmp/s1" 2>/dev/null &&
+    [[ $(steps_of "$tmp/s1") -gt 0 ]] && break
   sleep 0.05
 done
 sleep 0.5
@@ -67,7 +68,8 @@ then tap_ok "GET /metrics: Prometheus text 0.0.4, HELP and TYPE for each of $(ca
 else tap_fail "GET /metrics: Prometheus text" "$(cat "$tmp/fmt" "$tmp/s1" "$tmp/out")"; fi
 
 s1=$(steps_of "$tmp/s1") s2=$(steps_of "$tmp/s2")
-[[ $rc -eq 0 && $s1 -gt 0 && $s2 -gt $s1 ]] && tap_ok "steps grow between scrapes ($s1 -> $s2), the run finishes" ||
+[[ $rc -eq 0 && $s1 -gt 0 && $s2 -gt $s1 ]] &&
+  tap_ok "steps grow between scrapes ($s1 -> $s2), the run finishes" ||
   tap_fail "steps grow between scrapes" "rc=$rc $s1 -> $s2; $(tail -3 "$tmp/out")"
 if python3 - "$tmp/s2" "$tmp/m.jsonl" <<'PY' >"$tmp/cmp" 2>&1
 import json, math, sys
@@ -81,7 +83,9 @@ for k, name in (("loss", "kubetrain_loss"), ("accuracy", "kubetrain_accuracy"),
 print("step", step)
 PY
 then tap_ok "the scraped values are those of that step in the metrics file ($(cat "$tmp/cmp"))"
-else tap_fail "the scraped values are those of that step in the metrics file" "$(cat "$tmp/cmp")"; fi
+else
+  tap_fail "the scraped values are those of that step in the metrics file" "$(cat "$tmp/cmp")"
+fi
 [[ $code404 == 404 ]] && tap_ok "other paths: 404" || tap_fail "other paths: 404" "got $code404"
 
 # off by default: a run of one worker listens on nothing
@@ -91,7 +95,8 @@ pid=$!
 for _ in $(seq 600); do grep -q "^Epoch 1/1" "$tmp/out2" && break; sleep 0.05; done
 listening=$(ss -Hltnp 2>/dev/null | grep -c "pid=$pid,")
 wait "$pid"; pid=
-[[ $listening -eq 0 ]] && ! grep -q "Prometheus" "$tmp/out2" && tap_ok "without --metrics-port nothing listens" ||
+[[ $listening -eq 0 ]] && ! grep -q "Prometheus" "$tmp/out2" &&
+  tap_ok "without --metrics-port nothing listens" ||
   tap_fail "without --metrics-port nothing listens" "$listening sockets; $(cat "$tmp/out2")"
 fi
 
@@ -109,9 +114,11 @@ s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("", int(sys.argv[1]))); s.listen(); time.sleep(20)' "$port" &
 holder=$!
 sleep 0.3
-err=$("$BIN" --model mlp --epochs 1 --steps-per-epoch 1 --metrics-port "$port" 2>&1 >/dev/null); rc=$?
+err=$("$BIN" --model mlp --epochs 1 --steps-per-epoch 1 --metrics-port "$port" 2>&1 >/dev/null)
+rc=$?
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
-[[ $rc -eq 2 && $err == *"--metrics-port $port"* ]] && tap_ok "a taken port -> exit 2 naming --metrics-port" ||
+[[ $rc -eq 2 && $err == *"--metrics-port $port"* ]] &&
+  tap_ok "a taken port -> exit 2 naming --metrics-port" ||
   tap_fail "a taken port -> exit 2 naming --metrics-port" "rc=$rc $err"
 
 tap_done
