@@ -31,20 +31,24 @@ hash_of() { "$BIN" "${short[@]}" "$@" 2>"$tmp/stderr" | sed -n 's/^weights-sha25
 h1=$(hash_of --seed 7 --model mlp --optimizer adam)
 h2=$(hash_of --seed 7 --model mlp --optimizer adam)
 h3=$(hash_of --seed 8 --model mlp --optimizer adam)
-if [[ ${#h1} -eq 64 && $h1 == "$h2" ]]; then tap_ok "same seed, same weights hash (mlp with dropout)"
+if [[ ${#h1} -eq 64 && $h1 == "$h2" ]]; then
+  tap_ok "same seed, same weights hash (mlp with dropout)"
 else tap_fail "same seed, same weights hash" "'$h1' vs '$h2': $(cat "$tmp/stderr")"; fi
 if [[ ${#h3} -eq 64 && $h1 != "$h3" ]]; then tap_ok "different seed, different weights hash"
 else tap_fail "different seed, different weights hash" "'$h1' vs '$h3'"; fi
 
 c1=$(hash_of --seed 3 --model tutorial-cnn)
-c2=$("$BIN" train "${short[@]}" --seed 3 --model tutorial-cnn 2>/dev/null | sed -n 's/^weights-sha256: //p')
+c2=$("$BIN" train "${short[@]}" --seed 3 --model tutorial-cnn 2>/dev/null |
+     sed -n 's/^weights-sha256: //p')
 c3=$(hash_of --seed 3 --model tutorial-cnn --shuffle-buffer 100)
-[[ ${#c1} -eq 64 && $c1 == "$c2" ]] && tap_ok "tutorial-cnn deterministic (also as 'train')" || tap_fail "tutorial-cnn deterministic" "$c1 vs $c2"
-[[ $c1 != "$c3" ]] && tap_ok "shuffle buffer changes the stream" || tap_fail "shuffle buffer changes the stream"
+[[ ${#c1} -eq 64 && $c1 == "$c2" ]] && tap_ok "tutorial-cnn deterministic (also as 'train')" ||
+  tap_fail "tutorial-cnn deterministic" "$c1 vs $c2"
+[[ $c1 != "$c3" ]] && tap_ok "shuffle buffer changes the stream" ||
+  tap_fail "shuffle buffer changes the stream"
 
 # the metrics file and the termination message of a successful run
 out=$("$BIN" "${short[@]}" --model mlp --eval --metrics-file "$tmp/m.jsonl" 2>&1)
-python3 - "$tmp/m.jsonl" "$tmp/termination" <<'PY' && tap_ok "metrics file and termination message" || tap_fail "metrics file and termination message" "$out"
+if python3 - "$tmp/m.jsonl" "$tmp/termination" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 kinds = [e["event"] for e in ev]
@@ -56,17 +60,26 @@ done = ev[-1]
 t = json.load(open(sys.argv[2]))
 assert t["weights_sha256"] == done["weights_sha256"] and t["step"] == 4 and t["epoch"] == 2, t
 PY
-grep -q "^Epoch 2/2" <<<"$out" && grep -qE "^2/2 - [0-9.]+s - loss: [0-9.]+ - accuracy: [0-9.]+ - [0-9]+ samples/s" <<<"$out" && tap_ok "Keras-like epoch lines" || tap_fail "Keras-like epoch lines" "$out"
+then tap_ok "metrics file and termination message"
+else tap_fail "metrics file and termination message" "$out"; fi
+grep -q "^Epoch 2/2" <<<"$out" &&
+  grep -qE "^2/2 - [0-9.]+s - loss: [0-9.]+ - accuracy: [0-9.]+ - [0-9]+ samples/s" <<<"$out" &&
+  tap_ok "Keras-like epoch lines" || tap_fail "Keras-like epoch lines" "$out"
 
 # a metrics file named without a directory lands in the working directory
 bin_abs=$(realpath -- "$BIN")
-(cd "$tmp" && "$bin_abs" "${short[@]}" --model mlp --metrics-file bare.jsonl >/dev/null 2>"$tmp/bare.err")
-[[ $? -eq 0 && $(grep -c '"event":"done"' "$tmp/bare.jsonl" 2>/dev/null) == 1 ]] && tap_ok "--metrics-file without a directory" || tap_fail "--metrics-file without a directory" "$(cat "$tmp/bare.err")"
+rc=0
+(cd "$tmp" && "$bin_abs" "${short[@]}" --model mlp --metrics-file bare.jsonl >/dev/null \
+   2>"$tmp/bare.err") || rc=$?
+[[ $rc -eq 0 && $(grep -c '"event":"done"' "$tmp/bare.jsonl" 2>/dev/null) == 1 ]] &&
+  tap_ok "--metrics-file without a directory" ||
+  tap_fail "--metrics-file without a directory" "$(cat "$tmp/bare.err")"
 
 # flags override env; env overrides defaults
 e1=$(KUBETRAIN_SEED=8 hash_of --model mlp --optimizer adam)
 e2=$(KUBETRAIN_SEED=8 hash_of --model mlp --optimizer adam --seed 7)
-[[ $e1 == "$h3" && $e2 == "$h1" ]] && tap_ok "env sets, flags override" || tap_fail "env sets, flags override" "$e1/$h3 $e2/$h1"
+[[ $e1 == "$h3" && $e2 == "$h1" ]] && tap_ok "env sets, flags override" ||
+  tap_fail "env sets, flags override" "$e1/$h3 $e2/$h1"
 
 # bad input: exit code, one line naming the flag/field/file, termination message, no metrics file
 expect_fail() { # name code needle args...
@@ -84,23 +97,32 @@ expect_fail() { # name code needle args...
 expect_fail "epochs 0" 2 "--epochs: expected an integer in [1" --epochs 0
 expect_fail "lr not a number" 2 "--lr: expected a number" --lr fast
 expect_fail "negative lr" 2 "--lr" --lr -1
-expect_fail "unknown optimizer" 2 "--optimizer: expected sgd, rmsprop, adam or adam-amsgrad" --optimizer adagrad
+expect_fail "unknown optimizer" 2 "--optimizer: expected sgd, rmsprop, adam or adam-amsgrad" \
+  --optimizer adagrad
 expect_fail "unknown flag" 2 "--bogus: unknown option" --bogus 1
 expect_fail "missing value" 2 "--seed: expected a value" --seed
-expect_fail "bad shard policy" 2 "--shard-policy: expected auto, data, file or off" --shard-policy rows
-KUBETRAIN_PER_WORKER_BATCH=x expect_fail "bad env" 2 "KUBETRAIN_PER_WORKER_BATCH: expected an integer"
+expect_fail "bad shard policy" 2 "--shard-policy: expected auto, data, file or off" \
+  --shard-policy rows
+KUBETRAIN_PER_WORKER_BATCH=x expect_fail "bad env" 2 \
+  "KUBETRAIN_PER_WORKER_BATCH: expected an integer"
 err=$("$BIN" frobnicate 2>&1); rc=$?
-[[ $rc -eq 2 && $err == *"frobnicate: unknown command (expected train or launch)"* ]] && tap_ok "unknown command -> exit 2" || tap_fail "unknown command -> exit 2" "rc=$rc $err"
+[[ $rc -eq 2 && $err == *"frobnicate: unknown command (expected train or launch)"* ]] &&
+  tap_ok "unknown command -> exit 2" || tap_fail "unknown command -> exit 2" "rc=$rc $err"
 expect_fail "unknown model" 2 "--model nope: expected tutorial-cnn" --model nope
 printf 'layers:\n  - type: Flatten\n  - type: Dense\n    units: many\n' >"$tmp/bad.yaml"
-expect_fail "bad model file" 3 "$tmp/bad.yaml: layers[1].units: expected an integer" --model "$tmp/bad.yaml"
+expect_fail "bad model file" 3 "$tmp/bad.yaml: layers[1].units: expected an integer" \
+  --model "$tmp/bad.yaml"
 mkdir -p "$tmp/empty"
-expect_fail "missing data" 3 "$tmp/empty/train-images-idx3-ubyte: cannot open" --data-dir "$tmp/empty"
+expect_fail "missing data" 3 "$tmp/empty/train-images-idx3-ubyte: cannot open" \
+  --data-dir "$tmp/empty"
 mkdir -p "$tmp/trunc"
-head -c 5000 "$DATA/train-images-idx3-ubyte.gz" >"$tmp/trunc/train-images-idx3-ubyte.gz" 2>/dev/null || head -c 5000 "$DATA/train-images-idx3-ubyte" >"$tmp/trunc/train-images-idx3-ubyte"
+head -c 5000 "$DATA/train-images-idx3-ubyte.gz" >"$tmp/trunc/train-images-idx3-ubyte.gz" \
+  2>/dev/null ||
+  head -c 5000 "$DATA/train-images-idx3-ubyte" >"$tmp/trunc/train-images-idx3-ubyte"
 cp "$DATA"/train-labels-idx1-ubyte* "$tmp/trunc/"
 expect_fail "truncated data" 3 "truncated IDX data" --data-dir "$tmp/trunc"
-expect_fail "metrics dir missing" 2 "--metrics-file" --metrics-file "$tmp/nodir/m.jsonl" --steps-per-epoch 1 --epochs 1
+expect_fail "metrics dir missing" 2 "--metrics-file" --metrics-file "$tmp/nodir/m.jsonl" \
+  --steps-per-epoch 1 --epochs 1
 # every data file's image shape against the model's input, at start-up: test images of
 # another size used to be read past their buffer at the first evaluation (SIGSEGV)
 idx_file() { # FILE COUNT [ROWS COLS]: zero images (COUNT x ROWS x COLS) or labels 0..9
@@ -151,6 +173,8 @@ m1=$(KUBETRAIN_MAX_MODEL_MEMORY_GIB=0.01 hash_of --seed 3 --model tutorial-cnn \
   tap_fail "a raised --max-model-memory-gib accepts the model" \
     "'$m1' vs '$c1': $(cat "$tmp/stderr")"
 
-ok=$(KUBETRAIN_PER_WORKER_BATCH=x "$BIN" --per-worker-batch 8 --epochs 1 --steps-per-epoch 1 --model mlp >/dev/null 2>&1; echo $?)
-[[ $ok -eq 2 ]] && tap_ok "a malformed env value fails even when a flag overrides it" || tap_fail "malformed env with flag" "rc=$ok"
+ok=$(KUBETRAIN_PER_WORKER_BATCH=x "$BIN" --per-worker-batch 8 --epochs 1 --steps-per-epoch 1 \
+       --model mlp >/dev/null 2>&1; echo $?)
+[[ $ok -eq 2 ]] && tap_ok "a malformed env value fails even when a flag overrides it" ||
+  tap_fail "malformed env with flag" "rc=$ok"
 tap_done
