@@ -45,9 +45,11 @@ TF_VERSION ?= 2.21.0
 TF_IMAGE_INPUTS := docker/tensorflow.Dockerfile $(sort $(wildcard examples/tensorflow/*.py))
 image-tensorflow: image-base
 	@set -e; img=$(IMAGE_PREFIX)/tensorflow:$(VERSION); \
-	 hash=$$({ cat $(TF_IMAGE_INPUTS); echo $(TF_VERSION); docker image inspect -f '{{.Id}}' $(BASE); } \
-	        | sha256sum | cut -c1-16); \
-	 if [ "$$(docker image inspect -f '{{index .Config.Labels "kubetrain.dev/inputs"}}' $$img 2>/dev/null)" = "$$hash" ]; then \
+	 hash=$$({ cat $(TF_IMAGE_INPUTS); echo $(TF_VERSION); \
+	           docker image inspect -f '{{.Id}}' $(BASE); } | sha256sum | cut -c1-16); \
+	 have=$$(docker image inspect \
+	         -f '{{index .Config.Labels "kubetrain.dev/inputs"}}' $$img 2>/dev/null); \
+	 if [ "$$have" = "$$hash" ]; then \
 	   echo "$$img is up to date (inputs $$hash)"; exit 0; fi; \
 	 if [ -r $(HOST_CA_BUNDLE) ]; then cp $(HOST_CA_BUNDLE) docker/.build-ca.crt; \
 	 else : > docker/.build-ca.crt; fi; \

@@ -10,6 +10,7 @@
 #                                                     $KT_CACHE/venv-tf, made on first use
 #   TF_PYTHON=PYTHON bash ...                         a Python that has both
 #   TF_IMAGE=kubetrain/tensorflow:VERSION bash ...    in the image (docker run --network host)
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 EX=examples/tensorflow
@@ -35,7 +36,8 @@ if [ -n "$IMAGE" ]; then
   fi
   DATA=/data
 else
-  if [ -z "$PY" ] && ! PY=$(bash bench/pyvenv.sh venv-tf tf_keras tensorflow-cpu tf-keras 2>"$tmp/venv.err"); then
+  if [ -z "$PY" ] &&
+     ! PY=$(bash bench/pyvenv.sh venv-tf tf_keras tensorflow-cpu tf-keras 2>"$tmp/venv.err"); then
     tap_skip "TensorFlow examples" "no TensorFlow venv: $(tail -1 "$tmp/venv.err")"; tap_done; exit
   fi
   if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
@@ -93,9 +95,15 @@ wait_log() {
 }
 
 # The log without TensorFlow's C++ and gRPC chatter, for failure reports.
-show() { grep -vE '^[IWE][0-9]{4} |^WARNING: All log|retracing' "$tmp/$1.log" | tail -${2:-15}; }
+show() { grep -vE '^[IWE][0-9]{4} |^WARNING: All log|retracing' "$tmp/$1.log" | tail "-${2:-15}"; }
 
-ports() { local n; for ((n = 0; n < $1; n++)); do printf '"127.0.0.1:%s"%s' "$(free_port)" "$([ $n -lt $(($1 - 1)) ] && echo ,)"; done; }
+# ports N: N loopback addresses as JSON strings, comma-separated.
+ports() {
+  local n
+  for ((n = 0; n < $1; n++)); do
+    printf '"127.0.0.1:%s"%s' "$(free_port)" "$([ "$n" -lt $(($1 - 1)) ] && echo ,)"
+  done
+}
 
 # --- MultiWorkerMirroredStrategy: 2 workers, a kill, a resume -------------------------
 ckpt=$tmp/mwms
@@ -109,7 +117,8 @@ if wait_log w0 'replicas in sync: 2;' 180 && wait_log w1 'replicas in sync: 2;' 
 else tap_fail "mwms: both workers see 2 replicas in sync" "$(show w0; show w1)"; fi
 
 # "Epoch 2/3" is printed after every callback's epoch end: the backup of epoch 1 is done.
-if wait_log w0 '^Epoch 2/3' 180 && [ -f "$ckpt/ckpt/ckpt-1.index" ] && [ -d "$ckpt/backup/chief" ]; then
+if wait_log w0 '^Epoch 2/3' 180 && [ -f "$ckpt/ckpt/ckpt-1.index" ] &&
+   [ -d "$ckpt/backup/chief" ]; then
   tap_ok "mwms: epoch 1 backed up and checkpointed by the chief"
 else tap_fail "mwms: epoch 1 backed up" "$(show w0; ls -R "$ckpt" 2>&1 | head)"; fi
 
@@ -132,7 +141,8 @@ else tap_fail "mwms: restarted group resumes at epoch 2" "$(show r0; show r1)"; 
 finish r0 180; rc0=$rc
 finish r1 30; rc1=$rc
 if [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && grep -q 'mwms: done' "$tmp/r0.log" &&
-   grep -q 'replicas in sync: 2;' "$tmp/r0.log" && grep -q 'replicas in sync: 2;' "$tmp/r1.log"; then
+   grep -q 'replicas in sync: 2;' "$tmp/r0.log" &&
+   grep -q 'replicas in sync: 2;' "$tmp/r1.log"; then
   tap_ok "mwms: both restarted workers finish (exit 0) with 2 replicas in sync"
 else tap_fail "mwms: restarted workers finish" "exits $rc0 $rc1; $(show r0; show r1)"; fi
 

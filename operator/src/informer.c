@@ -23,9 +23,9 @@
 typedef struct Entry {
     struct Entry *next;
     char *json;
-    cJSON *labels;   /* metadata.labels, or NULL */
-    long long rv;    /* metadata.resourceVersion, -1 when not an integer */
-    char key[];      /* "namespace/name" */
+    cJSON *labels; /* metadata.labels, or NULL */
+    long long rv;  /* metadata.resourceVersion, -1 when not an integer */
+    char key[];    /* "namespace/name" */
 } Entry;
 
 struct Informer {
@@ -552,9 +552,8 @@ static void outage_failed(Informer *inf, const char *err, int rc, double wait)
 static void outage_over(Informer *inf)
 {
     if (!inf->failures) return;
-    olog(OLOG_INFO, NULL,
-         "%s: the API server answers again, %.1f s after the first of %u failures", inf->plural,
-         clock_mono() - inf->failing_since, inf->failures);
+    olog(OLOG_INFO, NULL, "%s: the API server answers again, %.1f s after the first of %u failures",
+         inf->plural, clock_mono() - inf->failing_since, inf->failures);
     inf->failures = 0;
 }
 

@@ -16,10 +16,10 @@
 /* ------------------------------------------------------------------------------------
  * Plan */
 
-static const char *const kind_names[] = {"create-secret", "create-service", "create-pod",
-                                         "delete-pod",    "update-status",  "delete-job",
-                                         "event",         "force-delete-pod",
-                                         "create-network-policy", "delete-network-policy"};
+static const char *const kind_names[] = {
+    "create-secret",         "create-service",       "create-pod", "delete-pod",
+    "update-status",         "delete-job",           "event",      "force-delete-pod",
+    "create-network-policy", "delete-network-policy"};
 
 const char *action_kind_name(ActionKind kind)
 {

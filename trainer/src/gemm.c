@@ -224,8 +224,8 @@ void gemm(GemmTrans ta, GemmTrans tb, int m, int n, int k, float alpha, const fl
      * operand it shares with the others, so more blocks cost more). Blocks are claimed
      * when a thread gets to run: a worker that is not scheduled in time leaves its block
      * to the caller. */
-    int split_k = k >= GEMM_SPLIT_K_RATIO * (m > n ? m : n) &&
-                  partial_reserve((size_t)(threads - 1) * m * n);
+    int split_k =
+        k >= GEMM_SPLIT_K_RATIO * (m > n ? m : n) && partial_reserve((size_t)(threads - 1) * m * n);
     int split_rows = m >= n, len = split_k ? k : split_rows ? m : n;
     int block = (len + threads - 1) / threads;
     block = (block + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;

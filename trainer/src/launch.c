@@ -48,10 +48,11 @@ static int retryable(int code)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kubetrain-trainer launch --workers N [--max-restarts K] [trainer options]\n"
-               "  --workers N        local worker processes on 127.0.0.1 (1..%d)\n"
-               "  --max-restarts K   group restarts after a retryable failure (3)\n"
-               "trainer options:\n",
+    fprintf(f,
+            "usage: kubetrain-trainer launch --workers N [--max-restarts K] [trainer options]\n"
+            "  --workers N        local worker processes on 127.0.0.1 (1..%d)\n"
+            "  --max-restarts K   group restarts after a retryable failure (3)\n"
+            "trainer options:\n",
             LAUNCH_MAX_WORKERS);
     config_usage(f);
 }
@@ -239,8 +240,9 @@ int launch_main(int argc, char **argv, const char *self)
     int nrest = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        int *dst = !strcmp(a, "--workers") ? &workers
-                 : !strcmp(a, "--max-restarts") ? &max_restarts : NULL;
+        int *dst = !strcmp(a, "--workers")        ? &workers
+                   : !strcmp(a, "--max-restarts") ? &max_restarts
+                                                  : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             free(rest);

@@ -47,8 +47,7 @@ static void *worker(void *arg)
     unsigned long seen = 0;
     pthread_mutex_lock(&pool.mu);
     for (;;) {
-        while (pool.gen == seen)
-            pthread_cond_wait(&pool.wake, &pool.mu);
+        while (pool.gen == seen) pthread_cond_wait(&pool.wake, &pool.mu);
         seen = pool.gen;
         take_tasks(seen);
     }
@@ -99,16 +98,14 @@ int pool_in_task(void)
 void parallel_for(int n, ParallelFn fn, void *ctx)
 {
     if (n <= 1 || in_task) {
-        for (int i = 0; i < n; i++)
-            fn(ctx, i);
+        for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
     pthread_mutex_lock(&pool.mu);
     start_workers();
     if (pool.workers == 0) {
         pthread_mutex_unlock(&pool.mu);
-        for (int i = 0; i < n; i++)
-            fn(ctx, i);
+        for (int i = 0; i < n; i++) fn(ctx, i);
         return;
     }
     /* hand the job to the workers, take tasks until none is left, wait for theirs */
@@ -119,8 +116,7 @@ void parallel_for(int n, ParallelFn fn, void *ctx)
     unsigned long gen = ++pool.gen;
     pthread_cond_broadcast(&pool.wake);
     take_tasks(gen);
-    while (pool.done < n)
-        pthread_cond_wait(&pool.finished, &pool.mu);
+    while (pool.done < n) pthread_cond_wait(&pool.finished, &pool.mu);
     pthread_mutex_unlock(&pool.mu);
 }
 

@@ -91,8 +91,8 @@ static int parse_list(const cJSON *list, const char *name, TfPeer *peers, int *c
 /* The cluster object of TF_CONFIG (root): *worker and *chief, its lists (NULL when
  * absent, not both), and their lengths. Only these two task types are taken, the chief
  * list has exactly one entry, and 1 to MAX_WORKERS entries in all. */
-static int cluster_lists(const cJSON *root, const cJSON **worker, const cJSON **chief,
-                         int *nworker, int *nchief, char *err, size_t errlen)
+static int cluster_lists(const cJSON *root, const cJSON **worker, const cJSON **chief, int *nworker,
+                         int *nchief, char *err, size_t errlen)
 {
     const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(root, "cluster");
     if (!cJSON_IsObject(cluster))
@@ -109,8 +109,10 @@ static int cluster_lists(const cJSON *root, const cJSON **worker, const cJSON **
                         "(MultiWorkerMirroredStrategy); remove the %s entries",
                         e->string, e->string);
         else
-            return fail(err, errlen, "TF_CONFIG cluster.%s: unknown task type (expected worker "
-                        "or chief)", e->string);
+            return fail(err, errlen,
+                        "TF_CONFIG cluster.%s: unknown task type (expected worker "
+                        "or chief)",
+                        e->string);
     }
     if (!*worker && !*chief) return fail(err, errlen, "TF_CONFIG cluster.worker: missing");
     if (*worker && !cJSON_IsArray(*worker))
@@ -119,7 +121,8 @@ static int cluster_lists(const cJSON *root, const cJSON **worker, const cJSON **
     *nworker = *worker ? cJSON_GetArraySize(*worker) : 0;
     *nchief = *chief ? cJSON_GetArraySize(*chief) : 0;
     if (*chief && (!cJSON_IsArray(*chief) || *nchief != 1))
-        return fail(err, errlen, "TF_CONFIG cluster.chief: expected a list of exactly one "
+        return fail(err, errlen,
+                    "TF_CONFIG cluster.chief: expected a list of exactly one "
                     "\"host:port\" string");
     if (*nworker + *nchief == 0 || *nworker + *nchief > MAX_WORKERS)
         return fail(err, errlen, "TF_CONFIG cluster.worker: expected 1 to %d entries, got %d",
@@ -140,20 +143,21 @@ static int cluster_peers(const cJSON *worker, const cJSON *chief, TfPeer *peers,
     for (int i = 0; i < *count; i++)
         for (int j = 0; j < i; j++)
             if (peers[i].port == peers[j].port && strcmp(peers[i].host, peers[j].host) == 0)
-                return fail(err, errlen, "TF_CONFIG cluster: rank %d and rank %d are both %s:%d",
-                            j, i, peers[i].host, peers[i].port);
+                return fail(err, errlen, "TF_CONFIG cluster: rank %d and rank %d are both %s:%d", j,
+                            i, peers[i].host, peers[i].port);
     return 0;
 }
 
 /* This process's rank from TF_CONFIG's task object (root) and the cluster's list
  * lengths (has_chief: the cluster has a chief list): the chief is rank 0, worker i rank
  * nchief + i. index_override >= 0 replaces task.index (--index). */
-static int task_rank(const cJSON *root, int index_override, int has_chief, int nworker,
-                     int nchief, int *rank, char *err, size_t errlen)
+static int task_rank(const cJSON *root, int index_override, int has_chief, int nworker, int nchief,
+                     int *rank, char *err, size_t errlen)
 {
     const cJSON *task = cJSON_GetObjectItemCaseSensitive(root, "task");
     if (!cJSON_IsObject(task))
-        return fail(err, errlen, "TF_CONFIG task: expected an object {\"type\": \"worker\", "
+        return fail(err, errlen,
+                    "TF_CONFIG task: expected an object {\"type\": \"worker\", "
                     "\"index\": N}");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(task, "type");
     const cJSON *index = cJSON_GetObjectItemCaseSensitive(task, "index");
@@ -161,8 +165,10 @@ static int task_rank(const cJSON *root, int index_override, int has_chief, int n
         return fail(err, errlen, "TF_CONFIG task.type: expected \"worker\" or \"chief\"");
     int is_chief = strcmp(type->valuestring, "chief") == 0;
     if (strcmp(type->valuestring, "ps") == 0 || strcmp(type->valuestring, "evaluator") == 0)
-        return fail(err, errlen, "TF_CONFIG task.type \"%s\": the trainer runs synchronous "
-                    "all-reduce only (MultiWorkerMirroredStrategy)", type->valuestring);
+        return fail(err, errlen,
+                    "TF_CONFIG task.type \"%s\": the trainer runs synchronous "
+                    "all-reduce only (MultiWorkerMirroredStrategy)",
+                    type->valuestring);
     if (!is_chief && strcmp(type->valuestring, "worker") != 0)
         return fail(err, errlen, "TF_CONFIG task.type \"%s\": expected \"worker\" or \"chief\"",
                     type->valuestring);
@@ -184,8 +190,7 @@ static int task_rank(const cJSON *root, int index_override, int has_chief, int n
     return 0;
 }
 
-int tfconfig_parse(const char *json, int index_override, TfConfig *out, char *err,
-                   size_t errlen)
+int tfconfig_parse(const char *json, int index_override, TfConfig *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (!json || !*json) {
@@ -213,8 +218,7 @@ int tfconfig_parse(const char *json, int index_override, TfConfig *out, char *er
         goto err;
     }
     if ((rc = cluster_peers(worker, chief, peers, &count, err, errlen)) ||
-        (rc = task_rank(root, index_override, chief != NULL, nworker, nchief, &rank, err,
-                        errlen)))
+        (rc = task_rank(root, index_override, chief != NULL, nworker, nchief, &rank, err, errlen)))
         goto err;
     out->world = count;
     out->rank = rank;

@@ -30,7 +30,8 @@ int trainer_pick_device(const Config *cfg, int rank, int *device, char *err, siz
 #else
     (void)rank;
     if (!strcmp(cfg->device, "auto")) return 0;
-    snprintf(err, errlen, "--device gpu: this trainer was built without CUDA (build it with "
+    snprintf(err, errlen,
+             "--device gpu: this trainer was built without CUDA (build it with "
              "make GPU=1)");
 #endif
     return -ENODEV;
@@ -46,8 +47,7 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err,
-                         size_t errlen)
+int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err, size_t errlen)
 {
     OptimizerConfig oc = optim_defaults(cfg->optimizer, (float)cfg->lr);
     oc.momentum = (float)cfg->momentum;
@@ -58,7 +58,8 @@ int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *e
     *exit_code = rc == -ENOENT ? KT_EXIT_USAGE : KT_EXIT_DATA;
     if (rc == -E2BIG) {
         size_t n = strlen(err);
-        snprintf(err + n, errlen - n, " (--max-model-memory-gib %g): make the model or "
+        snprintf(err + n, errlen - n,
+                 " (--max-model-memory-gib %g): make the model or "
                  "--per-worker-batch smaller, or raise --max-model-memory-gib "
                  "(KUBETRAIN_MAX_MODEL_MEMORY_GIB) where the machine has the memory",
                  cfg->max_model_memory_gib);
@@ -82,10 +83,11 @@ static int check_images(const IdxDataset *ds, const Model *m, char *err, size_t 
     for (int i = 1; i < m->input_rank; i++)
         n += snprintf(shape + n, sizeof shape - (size_t)n, ", %d", in[i]);
     snprintf(shape + n, sizeof shape - (size_t)n, "]");
-    snprintf(err, errlen, "%s: %dx%d images, but the model's input_shape is %s (%zu values per "
+    snprintf(err, errlen,
+             "%s: %dx%d images, but the model's input_shape is %s (%zu values per "
              "example): use --data-dir with images of that shape, or a model whose input_shape "
-             "is [%d, %d]", ds->images_path, ds->rows, ds->cols, shape, m->input_size, ds->rows,
-             ds->cols);
+             "is [%d, %d]",
+             ds->images_path, ds->rows, ds->cols, shape, m->input_size, ds->rows, ds->cols);
     return -EINVAL;
 }
 
@@ -109,13 +111,16 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     if ((rc = check_images(&t->train, t->model, err, errlen)) ||
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
         goto err;
-    PipelineConfig pc = {.batch = cfg->per_worker_batch, .shuffle_buffer = (size_t)cfg->shuffle_buffer,
-                         .seed = cfg->seed, .rank = coll->rank, .world = coll->world,
+    PipelineConfig pc = {.batch = cfg->per_worker_batch,
+                         .shuffle_buffer = (size_t)cfg->shuffle_buffer,
+                         .seed = cfg->seed,
+                         .rank = coll->rank,
+                         .world = coll->world,
                          .policy = cfg->shard_policy};
     if ((rc = pipeline_create(&t->pipe, &t->train, &pc, err, errlen))) goto err;
     t->global_batch = cfg->per_worker_batch * coll->world;
-    t->steps_per_epoch = cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch
-                                                  : (long)pipeline_steps_per_pass(t->pipe);
+    t->steps_per_epoch =
+        cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch : (long)pipeline_steps_per_pass(t->pipe);
     float lr = (float)cfg->lr * (cfg->scale_lr_by_workers ? (float)coll->world : 1.0f);
     OptimizerConfig oc = optim_defaults(cfg->optimizer, lr);
     oc.momentum = (float)cfg->momentum;
@@ -189,7 +194,8 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
             char err[512];
             int rc = gpu_model_load_batch(t->gpu, x, t->test.labels + start, n, err, sizeof err);
             if (rc || (rc = gpu_model_evaluate(t->gpu, &s, err, sizeof err)))
-                util_fail(rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY, "evaluation on the GPU: %s",
+                util_fail(rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY,
+                          "evaluation on the GPU: %s",
                           err); /* -ENOTSUP: no cuDNN algorithm for the last, smaller batch */
             sum += s.loss, correct += s.correct, count += s.count;
             continue;
@@ -231,8 +237,8 @@ static int nccl_slice_ready(void *ctx, size_t offset, size_t count, void *ready,
                             size_t errlen)
 {
     Trainer *t = ctx;
-    int rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(t->gpu) + offset, count, ready,
-                                       err, errlen);
+    int rc = coll_nccl_allreduce_start(t->coll, gpu_model_grads(t->gpu) + offset, count, ready, err,
+                                       errlen);
     if (rc) t->gpu_hook_failed = 1;
     return rc;
 }
@@ -308,16 +314,15 @@ static int gpu_train_step(Trainer *t, PipelineCursor *cursor, int *exit_code, ch
         t->gpu_preloaded = 1;
     }
     in_coll = nccl;
-    if (nccl)
-        rc = coll_nccl_wait_event(t->coll, copied, gpu_model_step_event(g), why, sizeof why);
-    else
-        rc = gpu_model_sync_event(copied, why, sizeof why);
+    if (nccl) rc = coll_nccl_wait_event(t->coll, copied, gpu_model_step_event(g), why, sizeof why);
+    else rc = gpu_model_sync_event(copied, why, sizeof why);
     if (rc) goto err;
     gpu_model_copied_stats(g, m->grads + np);
     if (!t->graph_logged && gpu_model_graph_launches(g) > 0) {
         t->graph_logged = 1;
         util_log("the training step replays a CUDA graph from step %ld on (--cuda-graphs=false "
-                 "turns this off)", t->st.global_step + 1);
+                 "turns this off)",
+                 t->st.global_step + 1);
     }
     return 0;
 err:
@@ -335,8 +340,8 @@ err:
  * folds the update into the backward pass. *cursor is the data stream's position after
  * this step's batch. Returns 0, or a negative errno with err and *exit_code set
  * (KT_EXIT_RETRY: the all-reduce failed). */
-static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_s,
-                          int *exit_code, char *err, size_t errlen)
+static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_s, int *exit_code,
+                          char *err, size_t errlen)
 {
     Model *m = t->model;
     const size_t np = m->num_params;
@@ -345,8 +350,7 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     *cursor = b->next;
     const int folded = t->coll->world == 1 && optim_plain_sgd(t->opt);
     StepStats ss;
-    if (folded)
-        model_step_sgd(m, b->x, b->y, b->size, dropout_seed(t), t->opt->cfg.lr, &ss);
+    if (folded) model_step_sgd(m, b->x, b->y, b->size, dropout_seed(t), t->opt->cfg.lr, &ss);
     else
         model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
                    t->overlap ? overlap_ready : NULL, t->overlap, &ss);
@@ -357,20 +361,16 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     char cerr[512];
     int rc;
     double a0 = util_now();
-    if (t->overlap)
-        rc = overlap_finish(t->overlap, np, MODEL_STATS_FLOATS, cerr, sizeof cerr);
-    else
-        rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr, sizeof cerr);
+    if (t->overlap) rc = overlap_finish(t->overlap, np, MODEL_STATS_FLOATS, cerr, sizeof cerr);
+    else rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr, sizeof cerr);
     if (rc) {
         snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
         *exit_code = KT_EXIT_RETRY;
         return rc;
     }
     *allreduce_s = util_now() - a0;
-    if (folded)
-        t->opt->iterations++;
-    else
-        optim_step(t->opt, m->params, m->grads);
+    if (folded) t->opt->iterations++;
+    else optim_step(t->opt, m->params, m->grads);
     return 0;
 }
 
@@ -425,16 +425,20 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
         t->st.global_step++;
         t->st.cursor = cursor;
         double step_s = util_now() - s0;
-        MetricsStep ms = {.loss = step_loss, .accuracy = step_acc,
+        MetricsStep ms = {.loss = step_loss,
+                          .accuracy = step_acc,
                           .samples_per_sec = t->global_batch / step_s,
-                          .learning_rate = t->opt->cfg.lr, .allreduce_seconds = allreduce_s,
+                          .learning_rate = t->opt->cfg.lr,
+                          .allreduce_seconds = allreduce_s,
                           .step_seconds = step_s};
         metrics_step(t->metrics, epoch, t->st.global_step, &ms);
         if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
             return rc;
         if (t->stopping) {
-            snprintf(err, errlen, "stopped by a signal after step %ld (epoch %d, step %ld of "
-                     "%ld)", t->st.global_step, epoch, t->st.step_in_epoch, t->steps_per_epoch);
+            snprintf(err, errlen,
+                     "stopped by a signal after step %ld (epoch %d, step %ld of "
+                     "%ld)",
+                     t->st.global_step, epoch, t->st.step_in_epoch, t->steps_per_epoch);
             *exit_code = KT_EXIT_RETRY;
             return -EINTR;
         }
@@ -459,7 +463,8 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
     double run_start = util_now();
     *exit_code = KT_EXIT_DATA;
     tensorboard_dir(t, tbdir, sizeof tbdir);
-    MetricsOptions mo = {.epochs = t->cfg.epochs, .path = t->cfg.metrics_file,
+    MetricsOptions mo = {.epochs = t->cfg.epochs,
+                         .path = t->cfg.metrics_file,
                          .tensorboard_dir = tbdir,
                          .prometheus_port = t->coll->rank == 0 ? t->cfg.metrics_port : 0,
                          .resume_step = t->st.global_step,

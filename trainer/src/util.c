@@ -30,10 +30,8 @@ int util_io_retryable(int rc)
 
 void util_io_strerror(int rc, char *out, size_t outlen)
 {
-    if (rc == -ENOSPC || rc == -EDQUOT)
-        snprintf(out, outlen, "disk full (%s)", strerror(-rc));
-    else
-        snprintf(out, outlen, "%s", strerror(-rc));
+    if (rc == -ENOSPC || rc == -EDQUOT) snprintf(out, outlen, "disk full (%s)", strerror(-rc));
+    else snprintf(out, outlen, "%s", strerror(-rc));
 }
 
 void util_set_log_prefix(const char *prefix)

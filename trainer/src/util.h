@@ -8,10 +8,12 @@
 
 /* Exit codes of the trainer contract (docs/design.md, "Exit codes"). */
 #define KT_EXIT_OK 0
-#define KT_EXIT_USAGE 2 /* bad flag, env or configuration; a peer that proved the job
+#define KT_EXIT_USAGE                                                                              \
+    2 /* bad flag, env or configuration; a peer that proved the job
                          * secret but disagrees on world size, model, batch or dataset */
 #define KT_EXIT_DATA 3  /* bad data, model or checkpoint that cannot be recovered */
-#define KT_EXIT_RETRY 75 /* a peer was lost, peers never came (or whatever answered at their
+#define KT_EXIT_RETRY                                                                              \
+    75 /* a peer was lost, peers never came (or whatever answered at their
                           * address could not prove the secret or its rank), preempted
                           * after saving, the checkpoint volume full or failing */
 

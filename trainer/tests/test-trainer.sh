@@ -15,6 +15,7 @@ export KUBETRAIN_TERMINATION_FILE=$tmp/termination
 # also after a command and options, as the operator takes it among its own
 want="kubetrain-trainer $(cat VERSION)"
 for args in "--version" "launch --workers 2 --version"; do
+  # shellcheck disable=SC2086 # $args is a command line to split into its words
   out=$("$BIN" $args 2>"$tmp/stderr"); rc=$?
   if [[ $rc -eq 0 && $out == "$want" && ! -s $tmp/stderr ]]; then tap_ok "$args: '$out', exit 0"
   else tap_fail "$args: '$want', exit 0" "rc=$rc, stdout '$out', stderr '$(cat "$tmp/stderr")'"; fi

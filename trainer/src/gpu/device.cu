@@ -23,7 +23,8 @@ extern "C" void util_log(const char *fmt, ...) __attribute__((format(printf, 1, 
 // ------------------------------------------------------------------------------------
 // errors
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -33,29 +34,29 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -EIO;
 }
 
-#define CU(call)                                                                           \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess)                                                             \
-            return fail(err, errlen, "%s: %s (%s:%d)", #call, cudaGetErrorString(e_),      \
-                        __FILE__, __LINE__);                                               \
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return fail(err, errlen, "%s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__,    \
+                        __LINE__);                                                                 \
     } while (0)
-#define BLAS(call)                                                                         \
-    do {                                                                                   \
-        cublasStatus_t s_ = (call);                                                        \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                   \
-            return fail(err, errlen, "%s: %s", #call, cublasGetStatusString(s_));          \
+#define BLAS(call)                                                                                 \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return fail(err, errlen, "%s: %s", #call, cublasGetStatusString(s_));                  \
     } while (0)
-#define DNN(call)                                                                          \
-    do {                                                                                   \
-        cudnnStatus_t s_ = (call);                                                         \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                    \
-            return fail(err, errlen, "%s: %s", #call, cudnnGetErrorString(s_));            \
+#define DNN(call)                                                                                  \
+    do {                                                                                           \
+        cudnnStatus_t s_ = (call);                                                                 \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                            \
+            return fail(err, errlen, "%s: %s", #call, cudnnGetErrorString(s_));                    \
     } while (0)
-#define TRY(call)                                                                          \
-    do {                                                                                   \
-        int r_ = (call);                                                                   \
-        if (r_) return r_;                                                                 \
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int r_ = (call);                                                                           \
+        if (r_) return r_;                                                                         \
     } while (0)
 // After a kernel launch: a bad configuration shows up here, not at the next sync.
 #define LAUNCHED() CU(cudaGetLastError())
@@ -167,11 +168,10 @@ struct GpuModel {
     int graphs_on;           // 0: turned off (gpu_model_use_graphs), or a capture failed
     unsigned ws_gen;         // bumped when the workspace moves (graphs hold its address)
     long graph_launches;     // steps that ran as a graph replay
-    void *blas_ws;           // cuBLAS's workspace (fixed, so cuBLAS allocates nothing in a capture)
-    float *ones;             // 1.0f for every row a bias gradient sums over (max_batch x the most
-                             // rows per example of any layer)
+    void *blas_ws; // cuBLAS's workspace (fixed, so cuBLAS allocates nothing in a capture)
+    float *ones; // 1.0f for every row a bias gradient sums over (max_batch x the most
+        // rows per example of any layer)
 };
-
 
 // Workspace cuDNN may use per convolution call; algorithms that want more are skipped.
 static const size_t WS_LIMIT = (size_t)512 << 20;
@@ -184,7 +184,7 @@ static const size_t BLAS_WS = (size_t)32 << 20;
 // test (KT_CUDA_EMUL, trainer/tests/fakecuda) they go through its launcher instead.
 #ifdef KT_CUDA_EMUL
 #define LAUNCH(k, grid, block, stream, ...) emul_launch_on(stream, grid, block, k, __VA_ARGS__)
-#define EW(k, n, ...) \
+#define EW(k, n, ...)                                                                              \
     emul_launch_on(g->compute, blocks_for(n) < 2 ? blocks_for(n) : 2, 2, k, __VA_ARGS__)
 #else
 #define LAUNCH(k, grid, block, stream, ...) k<<<grid, block, 0, stream>>>(__VA_ARGS__)
@@ -234,15 +234,19 @@ static int choose(const Perf *p, int n, int li, const char *what, int quiet, cha
 {
     int det, i = pick_algo(p, n, &det);
     if (i < 0) {
-        fail(err, errlen, "layers[%d]: cuDNN offers no FP32 (FMA math) %s algorithm within a "
+        fail(err, errlen,
+             "layers[%d]: cuDNN offers no FP32 (FMA math) %s algorithm within a "
              "%zu MiB workspace for this convolution on this device; train this model with "
-             "--device cpu", li, what, WS_LIMIT >> 20);
+             "--device cpu",
+             li, what, WS_LIMIT >> 20);
         return -ENOTSUP;
     }
     if (!det && !quiet)
-        fprintf(stderr, "kubetrain-trainer: layers[%d]: cuDNN offers no deterministic %s "
+        fprintf(stderr,
+                "kubetrain-trainer: layers[%d]: cuDNN offers no deterministic %s "
                 "algorithm for this convolution: the last bits of the weights may differ "
-                "between runs\n", li, what);
+                "between runs\n",
+                li, what);
     return i;
 }
 
@@ -255,16 +259,20 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
     int xh = c->h + (p->explicit_pad ? p->ph : 0), xw = c->w + (p->explicit_pad ? p->pw : 0);
     int padh = p->explicit_pad ? 0 : c->pad_top, padw = p->explicit_pad ? 0 : c->pad_left;
     DNN(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, b, c->c, xh, xw));
-    DNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, b, c->f, c->oh, c->ow));
-    DNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, c->f, c->c, c->kh, c->kw));
+    DNN(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, b, c->f, c->oh,
+                                   c->ow));
+    DNN(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, c->f, c->c, c->kh,
+                                   c->kw));
     DNN(cudnnSetConvolution2dDescriptor(p->conv, padh, padw, c->sh, c->sw, 1, 1,
                                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     DNN(cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
     int on, oc, oh, ow;
     DNN(cudnnGetConvolution2dForwardOutputDim(p->conv, p->x, p->w, &on, &oc, &oh, &ow));
     if (on != b || oc != c->f || oh != c->oh || ow != c->ow)
-        return fail(err, errlen, "layers[%d]: cuDNN computes a %dx%dx%dx%d output, the model "
-                    "%dx%dx%dx%d", li, on, oh, ow, oc, b, c->oh, c->ow, c->f);
+        return fail(err, errlen,
+                    "layers[%d]: cuDNN computes a %dx%dx%dx%d output, the model "
+                    "%dx%dx%dx%d",
+                    li, on, oh, ow, oc, b, c->oh, c->ow, c->f);
 
     // cuDNN ranks as many algorithms as it has (its MaxCount); the workspace each choice
     // needs is asked again for that algorithm (the larger of the two is kept)
@@ -284,8 +292,7 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> dp(std::max(max, 1));
         DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(g->dnn, p->w, p->y, p->conv, p->x,
                                                         (int)dp.size(), &got, dp.data()));
-        if ((i = choose(dp.data(), got, li, "backward-data", p->b != 0, err, errlen)) < 0)
-            return i;
+        if ((i = choose(dp.data(), got, li, "backward-data", p->b != 0, err, errlen)) < 0) return i;
         p->bwd_data = dp[i].algo;
         DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(g->dnn, p->w, p->y, p->conv, p->x,
                                                          p->bwd_data, &ws));
@@ -307,9 +314,8 @@ static int conv_plan(GpuModel *g, int li, int b, char *err, size_t errlen)
 
 // Row-major C (M,N) = op(A) (M,K) @ op(B) (K,N) + beta C, as gemm.h has it: cuBLAS is
 // column-major, so it computes C^T = op(B)^T op(A)^T.
-static cublasStatus_t gemm_rm(cublasHandle_t h, int ta, int tb, int M, int N, int K,
-                              const float *A, int lda, const float *B, int ldb, float beta,
-                              float *C, int ldc)
+static cublasStatus_t gemm_rm(cublasHandle_t h, int ta, int tb, int M, int N, int K, const float *A,
+                              int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     const float one = 1.0f;
     return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
@@ -342,8 +348,8 @@ static int conv_forward(GpuModel *g, int li, float *out, const float *in, const 
     LAUNCHED();
     const float *xin = in;
     if (p->explicit_pad) {
-        EW(k_pad, (size_t)b * (c->h + p->ph) * (c->w + p->pw) * c->c,
-           p->xpad, in, b, c->h, c->w, c->c, p->ph, p->pw, c->pad_top, c->pad_left);
+        EW(k_pad, (size_t)b * (c->h + p->ph) * (c->w + p->pw) * c->c, p->xpad, in, b, c->h, c->w,
+           c->c, p->ph, p->pw, c->pad_top, c->pad_left);
         LAUNCHED();
         xin = p->xpad;
     }
@@ -372,8 +378,8 @@ static int conv_backward(GpuModel *g, int li, float *din, float *dw, float *db, 
                                      g->ws, g->ws_size, &zero, p->x,
                                      p->explicit_pad ? p->dxpad : din));
     if (p->explicit_pad) {
-        EW(k_crop, (size_t)b * c->h * c->w * c->c, din, p->dxpad, b, c->h, c->w, c->c, p->ph,
-           p->pw, c->pad_top, c->pad_left);
+        EW(k_crop, (size_t)b * c->h * c->w * c->c, din, p->dxpad, b, c->h, c->w, c->c, p->ph, p->pw,
+           c->pad_top, c->pad_left);
         LAUNCHED();
     }
     return 0;
@@ -406,8 +412,8 @@ static int forward(GpuModel *g, int training, char *err, size_t errlen)
         case LAYER_DENSE: {
             // rows of the last axis: one per example, or more on a rank > 1 input
             const int rows = b * l->dense_rows;
-            BLAS(gemm_rm(g->blas, 0, 0, rows, l->units, l->dense_in, in, l->dense_in, w,
-                         l->units, 0.0f, out, l->units));
+            BLAS(gemm_rm(g->blas, 0, 0, rows, l->units, l->dense_in, in, l->dense_in, w, l->units,
+                         0.0f, out, l->units));
             EW(k_bias_act, n, out, bias, (size_t)rows, l->units, act == ACT_RELU);
             LAUNCHED();
             if (act == ACT_RELU) act = ACT_LINEAR;
@@ -445,11 +451,11 @@ static int loss(GpuModel *g, float *dout, float scale, char *err, size_t errlen)
     const float *out = layer_out(g, g->x[g->slot], m->num_layers - 1);
     const int c = (int)m->num_classes, b = g->b;
     if (last->act == ACT_LINEAR || last->act == ACT_SOFTMAX)
-        EW(k_sce_logits, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
-           c, scale);
+        EW(k_sce_logits, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b, c,
+           scale);
     else
-        EW(k_sce_probs, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b,
-           c, scale);
+        EW(k_sce_probs, (size_t)b, dout, g->row_loss, g->row_correct, out, g->y[g->slot], b, c,
+           scale);
     LAUNCHED();
     CU(cudaMemsetAsync(g->acc, 0, ACC_N * sizeof *g->acc, g->compute));
     LAUNCH(k_sum_loss, 1, THREADS, g->compute, g->acc, g->row_loss, g->row_correct, b);
@@ -474,7 +480,8 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
         float *dw = g->grads + l->w_off, *db = g->grads + l->b_off;
         const size_t n = (size_t)b * l->out_size;
         const int last = i == m->num_layers - 1;
-        if ((l->type == LAYER_CONV2D || l->type == LAYER_DENSE) && !(last && l->act == ACT_SOFTMAX)) {
+        if ((l->type == LAYER_CONV2D || l->type == LAYER_DENSE) &&
+            !(last && l->act == ACT_SOFTMAX)) {
             const size_t srows = l->type == LAYER_DENSE ? (size_t)b * l->dense_rows : (size_t)b;
             const int scols = l->type == LAYER_DENSE ? l->units : (int)l->out_size;
             if (l->act == ACT_RELU) EW(k_relu_backward, n, d, out, n);
@@ -499,8 +506,8 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
         case LAYER_DENSE: {
             const int rows = b * l->dense_rows;
             BLAS(bias_grad(g, db, d, rows, l->units));
-            BLAS(gemm_rm(g->blas, 1, 0, l->dense_in, l->units, rows, in, l->dense_in, d,
-                         l->units, 0.0f, dw, l->units));
+            BLAS(gemm_rm(g->blas, 1, 0, l->dense_in, l->units, rows, in, l->dense_in, d, l->units,
+                         0.0f, dw, l->units));
             if (din)
                 BLAS(gemm_rm(g->blas, 0, 1, rows, l->dense_in, l->units, d, l->units, w, l->units,
                              0.0f, din, l->dense_in));
@@ -690,8 +697,8 @@ static int create(GpuModel *g, char *err, size_t errlen)
     return 0;
 }
 
-extern "C" int gpu_model_create(GpuModel **out, const Model *m, const OptimizerConfig *oc,
-                                int dev, int max_batch, char *err, size_t errlen)
+extern "C" int gpu_model_create(GpuModel **out, const Model *m, const OptimizerConfig *oc, int dev,
+                                int max_batch, char *err, size_t errlen)
 {
     if (max_batch < 1) {
         snprintf(err, errlen, "gpu: max_batch %d: expected at least 1", max_batch);
@@ -715,10 +722,11 @@ extern "C" int gpu_model_create(GpuModel **out, const Model *m, const OptimizerC
     return 0;
 }
 
-extern "C" int gpu_model_upload(GpuModel *g, const float *params, const float *opt_state,
-                                char *err, size_t errlen)
+extern "C" int gpu_model_upload(GpuModel *g, const float *params, const float *opt_state, char *err,
+                                size_t errlen)
 {
-    CU(cudaMemcpyAsync(g->params, params, g->np * sizeof(float), cudaMemcpyHostToDevice, g->compute));
+    CU(cudaMemcpyAsync(g->params, params, g->np * sizeof(float), cudaMemcpyHostToDevice,
+                       g->compute));
     if (g->state_floats && opt_state)
         CU(cudaMemcpyAsync(g->state, opt_state, g->state_floats * sizeof(float),
                            cudaMemcpyHostToDevice, g->compute));
@@ -729,7 +737,8 @@ extern "C" int gpu_model_upload(GpuModel *g, const float *params, const float *o
 extern "C" int gpu_model_download(GpuModel *g, float *params, float *opt_state, char *err,
                                   size_t errlen)
 {
-    CU(cudaMemcpyAsync(params, g->params, g->np * sizeof(float), cudaMemcpyDeviceToHost, g->compute));
+    CU(cudaMemcpyAsync(params, g->params, g->np * sizeof(float), cudaMemcpyDeviceToHost,
+                       g->compute));
     if (g->state_floats && opt_state)
         CU(cudaMemcpyAsync(opt_state, g->state, g->state_floats * sizeof(float),
                            cudaMemcpyDeviceToHost, g->compute));
@@ -737,8 +746,8 @@ extern "C" int gpu_model_download(GpuModel *g, float *params, float *opt_state, 
     return 0;
 }
 
-extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b,
-                                    char *err, size_t errlen)
+extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, char *err,
+                                    size_t errlen)
 {
     if (b < 1 || b > g->max_batch) {
         snprintf(err, errlen, "gpu: batch of %d: expected 1..%d", b, g->max_batch);
@@ -761,8 +770,7 @@ extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *
 // The training step after the batch and StepArgs are on their way: forward, loss,
 // statistics, backward, all on the compute stream (recorded into a graph when the stream
 // is capturing).
-static int record_step(GpuModel *g, int global_batch, int num_replicas, char *err,
-                       size_t errlen)
+static int record_step(GpuModel *g, int global_batch, int num_replicas, char *err, size_t errlen)
 {
     TRY(forward(g, 1, err, errlen));
     TRY(loss(g, g->dbuf[0], 1.0f / (float)global_batch, err, errlen));
@@ -770,8 +778,8 @@ static int record_step(GpuModel *g, int global_batch, int num_replicas, char *er
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->l2 == 0.0f) continue;
-        LAUNCH(k_l2_sum, 1, THREADS, g->compute, g->acc + ACC_L2, g->params + l->w_off,
-               l->w_count, l->l2);
+        LAUNCH(k_l2_sum, 1, THREADS, g->compute, g->acc + ACC_L2, g->params + l->w_off, l->w_count,
+               l->l2);
         LAUNCHED();
     }
     LAUNCH(k_stats, 1, 1, g->compute, g->grads + g->np, g->acc, global_batch, num_replicas, g->b,
@@ -783,8 +791,8 @@ static int record_step(GpuModel *g, int global_batch, int num_replicas, char *er
 // Captures record_step into slot s's graph. On failure (a call cuDNN or cuBLAS cannot
 // record, say) graphs are turned off for this model with a log line and 1 is returned:
 // the caller runs the step without one. Negative errno only for errors outside capture.
-static int capture_step(GpuModel *g, GpuModel::StepGraph *s, int global_batch,
-                        int num_replicas, char *err, size_t errlen)
+static int capture_step(GpuModel *g, GpuModel::StepGraph *s, int global_batch, int num_replicas,
+                        char *err, size_t errlen)
 {
     char cerr[512] = "";
     cudaGraph_t graph = NULL;
@@ -798,15 +806,15 @@ static int capture_step(GpuModel *g, GpuModel::StepGraph *s, int global_batch,
     s->exec = NULL;
     g->graphs_on = 0;
     util_log("CUDA graphs off for this run: capturing the training step failed (%s); each "
-             "step launches its kernels one by one", rc ? cerr : cudaGetErrorString(e));
+             "step launches its kernels one by one",
+             rc ? cerr : cudaGetErrorString(e));
     return 1;
 }
 
 // The step through slot g->slot's graph: the first step at a new key runs without one
 // (it sets up cuDNN plans and workspaces and loads the kernels, none of which may happen
 // while capturing), the second captures it, later ones replay it.
-static int graph_step(GpuModel *g, int global_batch, int num_replicas, char *err,
-                      size_t errlen)
+static int graph_step(GpuModel *g, int global_batch, int num_replicas, char *err, size_t errlen)
 {
     const Model *m = g->m;
     for (int i = 0; i < m->num_layers; i++) // the plans a capture records (may move ws)
@@ -910,8 +918,7 @@ extern "C" float *gpu_model_grads(GpuModel *g)
     return g->grads;
 }
 
-extern "C" int gpu_model_grads_to_host(GpuModel *g, float *host, size_t n, char *err,
-                                       size_t errlen)
+extern "C" int gpu_model_grads_to_host(GpuModel *g, float *host, size_t n, char *err, size_t errlen)
 {
     if (n > g->np + MODEL_STATS_FLOATS) return fail(err, errlen, "gpu: %zu floats of gradients", n);
     CU(cudaMemcpyAsync(host, g->grads, n * sizeof(float), cudaMemcpyDeviceToHost, g->compute));
@@ -946,8 +953,10 @@ extern "C" int gpu_model_optim_step(GpuModel *g, Optimizer *o, char *err, size_t
     const OptimizerConfig *c = &o->cfg;
     const size_t n = g->np;
     if (o->n != n || o->state_floats != g->state_floats)
-        return fail(err, errlen, "gpu: optimizer for %zu parameters and %zu state floats, the "
-                    "device has %zu and %zu", o->n, o->state_floats, n, g->state_floats);
+        return fail(err, errlen,
+                    "gpu: optimizer for %zu parameters and %zu state floats, the "
+                    "device has %zu and %zu",
+                    o->n, o->state_floats, n, g->state_floats);
     float *w = g->params, *s = g->state;
     const float *gr = g->grads;
     switch (c->kind) {
@@ -985,4 +994,3 @@ extern "C" int gpu_model_evaluate(GpuModel *g, StepStats *st, char *err, size_t 
     st->count = g->b;
     return 0;
 }
-

@@ -26,7 +26,8 @@ static void on_signal(int sig)
 static char *expanded_tf_config(const TfConfig *tf, int g, int index)
 {
     cJSON *root = cJSON_CreateObject(), *cluster = cJSON_AddObjectToObject(root, "cluster");
-    cJSON *workers = cJSON_AddArrayToObject(cluster, "worker"), *task = cJSON_AddObjectToObject(root, "task");
+    cJSON *workers = cJSON_AddArrayToObject(cluster, "worker"),
+          *task = cJSON_AddObjectToObject(root, "task");
     for (int w = 0; w < tf->world; w++)
         for (int l = 0; l < g; l++) {
             char addr[TFCONFIG_HOST_MAX + 16];
@@ -51,8 +52,10 @@ int pergpu_main(int gpus_per_worker, int index_override, int argc, char **argv)
     if (g < 2 || g > PERGPU_MAX)
         util_fail(KT_EXIT_USAGE, "--gpus-per-worker %d: expected 2..%d here", g, PERGPU_MAX);
     if (!json || !*json)
-        util_fail(KT_EXIT_USAGE, "--gpus-per-worker %d: needs TF_CONFIG (on one machine, run "
-                  "`kubetrain-trainer launch --workers N`: each local worker takes its own GPU)", g);
+        util_fail(KT_EXIT_USAGE,
+                  "--gpus-per-worker %d: needs TF_CONFIG (on one machine, run "
+                  "`kubetrain-trainer launch --workers N`: each local worker takes its own GPU)",
+                  g);
     TfConfig tf;
     if (tfconfig_parse(json, index_override, &tf, err, sizeof err))
         util_fail(KT_EXIT_USAGE, "TF_CONFIG: %s", err);
@@ -92,8 +95,8 @@ int pergpu_main(int gpus_per_worker, int index_override, int argc, char **argv)
         }
         free(tfj);
         code[l] = -1;
-        util_log("rank %d (local rank %d of worker %d): pid %d, port %d", index, l, tf.rank, (int)pid[l],
-                 tf.peers[tf.rank].port + l);
+        util_log("rank %d (local rank %d of worker %d): pid %d, port %d", index, l, tf.rank,
+                 (int)pid[l], tf.peers[tf.rank].port + l);
     }
     tfconfig_free(&tf);
 
