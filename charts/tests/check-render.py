@@ -8,7 +8,8 @@ metrics.podMonitor.enabled=true) | monitor-single (both monitors and singleNames
 | nopolicy (templatePolicy.level=none).
 Prints one line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail".
 With OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option
-table, and the PodMonitor selects the labels operator/src/desired.h defines.
+table (options.c beside it), and the PodMonitor selects the labels operator/src/desired.h
+defines.
 """
 import re
 import sys
@@ -342,10 +343,13 @@ def main():
               f"in the code, not the table: {sorted(used - OPERATOR_RULES)}; "
               f"in the table, not the code: {sorted(OPERATOR_RULES - used)}")
     if main_c:
-        with open(main_c) as f:
+        import os
+        # the option table is options.c's, beside main.c
+        options_c = os.path.join(os.path.dirname(main_c), "options.c")
+        with open(options_c) as f:
             known = set(re.findall(r'\{"([a-z][a-z-]*)",\s*(?:required|no)_argument', f.read()))
         unknown = [k for k in argmap if k[2:] not in known]
-        check(f"[{mode}] every flag passed is one the operator has ({main_c})",
+        check(f"[{mode}] every flag passed is one the operator has ({options_c})",
               known and not unknown, f"unknown {unknown}; the operator has {sorted(known)}")
 
     # The template policy: the operator's flag, and the admission policy bound to it.
