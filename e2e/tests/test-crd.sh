@@ -99,6 +99,12 @@ rejected "inline model without layers" spec.model '' '{model: {name: mnist}}'
 rejected "model of the wrong type" spec.model '' '{model: 7}'
 rejected "cleanPodPolicy not in the enum" spec.cleanPodPolicy '' '{cleanPodPolicy: Some}'
 rejected "successPolicy not in the enum" spec.successPolicy '' '{successPolicy: AnyWorker}'
+rejected "command without image (cross-field rule)" spec.image "command needs image" \
+  '{command: [python3, mwms.py]}'
+rejected "args without command (cross-field rule)" spec.args "args needs command" \
+  '{image: tf, args: [--epochs, "2"]}'
+rejected "empty command" spec.command '' '{image: tf, command: []}'
+rejected "command of the wrong type" spec.command '' '{image: tf, command: python3}'
 
 tap_check "an inline Sequential model is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
@@ -113,6 +119,19 @@ EOF
 got=$(k get tj inline -o 'jsonpath={.spec.model.layers[1].units}')
 if [ "$got" = 10 ]; then tap_ok "the inline model is stored unpruned"
 else tap_fail "the inline model is stored unpruned" "layers[1].units = '$got'"; fi
+tap_check "a user's program (command, args, image) is accepted" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: user-program}
+spec:
+  workers: 2
+  image: kubetrain/tensorflow:0.1.0
+  command: [python3, mwms.py]
+  args: [--epochs, "2"]
+EOF
+got=$(k get tj user-program -o 'jsonpath={.spec.command[1]} {.spec.args[1]}')
+if [ "$got" = "mwms.py 2" ]; then tap_ok "the command and args are stored"
+else tap_fail "the command and args are stored" "got '$got'"; fi
 
 # Immutability: an update that changes port or the checkpoint claim is refused; a
 # mutable field (workers) still changes.

@@ -453,13 +453,22 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     const char *image = s->image ? s->image : jsonx_str(c, "image");
     if (!image) image = cfg->trainer_image;
     if (!jsonx_set_str(c, "image", image)) goto err;
-    if (!cJSON_GetObjectItemCaseSensitive(c, "command")) {
-        cJSON *cmd = jsonx_set(c, "command", cJSON_CreateArray());
-        if (!cmd || !cJSON_AddItemToArray(cmd, cJSON_CreateString("kubetrain-trainer"))) goto err;
+    if (s->command) {
+        /* The user's program: its command and args win over the template's, and it is
+         * given no trainer options, only the environment below. */
+        if (!jsonx_set(c, "command", cJSON_Duplicate(s->command, 1)) ||
+            (s->args && !jsonx_set(c, "args", cJSON_Duplicate(s->args, 1))))
+            goto err;
+    } else {
+        if (!cJSON_GetObjectItemCaseSensitive(c, "command")) {
+            cJSON *cmd = jsonx_set(c, "command", cJSON_CreateArray());
+            if (!cmd || !cJSON_AddItemToArray(cmd, cJSON_CreateString("kubetrain-trainer")))
+                goto err;
+        }
+        if (!cJSON_GetObjectItemCaseSensitive(c, "args") &&
+            !jsonx_set(c, "args", trainer_args(s, ckpt)))
+            goto err;
     }
-    if (!cJSON_GetObjectItemCaseSensitive(c, "args") &&
-        !jsonx_set(c, "args", trainer_args(s, ckpt)))
-        goto err;
     if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy") &&
         !jsonx_set_str(c, "terminationMessagePolicy", "FallbackToLogsOnError"))
         goto err;
@@ -469,9 +478,10 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     if (!env || env_put(env, env_value("TF_CONFIG", tf)) ||
         env_put(env, env_value("KUBETRAIN_JOB", s->name)) ||
         env_put(env, env_value("KUBETRAIN_NAMESPACE", s->ns)) ||
-        (ckpt && env_put(env, env_value("KUBETRAIN_CHECKPOINT_DIR", ckpt))) ||
-        env_put(env, env_value("KUBETRAIN_COLLECTIVE", s->collective)) ||
-        env_put(env, env_secret("KUBETRAIN_SECRET", secret, SECRET_RING_KEY)))
+        (ckpt && env_put(env, env_value("KUBETRAIN_CHECKPOINT_DIR", ckpt))))
+        goto err;
+    if (!s->command && (env_put(env, env_value("KUBETRAIN_COLLECTIVE", s->collective)) ||
+                        env_put(env, env_secret("KUBETRAIN_SECRET", secret, SECRET_RING_KEY))))
         goto err;
 
     cJSON *port = cJSON_CreateObject();
@@ -497,7 +507,7 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
             list_put(c, "volumeMounts", "name", volume_mount("checkpoints", s->checkpoint_path, 0)))
             goto err;
     }
-    if (s->model_inline) {
+    if (s->model_inline && !s->command) {
         cJSON *vol = cJSON_CreateObject();
         cJSON *sv = jsonx_ensure_obj(vol, "secret");
         cJSON *items = sv ? jsonx_set(sv, "items", cJSON_CreateArray()) : NULL;

@@ -55,6 +55,23 @@ static int read_enum(const cJSON *spec, const char *path, const char *const *all
     FAIL("spec.%s: expected one of %s", path, list);
 }
 
+/* Reads an optional array of strings; with nonempty, an empty array is an error. */
+static int read_str_list(const cJSON *spec, const char *path, int nonempty, const cJSON **out,
+                         char *err, size_t errlen)
+{
+    const cJSON *v = jsonx_at(spec, path), *it;
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsArray(v)) FAIL("spec.%s: expected an array of strings", path);
+    if (nonempty && cJSON_GetArraySize(v) == 0) FAIL("spec.%s: must not be empty", path);
+    cJSON_ArrayForEach(it, v)
+    {
+        if (!cJSON_IsString(it)) FAIL("spec.%s: expected an array of strings", path);
+    }
+    *out = v;
+    return 0;
+}
+
 /* Pod hostnames are DNS labels (<= 63, [a-z0-9-], alphanumeric at both ends) and the
  * Service name an RFC 1035 label (starting with a letter). */
 static int check_name(const char *name, int workers, char *err, size_t errlen)
@@ -103,6 +120,13 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (check_name(s->name, s->workers, err, errlen)) return -EINVAL;
     if (read_str(spec, "image", &s->image, err, errlen)) return -EINVAL;
     if (s->image && !*s->image) s->image = NULL;
+    if (read_str_list(spec, "command", 1, &s->command, err, errlen) ||
+        read_str_list(spec, "args", 0, &s->args, err, errlen))
+        return -EINVAL;
+    if (s->command && !s->image)
+        FAIL("spec.image: required with spec.command (the image that holds the program)");
+    if (s->args && !s->command)
+        FAIL("spec.args: needs spec.command (the trainer's arguments come from the spec)");
     if (read_int(spec, "port", 1, 65535, 2222, &v, err, errlen)) return -EINVAL;
     s->port = (int)v;
     if (read_enum(spec, "collective", collectives, "auto", &s->collective, err, errlen))

@@ -30,6 +30,9 @@ typedef struct JobSpec {
     long long generation;
     int workers;
     const char *image; /* NULL: the operator's --trainer-image */
+    /* spec.command and spec.args (arrays of strings) or NULL. With a command the pods
+     * run the user's program in spec.image and get none of the trainer's options. */
+    const cJSON *command, *args;
     int port;
     const char *collective; /* auto | ring | nccl */
     int gpus;

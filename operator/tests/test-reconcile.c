@@ -800,6 +800,11 @@ static void test_invalid_spec(void **state)
         "{\"workers\":2,\"restartPolicy\":\"Always\"}",
         "{\"workers\":2,\"template\":{\"spec\":{\"containers\":{}}}}",
         "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"rel\"}}",
+        "{\"command\":[\"python3\",\"mwms.py\"]}",            /* no image */
+        "{\"image\":\"tf:1\",\"args\":[\"--epochs\",\"2\"]}", /* args without command */
+        "{\"image\":\"tf:1\",\"command\":[]}",
+        "{\"image\":\"tf:1\",\"command\":\"python3 mwms.py\"}",
+        "{\"image\":\"tf:1\",\"command\":[\"python3\"],\"args\":[2]}",
         "[]",
     };
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
@@ -898,6 +903,61 @@ static void test_template_merge_gpus_domain(void **state)
     cJSON *sec = desired_secret(&s, (const unsigned char[32]){0});
     assert_non_null(cJSON_GetObjectItemCaseSensitive(jsonx_obj(sec, "data"), "model.json"));
     cJSON_Delete(sec);
+    cJSON_Delete(pod);
+    fx_free(&f);
+}
+
+/* spec.command: the user's program in spec.image, with the job's environment and none
+ * of the trainer's options (no trainer flags, no collective, no ring key, no model). */
+static void test_user_command(void **state)
+{
+    (void)state;
+    Fixture f = {
+        .job =
+            job_new("{\"workers\":2,\"image\":\"kubetrain/tensorflow:1\",\"gpusPerWorker\":1,"
+                    "\"command\":[\"python3\",\"mwms.py\"],\"args\":[\"--epochs\",\"2\"],"
+                    "\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":10}]},"
+                    "\"training\":{\"epochs\":9},\"checkpoint\":{\"claimName\":\"ckpt\"},"
+                    "\"template\":{\"spec\":{\"containers\":[{\"name\":\"trainer\","
+                    "\"command\":[\"ignored\"],\"env\":[{\"name\":\"EXTRA\",\"value\":\"1\"}]}]}}}",
+                    NULL)};
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, 1, 0);
+    assert_non_null(pod);
+    const cJSON *c = container(pod, "trainer");
+    assert_string_equal(jsonx_str(c, "image"), "kubetrain/tensorflow:1");
+    char *cmd = cJSON_PrintUnformatted(jsonx_arr(c, "command"));
+    char *args = cJSON_PrintUnformatted(jsonx_arr(c, "args"));
+    assert_string_equal(cmd, "[\"python3\",\"mwms.py\"]");
+    assert_string_equal(args, "[\"--epochs\",\"2\"]");
+    free(cmd);
+    free(args);
+    /* Exactly the job's environment, beside the template's own. */
+    const char *want[] = {"EXTRA", "TF_CONFIG", "KUBETRAIN_JOB", "KUBETRAIN_NAMESPACE",
+                          "KUBETRAIN_CHECKPOINT_DIR"};
+    const cJSON *env = jsonx_arr(c, "env");
+    assert_int_equal(cJSON_GetArraySize(env), 5);
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(jsonx_str(cJSON_GetArrayItem(env, i), "name"), want[i]);
+    assert_string_equal(env_of(pod, "KUBETRAIN_CHECKPOINT_DIR"), "/checkpoints/mnist");
+    assert_string_equal(
+        env_of(pod, "TF_CONFIG"),
+        "{\"cluster\":{\"worker\":[\"mnist-worker-0.mnist-worker.default.svc:2222\","
+        "\"mnist-worker-1.mnist-worker.default.svc:2222\"]},"
+        "\"task\":{\"type\":\"worker\",\"index\":1}}");
+    /* The checkpoint claim is mounted, the model Secret is not; the log tail is the
+     * termination message of a failed program; the GPUs are still asked for. */
+    const cJSON *vols = jsonx_arr(pod, "spec.volumes");
+    assert_int_equal(cJSON_GetArraySize(vols), 1);
+    assert_string_equal(jsonx_str(cJSON_GetArrayItem(vols, 0), "name"), "checkpoints");
+    assert_string_equal(jsonx_str(c, "terminationMessagePolicy"), "FallbackToLogsOnError");
+    const cJSON *lim = jsonx_obj(c, "resources.limits");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu")->valuestring, "1");
+    /* The program listens on spec.port, declared on its container. */
+    const cJSON *port = cJSON_GetArrayItem(jsonx_arr(c, "ports"), 0);
+    assert_int_equal(jsonx_int(port, "containerPort", -1), 2222);
     cJSON_Delete(pod);
     fx_free(&f);
 }
@@ -1348,6 +1408,7 @@ int main(void)
         cmocka_unit_test(test_invalid_spec),
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),
+        cmocka_unit_test(test_user_command),
         cmocka_unit_test(test_template_metrics_port),
         cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
