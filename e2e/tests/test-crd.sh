@@ -105,6 +105,13 @@ rejected "args without command (cross-field rule)" spec.args "args needs command
   '{image: tf, args: [--epochs, "2"]}'
 rejected "empty command" spec.command '' '{image: tf, command: []}'
 rejected "command of the wrong type" spec.command '' '{image: tf, command: python3}'
+rejected "ps with the C trainer" spec.ps "C trainer runs chief and workers only" '{ps: {}}'
+rejected "evaluator with the C trainer" spec.evaluator "C trainer runs chief and workers only" \
+  '{evaluator: {}}'
+rejected "ps without a chief" spec.ps "ps needs a chief" '{image: tf, command: [p], ps: {}}'
+rejected "two chiefs" spec.chief.replicas "less than or equal to 1" '{chief: {replicas: 2}}'
+rejected "a role's command without spec.command" spec.command "needs spec.command" \
+  '{chief: {command: [p]}}'
 
 tap_check "an inline Sequential model is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
@@ -129,6 +136,26 @@ spec:
   command: [python3, mwms.py]
   args: [--epochs, "2"]
 EOF
+tap_check "a chief, ps and evaluator beside the workers are accepted" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: roles}
+spec:
+  workers: 2
+  image: kubetrain/tensorflow:0.1.0
+  command: [python3, ps.py]
+  chief: {}
+  ps: {replicas: 2}
+  evaluator: {command: [python3, evaluator.py], template: {spec: {nodeSelector: {a: b}}}}
+EOF
+got=$(k get tj roles -o 'jsonpath={.spec.chief.replicas} {.spec.ps.replicas} {.spec.evaluator.replicas}')
+if [ "$got" = "1 2 1" ]; then tap_ok "role replicas default to 1"
+else tap_fail "role replicas default to 1" "got '$got'"; fi
+k patch tj roles --subresource=status --type merge \
+  -p '{"status":{"roles":{"ps":{"active":2,"ready":1}}}}' >/dev/null 2>&1
+got=$(k get tj roles -o 'jsonpath={.status.roles.ps.active} {.status.roles.ps.ready}')
+if [ "$got" = "2 1" ]; then tap_ok "status.roles.<role> counts are stored"
+else tap_fail "status.roles.<role> counts are stored" "got '$got'"; fi
 got=$(k get tj user-program -o 'jsonpath={.spec.command[1]} {.spec.args[1]}')
 if [ "$got" = "mwms.py 2" ]; then tap_ok "the command and args are stored"
 else tap_fail "the command and args are stored" "got '$got'"; fi

@@ -23,11 +23,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static const DesiredConfig cfg = {.trainer_image = "kubetrain/trainer:fuzz",
                                           .cluster_domain = "cluster.local"};
         unsigned char key[32] = {0};
-        cJSON *pod = desired_pod(&s, &cfg, "fuzz-secret-x1y2z", s.workers - 1, 1);
+        /* The last replica of every role: the longest names, the role's template. */
+        for (Role r = 0; r < ROLE_COUNT; r++) {
+            if (!s.roles[r].replicas) continue;
+            cJSON *pod = desired_pod(&s, &cfg, "fuzz-secret-x1y2z", r, s.roles[r].replicas - 1, 1);
+            if (!pod) abort();
+            cJSON_Delete(pod);
+        }
         cJSON *svc = desired_service(&s);
         cJSON *sec = desired_secret(&s, key);
-        if (!pod || !svc || !sec) abort();
-        cJSON_Delete(pod);
+        if (!svc || !sec) abort();
         cJSON_Delete(svc);
         cJSON_Delete(sec);
     } else if (!err[0]) {

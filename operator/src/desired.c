@@ -18,30 +18,47 @@ void desired_secret_prefix(const char *job, char *out, size_t n)
     snprintf(out, n, "%s-secret-", job);
 }
 
-void desired_pod_name(const char *job, int index, char *out, size_t n)
+void desired_pod_name(const char *job, Role role, int index, char *out, size_t n)
 {
-    snprintf(out, n, "%s-worker-%d", job, index);
+    snprintf(out, n, "%s-%s-%d", job, jobspec_role_name(role), index);
 }
 
-char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, int index)
+char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, int index)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON *workers = cJSON_AddArrayToObject(jsonx_ensure_obj(root, "cluster"), "worker");
-    cJSON *task = jsonx_ensure_obj(root, "task");
+    cJSON *cluster = jsonx_ensure_obj(root, "cluster");
+    cJSON *task = cluster ? jsonx_ensure_obj(root, "task") : NULL;
     char *out = NULL;
-    if (!workers || !task) goto done;
+    if (!task) goto done;
     int has_domain = cfg->cluster_domain && *cfg->cluster_domain;
-    for (int i = 0; i < s->workers; i++) {
-        char host[512];
-        snprintf(host, sizeof host, "%s-worker-%d.%s-worker.%s.svc%s%s:%d", s->name, i, s->name,
-                 s->ns, has_domain ? "." : "", has_domain ? cfg->cluster_domain : "", s->port);
-        if (!cJSON_AddItemToArray(workers, cJSON_CreateString(host))) goto done;
+    /* The evaluator is never in the cluster: it trains nothing and talks to no task. */
+    for (Role r = 0; r < ROLE_EVALUATOR; r++) {
+        if (!s->roles[r].replicas) continue;
+        const char *rn = jobspec_role_name(r);
+        cJSON *list = cJSON_AddArrayToObject(cluster, rn);
+        if (!list) goto done;
+        for (int i = 0; i < s->roles[r].replicas; i++) {
+            char host[512];
+            snprintf(host, sizeof host, "%s-%s-%d.%s-worker.%s.svc%s%s:%d", s->name, rn, i, s->name,
+                     s->ns, has_domain ? "." : "", has_domain ? cfg->cluster_domain : "", s->port);
+            if (!cJSON_AddItemToArray(list, cJSON_CreateString(host))) goto done;
+        }
     }
-    if (!jsonx_set_str(task, "type", "worker") || !jsonx_set_num(task, "index", index)) goto done;
+    if (!jsonx_set_str(task, "type", jobspec_role_name(role)) ||
+        !jsonx_set_num(task, "index", index))
+        goto done;
     out = cJSON_PrintUnformatted(root);
 done:
     cJSON_Delete(root);
     return out;
+}
+
+int desired_cluster_shape(const JobSpec *s, char *out, size_t n)
+{
+    if (!s->roles[ROLE_CHIEF].replicas && !s->roles[ROLE_PS].replicas) return 0;
+    snprintf(out, n, "chief=%d,worker=%d,ps=%d", s->roles[ROLE_CHIEF].replicas, s->workers,
+             s->roles[ROLE_PS].replicas);
+    return 1;
 }
 
 cJSON *desired_owner_ref(const JobSpec *s)
@@ -133,7 +150,8 @@ cJSON *desired_service(const JobSpec *s)
     cJSON *port = cJSON_CreateObject();
     if (!sel || !ports || !jsonx_set_str(spec, "clusterIP", "None") ||
         !jsonx_set_bool(spec, "publishNotReadyAddresses", 1) ||
-        !jsonx_set_str(sel, LABEL_JOB_NAME, s->name) || !jsonx_set_str(sel, LABEL_ROLE, "worker") ||
+        !jsonx_set_str(sel, LABEL_JOB_NAME, s->name) ||
+        !jsonx_set_str(sel, LABEL_MANAGED_BY, MANAGED_BY) ||
         !jsonx_set_str(port, "name", "collective") || !jsonx_set_num(port, "port", s->port) ||
         !jsonx_set_num(port, "targetPort", s->port) || !cJSON_AddItemToArray(ports, port)) {
         cJSON_Delete(port);
@@ -154,12 +172,12 @@ static cJSON *array_add_obj(cJSON *arr)
     return o;
 }
 
-/* matchLabels selecting the job's worker pods, at path under o. */
-static int select_workers(cJSON *o, const char *path, const JobSpec *s)
+/* matchLabels selecting the job's pods (every role), at path under o. */
+static int select_pods(cJSON *o, const char *path, const JobSpec *s)
 {
     cJSON *ml = o ? jsonx_ensure_obj(o, path) : NULL;
     return ml && jsonx_set_str(ml, LABEL_JOB_NAME, s->name) &&
-           jsonx_set_str(ml, LABEL_ROLE, "worker");
+           jsonx_set_str(ml, LABEL_MANAGED_BY, MANAGED_BY);
 }
 
 int desired_metrics_port(const JobSpec *s)
@@ -191,8 +209,8 @@ cJSON *desired_network_policy(const JobSpec *s)
     cJSON *port = array_add_obj(rule ? jsonx_set(rule, "ports", cJSON_CreateArray()) : NULL);
     if (!jsonx_set_str(o, "apiVersion", "networking.k8s.io/v1") || !types ||
         !cJSON_AddItemToArray(types, cJSON_CreateString("Ingress")) ||
-        !select_workers(spec, "podSelector.matchLabels", s) ||
-        !select_workers(peer, "podSelector.matchLabels", s) || !port ||
+        !select_pods(spec, "podSelector.matchLabels", s) ||
+        !select_pods(peer, "podSelector.matchLabels", s) || !port ||
         !jsonx_set_str(port, "protocol", "TCP") || !jsonx_set_num(port, "port", s->port)) {
         cJSON_Delete(o);
         return NULL;
@@ -400,20 +418,66 @@ static int security_defaults(cJSON *spec, cJSON *c)
     return rc ? -1 : 0;
 }
 
-cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, int index,
-                   long long attempt)
+/* The role's template laid over the job's (both may be NULL): its labels and
+ * annotations are added, its containers, initContainers and volumes replace the job's of
+ * the same name or are added, its other spec fields replace the job's. Caller frees. */
+static cJSON *role_template(const JobSpec *s, const JobRole *jr, int *nomem)
+{
+    const cJSON *rt = jr->template != s->template ? jr->template : NULL;
+    if (!s->template && !rt) return NULL;
+    cJSON *t = s->template ? cJSON_Duplicate(s->template, 1) : cJSON_CreateObject();
+    if (!t) goto err;
+    const char *const maps[] = {"metadata.labels", "metadata.annotations", NULL};
+    for (size_t i = 0; rt && maps[i]; i++) {
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, jsonx_obj(rt, maps[i]))
+        {
+            cJSON *m = jsonx_ensure_obj(t, maps[i]);
+            if (!m || !jsonx_set(m, kv->string, cJSON_Duplicate(kv, 1))) goto err;
+        }
+    }
+    const cJSON *f, *rspec = rt ? jsonx_obj(rt, "spec") : NULL;
+    cJSON_ArrayForEach(f, rspec)
+    {
+        cJSON *spec = jsonx_ensure_obj(t, "spec");
+        if (!spec) goto err;
+        int by_name = cJSON_IsArray(f) && (strcmp(f->string, "containers") == 0 ||
+                                           strcmp(f->string, "initContainers") == 0 ||
+                                           strcmp(f->string, "volumes") == 0);
+        if (!by_name) {
+            if (!jsonx_set(spec, f->string, cJSON_Duplicate(f, 1))) goto err;
+            continue;
+        }
+        const cJSON *it;
+        cJSON_ArrayForEach(it, f)
+        {
+            if (list_put(spec, f->string, "name", cJSON_Duplicate(it, 1))) goto err;
+        }
+    }
+    return t;
+err:
+    cJSON_Delete(t);
+    *nomem = 1;
+    return NULL;
+}
+
+cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, Role role,
+                   int index, long long attempt)
 {
     char name[300], svc[300], buf[64], ckpt_dir[1024];
-    desired_pod_name(s->name, index, name, sizeof name);
+    const JobRole *jr = &s->roles[role];
+    desired_pod_name(s->name, role, index, name, sizeof name);
     desired_service_name(s->name, svc, sizeof svc);
     const char *ckpt = NULL;
     if (s->checkpoint_claim) {
         snprintf(ckpt_dir, sizeof ckpt_dir, "%s/%s", s->checkpoint_path, s->name);
         ckpt = ckpt_dir;
     }
-    char *tf = desired_tf_config(s, cfg, index);
+    int nomem = 0;
+    cJSON *tmpl = role_template(s, jr, &nomem);
+    char *tf = desired_tf_config(s, cfg, role, index);
     cJSON *pod = new_object(s, "Pod", name);
-    if (!tf || !pod) goto err;
+    if (nomem || !tf || !pod) goto err;
 
     cJSON *md = cJSON_GetObjectItemCaseSensitive(pod, "metadata");
     cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
@@ -421,26 +485,28 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     if (!annots) goto err;
     /* Template labels and annotations first; the operator's keys win. */
     const cJSON *kv;
-    cJSON_ArrayForEach(kv, jsonx_obj(s->template, "metadata.labels"))
+    cJSON_ArrayForEach(kv, jsonx_obj(tmpl, "metadata.labels"))
     {
         if (cJSON_IsString(kv) && !jsonx_set_str(labels, kv->string, kv->valuestring)) goto err;
     }
-    cJSON_ArrayForEach(kv, jsonx_obj(s->template, "metadata.annotations"))
+    cJSON_ArrayForEach(kv, jsonx_obj(tmpl, "metadata.annotations"))
     {
         if (cJSON_IsString(kv) && !jsonx_set_str(annots, kv->string, kv->valuestring)) goto err;
     }
     snprintf(buf, sizeof buf, "%d", index);
     if (!jsonx_set_str(labels, LABEL_JOB_NAME, s->name) ||
         !jsonx_set_str(labels, LABEL_MANAGED_BY, MANAGED_BY) ||
-        !jsonx_set_str(labels, LABEL_ROLE, "worker") ||
+        !jsonx_set_str(labels, LABEL_ROLE, jobspec_role_name(role)) ||
         !jsonx_set_str(labels, LABEL_REPLICA_INDEX, buf))
         goto err;
     snprintf(buf, sizeof buf, "%lld", attempt);
     if (!jsonx_set_str(annots, ANNOT_ATTEMPT, buf)) goto err;
     snprintf(buf, sizeof buf, "%d", s->workers);
     if (!jsonx_set_str(annots, ANNOT_WORLD_SIZE, buf)) goto err;
+    if (desired_cluster_shape(s, buf, sizeof buf) && !jsonx_set_str(annots, ANNOT_CLUSTER, buf))
+        goto err;
 
-    const cJSON *tspec = jsonx_obj(s->template, "spec");
+    const cJSON *tspec = jsonx_obj(tmpl, "spec");
     cJSON *spec = jsonx_set(pod, "spec", tspec ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject());
     if (!spec || !jsonx_set_str(spec, "hostname", name) || !jsonx_set_str(spec, "subdomain", svc) ||
         /* The operator restarts the whole group itself: a lone restarted worker could
@@ -450,14 +516,16 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
 
     cJSON *c = trainer_container(spec);
     if (!c) goto err;
-    const char *image = s->image ? s->image : jsonx_str(c, "image");
+    const char *image = jr->image ? jr->image : s->image ? s->image : jsonx_str(c, "image");
     if (!image) image = cfg->trainer_image;
     if (!jsonx_set_str(c, "image", image)) goto err;
     if (s->command) {
-        /* The user's program: its command and args win over the template's, and it is
-         * given no trainer options, only the environment below. */
-        if (!jsonx_set(c, "command", cJSON_Duplicate(s->command, 1)) ||
-            (s->args && !jsonx_set(c, "args", cJSON_Duplicate(s->args, 1))))
+        /* The user's program: its command and args (the role's, else the job's) win over
+         * the template's, and it is given no trainer options, only the environment below. */
+        const cJSON *cmd = jr->command ? jr->command : s->command;
+        const cJSON *args = jr->args ? jr->args : s->args;
+        if (!jsonx_set(c, "command", cJSON_Duplicate(cmd, 1)) ||
+            (args && !jsonx_set(c, "args", cJSON_Duplicate(args, 1))))
             goto err;
     } else {
         if (!cJSON_GetObjectItemCaseSensitive(c, "command")) {
@@ -526,9 +594,11 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     }
     if (security_defaults(spec, c)) goto err;
     free(tf);
+    cJSON_Delete(tmpl);
     return pod;
 err:
     free(tf);
+    cJSON_Delete(tmpl);
     cJSON_Delete(pod);
     return NULL;
 }

@@ -1,14 +1,16 @@
 /* desired — the objects the operator wants for one TrainingJob: the ring Secret, the
- * headless Service and one pod per worker, with the names, labels, DNS and TF_CONFIG
- * of docs/design.md ("Names, labels and DNS", "TF_CONFIG", "The worker pod").
- * Pure functions of the parsed spec and the operator's settings.
+ * headless Service and one pod per task (chief, workers, ps, evaluator), with the names,
+ * labels, DNS and TF_CONFIG of docs/design.md ("Names, labels and DNS", "TF_CONFIG",
+ * "The worker pod"). Pure functions of the parsed spec and the operator's settings.
  *
- *   Service  <job>-worker            headless, publishNotReadyAddresses
- *   Pod      <job>-worker-<i>        hostname <job>-worker-<i>, subdomain <job>-worker
+ *   Service  <job>-worker            headless, publishNotReadyAddresses, selects
+ *                                    every pod of the job
+ *   Pod      <job>-<role>-<i>        hostname <job>-<role>-<i>, subdomain <job>-worker;
+ *                                    role chief | worker | ps | evaluator
  *   Secret   <job>-secret-<random>   ring-key (64 hex digits of 32 random bytes),
  *                                    model.json when the model is given inline; the
  *                                    API server generates the suffix (generateName)
- *   TF_CONFIG peers  <job>-worker-<i>.<job>-worker.<ns>.svc[.<cluster domain>]:<port>
+ *   TF_CONFIG peers  <job>-<role>-<i>.<job>-worker.<ns>.svc[.<cluster domain>]:<port>
  */
 #ifndef KT_DESIRED_H
 #define KT_DESIRED_H
@@ -25,6 +27,7 @@
 #define MANAGED_BY "kubetrain-operator"
 #define ANNOT_ATTEMPT "kubetrain.dev/attempt"
 #define ANNOT_WORLD_SIZE "kubetrain.dev/world-size"
+#define ANNOT_CLUSTER "kubetrain.dev/cluster"
 #define TRAINER_CONTAINER "trainer"
 #define SECRET_RING_KEY "ring-key"
 #define SECRET_MODEL "model.json"
@@ -44,11 +47,19 @@ void desired_service_name(const char *job, char *out, size_t n);
 /* The Secret's generateName, "<job>-secret-": the API server appends a random suffix,
  * so nobody can create the job's Secret before the operator does. */
 void desired_secret_prefix(const char *job, char *out, size_t n);
-void desired_pod_name(const char *job, int index, char *out, size_t n);
+/* "<job>-<role>-<index>", the pod and its hostname. */
+void desired_pod_name(const char *job, Role role, int index, char *out, size_t n);
 
-/* TF_CONFIG of worker `index`. Returns a malloc'd string; the caller frees it. NULL
- * only on allocation failure. */
-char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, int index);
+/* TF_CONFIG of replica `index` of `role`: the cluster lists the chief, worker and ps
+ * tasks (a role without replicas is left out; the evaluator is never in it) and the
+ * task is this pod's. Returns a malloc'd string; the caller frees it. NULL only on
+ * allocation failure. */
+char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, int index);
+
+/* The cluster's shape, "chief=<n>,worker=<n>,ps=<n>", into out when the job has a chief
+ * or ps tasks (returns 1), else 0: pods carry it in ANNOT_CLUSTER so that a pod made for
+ * another cluster (whose TF_CONFIG lists other tasks) is recognised. */
+int desired_cluster_shape(const JobSpec *s, char *out, size_t n);
 
 /* The owner reference to the job (controller: true, blockOwnerDeletion: true). */
 cJSON *desired_owner_ref(const JobSpec *s);
@@ -75,11 +86,12 @@ int desired_metrics_port(const JobSpec *s);
  * caller frees. */
 cJSON *desired_network_policy(const JobSpec *s);
 
-/* Worker `index`'s pod in group incarnation `attempt`: the template merged with the
- * operator's fields, which win; the ring key and an inline model come from the Secret
- * named `secret` (the job's status.secretName). Caller owns the result. NULL on
- * allocation failure. */
-cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, int index,
-                   long long attempt);
+/* The pod of replica `index` of `role` in group incarnation `attempt`: the role's
+ * template over the job's, merged with the operator's fields, which win; image,
+ * command and args are the role's, else the job's; the ring key and an inline model
+ * come from the Secret named `secret` (the job's status.secretName). Caller owns the
+ * result. NULL on allocation failure. */
+cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, Role role,
+                   int index, long long attempt);
 
 #endif

@@ -74,8 +74,9 @@ static int read_str_list(const cJSON *spec, const char *path, int nonempty, cons
 
 /* Pod hostnames are DNS labels (<= 63, [a-z0-9-], alphanumeric at both ends) and the
  * Service name an RFC 1035 label (starting with a letter). */
-static int check_name(const char *name, int workers, char *err, size_t errlen)
+static int check_name(const JobSpec *s, char *err, size_t errlen)
 {
+    const char *name = s->name;
     size_t n = strlen(name);
     if (n == 0 || !islower((unsigned char)name[0]))
         FAIL("metadata.name: must start with a lowercase letter to name the worker Service, "
@@ -84,11 +85,153 @@ static int check_name(const char *name, int workers, char *err, size_t errlen)
     for (size_t i = 0; i < n; i++)
         if (!(islower((unsigned char)name[i]) || isdigit((unsigned char)name[i]) || name[i] == '-'))
             FAIL("metadata.name: worker hostnames allow only [a-z0-9-], got \"%s\"", name);
-    char last[32];
-    int lastlen = snprintf(last, sizeof last, "-worker-%d", workers - 1);
-    if (n + (size_t)lastlen > 63)
-        FAIL("metadata.name: \"%s\" is too long: the hostname \"%s%s\" exceeds 63 characters", name,
-             name, last);
+    for (Role r = 0; r < ROLE_COUNT; r++) {
+        if (s->roles[r].replicas == 0) continue;
+        char last[32];
+        int lastlen =
+            snprintf(last, sizeof last, "-%s-%d", jobspec_role_name(r), s->roles[r].replicas - 1);
+        if (n + (size_t)lastlen > 63)
+            FAIL("metadata.name: \"%s\" is too long: the hostname \"%s%s\" exceeds 63 "
+                 "characters",
+                 name, name, last);
+    }
+    return 0;
+}
+
+/* A PodTemplateSpec at spec.<path> (the job's or a role's), checked for the shapes
+ * desired.c reads. */
+static int check_template(const cJSON *t, const char *path, char *err, size_t errlen)
+{
+    if (!cJSON_IsObject(t)) FAIL("spec.%s: expected a PodTemplateSpec object", path);
+    const cJSON *ts = jsonx_at(t, "spec");
+    if (ts && !cJSON_IsObject(ts)) FAIL("spec.%s.spec: expected an object", path);
+    const cJSON *cs = jsonx_at(t, "spec.containers");
+    if (cs && !cJSON_IsArray(cs)) FAIL("spec.%s.spec.containers: expected an array", path);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        if (!cJSON_IsObject(c) || !cJSON_IsString(jsonx_at(c, "name")))
+            FAIL("spec.%s.spec.containers: each container needs a string name", path);
+    }
+    const char *const lists[] = {"spec.volumes", "spec.initContainers", NULL};
+    for (size_t i = 0; lists[i]; i++) {
+        const cJSON *l = jsonx_at(t, lists[i]);
+        if (l && !cJSON_IsArray(l)) FAIL("spec.%s.%s: expected an array", path, lists[i]);
+    }
+    const char *const maps[] = {"metadata", "metadata.labels", "metadata.annotations",
+                                "spec.securityContext", NULL};
+    for (size_t i = 0; maps[i]; i++) {
+        const cJSON *m = jsonx_at(t, maps[i]);
+        if (m && !cJSON_IsObject(m)) FAIL("spec.%s.%s: expected an object", path, maps[i]);
+    }
+    return 0;
+}
+
+static const char *const role_names[ROLE_COUNT] = {"chief", "worker", "ps", "evaluator"};
+
+const char *jobspec_role_name(Role role)
+{
+    return role >= 0 && role < ROLE_COUNT ? role_names[role] : NULL;
+}
+
+Role jobspec_role_of(const char *name)
+{
+    for (Role r = 0; r < ROLE_COUNT; r++)
+        if (name && strcmp(name, role_names[r]) == 0) return r;
+    return ROLE_COUNT;
+}
+
+int jobspec_slot(const JobSpec *s, Role role, int index)
+{
+    if (role < 0 || role >= ROLE_COUNT || index < 0 || index >= s->roles[role].replicas) return -1;
+    int slot = index;
+    for (Role r = 0; r < role; r++)
+        slot += s->roles[r].replicas;
+    return slot;
+}
+
+void jobspec_slot_role(const JobSpec *s, int slot, Role *role, int *index)
+{
+    Role r = 0;
+    while (r < ROLE_COUNT - 1 && slot >= s->roles[r].replicas)
+        slot -= s->roles[r++].replicas;
+    *role = r;
+    *index = slot;
+}
+
+int jobspec_chief_slot(const JobSpec *s)
+{
+    return s->roles[ROLE_CHIEF].replicas ? jobspec_slot(s, ROLE_CHIEF, 0)
+                                         : jobspec_slot(s, ROLE_WORKER, 0);
+}
+
+/* spec.chief, spec.ps or spec.evaluator into *r: replicas (default 1 once the role is
+ * given, at most max) and what layers over the job's. */
+static int read_role(const cJSON *spec, Role role, int max, JobRole *r, char *err, size_t errlen)
+{
+    const char *name = role_names[role];
+    const cJSON *o = jsonx_at(spec, name);
+    char path[64];
+    long long v;
+    memset(r, 0, sizeof *r);
+    if (!o || cJSON_IsNull(o)) return 0;
+    if (!cJSON_IsObject(o)) FAIL("spec.%s: expected an object", name);
+    snprintf(path, sizeof path, "%s.replicas", name);
+    if (read_int(spec, path, 0, max, 1, &v, err, errlen)) return -EINVAL;
+    r->replicas = (int)v;
+    snprintf(path, sizeof path, "%s.image", name);
+    if (read_str(spec, path, &r->image, err, errlen)) return -EINVAL;
+    if (r->image && !*r->image) r->image = NULL;
+    snprintf(path, sizeof path, "%s.command", name);
+    if (read_str_list(spec, path, 1, &r->command, err, errlen)) return -EINVAL;
+    snprintf(path, sizeof path, "%s.args", name);
+    if (read_str_list(spec, path, 0, &r->args, err, errlen)) return -EINVAL;
+    snprintf(path, sizeof path, "%s.template", name);
+    const cJSON *t = jsonx_at(spec, path);
+    if (t && !cJSON_IsNull(t)) {
+        if (check_template(t, path, err, errlen)) return -EINVAL;
+        r->template = t;
+    }
+    return 0;
+}
+
+/* The roles beside the workers, and what TensorFlow and the C trainer make of them. */
+static int read_roles(const cJSON *spec, JobSpec *s, char *err, size_t errlen)
+{
+    JobRole *w = &s->roles[ROLE_WORKER];
+    w->replicas = s->workers;
+    w->image = s->image;
+    w->command = s->command;
+    w->args = s->args;
+    w->template = s->template;
+    if (read_role(spec, ROLE_CHIEF, 1, &s->roles[ROLE_CHIEF], err, errlen) ||
+        read_role(spec, ROLE_PS, JOBSPEC_MAX_PS, &s->roles[ROLE_PS], err, errlen) ||
+        read_role(spec, ROLE_EVALUATOR, 1, &s->roles[ROLE_EVALUATOR], err, errlen))
+        return -EINVAL;
+    for (Role r = 0; r < ROLE_COUNT; r++) {
+        const JobRole *jr = &s->roles[r];
+        s->npods += jr->replicas;
+        if (r == ROLE_WORKER) continue;
+        if (jr->command && !s->command)
+            FAIL("spec.%s.command: needs spec.command (without it every pod runs the C "
+                 "trainer)",
+                 role_names[r]);
+        if (jr->args && !s->command)
+            FAIL("spec.%s.args: needs spec.command (the trainer's arguments come from the "
+                 "spec)",
+                 role_names[r]);
+    }
+    if (!s->command) {
+        if (s->roles[ROLE_PS].replicas)
+            FAIL("spec.ps: the C trainer runs chief and workers only; set spec.command to run "
+                 "your own program with parameter servers");
+        if (s->roles[ROLE_EVALUATOR].replicas)
+            FAIL("spec.evaluator: the C trainer runs chief and workers only; set spec.command "
+                 "to run your own program with an evaluator");
+    }
+    if (s->roles[ROLE_PS].replicas && !s->roles[ROLE_CHIEF].replicas)
+        FAIL("spec.ps: parameter servers need a chief (spec.chief), which coordinates the "
+             "training");
     return 0;
 }
 
@@ -117,7 +260,6 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
      * in fuzz-reconcile). */
     if (read_int(spec, "workers", 1, JOBSPEC_MAX_WORKERS, 1, &v, err, errlen)) return -EINVAL;
     s->workers = (int)v;
-    if (check_name(s->name, s->workers, err, errlen)) return -EINVAL;
     if (read_str(spec, "image", &s->image, err, errlen)) return -EINVAL;
     if (s->image && !*s->image) s->image = NULL;
     if (read_str_list(spec, "command", 1, &s->command, err, errlen) ||
@@ -230,29 +372,9 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
 
     const cJSON *t = jsonx_at(spec, "template");
     if (t && !cJSON_IsNull(t)) {
-        if (!cJSON_IsObject(t)) FAIL("spec.template: expected a PodTemplateSpec object");
-        const cJSON *ts = jsonx_at(t, "spec");
-        if (ts && !cJSON_IsObject(ts)) FAIL("spec.template.spec: expected an object");
-        const cJSON *cs = jsonx_at(t, "spec.containers");
-        if (cs && !cJSON_IsArray(cs)) FAIL("spec.template.spec.containers: expected an array");
-        const cJSON *c;
-        cJSON_ArrayForEach(c, cs)
-        {
-            if (!cJSON_IsObject(c) || !cJSON_IsString(jsonx_at(c, "name")))
-                FAIL("spec.template.spec.containers: each container needs a string name");
-        }
-        const char *const lists[] = {"spec.volumes", "spec.initContainers", NULL};
-        for (size_t i = 0; lists[i]; i++) {
-            const cJSON *l = jsonx_at(t, lists[i]);
-            if (l && !cJSON_IsArray(l)) FAIL("spec.template.%s: expected an array", lists[i]);
-        }
-        const char *const maps[] = {"metadata", "metadata.labels", "metadata.annotations",
-                                    "spec.securityContext", NULL};
-        for (size_t i = 0; maps[i]; i++) {
-            const cJSON *m = jsonx_at(t, maps[i]);
-            if (m && !cJSON_IsObject(m)) FAIL("spec.template.%s: expected an object", maps[i]);
-        }
+        if (check_template(t, "template", err, errlen)) return -EINVAL;
         s->template = t;
     }
+    if (read_roles(spec, s, err, errlen) || check_name(s, err, errlen)) return -EINVAL;
     return 0;
 }

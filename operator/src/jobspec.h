@@ -17,10 +17,25 @@
 
 /* spec.workers at most, as in the CRD's schema (crds/). */
 #define JOBSPEC_MAX_WORKERS 1024
+/* spec.ps.replicas at most: every pod's TF_CONFIG lists them too. */
+#define JOBSPEC_MAX_PS 256
 
 typedef enum { RESTART_NEVER, RESTART_ON_FAILURE, RESTART_EXIT_CODE } RestartPolicy;
 typedef enum { CLEAN_NONE, CLEAN_RUNNING, CLEAN_ALL } CleanPodPolicy;
 typedef enum { SUCCESS_CHIEF_COMPLETED, SUCCESS_ALL_WORKERS } SuccessPolicy;
+
+/* TensorFlow's task types, in the order of the pods (and of TF_CONFIG's cluster). */
+typedef enum { ROLE_CHIEF, ROLE_WORKER, ROLE_PS, ROLE_EVALUATOR, ROLE_COUNT } Role;
+
+/* One role's pods: spec.workers for ROLE_WORKER (with the job's image, command, args
+ * and template), else spec.chief, spec.ps or spec.evaluator, whose fields layer over
+ * the job's (NULL: the job's). */
+typedef struct JobRole {
+    int replicas;
+    const char *image;
+    const cJSON *command, *args;
+    const cJSON *template;
+} JobRole;
 
 /* All strings and cJSON pointers are borrowed from the job object and live as long
  * as it does. Optional numbers the user did not set are -1 (or *_set == 0), and are
@@ -31,7 +46,8 @@ typedef struct JobSpec {
     int workers;
     const char *image; /* NULL: the operator's --trainer-image */
     /* spec.command and spec.args (arrays of strings) or NULL. With a command the pods
-     * run the user's program in spec.image and get none of the trainer's options. */
+     * run the user's program in spec.image and get none of the trainer's options;
+     * without one, the C trainer (which runs chief and workers only). */
     const cJSON *command, *args;
     int port;
     const char *collective; /* auto | ring | nccl */
@@ -60,7 +76,23 @@ typedef struct JobSpec {
     int suspend;
     int network_policy;    /* spec.networkPolicy: a NetworkPolicy admits only the job's pods */
     const cJSON *template; /* PodTemplateSpec or NULL */
+    JobRole roles[ROLE_COUNT];
+    int npods; /* the replicas of every role */
 } JobSpec;
+
+/* "chief", "worker", "ps", "evaluator"; NULL for anything else. */
+const char *jobspec_role_name(Role role);
+/* The role named `name`, or ROLE_COUNT. */
+Role jobspec_role_of(const char *name);
+
+/* Pods are numbered 0..npods-1 ("slots") role by role in Role order: the chief first,
+ * then the workers, the ps tasks and the evaluator. Returns the slot of replica `index`
+ * of `role`, or -1 when there is no such replica. */
+int jobspec_slot(const JobSpec *s, Role role, int index);
+/* The role and replica index of slot `slot` (0 <= slot < npods). */
+void jobspec_slot_role(const JobSpec *s, int slot, Role *role, int *index);
+/* The slot whose exit decides ChiefCompleted: the chief's, else worker 0's. */
+int jobspec_chief_slot(const JobSpec *s);
 
 /* Fills *out from `job` (a whole TrainingJob). Returns 0, or -EINVAL with one line in
  * err naming the field ("spec.workers: must be >= 1, got 0"). */

@@ -89,11 +89,14 @@ double reconcile_backoff_delay(const ReconcileConfig *cfg, long long n)
 typedef struct PodView {
     const cJSON *pod;
     const char *name;
-    int index;         /* replica index, -1 when the label is missing or malformed */
-    long long attempt; /* -1 when the annotation is missing or malformed */
-    long long world;   /* the world size the pod was created for, -1 unknown */
-    int terminating;   /* deletionTimestamp set */
-    const char *phase; /* Pending | Running | Succeeded | Failed | Unknown */
+    Role role;           /* its role label; ROLE_COUNT when missing or unknown */
+    int index;           /* replica index, -1 when the label is missing or malformed */
+    int slot;            /* its place in the current spec (jobspec_slot), or -1 */
+    const char *cluster; /* the cluster shape it was made for (ANNOT_CLUSTER) or NULL */
+    long long attempt;   /* -1 when the annotation is missing or malformed */
+    long long world;     /* the world size the pod was created for, -1 unknown */
+    int terminating;     /* deletionTimestamp set */
+    const char *phase;   /* Pending | Running | Succeeded | Failed | Unknown */
     int ready;
     const char *disruption; /* why the pod counts as disrupted, or NULL */
     int exit_code;          /* the trainer container's, -1 unknown */
@@ -135,6 +138,9 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
     const cJSON *annots = jsonx_obj(pod, "metadata.annotations");
     long long idx = parse_ll(jsonx_key_str(labels, LABEL_REPLICA_INDEX), -1);
     v->index = idx > MAX_WORKERS ? -1 : (int)idx;
+    v->role = jobspec_role_of(jsonx_key_str(labels, LABEL_ROLE));
+    v->slot = -1;
+    v->cluster = jsonx_key_str(annots, ANNOT_CLUSTER);
     v->attempt = parse_ll(jsonx_key_str(annots, ANNOT_ATTEMPT), -1);
     v->world = parse_ll(jsonx_key_str(annots, ANNOT_WORLD_SIZE), -1);
     v->terminating = jsonx_str(pod, "metadata.deletionTimestamp") != NULL;
@@ -336,27 +342,45 @@ static void delete_pods(Ctx *c, const PodView *v, size_t n, int only_active)
     }
 }
 
-/* The "error" of a termination message, or the message itself (one line). */
+/* The "error" of the trainer's termination message, else the message's last non-empty
+ * line: a program's log tail (FallbackToLogsOnError) ends with what went wrong, a
+ * Python traceback with its exception. */
 static void failure_text(const char *message, char *out, size_t n)
 {
     out[0] = 0;
     if (!message) return;
     cJSON *m = cJSON_Parse(message);
     const char *e = jsonx_str(m, "error");
-    snprintf(out, n, "%s", e ? e : message);
+    if (e) {
+        snprintf(out, n, "%s", e);
+        for (char *p = out; *p; p++)
+            if (*p == '\n') *p = ' ';
+    } else {
+        const char *end = message + strlen(message), *start;
+        while (end > message && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
+            end--;
+        for (start = end; start > message && start[-1] != '\n';)
+            start--;
+        snprintf(out, n, "%.*s", (int)(end - start), start);
+    }
     cJSON_Delete(m);
-    for (char *p = out; *p; p++)
-        if (*p == '\n') *p = ' ';
 }
 
 /* ------------------------------------------------------------------------------------
  * Decisions */
 
-/* Finished jobs: clean up pods per cleanPodPolicy, delete the job after its TTL. */
+/* Finished jobs: clean up pods per cleanPodPolicy, and the ps and evaluator pods
+ * still running whatever it says (a ps task never exits on its own); delete the job
+ * after its TTL. */
 static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
 {
-    if (c->spec.clean_pod_policy != CLEAN_NONE)
-        delete_pods(c, v, n, c->spec.clean_pod_policy == CLEAN_RUNNING);
+    CleanPodPolicy policy = c->spec.clean_pod_policy;
+    for (size_t i = 0; i < n; i++) {
+        int serves = v[i].role == ROLE_PS || v[i].role == ROLE_EVALUATOR;
+        if (v[i].terminating || !v[i].name) continue;
+        if (policy == CLEAN_ALL || ((policy == CLEAN_RUNNING || serves) && is_active(&v[i])))
+            add_action(c, ACTION_DELETE_POD, v[i].name, NULL);
+    }
     double done;
     if (c->spec.ttl_after_finished_s >= 0 &&
         clock_parse_rfc3339(jsonx_str(c->status, "completionTime"), &done) == 0) {
@@ -400,15 +424,24 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
     reconcile_finished(c, v, n);
 }
 
+/* Forgets what the pods of the attempt did (a new attempt starts): launched, the
+ * succeeded workers, the per-role counts. Returns 0 or -1 (out of memory). */
+static int reset_attempt(cJSON *status)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(status, "roles");
+    return jsonx_set_bool(status, "launched", 0) &&
+                   jsonx_set(status, "succeededIndexes", cJSON_CreateArray())
+               ? 0
+               : -1;
+}
+
 /* Restarts the whole group in a new attempt: status first, then delete every pod. */
 static void restart(Ctx *c, const char *reason, const char *counter, const char *message,
                     const PodView *v, size_t n)
 {
     long long attempt = jsonx_int(c->status, "attempt", 0);
     set_num(c, c->status, "attempt", (double)(attempt + 1));
-    if (!jsonx_set_bool(c->status, "launched", 0) ||
-        !jsonx_set(c->status, "succeededIndexes", cJSON_CreateArray()))
-        c->nomem = 1;
+    if (reset_attempt(c->status)) c->nomem = 1;
     if (counter) {
         cJSON *r = jsonx_ensure_obj(c->status, "restarts");
         if (!r) {
@@ -424,31 +457,54 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
     set_condition(c, "Restarting", 1, reason, message);
     clear_condition(c, "Running", reason, message);
     emit_status(c);
-    event(c, "Warning", reason, "restarting all workers: %s", message);
+    event(c, "Warning", reason, "restarting all pods: %s", message);
     delete_pods(c, v, n, 0);
     if (counter && strcmp(counter, "application") == 0)
         requeue(c,
                 reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1)));
 }
 
-static void set_worker_counts(Ctx *c, const PodView *v, size_t n, long long attempt, int nsucceeded)
+/* The pods of this attempt by state: status.workers counts every pod, and, when the
+ * job has roles beside the workers, status.roles.<role> each role's. done: per slot. */
+static void set_pod_counts(Ctx *c, const PodView *v, size_t n, long long attempt,
+                           const unsigned char *done)
 {
-    int active = 0, ready = 0, failed = 0;
+    enum { ACTIVE, READY, SUCCEEDED, FAILED, NSTATES };
+    static const char *const names[NSTATES] = {"active", "ready", "succeeded", "failed"};
+    int count[ROLE_COUNT + 1][NSTATES] = {{0}}; /* [ROLE_COUNT]: every pod */
+    const JobSpec *s = &c->spec;
     for (size_t i = 0; i < n; i++) {
-        if (v[i].attempt != attempt || v[i].index < 0 || v[i].index >= c->spec.workers) continue;
-        if (is_active(&v[i])) active++;
-        if (is_active(&v[i]) && v[i].ready) ready++;
-        if (strcmp(v[i].phase, "Failed") == 0) failed++;
+        if (v[i].attempt != attempt || v[i].slot < 0) continue;
+        int st = is_active(&v[i]) ? ACTIVE : strcmp(v[i].phase, "Failed") == 0 ? FAILED : -1;
+        if (st < 0) continue;
+        count[v[i].role][st]++, count[ROLE_COUNT][st]++;
+        if (st == ACTIVE && v[i].ready) count[v[i].role][READY]++, count[ROLE_COUNT][READY]++;
+    }
+    for (int slot = 0; slot < s->npods; slot++) {
+        Role r;
+        int idx;
+        jobspec_slot_role(s, slot, &r, &idx);
+        if (done[slot]) count[r][SUCCEEDED]++, count[ROLE_COUNT][SUCCEEDED]++;
     }
     cJSON *w = jsonx_ensure_obj(c->status, "workers");
     if (!w) {
         c->nomem = 1;
         return;
     }
-    set_num(c, w, "active", active);
-    set_num(c, w, "ready", ready);
-    set_num(c, w, "succeeded", nsucceeded);
-    set_num(c, w, "failed", failed);
+    for (int k = 0; k < NSTATES; k++)
+        set_num(c, w, names[k], count[ROLE_COUNT][k]);
+    if (s->npods == s->workers) return;
+    cJSON *roles = jsonx_set(c->status, "roles", cJSON_CreateObject());
+    for (Role r = 0; r < ROLE_COUNT; r++) {
+        if (!s->roles[r].replicas) continue;
+        cJSON *o = roles ? jsonx_ensure_obj(roles, jobspec_role_name(r)) : NULL;
+        if (!o) {
+            c->nomem = 1;
+            return;
+        }
+        for (int k = 0; k < NSTATES; k++)
+            set_num(c, o, names[k], count[r][k]);
+    }
 }
 
 /* ------------------------------------------------------------------------------------
@@ -462,18 +518,19 @@ typedef struct Group {
     const PodView *pods; /* every pod of the job, older attempts' too */
     size_t npods;
     long long attempt; /* status.attempt */
-    int launched;      /* status.launched: every index has had its pod */
-    /* Per index (spec.workers of them): succeeded in this attempt, also once its pod is
-     * gone; and its pod in this attempt, or NULL. */
+    int launched;      /* status.launched: every slot has had its pod */
+    /* Per slot (spec.npods of them, jobspec_slot): succeeded in this attempt, also once
+     * its pod is gone; and its pod in this attempt, or NULL. */
     unsigned char *done;
     const PodView **cur;
-    int nsucceeded; /* indexes done */
-    int resized;    /* a pod of this attempt was made for another world size */
+    int nsucceeded; /* slots done */
+    int chief;      /* the slot whose exit decides ChiefCompleted */
+    int resized;    /* a pod of this attempt was made for another world size or cluster */
     int started;    /* status.startTime is set, to `start` */
     double start;
 } Group;
 
-/* Fills *g from the status and the pods, and writes succeededIndexes, the worker counts
+/* Fills *g from the status and the pods, and writes succeededIndexes, the pod counts
  * and the chief's result into the new status. Returns 0, or -ENOMEM; group_free(g)
  * either way. */
 static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
@@ -484,35 +541,54 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
     g->npods = n;
     g->attempt = jsonx_int(c->status, "attempt", 0);
     g->launched = jsonx_bool(c->status, "launched", 0);
-    g->done = calloc((size_t)s->workers, 1);
-    g->cur = calloc((size_t)s->workers, sizeof *g->cur);
+    g->chief = jobspec_chief_slot(s);
+    g->done = calloc((size_t)s->npods, 1);
+    g->cur = calloc((size_t)s->npods, sizeof *g->cur);
     if (!g->done || !g->cur) {
         c->nomem = 1;
         return -ENOMEM;
     }
+    /* What succeeded in this attempt, kept in status for when the pods are gone: the
+     * worker indexes, and the chief and the evaluator in their roles' counts. */
     const cJSON *it;
     cJSON_ArrayForEach(it, jsonx_arr(c->status, "succeededIndexes"))
     {
         if (cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < s->workers)
-            g->done[(int)it->valuedouble] = 1;
+            g->done[jobspec_slot(s, ROLE_WORKER, (int)it->valuedouble)] = 1;
     }
+    const Role singles[] = {ROLE_CHIEF, ROLE_EVALUATOR};
+    for (size_t k = 0; k < 2; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "roles.%s.succeeded", jobspec_role_name(singles[k]));
+        int slot = jobspec_slot(s, singles[k], 0);
+        if (slot >= 0 && jsonx_int(c->status, path, 0) > 0) g->done[slot] = 1;
+    }
+    char shape[64];
+    const char *want = desired_cluster_shape(s, shape, sizeof shape) ? shape : NULL;
     for (size_t i = 0; i < n; i++) {
-        if (v[i].attempt != g->attempt || v[i].index < 0 || v[i].index >= s->workers) continue;
-        if (g->cur[v[i].index]) continue; /* two pods claim one index: the first one counts */
-        g->cur[v[i].index] = &v[i];
-        if (strcmp(v[i].phase, "Succeeded") == 0) g->done[v[i].index] = 1;
-        if (v[i].world != s->workers) g->resized = 1;
+        int slot = v[i].slot;
+        if (v[i].attempt != g->attempt || slot < 0) continue;
+        if (g->cur[slot]) continue; /* two pods claim one slot: the first one counts */
+        g->cur[slot] = &v[i];
+        if (strcmp(v[i].phase, "Succeeded") == 0) g->done[slot] = 1;
+        if (v[i].world != s->workers ||
+            (want ? !v[i].cluster || strcmp(v[i].cluster, want) : v[i].cluster != NULL))
+            g->resized = 1;
     }
     cJSON *idx = jsonx_set(c->status, "succeededIndexes", cJSON_CreateArray());
-    for (int i = 0; i < s->workers; i++) {
+    for (int i = 0; i < s->npods; i++) {
         if (!g->done[i]) continue;
         g->nsucceeded++;
-        if (!idx || !cJSON_AddItemToArray(idx, cJSON_CreateNumber(i))) c->nomem = 1;
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
+        if (r == ROLE_WORKER && (!idx || !cJSON_AddItemToArray(idx, cJSON_CreateNumber(ri))))
+            c->nomem = 1;
     }
-    set_worker_counts(c, v, n, g->attempt, g->nsucceeded);
+    set_pod_counts(c, v, n, g->attempt, g->done);
     /* Recorded as soon as the chief succeeds: with successPolicy AllWorkers its pod may be
      * garbage-collected before the job completes. */
-    record_result(c, g->cur[0]);
+    record_result(c, g->cur[g->chief]);
     g->started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &g->start) == 0;
     return 0;
 }
@@ -541,17 +617,22 @@ static int decide_deadline(Ctx *c, const Group *g)
     return 1;
 }
 
-/* ChiefCompleted: worker 0 succeeded; AllWorkers: every index of this attempt did. */
+/* ChiefCompleted: the chief (worker 0 without one) succeeded; AllWorkers: the chief and
+ * every worker of this attempt did. The ps tasks and the evaluator never decide. */
 static int decide_completion(Ctx *c, const Group *g)
 {
-    int chief_only = c->spec.success_policy == SUCCESS_CHIEF_COMPLETED;
+    const JobSpec *s = &c->spec;
+    int chief_only = s->success_policy == SUCCESS_CHIEF_COMPLETED;
+    int has_chief = s->roles[ROLE_CHIEF].replicas > 0;
     int all_done = 1;
-    for (int i = 0; i < c->spec.workers; i++)
+    for (int i = 0; i < s->roles[ROLE_CHIEF].replicas + s->workers; i++)
         all_done &= g->done[i];
-    if (!(chief_only ? g->done[0] : all_done)) return 0;
+    if (!(chief_only ? g->done[g->chief] : all_done)) return 0;
     finish(c, 1, "Completed",
-           chief_only ? "the chief (worker 0) completed" : "all workers completed", g->pods,
-           g->npods, g->cur[0]);
+           chief_only  ? (has_chief ? "the chief completed" : "the chief (worker 0) completed")
+           : has_chief ? "the chief and all workers completed"
+                       : "all workers completed",
+           g->pods, g->npods, g->cur[g->chief]);
     return 1;
 }
 
@@ -562,46 +643,56 @@ static int decide_resize(Ctx *c, const Group *g)
     if (!g->resized) return 0;
     char msg[512];
     snprintf(msg, sizeof msg,
-             "spec.workers changed to %d; the group resumes from its "
-             "checkpoint with the new world size",
-             c->spec.workers);
+             "the cluster changed (spec.workers %d, chief %d, ps %d); the group resumes from "
+             "its checkpoint with the new cluster",
+             c->spec.workers, c->spec.roles[ROLE_CHIEF].replicas, c->spec.roles[ROLE_PS].replicas);
     restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
     return 1;
 }
 
-/* The first worker disrupted (view_pod says how), or whose pod is gone after launch
- * before it succeeded: the group restarts, counted in restarts.disruption, without
- * backoff. A succeeded worker is never a disruption. */
+/* The first chief, worker or ps task disrupted (view_pod says how), or whose pod is
+ * gone after launch before it succeeded: the group restarts, counted in
+ * restarts.disruption, without backoff. A succeeded task is never a disruption, nor is
+ * anything that happens to the evaluator. */
 static int decide_disruption(Ctx *c, const Group *g)
 {
-    for (int i = 0; i < c->spec.workers; i++) {
+    const JobSpec *s = &c->spec;
+    for (int i = 0; i < s->npods; i++) {
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
+        if (r == ROLE_EVALUATOR) continue;
         const PodView *p = g->cur[i];
         const char *why = p                              ? p->disruption
                           : (g->launched && !g->done[i]) ? "its pod is gone"
                                                          : NULL;
         if (!why || (p && strcmp(p->phase, "Succeeded") == 0)) continue;
         char msg[512];
-        snprintf(msg, sizeof msg, "worker %d was disrupted: %s", i, why);
+        snprintf(msg, sizeof msg, "%s %d was disrupted: %s", jobspec_role_name(r), ri, why);
         restart(c, "Disruption", "disruption", msg, g->pods, g->npods);
         return 1;
     }
     return 0;
 }
 
-/* The first worker whose trainer exited non-zero: restartPolicy says whether the code
- * is retried; a retry restarts the group (restarts.application) until backoffLimit,
- * after which the job fails, as it does at once when the code is not retried. */
+/* The first chief, worker or ps task whose program exited non-zero: restartPolicy says
+ * whether the code is retried; a retry restarts the group (restarts.application) until
+ * backoffLimit, after which the job fails, as it does at once when the code is not
+ * retried. A failed evaluator stays failed (status.roles.evaluator.failed). */
 static int decide_failure(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
-    for (int i = 0; i < s->workers; i++) {
+    for (int i = 0; i < s->npods; i++) {
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
         const PodView *p = g->cur[i];
-        if (!p || strcmp(p->phase, "Failed") != 0) continue;
+        if (r == ROLE_EVALUATOR || !p || strcmp(p->phase, "Failed") != 0) continue;
         char msg[512], text[400];
         int code = p->exit_code;
         failure_text(p->message, text, sizeof text);
-        snprintf(msg, sizeof msg, "worker %d exited with code %d%s%s", i, code, *text ? ": " : "",
-                 text);
+        snprintf(msg, sizeof msg, "%s %d exited with code %d%s%s", jobspec_role_name(r), ri, code,
+                 *text ? ": " : "", text);
         int retry = s->restart_policy == RESTART_ON_FAILURE ||
                     (s->restart_policy == RESTART_EXIT_CODE && (code == 75 || code >= 128));
         long long app = jsonx_int(c->status, "restarts.application", 0);
@@ -634,9 +725,7 @@ static int delete_stale_pods(Ctx *c, const Group *g, int foreign)
                   (o->network_policy && owned_by_other(o->network_policy, s->uid));
     for (size_t i = 0; i < g->npods; i++) {
         const PodView *p = &g->pods[i];
-        if (p->attempt == g->attempt && p->index >= 0 && p->index < s->workers &&
-            g->cur[p->index] == p)
-            continue;
+        if (p->attempt == g->attempt && p->slot >= 0 && g->cur[p->slot] == p) continue;
         blocked = 1;
         if (!p->terminating && p->name) add_action(c, ACTION_DELETE_POD, p->name, NULL);
     }
@@ -696,47 +785,63 @@ static const char *create_group_objects(Ctx *c, int *blocked)
     return secret;
 }
 
-/* Creates the pod of each index that has none and has not succeeded, unless blocked.
- * Counts into *present the indexes with a pod or done, into *running those whose pod
- * runs (not done). Returns the number of pods created. */
+/* Creates the pod of each slot that has none and has not succeeded, unless blocked.
+ * Counts into *present the slots with a pod or done, into *running those whose pod
+ * runs (not done) or is a failed evaluator (which stays so), and into created[role]
+ * the pods created. Returns how many were created. */
 static int create_pods(Ctx *c, const Group *g, const char *secret, int blocked, int *present,
-                       int *running)
+                       int *running, int created[ROLE_COUNT])
 {
     const JobSpec *s = &c->spec;
-    int created = 0;
-    for (int i = 0; i < s->workers; i++) {
+    int total = 0;
+    for (int i = 0; i < s->npods; i++) {
         const PodView *p = g->cur[i];
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
         if (p || g->done[i]) {
             (*present)++;
-            if (p && !g->done[i] && is_active(p) && strcmp(p->phase, "Running") == 0) (*running)++;
+            if (p && !g->done[i] &&
+                ((is_active(p) && strcmp(p->phase, "Running") == 0) ||
+                 (r == ROLE_EVALUATOR && strcmp(p->phase, "Failed") == 0)))
+                (*running)++;
             continue;
         }
         if (blocked) continue;
-        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, i, g->attempt);
+        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, r, ri, g->attempt);
         if (!pod) {
             c->nomem = 1;
             break;
         }
         add_action(c, ACTION_CREATE_POD, jsonx_str(pod, "metadata.name"), pod);
-        created++;
+        created[r]++;
+        total++;
         (*present)++;
     }
-    return created;
+    return total;
 }
 
-/* Writes down `created` (> 0) new pods: an event, startTime on the first launch (the
- * deadline counts from then), the Created condition, workers.active. */
-static void record_created(Ctx *c, const Group *g, int created)
+/* "workers" for a job of workers only, else "pods": for messages. */
+static const char *pods_word(const JobSpec *s)
+{
+    return s->npods == s->workers ? "workers" : "pods";
+}
+
+/* Writes down `created` (> 0) new pods, per role in by_role: an event, startTime on the
+ * first launch (the deadline counts from then), the Created condition, the active
+ * counts. */
+static void record_created(Ctx *c, const Group *g, int created, const int by_role[ROLE_COUNT])
 {
     const JobSpec *s = &c->spec;
     char msg[512];
-    event(c, "Normal", "CreatedWorkers", "created %d worker pod%s (attempt %lld)", created,
-          created == 1 ? "" : "s", g->attempt);
+    event(c, "Normal", "CreatedWorkers", "created %d %spod%s (attempt %lld)", created,
+          s->npods == s->workers ? "worker " : "", created == 1 ? "" : "s", g->attempt);
     if (!g->started) {
         set_str(c, "startTime", c->now_str);
         if (s->active_deadline_s >= 0) requeue(c, (double)s->active_deadline_s);
     }
-    snprintf(msg, sizeof msg, "created %d worker pods", s->workers);
+    snprintf(msg, sizeof msg, "created %d %s", s->npods,
+             s->npods == s->workers ? "worker pods" : "pods");
     set_condition(c, "Created", 1, "PodsCreated", msg);
     /* The pods created here are active (Pending) once this status is written, so
      * the next pass, which observes them, need not write again. */
@@ -745,6 +850,15 @@ static void record_created(Ctx *c, const Group *g, int created)
         c->nomem = 1;
     else
         set_num(c, w, "active", (double)(jsonx_int(w, "active", 0) + created));
+    for (Role r = 0; r < ROLE_COUNT && s->npods != s->workers; r++) {
+        if (!by_role[r]) continue;
+        cJSON *o = jsonx_ensure_obj(c->status, "roles");
+        o = o ? jsonx_ensure_obj(o, jobspec_role_name(r)) : NULL;
+        if (!o)
+            c->nomem = 1;
+        else
+            set_num(c, o, "active", (double)(jsonx_int(o, "active", 0) + by_role[r]));
+    }
 }
 
 /* Progress, when no decision settled the pass: pods of older attempts go first (their
@@ -757,16 +871,16 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     int blocked = delete_stale_pods(c, g, foreign);
     blocked |= backoff_pending(c, restarting);
     const char *secret = create_group_objects(c, &blocked);
-    int present = 0, running = 0;
-    int created = create_pods(c, g, secret, blocked, &present, &running);
-    if (created) record_created(c, g, created);
-    if (present == s->workers && !g->launched && !jsonx_set_bool(c->status, "launched", 1))
+    int present = 0, running = 0, by_role[ROLE_COUNT] = {0};
+    int created = create_pods(c, g, secret, blocked, &present, &running, by_role);
+    if (created) record_created(c, g, created, by_role);
+    if (present == s->npods && !g->launched && !jsonx_set_bool(c->status, "launched", 1))
         c->nomem = 1;
 
-    if (present == s->workers && running > 0 && running + g->nsucceeded == s->workers) {
+    if (present == s->npods && running > 0 && running + g->nsucceeded == s->npods) {
         char msg[512];
         set_str(c, "phase", "Running");
-        snprintf(msg, sizeof msg, "all %d workers are running", s->workers);
+        snprintf(msg, sizeof msg, "all %d %s are running", s->npods, pods_word(s));
         set_condition(c, "Running", 1, "AllWorkersRunning", msg);
         clear_condition(c, "Restarting", "AllWorkersRunning", msg);
     } else if (!restarting) {
@@ -854,8 +968,21 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     if (jobspec_parse(obs->job, &c.spec, perr, sizeof perr) != 0) {
         c.spec.name = jsonx_str(obs->job, "metadata.name");
         invalid = "InvalidSpec";
-    } else if (podpolicy_check(cfg->template_policy, c.spec.template, perr, sizeof perr) != 0) {
-        invalid = "TemplateNotAllowed";
+    } else {
+        for (Role r = 0; r < ROLE_COUNT && !invalid; r++) {
+            const cJSON *t = c.spec.roles[r].template;
+            if ((r != ROLE_WORKER && t == c.spec.template) ||
+                podpolicy_check(cfg->template_policy, t, perr, sizeof perr) == 0)
+                continue;
+            invalid = "TemplateNotAllowed";
+            /* The message names spec.template...: name the role's template instead. */
+            if (r != ROLE_WORKER && strncmp(perr, "spec.template", 13) == 0) {
+                char tmp[sizeof perr + 32];
+                snprintf(tmp, sizeof tmp, "spec.%s.%s", jobspec_role_name(r), perr + 5);
+                memcpy(perr, tmp, sizeof perr);
+                perr[sizeof perr - 1] = 0;
+            }
+        }
     }
     if (invalid) {
         set_num(&c, c.status, "observedGeneration",
@@ -868,6 +995,8 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     }
     set_num(&c, c.status, "observedGeneration", (double)c.spec.generation);
     clear_condition(&c, "Invalid", "ValidSpec", "the spec is valid");
+    for (size_t i = 0; i < nviews; i++)
+        views[i].slot = jobspec_slot(&c.spec, views[i].role, views[i].index);
 
     const char *phase = jsonx_str(c.status, "phase");
     if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) {
@@ -879,9 +1008,7 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     if (c.spec.suspend) {
         if (!phase || strcmp(phase, "Suspended") != 0) {
             set_num(&c, c.status, "attempt", (double)(jsonx_int(c.status, "attempt", 0) + 1));
-            if (!jsonx_set_bool(c.status, "launched", 0) ||
-                !jsonx_set(c.status, "succeededIndexes", cJSON_CreateArray()))
-                c.nomem = 1;
+            if (reset_attempt(c.status)) c.nomem = 1;
             set_str(&c, "phase", "Suspended");
             set_condition(&c, "Suspended", 1, "Suspended", "spec.suspend is true");
             clear_condition(&c, "Running", "Suspended", "spec.suspend is true");

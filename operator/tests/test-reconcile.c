@@ -81,7 +81,7 @@ static cJSON *fx_pod(Fixture *f, int i, long long attempt, const char *phase)
     JobSpec s;
     char err[256];
     assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
-    cJSON *p = desired_pod(&s, &CFG.desired, SECRET, i, attempt);
+    cJSON *p = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, i, attempt);
     assert_non_null(p);
     cJSON *st = jsonx_ensure_obj(p, "status");
     jsonx_set_str(st, "phase", phase);
@@ -312,8 +312,11 @@ static void test_new_job_creates_everything(void **state)
     const cJSON *sel = jsonx_obj(svc, "spec.selector");
     assert_string_equal(
         cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/job-name")->valuestring, "mnist");
-    assert_string_equal(cJSON_GetObjectItemCaseSensitive(sel, "kubetrain.dev/role")->valuestring,
-                        "worker");
+    /* Every role's pods: the selector names no role. */
+    assert_string_equal(
+        cJSON_GetObjectItemCaseSensitive(sel, "app.kubernetes.io/managed-by")->valuestring,
+        "kubetrain-operator");
+    assert_int_equal(cJSON_GetArraySize(sel), 2);
     assert_true(f.plan.requeue_after < 0);
     fx_free(&f);
 }
@@ -872,7 +875,7 @@ static void test_template_merge_gpus_domain(void **state)
     char err[256];
     assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
     DesiredConfig dc = {.trainer_image = "def", .cluster_domain = "cluster.local"};
-    cJSON *pod = desired_pod(&s, &dc, SECRET, 0, 4);
+    cJSON *pod = desired_pod(&s, &dc, SECRET, ROLE_WORKER, 0, 4);
     assert_non_null(pod);
     const cJSON *c = container(pod, "trainer");
     assert_string_equal(jsonx_str(c, "image"), "img:1");
@@ -924,7 +927,7 @@ static void test_user_command(void **state)
     JobSpec s;
     char err[256];
     assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
-    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, 1, 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 1, 0);
     assert_non_null(pod);
     const cJSON *c = container(pod, "trainer");
     assert_string_equal(jsonx_str(c, "image"), "kubetrain/tensorflow:1");
@@ -979,7 +982,7 @@ static void test_template_metrics_port(void **state)
     assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
     DesiredConfig dc = {.trainer_image = "def"};
     for (int i = 0; i < 2; i++) {
-        cJSON *pod = desired_pod(&s, &dc, SECRET, i, 0);
+        cJSON *pod = desired_pod(&s, &dc, SECRET, ROLE_WORKER, i, 0);
         assert_non_null(pod);
         assert_string_equal(env_of(pod, "KUBETRAIN_METRICS_PORT"), "9090");
         assert_non_null(env_of(pod, "TF_CONFIG"));
@@ -1385,6 +1388,326 @@ static void test_force_delete_stuck_terminating(void **state)
     fx_free(&f);
 }
 
+/* ------------------------------------------------------------------------------------
+ * Roles: chief, ps and evaluator pods beside the workers (a user's program). */
+
+#define ORACLE "operator/tests/reference/tfconfig-roles.json"
+
+/* Every case of the TF_CONFIG oracle (generated with TensorFlow's own
+ * TFConfigClusterResolver, reference/gen_tfconfig.py): desired.c makes exactly its pods,
+ * named, labelled and addressed as listed, each TF_CONFIG equal to the oracle's as a
+ * JSON value (keys in any order, lists in order). */
+static void test_tf_config_oracle(void **state)
+{
+    (void)state;
+    FILE *fp = fopen(ORACLE, "rb");
+    if (!fp) fail_msg("cannot open %s (run from the repository root)", ORACLE);
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    cJSON *doc = cJSON_Parse(buf);
+    assert_non_null(doc);
+    int ncases = 0, npods = 0;
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, jsonx_arr(doc, "cases"))
+    {
+        char spec[512];
+        snprintf(spec, sizeof spec,
+                 "{\"workers\":%lld,\"port\":%lld,\"image\":\"tf:1\",\"command\":[\"python3\"],"
+                 "\"chief\":{\"replicas\":%lld},\"ps\":{\"replicas\":%lld},"
+                 "\"evaluator\":{\"replicas\":%lld}}",
+                 jsonx_int(cs, "replicas.worker", -1), jsonx_int(cs, "port", -1),
+                 jsonx_int(cs, "replicas.chief", -1), jsonx_int(cs, "replicas.ps", -1),
+                 jsonx_int(cs, "replicas.evaluator", -1));
+        cJSON *job = job_new(spec, NULL);
+        cJSON *md = jsonx_ensure_obj(job, "metadata");
+        jsonx_set_str(md, "name", jsonx_str(cs, "job"));
+        jsonx_set_str(md, "namespace", jsonx_str(cs, "namespace"));
+        JobSpec s;
+        char err[256], svc[300];
+        if (jobspec_parse(job, &s, err, sizeof err) != 0)
+            fail_msg("case %s: %s", jsonx_str(cs, "name"), err);
+        DesiredConfig dc = {.trainer_image = "def",
+                            .cluster_domain = jsonx_str(cs, "cluster_domain")};
+        snprintf(svc, sizeof svc, "%s-worker", s.name);
+        const cJSON *want = jsonx_arr(cs, "pods"), *wp = want ? want->child : NULL;
+        assert_int_equal(s.npods, cJSON_GetArraySize(want));
+        for (int slot = 0; slot < s.npods; slot++, wp = wp->next) {
+            Role r;
+            int idx;
+            jobspec_slot_role(&s, slot, &r, &idx);
+            assert_string_equal(jobspec_role_name(r), jsonx_str(wp, "role"));
+            assert_int_equal(idx, jsonx_int(wp, "index", -1));
+            cJSON *pod = desired_pod(&s, &dc, SECRET, r, idx, 0);
+            assert_non_null(pod);
+            assert_string_equal(jsonx_str(pod, "metadata.name"), jsonx_str(wp, "pod"));
+            assert_string_equal(jsonx_str(pod, "spec.hostname"), jsonx_str(wp, "pod"));
+            assert_string_equal(jsonx_str(pod, "spec.subdomain"), svc);
+            const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+            assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/role"), jsonx_str(wp, "role"));
+            char ibuf[16];
+            snprintf(ibuf, sizeof ibuf, "%d", idx);
+            assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/replica-index"), ibuf);
+            cJSON *got = cJSON_Parse(env_of(pod, "TF_CONFIG"));
+            if (!cJSON_Compare(got, jsonx_at(wp, "tf_config"), 1)) {
+                char *w = cJSON_PrintUnformatted(jsonx_at(wp, "tf_config"));
+                fail_msg("case %s, pod %s: TF_CONFIG\n got  %s\n want %s", jsonx_str(cs, "name"),
+                         jsonx_str(wp, "pod"), env_of(pod, "TF_CONFIG"), w);
+            }
+            cJSON_Delete(got);
+            cJSON_Delete(pod);
+            npods++;
+        }
+        cJSON_Delete(job);
+        ncases++;
+    }
+    assert_int_equal(ncases, 6);
+    assert_int_equal(npods, 21);
+    cJSON_Delete(doc);
+}
+
+#define SPEC_PS                                                                                    \
+    "{\"workers\":2,\"image\":\"tf:1\",\"command\":[\"python3\",\"ps.py\"],"                       \
+    "\"chief\":{},\"ps\":{\"replicas\":1},\"evaluator\":{\"command\":[\"python3\",\"ev.py\"]},"    \
+    "\"cleanPodPolicy\":\"None\"}"
+/* The status after creating the five pods of SPEC_PS (attempt 0). */
+#define ST_PS_LAUNCHED                                                                             \
+    "{\"observedGeneration\":3,\"succeededIndexes\":[],\"launched\":true,\"phase\":\"Pending\","   \
+    "\"startTime\":\"2027-01-15T07:58:20Z\"}"
+
+/* Adds replica `index` of `role`'s pod of attempt 0 in phase `phase`. */
+static cJSON *fx_role_pod(Fixture *f, Role role, int index, const char *phase)
+{
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
+    cJSON *p = desired_pod(&s, &CFG.desired, SECRET, role, index, 0);
+    assert_non_null(p);
+    jsonx_set_str(jsonx_ensure_obj(p, "status"), "phase", phase);
+    if (strcmp(phase, "Running") == 0)
+        jsonx_set(jsonx_ensure_obj(p, "status"), "conditions",
+                  cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    f->pods[f->npods++] = p;
+    return p;
+}
+
+/* The five pods of SPEC_PS, all running. */
+static void fx_ps_group(Fixture *f)
+{
+    fx_with_support(f);
+    fx_role_pod(f, ROLE_CHIEF, 0, "Running");
+    fx_role_pod(f, ROLE_WORKER, 0, "Running");
+    fx_role_pod(f, ROLE_WORKER, 1, "Running");
+    fx_role_pod(f, ROLE_PS, 0, "Running");
+    fx_role_pod(f, ROLE_EVALUATOR, 0, "Running");
+}
+
+static void test_roles_create_every_pod(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC_PS, NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-chief-0\n"
+                                "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "create-pod mnist-ps-0\n"
+                                "create-pod mnist-evaluator-0\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "workers.active", -1), 5);
+    assert_int_equal(jsonx_int(st, "roles.worker.active", -1), 2);
+    assert_int_equal(jsonx_int(st, "roles.ps.active", -1), 1);
+    assert_true(jsonx_bool(st, "launched", 0));
+    /* The role's command wins over the job's; the others run the job's. */
+    const cJSON *ev = find_action(&f, ACTION_CREATE_POD, "mnist-evaluator-0")->object;
+    const cJSON *ps = find_action(&f, ACTION_CREATE_POD, "mnist-ps-0")->object;
+    assert_string_equal(
+        cJSON_GetArrayItem(jsonx_arr(container(ev, "trainer"), "command"), 1)->valuestring,
+        "ev.py");
+    assert_string_equal(
+        cJSON_GetArrayItem(jsonx_arr(container(ps, "trainer"), "command"), 1)->valuestring,
+        "ps.py");
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(ps, "metadata.annotations"), "kubetrain.dev/cluster"),
+        "chief=1,worker=2,ps=1");
+    fx_apply(&f);
+    /* Once they run: Running, and the next pass is a no-op. */
+    for (size_t i = 0; i < f.npods; i++) {
+        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+        jsonx_set(jsonx_ensure_obj(f.pods[i], "status"), "conditions",
+                  cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    }
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "roles.chief.ready", -1), 1);
+    assert_int_equal(jsonx_int(st, "roles.evaluator.ready", -1), 1);
+    assert_int_equal(jsonx_int(st, "workers.ready", -1), 5);
+    fx_apply(&f);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "");
+    fx_free(&f);
+}
+
+/* The chief's exit 0 completes the job: the ps and evaluator pods, which would run
+ * forever, are deleted although cleanPodPolicy is None; the workers stay. */
+static void test_roles_chief_completes(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC_PS, ST_PS_LAUNCHED)};
+    fx_ps_group(&f);
+    pod_terminated(f.pods[0], 0, "done\n");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Completed\n"
+                                "delete-pod mnist-ps-0\n"
+                                "delete-pod mnist-evaluator-0\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Succeeded");
+    assert_int_equal(jsonx_int(st, "roles.chief.succeeded", -1), 1);
+    fx_free(&f);
+
+    /* AllWorkers: the chief's and both workers' exits; the chief is remembered after
+     * its pod is gone. */
+    f = (Fixture){.job = job_new(SPEC_PS, ST_PS_LAUNCHED)};
+    cJSON *spec = jsonx_ensure_obj(f.job, "spec");
+    jsonx_set_str(spec, "successPolicy", "AllWorkers");
+    fx_ps_group(&f);
+    pod_terminated(f.pods[0], 0, NULL);
+    pod_terminated(f.pods[1], 0, NULL);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "roles.chief.succeeded", -1), 1);
+    cJSON *job2 = cJSON_Duplicate(find_action(&f, ACTION_UPDATE_STATUS, "mnist")->object, 1);
+    Fixture g = {.job = job2};
+    fx_with_support(&g);
+    fx_role_pod(&g, ROLE_WORKER, 1, "Running");
+    fx_role_pod(&g, ROLE_PS, 0, "Running");
+    fx_role_pod(&g, ROLE_EVALUATOR, 0, "Running");
+    pod_terminated(fx_role_pod(&g, ROLE_WORKER, 0, "Running"), 0, NULL);
+    pod_terminated(g.pods[0], 0, NULL);
+    fx_run(&g, NOW + 1);
+    assert_string_equal(g.desc, "update-status mnist\n"
+                                "event Normal Completed\n"
+                                "delete-pod mnist-ps-0\n"
+                                "delete-pod mnist-evaluator-0\n");
+    fx_free(&f);
+    fx_free(&g);
+}
+
+/* A failed evaluator decides nothing and is not restarted; a failed ps task restarts
+ * the group, quoting the last line of its log (a Python traceback's exception). */
+static void test_roles_failures(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC_PS, ST_PS_LAUNCHED)};
+    fx_ps_group(&f);
+    pod_terminated(f.pods[4], 1,
+                   "Traceback (most recent call last):\n  File \"ev.py\"\n"
+                   "ValueError: no checkpoint\n");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "roles.evaluator.failed", -1), 1);
+    assert_int_equal(jsonx_int(st, "roles.evaluator.active", -1), 0);
+    fx_free(&f);
+
+    f = (Fixture){.job = job_new(SPEC_PS, ST_PS_LAUNCHED)};
+    fx_ps_group(&f);
+    pod_terminated(f.pods[3], 1,
+                   "Traceback (most recent call last):\n  File \"ps.py\"\n"
+                   "RuntimeError: port in use\n\n");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkerFailed\n"
+                                "delete-pod mnist-chief-0\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-ps-0\n"
+                                "delete-pod mnist-evaluator-0\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Restarting");
+    assert_null(jsonx_at(st, "roles"));
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
+    {
+        if (strcmp(jsonx_str(c, "type"), "Restarting") == 0)
+            assert_string_equal(jsonx_str(c, "message"),
+                                "ps 0 exited with code 1: RuntimeError: port in use");
+    }
+    fx_free(&f);
+
+    /* A lost chief is a disruption, as a lost worker. */
+    f = (Fixture){.job = job_new(SPEC_PS, ST_PS_LAUNCHED)};
+    fx_ps_group(&f);
+    cJSON_Delete(f.pods[0]);
+    f.pods[0] = f.pods[--f.npods];
+    fx_run(&f, NOW);
+    assert_cond(new_status(&f), "Restarting", "True/Disruption");
+    fx_free(&f);
+}
+
+/* Adding a chief to a running job changes every pod's TF_CONFIG: the group restarts. */
+static void test_roles_cluster_change_restarts(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2}", ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    fx_pod(&f, 1, 0, "Running");
+    jsonx_set(jsonx_ensure_obj(f.job, "spec"), "chief", cJSON_Parse("{\"replicas\":1}"));
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n");
+    fx_free(&f);
+}
+
+static void test_roles_invalid(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"{\"ps\":{\"replicas\":1}}", "spec.ps: the C trainer runs chief and workers only"},
+        {"{\"evaluator\":{}}", "spec.evaluator: the C trainer runs chief and workers only"},
+        {"{\"image\":\"tf\",\"command\":[\"p\"],\"ps\":{}}",
+         "spec.ps: parameter servers need a chief"},
+        {"{\"chief\":{\"replicas\":2}}", "spec.chief.replicas: expected an integer in [0, 1]"},
+        {"{\"chief\":{\"command\":[\"p\"]}}", "spec.chief.command: needs spec.command"},
+        {"{\"chief\":{\"template\":[]}}", "spec.chief.template: expected a PodTemplateSpec"},
+        {"{\"chief\":[]}", "spec.chief: expected an object"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cJSON *job = job_new(cases[k][0], NULL);
+        JobSpec s;
+        char err[256];
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+        if (strncmp(err, cases[k][1], strlen(cases[k][1])) != 0)
+            fail_msg("%s: got \"%s\", want \"%s...\"", cases[k][0], err, cases[k][1]);
+        cJSON_Delete(job);
+    }
+    /* The C trainer with a chief: rank 0, first in TF_CONFIG. */
+    cJSON *job = job_new("{\"workers\":1,\"chief\":{}}", NULL);
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_CHIEF, 0, 0);
+    assert_string_equal(env_of(pod, "TF_CONFIG"),
+                        "{\"cluster\":{\"chief\":[\"mnist-chief-0.mnist-worker.default.svc:2222\"],"
+                        "\"worker\":[\"mnist-worker-0.mnist-worker.default.svc:2222\"]},"
+                        "\"task\":{\"type\":\"chief\",\"index\":0}}");
+    assert_string_equal(
+        cJSON_GetArrayItem(jsonx_arr(container(pod, "trainer"), "command"), 0)->valuestring,
+        "kubetrain-trainer");
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1414,6 +1737,12 @@ int main(void)
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),
         cmocka_unit_test(test_force_delete_stuck_terminating),
+        cmocka_unit_test(test_tf_config_oracle),
+        cmocka_unit_test(test_roles_create_every_pod),
+        cmocka_unit_test(test_roles_chief_completes),
+        cmocka_unit_test(test_roles_failures),
+        cmocka_unit_test(test_roles_cluster_change_restarts),
+        cmocka_unit_test(test_roles_invalid),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }

@@ -83,7 +83,8 @@ want("Secret type", sec.get("type"), "Opaque")
 s = svc["spec"]
 want("Service clusterIP", s.get("clusterIP"), "None")
 want("Service publishNotReadyAddresses", s.get("publishNotReadyAddresses"), True)
-want("Service selector", s.get("selector"), {"kubetrain.dev/job-name": "mnist", "kubetrain.dev/role": "worker"})
+want("Service selector", s.get("selector"), {"kubetrain.dev/job-name": "mnist",
+                                           "app.kubernetes.io/managed-by": "kubetrain-operator"})
 want("Service port", [p["port"] for p in s.get("ports", [])], [2345])
 want("pod names", sorted(pods), ["mnist-worker-0", "mnist-worker-1", "mnist-worker-2"])
 peers = [f"mnist-worker-{i}.mnist-worker.objects.svc:2345" for i in range(3)]

@@ -77,7 +77,7 @@ refs = np["metadata"].get("ownerReferences", [])
 if not (len(refs) == 1 and refs[0]["uid"] == job["metadata"]["uid"] and refs[0].get("controller")):
     bad.append(f"owner {refs}")
 s = np["spec"]
-want = {"kubetrain.dev/job-name": "np", "kubetrain.dev/role": "worker"}
+want = {"kubetrain.dev/job-name": "np", "app.kubernetes.io/managed-by": "kubetrain-operator"}
 if s.get("podSelector", {}).get("matchLabels") != want:
     bad.append(f"podSelector {s.get('podSelector')}")
 if s.get("policyTypes") != ["Ingress"]:
@@ -118,7 +118,8 @@ ing=$(k -n netpol get networkpolicy npm-worker -o jsonpath='{.spec.ingress}' 2>&
 if python3 -c '
 import json, sys
 ing = json.loads(sys.argv[1])
-want = [{"from": [{"podSelector": {"matchLabels": {"kubetrain.dev/job-name": "npm", "kubetrain.dev/role": "worker"}}}],
+sel = {"kubetrain.dev/job-name": "npm", "app.kubernetes.io/managed-by": "kubetrain-operator"}
+want = [{"from": [{"podSelector": {"matchLabels": sel}}],
          "ports": [{"protocol": "TCP", "port": 2222}]},
         {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9090}]}]
 sys.exit(ing != want)' "$ing" 2>/dev/null; then
