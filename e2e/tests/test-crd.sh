@@ -112,6 +112,8 @@ rejected "ps without a chief" spec.ps "ps needs a chief" '{image: tf, command: [
 rejected "two chiefs" spec.chief.replicas "less than or equal to 1" '{chief: {replicas: 2}}'
 rejected "a role's command without spec.command" spec.command "needs spec.command" \
   '{chief: {command: [p]}}'
+rejected "a role's args without spec.command" spec.command "needs spec.command" \
+  '{chief: {args: [a]}}'
 
 tap_check "an inline Sequential model is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
