@@ -902,7 +902,12 @@ static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
     unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
     transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
     rc = send_frame(fd, proof, sizeof proof, dl, &rv->abort_flag);
-    if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, &rv->abort_flag);
+    /* The ack is awaited until the rendezvous deadline, not the attempt's: the server may
+     * already have taken this connection as its ring link when it sent the ack, and a
+     * client that gave up on it here would leave the server on a connection nobody
+     * uses (seen under load with a 1 s handshake timeout). Only a party that knows the
+     * secret gets this far, and it answers or closes. */
+    if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
     if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK)) rc = -EBADMSG;
     if (rc == -ECANCELED) return rc;
     return rc < 0 ? -EAGAIN : 0;
