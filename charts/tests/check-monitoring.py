@@ -294,8 +294,11 @@ def cmd_scrape(mode, render, config, ns, main_c):
     lab = operator_labels(main_c)
     sel = pm["spec"]["selector"]["matchLabels"]
     chief = {lab["LABEL_MANAGED_BY"]: lab["MANAGED_BY"], lab["LABEL_JOB_NAME"]: "mnist",
-             lab["LABEL_ROLE"]: "worker", lab["LABEL_REPLICA_INDEX"]: "0"}
-    worker1 = dict(chief, **{lab["LABEL_REPLICA_INDEX"]: "1"})
+             lab["LABEL_ROLE"]: "worker", lab["LABEL_REPLICA_INDEX"]: "0", lab["LABEL_CHIEF"]: "true"}
+    worker = {k: v for k, v in chief.items() if k != lab["LABEL_CHIEF"]}
+    worker1 = dict(worker, **{lab["LABEL_REPLICA_INDEX"]: "1"})
+    # A job with a chief task: the chief pod serves /metrics, its worker 0 does not.
+    chief_task = dict(chief, **{lab["LABEL_ROLE"]: "chief"})
     stranger = {k: v for k, v in chief.items() if k != lab["LABEL_MANAGED_BY"]}
     other_ns = "team-b" if ns != "team-b" else "team-c"
     sd_names = want_names[0]
@@ -317,6 +320,9 @@ def cmd_scrape(mode, render, config, ns, main_c):
             mode != "monitor-single"),
         pod("the chief's collective port", ns, chief, "collective", 2222, False),
         pod("worker 1's metrics port", ns, worker1, "metrics", 9090, False),
+        pod("the chief task's metrics port (a job with a chief)", ns, chief_task, "metrics", 9090,
+            True),
+        pod("worker 0's metrics port in a job with a chief", ns, worker, "metrics", 9090, False),
         pod("a pod not made by the operator", ns, stranger, "metrics", 9090, False),
     ], pod_kept)
     out(not bad, f"[{mode}] its relabelings keep the chief's metrics port only "

@@ -141,7 +141,7 @@ def operator_labels(main_c):
     #defines LABEL_* and MANAGED_BY), else the names docs/design.md gives."""
     import os
     names = {"LABEL_JOB_NAME": "kubetrain.dev/job-name", "LABEL_ROLE": "kubetrain.dev/role",
-             "LABEL_REPLICA_INDEX": "kubetrain.dev/replica-index",
+             "LABEL_REPLICA_INDEX": "kubetrain.dev/replica-index", "LABEL_CHIEF": "kubetrain.dev/chief",
              "LABEL_MANAGED_BY": "app.kubernetes.io/managed-by", "MANAGED_BY": "kubetrain-operator"}
     h = os.path.join(os.path.dirname(main_c), "desired.h") if main_c else ""
     if h and os.path.exists(h):
@@ -151,16 +151,15 @@ def operator_labels(main_c):
 
 
 def check_pod_monitor(mode, pm, ns, single, main_c):
-    """The PodMonitor scrapes worker 0 of every job (the chief, which alone serves
-    /metrics) on the port named metrics, in the namespaces the operator watches; and
+    """The PodMonitor scrapes the chief of every job (its chief task, else worker 0: the
+    trainer that alone serves /metrics) on the port named metrics, in the namespaces the operator watches; and
     examples/job-metrics.yaml declares that port where KUBETRAIN_METRICS_PORT points."""
     import os
     lab = operator_labels(main_c)
     spec = pm.get("spec") or {}
-    want_sel = {lab["LABEL_MANAGED_BY"]: lab["MANAGED_BY"], lab["LABEL_ROLE"]: "worker",
-                lab["LABEL_REPLICA_INDEX"]: "0"}
+    want_sel = {lab["LABEL_MANAGED_BY"]: lab["MANAGED_BY"], lab["LABEL_CHIEF"]: "true"}
     sel = (spec.get("selector") or {}).get("matchLabels")
-    check(f"[{mode}] PodMonitor selects worker 0 of every job by the operator's labels",
+    check(f"[{mode}] PodMonitor selects the chief of every job by the operator's labels",
           sel == want_sel, f"selector {sel}, want {want_sel}")
     eps = spec.get("podMetricsEndpoints") or [{}]
     check(f"[{mode}] PodMonitor scrapes port metrics /metrics, the job name as a target label",

@@ -499,6 +499,9 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
         !jsonx_set_str(labels, LABEL_ROLE, jobspec_role_name(role)) ||
         !jsonx_set_str(labels, LABEL_REPLICA_INDEX, buf))
         goto err;
+    int chief = role == ROLE_CHIEF ||
+                (role == ROLE_WORKER && index == 0 && s->roles[ROLE_CHIEF].replicas == 0);
+    if (chief && !jsonx_set_str(labels, LABEL_CHIEF, "true")) goto err;
     snprintf(buf, sizeof buf, "%lld", attempt);
     if (!jsonx_set_str(annots, ANNOT_ATTEMPT, buf)) goto err;
     snprintf(buf, sizeof buf, "%d", s->workers);

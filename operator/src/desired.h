@@ -23,6 +23,9 @@
 #define LABEL_JOB_NAME "kubetrain.dev/job-name"
 #define LABEL_ROLE "kubetrain.dev/role"
 #define LABEL_REPLICA_INDEX "kubetrain.dev/replica-index"
+/* "true" on the one pod TensorFlow calls the chief: the chief task, or worker 0 when the
+ * job has none. It serves the C trainer's /metrics (the chart's PodMonitor selects it). */
+#define LABEL_CHIEF "kubetrain.dev/chief"
 #define LABEL_MANAGED_BY "app.kubernetes.io/managed-by"
 #define MANAGED_BY "kubetrain-operator"
 #define ANNOT_ATTEMPT "kubetrain.dev/attempt"

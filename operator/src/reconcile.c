@@ -465,7 +465,9 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
 }
 
 /* The pods of this attempt by state: status.workers counts every pod, and, when the
- * job has roles beside the workers, status.roles.<role> each role's. done: per slot. */
+ * job has roles beside the workers, status.roles.<role> each role's; status.ready is
+ * "<ready>/<pods of the job>", every role, for kubectl get's Ready column. done: per
+ * slot. */
 static void set_pod_counts(Ctx *c, const PodView *v, size_t n, long long attempt,
                            const unsigned char *done)
 {
@@ -493,6 +495,9 @@ static void set_pod_counts(Ctx *c, const PodView *v, size_t n, long long attempt
     }
     for (int k = 0; k < NSTATES; k++)
         set_num(c, w, names[k], count[ROLE_COUNT][k]);
+    char ready[32];
+    snprintf(ready, sizeof ready, "%d/%d", count[ROLE_COUNT][READY], s->npods);
+    set_str(c, "ready", ready);
     if (s->npods == s->workers) return;
     cJSON *roles = jsonx_set(c->status, "roles", cJSON_CreateObject());
     for (Role r = 0; r < ROLE_COUNT; r++) {

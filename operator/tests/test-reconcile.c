@@ -331,11 +331,13 @@ static void test_steady_state_is_a_no_op(void **state)
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "update-status mnist\n"); /* the active count */
     assert_int_equal(jsonx_int(new_status(&f), "workers.active", -1), 2);
+    assert_string_equal(jsonx_str(new_status(&f), "ready"), "0/2");
     fx_free(&f);
 
     f = (Fixture){.job = job_new(SPEC2, ST_LAUNCHED(""))};
     cJSON *w = jsonx_ensure_obj(jsonx_ensure_obj(f.job, "status"), "workers");
     jsonx_set_num(w, "active", 2);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "ready", "0/2");
     fx_with_support(&f);
     fx_pod(&f, 0, 0, "Pending");
     fx_pod(&f, 1, 0, "Pending");
@@ -357,6 +359,7 @@ static void test_all_running_sets_phase(void **state)
     assert_string_equal(jsonx_str(st, "phase"), "Running");
     assert_cond(st, "Running", "True/AllWorkersRunning");
     assert_int_equal(jsonx_int(st, "workers.ready", -1), 2);
+    assert_string_equal(jsonx_str(st, "ready"), "2/2");
     fx_free(&f);
 }
 
@@ -1449,6 +1452,15 @@ static void test_tf_config_oracle(void **state)
             char ibuf[16];
             snprintf(ibuf, sizeof ibuf, "%d", idx);
             assert_string_equal(jsonx_key_str(labels, "kubetrain.dev/replica-index"), ibuf);
+            /* The chief label is where TensorFlow's is_chief says, among the training tasks
+             * (TensorFlow also calls the evaluator the chief of its own evaluation). */
+            int want_chief = jsonx_bool(wp, "is_chief", -1);
+            assert_true(want_chief == 0 || want_chief == 1);
+            if (r == ROLE_EVALUATOR) want_chief = 0;
+            const char *chief = jsonx_key_str(labels, "kubetrain.dev/chief");
+            if (want_chief ? !chief || strcmp(chief, "true") != 0 : chief != NULL)
+                fail_msg("case %s, pod %s: label kubetrain.dev/chief %s", jsonx_str(cs, "name"),
+                         jsonx_str(wp, "pod"), chief ? chief : "missing");
             cJSON *got = cJSON_Parse(env_of(pod, "TF_CONFIG"));
             if (!cJSON_Compare(got, jsonx_at(wp, "tf_config"), 1)) {
                 char *w = cJSON_PrintUnformatted(jsonx_at(wp, "tf_config"));
@@ -1547,6 +1559,7 @@ static void test_roles_create_every_pod(void **state)
     assert_int_equal(jsonx_int(st, "roles.chief.ready", -1), 1);
     assert_int_equal(jsonx_int(st, "roles.evaluator.ready", -1), 1);
     assert_int_equal(jsonx_int(st, "workers.ready", -1), 5);
+    assert_string_equal(jsonx_str(st, "ready"), "5/5");
     fx_apply(&f);
     fx_run(&f, NOW + 2);
     assert_string_equal(f.desc, "");

@@ -3,7 +3,8 @@
 kubetrain will run (issue 24: a user's TensorFlow program as chief, worker, ps and
 evaluator pods), the TF_CONFIG each pod gets and what TensorFlow's own
 tf.distribute.cluster_resolver.TFConfigClusterResolver makes of it: task type and index,
-cluster spec, rpc layer and the task's master address. The operator's unit tests compare
+cluster spec, rpc layer and the task's master address, and whether TensorFlow's
+multi_worker_util.is_chief calls the task the chief. The operator's unit tests compare
 desired.c's TF_CONFIG with the `tf_config` objects (as JSON values, not text).
 
 Pods are `<job>-<role>-<i>`, all under the headless Service `<job>-worker`, so a peer is
@@ -19,6 +20,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
+from tensorflow.python.distribute import multi_worker_util  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfconfig-roles.json")
 CLUSTER_ROLES = ("chief", "worker", "ps")
@@ -39,6 +41,14 @@ CASES = [
 
 def address(job, ns, port, domain, role, i):
     return f"{job}-{role}-{i}.{job}-worker.{ns}.svc{'.' + domain if domain else ''}:{port}"
+
+
+def is_chief(tf_config):
+    """TensorFlow's own answer to "is this task the chief" (what MultiWorkerMirroredStrategy
+    and Keras use to pick the task that saves). The evaluator is a chief of its own
+    evaluation job in TensorFlow's eyes; the operator labels only the training chief."""
+    t = tf_config["task"]
+    return multi_worker_util.is_chief(tf_config["cluster"], t["type"], t["index"])
 
 
 def resolver_view(tf_config):
@@ -65,7 +75,8 @@ def case(name, job, ns, port, domain, replicas):
         for i in range(replicas.get(role, 0)):
             tf_config = {"cluster": cluster, "task": {"type": role, "index": i}}
             pods.append({"pod": f"{job}-{role}-{i}", "role": role, "index": i,
-                         "tf_config": tf_config, "resolver": resolver_view(tf_config)})
+                         "tf_config": tf_config, "resolver": resolver_view(tf_config),
+                         "is_chief": is_chief(tf_config)})
     return {"name": name, "job": job, "namespace": ns, "port": port, "cluster_domain": domain,
             "replicas": {role: replicas.get(role, 0) for role in ROLES}, "pods": pods}
 
