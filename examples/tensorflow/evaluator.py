@@ -52,6 +52,7 @@ def main():
     if a.eval_steps > 0:
         test = test.take(a.eval_steps)
     model = tutorial.cnn()
+    tutorial.exit_on_sigterm()
 
     # checkpoints_iterator yields the newest checkpoint each time the directory's
     # "checkpoint" file names a new one, so epochs written close together may be skipped.

@@ -52,6 +52,7 @@ def is_chief(resolver):
 def main():
     a = parse_args()
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    tutorial.exit_on_sigterm()
     resolver = strategy.cluster_resolver
     chief = is_chief(resolver)
     print(f"{PROG}: task {resolver.task_type}/{resolver.task_id}"

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 # The coordinator's model and callbacks are Keras 2's (tf-keras): Keras 3 has no
 # ParameterServerStrategy support in fit().
@@ -53,9 +54,12 @@ def serve(resolver):
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
                                   task_index=resolver.task_id,
                                   protocol=resolver.rpc_layer or "grpc", start=True)
+    tutorial.exit_on_sigterm()
     print(f"{PROG}: {resolver.task_type}/{resolver.task_id} serving at {server.target}",
           flush=True)
-    server.join()
+    # Not server.join(): SIGTERM's handler runs only when Python does.
+    while True:
+        time.sleep(3600)
 
 
 def coordinate(a, resolver):
@@ -68,6 +72,7 @@ def coordinate(a, resolver):
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=256 << 10, max_shards=n_ps)
     strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    tutorial.exit_on_sigterm()
     print(f"{PROG}: task chief/{resolver.task_id} (coordinator); "
           f"workers: {len(cluster['worker'])}; ps: {n_ps}; "
           f"replicas in sync: {strategy.num_replicas_in_sync}; "

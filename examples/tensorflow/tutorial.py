@@ -4,6 +4,7 @@ goes under the checkpoint directory. tf.keras must be Keras 2 (tf-keras): the pr
 set TF_USE_LEGACY_KERAS=1 before they import this module or TensorFlow."""
 import gzip
 import os
+import signal
 
 import numpy as np
 import tensorflow as tf
@@ -97,6 +98,19 @@ class FirstEpochLog(tf.keras.callbacks.Callback):
                   f"(BackupAndRestore restored epoch {epoch})", flush=True)
         else:
             print(f"{self.prog}: starting at epoch 1/{self.epochs}", flush=True)
+
+
+def exit_on_sigterm():
+    """Kubernetes stops a pod with SIGTERM, then SIGKILL once the grace period is over.
+    TensorFlow's runtime catches SIGTERM as soon as a distribution strategy or server
+    starts (the coordination service's preemption notifier logs "SIGTERM caught") and the
+    task carries on; and a program that is its container's PID 1, as here, is not ended
+    by a signal it leaves at the default action. Either way a deleted pod would keep
+    training, and writing to the claim, for the whole grace period. Call this after the
+    strategy or server is made: SIGTERM then ends the task at the next Python step (exit
+    143) and a restarted group resumes from the last backup. A task that waits must wait
+    in Python (time.sleep), not in TensorFlow (server.join()), for the handler to run."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
 
 
 def checkpoint_dirs(root):
