@@ -13,8 +13,9 @@
 #                         into the full-level node's containerd (e2e/cluster/load-image.sh)
 #   make cluster-down     stop what cluster-up-* started and remove e2e/cluster/.run
 #   make e2e              the end-to-end run: a fresh full-level cluster (own run directory,
-#                         build/e2e/suite/run), make images, load them, the scenario suite
-#                         (e2e/suite.sh), down; prints the suite's pass/fail table
+#                         build/e2e/suite/run), make images image-tensorflow, load them,
+#                         the scenario suite (e2e/suite.sh), down; prints the suite's
+#                         pass/fail table
 #   make e2e CLUSTER=kind the same on a kind cluster from e2e/cluster/kind.yaml (kind load
 #                         docker-image, kind delete cluster at the end); needs kind and Docker
 #   make e2e-suite        only the suite, against the cluster $KUBECONFIG names (the images
@@ -59,11 +60,12 @@ test-e2e-api: deps
 CLUSTER ?= full
 e2e:
 	@bash e2e/run.sh check $(CLUSTER)
-	@$(MAKE) --no-print-directory deps images helm \
+	@$(MAKE) --no-print-directory deps images image-tensorflow helm \
 	    $(if $(filter full,$(CLUSTER)),k8s-binaries-full)
 	@bash e2e/run.sh $(CLUSTER) $(IMAGE_PREFIX)/operator:$(VERSION) \
-	    $(IMAGE_PREFIX)/trainer:$(VERSION)
+	    $(IMAGE_PREFIX)/trainer:$(VERSION) $(IMAGE_PREFIX)/tensorflow:$(VERSION)
 e2e-suite:
 	@KT_OPERATOR_IMAGE=$(IMAGE_PREFIX)/operator:$(VERSION) \
 	    KT_TRAINER_IMAGE=$(IMAGE_PREFIX)/trainer:$(VERSION) \
+	    KT_TF_IMAGE=$(IMAGE_PREFIX)/tensorflow:$(VERSION) \
 	    bash e2e/suite.sh

@@ -4,7 +4,7 @@
 # interrupted). Exit status: the suite's, or 1 when the cluster could not be made.
 #
 #   e2e/run.sh check  full|kind                  only the preconditions, with the reason
-#   e2e/run.sh        full|kind OPERATOR_IMAGE TRAINER_IMAGE
+#   e2e/run.sh        full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]
 #
 # full: e2e/cluster/up.sh full in its own run directory (KT_RUN, default
 #       build/e2e/suite/run), images imported with load-image.sh; root, Linux, cgroups v1.
@@ -12,7 +12,8 @@
 #       kubetrain-e2e), `kind load docker-image`, hostPath PersistentVolumes on the node
 #       for the checkpoint claim, `kind delete cluster` at the end. Needs kind, Docker
 #       and kubectl on PATH.
-# The images must already be in the local Docker (make images).
+# The images must already be in the local Docker (make images; make image-tensorflow for
+# TENSORFLOW_IMAGE, without which the suite's TensorFlow scenarios say SKIP).
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/.." || exit 1
 
@@ -44,15 +45,17 @@ check() {
   esac
 }
 
-[ $# -ge 2 ] || die "usage: run.sh check full|kind | run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE"
+[ $# -ge 2 ] || die "usage: run.sh check full|kind | run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]"
 if [ "$1" = check ]; then check "$2"; exit 0; fi
-[ $# = 3 ] || die "usage: run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE"
-CLUSTER=$1 OP_IMAGE=$2 TR_IMAGE=$3
+[ $# = 3 ] || [ $# = 4 ] || die "usage: run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]"
+CLUSTER=$1 OP_IMAGE=$2 TR_IMAGE=$3 TF_IMAGE=${4:-}
 check "$CLUSTER"
-for img in "$OP_IMAGE" "$TR_IMAGE"; do
-  docker image inspect "$img" >/dev/null 2>&1 || die "Docker has no image $img (make images)"
+IMAGES=("$OP_IMAGE" "$TR_IMAGE")
+[ -z "$TF_IMAGE" ] || IMAGES+=("$TF_IMAGE")
+for img in "${IMAGES[@]}"; do
+  docker image inspect "$img" >/dev/null 2>&1 || die "Docker has no image $img (make images, make image-tensorflow)"
 done
-export KT_OPERATOR_IMAGE=$OP_IMAGE KT_TRAINER_IMAGE=$TR_IMAGE KT_PROVIDER=$CLUSTER
+export KT_OPERATOR_IMAGE=$OP_IMAGE KT_TRAINER_IMAGE=$TR_IMAGE KT_TF_IMAGE=$TF_IMAGE KT_PROVIDER=$CLUSTER
 T0=$(date +%s)
 
 if [ "$CLUSTER" = full ]; then
@@ -61,8 +64,9 @@ if [ "$CLUSTER" = full ]; then
   bash e2e/cluster/down.sh >/dev/null 2>&1
   log "up.sh full ($KT_RUN)"
   bash e2e/cluster/up.sh full || die "up.sh full failed (logs in $KT_RUN/logs)"
-  log "load-image.sh $OP_IMAGE $TR_IMAGE"
-  bash e2e/cluster/load-image.sh "$OP_IMAGE" "$TR_IMAGE" || die "load-image.sh failed"
+  log "load-image.sh ${IMAGES[*]}"
+  bash e2e/cluster/load-image.sh "${IMAGES[@]}" || die "load-image.sh failed"
+  log "images loaded"
   set -a
   # shellcheck source=/dev/null
   . "$KT_RUN/env"
@@ -77,8 +81,8 @@ else
   log "kind create cluster --name $NAME --config e2e/cluster/kind.yaml"
   kind create cluster --name "$NAME" --config e2e/cluster/kind.yaml --kubeconfig "$KUBECONFIG" --wait 180s ||
     die "kind create cluster failed"
-  log "kind load docker-image $OP_IMAGE $TR_IMAGE"
-  kind load docker-image --name "$NAME" "$OP_IMAGE" "$TR_IMAGE" || die "kind load docker-image failed"
+  log "kind load docker-image ${IMAGES[*]}"
+  kind load docker-image --name "$NAME" "${IMAGES[@]}" || die "kind load docker-image failed"
   # The checkpoint claim (examples/pvc.yaml) asks ReadWriteMany, which kind's default
   # provisioner (local-path) does not offer. On this one-node cluster hostPath volumes
   # in the default class serve it: a claim binds to a matching existing volume before

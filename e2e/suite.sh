@@ -6,13 +6,16 @@
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
 # Scenarios: install invalid basic preempt kill137 badmodel operator suspend deadline
-# upgrade uninstall (later ones assume install ran).
+# tfmwms tfps tfexit upgrade uninstall (later ones assume install ran; the tf* ones run
+# users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
 #
 # Environment:
 #   KT_PROVIDER        full (e2e/cluster/up.sh full; default) or kind: how a process is
 #                      killed inside its container (the trainer image has no shell, and
 #                      PID 1 of a pid namespace ignores SIGKILL sent from inside it)
 #   KT_OPERATOR_IMAGE  kubetrain/operator:<VERSION>;  KT_TRAINER_IMAGE  kubetrain/trainer:<VERSION>
+#   KT_TF_IMAGE        the image of examples/tensorflow (make image-tensorflow), already on
+#                      the cluster's node; empty: the tf* scenarios are skipped
 #   KT_HELM            helm binary (default: charts/build-helm.sh's, else helm on PATH)
 #   KT_KUBECTL         kubectl binary (default: $KT_K8S_BIN/kubectl, else kubectl on PATH)
 #   KT_CONTAINERD_ADDRESS  the node's containerd socket (full; from e2e/cluster/.run/env)
@@ -29,6 +32,7 @@ VERSION=$(cat VERSION)
 PROVIDER=${KT_PROVIDER:-full}
 OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
 TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
+TF_IMAGE=${KT_TF_IMAGE:-}
 NS=${KT_SUITE_NS:-kt-e2e}
 REL=kt
 REL_NS=kubetrain-system
@@ -180,6 +184,56 @@ wait_event() {
   return 1
 }
 canon() { jq -cS . 2>/dev/null <<<"$1"; }
+
+# --- users' TensorFlow programs (examples/tensorflow in KT_TF_IMAGE) ---------------------
+# tfjob NAME [YAML...]: applies a TrainingJob running the image's examples with the claim;
+# extra top-level spec keys (indented by two) follow as arguments, each one line.
+tfjob() {
+  local name=$1; shift
+  {
+    cat <<EOF
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: $name
+  namespace: $NS
+spec:
+  image: $TF_IMAGE
+  checkpoint: {claimName: ckpt, path: /checkpoints}
+EOF
+    for l in "$@"; do echo "  $l"; done
+  } | kn apply -f - 2>&1
+}
+# tf_skipped SCENARIO: true (after a SKIP line) when the suite has no TensorFlow image.
+tf_skipped() {
+  [ -n "$TF_IMAGE" ] && return 1
+  tap_skip "$1: users' TensorFlow programs" "no TensorFlow image (KT_TF_IMAGE; make image-tensorflow)"
+  RESULTS+=("$(printf '%-10s %-5s %6ss' "$1" skip 0)")
+}
+# tf_cluster JOB ROLE:COUNT...: the "cluster" object of TF_CONFIG for the job's pods.
+tf_cluster() {
+  local j=$1 rc role n i sep out="" comma=""; shift
+  for rc in "$@"; do
+    role=${rc%%:*} n=${rc#*:} sep=""
+    out+="$comma\"$role\":["
+    for ((i = 0; i < n; i++)); do out+="$sep\"$j-$role-$i.$j-worker.$NS.svc:2222\""; sep=,; done
+    out+="]" comma=,
+  done
+  echo "{$out}"
+}
+# tf_check_config POD TYPE INDEX CLUSTER: the pod's TF_CONFIG is {"cluster": CLUSTER,
+# "task": {"type": TYPE, "index": INDEX}}, compared as JSON.
+tf_check_config() {
+  local want got
+  want="{\"cluster\":$4,\"task\":{\"type\":\"$2\",\"index\":$3}}"
+  got=$(tfconfig "$1")
+  if [ -n "$got" ] && [ "$(canon "$got")" = "$(canon "$want")" ]; then ok "$1 TF_CONFIG is $got"
+  else fail "$1 TF_CONFIG" "want $want"$'\n'"got  $got"; fi
+}
+# tf_logs POD: the pod's log without TensorFlow's C++ and gRPC chatter, for reports.
+tf_logs() {
+  kn logs "$1" -c trainer 2>&1 | grep -vE '^[IWE][0-9]{4} |^WARNING: All log|retracing' | tail -n 12
+}
 
 # --- scenarios -----------------------------------------------------------------------------
 s_install() {
@@ -444,6 +498,157 @@ s_deadline() {
   end
 }
 
+# The tutorial's MultiWorkerMirroredStrategy program on 2 workers, with an evaluator
+# that fails at once (it must not decide the job); worker 1's pod deleted in epoch 2:
+# the group restarts and BackupAndRestore resumes it from the claim.
+s_tfmwms() {
+  tf_skipped tfmwms && return
+  begin tfmwms
+  local t0 out i line uid0 j=tf-mwms cl res="" sync=()
+  t0=$(now)
+  if out=$(tfjob $j "workers: 2" "command: [python3, mwms.py]" \
+        'args: [--epochs, "3", --steps-per-epoch, "40", --per-worker-batch, "32"]' \
+        "evaluator: {replicas: 1, command: [python3, -c, \"raise SystemExit('evaluator: giving up on purpose')\"]}"); then
+    ok "job $j applied ($TF_IMAGE: mwms.py on 2 workers, a failing evaluator)"
+  else fail "job $j applied" "$out"; end; return; fi
+  for i in 0 1; do
+    if line=$(wait_log "$j-worker-$i" 'replicas in sync: 2;' 300); then sync[i]=$line
+      ok "$j-worker-$i: TensorFlow sees 2 replicas in sync (${line%%; cluster*})"
+    else fail "$j-worker-$i: TensorFlow sees 2 replicas in sync" "$(tf_logs "$j-worker-$i"; explain $j)"; fi
+  done
+  cl=$(tf_cluster $j worker:2)
+  for i in 0 1; do tf_check_config "$j-worker-$i" worker "$i" "$cl"; done
+  tf_check_config "$j-evaluator-0" evaluator 0 "$cl"
+  # TensorFlow's own reading of TF_CONFIG (TFConfigClusterResolver), printed by mwms.py.
+  line=${sync[0]#*cluster: }
+  if [ -n "${sync[0]}" ] && [ "$(canon "$line")" = "$(canon "$cl")" ]; then
+    ok "TensorFlow's cluster spec on worker 0 is the operator's: $line"
+  else fail "TensorFlow's cluster spec on worker 0 is the operator's" "log: $line"$'\n'"want $cl"; fi
+  # "Epoch 2/3" is printed once every callback saw epoch 1 end: its backup is on the claim.
+  uid0=$(kn get pod "$j-worker-0" -o 'jsonpath={.metadata.uid}')
+  if wait_log "$j-worker-0" '^Epoch 2/3' 300 >/dev/null &&
+     out=$(kn delete pod "$j-worker-1" --wait=false 2>&1); then ok "worker 1's pod deleted in epoch 2"
+  else fail "worker 1's pod deleted in epoch 2" "$out$(tf_logs "$j-worker-0")"; end; return; fi
+  # The new worker 0 logs where BackupAndRestore resumed; read while it runs.
+  local end=$(( $(date +%s) + JOB_TIMEOUT ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$res" ]; do
+    if [ "$(kn get pod "$j-worker-0" -o 'jsonpath={.metadata.uid}' 2>/dev/null)" != "$uid0" ]; then
+      res=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
+    fi
+    case "$(phase $j)" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  if [[ $res == *'resuming at epoch '[23]'/3'* ]]; then ok "the restarted group resumed from the claim: ${res#*mwms: }"
+  else fail "the restarted group resumed from the claim at epoch 2 or 3" "${res:-no resume line}"$'\n'"$(tf_logs "$j-worker-0")"; fi
+  if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain $j)"; end; return; fi
+  check "restarts application/disruption 0/1" "$(restarts $j)" "0/1"
+  check "Succeeded condition: the chief (worker 0) completed" \
+    "$(field $j '{.status.conditions[?(@.type=="Succeeded")].message}')" "the chief (worker 0) completed"
+  check "the evaluator failed (status.roles.evaluator.failed 1) without deciding" \
+    "$(field $j '{.status.roles.evaluator.failed}')" 1
+  if line=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'mwms: done'); then
+    ok "worker 0 finished training: ${line#*mwms: }"
+  else fail "worker 0 finished training" "$(tf_logs "$j-worker-0")"; fi
+  end
+}
+
+# The ParameterServerStrategy program: a chief coordinating 2 workers and 1 ps task,
+# and the evaluator reading the chief's checkpoints. The ps pod is deleted in epoch 2;
+# after the job the ps and worker pods (which never exit) are gone.
+s_tfps() {
+  tf_skipped tfps && return
+  begin tfps
+  local t0 out line res="" ev="" uid j=tf-ps cl n
+  t0=$(now)
+  if out=$(tfjob $j "workers: 2" "command: [python3, ps.py]" \
+        'args: [--epochs, "3", --steps-per-epoch, "30"]' "chief: {replicas: 1}" "ps: {replicas: 1}" \
+        'evaluator: {replicas: 1, command: [python3, evaluator.py], args: [--epochs, "3", --eval-steps, "5"]}'); then
+    ok "job $j applied (ps.py: chief, 2 workers, 1 ps; evaluator.py)"
+  else fail "job $j applied" "$out"; end; return; fi
+  if line=$(wait_log "$j-chief-0" 'task chief/0 \(coordinator\); workers: 2; ps: 1;' 300); then
+    ok "the chief coordinates 2 workers and 1 ps: ${line#*ps: task }"
+  else fail "the chief coordinates 2 workers and 1 ps" "$(tf_logs "$j-chief-0"; explain $j)"; fi
+  cl=$(tf_cluster $j chief:1 worker:2 ps:1)
+  tf_check_config "$j-chief-0" chief 0 "$cl"
+  tf_check_config "$j-worker-1" worker 1 "$cl"
+  tf_check_config "$j-ps-0" ps 0 "$cl"
+  tf_check_config "$j-evaluator-0" evaluator 0 "$cl"
+  uid=$(kn get pod "$j-chief-0" -o 'jsonpath={.metadata.uid}')
+  if wait_log "$j-chief-0" '^Epoch 2/3' 300 >/dev/null &&
+     out=$(kn delete pod "$j-ps-0" --wait=false 2>&1); then ok "the ps pod deleted in epoch 2"
+  else fail "the ps pod deleted in epoch 2" "$out$(tf_logs "$j-chief-0")"; end; return; fi
+  local end=$(( $(date +%s) + JOB_TIMEOUT ))
+  while [ "$(date +%s)" -lt "$end" ] && { [ -z "$res" ] || [ -z "$ev" ]; }; do
+    if [ -z "$res" ] && [ "$(kn get pod "$j-chief-0" -o 'jsonpath={.metadata.uid}' 2>/dev/null)" != "$uid" ]; then
+      res=$(kn logs "$j-chief-0" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
+    fi
+    [ -n "$ev" ] || ev=$(kn logs "$j-evaluator-0" -c trainer 2>/dev/null | grep -m1 'evaluator: ckpt-[0-9]* (epoch')
+    case "$(phase $j)" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  if [[ $res == *'resuming at epoch '[23]'/3'* ]]; then ok "the restarted chief resumed from the claim: ${res#*ps: }"
+  else fail "the restarted chief resumed from the claim at epoch 2 or 3" "${res:-no resume line}"$'\n'"$(tf_logs "$j-chief-0")"; fi
+  if [ -n "$ev" ]; then ok "the evaluator evaluated a checkpoint of the chief: ${ev#*evaluator: }"
+  else fail "the evaluator evaluated a checkpoint" "$(tf_logs "$j-evaluator-0")"; fi
+  if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain $j)"; end; return; fi
+  check "restarts application/disruption 0/1 (the ps pod's loss)" "$(restarts $j)" "0/1"
+  check "Succeeded condition: the chief completed" \
+    "$(field $j '{.status.conditions[?(@.type=="Succeeded")].message}')" "the chief completed"
+  # The ps and worker tasks serve until stopped: the operator deletes them (a grace
+  # period's wait at most).
+  end=$(( $(date +%s) + 90 ))
+  while n=$(kn get pods -l "kubetrain.dev/job-name=$j" \
+              -o 'jsonpath={range .items[*]}{.metadata.labels.kubetrain\.dev/role}{" "}{.status.phase}{"\n"}{end}' 2>/dev/null |
+            grep -cE '^(ps|worker|evaluator) (Running|Pending)')
+        [ "$n" != 0 ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  check "no ps, worker or evaluator pod left after the chief's success" "$n" 0
+  end
+}
+
+# Users' programs that fail: one exiting 1 (a TensorFlow error) fails an ExitCode job at
+# once with the traceback's last line in the condition; one SIGKILLed (137) is retried.
+s_tfexit() {
+  tf_skipped tfexit && return
+  begin tfexit
+  local out msg last code="" j=tf-exit1 k=tf-kill
+  if out=$(tfjob $j "workers: 1" "restartPolicy: ExitCode" \
+        'command: [python3, -c, "import tensorflow as tf; print(\"adding\", flush=True); tf.constant([1, 2]) + tf.constant([1, 2, 3])"]'); then
+    ok "job $j applied (a program whose TensorFlow op raises, restartPolicy ExitCode)"
+  else fail "job $j applied" "$out"; end; return; fi
+  if wait_phase $j 300 Failed; then ok "job Failed"
+  else fail "job Failed" "$(explain $j)"; end; return; fi
+  check "Failed reason NonRetryableExitCode" "$(field $j '{.status.conditions[?(@.type=="Failed")].reason}')" NonRetryableExitCode
+  msg=$(field $j '{.status.conditions[?(@.type=="Failed")].message}')
+  last=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | sed 's/[[:space:]]*$//' | grep . | tail -n 1)
+  if [[ $msg == "worker 0 exited with code 1: "*"Incompatible shapes"* ]] && [ -n "$last" ] &&
+     [[ $msg == *"${last:0:120}"* ]] && [[ $msg != *Traceback* ]]; then
+    ok "the condition quotes the exception line: $msg"
+  else fail "the condition quotes the exception line" "condition: $msg"$'\n'"last log line: $last"; fi
+  check "no restart (restarts 0/0)" "$(restarts $j)" "0/0"
+
+  if out=$(tfjob $k "workers: 2" "restartPolicy: ExitCode" "command: [python3, mwms.py]" \
+        'args: [--epochs, "2", --steps-per-epoch, "30", --per-worker-batch, "32"]'); then
+    ok "job $k applied (mwms.py, restartPolicy ExitCode)"
+  else fail "job $k applied" "$out"; end; return; fi
+  if wait_log "$k-worker-1" 'replicas in sync: 2;' 300 >/dev/null &&
+     out=$(kill_trainer "$k-worker-1" 2>&1); then ok "SIGKILL to worker 1's python3 once training started"
+  else fail "SIGKILL to worker 1's python3" "$out$(tf_logs "$k-worker-1")"; end; return; fi
+  local end=$(( $(date +%s) + 30 ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$code" ]; do
+    code=$(kn get pod "$k-worker-1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].state.terminated.exitCode}' 2>/dev/null)
+    sleep 0.25
+  done
+  if [ "$code" = 137 ]; then ok "worker 1's container terminated with exit code 137"
+  elif wait_event $k 'code 137' 30; then ok "worker 1 exited with code 137 (the operator's restart event)"
+  else fail "worker 1's container terminated with exit code 137" "pod: ${code:-<gone>}"$'\n'"$(explain $k)"; fi
+  if wait_phase $k "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded after the retried group"
+  else fail "job Succeeded after the retried group" "$(explain $k)"; end; return; fi
+  check "restarts application/disruption 1/0" "$(restarts $k)" "1/0"
+  end
+}
+
 s_upgrade() {
   begin upgrade
   local out rev args
@@ -479,7 +684,8 @@ s_uninstall() {
   end
 }
 
-ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline upgrade uninstall)
+ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline tfmwms tfps tfexit
+     upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"

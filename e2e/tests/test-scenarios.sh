@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The end-to-end scenario suite (e2e/suite.sh) on a fresh full-level cluster, as
 # `make e2e` runs it (e2e/run.sh full): the images are built from this tree first
-# (make images, cached by Docker), the cluster is made in build/e2e/suite/run and torn
+# (make images and image-tensorflow, cached by Docker and by the TensorFlow image's input
+# hash), the cluster is made in build/e2e/suite/run and torn
 # down at the end. Skips, saying why, when the machine cannot run a node (not root, no
 # containerd/runc/CNI plugins, another full cluster holds the bridge), Docker is not
 # there; a failed build of the Kubernetes binaries, CoreDNS or helm is a failure.
@@ -27,14 +28,15 @@ bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null ||
 
 prefix=${KT_E2E_IMAGE_PREFIX:-kubetrain}
 version=$(cat VERSION)
-if ! out=$(make --no-print-directory images IMAGE_PREFIX="$prefix" 2>&1); then
-  tap_fail "make images" "$(tail -n 20 <<<"$out")"; tap_done; exit 1
+if ! out=$(make --no-print-directory images image-tensorflow IMAGE_PREFIX="$prefix" 2>&1); then
+  tap_fail "make images image-tensorflow" "$(tail -n 20 <<<"$out")"; tap_done; exit 1
 fi
 
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 # The suite's TAP passes through; what the cluster scripts print becomes comments.
-bash e2e/run.sh full "$prefix/operator:$version" "$prefix/trainer:$version" 2>"$err" |
+bash e2e/run.sh full "$prefix/operator:$version" "$prefix/trainer:$version" \
+    "$prefix/tensorflow:$version" 2>"$err" |
   sed -u '/^\(ok \|not ok \|1\.\.\|#\)/!s/^/# /' | tee "$err.out"
 rc=${PIPESTATUS[0]}
 if ! grep -q '^1\.\.' "$err.out"; then
