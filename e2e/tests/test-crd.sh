@@ -150,6 +150,45 @@ spec:
   ps: {replicas: 2}
   evaluator: {command: [python3, evaluator.py], template: {spec: {nodeSelector: {a: b}}}}
 EOF
+# What kubetrain-operator convert-tfjob writes: the committed example (test-tfjob checks it
+# is what the converter prints now) is stored as written, and a TFJob whose evaluator runs
+# another program (args: [], a template that empties the workers' nodeSelector) converts
+# into a job the schema and CEL rules accept.
+tap_check "examples/tfjob/tf-ps-trainingjob.yaml (convert-tfjob's output) is accepted" \
+  k create -f examples/tfjob/tf-ps-trainingjob.yaml
+got=$(k get tj tf-ps -o 'jsonpath={.spec.restartPolicy} {.spec.cleanPodPolicy} {.spec.ps.template.spec.containers[0].resources.requests.cpu} {.spec.args[1]}')
+if [ "$got" = "OnFailure Running 500m 3" ]; then tap_ok "the converted job is stored unpruned"
+else tap_fail "the converted job is stored unpruned" "got '$got'"; fi
+conv=${KT_OPERATOR_BIN:-build/bin/kubetrain-operator}
+cat >"$KT_RUN/tfjob-eval.yaml" <<'EOF'
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: tfjob-eval}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 2
+      restartPolicy: OnFailure
+      template:
+        spec:
+          nodeSelector: {pool: train}
+          containers:
+          - {name: tensorflow, image: tf:1, command: [python3, mwms.py], args: [--epochs, "2"]}
+    Evaluator:
+      template:
+        spec:
+          containers:
+          - {name: tensorflow, image: tf:1, command: [python3, evaluator.py]}
+EOF
+if [ -x "$conv" ]; then
+  out=$("$conv" convert-tfjob "$KT_RUN/tfjob-eval.yaml" 2>/dev/null | k create -f - 2>&1); rc=$?
+  got=$(k get tj tfjob-eval -o 'jsonpath={.spec.evaluator.command[1]} {.spec.evaluator.args} {.spec.evaluator.template.spec.nodeSelector}' 2>&1)
+  if [ $rc = 0 ] && [ "$got" = "evaluator.py [] {}" ]; then
+    tap_ok "a converted TFJob with an evaluator of its own is accepted as written"
+  else tap_fail "a converted TFJob with an evaluator of its own is accepted" "rc=$rc $out; got '$got'"; fi
+else
+  tap_skip "a converted TFJob with an evaluator is accepted" "$conv is not built (run make)"
+fi
 got=$(k get tj roles -o 'jsonpath={.spec.chief.replicas} {.spec.ps.replicas} {.spec.evaluator.replicas}')
 if [ "$got" = "1 2 1" ]; then tap_ok "role replicas default to 1"
 else tap_fail "role replicas default to 1" "got '$got'"; fi

@@ -1,6 +1,7 @@
 /* kubetrain-operator — the TrainingJob controller's command line: flags (options.c),
  * kubeconfig, probes and metrics listeners, leader election, and orderly shutdown on
- * SIGTERM or SIGINT (workers finish their current job key, the lease is released). */
+ * SIGTERM or SIGINT (workers finish their current job key, the lease is released).
+ * `kubetrain-operator convert-tfjob` is the TFJob converter instead (tfjob.c). */
 #include "clock.h"
 #include "controller.h"
 #include "httpserv.h"
@@ -10,6 +11,7 @@
 #include "metrics.h"
 #include "olog.h"
 #include "options.h"
+#include "tfjob.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -260,6 +262,7 @@ static void shut_down(Operator *op)
 int main(int argc, char **argv)
 {
     Operator op = {0};
+    if (argc > 1 && strcmp(argv[1], "convert-tfjob") == 0) return tfjob_main(argc - 1, argv + 1);
     int rc = options_parse(&op.opt, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
     olog_set_level(op.opt.log_level);

@@ -12,6 +12,8 @@ void options_usage(FILE *f)
     fprintf(
         f,
         "usage: kubetrain-operator [options]\n"
+        "       kubetrain-operator convert-tfjob [FILE|-]   a Kubeflow TFJob as a TrainingJob\n"
+        "                            (convert-tfjob --help)\n"
         "  --kubeconfig FILE         kubeconfig (default: $KUBECONFIG, ~/.kube/config, "
         "in-cluster)\n"
         "  --namespace NS            watch one namespace (default: all)\n"

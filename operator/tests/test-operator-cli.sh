@@ -113,4 +113,31 @@ if python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     json.loads(l)' "$tmp/log"; then tap_ok "every log line is JSON"
 else tap_fail "every log line is JSON" "$(head -3 "$tmp/log")"; fi
+# convert-tfjob: the committed example is what the binary prints, from a file and from
+# stdin; warnings go to stderr only; bad input is exit 2 naming the file, document, field.
+ex=examples/tfjob/tf-ps-tfjob.yaml
+"$bin" convert-tfjob "$ex" >"$tmp/tj.yaml" 2>"$tmp/tj.err"; rc=$?
+if [ $rc -eq 0 ] && cmp -s "$tmp/tj.yaml" examples/tfjob/tf-ps-trainingjob.yaml &&
+   grep -q "warning: $ex: document 1 (TFJob tf-ps): spec.runPolicy.schedulingPolicy" "$tmp/tj.err"
+then tap_ok "convert-tfjob $ex prints examples/tfjob/tf-ps-trainingjob.yaml, warnings on stderr"
+else tap_fail "convert-tfjob $ex prints the committed TrainingJob" \
+  "rc=$rc $(diff "$tmp/tj.yaml" examples/tfjob/tf-ps-trainingjob.yaml | head; cat "$tmp/tj.err")"
+fi
+out=$("$bin" convert-tfjob - <"$ex" 2>/dev/null); rc=$?
+tap_check "convert-tfjob - reads the standard input (rc=$rc)" \
+  test "$out" = "$(cat examples/tfjob/tf-ps-trainingjob.yaml)"
+printf '%s\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n' "$(cat "$ex")" \
+  >"$tmp/mixed.yaml"
+out=$("$bin" convert-tfjob "$tmp/mixed.yaml" 2>&1 >"$tmp/mixed.out"); rc=$?
+if [ $rc -eq 2 ] && [ ! -s "$tmp/mixed.out" ] &&
+   grep -q "mixed.yaml: document 2 (ConfigMap cm): kind: \"ConfigMap\" is not a TFJob" <<<"$out"
+then tap_ok "convert-tfjob: another kind is exit 2 naming the file and document, no output"
+else tap_fail "convert-tfjob: another kind is exit 2 naming the document" "rc=$rc $out"; fi
+sed 's/replicas: 2/replicas: two/' "$ex" >"$tmp/bad.yaml"
+out=$("$bin" convert-tfjob "$tmp/bad.yaml" 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 2 ] && grep -q 'spec.tfReplicaSpecs.Worker.replicas: expected an integer' <<<"$out"
+then tap_ok "convert-tfjob: a bad field is exit 2 naming it"
+else tap_fail "convert-tfjob: a bad field is exit 2 naming it" "rc=$rc $out"; fi
+"$bin" convert-tfjob "$tmp/none.yaml" >/dev/null 2>&1; rc=$?
+tap_check "convert-tfjob: a missing file is exit 2 (got $rc)" test $rc -eq 2
 tap_done
