@@ -91,14 +91,18 @@ Y
 "$bin" --kubeconfig "$tmp/down.yaml" --metrics-addr 127.0.0.1:0 --health-addr 127.0.0.1:0 \
   --log-level debug >"$tmp/log" 2>&1 &
 pid=$!
-sleep 1.5
-mport=$(sed -n 's/.*serving \/metrics on port \([0-9]*\).*/\1/p' "$tmp/log")
-hport=$(sed -n 's/.*serving \/healthz and \/readyz on port \([0-9]*\).*/\1/p' "$tmp/log")
-ok_h=0 ok_r=0 ok_m=0
+# Until both servers are up and the first refused request is counted (at most 20 s: a
+# loaded machine may take more than a second to start it).
+mport="" hport="" ok_h=0 ok_r=0 ok_m=0
+for _ in $(seq 100); do
+  mport=$(sed -n 's/.*serving \/metrics on port \([0-9]*\).*/\1/p' "$tmp/log")
+  hport=$(sed -n 's/.*serving \/healthz and \/readyz on port \([0-9]*\).*/\1/p' "$tmp/log")
+  [ -n "$mport" ] && [ -n "$hport" ] && curl -s "http://127.0.0.1:$mport/metrics" |
+    grep -q 'kubetrain_api_requests_total{verb="GET",code="0"}' && ok_m=1 && break
+  sleep 0.2
+done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hport/healthz")" = 200 ] && ok_h=1
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hport/readyz")" = 503 ] && ok_r=1
-curl -s "http://127.0.0.1:$mport/metrics" |
-  grep -q 'kubetrain_api_requests_total{verb="GET",code="0"}' && ok_m=1
 tap_check "/healthz 200 while the API server is down" test $ok_h = 1
 tap_check "/readyz 503 before the caches sync" test $ok_r = 1
 tap_check "/metrics counts the failed requests" test $ok_m = 1
