@@ -11,6 +11,9 @@
 #                         a single node that runs pods (root; see e2e/cluster/README.md)
 #   make cluster-images   make images, then import the base, operator and trainer images
 #                         into the full-level node's containerd (e2e/cluster/load-image.sh)
+#   make kueue            build the Kueue manager once per machine into
+#                         $(KT_CACHE)/kueue/<version>/bin (e2e/cluster/build-kueue.sh)
+#   make cluster-up-kueue Kueue on the running cluster (e2e/cluster/kueue-up.sh; root)
 #   make cluster-down     stop what cluster-up-* started and remove e2e/cluster/.run
 #   make e2e              the end-to-end run: a fresh full-level cluster (own run directory,
 #                         build/e2e/suite/run), make images image-tensorflow, load them,
@@ -25,8 +28,9 @@
 # of building them (the envtest convention).
 
 # etcd for the api level; openssl makes the cluster's certificates; curl and iproute2 (ss)
-# probe health and free ports; util-linux gives setsid and flock.
-DEPS_APT += etcd-server openssl curl iproute2 util-linux
+# probe health and free ports; util-linux gives setsid, flock and unshare; jq reads API
+# objects (the suite, kueue-up.sh's webhook configurations).
+DEPS_APT += etcd-server openssl curl iproute2 util-linux jq
 # The full level's node: Debian's containerd and runc, the CNI plugins (bridge, host-local,
 # portmap, firewall, loopback), iptables for kube-proxy and the firewall plugin, conntrack
 # for kube-proxy's cleanup of UDP flows, gcc (with libc6-dev) for the static pause binary.
@@ -36,12 +40,17 @@ E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
 TEST_PROGRAMS += $(E2E_TESTS)
 
 .PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-images cluster-down \
+        kueue cluster-up-kueue \
         test-e2e-api e2e e2e-suite
 k8s-binaries: deps
 	@bash e2e/cluster/build-k8s.sh api
 k8s-binaries-full: deps
 	@bash e2e/cluster/build-k8s.sh full
 	@bash e2e/cluster/build-coredns.sh
+kueue: deps
+	@bash e2e/cluster/build-kueue.sh
+cluster-up-kueue: deps
+	@bash e2e/cluster/kueue-up.sh
 cluster-up-api: deps
 	@bash e2e/cluster/up.sh api
 cluster-up-full: deps

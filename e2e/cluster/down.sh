@@ -8,8 +8,9 @@
 # API while the kubelet runs, then whatever containerd still holds), containerd's shims,
 # every mount under .run (pod volumes, rootfs, sandbox network namespaces), the iptables
 # chains the run created (kube-proxy's, the CNI plugins', its own), the bridge, the
-# kubelet's cgroups, and the kernel settings it found changed. Safe to run when nothing
-# is up, or twice; exit status 0 unless a process survives or something cannot be
+# kubelet's cgroups, and the kernel settings it found changed; after kueue-up.sh, the
+# finalizers Kueue left on pods, its webhooks and the directories it made. Safe to run
+# when nothing is up, or twice; exit status 0 unless a process survives or something cannot be
 # removed (then .run is kept, so another down.sh can finish the job).
 set -uo pipefail # no -e: a step that fails does not stop the rest of the teardown
 . "$(dirname "$0")/lib.sh"
@@ -175,6 +176,24 @@ full_host() {
   fi
 }
 
+# kueue_teardown: Kueue (kueue-up.sh) keeps a finalizer on the pods it manages and takes
+# it off once their group is finished; the pods of a group still queued never finish
+# (no PodGC once the controller-manager is stopped), so the finalizers go first, while
+# the apiserver runs, and the pod deletion below cannot hang on them.
+kueue_teardown() {
+  local k=("$KT_RUN/bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" --request-timeout 10s) p
+  pid_of kube-apiserver >/dev/null || return 0
+  "${k[@]}" delete mutatingwebhookconfiguration,validatingwebhookconfiguration \
+    -l kubetrain.dev/kueue-up=true --ignore-not-found >/dev/null 2>&1
+  for p in $("${k[@]}" get pods -A -l kueue.x-k8s.io/managed=true \
+               -o 'jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}' \
+               2>/dev/null); do
+    "${k[@]}" -n "${p%%/*}" patch pod "${p#*/}" --type merge \
+      -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+  done
+}
+
+[ -d "$KT_RUN/kueue" ] && kueue_teardown
 [ -d "$full" ] && full_teardown
 if [ -d "$KT_RUN/pids" ]; then
   order="kube-controller-manager kube-apiserver etcd"
@@ -186,5 +205,12 @@ if [ -d "$KT_RUN/pids" ]; then
   for n in $order; do stop "$n"; done
 fi
 [ -d "$full" ] && full_host
+# The empty directories kueue-up.sh made for Kueue's fixed metrics certificate path,
+# deepest first.
+if [ -f "$KT_RUN/kueue/made-dirs" ]; then
+  while read -r d; do
+    [ -d "$d" ] && { rmdir "$d" || { kt_log "cannot remove $d"; status=1; }; }
+  done < "$KT_RUN/kueue/made-dirs"
+fi
 [ $status -eq 0 ] && rm -rf "$KT_RUN"
 exit $status

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Kueue on the api-level cluster (e2e/cluster/kueue-up.sh, the real manager built by
+# build-kueue.sh) admitting plain pod groups the way the operator labels a TrainingJob's
+# pods (docs/kueue.md): a group that fits the ClusterQueue's quota is admitted whole (its
+# pods ungated), a second one that does not fit stays gated until the first finishes; a
+# pod without the queue label is left alone; the pods of an admitted group deleted
+# before they ran do not keep Kueue's finalizer. The api level has no scheduler and no
+# kubelet: the pods stay unscheduled, and "the first group finishes" is its pods' status
+# set to Succeeded through the status subresource, as the kubelet would (the only
+# stand-in here). Own run directory (build/e2e/test-kueue). Skips when etcd is missing or
+# Kueue is not built and KT_KUEUE_BUILD=0; builds it otherwise (slow the first time).
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../.." || exit 1
+. e2e/lib/tap.sh
+
+export KT_RUN=$PWD/build/e2e/test-kueue/run
+trap 'bash e2e/cluster/down.sh >/dev/null 2>&1' EXIT
+
+if ! bash -c '. e2e/cluster/lib.sh && kt_etcd' >/dev/null; then
+  tap_skip "Kueue plain pod groups" "etcd not installed (Debian package etcd-server)"
+  tap_done; exit
+fi
+if [ "$(id -u)" != 0 ]; then
+  tap_skip "Kueue plain pod groups" "needs root (kueue-up.sh)"; tap_done; exit
+fi
+if [ "${KT_KUEUE_BUILD:-1}" = 0 ] && ! bash e2e/cluster/build-kueue.sh --if-built >/dev/null; then
+  tap_skip "Kueue plain pod groups" "Kueue is not built and KT_KUEUE_BUILD=0"
+  tap_done; exit
+fi
+for b in "e2e/cluster/build-k8s.sh api" e2e/cluster/build-kueue.sh; do
+  # shellcheck disable=SC2086 # $b is a script and its argument
+  if ! err=$(bash $b 2>&1 >/dev/null); then
+    tap_fail "building with $b" "$(tail -n 5 <<<"$err")"; tap_done; exit
+  fi
+done
+
+bash e2e/cluster/down.sh >/dev/null 2>&1
+if ! out=$(bash e2e/cluster/up.sh api 2>&1); then
+  tap_fail "up.sh api" "$out"; tap_done; exit
+fi
+t0=$(date +%s)
+if out=$(bash e2e/cluster/kueue-up.sh 2>&1); then
+  v=$(. e2e/cluster/versions.env && echo "$KUEUE_VERSION")
+  tap_ok "kueue-up.sh: Kueue $v ready in $(( $(date +%s) - t0 ))s"
+else
+  tap_fail "kueue-up.sh" "$out"; tap_done; exit
+fi
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
+. "$KT_RUN/env"
+k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+NS=kq
+kn() { k -n "$NS" "$@"; }
+
+tap_check "kueue-up.sh again is a no-op while Kueue runs" \
+  bash -c 'bash e2e/cluster/kueue-up.sh 2>&1 | grep -q "already up"'
+check() { if [ "$2" = "$3" ]; then tap_ok "$1"; else tap_fail "$1" "expected [$3], got [$2]"; fi; }
+
+k create namespace "$NS" >/dev/null
+if out=$(kn apply -f examples/kueue/queues.yaml 2>&1); then
+  tap_ok "examples/kueue/queues.yaml applied (ResourceFlavor, ClusterQueue, LocalQueue)"
+else tap_fail "examples/kueue/queues.yaml applied" "$out"; fi
+# One CPU: a group of two pods of 400m fits, two such groups do not.
+quota=/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota
+k patch clusterqueue training --type json \
+  -p "[{\"op\":\"replace\",\"path\":\"$quota\",\"value\":\"1\"}]" >/dev/null
+
+# pod NAME GROUP [QUEUE]: a pod of a two-pod group labelled as the operator labels them.
+pod() {
+  local labels="kubetrain.dev/job-name: $2" annots=""
+  if [ -n "${3:-}" ]; then
+    labels="$labels, kueue.x-k8s.io/queue-name: $3, kueue.x-k8s.io/pod-group-name: $2"
+    annots="annotations: {kueue.x-k8s.io/pod-group-total-count: \"2\","
+    annots="$annots kueue.x-k8s.io/retriable-in-group: \"false\"}"
+  fi
+  kn apply -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  labels: {$labels}
+  $annots
+spec:
+  restartPolicy: Never
+  containers:
+  - name: trainer
+    image: kubetrain/trainer:test
+    resources: {requests: {cpu: 400m, memory: 64Mi}}
+EOF
+}
+gates() { kn get pod "$1" -o 'jsonpath={.spec.schedulingGates[*].name}' 2>/dev/null; }
+# admission_gate POD: "gated" when the pod has Kueue's admission gate (Kueue also adds
+# kueue.x-k8s.io/topology, which it drops at admission when the flavor has no topology).
+admission_gate() { [[ " $(gates "$1") " == *" kueue.x-k8s.io/admission "* ]] && echo gated; }
+# wait_until SECONDS CMD...: true when CMD succeeds within SECONDS.
+wait_until() {
+  local end=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -lt "$end" ] || return 1; sleep 0.5; done
+}
+ungated() { [ -z "$(gates "$1")" ]; }
+admitted() {
+  [ "$(kn get workload "$1" \
+        -o 'jsonpath={.status.conditions[?(@.type=="Admitted")].status}')" = True ]
+}
+
+# The first pod of group a alone: gated, not admitted (the group is incomplete).
+pod a-0 a training >/dev/null
+check "a pod of a group gets Kueue's scheduling gate" "$(admission_gate a-0)" gated
+check "and Kueue's finalizer" "$(kn get pod a-0 -o 'jsonpath={.metadata.finalizers[*]}')" \
+  kueue.x-k8s.io/managed
+sleep 3
+check "half a group is not admitted: a-0 still gated after 3s" "$(admission_gate a-0)" gated
+pod a-1 a training >/dev/null
+if wait_until 60 admitted a && wait_until 30 ungated a-0 && wait_until 30 ungated a-1; then
+  tap_ok "group a (2 x 400m CPU of 1) admitted whole: Workload a Admitted, both pods ungated"
+else
+  tap_fail "group a admitted" \
+    "$(kn get pods,workloads -o wide 2>&1; tail -n 20 "$KT_RUN/logs/kueue.log")"
+fi
+
+pod b-0 b training >/dev/null
+pod b-1 b training >/dev/null
+sleep 5
+check "group b does not fit while a runs: both pods still gated after 5s" \
+  "$(admission_gate b-0) $(admission_gate b-1)" "gated gated"
+check "Workload b has no quota reserved" \
+  "$(kn get workload b -o 'jsonpath={.status.conditions[?(@.type=="QuotaReserved")].status}')" False
+
+pod plain-0 plain >/dev/null
+check "a pod without the queue label: no gate" "$(gates plain-0)" ""
+check "  no finalizer, no kueue.x-k8s.io/managed label" \
+  "$(kn get pod plain-0 \
+       -o 'jsonpath={.metadata.finalizers}{.metadata.labels.kueue\.x-k8s\.io/managed}')" ""
+
+# Group a finishes (what the kubelet would report); Kueue releases its quota.
+for p in a-0 a-1; do
+  kn patch pod "$p" --subresource status --type merge \
+    -p '{"status":{"phase":"Succeeded"}}' >/dev/null
+done
+finished() {
+  [ "$(kn get workload a -o 'jsonpath={.status.conditions[?(@.type=="Finished")].status}')" = True ]
+}
+if wait_until 60 finished; then tap_ok "Workload a Finished once its pods succeeded"
+else tap_fail "Workload a Finished" "$(kn get workload a -o yaml 2>&1 | tail -n 30)"; fi
+nofin() { [ -z "$(kn get pod "$1" -o 'jsonpath={.metadata.finalizers}')" ]; }
+if wait_until 30 nofin a-0 && wait_until 30 nofin a-1; then
+  tap_ok "Kueue took its finalizer off group a's pods"
+else
+  tap_fail "finalizers of group a removed" \
+    "$(kn get pods a-0 a-1 -o yaml 2>&1 | grep -A2 finalizers)"
+fi
+if wait_until 60 admitted b && wait_until 30 ungated b-0 && wait_until 30 ungated b-1; then
+  tap_ok "group b admitted after a finished: both pods ungated"
+else tap_fail "group b admitted after a finished" "$(kn get pods,workloads -o wide 2>&1)"; fi
+
+# The operator's restart deletes an attempt's pods, which may never have run: the pods
+# must go (PodGC marks unscheduled terminating pods Failed; the group, not retriable,
+# is then finished and Kueue takes its finalizer off), not hang on the finalizer.
+kn delete pod b-0 b-1 --wait=false >/dev/null
+gone() { [ -z "$(kn get pods b-0 b-1 -o name --ignore-not-found 2>/dev/null)" ]; }
+t0=$(date +%s)
+if wait_until 120 gone; then
+  tap_ok "group b's deleted pods are gone in $(( $(date +%s) - t0 ))s (no finalizer left)"
+else
+  tap_fail "group b's deleted pods are gone" \
+    "$(kn get pods b-0 b-1 -o yaml 2>&1 | grep -E 'finalizers|phase|deletionTimestamp' -A1)"
+fi
+# The group's Workload is owned by its pods: the garbage collector deletes it after them.
+reserving() { k get clusterqueue training -o 'jsonpath={.status.reservingWorkloads}'; }
+none_reserving() { [ "$(reserving)" = 0 ]; }
+wait_until 60 none_reserving
+check "no Workload holds quota at the end" "$(reserving)" 0
+
+tap_done
