@@ -3,6 +3,7 @@
 
 #include "jsonx.h"
 
+#include <errno.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -461,6 +462,32 @@ err:
     return NULL;
 }
 
+void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n)
+{
+    char tail[48];
+    snprintf(tail, sizeof tail, "-%lld-%.8s", attempt, s->uid);
+    int room = 63 - (int)strlen(tail);
+    snprintf(out, n, "%.*s%s", room > 0 ? room : 0, s->name, tail);
+}
+
+/* Puts a pod that names a Kueue queue into the attempt's pod group (desired.h): Kueue
+ * admits the group once all its pods exist and fit, and a pod with the queue label but
+ * no group would be admitted alone. Returns -ENOMEM, else 0. */
+static int kueue_group(const JobSpec *s, cJSON *labels, cJSON *annots, long long attempt)
+{
+    const char *queue = s->queue_name ? s->queue_name : jsonx_key_str(labels, LABEL_KUEUE_QUEUE);
+    if (!queue) return 0;
+    char group[64], count[24];
+    desired_kueue_group(s, attempt, group, sizeof group);
+    snprintf(count, sizeof count, "%d", s->npods);
+    if (!jsonx_set_str(labels, LABEL_KUEUE_QUEUE, queue) ||
+        !jsonx_set_str(labels, LABEL_KUEUE_GROUP, group) ||
+        !jsonx_set_str(annots, ANNOT_KUEUE_GROUP_COUNT, count) ||
+        !jsonx_set_str(annots, ANNOT_KUEUE_RETRIABLE, "false"))
+        return -ENOMEM;
+    return 0;
+}
+
 cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, Role role,
                    int index, long long attempt)
 {
@@ -508,6 +535,8 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     if (!jsonx_set_str(annots, ANNOT_WORLD_SIZE, buf)) goto err;
     if (desired_cluster_shape(s, buf, sizeof buf) && !jsonx_set_str(annots, ANNOT_CLUSTER, buf))
         goto err;
+
+    if (kueue_group(s, labels, annots, attempt)) goto err;
 
     const cJSON *tspec = jsonx_obj(tmpl, "spec");
     cJSON *spec = jsonx_set(pod, "spec", tspec ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject());

@@ -37,6 +37,16 @@
 #define MODEL_MOUNT_DIR "/etc/kubetrain"
 #define METRICS_PORT_NAME "metrics" /* the chief's /metrics (the chart's PodMonitor) */
 
+/* Kueue's plain pod group (docs/kueue.md), on every pod of a job labelled
+ * LABEL_KUEUE_QUEUE (jobspec.h): the queue label, a group named per attempt, the
+ * group's size (every pod of the attempt), and "not retriable in group": the operator
+ * never replaces a pod inside an attempt, a restart is a new group. Kueue's condition
+ * on the pods it stops (preemption, eviction) before deleting them. */
+#define LABEL_KUEUE_GROUP "kueue.x-k8s.io/pod-group-name"
+#define ANNOT_KUEUE_GROUP_COUNT "kueue.x-k8s.io/pod-group-total-count"
+#define ANNOT_KUEUE_RETRIABLE "kueue.x-k8s.io/retriable-in-group"
+#define KUEUE_STOPPED_CONDITION "TerminationTarget"
+
 /* The operator's settings that shape the objects. */
 typedef struct DesiredConfig {
     const char *trainer_image;  /* used when neither spec.image nor the template names one */
@@ -64,6 +74,13 @@ char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, i
  * another cluster (whose TF_CONFIG lists other tasks) is recognised. */
 int desired_cluster_shape(const JobSpec *s, char *out, size_t n);
 
+/* The Kueue pod group of the job's pods in attempt `attempt`,
+ * "<job>-<attempt>-<first 8 characters of the job's uid>" with the job's name cut so that
+ * it fits a label value (63): unique per attempt and per job of that name, so a restart
+ * (or a job made anew under an old name) is a new group and a new Workload, admitted
+ * anew. */
+void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n);
+
 /* The owner reference to the job (controller: true, blockOwnerDeletion: true). */
 cJSON *desired_owner_ref(const JobSpec *s);
 
@@ -90,7 +107,9 @@ int desired_metrics_port(const JobSpec *s);
 cJSON *desired_network_policy(const JobSpec *s);
 
 /* The pod of replica `index` of `role` in group incarnation `attempt`: the role's
- * template over the job's, merged with the operator's fields, which win; image,
+ * template over the job's, merged with the operator's fields, which win; a pod with a
+ * Kueue queue (the job's label, else its template's) is in the attempt's Kueue group
+ * (LABEL_KUEUE_GROUP and the others above); image,
  * command and args are the role's, else the job's; the ring key and an inline model
  * come from the Secret named `secret` (the job's status.secretName). Caller owns the
  * result. NULL on allocation failure. */

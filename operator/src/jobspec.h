@@ -40,9 +40,14 @@ typedef struct JobRole {
 /* All strings and cJSON pointers are borrowed from the job object and live as long
  * as it does. Optional numbers the user did not set are -1 (or *_set == 0), and are
  * then left to the trainer's defaults. */
+/* The TrainingJob label that puts its pods in a Kueue LocalQueue (docs/kueue.md); the
+ * other Kueue names are in desired.h. */
+#define LABEL_KUEUE_QUEUE "kueue.x-k8s.io/queue-name"
+
 typedef struct JobSpec {
     const char *name, *ns, *uid;
     long long generation;
+    const char *queue_name; /* the job's label kueue.x-k8s.io/queue-name, or NULL */
     int workers;
     const char *image; /* NULL: the operator's --trainer-image */
     /* spec.command and spec.args (arrays of strings) or NULL. With a command the pods

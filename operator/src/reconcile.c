@@ -172,6 +172,10 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
     int failed = strcmp(v->phase, "Failed") == 0;
     if (pod_condition(pod, "DisruptionTarget")) {
         v->disruption = "it was disrupted (DisruptionTarget)";
+    } else if (pod_condition(pod, KUEUE_STOPPED_CONDITION)) {
+        /* Kueue preempted or evicted the group: it sets this, then deletes the pods,
+         * whose programs may exit non-zero on the SIGTERM before the pod is seen. */
+        v->disruption = "Kueue stopped its pod group (" KUEUE_STOPPED_CONDITION ")";
     } else if (reason && !succeeded) {
         for (size_t i = 0; disruptive_reasons[i]; i++)
             if (strcmp(reason, disruptive_reasons[i]) == 0) v->disruption = disruptive_reasons[i];

@@ -1721,6 +1721,97 @@ static void test_roles_invalid(void **state)
     cJSON_Delete(job);
 }
 
+/* The label, annotation values of a created pod. */
+static const char *label_of(const cJSON *pod, const char *key)
+{
+    return jsonx_key_str(jsonx_obj(pod, "metadata.labels"), key);
+}
+static const char *annot_of(const cJSON *pod, const char *key)
+{
+    return jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), key);
+}
+
+/* A job labelled with a Kueue queue: every pod of the attempt (chief, workers, ps,
+ * evaluator) is in one plain pod group named for the attempt, of that many pods, not
+ * retriable in group; Kueue's stop (TerminationTarget, then a SIGTERM exit) is a
+ * disruption, and the next attempt is a new group. A job without the label has none of
+ * these; a template's queue label alone also makes the group. */
+static void test_kueue_pod_group(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"mnist-chief-0", "mnist-worker-0", "mnist-worker-1",
+                                        "mnist-ps-0", "mnist-evaluator-0"};
+    Fixture f = {.job = job_new(SPEC_PS, NULL)};
+    jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "training");
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    for (size_t i = 0; i < 5; i++) {
+        const cJSON *p = find_action(&f, ACTION_CREATE_POD, names[i])->object;
+        assert_string_equal(label_of(p, "kueue.x-k8s.io/queue-name"), "training");
+        assert_string_equal(label_of(p, "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+        assert_string_equal(annot_of(p, "kueue.x-k8s.io/pod-group-total-count"), "5");
+        assert_string_equal(annot_of(p, "kueue.x-k8s.io/retriable-in-group"), "false");
+    }
+    fx_free(&f);
+
+    /* Kueue preempts the admitted group: the condition, then the pods' deletion; a
+     * worker's program exits 143 on the SIGTERM under restartPolicy Never. */
+    f = (Fixture){.job = job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
+    jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "training");
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Running");
+    cJSON *p = fx_pod(&f, 1, 0, "Running");
+    pod_terminated(p, 143, NULL);
+    jsonx_set(jsonx_ensure_obj(p, "status"), "conditions",
+              cJSON_Parse("[{\"type\":\"TerminationTarget\",\"status\":\"True\","
+                          "\"reason\":\"Preempted\"}]"));
+    jsonx_set_str(jsonx_ensure_obj(p, "metadata"), "deletionTimestamp", "2027-01-15T08:00:00Z");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\nevent Warning Disruption\n"
+                                "delete-pod mnist-worker-0\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.application", -1), 0);
+    fx_apply(&f);
+    /* Both pods gone: attempt 1 is a new group. */
+    for (size_t i = 0; i < f.npods; i++)
+        cJSON_Delete(f.pods[i]);
+    f.npods = 0;
+    fx_run(&f, NOW + 1);
+    p = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    assert_string_equal(label_of(p, "kueue.x-k8s.io/pod-group-name"), "mnist-1-uid-1");
+    assert_string_equal(annot_of(p, "kueue.x-k8s.io/pod-group-total-count"), "2");
+    fx_free(&f);
+
+    /* No label: no group. The template's label alone: a group all the same. */
+    f = (Fixture){.job = job_new(SPEC2, NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    p = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    assert_null(label_of(p, "kueue.x-k8s.io/queue-name"));
+    assert_null(label_of(p, "kueue.x-k8s.io/pod-group-name"));
+    assert_null(annot_of(p, "kueue.x-k8s.io/pod-group-total-count"));
+    fx_free(&f);
+    f = (Fixture){.job = job_new("{\"workers\":2,\"template\":{\"metadata\":{\"labels\":"
+                                 "{\"kueue.x-k8s.io/queue-name\":\"q2\"}}}}",
+                                 NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    p = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+    assert_string_equal(label_of(p, "kueue.x-k8s.io/queue-name"), "q2");
+    assert_string_equal(label_of(p, "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+    fx_free(&f);
+
+    /* A long job name is cut so that the group name fits a label value. */
+    char name[64], group[80];
+    memset(name, 'a', 55);
+    name[55] = '\0';
+    JobSpec js = {.name = name, .uid = "0123456789abcdef"};
+    desired_kueue_group(&js, 12345, group, sizeof group);
+    assert_int_equal(strlen(group), 63);
+    assert_string_equal(group + 63 - 15, "-12345-01234567");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1756,6 +1847,7 @@ int main(void)
         cmocka_unit_test(test_roles_failures),
         cmocka_unit_test(test_roles_cluster_change_restarts),
         cmocka_unit_test(test_roles_invalid),
+        cmocka_unit_test(test_kueue_pod_group),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
