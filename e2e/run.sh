@@ -14,6 +14,8 @@
 #       and kubectl on PATH.
 # The images must already be in the local Docker (make images; make image-tensorflow for
 # TENSORFLOW_IMAGE, without which the suite's TensorFlow scenarios say SKIP).
+# KT_KUEUE (full only): 1 runs Kueue on the cluster (e2e/cluster/kueue-up.sh, building it
+# first when needed) for the suite's kueue scenario, 0 never; unset: when it is built.
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/.." || exit 1
 
@@ -67,6 +69,15 @@ if [ "$CLUSTER" = full ]; then
   log "load-image.sh ${IMAGES[*]}"
   bash e2e/cluster/load-image.sh "${IMAGES[@]}" || die "load-image.sh failed"
   log "images loaded"
+  case ${KT_KUEUE:-} in
+    0) ;;
+    1) kueue=1 ;;
+    *) bash e2e/cluster/build-kueue.sh --if-built >/dev/null && kueue=1 ;;
+  esac
+  if [ -n "${kueue:-}" ]; then
+    log "kueue-up.sh"
+    bash e2e/cluster/kueue-up.sh || die "kueue-up.sh failed (log in $KT_RUN/logs/kueue.log)"
+  fi
   set -a
   # shellcheck source=/dev/null
   . "$KT_RUN/env"

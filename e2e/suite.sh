@@ -6,8 +6,8 @@
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
 # Scenarios: install invalid basic preempt kill137 badmodel operator suspend deadline
-# tfmwms tfps tfexit upgrade uninstall (later ones assume install ran; the tf* ones run
-# users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
+# tfmwms tfps tfexit kueue upgrade uninstall (later ones assume install ran; the tf*
+# ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
 #
 # Environment:
 #   KT_PROVIDER        full (e2e/cluster/up.sh full; default) or kind: how a process is
@@ -684,8 +684,79 @@ s_uninstall() {
   end
 }
 
+# Kueue (docs/kueue.md), when the cluster runs it (e2e/cluster/kueue-up.sh; e2e/run.sh
+# starts it when it is built): two queued jobs of 2 x 400m CPU against a ClusterQueue of
+# 1 CPU; the second's pods stay gated until the first finishes, then it runs; a job
+# without the queue label runs beside them, untouched.
+s_kueue() {
+  begin kueue
+  if ! k get crd clusterqueues.kueue.x-k8s.io >/dev/null 2>&1; then
+    tap_skip "kueue" "Kueue is not installed on this cluster (e2e/cluster/kueue-up.sh)"
+    end; return
+  fi
+  local out j t0 n g bad="" seen_gated=0 a_done=""
+  t0=$(now)
+  if out=$(kn apply -f examples/kueue/queues.yaml 2>&1) &&
+     out=$(k patch clusterqueue training --type json -p \
+       '[{"op":"replace","path":"/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota","value":"1"}]' 2>&1); then
+    ok "examples/kueue/queues.yaml applied, ClusterQueue training's CPU quota set to 1"
+  else fail "queues applied" "$out"; end; return; fi
+  # qjob NAME [LABEL]: the suite's job, 400m CPU a pod, in the queue when LABEL is given.
+  qjob() {
+    job "$1" "template: {spec: {containers: [{name: trainer, resources: {requests: {cpu: 400m, memory: 128Mi}}}]}}" |
+      if [ -n "${2:-}" ]; then sed "s|^  namespace: .*|&\n  labels: {kueue.x-k8s.io/queue-name: training}|"; else cat; fi |
+      kn apply -f - 2>&1
+  }
+  if out=$(qjob kq-a 1); then ok "job kq-a applied in queue training"; else fail "job kq-a applied" "$out"; end; return; fi
+  if wait_running kq-a 2 120; then ok "kq-a admitted: both workers Running"
+  else fail "kq-a admitted" "$(explain kq-a; kn get workloads 2>&1)"; end; return; fi
+  check "kq-a's pods are one Kueue group of 2" \
+    "$(kn get pod kq-a-worker-0 -o 'jsonpath={.metadata.annotations.kueue\.x-k8s\.io/pod-group-total-count}')" 2
+  if out=$(qjob kq-b 1); then ok "job kq-b applied in queue training"; else fail "job kq-b applied" "$out"; fi
+  if out=$(qjob kq-plain); then ok "job kq-plain applied without a queue"; else fail "job kq-plain applied" "$out"; fi
+  # Until kq-a is done, kq-b's pods (once made) must all be gated and none Running.
+  local end=$(( $(date +%s) + JOB_TIMEOUT ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    case "$(phase kq-a)" in Succeeded|Failed) a_done=$(phase kq-a); break ;; esac
+    n=$(kn get pods -l kubetrain.dev/job-name=kq-b -o name 2>/dev/null | grep -c .)
+    if [ "$n" = 2 ]; then
+      g=$(kn get pods -l kubetrain.dev/job-name=kq-b \
+            -o 'jsonpath={range .items[*]}{.status.phase}:{.spec.schedulingGates[*].name}{"\n"}{end}' 2>/dev/null)
+      # Read kq-a's phase again: it may have finished between the two reads.
+      if [ "$(grep -c '^Pending:\(.* \)\?kueue\.x-k8s\.io/admission\( \|$\)' <<<"$g")" = 2 ]; then
+        seen_gated=$((seen_gated + 1))
+      else case "$(phase kq-a)" in Succeeded|Failed) ;; *) bad=$g ;; esac; fi
+    fi
+    sleep 1
+  done
+  check "kq-a Succeeded" "$a_done" Succeeded
+  if [ -z "$bad" ] && [ "$seen_gated" -gt 0 ]; then
+    ok "while kq-a ran, kq-b's 2 pods stayed gated (kueue.x-k8s.io/admission), none Running ($seen_gated samples)"
+  else fail "kq-b gated while kq-a ran" "samples gated: $seen_gated; other: $bad"$'\n'"$(kn get workloads 2>&1)"; fi
+  if wait_phase kq-b "$JOB_TIMEOUT" Succeeded; then ok "kq-b admitted after kq-a finished, Succeeded ($(since "$t0")s)"
+  else fail "kq-b Succeeded" "$(explain kq-b; kn get workloads 2>&1)"; fi
+  if wait_phase kq-plain "$JOB_TIMEOUT" Succeeded; then ok "kq-plain (no queue) Succeeded beside the full queue"
+  else fail "kq-plain Succeeded" "$(explain kq-plain)"; fi
+  check "kq-plain's pods carry no Kueue label, gate or finalizer" \
+    "$(kn get pods -l kubetrain.dev/job-name=kq-plain -o json 2>/dev/null |
+       jq -r '[.items[] | (.metadata.labels | keys[] | select(startswith("kueue.x-k8s.io"))),
+               (.spec.schedulingGates // [] | .[].name), (.metadata.finalizers // [])[]] | length')" 0
+  for j in kq-a kq-b; do check "$j restarts application/disruption 0/0" "$(restarts "$j")" "0/0"; done
+  # Kueue takes its finalizer off once it has seen the group finish.
+  fin() { kn get pods -l 'kueue.x-k8s.io/queue-name' -o 'jsonpath={.items[*].metadata.finalizers}' 2>/dev/null; }
+  end=$(( $(date +%s) + 30 ))
+  while [ -n "$(fin)" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  check "Kueue left no finalizer on the finished pods" "$(fin)" ""
+  out=$(kn delete tj kq-a kq-b kq-plain --wait --timeout 60s 2>&1)
+  end=$(( $(date +%s) + 60 ))
+  while n=$(kn get pods -l 'kubetrain.dev/job-name in (kq-a,kq-b,kq-plain)' -o name 2>/dev/null | grep -c .)
+        [ "$n" != 0 ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  check "the jobs deleted, and their pods with them" "$n" 0
+  end
+}
+
 ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline tfmwms tfps tfexit
-     upgrade uninstall)
+     kueue upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"
