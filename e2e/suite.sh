@@ -695,16 +695,23 @@ s_kueue() {
     end; return
   fi
   local out j t0 n g bad="" seen_gated=0 a_done=""
+  local KUEUE_STOPPED="Kueue stopped its pod group"
   t0=$(now)
   if out=$(kn apply -f examples/kueue/queues.yaml 2>&1) &&
      out=$(k patch clusterqueue training --type json -p \
        '[{"op":"replace","path":"/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota","value":"1"}]' 2>&1); then
     ok "examples/kueue/queues.yaml applied, ClusterQueue training's CPU quota set to 1"
   else fail "queues applied" "$out"; end; return; fi
-  # qjob NAME [LABEL]: the suite's job, 400m CPU a pod, in the queue when LABEL is given.
+  # qjob NAME [QUEUED [PRIORITY [STEPS [SPEC...]]]]: the suite's job, 400m CPU a pod, in
+  # the queue when QUEUED is given, of the WorkloadPriorityClass PRIORITY (a pod label),
+  # STEPS steps an epoch (30), the extra spec lines SPEC.
   qjob() {
-    job "$1" "template: {spec: {containers: [{name: trainer, resources: {requests: {cpu: 400m, memory: 128Mi}}}]}}" |
-      if [ -n "${2:-}" ]; then sed "s|^  namespace: .*|&\n  labels: {kueue.x-k8s.io/queue-name: training}|"; else cat; fi |
+    local name=$1 queued=${2:-} prio=${3:-} steps=${4:-30} meta=""
+    shift $(( $# < 4 ? $# : 4 ))
+    [ -n "$prio" ] && meta="metadata: {labels: {kueue.x-k8s.io/priority-class: $prio}}, "
+    job "$name" "template: {${meta}spec: {containers: [{name: trainer, resources: {requests: {cpu: 400m, memory: 128Mi}}}]}}" "$@" |
+      sed "s/stepsPerEpoch: 30/stepsPerEpoch: $steps/" |
+      if [ -n "$queued" ]; then sed "s|^  namespace: .*|&\n  labels: {kueue.x-k8s.io/queue-name: training}|"; else cat; fi |
       kn apply -f - 2>&1
   }
   if out=$(qjob kq-a 1); then ok "job kq-a applied in queue training"; else fail "job kq-a applied" "$out"; end; return; fi
@@ -747,9 +754,44 @@ s_kueue() {
   end=$(( $(date +%s) + 30 ))
   while [ -n "$(fin)" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
   check "Kueue left no finalizer on the finished pods" "$(fin)" ""
-  out=$(kn delete tj kq-a kq-b kq-plain --wait --timeout 60s 2>&1)
+
+  # Preemption: a low-priority job (restartPolicy Never, so a stop counted as a failure
+  # would fail it) runs; a high-priority one that needs its quota makes Kueue preempt
+  # it (TerminationTarget, then its pods deleted): a disruption; its restart is a new
+  # group, queued until the high one is done, then it resumes from its checkpoint.
+  local line
+  if out=$(printf '%s\n---\n%s\n' \
+        'apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: kt-low}
+value: 100' \
+        'apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: kt-high}
+value: 1000' | k apply -f - 2>&1) &&
+     out=$(k patch clusterqueue training --type merge \
+             -p '{"spec":{"preemption":{"withinClusterQueue":"LowerPriority"}}}' 2>&1); then
+    ok "WorkloadPriorityClasses kt-low, kt-high; ClusterQueue preempts lower priority"
+  else fail "priority classes and preemption set" "$out"; fi
+  if out=$(qjob kq-low 1 kt-low 150 "restartPolicy: Never"); then ok "job kq-low applied (kt-low, 2 x 150 steps, restartPolicy Never)"
+  else fail "job kq-low applied" "$out"; fi
+  if line=$(chief_ckpt kq-low 180); then ok "kq-low's chief saved a checkpoint: ${line##*] }"
+  else fail "kq-low's chief saved a checkpoint" "$(explain kq-low; kn get workloads 2>&1)"; fi
+  if out=$(qjob kq-high 1 kt-high); then ok "job kq-high applied (kt-high)"; else fail "job kq-high applied" "$out"; fi
+  if wait_event kq-low "$KUEUE_STOPPED" 120; then ok "kq-low preempted: the operator's event says Kueue stopped its pod group"
+  else fail "kq-low preempted" "$(explain kq-low; kn get workloads 2>&1)"; fi
+  if wait_phase kq-high "$JOB_TIMEOUT" Succeeded; then ok "kq-high Succeeded"
+  else fail "kq-high Succeeded" "$(explain kq-high; kn get workloads 2>&1)"; fi
+  if wait_phase kq-low "$JOB_TIMEOUT" Succeeded; then ok "kq-low re-admitted after kq-high, Succeeded"
+  else fail "kq-low Succeeded" "$(explain kq-low; kn get workloads 2>&1)"; fi
+  check "kq-low restarts application/disruption 0/1" "$(restarts kq-low)" "0/1"
+  out=$(kn logs kq-low-worker-0 -c trainer 2>/dev/null | grep -E -m1 'resuming from .*global step [1-9]')
+  if [ -n "$out" ]; then ok "kq-low's chief resumed from its checkpoint: ${out##*]: }"
+  else fail "kq-low's chief resumed from its checkpoint" "$(explain kq-low)"; fi
+
+  out=$(kn delete tj kq-a kq-b kq-plain kq-low kq-high --wait --timeout 60s 2>&1)
   end=$(( $(date +%s) + 60 ))
-  while n=$(kn get pods -l 'kubetrain.dev/job-name in (kq-a,kq-b,kq-plain)' -o name 2>/dev/null | grep -c .)
+  while n=$(kn get pods -l 'kubetrain.dev/job-name in (kq-a,kq-b,kq-plain,kq-low,kq-high)' -o name 2>/dev/null | grep -c .)
         [ "$n" != 0 ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
   check "the jobs deleted, and their pods with them" "$n" 0
   end
