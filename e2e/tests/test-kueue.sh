@@ -4,11 +4,12 @@
 # pods (docs/kueue.md): a group that fits the ClusterQueue's quota is admitted whole (its
 # pods ungated), a second one that does not fit stays gated until the first finishes; a
 # pod without the queue label is left alone; the pods of an admitted group deleted
-# before they ran do not keep Kueue's finalizer. The api level has no scheduler and no
-# kubelet: the pods stay unscheduled, and "the first group finishes" is its pods' status
-# set to Succeeded through the status subresource, as the kubelet would (the only
-# stand-in here). Own run directory (build/e2e/test-kueue). Skips when etcd is missing or
-# Kueue is not built and KT_KUEUE_BUILD=0; builds it otherwise (slow the first time).
+# before they ran, and a gated pod deleted, do not keep Kueue's finalizer. The api level
+# has no scheduler and no kubelet: the pods stay unscheduled, and "the first group
+# finishes" is its pods' status set to Succeeded through the status subresource, as the
+# kubelet would (the only stand-in here). Own run directory (build/e2e/test-kueue).
+# Skips when etcd is missing or Kueue is not built and KT_KUEUE_BUILD=0; builds it
+# otherwise (slow the first time).
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
@@ -163,6 +164,19 @@ if wait_until 120 gone; then
 else
   tap_fail "group b's deleted pods are gone" \
     "$(kn get pods b-0 b-1 -o yaml 2>&1 | grep -E 'finalizers|phase|deletionTimestamp' -A1)"
+fi
+# A pod of a group still gated (here: incomplete, so never admitted) deleted: it goes too.
+pod c-0 c training >/dev/null
+check "pod c-0 of an incomplete group: gated, with Kueue's finalizer" \
+  "$(admission_gate c-0) $(kn get pod c-0 -o 'jsonpath={.metadata.finalizers[*]}')" \
+  "gated kueue.x-k8s.io/managed"
+kn delete pod c-0 --wait=false >/dev/null
+gone_c() { [ -z "$(kn get pod c-0 -o name --ignore-not-found 2>/dev/null)" ]; }
+t0=$(date +%s)
+if wait_until 120 gone_c; then
+  tap_ok "a gated pod deleted is gone in $(( $(date +%s) - t0 ))s (no finalizer, no gate left)"
+else
+  tap_fail "a gated pod deleted is gone" "$(kn get pod c-0 -o yaml 2>&1 | tail -n 30)"
 fi
 # The group's Workload is owned by its pods: the garbage collector deletes it after them.
 reserving() { k get clusterqueue training -o 'jsonpath={.status.reservingWorkloads}'; }
