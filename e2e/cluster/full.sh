@@ -292,6 +292,7 @@ full_start() {
     --authentication-kubeconfig "$KT_RUN/scheduler.kubeconfig" \
     --authorization-kubeconfig "$KT_RUN/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$sched_port" --cert-dir "$pki/scheduler" \
+    "${gate_flags[@]}" \
     --leader-elect=false --profiling=false
   wait_for kube-scheduler curl -skf "https://127.0.0.1:$sched_port/healthz"
 

@@ -22,6 +22,11 @@
 #   .run/logs/*.log   each component's output
 #   .run/pki/         the generated CA, serving and client certificates, service-account key
 #   .run/full/        (full) containerd, kubelet, CNI and volume state; host changes to undo
+# Both levels serve the Workload API's PodGroups (scheduling.k8s.io/v1alpha2, alpha in
+# v1.36): the feature gates GenericWorkload and GangScheduling on kube-apiserver,
+# kube-controller-manager (the PodGroup protection controller) and kube-scheduler (the
+# GangScheduling plugin), and the group version in the apiserver's --runtime-config.
+# KT_WORKLOAD_API=off leaves them out: a cluster without the API, as most are today.
 # Running it when the same level is already up and healthy does nothing and succeeds;
 # a stale or broken .run is torn down first. Exit status 0 when the cluster is ready.
 # shellcheck disable=SC2154 # free_port sets the *_port variables through a nameref
@@ -34,6 +39,13 @@ case $level in api|full) ;; *) kt_die "unknown level '$level'; usage: up.sh [api
 SERVICE_CIDR=${KT_SERVICE_CIDR:-10.96.0.0/16}
 SERVICE_APISERVER_IP=${KT_SERVICE_APISERVER_IP:-10.96.0.1}
 READY_TIMEOUT=${KT_READY_TIMEOUT:-120}
+# Alpha gates, off by default upstream; GangScheduling needs GenericWorkload.
+case ${KT_WORKLOAD_API:-on} in
+  on)  gate_flags=(--feature-gates "GenericWorkload=true,GangScheduling=true")
+       api_workload_flags=("${gate_flags[@]}" --runtime-config scheduling.k8s.io/v1alpha2=true) ;;
+  off) gate_flags=(); api_workload_flags=() ;;
+  *)   kt_die "KT_WORKLOAD_API must be on or off, got '$KT_WORKLOAD_API'" ;;
+esac
 
 # kt_pid_alive NAME: true when .run/pids/NAME.pid names a live process of that binary.
 kt_pid_alive() {
@@ -274,6 +286,7 @@ start kube-apiserver "$bin/kube-apiserver" \
   --authorization-mode RBAC,Node \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --allow-privileged=true \
+  "${api_workload_flags[@]}" \
   --profiling=false
 wait_for kube-apiserver "$bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" get --raw /readyz
 
@@ -288,6 +301,7 @@ start kube-controller-manager "$bin/kube-controller-manager" \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
   --enable-garbage-collector=true --controllers '*' \
+  "${gate_flags[@]}" \
   --profiling=false
 wait_for kube-controller-manager curl -skf "https://127.0.0.1:$kcm_port/healthz"
 
