@@ -18,8 +18,8 @@ import yaml
 
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
 # jobs, pods, services and networkpolicies; controller.c creates pods, services,
-# secrets, networkpolicies and events, deletes pods, networkpolicies and expired jobs,
-# PUTs job status; owner references with blockOwnerDeletion need update on
+# secrets, networkpolicies, podgroups and events, deletes pods, networkpolicies,
+# podgroups and expired jobs, PUTs job status; owner references with blockOwnerDeletion need update on
 # trainingjobs/finalizers), as (group, resource, verb). Secrets: create and nothing else
 # (no get, list or watch, anywhere).
 OPERATOR_RULES = {
@@ -36,6 +36,8 @@ OPERATOR_RULES = {
     ("", "secrets", "create"),
 } | {
     ("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "delete")
+} | {
+    ("scheduling.k8s.io", "podgroups", v) for v in ("create", "delete")
 }
 # leader.c: GET and PUT the Lease named by --leader-elect-name, POST it when absent.
 def lease_rules(name):
@@ -84,6 +86,8 @@ def source_rules(src_dir):
         gv = gv.strip()
         if gv == "KT_API_VERSION":
             return "kubetrain.dev"
+        if gv == "POD_GROUP_API_VERSION":  # desired.h
+            return "scheduling.k8s.io"
         gv = gv.strip('"')
         return "" if gv == "v1" else gv.split("/")[0]
 

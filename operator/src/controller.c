@@ -16,6 +16,9 @@
 #include <string.h>
 
 #define MAX_WORKER_THREADS 64
+/* How long what discovery said about PodGroups holds before it is asked again: the
+ * feature gates change only when the control plane restarts. */
+#define GANG_API_RECHECK_S 300.0
 
 struct Controller {
     KubeClient *client;
@@ -25,6 +28,11 @@ struct Controller {
     Informer *jobs, *pods, *services, *netpols; /* never Secrets: see reconcile.h */
     pthread_t threads[MAX_WORKER_THREADS];
     int nthreads;
+    /* Whether the cluster serves PodGroups, and when it was learned (clock_mono);
+     * shared by the workers. */
+    pthread_mutex_t gang_lock;
+    GangApi gang_api;
+    double gang_checked;
 };
 
 /* ------------------------------------------------------------------------------------
@@ -90,7 +98,8 @@ static const char *const METADATA_KEPT[] = {"name",
 static void prune_pod(cJSON *pod)
 {
     static const char *const top[] = {"metadata", "spec", "status", NULL};
-    static const char *const spec[] = {"nodeName", NULL}; /* named when forcing a deletion */
+    /* nodeName: named when forcing a deletion; both: whether a pod waits for a place */
+    static const char *const spec[] = {"nodeName", "schedulingGroup", NULL};
     static const char *const status[] = {"phase", "reason", "conditions", "containerStatuses",
                                          NULL};
     static const char *const cstatus[] = {"name", "state", NULL};
@@ -120,6 +129,7 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     if (!c) goto nomem;
     c->client = client;
     c->cfg = *cfg;
+    pthread_mutex_init(&c->gang_lock, NULL);
     c->ns = strdup(cfg->namespace ? cfg->namespace : "");
     c->identity = strdup(cfg->identity ? cfg->identity : "kubetrain-operator");
     if (!c->ns || !c->identity) goto nomem;
@@ -166,6 +176,7 @@ void controller_free(Controller *c)
     informer_free(c->services);
     informer_free(c->netpols);
     wq_free(c->queue);
+    pthread_mutex_destroy(&c->gang_lock);
     free(c->ns);
     free(c->identity);
     free(c);
@@ -184,6 +195,71 @@ int controller_synced(Controller *c)
 {
     return informer_synced(c->jobs) && informer_synced(c->pods) && informer_synced(c->services) &&
            informer_synced(c->netpols);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Discovery: does the cluster serve PodGroups? */
+
+/* What the controller knows of scheduling.k8s.io/v1alpha2 podgroups, asked again after
+ * GANG_API_RECHECK_S (or at once after forget). The discovery document lists them when
+ * the API server runs with the GenericWorkload gate and the group version enabled; 404
+ * means it does not. On any other failure the last answer holds; with none yet,
+ * returns -errno with err (the key is retried), so that a job never loses its group
+ * to a passing error. */
+static int gang_api_lookup(Controller *c, GangApi *out, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&c->gang_lock);
+    double now = clock_mono();
+    if (c->gang_api != GANG_API_UNKNOWN && now - c->gang_checked < GANG_API_RECHECK_S) {
+        *out = c->gang_api;
+        pthread_mutex_unlock(&c->gang_lock);
+        return 0;
+    }
+    KubeResponse r = {0};
+    int rc = kclient_request(c->client, "GET", "/apis/" POD_GROUP_API_VERSION, NULL, NULL, &r, err,
+                             errlen);
+    GangApi found = GANG_API_UNKNOWN;
+    if (rc == 0) {
+        found = GANG_API_ABSENT;
+        const cJSON *res;
+        cJSON_ArrayForEach(res, jsonx_arr(r.body, "resources"))
+        {
+            const char *name = jsonx_str(res, "name");
+            if (name && strcmp(name, "podgroups") == 0) found = GANG_API_SERVED;
+        }
+    } else if (rc == -ENOENT) {
+        found = GANG_API_ABSENT;
+    }
+    kresp_free(&r);
+    if (found != GANG_API_UNKNOWN) {
+        if (found != c->gang_api)
+            olog(OLOG_INFO, NULL,
+                 found == GANG_API_SERVED
+                     ? "the cluster serves " POD_GROUP_API_VERSION " PodGroups: jobs with "
+                       "spec.gangScheduling get one per attempt"
+                     : "the cluster does not serve " POD_GROUP_API_VERSION " PodGroups: pods "
+                       "are scheduled one by one (feature gates GenericWorkload and "
+                       "GangScheduling are off)");
+        c->gang_api = found;
+        c->gang_checked = now;
+        rc = 0;
+    } else if (c->gang_api != GANG_API_UNKNOWN) {
+        olog(OLOG_WARN, NULL, "discovery of %s failed, keeping the last answer: %s",
+             POD_GROUP_API_VERSION, err);
+        c->gang_checked = now - GANG_API_RECHECK_S + 10; /* ask again in 10 s */
+        rc = 0;
+    }
+    *out = c->gang_api;
+    pthread_mutex_unlock(&c->gang_lock);
+    return rc;
+}
+
+/* Makes the next lookup ask the API server (a PodGroup request got 404). */
+static void gang_api_forget(Controller *c)
+{
+    pthread_mutex_lock(&c->gang_lock);
+    c->gang_checked = clock_mono() - GANG_API_RECHECK_S;
+    pthread_mutex_unlock(&c->gang_lock);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -368,6 +444,25 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         if (rc == -ENOENT) rc = 0;
         if (rc == 0) olog(OLOG_INFO, key, "deleted networkpolicies %s", a->name);
         break;
+    case ACTION_CREATE_POD_GROUP:
+        kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", NULL, NULL);
+        rc = kclient_request(c->client, "POST", path, a->object, NULL, &r, err, errlen);
+        if (rc == 0) {
+            olog(OLOG_INFO, key, "created podgroups %s", a->name);
+        } else if (rc == -EEXIST) {
+            rc = 0; /* an earlier pass made it and stopped before the pods */
+        } else if (rc == -ENOENT) {
+            /* The API went away (the control plane restarted without the gates): the
+             * retry finds out and makes the pods without a group. */
+            gang_api_forget(c);
+        }
+        break;
+    case ACTION_DELETE_POD_GROUP:
+        kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", a->name, NULL);
+        rc = kclient_request(c->client, "DELETE", path, NULL, NULL, &r, err, errlen);
+        if (rc == -ENOENT) rc = 0;
+        if (rc == 0) olog(OLOG_DEBUG, key, "deleted podgroups %s", a->name);
+        break;
     case ACTION_EVENT:
         olog(strcmp(a->event_type, "Warning") == 0 ? OLOG_WARN : OLOG_INFO, key, "%s: %s",
              a->reason, a->message);
@@ -416,6 +511,8 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
                     .pods = pv,
                     .npods = npods,
                     .now = clock_wall()};
+    rc = gang_api_lookup(c, &obs.gang_api, err, errlen);
+    if (rc) goto out;
     if (RAND_bytes(obs.ring_key, sizeof obs.ring_key) != 1) {
         snprintf(err, errlen, "no random bytes for the ring key");
         rc = -EIO;

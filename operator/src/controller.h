@@ -4,7 +4,9 @@
  * events (owned objects map to their job through the controller owner reference, or
  * the kubetrain.dev/job-name label); worker threads that read the caches, call
  * reconcile and carry out its plan in order, stopping at the first failed action
- * so that the key is retried with backoff. Timers from the plan become delayed adds. */
+ * so that the key is retried with backoff. Timers from the plan become delayed adds.
+ * Whether the cluster serves PodGroups (scheduling.k8s.io/v1alpha2) comes from
+ * discovery, asked on the first sync and every 5 minutes after, shared by the workers. */
 #ifndef KT_CONTROLLER_H
 #define KT_CONTROLLER_H
 

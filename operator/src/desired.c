@@ -24,6 +24,21 @@ void desired_pod_name(const char *job, Role role, int index, char *out, size_t n
     snprintf(out, n, "%s-%s-%d", job, jobspec_role_name(role), index);
 }
 
+void desired_pod_group_name(const char *job, long long attempt, char *out, size_t n)
+{
+    snprintf(out, n, "%s-%lld", job, attempt);
+}
+
+int desired_gang_size(const JobSpec *s)
+{
+    return s->npods - s->roles[ROLE_EVALUATOR].replicas;
+}
+
+int desired_in_gang(Role role)
+{
+    return role != ROLE_EVALUATOR;
+}
+
 char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, int index)
 {
     cJSON *root = cJSON_CreateObject();
@@ -100,6 +115,29 @@ static cJSON *new_object(const JobSpec *s, const char *kind, const char *name)
         return NULL;
     }
     return o;
+}
+
+cJSON *desired_pod_group(const JobSpec *s, long long attempt)
+{
+    char name[300], buf[32];
+    desired_pod_group_name(s->name, attempt, name, sizeof name);
+    snprintf(buf, sizeof buf, "%lld", attempt);
+    cJSON *o = new_object(s, "PodGroup", name);
+    cJSON *annots = o ? jsonx_ensure_obj(o, "metadata.annotations") : NULL;
+    cJSON *gang = o ? jsonx_ensure_obj(o, "spec.schedulingPolicy.gang") : NULL;
+    if (!annots || !gang || !jsonx_set_str(o, "apiVersion", POD_GROUP_API_VERSION) ||
+        !jsonx_set_str(annots, ANNOT_ATTEMPT, buf) ||
+        !jsonx_set_num(gang, "minCount", desired_gang_size(s))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int desired_pod_join_group(cJSON *pod, const char *group)
+{
+    cJSON *g = jsonx_set(jsonx_ensure_obj(pod, "spec"), "schedulingGroup", cJSON_CreateObject());
+    return g && jsonx_set_str(g, "podGroupName", group) ? 0 : -ENOMEM;
 }
 
 /* Base64 of n bytes into a new cJSON string. */

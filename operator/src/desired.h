@@ -7,6 +7,8 @@
  *                                    every pod of the job
  *   Pod      <job>-<role>-<i>        hostname <job>-<role>-<i>, subdomain <job>-worker;
  *                                    role chief | worker | ps | evaluator
+ *   PodGroup <job>-<attempt>         scheduling.k8s.io/v1alpha2, gang of the chief,
+ *                                    workers and ps tasks (spec.gangScheduling)
  *   Secret   <job>-secret-<random>   ring-key (64 hex digits of 32 random bytes),
  *                                    model.json when the model is given inline; the
  *                                    API server generates the suffix (generateName)
@@ -31,6 +33,7 @@
 #define ANNOT_ATTEMPT "kubetrain.dev/attempt"
 #define ANNOT_WORLD_SIZE "kubetrain.dev/world-size"
 #define ANNOT_CLUSTER "kubetrain.dev/cluster"
+#define POD_GROUP_API_VERSION "scheduling.k8s.io/v1alpha2"
 #define TRAINER_CONTAINER "trainer"
 #define SECRET_RING_KEY "ring-key"
 #define SECRET_MODEL "model.json"
@@ -62,6 +65,29 @@ void desired_service_name(const char *job, char *out, size_t n);
 void desired_secret_prefix(const char *job, char *out, size_t n);
 /* "<job>-<role>-<index>", the pod and its hostname. */
 void desired_pod_name(const char *job, Role role, int index, char *out, size_t n);
+
+/* "<job>-<attempt>", the PodGroup of one attempt: unique, since the attempt is a number
+ * and a job name cannot end in "-<digits>" of another's that way (the suffix is parsed
+ * from the right). */
+void desired_pod_group_name(const char *job, long long attempt, char *out, size_t n);
+
+/* The pods that must run together, the PodGroup's minCount: the chief, the workers and
+ * the ps tasks. The evaluator is outside the gang (it takes no part in the rendezvous,
+ * and were it in the group it could count toward minCount in a worker's place). */
+int desired_gang_size(const JobSpec *s);
+
+/* The role's pods join the attempt's PodGroup: every role but the evaluator. */
+int desired_in_gang(Role role);
+
+/* The PodGroup (scheduling.k8s.io/v1alpha2) of attempt `attempt`: named by
+ * desired_pod_group_name, the job's labels and ANNOT_ATTEMPT, owned by the job, with
+ * spec.schedulingPolicy.gang.minCount = desired_gang_size. Caller owns the result; NULL
+ * on allocation failure. */
+cJSON *desired_pod_group(const JobSpec *s, long long attempt);
+
+/* Links a pod (from desired_pod) to the PodGroup `group`: spec.schedulingGroup.
+ * podGroupName, over any the template set. Returns 0, or -ENOMEM. */
+int desired_pod_join_group(cJSON *pod, const char *group);
 
 /* TF_CONFIG of replica `index` of `role`: the cluster lists the chief, worker and ps
  * tasks (a role without replicas is left out; the evaluator is never in it) and the

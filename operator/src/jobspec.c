@@ -370,6 +370,10 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (np && !cJSON_IsNull(np) && !cJSON_IsBool(np))
         FAIL("spec.networkPolicy: expected a boolean");
     s->network_policy = cJSON_IsTrue(np);
+    const cJSON *gs = jsonx_at(spec, "gangScheduling");
+    if (gs && !cJSON_IsNull(gs) && !cJSON_IsBool(gs))
+        FAIL("spec.gangScheduling: expected a boolean");
+    s->gang_scheduling = !cJSON_IsFalse(gs);
 
     const cJSON *t = jsonx_at(spec, "template");
     if (t && !cJSON_IsNull(t)) {

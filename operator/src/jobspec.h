@@ -80,6 +80,8 @@ typedef struct JobSpec {
     SuccessPolicy success_policy;
     int suspend;
     int network_policy;    /* spec.networkPolicy: a NetworkPolicy admits only the job's pods */
+    int gang_scheduling;   /* spec.gangScheduling (default true): one PodGroup per attempt
+                              when the cluster serves scheduling.k8s.io/v1alpha2 */
     const cJSON *template; /* PodTemplateSpec or NULL */
     JobRole roles[ROLE_COUNT];
     int npods; /* the replicas of every role */

@@ -16,10 +16,18 @@
 /* ------------------------------------------------------------------------------------
  * Plan */
 
-static const char *const kind_names[] = {
-    "create-secret",         "create-service",       "create-pod", "delete-pod",
-    "update-status",         "delete-job",           "event",      "force-delete-pod",
-    "create-network-policy", "delete-network-policy"};
+static const char *const kind_names[] = {"create-secret",
+                                         "create-service",
+                                         "create-pod",
+                                         "delete-pod",
+                                         "update-status",
+                                         "delete-job",
+                                         "event",
+                                         "force-delete-pod",
+                                         "create-network-policy",
+                                         "delete-network-policy",
+                                         "create-pod-group",
+                                         "delete-pod-group"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -346,6 +354,48 @@ static void delete_pods(Ctx *c, const PodView *v, size_t n, int only_active)
     }
 }
 
+/* ------------------------------------------------------------------------------------
+ * Gang scheduling (docs/design.md, "Gang scheduling") */
+
+#define GANG_UNAVAILABLE_MESSAGE                                                                   \
+    "spec.gangScheduling is true but the cluster does not serve PodGroups "                        \
+    "(scheduling.k8s.io/v1alpha2): its pods are scheduled one by one. To schedule them as a "      \
+    "group, the cluster needs the feature gates GenericWorkload and GangScheduling "               \
+    "(kube-apiserver, kube-scheduler, kube-controller-manager) and the API server "                \
+    "--runtime-config scheduling.k8s.io/v1alpha2=true; or set spec.gangScheduling: false"
+
+/* The name of the pod group this job's new pods join, into out, and 1; 0 when they join
+ * none (spec.gangScheduling off, or the cluster has no PodGroups). */
+static int gang_group(const Ctx *c, long long attempt, char *out, size_t n)
+{
+    if (!c->spec.gang_scheduling || c->obs->gang_api != GANG_API_SERVED) return 0;
+    desired_pod_group_name(c->spec.name, attempt, out, n);
+    return 1;
+}
+
+/* Deletes the PodGroup of `attempt` where the cluster has PodGroups, whatever the spec
+ * says now (it may have been on then); the API server answers 404 when there is none.
+ * Its finalizer keeps it until its pods are gone. */
+static void delete_pod_group(Ctx *c, long long attempt)
+{
+    char name[300];
+    if (c->obs->gang_api != GANG_API_SERVED || attempt < 0) return;
+    desired_pod_group_name(c->spec.name, attempt, name, sizeof name);
+    add_action(c, ACTION_DELETE_POD_GROUP, name, NULL);
+}
+
+/* The reason of condition `type`, or NULL. */
+static const char *condition_reason(const cJSON *status, const char *type)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, jsonx_arr(status, "conditions"))
+    {
+        const char *t = jsonx_str(it, "type");
+        if (t && strcmp(t, type) == 0) return jsonx_str(it, "reason");
+    }
+    return NULL;
+}
+
 /* The "error" of the trainer's termination message, else the message's last non-empty
  * line: a program's log tail (FallbackToLogsOnError) ends with what went wrong, a
  * Python traceback with its exception. */
@@ -426,6 +476,7 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
     emit_status(c);
     event(c, success ? "Normal" : "Warning", reason, "%s", message);
     reconcile_finished(c, v, n);
+    delete_pod_group(c, jsonx_int(c->status, "attempt", 0));
 }
 
 /* Forgets what the pods of the attempt did (a new attempt starts): launched, the
@@ -463,6 +514,7 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
     emit_status(c);
     event(c, "Warning", reason, "restarting all pods: %s", message);
     delete_pods(c, v, n, 0);
+    delete_pod_group(c, attempt);
     if (counter && strcmp(counter, "application") == 0)
         requeue(c,
                 reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1)));
@@ -794,15 +846,17 @@ static const char *create_group_objects(Ctx *c, int *blocked)
     return secret;
 }
 
-/* Creates the pod of each slot that has none and has not succeeded, unless blocked.
- * Counts into *present the slots with a pod or done, into *running those whose pod
- * runs (not done) or is a failed evaluator (which stays so), and into created[role]
- * the pods created. Returns how many were created. */
-static int create_pods(Ctx *c, const Group *g, const char *secret, int blocked, int *present,
-                       int *running, int created[ROLE_COUNT])
+/* Creates the pod of each slot that has none and has not succeeded, unless blocked;
+ * with `group`, the attempt's PodGroup goes first (the previous attempt's is deleted)
+ * and every pod but the evaluator joins it. Counts into *present the slots with a pod
+ * or done, into *running those whose pod runs (not done) or is a failed evaluator
+ * (which stays so), and into created[role] the pods created. Returns how many were
+ * created. */
+static int create_pods(Ctx *c, const Group *g, const char *secret, const char *group, int blocked,
+                       int *present, int *running, int created[ROLE_COUNT])
 {
     const JobSpec *s = &c->spec;
-    int total = 0;
+    int total = 0, group_made = 0;
     for (int i = 0; i < s->npods; i++) {
         const PodView *p = g->cur[i];
         Role r;
@@ -817,7 +871,16 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, int blocked, 
             continue;
         }
         if (blocked) continue;
+        if (group && desired_in_gang(r) && !group_made) {
+            delete_pod_group(c, g->attempt - 1);
+            add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
+            group_made = 1;
+        }
         cJSON *pod = desired_pod(s, &c->cfg->desired, secret, r, ri, g->attempt);
+        if (pod && group && desired_in_gang(r) && desired_pod_join_group(pod, group)) {
+            cJSON_Delete(pod);
+            pod = NULL;
+        }
         if (!pod) {
             c->nomem = 1;
             break;
@@ -870,6 +933,91 @@ static void record_created(Ctx *c, const Group *g, int created, const int by_rol
     }
 }
 
+/* The GangScheduling condition, written when an attempt's pods are created: True naming
+ * the PodGroup; False, with a Warning event when the reason is new, where the cluster
+ * has no PodGroups; False when spec.gangScheduling was turned off (only if the
+ * condition is there). */
+static void gang_condition(Ctx *c, const Group *g, const char *group)
+{
+    const JobSpec *s = &c->spec;
+    /* Read before set_condition replaces the string. */
+    const char *old = condition_reason(c->status, "GangScheduling");
+    int present = old != NULL, said = old && strcmp(old, "GangSchedulingUnavailable") == 0;
+    char msg[512];
+    if (group) {
+        snprintf(msg, sizeof msg,
+                 "the %d %s of attempt %lld are scheduled all together or not at all "
+                 "(PodGroup %s, minCount %d)",
+                 desired_gang_size(s),
+                 s->npods == s->workers ? "worker pods" : "chief, worker and ps pods", g->attempt,
+                 group, desired_gang_size(s));
+        set_condition(c, "GangScheduling", 1, "PodGroupCreated", msg);
+    } else if (s->gang_scheduling && c->obs->gang_api == GANG_API_ABSENT) {
+        set_condition(c, "GangScheduling", 0, "GangSchedulingUnavailable",
+                      GANG_UNAVAILABLE_MESSAGE);
+        if (!said) event(c, "Warning", "GangSchedulingUnavailable", "%s", GANG_UNAVAILABLE_MESSAGE);
+    } else if (!s->gang_scheduling && present) {
+        set_condition(c, "GangScheduling", 0, "GangSchedulingDisabled",
+                      "spec.gangScheduling is false: the pods are scheduled one by one");
+    }
+}
+
+/* The scheduler's message when the pod's PodScheduled condition is False for reason
+ * Unschedulable, else NULL. */
+static const char *unschedulable_message(const cJSON *pod)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, jsonx_arr(pod, "status.conditions"))
+    {
+        const char *t = jsonx_str(it, "type"), *st = jsonx_str(it, "status");
+        const char *reason = jsonx_str(it, "reason"), *m = jsonx_str(it, "message");
+        if (t && st && reason && strcmp(t, "PodScheduled") == 0 && strcmp(st, "False") == 0 &&
+            strcmp(reason, "Unschedulable") == 0)
+            return m && *m ? m : "the scheduler gave no reason";
+    }
+    return NULL;
+}
+
+/* The Scheduled condition, over this attempt's pods that must run together (all but the
+ * evaluator): False while one of them is Pending and the scheduler found no place for
+ * it, with the scheduler's words ("0/4 pods schedulable as a group: 0/1 nodes are
+ * available: 1 Insufficient cpu."); True again once every one is placed (only if the
+ * condition is there: a job scheduled at once never gets it). */
+static void scheduled_condition(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    int n = 0, placed = 0, gang = 0;
+    const char *why = NULL;
+    for (int i = 0; i < s->npods; i++) {
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
+        if (!desired_in_gang(r)) continue;
+        n++;
+        const PodView *p = g->cur[i];
+        if (g->done[i] ||
+            (p && (strcmp(p->phase, "Pending") != 0 || jsonx_str(p->pod, "spec.nodeName") ||
+                   pod_condition(p->pod, "PodScheduled")))) {
+            placed++;
+            continue;
+        }
+        if (!p) continue;
+        if (jsonx_str(p->pod, "spec.schedulingGroup.podGroupName")) gang = 1;
+        if (!why) why = unschedulable_message(p->pod);
+    }
+    char msg[512];
+    if (why) {
+        snprintf(msg, sizeof msg,
+                 gang ? "%d/%d pods schedulable as a group: %.400s"
+                      : "%d/%d pods scheduled, the others unschedulable: %.400s",
+                 placed, n, why);
+        set_condition(c, "Scheduled", 0, gang ? "WaitingForGang" : "Unschedulable", msg);
+    } else if (placed == n && condition_reason(c->status, "Scheduled")) {
+        snprintf(msg, sizeof msg, "all %d pods that must run together are scheduled", n);
+        set_condition(c, "Scheduled", 1, "AllPodsScheduled", msg);
+    }
+}
+
 /* Progress, when no decision settled the pass: pods of older attempts go first (their
  * names block the new ones), then what is missing is created, and the phase is set:
  * Running once every index not done runs. */
@@ -880,9 +1028,16 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     int blocked = delete_stale_pods(c, g, foreign);
     blocked |= backoff_pending(c, restarting);
     const char *secret = create_group_objects(c, &blocked);
+    char group[300];
+    int gang = gang_group(c, g->attempt, group, sizeof group);
     int present = 0, running = 0, by_role[ROLE_COUNT] = {0};
-    int created = create_pods(c, g, secret, blocked, &present, &running, by_role);
-    if (created) record_created(c, g, created, by_role);
+    int created =
+        create_pods(c, g, secret, gang ? group : NULL, blocked, &present, &running, by_role);
+    if (created) {
+        record_created(c, g, created, by_role);
+        gang_condition(c, g, gang ? group : NULL);
+    }
+    scheduled_condition(c, g);
     if (present == s->npods && !g->launched && !jsonx_set_bool(c->status, "launched", 1))
         c->nomem = 1;
 
@@ -1024,10 +1179,12 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
             clear_condition(&c, "Restarting", "Suspended", "spec.suspend is true");
             emit_status(&c);
             event(&c, "Normal", "Suspended", "job suspended: deleting its worker pods");
+            delete_pods(&c, views, nviews, 0);
+            delete_pod_group(&c, jsonx_int(c.status, "attempt", 1) - 1);
         } else {
             emit_status(&c);
+            delete_pods(&c, views, nviews, 0);
         }
-        delete_pods(&c, views, nviews, 0);
         goto out;
     }
     if (phase && strcmp(phase, "Suspended") == 0) {

@@ -34,6 +34,9 @@ typedef enum {
     ACTION_FORCE_DELETE_POD,      /* a pod stuck terminating: DELETE with gracePeriodSeconds 0 */
     ACTION_CREATE_NETWORK_POLICY, /* spec.networkPolicy: before the pods */
     ACTION_DELETE_NETWORK_POLICY, /* spec.networkPolicy turned off */
+    /* spec.gangScheduling: the attempt's PodGroup, before its pods (409: made already) */
+    ACTION_CREATE_POD_GROUP,
+    ACTION_DELETE_POD_GROUP, /* an earlier attempt's PodGroup, or a finished job's (404: gone) */
 } ActionKind;
 
 typedef struct Action {
@@ -64,6 +67,14 @@ typedef struct ReconcileConfig {
     PodPolicyLevel template_policy;
 } ReconcileConfig;
 
+/* Whether the cluster serves PodGroups (scheduling.k8s.io/v1alpha2), as the controller
+ * learned it from discovery. */
+typedef enum {
+    GANG_API_UNKNOWN, /* not looked up: pods are made without a group, nothing is said */
+    GANG_API_SERVED,  /* one PodGroup per attempt for a job with spec.gangScheduling */
+    GANG_API_ABSENT,  /* such a job says so once (GangScheduling condition, an event) */
+} GangApi;
+
 /* The job's Secret is not observed: the operator may not read Secrets. The job's
  * status.secretName names the one it created. */
 typedef struct Observed {
@@ -74,6 +85,7 @@ typedef struct Observed {
     size_t npods;
     double now;                 /* wall-clock seconds */
     unsigned char ring_key[32]; /* used only when the Secret is created */
+    GangApi gang_api;
 } Observed;
 
 /* Computes the plan for obs->job into *plan (initialised here; free it with

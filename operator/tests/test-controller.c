@@ -484,6 +484,91 @@ static void test_owned_object_events_reach_their_job(void **state)
     running = NULL;
 }
 
+/* Events of `reason` about the job `job`. */
+static int count_reason(const char *reason, const char *job)
+{
+    cJSON *evs = fakeapi_list(api, "/api/v1/events");
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs)
+    {
+        const char *r = jsonx_str(e, "reason"), *j = jsonx_str(e, "involvedObject.name");
+        n += r && j && strcmp(r, reason) == 0 && strcmp(j, job) == 0;
+    }
+    cJSON_Delete(evs);
+    return n;
+}
+
+/* Discovery decides: without scheduling.k8s.io/v1alpha2 the pods are made as before and
+ * each job says so once; with it, a PodGroup per attempt and the pods linked. One
+ * discovery request per controller, however many jobs and passes. */
+static void test_gang_scheduling_discovery(void **state)
+{
+    (void)state;
+    unsigned long asked = fakeapi_requests(api, "DISCOVERY");
+    Controller *c = start_controller();
+    running = c;
+#define GANG_JOB(name)                                                                             \
+    "{\"apiVersion\":\"kubetrain.dev/"                                                             \
+    "v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"" name                           \
+    "\"},\"spec\":{\"workers\":2}}"
+    cJSON_Delete(fakeapi_create(api, JOBS, GANG_JOB("nogang-a")));
+    cJSON_Delete(fakeapi_create(api, JOBS, GANG_JOB("nogang-b")));
+    WAIT_FOR(5, "pods of both",
+             count_pods("nogang-a", "0") == 2 && count_pods("nogang-b", "0") == 2);
+    WAIT_FOR(5, "the events",
+             count_reason("GangSchedulingUnavailable", "nogang-a") == 1 &&
+                 count_reason("GangSchedulingUnavailable", "nogang-b") == 1);
+    set_pod("nogang-a-worker-0", "Running", -1, NULL);
+    set_pod("nogang-a-worker-1", "Running", -1, NULL);
+    WAIT_FOR(5, "phase Running", job_phase_is("nogang-a", "Running"));
+    cJSON *pod = fakeapi_get(api, PODS "/nogang-a-worker-1");
+    assert_null(jsonx_at(pod, "spec.schedulingGroup"));
+    cJSON_Delete(pod);
+    cJSON *job = get_job("nogang-a");
+    const cJSON *cond;
+    int said = 0;
+    cJSON_ArrayForEach(cond, jsonx_arr(job, "status.conditions"))
+    {
+        said |= strcmp(jsonx_str(cond, "type"), "GangScheduling") == 0 &&
+                strcmp(jsonx_str(cond, "reason"), "GangSchedulingUnavailable") == 0;
+    }
+    assert_true(said);
+    cJSON_Delete(job);
+    /* Once per job, however many passes. */
+    assert_int_equal(count_reason("GangSchedulingUnavailable", "nogang-a"), 1);
+    assert_int_equal(count_reason("GangSchedulingUnavailable", "nogang-b"), 1);
+    assert_int_equal(fakeapi_requests(api, "DISCOVERY") - asked, 1);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+
+    /* The same server now with PodGroups, as after a control-plane restart with the
+     * gates on: a new operator learns it. */
+    fakeapi_serve_discovery(api, "scheduling.k8s.io/v1alpha2", "podgroups");
+    c = start_controller();
+    running = c;
+    cJSON_Delete(fakeapi_create(api, JOBS, GANG_JOB("gang")));
+    WAIT_FOR(5, "gang pods", count_pods("gang", "0") == 2);
+    cJSON *pg =
+        fakeapi_get(api, "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups/gang-0");
+    assert_non_null(pg);
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 2);
+    job = get_job("gang");
+    assert_string_equal(
+        jsonx_str(cJSON_GetArrayItem(jsonx_arr(pg, "metadata.ownerReferences"), 0), "uid"),
+        jsonx_str(job, "metadata.uid"));
+    cJSON_Delete(job);
+    cJSON_Delete(pg);
+    pod = fakeapi_get(api, PODS "/gang-worker-0");
+    assert_string_equal(jsonx_str(pod, "spec.schedulingGroup.podGroupName"), "gang-0");
+    cJSON_Delete(pod);
+    assert_int_equal(count_reason("GangSchedulingUnavailable", "gang"), 0);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
 int main(void)
 {
     test_time_scale();
@@ -495,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_deadline_and_ttl_timers),
         cmocka_unit_test(test_watch_expiry_and_bad_objects),
         cmocka_unit_test(test_owned_object_events_reach_their_job),
+        cmocka_unit_test(test_gang_scheduling_discovery),
     };
     return cmocka_run_group_tests_name("controller", tests, setup, teardown);
 }

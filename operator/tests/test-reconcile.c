@@ -48,6 +48,9 @@ typedef struct Fixture {
     cJSON *service, *netpol;
     cJSON *pods[16];
     size_t npods;
+    GangApi gang_api;
+    char groups[8][256]; /* the PodGroups the plans made and did not delete */
+    size_t ngroups;
     Plan plan;
     char *desc;
 } Fixture;
@@ -116,7 +119,8 @@ static void fx_run_cfg(Fixture *f, const ReconcileConfig *cfg, double now)
                   .network_policy = f->netpol,
                   .pods = (const cJSON *const *)f->pods,
                   .npods = f->npods,
-                  .now = now};
+                  .now = now,
+                  .gang_api = f->gang_api};
     for (int i = 0; i < 32; i++)
         o.ring_key[i] = (unsigned char)(0xa0 + i);
     char err[256] = "";
@@ -1174,6 +1178,22 @@ static void apply_prefix(Fixture *f, size_t k)
             cJSON_Delete(f->netpol);
             f->netpol = NULL;
             break;
+        case ACTION_CREATE_POD_GROUP: {
+            int exists = 0;
+            for (size_t j = 0; j < f->ngroups; j++)
+                exists |= strcmp(f->groups[j], a->name) == 0;
+            if (exists) break; /* AlreadyExists */
+            assert_true(f->ngroups < 8);
+            snprintf(f->groups[f->ngroups++], sizeof f->groups[0], "%s", a->name);
+            break;
+        }
+        case ACTION_DELETE_POD_GROUP:
+            for (size_t j = 0; j < f->ngroups; j++) {
+                if (strcmp(f->groups[j], a->name) != 0) continue;
+                memcpy(f->groups[j], f->groups[--f->ngroups], sizeof f->groups[0]);
+                break;
+            }
+            break;
         case ACTION_DELETE_JOB:
         case ACTION_EVENT:
             break;
@@ -1812,6 +1832,280 @@ static void test_kueue_pod_group(void **state)
     assert_string_equal(group + 63 - 15, "-12345-01234567");
 }
 
+/* ------------------------------------------------------------------------------------
+ * Gang scheduling: one PodGroup per attempt (docs/design.md, "Gang scheduling") */
+
+/* How many times `line` is in the plan's description. */
+static int count_lines(const Fixture *f, const char *line)
+{
+    int n = 0;
+    size_t len = strlen(line);
+    for (const char *p = f->desc; (p = strstr(p, line)); p += len)
+        n += (p == f->desc || p[-1] == '\n') && p[len] == '\n';
+    return n;
+}
+
+static const char *group_of(const cJSON *pod)
+{
+    return jsonx_str(pod, "spec.schedulingGroup.podGroupName");
+}
+
+static void test_gang_pod_group_per_attempt(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC_PS, NULL), .gang_api = GANG_API_SERVED};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    /* The group before its pods; the first attempt has no older group to delete. */
+    assert_string_equal(f.desc, "create-pod-group mnist-0\n"
+                                "create-pod mnist-chief-0\n"
+                                "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "create-pod mnist-ps-0\n"
+                                "create-pod mnist-evaluator-0\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *pg = find_action(&f, ACTION_CREATE_POD_GROUP, "mnist-0")->object;
+    assert_string_equal(jsonx_str(pg, "apiVersion"), "scheduling.k8s.io/v1alpha2");
+    assert_string_equal(jsonx_str(pg, "kind"), "PodGroup");
+    assert_string_equal(jsonx_str(pg, "metadata.name"), "mnist-0");
+    assert_string_equal(jsonx_str(pg, "metadata.namespace"), "default");
+    /* chief + 2 workers + ps: the evaluator is not one of the pods that run together. */
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 4);
+    const cJSON *ref = cJSON_GetArrayItem(jsonx_arr(pg, "metadata.ownerReferences"), 0);
+    assert_string_equal(jsonx_str(ref, "uid"), "uid-1");
+    assert_string_equal(jsonx_str(ref, "kind"), "TrainingJob");
+    assert_true(jsonx_bool(ref, "controller", 0));
+    assert_true(jsonx_bool(ref, "blockOwnerDeletion", 0));
+    assert_string_equal(jsonx_key_str(jsonx_obj(pg, "metadata.labels"), "kubetrain.dev/job-name"),
+                        "mnist");
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(pg, "metadata.annotations"), "kubetrain.dev/attempt"), "0");
+    const char *const linked[] = {"mnist-chief-0", "mnist-worker-0", "mnist-worker-1",
+                                  "mnist-ps-0"};
+    for (size_t i = 0; i < 4; i++)
+        assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, linked[i])->object),
+                            "mnist-0");
+    assert_null(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-evaluator-0")->object));
+    const cJSON *st = new_status(&f);
+    assert_cond(st, "GangScheduling", "True/PodGroupCreated");
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 1);
+
+    /* Running: nothing more to do, no second group. */
+    for (size_t i = 0; i < f.npods; i++) {
+        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+        jsonx_set(jsonx_ensure_obj(f.pods[i], "status"), "conditions",
+                  cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    }
+    fx_run(&f, NOW + 10);
+    fx_apply(&f);
+    fx_run(&f, NOW + 11);
+    assert_string_equal(f.desc, "");
+    fx_apply(&f);
+
+    /* A worker fails: the restart deletes the pods and the attempt's group. */
+    pod_terminated(pod_named(&f, "mnist-worker-1"), 1, "{\"error\":\"boom\"}");
+    fx_run(&f, NOW + 20);
+    assert_int_equal(count_lines(&f, "delete-pod-group mnist-0"), 1);
+    assert_int_equal(count_lines(&f, "create-pod-group mnist-1"), 0);
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 0);
+    /* After the backoff: attempt 1's group, attempt 0's deleted again (it may have been
+     * missed by an operator that stopped after the status write; 404 is success). */
+    fx_run(&f, NOW + 40);
+    assert_int_equal(count_lines(&f, "delete-pod-group mnist-0"), 1);
+    assert_int_equal(count_lines(&f, "create-pod-group mnist-1"), 1);
+    assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object),
+                        "mnist-1");
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 1);
+    assert_string_equal(f.groups[0], "mnist-1");
+
+    /* The chief completes: the finished job's group goes too. */
+    for (size_t i = 0; i < f.npods; i++)
+        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+    pod_terminated(pod_named(&f, "mnist-chief-0"), 0, "{\"step\":3}");
+    fx_run(&f, NOW + 50);
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Succeeded");
+    assert_int_equal(count_lines(&f, "delete-pod-group mnist-1"), 1);
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 0);
+    fx_free(&f);
+}
+
+/* Stopped after any prefix of any plan, the operator still ends with exactly the
+ * current attempt's group, and every pod of the attempt in it. */
+static void test_gang_crash_converges(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
+        double now = NOW;
+        Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_SERVED};
+        settle(&f, &now, &rng);
+        assert_int_equal(f.ngroups, 1);
+        assert_string_equal(f.groups[0], "mnist-0");
+        for (size_t j = 0; j < f.npods; j++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "status"), "phase", "Running");
+        settle(&f, &now, &rng);
+        pod_terminated(pod_named(&f, "mnist-worker-1"), 1, NULL);
+        settle(&f, &now, &rng);
+        assert_int_equal(jsonx_int(f.job, "status.attempt", -1), 1);
+        assert_int_equal(f.npods, 2);
+        for (size_t j = 0; j < f.npods; j++)
+            assert_string_equal(group_of(f.pods[j]), "mnist-1");
+        /* A crash between the restart's status write and its deletions can leave
+         * attempt 0's group only until attempt 1's is made: never both after that. */
+        assert_int_equal(f.ngroups, 1);
+        assert_string_equal(f.groups[0], "mnist-1");
+        fx_free(&f);
+    }
+}
+
+static void test_gang_off_and_absent(void **state)
+{
+    (void)state;
+    /* spec.gangScheduling: false on a cluster with PodGroups: none, pods as before. */
+    Fixture f = {.job = job_new("{\"workers\":2,\"gangScheduling\":false}", NULL),
+                 .gang_api = GANG_API_SERVED};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    assert_null(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object));
+    assert_cond(new_status(&f), "GangScheduling", "absent");
+    fx_free(&f);
+
+    /* Turned off after an attempt had a group: the condition says so at the next one. */
+    Fixture o = {.job = job_new("{\"workers\":1,\"gangScheduling\":false}",
+                                "{\"attempt\":2,\"secretName\":\"" SECRET "\",\"conditions\":"
+                                "[{\"type\":\"GangScheduling\",\"status\":\"True\","
+                                "\"reason\":\"PodGroupCreated\",\"message\":\"m\"}]}"),
+                 .gang_api = GANG_API_SERVED};
+    fx_with_support(&o);
+    fx_run(&o, NOW);
+    assert_int_equal(count_lines(&o, "create-pod-group mnist-2"), 0);
+    assert_cond(new_status(&o), "GangScheduling", "False/GangSchedulingDisabled");
+    fx_free(&o);
+
+    /* Not a boolean: Invalid, naming the field. */
+    Fixture b = {.job = job_new("{\"workers\":2,\"gangScheduling\":\"yes\"}", NULL),
+                 .gang_api = GANG_API_SERVED};
+    fx_run(&b, NOW);
+    assert_null(strstr(b.desc, "create-"));
+    assert_cond(new_status(&b), "Invalid", "True/InvalidSpec");
+    char *st = cJSON_PrintUnformatted(new_status(&b));
+    assert_non_null(strstr(st, "spec.gangScheduling: expected a boolean"));
+    free(st);
+    fx_free(&b);
+
+    /* A cluster without PodGroups: pods as before, said once (event and condition),
+     * not again at the next attempt. */
+    Fixture a = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_ABSENT};
+    fx_with_support(&a);
+    fx_run(&a, NOW);
+    assert_string_equal(a.desc, "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "event Warning GangSchedulingUnavailable\n"
+                                "update-status mnist\n");
+    assert_null(group_of(find_action(&a, ACTION_CREATE_POD, "mnist-worker-1")->object));
+    assert_cond(new_status(&a), "GangScheduling", "False/GangSchedulingUnavailable");
+    const Action *ev = find_action(&a, ACTION_EVENT, "mnist");
+    for (size_t i = 0; i < a.plan.n; i++)
+        if (strcmp(a.plan.actions[i].reason, "GangSchedulingUnavailable") == 0)
+            ev = &a.plan.actions[i];
+    assert_non_null(strstr(ev->message, "scheduling.k8s.io/v1alpha2"));
+    assert_non_null(strstr(ev->message, "GenericWorkload"));
+    assert_non_null(strstr(ev->message, "GangScheduling"));
+    fx_apply(&a);
+    for (size_t i = 0; i < a.npods; i++)
+        jsonx_set_str(jsonx_ensure_obj(a.pods[i], "status"), "phase", "Running");
+    fx_run(&a, NOW + 1);
+    fx_apply(&a);
+    pod_terminated(pod_named(&a, "mnist-worker-1"), 1, NULL);
+    fx_run(&a, NOW + 2);
+    assert_null(strstr(a.desc, "pod-group")); /* nothing to delete on such a cluster */
+    fx_apply(&a);
+    fx_run(&a, NOW + 30);
+    assert_int_equal(count_lines(&a, "create-pod mnist-worker-1"), 1);
+    assert_null(strstr(a.desc, "GangSchedulingUnavailable"));
+    assert_cond(new_status(&a), "GangScheduling", "False/GangSchedulingUnavailable");
+    fx_free(&a);
+}
+
+/* Sets a Pending pod's PodScheduled condition as the scheduler does. */
+static void pod_unschedulable(cJSON *pod, const char *message)
+{
+    cJSON *c = cJSON_CreateObject();
+    jsonx_set_str(c, "type", "PodScheduled");
+    jsonx_set_str(c, "status", "False");
+    jsonx_set_str(c, "reason", "Unschedulable");
+    jsonx_set_str(c, "message", message);
+    cJSON *conds = cJSON_CreateArray();
+    cJSON_AddItemToArray(conds, c);
+    jsonx_set(jsonx_ensure_obj(pod, "status"), "conditions", conds);
+}
+
+static void test_scheduled_condition_says_why_a_job_waits(void **state)
+{
+    (void)state;
+    const char *why = "0/1 nodes are available: 1 Insufficient cpu.";
+    /* A gang of four (the evaluator apart) that does not fit. */
+    Fixture f = {.job = job_new(SPEC_PS, NULL), .gang_api = GANG_API_SERVED};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    fx_apply(&f);
+    for (size_t i = 0; i < f.npods; i++)
+        pod_unschedulable(f.pods[i], why);
+    fx_run(&f, NOW + 5);
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Pending");
+    assert_cond(st, "Scheduled", "False/WaitingForGang");
+    const cJSON *c;
+    const char *msg = NULL;
+    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
+    {
+        if (strcmp(jsonx_str(c, "type"), "Scheduled") == 0) msg = jsonx_str(c, "message");
+    }
+    assert_string_equal(msg, "0/4 pods schedulable as a group: 0/1 nodes are available: 1 "
+                             "Insufficient cpu.");
+    fx_apply(&f);
+    fx_run(&f, NOW + 6);
+    assert_string_equal(f.desc, ""); /* the same words: nothing to write */
+    fx_apply(&f);
+    /* Placed and running: True again. */
+    for (size_t i = 0; i < f.npods; i++) {
+        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+        jsonx_set(jsonx_ensure_obj(f.pods[i], "status"), "conditions",
+                  cJSON_Parse("[{\"type\":\"PodScheduled\",\"status\":\"True\"}]"));
+    }
+    fx_run(&f, NOW + 7);
+    assert_cond(new_status(&f), "Scheduled", "True/AllPodsScheduled");
+    fx_free(&f);
+
+    /* Without a gang: one worker placed, the other not. */
+    Fixture n = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_ABSENT};
+    fx_with_support(&n);
+    fx_run(&n, NOW);
+    fx_apply(&n);
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&n, "mnist-worker-0"), "spec"), "nodeName", "node1");
+    pod_unschedulable(pod_named(&n, "mnist-worker-1"), why);
+    fx_run(&n, NOW + 5);
+    st = new_status(&n);
+    assert_cond(st, "Scheduled", "False/Unschedulable");
+    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
+    {
+        if (strcmp(jsonx_str(c, "type"), "Scheduled") == 0) msg = jsonx_str(c, "message");
+    }
+    assert_string_equal(msg, "1/2 pods scheduled, the others unschedulable: 0/1 nodes are "
+                             "available: 1 Insufficient cpu.");
+    fx_free(&n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1848,6 +2142,10 @@ int main(void)
         cmocka_unit_test(test_roles_cluster_change_restarts),
         cmocka_unit_test(test_roles_invalid),
         cmocka_unit_test(test_kueue_pod_group),
+        cmocka_unit_test(test_gang_pod_group_per_attempt),
+        cmocka_unit_test(test_gang_crash_converges),
+        cmocka_unit_test(test_gang_off_and_absent),
+        cmocka_unit_test(test_scheduled_condition_says_why_a_job_waits),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }

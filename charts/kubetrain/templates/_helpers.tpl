@@ -72,4 +72,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [list, watch, create, delete]
+# spec.gangScheduling: one PodGroup per attempt, created before its pods and deleted at
+# the next attempt and when the job finishes (where the cluster serves the API).
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
+  verbs: [create, delete]
 {{- end -}}

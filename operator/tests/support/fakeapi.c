@@ -47,6 +47,7 @@ struct FakeApi {
     int expire_gen;
     int unavailable; /* answer 503 and end open watches, as a restarting server would */
     int active;      /* connection threads alive */
+    char discovery[128], discovery_plural[64]; /* fakeapi_serve_discovery */
     struct {
         char method[16];
         unsigned long n;
@@ -280,6 +281,14 @@ void fakeapi_expire(FakeApi *f)
     pthread_mutex_unlock(&f->mu);
 }
 
+void fakeapi_serve_discovery(FakeApi *f, const char *group_version, const char *plural)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->discovery, sizeof f->discovery, "/apis/%s", group_version);
+    snprintf(f->discovery_plural, sizeof f->discovery_plural, "%s", plural);
+    pthread_mutex_unlock(&f->mu);
+}
+
 void fakeapi_set_unavailable(FakeApi *f, int on)
 {
     pthread_mutex_lock(&f->mu);
@@ -453,7 +462,25 @@ static void handle(FakeApi *f, int fd)
     if (sscanf(req, "%15s %2047s", method, path) != 2) goto out;
     Res r;
     if (parse_path(path, &r)) {
-        reply_status(fd, 404, "NotFound", "no such path");
+        pthread_mutex_lock(&f->mu);
+        count(f, "DISCOVERY");
+        int served = *f->discovery && strcmp(path, f->discovery) == 0;
+        cJSON *list = NULL;
+        if (served) {
+            list = cJSON_CreateObject();
+            cJSON *res = jsonx_set(list, "resources", cJSON_CreateArray());
+            cJSON *one = cJSON_CreateObject();
+            jsonx_set_str(list, "kind", "APIResourceList");
+            jsonx_set_str(list, "groupVersion", f->discovery + 6);
+            jsonx_set_str(one, "name", f->discovery_plural);
+            cJSON_AddItemToArray(res, one);
+        }
+        pthread_mutex_unlock(&f->mu);
+        if (served)
+            reply(fd, 200, list);
+        else
+            reply_status(fd, 404, "NotFound", "no such path");
+        cJSON_Delete(list);
         goto out;
     }
     query_param(path, "watch", q, sizeof q);

@@ -31,6 +31,10 @@ int fakeapi_delete(FakeApi *f, const char *object_path);
 cJSON *fakeapi_list(FakeApi *f, const char *collection);
 /* Forgets the event history: open watches get ERROR 410 and must relist. */
 void fakeapi_expire(FakeApi *f);
+/* GET /apis/<group_version> (discovery) lists `plural` from now on; any other path that
+ * names no resource is 404, as a server without that API answers. Such requests are
+ * counted as "DISCOVERY". */
+void fakeapi_serve_discovery(FakeApi *f, const char *group_version, const char *plural);
 /* While on, every request gets 503 Service Unavailable and open watches end. */
 void fakeapi_set_unavailable(FakeApi *f, int on);
 /* Requests served with this method ("POST", "WATCH", "LIST", ...). */
