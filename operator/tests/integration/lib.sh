@@ -49,8 +49,11 @@ it_cluster() {
   fi
   # shellcheck source=/dev/null
   . "$KT_RUN/env"
-  if ! err=$(k apply -f crds/ 2>&1 && k wait --for condition=Established --timeout 60s \
-      crd/trainingjobs.kubetrain.dev 2>&1); then
+  # kubectl wait right after the create can find no conditions yet and give up
+  # (".status.conditions accessor error"): it is asked again.
+  if ! err=$(k apply -f crds/ 2>&1 && { wait_until 60 k wait --for condition=Established \
+      --timeout 10s crd/trainingjobs.kubetrain.dev ||
+      k wait --for condition=Established --timeout 1s crd/trainingjobs.kubetrain.dev 2>&1; }); then
     tap_fail "crds/ installed" "$err"
     tap_done; exit 1
   fi
