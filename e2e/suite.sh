@@ -6,8 +6,8 @@
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
 # Scenarios: install invalid basic preempt kill137 badmodel operator suspend deadline
-# tfmwms tfps tfexit kueue upgrade uninstall (later ones assume install ran; the tf*
-# ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
+# gang tfmwms tfps tfexit kueue upgrade uninstall (later ones assume install ran; the
+# tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
 #
 # Environment:
 #   KT_PROVIDER        full (e2e/cluster/up.sh full; default) or kind: how a process is
@@ -649,6 +649,68 @@ s_tfexit() {
   end
 }
 
+# gang: two jobs that do not both fit on the node, applied at once. Each worker requests
+# r = 2/7 of the CPU the node has free, so three pods fit and four do not: scheduled one
+# by one, the second job would get one pod placed beside the first's two and wait at the
+# rendezvous; as gangs (PodGroup per attempt, docs/design.md "Gang scheduling") it gets
+# none until the first job is done, and its status says why it waits.
+s_gang() {
+  begin gang
+  local alloc used free r out first second t0 end n sched msg
+  # shellcheck disable=SC2016 # jq programs
+  local cpu='def m: if endswith("m") then .[:-1] | tonumber else tonumber * 1000 end;'
+  if ! k get --raw /apis/scheduling.k8s.io/v1alpha2 2>/dev/null | grep -q '"podgroups"'; then
+    tap_skip "$SCEN" "the cluster does not serve scheduling.k8s.io/v1alpha2 PodGroups (feature gates GenericWorkload and GangScheduling; e2e/cluster/up.sh turns them on)"
+    end; return
+  fi
+  alloc=$(k get nodes -o json | jq "$cpu"' [.items[].status.allocatable.cpu | m] | min | floor')
+  used=$(k get pods -A -o json | jq "$cpu"' [.items[] | select(.status.phase != "Succeeded"
+           and .status.phase != "Failed") | .spec.containers[].resources.requests.cpu // "0" | m]
+           | add // 0 | floor')
+  free=$((alloc - used)); r=$((free * 2 / 7))
+  if [ "$r" -ge 50 ]; then ok "node: ${alloc}m allocatable, ${used}m requested; ${r}m per worker"
+  else fail "room for a gang on the node" "${alloc}m allocatable, ${used}m requested"; end; return; fi
+  local tmpl="template: {spec: {containers: [{name: trainer, resources: {requests: {cpu: ${r}m}}}]}}"
+  t0=$(now)
+  if out=$( { job mnist-ga "$tmpl"; echo ---; job mnist-gb "$tmpl"; } | kn apply -f - 2>&1); then
+    ok "jobs mnist-ga and mnist-gb applied together"
+  else fail "jobs applied" "$out"; end; return; fi
+  check "mnist-ga's PodGroup mnist-ga-0 has minCount 2" \
+    "$(kn get podgroups mnist-ga-0 -o 'jsonpath={.spec.schedulingPolicy.gang.minCount}' 2>&1)" 2
+  # Whichever job the scheduler places first runs; the other waits whole.
+  end=$(( $(date +%s) + 180 )); first=
+  while [ -z "$first" ] && [ "$(date +%s)" -lt "$end" ]; do
+    wait_running mnist-ga 2 1 && first=mnist-ga
+    wait_running mnist-gb 2 1 && first=${first:-mnist-gb}
+  done
+  if [ -n "$first" ]; then ok "$first: both workers Running ($(since "$t0")s)"
+  else fail "one job's workers all Running" "$(explain mnist-ga; explain mnist-gb)"; end; return; fi
+  second=mnist-gb; [ "$first" = mnist-gb ] && second=mnist-ga
+  # Until the first job is done, no pod of the second is placed, and it says why.
+  sched=; n=0
+  while [ "$(phase "$first")" != Succeeded ] && [ "$(phase "$first")" != Failed ]; do
+    n=$(kn get pods -l "kubetrain.dev/job-name=$second" \
+          -o 'jsonpath={range .items[?(@.spec.nodeName)]}{.metadata.name}{"\n"}{end}' 2>/dev/null |
+        grep -c . || true)
+    [ "$n" = 0 ] || break
+    [ -n "$sched" ] || sched=$(field "$second" '{.status.conditions[?(@.type=="Scheduled")].reason}')
+    [ -n "$sched" ] && [ -z "${msg:-}" ] &&
+      msg=$(field "$second" '{.status.conditions[?(@.type=="Scheduled")].message}')
+    [ "$(since "$t0" | cut -d. -f1)" -lt "$JOB_TIMEOUT" ] || break
+    sleep 1
+  done
+  check "no pod of $second placed while $first ran (no partial placement)" "$n" 0
+  check "$second: condition Scheduled False/WaitingForGang" "$sched" WaitingForGang
+  if [[ ${msg:-} == "0/2 pods schedulable as a group: "* ]]; then ok "$second says why it waits: $msg"
+  else fail "$second says why it waits" "message [${msg:-}]; $(explain "$second")"; fi
+  if wait_phase "$first" "$JOB_TIMEOUT" Succeeded; then ok "$first Succeeded"
+  else fail "$first Succeeded" "$(explain "$first")"; fi
+  if wait_phase "$second" "$JOB_TIMEOUT" Succeeded; then ok "$second then ran and Succeeded ($(since "$t0")s)"
+  else fail "$second Succeeded after $first" "$(explain "$second")"; fi
+  check "$second ran without a restart" "$(restarts "$second")" 0/0
+  end
+}
+
 s_upgrade() {
   begin upgrade
   local out rev args
@@ -797,8 +859,8 @@ value: 1000' | k apply -f - 2>&1) &&
   end
 }
 
-ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline tfmwms tfps tfexit
-     kueue upgrade uninstall)
+ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline gang tfmwms tfps
+     tfexit kueue upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"
