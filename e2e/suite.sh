@@ -204,6 +204,17 @@ EOF
     for l in "$@"; do echo "  $l"; done
   } | kn apply -f - 2>&1
 }
+# tf_example FILE ARGS [YAML...]: applies examples/FILE as documented, in the suite's
+# namespace and image, with the job's `args:` line replaced by ARGS (shorter, for speed)
+# and extra top-level spec keys appended (indented by two), each one line.
+tf_example() {
+  local file=$1 args=$2; shift 2
+  {
+    sed -e "s|^  name: \(.*\)|  name: \1\n  namespace: $NS|" -e "s|^  args: .*|  args: $args|" \
+        -e "s|^  image: kubetrain/tensorflow:.*|  image: $TF_IMAGE|" "examples/$file"
+    for l in "$@"; do echo "  $l"; done
+  } | kn apply -f - 2>&1
+}
 # tf_skipped SCENARIO: true (after a SKIP line) when the suite has no TensorFlow image.
 tf_skipped() {
   [ -n "$TF_IMAGE" ] && return 1
@@ -506,10 +517,9 @@ s_tfmwms() {
   begin tfmwms
   local t0 out i line uid0 j=tf-mwms cl res="" sync=()
   t0=$(now)
-  if out=$(tfjob $j "workers: 2" "command: [python3, mwms.py]" \
-        'args: [--epochs, "3", --steps-per-epoch, "40", --per-worker-batch, "32"]' \
+  if out=$(tf_example tf-mwms.yaml '[--epochs, "3", --steps-per-epoch, "40", --per-worker-batch, "32"]' \
         "evaluator: {replicas: 1, command: [python3, -c, \"raise SystemExit('evaluator: giving up on purpose')\"]}"); then
-    ok "job $j applied ($TF_IMAGE: mwms.py on 2 workers, a failing evaluator)"
+    ok "examples/tf-mwms.yaml applied ($TF_IMAGE: mwms.py on 2 workers, 40 steps an epoch) with a failing evaluator"
   else fail "job $j applied" "$out"; end; return; fi
   for i in 0 1; do
     if line=$(wait_log "$j-worker-$i" 'replicas in sync: 2;' 300); then sync[i]=$line
@@ -561,10 +571,8 @@ s_tfps() {
   begin tfps
   local t0 out line res="" ev="" uid j=tf-ps cl n
   t0=$(now)
-  if out=$(tfjob $j "workers: 2" "command: [python3, ps.py]" \
-        'args: [--epochs, "3", --steps-per-epoch, "30"]' "chief: {replicas: 1}" "ps: {replicas: 1}" \
-        'evaluator: {replicas: 1, command: [python3, evaluator.py], args: [--epochs, "3", --eval-steps, "5"]}'); then
-    ok "job $j applied (ps.py: chief, 2 workers, 1 ps; evaluator.py)"
+  if out=$(tf_example tf-ps.yaml '[--epochs, "3", --steps-per-epoch, "30"]'); then
+    ok "examples/tf-ps.yaml applied (ps.py: chief, 2 workers, 1 ps, 30 steps an epoch; evaluator.py)"
   else fail "job $j applied" "$out"; end; return; fi
   if line=$(wait_log "$j-chief-0" 'task chief/0 \(coordinator\); workers: 2; ps: 1;' 300); then
     ok "the chief coordinates 2 workers and 1 ps: ${line#*ps: task }"
