@@ -6,7 +6,7 @@
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
 # Scenarios: install invalid basic preempt kill137 badmodel operator suspend deadline
-# gang tfmwms tfps tfexit kueue upgrade uninstall (later ones assume install ran; the
+# gang waiting tfmwms tfps tfexit kueue upgrade uninstall (later ones assume install ran; the
 # tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
 #
 # Environment:
@@ -716,6 +716,74 @@ s_gang() {
   if wait_phase "$second" "$JOB_TIMEOUT" Succeeded; then ok "$second then ran and Succeeded ($(since "$t0")s)"
   else fail "$second Succeeded after $first" "$(explain "$second")"; fi
   check "$second ran without a restart" "$(restarts "$second")" 0/0
+
+  # The control: the same two jobs with gangScheduling false. Three of their four pods
+  # fit, so one job is placed in part and its placed worker waits for a peer that has no
+  # room: the deadlock the PodGroup prevents.
+  local pc=0 pd=0
+  if out=$( { job mnist-gc "$tmpl" "gangScheduling: false"; echo ---
+              job mnist-gd "$tmpl" "gangScheduling: false"; } | kn apply -f - 2>&1); then
+    ok "control: the same two jobs with gangScheduling false applied"
+  else fail "control jobs applied" "$out"; end; return; fi
+  placed() {
+    kn get pods -l "kubetrain.dev/job-name=$1" \
+      -o 'jsonpath={range .items[?(@.spec.nodeName)]}{.metadata.name}{"\n"}{end}' 2>/dev/null |
+      grep -c . || true
+  }
+  end=$(( $(date +%s) + 60 ))
+  while [ $((pc + pd)) -lt 3 ] && [ "$(date +%s)" -lt "$end" ]; do
+    pc=$(placed mnist-gc); pd=$(placed mnist-gd); sleep 0.5
+  done
+  if [ $((pc + pd)) = 3 ] && { [ "$pc" = 1 ] || [ "$pd" = 1 ]; }; then
+    ok "control: without gang one job is placed in part (mnist-gc $pc/2, mnist-gd $pd/2 pods placed)"
+  else fail "control: without gang one job is placed in part" "mnist-gc $pc/2, mnist-gd $pd/2 placed"; fi
+  kn delete tj mnist-gc mnist-gd --wait=false >/dev/null 2>&1
+  end
+}
+
+# Why a job waits, as a new user meets it: a claim that does not exist, an image that
+# cannot be pulled (with startupDeadlineSeconds, which then fails the job) and more CPU
+# than the node has. Each job's Running condition names its pod's reason within 30 s.
+s_waiting() {
+  begin waiting
+  local out j want msg end t0
+  t0=$(now)
+  if out=$( { job wait-claim | sed 's/claimName: ckpt/claimName: nope/'; echo ---
+              job wait-image "image: example.invalid/nope:1" "startupDeadlineSeconds: 20"
+              echo ---
+              job wait-cpu 'template: {spec: {containers: [{name: trainer, resources: {requests: {cpu: "1000"}}}]}}'
+            } | kn apply -f - 2>&1); then
+    ok "jobs wait-claim (claim nope), wait-image (example.invalid/nope:1), wait-cpu (1000 CPUs) applied"
+  else fail "jobs applied" "$out"; end; return; fi
+  for j in wait-claim wait-image wait-cpu; do
+    case $j in
+      wait-claim) want='persistentvolumeclaim "nope" not found' ;;
+      wait-image) want='ImagePull' ;;
+      wait-cpu) want='Insufficient cpu' ;;
+    esac
+    end=$(( $(date +%s) + 30 )); msg=
+    while [ "$(date +%s)" -lt "$end" ]; do
+      msg=$(field "$j" '{.status.conditions[?(@.type=="Running")].message}')
+      [[ $msg == *"$want"* ]] && break
+      sleep 1
+    done
+    if [[ $msg == *"$want"* ]] && [ "$(field "$j" '{.status.conditions[?(@.type=="Running")].reason}')" = PodsWaiting ]; then
+      ok "$j: Running=False/PodsWaiting names the reason ($(since "$t0")s): $msg"
+    else fail "$j: Running=False/PodsWaiting names '$want' within 30 s" "message [$msg]; $(explain "$j")"; fi
+  done
+  if wait_event wait-claim 'persistentvolumeclaim "nope" not found' 10; then ok "wait-claim: a PodsWaiting event says it too"
+  else fail "wait-claim: a PodsWaiting event" "$(explain wait-claim)"; fi
+  if wait_phase wait-image 90 Failed; then ok "wait-image Failed at its startup deadline ($(since "$t0")s after apply)"
+  else fail "wait-image Failed at its startup deadline" "$(explain wait-image)"; fi
+  check "wait-image: Failed reason StartupDeadlineExceeded" \
+    "$(field wait-image '{.status.conditions[?(@.type=="Failed")].reason}')" StartupDeadlineExceeded
+  msg=$(field wait-image '{.status.conditions[?(@.type=="Failed")].message}')
+  if [[ $msg == "not started within startupDeadlineSeconds=20: pod wait-image-worker-"*ImagePull* ]]; then
+    ok "wait-image: the message names the limit and the reason: $msg"
+  else fail "wait-image: the message names the limit and the reason" "$msg"; fi
+  check "wait-claim and wait-cpu still wait (no deadline)" \
+    "$(phase wait-claim) $(phase wait-cpu)" "Pending Pending"
+  kn delete tj wait-claim wait-image wait-cpu --wait=false >/dev/null 2>&1
   end
 }
 
@@ -867,8 +935,8 @@ value: 1000' | k apply -f - 2>&1) &&
   end
 }
 
-ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline gang tfmwms tfps
-     tfexit kueue upgrade uninstall)
+ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline gang waiting
+     tfmwms tfps tfexit kueue upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"

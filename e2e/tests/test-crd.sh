@@ -58,6 +58,7 @@ want_defaults=(
   ".spec.checkpoint.everySteps=50" ".spec.checkpoint.keep=5" ".spec.restartPolicy=OnFailure"
   ".spec.backoffLimit=6" ".spec.cleanPodPolicy=Running" ".spec.successPolicy=ChiefCompleted"
   ".spec.suspend=false" ".spec.activeDeadlineSeconds=" ".spec.ttlSecondsAfterFinished="
+  ".spec.startupDeadlineSeconds="
 )
 bad=
 for kv in "${want_defaults[@]}"; do
@@ -99,6 +100,8 @@ rejected "inline model without layers" spec.model '' '{model: {name: mnist}}'
 rejected "model of the wrong type" spec.model '' '{model: 7}'
 rejected "cleanPodPolicy not in the enum" spec.cleanPodPolicy '' '{cleanPodPolicy: Some}'
 rejected "successPolicy not in the enum" spec.successPolicy '' '{successPolicy: AnyWorker}'
+rejected "startupDeadlineSeconds 0" spec.startupDeadlineSeconds "greater than or equal to 1" \
+  '{startupDeadlineSeconds: 0}'
 rejected "command without image (cross-field rule)" spec.image "command needs image" \
   '{command: [python3, mwms.py]}'
 rejected "args without command (cross-field rule)" spec.args "args needs command" \

@@ -87,31 +87,35 @@ static const char *const METADATA_KEPT[] = {"name",
                                             "namespace",
                                             "uid",
                                             "resourceVersion",
+                                            "creationTimestamp",
                                             "labels",
                                             "annotations",
                                             "ownerReferences",
                                             "deletionTimestamp",
                                             NULL};
 
-/* Pods as cached: what reconcile reads (metadata, and the phase, reason, conditions and
- * container states of the status); the spec it never compares. */
+/* Pods as cached: what reconcile reads (metadata with the creation time, which
+ * startupDeadlineSeconds counts from, and the phase, reason, conditions and container
+ * states of the status, init containers' too); the spec it never compares. */
 static void prune_pod(cJSON *pod)
 {
     static const char *const top[] = {"metadata", "spec", "status", NULL};
     /* nodeName: named when forcing a deletion; both: whether a pod waits for a place */
     static const char *const spec[] = {"nodeName", "schedulingGroup", NULL};
-    static const char *const status[] = {"phase", "reason", "conditions", "containerStatuses",
-                                         NULL};
+    static const char *const status[] = {
+        "phase", "reason", "conditions", "containerStatuses", "initContainerStatuses", NULL};
     static const char *const cstatus[] = {"name", "state", NULL};
     keep_only(pod, top);
     keep_only(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), METADATA_KEPT);
     keep_only(cJSON_GetObjectItemCaseSensitive(pod, "spec"), spec);
     cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
     keep_only(st, status);
-    cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses");
-    if (!cJSON_IsArray(cs)) return;
-    cJSON *c;
-    cJSON_ArrayForEach(c, cs) keep_only(c, cstatus);
+    static const char *const lists[] = {"containerStatuses", "initContainerStatuses"};
+    for (size_t k = 0; k < sizeof lists / sizeof *lists; k++) {
+        cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, lists[k]), *c;
+        if (!cJSON_IsArray(cs)) continue;
+        cJSON_ArrayForEach(c, cs) keep_only(c, cstatus);
+    }
 }
 
 /* Services and NetworkPolicies matter only as present and owned: no spec. */

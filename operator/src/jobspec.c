@@ -355,6 +355,9 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_int(spec, "activeDeadlineSeconds", 1, 1LL << 40, -1, &s->active_deadline_s, err,
                  errlen))
         return -EINVAL;
+    if (read_int(spec, "startupDeadlineSeconds", 1, 1LL << 40, -1, &s->startup_deadline_s, err,
+                 errlen))
+        return -EINVAL;
     if (read_int(spec, "ttlSecondsAfterFinished", 0, 1LL << 40, -1, &s->ttl_after_finished_s, err,
                  errlen))
         return -EINVAL;

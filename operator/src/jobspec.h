@@ -75,6 +75,7 @@ typedef struct JobSpec {
     RestartPolicy restart_policy;
     int backoff_limit;
     long long active_deadline_s;    /* -1: none */
+    long long startup_deadline_s;   /* -1: none (spec.startupDeadlineSeconds) */
     long long ttl_after_finished_s; /* -1: keep */
     CleanPodPolicy clean_pod_policy;
     SuccessPolicy success_policy;

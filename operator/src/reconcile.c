@@ -773,6 +773,39 @@ static int decide_failure(Ctx *c, const Group *g)
     return 0;
 }
 
+/* spec.startupDeadlineSeconds: a chief, worker or ps pod of this attempt still blocked
+ * (pod_blocker: unschedulable, an image that cannot be pulled, a missing Secret...) that
+ * long after it was created fails the job with the reason, StartupDeadlineExceeded; a
+ * blocked pod not yet that old is looked at again when it would be. Not counted as a
+ * restart: a restart would not fix it. */
+static int pod_blocker(const PodView *p, char *out, size_t n);
+static int decide_startup(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (s->startup_deadline_s < 0) return 0;
+    for (int i = 0; i < s->npods; i++) {
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
+        const PodView *p = g->cur[i];
+        char why[600], msg[800];
+        double created;
+        if (r == ROLE_EVALUATOR || g->done[i] || !pod_blocker(p, why, sizeof why) ||
+            clock_parse_rfc3339(jsonx_str(p->pod, "metadata.creationTimestamp"), &created) != 0)
+            continue;
+        double at = created + (double)s->startup_deadline_s;
+        if (c->obs->now < at) {
+            requeue(c, at - c->obs->now);
+            continue;
+        }
+        snprintf(msg, sizeof msg, "not started within startupDeadlineSeconds=%lld: %s",
+                 s->startup_deadline_s, why);
+        finish(c, 0, "StartupDeadlineExceeded", msg, g->pods, g->npods, NULL);
+        return 1;
+    }
+    return 0;
+}
+
 /* Deletes the pods that are not their index's pod in this attempt (older attempts', a
  * second claim on an index, bad labels): their names block the new ones. Returns 1 when
  * new pods must wait: such a pod is there, or an older job's of this name (foreign), or
@@ -1018,6 +1051,87 @@ static void scheduled_condition(Ctx *c, const Group *g)
     }
 }
 
+/* Waiting reasons of a container that pass on their own: the kubelet is starting it. */
+static int waiting_passes(const char *reason)
+{
+    return !reason || strcmp(reason, "ContainerCreating") == 0 ||
+           strcmp(reason, "PodInitializing") == 0;
+}
+
+/* What keeps a Pending pod from starting, into out: the scheduler's words when it found no
+ * place ("pod P is unschedulable: ..."), else a container's waiting reason that does not
+ * pass on its own ("pod P: container C: ErrImagePull: ..."). Returns 1 when something
+ * does, 0 when the pod is not Pending or only starting. */
+static int pod_blocker(const PodView *p, char *out, size_t n)
+{
+    if (!p || !p->name || strcmp(p->phase, "Pending") != 0) return 0;
+    const char *why = unschedulable_message(p->pod);
+    if (why) {
+        snprintf(out, n, "pod %s is unschedulable: %.400s", p->name, why);
+        return 1;
+    }
+    static const char *const lists[] = {"status.initContainerStatuses", "status.containerStatuses"};
+    for (size_t k = 0; k < sizeof lists / sizeof *lists; k++) {
+        const cJSON *cs;
+        cJSON_ArrayForEach(cs, jsonx_arr(p->pod, lists[k]))
+        {
+            const cJSON *w = jsonx_obj(cs, "state.waiting");
+            const char *reason = jsonx_str(w, "reason"), *m = jsonx_str(w, "message");
+            if (!w || waiting_passes(reason)) continue;
+            snprintf(out, n, "pod %s: container %s: %s%s%.400s", p->name,
+                     jsonx_str(cs, "name") ? jsonx_str(cs, "name") : "?", reason,
+                     m && *m ? ": " : "", m ? m : "");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The length of "pod <name>" at the start of a pod_blocker message, to tell whether the
+ * blocked pod changed. */
+static size_t blocker_pod_len(const char *msg)
+{
+    size_t i = 4;
+    if (!msg || strncmp(msg, "pod ", 4) != 0) return 0;
+    while (msg[i] && msg[i] != ' ' && msg[i] != ':')
+        i++;
+    return i;
+}
+
+/* While the job's pods are not all running: the first reason one of them (chief, worker
+ * or ps, in slot order) cannot start goes into Running=False/PodsWaiting, with a Warning
+ * event when the blocked pod changes; once none is blocked any more the condition says
+ * the pods are starting. */
+static void waiting_condition(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    char msg[600] = "";
+    for (int i = 0; i < s->npods && !*msg; i++) {
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
+        if (r != ROLE_EVALUATOR && !g->done[i]) pod_blocker(g->cur[i], msg, sizeof msg);
+    }
+    const char *old = condition_reason(c->status, "Running");
+    int was = old && strcmp(old, "PodsWaiting") == 0;
+    if (*msg) {
+        const char *om = NULL;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, jsonx_arr(c->status, "conditions"))
+        {
+            if (jsonx_str(it, "type") && strcmp(jsonx_str(it, "type"), "Running") == 0)
+                om = jsonx_str(it, "message");
+        }
+        size_t l = blocker_pod_len(msg);
+        int same = was && om && blocker_pod_len(om) == l && strncmp(om, msg, l) == 0;
+        if (!same) event(c, "Warning", "PodsWaiting", "%s", msg);
+        set_condition(c, "Running", 0, "PodsWaiting", msg);
+    } else if (was) {
+        set_condition(c, "Running", 0, "PodsStarting",
+                      "no pod is blocked any more; waiting for them to run");
+    }
+}
+
 /* Progress, when no decision settled the pass: pods of older attempts go first (their
  * names block the new ones), then what is missing is created, and the phase is set:
  * Running once every index not done runs. */
@@ -1038,6 +1152,7 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
         gang_condition(c, g, gang ? group : NULL);
     }
     scheduled_condition(c, g);
+    waiting_condition(c, g);
     if (present == s->npods && !g->launched && !jsonx_set_bool(c->status, "launched", 1))
         c->nomem = 1;
 
@@ -1060,7 +1175,7 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     Group g;
     if (group_observe(c, v, n, &g) == 0) {
         int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_resize(c, &g) ||
-                      decide_disruption(c, &g) || decide_failure(c, &g);
+                      decide_disruption(c, &g) || decide_failure(c, &g) || decide_startup(c, &g);
         if (!settled) create_missing(c, &g, foreign);
     }
     group_free(&g);

@@ -569,6 +569,48 @@ static void test_gang_scheduling_discovery(void **state)
     running = NULL;
 }
 
+/* startupDeadlineSeconds through the real informer cache: the pod's creation time and
+ * container states must survive the cache's pruning for the job to fail at the deadline
+ * with the pod's reason. */
+static void test_startup_deadline_through_the_cache(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    running = c;
+    cJSON_Delete(fakeapi_create(
+        api, JOBS,
+        "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":"
+        "{\"name\":\"stuck\"},\"spec\":{\"workers\":2,\"startupDeadlineSeconds\":1}}"));
+    WAIT_FOR(5, "pods", count_pods("stuck", "0") == 2);
+    cJSON *pod = fakeapi_get(api, PODS "/stuck-worker-1");
+    assert_non_null(pod);
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", "Pending");
+    jsonx_set(st, "containerStatuses",
+              cJSON_Parse("[{\"name\":\"trainer\",\"state\":{\"waiting\":{\"reason\":"
+                          "\"ErrImagePull\",\"message\":\"no such host\"}}}]"));
+    assert_int_equal(fakeapi_put(api, PODS "/stuck-worker-1", pod), 0);
+    cJSON_Delete(pod);
+    WAIT_FOR(10, "Failed at the startup deadline", job_phase_is("stuck", "Failed"));
+    cJSON *job = get_job("stuck");
+    const cJSON *cond;
+    const char *msg = NULL;
+    cJSON_ArrayForEach(cond, jsonx_arr(job, "status.conditions"))
+    {
+        if (strcmp(jsonx_str(cond, "type"), "Failed") == 0) {
+            assert_string_equal(jsonx_str(cond, "reason"), "StartupDeadlineExceeded");
+            msg = jsonx_str(cond, "message");
+        }
+    }
+    assert_non_null(msg);
+    assert_string_equal(msg, "not started within startupDeadlineSeconds=1: pod stuck-worker-1: "
+                             "container trainer: ErrImagePull: no such host");
+    cJSON_Delete(job);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
 int main(void)
 {
     test_time_scale();
@@ -581,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_watch_expiry_and_bad_objects),
         cmocka_unit_test(test_owned_object_events_reach_their_job),
         cmocka_unit_test(test_gang_scheduling_discovery),
+        cmocka_unit_test(test_startup_deadline_through_the_cache),
     };
     return cmocka_run_group_tests_name("controller", tests, setup, teardown);
 }

@@ -2106,6 +2106,103 @@ static void test_scheduled_condition_says_why_a_job_waits(void **state)
     fx_free(&n);
 }
 
+/* Marks the pod's trainer container waiting for `reason` (an image pull that fails, say),
+ * the pod Pending and created at `created`. */
+static void pod_waiting(cJSON *pod, const char *reason, const char *message, double created)
+{
+    char buf[512], ts[40];
+    snprintf(buf, sizeof buf,
+             "[{\"name\":\"trainer\",\"state\":{\"waiting\":{\"reason\":\"%s\",\"message\":"
+             "\"%s\"}}}]",
+             reason, message);
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", "Pending");
+    jsonx_set(st, "containerStatuses", cJSON_Parse(buf));
+    clock_format_rfc3339(created, ts, sizeof ts);
+    jsonx_set_str(jsonx_ensure_obj(pod, "metadata"), "creationTimestamp", ts);
+}
+
+/* The message of the status's condition `type`, or NULL. */
+static const char *cond_message(const cJSON *status, const char *type)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(status, "conditions"))
+    {
+        if (strcmp(jsonx_str(c, "type"), type) == 0) return jsonx_str(c, "message");
+    }
+    return NULL;
+}
+
+/* A pod that cannot start says why in Running=False/PodsWaiting, with one event per
+ * blocked pod (not one per pass, nor when the kubelet's reason turns to BackOff); a pod
+ * only starting (ContainerCreating) blocks nothing; spec.startupDeadlineSeconds fails the
+ * job with the reason once a blocked pod is that old, and wakes the job up for it. */
+static void test_waiting_pods_say_why_and_startup_deadline(void **state)
+{
+    (void)state;
+    const char *pull = "failed to resolve reference \\\"example.invalid/nope:1\\\"";
+    Fixture f = {.job = job_new("{\"workers\":2,\"startupDeadlineSeconds\":60,"
+                                "\"checkpoint\":{\"claimName\":\"ckpt\"}}",
+                                ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    pod_waiting(fx_pod(&f, 0, 0, "Pending"), "ContainerCreating", "", NOW - 10);
+    pod_waiting(fx_pod(&f, 1, 0, "Pending"), "ErrImagePull", pull, NOW - 10);
+    fx_run(&f, NOW);
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Pending");
+    assert_cond(st, "Running", "False/PodsWaiting");
+    assert_string_equal(cond_message(st, "Running"),
+                        "pod mnist-worker-1: container trainer: ErrImagePull: failed to resolve "
+                        "reference \"example.invalid/nope:1\"");
+    assert_int_equal(count_lines(&f, "event Warning PodsWaiting"), 1);
+    /* Woken when worker 1 reaches its deadline, 60 s after it was created. */
+    assert_true(f.plan.requeue_after > 49 && f.plan.requeue_after <= 50);
+    fx_apply(&f);
+
+    /* The kubelet backs off: the same pod, no second event. */
+    pod_waiting(f.pods[1], "ImagePullBackOff", "Back-off pulling image", NOW - 10);
+    fx_run(&f, NOW + 20);
+    st = new_status(&f);
+    assert_cond(st, "Running", "False/PodsWaiting");
+    assert_string_equal(cond_message(st, "Running"),
+                        "pod mnist-worker-1: container trainer: ImagePullBackOff: Back-off "
+                        "pulling image");
+    assert_int_equal(count_lines(&f, "event Warning PodsWaiting"), 0);
+    fx_apply(&f);
+
+    /* Past the deadline: Failed, naming the limit and the reason; pods cleaned up. */
+    fx_run(&f, NOW + 51);
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Failed");
+    assert_cond(st, "Failed", "True/StartupDeadlineExceeded");
+    assert_string_equal(cond_message(st, "Failed"),
+                        "not started within startupDeadlineSeconds=60: pod mnist-worker-1: "
+                        "container trainer: ImagePullBackOff: Back-off pulling image");
+    fx_free(&f);
+
+    /* Without the deadline the job waits and says why, for as long as it takes. */
+    f = (Fixture){.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    pod_waiting(fx_pod(&f, 0, 0, "Pending"), "CreateContainerConfigError",
+                "secret \\\"creds\\\" not found", NOW - 3600);
+    fx_pod(&f, 1, 0, "Running");
+    fx_run(&f, NOW);
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Pending");
+    assert_string_equal(cond_message(st, "Running"),
+                        "pod mnist-worker-0: container trainer: CreateContainerConfigError: "
+                        "secret \"creds\" not found");
+    fx_apply(&f);
+
+    /* Once it is unblocked (only starting now), the condition says so. */
+    pod_waiting(f.pods[0], "ContainerCreating", "", NOW - 3600);
+    fx_run(&f, NOW + 5);
+    st = new_status(&f);
+    assert_cond(st, "Running", "False/PodsStarting");
+    assert_int_equal(count_lines(&f, "event Warning PodsWaiting"), 0);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2146,6 +2243,7 @@ int main(void)
         cmocka_unit_test(test_gang_crash_converges),
         cmocka_unit_test(test_gang_off_and_absent),
         cmocka_unit_test(test_scheduled_condition_says_why_a_job_waits),
+        cmocka_unit_test(test_waiting_pods_say_why_and_startup_deadline),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
