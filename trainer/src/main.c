@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -288,6 +289,10 @@ static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
         return rc;
     }
     util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
+    t->ckpt_step = t->st.global_step;
+    t->ckpt_time = util_wall();
+    metrics_checkpoint(t->metrics, t->ckpt_step, t->ckpt_time);
+    util_termination_progress(t->st.global_step, t->ckpt_step);
     return 0;
 }
 
@@ -337,6 +342,8 @@ static void restore_and_sync(Trainer *t)
                          "another model",
                          info.skipped);
             ss.restored = 1;
+            struct stat sb;
+            t->ckpt_time = stat(info.path, &sb) == 0 ? (double)sb.st_mtime : util_wall();
             ss.epoch = cs.epoch, ss.step_in_epoch = cs.step_in_epoch;
             ss.global_step = cs.global_step;
             ss.data_epoch = cs.data_epoch, ss.position = cs.data_position;
@@ -394,6 +401,7 @@ static void restore_and_sync(Trainer *t)
     st.cursor.data_epoch = ss.data_epoch;
     st.cursor.position = ss.position;
     t->opt->iterations = (int64_t)ss.opt_iter;
+    if (ss.restored) t->ckpt_step = st.global_step;
     trainer_seek(t, &st);
 }
 
@@ -440,6 +448,7 @@ static int cmd_train(int argc, char **argv)
     Trainer *t;
     if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) util_fail(code, "%s", err);
     restore_and_sync(t);
+    util_termination_progress(t->st.global_step, t->ckpt_step);
     if (coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
     t->stop_request = &stop_requested;
     training_started = 1;

@@ -146,6 +146,9 @@ int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errle
             return rc;
         }
         util_log("training metrics for Prometheus on port %d: GET /metrics", port);
+        prom_plan(m->prom, (long)o->epochs * o->steps_per_epoch, o->resume_step);
+        if (o->checkpoint_step > 0)
+            prom_checkpoint(m->prom, o->checkpoint_step, o->checkpoint_time);
     }
     if (path && *path) {
         size_t n = strlen(path) + 32;
@@ -238,6 +241,11 @@ void metrics_epoch_end(Metrics *m, int epoch, long steps, double seconds, double
             "\"accuracy\":%.6g,\"samples_per_sec\":%.1f}\n",
             epoch, steps, seconds, loss, accuracy, samples_per_sec);
     fflush(m->f);
+}
+
+void metrics_checkpoint(Metrics *m, long step, double unix_time)
+{
+    if (m->prom) prom_checkpoint(m->prom, step, unix_time);
 }
 
 void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy)

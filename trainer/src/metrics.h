@@ -36,6 +36,8 @@ typedef struct {
     int prometheus_port;         /* > 0: serve GET /metrics there (prom.h); 0: no */
     long resume_step;            /* > 0: resumed at this global step (see above) */
     long steps_per_epoch;        /* to tell which epochs resume_step completed */
+    long checkpoint_step;        /* the checkpoint resumed from (0: none), for prom.h */
+    double checkpoint_time;      /* its mtime, Unix seconds */
 } MetricsOptions;
 
 /* Opens the metrics sink. Returns 0 or a negative errno with one line in err naming
@@ -49,6 +51,8 @@ void metrics_step(Metrics *m, int epoch, long step, const MetricsStep *s);
  * there is logged once, and training goes on). */
 void metrics_epoch_end(Metrics *m, int epoch, long steps, double seconds, double loss,
                        double accuracy, double samples_per_sec);
+/* A checkpoint was saved at global step `step`, at Unix time `unix_time`. */
+void metrics_checkpoint(Metrics *m, long step, double unix_time);
 void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy);
 void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sha256);
 

@@ -36,6 +36,9 @@ struct Prom {
     double loss, accuracy, samples_per_sec, lr, allreduce_s, allreduce_total, step_total;
     int evaluated;
     double test_loss, test_accuracy;
+    long total_steps, start_step;
+    long ckpt_step; /* -1: no checkpoint yet */
+    double ckpt_time;
 };
 
 void prom_step(Prom *p, int epoch, long global_step, double loss, double accuracy,
@@ -50,6 +53,20 @@ void prom_step(Prom *p, int epoch, long global_step, double loss, double accurac
     p->allreduce_s = allreduce_seconds;
     p->allreduce_total += allreduce_seconds;
     p->step_total += step_seconds;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void prom_plan(Prom *p, long total_steps, long start_step)
+{
+    pthread_mutex_lock(&p->mu);
+    p->total_steps = total_steps, p->start_step = start_step;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void prom_checkpoint(Prom *p, long step, double unix_time)
+{
+    pthread_mutex_lock(&p->mu);
+    p->ckpt_step = step, p->ckpt_time = unix_time;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -92,6 +109,20 @@ char *prom_format(Prom *p, size_t *len)
                p->test_loss);
         metric(f, "kubetrain_test_accuracy", "gauge", "Test-set accuracy of the last evaluation.",
                p->test_accuracy);
+    }
+    metric(f, "kubetrain_total_steps", "gauge", "Global steps of the whole run.",
+           (double)p->total_steps);
+    metric(f, "kubetrain_start_step", "gauge",
+           "The global step this process resumed at (0: from scratch).", (double)p->start_step);
+    if (p->ckpt_step >= 0) {
+        metric(f, "kubetrain_checkpoint_step", "gauge",
+               "Global step of the newest checkpoint saved or resumed from.", (double)p->ckpt_step);
+        /* %.9g would round today's Unix time to 10 s; a timestamp wants whole seconds. */
+        fprintf(f,
+                "# HELP kubetrain_checkpoint_timestamp_seconds When that checkpoint was written "
+                "(Unix seconds).\n# TYPE kubetrain_checkpoint_timestamp_seconds gauge\n"
+                "kubetrain_checkpoint_timestamp_seconds %.3f\n",
+                p->ckpt_time);
     }
     pthread_mutex_unlock(&p->mu);
     if (fclose(f) != 0 || !text) util_fail(KT_EXIT_DATA, "prom_format: out of memory");
@@ -261,6 +292,7 @@ int prom_start(Prom **out, int port, int *bound_port, char *err, size_t errlen)
         return rc;
     }
     for (int i = 0; i < PROM_MAX_CONNS; i++) p->conns[i].fd = -1;
+    p->ckpt_step = -1;
     pthread_mutex_init(&p->mu, NULL);
     if ((rc = pthread_create(&p->thread, NULL, server_main, p))) {
         snprintf(err, errlen, "--metrics-port %d: cannot start the thread: %s", port, strerror(rc));

@@ -10,6 +10,14 @@
  *   kubetrain_allreduce_seconds_total   summed over the steps of this process, and
  *   kubetrain_step_seconds_total        likewise the steps, for rate() in PromQL
  *   kubetrain_test_loss, kubetrain_test_accuracy   the last evaluation (after one ran)
+ *   kubetrain_total_steps               global steps of the whole run (epochs x steps/epoch)
+ *   kubetrain_start_step                the global step this process resumed at (0: scratch)
+ *   kubetrain_checkpoint_step           the newest checkpoint saved or resumed from, and
+ *   kubetrain_checkpoint_timestamp_seconds   when it was written (Unix seconds); both
+ *                                       absent until there is one
+ *
+ * The operator reads these to fill status.progress and status.checkpoint (docs/design.md,
+ * "Progress and checkpoints").
  *
  * in the text exposition format 0.0.4, each request answered and its connection closed.
  * Connections are served concurrently (one poll loop), at most PROM_MAX_CONNS at once (a
@@ -38,6 +46,12 @@ int prom_start(Prom **out, int port, int *bound_port, char *err, size_t errlen);
 void prom_step(Prom *p, int epoch, long global_step, double loss, double accuracy,
                double samples_per_sec, double learning_rate, double allreduce_seconds,
                double step_seconds);
+
+/* Records the run's extent: total global steps and the step this process started at. */
+void prom_plan(Prom *p, long total_steps, long start_step);
+
+/* Records a checkpoint at global step `step`, written at Unix time `unix_time`. */
+void prom_checkpoint(Prom *p, long step, double unix_time);
 
 /* Records an evaluation. */
 void prom_eval(Prom *p, double test_loss, double test_accuracy);

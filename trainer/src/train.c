@@ -432,6 +432,7 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
                           .allreduce_seconds = allreduce_s,
                           .step_seconds = step_s};
         metrics_step(t->metrics, epoch, t->st.global_step, &ms);
+        util_termination_progress(t->st.global_step, t->ckpt_step);
         if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
             return rc;
         if (t->stopping) {
@@ -468,7 +469,9 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
                          .tensorboard_dir = tbdir,
                          .prometheus_port = t->coll->rank == 0 ? t->cfg.metrics_port : 0,
                          .resume_step = t->st.global_step,
-                         .steps_per_epoch = t->steps_per_epoch};
+                         .steps_per_epoch = t->steps_per_epoch,
+                         .checkpoint_step = t->ckpt_step,
+                         .checkpoint_time = t->ckpt_time};
     if ((rc = metrics_open(&t->metrics, &mo, err, errlen))) {
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
         return rc;

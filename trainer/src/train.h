@@ -51,6 +51,11 @@ struct Trainer {
      * a checkpoint there) and trainer_run returns -EINTR with exit code 75. */
     volatile sig_atomic_t *stop_request;
     int stopping;
+    /* The newest checkpoint saved or resumed from: global step (0: none) and when it was
+     * written (Unix seconds); reported on /metrics and in a failure's termination
+     * message, from which the operator counts the steps a restart loses. */
+    long ckpt_step;
+    double ckpt_time;
     /* the last epoch's means, the run's result */
     double last_loss, last_accuracy;
     double seconds;

@@ -55,6 +55,15 @@ void util_log(const char *fmt, ...)
     va_end(ap);
 }
 
+/* -1 until training reports (util_termination_progress). */
+static _Atomic long term_step = -1, term_ckpt_step = -1;
+
+void util_termination_progress(long step, long checkpoint_step)
+{
+    term_step = step;
+    term_ckpt_step = checkpoint_step;
+}
+
 void util_fail(int code, const char *fmt, ...)
 {
     char msg[1024];
@@ -64,6 +73,11 @@ void util_fail(int code, const char *fmt, ...)
     va_end(ap);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "error", msg);
+    long step = term_step, ckpt = term_ckpt_step;
+    if (step >= 0) {
+        cJSON_AddNumberToObject(o, "step", (double)step);
+        cJSON_AddNumberToObject(o, "checkpoint_step", (double)ckpt);
+    }
     char *json = o ? cJSON_PrintUnformatted(o) : NULL;
     if (json) util_termination_write(json);
     free(json);
@@ -128,6 +142,13 @@ double util_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double util_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

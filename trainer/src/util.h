@@ -41,8 +41,16 @@ void util_set_log_prefix(const char *prefix);
 void util_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Prints the message like util_log, writes {"error": message} to the termination
- * message file (see util_termination_write) and exits with `code`. */
+ * message file (see util_termination_write) and exits with `code`. Once training has
+ * reported where it stands (util_termination_progress), the message also carries
+ * "step" and "checkpoint_step", from which the operator counts the steps a restart
+ * loses. */
 _Noreturn void util_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Records the last global step trained and the step of the newest checkpoint this
+ * process knows of (saved or resumed from; -1: none) for util_fail's message. Cheap
+ * (two atomic stores) and callable from any thread. */
+void util_termination_progress(long step, long checkpoint_step);
 
 /* Writes `json` (one object) to $KUBETRAIN_TERMINATION_FILE, or to
  * /dev/termination-log when that exists; does nothing otherwise. Errors are logged. */
@@ -63,6 +71,8 @@ void util_on_stop_signals(void (*fn)(int));
 
 /* Monotonic time in seconds. */
 double util_now(void);
+/* Wall-clock seconds since the Unix epoch (timestamps others read). */
+double util_wall(void);
 
 /* mkdir -p: creates dir and its missing parents (mode 0755). Returns 0, or a negative
  * errno (-ENAMETOOLONG for a path over PATH_MAX). */

@@ -15,9 +15,11 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -165,6 +167,45 @@ static void test_connection_flood(void **state)
     for (int k = 0; k < N; k++) close(fds[k]);
 }
 
+/* The value of sample `name` in exposition text, or NAN when absent. */
+static double sample(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, name, n) && l[n] == ' ') return strtod(l + n + 1, NULL);
+    return NAN;
+}
+
+/* What the operator reads for status.progress and status.checkpoint: the run's extent
+ * and start, and the checkpoint gauges, absent until a checkpoint exists, then the
+ * newest one with its time to the second (a %.9g timestamp would be off by seconds). */
+static void test_progress_gauges(void **state)
+{
+    (void)state;
+    int port;
+    Prom *p = start(&port);
+    prom_plan(p, 210, 70);
+    size_t len;
+    char *text = prom_format(p, &len);
+    assert_true(sample(text, "kubetrain_total_steps") == 210);
+    assert_true(sample(text, "kubetrain_start_step") == 70);
+    assert_true(sample(text, "kubetrain_steps_total") == 42);
+    assert_true(isnan(sample(text, "kubetrain_checkpoint_step")));
+    assert_null(strstr(text, "kubetrain_checkpoint_timestamp_seconds"));
+    free(text);
+    prom_checkpoint(p, 100, 1764072000.25);
+    prom_checkpoint(p, 150, 1764072012.5);
+    text = prom_format(p, &len);
+    assert_true(sample(text, "kubetrain_checkpoint_step") == 150);
+    double ts = sample(text, "kubetrain_checkpoint_timestamp_seconds");
+    if (fabs(ts - 1764072012.5) > 1e-3)
+        fail_msg("checkpoint timestamp %.3f, want 1764072012.5", ts);
+    assert_non_null(strstr(text, "# TYPE kubetrain_checkpoint_timestamp_seconds gauge\n"));
+    assert_non_null(strstr(text, "# TYPE kubetrain_checkpoint_step gauge\n"));
+    free(text);
+    prom_stop(p);
+}
+
 int main(void)
 {
     test_time_scale();
@@ -172,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_trickling_clients),
         cmocka_unit_test(test_trickler_cut_at_deadline),
         cmocka_unit_test(test_connection_flood),
+        cmocka_unit_test(test_progress_gauges),
     };
     return cmocka_run_group_tests_name("prom", tests, NULL, NULL);
 }
