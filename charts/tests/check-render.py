@@ -19,13 +19,14 @@ import yaml
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
 # jobs, pods, services and networkpolicies; controller.c creates pods, services,
 # secrets, networkpolicies, podgroups and events, deletes pods, networkpolicies,
-# podgroups and expired jobs, PUTs job status; owner references with blockOwnerDeletion need update on
+# podgroups and expired jobs, PUTs job status, and progress.c PATCHes it; owner references with blockOwnerDeletion need update on
 # trainingjobs/finalizers), as (group, resource, verb). Secrets: create and nothing else
 # (no get, list or watch, anywhere).
 OPERATOR_RULES = {
     ("kubetrain.dev", "trainingjobs", v) for v in ("list", "watch", "delete")
 } | {
     ("kubetrain.dev", "trainingjobs/status", "update"),
+    ("kubetrain.dev", "trainingjobs/status", "patch"),
     ("kubetrain.dev", "trainingjobs/finalizers", "update"),
     ("", "events", "create"),
 } | {
@@ -114,7 +115,7 @@ def source_rules(src_dir):
             if last is None or last[0] == "inf->group_version":
                 continue
             gv, plural, name, sub = last[0], last[1], last[2], last[3]
-            verb = {"POST": "create", "PUT": "update", "DELETE": "delete",
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
                     "GET": "get" if name != "NULL" else "list"}[m.group(2)]
             for r in plurals(plural, last[4]):
                 used.add((group(gv), r + ("/status" if sub == '"status"' else ""), verb))

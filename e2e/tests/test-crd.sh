@@ -227,7 +227,7 @@ else tap_fail "kubectl explain reaches status fields" "$out"; fi
 
 # --- status subresource and printer columns ------------------------------------------
 k patch tj defaults --subresource status --type merge -p \
-  '{"status":{"phase":"Running","observedGeneration":2,"ready":"2/3","workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4},"result":{"accuracy":0.5}}}' \
+  '{"status":{"phase":"Running","observedGeneration":2,"ready":"2/3","workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4,"stepsLost":3},"result":{"accuracy":0.5},"progress":{"step":90,"totalSteps":200,"percent":"45%"},"checkpoint":{"step":80}}}' \
   >/dev/null 2>&1
 k patch tj defaults --type merge -p '{"status":{"phase":"Failed"}}' >/dev/null 2>&1
 got=$(k get tj defaults -o 'jsonpath={.status.phase}')
@@ -237,13 +237,14 @@ else tap_fail "status is written only through the status subresource" "phase '$g
 out=$(k get tj defaults 2>&1)
 hdr=$(head -n 1 <<<"$out" | tr -s ' ')
 row=$(sed -n 2p <<<"$out" | tr -s ' ')
-if [ "$hdr" = "NAME PHASE WORKERS READY RESTARTS AGE" ] && [[ $row == "defaults Running 3 2/3 1 "* ]]; then
-  tap_ok "kubectl get tj prints Phase, Workers, Ready, Restarts, Age"
-else tap_fail "kubectl get tj prints Phase, Workers, Ready, Restarts, Age" "$out"; fi
+if [ "$hdr" = "NAME PHASE WORKERS READY PROGRESS RESTARTS AGE" ] &&
+  [[ $row == "defaults Running 3 2/3 45% 1 "* ]]; then
+  tap_ok "kubectl get tj prints Phase, Workers, Ready, Progress, Restarts, Age"
+else tap_fail "kubectl get tj prints Phase, Workers, Ready, Progress, Restarts, Age" "$out"; fi
 out=$(k get tj defaults -o wide 2>&1)
-if [[ $(sed -n 2p <<<"$out" | tr -s ' ') == "defaults Running 3 2/3 1 4 0.5 "* ]]; then
-  tap_ok "kubectl get tj -o wide adds Disruptions and Accuracy"
-else tap_fail "kubectl get tj -o wide adds Disruptions and Accuracy" "$out"; fi
+if [[ $(sed -n 2p <<<"$out" | tr -s ' ') == "defaults Running 3 2/3 45% 1 4 80 3 0.5 "* ]]; then
+  tap_ok "kubectl get tj -o wide adds Disruptions, Checkpoint, Lost and Accuracy"
+else tap_fail "kubectl get tj -o wide adds Disruptions, Checkpoint, Lost and Accuracy" "$out"; fi
 if ! out=$(k patch tj defaults --subresource status --type merge -p '{"status":{"phase":"Exploded"}}' 2>&1) &&
    grep -q 'status.phase' <<<"$out"; then tap_ok "rejected: status.phase not in the enum"
 else tap_fail "rejected: status.phase not in the enum" "$out"; fi

@@ -26,6 +26,7 @@ struct Controller {
     char *ns, *identity;
     WorkQueue *queue;
     Informer *jobs, *pods, *services, *netpols; /* never Secrets: see reconcile.h */
+    Progress *progress;
     pthread_t threads[MAX_WORKER_THREADS];
     int nthreads;
     /* Whether the cluster serves PodGroups, and when it was learned (clock_mono);
@@ -69,6 +70,14 @@ static void on_owned(void *ctx, const char *type, const cJSON *obj)
     wq_add(c->queue, key);
 }
 
+/* Pods also tell the progress scraper the step a chief reached when it exited. */
+static void on_pod(void *ctx, const char *type, const cJSON *obj)
+{
+    Controller *c = ctx;
+    on_owned(ctx, type, obj);
+    progress_observe_pod(c->progress, obj);
+}
+
 /* Keeps only the members of o named in keep (NULL-terminated). */
 static void keep_only(cJSON *o, const char *const *keep)
 {
@@ -96,14 +105,16 @@ static const char *const METADATA_KEPT[] = {"name",
 
 /* Pods as cached: what reconcile reads (metadata with the creation time, which
  * startupDeadlineSeconds counts from, and the phase, reason, conditions and container
- * states of the status, init containers' too); the spec it never compares. */
+ * states of the status, init containers' too) and the IP the progress scraper dials; the
+ * spec it never compares. */
 static void prune_pod(cJSON *pod)
 {
     static const char *const top[] = {"metadata", "spec", "status", NULL};
     /* nodeName: named when forcing a deletion; both: whether a pod waits for a place */
     static const char *const spec[] = {"nodeName", "schedulingGroup", NULL};
     static const char *const status[] = {
-        "phase", "reason", "conditions", "containerStatuses", "initContainerStatuses", NULL};
+        "phase", "reason", "conditions", "containerStatuses", "initContainerStatuses",
+        "podIP", NULL};
     static const char *const cstatus[] = {"name", "state", NULL};
     keep_only(pod, top);
     keep_only(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), METADATA_KEPT);
@@ -157,7 +168,9 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     c->jobs = informer_new(client, &jo);
     po.plural = "pods";
     po.transform = prune_pod;
+    po.handler = on_pod;
     c->pods = informer_new(client, &po);
+    po.handler = on_owned;
     po.transform = prune_owned;
     po.plural = "services";
     c->services = informer_new(client, &po);
@@ -165,6 +178,11 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     po.plural = "networkpolicies";
     c->netpols = informer_new(client, &po);
     if (!c->queue || !c->jobs || !c->pods || !c->services || !c->netpols) goto nomem;
+    c->progress = progress_new(client, c->jobs, c->pods, &c->cfg.progress, err, errlen);
+    if (!c->progress) {
+        controller_free(c);
+        return NULL;
+    }
     return c;
 nomem:
     snprintf(err, errlen, "out of memory creating the controller");
@@ -175,6 +193,7 @@ nomem:
 void controller_free(Controller *c)
 {
     if (!c) return;
+    progress_free(c->progress);
     informer_free(c->jobs);
     informer_free(c->pods);
     informer_free(c->services);
@@ -568,12 +587,13 @@ int controller_start_workers(Controller *c)
         if (rc) return -rc;
         c->nthreads++;
     }
-    return 0;
+    return progress_start(c->progress);
 }
 
 void controller_stop_workers(Controller *c)
 {
     if (!c) return;
+    progress_stop(c->progress);
     wq_shutdown(c->queue);
     for (int i = 0; i < c->nthreads; i++)
         pthread_join(c->threads[i], NULL);

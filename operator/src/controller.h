@@ -11,13 +11,15 @@
 #define KT_CONTROLLER_H
 
 #include "kclient.h"
+#include "progress.h"
 #include "reconcile.h"
 
 typedef struct ControllerConfig {
     const char *namespace; /* "" or NULL: all namespaces */
     ReconcileConfig reconcile;
-    int workers;          /* worker threads */
-    const char *identity; /* reportingInstance of events */
+    int workers;             /* worker threads */
+    const char *identity;    /* reportingInstance of events */
+    ProgressConfig progress; /* status.progress from the chiefs' /metrics (progress.h) */
 } ControllerConfig;
 
 typedef struct Controller Controller;
@@ -32,10 +34,12 @@ int controller_start_informers(Controller *c);
 /* 1 when every informer has listed once. */
 int controller_synced(Controller *c);
 
-/* Starts the worker threads; call once the caches are synced. Returns 0 or -errno. */
+/* Starts the worker threads and the progress scraper; call once the caches are synced.
+ * Returns 0 or -errno. */
 int controller_start_workers(Controller *c);
 
-/* Stops the workers (each finishes its current key) and joins them. */
+/* Stops the workers (each finishes its current key) and the progress scraper, and joins
+ * them. */
 void controller_stop_workers(Controller *c);
 
 /* Stops the workers, then the informers, and joins them all. */

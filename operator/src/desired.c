@@ -232,7 +232,7 @@ int desired_metrics_port(const JobSpec *s)
                 return (int)port;
         }
     }
-    return 0;
+    return s->command ? 0 : DESIRED_METRICS_PORT;
 }
 
 cJSON *desired_network_policy(const JobSpec *s)
@@ -526,6 +526,47 @@ static int kueue_group(const JobSpec *s, cJSON *labels, cJSON *annots, long long
     return 0;
 }
 
+/* The C trainer's chief serves its progress on /metrics by default, which the operator
+ * reads for status.progress (progress.h) and a Prometheus may scrape: the port in
+ * KUBETRAIN_METRICS_PORT and as the container port `metrics`, and named in the pod's
+ * ANNOT_METRICS_PORT. A template's own KUBETRAIN_METRICS_PORT is kept (0 turns the
+ * endpoint off: no annotation, no progress). Returns 0, or -1 out of memory. */
+static int metrics_defaults(const JobSpec *s, cJSON *c, cJSON *env, cJSON *annots)
+{
+    char buf[16];
+    int port = desired_metrics_port(s);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, env)
+    {
+        const char *n = jsonx_str(e, "name"), *v = jsonx_str(e, "value");
+        if (n && strcmp(n, "KUBETRAIN_METRICS_PORT") == 0) {
+            char *end;
+            long p = v ? strtol(v, &end, 10) : 0;
+            port = v && *v && !*end && p >= 1 && p <= 65535 ? (int)p : 0;
+            if (!port) return 0;
+            goto declared;
+        }
+    }
+    snprintf(buf, sizeof buf, "%d", port);
+    if (env_put(env, env_value("KUBETRAIN_METRICS_PORT", buf))) return -1;
+declared:;
+    const cJSON *p;
+    int have = 0;
+    cJSON_ArrayForEach(p, jsonx_arr(c, "ports"))
+    {
+        const char *n = jsonx_str(p, "name");
+        have |= n && strcmp(n, METRICS_PORT_NAME) == 0;
+    }
+    if (!have) {
+        cJSON *mp = cJSON_CreateObject();
+        if (!jsonx_set_str(mp, "name", METRICS_PORT_NAME) ||
+            !jsonx_set_num(mp, "containerPort", port) || list_put(c, "ports", "name", mp))
+            return -1;
+    }
+    snprintf(buf, sizeof buf, "%d", port);
+    return jsonx_set_str(annots, ANNOT_METRICS_PORT, buf) ? 0 : -1;
+}
+
 cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secret, Role role,
                    int index, long long attempt)
 {
@@ -626,6 +667,8 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     if (!jsonx_set_str(port, "name", "collective") ||
         !jsonx_set_num(port, "containerPort", s->port) || list_put(c, "ports", "name", port))
         goto err;
+
+    if (!s->command && metrics_defaults(s, c, env, annots)) goto err;
 
     if (s->gpus > 0) {
         cJSON *limits = jsonx_ensure_obj(c, "resources.limits");

@@ -34,11 +34,15 @@
 #define ANNOT_WORLD_SIZE "kubetrain.dev/world-size"
 #define ANNOT_CLUSTER "kubetrain.dev/cluster"
 #define POD_GROUP_API_VERSION "scheduling.k8s.io/v1alpha2"
+/* Where the pod's trainer serves /metrics: the operator reads the chief's for
+ * status.progress (progress.h). Only on pods of the C trainer that serve it. */
+#define ANNOT_METRICS_PORT "kubetrain.dev/metrics-port"
 #define TRAINER_CONTAINER "trainer"
 #define SECRET_RING_KEY "ring-key"
 #define SECRET_MODEL "model.json"
 #define MODEL_MOUNT_DIR "/etc/kubetrain"
 #define METRICS_PORT_NAME "metrics" /* the chief's /metrics (the chart's PodMonitor) */
+#define DESIRED_METRICS_PORT 9090   /* the C trainer's /metrics unless the template says */
 
 /* Kueue's plain pod group (docs/kueue.md), on every pod of a job labelled
  * LABEL_KUEUE_QUEUE (jobspec.h): the queue label, a group named per attempt, the
@@ -122,7 +126,8 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
 cJSON *desired_service(const JobSpec *s);
 
 /* The containerPort the template declares under the name "metrics" (the chief's
- * /metrics, KUBETRAIN_METRICS_PORT), or 0. */
+ * /metrics, KUBETRAIN_METRICS_PORT); else DESIRED_METRICS_PORT for the C trainer (no
+ * spec.command), whose chief serves it by default; else 0. */
 int desired_metrics_port(const JobSpec *s);
 
 /* The job's NetworkPolicy (networking.k8s.io/v1), named like its Service: the worker

@@ -174,6 +174,9 @@ static int start_servers(Operator *op)
                       .force_delete_after_s = o->force_delete_after_s,
                       .template_policy = o->template_policy},
         .workers = o->workers,
+        .progress = {.interval_s = o->progress_interval_s,
+                     .write_qps = o->progress_qps,
+                     .timeout_s = 2},
         .identity = o->lease_id ? o->lease_id : op->identity,
     };
     op->ctl = controller_new(op->client, &op->cc, err, sizeof err);

@@ -35,6 +35,10 @@ void options_usage(FILE *f)
         "  --backoff-max S           cap of that exponential delay (360)\n"
         "  --force-delete-after S    force-delete a pod still terminating S seconds after its\n"
         "                            grace period ended (its node is gone); 0: never (60)\n"
+        "  --progress-interval S     scrape each running job's chief /metrics for\n"
+        "                            status.progress at most every S seconds; 0: never (10)\n"
+        "  --progress-qps N          status writes per second for progress, all jobs together;\n"
+        "                            the interval grows to running jobs / N (10)\n"
         "  --template-policy P       baseline: refuse a job whose spec.template asks what Pod\n"
         "                            Security's baseline level refuses (privileged, host\n"
         "                            namespaces, hostPath, ...) or a service account other\n"
@@ -60,6 +64,8 @@ static void defaults(OperatorOptions *o)
     o->backoff_base_s = 10;
     o->backoff_max_s = 360;
     o->force_delete_after_s = 60;
+    o->progress_interval_s = 10;
+    o->progress_qps = 10;
     /* Safe unless told otherwise: whoever may create TrainingJobs gets pods made for them
      * without being allowed to create pods; "none" is the cluster admin's decision. */
     o->template_policy = PODPOLICY_BASELINE;
@@ -123,6 +129,8 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
         O_BBASE,
         O_BMAX,
         O_FORCE,
+        O_PINTERVAL,
+        O_PQPS,
         O_TPOLICY,
         O_LEVEL,
         O_INSECURE,
@@ -146,6 +154,8 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
         {"backoff-base", required_argument, 0, O_BBASE},
         {"backoff-max", required_argument, 0, O_BMAX},
         {"force-delete-after", required_argument, 0, O_FORCE},
+        {"progress-interval", required_argument, 0, O_PINTERVAL},
+        {"progress-qps", required_argument, 0, O_PQPS},
         {"template-policy", required_argument, 0, O_TPOLICY},
         {"log-level", required_argument, 0, O_LEVEL},
         {"insecure-skip-tls-verify", no_argument, 0, O_INSECURE},
@@ -211,6 +221,12 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
             break;
         case O_BBASE:
             bad |= parse_num("--backoff-base", optarg, 0, 86400, &o->backoff_base_s);
+            break;
+        case O_PINTERVAL:
+            bad |= parse_num("--progress-interval", optarg, 0, 86400, &o->progress_interval_s);
+            break;
+        case O_PQPS:
+            bad |= parse_num("--progress-qps", optarg, 0.01, 100000, &o->progress_qps);
             break;
         case O_BMAX:
             bad |= parse_num("--backoff-max", optarg, 0, 86400, &o->backoff_max_s);

@@ -30,6 +30,7 @@ typedef struct OperatorOptions {
     int burst;
     int workers;
     double backoff_base_s, backoff_max_s, force_delete_after_s;
+    double progress_interval_s, progress_qps; /* ProgressConfig (progress.h) */
     PodPolicyLevel template_policy;
     OlogLevel log_level;
     int insecure_skip_tls_verify;

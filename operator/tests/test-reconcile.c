@@ -972,6 +972,65 @@ static void test_user_command(void **state)
     fx_free(&f);
 }
 
+/* The C trainer serves /metrics by default (the operator reads the chief's for
+ * status.progress): KUBETRAIN_METRICS_PORT, the container port `metrics` and the pod's
+ * kubetrain.dev/metrics-port annotation, all DESIRED_METRICS_PORT; a template's own
+ * KUBETRAIN_METRICS_PORT is kept and named, "0" turns it all off; a user's program
+ * (spec.command) gets none of it. */
+static void test_metrics_port_defaults(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *env; /* env: KUBETRAIN_METRICS_PORT, NULL: unset */
+        int port;               /* the `metrics` container port, -1: none */
+        const char *annot;      /* NULL: no annotation */
+        int grace;              /* the pod's terminationGracePeriodSeconds, -1: unset */
+    } cases[] = {
+        {"{\"workers\":2}", "9090", 9090, "9090", -1},
+        /* The grace period that lets the chief save on SIGTERM passes through. */
+        {"{\"workers\":2,\"template\":{\"spec\":{\"terminationGracePeriodSeconds\":120,"
+         "\"containers\":[{\"name\":\"trainer\","
+         "\"env\":[{\"name\":\"KUBETRAIN_METRICS_PORT\",\"value\":\"9100\"}]}]}}}",
+         "9100", 9100, "9100", 120},
+        {"{\"workers\":2,\"template\":{\"spec\":{\"containers\":[{\"name\":\"trainer\","
+         "\"env\":[{\"name\":\"KUBETRAIN_METRICS_PORT\",\"value\":\"0\"}]}]}}}",
+         "0", -1, NULL, -1},
+        {"{\"workers\":2,\"image\":\"tf:1\",\"command\":[\"python\",\"train.py\"]}", NULL, -1, NULL,
+         -1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cJSON *job = job_new(cases[k].spec, NULL);
+        JobSpec s;
+        char err[256];
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        DesiredConfig dc = {.trainer_image = "def"};
+        cJSON *pod = desired_pod(&s, &dc, SECRET, ROLE_WORKER, 0, 0);
+        assert_non_null(pod);
+        assert_int_equal(jsonx_int(pod, "spec.terminationGracePeriodSeconds", -1), cases[k].grace);
+        const char *env = env_of(pod, "KUBETRAIN_METRICS_PORT");
+        if (cases[k].env)
+            assert_string_equal(env, cases[k].env);
+        else
+            assert_null(env);
+        int port = -1;
+        const cJSON *p;
+        cJSON_ArrayForEach(p, jsonx_arr(container(pod, "trainer"), "ports"))
+        {
+            if (!strcmp(jsonx_str(p, "name"), "metrics"))
+                port = (int)jsonx_int(p, "containerPort", -1);
+        }
+        assert_int_equal(port, cases[k].port);
+        const char *annot = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            jsonx_obj(pod, "metadata.annotations"), ANNOT_METRICS_PORT));
+        if (cases[k].annot)
+            assert_string_equal(annot, cases[k].annot);
+        else
+            assert_null(annot);
+        cJSON_Delete(pod);
+        cJSON_Delete(job);
+    }
+}
+
 /* The chief's /metrics as examples/job-metrics.yaml asks for it: the template's env and
  * its port named "metrics" stay on the trainer container beside the operator's
  * "collective" port, and only worker 0 carries the labels the chart's PodMonitor selects
@@ -1065,7 +1124,12 @@ static void test_network_policy(void **state)
     }
     assert_string_equal(
         cJSON_GetObjectItemCaseSensitive(sel[0], "kubetrain.dev/job-name")->valuestring, "mnist");
-    assert_int_equal(cJSON_GetArraySize(jsonx_at(np, "spec.ingress")), 1);
+    /* The C trainer's chief serves /metrics by default (DESIRED_METRICS_PORT), which the
+     * operator reads for status.progress: a second rule admits that port. */
+    assert_int_equal(cJSON_GetArraySize(jsonx_at(np, "spec.ingress")), 2);
+    const cJSON *mrule = cJSON_GetArrayItem(jsonx_at(np, "spec.ingress"), 1);
+    assert_int_equal(jsonx_int(cJSON_GetArrayItem(jsonx_at(mrule, "ports"), 0), "port", -1),
+                     DESIRED_METRICS_PORT);
     assert_int_equal(cJSON_GetArraySize(jsonx_at(rule, "from")), 1);
     assert_int_equal(cJSON_GetArraySize(jsonx_at(rule, "ports")), 1);
     assert_int_equal(jsonx_int(port, "port", -1), 2345);
@@ -2228,6 +2292,7 @@ int main(void)
         cmocka_unit_test(test_template_merge_gpus_domain),
         cmocka_unit_test(test_user_command),
         cmocka_unit_test(test_template_metrics_port),
+        cmocka_unit_test(test_metrics_port_defaults),
         cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),

@@ -52,7 +52,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [list, watch, delete]
 - apiGroups: [kubetrain.dev]
   resources: [trainingjobs/status]
-  verbs: [update]
+  verbs: [update, patch]
 - apiGroups: [kubetrain.dev]
   resources: [trainingjobs/finalizers]
   verbs: [update]

@@ -4,7 +4,7 @@
 #    admin certificate) and is never refused a request;
 #  - spec.networkPolicy: a NetworkPolicy <job>-worker owned by the job, created before the
 #    pods, admitting only the job's own worker pods on spec.port (and the template's
-#    metrics port from any namespace's pods); deleted when the field is turned off,
+#    metrics port, the C trainer's 9090 by default, from any namespace's pods); deleted when the field is turned off,
 #    collected with the job; none for a job without the field;
 #  - the pods it stores run non-root with no privilege escalation and no capabilities,
 #    unless the pod template says otherwise; a template with what Pod Security's baseline
@@ -83,8 +83,12 @@ if s.get("podSelector", {}).get("matchLabels") != want:
 if s.get("policyTypes") != ["Ingress"]:
     bad.append(f"policyTypes {s.get('policyTypes')}")
 ing = s.get("ingress", [])
-if not (len(ing) == 1 and ing[0].get("from") == [{"podSelector": {"matchLabels": want}}] and
-        ing[0].get("ports") == [{"protocol": "TCP", "port": 2345}]):
+# The C trainer's chief serves /metrics by default (the operator reads it for
+# status.progress): the second rule admits that port from any namespace's pods.
+if not (len(ing) == 2 and ing[0].get("from") == [{"podSelector": {"matchLabels": want}}] and
+        ing[0].get("ports") == [{"protocol": "TCP", "port": 2345}] and
+        ing[1].get("ports") == [{"protocol": "TCP", "port": 9090}] and
+        ing[1].get("from") == [{"namespaceSelector": {}}]):
     bad.append(f"ingress {ing}")
 # The selectors pick exactly the job's pods.
 for p in pods:
@@ -99,7 +103,7 @@ print("; ".join(bad) if bad else "ok")
 PY
 )
 if [ "$res" = ok ]; then
-  tap_ok "NetworkPolicy np-worker: owned by the job, before the pods, only the job's workers on 2345"
+  tap_ok "NetworkPolicy np-worker: owned by the job, before the pods, the job's workers on 2345, /metrics 9090"
 else tap_fail "NetworkPolicy np-worker" "$res"; fi
 if [ -z "$(k -n netpol get networkpolicy plain-worker -o name 2>/dev/null)" ] && has_npods netpol plain 2; then
   tap_ok "a job without networkPolicy gets no NetworkPolicy"

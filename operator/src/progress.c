@@ -1,0 +1,602 @@
+/* progress — the chiefs' /metrics into status.progress and status.checkpoint. */
+#include "progress.h"
+
+#include "clock.h"
+#include "desired.h"
+#include "jsonx.h"
+#include "olog.h"
+#include "ratelimit.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TICK_S 1.0            /* how often the thread looks for due jobs */
+#define MAX_BODY (256 * 1024) /* a /metrics answer is ~2 KiB; more is not the trainer */
+#define MAX_PARALLEL 64       /* scrapes in flight at once */
+#define NBUCKETS 4096         /* of the per-job table; chains stay short at 10^4 jobs */
+#define KEY_MAX 512
+
+/* ------------------------------------------------------------------------------------
+ * Parsing and the patch (pure) */
+
+int progress_parse(const char *text, ProgressScrape *out)
+{
+    static const struct {
+        const char *name;
+        int is_long;
+        size_t off;
+    } fields[] = {
+        {"kubetrain_steps_total", 1, offsetof(ProgressScrape, step)},
+        {"kubetrain_total_steps", 1, offsetof(ProgressScrape, total_steps)},
+        {"kubetrain_start_step", 1, offsetof(ProgressScrape, start_step)},
+        {"kubetrain_epoch", 1, offsetof(ProgressScrape, epoch)},
+        {"kubetrain_checkpoint_step", 1, offsetof(ProgressScrape, checkpoint_step)},
+        {"kubetrain_loss", 0, offsetof(ProgressScrape, loss)},
+        {"kubetrain_accuracy", 0, offsetof(ProgressScrape, accuracy)},
+        {"kubetrain_samples_per_second", 0, offsetof(ProgressScrape, samples_per_second)},
+        {"kubetrain_checkpoint_timestamp_seconds", 0, offsetof(ProgressScrape, checkpoint_time)},
+    };
+    const size_t nf = sizeof fields / sizeof fields[0];
+    for (size_t i = 0; i < nf; i++) {
+        char *f = (char *)out + fields[i].off;
+        if (fields[i].is_long)
+            *(long *)(void *)f = -1;
+        else
+            *(double *)(void *)f = NAN;
+    }
+    for (const char *l = text; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        if (*l != '#') {
+            for (size_t i = 0; i < nf; i++) {
+                size_t n = strlen(fields[i].name);
+                if (strncmp(l, fields[i].name, n) != 0 || l[n] != ' ') continue;
+                char *end;
+                double v = strtod(l + n + 1, &end);
+                if (end == l + n + 1 || !isfinite(v)) break;
+                char *f = (char *)out + fields[i].off;
+                if (fields[i].is_long)
+                    *(long *)(void *)f = v >= 0 && v < 1e15 ? (long)v : -1;
+                else
+                    *(double *)(void *)f = v;
+                break;
+            }
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    return out->step >= 0 ? 0 : -ENODATA;
+}
+
+double progress_interval(const ProgressConfig *cfg, size_t running)
+{
+    double spread = cfg->write_qps > 0 ? (double)running / cfg->write_qps : 0;
+    return spread > cfg->interval_s ? spread : cfg->interval_s;
+}
+
+/* Sets name to v when v is a number (not NaN); 0, or -1 out of memory. */
+static int set_num_if(cJSON *o, const char *name, double v)
+{
+    if (isnan(v)) return 0;
+    return jsonx_set_num(o, name, v) ? 0 : -1;
+}
+
+/* 1 when the old object's number `name` differs from v (or one is absent). */
+static int num_changed(const cJSON *old, const char *name, double v)
+{
+    const cJSON *o = jsonx_at(old, name);
+    if (isnan(v)) return cJSON_IsNumber(o);
+    return !cJSON_IsNumber(o) || o->valuedouble != v;
+}
+
+int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt, long final_step,
+                   double now, cJSON **patch)
+{
+    *patch = NULL;
+    const cJSON *old = jsonx_obj(job, "status.progress");
+    const cJSON *old_ckpt = jsonx_obj(job, "status.checkpoint");
+    long long old_attempt = jsonx_int(old, "attempt", -1);
+    long old_step = (long)jsonx_int(old, "step", -1);
+    int new_attempt = old_attempt != attempt;
+    int changed =
+        new_attempt || num_changed(old, "step", (double)s->step) ||
+        num_changed(old, "epoch", s->epoch >= 0 ? (double)s->epoch : NAN) ||
+        num_changed(old, "loss", s->loss) || num_changed(old, "accuracy", s->accuracy) ||
+        (s->checkpoint_step >= 0 && num_changed(old_ckpt, "step", (double)s->checkpoint_step));
+    if (!changed) return 0;
+
+    char ts[40];
+    cJSON *p = cJSON_CreateObject();
+    cJSON *st = jsonx_ensure_obj(p, "status");
+    cJSON *pr = st ? jsonx_ensure_obj(st, "progress") : NULL;
+    cJSON *md = jsonx_ensure_obj(p, "metadata");
+    const char *uid = jsonx_str(job, "metadata.uid");
+    /* The uid makes the patch a precondition: never written into a new job of the name. */
+    if (!pr || !md || (uid && !jsonx_set_str(md, "uid", uid))) goto nomem;
+    clock_format_rfc3339(now, ts, sizeof ts);
+    if (!jsonx_set_num(pr, "attempt", (double)attempt) ||
+        !jsonx_set_num(pr, "step", (double)s->step) || !jsonx_set_str(pr, "updateTime", ts) ||
+        (s->epoch >= 0 && !jsonx_set_num(pr, "epoch", (double)s->epoch)) ||
+        set_num_if(pr, "loss", s->loss) || set_num_if(pr, "accuracy", s->accuracy) ||
+        set_num_if(pr, "samplesPerSecond", s->samples_per_second))
+        goto nomem;
+    if (s->total_steps > 0) {
+        long pct = (long)(100.0 * (double)s->step / (double)s->total_steps);
+        char buf[16];
+        snprintf(buf, sizeof buf, "%ld%%", pct > 100 ? 100 : pct < 0 ? 0 : pct);
+        if (!jsonx_set_num(pr, "totalSteps", (double)s->total_steps) ||
+            !jsonx_set_str(pr, "percent", buf))
+            goto nomem;
+    }
+    /* The rate over the two scrapes of one attempt (pauses for checkpoints included),
+     * rather than the last step's samples/s, which says nothing of the time between. */
+    double then;
+    int have_eta = 0;
+    if (!new_attempt && old_step >= 0 && s->step > old_step && s->total_steps > s->step &&
+        clock_parse_rfc3339(jsonx_str(old, "updateTime"), &then) == 0 && now - then >= 1) {
+        double rate = (double)(s->step - old_step) / (now - then);
+        clock_format_rfc3339(now + (double)(s->total_steps - s->step) / rate, ts, sizeof ts);
+        if (!jsonx_set_str(pr, "estimatedCompletionTime", ts)) goto nomem;
+        have_eta = 1;
+    }
+    /* Merge patch: null removes an estimate that no longer holds. */
+    if (!have_eta && jsonx_str(old, "estimatedCompletionTime") &&
+        !jsonx_set(pr, "estimatedCompletionTime", cJSON_CreateNull()))
+        goto nomem;
+    if (s->checkpoint_step >= 0) {
+        cJSON *ck = jsonx_ensure_obj(st, "checkpoint");
+        if (!ck || !jsonx_set_num(ck, "step", (double)s->checkpoint_step)) goto nomem;
+        if (!isnan(s->checkpoint_time)) {
+            clock_format_rfc3339(s->checkpoint_time, ts, sizeof ts);
+            if (!jsonx_set_str(ck, "time", ts)) goto nomem;
+        }
+    }
+    /* A new attempt resumed at start_step: what the previous one had trained past it is
+     * lost. Its furthest step is its chief's exit message, else the last scrape. */
+    if (new_attempt && old_attempt >= 0 && s->start_step >= 0) {
+        long reached = final_step > old_step ? final_step : old_step;
+        long lost = reached > s->start_step ? reached - s->start_step : 0;
+        cJSON *r = jsonx_ensure_obj(st, "restarts");
+        long long total = jsonx_int(job, "status.restarts.stepsLost", 0);
+        if (!r || !jsonx_set_num(r, "lastStepsLost", (double)lost) ||
+            !jsonx_set_num(r, "stepsLost", (double)(total + lost)))
+            goto nomem;
+    }
+    *patch = p;
+    return 0;
+nomem:
+    cJSON_Delete(p);
+    return -ENOMEM;
+}
+
+/* The chief: role chief, or worker 0 of a cluster without one (ANNOT_CLUSTER lists the
+ * roles only when there is a chief or ps). */
+static int is_chief(const cJSON *pod)
+{
+    const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+    const char *role = jsonx_key_str(labels, LABEL_ROLE);
+    const char *index = jsonx_key_str(labels, LABEL_REPLICA_INDEX);
+    const char *cluster = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_CLUSTER);
+    if (!role) return 0;
+    if (strcmp(role, "chief") == 0) return 1;
+    return strcmp(role, "worker") == 0 && index && strcmp(index, "0") == 0 &&
+           !(cluster && strstr(cluster, "chief="));
+}
+
+/* The pod's attempt annotation, or -1. */
+static long long pod_attempt(const cJSON *pod)
+{
+    const char *a = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_ATTEMPT);
+    char *end;
+    long long v = a ? strtoll(a, &end, 10) : -1;
+    return a && *a && !*end ? v : -1;
+}
+
+int progress_chief_final_step(const cJSON *pod, char *key, size_t keylen, long long *attempt,
+                              long *step)
+{
+    if (!is_chief(pod)) return -ENOENT;
+    const char *ns = jsonx_str(pod, "metadata.namespace");
+    const char *job = jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_JOB_NAME);
+    const cJSON *cs;
+    cJSON_ArrayForEach(cs, jsonx_arr(pod, "status.containerStatuses"))
+    {
+        const char *name = jsonx_str(cs, "name");
+        const char *msg = jsonx_str(cs, "state.terminated.message");
+        if (!name || strcmp(name, "trainer") != 0 || !msg || !ns || !job) continue;
+        cJSON *m = cJSON_Parse(msg);
+        long long v = jsonx_int(m, "step", -1);
+        cJSON_Delete(m);
+        if (v < 0) return -ENOENT;
+        snprintf(key, keylen, "%s/%s", ns, job);
+        *attempt = pod_attempt(pod);
+        *step = (long)v;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Per-job memory: when the job is next due, and the previous chief's last step */
+
+typedef struct JobState {
+    struct JobState *next;
+    char key[KEY_MAX];
+    double next_due;         /* monotonic */
+    long long final_attempt; /* the attempt final_step belongs to */
+    long final_step;         /* -1: none seen */
+    int seen;                /* mark of the sweep that forgets deleted jobs */
+    int failing;             /* scrapes failing in a row: logged at the first only */
+} JobState;
+
+struct Progress {
+    KubeClient *client;
+    Informer *jobs, *pods;
+    ProgressConfig cfg;
+    RateLimit writes;
+    pthread_t thread;
+    int started;
+    volatile int stop;
+    pthread_mutex_t mu; /* guards the table: progress_observe_pod runs on the informer */
+    JobState *table[NBUCKETS];
+};
+
+static uint32_t key_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % NBUCKETS;
+}
+
+/* The state of key, created when absent (NULL out of memory). Call with mu held. */
+static JobState *state_get(Progress *p, const char *key)
+{
+    uint32_t h = key_hash(key);
+    for (JobState *s = p->table[h]; s; s = s->next)
+        if (strcmp(s->key, key) == 0) return s;
+    JobState *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    snprintf(s->key, sizeof s->key, "%s", key);
+    s->final_step = -1;
+    s->final_attempt = -1;
+    s->next = p->table[h];
+    p->table[h] = s;
+    return s;
+}
+
+void progress_observe_pod(Progress *p, const cJSON *pod)
+{
+    char key[KEY_MAX];
+    long long attempt;
+    long step;
+    if (!p || progress_chief_final_step(pod, key, sizeof key, &attempt, &step) != 0) return;
+    pthread_mutex_lock(&p->mu);
+    JobState *s = state_get(p, key);
+    if (s &&
+        (attempt > s->final_attempt || (attempt == s->final_attempt && step > s->final_step))) {
+        s->final_attempt = attempt;
+        s->final_step = step;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ------------------------------------------------------------------------------------
+ * The thread */
+
+/* One job due for a scrape. */
+typedef struct Due {
+    char key[KEY_MAX];
+    char url[128];
+    long long attempt;
+    CURL *easy;
+    char *body;
+    size_t len;
+    int overflow;
+} Due;
+
+typedef struct Survey {
+    Progress *p;
+    double now;
+    Due *due;
+    size_t ndue, cap;
+    size_t running; /* jobs that would be scraped, due or not */
+    int nomem;
+} Survey;
+
+/* The URL of the Running chief of attempt `attempt` among pods, or -ENOENT. */
+static int chief_url(const cJSON *pods, long long attempt, char *url, size_t n)
+{
+    const cJSON *pod;
+    cJSON_ArrayForEach(pod, pods)
+    {
+        if (!is_chief(pod) || pod_attempt(pod) != attempt ||
+            jsonx_str(pod, "metadata.deletionTimestamp"))
+            continue;
+        const char *phase = jsonx_str(pod, "status.phase");
+        const char *ip = jsonx_str(pod, "status.podIP");
+        const char *port =
+            jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_METRICS_PORT);
+        if (!phase || strcmp(phase, "Running") != 0 || !ip || !*ip || !port) return -ENOENT;
+        if (strchr(ip, ':'))
+            snprintf(url, n, "http://[%s]:%s/metrics", ip, port);
+        else
+            snprintf(url, n, "http://%s:%s/metrics", ip, port);
+        return 0;
+    }
+    return -ENOENT;
+}
+
+/* The jobs to scrape: Running, the C trainer (no spec.command). Called under the jobs
+ * informer's read lock: copies what it needs, never calls back into that informer. */
+static void survey_job(void *ctx, const cJSON *job)
+{
+    Survey *sv = ctx;
+    const char *phase = jsonx_str(job, "status.phase");
+    char key[KEY_MAX];
+    if (!phase || strcmp(phase, "Running") != 0 || jsonx_at(job, "spec.command") ||
+        informer_key(job, key, sizeof key) != 0)
+        return;
+    sv->running++;
+    pthread_mutex_lock(&sv->p->mu);
+    JobState *s = state_get(sv->p, key);
+    int due = s && s->next_due <= sv->now;
+    if (s) s->seen = 1;
+    pthread_mutex_unlock(&sv->p->mu);
+    if (!s) sv->nomem = 1;
+    if (!due) return;
+    if (sv->ndue == sv->cap) {
+        size_t cap = sv->cap ? 2 * sv->cap : 64;
+        Due *d = realloc(sv->due, cap * sizeof *d);
+        if (!d) {
+            sv->nomem = 1;
+            return;
+        }
+        sv->due = d, sv->cap = cap;
+    }
+    Due *d = &sv->due[sv->ndue++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->key, sizeof d->key, "%s", key);
+    d->attempt = jsonx_int(job, "status.attempt", 0);
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
+{
+    Due *d = ctx;
+    size_t n = size * nmemb;
+    if (d->len + n > MAX_BODY) {
+        d->overflow = 1;
+        return 0; /* aborts the transfer */
+    }
+    char *b = realloc(d->body, d->len + n + 1);
+    if (!b) return 0;
+    memcpy(b + d->len, data, n);
+    d->len += n;
+    b[d->len] = '\0';
+    d->body = b;
+    return n;
+}
+
+/* Runs the scrapes of d[0..n) at once; each ends with its body or without. */
+static void scrape_all(Progress *p, Due *d, size_t n)
+{
+    CURLM *multi = curl_multi_init();
+    if (!multi) return;
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)MAX_PARALLEL);
+    long timeout_ms = (long)(p->cfg.timeout_s * 1000);
+    for (size_t i = 0; i < n; i++) {
+        if (!d[i].url[0] || !(d[i].easy = curl_easy_init())) continue;
+        CURL *e = d[i].easy;
+        curl_easy_setopt(e, CURLOPT_URL, d[i].url);
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_NOPROXY, "*"); /* pod IPs, never through a proxy */
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, &d[i]);
+        curl_easy_setopt(e, CURLOPT_PRIVATE, &d[i]);
+        if (curl_multi_add_handle(multi, e) != CURLM_OK) {
+            curl_easy_cleanup(e);
+            d[i].easy = NULL;
+        }
+    }
+    int running = 1;
+    while (running && !p->stop) {
+        if (curl_multi_perform(multi, &running) != CURLM_OK) break;
+        if (running) curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(multi, &left))) {
+        if (m->msg != CURLMSG_DONE) continue;
+        char *priv = NULL;
+        long code = 0;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+        Due *di = (Due *)(void *)priv;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &code);
+        if (di && (m->data.result != CURLE_OK || code != 200)) {
+            free(di->body);
+            di->body = NULL;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!d[i].easy) continue;
+        if (running) { /* stopped: abandon whatever is in flight */
+            free(d[i].body);
+            d[i].body = NULL;
+        }
+        curl_multi_remove_handle(multi, d[i].easy);
+        curl_easy_cleanup(d[i].easy);
+        d[i].easy = NULL;
+    }
+    curl_multi_cleanup(multi);
+}
+
+/* Writes the patch for one scraped job. */
+static void write_progress(Progress *p, Due *d, double now)
+{
+    char ns[256], name[256], path[1024], err[1024];
+    const char *slash = strchr(d->key, '/');
+    ProgressScrape s;
+    if (!slash || (size_t)(slash - d->key) >= sizeof ns || progress_parse(d->body, &s) != 0) return;
+    snprintf(ns, sizeof ns, "%.*s", (int)(slash - d->key), d->key);
+    snprintf(name, sizeof name, "%s", slash + 1);
+    cJSON *job = informer_get(p->jobs, ns, name);
+    if (!job || jsonx_int(job, "status.attempt", 0) != d->attempt) {
+        cJSON_Delete(job); /* gone, or restarted since the survey */
+        return;
+    }
+    long final_step = -1;
+    pthread_mutex_lock(&p->mu);
+    JobState *st = state_get(p, d->key);
+    if (st && st->final_attempt >= 0 && st->final_attempt < d->attempt) final_step = st->final_step;
+    pthread_mutex_unlock(&p->mu);
+    cJSON *patch = NULL;
+    if (progress_patch(job, &s, d->attempt, final_step, now, &patch) != 0 || !patch) {
+        cJSON_Delete(job);
+        return;
+    }
+    ratelimit_wait(&p->writes);
+    kpath(path, sizeof path, KT_API_VERSION, ns, KT_PLURAL, name, "status");
+    KubeResponse r = {0};
+    int rc = kclient_request(p->client, "PATCH", path, patch, "application/merge-patch+json", &r,
+                             err, sizeof err);
+    if (rc == 0) {
+        informer_store(p->jobs, r.body);
+        const cJSON *lost = jsonx_at(patch, "status.restarts.lastStepsLost");
+        if (lost)
+            olog(OLOG_INFO, d->key, "attempt %lld resumed at step %ld: %lld steps lost", d->attempt,
+                 s.start_step, (long long)lost->valuedouble);
+    } else {
+        olog(OLOG_WARN, d->key, "progress not recorded: %s", err);
+    }
+    kresp_free(&r);
+    cJSON_Delete(patch);
+    cJSON_Delete(job);
+}
+
+/* Forgets the jobs the last survey did not see (deleted or no longer running), except
+ * a final step still to be counted by the job's next attempt. Call with mu held. */
+static void sweep(Progress *p)
+{
+    for (size_t h = 0; h < NBUCKETS; h++) {
+        JobState **link = &p->table[h];
+        while (*link) {
+            JobState *s = *link;
+            if (!s->seen && s->final_step < 0) {
+                *link = s->next;
+                free(s);
+                continue;
+            }
+            s->seen = 0;
+            link = &s->next;
+        }
+    }
+}
+
+static void tick(Progress *p)
+{
+    Survey sv = {.p = p, .now = clock_mono()};
+    informer_foreach(p->jobs, survey_job, &sv);
+    double interval = progress_interval(&p->cfg, sv.running);
+    for (size_t i = 0; i < sv.ndue; i++) {
+        Due *d = &sv.due[i];
+        const char *slash = strchr(d->key, '/');
+        char ns[256];
+        snprintf(ns, sizeof ns, "%.*s", (int)(slash - d->key), d->key);
+        cJSON *pods = informer_list(p->pods, ns, LABEL_JOB_NAME, slash + 1);
+        if (chief_url(pods, d->attempt, d->url, sizeof d->url) != 0) d->url[0] = '\0';
+        cJSON_Delete(pods);
+    }
+    scrape_all(p, sv.due, sv.ndue);
+    double wall = clock_wall();
+    for (size_t i = 0; i < sv.ndue && !p->stop; i++) {
+        Due *d = &sv.due[i];
+        pthread_mutex_lock(&p->mu);
+        JobState *s = state_get(p, d->key);
+        /* A scrape that failed waits its interval like one that worked; a job without a
+         * chief to scrape (starting, or its program serves nothing) is looked at again
+         * after the base interval. */
+        if (s) s->next_due = sv.now + (d->url[0] ? interval : p->cfg.interval_s);
+        int first_failure = s && d->url[0] && !d->body && s->failing++ == 0;
+        if (s && d->body) s->failing = 0;
+        pthread_mutex_unlock(&p->mu);
+        if (first_failure)
+            olog(OLOG_INFO, d->key, "no progress from %s%s", d->url,
+                 d->overflow ? ": answer too long" : " (retrying quietly)");
+        if (d->body) write_progress(p, d, wall);
+        free(d->body);
+    }
+    free(sv.due);
+    pthread_mutex_lock(&p->mu);
+    sweep(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *progress_main(void *arg)
+{
+    Progress *p = arg;
+    while (!p->stop) {
+        double t0 = clock_mono();
+        tick(p);
+        double left = TICK_S - (clock_mono() - t0);
+        if (left > 0) clock_sleep(left, &p->stop);
+    }
+    return NULL;
+}
+
+Progress *progress_new(KubeClient *client, Informer *jobs, Informer *pods,
+                       const ProgressConfig *cfg, char *err, size_t errlen)
+{
+    Progress *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory for the progress scraper");
+        return NULL;
+    }
+    p->client = client, p->jobs = jobs, p->pods = pods;
+    p->cfg = *cfg;
+    if (p->cfg.timeout_s <= 0) p->cfg.timeout_s = 2;
+    pthread_mutex_init(&p->mu, NULL);
+    double qps = p->cfg.write_qps > 0 ? p->cfg.write_qps : 1;
+    ratelimit_init(&p->writes, qps, qps, clock_mono());
+    return p;
+}
+
+int progress_start(Progress *p)
+{
+    if (!p || p->cfg.interval_s <= 0 || p->started) return 0;
+    p->stop = 0;
+    int rc = pthread_create(&p->thread, NULL, progress_main, p);
+    if (rc) return -rc;
+    p->started = 1;
+    return 0;
+}
+
+void progress_stop(Progress *p)
+{
+    if (!p || !p->started) return;
+    p->stop = 1;
+    pthread_join(p->thread, NULL);
+    p->started = 0;
+}
+
+void progress_free(Progress *p)
+{
+    if (!p) return;
+    for (size_t h = 0; h < NBUCKETS; h++) {
+        JobState *s = p->table[h];
+        while (s) {
+            JobState *next = s->next;
+            free(s);
+            s = next;
+        }
+    }
+    ratelimit_destroy(&p->writes);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

@@ -1,0 +1,88 @@
+/* progress — live progress of running jobs, and the work each restart lost.
+ *
+ * One thread scrapes the chief's /metrics (trainer/src/prom.h) of every Running job of
+ * the C trainer whose chief pod names its port (ANNOT_METRICS_PORT) and has an IP, at
+ * most once per interval, all due scrapes at once over one libcurl multi handle with
+ * short timeouts; and writes what changed as a JSON merge patch of the status
+ * subresource: status.progress (step, totalSteps, percent, epoch, loss, accuracy,
+ * samplesPerSecond, estimatedCompletionTime, attempt, updateTime) and status.checkpoint
+ * (step, time). Writes draw on their own token bucket (ProgressConfig.write_qps) beside
+ * the client's, and the interval stretches so that every running job gets its turn
+ * within that budget: max(interval_s, running / write_qps) seconds.
+ *
+ * Lost work: the first scrape of a new attempt compares the step the previous attempt
+ * reached (status.progress.step, or the old chief's termination message when the
+ * operator saw it: progress_observe_pod) with the step the new chief resumed at
+ * (kubetrain_start_step) and records the difference in status.restarts.lastStepsLost
+ * and adds it to status.restarts.stepsLost, in the same patch that moves
+ * status.progress.attempt, so it is counted once.
+ *
+ * Reconcile never writes these fields; it carries them in its whole-status updates,
+ * which a patch in between turns into a conflict and a retry (resourceVersion). A job
+ * whose program exposes nothing (spec.command, or KUBETRAIN_METRICS_PORT=0) gets no
+ * status.progress. */
+#ifndef KT_PROGRESS_H
+#define KT_PROGRESS_H
+
+#include "informer.h"
+#include "kclient.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+typedef struct ProgressConfig {
+    double interval_s; /* at most one scrape of a job per this long; <= 0: no progress */
+    double write_qps;  /* progress status writes per second, all jobs together */
+    double timeout_s;  /* one scrape, connection included */
+} ProgressConfig;
+
+/* What one scrape of the chief's /metrics says; a value absent from it is -1 (NaN for
+ * the doubles). */
+typedef struct ProgressScrape {
+    long step, total_steps, start_step, epoch, checkpoint_step;
+    double loss, accuracy, samples_per_second, checkpoint_time;
+} ProgressScrape;
+
+typedef struct Progress Progress;
+
+/* The thread's state; the informers and client are borrowed and must outlive it. NULL
+ * with err when out of memory. */
+Progress *progress_new(KubeClient *client, Informer *jobs, Informer *pods,
+                       const ProgressConfig *cfg, char *err, size_t errlen);
+
+/* Starts the thread (a no-op when cfg->interval_s <= 0). Returns 0 or -errno. */
+int progress_start(Progress *p);
+
+/* Stops the thread (a scrape in flight is abandoned) and joins it; NULL is a no-op. */
+void progress_stop(Progress *p);
+
+void progress_free(Progress *p);
+
+/* Remembers the step a chief pod's trainer reached, from its termination message
+ * ({"step": ...}), for the lost-work count of the job's next attempt. Called by the
+ * pod informer's handler with every pod event; ignores every other pod. */
+void progress_observe_pod(Progress *p, const cJSON *pod);
+
+/* --- pure parts, tested without a server --- */
+
+/* Parses Prometheus text; 0, or -ENODATA when kubetrain_steps_total is absent (not the
+ * C trainer's endpoint). */
+int progress_parse(const char *text, ProgressScrape *out);
+
+/* Seconds between two scrapes of one job with `running` jobs to scrape. */
+double progress_interval(const ProgressConfig *cfg, size_t running);
+
+/* The merge patch for `job` after scrape `s` of its chief of attempt `attempt` at wall
+ * time `now`; `final_step` is the step the previous attempt's chief reported on exit
+ * (-1: unknown). *patch is NULL when nothing worth a write changed (the step, epoch,
+ * loss, accuracy or checkpoint). Returns 0 or -ENOMEM. */
+int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt, long final_step,
+                   double now, cJSON **patch);
+
+/* The step the chief pod reached as its termination message says: 0 with *key
+ * ("namespace/job"), *attempt and *step, or -ENOENT when pod is not a chief whose
+ * trainer container terminated with such a message. */
+int progress_chief_final_step(const cJSON *pod, char *key, size_t keylen, long long *attempt,
+                              long *step);
+
+#endif

@@ -1,0 +1,259 @@
+/* progress.c's decisions without a server: the trainer's /metrics text read, the
+ * interval stretched by the write budget, the merge patch of status.progress,
+ * status.checkpoint and the steps a restart lost, and the chief's exit step. The thread
+ * that scrapes and writes is exercised against a real apiserver and trainer in
+ * operator/tests/integration/test-progress.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "jsonx.h"
+#include "progress.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 2025-11-25T12:00:00Z */
+#define NOW 1764072000.0
+
+/* What the trainer's prom.c serves, HELP and TYPE lines included. */
+static const char METRICS[] = "# HELP kubetrain_steps_total Training steps done.\n"
+                              "# TYPE kubetrain_steps_total counter\n"
+                              "kubetrain_steps_total 105\n"
+                              "# TYPE kubetrain_epoch gauge\n"
+                              "kubetrain_epoch 2\n"
+                              "kubetrain_loss 0.4375\n"
+                              "kubetrain_accuracy 0.8125\n"
+                              "kubetrain_samples_per_second 2500.5\n"
+                              "kubetrain_learning_rate 0.001\n"
+                              "kubetrain_total_steps 210\n"
+                              "kubetrain_start_step 70\n"
+                              "kubetrain_checkpoint_step 100\n"
+                              "kubetrain_checkpoint_timestamp_seconds 1764071990.000\n";
+
+static void test_parse(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse(METRICS, &s), 0);
+    assert_int_equal(s.step, 105);
+    assert_int_equal(s.epoch, 2);
+    assert_int_equal(s.total_steps, 210);
+    assert_int_equal(s.start_step, 70);
+    assert_int_equal(s.checkpoint_step, 100);
+    assert_true(s.loss == 0.4375 && s.accuracy == 0.8125 && s.samples_per_second == 2500.5);
+    assert_true(s.checkpoint_time == 1764071990.0);
+    /* Before any checkpoint: absent, not 0. */
+    assert_int_equal(progress_parse("kubetrain_steps_total 3\nkubetrain_loss 2.25\n", &s), 0);
+    assert_int_equal(s.checkpoint_step, -1);
+    assert_true(isnan(s.checkpoint_time) && isnan(s.accuracy));
+    /* Not the trainer's endpoint (a user's program, another exporter): nothing. */
+    assert_int_equal(progress_parse("# HELP x\nprocess_cpu_seconds_total 4\n", &s), -ENODATA);
+    assert_int_equal(progress_parse("", &s), -ENODATA);
+    /* A name that only starts like one of ours is another metric. */
+    assert_int_equal(progress_parse("kubetrain_steps_total_x 9\n", &s), -ENODATA);
+}
+
+static void test_interval(void **state)
+{
+    (void)state;
+    ProgressConfig cfg = {.interval_s = 10, .write_qps = 10};
+    assert_true(progress_interval(&cfg, 0) == 10);
+    assert_true(progress_interval(&cfg, 100) == 10);
+    /* 1,000 running jobs at 10 writes/s: each one every 100 s. */
+    assert_true(progress_interval(&cfg, 1000) == 100);
+    cfg.write_qps = 5;
+    assert_true(progress_interval(&cfg, 1000) == 200);
+}
+
+static cJSON *job(const char *status)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+             "\"metadata\":{\"name\":\"mnist\",\"namespace\":\"default\",\"uid\":\"uid-1\"},"
+             "\"spec\":{},\"status\":%s}",
+             status);
+    cJSON *j = cJSON_Parse(buf);
+    assert_non_null(j);
+    return j;
+}
+
+/* The first scrape of a job: everything written, no estimate yet (one point is no
+ * rate), no steps lost (there was no earlier attempt). */
+static void test_patch_first(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse(METRICS, &s), 0);
+    cJSON *j = job("{\"phase\":\"Running\",\"attempt\":0}"), *p = NULL;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p);
+    assert_string_equal(jsonx_str(p, "metadata.uid"), "uid-1");
+    const cJSON *pr = jsonx_obj(p, "status.progress");
+    assert_int_equal(jsonx_int(pr, "step", -1), 105);
+    assert_int_equal(jsonx_int(pr, "totalSteps", -1), 210);
+    assert_string_equal(jsonx_str(pr, "percent"), "50%");
+    assert_int_equal(jsonx_int(pr, "epoch", -1), 2);
+    assert_int_equal(jsonx_int(pr, "attempt", -1), 0);
+    assert_true(jsonx_num(pr, "loss", -1) == 0.4375);
+    assert_true(jsonx_num(pr, "accuracy", -1) == 0.8125);
+    assert_true(jsonx_num(pr, "samplesPerSecond", -1) == 2500.5);
+    assert_string_equal(jsonx_str(pr, "updateTime"), "2025-11-25T12:00:00Z");
+    assert_null(jsonx_at(pr, "estimatedCompletionTime"));
+    assert_int_equal(jsonx_int(p, "status.checkpoint.step", -1), 100);
+    assert_string_equal(jsonx_str(p, "status.checkpoint.time"), "2025-11-25T11:59:50Z");
+    assert_null(jsonx_at(p, "status.restarts"));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+/* A later scrape of the same attempt: the rate between the two scrapes gives the
+ * estimate; the same numbers again are no write at all. */
+static void test_patch_eta_and_unchanged(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse(METRICS, &s), 0);
+    /* 10 s ago at step 95: 1 step/s, 105 steps left. */
+    cJSON *j = job("{\"phase\":\"Running\",\"attempt\":0,\"progress\":{\"attempt\":0,"
+                   "\"step\":95,\"epoch\":2,\"loss\":0.5,\"accuracy\":0.8,"
+                   "\"updateTime\":\"2025-11-25T11:59:50Z\"},\"checkpoint\":{\"step\":100}}"),
+          *p = NULL;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p);
+    assert_string_equal(jsonx_str(p, "status.progress.estimatedCompletionTime"),
+                        "2025-11-25T12:01:45Z");
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+
+    j = job("{\"phase\":\"Running\",\"attempt\":0,\"progress\":{\"attempt\":0,\"step\":105,"
+            "\"epoch\":2,\"loss\":0.4375,\"accuracy\":0.8125,\"updateTime\":"
+            "\"2025-11-25T11:59:50Z\",\"estimatedCompletionTime\":\"2025-11-25T12:01:45Z\"},"
+            "\"checkpoint\":{\"step\":100}}");
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_null(p);
+    /* Only the checkpoint moved: that is worth a write. */
+    s.checkpoint_step = 105;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p);
+    assert_int_equal(jsonx_int(p, "status.checkpoint.step", -1), 105);
+    /* Step unchanged, so no rate: the stale estimate is removed (null in a merge patch). */
+    assert_true(cJSON_IsNull(jsonx_at(p, "status.progress.estimatedCompletionTime")));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+/* The first scrape of a new attempt: the steps the previous attempt trained past the
+ * checkpoint the new one resumed from are lost, counted from the furthest of the last
+ * scrape and the old chief's exit message, added to the total once. */
+static void test_patch_steps_lost(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse(METRICS, &s), 0); /* resumed at 70 */
+    const char *st = "{\"phase\":\"Running\",\"attempt\":1,\"restarts\":{\"disruption\":1,"
+                     "\"stepsLost\":4},\"progress\":{\"attempt\":0,\"step\":70,"
+                     "\"updateTime\":\"2025-11-25T11:59:00Z\"}}";
+    cJSON *j = job(st), *p = NULL;
+    /* Saved on SIGTERM: the old chief stopped after step 70, the checkpoint's. */
+    assert_int_equal(progress_patch(j, &s, 1, 70, NOW, &p), 0);
+    assert_non_null(p);
+    assert_int_equal(jsonx_int(p, "status.restarts.lastStepsLost", -1), 0);
+    assert_int_equal(jsonx_int(p, "status.restarts.stepsLost", -1), 4);
+    assert_int_equal(jsonx_int(p, "status.progress.attempt", -1), 1);
+    /* No rate across attempts. */
+    assert_null(jsonx_at(p, "status.progress.estimatedCompletionTime"));
+    cJSON_Delete(p);
+    /* Killed at step 83 without a save: 13 steps lost. */
+    assert_int_equal(progress_patch(j, &s, 1, 83, NOW, &p), 0);
+    assert_int_equal(jsonx_int(p, "status.restarts.lastStepsLost", -1), 13);
+    assert_int_equal(jsonx_int(p, "status.restarts.stepsLost", -1), 17);
+    cJSON_Delete(p);
+    /* No exit message seen (operator restarted, pod gone): the last scrape bounds it. */
+    cJSON_Delete(j);
+    j = job("{\"phase\":\"Running\",\"attempt\":1,\"progress\":{\"attempt\":0,\"step\":80}}");
+    assert_int_equal(progress_patch(j, &s, 1, -1, NOW, &p), 0);
+    assert_int_equal(jsonx_int(p, "status.restarts.lastStepsLost", -1), 10);
+    assert_int_equal(jsonx_int(p, "status.restarts.stepsLost", -1), 10);
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+    /* A job never scraped before its restart: nothing to compare with. */
+    j = job("{\"phase\":\"Running\",\"attempt\":1}");
+    assert_int_equal(progress_patch(j, &s, 1, -1, NOW, &p), 0);
+    assert_null(jsonx_at(p, "status.restarts"));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
+static cJSON *pod(const char *labels, const char *annots, const char *message)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\",\"labels\":{%s},"
+             "\"annotations\":{%s}},\"status\":{\"phase\":\"Failed\",\"containerStatuses\":"
+             "[{\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":75,"
+             "\"message\":%s}}}]}}",
+             labels, annots, message);
+    cJSON *p = cJSON_Parse(buf);
+    assert_non_null(p);
+    return p;
+}
+
+/* The chief's exit message: worker 0 without a chief, the chief with one; nobody else. */
+static void test_chief_final_step(void **state)
+{
+    (void)state;
+    const char *msg = "\"{\\\"error\\\":\\\"stopped\\\",\\\"step\\\":83,"
+                      "\\\"checkpoint_step\\\":80}\"";
+    const char *w0 = "\"kubetrain.dev/job-name\":\"mnist\",\"kubetrain.dev/role\":\"worker\","
+                     "\"kubetrain.dev/replica-index\":\"0\"";
+    const char *w1 = "\"kubetrain.dev/job-name\":\"mnist\",\"kubetrain.dev/role\":\"worker\","
+                     "\"kubetrain.dev/replica-index\":\"1\"";
+    const char *ch = "\"kubetrain.dev/job-name\":\"mnist\",\"kubetrain.dev/role\":\"chief\","
+                     "\"kubetrain.dev/replica-index\":\"0\"";
+    char key[512];
+    long long attempt;
+    long step;
+    cJSON *p = pod(w0, "\"kubetrain.dev/attempt\":\"3\"", msg);
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &step), 0);
+    assert_string_equal(key, "ns/mnist");
+    assert_int_equal(attempt, 3);
+    assert_int_equal(step, 83);
+    cJSON_Delete(p);
+    p = pod(w1, "\"kubetrain.dev/attempt\":\"3\"", msg);
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &step), -ENOENT);
+    cJSON_Delete(p);
+    /* With a chief, worker 0 is not it. */
+    p = pod(w0, "\"kubetrain.dev/attempt\":\"3\",\"kubetrain.dev/cluster\":\"chief=1,worker=2\"",
+            msg);
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &step), -ENOENT);
+    cJSON_Delete(p);
+    p = pod(ch, "\"kubetrain.dev/attempt\":\"2\",\"kubetrain.dev/cluster\":\"chief=1,worker=2\"",
+            msg);
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &step), 0);
+    assert_int_equal(attempt, 2);
+    cJSON_Delete(p);
+    /* A message without a step (a failure before training, a user's log tail). */
+    p = pod(w0, "\"kubetrain.dev/attempt\":\"3\"", "\"Traceback (most recent call last)\"");
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &step), -ENOENT);
+    cJSON_Delete(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_interval),
+        cmocka_unit_test(test_patch_first),
+        cmocka_unit_test(test_patch_eta_and_unchanged),
+        cmocka_unit_test(test_patch_steps_lost),
+        cmocka_unit_test(test_chief_final_step),
+    };
+    return cmocka_run_group_tests_name("progress", tests, NULL, NULL);
+}
