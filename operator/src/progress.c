@@ -21,6 +21,9 @@
 #define MAX_PARALLEL 64       /* scrapes in flight at once */
 #define NBUCKETS 4096         /* of the per-job table; chains stay short at 10^4 jobs */
 #define KEY_MAX 512
+/* A job neither running nor with a chief seen exiting for this long is forgotten (its
+ * exit step would only sharpen a lost-work count the status can still bound). */
+#define FORGET_S 3600.0
 
 /* ------------------------------------------------------------------------------------
  * Parsing and the patch (pure) */
@@ -229,7 +232,7 @@ typedef struct JobState {
     double next_due;         /* monotonic */
     long long final_attempt; /* the attempt final_step belongs to */
     long final_step;         /* -1: none seen */
-    int seen;                /* mark of the sweep that forgets deleted jobs */
+    double last_seen;        /* monotonic: running in a survey, or its chief seen exiting */
     int failing;             /* scrapes failing in a row: logged at the first only */
 } JobState;
 
@@ -264,6 +267,7 @@ static JobState *state_get(Progress *p, const char *key)
     snprintf(s->key, sizeof s->key, "%s", key);
     s->final_step = -1;
     s->final_attempt = -1;
+    s->last_seen = clock_mono();
     s->next = p->table[h];
     p->table[h] = s;
     return s;
@@ -282,6 +286,7 @@ void progress_observe_pod(Progress *p, const cJSON *pod)
         s->final_attempt = attempt;
         s->final_step = step;
     }
+    if (s) s->last_seen = clock_mono();
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -345,7 +350,7 @@ static void survey_job(void *ctx, const cJSON *job)
     pthread_mutex_lock(&sv->p->mu);
     JobState *s = state_get(sv->p, key);
     int due = s && s->next_due <= sv->now;
-    if (s) s->seen = 1;
+    if (s) s->last_seen = sv->now;
     pthread_mutex_unlock(&sv->p->mu);
     if (!s) sv->nomem = 1;
     if (!due) return;
@@ -480,20 +485,20 @@ static void write_progress(Progress *p, Due *d, double now)
     cJSON_Delete(job);
 }
 
-/* Forgets the jobs the last survey did not see (deleted or no longer running), except
- * a final step still to be counted by the job's next attempt. Call with mu held. */
-static void sweep(Progress *p)
+/* Forgets the jobs not running and without a chief exit for FORGET_S (deleted, finished
+ * or suspended): a restart's exit step is kept across the backoff until the job runs
+ * again. Call with mu held. */
+static void sweep(Progress *p, double now)
 {
     for (size_t h = 0; h < NBUCKETS; h++) {
         JobState **link = &p->table[h];
         while (*link) {
             JobState *s = *link;
-            if (!s->seen && s->final_step < 0) {
+            if (now - s->last_seen > FORGET_S) {
                 *link = s->next;
                 free(s);
                 continue;
             }
-            s->seen = 0;
             link = &s->next;
         }
     }
@@ -534,7 +539,7 @@ static void tick(Progress *p)
     }
     free(sv.due);
     pthread_mutex_lock(&p->mu);
-    sweep(p);
+    sweep(p, sv.now);
     pthread_mutex_unlock(&p->mu);
 }
 
