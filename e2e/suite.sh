@@ -5,9 +5,10 @@
 #
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
-# Scenarios: install invalid basic preempt kill137 badmodel operator suspend deadline
-# gang waiting tfmwms tfps tfexit kueue upgrade uninstall (later ones assume install ran; the
-# tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
+# Scenarios: install invalid basic preempt kill137 badmodel progress operator suspend
+# deadline gang waiting tfmwms tfps tfexit kueue upgrade uninstall (later ones assume
+# install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
+# without it).
 #
 # Environment:
 #   KT_PROVIDER        full (e2e/cluster/up.sh full; default) or kind: how a process is
@@ -935,8 +936,56 @@ value: 1000' | k apply -f - 2>&1) &&
   end
 }
 
-ALL=(install invalid basic preempt kill137 badmodel operator suspend deadline gang waiting
-     tfmwms tfps tfexit kueue upgrade uninstall)
+# progress: a running job's status.progress (step growing, the PROGRESS column) from the
+# chief's /metrics, then the chief's pod deleted mid-training: SIGTERM, the chief saves
+# and exits 75, a disruption, and the first scrape of the new attempt records
+# status.restarts.lastStepsLost 0 beside status.checkpoint.
+s_progress() {
+  begin progress
+  local out s1="" s2="" col end a lost
+  prog_field() { field mnist-prog "{.status.progress.$1}"; }
+  if out=$(job mnist-prog | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 400/' | kn apply -f - 2>&1)
+  then ok "job mnist-prog applied (2 epochs x 400 steps)"
+  else fail "job mnist-prog applied" "$out"; end; return; fi
+  end=$(( $(date +%s) + 180 ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$s1" ]; do s1=$(prog_field step); sleep 1; done
+  end=$(( $(date +%s) + 60 ))
+  while [ "$(date +%s)" -lt "$end" ] && { [ -z "$s2" ] || [ "$s2" -le "$s1" ]; }; do
+    s2=$(prog_field step); sleep 1
+  done
+  if [ -n "$s1" ] && [ "${s2:-0}" -gt "$s1" ] && [ "$(prog_field totalSteps)" = 800 ]; then
+    ok "status.progress.step grows ($s1 -> $s2 of 800, $(prog_field percent))"
+  else fail "status.progress.step grows" "${s1:-<none>} -> ${s2:-<none>}"$'\n'"$(explain mnist-prog)"; fi
+  out=$(kn get tj mnist-prog 2>&1)
+  col=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "PROGRESS") c = i }
+    NR == 2 { print $c }' <<<"$out")
+  if [[ $col =~ ^[0-9]+%$ ]]; then ok "kubectl get tj: PROGRESS $col"
+  else fail "kubectl get tj prints PROGRESS as N%" "$out"; fi
+  end=$(( $(date +%s) + 60 ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$(field mnist-prog '{.status.checkpoint.step}')" ]; do
+    sleep 1
+  done
+  if out=$(kn delete pod mnist-prog-worker-0 --wait=false 2>&1); then ok "the chief's pod deleted mid-training"
+  else fail "the chief's pod deleted" "$out"; fi
+  end=$(( $(date +%s) + 180 ))
+  a=""; lost=""
+  while [ "$(date +%s)" -lt "$end" ]; do
+    a=$(prog_field attempt); lost=$(field mnist-prog '{.status.restarts.lastStepsLost}')
+    [ "${a:-0}" -ge 1 ] && [ -n "$lost" ] && break
+    case "$(phase mnist-prog)" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  if [ "${a:-0}" -ge 1 ] && [ "$lost" = 0 ]; then
+    ok "attempt $a resumed from checkpoint $(field mnist-prog '{.status.checkpoint.step}'): lastStepsLost 0"
+  else fail "after the deletion: lastStepsLost 0" "attempt ${a:-<none>} lost ${lost:-<none>}"$'\n'"$(explain mnist-prog)"; fi
+  check "restarts application/disruption 0/1" "$(restarts mnist-prog)" "0/1"
+  if wait_phase mnist-prog "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded"
+  else fail "job Succeeded" "$(explain mnist-prog)"; fi
+  end
+}
+
+ALL=(install invalid basic preempt kill137 badmodel progress operator suspend deadline gang
+     waiting tfmwms tfps tfexit kueue upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"
