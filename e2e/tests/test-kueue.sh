@@ -97,9 +97,11 @@ wait_until() {
   local end=$(( $(date +%s) + $1 )); shift
   until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -lt "$end" ] || return 1; sleep 0.5; done
 }
+# Kueue's Workload; plain "workloads" is the Workload API's kind where it is served.
+KWL=workloads.kueue.x-k8s.io
 ungated() { [ -z "$(gates "$1")" ]; }
 admitted() {
-  [ "$(kn get workload "$1" \
+  [ "$(kn get "$KWL" "$1" \
         -o 'jsonpath={.status.conditions[?(@.type=="Admitted")].status}')" = True ]
 }
 
@@ -115,7 +117,7 @@ if wait_until 60 admitted a && wait_until 30 ungated a-0 && wait_until 30 ungate
   tap_ok "group a (2 x 400m CPU of 1) admitted whole: Workload a Admitted, both pods ungated"
 else
   tap_fail "group a admitted" \
-    "$(kn get pods,workloads -o wide 2>&1; tail -n 20 "$KT_RUN/logs/kueue.log")"
+    "$(kn get "pods,$KWL" -o wide 2>&1; tail -n 20 "$KT_RUN/logs/kueue.log")"
 fi
 
 pod b-0 b training >/dev/null
@@ -124,7 +126,7 @@ sleep 5
 check "group b does not fit while a runs: both pods still gated after 5s" \
   "$(admission_gate b-0) $(admission_gate b-1)" "gated gated"
 check "Workload b has no quota reserved" \
-  "$(kn get workload b -o 'jsonpath={.status.conditions[?(@.type=="QuotaReserved")].status}')" False
+  "$(kn get "$KWL" b -o 'jsonpath={.status.conditions[?(@.type=="QuotaReserved")].status}')" False
 
 pod plain-0 plain >/dev/null
 check "a pod without the queue label: no gate" "$(gates plain-0)" ""
@@ -138,10 +140,10 @@ for p in a-0 a-1; do
     -p '{"status":{"phase":"Succeeded"}}' >/dev/null
 done
 finished() {
-  [ "$(kn get workload a -o 'jsonpath={.status.conditions[?(@.type=="Finished")].status}')" = True ]
+  [ "$(kn get "$KWL" a -o 'jsonpath={.status.conditions[?(@.type=="Finished")].status}')" = True ]
 }
 if wait_until 60 finished; then tap_ok "Workload a Finished once its pods succeeded"
-else tap_fail "Workload a Finished" "$(kn get workload a -o yaml 2>&1 | tail -n 30)"; fi
+else tap_fail "Workload a Finished" "$(kn get "$KWL" a -o yaml 2>&1 | tail -n 30)"; fi
 nofin() { [ -z "$(kn get pod "$1" -o 'jsonpath={.metadata.finalizers}')" ]; }
 if wait_until 30 nofin a-0 && wait_until 30 nofin a-1; then
   tap_ok "Kueue took its finalizer off group a's pods"
@@ -151,7 +153,7 @@ else
 fi
 if wait_until 60 admitted b && wait_until 30 ungated b-0 && wait_until 30 ungated b-1; then
   tap_ok "group b admitted after a finished: both pods ungated"
-else tap_fail "group b admitted after a finished" "$(kn get pods,workloads -o wide 2>&1)"; fi
+else tap_fail "group b admitted after a finished" "$(kn get "pods,$KWL" -o wide 2>&1)"; fi
 
 # The operator's restart deletes an attempt's pods, which may never have run: the pods
 # must go (PodGC marks unscheduled terminating pods Failed; the group, not retriable,
