@@ -40,9 +40,7 @@ else
      ! PY=$(bash bench/pyvenv.sh venv-tf tf_keras tensorflow-cpu tf-keras 2>"$tmp/venv.err"); then
     tap_skip "TensorFlow examples" "no TensorFlow venv: $(tail -1 "$tmp/venv.err")"; tap_done; exit
   fi
-  if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-    tap_skip "TensorFlow examples" "no Fashion-MNIST in $DATA"; tap_done; exit
-  fi
+  skip_without_data "TensorFlow examples" "$DATA"
 fi
 
 # start NAME TYPE INDEX PROGRAM ARGS...: one task in the background, with TF_CONFIG from

@@ -1,6 +1,15 @@
 # shellcheck shell=bash
 # Shell helpers of the trainer's script tests; source it after e2e/lib/tap.sh.
 
+# True when DIR holds Fashion-MNIST's training labels, gzipped or not (what every
+# trainer run of these tests reads).
+have_data() { [ -f "$1/train-labels-idx1-ubyte.gz" ] || [ -f "$1/train-labels-idx1-ubyte" ]; }
+
+# skip_without_data NAME DIR: without Fashion-MNIST in DIR the whole test is one SKIP.
+skip_without_data() {
+  have_data "$2" || { tap_skip "$1" "no Fashion-MNIST in $2"; tap_done; exit; }
+}
+
 # A TCP port free on loopback now.
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@
 # resume from them once there is room.
 set -euo pipefail
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -21,9 +22,7 @@ unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
 export OPENBLAS_NUM_THREADS=1 KUBETRAIN_TERMINATION_FILE=$tmp/termination
 
 if [ ! -x "$BIN" ]; then tap_skip "checkpoint storage" "$BIN is not built"; tap_done; exit; fi
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "checkpoint storage" "no Fashion-MNIST in $DATA"; tap_done; exit
-fi
+skip_without_data "checkpoint storage" "$DATA"
 
 # mlp with SGD: 101770 parameters, no optimizer state, 407444 bytes per checkpoint
 run=(--model mlp --per-worker-batch 8 --seed 5 --tensorboard-dir "$tmp/tb")

@@ -19,10 +19,7 @@ export KUBETRAIN_TERMINATION_FILE=$tmp/termination
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE
 export OPENBLAS_NUM_THREADS=1
 
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "distributed trainer" "no Fashion-MNIST in $DATA"
-  tap_done; exit
-fi
+skip_without_data "distributed trainer" "$DATA"
 
 # A free port on 127.0.0.1 (the kernel's choice; closed again at once).
 count_hashes() { grep -c 'weights-sha256: ' "$1"; }

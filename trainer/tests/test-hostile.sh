@@ -22,9 +22,7 @@ trap cleanup EXIT
 unset TF_CONFIG KUBETRAIN_SECRET_FILE
 export OPENBLAS_NUM_THREADS=1 KUBETRAIN_TERMINATION_FILE=/dev/null
 if [ ! -x "$BIN" ]; then tap_skip "hostile clients" "$BIN is not built"; tap_done; exit; fi
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "hostile clients" "no Fashion-MNIST in $DATA"; tap_done; exit
-fi
+skip_without_data "hostile clients" "$DATA"
 
 p0=$(free_port); p1=$(free_port)
 tf() { tf_config "$1" "$p0" "$p1"; }

@@ -7,6 +7,7 @@
 # 256 MiB address-space limit, with exit 3 and one line naming the file and the anchor.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER_OPT:-${BUILD:-build}/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -33,7 +34,7 @@ layers:
 - {type: Dense, units: 128, activation: relu, kernel_regularizer: *id001}
 - {type: Dense, units: 10, kernel_regularizer: *id001}
 EOF
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
+if ! have_data "$DATA"; then
   tap_skip "anchors expanded: the same weights as tutorial-cnn-l2" "no Fashion-MNIST in $DATA"
 else
   short=(--epochs 1 --steps-per-epoch 2 --per-worker-batch 16 --seed 5 --print-weights-hash)

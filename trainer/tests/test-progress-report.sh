@@ -16,10 +16,7 @@ trap cleanup EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
 unset TF_CONFIG KUBETRAIN_METRICS_PORT
 
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "progress and checkpoint report" "no Fashion-MNIST in $DATA"
-  tap_done; exit
-fi
+skip_without_data "progress and checkpoint report" "$DATA"
 if ! command -v curl >/dev/null; then
   tap_skip "progress and checkpoint report" "no curl"; tap_done; exit
 fi

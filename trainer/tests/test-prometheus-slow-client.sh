@@ -16,10 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
 unset TF_CONFIG KUBETRAIN_METRICS_PORT
 
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "Prometheus endpoint beside slow clients" "no Fashion-MNIST in $DATA"
-  tap_done; exit
-fi
+skip_without_data "Prometheus endpoint beside slow clients" "$DATA"
 
 port=$(free_port)
 rc=0

@@ -15,10 +15,7 @@ trap cleanup EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
 unset TF_CONFIG KUBETRAIN_METRICS_PORT
 
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "Prometheus endpoint" "no Fashion-MNIST in $DATA"
-  tap_done; exit
-fi
+skip_without_data "Prometheus endpoint" "$DATA"
 if ! command -v curl >/dev/null; then
   tap_skip "Prometheus endpoint" "no curl"; tap_done; exit
 fi

@@ -26,9 +26,7 @@ trap cleanup EXIT
 unset TF_CONFIG KUBETRAIN_SECRET_FILE
 export OPENBLAS_NUM_THREADS=1 KUBETRAIN_TERMINATION_FILE=/dev/null
 if [ ! -x "$BIN" ]; then tap_skip "rendezvous" "$BIN is not built"; tap_done; exit; fi
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "rendezvous" "no Fashion-MNIST in $DATA"; tap_done; exit
-fi
+skip_without_data "rendezvous" "$DATA"
 mlp=(--model mlp --epochs 1 --steps-per-epoch 4 --per-worker-batch 16)
 wait_for() { # seconds cmd...: polls cmd every 0.02 s
   local end=$((SECONDS + $1)); shift

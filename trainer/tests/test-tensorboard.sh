@@ -6,6 +6,7 @@
 # as it was; only the chief writes; a flipped byte fails TensorBoard's CRC check.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -13,10 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
 unset TF_CONFIG KUBETRAIN_TENSORBOARD_DIR KUBETRAIN_CHECKPOINT_DIR KUBETRAIN_METRICS_FILE
 
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "TensorBoard events" "no Fashion-MNIST in $DATA"
-  tap_done; exit
-fi
+skip_without_data "TensorBoard events" "$DATA"
 if ! PY=$(bash bench/pyvenv.sh venv-tb tensorboard.backend.event_processing.event_accumulator \
              tensorboard 2>"$tmp/venv.err"); then
   tap_skip "TensorBoard events" "no TensorBoard venv: $(tail -1 "$tmp/venv.err")"

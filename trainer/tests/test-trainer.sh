@@ -5,6 +5,7 @@
 # another shape than the model's input) and models over the memory bound; --version.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
+source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
@@ -21,10 +22,7 @@ for args in "--version" "launch --workers 2 --version"; do
   else tap_fail "$args: '$want', exit 0" "rc=$rc, stdout '$out', stderr '$(cat "$tmp/stderr")'"; fi
 done
 
-if [ ! -f "$DATA/train-labels-idx1-ubyte.gz" ] && [ ! -f "$DATA/train-labels-idx1-ubyte" ]; then
-  tap_skip "trainer end to end" "no Fashion-MNIST in $DATA"
-  tap_done; exit
-fi
+skip_without_data "trainer end to end" "$DATA"
 
 short=(--epochs 2 --steps-per-epoch 2 --per-worker-batch 16 --print-weights-hash)
 hash_of() { "$BIN" "${short[@]}" "$@" 2>"$tmp/stderr" | sed -n 's/^weights-sha256: //p'; }
