@@ -263,30 +263,41 @@ static int set_condition(Ctx *c, const char *type, int value, const char *reason
     return changed;
 }
 
-/* Sets the condition to False only if it is present and True. */
-static void clear_condition(Ctx *c, const char *type, const char *reason, const char *message)
+/* The first condition of `type`, or NULL. */
+static const cJSON *find_condition(const cJSON *status, const char *type)
 {
     const cJSON *it;
-    cJSON_ArrayForEach(it, jsonx_arr(c->status, "conditions"))
+    cJSON_ArrayForEach(it, jsonx_arr(status, "conditions"))
     {
-        const char *t = jsonx_str(it, "type"), *st = jsonx_str(it, "status");
-        if (t && strcmp(t, type) == 0 && st && strcmp(st, "True") == 0) {
-            set_condition(c, type, 0, reason, message);
-            return;
-        }
+        const char *t = jsonx_str(it, "type");
+        if (t && strcmp(t, type) == 0) return it;
     }
+    return NULL;
 }
 
 /* The condition if present with status True, else NULL. */
 static const cJSON *true_condition(const cJSON *status, const char *type)
 {
-    const cJSON *it;
-    cJSON_ArrayForEach(it, jsonx_arr(status, "conditions"))
-    {
-        const char *t = jsonx_str(it, "type"), *st = jsonx_str(it, "status");
-        if (t && st && strcmp(t, type) == 0 && strcmp(st, "True") == 0) return it;
-    }
-    return NULL;
+    const cJSON *it = find_condition(status, type);
+    const char *st = jsonx_str(it, "status");
+    return st && strcmp(st, "True") == 0 ? it : NULL;
+}
+
+/* The string `key` (reason, message) of condition `type`, or NULL. */
+static const char *condition_str(const cJSON *status, const char *type, const char *key)
+{
+    return jsonx_str(find_condition(status, type), key);
+}
+
+static const char *condition_reason(const cJSON *status, const char *type)
+{
+    return condition_str(status, type, "reason");
+}
+
+/* Sets the condition to False only if it is present and True. */
+static void clear_condition(Ctx *c, const char *type, const char *reason, const char *message)
+{
+    if (true_condition(c->status, type)) set_condition(c, type, 0, reason, message);
 }
 
 static void set_str(Ctx *c, const char *name, const char *v)
@@ -382,18 +393,6 @@ static void delete_pod_group(Ctx *c, long long attempt)
     if (c->obs->gang_api != GANG_API_SERVED || attempt < 0) return;
     desired_pod_group_name(c->spec.name, attempt, name, sizeof name);
     add_action(c, ACTION_DELETE_POD_GROUP, name, NULL);
-}
-
-/* The reason of condition `type`, or NULL. */
-static const char *condition_reason(const cJSON *status, const char *type)
-{
-    const cJSON *it;
-    cJSON_ArrayForEach(it, jsonx_arr(status, "conditions"))
-    {
-        const char *t = jsonx_str(it, "type");
-        if (t && strcmp(t, type) == 0) return jsonx_str(it, "reason");
-    }
-    return NULL;
 }
 
 /* The "error" of the trainer's termination message, else the message's last non-empty
@@ -1115,13 +1114,7 @@ static void waiting_condition(Ctx *c, const Group *g)
     const char *old = condition_reason(c->status, "Running");
     int was = old && strcmp(old, "PodsWaiting") == 0;
     if (*msg) {
-        const char *om = NULL;
-        const cJSON *it;
-        cJSON_ArrayForEach(it, jsonx_arr(c->status, "conditions"))
-        {
-            if (jsonx_str(it, "type") && strcmp(jsonx_str(it, "type"), "Running") == 0)
-                om = jsonx_str(it, "message");
-        }
+        const char *om = condition_str(c->status, "Running", "message");
         size_t l = blocker_pod_len(msg);
         int same = was && om && blocker_pod_len(om) == l && strncmp(om, msg, l) == 0;
         if (!same) event(c, "Warning", "PodsWaiting", "%s", msg);

@@ -179,6 +179,17 @@ static void cond_of(const cJSON *status, const char *type, char *out, size_t n)
     }
 }
 
+/* The message of the status's condition `type`, or NULL. */
+static const char *cond_message(const cJSON *status, const char *type)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(status, "conditions"))
+    {
+        if (strcmp(jsonx_str(c, "type"), type) == 0) return jsonx_str(c, "message");
+    }
+    return NULL;
+}
+
 static void assert_cond(const cJSON *status, const char *type, const char *want)
 {
     char got[128];
@@ -443,13 +454,8 @@ static void test_never_policy_fails_job(void **state)
     const cJSON *st = new_status(&f);
     assert_string_equal(jsonx_str(st, "phase"), "Failed");
     assert_cond(st, "Failed", "True/WorkerFailed");
-    const cJSON *c;
-    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
-    {
-        if (strcmp(jsonx_str(c, "type"), "Failed") == 0)
-            assert_string_equal(jsonx_str(c, "message"),
-                                "worker 1 exited with code 3: data: bad magic in train-images");
-    }
+    assert_string_equal(cond_message(st, "Failed"),
+                        "worker 1 exited with code 3: data: bad magic in train-images");
     fx_free(&f);
 }
 
@@ -1730,13 +1736,8 @@ static void test_roles_failures(void **state)
     st = new_status(&f);
     assert_string_equal(jsonx_str(st, "phase"), "Restarting");
     assert_null(jsonx_at(st, "roles"));
-    const cJSON *c;
-    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
-    {
-        if (strcmp(jsonx_str(c, "type"), "Restarting") == 0)
-            assert_string_equal(jsonx_str(c, "message"),
-                                "ps 0 exited with code 1: RuntimeError: port in use");
-    }
+    assert_string_equal(cond_message(st, "Restarting"),
+                        "ps 0 exited with code 1: RuntimeError: port in use");
     fx_free(&f);
 
     /* A lost chief is a disruption, as a lost worker. */
@@ -2129,14 +2130,9 @@ static void test_scheduled_condition_says_why_a_job_waits(void **state)
     const cJSON *st = new_status(&f);
     assert_string_equal(jsonx_str(st, "phase"), "Pending");
     assert_cond(st, "Scheduled", "False/WaitingForGang");
-    const cJSON *c;
-    const char *msg = NULL;
-    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
-    {
-        if (strcmp(jsonx_str(c, "type"), "Scheduled") == 0) msg = jsonx_str(c, "message");
-    }
-    assert_string_equal(msg, "0/4 pods schedulable as a group: 0/1 nodes are available: 1 "
-                             "Insufficient cpu.");
+    assert_string_equal(cond_message(st, "Scheduled"),
+                        "0/4 pods schedulable as a group: 0/1 nodes are available: 1 "
+                        "Insufficient cpu.");
     fx_apply(&f);
     fx_run(&f, NOW + 6);
     assert_string_equal(f.desc, ""); /* the same words: nothing to write */
@@ -2161,12 +2157,9 @@ static void test_scheduled_condition_says_why_a_job_waits(void **state)
     fx_run(&n, NOW + 5);
     st = new_status(&n);
     assert_cond(st, "Scheduled", "False/Unschedulable");
-    cJSON_ArrayForEach(c, jsonx_arr(st, "conditions"))
-    {
-        if (strcmp(jsonx_str(c, "type"), "Scheduled") == 0) msg = jsonx_str(c, "message");
-    }
-    assert_string_equal(msg, "1/2 pods scheduled, the others unschedulable: 0/1 nodes are "
-                             "available: 1 Insufficient cpu.");
+    assert_string_equal(cond_message(st, "Scheduled"),
+                        "1/2 pods scheduled, the others unschedulable: 0/1 nodes are "
+                        "available: 1 Insufficient cpu.");
     fx_free(&n);
 }
 
@@ -2184,17 +2177,6 @@ static void pod_waiting(cJSON *pod, const char *reason, const char *message, dou
     jsonx_set(st, "containerStatuses", cJSON_Parse(buf));
     clock_format_rfc3339(created, ts, sizeof ts);
     jsonx_set_str(jsonx_ensure_obj(pod, "metadata"), "creationTimestamp", ts);
-}
-
-/* The message of the status's condition `type`, or NULL. */
-static const char *cond_message(const cJSON *status, const char *type)
-{
-    const cJSON *c;
-    cJSON_ArrayForEach(c, jsonx_arr(status, "conditions"))
-    {
-        if (strcmp(jsonx_str(c, "type"), type) == 0) return jsonx_str(c, "message");
-    }
-    return NULL;
 }
 
 /* A pod that cannot start says why in Running=False/PodsWaiting, with one event per
