@@ -70,19 +70,17 @@ end() {
 }
 
 # --- helpers ------------------------------------------------------------------------------
+# manifest NAME SPEC [YAML...]: a TrainingJob NAME in $NS whose spec is SPEC (lines
+# indented by two), then each YAML argument as one more top-level spec line.
+manifest() {
+  local name=$1 spec=$2; shift 2
+  printf 'apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: %s\n' "$name"
+  printf '  namespace: %s\nspec:\n%s\n' "$NS" "$spec"
+  for l in "$@"; do echo "  $l"; done
+}
 # job NAME [YAML...]: a TrainingJob of the shortened tutorial spec; extra top-level spec
 # keys (indented by two) follow as arguments, each one line.
-job() {
-  local name=$1; shift
-  {
-    cat <<EOF
-apiVersion: kubetrain.dev/v1alpha1
-kind: TrainingJob
-metadata:
-  name: $name
-  namespace: $NS
-spec:
-  workers: 2
+TUTORIAL_SPEC='  workers: 2
   model: tutorial-cnn
   dataset: {name: fashion-mnist, path: /data}
   training:
@@ -90,11 +88,8 @@ spec:
     stepsPerEpoch: 30
     perWorkerBatchSize: 64
     optimizer: {name: sgd, learningRate: 0.001}
-  checkpoint: {claimName: ckpt, path: /checkpoints, everySteps: 10}
-EOF
-    for l in "$@"; do echo "  $l"; done
-  }
-}
+  checkpoint: {claimName: ckpt, path: /checkpoints, everySteps: 10}'
+job() { local name=$1; shift; manifest "$name" "$TUTORIAL_SPEC" "$@"; }
 apply_job() { job "$@" | kn apply -f - 2>&1; }
 phase() { kn get tj "$1" -o 'jsonpath={.status.phase}' 2>/dev/null; }
 field() { kn get tj "$1" -o "jsonpath=$2" 2>/dev/null; }
@@ -191,19 +186,8 @@ canon() { jq -cS . 2>/dev/null <<<"$1"; }
 # extra top-level spec keys (indented by two) follow as arguments, each one line.
 tfjob() {
   local name=$1; shift
-  {
-    cat <<EOF
-apiVersion: kubetrain.dev/v1alpha1
-kind: TrainingJob
-metadata:
-  name: $name
-  namespace: $NS
-spec:
-  image: $TF_IMAGE
-  checkpoint: {claimName: ckpt, path: /checkpoints}
-EOF
-    for l in "$@"; do echo "  $l"; done
-  } | kn apply -f - 2>&1
+  manifest "$name" "  image: $TF_IMAGE
+  checkpoint: {claimName: ckpt, path: /checkpoints}" "$@" | kn apply -f - 2>&1
 }
 # tf_example FILE ARGS [YAML...]: applies examples/FILE as documented, in the suite's
 # namespace and image, with the job's `args:` line replaced by ARGS (shorter, for speed)
