@@ -743,7 +743,9 @@ static int check_spec(Conv *cv, const cJSON *tj)
     const cJSON *gen = get(md, "generateName");
     char name[300];
     if (!get(md, "name") && cJSON_IsString(gen)) {
-        snprintf(name, sizeof name, "%sxxxxx", gen->valuestring); /* the server's suffix */
+        /* The API server appends five random characters to generateName: stand-ins of
+         * that length let jobspec_parse check the name's length as it will be. */
+        snprintf(name, sizeof name, "%sxxxxx", gen->valuestring);
         cJSON_AddStringToObject(md, "name", name);
     }
     if (!get(md, "namespace")) cJSON_AddStringToObject(md, "namespace", "default");
