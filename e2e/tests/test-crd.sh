@@ -31,8 +31,17 @@ tap_ok "up.sh api brings the control plane up"
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
 
 tap_check "kubectl apply -f crds/" k apply -f crds/
-tap_check "CRD trainingjobs.kubetrain.dev is Established" \
-  k wait --for condition=Established --timeout 60s crd/trainingjobs.kubetrain.dev
+# Polled rather than `kubectl wait`, which right after the create can find no conditions
+# yet and give up (".status.conditions accessor error").
+established() {
+  local end=$((SECONDS + 60))
+  until [ "$(k get crd trainingjobs.kubetrain.dev \
+      -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]; do
+    [ $SECONDS -ge $end ] && return 1
+    sleep 0.25
+  done
+}
+tap_check "CRD trainingjobs.kubetrain.dev is Established" established
 # Discovery of the new resource lags Established by a moment in kubectl's cache.
 for _ in $(seq 40); do k get tj >/dev/null 2>&1 && break; sleep 0.5; done
 
