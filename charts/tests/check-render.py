@@ -5,7 +5,9 @@ Facts about one `helm template` output of charts/kubetrain, for test-chart.sh. M
 what the values asked for: default | single (singleNamespace=true) | noleader
 (leaderElection.enabled=false) | monitor (metrics.serviceMonitor.enabled=true and
 metrics.podMonitor.enabled=true) | monitor-single (both monitors and singleNamespace=true)
-| nopolicy (templatePolicy.level=none).
+| nopolicy (templatePolicy.level=none) | kueue (kueue.enabled=true, a GPU quota added
+and the LocalQueues in team-a and team-b) | kueue-single (kueue.enabled=true and
+singleNamespace=true).
 Prints one line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail".
 With OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option
 table (options.c beside it), and the PodMonitor selects the labels operator/src/desired.h
@@ -52,6 +54,7 @@ COMMON_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance",
                  "app.kubernetes.io/part-of", "app.kubernetes.io/component",
                  "helm.sh/chart")
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                  "ResourceFlavor", "ClusterQueue",
                   "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 results = []
@@ -190,6 +193,41 @@ def check_pod_monitor(mode, pm, ns, single, main_c):
           ok, detail)
 
 
+def check_kueue(mode, by_kind, ns):
+    """The queues kueue.enabled renders (values.yaml's defaults; in mode kueue also
+    nvidia.com/gpu: 2 and LocalQueues in team-a and team-b)."""
+    rf, cq = by_kind["ResourceFlavor"], by_kind["ClusterQueue"]
+    lqs = by_kind["LocalQueue"]
+    check(f"[{mode}] one ResourceFlavor, one ClusterQueue, kueue.x-k8s.io/v1beta2",
+          len(rf) == 1 and len(cq) == 1 and all(d["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+                                                for d in rf + cq + lqs),
+          f"{len(rf)} ResourceFlavor, {len(cq)} ClusterQueue")
+    if len(rf) != 1 or len(cq) != 1:
+        return
+    spec = cq[0]["spec"]
+    want_q = {"cpu": "4", "memory": "8Gi"}
+    if mode == "kueue":
+        want_q["nvidia.com/gpu"] = "2"
+    groups = spec.get("resourceGroups") or []
+    ok = len(groups) == 1 and sorted(groups[0]["coveredResources"]) == sorted(want_q)
+    flavors = groups[0].get("flavors") or [] if groups else []
+    ok = ok and len(flavors) == 1 and flavors[0]["name"] == rf[0]["metadata"]["name"]
+    got_q = {r["name"]: r["nominalQuota"] for r in flavors[0]["resources"]} if ok else {}
+    check(f"[{mode}] ClusterQueue covers exactly the quota's resources {sorted(want_q)} "
+          "with the ResourceFlavor's nominal quotas",
+          ok and got_q == want_q, f"resourceGroups {groups}")
+    check(f"[{mode}] ClusterQueue preemption withinClusterQueue LowerPriority, "
+          "BestEffortFIFO, every namespace",
+          spec.get("preemption", {}).get("withinClusterQueue") == "LowerPriority"
+          and spec.get("queueingStrategy") == "BestEffortFIFO"
+          and spec.get("namespaceSelector") == {}, f"spec {spec}")
+    want_ns = ["team-a", "team-b"] if mode == "kueue" else [ns]
+    got = sorted((d["metadata"].get("namespace"), d["metadata"]["name"],
+                  d["spec"].get("clusterQueue")) for d in lqs)
+    check(f"[{mode}] LocalQueue training in {', '.join(want_ns)}, on the ClusterQueue",
+          got == [(n, "training", cq[0]["metadata"]["name"]) for n in want_ns], f"got {got}")
+
+
 def main():
     mode, path, release, ns = sys.argv[1:5]
     main_c = sys.argv[5] if len(sys.argv) > 5 else ""
@@ -201,7 +239,7 @@ def main():
     kinds = sorted(by_kind)
 
     leader = mode != "noleader"
-    single = mode in ("single", "monitor-single")
+    single = mode in ("single", "monitor-single", "kueue-single")
     monitor = mode in ("monitor", "monitor-single")
     want = {"ServiceAccount", "Deployment", "Service"}
     want |= {"Role", "RoleBinding"} if single else {"ClusterRole", "ClusterRoleBinding"}
@@ -209,6 +247,9 @@ def main():
         want |= {"Role", "RoleBinding"}
     if monitor:
         want |= {"ServiceMonitor", "PodMonitor"}
+    kueue = mode in ("kueue", "kueue-single")
+    if kueue:
+        want |= {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
     policy = mode != "nopolicy"
     if policy:
         want |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
@@ -227,7 +268,9 @@ def main():
                 labels["app.kubernetes.io/name"] != "kubetrain" or \
                 labels["app.kubernetes.io/managed-by"] != "Helm":
             bad.append(f"{d['kind']}/{md['name']}: labels {labels}")
-        if d["kind"] not in CLUSTER_SCOPED and md.get("namespace") != ns:
+        if d["kind"] == "LocalQueue" and mode == "kueue":
+            pass  # in the namespaces kueue.localQueue.namespaces lists: checked below
+        elif d["kind"] not in CLUSTER_SCOPED and md.get("namespace") != ns:
             bad.append(f"{d['kind']}/{md['name']}: namespace {md.get('namespace')!r}")
         if d["kind"] in CLUSTER_SCOPED and "namespace" in md:
             bad.append(f"{d['kind']}/{md['name']}: cluster-scoped with a namespace")
@@ -394,6 +437,9 @@ def main():
               and sm["spec"]["endpoints"][0]["port"] == "metrics"
               and sm["spec"]["endpoints"][0]["path"] == "/metrics", f"{sm['spec']}")
         check_pod_monitor(mode, by_kind["PodMonitor"][0], ns, single, main_c)
+
+    if kueue:
+        check_kueue(mode, by_kind, ns)
 
     for name, ok, detail in results:
         detail = str(detail).replace("\n", "\\n").replace("\t", " ")

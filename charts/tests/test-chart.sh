@@ -2,8 +2,9 @@
 # The Helm chart (charts/kubetrain), the examples and the images, checked as users meet
 # them:
 #   - the chart's CRD is crds/ byte for byte; helm lint --strict;
-#   - helm template for the default, single-namespace, no-leader-election and
-#     ServiceMonitor + PodMonitor (cluster-wide and single-namespace) values: kinds,
+#   - helm template for the default, single-namespace, no-leader-election,
+#     ServiceMonitor + PodMonitor (cluster-wide and single-namespace) and Kueue queues
+#     (kueue.enabled; charts/tests/test-chart-kueue.sh applies them) values: kinds,
 #     labels, RBAC (no wildcard, exactly the operator's verbs), security context, probes,
 #     flags the operator really has, the PodMonitor's selector against the operator's pod
 #     labels and examples/job-metrics.yaml (charts/tests/check-render.py), and that table
@@ -95,6 +96,10 @@ render monitor kubetrain-system --set metrics.serviceMonitor.enabled=true \
 render monitor-single team-a --set singleNamespace=true --set metrics.serviceMonitor.enabled=true \
   --set metrics.podMonitor.enabled=true
 render nopolicy kubetrain-system --set templatePolicy.level=none
+# Kueue's queues (the default modes above check that nothing of Kueue renders when off).
+render kueue kubetrain-system --set kueue.enabled=true \
+  --set 'kueue.clusterQueue.quota.nvidia\.com/gpu=2' --set 'kueue.localQueue.namespaces={team-a,team-b}'
+render kueue-single team-a --set singleNamespace=true --set kueue.enabled=true
 
 # --- the api-level cluster ----------------------------------------------------------------
 skip_cluster() {
