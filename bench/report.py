@@ -129,6 +129,16 @@ def is_operator(d):
     return isinstance(r, list) and r and all("pods_s" in x and "bound_s" in x for x in r)
 
 
+def is_gang_kueue(d):
+    r = d.get("runs")
+    return isinstance(r, list) and r and all("mode" in x and "started" in x for x in r)
+
+
+def is_progress(d):
+    w = d.get("windows")
+    return isinstance(w, list) and w and all("cpu_percent" in x and "mode" in x for x in w)
+
+
 # The one-worker runs of trainer-core.json: (field prefix, label, bar label). PyTorch is
 # absent from files written before bench-trainer ran it; its bar and row are then left out.
 CORE_RUNS = [
@@ -366,6 +376,51 @@ def operator_section(src):
     return lines
 
 
+def gang_kueue_section(src):
+    d = src.doc
+    lines = section_head(src, "Gang scheduling + Kueue vs neither (%s)" % src.name)
+    if d.get("benchmark"):
+        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    sm = d.get("summary", {})
+    med, st = sm.get("median_s", {}), sm.get("started_median_s", {})
+    lines += [table(["mode", "runs", "median apply->rendezvous s", "median apply->both started s"],
+                    [[m, sum(1 for r in d["runs"] if r["mode"] == m), med.get(m, ""), st.get(m, "")]
+                     for m in ("gang+kueue", "plain")]), "",
+              "Ratio gang+kueue / plain: %s to rendezvous, %s to both started (target <= %s)." %
+              (fmt(sm.get("ratio_gang_kueue_over_plain")),
+               fmt(sm.get("started_ratio_gang_kueue_over_plain")),
+               fmt(d.get("targets", {}).get("ratio_gang_kueue_over_plain"))), ""]
+    if d.get("note"):
+        lines += [d["note"], ""]
+    rows = [[r["mode"], r["run"], r["seconds"], r["started"], r.get("facts", "")]
+            for r in d["runs"]]
+    lines += [table(["mode", "run", "apply->rendezvous s", "apply->started s", "facts"], rows), ""]
+    return lines
+
+
+def progress_section(src):
+    d = src.doc
+    lines = section_head(src, "Progress cost (%s)" % src.name)
+    if d.get("benchmark"):
+        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    if d.get("mock"):
+        lines += ["Mock: %s." % d["mock"], ""]
+    sm = d.get("summary", {})
+    rows = [[m, sm.get(m, {}).get("cpu_percent", ""), sm.get(m, {}).get("rss_mean_mib", ""),
+             sm.get(m, {}).get("vmhwm_mib", "")] for m in ("off", "on", "extra")]
+    lines += [table(["progress", "CPU % (median)", "RSS MiB (median of means)", "peak RSS MiB"],
+                    rows), "",
+              "Targets: extra RSS <= %s MiB, extra CPU <= %s %%." %
+              (fmt(d.get("targets", {}).get("extra_rss_mib")),
+               fmt(d.get("targets", {}).get("extra_cpu_percent"))), ""]
+    rows = [[w["round"], w["mode"], w["seconds"], w["cpu_percent"], w["rss_mean_mib"],
+             w["vmhwm_mib"], w.get("scrapes", ""), w.get("jobs_progress_advanced", "")]
+            for w in d["windows"]]
+    lines += [table(["round", "progress", "window s", "CPU %", "RSS MiB", "peak RSS MiB",
+                     "scrapes", "jobs advanced"], rows), ""]
+    return lines
+
+
 def unknown_section(src):
     keys = ", ".join("`%s`" % k for k in src.doc) if isinstance(src.doc, dict) else "(not an object)"
     return section_head(src, "Other results (%s)" % src.name) + [
@@ -400,6 +455,8 @@ def main():
     ar = [s for s in sources if is_allreduce(s.doc)]
     op = [s for s in sources if is_operator(s.doc)]
     gm = [s for s in sources if is_gemm(s.doc) and s not in core + dist]
+    gk = [s for s in sources if is_gang_kueue(s.doc)]
+    pr = [s for s in sources if is_progress(s.doc)]
 
     plots = []
     p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
@@ -442,6 +499,10 @@ def main():
             md += operator_section(s)
         elif s in gm:
             md += gemm_section(s)
+        elif s in gk:
+            md += gang_kueue_section(s)
+        elif s in pr:
+            md += progress_section(s)
         else:
             md += unknown_section(s)
     os.makedirs(a.out, exist_ok=True)

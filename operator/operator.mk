@@ -69,6 +69,21 @@ bench-operator: $(OPERATOR_BIN)
 BENCH_TARGETS += bench-operator
 .PHONY: bench-operator
 
+# Benchmark: apply -> both workers past rendezvous, gang scheduling + Kueue vs neither, on
+# the full local cluster (root; held under /tmp/kt-full-cluster.lock), the chart's
+# kueue.enabled queues; JSON in bench/results/gang-kueue.json (operator/bench/gang-kueue.sh).
+bench-gang-kueue: images helm
+	@bash operator/bench/gang-kueue.sh
+BENCH_TARGETS += bench-gang-kueue
+
+# Benchmark: the operator's RSS and CPU with 100 Running jobs, status.progress scraping on
+# vs off, api-level cluster, the chiefs' /metrics mocked (operator/bench/progress.py);
+# JSON in bench/results/progress.json.
+bench-progress: $(OPERATOR_BIN)
+	@bash operator/bench/progress.sh
+BENCH_TARGETS += bench-progress
+.PHONY: bench-gang-kueue bench-progress
+
 # Regenerates operator/tests/reference/tfconfig-roles.json, the TF_CONFIG of each pod for
 # chief/worker/ps/evaluator role combinations and what TensorFlow's TFConfigClusterResolver
 # makes of it (operator/tests/reference/gen_tfconfig.py; commit the result).

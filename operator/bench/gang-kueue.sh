@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# make bench-gang-kueue: what gang scheduling and Kueue admission cost a job's start. On
+# the full local cluster (e2e/cluster/up.sh full, real pods; Kueue as kueue-up.sh runs it,
+# its queues from the chart's kueue.enabled), 2-worker C-trainer jobs are applied one at
+# a time, cycling through four modes (each round starting at the next one): "gang+kueue"
+# (spec.gangScheduling true, so a PodGroup with minCount 2, and the label
+# kueue.x-k8s.io/queue-name, so a Kueue plain pod group admitted through the chart's
+# LocalQueue), "plain" (gangScheduling false, no queue label), and, to tell the two
+# apart, "gang" and "kueue" alone. Measured: kubectl apply -> the later of the two
+# workers' "rendezvous done" log lines, and -> their first log lines (the container
+# runtime's timestamps of the lines, kubectl logs --timestamps, on this machine's clock).
+# One warm-up round first, not counted. Writes bench/results/gang-kueue.json (date,
+# machine, every run, medians, the ratios), or with BENCH_OUT=FILE elsewhere; BENCH_RUNS
+# (default 8) runs per mode.
+#
+# Holds /tmp/kt-full-cluster.lock from bring-up to teardown (one full-level cluster per
+# machine). Needs root and the images in the local Docker (make images):
+# KT_OPERATOR_IMAGE, KT_TRAINER_IMAGE (default kubetrain/{operator,trainer}:VERSION).
+set -uo pipefail # no -e: each step checks its status and says what failed
+cd "$(dirname "$0")/../.." || exit 1
+. e2e/cluster/lib.sh
+VERSION=$(cat VERSION)
+RUNS=${BENCH_RUNS:-8}
+OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
+TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
+out=${BENCH_OUT:-bench/results/gang-kueue.json}
+dir=$PWD/build/bench/gang-kueue
+export KT_RUN=$dir/run
+NS=kt-bench
+mkdir -p "$dir" "$(dirname "$out")"
+rm -f "$dir"/*.log "$dir"/runs.tsv
+
+log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "bench-gang-kueue: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (the full-level cluster)"
+for img in "$OP_IMAGE" "$TR_IMAGE"; do
+  docker image inspect "$img" >/dev/null 2>&1 || die "Docker has no image $img (make images)"
+done
+helm=$(bash charts/build-helm.sh) || die "helm unavailable (charts/build-helm.sh)"
+
+exec 9>/tmp/kt-full-cluster.lock
+log "waiting for /tmp/kt-full-cluster.lock"
+flock 9
+trap 'log "down"; bash e2e/cluster/down.sh >/dev/null 2>&1' EXIT
+T0=$(date +%s)
+bash e2e/cluster/down.sh >/dev/null 2>&1
+log "up.sh full"
+bash e2e/cluster/up.sh full >"$dir/up.log" 2>&1 || die "up.sh full failed ($dir/up.log)"
+bash e2e/cluster/load-image.sh "$OP_IMAGE" "$TR_IMAGE" >"$dir/load.log" 2>&1 ||
+  die "load-image.sh failed ($dir/load.log)"
+bash e2e/cluster/build-kueue.sh >"$dir/kueue-build.log" 2>&1 || die "build-kueue.sh failed"
+log "kueue-up.sh"
+bash e2e/cluster/kueue-up.sh >"$dir/kueue.log" 2>&1 || die "kueue-up.sh failed ($dir/kueue.log)"
+# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
+. "$KT_RUN/env"
+export KUBECONFIG
+k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+kn() { k -n "$NS" "$@"; }
+k create namespace "$NS" >/dev/null
+log "helm install (kueue.enabled, LocalQueue training in $NS)"
+"$helm" install kt charts/kubetrain -n kubetrain-system --create-namespace \
+  --set image.repository="${OP_IMAGE%:*}" --set image.tag="${OP_IMAGE##*:}" \
+  --set trainerImage.repository="${TR_IMAGE%:*}" --set trainerImage.tag="${TR_IMAGE##*:}" \
+  --set kueue.enabled=true --set "kueue.localQueue.namespaces={$NS}" \
+  --wait --timeout 180s >"$dir/helm.log" 2>&1 || die "helm install failed ($dir/helm.log)"
+for _ in $(seq 60); do kn get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
+log "cluster ready in $(( $(date +%s) - T0 )) s"
+
+# manifest NAME MODE: a 2-worker tutorial job, 1 epoch of 20 steps, no checkpoint.
+manifest() {
+  local labels="" gang=false
+  case $2 in gang+kueue | kueue) labels="labels: {kueue.x-k8s.io/queue-name: training}" ;; esac
+  case $2 in gang+kueue | gang) gang=true ;; esac
+  cat <<EOF
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: $1
+  $labels
+spec:
+  workers: 2
+  gangScheduling: $gang
+  model: tutorial-cnn
+  dataset: {name: fashion-mnist, path: /data}
+  training:
+    epochs: 1
+    stepsPerEpoch: 20
+    perWorkerBatchSize: 64
+    optimizer: {name: sgd, learningRate: 0.001}
+  template:
+    spec:
+      containers:
+        - name: trainer
+          resources: {requests: {cpu: 100m, memory: 256Mi}}
+EOF
+}
+# rdv_time POD: the runtime's timestamp (epoch seconds) of the pod's "rendezvous done".
+rdv_time() {
+  local ts
+  ts=$(kn logs "$1" -c trainer --timestamps 2>/dev/null | grep -m1 'rendezvous done' |
+         cut -d' ' -f1)
+  [ -n "$ts" ] && date -d "$ts" +%s.%N
+}
+# first_time POD: the runtime's timestamp of the pod's first log line (the program runs).
+first_time() {
+  local ts
+  ts=$(kn logs "$1" -c trainer --timestamps 2>/dev/null | head -n 1 | cut -d' ' -f1)
+  [ -n "$ts" ] && date -d "$ts" +%s.%N
+}
+# one NAME MODE: prints "seconds<TAB>started<TAB>facts" or fails.
+one() {
+  local name=$1 mode=$2 t0 end r0="" r1="" s0 s1 facts
+  t0=$(date +%s.%N)
+  manifest "$name" "$mode" | kn apply -f - >/dev/null || return 1
+  end=$(( $(date +%s) + 180 ))
+  while [ -z "$r0" ] || [ -z "$r1" ]; do
+    [ "$(date +%s)" -lt "$end" ] || return 1
+    sleep 0.5
+    [ -n "$r0" ] || r0=$(rdv_time "$name-worker-0")
+    [ -n "$r1" ] || r1=$(rdv_time "$name-worker-1")
+  done
+  # What the mode really got: the pod's PodGroup link and Kueue's group label.
+  facts=$(kn get pod "$name-worker-0" -o json | jq -r '[
+      "podGroup=" + (.spec.schedulingGroup.podGroupName // "-"),
+      "kueueGroup=" + (.metadata.labels["kueue.x-k8s.io/pod-group-name"] // "-")] | join(" ")')
+  s0=$(first_time "$name-worker-0"); s1=$(first_time "$name-worker-1")
+  for w in 0 1; do kn logs "$name-worker-$w" -c trainer --timestamps >"$dir/$name-$w.log" 2>&1; done
+  awk -v a="$t0" -v b="$r0" -v c="$r1" -v d="$s0" -v e="$s1" -v f="$facts" \
+    'BEGIN { m = b > c ? b : c; s = d > e ? d : e; printf "%.3f\t%.3f\t%s\n", m - a, s - a, f }'
+}
+# cleanup_job NAME: the job and its pods gone (Kueue's finalizer released).
+cleanup_job() {
+  kn delete tj "$1" --wait=true --timeout 120s >/dev/null 2>&1
+  for _ in $(seq 240); do
+    [ -z "$(kn get pods -o name 2>/dev/null)" ] && return 0
+    sleep 0.5
+  done
+  log "pods of $1 still there after 120 s"
+}
+
+MODES=(gang+kueue plain gang kueue)
+printf 'mode\trun\tseconds\tstarted\tfacts\n' >"$dir/runs.tsv"
+i=0
+for r in $(seq 0 "$RUNS"); do
+  for m in 0 1 2 3; do
+    mode=${MODES[$(( (r + m) % 4 ))]}
+    name=b$i-${mode/+/-}; i=$((i + 1))
+    if res=$(one "$name" "$mode"); then
+      log "run $r $mode: $res"
+      [ "$r" = 0 ] || printf '%s\t%s\t%s\n' "$mode" "$r" "$res" >>"$dir/runs.tsv"
+    else
+      log "run $r $mode: no rendezvous within 180 s"
+      kn get pods -o wide >&2; kn describe tj "$name" | tail -n 20 >&2
+      [ "$r" = 0 ] || printf '%s\t%s\tnull\tnull\tfailed\n' "$mode" "$r" >>"$dir/runs.tsv"
+    fi
+    cleanup_job "$name"
+  done
+done
+kubever=$(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)
+kueuever=$(. e2e/cluster/versions.env && echo "$KUEUE_VERSION")
+opid=$(docker image inspect -f '{{.Id}}' "$OP_IMAGE" | cut -c8-19)
+trid=$(docker image inspect -f '{{.Id}}' "$TR_IMAGE" | cut -c8-19)
+cluster_s=$(( $(date +%s) - T0 ))
+
+python3 - "$dir/runs.tsv" "$out" "$RUNS" "$kubever" "$kueuever" "$OP_IMAGE@$opid" \
+  "$TR_IMAGE@$trid" "$cluster_s" <<'PY'
+import csv, datetime, json, os, platform, statistics, subprocess, sys
+tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s = sys.argv[1:9]
+rows = list(csv.DictReader(open(tsv), delimiter="\t"))
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+            if l.startswith("model name")), "?")
+commit = subprocess.run(["git", "log", "-1", "--format=%h %cs"], capture_output=True,
+                        text=True).stdout.strip()
+modes = ["gang+kueue", "plain", "gang", "kueue"]
+res = {m: [] for m in modes}
+started = {m: [] for m in modes}
+stalled = {m: 0 for m in modes}
+for r in rows:
+    if r["seconds"] != "null":
+        res[r["mode"]].append(float(r["seconds"]))
+        started[r["mode"]].append(float(r["started"]))
+        stalled[r["mode"]] += float(r["seconds"]) - float(r["started"]) > 2
+med = {m: round(statistics.median(v), 3) if v else None for m, v in res.items()}
+med_started = {m: round(statistics.median(v), 3) if v else None for m, v in started.items()}
+def ratio(d, a, b):
+    return round(d[a] / d[b], 3) if d[a] and d[b] else None
+doc = {
+    "benchmark": "gang scheduling + Kueue vs neither: kubectl apply -> both workers past "
+                 "rendezvous, 2-worker C-trainer jobs, full local cluster (e2e/cluster/up.sh full)",
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    "commit": commit,
+    "machine": {"arch": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu,
+                "note": "2 cores shared with other engineers' builds and tests; the control "
+                        "plane, Kueue, the node and both trainers run on them"},
+    "setup": {"kubernetes": kubever, "kueue": kueuever, "operator_image": opimg,
+              "trainer_image": trimg,
+              "queue": "chart kueue.enabled: ClusterQueue kubetrain (4 CPU, 8Gi), LocalQueue "
+                       "training; Kueue as a host process (e2e/cluster/kueue-up.sh)",
+              "job": "workers 2, tutorial-cnn, fashion-mnist, 1 x 20 steps, requests 100m / "
+                     "256Mi per pod, no checkpoint; one job at a time, deleted (pods gone) "
+                     "before the next",
+              "warmup": "one round (a job of each mode) before the counted runs",
+              "cluster_seconds": int(cluster_s)},
+    "definitions": {
+        "seconds": "kubectl apply started -> the later of the two workers' 'rendezvous done' "
+                   "log lines (container runtime timestamps)",
+        "started": "kubectl apply started -> the later of the two workers' first log lines "
+                   "(both programs running: admission, scheduling and container start; when "
+                   "the peer resolves at once that line is 'rendezvous done' itself, "
+                   "<= 0.12 s after the program's start)",
+        "stalled": "runs with more than 2 s between started and rendezvous: a worker "
+                   "looked its peer up before the peer's DNS record existed and waited out "
+                   "the cached negative answer (the cluster's CoreDNS: kubernetes ttl 5, "
+                   "cache 5)",
+        "modes": {"gang+kueue": "spec.gangScheduling true (PodGroup minCount 2) and label "
+                                "kueue.x-k8s.io/queue-name: training (Kueue plain pod group)",
+                  "plain": "spec.gangScheduling false, no queue label",
+                  "gang": "spec.gangScheduling true, no queue label",
+                  "kueue": "spec.gangScheduling false, the queue label"},
+        "facts": "worker-0's spec.schedulingGroup.podGroupName and "
+                 "kueue.x-k8s.io/pod-group-name label, '-' when absent"},
+    "targets": {"ratio_gang_kueue_over_plain": 1.2},
+    "runs": [{"mode": r["mode"], "run": int(r["run"]),
+              "seconds": None if r["seconds"] == "null" else float(r["seconds"]),
+              "started": None if r["started"] == "null" else float(r["started"]),
+              "facts": r["facts"]} for r in rows],
+    "summary": {"runs_per_mode": int(runs), "median_s": med,
+                "min_s": {m: min(v) if v else None for m, v in res.items()},
+                "max_s": {m: max(v) if v else None for m, v in res.items()},
+                "ratio_gang_kueue_over_plain": ratio(med, "gang+kueue", "plain"),
+                "started_median_s": med_started,
+                "started_ratio_gang_kueue_over_plain": ratio(med_started, "gang+kueue", "plain"),
+                "started_ratio_gang_over_plain": ratio(med_started, "gang", "plain"),
+                "started_ratio_kueue_over_plain": ratio(med_started, "kueue", "plain"),
+                "stalled_runs": stalled},
+}
+json.dump(doc, open(out, "w"), indent=1)
+open(out, "a").write("\n")
+print(json.dumps(doc["summary"]))
+PY
