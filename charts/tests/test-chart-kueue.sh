@@ -82,11 +82,13 @@ inst=app.kubernetes.io/instance=kubetrain
 check "the release's Kueue objects" \
   "$(k get resourceflavors,clusterqueues,localqueues -A -l "$inst" \
        -o 'jsonpath={range .items[*]}{.kind}/{.metadata.namespace}/{.metadata.name} {end}')" \
-  "ResourceFlavor//kubetrain-default ClusterQueue//kubetrain LocalQueue/team-a/training LocalQueue/team-b/training "
+  "ResourceFlavor//kubetrain-default ClusterQueue//kubetrain $(
+    )LocalQueue/team-a/training LocalQueue/team-b/training "
 active() {
   [ "$(k get "$@" -o 'jsonpath={.status.conditions[?(@.type=="Active")].status}')" = True ]
 }
-if wait_until 60 active clusterqueue kubetrain && wait_until 30 active -n team-a localqueue training &&
+if wait_until 60 active clusterqueue kubetrain &&
+   wait_until 30 active -n team-a localqueue training &&
    wait_until 30 active -n team-b localqueue training; then
   tap_ok "Kueue reports the ClusterQueue and both LocalQueues Active"
 else
@@ -144,7 +146,8 @@ if [ ! -x build/bin/kubetrain-operator ]; then
 else
   none() { [ "$(k get clusterqueue kubetrain -o 'jsonpath={.status.reservingWorkloads}')" = 0 ]; }
   wait_until 120 none
-  hp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  hp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0))
+print(s.getsockname()[1])')
   build/bin/kubetrain-operator --kubeconfig "$KUBECONFIG" --health-addr "127.0.0.1:$hp" \
     --metrics-addr 0 >"$work/operator.log" 2>&1 &
   op_pid=$!
@@ -166,7 +169,8 @@ EOF
   if wait_until 60 wl && name=$(k -n team-b get "$KWL" -o 'jsonpath={.items[0].metadata.name}') &&
      wait_until 60 admitted team-b "$name" && wait_until 30 ungated team-b queued-worker-0 &&
      wait_until 30 ungated team-b queued-worker-1; then
-    tap_ok "TrainingJob queued (2 x 400m) admitted through the chart's LocalQueue as Workload $name, both pods ungated"
+    tap_ok "TrainingJob queued (2 x 400m) admitted through the chart's LocalQueue as $(
+      )Workload $name, both pods ungated"
   else
     tap_fail "TrainingJob queued admitted through the chart's LocalQueue" \
       "$(k -n team-b get "pods,$KWL" -o wide 2>&1; tail -n 20 "$work/operator.log")"
@@ -176,13 +180,15 @@ EOF
 fi
 
 # Off again: the queues go with the upgrade.
-if out=$("$helm" upgrade kubetrain "$CHART" -n kubetrain-system --set kueue.enabled=false 2>&1); then
+if out=$("$helm" upgrade kubetrain "$CHART" -n kubetrain-system \
+           --set kueue.enabled=false 2>&1); then
   # Kueue's finalizers hold the ClusterQueue and ResourceFlavor until no Workload uses them.
   kq_left() { k get resourceflavors,clusterqueues,localqueues -A -l "$inst" -o name 2>&1; }
   kq_gone() { [ -z "$(kq_left)" ]; }
   t0=$(date +%s)
   if wait_until 120 kq_gone; then
-    tap_ok "helm upgrade with kueue.enabled=false deletes the release's Kueue objects (gone in $(( $(date +%s) - t0 ))s)"
+    tap_ok "helm upgrade with kueue.enabled=false deletes the release's Kueue objects $(
+      )(gone in $(( $(date +%s) - t0 ))s)"
   else tap_fail "helm upgrade with kueue.enabled=false deletes the Kueue objects" "$(kq_left)"; fi
 else tap_fail "helm upgrade with kueue.enabled=false" "$out"; fi
 tap_done
