@@ -50,7 +50,7 @@ operator: $(OPERATOR_BIN)
 
 # The threaded tests again under ThreadSanitizer (not part of `make test`: TSan and ASan
 # cannot share a build). `make test-operator-tsan`.
-OPERATOR_TSAN_TESTS := workqueue controller leader kclient httpserv
+OPERATOR_TSAN_TESTS := workqueue controller leader kclient httpserv progress
 TSANFLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 $(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) \
                             $(wildcard operator/tests/support/*.c) | deps

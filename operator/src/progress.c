@@ -248,6 +248,12 @@ struct Progress {
     JobState *table[NBUCKETS];
 };
 
+/* Whether progress_stop was called; an atomic load, as clock_sleep reads the flag. */
+static int stopping(Progress *p)
+{
+    return __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE);
+}
+
 static uint32_t key_hash(const char *s)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
@@ -411,7 +417,7 @@ static void scrape_all(Progress *p, Due *d, size_t n)
         }
     }
     int running = 1;
-    while (running && !p->stop) {
+    while (running && !stopping(p)) {
         if (curl_multi_perform(multi, &running) != CURLM_OK) break;
         if (running) curl_multi_poll(multi, NULL, 0, 100, NULL);
     }
@@ -520,7 +526,7 @@ static void tick(Progress *p)
     }
     scrape_all(p, sv.due, sv.ndue);
     double wall = clock_wall();
-    for (size_t i = 0; i < sv.ndue && !p->stop; i++) {
+    for (size_t i = 0; i < sv.ndue && !stopping(p); i++) {
         Due *d = &sv.due[i];
         pthread_mutex_lock(&p->mu);
         JobState *s = state_get(p, d->key);
@@ -546,7 +552,7 @@ static void tick(Progress *p)
 static void *progress_main(void *arg)
 {
     Progress *p = arg;
-    while (!p->stop) {
+    while (!stopping(p)) {
         double t0 = clock_mono();
         tick(p);
         double left = TICK_S - (clock_mono() - t0);
@@ -575,7 +581,7 @@ Progress *progress_new(KubeClient *client, Informer *jobs, Informer *pods,
 int progress_start(Progress *p)
 {
     if (!p || p->cfg.interval_s <= 0 || p->started) return 0;
-    p->stop = 0;
+    __atomic_store_n(&p->stop, 0, __ATOMIC_RELEASE);
     int rc = pthread_create(&p->thread, NULL, progress_main, p);
     if (rc) return -rc;
     p->started = 1;
@@ -585,7 +591,7 @@ int progress_start(Progress *p)
 void progress_stop(Progress *p)
 {
     if (!p || !p->started) return;
-    p->stop = 1;
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     pthread_join(p->thread, NULL);
     p->started = 0;
 }

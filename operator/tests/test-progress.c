@@ -1,22 +1,38 @@
 /* progress.c's decisions without a server: the trainer's /metrics text read, the
  * interval stretched by the write budget, the merge patch of status.progress,
- * status.checkpoint and the steps a restart lost, and the chief's exit step. The thread
- * that scrapes and writes is exercised against a real apiserver and trainer in
- * operator/tests/integration/test-progress.sh. */
+ * status.checkpoint and the steps a restart lost, and the chief's exit step; and the
+ * thread itself against the in-memory API server (fakeapi, merge patches of the status
+ * subresource) and a stand-in for the chief's /metrics on loopback (a few lines of HTTP
+ * serving the text prom.c writes: the real trainer is exercised with a real apiserver
+ * in operator/tests/integration/test-progress.sh): it writes status.progress and
+ * status.checkpoint, writes nothing while the numbers stay the same, and leaves alone a
+ * job whose program serves nothing (spec.command). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "clock.h"
+#include "fakeapi.h"
+#include "informer.h"
 #include "jsonx.h"
+#include "metrics.h"
 #include "progress.h"
+#include "../../trainer/tests/timescale.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 /* 2025-11-25T12:00:00Z */
 #define NOW 1764072000.0
@@ -245,6 +261,193 @@ static void test_chief_final_step(void **state)
     cJSON_Delete(p);
 }
 
+/* ------------------------------------------------------------------------------------
+ * The thread */
+
+/* The chief's /metrics: answers every connection with `text` (swapped under mu). */
+typedef struct Chief {
+    int fd, port;
+    int stop;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    char text[2048];
+    int served;
+} Chief;
+
+static void *chief_main(void *arg)
+{
+    Chief *c = arg;
+    while (!__atomic_load_n(&c->stop, __ATOMIC_ACQUIRE)) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0) continue;
+        int fd = accept(c->fd, NULL, NULL);
+        if (fd < 0) continue;
+        char req[4096];
+        size_t len = 0;
+        while (len < sizeof req - 1) { /* up to the end of the request's head */
+            ssize_t n = recv(fd, req + len, sizeof req - 1 - len, 0);
+            if (n <= 0) break;
+            len += (size_t)n;
+            req[len] = '\0';
+            if (strstr(req, "\r\n\r\n")) break;
+        }
+        char out[4096];
+        pthread_mutex_lock(&c->mu);
+        int n = snprintf(out, sizeof out,
+                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         strlen(c->text), c->text);
+        c->served++;
+        pthread_mutex_unlock(&c->mu);
+        if (send(fd, out, (size_t)n, MSG_NOSIGNAL) < 0) { /* the scraper gave up */
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static int chief_served(Chief *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int n = c->served;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+static void nap(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+#define WAIT_FOR(timeout, what, expr)                                                              \
+    do {                                                                                           \
+        double t0_ = clock_mono(), limit_ = scaled(timeout);                                       \
+        while (!(expr)) {                                                                          \
+            if (clock_mono() - t0_ > limit_)                                                       \
+                fail_msg("timed out waiting %g s for %s", limit_, what);                           \
+            nap(0.02);                                                                             \
+        }                                                                                          \
+    } while (0)
+
+#define JOBS "/apis/kubetrain.dev/v1alpha1/namespaces/default/trainingjobs"
+#define PODS "/api/v1/namespaces/default/pods"
+
+/* A Running job NAME of attempt 0 (spec.command when COMMAND) and its Running chief
+ * (worker 0) on 127.0.0.1, naming `port` as its metrics port. */
+static void make_job(FakeApi *api, const char *name, int command, int port)
+{
+    char buf[2048], path[256];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+             "\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\"},\"spec\":{%s}}",
+             name, command ? "\"command\":[\"python\",\"train.py\"]" : "");
+    cJSON *j = fakeapi_create(api, JOBS, buf);
+    assert_non_null(j);
+    jsonx_set(j, "status", cJSON_Parse("{\"phase\":\"Running\",\"attempt\":0}"));
+    snprintf(path, sizeof path, JOBS "/%s", name);
+    assert_int_equal(fakeapi_put(api, path, j), 0);
+    cJSON_Delete(j);
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"%s-worker-0\",\"namespace\":\"default\","
+             "\"labels\":{\"kubetrain.dev/job-name\":\"%s\",\"kubetrain.dev/role\":\"worker\","
+             "\"kubetrain.dev/replica-index\":\"0\"},"
+             "\"annotations\":{\"kubetrain.dev/attempt\":\"0\",\"kubetrain.dev/metrics-port\":"
+             "\"%d\"}},\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\"}}",
+             name, name, port);
+    cJSON_Delete(fakeapi_create(api, PODS, buf));
+}
+
+static long job_step(FakeApi *api, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, JOBS "/%s", name);
+    cJSON *j = fakeapi_get(api, path);
+    long v = (long)jsonx_int(j, "status.progress.step", -1);
+    cJSON_Delete(j);
+    return v;
+}
+
+static void test_thread(void **state)
+{
+    (void)state;
+    metrics_init();
+    Chief chief = {.fd = socket(AF_INET, SOCK_STREAM, 0)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    assert_true(chief.fd >= 0);
+    assert_int_equal(bind(chief.fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(chief.fd, 16), 0);
+    assert_int_equal(getsockname(chief.fd, (struct sockaddr *)&a, &alen), 0);
+    chief.port = ntohs(a.sin_port);
+    pthread_mutex_init(&chief.mu, NULL);
+    snprintf(chief.text, sizeof chief.text, "%s", METRICS);
+    assert_int_equal(pthread_create(&chief.thread, NULL, chief_main, &chief), 0);
+
+    FakeApi *api = fakeapi_start();
+    assert_non_null(api);
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
+    KubeConfig kc = {.server = server};
+    snprintf(kc.source, sizeof kc.source, "fakeapi");
+    KubeClient *client = kclient_new(&kc, 0, 0, err, sizeof err);
+    assert_non_null(client);
+    make_job(api, "mnist", 0, chief.port);
+    make_job(api, "user", 1, chief.port); /* a user's program: never scraped */
+
+    InformerOptions jo = {
+        .group_version = "kubetrain.dev/v1alpha1", .plural = "trainingjobs", .watch_timeout_s = 5};
+    InformerOptions po = {.group_version = "v1", .plural = "pods", .watch_timeout_s = 5};
+    Informer *jobs = informer_new(client, &jo), *pods = informer_new(client, &po);
+    assert_int_equal(informer_start(jobs), 0);
+    assert_int_equal(informer_start(pods), 0);
+    WAIT_FOR(5, "the informers' first lists", informer_synced(jobs) && informer_synced(pods));
+
+    ProgressConfig cfg = {.interval_s = 0.5, .write_qps = 10, .timeout_s = 2};
+    Progress *p = progress_new(client, jobs, pods, &cfg, err, sizeof err);
+    assert_non_null(p);
+    assert_int_equal(progress_start(p), 0);
+
+    /* The first scrape: status.progress and status.checkpoint in one merge patch. */
+    WAIT_FOR(10, "status.progress.step 105", job_step(api, "mnist") == 105);
+    cJSON *j = fakeapi_get(api, JOBS "/mnist");
+    assert_int_equal(jsonx_int(j, "status.progress.totalSteps", -1), 210);
+    assert_string_equal(jsonx_str(j, "status.progress.percent"), "50%");
+    assert_int_equal(jsonx_int(j, "status.checkpoint.step", -1), 100);
+    assert_string_equal(jsonx_str(j, "status.phase"), "Running"); /* merged, not replaced */
+    cJSON_Delete(j);
+    unsigned long patches = fakeapi_requests(api, "PATCH");
+    assert_int_equal(patches, 1);
+
+    /* Same numbers: scraped again, nothing written. */
+    int served = chief_served(&chief);
+    WAIT_FOR(10, "two more scrapes", chief_served(&chief) >= served + 2);
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches);
+
+    /* The chief moves on: the next scrape writes the new step. */
+    pthread_mutex_lock(&chief.mu);
+    snprintf(chief.text, sizeof chief.text,
+             "kubetrain_steps_total 140\nkubetrain_total_steps 210\n"
+             "kubetrain_epoch 2\nkubetrain_start_step 70\n");
+    pthread_mutex_unlock(&chief.mu);
+    WAIT_FOR(10, "status.progress.step 140", job_step(api, "mnist") == 140);
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 1);
+    assert_int_equal(job_step(api, "user"), -1);
+
+    progress_stop(p);
+    progress_free(p);
+    informer_stop(jobs);
+    informer_stop(pods);
+    informer_free(jobs);
+    informer_free(pods);
+    kclient_free(client);
+    fakeapi_stop(api);
+    __atomic_store_n(&chief.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(chief.thread, NULL);
+    close(chief.fd);
+    pthread_mutex_destroy(&chief.mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +457,7 @@ int main(void)
         cmocka_unit_test(test_patch_eta_and_unchanged),
         cmocka_unit_test(test_patch_steps_lost),
         cmocka_unit_test(test_chief_final_step),
+        cmocka_unit_test(test_thread),
     };
     return cmocka_run_group_tests_name("progress", tests, NULL, NULL);
 }

@@ -435,6 +435,32 @@ static void serve_watch(FakeApi *f, int fd, const Res *coll, const char *path)
     send_all(fd, "0\r\n\r\n", 5);
 }
 
+/* RFC 7386: target with patch merged in; takes both, returns the result (NULL: the
+ * member is removed). */
+static cJSON *merge_patch(cJSON *target, cJSON *patch)
+{
+    if (!cJSON_IsObject(patch)) {
+        cJSON_Delete(target);
+        return cJSON_Duplicate(patch, 1);
+    }
+    if (!cJSON_IsObject(target)) {
+        cJSON_Delete(target);
+        target = cJSON_CreateObject();
+    }
+    cJSON *m;
+    cJSON_ArrayForEach(m, patch)
+    {
+        cJSON *old = cJSON_DetachItemFromObjectCaseSensitive(target, m->string);
+        if (cJSON_IsNull(m)) {
+            cJSON_Delete(old);
+            continue;
+        }
+        cJSON *v = merge_patch(old, m);
+        if (v) cJSON_AddItemToObject(target, m->string, v);
+    }
+    return target;
+}
+
 static void handle(FakeApi *f, int fd)
 {
     char *req = malloc(1 << 20);
@@ -552,6 +578,50 @@ static void handle(FakeApi *f, int fd)
                 next = cJSON_Duplicate(in, 1);
                 if (st) jsonx_set(next, "status", st);
             }
+            cJSON_Delete(o->obj);
+            o->obj = next;
+            set_rv(next, ++f->rv);
+            emit(f, "MODIFIED", &o->r, next);
+            cJSON *c = cJSON_Duplicate(next, 1);
+            pthread_mutex_unlock(&f->mu);
+            reply(fd, 200, c);
+            cJSON_Delete(c);
+        }
+    } else if (strcmp(method, "PATCH") == 0 && *r.name) {
+        /* JSON merge patch (RFC 7386) only, as the operator sends it; metadata.uid and
+         * metadata.resourceVersion in the patch are preconditions, as on the real server. */
+        Obj *o = find(f, &r);
+        const char *ctype = strcasestr(req, "Content-Type:");
+        const char *uid = jsonx_str(in, "metadata.uid");
+        const char *rv = jsonx_str(in, "metadata.resourceVersion");
+        if (!ctype ||
+            strncasecmp(ctype + 13 + strspn(ctype + 13, " "), "application/merge-patch+json", 28) !=
+                0 ||
+            !cJSON_IsObject(in)) {
+            pthread_mutex_unlock(&f->mu);
+            reply_status(fd, 415, "UnsupportedMediaType", "only merge patches");
+        } else if (!o) {
+            pthread_mutex_unlock(&f->mu);
+            reply_status(fd, 404, "NotFound", "not found");
+        } else if ((uid && strcmp(uid, jsonx_str(o->obj, "metadata.uid")) != 0) ||
+                   (rv && strcmp(rv, jsonx_str(o->obj, "metadata.resourceVersion")) != 0)) {
+            pthread_mutex_unlock(&f->mu);
+            reply_status(fd, 409, "Conflict", "precondition failed");
+        } else {
+            /* The status subresource takes only the patch's status; the object itself
+             * everything but its status. */
+            cJSON *next = cJSON_Duplicate(o->obj, 1);
+            cJSON *patch = cJSON_Duplicate(in, 1);
+            cJSON *pst = cJSON_DetachItemFromObjectCaseSensitive(patch, "status");
+            if (strcmp(r.sub, "status") == 0) {
+                cJSON *st = cJSON_DetachItemFromObjectCaseSensitive(next, "status");
+                if (pst) st = merge_patch(st, pst);
+                if (st) jsonx_set(next, "status", st);
+            } else {
+                next = merge_patch(next, patch);
+            }
+            cJSON_Delete(pst);
+            cJSON_Delete(patch);
             cJSON_Delete(o->obj);
             o->obj = next;
             set_rv(next, ++f->rv);

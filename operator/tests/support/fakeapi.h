@@ -2,8 +2,9 @@
  * of the informers and the controller: list (with resourceVersion), watch (chunked
  * event streams from a resourceVersion, ERROR 410 once history is expired), get,
  * create (uid, resourceVersion, generation, creationTimestamp), update with optimistic
- * concurrency (409 Conflict on a stale resourceVersion), the status subresource, and
- * delete with uid preconditions. Label selectors of the form key=value. There is no
+ * concurrency (409 Conflict on a stale resourceVersion), JSON merge patch (uid and
+ * resourceVersion in it as preconditions), the status subresource, and delete with uid
+ * preconditions. Label selectors of the form key=value. There is no
  * kubelet and no garbage collector: tests play those parts through the direct calls. */
 #ifndef KT_FAKEAPI_H
 #define KT_FAKEAPI_H
