@@ -5,9 +5,9 @@ Facts about one `helm template` output of charts/kubetrain, for test-chart.sh. M
 what the values asked for: default | single (singleNamespace=true) | noleader
 (leaderElection.enabled=false) | monitor (metrics.serviceMonitor.enabled=true and
 metrics.podMonitor.enabled=true) | monitor-single (both monitors and singleNamespace=true)
-| nopolicy (templatePolicy.level=none) | kueue (kueue.enabled=true, a GPU quota added
-and the LocalQueues in team-a and team-b) | kueue-single (kueue.enabled=true and
-singleNamespace=true).
+| nopolicy (templatePolicy.level=none) | kueue (kueue.enabled=true,
+operator.defaultQueue=training, a GPU quota added and the LocalQueues in team-a and
+team-b) | kueue-single (kueue.enabled=true and singleNamespace=true).
 Prints one line per check, tab-separated: "ok<TAB>name" or "not ok<TAB>name<TAB>detail".
 With OPERATOR_MAIN_C, every flag the Deployment passes must be in the operator's option
 table (options.c beside it), and the PodMonitor selects the labels operator/src/desired.h
@@ -440,6 +440,9 @@ def main():
 
     if kueue:
         check_kueue(mode, by_kind, ns)
+    want_dq = "training" if mode == "kueue" else None
+    check(f"[{mode}] --default-queue={want_dq}" if want_dq else f"[{mode}] no --default-queue",
+          argmap.get("--default-queue") == want_dq, f"args {args}")
 
     for name, ok, detail in results:
         detail = str(detail).replace("\n", "\\n").replace("\t", " ")

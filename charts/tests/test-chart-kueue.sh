@@ -6,8 +6,10 @@
 # and the LocalQueues Active, and the queue admits a group: with the quota set to 1 CPU, a
 # group of 2 x 400m pods labelled as the operator labels a TrainingJob's pods is admitted
 # whole (both ungated), a second one stays gated. When build/bin/kubetrain-operator is
-# built, the operator itself runs a labelled TrainingJob through the chart's queue: its
-# Workload is admitted and its pods are ungated. `helm upgrade` with the option off
+# built, the operator itself, with --default-queue training, runs a labelled TrainingJob
+# through the chart's queue (its Workload admitted, its pods ungated) and an unlabelled
+# one too: its pods get the queue and a group, wait gated while the first holds the
+# quota, and are admitted once it is deleted. `helm upgrade` with the option off
 # deletes the queues. The api level has no scheduler and no kubelet: admission (the gate
 # removed) is what is checked, not pods running. Own run directory
 # (build/e2e/test-chart-kueue). Skips when etcd is missing, without root, or when Kueue
@@ -149,7 +151,7 @@ else
   hp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0))
 print(s.getsockname()[1])')
   build/bin/kubetrain-operator --kubeconfig "$KUBECONFIG" --health-addr "127.0.0.1:$hp" \
-    --metrics-addr 0 >"$work/operator.log" 2>&1 &
+    --metrics-addr 0 --default-queue training >"$work/operator.log" 2>&1 &
   op_pid=$!
   k -n team-b apply -f - >/dev/null <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
@@ -175,7 +177,48 @@ EOF
     tap_fail "TrainingJob queued admitted through the chart's LocalQueue" \
       "$(k -n team-b get "pods,$KWL" -o wide 2>&1; tail -n 20 "$work/operator.log")"
   fi
+  # No label: --default-queue puts it in LocalQueue training, as one group; it waits
+  # while "queued" holds the quota (2 x 400m of 1 CPU).
+  k -n team-b apply -f - >/dev/null <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: defaulted
+spec:
+  workers: 2
+  template:
+    spec:
+      containers:
+        - name: trainer
+          resources: {requests: {cpu: 400m, memory: 64Mi}}
+EOF
+  podsof() { k -n team-b get pods -l kubetrain.dev/job-name=defaulted -o json 2>/dev/null; }
+  # "training <group>", when both pods exist and are in one group of queue training.
+  grouping() {
+    podsof | jq -r 'select((.items | length) == 2) | [.items[] |
+      (.metadata.labels["kueue.x-k8s.io/queue-name"] // "-") + " " +
+      (.metadata.labels["kueue.x-k8s.io/pod-group-name"] // "-")] | unique | join(",")'
+  }
+  grouped() { [[ "$(grouping)" == "training defaulted-0-"* ]]; }
+  if wait_until 30 grouped; then
+    tap_ok "an unlabelled TrainingJob under --default-queue: both pods in queue training, $(
+      )one group ($(grouping | cut -d' ' -f2))"
+  else tap_fail "--default-queue puts an unlabelled job's pods in one group" "$(grouping)"; fi
+  sleep 3
+  if gated team-b defaulted-worker-0 && gated team-b defaulted-worker-1; then
+    tap_ok "  and both stay gated while the labelled job holds the quota"
+  else tap_fail "defaulted gated" "$(k -n team-b get pods -o wide 2>&1)"; fi
   k -n team-b delete tj queued --wait=false >/dev/null
+  admitted_d() {
+    admitted team-b "$(grouping | cut -d' ' -f2)" && ungated team-b defaulted-worker-0 &&
+      ungated team-b defaulted-worker-1
+  }
+  if wait_until 120 admitted_d; then
+    tap_ok "  admitted (both ungated) once the labelled job was deleted"
+  else
+    tap_fail "defaulted admitted after queued was deleted" "$(k -n team-b get "pods,$KWL" 2>&1)"
+  fi
+  k -n team-b delete tj defaulted --wait=false >/dev/null
   kill "$op_pid" 2>/dev/null; wait "$op_pid" 2>/dev/null; op_pid=
 fi
 

@@ -97,7 +97,7 @@ render monitor-single team-a --set singleNamespace=true --set metrics.serviceMon
   --set metrics.podMonitor.enabled=true
 render nopolicy kubetrain-system --set templatePolicy.level=none
 # Kueue's queues (the default modes above check that nothing of Kueue renders when off).
-render kueue kubetrain-system --set kueue.enabled=true \
+render kueue kubetrain-system --set kueue.enabled=true --set operator.defaultQueue=training \
   --set 'kueue.clusterQueue.quota.nvidia\.com/gpu=2' --set 'kueue.localQueue.namespaces={team-a,team-b}'
 render kueue-single team-a --set singleNamespace=true --set kueue.enabled=true
 

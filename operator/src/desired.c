@@ -508,12 +508,15 @@ void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t 
     snprintf(out, n, "%.*s%s", room > 0 ? room : 0, s->name, tail);
 }
 
-/* Puts a pod that names a Kueue queue into the attempt's pod group (desired.h): Kueue
- * admits the group once all its pods exist and fit, and a pod with the queue label but
- * no group would be admitted alone. Returns -ENOMEM, else 0. */
-static int kueue_group(const JobSpec *s, cJSON *labels, cJSON *annots, long long attempt)
+/* Puts a pod that names a Kueue queue (the job's label, the template's, else the
+ * operator's --default-queue) into the attempt's pod group (desired.h): Kueue admits the
+ * group once all its pods exist and fit, and a pod with the queue label but no group
+ * would be admitted alone. Returns -ENOMEM, else 0. */
+static int kueue_group(const JobSpec *s, const DesiredConfig *cfg, cJSON *labels, cJSON *annots,
+                       long long attempt)
 {
     const char *queue = s->queue_name ? s->queue_name : jsonx_key_str(labels, LABEL_KUEUE_QUEUE);
+    if (!queue && cfg->default_queue && *cfg->default_queue) queue = cfg->default_queue;
     if (!queue) return 0;
     char group[64], count[24];
     desired_kueue_group(s, attempt, group, sizeof group);
@@ -615,7 +618,7 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     if (desired_cluster_shape(s, buf, sizeof buf) && !jsonx_set_str(annots, ANNOT_CLUSTER, buf))
         goto err;
 
-    if (kueue_group(s, labels, annots, attempt)) goto err;
+    if (kueue_group(s, cfg, labels, annots, attempt)) goto err;
 
     const cJSON *tspec = jsonx_obj(tmpl, "spec");
     cJSON *spec = jsonx_set(pod, "spec", tspec ? cJSON_Duplicate(tspec, 1) : cJSON_CreateObject());

@@ -59,6 +59,8 @@ typedef struct DesiredConfig {
     const char *trainer_image;  /* used when neither spec.image nor the template names one */
     const char *cluster_domain; /* "" or NULL: peers end in ".svc" (resolved through the
                                    pod's DNS search path); else ".svc.<domain>" */
+    const char *default_queue;  /* "" or NULL: none; else the Kueue LocalQueue of a job
+                                   whose labels and template's labels name none */
 } DesiredConfig;
 
 /* Object names, written into out (always NUL-terminated; job names are validated to

@@ -168,7 +168,8 @@ static int start_servers(Operator *op)
     op->cc = (ControllerConfig){
         .namespace = o->ns,
         .reconcile = {.desired = {.trainer_image = o->trainer_image,
-                                  .cluster_domain = o->cluster_domain},
+                                  .cluster_domain = o->cluster_domain,
+                                  .default_queue = o->default_queue},
                       .backoff_base_s = o->backoff_base_s,
                       .backoff_max_s = o->backoff_max_s,
                       .force_delete_after_s = o->force_delete_after_s,

@@ -21,6 +21,9 @@ void options_usage(FILE *f)
         "(kubetrain/trainer:" OPERATOR_VERSION ")\n"
         "  --cluster-domain DOMAIN   append .DOMAIN to peer names in TF_CONFIG (default: none,\n"
         "                            peers are <pod>.<job>-worker.<ns>.svc)\n"
+        "  --default-queue NAME      put jobs that name no Kueue queue (label\n"
+        "                            kueue.x-k8s.io/queue-name) in LocalQueue NAME of their\n"
+        "                            namespace (default: none)\n"
         "  --metrics-addr ADDR       /metrics listener (:8080; \"0\" disables)\n"
         "  --health-addr ADDR        /healthz and /readyz listener (:8081; \"0\" disables)\n"
         "  --leader-elect            run only while holding the Lease\n"
@@ -55,6 +58,7 @@ static void defaults(OperatorOptions *o)
     o->ns = "";
     o->trainer_image = "kubetrain/trainer:" OPERATOR_VERSION;
     o->cluster_domain = "";
+    o->default_queue = "";
     o->metrics_addr = ":8080";
     o->health_addr = ":8081";
     o->lease_name = "kubetrain-operator";
@@ -117,6 +121,7 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
         O_NS,
         O_IMAGE,
         O_DOMAIN,
+        O_QUEUE,
         O_MADDR,
         O_HADDR,
         O_LE,
@@ -142,6 +147,7 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
         {"namespace", required_argument, 0, O_NS},
         {"trainer-image", required_argument, 0, O_IMAGE},
         {"cluster-domain", required_argument, 0, O_DOMAIN},
+        {"default-queue", required_argument, 0, O_QUEUE},
         {"metrics-addr", required_argument, 0, O_MADDR},
         {"health-addr", required_argument, 0, O_HADDR},
         {"leader-elect", no_argument, 0, O_LE},
@@ -180,6 +186,18 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
             break;
         case O_DOMAIN:
             o->cluster_domain = optarg;
+            break;
+        case O_QUEUE:
+            o->default_queue = optarg;
+            /* A label value naming a LocalQueue: both limits at once. */
+            if (!dns_subdomain(optarg) || strlen(optarg) > 63) {
+                fprintf(stderr,
+                        "kubetrain-operator: --default-queue: \"%s\" is not a LocalQueue name "
+                        "usable as a label value (lowercase letters, digits, '-' and '.', at "
+                        "most 63 characters, starting and ending with a letter or digit)\n",
+                        optarg);
+                bad = 1;
+            }
             break;
         case O_MADDR:
             o->metrics_addr = optarg;

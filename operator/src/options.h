@@ -20,6 +20,7 @@ typedef struct OperatorOptions {
     const char *ns;             /* the one namespace watched; "": all */
     const char *trainer_image;  /* for jobs without spec.image */
     const char *cluster_domain; /* "": peers are <pod>.<job>-worker.<ns>.svc */
+    const char *default_queue;  /* "": none; the Kueue LocalQueue of unlabelled jobs */
     const char *metrics_addr;   /* "0": no /metrics listener */
     const char *health_addr;    /* "0": no /healthz, /readyz listener */
     int leader_elect;           /* run only while holding the Lease */

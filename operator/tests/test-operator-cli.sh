@@ -19,7 +19,8 @@ trap cleanup EXIT
 out=$("$bin" --help 2>&1); rc=$?
 missing=""
 for f in --kubeconfig --namespace --trainer-image --metrics-addr --health-addr --leader-elect \
-         --leader-elect-name --qps --burst --workers --log-level --cluster-domain; do
+         --leader-elect-name --qps --burst --workers --log-level --cluster-domain \
+         --default-queue; do
   grep -q -- "$f" <<<"$out" || missing="$missing $f"
 done
 if [ $rc -eq 0 ] && [ -z "$missing" ]; then tap_ok "--help lists every flag"; else
@@ -41,6 +42,12 @@ if [ $rc -eq 2 ] &&
    grep -q -- '--leader-elect-name: "Ops_Lease" is not a valid Lease name' <<<"$out"; then
   tap_ok "a bad --leader-elect-name names the flag and the rule"
 else tap_fail "a bad --leader-elect-name names the flag and the rule" "rc=$rc $out"; fi
+
+out=$("$bin" --default-queue Team_Queue 2>&1); rc=$?
+if [ $rc -eq 2 ] &&
+   grep -q -- '--default-queue: "Team_Queue" is not a LocalQueue name' <<<"$out"; then
+  tap_ok "a bad --default-queue names the flag and the rule"
+else tap_fail "a bad --default-queue names the flag and the rule" "rc=$rc $out"; fi
 
 # No configuration anywhere: exit 2, one JSON error line naming where it looked.
 out=$(env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST HOME="$tmp" "$bin" 2>&1); rc=$?

@@ -1839,6 +1839,38 @@ static void test_kueue_pod_group(void **state)
     }
     fx_free(&f);
 
+    /* --default-queue: a job that names no queue goes to it, in one group all the same;
+     * a job's own label wins; without the flag an unlabelled job gets nothing of Kueue. */
+    ReconcileConfig dq = CFG;
+    dq.desired.default_queue = "team";
+    f = (Fixture){.job = job_new("{\"workers\":2}", NULL)};
+    fx_with_support(&f);
+    fx_run_cfg(&f, &dq, NOW);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *p =
+            find_action(&f, ACTION_CREATE_POD, i ? "mnist-worker-1" : "mnist-worker-0")->object;
+        assert_string_equal(label_of(p, "kueue.x-k8s.io/queue-name"), "team");
+        assert_string_equal(label_of(p, "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+        assert_string_equal(annot_of(p, "kueue.x-k8s.io/pod-group-total-count"), "2");
+    }
+    fx_free(&f);
+    f = (Fixture){.job = job_new("{\"workers\":2}", NULL)};
+    jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "training");
+    fx_with_support(&f);
+    fx_run_cfg(&f, &dq, NOW);
+    assert_string_equal(label_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object,
+                                 "kueue.x-k8s.io/queue-name"),
+                        "training");
+    fx_free(&f);
+    f = (Fixture){.job = job_new("{\"workers\":2}", NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    assert_null(label_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object,
+                         "kueue.x-k8s.io/queue-name"));
+    assert_null(label_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object,
+                         "kueue.x-k8s.io/pod-group-name"));
+    fx_free(&f);
+
     /* Kueue preempts the admitted group: the condition, then the pods' deletion; a
      * worker's program exits 143 on the SIGTERM under restartPolicy Never. */
     f = (Fixture){.job = job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
