@@ -67,7 +67,7 @@ want_defaults=(
   ".spec.checkpoint.everySteps=50" ".spec.checkpoint.keep=5" ".spec.restartPolicy=OnFailure"
   ".spec.backoffLimit=6" ".spec.cleanPodPolicy=Running" ".spec.successPolicy=ChiefCompleted"
   ".spec.suspend=false" ".spec.activeDeadlineSeconds=" ".spec.ttlSecondsAfterFinished="
-  ".spec.startupDeadlineSeconds="
+  ".spec.startupDeadlineSeconds=" ".spec.recoveryTimeoutSeconds=120"
 )
 bad=
 for kv in "${want_defaults[@]}"; do
@@ -111,6 +111,8 @@ rejected "cleanPodPolicy not in the enum" spec.cleanPodPolicy '' '{cleanPodPolic
 rejected "successPolicy not in the enum" spec.successPolicy '' '{successPolicy: AnyWorker}'
 rejected "startupDeadlineSeconds 0" spec.startupDeadlineSeconds "greater than or equal to 1" \
   '{startupDeadlineSeconds: 0}'
+rejected "recoveryTimeoutSeconds below 0" spec.recoveryTimeoutSeconds "greater than or equal to 0" \
+  '{recoveryTimeoutSeconds: -1}'
 rejected "command without image (cross-field rule)" spec.image "command needs image" \
   '{command: [python3, mwms.py]}'
 rejected "args without command (cross-field rule)" spec.args "args needs command" \

@@ -307,6 +307,10 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     if (s->scale_by_workers) rc |= add_arg(a, "--scale-lr-by-workers", NULL);
     if (s->seed_set) rc |= add_arg_int(a, "--seed", s->seed);
     rc |= add_arg(a, "--collective", s->collective);
+    /* How long survivors wait for a lost peer's replacement: 0 where the operator
+     * restarts the group instead (desired_live_recovery). */
+    rc |=
+        add_arg_int(a, "--recovery-timeout", desired_live_recovery(s) ? s->recovery_timeout_s : 0);
     /* one rank per GPU: the trainer runs gpusPerWorker processes in the pod */
     if (s->gpus > 1) rc |= add_arg_int(a, "--gpus-per-worker", s->gpus);
     if (ckpt_dir) {
@@ -498,6 +502,33 @@ err:
     cJSON_Delete(t);
     *nomem = 1;
     return NULL;
+}
+
+/* The Kueue queue the job's pods join: the job's label, else its template's (and a
+ * chief's template, the chief being made from it), or NULL. */
+static const char *kueue_queue(const JobSpec *s)
+{
+    if (s->queue_name) return s->queue_name;
+    const cJSON *ts[] = {s->template, s->roles[ROLE_CHIEF].template};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
+        const char *q = jsonx_key_str(jsonx_obj(ts[i], "metadata.labels"), LABEL_KUEUE_QUEUE);
+        if (q) return q;
+    }
+    return NULL;
+}
+
+int desired_live_recovery(const JobSpec *s)
+{
+    int nccl = s->gpus > 0 && strcmp(s->collective, "ring") != 0;
+    return s->recovery_timeout_s > 0 && !s->command && !nccl && !kueue_queue(s);
+}
+
+int desired_pod_set_replacement(cJSON *pod, long long n)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", n);
+    cJSON *annots = jsonx_ensure_obj(pod, "metadata.annotations");
+    return annots && jsonx_set_str(annots, ANNOT_REPLACEMENT, buf) ? 0 : -ENOMEM;
 }
 
 void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n)

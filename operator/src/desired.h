@@ -33,6 +33,11 @@
 #define ANNOT_ATTEMPT "kubetrain.dev/attempt"
 #define ANNOT_WORLD_SIZE "kubetrain.dev/world-size"
 #define ANNOT_CLUSTER "kubetrain.dev/cluster"
+/* On a pod made to replace a lost one inside its attempt (live recovery): how many times
+ * this pod has been replaced in the attempt, "1", "2"...; absent on the attempt's first
+ * pods. status.replacedPods holds the number each pod must carry, so the old object of a
+ * replaced pod is known as stale and never counted again (reconcile.h). */
+#define ANNOT_REPLACEMENT "kubetrain.dev/replacement"
 #define POD_GROUP_API_VERSION "scheduling.k8s.io/v1alpha2"
 /* Where the pod's trainer serves /metrics: the operator reads the chief's for
  * status.progress (progress.h). Only on pods of the C trainer that serve it. */
@@ -76,6 +81,20 @@ void desired_pod_name(const char *job, Role role, int index, char *out, size_t n
  * and a job name cannot end in "-<digits>" of another's that way (the suffix is parsed
  * from the right). */
 void desired_pod_group_name(const char *job, long long attempt, char *out, size_t n);
+
+/* Whether a lost chief or worker pod is replaced alone inside its attempt while the
+ * others keep running (live recovery, docs/design.md "Restart policies and counting"):
+ * the C trainer (no spec.command: TensorFlow cannot rejoin a ring), not on NCCL
+ * (gpusPerWorker > 0 with collective nccl or auto: every rank must rebuild its
+ * communicator), not in a Kueue queue (Kueue holds a failed pod's name with its
+ * finalizer until a replacement exists, docs/kueue.md), and recoveryTimeoutSeconds > 0.
+ * Otherwise a lost pod restarts the group, and the C trainer is told
+ * --recovery-timeout 0 so that its survivors do not wait for a replacement. */
+int desired_live_recovery(const JobSpec *s);
+
+/* Marks a pod (from desired_pod) as replacement number `n` (>= 1) of its attempt:
+ * ANNOT_REPLACEMENT. Returns 0, or -ENOMEM. */
+int desired_pod_set_replacement(cJSON *pod, long long n);
 
 /* The pods that must run together, the PodGroup's minCount: the chief, the workers and
  * the ps tasks. The evaluator is outside the gang (it takes no part in the rendezvous,

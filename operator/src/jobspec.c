@@ -352,6 +352,9 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
                                            : RESTART_EXIT_CODE;
     if (read_int(spec, "backoffLimit", 0, 1000000, 6, &v, err, errlen)) return -EINVAL;
     s->backoff_limit = (int)v;
+    if (read_int(spec, "recoveryTimeoutSeconds", 0, 86400, 120, &s->recovery_timeout_s, err,
+                 errlen))
+        return -EINVAL;
     if (read_int(spec, "activeDeadlineSeconds", 1, 1LL << 40, -1, &s->active_deadline_s, err,
                  errlen))
         return -EINVAL;

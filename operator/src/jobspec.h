@@ -74,6 +74,10 @@ typedef struct JobSpec {
     int checkpoint_every, checkpoint_keep;
     RestartPolicy restart_policy;
     int backoff_limit;
+    /* spec.recoveryTimeoutSeconds (default 120): how long the C trainer's survivors wait
+     * for a lost pod's replacement; 0: every loss restarts the group (desired.h,
+     * desired_live_recovery) */
+    long long recovery_timeout_s;
     long long active_deadline_s;    /* -1: none */
     long long startup_deadline_s;   /* -1: none (spec.startupDeadlineSeconds) */
     long long ttl_after_finished_s; /* -1: keep */

@@ -97,14 +97,16 @@ double reconcile_backoff_delay(const ReconcileConfig *cfg, long long n)
 typedef struct PodView {
     const cJSON *pod;
     const char *name;
-    Role role;           /* its role label; ROLE_COUNT when missing or unknown */
-    int index;           /* replica index, -1 when the label is missing or malformed */
-    int slot;            /* its place in the current spec (jobspec_slot), or -1 */
-    const char *cluster; /* the cluster shape it was made for (ANNOT_CLUSTER) or NULL */
-    long long attempt;   /* -1 when the annotation is missing or malformed */
-    long long world;     /* the world size the pod was created for, -1 unknown */
-    int terminating;     /* deletionTimestamp set */
-    const char *phase;   /* Pending | Running | Succeeded | Failed | Unknown */
+    Role role;             /* its role label; ROLE_COUNT when missing or unknown */
+    int index;             /* replica index, -1 when the label is missing or malformed */
+    int slot;              /* its place in the current spec (jobspec_slot), or -1 */
+    const char *cluster;   /* the cluster shape it was made for (ANNOT_CLUSTER) or NULL */
+    long long attempt;     /* -1 when the annotation is missing or malformed */
+    long long replacement; /* ANNOT_REPLACEMENT, 0 when absent (the attempt's first pod) */
+    int stale;         /* an older object of a pod replaced in this attempt (status.replacedPods) */
+    long long world;   /* the world size the pod was created for, -1 unknown */
+    int terminating;   /* deletionTimestamp set */
+    const char *phase; /* Pending | Running | Succeeded | Failed | Unknown */
     int ready;
     const char *disruption; /* why the pod counts as disrupted, or NULL */
     int exit_code;          /* the trainer container's, -1 unknown */
@@ -150,6 +152,7 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
     v->slot = -1;
     v->cluster = jsonx_key_str(annots, ANNOT_CLUSTER);
     v->attempt = parse_ll(jsonx_key_str(annots, ANNOT_ATTEMPT), -1);
+    v->replacement = parse_ll(jsonx_key_str(annots, ANNOT_REPLACEMENT), 0);
     v->world = parse_ll(jsonx_key_str(annots, ANNOT_WORLD_SIZE), -1);
     v->terminating = jsonx_str(pod, "metadata.deletionTimestamp") != NULL;
     v->phase = jsonx_str(pod, "status.phase");
@@ -419,6 +422,68 @@ static void failure_text(const char *message, char *out, size_t n)
     cJSON_Delete(m);
 }
 
+/* Whether a trainer's termination message says that it gave up waiting for a lost
+ * peer's replacement ("recoveryTimedOut": true): the group restarts then. */
+static int recovery_timed_out(const char *message)
+{
+    cJSON *m = message ? cJSON_Parse(message) : NULL;
+    int yes = cJSON_IsTrue(jsonx_at(m, "recoveryTimedOut"));
+    cJSON_Delete(m);
+    return yes;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Live replacement: status.replacedPods lists, per pod replaced inside this attempt,
+ * {name, replacement, launched}: the number its new object carries (ANNOT_REPLACEMENT;
+ * an object of the pod with a lower number is stale, never counted again) and whether
+ * that object has been created. Written before the old object is deleted and cleared
+ * with the attempt (reset_attempt). */
+
+/* The entry of pod `name` in status.replacedPods, or NULL. */
+static cJSON *replaced_entry(cJSON *status, const char *name)
+{
+    cJSON *it, *list = cJSON_GetObjectItemCaseSensitive(status, "replacedPods");
+    if (!name || !cJSON_IsArray(list)) return NULL;
+    cJSON_ArrayForEach(it, list)
+    {
+        const char *n = jsonx_str(it, "name");
+        if (n && strcmp(n, name) == 0) return it;
+    }
+    return NULL;
+}
+
+/* The entry of the pod of slot `slot`, or NULL. */
+static cJSON *slot_entry(const Ctx *c, int slot)
+{
+    Role r;
+    int ri;
+    char name[300];
+    jobspec_slot_role(&c->spec, slot, &r, &ri);
+    desired_pod_name(c->spec.name, r, ri, name, sizeof name);
+    return replaced_entry(c->status, name);
+}
+
+/* Records that pod `name` is replaced once more: its next object carries the number.
+ * Returns 0 or -1 (out of memory). */
+static int replaced_add(cJSON *status, const char *name)
+{
+    cJSON *e = replaced_entry(status, name);
+    if (!e) {
+        cJSON *list = cJSON_GetObjectItemCaseSensitive(status, "replacedPods");
+        if (!cJSON_IsArray(list)) list = jsonx_set(status, "replacedPods", cJSON_CreateArray());
+        e = cJSON_CreateObject();
+        if (!list || !e || !cJSON_AddItemToArray(list, e)) {
+            cJSON_Delete(e);
+            return -1;
+        }
+        if (!jsonx_set_str(e, "name", name)) return -1;
+    }
+    return jsonx_set_num(e, "replacement", (double)(jsonx_int(e, "replacement", 0) + 1)) &&
+                   jsonx_set_bool(e, "launched", 0)
+               ? 0
+               : -1;
+}
+
 /* ------------------------------------------------------------------------------------
  * Decisions */
 
@@ -483,6 +548,7 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
 static int reset_attempt(cJSON *status)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(status, "roles");
+    cJSON_DeleteItemFromObjectCaseSensitive(status, "replacedPods");
     return jsonx_set_bool(status, "launched", 0) &&
                    jsonx_set(status, "succeededIndexes", cJSON_CreateArray())
                ? 0
@@ -531,7 +597,7 @@ static void set_pod_counts(Ctx *c, const PodView *v, size_t n, long long attempt
     int count[ROLE_COUNT + 1][NSTATES] = {{0}}; /* [ROLE_COUNT]: every pod */
     const JobSpec *s = &c->spec;
     for (size_t i = 0; i < n; i++) {
-        if (v[i].attempt != attempt || v[i].slot < 0) continue;
+        if (v[i].attempt != attempt || v[i].slot < 0 || v[i].stale) continue;
         int st = is_active(&v[i]) ? ACTIVE : strcmp(v[i].phase, "Failed") == 0 ? FAILED : -1;
         if (st < 0) continue;
         count[v[i].role][st]++, count[ROLE_COUNT][st]++;
@@ -627,9 +693,15 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
     const char *want = desired_cluster_shape(s, shape, sizeof shape) ? shape : NULL;
     for (size_t i = 0; i < n; i++) {
         int slot = v[i].slot;
-        if (v[i].attempt != g->attempt || slot < 0) continue;
+        if (v[i].attempt != g->attempt || slot < 0 || v[i].stale) continue;
         if (g->cur[slot]) continue; /* two pods claim one slot: the first one counts */
         g->cur[slot] = &v[i];
+        /* The replacement's object is there: created (perhaps by a pass that stopped
+         * before writing status). */
+        cJSON *e = replaced_entry(c->status, v[i].name);
+        if (e && !jsonx_bool(e, "launched", 0) &&
+            v[i].replacement >= jsonx_int(e, "replacement", 0) && !jsonx_set_bool(e, "launched", 1))
+            c->nomem = 1;
         if (strcmp(v[i].phase, "Succeeded") == 0) g->done[slot] = 1;
         if (v[i].world != s->workers ||
             (want ? !v[i].cluster || strcmp(v[i].cluster, want) : v[i].cluster != NULL))
@@ -710,6 +782,104 @@ static int decide_resize(Ctx *c, const Group *g)
     return 1;
 }
 
+/* What became of a chief or worker slot, for live recovery: fine (running, starting,
+ * done, or its replacement yet to be made), lost (its pod deleted, disrupted or gone,
+ * or the trainer failed with a retryable code, 75 or >= 128, and did not give up on a
+ * recovery), or beyond live recovery (any other failure, or restartPolicy Never). A
+ * lost slot's cause goes into why, and *failed says whether the trainer failed. */
+typedef enum { SLOT_FINE, SLOT_LOST, SLOT_BEYOND } SlotLoss;
+static SlotLoss slot_loss(const Ctx *c, const Group *g, int slot, char *why, size_t n, int *failed)
+{
+    const PodView *p = g->cur[slot];
+    *failed = 0;
+    if (!p) {
+        const cJSON *e = slot_entry(c, slot);
+        if (!g->launched || g->done[slot] || (e && !jsonx_bool(e, "launched", 0))) return SLOT_FINE;
+        snprintf(why, n, "its pod is gone");
+        return SLOT_LOST;
+    }
+    if (strcmp(p->phase, "Succeeded") == 0) return SLOT_FINE;
+    if (p->disruption) {
+        snprintf(why, n, "%s", p->disruption);
+        return SLOT_LOST;
+    }
+    if (strcmp(p->phase, "Failed") != 0) return SLOT_FINE;
+    int code = p->exit_code;
+    if (c->spec.restart_policy == RESTART_NEVER || !(code == 75 || code >= 128) ||
+        recovery_timed_out(p->message))
+        return SLOT_BEYOND;
+    char text[400];
+    failure_text(p->message, text, sizeof text);
+    snprintf(why, n, "exited with code %d%s%s", code, *text ? ": " : "", text);
+    *failed = 1;
+    return SLOT_LOST;
+}
+
+/* Whether the slot's pod is being replaced: its replacement not yet made, or made and
+ * not yet running. */
+static int slot_replacing(const Ctx *c, const Group *g, int slot)
+{
+    const cJSON *e = slot_entry(c, slot);
+    const PodView *p = g->cur[slot];
+    return e && (!jsonx_bool(e, "launched", 0) || (p && strcmp(p->phase, "Running") != 0));
+}
+
+/* Live recovery (desired_live_recovery): exactly one chief or worker pod of the launched
+ * attempt lost while no other is failed, lost or still being replaced, and none has
+ * finished: only that pod is replaced, under its name, in the same attempt and PodGroup,
+ * while the others keep running. Status first (restarts.replaced, the cause's counter,
+ * status.replacedPods), then the event and the deletion of the old object; the new one
+ * is made by create_missing once the name is free. A failure counts against
+ * backoffLimit: once that is reached the failure decision fails the job. Anything else
+ * (two pods lost, a survivor that gave up, a code that is not retried) goes on to the
+ * group decisions. */
+static int decide_replacement(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (!desired_live_recovery(s) || !g->launched || g->nsucceeded) return 0;
+    int lost = -1, nlost = 0, busy = 0, failed = 0;
+    char why[450] = "";
+    for (int i = 0; i < s->npods; i++) {
+        Role r;
+        int ri, f;
+        char w[sizeof why];
+        jobspec_slot_role(s, i, &r, &ri);
+        if (r != ROLE_CHIEF && r != ROLE_WORKER) continue;
+        SlotLoss l = slot_loss(c, g, i, w, sizeof w, &f);
+        if (l == SLOT_BEYOND) return 0;
+        if (l == SLOT_LOST) {
+            nlost++, lost = i, failed = f;
+            memcpy(why, w, sizeof why);
+        } else if (slot_replacing(c, g, i)) {
+            busy = 1;
+        }
+    }
+    if (nlost != 1 || busy) return 0;
+    if (failed && jsonx_int(c->status, "restarts.application", 0) >= s->backoff_limit) return 0;
+
+    Role r;
+    int ri;
+    char name[300];
+    jobspec_slot_role(s, lost, &r, &ri);
+    desired_pod_name(s->name, r, ri, name, sizeof name);
+    cJSON *rs = jsonx_ensure_obj(c->status, "restarts");
+    if (!rs || replaced_add(c->status, name)) {
+        c->nomem = 1;
+        return 1;
+    }
+    const char *counters[] = {"replaced", failed ? "application" : "disruption"};
+    for (size_t k = 0; k < 2; k++)
+        set_num(c, rs, counters[k], (double)(jsonx_int(rs, counters[k], 0) + 1));
+    if (!cJSON_GetObjectItemCaseSensitive(rs, "application")) set_num(c, rs, "application", 0);
+    if (!cJSON_GetObjectItemCaseSensitive(rs, "disruption")) set_num(c, rs, "disruption", 0);
+    emit_status(c);
+    event(c, "Normal", "WorkerReplaced", "pod %s replaced; live recovery (%s %d: %s)", name,
+          jobspec_role_name(r), ri, why);
+    const PodView *p = g->cur[lost];
+    if (p && !p->terminating) add_action(c, ACTION_DELETE_POD, p->name, NULL);
+    return 1;
+}
+
 /* The first chief, worker or ps task disrupted (view_pod says how), or whose pod is
  * gone after launch before it succeeded: the group restarts, counted in
  * restarts.disruption, without backoff. A succeeded task is never a disruption, nor is
@@ -723,9 +893,11 @@ static int decide_disruption(Ctx *c, const Group *g)
         jobspec_slot_role(s, i, &r, &ri);
         if (r == ROLE_EVALUATOR) continue;
         const PodView *p = g->cur[i];
-        const char *why = p                              ? p->disruption
-                          : (g->launched && !g->done[i]) ? "its pod is gone"
-                                                         : NULL;
+        const cJSON *e = p ? NULL : slot_entry(c, i);
+        int creating = e && !jsonx_bool(e, "launched", 0); /* a replacement to be made */
+        const char *why = p                                           ? p->disruption
+                          : (g->launched && !g->done[i] && !creating) ? "its pod is gone"
+                                                                      : NULL;
         if (!why || (p && strcmp(p->phase, "Succeeded") == 0)) continue;
         char msg[512];
         snprintf(msg, sizeof msg, "%s %d was disrupted: %s", jobspec_role_name(r), ri, why);
@@ -903,13 +1075,18 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
             continue;
         }
         if (blocked) continue;
-        if (group && desired_in_gang(r) && !group_made) {
+        /* A pod replaced inside the attempt joins the group its first pods made. */
+        cJSON *e = slot_entry(c, i);
+        if (group && desired_in_gang(r) && !group_made && !e) {
             delete_pod_group(c, g->attempt - 1);
             add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
             group_made = 1;
         }
         cJSON *pod = desired_pod(s, &c->cfg->desired, secret, r, ri, g->attempt);
-        if (pod && group && desired_in_gang(r) && desired_pod_join_group(pod, group)) {
+        /* A replacement carries its number, and its entry says it was made. */
+        if (pod && ((group && desired_in_gang(r) && desired_pod_join_group(pod, group)) ||
+                    (e && (desired_pod_set_replacement(pod, jsonx_int(e, "replacement", 1)) ||
+                           !jsonx_set_bool(e, "launched", 1))))) {
             cJSON_Delete(pod);
             pod = NULL;
         }
@@ -1132,6 +1309,10 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
 {
     const JobSpec *s = &c->spec;
     const cJSON *restarting = true_condition(c->status, "Restarting");
+    /* A running job stays Running while one of its pods is replaced. */
+    const char *phase = jsonx_str(c->status, "phase");
+    int live_replacing = phase && strcmp(phase, "Running") == 0 &&
+                         cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0;
     int blocked = delete_stale_pods(c, g, foreign);
     blocked |= backoff_pending(c, restarting);
     const char *secret = create_group_objects(c, &blocked);
@@ -1155,7 +1336,7 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
         snprintf(msg, sizeof msg, "all %d %s are running", s->npods, pods_word(s));
         set_condition(c, "Running", 1, "AllWorkersRunning", msg);
         clear_condition(c, "Restarting", "AllWorkersRunning", msg);
-    } else if (!restarting) {
+    } else if (!restarting && !live_replacing) {
         set_str(c, "phase", "Pending");
     }
     emit_status(c);
@@ -1168,7 +1349,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     Group g;
     if (group_observe(c, v, n, &g) == 0) {
         int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_resize(c, &g) ||
-                      decide_disruption(c, &g) || decide_failure(c, &g) || decide_startup(c, &g);
+                      decide_replacement(c, &g) || decide_disruption(c, &g) ||
+                      decide_failure(c, &g) || decide_startup(c, &g);
         if (!settled) create_missing(c, &g, foreign);
     }
     group_free(&g);
@@ -1267,8 +1449,13 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     }
     set_num(&c, c.status, "observedGeneration", (double)c.spec.generation);
     clear_condition(&c, "Invalid", "ValidSpec", "the spec is valid");
-    for (size_t i = 0; i < nviews; i++)
+    long long attempt = jsonx_int(c.status, "attempt", 0);
+    for (size_t i = 0; i < nviews; i++) {
         views[i].slot = jobspec_slot(&c.spec, views[i].role, views[i].index);
+        const cJSON *e = replaced_entry(c.status, views[i].name);
+        views[i].stale = e && views[i].attempt == attempt &&
+                         views[i].replacement < jsonx_int(e, "replacement", 0);
+    }
 
     const char *phase = jsonx_str(c.status, "phase");
     if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) {

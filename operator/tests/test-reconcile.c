@@ -537,8 +537,9 @@ static void test_exit_code_policy(void **state)
               "delete-pod mnist-worker-1\n"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        Fixture f = {
-            .job = job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\"}", ST_LAUNCHED(""))};
+        Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"ExitCode\","
+                                    "\"recoveryTimeoutSeconds\":0}",
+                                    ST_LAUNCHED(""))};
         fx_with_support(&f);
         fx_pod(&f, 0, 0, "Running");
         pod_terminated(fx_pod(&f, 1, 0, "Running"), cases[k].code, NULL);
@@ -575,8 +576,9 @@ static void test_disruptions_never_fail(void **state)
     /* Evicted, DisruptionTarget, deleted by someone else, or gone after launch: each
      * restarts the group under restartPolicy Never, counted as a disruption. */
     for (int k = 0; k < 4; k++) {
-        Fixture f = {.job =
-                         job_new("{\"workers\":2,\"restartPolicy\":\"Never\"}", ST_LAUNCHED(""))};
+        Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"Never\","
+                                    "\"recoveryTimeoutSeconds\":0}",
+                                    ST_LAUNCHED(""))};
         fx_with_support(&f);
         fx_pod(&f, 0, 0, "Running");
         if (k < 3) {
@@ -1947,6 +1949,314 @@ static const char *group_of(const cJSON *pod)
     return jsonx_str(pod, "spec.schedulingGroup.podGroupName");
 }
 
+/* ------------------------------------------------------------------------------------
+ * Live recovery: one lost pod is replaced inside its attempt */
+
+#define SPEC3 "{\"workers\":3,\"checkpoint\":{\"claimName\":\"ckpt\"}}"
+/* Attempt 4 of a 3-worker job, all running. */
+#define ST_RUNNING3(extra)                                                                         \
+    "{\"observedGeneration\":3,\"succeededIndexes\":[],\"attempt\":4,\"launched\":true,"           \
+    "\"secretName\":\"" SECRET                                                                     \
+    "\",\"phase\":\"Running\",\"startTime\":\"2027-01-15T07:58:20Z\"" extra "}"
+
+/* The trainer's value of `flag` in the pod's trainer container, or NULL. */
+static const char *arg_of(const cJSON *pod, const char *flag)
+{
+    const cJSON *args = jsonx_arr(container(pod, "trainer"), "args");
+    for (const cJSON *a = args ? args->child : NULL; a && a->next; a = a->next)
+        if (cJSON_IsString(a) && strcmp(a->valuestring, flag) == 0 && cJSON_IsString(a->next))
+            return a->next->valuestring;
+    return NULL;
+}
+
+static const char *annotation(const cJSON *pod, const char *key)
+{
+    return jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), key);
+}
+
+/* A 3-worker job running in attempt 4 with a PodGroup, all pods Running. */
+static void fx_running3(Fixture *f, const char *spec, const char *status)
+{
+    memset(f, 0, sizeof *f);
+    f->job = job_new(spec, status);
+    f->gang_api = GANG_API_SERVED;
+    fx_with_support(f);
+    snprintf(f->groups[f->ngroups++], sizeof f->groups[0], "mnist-4");
+    for (int i = 0; i < 3; i++)
+        fx_pod(f, i, 4, "Running");
+}
+
+static void test_live_replacement_of_a_deleted_worker(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_running3(&f, SPEC3, ST_RUNNING3(""));
+    const char *uid1 = "uid-of-worker-1";
+    jsonx_set_str(jsonx_ensure_obj(f.pods[1], "metadata"), "uid", uid1);
+    /* Someone deleted worker 2: it is terminating (its trainer leaves after the step). */
+    jsonx_set_str(jsonx_ensure_obj(f.pods[2], "metadata"), "deletionTimestamp",
+                  "2027-01-15T08:00:00Z");
+    fx_run(&f, NOW);
+    /* Status first; nothing to delete (it is going), nothing else touched. */
+    assert_string_equal(f.desc, "update-status mnist\nevent Normal WorkerReplaced\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 4);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.application", -1), 0);
+    const cJSON *e = cJSON_GetArrayItem(jsonx_arr(st, "replacedPods"), 0);
+    assert_string_equal(jsonx_str(e, "name"), "mnist-worker-2");
+    assert_int_equal(jsonx_int(e, "replacement", -1), 1);
+    assert_false(jsonx_bool(e, "launched", 1));
+    assert_string_equal(f.plan.actions[1].message,
+                        "pod mnist-worker-2 replaced; live recovery (worker 2: it was deleted)");
+    fx_apply(&f);
+
+    /* Still terminating, its trainer exited 75 meanwhile: the same loss, not counted
+     * again, and the name is not reused yet. Twice, as the operator may look again. */
+    pod_terminated(f.pods[2], 75, "{\"error\":\"stopped by SIGTERM\",\"step\":40}");
+    for (int pass = 0; pass < 2; pass++) {
+        fx_run(&f, NOW + 1 + pass);
+        assert_string_equal(f.desc, "");
+        plan_free(&f.plan);
+        free(f.desc);
+        f.desc = NULL;
+    }
+
+    /* The old object is gone: the same name again, same attempt, same PodGroup. */
+    cJSON_Delete(f.pods[2]);
+    f.npods = 2;
+    fx_run(&f, NOW + 5);
+    assert_string_equal(f.desc, "create-pod mnist-worker-2\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-2")->object;
+    assert_string_equal(annotation(pod, "kubetrain.dev/attempt"), "4");
+    assert_string_equal(annotation(pod, "kubetrain.dev/replacement"), "1");
+    assert_string_equal(jsonx_str(pod, "spec.schedulingGroup.podGroupName"), "mnist-4");
+    assert_string_equal(arg_of(pod, "--recovery-timeout"), "120");
+    st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 4);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
+    assert_true(jsonx_bool(cJSON_GetArrayItem(jsonx_arr(st, "replacedPods"), 0), "launched", 0));
+    fx_apply(&f);
+    assert_int_equal(f.npods, 3);
+    assert_string_equal(jsonx_str(pod_named(&f, "mnist-worker-1"), "metadata.uid"), uid1);
+
+    /* The replacement runs: steady, nothing counted. */
+    cJSON *w2 = pod_named(&f, "mnist-worker-2");
+    jsonx_set_str(jsonx_ensure_obj(w2, "status"), "phase", "Running");
+    fx_run(&f, NOW + 10);
+    assert_null(strstr(f.desc, "WorkerReplaced"));
+    assert_null(strstr(f.desc, "pod "));
+    if (f.plan.n) assert_int_equal(jsonx_int(new_status(&f), "restarts.replaced", -1), 1);
+    fx_apply(&f);
+
+    /* The replacement is killed (SIGKILL, 137): a failure, replaced again (number 2),
+     * counted in restarts.application; its object is deleted first. */
+    pod_terminated(pod_named(&f, "mnist-worker-2"), 137, NULL);
+    fx_run(&f, NOW + 20);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal WorkerReplaced\n"
+                                "delete-pod mnist-worker-2\n");
+    st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 2);
+    assert_int_equal(jsonx_int(st, "restarts.application", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 1);
+    assert_int_equal(
+        jsonx_int(cJSON_GetArrayItem(jsonx_arr(st, "replacedPods"), 0), "replacement", -1), 2);
+    assert_true(f.plan.requeue_after < 0); /* no backoff: the survivors are waiting */
+    fx_apply(&f);
+    fx_run(&f, NOW + 21);
+    pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-2")->object;
+    assert_string_equal(annotation(pod, "kubetrain.dev/replacement"), "2");
+    assert_int_equal(jsonx_int(new_status(&f), "attempt", -1), 4);
+    fx_free(&f);
+}
+
+static void test_live_replacement_of_a_missing_chief(void **state)
+{
+    (void)state;
+    /* The chief's pod vanished with its node (no object left): replaced at once. */
+    Fixture f;
+    fx_running3(&f, SPEC3, ST_RUNNING3(""));
+    cJSON_Delete(f.pods[0]);
+    f.pods[0] = f.pods[--f.npods];
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\nevent Normal WorkerReplaced\n");
+    assert_int_equal(jsonx_int(new_status(&f), "restarts.disruption", -1), 1);
+    fx_apply(&f);
+    fx_run(&f, NOW + 1);
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    assert_string_equal(jsonx_key_str(jsonx_obj(pod, "metadata.labels"), "kubetrain.dev/chief"),
+                        "true");
+    assert_string_equal(annotation(pod, "kubetrain.dev/replacement"), "1");
+    fx_free(&f);
+}
+
+/* Losses live recovery does not take: the group decisions of before. */
+static void test_live_replacement_falls_back(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what, *spec, *extra_status;
+        int case_; /* what happens to the pods, below */
+        const char *want;
+    } cases[] = {
+        {"two pods lost", SPEC3, "", 0,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+        {"a survivor gave up", SPEC3, "", 1,
+         "update-status mnist\nevent Warning WorkerFailed\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod mnist-worker-2\ndelete-pod-group mnist-4\n"},
+        {"a code that is not retried", "{\"workers\":3,\"restartPolicy\":\"ExitCode\"}", "", 2,
+         "update-status mnist\nevent Warning NonRetryableExitCode\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-2\ndelete-pod-group mnist-4\n"},
+        {"a user's program", "{\"workers\":3,\"image\":\"tf:1\",\"command\":[\"python3\"]}", "", 3,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+        {"recovery off", "{\"workers\":3,\"recoveryTimeoutSeconds\":0}", "", 3,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+        {"NCCL", "{\"workers\":3,\"gpusPerWorker\":1}", "", 3,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+        {"Kueue",
+         "{\"workers\":3,\"template\":{\"metadata\":{\"labels\":"
+         "{\"kueue.x-k8s.io/queue-name\":\"q\"}}}}",
+         "", 3,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+        {"a loss while a replacement is being made", SPEC3,
+         ",\"replacedPods\":[{\"name\":\"mnist-worker-1\",\"replacement\":1,"
+         "\"launched\":false}],\"restarts\":{\"replaced\":1,\"disruption\":1,"
+         "\"application\":0}",
+         4,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod-group mnist-4\n"},
+        {"a loss while a replacement starts", SPEC3,
+         ",\"replacedPods\":[{\"name\":\"mnist-worker-1\",\"replacement\":1,"
+         "\"launched\":true}],\"restarts\":{\"replaced\":1,\"disruption\":1,"
+         "\"application\":0}",
+         5,
+         "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
+         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char status[1024];
+        snprintf(status, sizeof status, ST_RUNNING3("%s"), cases[k].extra_status);
+        Fixture f;
+        fx_running3(&f, cases[k].spec, status);
+        cJSON *w1 = f.pods[1], *w2 = f.pods[2];
+        const char *deleted = "2027-01-15T08:00:00Z";
+        switch (cases[k].case_) {
+        case 0: /* worker 1 killed and worker 2 deleted */
+            pod_terminated(w1, 137, NULL);
+            jsonx_set_str(jsonx_ensure_obj(w2, "metadata"), "deletionTimestamp", deleted);
+            break;
+        case 1: /* worker 2 waited for a replacement that never came */
+            pod_terminated(w2, 75,
+                           "{\"error\":\"lost mnist-worker-1: no replacement within 120 s\","
+                           "\"step\":40,\"recoveryTimedOut\":true}");
+            break;
+        case 2: /* bad configuration: exit 2 */
+            pod_terminated(w1, 2, "{\"error\":\"--lr: bad value\"}");
+            break;
+        case 3: /* worker 2 deleted */
+            jsonx_set_str(jsonx_ensure_obj(w2, "metadata"), "deletionTimestamp", deleted);
+            break;
+        case 4: /* worker 1's replacement not made yet; worker 2 deleted */
+            cJSON_Delete(w1);
+            f.pods[1] = f.pods[--f.npods];
+            jsonx_set_str(jsonx_ensure_obj(w2, "metadata"), "deletionTimestamp", deleted);
+            break;
+        case 5: /* worker 1's replacement still Pending; worker 2 deleted */
+            jsonx_set_str(jsonx_ensure_obj(w1, "status"), "phase", "Pending");
+            jsonx_set_str(jsonx_ensure_obj(w1, "metadata.annotations"), "kubetrain.dev/replacement",
+                          "1");
+            jsonx_set_str(jsonx_ensure_obj(w2, "metadata"), "deletionTimestamp", deleted);
+            break;
+        }
+        fx_run(&f, NOW);
+        if (strcmp(f.desc, cases[k].want) != 0)
+            fail_msg("%s:\n%s!=\n%s", cases[k].what, f.desc, cases[k].want);
+        const cJSON *st = new_status(&f);
+        assert_int_equal(jsonx_int(st, "restarts.replaced", 0), cases[k].case_ >= 4 ? 1 : 0);
+        if (cases[k].case_ != 2) assert_int_equal(jsonx_int(st, "attempt", -1), 5);
+        assert_null(jsonx_at(st, "replacedPods"));
+        fx_free(&f);
+    }
+}
+
+static void test_live_replacement_backoff_limit(void **state)
+{
+    (void)state;
+    /* A failed pod's replacement counts against backoffLimit; once reached, the job fails
+     * as before. */
+    for (int app = 1; app <= 2; app++) {
+        char status[512];
+        snprintf(status, sizeof status,
+                 ST_RUNNING3(",\"restarts\":{\"application\":%d,\"disruption\":0}"), app);
+        Fixture f;
+        fx_running3(&f, "{\"workers\":3,\"backoffLimit\":2}", status);
+        pod_terminated(f.pods[1], 75, "{\"error\":\"lost mnist-worker-2: connection reset\"}");
+        fx_run(&f, NOW);
+        const cJSON *st = new_status(&f);
+        if (app == 1) {
+            assert_string_equal(f.desc, "update-status mnist\n"
+                                        "event Normal WorkerReplaced\n"
+                                        "delete-pod mnist-worker-1\n");
+            assert_int_equal(jsonx_int(st, "restarts.application", -1), 2);
+            assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
+        } else {
+            assert_string_equal(f.desc, "update-status mnist\n"
+                                        "event Warning BackoffLimitExceeded\n"
+                                        "delete-pod mnist-worker-0\n"
+                                        "delete-pod mnist-worker-2\n"
+                                        "delete-pod-group mnist-4\n");
+            assert_string_equal(jsonx_str(st, "phase"), "Failed");
+        }
+        fx_free(&f);
+    }
+}
+
+/* --recovery-timeout: the spec's value where the operator replaces lost pods, else 0. */
+static void test_recovery_timeout_flag(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *want;
+    } cases[] = {
+        {"{\"workers\":2}", "120"},
+        {"{\"workers\":2,\"recoveryTimeoutSeconds\":30}", "30"},
+        {"{\"workers\":2,\"recoveryTimeoutSeconds\":0}", "0"},
+        {"{\"workers\":2,\"gpusPerWorker\":1}", "0"},
+        {"{\"workers\":2,\"gpusPerWorker\":1,\"collective\":\"ring\"}", "120"},
+        {"{\"workers\":2,\"template\":{\"metadata\":{\"labels\":"
+         "{\"kueue.x-k8s.io/queue-name\":\"q\"}}}}",
+         "0"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cJSON *job = job_new(cases[k].spec, NULL);
+        JobSpec s;
+        char err[256];
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 1, 0);
+        assert_string_equal(arg_of(pod, "--recovery-timeout"), cases[k].want);
+        assert_null(annotation(pod, "kubetrain.dev/replacement"));
+        cJSON_Delete(pod);
+        cJSON_Delete(job);
+    }
+    cJSON *job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":-1}", NULL);
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+    assert_string_equal(err, "spec.recoveryTimeoutSeconds: expected an integer in [0, 86400]");
+    cJSON_Delete(job);
+}
+
 static void test_gang_pod_group_per_attempt(void **state)
 {
     (void)state;
@@ -2318,6 +2628,11 @@ int main(void)
         cmocka_unit_test(test_roles_cluster_change_restarts),
         cmocka_unit_test(test_roles_invalid),
         cmocka_unit_test(test_kueue_pod_group),
+        cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
+        cmocka_unit_test(test_live_replacement_of_a_missing_chief),
+        cmocka_unit_test(test_live_replacement_falls_back),
+        cmocka_unit_test(test_live_replacement_backoff_limit),
+        cmocka_unit_test(test_recovery_timeout_flag),
         cmocka_unit_test(test_gang_pod_group_per_attempt),
         cmocka_unit_test(test_gang_crash_converges),
         cmocka_unit_test(test_gang_off_and_absent),
