@@ -117,7 +117,8 @@ op = subprocess.Popen([args.operator, "--kubeconfig", args.kubeconfig, "--metric
                       stdout=logf, stderr=subprocess.STDOUT)
 jobs_path = kube.ns_path(NS, "trainingjobs", group=kube.GROUP)
 times, slow, lost = [], [], 0
-api.create(jobs_path, kube.training_job("steady", 2, restartPolicy="ExitCode", backoffLimit=100))
+api.create(jobs_path, kube.training_job("steady", 2, restartPolicy="ExitCode", backoffLimit=100,
+                                        recoveryTimeoutSeconds=0))
 for i, down in enumerate(downs):
     if not wait(lambda: attempt_of("steady", i), 60):
         check(f"restart {i}: the running job has its attempt-{i} pods", False,

@@ -107,7 +107,8 @@ for t in threads:
 time.sleep(0.5)
 for n in names:
     api.create(kube.ns_path(NS, "trainingjobs", group=kube.GROUP),
-               kube.training_job(n, W, restartPolicy="ExitCode", backoffLimit=6))
+               kube.training_job(n, W, restartPolicy="ExitCode", backoffLimit=6,
+                                 recoveryTimeoutSeconds=0))
 
 # --- the kubelet's part ------------------------------------------------------------------
 failed_once = set()

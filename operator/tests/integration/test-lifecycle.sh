@@ -192,9 +192,11 @@ if [ "$(condition onfailure j Restarting status)" = False ] &&
   tap_ok "OnFailure: the Restarting condition is cleared once all workers run again"
 else tap_fail "OnFailure: Restarting condition cleared" "$(jp onfailure tj/j .status.conditions)"; fi
 
-# ExitCode: 75 and 137 retry, 3 fails with the trainer's message.
+# ExitCode: 75 and 137 retry, 3 fails with the trainer's message. Live recovery off: these
+# are the group's restarts (a lone replacement: test-recovery.sh).
 ns exitcode
-job exitcode j 2 "  restartPolicy: ExitCode"
+job exitcode j 2 "  restartPolicy: ExitCode
+  recoveryTimeoutSeconds: 0"
 all_running exitcode j 2
 pod_exit exitcode j-worker-1 75 '{"error":"peer lost"}'
 if wait_until 30 attempt_pods exitcode j 1 2 && is exitcode tj/j .status.restarts.application 1; then
@@ -306,9 +308,11 @@ else tap_fail "resumed job Running" "$(jp suspend tj/j .status)"; fi
 # --- disruptions -----------------------------------------------------------------------------
 # A pod deleted by someone else, or preempted (DisruptionTarget), restarts the group, is
 # counted apart and never fails the job: not even under restartPolicy Never, backoffLimit 0.
+# Live recovery off: with it one such pod is replaced alone (test-recovery.sh).
 ns disrupt
 job disrupt j 2 "  restartPolicy: Never
-  backoffLimit: 0"
+  backoffLimit: 0
+  recoveryTimeoutSeconds: 0"
 all_running disrupt j 2
 k -n disrupt delete pod j-worker-1 --wait=false >/dev/null
 if wait_until 30 attempt_pods disrupt j 1 2 && is disrupt tj/j .status.restarts.disruption 1; then
@@ -330,7 +334,7 @@ else tap_fail "a preempted worker restarts without failing the job" "$(jp disrup
 # operator deletes it with grace period 0 two seconds after its grace period ends, and the
 # group restarts (without it the restart would wait for ever on the pod's name).
 ns stuck
-job stuck j 2
+job stuck j 2 "  recoveryTimeoutSeconds: 0"
 all_running stuck j 2
 k create -f - >/dev/null <<'Y'
 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "kt-dead-node"}}

@@ -61,7 +61,9 @@ prog() { jp prog tj/j "$1"; }
 step_past() { [ "$(prog .status.progress.step)" -gt "$1" ] 2>/dev/null; }
 
 ns prog
-job prog j 2 "  training: {epochs: 2, stepsPerEpoch: 20000, perWorkerBatchSize: 16}
+# Live recovery off: the steps a group restart loses are what is measured.
+job prog j 2 "  recoveryTimeoutSeconds: 0
+  training: {epochs: 2, stepsPerEpoch: 20000, perWorkerBatchSize: 16}
   template:
     spec:
       containers:
