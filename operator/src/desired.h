@@ -52,7 +52,8 @@
 /* Kueue's plain pod group (docs/kueue.md), on every pod of a job labelled
  * LABEL_KUEUE_QUEUE (jobspec.h): the queue label, a group named per attempt, the
  * group's size (every pod of the attempt), and "not retriable in group": the operator
- * never replaces a pod inside an attempt, a restart is a new group. Kueue's condition
+ * never replaces a queued job's pod inside an attempt (desired_live_recovery: Kueue would
+ * hold the lost pod's name), a restart is a new group. Kueue's condition
  * on the pods it stops (preemption, eviction) before deleting them. */
 #define LABEL_KUEUE_GROUP "kueue.x-k8s.io/pod-group-name"
 #define ANNOT_KUEUE_GROUP_COUNT "kueue.x-k8s.io/pod-group-total-count"
