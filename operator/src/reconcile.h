@@ -8,7 +8,10 @@
  * The group's incarnation ("attempt", in status and in each pod's annotation) makes
  * this hold across restarts: a decision that destroys its own evidence (deleting
  * pods to restart, suspend or clean up) is written to status first, so that pods of
- * an older attempt are recognised as stale and never counted twice. */
+ * an older attempt are recognised as stale and never counted twice. A pod replaced alone
+ * inside its attempt (live recovery) is handled the same way one level down: its number
+ * goes into status.replacedPods before its old object is deleted, and the new object
+ * carries it (ANNOT_REPLACEMENT), so the old one is stale too. */
 #ifndef KT_RECONCILE_H
 #define KT_RECONCILE_H
 

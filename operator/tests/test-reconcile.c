@@ -2370,6 +2370,46 @@ static void test_gang_crash_converges(void **state)
     }
 }
 
+/* Live replacement with the operator stopping after any action: the lost pod is
+ * replaced once, counted once, under its name in attempt 0 and its PodGroup, and the
+ * others are never touched. */
+static void test_live_replacement_crash_converges(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
+        double now = NOW;
+        Fixture f = {.job = job_new(SPEC3, NULL), .gang_api = GANG_API_SERVED};
+        settle(&f, &now, &rng);
+        assert_int_equal(f.npods, 3);
+        for (size_t j = 0; j < f.npods; j++) {
+            char uid[64];
+            snprintf(uid, sizeof uid, "first-%s", jsonx_str(f.pods[j], "metadata.name"));
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "metadata"), "uid", uid);
+            jsonx_set_str(jsonx_ensure_obj(f.pods[j], "status"), "phase", "Running");
+        }
+        settle(&f, &now, &rng);
+        pod_terminated(pod_named(&f, "mnist-worker-1"), 137, NULL);
+        settle(&f, &now, &rng);
+        const cJSON *st = jsonx_obj(f.job, "status");
+        assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+        assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
+        assert_int_equal(jsonx_int(st, "restarts.application", -1), 1);
+        assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 0);
+        assert_int_equal(f.npods, 3);
+        cJSON *w1 = pod_named(&f, "mnist-worker-1");
+        assert_non_null(w1);
+        assert_string_equal(annotation(w1, "kubetrain.dev/replacement"), "1");
+        assert_string_equal(group_of(w1), "mnist-0");
+        assert_string_equal(jsonx_str(pod_named(&f, "mnist-worker-0"), "metadata.uid"),
+                            "first-mnist-worker-0");
+        assert_string_equal(jsonx_str(pod_named(&f, "mnist-worker-2"), "metadata.uid"),
+                            "first-mnist-worker-2");
+        assert_int_equal(f.ngroups, 1);
+        fx_free(&f);
+    }
+}
+
 static void test_gang_off_and_absent(void **state)
 {
     (void)state;
@@ -2635,6 +2675,7 @@ int main(void)
         cmocka_unit_test(test_recovery_timeout_flag),
         cmocka_unit_test(test_gang_pod_group_per_attempt),
         cmocka_unit_test(test_gang_crash_converges),
+        cmocka_unit_test(test_live_replacement_crash_converges),
         cmocka_unit_test(test_gang_off_and_absent),
         cmocka_unit_test(test_scheduled_condition_says_why_a_job_waits),
         cmocka_unit_test(test_waiting_pods_say_why_and_startup_deadline),
