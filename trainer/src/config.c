@@ -74,6 +74,9 @@ static const Option options[] = {
     {"index", OPT_INT, offsetof(Config, index), 0, 0, 1e6, "N  override TF_CONFIG's task index"},
     {"rendezvous-timeout", OPT_DOUBLE, offsetof(Config, rendezvous_timeout), 0, 0, 1e7,
      "S  how long to wait for peers, retrying wrong answers (300); then exit 75"},
+    {"recovery-timeout", OPT_DOUBLE, offsetof(Config, recovery_timeout), 0, 0, 1e7,
+     "S  live recovery: how long the survivors of a lost peer wait for its\n"
+     "                             replacement (120); then, or with 0, every rank exits 75"},
     {"print-weights-hash", OPT_BOOL, offsetof(Config, print_weights_hash), 0, 0, 0,
      "  print \"weights-sha256: <hex>\" of the final parameters"},
     {"threads", OPT_INT, offsetof(Config, threads), 0, 0, 1024,
@@ -106,6 +109,7 @@ static void defaults(Config *c)
     c->keep_checkpoints = 5;
     c->index = -1;
     c->rendezvous_timeout = 300;
+    c->recovery_timeout = 120;
     c->max_model_memory_gib = 4;
 }
 

@@ -41,6 +41,8 @@ typedef struct {
     int eval;
     int index;                /* -1: from TF_CONFIG */
     double rendezvous_timeout;/* seconds */
+    double recovery_timeout;  /* live recovery: seconds survivors wait for a replacement;
+                                 0: a lost peer makes every rank exit 75 (group restart) */
     int print_weights_hash;
     int threads;              /* OpenBLAS threads, 0: OpenBLAS's own choice */
     double max_model_memory_gib; /* bound on model_memory at the per-worker batch */

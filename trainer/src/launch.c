@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,21 @@ typedef struct {
     Stream out, err;
 } Worker;
 
+/* One launch: what every (re)spawn of a worker needs. */
+typedef struct {
+    int n;
+    int ports[LAUNCH_MAX_WORKERS];
+    const char *self;
+    int argc;
+    char **argv;
+    const char *secret, *blas_threads;
+    /* Live recovery (--recovery-timeout > 0, several workers): a worker that exits
+     * retryable while another runs is started again alone. */
+    int recovery;
+    int max_restarts, restarts; /* group restarts and replacements, one budget */
+    char term_dir[64];          /* the workers' termination messages (not the chief's) */
+} Launch;
+
 static volatile sig_atomic_t forwarded_signal;
 
 static void on_signal(int sig)
@@ -51,7 +67,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kubetrain-trainer launch --workers N [--max-restarts K] [trainer options]\n"
             "  --workers N        local worker processes on 127.0.0.1 (1..%d)\n"
-            "  --max-restarts K   group restarts after a retryable failure (3)\n"
+            "  --max-restarts K   group restarts after a retryable failure, and with\n"
+            "                     --recovery-timeout > 0 workers started again alone (3)\n"
             "trainer options:\n",
             LAUNCH_MAX_WORKERS);
     config_usage(f);
@@ -122,9 +139,43 @@ static void pick_ports(int *ports, int n)
     for (int i = 0; i < n; i++) close(fds[i]);
 }
 
-static void spawn(Worker *w, int index, int n, const int *ports, const char *self, int argc,
-                  char **argv, const char *secret, const char *blas_threads)
+/* Where worker `index` writes its termination message: the chief where launch's own
+ * goes (the job's result), the others into l->term_dir, read back by timed_out. */
+static void term_path(const Launch *l, int index, char *out, size_t outlen)
 {
+    const char *env = getenv("KUBETRAIN_TERMINATION_FILE");
+    if (index == 0) snprintf(out, outlen, "%s", env && *env ? env : "/dev/termination-log");
+    else snprintf(out, outlen, "%s/worker-%d.json", l->term_dir, index);
+}
+
+/* 1 when worker `index` gave up waiting for a replacement ("recoveryTimedOut" in its
+ * termination message): the survivors ask for the group restart. */
+static int timed_out(const Launch *l, int index)
+{
+    char path[4200], buf[4096];
+    term_path(l, index, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    cJSON *o = cJSON_Parse(buf);
+    int yes = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "recoveryTimedOut"));
+    cJSON_Delete(o);
+    return yes;
+}
+
+static void spawn(Worker *w, int index, const Launch *l)
+{
+    const int n = l->n, *ports = l->ports, argc = l->argc;
+    const char *self = l->self, *secret = l->secret, *blas_threads = l->blas_threads;
+    char **argv = l->argv;
+    char term[4200];
+    term_path(l, index, term, sizeof term);
+    if (index != 0 || getenv("KUBETRAIN_TERMINATION_FILE")) {
+        FILE *tf = fopen(term, "w"); /* no message of an earlier process read back */
+        if (tf) fclose(tf);
+    }
     int po[2], pe[2];
     if (pipe(po) || pipe(pe)) util_fail(KT_EXIT_RETRY, "launch: pipe: %s", strerror(errno));
     char *tf = make_tf_config(ports, n, index);
@@ -141,8 +192,8 @@ static void spawn(Worker *w, int index, int n, const int *ports, const char *sel
         setenv("KUBETRAIN_SECRET", secret, 1);
         unsetenv("KUBETRAIN_SECRET_FILE");
         if (blas_threads) setenv("OPENBLAS_NUM_THREADS", blas_threads, 1);
-        /* the chief alone reports the job's result */
-        if (index != 0) setenv("KUBETRAIN_TERMINATION_FILE", "/dev/null", 1);
+        /* the chief alone reports the job's result; launch reads the others' */
+        if (index != 0) setenv("KUBETRAIN_TERMINATION_FILE", term, 1);
         char **av = xcalloc((size_t)argc + 3, sizeof *av);
         av[0] = (char *)"kubetrain-trainer";
         av[1] = (char *)"train";
@@ -167,10 +218,22 @@ static void signal_running(Worker *w, int n, int sig)
         if (w[i].pid > 0) kill(w[i].pid, sig);
 }
 
-/* Runs one attempt to its end. Returns the exit code of the attempt per launch.h and
- * sets *retry when the group should be restarted. */
-static int run_attempt(Worker *w, int n, int *retry)
+/* Reads what is left of a dead worker's output, so that a replacement starts on fresh
+ * streams. */
+static void drain(Worker *w, int index)
 {
+    while (w->out.fd >= 0) stream_read(&w->out, index);
+    while (w->err.fd >= 0) stream_read(&w->err, index);
+}
+
+/* Runs one attempt to its end. Returns the exit code of the attempt per launch.h and
+ * sets *retry when the group should be restarted. With live recovery a worker that
+ * exits retryable (75, or killed by a signal) while another still runs is started
+ * again alone, same index and port, as long as the budget lasts; one that gave up
+ * waiting for a replacement (timed_out) asks for the group restart instead. */
+static int run_attempt(Worker *w, Launch *l, int *retry)
+{
+    const int n = l->n;
     int running = n, open_streams = 2 * n, first_fail = -1, stopping = 0, killed = 0;
     double stop_at = 0;
     *retry = 0;
@@ -189,8 +252,6 @@ static int run_attempt(Worker *w, int n, int *retry)
         int pr = poll(pf, (nfds_t)np, 100);
         for (int j = 0; pr > 0 && j < np; j++)
             if (pf[j].revents) stream_read(ps[j], pidx[j]);
-        open_streams = 0;
-        for (int i = 0; i < n; i++) open_streams += (w[i].out.fd >= 0) + (w[i].err.fd >= 0);
 
         int sig = forwarded_signal;
         if (sig) {
@@ -207,8 +268,21 @@ static int run_attempt(Worker *w, int n, int *retry)
             w[i].code = util_exit_code(status);
             running--;
             if (w[i].code == 0) continue;
-            util_log("worker %d exited with %d%s", i, w[i].code,
-                     w[i].code >= 128 ? " (killed by a signal)" : "");
+            const int gave_up = l->recovery && timed_out(l, i);
+            util_log("worker %d exited with %d%s%s", i, w[i].code,
+                     w[i].code >= 128 ? " (killed by a signal)" : "",
+                     gave_up ? " (no replacement came in time)" : "");
+            if (l->recovery && !stopping && retryable(w[i].code) && !gave_up && running > 0 &&
+                l->restarts < l->max_restarts) {
+                l->restarts++;
+                util_log("live recovery: starting worker %d again alone, same index and port "
+                         "(%d/%d of --max-restarts)",
+                         i, l->restarts, l->max_restarts);
+                drain(&w[i], i);
+                spawn(&w[i], i, l);
+                running++;
+                continue;
+            }
             if (first_fail < 0) first_fail = i;
             if (!stopping) {
                 util_log("stopping the other workers");
@@ -217,6 +291,8 @@ static int run_attempt(Worker *w, int n, int *retry)
                 stop_at = util_now();
             }
         }
+        open_streams = 0;
+        for (int i = 0; i < n; i++) open_streams += (w[i].out.fd >= 0) + (w[i].err.fd >= 0);
         if (stopping && !killed && running > 0 && util_now() - stop_at > STOP_GRACE_S) {
             util_log("workers still running %.0fs after SIGTERM: killing them", STOP_GRACE_S);
             signal_running(w, n, SIGKILL);
@@ -301,26 +377,43 @@ int launch_main(int argc, char **argv, const char *self)
     util_log("%d worker(s) on 127.0.0.1, OPENBLAS_NUM_THREADS=%s, checkpoints %s%s", workers,
              blas_threads ? blas_threads : getenv("OPENBLAS_NUM_THREADS"),
              cfg.checkpoint_dir[0] ? "in " : "off", cfg.checkpoint_dir);
+    Launch l = {.n = workers,
+                .self = self,
+                .argc = nrest,
+                .argv = rest,
+                .secret = secret,
+                .blas_threads = blas_threads,
+                .recovery = cfg.recovery_timeout > 0 && workers > 1,
+                .max_restarts = max_restarts};
+    snprintf(l.term_dir, sizeof l.term_dir, "/tmp/kubetrain-launch-XXXXXX");
+    if (!mkdtemp(l.term_dir))
+        util_fail(KT_EXIT_RETRY, "launch: cannot make a directory in /tmp: %s", strerror(errno));
     Worker w[LAUNCH_MAX_WORKERS];
     int code = 0;
-    for (int attempt = 0;; attempt++) {
-        int ports[LAUNCH_MAX_WORKERS], retry;
-        pick_ports(ports, workers);
-        for (int i = 0; i < workers; i++)
-            spawn(&w[i], i, workers, ports, self, nrest, rest, secret, blas_threads);
-        code = run_attempt(w, workers, &retry);
+    for (;;) {
+        int retry;
+        pick_ports(l.ports, workers);
+        for (int i = 0; i < workers; i++) spawn(&w[i], i, &l);
+        code = run_attempt(w, &l, &retry);
         if (!retry) break;
-        if (attempt >= max_restarts) {
-            util_log("giving up after %d restart(s) (--max-restarts %d)", attempt, max_restarts);
+        if (l.restarts >= max_restarts) {
+            util_log("giving up after %d restart(s) (--max-restarts %d)", l.restarts, max_restarts);
             break;
         }
+        l.restarts++;
         if (cfg.checkpoint_dir[0])
             util_log("restart %d/%d: the group starts again from the newest checkpoint in %s",
-                     attempt + 1, max_restarts, cfg.checkpoint_dir);
+                     l.restarts, max_restarts, cfg.checkpoint_dir);
         else
             util_log("restart %d/%d: no --checkpoint-dir, so the group starts again from scratch",
-                     attempt + 1, max_restarts);
+                     l.restarts, max_restarts);
     }
+    for (int i = 1; i < workers; i++) {
+        char path[4200];
+        term_path(&l, i, path, sizeof path);
+        unlink(path);
+    }
+    rmdir(l.term_dir);
     util_log("done: exit code %d", code);
     free(rest);
     return code;

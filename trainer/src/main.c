@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -55,6 +56,7 @@
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t training_started;
+static volatile sig_atomic_t recovering; /* waiting for a lost peer's replacement */
 
 /* SIGTERM/SIGINT: once training runs, finish the step (the flag travels with the step
  * statistics, see train.h); before that there is nothing to save, so exit 75 at once,
@@ -62,6 +64,13 @@ static volatile sig_atomic_t training_started;
 static void on_stop_signal(int sig)
 {
     (void)sig;
+    if (recovering) {
+        static const char msg[] = "kubetrain-trainer: stopped by a signal while waiting for a "
+                                  "replacement; exiting 75\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(KT_EXIT_RETRY);
+    }
     if (!training_started) {
         static const char msg[] = "kubetrain-trainer: stopped by a signal before training "
                                   "started; exiting 75\n";
@@ -140,9 +149,52 @@ static int gpu_census(Collective *c, int device, int *gpuless, int *gpuful, int 
 }
 #endif
 
+/* What a worker keeps to form its ring again after a lost peer (live recovery,
+ * docs/design.md): its rendezvous listener, open for the whole run, the cluster and the
+ * secret, and where it stands among the ring generations. */
+typedef struct Recovery {
+    int on;                /* --recovery-timeout > 0 on the TCP ring (not NCCL) */
+    int listen_fd;         /* -1 when closed */
+    TfConfig tf;
+    char *signature;       /* the model's, compared at the rendezvous */
+    unsigned char *secret;
+    size_t secret_len;
+    uint32_t generation;   /* of the last ring formed (state synced); 0: none yet */
+    int has_state;         /* parameters and position of a run in progress */
+} Recovery;
+
+/* One rendezvous of r's worker within timeout_s, proposing generation r->generation + 1,
+ * then the ring with its shared-memory path (shm.h). Returns 0 with *out, or
+ * net_rendezvous's negative errno and err. */
+static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collective **out, char *err,
+                     size_t errlen)
+{
+    NetJob job = {.world = r->tf.world,
+                  .rank = r->tf.rank,
+                  .model_signature = r->signature,
+                  .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)r->tf.world,
+                  .dataset = cfg->dataset,
+                  .generation = r->generation + 1,
+                  .has_state = r->has_state};
+    NetOptions no = {.rendezvous_timeout_s = timeout_s,
+                     .handshake_timeout_s = 10,
+                     .secret = r->secret,
+                     .secret_len = r->secret_len};
+    NetRing ring;
+    double t0 = util_now();
+    int rc = net_rendezvous(r->listen_fd, &r->tf, &job, &no, &ring, err, errlen);
+    if (rc) return rc;
+    util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
+             ring.prev_name, ring.next_name);
+    RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S};
+    *out = shm_wrap(ring_create(r->tf.rank, r->tf.world, &ring, &ro));
+    return 0;
+}
+
 /* Forms the collective of this worker: the local one for a world of one, otherwise the
- * TCP ring after an authenticated rendezvous. Exits with the contract's code on error. */
-static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
+ * TCP ring after an authenticated rendezvous. r takes what a live recovery needs (it
+ * owns tf from now on). Exits with the contract's code on error. */
+static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Recovery *r)
 {
     char err[1024];
     /* nccl: asked for, or auto on a GPU (trainer_pick_device, the same choice the
@@ -174,42 +226,25 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     Model *m;
     int code, rc = trainer_create_model(&m, cfg, &code, err, sizeof err);
     if (rc) util_fail(code, "%s", err);
-    unsigned char *secret;
-    size_t secret_len;
-    if (net_secret_load(&secret, &secret_len, err, sizeof err)) util_fail(KT_EXIT_USAGE, "%s", err);
+    r->signature = xstrdup(m->signature);
+    model_free(m);
+    if (net_secret_load(&r->secret, &r->secret_len, err, sizeof err))
+        util_fail(KT_EXIT_USAGE, "%s", err);
 
     /* Listen where TF_CONFIG says this worker is (127.0.0.1 under launch), not on every
      * interface; net_listen_task falls back to them, saying so, when that name is not an
      * address of this machine (yet). */
-    int lfd, port;
-    if (net_listen_task(tf->peers[tf->rank].host, tf->peers[tf->rank].port, 0, &lfd, &port, err,
-                        sizeof err))
+    int port;
+    if (net_listen_task(tf->peers[tf->rank].host, tf->peers[tf->rank].port, 0, &r->listen_fd, &port,
+                        err, sizeof err))
         util_fail(KT_EXIT_RETRY, "%s", err);
-    NetJob job = {.world = tf->world,
-                  .rank = tf->rank,
-                  .model_signature = m->signature,
-                  .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)tf->world,
-                  .dataset = cfg->dataset};
-    NetOptions no = {.rendezvous_timeout_s = cfg->rendezvous_timeout,
-                     .handshake_timeout_s = 10,
-                     .secret = secret,
-                     .secret_len = secret_len};
-    NetRing ring;
-    double t0 = util_now();
-    rc = net_rendezvous(lfd, tf, &job, &no, &ring, err, sizeof err);
-    close(lfd);
-    free(secret);
-    model_free(m);
+    Collective *c;
+    rc = form_ring(cfg, r, cfg->rendezvous_timeout, &c, err, sizeof err);
     /* Only a peer that proved the job secret and disagrees about the job is a
      * configuration error; whatever else answered or failed to (a stale address, another
      * job's worker, a wrong secret) may be gone after a restart, so it is retryable. */
     if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
     if (rc) util_fail(KT_EXIT_RETRY, "rendezvous: %s", err);
-    util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
-             ring.prev_name, ring.next_name);
-    RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S};
-    /* the ring, with its shared-memory path for ranks on one host (shm.h) */
-    Collective *c = shm_wrap(ring_create(tf->rank, tf->world, &ring, &ro));
 #ifdef KT_GPU
     /* Every rank takes part, with a device or not, so that all choose alike. */
     int gpuless, gpuful, a, b;
@@ -235,13 +270,25 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf)
     }
     /* The ring carries the chief's NCCL id (it is authenticated), then broadcasts. */
     if (nccl) {
-        t0 = util_now();
+        double t0 = util_now();
         if (!(c = coll_nccl_create(c, device, RING_IO_TIMEOUT_S, err, sizeof err)))
             util_fail(KT_EXIT_RETRY, "%s", err);
         util_log("NCCL communicator of %d ranks on CUDA device %d ready in %.2fs", tf->world,
                  device, util_now() - t0);
+        if (cfg->recovery_timeout > 0)
+            util_log("live recovery is off with NCCL: a communicator cannot take in a new rank, "
+                     "so a lost peer restarts the group from the newest checkpoint");
     }
+    r->on = !nccl && cfg->recovery_timeout > 0;
+#else
+    r->on = cfg->recovery_timeout > 0;
 #endif
+    /* Without live recovery nobody connects again: closed, late connections are refused
+     * instead of queued. */
+    if (!r->on) {
+        close(r->listen_fd);
+        r->listen_fd = -1;
+    }
     return c;
 }
 
@@ -308,101 +355,247 @@ static int checkpoint_hook(Trainer *t, void *ctx, int *exit_code, char *err, siz
     return 0;
 }
 
-/* What the chief broadcasts before training: where the run stands. */
+/* What each rank tells the others before a state sync. */
+typedef struct {
+    uint64_t has_state, global_step, generation;
+} RankInfo;
+
+/* What the root of a state sync broadcasts: where the run stands, everything a rank
+ * needs besides the parameters and the optimizer state to go on bit-exactly. */
 typedef struct {
     uint64_t restored, epoch, step_in_epoch, global_step, data_epoch, position, opt_iter;
+    uint64_t generation;
+    int64_t ckpt_step;
+    double ckpt_time;
+    EpochSums ep;
     char hash[65];
-} StartState;
+} SyncState;
 
-/* Loads the newest valid checkpoint (every rank, from the shared directory), then makes
- * every rank start from the chief's parameters, optimizer state and position, verified
- * by hash. Exits with the contract's code on error. */
-static void restore_and_sync(Trainer *t)
+/* Loads the newest valid checkpoint from the shared directory into t's parameters and
+ * optimizer state and ss. Exits with the contract's code on error. */
+static void restore_checkpoint(Trainer *t, SyncState *ss)
 {
     char err[1024], sig[CKPT_SIGNATURE_MAX];
     Model *m = t->model;
     const size_t pbytes = m->num_params * sizeof(float);
     const size_t obytes = t->opt->state_floats * sizeof(float);
-    StartState ss;
-    memset(&ss, 0, sizeof ss);
-    TrainState st = {0};
-
-    if (t->cfg.checkpoint_dir[0]) {
-        CkptState cs;
-        CkptLoadInfo info;
-        checkpoint_signature(t, sig);
-        int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes, t->opt->state,
-                                  obytes, &info, err, sizeof err);
-        if (rc == -EPROTO) util_fail(KT_EXIT_DATA, "checkpoint of another model: %s", err);
-        if (rc && rc != -ENOENT)
-            util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
-        if (!rc) {
-            if (info.skipped)
-                util_log("skipped %d newer checkpoint(s) that failed validation or belong to "
-                         "another model",
-                         info.skipped);
-            ss.restored = 1;
-            struct stat sb;
-            t->ckpt_time = stat(info.path, &sb) == 0 ? (double)sb.st_mtime : util_wall();
-            ss.epoch = cs.epoch, ss.step_in_epoch = cs.step_in_epoch;
-            ss.global_step = cs.global_step;
-            ss.data_epoch = cs.data_epoch, ss.position = cs.data_position;
-            ss.opt_iter = cs.optimizer_iter;
-            if (cs.seed != t->cfg.seed)
-                util_log("warning: %s was written with --seed %llu, this run has --seed %llu",
-                         info.path, (unsigned long long)cs.seed, (unsigned long long)t->cfg.seed);
-            /* Another world size: weights and optimizer carry over; the data is
-             * re-sharded. With auto/data sharding every rank walks one global stream whose
-             * cursor counts examples of all ranks, so it continues at the same example;
-             * with file/off sharding the per-rank streams change, so the new shards start
-             * at the beginning of the same data epoch. */
-            if (cs.world != (uint32_t)t->coll->world) {
-                int global = t->cfg.shard_policy == SHARD_AUTO || t->cfg.shard_policy == SHARD_DATA;
-                if (!global) ss.position = 0;
-                util_log("%s was written by %u workers, this run has %d: weights and optimizer "
-                         "restored, data re-sharded (%s)",
-                         info.path, cs.world, t->coll->world,
-                         global ? "the global stream continues at the same example"
-                                : "the new shards start the same data epoch from the beginning");
-            }
-            if (t->coll->rank == 0)
-                util_log("resuming from %s: epoch %llu, step %llu of the epoch, global step %llu",
-                         info.path, (unsigned long long)cs.epoch + 1,
-                         (unsigned long long)cs.step_in_epoch, (unsigned long long)cs.global_step);
-        } else if (t->coll->rank == 0) {
+    CkptState cs;
+    CkptLoadInfo info;
+    checkpoint_signature(t, sig);
+    int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes, t->opt->state,
+                              obytes, &info, err, sizeof err);
+    if (rc == -EPROTO) util_fail(KT_EXIT_DATA, "checkpoint of another model: %s", err);
+    if (rc && rc != -ENOENT)
+        util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
+    if (rc) {
+        if (t->coll->rank == 0)
             util_log("no checkpoint in %s: starting from scratch", t->cfg.checkpoint_dir);
-        }
+        return;
     }
-    if (t->coll->world > 1) {
+    if (info.skipped)
+        util_log("skipped %d newer checkpoint(s) that failed validation or belong to "
+                 "another model",
+                 info.skipped);
+    ss->restored = 1;
+    struct stat sb;
+    ss->ckpt_time = stat(info.path, &sb) == 0 ? (double)sb.st_mtime : util_wall();
+    ss->epoch = cs.epoch, ss->step_in_epoch = cs.step_in_epoch;
+    ss->global_step = cs.global_step;
+    ss->ckpt_step = (int64_t)cs.global_step;
+    ss->data_epoch = cs.data_epoch, ss->position = cs.data_position;
+    ss->opt_iter = cs.optimizer_iter;
+    if (cs.seed != t->cfg.seed)
+        util_log("warning: %s was written with --seed %llu, this run has --seed %llu", info.path,
+                 (unsigned long long)cs.seed, (unsigned long long)t->cfg.seed);
+    /* Another world size: weights and optimizer carry over; the data is re-sharded. With
+     * auto/data sharding every rank walks one global stream whose cursor counts examples
+     * of all ranks, so it continues at the same example; with file/off sharding the
+     * per-rank streams change, so the new shards start at the beginning of the same data
+     * epoch. */
+    if (cs.world != (uint32_t)t->coll->world) {
+        int global = t->cfg.shard_policy == SHARD_AUTO || t->cfg.shard_policy == SHARD_DATA;
+        if (!global) ss->position = 0;
+        util_log("%s was written by %u workers, this run has %d: weights and optimizer "
+                 "restored, data re-sharded (%s)",
+                 info.path, cs.world, t->coll->world,
+                 global ? "the global stream continues at the same example"
+                        : "the new shards start the same data epoch from the beginning");
+    }
+    if (t->coll->rank == 0)
+        util_log("resuming from %s: epoch %llu, step %llu of the epoch, global step %llu",
+                 info.path, (unsigned long long)cs.epoch + 1, (unsigned long long)cs.step_in_epoch,
+                 (unsigned long long)cs.global_step);
+}
+
+/* The one state sync, at the start and after every live recovery: the ranks agree on
+ * the root, the rank that holds training state with the highest global step (ties: the
+ * lowest rank; survivors of a lost peer may be one step apart, since a ring all-reduce
+ * can complete on some ranks and not on others). When no rank holds state every rank
+ * restores the newest checkpoint (none: a start from scratch) and the chief is the root.
+ * The root broadcasts its parameters, optimizer state and SyncState, and every rank
+ * checks the weights' hash against the root's. Dropout masks derive from (seed, global
+ * step, rank), so no RNG state travels. Returns 0, or the collective's negative errno
+ * with err (a peer lost during the sync); a hash mismatch exits 75. */
+static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
+{
+    Model *m = t->model;
+    Collective *c = t->coll;
+    const size_t pbytes = m->num_params * sizeof(float);
+    const size_t obytes = t->opt->state_floats * sizeof(float);
+    const int fresh = !r->has_state;
+    SyncState ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ckpt_step = -1;
+    int root = -1, rc = 0;
+    uint64_t generation = r->generation + 1;
+    if (c->world > 1) {
+        RankInfo *all = xcalloc((size_t)c->world, sizeof *all);
+        all[c->rank] = (RankInfo){.has_state = (uint64_t)r->has_state,
+                                  .global_step = (uint64_t)t->st.global_step,
+                                  .generation = generation};
+        for (int q = 0; q < c->world && !rc; q++)
+            rc = coll_broadcast(c, &all[q], sizeof all[q], q, err, errlen);
+        for (int q = 0; q < c->world && !rc; q++) {
+            if (all[q].has_state && (root < 0 || all[q].global_step > all[root].global_step))
+                root = q;
+            if (all[q].generation > generation) generation = all[q].generation;
+        }
+        free(all);
+        if (rc) return rc;
+    }
+    const int from_state = root >= 0;
+    if (!from_state) {
+        root = 0;
+        if (t->cfg.checkpoint_dir[0]) restore_checkpoint(t, &ss);
+    } else if (c->rank == root) {
+        if ((rc = trainer_sync_host(t, err, errlen))) util_fail(KT_EXIT_RETRY, "%s", err);
+        ss.epoch = (uint64_t)t->st.epoch, ss.step_in_epoch = (uint64_t)t->st.step_in_epoch;
+        ss.global_step = (uint64_t)t->st.global_step;
+        ss.data_epoch = t->st.cursor.data_epoch, ss.position = t->st.cursor.position;
+        ss.opt_iter = (uint64_t)t->opt->iterations;
+        ss.ckpt_step = t->ckpt_step;
+        ss.ckpt_time = t->ckpt_time;
+        ss.ep = t->ep;
+    }
+    ss.generation = generation;
+    if (c->world > 1) {
         char mine[65];
         util_sha256_hex(m->params, pbytes, mine);
-        if (t->coll->rank == 0) memcpy(ss.hash, mine, sizeof mine);
-        int rc = coll_broadcast(t->coll, &ss, sizeof ss, 0, err, sizeof err);
-        if (!rc) rc = coll_broadcast(t->coll, m->params, pbytes, 0, err, sizeof err);
-        if (!rc && obytes) rc = coll_broadcast(t->coll, t->opt->state, obytes, 0, err, sizeof err);
-        if (rc) util_fail(KT_EXIT_RETRY, "initial broadcast from the chief: %s", err);
+        if (c->rank == root) memcpy(ss.hash, mine, sizeof mine);
+        rc = coll_broadcast(c, &ss, sizeof ss, root, err, errlen);
+        if (!rc) rc = coll_broadcast(c, m->params, pbytes, root, err, errlen);
+        if (!rc && obytes) rc = coll_broadcast(c, t->opt->state, obytes, root, err, errlen);
+        if (rc) return rc;
         char got[65];
         util_sha256_hex(m->params, pbytes, got);
         ss.hash[64] = '\0';
         if (strcmp(got, ss.hash) != 0)
             util_fail(KT_EXIT_RETRY,
-                      "initial weights differ from the chief's after the broadcast: "
-                      "sha256 %s here, %s at rank 0",
-                      got, ss.hash);
-        if (t->coll->rank != 0 && strcmp(mine, ss.hash) != 0)
+                      "weights differ from rank %d's after its broadcast: sha256 %s here, %s "
+                      "there",
+                      root, got, ss.hash);
+        if (!from_state && c->rank != 0 && strcmp(mine, ss.hash) != 0)
             util_log("warning: this rank's initial weights (sha256 %.12s) differed from the "
                      "chief's (%.12s); training from the chief's",
                      mine, ss.hash);
-        util_log("initial weights verified: sha256 %s", got);
+        if (!from_state) util_log("initial weights verified: sha256 %s", got);
+        else {
+            util_log("live recovery: generation %llu formed; state of step %llu sent by rank %d, "
+                     "weights sha256 %s",
+                     (unsigned long long)generation, (unsigned long long)ss.global_step, root, got);
+            if (fresh)
+                util_log("joined generation %llu: state of step %llu received from rank %d, no "
+                         "checkpoint read",
+                         (unsigned long long)generation, (unsigned long long)ss.global_step, root);
+        }
     }
-    st.epoch = (int)ss.epoch;
-    st.step_in_epoch = (long)ss.step_in_epoch;
-    st.global_step = (long)ss.global_step;
-    st.cursor.data_epoch = ss.data_epoch;
-    st.cursor.position = ss.position;
+    TrainState st = {.epoch = (int)ss.epoch,
+                     .step_in_epoch = (long)ss.step_in_epoch,
+                     .global_step = (long)ss.global_step,
+                     .cursor = {.data_epoch = ss.data_epoch, .position = ss.position}};
     t->opt->iterations = (int64_t)ss.opt_iter;
-    if (ss.restored) t->ckpt_step = st.global_step;
+    if (from_state) {
+        t->ckpt_step = (long)ss.ckpt_step;
+        t->ckpt_time = ss.ckpt_time;
+        t->ep = ss.ep;
+    } else if (ss.restored) {
+        t->ckpt_step = st.global_step;
+        t->ckpt_time = ss.ckpt_time;
+    }
     trainer_seek(t, &st);
+    if (r->has_state && (rc = trainer_sync_device(t, err, errlen)))
+        util_fail(KT_EXIT_RETRY, "%s", err);
+    r->generation = (uint32_t)generation;
+    r->has_state = 1;
+    if (t->metrics) metrics_checkpoint(t->metrics, t->ckpt_step, t->ckpt_time);
+    util_termination_progress(t->st.global_step, t->ckpt_step);
+    return 0;
+}
+
+/* The lost peer and why, from the collective's message ("... lost rank 2 (host:port)
+ * during all-reduce: connection closed"), for the log line of the survivors. */
+static void lost_peer(const char *msg, char *peer, size_t peerlen, char *why, size_t whylen)
+{
+    const char *l = strstr(msg, "lost "), *d = l ? strstr(l, " during ") : NULL;
+    if (!d) {
+        snprintf(peer, peerlen, "a peer");
+        snprintf(why, whylen, "%s", msg);
+        return;
+    }
+    snprintf(peer, peerlen, "%.*s", (int)(d - l - 5), l + 5);
+    snprintf(why, whylen, "%.*s%s", (int)(l - msg), msg, d + 8);
+}
+
+/* The TrainRecoverHook (train.h) of live recovery: the collective failed in a step. The
+ * survivors drop the ring, wait up to --recovery-timeout for the replacement in a new
+ * rendezvous on the listener they kept open, form the next generation's ring and sync
+ * the state from the rank with the newest one. A peer lost during that sync starts the
+ * wait again within the same deadline. When the deadline passes, exits 75 with
+ * "recoveryTimedOut": true in the termination message, which asks for the group
+ * restart. */
+static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
+{
+    Recovery *r = ctx;
+    char peer[NET_NAME_MAX + 16], reason[1024], e2[1024];
+    lost_peer(why, peer, sizeof peer, reason, sizeof reason);
+    const double timeout = t->cfg.recovery_timeout, deadline = util_now() + timeout;
+    util_log("lost %s: %s; waiting up to %gs for a replacement (generation %u)", peer, reason,
+             timeout, r->generation + 1);
+    recovering = 1;
+    if (stop_requested) util_fail(KT_EXIT_RETRY, "stopped by a signal after losing %s", peer);
+    trainer_detach_collective(t);
+    coll_destroy(t->coll);
+    t->coll = NULL;
+    for (;;) {
+        double left = deadline - util_now();
+        Collective *c = NULL;
+        int rc = left > 0 ? form_ring(&t->cfg, r, left, &c, e2, sizeof e2) : -ETIMEDOUT;
+        if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
+        if (rc && util_now() >= deadline) {
+            util_termination_mark("recoveryTimedOut");
+            util_fail(KT_EXIT_RETRY,
+                      "live recovery: no replacement for %s within %gs (%s); exiting 75 for a "
+                      "restart of the group from the newest checkpoint",
+                      peer, timeout, rc == -ETIMEDOUT && left <= 0 ? "time is up" : e2);
+        }
+        if (rc) {
+            util_log("live recovery: %s; trying again", e2);
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (!(rc = trainer_attach_collective(t, c, e2, sizeof e2)) &&
+            !(rc = state_sync(t, r, e2, sizeof e2)))
+            break;
+        util_log("live recovery: generation %u failed to form: %s; waiting again",
+                 r->generation + 1, e2);
+        trainer_detach_collective(t);
+        coll_destroy(c);
+        t->coll = NULL;
+    }
+    recovering = 0;
+    (void)exit_code, (void)err, (void)errlen;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -442,15 +635,15 @@ static int cmd_train(int argc, char **argv)
         /* the chief alone writes summaries, as in MWMS */
         if (tf.rank != 0) cfg.metrics_file[0] = '\0';
     }
-    Collective *coll = connect_collective(&cfg, &tf);
-    tfconfig_free(&tf);
+    Recovery rec = {.listen_fd = -1, .tf = tf};
+    Collective *coll = connect_collective(&cfg, &rec.tf, &rec);
 
     Trainer *t;
     if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) util_fail(code, "%s", err);
-    restore_and_sync(t);
-    util_termination_progress(t->st.global_step, t->ckpt_step);
+    if (state_sync(t, &rec, err, sizeof err)) util_fail(KT_EXIT_RETRY, "state sync: %s", err);
     if (coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
     t->stop_request = &stop_requested;
+    if (rec.on) t->recover = recover, t->recover_ctx = &rec;
     training_started = 1;
     if (stop_requested) util_fail(KT_EXIT_RETRY, "stopped by a signal before the first step");
     if (trainer_run(t, &code, err, sizeof err)) util_fail(code, "%s", err);
@@ -468,8 +661,13 @@ static int cmd_train(int argc, char **argv)
     if (json) util_termination_write(json);
     free(json);
     cJSON_Delete(res);
+    coll = t->coll;
     trainer_free(t);
     coll_destroy(coll);
+    if (rec.listen_fd >= 0) close(rec.listen_fd);
+    tfconfig_free(&rec.tf);
+    free(rec.signature);
+    free(rec.secret);
     return KT_EXIT_OK;
 }
 

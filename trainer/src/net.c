@@ -25,7 +25,8 @@
 
 /* Handshake frames: u32 little-endian length, then a payload that starts with
  * "KTH1" and a type byte.
- *   HELLO     (client) nonce[32] world rank global_batch signature dataset
+ *   HELLO     (client) nonce[32] world rank global_batch signature dataset generation
+ *             has_state
  *   CHALLENGE (server) the same fields with the server's nonce, then
  *             mac = HMAC(secret, "server" | HELLO | CHALLENGE without mac)
  *   PROOF     (client) mac = HMAC(secret, "client" | HELLO | CHALLENGE)
@@ -274,6 +275,8 @@ size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h)
     for (int i = 0; i < 8; i++) buf[n++] = (unsigned char)(h->global_batch >> (8 * i));
     n += put_str(buf + n, h->signature);
     n += put_str(buf + n, h->dataset);
+    for (int i = 0; i < 4; i++) buf[n++] = (unsigned char)(h->generation >> (8 * i));
+    buf[n++] = h->has_state;
     return n;
 }
 
@@ -300,6 +303,9 @@ int net_hello_decode(const unsigned char *buf, size_t n, int type, NetHello *h, 
         memcpy(dst[k], buf + o, len);
         o += len;
     }
+    if (o + 5 > n || buf[o + 4] > 1) goto bad;
+    for (int i = 0; i < 4; i++) h->generation |= (uint32_t)buf[o++] << (8 * i);
+    h->has_state = buf[o++];
     *used = o;
     return 0;
 bad:
@@ -332,6 +338,8 @@ static int hello_fill(NetHello *h, const NetJob *job)
     h->global_batch = job->global_batch;
     snprintf(h->signature, sizeof h->signature, "%s", job->model_signature);
     snprintf(h->dataset, sizeof h->dataset, "%s", job->dataset);
+    h->generation = job->generation;
+    h->has_state = job->has_state ? 1 : 0;
     return 0;
 }
 
@@ -340,7 +348,8 @@ static int hello_fill(NetHello *h, const NetJob *job)
  * dataset): it knows the job secret, so it is a worker of this job configured otherwise,
  * which no retry mends; or -ENXIO when it is a worker of this job but not the rank
  * expected there (a stale DNS record, a port taken over by another worker, two workers
- * with one task index), which the next connection may mend. */
+ * with one task index), which the next connection may mend, or a process of an earlier
+ * ring (NetJob: it holds state of a lower generation), which the real peer may mend. */
 static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_rank,
                        const char *peer, char *err, size_t errlen)
 {
@@ -367,6 +376,13 @@ static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_
                  "%s says it is rank %u, expected rank %d: a stale DNS record or a "
                  "reused address points at another worker of this job",
                  peer, theirs->rank, expect_rank);
+        return -ENXIO;
+    } else if (theirs->has_state && theirs->generation < mine->generation) {
+        snprintf(err, errlen,
+                 "refused %s: a process of an earlier ring (it holds training state and "
+                 "proposes generation %u, this worker generation %u): it missed a live "
+                 "recovery and its rank has been replaced",
+                 peer, theirs->generation, mine->generation);
         return -ENXIO;
     } else return 0;
     return -EPROTO;

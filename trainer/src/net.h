@@ -37,6 +37,16 @@ typedef struct NetJob {
     const char *model_signature; /* the model's description, compared as a string */
     uint64_t global_batch;       /* per-worker batch x workers */
     const char *dataset;         /* data set name */
+    /* Live recovery (docs/design.md, "Live recovery"): the ring generation this worker
+     * proposes (the last one it formed + 1; the first ring is generation 1) and whether
+     * it holds training state (0: a fresh process). A peer that holds state but
+     * proposes a lower generation than this worker is a process of an earlier ring
+     * that missed a recovery: it is refused (logged, naming it), and the rendezvous
+     * waits on for the real peer. A fresh peer may join any generation; a higher one
+     * is accepted (it missed nothing: the state sync after the rendezvous gives every
+     * rank the newest state and the highest generation). */
+    uint32_t generation;
+    int has_state;
 } NetJob;
 
 typedef struct NetOptions {
@@ -59,7 +69,8 @@ typedef struct NetRing {
 /* The handshake's HELLO (client) and CHALLENGE (server) description of a worker.
  * Wire form, after the frame's u32 length: "KTH1", the type byte, the nonce, u32 world,
  * u32 rank, u64 global batch (little-endian), then signature and dataset, each a u16
- * length and that many bytes (no NUL, under NET_HELLO_STR_MAX). */
+ * length and that many bytes (no NUL, under NET_HELLO_STR_MAX), then u32 generation and
+ * one byte: 1 when the sender holds training state, else 0 (NetJob). */
 #define NET_NONCE_BYTES 32
 #define NET_HELLO_STR_MAX 512
 enum { NET_MSG_HELLO = 1, NET_MSG_CHALLENGE = 2 };
@@ -70,6 +81,8 @@ typedef struct NetHello {
     uint64_t global_batch;
     char signature[NET_HELLO_STR_MAX]; /* NUL-terminated */
     char dataset[NET_HELLO_STR_MAX];
+    uint32_t generation;
+    uint8_t has_state;
 } NetHello;
 
 /* Encodes h as a payload of `type` (NET_MSG_HELLO or NET_MSG_CHALLENGE, without the
@@ -111,6 +124,8 @@ int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int 
 /* Forms this worker's part of the ring: connects and authenticates to rank+1 (from
  * tf->peers) while accepting and authenticating rank-1 on listen_fd, which it does not
  * close (close it afterwards, so that late connections are refused, not queued).
+ * The listener may stay open for the whole run and serve the rendezvous again after a
+ * lost peer (live recovery): connections that queued in between are handshaken then.
  * Returns 0 with *out filled, or a negative errno and one line in err:
  * -ETIMEDOUT when the ring did not form before the deadline (the line says what answered
  * or connected instead, if anything: a wrong secret, a wrong rank, a silent port), so

@@ -145,15 +145,9 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                  dev);
     }
 #endif
-    if (coll->world > 1 && !coll->device_buffers &&
-        (rc = coll_share_arena(coll, t->model->grads, t->model->grads_bytes, err, errlen))) {
+    if ((rc = trainer_attach_collective(t, coll, err, errlen))) {
         *exit_code = KT_EXIT_RETRY;
         goto err;
-    }
-    if (!t->gpu && coll->world > 1) {
-        int slices = 1;
-        for (int i = 0; i < t->model->num_layers; i++) slices += t->model->layers[i].w_count > 0;
-        t->overlap = overlap_create(coll, t->model->grads, slices);
     }
     *out = t;
     return 0;
@@ -171,6 +165,27 @@ void trainer_seek(Trainer *t, const TrainState *st)
         t->st.step_in_epoch = 0;
     }
     pipeline_seek(t->pipe, st->cursor);
+}
+
+void trainer_detach_collective(Trainer *t)
+{
+    overlap_free(t->overlap);
+    t->overlap = NULL;
+}
+
+int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errlen)
+{
+    t->coll = c;
+    int rc;
+    if (c->world > 1 && !c->device_buffers &&
+        (rc = coll_share_arena(c, t->model->grads, t->model->grads_bytes, err, errlen)))
+        return rc;
+    if (!t->gpu && c->world > 1) {
+        int slices = 1;
+        for (int i = 0; i < t->model->num_layers; i++) slices += t->model->layers[i].w_count > 0;
+        t->overlap = overlap_create(c, t->model->grads, slices);
+    }
+    return 0;
 }
 
 void trainer_weights_hash(const Trainer *t, char out[65])
@@ -326,6 +341,7 @@ static int gpu_train_step(Trainer *t, PipelineCursor *cursor, int *exit_code, ch
     }
     return 0;
 err:
+    t->coll_failed = in_coll;
     snprintf(err, errlen, in_coll ? "all-reduce at step %ld: %s" : "GPU step %ld: %s",
              t->st.global_step + 1, why);
     *exit_code = rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY;
@@ -365,6 +381,7 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     else rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr, sizeof cerr);
     if (rc) {
         snprintf(err, errlen, "all-reduce at step %ld: %s", t->st.global_step + 1, cerr);
+        t->coll_failed = 1;
         *exit_code = KT_EXIT_RETRY;
         return rc;
     }
@@ -382,15 +399,14 @@ static int train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_s, i
                       char *err, size_t errlen)
 {
     *allreduce_s = 0.0;
+    t->coll_failed = 0;
 #ifdef KT_GPU
     if (t->gpu) return gpu_train_step(t, cursor, exit_code, err, errlen);
 #endif
     return cpu_train_step(t, cursor, allreduce_s, exit_code, err, errlen);
 }
 
-/* The host's parameter and optimizer arenas onto the device, before the first step (a
- * no-op on the CPU path). Returns 0 or a negative errno with err. */
-static int sync_device(Trainer *t, char *err, size_t errlen)
+int trainer_sync_device(Trainer *t, char *err, size_t errlen)
 {
 #ifdef KT_GPU
     if (t->gpu) return gpu_model_upload(t->gpu, t->model->params, t->opt->state, err, errlen);
@@ -402,25 +418,36 @@ static int sync_device(Trainer *t, char *err, size_t errlen)
 
 /* The rest of the epoch in progress (t->st.epoch), step by step, each step's metrics
  * recorded and after_step called; then the epoch's means (t->last_loss,
- * t->last_accuracy) and, with --eval, the evaluation. Returns 0, or a negative errno
- * with err and *exit_code set: -EINTR when a rank was asked to stop. */
+ * t->last_accuracy) and, with --eval, the evaluation. A step whose collective fails goes
+ * to t->recover where set; when the state it brings is of a later epoch (a peer had
+ * finished this one), this one ends there, its means logged by that peer. Returns 0, or
+ * a negative errno with err and *exit_code set: -EINTR when this rank was asked to stop
+ * (see stop_request). */
 static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
 {
     const int epoch = t->st.epoch + 1;
-    double ep_start = util_now(), loss_sum = 0.0, correct = 0.0, count = 0.0;
-    long ep_steps = 0;
+    double ep_start = util_now();
+    EpochSums *ep = &t->ep;
     int rc;
     metrics_epoch_begin(t->metrics, epoch);
     while (t->st.step_in_epoch < t->steps_per_epoch) {
         double s0 = util_now(), allreduce_s;
         PipelineCursor cursor;
-        if ((rc = train_step(t, &cursor, &allreduce_s, exit_code, err, errlen))) return rc;
+        const int asked = t->stop_request && *t->stop_request;
+        if ((rc = train_step(t, &cursor, &allreduce_s, exit_code, err, errlen))) {
+            if (!t->coll_failed || !t->recover) return rc;
+            if ((rc = t->recover(t, t->recover_ctx, err, exit_code, err, errlen))) return rc;
+            if (t->st.epoch + 1 != epoch) return 0;
+            continue;
+        }
         const float *stats = t->model->grads + t->model->num_params;
-        t->stopping = stats[STAT_STOP] > 0.5f;
+        const int stop_count = (int)(stats[STAT_STOP] + 0.5f);
+        t->stopping = stop_count > 0;
         double step_loss = stats[STAT_LOSS];
         double step_acc = stats[STAT_CORRECT] / stats[STAT_COUNT];
-        loss_sum += step_loss, correct += stats[STAT_CORRECT], count += stats[STAT_COUNT];
-        ep_steps++;
+        ep->loss_sum += step_loss, ep->correct += stats[STAT_CORRECT];
+        ep->count += stats[STAT_COUNT];
+        ep->steps++;
         t->st.step_in_epoch++;
         t->st.global_step++;
         t->st.cursor = cursor;
@@ -435,7 +462,8 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
         util_termination_progress(t->st.global_step, t->ckpt_step);
         if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
             return rc;
-        if (t->stopping) {
+        t->stopping = 0;
+        if (stop_count > 0 && (asked || !t->recover || stop_count >= t->coll->world)) {
             snprintf(err, errlen,
                      "stopped by a signal after step %ld (epoch %d, step %ld of "
                      "%ld)",
@@ -443,12 +471,16 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
             *exit_code = KT_EXIT_RETRY;
             return -EINTR;
         }
+        if (stop_count > 0)
+            util_log("%d rank(s) asked to stop after step %ld and leave; this one stays for "
+                     "their replacements",
+                     stop_count, t->st.global_step);
     }
     double secs = util_now() - ep_start;
-    t->last_loss = ep_steps ? loss_sum / ep_steps : 0.0;
-    t->last_accuracy = count > 0 ? correct / count : 0.0;
-    metrics_epoch_end(t->metrics, epoch, ep_steps, secs, t->last_loss, t->last_accuracy,
-                      secs > 0 ? count / secs : 0.0);
+    t->last_loss = ep->steps ? ep->loss_sum / ep->steps : 0.0;
+    t->last_accuracy = ep->count > 0 ? ep->correct / ep->count : 0.0;
+    metrics_epoch_end(t->metrics, epoch, ep->steps, secs, t->last_loss, t->last_accuracy,
+                      secs > 0 ? ep->count / secs : 0.0);
     if (t->cfg.eval) {
         double tl, ta;
         trainer_evaluate(t, &tl, &ta);
@@ -476,12 +508,17 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
         return rc;
     }
-    if ((rc = sync_device(t, err, errlen))) {
+    if ((rc = trainer_sync_device(t, err, errlen))) {
         *exit_code = KT_EXIT_RETRY;
         goto err;
     }
-    for (; t->st.epoch < t->cfg.epochs; t->st.epoch++, t->st.step_in_epoch = 0)
+    while (t->st.epoch < t->cfg.epochs) {
+        const int epoch = t->st.epoch;
         if ((rc = train_epoch(t, exit_code, err, errlen))) goto err;
+        if (t->st.epoch != epoch) continue; /* a recovery moved the run to a later epoch */
+        t->st.epoch++, t->st.step_in_epoch = 0;
+        memset(&t->ep, 0, sizeof t->ep);
+    }
     t->seconds = util_now() - run_start;
     if ((rc = trainer_sync_host(t, err, errlen))) {
         *exit_code = KT_EXIT_RETRY;

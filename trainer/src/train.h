@@ -32,6 +32,22 @@ struct GpuModel;
  * the run with that error and code. */
 typedef int (*TrainStepHook)(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen);
 
+/* Live recovery (docs/design.md): called when a step's collective failed (coll_failed
+ * set, the step discarded: parameters and optimizer are untouched until the all-reduce
+ * completes). It replaces the collective (trainer_detach_collective,
+ * trainer_attach_collective) and the run's state (trainer_seek and the epoch's
+ * accumulators, from the rank with the newest state), then the loop goes on from there.
+ * Returns 0, or a negative errno with err and *exit_code set, which ends the run. */
+typedef int (*TrainRecoverHook)(Trainer *t, void *ctx, const char *why, int *exit_code, char *err,
+                                size_t errlen);
+
+/* The running sums of the epoch in progress, from which its means are logged: part of
+ * the state a live recovery hands over, so the means stay those of an undisturbed run. */
+typedef struct {
+    double loss_sum, correct, count;
+    long steps;
+} EpochSums;
+
 struct Trainer {
     Config cfg;
     Collective *coll;     /* borrowed */
@@ -51,6 +67,13 @@ struct Trainer {
      * a checkpoint there) and trainer_run returns -EINTR with exit code 75. */
     volatile sig_atomic_t *stop_request;
     int stopping;
+    /* With live recovery (recover set) the flag is a count: when fewer than all ranks
+     * asked, those leave after the step (exit 75) and the others stay, for recover to
+     * replace them; all of them asking, or recover NULL, stops every rank as above. */
+    TrainRecoverHook recover;
+    void *recover_ctx;
+    int coll_failed;       /* the last step failed in its collective (a lost peer) */
+    EpochSums ep;          /* the epoch in progress */
     /* The newest checkpoint saved or resumed from: global step (0: none) and when it was
      * written (Unix seconds); reported on /metrics and in a failure's termination
      * message, from which the operator counts the steps a restart loses. */
@@ -98,6 +121,19 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
  * state at the end of an epoch (step_in_epoch == steps per epoch, as saved by the
  * epoch-end checkpoint) becomes the start of the next epoch, so no empty epoch runs. */
 void trainer_seek(Trainer *t, const TrainState *st);
+
+/* Lets go of the collective (stops the overlap thread, which is idle between steps), so
+ * that the caller may destroy it; the gradient arena stays mapped, its contents kept. */
+void trainer_detach_collective(Trainer *t);
+
+/* Trains on collective c (same rank and world as before) from now on: offers it the
+ * gradient arena and restarts the overlap thread. Returns 0 or a negative errno with
+ * err (the collective failed). */
+int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errlen);
+
+/* The host's parameter and optimizer arenas onto the device (a no-op on the CPU path),
+ * after they were replaced. Returns 0 or a negative errno with err. */
+int trainer_sync_device(Trainer *t, char *err, size_t errlen);
 
 /* Runs the remaining epochs. Returns 0, or a negative errno with err filled and
  * *exit_code set (KT_EXIT_RETRY when the collective failed or the run was stopped

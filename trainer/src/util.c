@@ -57,6 +57,13 @@ void util_log(const char *fmt, ...)
 
 /* -1 until training reports (util_termination_progress). */
 static _Atomic long term_step = -1, term_ckpt_step = -1;
+/* a key util_fail adds as true (util_termination_mark); NULL: none */
+static const char *_Atomic term_mark;
+
+void util_termination_mark(const char *key)
+{
+    term_mark = key;
+}
 
 void util_termination_progress(long step, long checkpoint_step)
 {
@@ -78,6 +85,8 @@ void util_fail(int code, const char *fmt, ...)
         cJSON_AddNumberToObject(o, "step", (double)step);
         cJSON_AddNumberToObject(o, "checkpoint_step", (double)ckpt);
     }
+    const char *mark = term_mark;
+    if (mark) cJSON_AddTrueToObject(o, mark);
     char *json = o ? cJSON_PrintUnformatted(o) : NULL;
     if (json) util_termination_write(json);
     free(json);

@@ -52,6 +52,10 @@ _Noreturn void util_fail(int code, const char *fmt, ...) __attribute__((format(p
  * (two atomic stores) and callable from any thread. */
 void util_termination_progress(long step, long checkpoint_step);
 
+/* Makes util_fail's message also carry `"key": true` (key: a static string), e.g.
+ * "recoveryTimedOut", which tells the operator to restart the whole group. */
+void util_termination_mark(const char *key);
+
 /* Writes `json` (one object) to $KUBETRAIN_TERMINATION_FILE, or to
  * /dev/termination-log when that exists; does nothing otherwise. Errors are logged. */
 void util_termination_write(const char *json);
