@@ -46,6 +46,8 @@ typedef struct NetArg {
     double handshake_timeout_s;
     const char *log_path[CLUSTER_MAX]; /* stderr of each rank, when set */
     int rendezvous_only; /* no all-reduce: the peers are the test's own (FakePeer) */
+    uint32_t generation[CLUSTER_MAX]; /* proposed ring generation; 0: 1 */
+    int has_state[CLUSTER_MAX];
 } NetArg;
 
 static void net_rank(const Cluster *c, int rank, void *argp)
@@ -70,7 +72,9 @@ static void net_rank(const Cluster *c, int rank, void *argp)
                   .rank = me,
                   .model_signature = a->signature[rank] ? a->signature[rank] : "cnn",
                   .global_batch = a->batch[rank] ? a->batch[rank] : 128,
-                  .dataset = a->dataset[rank] ? a->dataset[rank] : "fashion-mnist"};
+                  .dataset = a->dataset[rank] ? a->dataset[rank] : "fashion-mnist",
+                  .generation = a->generation[rank] ? a->generation[rank] : 1,
+                  .has_state = a->has_state[rank]};
     const char *s = a->secret[rank];
     NetOptions opt = {.rendezvous_timeout_s = a->rendezvous_timeout_s,
                       .handshake_timeout_s = a->handshake_timeout_s,
@@ -295,6 +299,8 @@ static void impostor(const Cluster *c, int rank, void *argp)
     memcpy(hello + n, fields, 16), n += 16;
     hello[n++] = 3, hello[n++] = 0, memcpy(hello + n, "cnn", 3), n += 3;
     hello[n++] = 13, hello[n++] = 0, memcpy(hello + n, "fashion-mnist", 13), n += 13;
+    const unsigned char fresh[5] = {1, 0, 0, 0, 0}; /* generation 1, no training state */
+    memcpy(hello + n, fresh, 5), n += 5;
     unsigned char len[4], chal[2048], msg[4096], proof[37] = {'K', 'T', 'H', '1', 3};
     if (raw_send_frame(fd, hello, n) < 0 || raw_read(fd, len, 4) < 0) _exit(1);
     size_t cn = (size_t)len[0] | (size_t)len[1] << 8;
@@ -322,6 +328,49 @@ static void trickler(const Cluster *c, int rank, void *argp)
         nap(scaled(0.1));
     }
     close(fd);
+}
+
+/* Live recovery's generations: a process that holds training state and proposes a
+ * lower generation than its neighbour (a worker of an earlier ring that missed a
+ * recovery, whose rank has been replaced) is refused, naming it, and the ring does not
+ * form; that process itself accepts the higher generation (it is the other side that
+ * refuses); a fresh process (no state) joins any generation. */
+static void test_stale_generation_is_refused(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kt-test-net-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char log0[64], log1[64];
+    snprintf(log0, sizeof log0, "%s/rank0.log", dir);
+    snprintf(log1, sizeof log1, "%s/rank1.log", dir);
+    NetArg a = {.secret = {"k", "k"},
+                .generation = {3, 2},
+                .has_state = {1, 1},
+                .rendezvous_timeout_s = scaled(2),
+                .log_path = {log0, log1}};
+    NetResult *res = run_cluster(2, &a, 30);
+    for (int r = 0; r < 2; r++) assert_int_equal(res[r].rc, -ETIMEDOUT);
+    /* rank 0 sees rank 1 both ways: as its client's peer and as the connection from
+     * its rank-1 (rank 1 is both in a world of 2) */
+    const char *why = "a process of an earlier ring (it holds training state and proposes "
+                      "generation 2, this worker generation 3)";
+    if (!file_contains(log0, why)) fail_msg("rank 0's log has no \"%s\" line", why);
+    if (file_contains(log1, "earlier ring")) fail_msg("rank 1 refused a higher generation");
+    if (!strstr(res[0].err, why) && !strstr(res[0].err, "did not connect"))
+        fail_msg("rank 0: %s", res[0].err);
+    free_results(res);
+
+    /* a fresh process joins generation 3; two survivors of one ring form the next */
+    for (int k = 0; k < 2; k++) {
+        NetArg b = {.secret = {"k", "k"}, .generation = {3, k ? 3 : 1}, .has_state = {1, k}};
+        res = run_cluster(2, &b, 30);
+        for (int r = 0; r < 2; r++) {
+            if (res[r].rc != 0) fail_msg("case %d, rank %d: %s", k, r, res[r].err);
+            assert_close_i(res[r].sum, 3.0f, 0, r);
+        }
+        free_results(res);
+    }
+    unlink(log0), unlink(log1), rmdir(dir);
 }
 
 static void test_hostile_clients_do_not_disturb_the_ring(void **state)
@@ -855,7 +904,7 @@ static void test_ring_socket_options(void **state)
 static void test_hello_decode(void **state)
 {
     (void)state;
-    NetHello h = {.world = 4, .rank = 3, .global_batch = 256}, got;
+    NetHello h = {.world = 4, .rank = 3, .global_batch = 256, .generation = 7, .has_state = 1}, got;
     memset(h.nonce, 0xab, sizeof h.nonce);
     strcpy(h.signature, "sequential in=28x28|params=10");
     strcpy(h.dataset, "fashion-mnist");
@@ -867,6 +916,8 @@ static void test_hello_decode(void **state)
     assert_int_equal(got.world, 4);
     assert_int_equal(got.rank, 3);
     assert_int_equal(got.global_batch, 256);
+    assert_int_equal(got.generation, 7);
+    assert_int_equal(got.has_state, 1);
     assert_string_equal(got.signature, h.signature);
     assert_string_equal(got.dataset, h.dataset);
     assert_memory_equal(got.nonce, h.nonce, sizeof h.nonce);
@@ -896,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_rank),
         cmocka_unit_test(test_world_size_mismatch_is_reported),
         cmocka_unit_test(test_absent_peer_times_out),
+        cmocka_unit_test(test_stale_generation_is_refused),
         cmocka_unit_test(test_hostile_clients_do_not_disturb_the_ring),
         cmocka_unit_test(test_wrong_party_at_the_peer_address_is_retried),
         cmocka_unit_test(test_wrong_rank_connecting_is_refused),
