@@ -442,7 +442,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
     Collective *c = t->coll;
     const size_t pbytes = m->num_params * sizeof(float);
     const size_t obytes = t->opt->state_floats * sizeof(float);
-    const int fresh = !r->has_state;
+    const int fresh = !r->has_state, running = r->generation > 0; /* trainer_run has begun */
     SyncState ss;
     memset(&ss, 0, sizeof ss);
     ss.ckpt_step = -1;
@@ -464,6 +464,17 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
         if (rc) return rc;
     }
     const int from_state = root >= 0;
+    if (!from_state && running) {
+        /* Every rank that held state lost it in an interrupted sync, and this process's
+         * metrics already run past the checkpoint: the group restart is the way back. */
+        util_termination_mark("recoveryTimedOut");
+        util_fail(KT_EXIT_RETRY, "live recovery: no rank holds the training state any more "
+                                 "(a sync was interrupted); exiting 75 for a restart of the "
+                                 "group from the newest checkpoint");
+    }
+    /* A sync that breaks off leaves the receivers' arenas half written: until it
+     * completes they hold no state, and cannot be the root of the next attempt. */
+    if (c->rank != root) r->has_state = 0;
     if (!from_state) {
         root = 0;
         if (t->cfg.checkpoint_dir[0]) restore_checkpoint(t, &ss);
@@ -523,8 +534,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
         t->ckpt_time = ss.ckpt_time;
     }
     trainer_seek(t, &st);
-    if (r->has_state && (rc = trainer_sync_device(t, err, errlen)))
-        util_fail(KT_EXIT_RETRY, "%s", err);
+    if (running && (rc = trainer_sync_device(t, err, errlen))) util_fail(KT_EXIT_RETRY, "%s", err);
     r->generation = (uint32_t)generation;
     r->has_state = 1;
     if (t->metrics) metrics_checkpoint(t->metrics, t->ckpt_step, t->ckpt_time);

@@ -287,7 +287,8 @@ static int gpu_train_step(Trainer *t, PipelineCursor *cursor, int *exit_code, ch
     Model *m = t->model;
     const size_t np = m->num_params, n = np + MODEL_STATS_FLOATS;
     GpuModel *g = t->gpu;
-    const float stop = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
+    t->stop_asked = t->stop_request && *t->stop_request;
+    const float stop = t->stop_asked ? 1.0f : 0.0f;
     const int nccl = !strcmp(t->coll->name, "nccl"), overlap = nccl && t->coll->world > 1;
     const int no_preload = t->st.step_in_epoch + 1 == t->steps_per_epoch &&
                            (t->cfg.eval || t->st.epoch + 1 == t->cfg.epochs);
@@ -373,7 +374,8 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     stats[STAT_LOSS] = (float)ss.loss;
     stats[STAT_CORRECT] = (float)ss.correct;
     stats[STAT_COUNT] = (float)ss.count;
-    stats[STAT_STOP] = t->stop_request && *t->stop_request ? 1.0f : 0.0f;
+    t->stop_asked = t->stop_request && *t->stop_request;
+    stats[STAT_STOP] = t->stop_asked ? 1.0f : 0.0f;
     char cerr[512];
     int rc;
     double a0 = util_now();
@@ -433,7 +435,6 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
     while (t->st.step_in_epoch < t->steps_per_epoch) {
         double s0 = util_now(), allreduce_s;
         PipelineCursor cursor;
-        const int asked = t->stop_request && *t->stop_request;
         if ((rc = train_step(t, &cursor, &allreduce_s, exit_code, err, errlen))) {
             if (!t->coll_failed || !t->recover) return rc;
             if ((rc = t->recover(t, t->recover_ctx, err, exit_code, err, errlen))) return rc;
@@ -463,7 +464,7 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
         if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
             return rc;
         t->stopping = 0;
-        if (stop_count > 0 && (asked || !t->recover || stop_count >= t->coll->world)) {
+        if (stop_count > 0 && (t->stop_asked || !t->recover || stop_count >= t->coll->world)) {
             snprintf(err, errlen,
                      "stopped by a signal after step %ld (epoch %d, step %ld of "
                      "%ld)",

@@ -73,6 +73,7 @@ struct Trainer {
     TrainRecoverHook recover;
     void *recover_ctx;
     int coll_failed;       /* the last step failed in its collective (a lost peer) */
+    int stop_asked;        /* this rank's share of the last step's stop count */
     EpochSums ep;          /* the epoch in progress */
     /* The newest checkpoint saved or resumed from: global step (0: none) and when it was
      * written (Unix seconds); reported on /metrics and in a failure's termination

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Live recovery (docs/design.md, "Live recovery") under launch, on the ASan+UBSan build:
+# SIGKILL of a random worker (the chief included) at a random step over the TCP ring and
+# through shared memory, two kills in a row, a kill during a recovery, SIGTERM of one
+# worker (the stop count), and the recovery timeout, alone and under launch. Every run
+# must end with the uninterrupted run's weights hash, having started again only the
+# process that died and read no checkpoint after the start — or, where a recovery cannot
+# complete, fall back to the group restart; never hang (every wait is bounded).
+# RECOVERY_SEED=N repeats the random choices of an earlier run.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+source e2e/lib/tap.sh
+source trainer/tests/lib.sh
+BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
+DATA=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+export KUBETRAIN_TERMINATION_FILE=$tmp/termination
+unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE KUBETRAIN_SHM
+export OPENBLAS_NUM_THREADS=1
+
+skip_without_data "live recovery" "$DATA"
+
+seed=${RECOVERY_SEED:-$(od -An -tu2 -N2 /dev/urandom | tr -d ' ')}
+RANDOM=$seed
+echo "# random choices from seed $seed (RECOVERY_SEED=$seed repeats them)"
+
+# 300 steps of a small model, a checkpoint every 25: the kills land between 25 and 250.
+EVERY=25
+run=(--model mlp --epochs 2 --steps-per-epoch 150 --per-worker-batch 16 --print-weights-hash
+     --recovery-timeout 20 --checkpoint-every-steps $EVERY)
+
+# The uninterrupted runs: the ring and shared memory sum 3 ranks in other orders, so
+# each path has its own reference.
+declare -A REF
+for shm in 0 1; do
+  KUBETRAIN_SHM=$shm "$BIN" launch --workers 3 "${run[@]}" --checkpoint-dir "$tmp/ref$shm" \
+    >"$tmp/ref$shm.out" 2>"$tmp/ref$shm.err"
+  REF[$shm]=$(hashes "$tmp/ref$shm.out")
+  [[ $(wc -l <<<"${REF[$shm]}") -eq 1 && -n ${REF[$shm]} ]] \
+    || { tap_fail "uninterrupted reference (KUBETRAIN_SHM=$shm)" "$(tail -5 "$tmp/ref$shm.err")"; tap_done; exit; }
+done
+
+start_launch() { # out err args...
+  local out=$1 err=$2; shift 2
+  : >"$out"; : >"$err"
+  "$BIN" launch "$@" >"$out" 2>"$err" &
+  lpid=$!; pids+=("$lpid")
+}
+worker_pid() { # err index: the newest pid the launcher reported for worker i
+  sed -n "s/.*launch: worker $2: pid \([0-9]*\),.*/\1/p" "$1" | tail -1
+}
+spawns() { grep -c "launch: worker $2: pid " "$1"; } # err index
+wait_for() { # seconds cmd...: polls cmd every 0.05 s
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
+}
+# Waits for launch at most $1 seconds, then kills it; sets rc (124: it hung).
+finish() {
+  if wait_for "$1" bash -c "! kill -0 $lpid 2>/dev/null"; then wait "$lpid" 2>/dev/null; rc=$?
+  else kill -9 "$lpid" 2>/dev/null; pkill -9 -P "$lpid" 2>/dev/null; rc=124; fi
+}
+# Every process started again, by index, as "i:n" for the workers started more than once.
+respawned() { # err
+  local i out=""
+  for i in 0 1 2; do [[ $(spawns "$1" $i) -gt 1 ]] && out+="$i:$(spawns "$1" $i) "; done
+  echo "${out% }"
+}
+
+# --- SIGKILL of a random worker at a random step, 20 trials ---------------------------
+for trial in $(seq 1 20); do
+  shm=$((trial % 2)); victim=$((RANDOM % 3)); at=$((EVERY * (1 + RANDOM % 10)))
+  path=$([[ $shm -eq 1 ]] && echo "shared memory" || echo "TCP ring")
+  ck=$tmp/ck$trial
+  KUBETRAIN_SHM=$shm start_launch "$tmp/k.out" "$tmp/k.err" --workers 3 "${run[@]}" --checkpoint-dir "$ck"
+  wait_for 60 test -e "$ck/ckpt-$at.kt"
+  sleep "0.0$((RANDOM % 10))"
+  kill -9 "$(worker_pid "$tmp/k.err" $victim)" 2>/dev/null
+  finish 120
+  name="trial $trial ($path): SIGKILL of worker $victim after step $at"
+  bad=()
+  [[ $rc -eq 0 ]] || bad+=("rc=$rc")
+  [[ $(hashes "$tmp/k.out") == "${REF[$shm]}" ]] || bad+=("hash $(hashes "$tmp/k.out" | cut -c1-12) != ${REF[$shm]:0:12}")
+  [[ $(respawned "$tmp/k.err") == "$victim:2" ]] || bad+=("started again: '$(respawned "$tmp/k.err")'")
+  grep -q "live recovery: starting worker $victim again alone" "$tmp/k.err" || bad+=("no replacement line")
+  grep -q "restart 1/" "$tmp/k.err" && bad+=("group restart")
+  grep -q "resuming from" "$tmp/k.err" && bad+=("a checkpoint was read")
+  grep -q "^\[worker $victim\] .*joined generation 2: state of step [0-9]* received from rank [0-9], no checkpoint read" "$tmp/k.err" \
+    || bad+=("no 'joined generation 2' line")
+  [[ $(grep -c "live recovery: generation 2 formed; state of step" "$tmp/k.err") -eq 3 ]] || bad+=("not 3 'generation 2 formed' lines")
+  grep -qE "lost rank [0-9] \(127\.0\.0\.1:[0-9]+\): .*; waiting up to 20s for a replacement \(generation 2\)" "$tmp/k.err" \
+    || bad+=("no 'lost ... waiting up to' line")
+  if [[ ${#bad[@]} -eq 0 ]]; then tap_ok "$name: only it started again, no checkpoint read, same hash"
+  else tap_fail "$name" "${bad[*]}; $(grep -v '^\[worker .\] [0-9E]' "$tmp/k.err" | tail -15)"; fi
+  rm -rf "$ck"
+done
+
+echo "# ${SECONDS}s so far"
+# --- two kills in a row ------------------------------------------------------------------
+a=$((RANDOM % 3)); b=$((RANDOM % 3)); ck=$tmp/ck-two
+KUBETRAIN_SHM=1 start_launch "$tmp/t.out" "$tmp/t.err" --workers 3 "${run[@]}" --checkpoint-dir "$ck"
+wait_for 60 test -e "$ck/ckpt-50.kt"
+kill -9 "$(worker_pid "$tmp/t.err" $a)" 2>/dev/null
+wait_for 60 bash -c "[[ \$(grep -c 'generation 2 formed' '$tmp/t.err') -eq 3 ]]"
+wait_for 60 test -e "$ck/ckpt-150.kt"
+kill -9 "$(worker_pid "$tmp/t.err" $b)" 2>/dev/null
+finish 120
+if [[ $rc -eq 0 && $(hashes "$tmp/t.out") == "${REF[1]}" ]] && ! grep -q "restart 1/" "$tmp/t.err" \
+   && [[ $(grep -c "generation 3 formed" "$tmp/t.err") -eq 3 ]] && ! grep -q "resuming from" "$tmp/t.err"; then
+  tap_ok "two kills in a row (worker $a, then worker $b): generations 2 and 3, same hash, no checkpoint read"
+else tap_fail "two kills in a row ($a then $b)" "rc=$rc $(grep -v '^\[worker .\] [0-9E]' "$tmp/t.err" | tail -15)"; fi
+
+echo "# ${SECONDS}s so far"
+# --- a kill during a recovery -------------------------------------------------------------
+# The second kill lands while the survivors wait or sync: the run either recovers live or
+# falls back to the group restart (from the checkpoint); either way the same hash.
+a=$((RANDOM % 3)); b=$(((a + 1 + RANDOM % 2) % 3)); ck=$tmp/ck-during
+KUBETRAIN_SHM=0 start_launch "$tmp/d.out" "$tmp/d.err" --workers 3 "${run[@]}" --recovery-timeout 5 --checkpoint-dir "$ck"
+wait_for 60 test -e "$ck/ckpt-50.kt"
+kill -9 "$(worker_pid "$tmp/d.err" $a)" 2>/dev/null
+wait_for 30 grep -q "live recovery: starting worker $a again" "$tmp/d.err"
+sleep "0.$((RANDOM % 3))"
+kill -9 "$(worker_pid "$tmp/d.err" $b)" 2>/dev/null
+finish 150
+how=$(grep -q "restart 1/" "$tmp/d.err" && echo "fell back to the group restart" || echo "recovered live")
+if [[ $rc -eq 0 && $(hashes "$tmp/d.out") == "${REF[0]}" ]]; then
+  tap_ok "a kill of worker $b during the recovery from worker $a's: $how, same hash"
+else tap_fail "kill during a recovery ($a, then $b)" "rc=$rc ($how) $(grep -v '^\[worker .\] [0-9E]' "$tmp/d.err" | tail -15)"; fi
+
+echo "# ${SECONDS}s so far"
+# --- SIGTERM of one worker: it leaves after the step, the others stay ---------------------
+v=$((1 + RANDOM % 2)); ck=$tmp/ck-term
+KUBETRAIN_SHM=1 start_launch "$tmp/s.out" "$tmp/s.err" --workers 3 "${run[@]}" --checkpoint-dir "$ck"
+wait_for 60 test -e "$ck/ckpt-50.kt"
+kill -TERM "$(worker_pid "$tmp/s.err" $v)" 2>/dev/null
+finish 120
+stopped=$(sed -n "s/^\[worker $v\] .*stopped by a signal after step \([0-9]*\).*/\1/p" "$tmp/s.err" | head -1)
+if [[ $rc -eq 0 && -n $stopped && $(hashes "$tmp/s.out") == "${REF[1]}" && $(respawned "$tmp/s.err") == "$v:2" ]] \
+   && grep -q "^\[worker 0\] .*checkpoint at step $stopped saved" "$tmp/s.err" \
+   && [[ $(grep -c "1 rank(s) asked to stop after step $stopped and leave; this one stays" "$tmp/s.err") -eq 2 ]] \
+   && grep -q "worker $v exited with 75" "$tmp/s.err" && ! grep -q "restart 1/" "$tmp/s.err"; then
+  tap_ok "SIGTERM of worker $v: it leaves after step $stopped (checkpoint saved), the others stay, same hash"
+else tap_fail "SIGTERM of one worker" "rc=$rc stopped=$stopped $(grep -v '^\[worker .\] [0-9E]' "$tmp/s.err" | tail -15)"; fi
+
+echo "# ${SECONDS}s so far"
+# --- the recovery timeout ---------------------------------------------------------------
+p0=$(free_port); p1=$(free_port); ck=$tmp/ck-alone
+for i in 0 1; do
+  TF_CONFIG=$(tf_config $i "$p0" "$p1") KUBETRAIN_SECRET=s KUBETRAIN_TERMINATION_FILE=$tmp/term$i \
+    "$BIN" "${run[@]}" --recovery-timeout 2 --checkpoint-dir "$ck" >"$tmp/a$i.out" 2>"$tmp/a$i.err" &
+  ap[i]=$!; pids+=("${ap[i]}")
+done
+wait_for 60 test -e "$ck/ckpt-50.kt"
+kill -9 "${ap[1]}" 2>/dev/null
+wait "${ap[1]}" 2>/dev/null
+t0=$SECONDS
+lpid=${ap[0]}; finish 60
+if [[ $rc -eq 75 && $((SECONDS - t0)) -le 30 ]] && grep -q '"recoveryTimedOut":true' "$tmp/term0" \
+   && grep -qE "lost rank 1 \(127\.0\.0\.1:$p1\): .*; waiting up to 2s for a replacement \(generation 2\)" "$tmp/a0.err" \
+   && grep -q "live recovery: no replacement for rank 1 .* within 2s" "$tmp/a0.err"; then
+  tap_ok "no replacement within --recovery-timeout: the survivor exits 75 with recoveryTimedOut in its termination message"
+else tap_fail "recovery timeout" "rc=$rc $(cat "$tmp/term0") $(tail -5 "$tmp/a0.err")"; fi
+
+# Under launch: launch held (SIGSTOP) while a worker dies, so no replacement can come;
+# the survivors give up, and launch, let go, restarts the group from the checkpoint.
+ck=$tmp/ck-fallback
+KUBETRAIN_SHM=1 start_launch "$tmp/f.out" "$tmp/f.err" --workers 3 "${run[@]}" --recovery-timeout 2 --checkpoint-dir "$ck"
+wait_for 60 test -e "$ck/ckpt-50.kt"
+w0=$(worker_pid "$tmp/f.err" 0); w1=$(worker_pid "$tmp/f.err" 1)
+kill -STOP "$lpid"
+kill -9 "$(worker_pid "$tmp/f.err" 2)" 2>/dev/null
+wait_for 30 bash -c "! kill -0 $w0 2>/dev/null && ! kill -0 $w1 2>/dev/null"
+kill -CONT "$lpid"
+finish 120
+if [[ $rc -eq 0 && $(hashes "$tmp/f.out") == "${REF[1]}" ]] && grep -q "worker 0 exited with 75 (no replacement came in time)" "$tmp/f.err" \
+   && grep -q "restart 1/3: the group starts again from the newest checkpoint" "$tmp/f.err" \
+   && grep -q "resuming from" "$tmp/f.err"; then
+  tap_ok "survivors that time out make launch restart the group from the checkpoint; same hash"
+else tap_fail "timeout under launch: group restart" "rc=$rc $(grep -v '^\[worker .\] [0-9E]' "$tmp/f.err" | tail -15)"; fi
+
+# --recovery-timeout 0 is today's behaviour: every rank exits 75 and the group restarts.
+ck=$tmp/ck-off
+KUBETRAIN_SHM=1 start_launch "$tmp/o.out" "$tmp/o.err" --workers 3 "${run[@]}" --recovery-timeout 0 --checkpoint-dir "$ck"
+wait_for 60 test -e "$ck/ckpt-50.kt"
+kill -9 "$(worker_pid "$tmp/o.err" 1)" 2>/dev/null
+finish 120
+if [[ $rc -eq 0 && $(hashes "$tmp/o.out") == "${REF[1]}" ]] && grep -q "restart 1/3" "$tmp/o.err" \
+   && ! grep -q "live recovery" "$tmp/o.err"; then
+  tap_ok "--recovery-timeout 0: the group restart of before, same hash"
+else tap_fail "--recovery-timeout 0" "rc=$rc $(grep -v '^\[worker .\] [0-9E]' "$tmp/o.err" | tail -10)"; fi
+
+echo "# ${SECONDS}s so far"
+leftover=$(find /dev/shm -maxdepth 1 -name 'kubetrain-*' -user "$(id -u)" 2>/dev/null | while read -r f; do
+  pid=${f#/dev/shm/kubetrain-}; pid=${pid%%-*}; kill -0 "$pid" 2>/dev/null || echo "$f"; done)
+[[ -z $leftover ]] && tap_ok "no shared-memory object is left in /dev/shm" || tap_fail "objects left in /dev/shm" "$leftover"
+tap_done
