@@ -5,16 +5,20 @@
  *   kubetrain-trainer --version                          "kubetrain-trainer VERSION", as the
  *                                                        operator prints its own
  *
- * A worker: TF_CONFIG -> rendezvous with its peers -> ring collective -> restore the
- * newest checkpoint -> the chief's weights broadcast and verified by hash -> train,
- * the chief checkpointing every --checkpoint-every-steps steps, at each epoch end and
- * when stopped by SIGTERM.
+ * A worker: TF_CONFIG -> rendezvous with its peers -> ring collective -> state sync
+ * (the newest checkpoint, or a running peer's state for a replacement, broadcast and
+ * verified by hash) -> train, the chief checkpointing every --checkpoint-every-steps
+ * steps, at each epoch end and when stopped by SIGTERM. With --recovery-timeout > 0 a
+ * lost peer does not end the run: the survivors keep the listener, wait for its
+ * replacement in a new rendezvous and hand it their state (recover, state_sync;
+ * docs/design.md, "Live recovery").
  *
  * Exit codes (docs/design.md, "Exit codes"): 0 done, 2 bad usage or configuration
  * (malformed TF_CONFIG, peers that disagree or do not know the secret), 3 bad data,
- * model or checkpoint, 75 retry (peers never came or were lost, stopped by SIGTERM
- * after the checkpoint, the checkpoint or metrics volume full or failing), 128+n killed
- * by signal n. */
+ * model or checkpoint, 75 retry (peers never came or were lost — with live recovery:
+ * no replacement within --recovery-timeout, "recoveryTimedOut" in the termination
+ * message —, stopped by SIGTERM after the checkpoint, the checkpoint or metrics volume
+ * full or failing), 128+n killed by signal n. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
@@ -60,7 +64,8 @@ static volatile sig_atomic_t recovering; /* waiting for a lost peer's replacemen
 
 /* SIGTERM/SIGINT: once training runs, finish the step (the flag travels with the step
  * statistics, see train.h); before that there is nothing to save, so exit 75 at once,
- * which also ends a rendezvous that waits for peers that will never come. */
+ * which also ends a rendezvous that waits for peers that will never come; so does a
+ * survivor waiting for a replacement. */
 static void on_stop_signal(int sig)
 {
     (void)sig;

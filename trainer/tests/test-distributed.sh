@@ -99,6 +99,7 @@ assert aa == ab, (aa, ab)
 PY
 
 # --- exact resume after SIGKILL of a random worker at a random step ------------------
+# The group restart (--recovery-timeout 0); live recovery is test-recovery.sh's.
 "$BIN" launch --workers 2 "${cnn[@]}" >"$tmp/ref" 2>&1
 HC=$(hashes "$tmp/ref")
 start_launch() { # out err args...
@@ -118,7 +119,7 @@ ck=$tmp/ck-kill
 # The kill must land before the last all-reduce (12 steps of tens of ms each): after the
 # checkpoint of step 2, 4 or 6, plus 0-90 ms into the next step.
 victim=$((RANDOM % 2)); at_step=$((2 * (1 + RANDOM % 3)))
-start_launch "$tmp/kout" "$tmp/kerr" --workers 2 "${cnn[@]}" --checkpoint-dir "$ck" --checkpoint-every-steps 2 \
+start_launch "$tmp/kout" "$tmp/kerr" --workers 2 "${cnn[@]}" --recovery-timeout 0 --checkpoint-dir "$ck" --checkpoint-every-steps 2 \
   --metrics-file "$tmp/km.jsonl"
 wait_for 60 test -e "$ck/ckpt-$at_step.kt"
 sleep "0.0$((RANDOM % 10))"
@@ -202,7 +203,7 @@ HL=$(hashes "$tmp/lref")
 ck=$tmp/ck-chief
 p0=$(free_port); p1=$(free_port)
 for i in 0 1; do
-  TF_CONFIG=$(tf_config $i "$p0" "$p1") KUBETRAIN_SECRET=s3 "$BIN" "${long[@]}" --checkpoint-dir "$ck" \
+  TF_CONFIG=$(tf_config $i "$p0" "$p1") KUBETRAIN_SECRET=s3 "$BIN" "${long[@]}" --recovery-timeout 0 --checkpoint-dir "$ck" \
     --checkpoint-every-steps 1 --keep-checkpoints 3 >"$tmp/c$i.out" 2>"$tmp/c$i.err" &
   cp[i]=$!; pids+=("${cp[i]}")
 done
@@ -282,15 +283,15 @@ ck=$tmp/ck-model
 "$BIN" --model mlp --epochs 1 --steps-per-epoch 2 --per-worker-batch 8 --checkpoint-dir "$ck" >/dev/null 2>&1
 expect "checkpoint of another model" 3 "another model" "" --model tutorial-cnn --epochs 1 --steps-per-epoch 2 --per-worker-batch 8 --checkpoint-dir "$ck"
 
-# a lost peer mid-training: exit 75 within seconds, naming the peer
+# a lost peer mid-training without live recovery: exit 75 within seconds, naming the peer
 p0=$(free_port); p1=$(free_port)
-TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${cnn[@]}" --epochs 50 >/dev/null 2>"$tmp/l0" & l0=$!; pids+=("$l0")
-TF_CONFIG=$(tf_config 1 "$p0" "$p1") "$BIN" "${cnn[@]}" --epochs 50 >"$tmp/l1.out" 2>&1 & l1=$!; pids+=("$l1")
+TF_CONFIG=$(tf_config 0 "$p0" "$p1") "$BIN" "${cnn[@]}" --epochs 50 --recovery-timeout 0 >/dev/null 2>"$tmp/l0" & l0=$!; pids+=("$l0")
+TF_CONFIG=$(tf_config 1 "$p0" "$p1") "$BIN" "${cnn[@]}" --epochs 50 --recovery-timeout 0 >"$tmp/l1.out" 2>&1 & l1=$!; pids+=("$l1")
 wait_for 60 grep -qs "Epoch 2/50" "$tmp/l1.out"
 kill -9 "$l1"; t0=$SECONDS; wait "$l1" 2>/dev/null
 wait "$l0" 2>/dev/null; rc=$?
 if [[ $rc -eq 75 && $((SECONDS - t0)) -le 10 ]] && grep -q "rank 1" "$tmp/l0"; then
-  tap_ok "a lost peer: the other worker exits 75 within $((SECONDS - t0))s naming rank 1"
+  tap_ok "a lost peer, --recovery-timeout 0: the other worker exits 75 within $((SECONDS - t0))s naming rank 1"
 else tap_fail "lost peer" "rc=$rc after $((SECONDS - t0))s: $(tail -3 "$tmp/l0")"; fi
 
 # launch: 0 on success (above), a non-retryable child code stops everything, 128+n
@@ -305,7 +306,7 @@ if [[ $rc -eq 137 ]] && grep -q "giving up after 0 restart" "$tmp/gerr"; then
 else tap_fail "launch exit 128+n" "rc=$rc $(tail -5 "$tmp/gerr")"; fi
 "$BIN" launch --workers 1 --max-restarts 1 "${mlp[@]}" --epochs 1 >"$tmp/one" 2>&1; rc=$?
 [[ $rc -eq 0 && $(count_hashes "$tmp/one") -eq 1 ]] && tap_ok "launch --workers 1: exit 0" || tap_fail "launch one worker" "$(cat "$tmp/one")"
-start_launch "$tmp/sout" "$tmp/serr" --workers 2 --max-restarts 1 "${cnn[@]}"
+start_launch "$tmp/sout" "$tmp/serr" --workers 2 --max-restarts 1 "${cnn[@]}" --recovery-timeout 0
 wait_for 60 grep -q "Epoch 2/2" "$tmp/sout"
 kill -9 "$(worker_pid "$tmp/serr" 1)"
 wait "$lpid" 2>/dev/null; rc=$?
