@@ -179,6 +179,14 @@ static void spawn(Worker *w, int index, const Launch *l)
     int po[2], pe[2];
     if (pipe(po) || pipe(pe)) util_fail(KT_EXIT_RETRY, "launch: pipe: %s", strerror(errno));
     char *tf = make_tf_config(ports, n, index);
+    /* Blocked across the fork: a SIGTERM that launch sends the new child at once (it
+     * stops the others in the same pass that started this one) must not run launch's
+     * handler in the child, which would lose it; it waits for SIG_DFL below. */
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, &old);
     pid_t pid = fork();
     if (pid < 0) util_fail(KT_EXIT_RETRY, "launch: fork: %s", strerror(errno));
     if (pid == 0) {
@@ -188,6 +196,7 @@ static void spawn(Worker *w, int index, const Launch *l)
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
         setenv("TF_CONFIG", tf, 1);
         setenv("KUBETRAIN_SECRET", secret, 1);
         unsetenv("KUBETRAIN_SECRET_FILE");
@@ -202,6 +211,7 @@ static void spawn(Worker *w, int index, const Launch *l)
         fprintf(stderr, "exec %s: %s\n", self, strerror(errno));
         _exit(KT_EXIT_USAGE);
     }
+    sigprocmask(SIG_SETMASK, &old, NULL);
     free(tf);
     close(po[1]), close(pe[1]);
     memset(w, 0, sizeof *w);

@@ -655,7 +655,12 @@ static int cmd_train(int argc, char **argv)
 
     Trainer *t;
     if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) util_fail(code, "%s", err);
-    if (state_sync(t, &rec, err, sizeof err)) util_fail(KT_EXIT_RETRY, "state sync: %s", err);
+    /* a peer lost during the first sync: with live recovery, wait for it like a survivor */
+    if (state_sync(t, &rec, err, sizeof err)) {
+        char e2[1024];
+        if (!rec.on) util_fail(KT_EXIT_RETRY, "state sync: %s", err);
+        if (recover(t, &rec, err, &code, e2, sizeof e2)) util_fail(code, "%s", e2);
+    }
     if (coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
     t->stop_request = &stop_requested;
     if (rec.on) t->recover = recover, t->recover_ctx = &rec;
