@@ -194,6 +194,16 @@ bench-distributed: $(TRAINER_BIN) $(TF_VENV)/.tf-keras
 	    $(FASHION_DIR) bench/results/distributed.json $(DIST_ROUNDS)
 .PHONY: bench-distributed
 
+# Benchmark: live recovery against the group restart (trainer/bench/bench_recovery.py):
+# 4 workers under launch, one SIGKILLed mid-epoch, the time from the kill to the next
+# completed step and the steps trained twice; RECOVERY_ROUNDS interleaved rounds.
+RECOVERY_ROUNDS ?= 3
+BENCH_TARGETS += bench-recovery
+bench-recovery: $(TRAINER_BIN)
+	python3 trainer/bench/bench_recovery.py $(TRAINER_BIN) $(FASHION_DIR) \
+	    bench/results/recovery.json $(RECOVERY_ROUNDS)
+.PHONY: bench-recovery
+
 # Benchmark: the step's GEMMs with each backend, 1 and 2 threads, interleaved
 # (trainer/bench/gemm_compare.py); needs every backend's package.
 BENCH_TARGETS += bench-gemm
