@@ -329,7 +329,8 @@ s_preempt() {
   begin preempt
   local t0 out line h h0
   t0=$(now)
-  if out=$(apply_job mnist-pre); then ok "job mnist-pre applied (the same spec as mnist)"
+  if out=$(apply_job mnist-pre "recoveryTimeoutSeconds: 0"); then
+    ok "job mnist-pre applied (the same spec as mnist, recoveryTimeoutSeconds 0: group restarts)"
   else fail "job mnist-pre applied" "$out"; end; return; fi
   if line=$(chief_ckpt mnist-pre 180); then ok "chief saved a checkpoint: ${line##*] }"
   else fail "chief saved a checkpoint" "$(explain mnist-pre)"; end; return; fi
@@ -374,7 +375,8 @@ s_kill137() {
   begin kill137
   local t0 out line code=""
   t0=$(now)
-  if out=$(apply_job mnist-kill "restartPolicy: ExitCode"); then ok "job mnist-kill applied (restartPolicy ExitCode)"
+  if out=$(apply_job mnist-kill "restartPolicy: ExitCode" "recoveryTimeoutSeconds: 0"); then
+    ok "job mnist-kill applied (restartPolicy ExitCode, group restarts)"
   else fail "job mnist-kill applied" "$out"; end; return; fi
   if line=$(chief_ckpt mnist-kill 180); then ok "chief saved a checkpoint"
   else fail "chief saved a checkpoint" "$(explain mnist-kill)"; end; return; fi
@@ -392,6 +394,76 @@ s_kill137() {
   if wait_phase mnist-kill "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded after the group restart ($(since "$t0")s)"
   else fail "job Succeeded after the group restart" "$(explain mnist-kill)"; end; return; fi
   check "restarts application/disruption 1/0" "$(restarts mnist-kill)" "1/0"
+  end
+}
+
+# uid POD: the pod's uid, empty when it does not exist.
+uid() { kn get pod "$1" -o 'jsonpath={.metadata.uid}' 2>/dev/null; }
+# wait_new_log POD OLD_UID REGEX SECONDS: the first line matching REGEX in the log of a
+# pod named POD whose uid is not OLD_UID (its replacement).
+wait_new_log() {
+  local end=$(( $(date +%s) + $4 )) u line
+  while [ "$(date +%s)" -lt "$end" ]; do
+    u=$(uid "$1")
+    if [ -n "$u" ] && [ "$u" != "$2" ] &&
+       line=$(kn logs "$1" -c trainer 2>/dev/null | grep -E -m1 "$3"); then
+      echo "$line"; return 0
+    fi
+    sleep 0.5
+  done
+  return 1
+}
+
+s_recovery() {
+  begin recovery
+  local t0 out line u0 u1 u1b h rep att
+  local joined='joined generation [0-9]+: state of step [0-9]+ received from rank [0-9]+, no checkpoint read'
+  t0=$(now)
+  if out=$(apply_job mnist-rec); then
+    ok "job mnist-rec applied (the same spec as mnist; recoveryTimeoutSeconds defaults to 120)"
+  else fail "job mnist-rec applied" "$out"; end; return; fi
+  if line=$(chief_ckpt mnist-rec 180); then ok "chief saved a checkpoint: ${line##*] }"
+  else fail "chief saved a checkpoint" "$(explain mnist-rec)"; end; return; fi
+  check "the trainer is told --recovery-timeout 120" \
+    "$(kn get pod mnist-rec-worker-0 -o 'jsonpath={.spec.containers[?(@.name=="trainer")].args}' |
+       jq -r 'index("--recovery-timeout") as $i | if $i then .[$i + 1] else "<absent>" end' 2>&1)" 120
+  u0=$(uid mnist-rec-worker-0); u1=$(uid mnist-rec-worker-1)
+  # 1. A worker's trainer SIGKILLed: its pod fails with 137 and is replaced alone; the
+  # chief stays, hands the replacement its state, and nobody reads a checkpoint.
+  if out=$(kill_trainer mnist-rec-worker-1 2>&1); then ok "SIGKILL to worker 1's trainer process"
+  else fail "SIGKILL to worker 1's trainer process" "$out"; end; return; fi
+  if line=$(wait_new_log mnist-rec-worker-1 "$u1" "$joined" 90); then
+    ok "worker 1's replacement joined from the chief: ${line##*]: }"
+  else fail "worker 1 replaced live" "$(explain mnist-rec)"; end; return; fi
+  check "the chief's pod is the same (uid)" "$(uid mnist-rec-worker-0)" "$u0"
+  check "the chief's container never restarted" \
+    "$(kn get pod mnist-rec-worker-0 -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].restartCount}')" 0
+  if line=$(wait_log mnist-rec-worker-0 'live recovery: generation 2 formed' 10); then
+    ok "the chief logs the new ring: ${line##*]: }"
+  else fail "the chief logs generation 2" "$(kn logs mnist-rec-worker-0 -c trainer 2>&1 | tail -n 8)"; fi
+  u1b=$(uid mnist-rec-worker-1)
+  # 2. The chief's pod deleted (SIGTERM): it leaves after its step, the worker keeps the
+  # state and hands it to the new chief.
+  if out=$(kn delete pod mnist-rec-worker-0 --wait=false 2>&1); then ok "the chief's pod deleted"
+  else fail "the chief's pod deleted" "$out"; end; return; fi
+  if line=$(wait_new_log mnist-rec-worker-0 "$u0" "$joined" 120); then
+    ok "the chief's replacement joined from worker 1: ${line##*]: }"
+  else fail "the chief replaced live" "$(explain mnist-rec)"; end; return; fi
+  check "worker 1's pod is the same (uid)" "$(uid mnist-rec-worker-1)" "$u1b"
+  if wait_phase mnist-rec "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain mnist-rec)"; end; return; fi
+  att=$(field mnist-rec '{.status.attempt}')
+  check "status.attempt unchanged (no group restart)" "${att:-0}" 0
+  rep=$(field mnist-rec '{.status.restarts.replaced}')
+  check "restarts.replaced 2" "${rep:-0}" 2
+  check "restarts application/disruption 1/1 (the SIGKILL, the deletion)" "$(restarts mnist-rec)" "1/1"
+  if wait_event mnist-rec 'mnist-rec-worker-1 replaced; live recovery' 10; then
+    ok "a WorkerReplaced event names worker 1"
+  else fail "a WorkerReplaced event names worker 1" "$(kn get events --field-selector involvedObject.name=mnist-rec 2>&1 | tail -n 5)"; fi
+  h=$(field mnist-rec '{.status.result.weightsSha256}')
+  if [ -n "$BASIC_HASH" ] && [ "$h" = "$BASIC_HASH" ]; then
+    ok "final weights sha256 equals the uninterrupted run's (${h:0:16}...)"
+  else fail "final weights sha256 equals the uninterrupted run's" "recovered $h"$'\n'"uninterrupted ${BASIC_HASH:-<basic did not finish>}"; fi
   end
 }
 
@@ -950,7 +1022,7 @@ s_progress() {
   begin progress
   local out s1="" s2="" col end a lost
   prog_field() { field mnist-prog "{.status.progress.$1}"; }
-  if out=$(job mnist-prog | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 600/' | kn apply -f - 2>&1)
+  if out=$(job mnist-prog "recoveryTimeoutSeconds: 0" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 600/' | kn apply -f - 2>&1)
   then ok "job mnist-prog applied (2 epochs x 600 steps)"
   else fail "job mnist-prog applied" "$out"; end; return; fi
   end=$(( $(date +%s) + 180 ))
@@ -990,7 +1062,7 @@ s_progress() {
   end
 }
 
-ALL=(install invalid basic preempt kill137 badmodel progress operator suspend deadline gang
+ALL=(install invalid basic preempt kill137 recovery badmodel progress operator suspend deadline gang
      waiting tfmwms tfps tfexit kueue upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
