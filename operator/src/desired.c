@@ -287,7 +287,7 @@ static int add_arg_int(cJSON *args, const char *flag, long long v)
 
 /* The trainer's command line for this job; only what the user set is passed, so the
  * trainer's defaults hold otherwise. */
-static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
+static cJSON *trainer_args(const JobSpec *s, const DesiredConfig *cfg, const char *ckpt_dir)
 {
     cJSON *a = cJSON_CreateArray();
     int rc = add_arg(a, "train", NULL);
@@ -309,8 +309,8 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     rc |= add_arg(a, "--collective", s->collective);
     /* How long survivors wait for a lost peer's replacement: 0 where the operator
      * restarts the group instead (desired_live_recovery). */
-    rc |=
-        add_arg_int(a, "--recovery-timeout", desired_live_recovery(s) ? s->recovery_timeout_s : 0);
+    rc |= add_arg_int(a, "--recovery-timeout",
+                      desired_live_recovery(s, cfg) ? s->recovery_timeout_s : 0);
     /* one rank per GPU: the trainer runs gpusPerWorker processes in the pod */
     if (s->gpus > 1) rc |= add_arg_int(a, "--gpus-per-worker", s->gpus);
     if (ckpt_dir) {
@@ -505,8 +505,9 @@ err:
 }
 
 /* The Kueue queue the job's pods join: the job's label, else its template's (and a
- * chief's template, the chief being made from it), or NULL. */
-static const char *kueue_queue(const JobSpec *s)
+ * chief's template, the chief being made from it), else the operator's --default-queue,
+ * or NULL. */
+static const char *kueue_queue(const JobSpec *s, const DesiredConfig *cfg)
 {
     if (s->queue_name) return s->queue_name;
     const cJSON *ts[] = {s->template, s->roles[ROLE_CHIEF].template};
@@ -514,13 +515,13 @@ static const char *kueue_queue(const JobSpec *s)
         const char *q = jsonx_key_str(jsonx_obj(ts[i], "metadata.labels"), LABEL_KUEUE_QUEUE);
         if (q) return q;
     }
-    return NULL;
+    return cfg && cfg->default_queue && *cfg->default_queue ? cfg->default_queue : NULL;
 }
 
-int desired_live_recovery(const JobSpec *s)
+int desired_live_recovery(const JobSpec *s, const DesiredConfig *cfg)
 {
     int nccl = s->gpus > 0 && strcmp(s->collective, "ring") != 0;
-    return s->recovery_timeout_s > 0 && !s->command && !nccl && !kueue_queue(s);
+    return s->recovery_timeout_s > 0 && !s->command && !nccl && !kueue_queue(s, cfg);
 }
 
 int desired_pod_set_replacement(cJSON *pod, long long n)
@@ -679,7 +680,7 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
                 goto err;
         }
         if (!cJSON_GetObjectItemCaseSensitive(c, "args") &&
-            !jsonx_set(c, "args", trainer_args(s, ckpt)))
+            !jsonx_set(c, "args", trainer_args(s, cfg, ckpt)))
             goto err;
     }
     if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy") &&

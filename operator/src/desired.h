@@ -87,11 +87,12 @@ void desired_pod_group_name(const char *job, long long attempt, char *out, size_
  * others keep running (live recovery, docs/design.md "Restart policies and counting"):
  * the C trainer (no spec.command: TensorFlow cannot rejoin a ring), not on NCCL
  * (gpusPerWorker > 0 with collective nccl or auto: every rank must rebuild its
- * communicator), not in a Kueue queue (Kueue holds a failed pod's name with its
+ * communicator), not in a Kueue queue (its label, or the --default-queue of cfg, which
+ * may be NULL; Kueue holds a failed pod's name with its
  * finalizer until a replacement exists, docs/kueue.md), and recoveryTimeoutSeconds > 0.
  * Otherwise a lost pod restarts the group, and the C trainer is told
  * --recovery-timeout 0 so that its survivors do not wait for a replacement. */
-int desired_live_recovery(const JobSpec *s);
+int desired_live_recovery(const JobSpec *s, const DesiredConfig *cfg);
 
 /* Marks a pod (from desired_pod) as replacement number `n` (>= 1) of its attempt:
  * ANNOT_REPLACEMENT. Returns 0, or -ENOMEM. */

@@ -836,7 +836,7 @@ static int slot_replacing(const Ctx *c, const Group *g, int slot)
 static int decide_replacement(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
-    if (!desired_live_recovery(s) || !g->launched || g->nsucceeded) return 0;
+    if (!desired_live_recovery(s, &c->cfg->desired) || !g->launched || g->nsucceeded) return 0;
     int lost = -1, nlost = 0, busy = 0, failed = 0;
     char why[450] = "";
     for (int i = 0; i < s->npods; i++) {

@@ -2249,6 +2249,19 @@ static void test_recovery_timeout_flag(void **state)
         cJSON_Delete(pod);
         cJSON_Delete(job);
     }
+    /* An unlabelled job that --default-queue puts in a Kueue queue is queued too. */
+    DesiredConfig dq = CFG.desired;
+    dq.default_queue = "team";
+    cJSON *qjob = job_new("{\"workers\":2}", NULL);
+    JobSpec qs;
+    char qerr[256];
+    assert_int_equal(jobspec_parse(qjob, &qs, qerr, sizeof qerr), 0);
+    assert_false(desired_live_recovery(&qs, &dq));
+    assert_true(desired_live_recovery(&qs, &CFG.desired));
+    cJSON *qpod = desired_pod(&qs, &dq, SECRET, ROLE_WORKER, 1, 0);
+    assert_string_equal(arg_of(qpod, "--recovery-timeout"), "0");
+    cJSON_Delete(qpod);
+    cJSON_Delete(qjob);
     cJSON *job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":-1}", NULL);
     JobSpec s;
     char err[256];
