@@ -84,6 +84,13 @@ bench-progress: $(OPERATOR_BIN)
 BENCH_TARGETS += bench-progress
 .PHONY: bench-gang-kueue bench-progress
 
+# Benchmark at cluster scale: 1,000 jobs x 8 workers on kwok's simulated nodes, side by
+# side with the training-operator; JSON in bench/results/operator-scale.json.
+bench-operator-scale: $(OPERATOR_BIN)
+	@bash operator/bench/scale.sh
+BENCH_TARGETS += bench-operator-scale
+.PHONY: bench-operator-scale
+
 # Regenerates operator/tests/reference/tfconfig-roles.json, the TF_CONFIG of each pod for
 # chief/worker/ps/evaluator role combinations and what TensorFlow's TFConfigClusterResolver
 # makes of it (operator/tests/reference/gen_tfconfig.py; commit the result).

@@ -13,7 +13,6 @@
 set -uo pipefail # no -e: a step that fails is recorded in the JSON
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/cluster/lib.sh
-KF_VERSION=${KF_VERSION:-v1.9.3}
 JOBS=${BENCH_JOBS:-100}
 WORKERS=${BENCH_WORKERS:-4}
 QPS_LIST=${BENCH_QPS:-"50 100"}
@@ -30,22 +29,8 @@ log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # --- the peer -------------------------------------------------------------------------
-kf_bin=$KT_CACHE/kubeflow/bin/training-operator.v1
-kf_note=""
-if [ "${BENCH_PEER:-1}" = 0 ]; then
-  kf_note="peer run skipped (BENCH_PEER=0)"
-elif [ ! -x "$kf_bin" ]; then
-  log "building Kubeflow training-operator $KF_VERSION (once per machine)"
-  (
-    kt_go_env
-    export GOBIN=$KT_CACHE/kubeflow/bin
-    mkdir -p "$GOBIN"
-    cd "$KT_CACHE/kubeflow" 2>/dev/null || cd /tmp
-    go install -p 2 "github.com/kubeflow/training-operator/cmd/training-operator.v1@$KF_VERSION"
-  ) >"$dir/kf-build.log" 2>&1 || kf_note="go install of training-operator $KF_VERSION failed: $(tail -n 3 "$dir/kf-build.log" | tr '\n' ' ')"
-fi
-kf_crd=$KT_CACHE/go/pkg/mod/github.com/kubeflow/training-operator@$KF_VERSION/manifests/base/crds/kubeflow.org_tfjobs.yaml
-[ -z "$kf_note" ] && [ ! -f "$kf_crd" ] && kf_note="TFJob CRD not found in the module cache ($kf_crd)"
+# shellcheck source=operator/bench/peer.sh
+. operator/bench/peer.sh
 
 # --- the cluster ------------------------------------------------------------------------
 log "starting the api-level cluster"
@@ -55,40 +40,8 @@ bash e2e/cluster/up.sh api >"$dir/up.log" 2>&1 || { cat "$dir/up.log" >&2; exit 
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 60s "$@"; }
 k apply -f crds/ >/dev/null
 k wait --for condition=Established --timeout 60s crd/trainingjobs.kubetrain.dev >/dev/null
-if [ -z "$kf_note" ]; then
-  # The training-operator's certificate rotator wants its Secret and its validating
-  # webhook configuration to exist; an empty configuration (no webhooks) keeps TFJob
-  # admission free of a webhook nobody can reach at this tier.
-  if ! err=$(k apply --server-side -f "$kf_crd" 2>&1 && k create namespace kubeflow 2>&1 &&
-      k -n kubeflow create secret generic training-operator-webhook-cert 2>&1 &&
-      k apply -f - 2>&1 <<'EOF'
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata: {name: validator.training-operator.kubeflow.org}
-webhooks: []
-EOF
-  ); then kf_note="could not install the TFJob CRD and webhook objects: $err"; fi
-  k wait --for condition=Established --timeout 60s crd/tfjobs.kubeflow.org >/dev/null 2>&1
-fi
+kf_install
 sleep 2
-
-# The kubelet's part for the training-operator: in a cluster its webhook Secret is
-# mounted at the certificate directory its webhook server reads (a fixed path in its
-# code); here the files are copied there once its rotator has filled the Secret.
-kf_certs() {
-  local d=/tmp/k8s-webhook-server/serving-certs f
-  mkdir -p "$d"
-  for _ in $(seq 600); do
-    if [ -n "$(k -n kubeflow get secret training-operator-webhook-cert -o 'jsonpath={.data.tls\.crt}' 2>/dev/null)" ]; then
-      for f in ca.crt tls.crt tls.key; do
-        k -n kubeflow get secret training-operator-webhook-cert -o "jsonpath={.data.${f/./\\.}}" |
-          base64 -d >"$d/$f.tmp" && mv "$d/$f.tmp" "$d/$f"
-      done
-      return 0
-    fi
-    sleep 0.5
-  done
-}
 
 runs=()
 bench() { # NAME KIND QPS READY METRIC LATENCY-METRIC PORT CMD...
