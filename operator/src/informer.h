@@ -15,7 +15,9 @@
 #include <cjson/cJSON.h>
 
 /* type: "ADDED" | "MODIFIED" | "DELETED". obj is borrowed for the call. Called from
- * the informer's thread without its lock held (it may call informer_get). */
+ * the informer's thread without its lock held (it may call informer_get). A watch event
+ * passes the object as received; a relist passes it as cached (after the transform), so
+ * a handler reads only what the transform keeps. */
 typedef void (*InformerHandler)(void *ctx, const char *type, const cJSON *obj);
 
 typedef struct InformerOptions {
