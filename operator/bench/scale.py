@@ -55,6 +55,9 @@ ap.add_argument("--metrics-port", type=int, required=True)
 ap.add_argument("--log", required=True)
 ap.add_argument("--ready-regex", required=True, help="operator log line meaning it is ready")
 ap.add_argument("--metric", required=True, help="regex of the request-counter sample lines")
+ap.add_argument("--hist", action="append", default=[],
+                help="KEY=NAME[,LABEL-SUBSTRING]: a histogram of the operator's whose mean is "
+                     "reported per phase (api, reconcile, queue)")
 ap.add_argument("--jobs", type=int, default=1000)
 ap.add_argument("--workers", type=int, default=8)
 ap.add_argument("--samples", type=int, default=200)
@@ -123,6 +126,37 @@ def op_requests():
             m = re.search(r'(?:verb|method)="([A-Z]+)"', ln)
             by[m.group(1) if m else "?"] += float(ln.rsplit(" ", 1)[1])
     return by
+
+
+HISTS = dict(h.split("=", 1) for h in a.hist)
+
+
+def hist_totals():
+    """{key: (sum, count)} of the --hist histograms, over their matching label sets."""
+    lines = scrape(f"http://127.0.0.1:{a.metrics_port}/metrics")
+    out = {}
+    for key, spec in HISTS.items():
+        name, _, sub = spec.partition(",")
+        tot = [0.0, 0.0]
+        for ln in lines:
+            head, val = ln.rsplit(" ", 1)
+            if sub and sub not in head:
+                continue
+            base = head.split("{", 1)[0]
+            if base == name + "_sum":
+                tot[0] += float(val)
+            elif base == name + "_count":
+                tot[1] += float(val)
+        out[key] = tot
+    return out
+
+
+def hist_means(h0, h1):
+    """Mean (ms) and count of what each histogram observed between two snapshots."""
+    return {k: {"n": int(h1[k][1] - h0.get(k, (0, 0))[1]),
+                "mean_ms": round(1000 * (h1[k][0] - h0.get(k, (0, 0))[0]) /
+                                 (h1[k][1] - h0.get(k, (0, 0))[1]), 2)}
+            for k in h1 if h1[k][1] - h0.get(k, (0, 0))[1] > 0}
 
 
 def apiserver_counts():
@@ -272,6 +306,7 @@ try:
     # --- create -------------------------------------------------------------------
     log(f"{NS}: creating {J} jobs x {W} workers")
     req0 = op_requests()
+    h_c0 = hist_totals()
     cpu0, _, rss_ready = proc_stats(op.pid)
     result["vmrss_ready_kib"] = rss_ready
     t0 = time.time()
@@ -302,6 +337,7 @@ try:
     result["running_s"] = round(time.time() - t0, 3)
     log(f"{NS}: all Running and reflected at {result['running_s']} s")
     wait_quiet()
+    result["create_phase"] = hist_means(h_c0, hist_totals())
     cpu_c, _, _ = proc_stats(op.pid)
     result["cpu_create_s"] = round(cpu_c - cpu0, 3)
 
@@ -324,6 +360,7 @@ try:
 
     # --- events -------------------------------------------------------------------
     c_ev0 = apiserver_counts()
+    h_e0 = hist_totals()
     m_ev0 = job_modified[0]
     delays = []
     for direction, patch, target in (("down", pod_pending, W - 1),
@@ -347,6 +384,7 @@ try:
     result["event_to_action_ms"] = pct(delays)
     c_ev1 = apiserver_counts()
     result["event_status_writes"] = status_writes(c_ev0, c_ev1)
+    result["event_phase"] = hist_means(h_e0, hist_totals())
     result["event_job_modified"] = job_modified[0] - m_ev0
     log(f"{NS}: event->action {result['event_to_action_ms']}")
     wait_quiet()
@@ -385,6 +423,7 @@ try:
     t_quiet = wait_quiet(5)
     c_r1 = apiserver_counts()
     req_r = op_requests()
+    h_r = hist_means({}, hist_totals())
     cpu2, hwm2, _ = proc_stats(op2.pid)
     with lock:
         recreated = sum(pod_adds.values()) - adds_before
@@ -396,6 +435,7 @@ try:
         "quiet_s": round(t_quiet - t_start, 3),
         "requests": {k: int(v) for k, v in req_r.items()},
         "status_writes": status_writes(c_r0, c_r1),
+        "phase": h_r,
         "jobs_changed_while_down": S,
         "pods_created": recreated, "pods_deleted": deleted, "pods_new_uid": changed_uid,
         "cpu_s": round(cpu2, 3), "vmhwm_kib": hwm2, "vmhwm_mib": round(hwm2 / 1024, 2)}

@@ -50,13 +50,14 @@ cluster() {
 }
 
 runs=()
-scale() { # NAME KIND READY METRIC PORT CMD...
-  local name=$1 kind=$2 ready=$3 metric=$4 port=$5; shift 5
+scale() { # NAME KIND READY METRIC PORT API-HIST RECONCILE-HIST QUEUE-HIST CMD...
+  local name=$1 kind=$2 ready=$3 metric=$4 port=$5 api=$6 rec=$7 queue=$8; shift 8
   log "run $name: $JOBS x $WORKERS, qps $QPS"
   if nice -n 10 python3 operator/bench/scale.py --kind "$kind" --kubectl "$KT_K8S_BIN/kubectl" \
       --kubeconfig "$KUBECONFIG" --ns "$name" --qps "$QPS" --burst $BURST \
       --metrics-port "$port" --log "$dir/$name.log" --ready-regex "$ready" --metric "$metric" \
       --jobs "$JOBS" --workers "$WORKERS" --samples "$SAMPLES" --steady "$STEADY" \
+      --hist "api=$api" --hist "reconcile=$rec" --hist "queue=$queue" \
       -- nice -n 10 "$@" >"$dir/$name.json" 2>"$dir/$name.err"; then
     runs+=("$dir/$name.json")
   else
@@ -77,6 +78,8 @@ if cluster kubetrain; then
   p=$(free_port)
   scale kt-scale trainingjob 'caches synced' \
     '^kubetrain_api_requests_total\{verb="(GET|POST|PUT|PATCH|DELETE)"' "$p" \
+    kubetrain_api_request_duration_seconds kubetrain_reconcile_duration_seconds \
+    kubetrain_workqueue_queue_duration_seconds \
     "$OP" --kubeconfig "$KUBECONFIG" --namespace kt-scale --qps "$QPS" --burst $BURST \
     --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers 4
 else
@@ -93,6 +96,9 @@ if [ -z "$kf_note" ]; then
     # request once, at its start, as the lists.
     scale kf-scale tfjob 'Starting workers.*"tfjob-controller"' \
       '^rest_client_requests_total\{.*method="(GET|POST|PUT|PATCH|DELETE)"' "$p" \
+      rest_client_request_duration_seconds \
+      controller_runtime_reconcile_time_seconds,tfjob-controller \
+      workqueue_queue_duration_seconds,tfjob-controller \
       env KUBECONFIG="$KUBECONFIG" GOMAXPROCS=2 "$kf_bin" --namespace kf-scale \
       --enable-scheme tfjob --kube-api-qps "$QPS" --kube-api-burst $BURST \
       --metrics-bind-address "127.0.0.1:$p" --health-probe-bind-address 0 \
