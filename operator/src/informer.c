@@ -23,9 +23,12 @@
 typedef struct Entry {
     struct Entry *next;
     char *json;
-    cJSON *labels; /* metadata.labels, or NULL */
-    long long rv;  /* metadata.resourceVersion, -1 when not an integer */
-    char key[];    /* "namespace/name" */
+    /* metadata.labels with string values as "key\0value\0...key\0value\0\0" in one
+     * block, or NULL: a parsed copy took about 700 bytes a pod, a quarter of the cache
+     * at 8,000 pods (bench-operator-scale). */
+    char *labels;
+    long long rv; /* metadata.resourceVersion, -1 when not an integer */
+    char key[];   /* "namespace/name" */
 } Entry;
 
 struct Informer {
@@ -91,7 +94,7 @@ static void entry_free(Entry *e)
 {
     if (!e) return;
     free(e->json);
-    cJSON_Delete(e->labels);
+    free(e->labels);
     free(e);
 }
 
@@ -103,21 +106,61 @@ static cJSON *entry_object(const Entry *e)
 
 static long long rv_number(const cJSON *obj);
 
+/* metadata.labels of obj as an Entry's flat block (string values only), or NULL when it
+ * has none; *nomem is set when one was needed and could not be had. */
+static char *flat_labels(const cJSON *obj, int *nomem)
+{
+    const cJSON *l = jsonx_obj(obj, "metadata.labels"), *it;
+    size_t n = 1;
+    *nomem = 0;
+    cJSON_ArrayForEach(it, l)
+    {
+        if (cJSON_IsString(it)) n += strlen(it->string) + strlen(it->valuestring) + 2;
+    }
+    if (n == 1) return NULL;
+    char *out = malloc(n), *p = out;
+    if (!out) {
+        *nomem = 1;
+        return NULL;
+    }
+    cJSON_ArrayForEach(it, l)
+    {
+        if (!cJSON_IsString(it)) continue;
+        size_t k = strlen(it->string) + 1, v = strlen(it->valuestring) + 1;
+        memcpy(p, it->string, k);
+        memcpy(p + k, it->valuestring, v);
+        p += k + v;
+    }
+    *p = 0;
+    return out;
+}
+
+/* The value of label `key` in an Entry's flat block, or NULL. */
+static const char *flat_label(const char *labels, const char *key)
+{
+    for (const char *p = labels; p && *p;) {
+        const char *v = p + strlen(p) + 1;
+        if (strcmp(p, key) == 0) return v;
+        p = v + strlen(v) + 1;
+    }
+    return NULL;
+}
+
 /* Makes e hold obj (consumed). Returns 0 or -ENOMEM (e unchanged then). */
 static int entry_set(Entry *e, cJSON *obj)
 {
     char *json = cJSON_PrintUnformatted(obj);
-    const cJSON *l = jsonx_obj(obj, "metadata.labels");
-    cJSON *labels = l ? cJSON_Duplicate(l, 1) : NULL;
+    int nomem;
+    char *labels = flat_labels(obj, &nomem);
     long long rv = rv_number(obj);
     cJSON_Delete(obj);
-    if (!json || (l && !labels)) {
+    if (!json || nomem) {
         free(json);
-        cJSON_Delete(labels);
+        free(labels);
         return -ENOMEM;
     }
     free(e->json);
-    cJSON_Delete(e->labels);
+    free(e->labels);
     e->json = json;
     e->labels = labels;
     e->rv = rv;
@@ -309,7 +352,7 @@ cJSON *informer_list(Informer *inf, const char *ns, const char *label_key, const
         for (Entry *e = inf->buckets[b]; e; e = e->next) {
             if (ns && !key_in_ns(e->key, ns)) continue;
             if (label_key) {
-                const char *v = jsonx_key_str(e->labels, label_key);
+                const char *v = flat_label(e->labels, label_key);
                 if (!v || !label_value || strcmp(v, label_value) != 0) continue;
             }
             cJSON *c = entry_object(e);
