@@ -126,7 +126,15 @@ def is_allreduce(d):
 
 def is_operator(d):
     r = d.get("runs")
-    return isinstance(r, list) and r and all("pods_s" in x and "bound_s" in x for x in r)
+    return (isinstance(r, list) and r and all("pods_s" in x and "bound_s" in x for x in r)
+            and not is_operator_scale(d))
+
+
+def is_operator_scale(d):
+    """bench-operator-scale's file: runs with a restart phase (a failed run has an error)."""
+    r = d.get("runs")
+    return isinstance(r, list) and r and any("restart" in x for x in r) and \
+        all("restart" in x or "error" in x for x in r)
 
 
 def is_gang_kueue(d):
@@ -276,6 +284,62 @@ def operator_plot(src, out_dir):
     return save(fig, out_dir, "operator-pods.png")
 
 
+def operator_scale_plot(src, out_dir):
+    """Four panels, one bar per operator: pod creation against the QPS bound, peak RSS
+    (first and restarted process), event->action p50/p99, resync after a restart."""
+    runs = [r for r in src.doc["runs"] if "restart" in r]
+    names = [r["run"] for r in runs]
+    colours = ["#1f77b4" if r.get("kind") == "trainingjob" else "#ff7f0e" for r in runs]
+    fig, axs = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig.subplots_adjust(hspace=0.45, wspace=0.3, bottom=0.12)
+    xs = list(range(len(runs)))
+    w = 0.38
+
+    def pair(ax, a, b, la, lb, ylabel, title, target=None):
+        """Bars a (solid) and b (hatched) per run; a log scale when they span 30x."""
+        if target is not None:
+            ax.axhline(target, color="#d62728", linestyle="--", linewidth=1,
+                       label="target %s" % fmt(target))
+        ax.bar([x - w / 2 for x in xs], a, w, color=colours, label=la)
+        ax.bar([x + w / 2 for x in xs], b, w, color=colours, alpha=0.45, hatch="//", label=lb)
+        for x, v in zip(xs, a):
+            ax.annotate(fmt(v), (x - w / 2, v), ha="center", va="bottom", fontsize=7)
+        for x, v in zip(xs, b):
+            ax.annotate(fmt(v), (x + w / 2, v), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(xs, names, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.set_title(title, fontsize=9)
+        vals = [v for v in a + b + [target] if v]
+        if vals and max(vals) > 30 * min(vals):
+            ax.set_yscale("log")
+            ax.set_ylim(min(vals) / 2, 4 * max(vals))
+            ax.set_ylabel(ylabel + " (log scale)", fontsize=8)
+        else:
+            ax.set_ylim(0, 1.25 * max(vals + [1e-9]))
+        ax.legend(fontsize=7, loc="upper left")
+
+    pair(axs[0][0], [r["pods_s"] for r in runs], [r["bound_s"] for r in runs],
+         "first job -> last pod", "QPS bound", "seconds", "Pod creation vs the client's QPS bound")
+    pair(axs[0][1], [r["vmhwm_mib"] for r in runs], [r["restart"]["vmhwm_mib"] for r in runs],
+         "peak RSS", "peak RSS, restarted process", "MiB", "Memory",
+         (src.doc.get("targets") or {}).get("vmhwm_mib"))
+    e2a = [r.get("event_to_action_ms") or {} for r in runs]
+    pair(axs[1][0], [e.get("p50", 0) for e in e2a], [e.get("p99", 0) for e in e2a],
+         "p50", "p99", "ms", "Event -> action with every pod present",
+         (src.doc.get("targets") or {}).get("event_to_action_p99_ms"))
+    pair(axs[1][1], [r["restart"]["resync_s"] for r in runs],
+         [r["restart"]["quiet_s"] for r in runs], "every status current", "requests stop",
+         "seconds after the restart", "Restart: resync (%d jobs changed while down)"
+         % runs[0]["restart"].get("jobs_changed_while_down", 0),
+         (src.doc.get("targets") or {}).get("restart_resync_s"))
+    fig.suptitle("Operators at scale: %s jobs x %s workers (%s pods) on kwok nodes; blue "
+                 "kubetrain, orange %s" % (runs[0]["jobs"], runs[0]["workers"], runs[0]["pods"],
+                                           (src.doc.get("peer") or {}).get("name", "peer")),
+                 fontsize=10)
+    annotate(fig, [src])
+    return save(fig, out_dir, "operator-scale.png")
+
+
 def gemm_plot(src, out_dir):
     med = src.doc["median"]
     names = sorted(med, key=lambda k: med[k]["step_ms"])
@@ -418,6 +482,27 @@ def progress_section(src):
             for w in d["windows"]]
     lines += [table(["round", "progress", "window s", "CPU %", "RSS MiB", "peak RSS MiB",
                      "scrapes", "jobs advanced"], rows), ""]
+def operator_scale_section(src):
+    d = src.doc
+    lines = section_head(src, "Operator at scale (%s)" % src.name)
+    if d.get("benchmark"):
+        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    rows = []
+    for r in d["runs"]:
+        if "error" in r:
+            rows.append([r.get("run", "?"), "failed: %s" % r["error"][:80]] + [""] * 10)
+            continue
+        e, rs, st = r.get("event_to_action_ms") or {}, r["restart"], r.get("steady") or {}
+        rows.append([r["run"], "%s x %s" % (r["jobs"], r["workers"]), r["pods_s"], r["bound_s"],
+                     r.get("pods_over_bound", ""), r["vmhwm_mib"], rs["vmhwm_mib"],
+                     "%s / %s" % (e.get("p50", ""), e.get("p99", "")), rs["resync_s"],
+                     rs.get("pods_created", 0) + rs.get("pods_deleted", 0),
+                     st.get("status_writes_per_job_per_min", ""),
+                     r.get("operator_requests_per_job", ""), r.get("cpu_total_s", "")])
+    lines += [table(["run", "jobs", "pods s", "bound s", "pods/bound", "RSS MiB",
+                     "RSS restarted MiB", "event->action p50 / p99 ms", "resync s",
+                     "pods re-created", "steady status writes /job/min", "requests /job",
+                     "CPU s"], rows), ""]
     return lines
 
 
@@ -454,6 +539,7 @@ def main():
     dist = [s for s in sources if is_distributed(s.doc)]
     ar = [s for s in sources if is_allreduce(s.doc)]
     op = [s for s in sources if is_operator(s.doc)]
+    ops = [s for s in sources if is_operator_scale(s.doc)]
     gm = [s for s in sources if is_gemm(s.doc) and s not in core + dist]
     gk = [s for s in sources if is_gang_kueue(s.doc)]
     pr = [s for s in sources if is_progress(s.doc)]
@@ -470,6 +556,8 @@ def main():
     for s in op:
         plots.append(("Operator pod-creation time vs the QPS bound (%s)" % s.name,
                       operator_plot(s, a.out), None))
+    for s in ops:
+        plots.append(("Operators at scale (%s)" % s.name, operator_scale_plot(s, a.out), None))
     for s in gm:
         plots.append(("GEMM backends (%s)" % s.name, gemm_plot(s, a.out), None))
 
@@ -497,6 +585,8 @@ def main():
             md += allreduce_section(s)
         elif s in op:
             md += operator_section(s)
+        elif s in ops:
+            md += operator_scale_section(s)
         elif s in gm:
             md += gemm_section(s)
         elif s in gk:
