@@ -1,9 +1,23 @@
 #!/usr/bin/env python3
 """Writes bench/results/operator-scale.json from the runs of operator/bench/scale.sh:
 scale_report.py OUT PEER-NOTE KF-VERSION KWOK-VERSION K8S-VERSION RUN.json..."""
-import json, os, platform, sys, datetime
+import datetime, json, os, platform, subprocess, sys
 out, note, kfv, kwokv, k8sv, *files = sys.argv[1:]
 runs = [json.load(open(f)) for f in files]
+
+
+def tree():
+    """The commit the operator was built from, with "-dirty" when operator/src differs."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "operator/src"]).returncode
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 doc = {
     "benchmark": "operator at scale: jobs x workers on kwok's simulated nodes (e2e/cluster/kwok-up.sh) "
@@ -29,6 +43,7 @@ doc = {
         "cpu_s": "user+system CPU of the first process from the first job to the end of the event phase",
         "operator_requests_per_job": "the first process's API requests (watches excluded) / jobs",
     },
+    "kubetrain_tree": tree(),
     "peer": {"name": "kubeflow/training-operator", "version": kfv, "built": not note,
              "note": note or "the binary make bench-operator builds (go install, GOMAXPROCS=2)"},
     "targets": {"pods_over_bound": 1.10, "vmhwm_mib": 32, "event_to_action_p99_ms": 100,
