@@ -18,7 +18,7 @@
 
 #define TICK_S 1.0            /* how often the thread looks for due jobs */
 #define MAX_BODY (256 * 1024) /* a /metrics answer is ~2 KiB; more is not the trainer */
-#define MAX_PARALLEL 64       /* scrapes in flight at once */
+#define MAX_PARALLEL 64       /* scrapes (and their handles) in flight at once */
 #define NBUCKETS 4096         /* of the per-job table; chains stay short at 10^4 jobs */
 #define KEY_MAX 512
 /* A job neither running nor with a chief seen exiting for this long is forgotten (its
@@ -392,55 +392,74 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
     return n;
 }
 
-/* Runs the scrapes of d[0..n) at once; each ends with its body or without. */
+/* A handle for d's scrape, or NULL when it cannot be had. */
+static CURL *scrape_handle(Due *d, long timeout_ms)
+{
+    CURL *e = curl_easy_init();
+    if (!e) return NULL;
+    curl_easy_setopt(e, CURLOPT_URL, d->url);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "*"); /* pod IPs, never through a proxy */
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, d);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, d);
+    return e;
+}
+
+/* Runs the scrapes of d[0..n), MAX_PARALLEL at a time; each ends with its body or
+ * without. A handle exists only while its scrape is in flight: all of them at once took
+ * about 12 KiB a job (12 MiB of a 1,000-job operator's peak, bench-operator-scale), and
+ * the ones queued behind the connection limit timed out before they had dialled. */
 static void scrape_all(Progress *p, Due *d, size_t n)
 {
     CURLM *multi = curl_multi_init();
     if (!multi) return;
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)MAX_PARALLEL);
     long timeout_ms = (long)(p->cfg.timeout_s * 1000);
-    for (size_t i = 0; i < n; i++) {
-        if (!d[i].url[0] || !(d[i].easy = curl_easy_init())) continue;
-        CURL *e = d[i].easy;
-        curl_easy_setopt(e, CURLOPT_URL, d[i].url);
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(e, CURLOPT_NOPROXY, "*"); /* pod IPs, never through a proxy */
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
-        curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(e, CURLOPT_WRITEDATA, &d[i]);
-        curl_easy_setopt(e, CURLOPT_PRIVATE, &d[i]);
-        if (curl_multi_add_handle(multi, e) != CURLM_OK) {
-            curl_easy_cleanup(e);
-            d[i].easy = NULL;
+    size_t next = 0, inflight = 0;
+    int running = 0;
+    while (!stopping(p)) {
+        while (inflight < MAX_PARALLEL && next < n) {
+            Due *di = &d[next++];
+            if (!di->url[0] || !(di->easy = scrape_handle(di, timeout_ms))) continue;
+            if (curl_multi_add_handle(multi, di->easy) != CURLM_OK) {
+                curl_easy_cleanup(di->easy);
+                di->easy = NULL;
+                continue;
+            }
+            inflight++;
         }
-    }
-    int running = 1;
-    while (running && !stopping(p)) {
+        if (!inflight) break;
         if (curl_multi_perform(multi, &running) != CURLM_OK) break;
-        if (running) curl_multi_poll(multi, NULL, 0, 100, NULL);
-    }
-    CURLMsg *m;
-    int left;
-    while ((m = curl_multi_info_read(multi, &left))) {
-        if (m->msg != CURLMSG_DONE) continue;
-        char *priv = NULL;
-        long code = 0;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
-        Due *di = (Due *)(void *)priv;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_RESPONSE_CODE, &code);
-        if (di && (m->data.result != CURLE_OK || code != 200)) {
-            free(di->body);
-            di->body = NULL;
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(multi, &left))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            char *priv = NULL;
+            long code = 0;
+            CURL *e = m->easy_handle;
+            CURLcode result = m->data.result;
+            curl_easy_getinfo(e, CURLINFO_PRIVATE, &priv);
+            Due *di = (Due *)(void *)priv;
+            curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+            if (di && (result != CURLE_OK || code != 200)) {
+                free(di->body);
+                di->body = NULL;
+            }
+            curl_multi_remove_handle(multi, e);
+            curl_easy_cleanup(e);
+            if (di) di->easy = NULL;
+            inflight--;
         }
+        if (inflight) curl_multi_poll(multi, NULL, 0, 100, NULL);
     }
+    /* Stopped (or the multi handle failed): abandon whatever is in flight. */
     for (size_t i = 0; i < n; i++) {
         if (!d[i].easy) continue;
-        if (running) { /* stopped: abandon whatever is in flight */
-            free(d[i].body);
-            d[i].body = NULL;
-        }
+        free(d[i].body);
+        d[i].body = NULL;
         curl_multi_remove_handle(multi, d[i].easy);
         curl_easy_cleanup(d[i].easy);
         d[i].easy = NULL;
