@@ -482,6 +482,9 @@ def progress_section(src):
             for w in d["windows"]]
     lines += [table(["round", "progress", "window s", "CPU %", "RSS MiB", "peak RSS MiB",
                      "scrapes", "jobs advanced"], rows), ""]
+    return lines
+
+
 def operator_scale_section(src):
     d = src.doc
     lines = section_head(src, "Operator at scale (%s)" % src.name)
