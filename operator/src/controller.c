@@ -159,7 +159,8 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
                           .plural = KT_PLURAL,
                           .ns = c->ns,
                           .handler = on_job,
-                          .ctx = c};
+                          .ctx = c,
+                          .quiet_paths = progress_quiet_paths};
     InformerOptions po = {.group_version = "v1",
                           .ns = c->ns,
                           .label_selector = LABEL_MANAGED_BY "=" MANAGED_BY,

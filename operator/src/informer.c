@@ -28,7 +28,10 @@ typedef struct Entry {
      * at 8,000 pods (bench-operator-scale). */
     char *labels;
     long long rv; /* metadata.resourceVersion, -1 when not an integer */
-    char key[];   /* "namespace/name" */
+    /* Digests of the object without the quiet paths and resourceVersion (rest) and of
+     * the quiet paths alone (quiet); both 0 without quiet paths. */
+    uint64_t rest, quiet;
+    char key[]; /* "namespace/name" */
 } Entry;
 
 struct Informer {
@@ -38,6 +41,7 @@ struct Informer {
     void *ctx;
     int watch_timeout_s;
     void (*transform)(cJSON *obj);
+    const char *const *quiet_paths;
     pthread_rwlock_t lock;
     Entry *buckets[NBUCKETS];
     size_t size;
@@ -82,6 +86,7 @@ Informer *informer_new(KubeClient *client, const InformerOptions *opt)
     inf->ctx = opt->ctx;
     inf->watch_timeout_s = opt->watch_timeout_s > 0 ? opt->watch_timeout_s : 300;
     inf->transform = opt->transform;
+    inf->quiet_paths = opt->quiet_paths;
     pthread_rwlock_init(&inf->lock, NULL);
     if (!inf->group_version || !inf->plural || !inf->ns || !inf->selector) {
         informer_free(inf);
@@ -212,16 +217,97 @@ int informer_synced(Informer *inf)
     return __atomic_load_n(&inf->synced, __ATOMIC_ACQUIRE);
 }
 
-/* Replaces or inserts key -> obj (takes ownership) in the table `buckets` of *size
- * entries. */
-static void put_in(Entry **buckets, size_t *size, const char *key, cJSON *obj)
+/* FNV-1a over a tree: member names, types and values, in order. */
+static uint64_t digest_bytes(uint64_t h, const void *p, size_t n)
 {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t digest_tree(uint64_t h, const cJSON *o)
+{
+    for (; o; o = o->next) {
+        int type = o->type & 0xff;
+        h = digest_bytes(h, &type, sizeof type);
+        if (o->string) h = digest_bytes(h, o->string, strlen(o->string) + 1);
+        if (cJSON_IsNumber(o)) h = digest_bytes(h, &o->valuedouble, sizeof o->valuedouble);
+        if (cJSON_IsString(o) && o->valuestring)
+            h = digest_bytes(h, o->valuestring, strlen(o->valuestring) + 1);
+        if (cJSON_IsArray(o) || cJSON_IsObject(o)) {
+            h = digest_tree(h, o->child);
+            h = digest_bytes(h, "]", 1); /* ends the container: [[a],b] is not [[a,b]] */
+        }
+    }
+    return h;
+}
+
+/* The item at a dotted path (at most 7 levels) of obj, or NULL. */
+static cJSON *item_at(cJSON *obj, const char *path, cJSON **parent)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    cJSON *cur = obj, *up = NULL;
+    for (char *save = NULL, *tok = strtok_r(buf, ".", &save); tok && cur;
+         tok = strtok_r(NULL, ".", &save)) {
+        up = cur;
+        cur = cJSON_IsObject(cur) ? cJSON_GetObjectItemCaseSensitive(cur, tok) : NULL;
+    }
+    *parent = up;
+    return cur == obj ? NULL : cur;
+}
+
+/* Sets e->rest and e->quiet for obj: the quiet paths and resourceVersion are detached
+ * while the rest is digested, then put back (at the end of their objects: member order
+ * means nothing to a reader). */
+static void digest_set(const Informer *inf, Entry *e, cJSON *obj)
+{
+    e->rest = e->quiet = 0;
+    if (!inf->quiet_paths) return;
+    enum { QMAX = 16 };
+    cJSON *item[QMAX + 1], *parent[QMAX + 1];
+    size_t n = 0;
+    uint64_t quiet = 1469598103934665603ull;
+    for (size_t i = 0; inf->quiet_paths[i] && n < QMAX; i++) {
+        cJSON *it = item_at(obj, inf->quiet_paths[i], &parent[n]);
+        quiet = digest_bytes(quiet, inf->quiet_paths[i], strlen(inf->quiet_paths[i]) + 1);
+        if (!it) continue;
+        cJSON_DetachItemViaPointer(parent[n], it);
+        item[n++] = it;
+        /* digest_tree follows ->next; a detached item has none. */
+        quiet = digest_tree(quiet, it);
+    }
+    cJSON *rvparent;
+    cJSON *rv = item_at(obj, "metadata.resourceVersion", &rvparent);
+    if (rv) {
+        parent[n] = rvparent;
+        item[n++] = cJSON_DetachItemViaPointer(rvparent, rv);
+    }
+    e->quiet = quiet;
+    /* The members only: a watch event's object bears its member name ("object"). */
+    e->rest = digest_tree(1469598103934665603ull, obj->child);
+    for (size_t i = n; i-- > 0;)
+        cJSON_AddItemToObject(parent[i], item[i]->string, item[i]);
+}
+
+/* Replaces or inserts key -> obj (takes ownership) in the table `buckets` of *size
+ * entries. Returns 0 when obj differs from the cached object only in inf's quiet paths
+ * (and resourceVersion), else 1. */
+static int put_in(const Informer *inf, Entry **buckets, size_t *size, const char *key, cJSON *obj)
+{
+    Entry d = {0};
+    if (obj) digest_set(inf, &d, obj);
     size_t b = hash(key) % NBUCKETS;
     for (Entry *e = buckets[b]; e; e = e->next) {
         if (strcmp(e->key, key) == 0) {
-            if (entry_set(e, obj))
+            int news = !inf->quiet_paths || e->rest != d.rest || e->quiet == d.quiet;
+            if (entry_set(e, obj)) {
                 olog(OLOG_ERROR, key, "informer: out of memory caching the object");
-            return;
+                return 1;
+            }
+            e->rest = d.rest, e->quiet = d.quiet;
+            return news;
         }
     }
     size_t n = strlen(key);
@@ -230,18 +316,20 @@ static void put_in(Entry **buckets, size_t *size, const char *key, cJSON *obj)
         olog(OLOG_ERROR, key, "informer: out of memory caching the object");
         if (!e) cJSON_Delete(obj);
         free(e);
-        return;
+        return 1;
     }
+    e->rest = d.rest, e->quiet = d.quiet;
     memcpy(e->key, key, n + 1);
     e->next = buckets[b];
     buckets[b] = e;
     (*size)++;
+    return 1;
 }
 
-/* put_in on the cache. Write lock held. */
-static void put_locked(Informer *inf, const char *key, cJSON *obj)
+/* put_in on the cache; returns like put_in. Write lock held. */
+static int put_locked(Informer *inf, const char *key, cJSON *obj)
 {
-    put_in(inf->buckets, &inf->size, key, obj);
+    return put_in(inf, inf->buckets, &inf->size, key, obj);
 }
 
 /* Removes key if cached. Write lock held. */
@@ -464,7 +552,7 @@ static int relist(Informer *inf, char *err, size_t errlen)
             while ((it = cJSON_DetachItemFromArray(arr, 0))) {
                 if (cJSON_IsObject(it) && !informer_key(it, key, sizeof key)) {
                     slim(inf, it);
-                    put_in(fresh, &nfresh, key, it);
+                    put_in(inf, fresh, &nfresh, key, it);
                 } else {
                     olog(OLOG_WARN, NULL, "list %s: skipping an item without metadata.name",
                          inf->plural);
@@ -588,16 +676,19 @@ static int on_watch_event(void *ctx, const char *type, const cJSON *obj)
         return 0;
     }
     cJSON *copy = deleted ? NULL : slim_copy(inf, obj);
+    int news = 1;
     pthread_rwlock_wrlock(&inf->lock);
     if (deleted) {
         drop_locked(inf, key);
         long long drv = rv_number(obj);
         if (drv > inf->deleted_rv_max) inf->deleted_rv_max = drv;
-    } else if (copy)
-        put_locked(inf, key, copy);
+    } else if (copy) {
+        /* ADDED always reaches the handler; MODIFIED unless it moved only quiet paths. */
+        news = put_locked(inf, key, copy) || strcmp(type, "MODIFIED") != 0;
+    }
     if (rv) snprintf(inf->rv, sizeof inf->rv, "%s", rv);
     pthread_rwlock_unlock(&inf->lock);
-    if (inf->handler) inf->handler(inf->ctx, type, obj);
+    if (inf->handler && news) inf->handler(inf->ctx, type, obj);
     return 0;
 }
 

@@ -31,6 +31,11 @@ typedef struct InformerOptions {
     /* Prunes a copy before it is cached (fields the controller never reads), or NULL.
      * metadata.managedFields is always dropped. */
     void (*transform)(cJSON *obj);
+    /* Dotted paths ("status.progress"), NULL-terminated, or NULL: a MODIFIED watch event
+     * that changes only these (and metadata.resourceVersion) is cached but not passed to
+     * the handler, so that writes nobody reacts to cost no reconcile. An event equal to
+     * the cached object in full (its own write, stored by informer_store) still is. */
+    const char *const *quiet_paths;
 } InformerOptions;
 
 typedef struct Informer Informer;

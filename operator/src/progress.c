@@ -25,6 +25,8 @@
  * exit step would only sharpen a lost-work count the status can still bound). */
 #define FORGET_S 3600.0
 
+const char *const progress_quiet_paths[] = {"status.progress", "status.checkpoint", NULL};
+
 /* ------------------------------------------------------------------------------------
  * Parsing and the patch (pure) */
 
@@ -497,7 +499,6 @@ static void write_progress(Progress *p, Due *d, double now)
     int rc = kclient_request(p->client, "PATCH", path, patch, "application/merge-patch+json", &r,
                              err, sizeof err);
     if (rc == 0) {
-        informer_store(p->jobs, r.body);
         const cJSON *lost = jsonx_at(patch, "status.restarts.lastStepsLost");
         if (lost)
             olog(OLOG_INFO, d->key, "attempt %lld resumed at step %ld: %lld steps lost", d->attempt,

@@ -18,7 +18,10 @@
  * status.progress.attempt, so it is counted once.
  *
  * Reconcile never writes these fields; it carries them in its whole-status updates,
- * which a patch in between turns into a conflict and a retry (resourceVersion). A job
+ * which a patch in between turns into a conflict and a retry (resourceVersion): the
+ * retry reads the cache, which the patch's watch event brings up to date (the thread
+ * does not store its own answer: an event equal to the cached object would reach the
+ * handler and cost the reconcile that progress_quiet_paths spares). A job
  * whose program exposes nothing (spec.command, or KUBETRAIN_METRICS_PORT=0) gets no
  * status.progress. */
 #ifndef KT_PROGRESS_H
@@ -29,6 +32,11 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
+
+/* What only this thread writes and reconcile never reads: the jobs informer passes no
+ * watch event that changes only these to the handler (InformerOptions.quiet_paths;
+ * NULL-terminated), so a progress write costs no reconcile. */
+extern const char *const progress_quiet_paths[];
 
 typedef struct ProgressConfig {
     double interval_s; /* at most one scrape of a job per this long; <= 0: no progress */

@@ -147,6 +147,81 @@ static void test_informer_list_watch_relist(void **state)
     informer_free(inf);
 }
 
+/* The cached "data.<field>" of configmap inf/<name>, or "" (caller-owned buffer). */
+static const char *cached_field(Informer *inf, const char *name, const char *field, char *buf,
+                                size_t n)
+{
+    cJSON *o = informer_get(inf, "inf", name);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(jsonx_obj(o, "data"), field);
+    snprintf(buf, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
+    cJSON_Delete(o);
+    return buf;
+}
+
+/* Sets data.<field> of configmap inf/<name> on the server. */
+static void put_field(const char *name, const char *field, const char *value)
+{
+    char p[256];
+    snprintf(p, sizeof p, "/api/v1/namespaces/inf/configmaps/%s", name);
+    cJSON *o = fakeapi_get(api, p);
+    assert_non_null(o);
+    cJSON *data = jsonx_ensure_obj(o, "data");
+    assert_non_null(data);
+    assert_non_null(jsonx_set_str(data, field, value));
+    assert_int_equal(fakeapi_put(api, p, o), 0);
+    cJSON_Delete(o);
+}
+
+/* quiet_paths: a watch event that changes only a quiet path (as a progress write changes
+ * status.progress) updates the cache, resourceVersion included, but does not reach the
+ * handler (no reconcile); one that changes anything else does. */
+static void test_informer_quiet_paths(void **state)
+{
+    (void)state;
+    static const char *const quiet[] = {"data.progress", "data.checkpoint", NULL};
+    cJSON_Delete(fakeapi_create(api, "/api/v1/namespaces/inf/configmaps",
+                                "{\"metadata\":{\"name\":\"q\",\"labels\":{\"quiet\":\"1\"}},"
+                                "\"data\":{\"spec\":\"a\"}}"));
+    Seen s = {0};
+    InformerOptions o = {.group_version = "v1",
+                         .plural = "configmaps",
+                         .ns = "inf",
+                         .label_selector = "quiet=1",
+                         .handler = count_event,
+                         .ctx = &s,
+                         .quiet_paths = quiet};
+    Informer *inf = informer_new(client, &o);
+    assert_int_equal(informer_start(inf), 0);
+    WAIT_FOR(5, "the first list", informer_synced(inf));
+    char buf[64];
+    int before = __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST);
+
+    put_field("q", "progress", "1"); /* added: quiet */
+    WAIT_FOR(5, "progress 1 cached",
+             strcmp(cached_field(inf, "q", "progress", buf, sizeof buf), "1") == 0);
+    put_field("q", "progress", "2"); /* changed: quiet */
+    put_field("q", "checkpoint", "7");
+    WAIT_FOR(5, "checkpoint 7 cached",
+             strcmp(cached_field(inf, "q", "checkpoint", buf, sizeof buf), "7") == 0);
+    assert_string_equal(cached_field(inf, "q", "progress", buf, sizeof buf), "2");
+    /* The cache holds the server's latest resourceVersion (what a status write needs). */
+    cJSON *srv = fakeapi_get(api, "/api/v1/namespaces/inf/configmaps/q");
+    cJSON *got = informer_get(inf, "inf", "q");
+    assert_string_equal(jsonx_str(got, "metadata.resourceVersion"),
+                        jsonx_str(srv, "metadata.resourceVersion"));
+    cJSON_Delete(srv);
+    cJSON_Delete(got);
+    if (__atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) != before)
+        fail_msg("%d MODIFIED events reached the handler for quiet changes, want none",
+                 __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) - before);
+
+    put_field("q", "spec", "b"); /* not quiet */
+    WAIT_FOR(5, "the spec change reaching the handler",
+             __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) == before + 1);
+    informer_stop(inf);
+    informer_free(inf);
+}
+
 /* Fails the test unless the wait after failure `rc` (previous wait `prev`) is `want`. */
 static void expect_backoff(double prev, int rc, double want)
 {
@@ -616,6 +691,7 @@ int main(void)
     test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_informer_list_watch_relist),
+        cmocka_unit_test(test_informer_quiet_paths),
         cmocka_unit_test(test_informer_backoff),
         cmocka_unit_test(test_informer_catches_up_after_an_outage),
         cmocka_unit_test(test_job_lifecycle),
