@@ -468,6 +468,20 @@ void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), vo
     pthread_rwlock_unlock(&inf->lock);
 }
 
+void informer_foreach_wanted(Informer *inf, int (*want)(void *ctx, const char *key, long long rv),
+                             void (*fn)(void *ctx, const cJSON *obj), void *ctx)
+{
+    pthread_rwlock_rdlock(&inf->lock);
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (Entry *e = inf->buckets[b]; e; e = e->next) {
+            if (!want(ctx, e->key, e->rv)) continue;
+            cJSON *o = entry_object(e);
+            if (o) fn(ctx, o);
+            cJSON_Delete(o);
+        }
+    pthread_rwlock_unlock(&inf->lock);
+}
+
 size_t informer_size(Informer *inf)
 {
     pthread_rwlock_rdlock(&inf->lock);

@@ -90,6 +90,13 @@ void informer_remove(Informer *inf, const char *ns, const char *name);
  * the informer. */
 void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), void *ctx);
 
+/* Like informer_foreach, but asks want(ctx, key, rv) first and parses and passes to fn
+ * only the objects it wants (rv: metadata.resourceVersion, -1 when not an integer), so
+ * that a caller that remembers what it read of a version skips the parse. Both run
+ * under the read lock and must not call back into the informer. */
+void informer_foreach_wanted(Informer *inf, int (*want)(void *ctx, const char *key, long long rv),
+                             void (*fn)(void *ctx, const cJSON *obj), void *ctx);
+
 /* Objects in the cache. */
 size_t informer_size(Informer *inf);
 

@@ -520,7 +520,10 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
         pool_put(c, h);
         if (c->observer) c->observer(verb, resp->code, clock_mono() - t0);
         cJSON_Delete(resp->body);
-        resp->body = b.data ? cJSON_ParseWithLength(b.data, b.len) : NULL;
+        resp->body = NULL;
+        /* A caller that passed no response reads nothing of a success: not parsed. */
+        int ok = cc == CURLE_OK && resp->code >= 200 && resp->code < 300;
+        if (b.data && (out || !ok)) resp->body = cJSON_ParseWithLength(b.data, b.len);
         free(b.data);
         if (cc != CURLE_OK) {
             snprintf(resp->message, sizeof resp->message, "%s",

@@ -40,7 +40,8 @@ void kclient_set_observer(KubeClient *c, KubeRequestObserver fn);
  * -ENOENT 404, -EEXIST 409 AlreadyExists, -ESTALE 409 Conflict (stale
  * resourceVersion), -EACCES 401/403, -EINVAL 400/422, -EAGAIN 429/5xx, -ETIMEDOUT /
  * -EIO transport — with "VERB path: code Reason: message" in err. *resp is filled in
- * either case when non-NULL (free it with kresp_free). */
+ * either case when non-NULL (free it with kresp_free); with resp NULL the body of a 2xx
+ * answer is not even parsed. */
 int kclient_request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
                     const char *content_type, KubeResponse *resp, char *err, size_t errlen);
 

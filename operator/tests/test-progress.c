@@ -358,6 +358,16 @@ static void make_job(FakeApi *api, const char *name, int command, int port)
     cJSON_Delete(fakeapi_create(api, PODS, buf));
 }
 
+/* Whether the informer's copy of job `name` is in phase `phase`. */
+static int job_phase_cached(Informer *jobs, const char *name, const char *phase)
+{
+    cJSON *j = informer_get(jobs, "default", name);
+    const char *ph = jsonx_str(j, "status.phase");
+    int is = ph && strcmp(ph, phase) == 0;
+    cJSON_Delete(j);
+    return is;
+}
+
 static long job_step(FakeApi *api, const char *name)
 {
     char path[256];
@@ -433,6 +443,19 @@ static void test_thread(void **state)
     WAIT_FOR(10, "status.progress.step 140", job_step(api, "mnist") == 140);
     assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 1);
     assert_int_equal(job_step(api, "user"), -1);
+
+    /* The job finishes: the survey, which reads a job again only when its cached version
+     * changed, sees the new phase and the scrapes stop. */
+    j = fakeapi_get(api, JOBS "/mnist");
+    assert_non_null(jsonx_set_str(jsonx_ensure_obj(j, "status"), "phase", "Succeeded"));
+    assert_int_equal(fakeapi_put(api, JOBS "/mnist", j), 0);
+    cJSON_Delete(j);
+    WAIT_FOR(5, "the cache to see Succeeded", job_phase_cached(jobs, "mnist", "Succeeded"));
+    nap(scaled(1.5)); /* a tick surveyed before the change may still scrape */
+    served = chief_served(&chief);
+    nap(scaled(2.5)); /* two ticks, five intervals */
+    if (chief_served(&chief) != served)
+        fail_msg("%d scrapes of a Succeeded job", chief_served(&chief) - served);
 
     progress_stop(p);
     progress_free(p);
