@@ -469,9 +469,16 @@ def progress_section(src):
         lines += ["Benchmark: %s." % d["benchmark"], ""]
     if d.get("mock"):
         lines += ["Mock: %s." % d["mock"], ""]
+    if d.get("note"):
+        lines += ["Note: %s." % d["note"], ""]
     sm = d.get("summary", {})
     rows = [[m, sm.get(m, {}).get("cpu_percent", ""), sm.get(m, {}).get("rss_mean_mib", ""),
              sm.get(m, {}).get("vmhwm_mib", "")] for m in ("off", "on", "extra")]
+    bsm = d.get("before", {}).get("summary", {})
+    if bsm:  # the same benchmark before the change the note names
+        rows += [["before: " + m, bsm.get(m, {}).get("cpu_percent", ""),
+                  bsm.get(m, {}).get("rss_mean_mib", ""), bsm.get(m, {}).get("vmhwm_mib", "")]
+                 for m in ("off", "on", "extra")]
     lines += [table(["progress", "CPU % (median)", "RSS MiB (median of means)", "peak RSS MiB"],
                     rows), "",
               "Targets: extra RSS <= %s MiB, extra CPU <= %s %%." %

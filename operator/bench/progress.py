@@ -298,6 +298,15 @@ def main():
         "windows": windows,
         "summary": summary,
     }
+    # BENCH_NOTE: what changed since the last run; BENCH_BEFORE: a JSON of this benchmark
+    # run in the same session before the change, whose commit and summary are kept here.
+    if os.environ.get("BENCH_NOTE"):
+        doc["note"] = os.environ["BENCH_NOTE"]
+    if os.environ.get("BENCH_BEFORE"):
+        with open(os.environ["BENCH_BEFORE"]) as f:
+            before = json.load(f)
+        doc["before"] = {"commit": before["commit"], "date": before["date"],
+                         "summary": before["summary"]}
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")

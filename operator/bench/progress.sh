@@ -5,7 +5,8 @@
 # cluster (e2e/cluster/up.sh api). The chiefs are a mock (operator/bench/progress.py says
 # how). Writes bench/results/progress.json, or with BENCH_OUT=FILE elsewhere; BENCH_JOBS,
 # BENCH_WINDOW (seconds measured, 120), BENCH_WARMUP (30) and BENCH_ROUNDS (windows per
-# mode, 2) change the load.
+# mode, 2) change the load; BENCH_NOTE (what changed) and BENCH_BEFORE (the JSON of a run
+# before the change, same session) are recorded in the JSON.
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/../.." || exit 1
 OP=${KT_OPERATOR_BIN:-build/bin/kubetrain-operator}
