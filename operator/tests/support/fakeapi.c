@@ -461,6 +461,21 @@ static cJSON *merge_patch(cJSON *target, cJSON *patch)
     return target;
 }
 
+/* Replaces o's object with next (taken over), raises its resourceVersion, tells the
+ * watchers and answers 200 with the stored object; called with f->mu held, which it
+ * releases. */
+static void store_modified(FakeApi *f, int fd, Obj *o, cJSON *next)
+{
+    cJSON_Delete(o->obj);
+    o->obj = next;
+    set_rv(next, ++f->rv);
+    emit(f, "MODIFIED", &o->r, next);
+    cJSON *c = cJSON_Duplicate(next, 1);
+    pthread_mutex_unlock(&f->mu);
+    reply(fd, 200, c);
+    cJSON_Delete(c);
+}
+
 static void handle(FakeApi *f, int fd)
 {
     char *req = malloc(1 << 20);
@@ -578,14 +593,7 @@ static void handle(FakeApi *f, int fd)
                 next = cJSON_Duplicate(in, 1);
                 if (st) jsonx_set(next, "status", st);
             }
-            cJSON_Delete(o->obj);
-            o->obj = next;
-            set_rv(next, ++f->rv);
-            emit(f, "MODIFIED", &o->r, next);
-            cJSON *c = cJSON_Duplicate(next, 1);
-            pthread_mutex_unlock(&f->mu);
-            reply(fd, 200, c);
-            cJSON_Delete(c);
+            store_modified(f, fd, o, next);
         }
     } else if (strcmp(method, "PATCH") == 0 && *r.name) {
         /* JSON merge patch (RFC 7386) only, as the operator sends it; metadata.uid and
@@ -622,14 +630,7 @@ static void handle(FakeApi *f, int fd)
             }
             cJSON_Delete(pst);
             cJSON_Delete(patch);
-            cJSON_Delete(o->obj);
-            o->obj = next;
-            set_rv(next, ++f->rv);
-            emit(f, "MODIFIED", &o->r, next);
-            cJSON *c = cJSON_Duplicate(next, 1);
-            pthread_mutex_unlock(&f->mu);
-            reply(fd, 200, c);
-            cJSON_Delete(c);
+            store_modified(f, fd, o, next);
         }
     } else if (strcmp(method, "DELETE") == 0 && *r.name) {
         Obj *o = find(f, &r);
