@@ -760,16 +760,26 @@ s_gang() {
   # While both of the first job's workers run, no pod of the second is placed, and it
   # says why. (Once they have exited the second may be placed before the first's status
   # says Succeeded: the loop stops when they stop running.)
+  # A sample reads the first job's pods, then the second's: the first may have finished
+  # in between and freed its room, so a placement counts only if the first job's two
+  # pods are still Running when read again after it (the scheduler frees a pod's room
+  # only once its phase is terminal or it is gone).
+  running() {
+    kn get pods -l "kubetrain.dev/job-name=$1" \
+      -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' \
+      2>/dev/null | grep -c . || true
+  }
   sched=; n=0
   local samples=0
-  while [ "$(kn get pods -l "kubetrain.dev/job-name=$first" \
-               -o 'jsonpath={range .items[?(@.status.phase=="Running")]}{.metadata.name}{"\n"}{end}' 2>/dev/null |
-             grep -c .)" = 2 ]; do
+  while [ "$(running "$first")" = 2 ]; do
     samples=$((samples + 1))
     n=$(kn get pods -l "kubetrain.dev/job-name=$second" \
           -o 'jsonpath={range .items[?(@.spec.nodeName)]}{.metadata.name}{"\n"}{end}' 2>/dev/null |
         grep -c . || true)
-    [ "$n" = 0 ] || break
+    if [ "$n" != 0 ]; then
+      [ "$(running "$first")" = 2 ] || n=0
+      break
+    fi
     [ -n "$sched" ] || sched=$(field "$second" '{.status.conditions[?(@.type=="Scheduled")].reason}')
     [ -n "$sched" ] && [ -z "${msg:-}" ] &&
       msg=$(field "$second" '{.status.conditions[?(@.type=="Scheduled")].message}')
