@@ -111,6 +111,8 @@ typedef struct PodView {
     const char *disruption; /* why the pod counts as disrupted, or NULL */
     int exit_code;          /* the trainer container's, -1 unknown */
     const char *message;    /* its termination message, or NULL */
+    double started_at;      /* when the trainer container started, 0 unknown */
+    double finished_at;     /* when it terminated, 0 unknown (RFC 3339: whole seconds) */
     int foreign;            /* controlled by another object (an older job of that name) */
 } PodView;
 
@@ -175,7 +177,12 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
         if (t) {
             v->exit_code = (int)jsonx_int(t, "exitCode", -1);
             v->message = jsonx_str(t, "message");
+            if (clock_parse_rfc3339(jsonx_str(t, "finishedAt"), &v->finished_at))
+                v->finished_at = 0;
         }
+        const char *started =
+            jsonx_str(cs, t ? "state.terminated.startedAt" : "state.running.startedAt");
+        if (clock_parse_rfc3339(started, &v->started_at)) v->started_at = 0;
     }
 
     const char *reason = jsonx_str(pod, "status.reason");
@@ -824,6 +831,44 @@ static int slot_replacing(const Ctx *c, const Group *g, int slot)
     return e && (!jsonx_bool(e, "launched", 0) || (p && strcmp(p->phase, "Running") != 0));
 }
 
+/* A live replacement that can never rejoin: a chief or worker finished (exit 0) before
+ * the replacement of another slot started, as when a pod is lost after the last step's
+ * all-reduce and its peers go on to finish. The replacement would wait out its
+ * rendezvous timeout for peers that are gone, so the group restarts at once and resumes
+ * from the newest checkpoint (ReplacementStranded, counted in neither counter: the loss
+ * was counted when the pod was replaced). A replacement that started before its peers
+ * finished may have joined them and is left to finish; if it had not, it exits 75 after
+ * its rendezvous timeout and the failure decision restarts the group. */
+static int decide_stranded(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (!desired_live_recovery(s, &c->cfg->desired) || !g->launched || !g->nsucceeded) return 0;
+    int nslots = s->roles[ROLE_CHIEF].replicas + s->workers;
+    for (int i = 0; i < nslots; i++) {
+        const PodView *p = g->cur[i];
+        if (g->done[i] || !slot_entry(c, i)) continue;
+        double started = p ? p->started_at : 0;
+        for (int j = 0; j < nslots; j++) {
+            const PodView *q = g->cur[j];
+            if (j == i || !g->done[j]) continue;
+            /* A peer done by status alone (its pod gone) finished before now. */
+            if (started > 0 && (!q || !q->finished_at || started <= q->finished_at)) continue;
+            Role r, rq;
+            int ri, rqi;
+            char name[300], msg[512];
+            jobspec_slot_role(s, i, &r, &ri);
+            jobspec_slot_role(s, j, &rq, &rqi);
+            desired_pod_name(s->name, r, ri, name, sizeof name);
+            snprintf(msg, sizeof msg,
+                     "the replacement of pod %s cannot rejoin: %s %d completed before it started",
+                     name, jobspec_role_name(rq), rqi);
+            restart(c, "ReplacementStranded", NULL, msg, g->pods, g->npods);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Live recovery (desired_live_recovery): exactly one chief or worker pod of the launched
  * attempt lost while no other is failed, lost or still being replaced, and none has
  * finished: only that pod is replaced, under its name, in the same attempt and PodGroup,
@@ -1349,8 +1394,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
     Group g;
     if (group_observe(c, v, n, &g) == 0) {
         int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_resize(c, &g) ||
-                      decide_replacement(c, &g) || decide_disruption(c, &g) ||
-                      decide_failure(c, &g) || decide_startup(c, &g);
+                      decide_stranded(c, &g) || decide_replacement(c, &g) ||
+                      decide_disruption(c, &g) || decide_failure(c, &g) || decide_startup(c, &g);
         if (!settled) create_missing(c, &g, foreign);
     }
     group_free(&g);

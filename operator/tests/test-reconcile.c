@@ -2096,6 +2096,79 @@ static void test_live_replacement_of_a_missing_chief(void **state)
     fx_free(&f);
 }
 
+/* A replacement whose peers finished before it started can never rejoin them: the group
+ * restarts at once (ReplacementStranded, no counter) instead of the replacement waiting
+ * out its rendezvous timeout. One that started before they finished is left alone. */
+static void test_stranded_replacement(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        int chief; /* 0: not made yet, 1: Pending, 2: Running since `started` */
+        const char *started;
+        int stranded;
+    } cases[] = {
+        {"the chief's replacement not made yet", 0, NULL, 1},
+        {"the chief's replacement Pending", 1, NULL, 1},
+        {"the chief's replacement started after worker 1 finished", 2, "2027-01-15T08:00:03Z", 1},
+        {"the chief's replacement started before worker 1 finished", 2, "2027-01-15T07:59:50Z", 0},
+        {"the chief's replacement started in worker 1's last second", 2, "2027-01-15T08:00:00Z", 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        Fixture f;
+        char status[1024];
+        snprintf(status, sizeof status,
+                 ST_RUNNING3(",\"replacedPods\":[{\"name\":\"mnist-worker-0\",\"replacement\":1,"
+                             "\"launched\":%s}],\"restarts\":{\"replaced\":1,"
+                             "\"disruption\":1,\"application\":0}"),
+                 cases[k].chief ? "true" : "false");
+        fx_running3(&f, SPEC3, status);
+        /* Worker 1 trained the last step with the old chief and finished at 08:00:00;
+         * worker 2 still runs. */
+        jsonx_set(jsonx_ensure_obj(f.pods[1], "status"), "containerStatuses",
+                  cJSON_Parse("[{\"name\":\"trainer\",\"state\":{\"terminated\":{\"exitCode\":0,"
+                              "\"startedAt\":\"2027-01-15T07:58:21Z\","
+                              "\"finishedAt\":\"2027-01-15T08:00:00Z\"}}}]"));
+        jsonx_set_str(jsonx_ensure_obj(f.pods[1], "status"), "phase", "Succeeded");
+        cJSON *w0 = f.pods[0];
+        jsonx_set_str(jsonx_ensure_obj(w0, "metadata.annotations"), "kubetrain.dev/replacement",
+                      "1");
+        if (cases[k].chief == 0) {
+            cJSON_Delete(w0);
+            f.pods[0] = f.pods[--f.npods];
+        } else if (cases[k].chief == 1) {
+            jsonx_set_str(jsonx_ensure_obj(w0, "status"), "phase", "Pending");
+        } else {
+            char cs[256];
+            snprintf(cs, sizeof cs,
+                     "[{\"name\":\"trainer\",\"state\":{\"running\":{\"startedAt\":\"%s\"}}}]",
+                     cases[k].started);
+            jsonx_set(jsonx_ensure_obj(w0, "status"), "containerStatuses", cJSON_Parse(cs));
+        }
+        fx_run(&f, NOW);
+        if (cases[k].stranded) {
+            const cJSON *st = new_status(&f);
+            if (strncmp(f.desc, "update-status mnist\nevent Warning ReplacementStranded\n", 53) !=
+                0)
+                fail_msg("%s: %s", cases[k].what, f.desc);
+            assert_int_equal(jsonx_int(st, "attempt", -1), 5);
+            assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
+            assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 1);
+            assert_int_equal(jsonx_int(st, "restarts.application", -1), 0);
+            assert_string_equal(cond_message(st, "Restarting"),
+                                "the replacement of pod mnist-worker-0 cannot rejoin: worker 1 "
+                                "completed before it started");
+        } else {
+            if (strstr(f.desc, "ReplacementStranded") || strstr(f.desc, "delete-pod"))
+                fail_msg("%s: %s", cases[k].what, f.desc);
+            for (size_t i = 0; i < f.plan.n; i++)
+                if (f.plan.actions[i].kind == ACTION_UPDATE_STATUS)
+                    assert_int_equal(jsonx_int(f.plan.actions[i].object, "status.attempt", -1), 4);
+        }
+        fx_free(&f);
+    }
+}
+
 /* Losses live recovery does not take: the group decisions of before. */
 static void test_live_replacement_falls_back(void **state)
 {
@@ -2684,6 +2757,7 @@ int main(void)
         cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
         cmocka_unit_test(test_live_replacement_of_a_missing_chief),
         cmocka_unit_test(test_live_replacement_falls_back),
+        cmocka_unit_test(test_stranded_replacement),
         cmocka_unit_test(test_live_replacement_backoff_limit),
         cmocka_unit_test(test_recovery_timeout_flag),
         cmocka_unit_test(test_gang_pod_group_per_attempt),
