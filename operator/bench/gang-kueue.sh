@@ -20,6 +20,9 @@ set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/cluster/lib.sh
 VERSION=$(cat VERSION)
+# The commit that runs, read now: one made during the run is not what ran.
+commit="$(git log -1 --format='%h %cs')"
+[ -z "$(git status --porcelain --untracked-files=no)" ] || commit+=" + changes"
 RUNS=${BENCH_RUNS:-8}
 OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
 TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
@@ -164,14 +167,12 @@ trid=$(docker image inspect -f '{{.Id}}' "$TR_IMAGE" | cut -c8-19)
 cluster_s=$(( $(date +%s) - T0 ))
 
 python3 - "$dir/runs.tsv" "$out" "$RUNS" "$kubever" "$kueuever" "$OP_IMAGE@$opid" \
-  "$TR_IMAGE@$trid" "$cluster_s" <<'PY'
-import csv, datetime, json, os, platform, statistics, subprocess, sys
-tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s = sys.argv[1:9]
+  "$TR_IMAGE@$trid" "$cluster_s" "$commit" <<'PY'
+import csv, datetime, json, os, platform, statistics, sys
+tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s, commit = sys.argv[1:10]
 rows = list(csv.DictReader(open(tsv), delimiter="\t"))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
             if l.startswith("model name")), "?")
-commit = subprocess.run(["git", "log", "-1", "--format=%h %cs"], capture_output=True,
-                        text=True).stdout.strip()
 modes = ["gang+kueue", "plain", "gang", "kueue"]
 res = {m: [] for m in modes}
 started = {m: [] for m in modes}

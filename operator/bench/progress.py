@@ -28,6 +28,18 @@ import time
 import urllib.request
 
 JOBS = int(os.environ.get("BENCH_JOBS", "100"))
+
+
+def source_commit():
+    """The commit the benchmark runs, read when it starts (a commit made during a run is
+    not the code that ran): short hash and date, "+ changes" when the tree differs."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("log", "-1", "--format=%h %cs") + (" + changes" if dirty else "")
+
+
+COMMIT = source_commit()
 WINDOW = float(os.environ.get("BENCH_WINDOW", "120"))
 WARMUP = float(os.environ.get("BENCH_WARMUP", "30"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -267,14 +279,12 @@ def main():
                                            - summary["off"]["vmhwm_mib"], 2)}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), "?")
-    commit = subprocess.run(["git", "log", "-1", "--format=%h %cs"], capture_output=True,
-                            text=True).stdout.strip()
     doc = {
         "benchmark": f"progress cost: the operator with {JOBS} Running jobs whose chiefs serve "
                      "/metrics, progress scraping on (--progress-interval 10, the default) vs "
                      "off (0), api-level cluster (e2e/cluster/up.sh api)",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": commit,
+        "commit": COMMIT,
         "machine": {"arch": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu,
                     "note": "2 cores shared with other engineers' builds and tests; the "
                             "apiserver, etcd, the mock and the operator run on them"},
