@@ -161,8 +161,9 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
         }
     }
     /* A new attempt resumed at start_step: what the previous one had trained past it is
-     * lost. Its furthest step is its chief's exit message, else the last scrape. */
-    if (new_attempt && old_attempt >= 0 && s->start_step >= 0) {
+     * lost. Its furthest step is its chief's exit message, else the last scrape; an
+     * attempt stopped before its first scrape is known by the message alone. */
+    if (new_attempt && (old_attempt >= 0 || final_step >= 0) && s->start_step >= 0) {
         long reached = final_step > old_step ? final_step : old_step;
         long lost = reached > s->start_step ? reached - s->start_step : 0;
         cJSON *r = jsonx_ensure_obj(st, "restarts");

@@ -199,9 +199,21 @@ static void test_patch_steps_lost(void **state)
     assert_int_equal(jsonx_int(p, "status.restarts.stepsLost", -1), 10);
     cJSON_Delete(p);
     cJSON_Delete(j);
-    /* A job never scraped before its restart: nothing to compare with. */
+    /* A job never scraped before its restart: nothing to compare with... */
     j = job("{\"phase\":\"Running\",\"attempt\":1}");
     assert_int_equal(progress_patch(j, &s, 1, -1, NOW, &p), 0);
+    assert_null(jsonx_at(p, "status.restarts"));
+    cJSON_Delete(p);
+    /* ...unless its chief's exit message was seen (preempted before the first scrape,
+     * saved on SIGTERM at step 70): the message alone says what was lost. */
+    assert_int_equal(progress_patch(j, &s, 1, 70, NOW, &p), 0);
+    assert_int_equal(jsonx_int(p, "status.restarts.lastStepsLost", -1), 0);
+    assert_int_equal(jsonx_int(p, "status.restarts.stepsLost", -1), 0);
+    cJSON_Delete(p);
+    /* The first scrape of attempt 0 has no earlier attempt, whatever it is passed. */
+    cJSON_Delete(j);
+    j = job("{\"phase\":\"Running\",\"attempt\":0}");
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
     assert_null(jsonx_at(p, "status.restarts"));
     cJSON_Delete(p);
     cJSON_Delete(j);
