@@ -31,13 +31,21 @@
  *             mac = HMAC(secret, "server" | HELLO | CHALLENGE without mac)
  *   PROOF     (client) mac = HMAC(secret, "client" | HELLO | CHALLENGE)
  *   ACK       (server) accepted
+ * A connection that only announces its client's address (net.h) starts with ANNOUNCE,
+ * a HELLO of another type byte, and goes on the same way; the type byte is in both MACs.
  * Each side's MAC covers both nonces and both job descriptions, so neither a replay
  * nor an altered description passes. */
 #define FRAME_MAX 2048
 #define NONCE_BYTES NET_NONCE_BYTES
 #define MAC_BYTES 32
 #define STR_MAX NET_HELLO_STR_MAX
-enum { MSG_HELLO = NET_MSG_HELLO, MSG_CHALLENGE = NET_MSG_CHALLENGE, MSG_PROOF = 3, MSG_ACK = 4 };
+enum {
+    MSG_HELLO = NET_MSG_HELLO,
+    MSG_CHALLENGE = NET_MSG_CHALLENGE,
+    MSG_PROOF = 3,
+    MSG_ACK = 4,
+    MSG_ANNOUNCE = NET_MSG_ANNOUNCE
+};
 
 int net_tune_socket(int fd, int sockbuf_bytes)
 {
@@ -407,6 +415,10 @@ typedef struct Rendezvous {
     double deadline;
     atomic_int abort_flag;
     atomic_int server_done;     /* accept_prev has returned: the client thread may end */
+    atomic_int client_final;    /* the client's result is in (next_fd or client_rc) */
+    atomic_int prev_linked;     /* rank-1 has connected: no announcement is needed */
+    atomic_int next_at_seq;     /* bumped when next_at changes: the client stops napping */
+    int wake[2];                /* the client writes a byte when final; the accept loop polls */
     int next_fd;                /* client result */
     int client_rc;
     char client_err[1024];
@@ -415,6 +427,8 @@ typedef struct Rendezvous {
     pthread_mutex_t lock;       /* guards expect and nexpect, written by the client thread */
     SrcAddr expect[EXPECT_MAX]; /* rank-1's addresses, once its name resolves */
     int nexpect;
+    SrcAddr next_at;            /* rank+1's address as it announced it; family 0: none */
+    char announce_seen[512];    /* why rank-1 refused the last announcement (announcer) */
     double log_window;          /* the second whose rejection lines are being counted */
     int log_lines, log_hidden;
 } Rendezvous;
@@ -423,6 +437,7 @@ typedef struct Rendezvous {
 typedef struct Pending {
     int fd;
     int got_hello;              /* HELLO answered with a CHALLENGE; PROOF expected */
+    int announce;               /* it began with ANNOUNCE: rank+1 saying where it is */
     int expected;               /* it comes from an address of rank-1's name */
     double since;               /* accepted at */
     double deadline;            /* the handshake timeout, from accept */
@@ -599,12 +614,33 @@ static int reject(Rendezvous *rv, const Pending *p, const char *why)
     return -EAGAIN;
 }
 
+/* Takes p's source address as rank+1's (net.h, address announcements). */
+static void note_next_at(Rendezvous *rv, const Pending *p)
+{
+    pthread_mutex_lock(&rv->lock);
+    int changed = !src_equal(&rv->next_at, &p->src);
+    rv->next_at = p->src;
+    pthread_mutex_unlock(&rv->lock);
+    if (changed) atomic_fetch_add(&rv->next_at_seq, 1);
+}
+
+/* Forgets rank+1's announced address `at` (it did not answer, or not as rank+1), unless
+ * a newer one has come meanwhile. */
+static void forget_next_at(Rendezvous *rv, const SrcAddr *at)
+{
+    pthread_mutex_lock(&rv->lock);
+    if (src_equal(&rv->next_at, at)) memset(&rv->next_at, 0, sizeof rv->next_at);
+    pthread_mutex_unlock(&rv->lock);
+}
+
 /* Feeds the bytes that arrived on p through the handshake. Returns 1 when rank-1 has
- * authenticated (p->fd is its connection), 0 to wait for more bytes, -EAGAIN after
- * logging why the connection is rejected (a wrong proof, or a worker of this job that
- * is not rank-1, included), or -EPROTO (err) when a peer that proved the job secret
- * disagrees about the job. */
-static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
+ * authenticated (p->fd is its connection), 2 when rank+1 has announced its address
+ * (noted; the caller closes p), 0 to wait for more bytes, -EAGAIN after logging why the
+ * connection is rejected (a wrong proof, or a worker of this job that is not the rank
+ * expected, included), or -EPROTO (err) when a peer that proved the job secret
+ * disagrees about the job. have_prev: rank-1's connection is already made, so only
+ * announcements are served. */
+static int pending_step(Rendezvous *rv, Pending *p, int have_prev, char *err, size_t errlen)
 {
     ssize_t r = recv(p->fd, p->buf + p->have, sizeof p->buf - p->have, 0);
     if (r == 0) return reject(rv, p, "closed during the handshake");
@@ -625,9 +661,13 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
     if (!p->got_hello) {
         size_t used;
         memcpy(p->hello, f, len), p->hn = len;
-        if (net_hello_decode(p->hello, p->hn, MSG_HELLO, &p->theirs, &used, &why) < 0 ||
+        p->announce = f[4] == MSG_ANNOUNCE;
+        if (net_hello_decode(p->hello, p->hn, p->announce ? MSG_ANNOUNCE : MSG_HELLO, &p->theirs,
+                             &used, &why) < 0 ||
             (used != p->hn && (why = "trailing bytes after the hello")))
             return reject(rv, p, why);
+        if (have_prev && !p->announce)
+            return reject(rv, p, "a ring connection after rank-1's was made (a late duplicate)");
         if (hello_fill(&p->mine, rv->job) < 0) {
             snprintf(err, errlen, "rendezvous: the random number generator failed");
             return -EIO;
@@ -643,13 +683,14 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
     if (len != 5 + MAC_BYTES || memcmp(f, "KTH1", 4) != 0 || f[4] != MSG_PROOF)
         return reject(rv, p, "malformed proof");
     int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+    int next = (rv->job->rank + 1) % rv->job->world;
     transcript_mac(rv->opt, "client", p->hello, p->hn, p->chal, p->cn, mac);
     if (CRYPTO_memcmp(mac, f + 5, MAC_BYTES) != 0) {
         reject_log(rv,
                    "rejected connection from %s claiming rank %u: it does not know the job "
                    "secret (KUBETRAIN_SECRET differs?)",
                    p->from, p->theirs.rank);
-        if ((int)p->theirs.rank == prev)
+        if ((int)p->theirs.rank == prev && !p->announce)
             snprintf(rv->server_seen, sizeof rv->server_seen,
                      "a connection from %s claiming to be rank %d did not know the job secret "
                      "(KUBETRAIN_SECRET differs between workers?)",
@@ -657,10 +698,12 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
         return -EAGAIN;
     }
     char peer[NET_NAME_MAX + 64], disagree[sizeof rv->server_seen];
-    snprintf(peer, sizeof peer, "rank %u (connecting from %s)", p->theirs.rank, p->from);
-    int rc = hello_agree(&p->mine, &p->theirs, prev, peer, disagree, sizeof disagree);
+    snprintf(peer, sizeof peer, "rank %u (%s from %s)", p->theirs.rank,
+             p->announce ? "announcing itself" : "connecting", p->from);
+    int rc = hello_agree(&p->mine, &p->theirs, p->announce ? next : prev, peer, disagree,
+                         sizeof disagree);
     if (rc == -ENXIO) {
-        snprintf(rv->server_seen, sizeof rv->server_seen, "%s", disagree);
+        if (!p->announce) snprintf(rv->server_seen, sizeof rv->server_seen, "%s", disagree);
         return reject(rv, p, disagree);
     }
     if (rc < 0) {
@@ -669,7 +712,9 @@ static int pending_step(Rendezvous *rv, Pending *p, char *err, size_t errlen)
     }
     unsigned char ack[5] = {'K', 'T', 'H', '1', MSG_ACK};
     if (send_frame_now(p->fd, ack, sizeof ack) < 0) return reject(rv, p, "closed before the ack");
-    return 1;
+    /* In a ring of two rank-1 is rank+1: its ring connection says where it is too. */
+    if (p->announce || prev == next) note_next_at(rv, p);
+    return p->announce ? 2 : 1;
 }
 
 static void addr_name(const struct sockaddr_storage *ss, socklen_t sl, char *out, size_t n)
@@ -685,13 +730,13 @@ static void addr_name(const struct sockaddr_storage *ss, socklen_t sl, char *out
 /* This worker is giving up (its own connection found a disagreement): hellos already
  * here still get their challenge, so that the peer that sent one finds the disagreement
  * itself and says so, instead of retrying against a worker that is gone. */
-static void answer_hellos(Rendezvous *rv, Pending **pend, int n)
+static void answer_hellos(Rendezvous *rv, Pending **pend, int n, int have_prev)
 {
     char scratch[256];
     for (int i = 0; i < n; i++) {
         struct pollfd p = {.fd = pend[i]->fd, .events = POLLIN};
         if (!pend[i]->got_hello && poll(&p, 1, 0) == 1)
-            pending_step(rv, pend[i], scratch, sizeof scratch);
+            pending_step(rv, pend[i], have_prev, scratch, sizeof scratch);
     }
 }
 
@@ -732,20 +777,23 @@ static void accept_one(Rendezvous *rv, int listen_fd, Pending **pend, int *n)
     pend[(*n)++] = p;
 }
 
-/* Accepts connections until rank-1 authenticates, serving every handshake in progress
- * as its bytes arrive, each bounded by the handshake timeout. Returns rank-1's fd,
- * -ETIMEDOUT (err), -ECANCELED, -EPROTO (err) or another negative errno. */
+/* Accepts connections until rank-1 authenticates and the client's result is in,
+ * serving every handshake in progress as its bytes arrive, each bounded by the handshake
+ * timeout: after rank-1's connection only announcements, which may still be what the
+ * client waits for. Returns rank-1's fd, -ETIMEDOUT (err), -ECANCELED, -EPROTO (err) or
+ * another negative errno. */
 static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
 {
     Pending *pend[PENDING_MAX];
-    struct pollfd pfd[PENDING_MAX + 1];
-    int n = 0, rc = 0;
+    struct pollfd pfd[PENDING_MAX + 2];
+    int n = 0, rc = 0, link = -1;
     rv->log_window = util_now();
     for (;;) {
         /* The deadline before the abort: when the client thread gave up because time
          * ran out, this side's own account of the wait belongs in the message too. */
         double now = util_now();
         reject_log_flush(rv, now, 0);
+        if (link >= 0 && (atomic_load(&rv->client_final) || now >= rv->deadline)) break;
         if (now >= rv->deadline) {
             int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
             snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s%s%s", prev,
@@ -756,7 +804,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
             break;
         }
         if (atomic_load(&rv->abort_flag)) {
-            answer_hellos(rv, pend, n);
+            answer_hellos(rv, pend, n, link >= 0);
             rc = -ECANCELED;
             break;
         }
@@ -764,48 +812,111 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
             if (now >= pend[i]->deadline)
                 pending_drop(rv, pend, &n, i, "handshake not completed in time");
         pfd[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        pfd[1] = (struct pollfd){.fd = rv->wake[0], .events = POLLIN};
         for (int i = 0; i < n; i++)
-            pfd[i + 1] = (struct pollfd){.fd = pend[i]->fd, .events = POLLIN};
-        int r = poll(pfd, (nfds_t)n + 1, 100);
+            pfd[i + 2] = (struct pollfd){.fd = pend[i]->fd, .events = POLLIN};
+        int r = poll(pfd, (nfds_t)n + 2, 100);
         if (r < 0 && errno != EINTR) {
             rc = -errno;
             snprintf(err, errlen, "rendezvous: poll: %s", strerror(errno));
             break;
         }
         if (r <= 0) continue;
+        if (pfd[1].revents & POLLIN) {
+            char b[16];
+            while (read(rv->wake[0], b, sizeof b) > 0) continue;
+        }
         /* Handshakes first (they may finish, and a HELLO read now is progress that keeps
          * its slot), then one new connection. */
-        int done = -1;
-        for (int i = n - 1; i >= 0 && done < 0; i--) {
-            if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            int s = pending_step(rv, pend[i], err, errlen);
-            if (s == 1) done = i;
-            else if (s == -EAGAIN) pending_drop(rv, pend, &n, i, NULL);
+        for (int i = n - 1; i >= 0; i--) {
+            if (!(pfd[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            int s = pending_step(rv, pend[i], link >= 0, err, errlen);
+            if (s == 1 && link >= 0)
+                pending_drop(rv, pend, &n, i, "a second ring connection from rank-1");
+            else if (s == 1) {
+                link = pend[i]->fd;
+                atomic_store(&rv->prev_linked, 1);
+                free(pend[i]);
+                pend[i] = pend[--n];
+            } else if (s == 2 || s == -EAGAIN) pending_drop(rv, pend, &n, i, NULL);
             else if (s < 0) {
                 rc = s;
                 goto out;
             }
-        }
-        if (done >= 0) {
-            rc = pend[done]->fd;
-            free(pend[done]);
-            pend[done] = pend[--n];
-            break;
         }
         if (pfd[0].revents & POLLIN) accept_one(rv, listen_fd, pend, &n);
     }
 out:
     while (n > 0) pending_drop(rv, pend, &n, n - 1, NULL);
     reject_log_flush(rv, util_now(), 1);
-    return rc;
+    if (rc < 0) {
+        if (link >= 0) close(link);
+        return rc;
+    }
+    return link;
 }
 
 /* ---------------------------------------------------------------------------------- */
 /* client side: connect to rank+1 */
 
+/* One non-blocking connect to sa, at most 2 s and not past the deadline. Returns the
+ * fd, -EAGAIN (refused, unreachable, no answer) or -ECANCELED. */
+static int connect_addr(Rendezvous *rv, const struct sockaddr *sa, socklen_t sl, int type,
+                        int protocol, atomic_int *abort_flag)
+{
+    int fd = socket(sa->sa_family, type | SOCK_CLOEXEC, protocol);
+    if (fd < 0) return -EAGAIN;
+    if (net_tune_socket(fd, rv->opt->sockbuf_bytes) < 0 ||
+        (connect(fd, sa, sl) < 0 && errno != EINPROGRESS)) {
+        close(fd);
+        return -EAGAIN;
+    }
+    double dl = util_now() + 2.0;
+    if (dl > rv->deadline) dl = rv->deadline;
+    int rc = wait_fd(fd, POLLOUT, dl, abort_flag);
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (rc == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+    if (rc == 0 && soerr == 0) return fd;
+    close(fd);
+    return rc == -ECANCELED ? rc : -EAGAIN;
+}
+
+/* Connects to the address rank+1 announced (net.h), if any (copied to *at), at its
+ * TF_CONFIG port; an address that does not answer is forgotten. Returns the fd, -EAGAIN
+ * or -ECANCELED. */
+static int connect_announced(Rendezvous *rv, const TfPeer *p, SrcAddr *at_out)
+{
+    pthread_mutex_lock(&rv->lock);
+    SrcAddr at = rv->next_at;
+    pthread_mutex_unlock(&rv->lock);
+    *at_out = at;
+    if (!at.family) return -EAGAIN;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    if (at.family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)(void *)&ss;
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)p->port);
+        memcpy(&in->sin_addr, at.a, 4);
+        sl = sizeof *in;
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)p->port);
+        memcpy(&in6->sin6_addr, at.a, 16);
+        sl = sizeof *in6;
+    }
+    int fd = connect_addr(rv, (struct sockaddr *)&ss, sl, SOCK_STREAM, 0, &rv->abort_flag);
+    if (fd == -EAGAIN) forget_next_at(rv, &at);
+    return fd;
+}
+
 /* One non-blocking connect to any of host's addresses. Returns the fd, -EAGAIN to
- * retry (no DNS record yet, refused, unreachable), or -ECANCELED/-ETIMEDOUT. */
-static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged)
+ * retry (no DNS record yet, refused, unreachable), or -ECANCELED/-ETIMEDOUT. dns_logged
+ * NULL: a name that does not resolve is not logged. */
+static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged, atomic_int *abort_flag)
 {
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -814,59 +925,50 @@ static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged)
     snprintf(service, sizeof service, "%d", p->port);
     int g = getaddrinfo(p->host, service, &hints, &res);
     if (g != 0) {
-        if (!*dns_logged) util_log("waiting for %s to resolve (%s)", p->host, gai_strerror(g));
-        *dns_logged = 1;
+        if (dns_logged && !*dns_logged)
+            util_log("waiting for %s to resolve (%s)", p->host, gai_strerror(g));
+        if (dns_logged) *dns_logged = 1;
         return -EAGAIN;
     }
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        if (net_tune_socket(fd, rv->opt->sockbuf_bytes) < 0) {
-            close(fd);
-            continue;
-        }
-        if (connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS) {
-            close(fd);
-            continue;
-        }
-        double dl = util_now() + 2.0;
-        if (dl > rv->deadline) dl = rv->deadline;
-        int rc = wait_fd(fd, POLLOUT, dl, &rv->abort_flag);
-        int soerr = 0;
-        socklen_t sl = sizeof soerr;
-        if (rc == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-        if (rc == 0 && soerr == 0) {
-            freeaddrinfo(res);
-            return fd;
-        }
-        close(fd);
-        if (rc == -ECANCELED) {
-            freeaddrinfo(res);
-            return rc;
-        }
-    }
+    int fd = -EAGAIN;
+    for (struct addrinfo *a = res; a && fd == -EAGAIN; a = a->ai_next)
+        fd =
+            connect_addr(rv, a->ai_addr, a->ai_addrlen, a->ai_socktype, a->ai_protocol, abort_flag);
     freeaddrinfo(res);
-    return -EAGAIN;
+    return fd;
 }
 
-/* Notes why the answer at rank+1's address was refused, logging it when it differs from
- * the last (the client retries once a second at most; the same line each time would
- * say nothing new). Returns -EAGAIN: the client connects again. */
-static int client_refuse(Rendezvous *rv, const char *why)
+/* One side that dials: the client to rank+1 (HELLO), or the announcer to rank-1
+ * (ANNOUNCE). */
+typedef struct Dialer {
+    int type;               /* MSG_HELLO or MSG_ANNOUNCE */
+    int peer_rank;          /* the rank expected to answer */
+    atomic_int *abort_flag; /* ends a wait with -ECANCELED */
+    char *seen;             /* why the last answer was refused */
+    size_t seen_len;
+    char *err;              /* why the dial ended for good */
+    size_t err_len;
+    const char *what;       /* "connecting", "announcing": the log line's verb */
+} Dialer;
+
+/* Notes why the answer at the peer's address was refused, logging it when it differs
+ * from the last (the dialer retries once a second at most; the same line each time
+ * would say nothing new). Returns -EAGAIN: the dialer connects again. */
+static int client_refuse(const Dialer *d, const char *why)
 {
-    if (strcmp(rv->client_seen, why) != 0)
-        util_log("%s; connecting again until the rendezvous deadline", why);
-    snprintf(rv->client_seen, sizeof rv->client_seen, "%s", why);
+    if (strcmp(d->seen, why) != 0)
+        util_log("%s; %s again until the rendezvous deadline", why, d->what);
+    snprintf(d->seen, d->seen_len, "%s", why);
     return -EAGAIN;
 }
 
-/* The client's half of the handshake on fd, connected to rank+1's address; each attempt
- * is bounded by the handshake timeout, so a port taken by something silent does not
- * hold the client to the deadline. Returns 0 (authenticated), -EAGAIN to connect again
- * (dropped, or an answer from the wrong party, noted by client_refuse), -EPROTO
- * (rv->client_err) when rank+1, proven by the job secret, disagrees about the job, or
+/* The dialer's half of the handshake on fd, connected to the peer's address; each
+ * attempt is bounded by the handshake timeout, so a port taken by something silent does
+ * not hold the dialer to the deadline. Returns 0 (authenticated), -EAGAIN to connect
+ * again (dropped, or an answer from the wrong party, noted by client_refuse), -EPROTO
+ * (d->err) when the peer, proven by the job secret, disagrees about the job, or
  * -ECANCELED/-EIO. */
-static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
+static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char *peer)
 {
     unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
     size_t hn, cn, used;
@@ -876,20 +978,19 @@ static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
     double dl = util_now() + rv->opt->handshake_timeout_s;
     if (dl > rv->deadline) dl = rv->deadline;
     if (hello_fill(&mine, rv->job) < 0) {
-        snprintf(rv->client_err, sizeof rv->client_err,
-                 "rendezvous: the random number generator failed");
+        snprintf(d->err, d->err_len, "rendezvous: the random number generator failed");
         return -EIO;
     }
-    hn = net_hello_encode(hello, MSG_HELLO, &mine);
-    int rc = send_frame(fd, hello, hn, dl, &rv->abort_flag);
-    if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, &rv->abort_flag);
+    hn = net_hello_encode(hello, d->type, &mine);
+    int rc = send_frame(fd, hello, hn, dl, d->abort_flag);
+    if (rc == 0) rc = recv_frame(fd, chal, &cn, dl, d->abort_flag);
     if (rc == -ECANCELED) return rc;
     if (rc == -ETIMEDOUT && util_now() < rv->deadline) {
         snprintf(note, sizeof note,
                  "%s accepted the connection but did not answer the "
                  "handshake within %.1f s (another service on that port?)",
                  peer, rv->opt->handshake_timeout_s);
-        return client_refuse(rv, note);
+        return client_refuse(d, note);
     }
     if (rc < 0 && rc != -EMSGSIZE) return -EAGAIN; /* dropped: the server may be busy */
     if (rc < 0 || net_hello_decode(chal, cn, MSG_CHALLENGE, &theirs, &used, &why) < 0 ||
@@ -898,7 +999,7 @@ static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
                  "the service at %s's address does not speak the kubetrain "
                  "handshake (another service on that port?)",
                  peer);
-        return client_refuse(rv, note);
+        return client_refuse(d, note);
     }
     transcript_mac(rv->opt, "server", hello, hn, chal, used, mac);
     if (CRYPTO_memcmp(mac, chal + used, MAC_BYTES) != 0) {
@@ -907,23 +1008,23 @@ static int client_handshake(Rendezvous *rv, int fd, int next, const char *peer)
                  "to another job (a stale DNS record or a port clash), or KUBETRAIN_SECRET "
                  "differs between workers",
                  peer);
-        return client_refuse(rv, note);
+        return client_refuse(d, note);
     }
-    rc = hello_agree(&mine, &theirs, next, peer, note, sizeof note);
-    if (rc == -ENXIO) return client_refuse(rv, note);
+    rc = hello_agree(&mine, &theirs, d->peer_rank, peer, note, sizeof note);
+    if (rc == -ENXIO) return client_refuse(d, note);
     if (rc < 0) {
-        snprintf(rv->client_err, sizeof rv->client_err, "%s", note);
+        snprintf(d->err, d->err_len, "%s", note);
         return rc;
     }
     unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
     transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
-    rc = send_frame(fd, proof, sizeof proof, dl, &rv->abort_flag);
+    rc = send_frame(fd, proof, sizeof proof, dl, d->abort_flag);
     /* The ack is awaited until the rendezvous deadline, not the attempt's: the server may
      * already have taken this connection as its ring link when it sent the ack, and a
      * client that gave up on it here would leave the server on a connection nobody
      * uses (seen under load with a 1 s handshake timeout). Only a party that knows the
      * secret gets this far, and it answers or closes. */
-    if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, &rv->abort_flag);
+    if (rc == 0) rc = recv_frame(fd, chal, &cn, rv->deadline, d->abort_flag);
     if (rc == 0 && (cn != 5 || memcmp(chal, "KTH1", 4) != 0 || chal[4] != MSG_ACK)) rc = -EBADMSG;
     if (rc == -ECANCELED) return rc;
     return rc < 0 ? -EAGAIN : 0;
@@ -939,6 +1040,34 @@ static void client_nap(Rendezvous *rv, double s)
     }
 }
 
+/* Sleeps s seconds, or less when the rendezvous is aborted, the server is done or
+ * rank+1 has announced an address since *seq (which is then updated). */
+static void client_wait(Rendezvous *rv, double s, int *seq)
+{
+    double until = util_now() + s;
+    while (!atomic_load(&rv->abort_flag) && !atomic_load(&rv->server_done) && util_now() < until) {
+        int now_seq = atomic_load(&rv->next_at_seq);
+        if (now_seq != *seq) {
+            *seq = now_seq;
+            return;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The client's result is in: the accept loop, which serves announcements until then,
+ * may end; woken at once after a success. After a failure (the abort flag) it notices
+ * within its poll interval, as before announcements: hellos that reach it meanwhile
+ * still get their challenge (answer_hellos). */
+static void client_done(Rendezvous *rv, int wake)
+{
+    atomic_store(&rv->client_final, 1);
+    char b = 1;
+    ssize_t w = wake ? write(rv->wake[1], &b, 1) : 0; /* a full pipe has woken it already */
+    (void)w;
+}
+
 static void *client_main(void *arg)
 {
     Rendezvous *rv = arg;
@@ -946,32 +1075,53 @@ static void *client_main(void *arg)
     const TfPeer *p = &rv->tf->peers[next];
     char peer[NET_NAME_MAX];
     snprintf(peer, sizeof peer, "rank %d (%s:%d)", next, p->host, p->port);
+    Dialer d = {.type = MSG_HELLO,
+                .peer_rank = next,
+                .abort_flag = &rv->abort_flag,
+                .seen = rv->client_seen,
+                .seen_len = sizeof rv->client_seen,
+                .err = rv->client_err,
+                .err_len = sizeof rv->client_err,
+                .what = "connecting"};
     double backoff = 0.05;
-    int dns_logged = 0;
+    int dns_logged = 0, seq = 0, announced_logged = 0;
     rv->client_rc = -ETIMEDOUT;
     while (!atomic_load(&rv->abort_flag) && util_now() < rv->deadline) {
         resolve_prev(rv);
-        int fd = connect_once(rv, p, &dns_logged);
+        /* The address rank+1 announced first: its name may not resolve yet, or still to
+         * the address of a process that is gone. */
+        SrcAddr at;
+        int fd = connect_announced(rv, p, &at);
+        int announced = fd >= 0;
+        if (announced && !announced_logged) {
+            char a[INET6_ADDRSTRLEN] = "?";
+            inet_ntop(at.family, at.a, a, sizeof a);
+            util_log("connecting to %s at %s, the address it announced", peer, a);
+            announced_logged = 1;
+        }
+        if (fd == -EAGAIN) fd = connect_once(rv, p, &dns_logged, &rv->abort_flag);
         if (fd == -ECANCELED) break;
         if (fd >= 0) {
-            int rc = client_handshake(rv, fd, next, peer);
+            int rc = client_handshake(rv, &d, fd, peer);
             if (rc == 0) {
                 rv->next_fd = fd;
                 rv->client_rc = 0;
                 break;
             }
             close(fd);
+            if (rc == -EAGAIN && announced) forget_next_at(rv, &at);
             if (rc != -EAGAIN) {
                 if (rc != -ECANCELED) rv->client_rc = rc;
                 break;
             }
         }
-        /* not up yet, dropped, or the wrong party answered: try again */
-        struct timespec ts = {0, (long)(backoff * 1e9)};
-        nanosleep(&ts, NULL);
+        /* not up yet, dropped, or the wrong party answered: try again (at once when
+         * rank+1 announces itself meanwhile) */
+        client_wait(rv, backoff, &seq);
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     if (rv->client_rc == 0) {
+        client_done(rv, 1);
         /* The accept loop still wants rank-1's addresses until rank-1 has come. */
         for (;;) {
             pthread_mutex_lock(&rv->lock);
@@ -990,6 +1140,40 @@ static void *client_main(void *arg)
                  peer, rv->opt->rendezvous_timeout_s, rv->client_seen[0] ? ": " : "",
                  rv->client_seen);
     atomic_store(&rv->abort_flag, 1);
+    client_done(rv, 0);
+    return NULL;
+}
+
+/* The announcer (net.h, address announcements): tells rank-1 where this worker is, until
+ * rank-1 has acknowledged it or connected, the accept loop is over or the deadline
+ * passes. A refusal is logged; a disagreement about the job is left to the ring's own
+ * handshakes to report. */
+static void *announce_main(void *arg)
+{
+    Rendezvous *rv = arg;
+    int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
+    const TfPeer *p = &rv->tf->peers[prev];
+    char peer[NET_NAME_MAX], err[sizeof rv->client_err];
+    snprintf(peer, sizeof peer, "rank %d (%s:%d)", prev, p->host, p->port);
+    Dialer d = {.type = MSG_ANNOUNCE,
+                .peer_rank = prev,
+                .abort_flag = &rv->server_done,
+                .seen = rv->announce_seen,
+                .seen_len = sizeof rv->announce_seen,
+                .err = err,
+                .err_len = sizeof err,
+                .what = "announcing"};
+    while (!atomic_load(&rv->server_done) && !atomic_load(&rv->abort_flag) &&
+           !atomic_load(&rv->prev_linked) && util_now() < rv->deadline) {
+        int fd = connect_once(rv, p, NULL, &rv->server_done);
+        if (fd == -ECANCELED) break;
+        if (fd >= 0) {
+            int rc = client_handshake(rv, &d, fd, peer);
+            close(fd);
+            if (rc != -EAGAIN) break; /* acknowledged, cancelled, or not to be mended */
+        }
+        client_nap(rv, 0.5);
+    }
     return NULL;
 }
 
@@ -1010,11 +1194,24 @@ int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const N
     rv->next_fd = -1;
     atomic_init(&rv->abort_flag, 0);
     atomic_init(&rv->server_done, 0);
+    atomic_init(&rv->client_final, 0);
+    atomic_init(&rv->prev_linked, 0);
+    atomic_init(&rv->next_at_seq, 0);
+    if (pipe2(rv->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
+        int e = errno;
+        free(rv);
+        snprintf(err, errlen, "rendezvous: pipe: %s", strerror(e));
+        return -e;
+    }
     pthread_mutex_init(&rv->lock, NULL);
-    pthread_t th;
+    pthread_t th, announcer;
     int rc = pthread_create(&th, NULL, client_main, rv);
+    /* In a ring of two rank-1's ring connection says where it is (net.h). */
+    int announcing =
+        rc == 0 && job->world > 2 && pthread_create(&announcer, NULL, announce_main, rv) == 0;
     if (rc != 0) {
         pthread_mutex_destroy(&rv->lock);
+        close(rv->wake[0]), close(rv->wake[1]);
         free(rv);
         snprintf(err, errlen, "rendezvous: cannot start a thread: %s", strerror(rc));
         return -rc;
@@ -1024,7 +1221,9 @@ int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const N
     atomic_store(&rv->server_done, 1);
     if (prev_fd < 0 && prev_fd != -ECANCELED) atomic_store(&rv->abort_flag, 1);
     pthread_join(th, NULL);
+    if (announcing) pthread_join(announcer, NULL);
     pthread_mutex_destroy(&rv->lock);
+    close(rv->wake[0]), close(rv->wake[1]);
 
     rc = 0;
     if (prev_fd == -ETIMEDOUT && rv->client_rc == -ETIMEDOUT) {

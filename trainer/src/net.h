@@ -73,7 +73,9 @@ typedef struct NetRing {
  * one byte: 1 when the sender holds training state, else 0 (NetJob). */
 #define NET_NONCE_BYTES 32
 #define NET_HELLO_STR_MAX 512
-enum { NET_MSG_HELLO = 1, NET_MSG_CHALLENGE = 2 };
+/* ANNOUNCE is a HELLO sent to rank-1 by a worker that only tells it where it is (the
+ * address announcements of net_rendezvous); the same fields, answered the same way. */
+enum { NET_MSG_HELLO = 1, NET_MSG_CHALLENGE = 2, NET_MSG_ANNOUNCE = 5 };
 
 typedef struct NetHello {
     unsigned char nonce[NET_NONCE_BYTES];
@@ -124,6 +126,18 @@ int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int 
 /* Forms this worker's part of the ring: connects and authenticates to rank+1 (from
  * tf->peers) while accepting and authenticating rank-1 on listen_fd, which it does not
  * close (close it afterwards, so that late connections are refused, not queued).
+ *
+ * Address announcements: a name that does not resolve yet (a pod whose DNS record is not
+ * published, or whose absence the cluster DNS has cached as a negative answer for its
+ * TTL, up to 30 s on a default cluster) or resolves to a gone address (a replaced pod)
+ * must not hold the ring up while the peer itself can say where it is. So in a ring of
+ * three or more each worker also connects to rank-1 and runs the handshake as an
+ * ANNOUNCE; rank-1 takes the source address of an announcement that proved the job
+ * secret and rank+1's rank as rank+1's address (at rank+1's TF_CONFIG port), tried
+ * before the name, and closes it. In a ring of two, rank-1 is rank+1 and its ring
+ * connection tells the same. Until its connection to rank+1 is made, a worker keeps
+ * serving announcements after rank-1 has connected.
+ *
  * The listener may stay open for the whole run and serve the rendezvous again after a
  * lost peer (live recovery): connections that queued in between are handshaken then.
  * Returns 0 with *out filled, or a negative errno and one line in err:

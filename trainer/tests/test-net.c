@@ -48,6 +48,7 @@ typedef struct NetArg {
     int rendezvous_only; /* no all-reduce: the peers are the test's own (FakePeer) */
     uint32_t generation[CLUSTER_MAX]; /* proposed ring generation; 0: 1 */
     int has_state[CLUSTER_MAX];
+    int hide_next[CLUSTER_MAX]; /* rank+1's name does not resolve for this rank */
 } NetArg;
 
 static void net_rank(const Cluster *c, int rank, void *argp)
@@ -68,6 +69,8 @@ static void net_rank(const Cluster *c, int rank, void *argp)
         tf.peers[me] = tf.peers[rank];
         tf.peers[rank] = t;
     }
+    if (a->hide_next[rank]) /* as a pod's name before its DNS record is published */
+        snprintf(tf.peers[(me + 1) % c->world].host, sizeof tf.peers[0].host, "unresolved.invalid");
     NetJob job = {.world = c->world,
                   .rank = me,
                   .model_signature = a->signature[rank] ? a->signature[rank] : "cnn",
@@ -129,6 +132,53 @@ static void test_ring_forms_with_secret(void **state)
         }
         free_results(res);
     }
+}
+
+/* A worker whose rank+1's name does not resolve (a pod's DNS record not yet published,
+ * or a negative answer the cluster DNS keeps for its TTL) still forms the ring, at the
+ * address rank+1 announced (net.h): in a ring of two through rank+1's own ring
+ * connection, in larger rings through its announcement; and when no worker can resolve
+ * its rank+1, every link is made that way. Well before the deadline, which is where
+ * waiting for the name would end. */
+static void test_unresolvable_next_is_reached_at_its_announced_address(void **state)
+{
+    (void)state;
+    char log0[] = "/tmp/kt-test-net-announce-XXXXXX";
+    int lfd = mkstemp(log0);
+    assert_true(lfd >= 0);
+    close(lfd);
+    for (int world = 2; world <= 4; world++) {
+        for (int all = 0; all <= (world > 2); all++) {
+            NetArg a = {.rendezvous_timeout_s = scaled(10)};
+            for (int r = 0; r < world; r++) {
+                a.secret[r] = "s3cret";
+                a.hide_next[r] = r == 0 || all;
+            }
+            a.log_path[0] = log0;
+            double t0 = util_now();
+            NetResult *res = run_cluster(world, &a, 30);
+            double dt = util_now() - t0;
+            print_message("# world %d, %s: ring formed in %.2f s\n", world,
+                          all ? "no rank resolves rank+1" : "rank 0 cannot resolve rank 1", dt);
+            for (int r = 0; r < world; r++) {
+                if (res[r].rc != 0) fail_msg("world %d rank %d: %s", world, r, res[r].err);
+                assert_close_i(res[r].sum, (float)(world * (world + 1) / 2), 0, r);
+            }
+            if (dt >= scaled(5)) fail_msg("took %.2f s, want well under the deadline", dt);
+            free_results(res);
+            char buf[8192] = "";
+            FILE *f = fopen(log0, "r");
+            assert_non_null(f);
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = 0;
+            fclose(f);
+            if (!strstr(buf, "connecting to rank 1 (unresolved.invalid:") ||
+                !strstr(buf, "at 127.0.0.1, the address it announced"))
+                fail_msg("world %d: rank 0's log does not say it used the announced address:\n%s",
+                         world, buf);
+        }
+    }
+    unlink(log0);
 }
 
 static void test_ring_forms_without_secret(void **state)
@@ -942,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_secret_from_env_and_file),
         cmocka_unit_test(test_ring_forms_with_secret),
         cmocka_unit_test(test_ring_forms_without_secret),
+        cmocka_unit_test(test_unresolvable_next_is_reached_at_its_announced_address),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_disagreement_names_both_values),
         cmocka_unit_test(test_duplicate_rank),
