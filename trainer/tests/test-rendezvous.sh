@@ -7,7 +7,11 @@
 #    clash) is refused and retried: the worker keeps connecting until the real peer
 #    answers there, and the job completes (it used to exit 2 at the first wrong answer,
 #    which the ExitCode restart policy takes as permanent). test-distributed.sh checks
-#    that a wrong secret that persists ends in 75.
+#    that a wrong secret that persists ends in 75;
+#  - in (emulated) pods, each in its own network namespace: a worker replaced at a new pod
+#    IP while its peers' DNS still names the old one (a cached record) is reached at the
+#    address it announced (net.h), and the live recovery completes with the uninterrupted
+#    run's weights; with no announcement the survivors would wait out the recovery timeout.
 set -euo pipefail
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -145,4 +149,89 @@ if [ $rcs = 75 ] && grep -q "rendezvous: .*rank 0" "$tmp/sq.err"; then
   why=$(grep -o 'rendezvous: .\{0,40\}' "$tmp/sq.err")
   tap_ok "the squatter, whose peers never came, exits 75 ($why)"
 else tap_fail "the squatter exits 75" "exit $rcs; $(tail -3 "$tmp/sq.err")"; fi
+
+# --- pods: a replacement at a new IP is reached at the address it announced ----------------
+# Three pods, each in its own network namespace on one bridge (inside a private network and
+# mount namespace: nothing on the host changes), each with its own /etc/hosts, as its
+# cluster DNS would answer: w0 10.244.0.5, w1 .6, w2 .7. Worker 1 is SIGKILLed after the
+# checkpoint of step 50 and replaced in a new pod at 10.244.0.8, whose /etc/hosts says so;
+# the survivors' still say .6 (the record their DNS cached). Worker 0 connects to rank 1:
+# only the replacement's announcement tells it where rank 1 now is.
+rec=(--model mlp --epochs 2 --steps-per-epoch 150 --per-worker-batch 16 --print-weights-hash
+     --recovery-timeout 20 --rendezvous-timeout 30 --checkpoint-every-steps 25)
+cat >"$tmp/move.sh" <<'PODS'
+mkdir -p /run/netns
+mount -t tmpfs tmpfs /run/netns
+ip link set lo up
+ip link add br0 type bridge
+ip link set br0 up
+pod() { # name ip
+  ip netns add "$1"
+  ip link add "v$1" type veth peer name eth0 netns "$1"
+  ip link set "v$1" master br0 up
+  ip -n "$1" addr add "$2/24" dev eth0
+  ip -n "$1" link set eth0 up
+  ip -n "$1" link set lo up
+}
+hosts() { # w1's ip: what this pod's DNS answers
+  printf '127.0.0.1 localhost\n10.244.0.5 w0.j-worker.ns.svc\n'
+  printf '%s w1.j-worker.ns.svc\n10.244.0.7 w2.j-worker.ns.svc\n' "$1"
+}
+hosts 10.244.0.6 >"$TMP/hosts-old"
+hosts 10.244.0.8 >"$TMP/hosts-new"
+tf() {
+  printf '{"cluster":{"worker":["w0.j-worker.ns.svc:2222","w1.j-worker.ns.svc:2222",'
+  printf '"w2.j-worker.ns.svc:2222"]},"task":{"type":"worker","index":%d}}' "$1"
+}
+run() { # pod index hosts
+  ip netns exec "$1" bash -c 'mount --bind "$1" /etc/hosts && shift && exec "$@"' _ "$3" \
+    env TF_CONFIG="$(tf "$2")" KUBETRAIN_SECRET=pods KUBETRAIN_SHM=0 \
+    KUBETRAIN_TERMINATION_FILE=/dev/null "$BIN" "${REC[@]}" --checkpoint-dir "$TMP/ck-pods" \
+    >"$TMP/pod$2.out" 2>>"$TMP/pod$2.err"
+}
+pod a 10.244.0.5; pod b 10.244.0.6; pod c 10.244.0.7
+run a 0 "$TMP/hosts-old" & p0=$!
+run b 1 "$TMP/hosts-old" & p1=$!
+run c 2 "$TMP/hosts-old" & p2=$!
+for _ in $(seq 3000); do [ -e "$TMP/ck-pods/ckpt-50.kt" ] && break; sleep 0.02; done
+kill -9 "$(pgrep -P "$p1" -f kubetrain-trainer || echo "$p1")" 2>/dev/null || true
+wait "$p1" 2>/dev/null || true
+ip netns del b
+pod d 10.244.0.8
+run d 1 "$TMP/hosts-new" & p1=$!
+r0=0; wait $p0 || r0=$?
+r1=0; wait $p1 || r1=$?
+r2=0; wait $p2 || r2=$?
+echo "$r0 $r1 $r2" >"$TMP/move.rc"
+PODS
+if [ "$(id -u)" != 0 ] || ! unshare -nm --propagation private true 2>/dev/null ||
+   ! command -v ip >/dev/null; then
+  tap_skip "a replacement at a new pod IP is reached at its announced address" \
+    "needs root, unshare -nm (namespaces) and ip (iproute2)"
+else
+  KUBETRAIN_SHM=0 "$BIN" launch --workers 3 "${rec[@]}" --checkpoint-dir "$tmp/ck-ref" \
+    >"$tmp/ref.out" 2>"$tmp/ref.err" || true
+  ref=$(hashes "$tmp/ref.out")
+  # shellcheck disable=SC2016 # the inner bash expands it
+  TMP=$tmp BIN=$BIN REC="${rec[*]}" timeout 180 unshare -nm --propagation private \
+    bash -c 'set -euo pipefail; read -ra REC <<<"$REC"; source "$TMP/move.sh"' \
+    >"$tmp/move.log" 2>&1 || true
+  rcs=$(cat "$tmp/move.rc" 2>/dev/null || echo "none")
+  got=$(hashes "$tmp"/pod[012].out)
+  bad=()
+  [ "$rcs" = "0 0 0" ] || bad+=("exits $rcs")
+  [ -n "$ref" ] && [ "$got" = "$ref" ] ||
+    bad+=("hashes '${got:0:12}' vs uninterrupted '${ref:0:12}'")
+  grep -q "connecting to rank 1 (w1.j-worker.ns.svc:2222) at 10.244.0.8, the address it announced" \
+    "$tmp/pod0.err" || bad+=("worker 0 did not use the announced address")
+  grep -q "joined generation 2" "$tmp/pod1.err" || bad+=("no 'joined generation 2' line")
+  grep -q "resuming from" "$tmp"/pod[012].err && bad+=("a checkpoint was read")
+  if [ ${#bad[@]} = 0 ]; then
+    tap_ok "a replacement at a new pod IP (10.244.0.8, the survivors' DNS still .6) is \
+reached at its announced address; live recovery, the uninterrupted run's weights"
+  else
+    tap_fail "a replacement at a new pod IP is reached at its announced address" \
+      "${bad[*]}; $(tail -n 3 "$tmp/move.log" "$tmp"/pod[01].err 2>&1)"
+  fi
+fi
 tap_done
