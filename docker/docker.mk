@@ -39,8 +39,9 @@ image-trainer-cuda: image-base
 # The image for users' own TensorFlow programs (docs/tensorflow.md): about 1 GB from PyPI,
 # minutes to build, so not part of `make images`. Its label kubetrain.dev/inputs hashes
 # what goes into it (the Dockerfile, the examples, TF_VERSION and the base image's ID);
-# an image of this VERSION with the same hash is kept. pip trusts the host's CA bundle,
-# as for image-trainer-cuda.
+# an image of this VERSION with the same hash is kept (no image of it yet, as on a fresh
+# machine, is not an error: it is built). pip trusts the host's CA bundle, as for
+# image-trainer-cuda.
 TF_VERSION ?= 2.21.0
 TF_IMAGE_INPUTS := docker/tensorflow.Dockerfile $(sort $(wildcard examples/tensorflow/*.py))
 image-tensorflow: image-base
@@ -48,7 +49,7 @@ image-tensorflow: image-base
 	 hash=$$({ cat $(TF_IMAGE_INPUTS); echo $(TF_VERSION); \
 	           docker image inspect -f '{{.Id}}' $(BASE); } | sha256sum | cut -c1-16); \
 	 have=$$(docker image inspect \
-	         -f '{{index .Config.Labels "kubetrain.dev/inputs"}}' $$img 2>/dev/null); \
+	         -f '{{index .Config.Labels "kubetrain.dev/inputs"}}' $$img 2>/dev/null || true); \
 	 if [ "$$have" = "$$hash" ]; then \
 	   echo "$$img is up to date (inputs $$hash)"; exit 0; fi; \
 	 if [ -r $(HOST_CA_BUNDLE) ]; then cp $(HOST_CA_BUNDLE) docker/.build-ca.crt; \
