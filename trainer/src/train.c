@@ -425,12 +425,29 @@ int trainer_sync_device(Trainer *t, char *err, size_t errlen)
  * finished this one), this one ends there, its means logged by that peer. Returns 0, or
  * a negative errno with err and *exit_code set: -EINTR when this rank was asked to stop
  * (see stop_request). */
+/* The epoch's means into the metrics (its epoch record) and, with --eval, its
+ * evaluation. */
+static void epoch_end(Trainer *t, int epoch, double ep_start)
+{
+    const EpochSums *ep = &t->ep;
+    double secs = util_now() - ep_start;
+    t->last_loss = ep->steps ? ep->loss_sum / ep->steps : 0.0;
+    t->last_accuracy = ep->count > 0 ? ep->correct / ep->count : 0.0;
+    metrics_epoch_end(t->metrics, epoch, ep->steps, secs, t->last_loss, t->last_accuracy,
+                      secs > 0 ? ep->count / secs : 0.0);
+    if (t->cfg.eval) {
+        double tl, ta;
+        trainer_evaluate(t, &tl, &ta);
+        metrics_eval(t->metrics, epoch, tl, ta);
+    }
+}
+
 static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
 {
     const int epoch = t->st.epoch + 1;
     double ep_start = util_now();
     EpochSums *ep = &t->ep;
-    int rc;
+    int rc, ended = 0;
     metrics_epoch_begin(t->metrics, epoch);
     while (t->st.step_in_epoch < t->steps_per_epoch) {
         double s0 = util_now(), allreduce_s;
@@ -461,6 +478,13 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
                           .step_seconds = step_s};
         metrics_step(t->metrics, epoch, t->st.global_step, &ms);
         util_termination_progress(t->st.global_step, t->ckpt_step);
+        /* The epoch's record before the step's hook, which may save the epoch-end
+         * checkpoint or stop: a run resumed from that checkpoint starts the next epoch,
+         * and carries this record over only if it was written first. */
+        if (t->st.step_in_epoch == t->steps_per_epoch) {
+            epoch_end(t, epoch, ep_start);
+            ended = 1;
+        }
         if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
             return rc;
         t->stopping = 0;
@@ -477,16 +501,9 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
                      "their replacements",
                      stop_count, t->st.global_step);
     }
-    double secs = util_now() - ep_start;
-    t->last_loss = ep->steps ? ep->loss_sum / ep->steps : 0.0;
-    t->last_accuracy = ep->count > 0 ? ep->correct / ep->count : 0.0;
-    metrics_epoch_end(t->metrics, epoch, ep->steps, secs, t->last_loss, t->last_accuracy,
-                      secs > 0 ? ep->count / secs : 0.0);
-    if (t->cfg.eval) {
-        double tl, ta;
-        trainer_evaluate(t, &tl, &ta);
-        metrics_eval(t->metrics, epoch, tl, ta);
-    }
+    /* An epoch whose last step this rank did not run (a live recovery handed it the
+     * state at the epoch's end) ends here, with the sums it was handed. */
+    if (!ended) epoch_end(t, epoch, ep_start);
     return 0;
 }
 

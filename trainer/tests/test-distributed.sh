@@ -147,6 +147,26 @@ leftover=$(compgen -G "$tmp/km.jsonl.*")
 if [[ -z $out && -z $leftover ]] && grep -q "record(s) up to step" "$tmp/kerr"; then
   tap_ok "after the restart the metrics file holds the whole run: steps 1..12 once each, both epochs, one done, nothing left beside it"
 else tap_fail "metrics file across a restart" "$out leftover=$leftover $(grep -i metrics "$tmp/kerr" | tail -3)"; fi
+
+# A stop at an epoch's last step: its epoch record is written before the step's hook saves
+# the checkpoint and stops, so the resumed run, which starts the next epoch, carries it
+# over (it was lost, as it was when a SIGKILL landed between an epoch-end checkpoint and
+# the record). With one step an epoch every stop lands on an epoch's last step.
+ck=$tmp/ck-ep; em=$tmp/em.jsonl
+ep1=(--model mlp --epochs 1000 --steps-per-epoch 1 --per-worker-batch 16 --checkpoint-dir "$ck"
+     --checkpoint-every-steps 1 --metrics-file "$em")
+"$BIN" "${ep1[@]}" >/dev/null 2>"$tmp/ep1.err" & epid=$!; pids+=("$epid")
+wait_for 60 grep -q "checkpoint at step 3 saved" "$tmp/ep1.err"
+kill -TERM "$epid"; wait "$epid" 2>/dev/null; rc1=$?
+"$BIN" "${ep1[@]}" >/dev/null 2>"$tmp/ep2.err"; rc2=$?
+stopped=$(sed -n 's/.*stopped by a signal after step \([0-9]*\).*/\1/p' "$tmp/ep1.err" | head -1)
+got=$(python3 -c 'import json, sys
+e = [r["epoch"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "epoch"]
+print("ok" if e == list(range(1, 1001)) else "missing %s, %d records" %
+      (sorted(set(range(1, 1001)) - set(e))[:5], len(e)))' "$em" 2>&1)
+if [[ $rc1 -eq 75 && $rc2 -eq 0 && -n $stopped && $got == ok ]]; then
+  tap_ok "SIGTERM at the last step of epoch $stopped: the resumed run's metrics file has every epoch record once"
+else tap_fail "epoch record across a stop at an epoch's end" "rc=$rc1/$rc2 stopped=$stopped: $got"; fi
 grep -qE "\[worker [01]\] .*(lost|closed|reset|EOF|exited|all-reduce)" "$tmp/kerr" \
   && tap_ok "the surviving worker names the lost peer" \
   || tap_fail "the surviving worker names the lost peer" "$(grep -v '^\[worker .\] [0-9]' "$tmp/kerr" | tail -10)"
