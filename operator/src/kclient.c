@@ -465,8 +465,35 @@ static void read_status(KubeResponse *resp)
     if (msg) snprintf(resp->message, sizeof resp->message, "%s", msg);
 }
 
-int kclient_request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
-                    const char *content_type, KubeResponse *out, char *err, size_t errlen)
+/* A request's answer: a 2xx body goes to the list parser when there is one, any other
+ * body (and every body without one) into buf. */
+typedef struct Sink {
+    Buf buf;
+    ListParser *list;
+    CURL *h;
+    long code;
+    int list_rc; /* the parser's error, which made curl stop */
+} Sink;
+
+static size_t write_sink(char *p, size_t size, size_t nmemb, void *ud)
+{
+    Sink *s = ud;
+    if (!s->list) return write_buf(p, size, nmemb, &s->buf);
+    if (s->code == 0) curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->code);
+    if (s->code < 200 || s->code >= 300) return write_buf(p, size, nmemb, &s->buf);
+    int rc = listparse_feed(s->list, p, size * nmemb);
+    if (rc) {
+        s->list_rc = rc;
+        return 0;
+    }
+    return size * nmemb;
+}
+
+/* kclient_request, with the body of a 2xx answer fed to `list` instead when non-NULL
+ * (resp->body is then NULL). */
+static int request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
+                   const char *content_type, KubeResponse *out, ListParser *list, char *err,
+                   size_t errlen)
 {
     KubeResponse local, *resp = out ? out : &local;
     memset(resp, 0, sizeof *resp);
@@ -480,7 +507,7 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
         ratelimit_wait(&c->rl);
         CURL *h = pool_get(c);
         struct curl_slist *headers = NULL;
-        Buf b = {0};
+        Sink sk = {.list = list, .h = h};
         char cerr[CURL_ERROR_SIZE] = "";
         char url[4096], ct[128];
         if (!h) {
@@ -502,8 +529,8 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, verb);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_buf);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_sink);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &sk);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
         curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
@@ -523,8 +550,20 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
         resp->body = NULL;
         /* A caller that passed no response reads nothing of a success: not parsed. */
         int ok = cc == CURLE_OK && resp->code >= 200 && resp->code < 300;
+        Buf b = sk.buf;
         if (b.data && (out || !ok)) resp->body = cJSON_ParseWithLength(b.data, b.len);
         free(b.data);
+        if (sk.list_rc) {
+            rc = sk.list_rc;
+            snprintf(err, errlen, "%s %s: %s", verb, path,
+                     rc == -EBADMSG ? "the answer is not a list" : strerror(-rc));
+            break;
+        }
+        if (list && ok && listparse_finish(list) != 0) {
+            rc = -EBADMSG;
+            snprintf(err, errlen, "%s %s: the answer is not a whole list", verb, path);
+            break;
+        }
         if (cc != CURLE_OK) {
             snprintf(resp->message, sizeof resp->message, "%s",
                      *cerr ? cerr : curl_easy_strerror(cc));
@@ -549,6 +588,24 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
     }
     free(payload);
     if (!out) kresp_free(&local);
+    return rc;
+}
+
+int kclient_request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
+                    const char *content_type, KubeResponse *resp, char *err, size_t errlen)
+{
+    return request(c, verb, path, body, content_type, resp, NULL, err, errlen);
+}
+
+int kclient_list(KubeClient *c, const char *path, ListItemFn fn, void *ctx, cJSON **meta, char *err,
+                 size_t errlen)
+{
+    ListParser lp;
+    listparse_init(&lp, fn, ctx);
+    int rc = request(c, "GET", path, NULL, NULL, NULL, &lp, err, errlen);
+    *meta = rc ? NULL : lp.meta;
+    if (!rc) lp.meta = NULL;
+    listparse_free(&lp);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #define KT_KCLIENT_H
 
 #include "kcfg.h"
+#include "listparse.h"
 #include "watchparse.h"
 
 #include <cjson/cJSON.h>
@@ -44,6 +45,15 @@ void kclient_set_observer(KubeClient *c, KubeRequestObserver fn);
  * answer is not even parsed. */
 int kclient_request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
                     const char *content_type, KubeResponse *resp, char *err, size_t errlen);
+
+/* A GET of a list (path with its query) whose items are handed to fn one at a time as
+ * the body arrives (listparse.h): the page is never held whole, as text or parsed. The
+ * list's metadata (resourceVersion, continue) is moved to *meta (caller frees). Returns
+ * 0, fn's non-zero value, -EBADMSG for a body that is not a whole list, or the errors
+ * of kclient_request, with err set. Items already handed on stay with fn's owner when
+ * a later one fails. */
+int kclient_list(KubeClient *c, const char *path, ListItemFn fn, void *ctx, cJSON **meta, char *err,
+                 size_t errlen);
 
 /* Frees resp's body; the struct may be reused. */
 void kresp_free(KubeResponse *resp);

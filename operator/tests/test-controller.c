@@ -147,6 +147,53 @@ static void test_informer_list_watch_relist(void **state)
     informer_free(inf);
 }
 
+/* A list longer than a page (500) comes in three pages, each item parsed alone as it
+ * arrives: all 1,201 objects are cached with their labels and fields, and the watch
+ * starts from the list's resourceVersion (the object created after the list comes
+ * from the watch). */
+static void test_informer_pages(void **state)
+{
+    (void)state;
+    const char *coll = "/api/v1/namespaces/pages/configmaps";
+    for (int i = 0; i < 1201; i++) {
+        char b[256];
+        snprintf(b, sizeof b,
+                 "{\"metadata\":{\"name\":\"cm-%04d\",\"labels\":{\"k\":\"v\",\"n\":\"%d\"}},"
+                 "\"data\":{\"x\":\"]}\\\"%d\"}}",
+                 i, i, i);
+        cJSON *o = fakeapi_create(api, coll, b);
+        assert_non_null(o);
+        cJSON_Delete(o);
+    }
+    Seen s = {0};
+    InformerOptions o = {.group_version = "v1",
+                         .plural = "configmaps",
+                         .ns = "pages",
+                         .label_selector = "k=v",
+                         .handler = count_event,
+                         .ctx = &s};
+    Informer *inf = informer_new(client, &o);
+    unsigned long lists = fakeapi_requests(api, "LIST");
+    assert_int_equal(informer_start(inf), 0);
+    WAIT_FOR(10, "the first list", informer_synced(inf));
+    assert_int_equal(fakeapi_requests(api, "LIST") - lists, 3);
+    assert_int_equal(informer_size(inf), 1201);
+    WAIT_FOR(5, "an ADDED event for each", __atomic_load_n(&s.added, __ATOMIC_SEQ_CST) == 1201);
+    cJSON *last = informer_get(inf, "pages", "cm-1200");
+    assert_string_equal(jsonx_str(last, "data.x"), "]}\"1200");
+    cJSON_Delete(last);
+    cJSON *one = informer_list(inf, "pages", "n", "700");
+    assert_int_equal(cJSON_GetArraySize(one), 1);
+    assert_string_equal(jsonx_str(cJSON_GetArrayItem(one, 0), "metadata.name"), "cm-0700");
+    cJSON_Delete(one);
+    cJSON_Delete(
+        fakeapi_create(api, coll, "{\"metadata\":{\"name\":\"after\",\"labels\":{\"k\":\"v\"}}}"));
+    WAIT_FOR(5, "the object created after the list", has(inf, "pages", "after"));
+    assert_int_equal(informer_size(inf), 1202);
+    informer_stop(inf);
+    informer_free(inf);
+}
+
 /* The cached "data.<field>" of configmap inf/<name>, or "" (caller-owned buffer). */
 static const char *cached_field(Informer *inf, const char *name, const char *field, char *buf,
                                 size_t n)
@@ -691,6 +738,7 @@ int main(void)
     test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_informer_list_watch_relist),
+        cmocka_unit_test(test_informer_pages),
         cmocka_unit_test(test_informer_quiet_paths),
         cmocka_unit_test(test_informer_backoff),
         cmocka_unit_test(test_informer_catches_up_after_an_outage),

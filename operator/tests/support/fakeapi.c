@@ -547,9 +547,22 @@ static void handle(FakeApi *f, int fd)
         jsonx_set_str(list, "kind", "List");
         snprintf(rv, sizeof rv, "%lld", f->rv);
         jsonx_set_str(jsonx_ensure_obj(list, "metadata"), "resourceVersion", rv);
-        for (size_t i = 0; i < f->nobjs; i++)
-            if (same_collection(&r, &f->objs[i].r) && selector_matches(sel, f->objs[i].obj))
+        /* Pages of `limit` objects; the continue token is where the next one starts. */
+        char lim[32], cont[32];
+        query_param(path, "limit", lim, sizeof lim);
+        query_param(path, "continue", cont, sizeof cont);
+        size_t i = *cont ? (size_t)atoll(cont) : 0, n = 0;
+        size_t most = *lim && atoll(lim) > 0 ? (size_t)atoll(lim) : (size_t)-1;
+        for (; i < f->nobjs && n < most; i++)
+            if (same_collection(&r, &f->objs[i].r) && selector_matches(sel, f->objs[i].obj)) {
                 cJSON_AddItemToArray(items, cJSON_Duplicate(f->objs[i].obj, 1));
+                n++;
+            }
+        if (n == most && i < f->nobjs) {
+            char next[32];
+            snprintf(next, sizeof next, "%zu", i);
+            jsonx_set_str(jsonx_ensure_obj(list, "metadata"), "continue", next);
+        }
         pthread_mutex_unlock(&f->mu);
         reply(fd, 200, list);
         cJSON_Delete(list);

@@ -1,6 +1,7 @@
 /* fakeapi — an in-memory stand-in for kube-apiserver on loopback HTTP, for unit tests
- * of the informers and the controller: list (with resourceVersion), watch (chunked
- * event streams from a resourceVersion, ERROR 410 once history is expired), get,
+ * of the informers and the controller: list (with resourceVersion; in pages with limit
+ * and continue), watch (chunked event streams from a resourceVersion, ERROR 410 once
+ * history is expired), get,
  * create (uid, resourceVersion, generation, creationTimestamp), update with optimistic
  * concurrency (409 Conflict on a stale resourceVersion), JSON merge patch (uid and
  * resourceVersion in it as preconditions), the status subresource, and delete with uid
