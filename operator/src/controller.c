@@ -106,7 +106,9 @@ static const char *const METADATA_KEPT[] = {"name",
 /* Pods as cached: what reconcile reads (metadata with the creation time, which
  * startupDeadlineSeconds counts from, and the phase, reason, conditions and container
  * states of the status, init containers' too) and the IP the progress scraper dials; the
- * spec it never compares. */
+ * spec it never compares. Of a condition, the type, status, reason and message: its
+ * times are never read and were a fifth of a Running pod as cached (4 conditions, 250 of
+ * 1,270 bytes). */
 static void prune_pod(cJSON *pod)
 {
     static const char *const top[] = {"metadata", "spec", "status", NULL};
@@ -116,6 +118,7 @@ static void prune_pod(cJSON *pod)
         "phase", "reason", "conditions", "containerStatuses", "initContainerStatuses",
         "podIP", NULL};
     static const char *const cstatus[] = {"name", "state", NULL};
+    static const char *const condition[] = {"type", "status", "reason", "message", NULL};
     keep_only(pod, top);
     keep_only(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), METADATA_KEPT);
     keep_only(cJSON_GetObjectItemCaseSensitive(pod, "spec"), spec);
@@ -127,6 +130,9 @@ static void prune_pod(cJSON *pod)
         if (!cJSON_IsArray(cs)) continue;
         cJSON_ArrayForEach(c, cs) keep_only(c, cstatus);
     }
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(st, "conditions"))
+        keep_only(c, condition);
 }
 
 /* Services and NetworkPolicies matter only as present and owned: no spec. */

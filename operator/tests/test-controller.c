@@ -733,6 +733,75 @@ static void test_startup_deadline_through_the_cache(void **state)
     running = NULL;
 }
 
+/* The message of job <name>'s condition <type> when its status is <status>, copied into
+ * buf, or "" . */
+static const char *job_condition(const char *name, const char *type, const char *status, char *buf,
+                                 size_t n)
+{
+    cJSON *job = get_job(name);
+    const cJSON *cond;
+    *buf = 0;
+    cJSON_ArrayForEach(cond, jsonx_arr(job, "status.conditions"))
+    {
+        const char *t = jsonx_str(cond, "type"), *st = jsonx_str(cond, "status");
+        const char *m = jsonx_str(cond, "message");
+        if (t && st && strcmp(t, type) == 0 && strcmp(st, status) == 0)
+            snprintf(buf, n, "%s", m ? m : "");
+    }
+    cJSON_Delete(job);
+    return buf;
+}
+
+/* Sets pod <name>'s status.conditions to `conditions` (JSON), as the scheduler and the
+ * kubelet write them, times included; phase Pending unless `phase`. */
+static void set_conditions(const char *name, const char *phase, const char *conditions)
+{
+    char p[256];
+    snprintf(p, sizeof p, PODS "/%s", name);
+    cJSON *pod = fakeapi_get(api, p);
+    assert_non_null(pod);
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", phase);
+    jsonx_set(st, "conditions", cJSON_Parse(conditions));
+    assert_int_equal(fakeapi_put(api, p, pod), 0);
+    cJSON_Delete(pod);
+}
+
+/* The pod cache keeps of each condition its type, status, reason and message (not its
+ * times): the scheduler's reason and words still reach the job's Scheduled condition,
+ * and Ready still counts a worker as ready. */
+static void test_pod_conditions_through_the_cache(void **state)
+{
+    (void)state;
+    Controller *c = start_controller();
+    running = c;
+    cJSON_Delete(fakeapi_create(
+        api, JOBS,
+        "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":"
+        "{\"name\":\"conds\"},\"spec\":{\"workers\":2,\"gangScheduling\":false}}"));
+    WAIT_FOR(5, "pods", count_pods("conds", "0") == 2);
+    set_conditions("conds-worker-0", "Running",
+                   "[{\"type\":\"PodScheduled\",\"status\":\"True\",\"lastProbeTime\":null,"
+                   "\"lastTransitionTime\":\"2026-11-27T12:00:00Z\"},{\"type\":\"Ready\","
+                   "\"status\":\"True\",\"lastProbeTime\":null,"
+                   "\"lastTransitionTime\":\"2026-11-27T12:00:01Z\"}]");
+    set_conditions("conds-worker-1", "Pending",
+                   "[{\"type\":\"PodScheduled\",\"status\":\"False\",\"lastProbeTime\":null,"
+                   "\"lastTransitionTime\":\"2026-11-27T12:00:00Z\",\"reason\":\"Unschedulable\","
+                   "\"message\":\"0/3 nodes are available: 3 Insufficient cpu.\"}]");
+    char buf[512];
+    WAIT_FOR(5, "the Scheduled condition",
+             *job_condition("conds", "Scheduled", "False", buf, sizeof buf));
+    assert_string_equal(buf, "1/2 pods scheduled, the others unschedulable: 0/3 nodes are "
+                             "available: 3 Insufficient cpu.");
+    cJSON *job = get_job("conds");
+    assert_int_equal(jsonx_int(job, "status.workers.ready", -1), 1);
+    cJSON_Delete(job);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
 int main(void)
 {
     test_time_scale();
@@ -748,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_owned_object_events_reach_their_job),
         cmocka_unit_test(test_gang_scheduling_discovery),
         cmocka_unit_test(test_startup_deadline_through_the_cache),
+        cmocka_unit_test(test_pod_conditions_through_the_cache),
     };
     return cmocka_run_group_tests_name("controller", tests, setup, teardown);
 }
