@@ -194,6 +194,55 @@ static void test_informer_pages(void **state)
     informer_free(inf);
 }
 
+/* A cached object reads back equal to the server's, labels included, whether they are
+ * kept apart from the text (all strings), left in it (a value that is not a string),
+ * empty or absent; from the list and from the watch; a label lookup finds string values
+ * only. */
+static void test_informer_labels_read_back(void **state)
+{
+    (void)state;
+    static const char *const objs[] = {
+        "{\"metadata\":{\"name\":\"s\",\"labels\":{\"k\":\"v\",\"a/b\":\"\",\"z\":\"1\"}},"
+        "\"data\":{\"x\":\"y\"}}",
+        "{\"metadata\":{\"name\":\"n\",\"labels\":{\"k\":\"v\",\"num\":5}}}",
+        "{\"metadata\":{\"name\":\"e\",\"labels\":{}}}",
+        "{\"metadata\":{\"name\":\"none\"}}",
+    };
+    const char *coll = "/api/v1/namespaces/labels/configmaps";
+    cJSON_Delete(fakeapi_create(api, coll, objs[0]));
+    cJSON_Delete(fakeapi_create(api, coll, objs[1]));
+    InformerOptions o = {.group_version = "v1", .plural = "configmaps", .ns = "labels"};
+    Informer *inf = informer_new(client, &o);
+    assert_int_equal(informer_start(inf), 0);
+    WAIT_FOR(5, "the first list", informer_synced(inf));
+    cJSON_Delete(fakeapi_create(api, coll, objs[2]));
+    cJSON_Delete(fakeapi_create(api, coll, objs[3]));
+    WAIT_FOR(5, "the objects from the watch", informer_size(inf) == 4);
+    static const char *const names[] = {"s", "n", "e", "none"};
+    for (size_t i = 0; i < 4; i++) {
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s", coll, names[i]);
+        cJSON *want = fakeapi_get(api, p), *got = informer_get(inf, "labels", names[i]);
+        if (!cJSON_Compare(want, got, 1)) {
+            char *w = cJSON_PrintUnformatted(want), *g = cJSON_PrintUnformatted(got);
+            fail_msg("%s cached as %s, want %s", names[i], g, w);
+        }
+        cJSON_Delete(want);
+        cJSON_Delete(got);
+    }
+    cJSON *l = informer_list(inf, "labels", "k", "v");
+    assert_int_equal(cJSON_GetArraySize(l), 2);
+    cJSON_Delete(l);
+    l = informer_list(inf, "labels", "num", "5");
+    assert_int_equal(cJSON_GetArraySize(l), 0);
+    cJSON_Delete(l);
+    l = informer_list(inf, "labels", "a/b", "");
+    assert_int_equal(cJSON_GetArraySize(l), 1);
+    cJSON_Delete(l);
+    informer_stop(inf);
+    informer_free(inf);
+}
+
 /* The cached "data.<field>" of configmap inf/<name>, or "" (caller-owned buffer). */
 static const char *cached_field(Informer *inf, const char *name, const char *field, char *buf,
                                 size_t n)
@@ -808,6 +857,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_informer_list_watch_relist),
         cmocka_unit_test(test_informer_pages),
+        cmocka_unit_test(test_informer_labels_read_back),
         cmocka_unit_test(test_informer_quiet_paths),
         cmocka_unit_test(test_informer_backoff),
         cmocka_unit_test(test_informer_catches_up_after_an_outage),
