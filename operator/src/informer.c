@@ -2,6 +2,7 @@
 #include "informer.h"
 
 #include "clock.h"
+#include "jsonpack.h"
 #include "jsonx.h"
 #include "olog.h"
 
@@ -22,6 +23,7 @@
  * parsed from the text. */
 typedef struct Entry {
     struct Entry *next;
+    /* The text packed (jsonpack.h): a Running pod's 820 bytes take 290. */
     char *json;
     /* metadata.labels with string values as "key\0value\0...key\0value\0\0" in one
      * block, or NULL: a parsed copy took about 700 bytes a pod, a quarter of the cache
@@ -111,7 +113,10 @@ static void entry_free(Entry *e)
  * allocation failure. */
 static cJSON *entry_object(const Entry *e)
 {
-    cJSON *o = cJSON_Parse(e->json);
+    size_t n;
+    char *text = jsonpack_decode(e->json, &n);
+    cJSON *o = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
     if (!o || !e->labels_apart) return o;
     cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
     cJSON *l = cJSON_CreateObject();
@@ -188,8 +193,10 @@ static int entry_set(Entry *e, cJSON *obj)
         cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
         cJSON_Delete(cJSON_DetachItemFromObjectCaseSensitive(md, "labels"));
     }
-    char *json = cJSON_PrintUnformatted(obj);
+    char *text = cJSON_PrintUnformatted(obj);
+    char *json = text ? jsonpack_encode(text) : NULL;
     long long rv = rv_number(obj);
+    free(text);
     cJSON_Delete(obj);
     if (!json || nomem) {
         free(json);
