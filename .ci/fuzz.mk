@@ -33,6 +33,7 @@ FUZZ_MAXLEN_handshake := 2048
 FUZZ_MAXLEN_kcfg      := 8192
 FUZZ_MAXLEN_yamljson  := 4096
 FUZZ_MAXLEN_watch     := 8192
+FUZZ_MAXLEN_list      := 8192
 FUZZ_MAXLEN_jobspec   := 8192
 FUZZ_MAXLEN_reconcile := 16384
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the operator's fuzz seeds into OUT/<target>/: the example TrainingJobs, the
-kubeconfig forms of the unit tests, watch streams and observed pods with termination
-messages. Usage: seeds.py OUT"""
+kubeconfig forms of the unit tests, watch streams, list answers and observed pods with
+termination messages. Usage: seeds.py OUT"""
 import glob
 import json
 import os
@@ -113,6 +113,16 @@ def main():
     body = "".join(json.dumps(e) + "\n" for e in events)
     write(out, "watch", "events", b"\x07" + body.encode())
     write(out, "watch", "crlf-partial", b"\x00" + body.replace("\n", "\r\n").encode()[:-40])
+
+    # List answers: chunk size byte, then the body (a page with a continue token, the
+    # last page, an empty list).
+    page = {"kind": "TrainingJobList", "apiVersion": "kubetrain.dev/v1alpha1",
+            "metadata": {"resourceVersion": "300", "continue": "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"},
+            "items": js}
+    write(out, "list", "page", b"\x05" + json.dumps(page).encode())
+    write(out, "list", "last-page", b"\x00" + json.dumps(
+        {"kind": "List", "metadata": {"resourceVersion": "301"}, "items": js[:1]}).encode())
+    write(out, "list", "empty", b"\x02" + b'{"metadata":{"resourceVersion":"7"},"items":[]}')
 
     job = js[0]
     ok = json.dumps({"weights_sha256": "ab" * 32, "final_loss": 0.31, "accuracy": 0.88,
