@@ -14,7 +14,8 @@
 # (default 8) runs per mode.
 #
 # Holds /tmp/kt-full-cluster.lock from bring-up to teardown (one full-level cluster per
-# machine). Needs root and the images in the local Docker (make images):
+# machine; operator/bench/full-cluster.sh). Needs root and the images in the local Docker
+# (make images):
 # KT_OPERATOR_IMAGE, KT_TRAINER_IMAGE (default kubetrain/{operator,trainer}:VERSION).
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/../.." || exit 1
@@ -33,42 +34,10 @@ NS=kt-bench
 mkdir -p "$dir" "$(dirname "$out")"
 rm -f "$dir"/*.log "$dir"/runs.tsv
 
-log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "bench-gang-kueue: $*"; exit 1; }
-
-[ "$(id -u)" = 0 ] || die "needs root (the full-level cluster)"
-for img in "$OP_IMAGE" "$TR_IMAGE"; do
-  docker image inspect "$img" >/dev/null 2>&1 || die "Docker has no image $img (make images)"
-done
-helm=$(bash charts/build-helm.sh) || die "helm unavailable (charts/build-helm.sh)"
-
-exec 9>/tmp/kt-full-cluster.lock
-log "waiting for /tmp/kt-full-cluster.lock"
-flock 9
-trap 'log "down"; bash e2e/cluster/down.sh >/dev/null 2>&1' EXIT
-T0=$(date +%s)
-bash e2e/cluster/down.sh >/dev/null 2>&1
-log "up.sh full"
-bash e2e/cluster/up.sh full >"$dir/up.log" 2>&1 || die "up.sh full failed ($dir/up.log)"
-bash e2e/cluster/load-image.sh "$OP_IMAGE" "$TR_IMAGE" >"$dir/load.log" 2>&1 ||
-  die "load-image.sh failed ($dir/load.log)"
-bash e2e/cluster/build-kueue.sh >"$dir/kueue-build.log" 2>&1 || die "build-kueue.sh failed"
-log "kueue-up.sh"
-bash e2e/cluster/kueue-up.sh >"$dir/kueue.log" 2>&1 || die "kueue-up.sh failed ($dir/kueue.log)"
-# shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
-. "$KT_RUN/env"
-export KUBECONFIG
-k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
-kn() { k -n "$NS" "$@"; }
-k create namespace "$NS" >/dev/null
-log "helm install (kueue.enabled, LocalQueue training in $NS)"
-"$helm" install kt charts/kubetrain -n kubetrain-system --create-namespace \
-  --set image.repository="${OP_IMAGE%:*}" --set image.tag="${OP_IMAGE##*:}" \
-  --set trainerImage.repository="${TR_IMAGE%:*}" --set trainerImage.tag="${TR_IMAGE##*:}" \
-  --set kueue.enabled=true --set "kueue.localQueue.namespaces={$NS}" \
-  --wait --timeout 180s >"$dir/helm.log" 2>&1 || die "helm install failed ($dir/helm.log)"
-for _ in $(seq 60); do kn get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
-log "cluster ready in $(( $(date +%s) - T0 )) s"
+BENCH_NAME=bench-gang-kueue
+. operator/bench/full-cluster.sh
+full_cluster_check
+full_cluster_up 1 --set kueue.enabled=true --set "kueue.localQueue.namespaces={$NS}"
 
 # manifest NAME MODE: a 2-worker tutorial job, 1 epoch of 20 steps, no checkpoint.
 manifest() {
@@ -162,12 +131,10 @@ for r in $(seq 0 "$RUNS"); do
 done
 kubever=$(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)
 kueuever=$(. e2e/cluster/versions.env && echo "$KUEUE_VERSION")
-opid=$(docker image inspect -f '{{.Id}}' "$OP_IMAGE" | cut -c8-19)
-trid=$(docker image inspect -f '{{.Id}}' "$TR_IMAGE" | cut -c8-19)
 cluster_s=$(( $(date +%s) - T0 ))
 
-python3 - "$dir/runs.tsv" "$out" "$RUNS" "$kubever" "$kueuever" "$OP_IMAGE@$opid" \
-  "$TR_IMAGE@$trid" "$cluster_s" "$commit" <<'PY'
+python3 - "$dir/runs.tsv" "$out" "$RUNS" "$kubever" "$kueuever" "$(image_id "$OP_IMAGE")" \
+  "$(image_id "$TR_IMAGE")" "$cluster_s" "$commit" <<'PY'
 import csv, datetime, json, os, platform, statistics, sys
 tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s, commit = sys.argv[1:10]
 rows = list(csv.DictReader(open(tsv), delimiter="\t"))
