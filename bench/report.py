@@ -142,6 +142,10 @@ def is_gang_kueue(d):
     return isinstance(r, list) and r and all("mode" in x and "started" in x for x in r)
 
 
+def is_recovery_cluster(d):
+    return d.get("benchmark") == "recovery-cluster" and isinstance(d.get("runs"), list)
+
+
 def is_progress(d):
     w = d.get("windows")
     return isinstance(w, list) and w and all("cpu_percent" in x and "mode" in x for x in w)
@@ -462,6 +466,53 @@ def gang_kueue_section(src):
     return lines
 
 
+def recovery_cluster_section(src):
+    d = src.doc
+    lines = section_head(src, "Live recovery vs the group restart on the cluster (%s)" % src.name)
+    st = d.get("setup", {})
+    if st.get("job"):
+        lines += ["Job: %s. Victims by round (seed %s): %s." %
+                  (st["job"], st.get("seed"), st.get("victims_by_round")), ""]
+    if d.get("note"):
+        lines += ["Note: %s" % d["note"], ""]
+    cols = [("t0_to_first_step_s", "disruption -> first step s"),
+            ("t0_to_step_regained_s", "-> step regained s"),
+            ("steps_trained_twice", "steps trained twice"),
+            ("replacement_seen_s", "-> replacement created s"),
+            ("startup_s", "replacement start-up s"),
+            ("recovery_minus_startup_s", "recovery - start-up s")]
+    rows = []
+    for dis, modes in d.get("median", {}).items():
+        for mode, m in modes.items():
+            n = sum(1 for r in d["runs"] if r["disruption"] == dis and r["mode"] == mode
+                    and "error" not in r)
+            rows.append([dis, mode, n] + [m.get(k, "") for k, _ in cols])
+    lines += ["Medians:", "", table(["disruption", "mode", "runs"] + [c for _, c in cols], rows),
+              ""]
+    for dis, met in d.get("met", {}).items():
+        lines += ["Targets (%s): %s." % (dis, "; ".join("%s: %s" % (k, fmt(v))
+                                                        for k, v in met.items())), ""]
+    rows = []
+    for r in d["runs"]:
+        if "error" in r:
+            rows.append([r.get("round"), r["disruption"], r["mode"], r["victim"],
+                         "failed: %s" % r["error"][:80]] + [""] * 7)
+            continue
+        rs = r.get("status_restarts", {})
+        rows.append([r.get("round"), r["disruption"], r["mode"], r["victim"],
+                     r.get("t0_to_first_step_s"), r.get("t0_to_step_regained_s"),
+                     "%s -> %s" % (r.get("reached"), r.get("resumed_from")),
+                     r.get("steps_trained_twice"), r.get("startup_s"),
+                     "yes" if r.get("survivors_unchanged") else "no",
+                     "%s/%s/%s, attempt %s" % (rs.get("application", 0), rs.get("disruption", 0),
+                                               rs.get("replaced", 0), rs.get("attempt", 0)),
+                     r.get("same_weights")])
+    lines += [table(["round", "disruption", "mode", "victim", "-> first step s",
+                     "-> regained s", "reached -> resumed", "twice", "start-up s",
+                     "survivors unchanged", "restarts app/disr/repl", "same weights"], rows), ""]
+    return lines
+
+
 def progress_section(src):
     d = src.doc
     lines = section_head(src, "Progress cost (%s)" % src.name)
@@ -553,6 +604,7 @@ def main():
     gm = [s for s in sources if is_gemm(s.doc) and s not in core + dist]
     gk = [s for s in sources if is_gang_kueue(s.doc)]
     pr = [s for s in sources if is_progress(s.doc)]
+    rcl = [s for s in sources if is_recovery_cluster(s.doc)]
 
     plots = []
     p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
@@ -603,6 +655,8 @@ def main():
             md += gang_kueue_section(s)
         elif s in pr:
             md += progress_section(s)
+        elif s in rcl:
+            md += recovery_cluster_section(s)
         else:
             md += unknown_section(s)
     os.makedirs(a.out, exist_ok=True)

@@ -76,13 +76,21 @@ bench-gang-kueue: images helm
 	@bash operator/bench/gang-kueue.sh
 BENCH_TARGETS += bench-gang-kueue
 
+# Benchmark: live recovery against the group restart on the full local cluster (root; held
+# under /tmp/kt-full-cluster.lock): a worker pod of a 4-worker job deleted, or its trainer
+# SIGKILLed, mid-epoch; the time to the next step, steps trained twice, the replacement's
+# start-up; JSON in bench/results/recovery-cluster.json (operator/bench/recovery-cluster.sh).
+bench-recovery-cluster: images helm
+	@bash operator/bench/recovery-cluster.sh
+BENCH_TARGETS += bench-recovery-cluster
+
 # Benchmark: the operator's RSS and CPU with 100 Running jobs, status.progress scraping on
 # vs off, api-level cluster, the chiefs' /metrics mocked (operator/bench/progress.py);
 # JSON in bench/results/progress.json.
 bench-progress: $(OPERATOR_BIN)
 	@bash operator/bench/progress.sh
 BENCH_TARGETS += bench-progress
-.PHONY: bench-gang-kueue bench-progress
+.PHONY: bench-gang-kueue bench-recovery-cluster bench-progress
 
 # Benchmark at cluster scale: 1,000 jobs x 8 workers on kwok's simulated nodes, side by
 # side with the training-operator; JSON in bench/results/operator-scale.json.
