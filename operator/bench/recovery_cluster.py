@@ -177,14 +177,17 @@ class PodWatch(threading.Thread):
 
 
 def scrape(ip, port):
-    """(steps_total, start_step) from a chief's /metrics, or None."""
+    """(steps_total, start_step) from a chief's /metrics, or None. None too while
+    kubetrain_total_steps is 0: the trainer serves /metrics a moment before it sets the
+    run's plan (total and start step), and a resumed chief then says start step 0."""
     try:
         with urllib.request.urlopen("http://%s:%d/metrics" % (ip, port), timeout=0.5) as r:
             text = r.read().decode()
     except (OSError, ValueError):
         return None
-    got = dict(re.findall(r"^(kubetrain_steps_total|kubetrain_start_step) (\S+)$", text, re.M))
-    if len(got) != 2:
+    got = dict(re.findall(r"^(kubetrain_steps_total|kubetrain_start_step|kubetrain_total_steps) "
+                          r"(\S+)$", text, re.M))
+    if len(got) != 3 or float(got["kubetrain_total_steps"]) == 0:
         return None
     return int(float(got["kubetrain_steps_total"])), int(float(got["kubetrain_start_step"]))
 
