@@ -14,6 +14,7 @@
 #       and kubectl on PATH.
 # The images must already be in the local Docker (make images; make image-tensorflow for
 # TENSORFLOW_IMAGE, without which the suite's TensorFlow scenarios say SKIP).
+# KT_SCENARIOS: the suite's scenarios to run, in order (default: all; "install" first).
 # KT_KUEUE (full only): 1 runs Kueue on the cluster (e2e/cluster/kueue-up.sh, building it
 # first when needed) for the suite's kueue scenario, 0 never; unset: when it is built.
 set -uo pipefail # no -e: each step checks its status and says what failed
@@ -122,8 +123,9 @@ EOF
   done
 fi
 
-log "cluster ready in $(( $(date +%s) - T0 )) s; running e2e/suite.sh"
-bash e2e/suite.sh
+log "cluster ready in $(( $(date +%s) - T0 )) s; running e2e/suite.sh ${KT_SCENARIOS:-}"
+# shellcheck disable=SC2086 # KT_SCENARIOS is a list of scenario names
+bash e2e/suite.sh ${KT_SCENARIOS:-}
 rc=$?
 log "e2e ($CLUSTER): suite exit $rc, $(( $(date +%s) - T0 )) s with the cluster's start"
 exit $rc

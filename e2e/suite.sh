@@ -6,7 +6,7 @@
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
 # Scenarios: install invalid basic preempt kill137 badmodel progress operator suspend
-# deadline gang waiting tfmwms tfps tfexit kueue upgrade uninstall (later ones assume
+# deadline gang waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall (later ones assume
 # install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
 # without it).
 #
@@ -1030,6 +1030,89 @@ value: 1000' | k apply -f - 2>&1) &&
   end
 }
 
+# kueuelive: live recovery inside an admitted Kueue pod group. The lost pod's object keeps
+# Kueue's finalizer until Kueue sees a replacement, so the replacement is <pod>-r<n> (same
+# hostname, group and shape): Kueue takes it into the admitted Workload, ungates it and
+# lets the old object go; the survivors hand it their state, no group restart.
+s_kueuelive() {
+  begin kueuelive
+  if ! k get crd clusterqueues.kueue.x-k8s.io >/dev/null 2>&1; then
+    tap_skip "kueuelive" "Kueue is not installed on this cluster (e2e/cluster/kueue-up.sh)"
+    end; return
+  fi
+  local out line t0 j u0 u1 wl wuid h href att rep gone
+  local joined='joined generation [0-9]+: state of step [0-9]+ received from rank [0-9]+, no checkpoint read'
+  local res='template: {spec: {containers: [{name: trainer, resources: {requests: {cpu: 400m, memory: 128Mi}}}]}}'
+  t0=$(now)
+  if out=$(kn apply -f examples/kueue/queues.yaml 2>&1); then ok "examples/kueue/queues.yaml applied"
+  else fail "queues applied" "$out"; end; return; fi
+  # kl-live in the queue, kl-ref beside it without one for the undisturbed hash.
+  for j in kl-live kl-ref; do
+    if out=$(job "$j" "$res" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 300/' |
+             if [ "$j" = kl-live ]; then
+               sed "s|^  namespace: .*|&\n  labels: {kueue.x-k8s.io/queue-name: training}|"
+             else cat; fi | kn apply -f - 2>&1); then
+      ok "job $j applied (2 epochs x 300 steps)"
+    else fail "job $j applied" "$out"; end; return; fi
+  done
+  if line=$(chief_ckpt kl-live 180); then ok "kl-live admitted; chief saved a checkpoint: ${line##*] }"
+  else fail "kl-live admitted and checkpointing" "$(explain kl-live; kn get workloads.kueue.x-k8s.io 2>&1)"; end; return; fi
+  check "the trainer in a queue is told --recovery-timeout 120" \
+    "$(kn get pod kl-live-worker-0 -o 'jsonpath={.spec.containers[?(@.name=="trainer")].args}' |
+       jq -r 'index("--recovery-timeout") as $i | if $i then .[$i + 1] else "<absent>" end' 2>&1)" 120
+  wl=$(kn get pod kl-live-worker-0 -o 'jsonpath={.metadata.labels.kueue\.x-k8s\.io/pod-group-name}')
+  wuid=$(kn get workloads.kueue.x-k8s.io "$wl" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
+  if [ -n "$wuid" ]; then ok "kl-live's pods are Kueue Workload $wl"
+  else fail "kl-live's Workload" "pod group ${wl:-<none>}; $(kn get workloads.kueue.x-k8s.io 2>&1)"; end; return; fi
+  u0=$(uid kl-live-worker-0); u1=$(uid kl-live-worker-1)
+  # 1. Worker 1's trainer SIGKILLed: its pod fails, is deleted (Kueue's finalizer holds
+  # it) and replaced by kl-live-worker-1-r1.
+  if out=$(kill_trainer kl-live-worker-1 2>&1); then ok "SIGKILL to worker 1's trainer process"
+  else fail "SIGKILL to worker 1's trainer process" "$out"; end; return; fi
+  if line=$(wait_new_log kl-live-worker-1-r1 "" "$joined" 120); then
+    ok "kl-live-worker-1-r1 joined from the chief: ${line##*]: }"
+  else fail "worker 1 replaced live in the Kueue group" "$(explain kl-live; kn get workloads.kueue.x-k8s.io "$wl" -o yaml 2>&1 | tail -n 30)"; end; return; fi
+  check "the replacement keeps the hostname kl-live-worker-1" \
+    "$(kn get pod kl-live-worker-1-r1 -o 'jsonpath={.spec.hostname}')" kl-live-worker-1
+  check "the replacement is in the same Kueue group" \
+    "$(kn get pod kl-live-worker-1-r1 -o 'jsonpath={.metadata.labels.kueue\.x-k8s\.io/pod-group-name}')" "$wl"
+  check "the chief's pod is the same (uid)" "$(uid kl-live-worker-0)" "$u0"
+  gone=""
+  for _ in $(seq 1 60); do [ -z "$(uid kl-live-worker-1)" ] && { gone=1; break; }; sleep 0.5; done
+  if [ -n "$gone" ]; then ok "the old kl-live-worker-1 is gone (Kueue took its finalizer off)"
+  else fail "the old kl-live-worker-1 is gone" "$(kn get pod kl-live-worker-1 -o yaml 2>&1 | grep -A3 -E 'finalizers|phase')"; fi
+  # 2. The chief's pod deleted: it stops after its step, Failed under Kueue's finalizer;
+  # kl-live-worker-0-r1 takes the state from worker 1's replacement.
+  if out=$(kn delete pod kl-live-worker-0 --wait=false 2>&1); then ok "the chief's pod deleted"
+  else fail "the chief's pod deleted" "$out"; end; return; fi
+  if line=$(wait_new_log kl-live-worker-0-r1 "" "$joined" 120); then
+    ok "kl-live-worker-0-r1 joined: ${line##*]: }"
+  else fail "the chief replaced live in the Kueue group" "$(explain kl-live)"; end; return; fi
+  check "the Workload is the same object (uid), not re-created" \
+    "$(kn get workloads.kueue.x-k8s.io "$wl" -o 'jsonpath={.metadata.uid}' 2>/dev/null)" "$wuid"
+  check "the Workload stays admitted" \
+    "$(kn get workloads.kueue.x-k8s.io "$wl" -o 'jsonpath={.status.conditions[?(@.type=="Admitted")].status}' 2>/dev/null)" True
+  if wait_phase kl-live "$JOB_TIMEOUT" Succeeded; then ok "kl-live Succeeded ($(since "$t0")s)"
+  else fail "kl-live Succeeded" "$(explain kl-live)"; end; return; fi
+  att=$(field kl-live '{.status.attempt}')
+  check "status.attempt unchanged (no group restart, no new Workload)" "${att:-0}" 0
+  rep=$(field kl-live '{.status.restarts.replaced}')
+  check "restarts.replaced 2" "${rep:-0}" 2
+  check "restarts application/disruption 1/1 (the SIGKILL, the deletion)" "$(restarts kl-live)" "1/1"
+  href=""
+  if wait_phase kl-ref "$JOB_TIMEOUT" Succeeded; then href=$(field kl-ref '{.status.result.weightsSha256}'); fi
+  h=$(field kl-live '{.status.result.weightsSha256}')
+  if [ -n "$href" ] && [ "$h" = "$href" ]; then
+    ok "final weights sha256 equals the undisturbed kl-ref's (${h:0:16}...)"
+  else fail "final weights sha256 equals the undisturbed run's" "recovered $h"$'\n'"undisturbed ${href:-<kl-ref did not succeed>}"; fi
+  out=$(kn delete tj kl-live kl-ref --wait --timeout 60s 2>&1)
+  local n end=$(( $(date +%s) + 60 ))
+  while n=$(kn get pods -l 'kubetrain.dev/job-name in (kl-live,kl-ref)' -o name 2>/dev/null | grep -c .)
+        [ "$n" != 0 ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  check "the jobs deleted, their pods with them (no finalizer left)" "$n" 0
+  end
+}
+
 # progress: a running job's status.progress (step growing, the PROGRESS column) from the
 # chief's /metrics, then the chief's pod deleted mid-training: SIGTERM, the chief saves
 # and exits 75, a disruption, and the first scrape of the new attempt records
@@ -1079,7 +1162,7 @@ s_progress() {
 }
 
 ALL=(install invalid basic preempt kill137 recovery badmodel progress operator suspend deadline gang
-     waiting tfmwms tfps tfexit kueue upgrade uninstall)
+     waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"

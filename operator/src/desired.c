@@ -287,7 +287,7 @@ static int add_arg_int(cJSON *args, const char *flag, long long v)
 
 /* The trainer's command line for this job; only what the user set is passed, so the
  * trainer's defaults hold otherwise. */
-static cJSON *trainer_args(const JobSpec *s, const DesiredConfig *cfg, const char *ckpt_dir)
+static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
 {
     cJSON *a = cJSON_CreateArray();
     int rc = add_arg(a, "train", NULL);
@@ -309,8 +309,8 @@ static cJSON *trainer_args(const JobSpec *s, const DesiredConfig *cfg, const cha
     rc |= add_arg(a, "--collective", s->collective);
     /* How long survivors wait for a lost peer's replacement: 0 where the operator
      * restarts the group instead (desired_live_recovery). */
-    rc |= add_arg_int(a, "--recovery-timeout",
-                      desired_live_recovery(s, cfg) ? s->recovery_timeout_s : 0);
+    rc |=
+        add_arg_int(a, "--recovery-timeout", desired_live_recovery(s) ? s->recovery_timeout_s : 0);
     /* one rank per GPU: the trainer runs gpusPerWorker processes in the pod */
     if (s->gpus > 1) rc |= add_arg_int(a, "--gpus-per-worker", s->gpus);
     if (ckpt_dir) {
@@ -504,24 +504,10 @@ err:
     return NULL;
 }
 
-/* The Kueue queue the job's pods join: the job's label, else its template's (and a
- * chief's template, the chief being made from it), else the operator's --default-queue,
- * or NULL. */
-static const char *kueue_queue(const JobSpec *s, const DesiredConfig *cfg)
-{
-    if (s->queue_name) return s->queue_name;
-    const cJSON *ts[] = {s->template, s->roles[ROLE_CHIEF].template};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
-        const char *q = jsonx_key_str(jsonx_obj(ts[i], "metadata.labels"), LABEL_KUEUE_QUEUE);
-        if (q) return q;
-    }
-    return cfg && cfg->default_queue && *cfg->default_queue ? cfg->default_queue : NULL;
-}
-
-int desired_live_recovery(const JobSpec *s, const DesiredConfig *cfg)
+int desired_live_recovery(const JobSpec *s)
 {
     int nccl = s->gpus > 0 && strcmp(s->collective, "ring") != 0;
-    return s->recovery_timeout_s > 0 && !s->command && !nccl && !kueue_queue(s, cfg);
+    return s->recovery_timeout_s > 0 && !s->command && !nccl;
 }
 
 int desired_pod_set_replacement(cJSON *pod, long long n)
@@ -529,7 +515,16 @@ int desired_pod_set_replacement(cJSON *pod, long long n)
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", n);
     cJSON *annots = jsonx_ensure_obj(pod, "metadata.annotations");
-    return annots && jsonx_set_str(annots, ANNOT_REPLACEMENT, buf) ? 0 : -ENOMEM;
+    if (!annots || !jsonx_set_str(annots, ANNOT_REPLACEMENT, buf)) return -ENOMEM;
+    /* In a Kueue pod group the old object keeps Kueue's finalizer until Kueue sees a
+     * replacement, so the replacement cannot wait for the name: it gets its own, and
+     * keeps the hostname (the address in every peer's TF_CONFIG). */
+    const char *host = jsonx_str(pod, "spec.hostname");
+    if (!jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_KUEUE_GROUP) || !host) return 0;
+    char name[320];
+    snprintf(name, sizeof name, "%s-r%lld", host, n);
+    return jsonx_set_str(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "name", name) ? 0
+                                                                                          : -ENOMEM;
 }
 
 void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n)
@@ -680,7 +675,7 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
                 goto err;
         }
         if (!cJSON_GetObjectItemCaseSensitive(c, "args") &&
-            !jsonx_set(c, "args", trainer_args(s, cfg, ckpt)))
+            !jsonx_set(c, "args", trainer_args(s, ckpt)))
             goto err;
     }
     if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy") &&

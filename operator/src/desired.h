@@ -51,9 +51,10 @@
 
 /* Kueue's plain pod group (docs/kueue.md), on every pod of a job labelled
  * LABEL_KUEUE_QUEUE (jobspec.h): the queue label, a group named per attempt, the
- * group's size (every pod of the attempt), and "not retriable in group": the operator
- * never replaces a queued job's pod inside an attempt (desired_live_recovery: Kueue would
- * hold the lost pod's name), a restart is a new group. Kueue's condition
+ * group's size (every pod of the attempt), and "not retriable in group": Kueue finishes
+ * the group's Workload once none of its pods is active, so a restart is a new group; a
+ * pod replaced live inside an attempt joins the admitted group (Kueue takes a pod of the
+ * same shape as the replacement of a failed one). Kueue's condition
  * on the pods it stops (preemption, eviction) before deleting them. */
 #define LABEL_KUEUE_GROUP "kueue.x-k8s.io/pod-group-name"
 #define ANNOT_KUEUE_GROUP_COUNT "kueue.x-k8s.io/pod-group-total-count"
@@ -87,15 +88,16 @@ void desired_pod_group_name(const char *job, long long attempt, char *out, size_
  * others keep running (live recovery, docs/design.md "Restart policies and counting"):
  * the C trainer (no spec.command: TensorFlow cannot rejoin a ring), not on NCCL
  * (gpusPerWorker > 0 with collective nccl or auto: every rank must rebuild its
- * communicator), not in a Kueue queue (its label, or the --default-queue of cfg, which
- * may be NULL; Kueue holds a failed pod's name with its
- * finalizer until a replacement exists, docs/kueue.md), and recoveryTimeoutSeconds > 0.
+ * communicator), and recoveryTimeoutSeconds > 0. In a Kueue pod group the replacement
+ * joins the admitted group under a name of its own (desired_pod_set_replacement).
  * Otherwise a lost pod restarts the group, and the C trainer is told
  * --recovery-timeout 0 so that its survivors do not wait for a replacement. */
-int desired_live_recovery(const JobSpec *s, const DesiredConfig *cfg);
+int desired_live_recovery(const JobSpec *s);
 
 /* Marks a pod (from desired_pod) as replacement number `n` (>= 1) of its attempt:
- * ANNOT_REPLACEMENT. Returns 0, or -ENOMEM. */
+ * ANNOT_REPLACEMENT. A pod in a Kueue pod group is also named <hostname>-r<n>: Kueue
+ * keeps its finalizer on the lost pod's object until it sees the replacement, so the
+ * old name is not free before. Returns 0, or -ENOMEM. */
 int desired_pod_set_replacement(cJSON *pod, long long n);
 
 /* The pods that must run together, the PodGroup's minCount: the chief, the workers and

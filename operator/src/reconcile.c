@@ -109,6 +109,8 @@ typedef struct PodView {
     const char *phase; /* Pending | Running | Succeeded | Failed | Unknown */
     int ready;
     const char *disruption; /* why the pod counts as disrupted, or NULL */
+    int kueue_stopped;      /* Kueue stopped its group (KUEUE_STOPPED_CONDITION) */
+    int kueue;              /* in a Kueue pod group (LABEL_KUEUE_GROUP) */
     int exit_code;          /* the trainer container's, -1 unknown */
     const char *message;    /* its termination message, or NULL */
     double started_at;      /* when the trainer container started, 0 unknown */
@@ -153,6 +155,7 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
     v->role = jobspec_role_of(jsonx_key_str(labels, LABEL_ROLE));
     v->slot = -1;
     v->cluster = jsonx_key_str(annots, ANNOT_CLUSTER);
+    v->kueue = jsonx_key_str(labels, LABEL_KUEUE_GROUP) != NULL;
     v->attempt = parse_ll(jsonx_key_str(annots, ANNOT_ATTEMPT), -1);
     v->replacement = parse_ll(jsonx_key_str(annots, ANNOT_REPLACEMENT), 0);
     v->world = parse_ll(jsonx_key_str(annots, ANNOT_WORLD_SIZE), -1);
@@ -194,6 +197,7 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
         /* Kueue preempted or evicted the group: it sets this, then deletes the pods,
          * whose programs may exit non-zero on the SIGTERM before the pod is seen. */
         v->disruption = "Kueue stopped its pod group (" KUEUE_STOPPED_CONDITION ")";
+        v->kueue_stopped = 1;
     } else if (reason && !succeeded) {
         for (size_t i = 0; disruptive_reasons[i]; i++)
             if (strcmp(reason, disruptive_reasons[i]) == 0) v->disruption = disruptive_reasons[i];
@@ -459,6 +463,16 @@ static cJSON *replaced_entry(cJSON *status, const char *name)
     return NULL;
 }
 
+/* The entry of the pod a view is an object of (named by its role and index: a
+ * replacement in a Kueue group has a name of its own), or NULL. */
+static cJSON *view_entry(cJSON *status, const char *job, const PodView *v)
+{
+    char name[300];
+    if (v->role == ROLE_COUNT || v->index < 0) return replaced_entry(status, v->name);
+    desired_pod_name(job, v->role, v->index, name, sizeof name);
+    return replaced_entry(status, name);
+}
+
 /* The entry of the pod of slot `slot`, or NULL. */
 static cJSON *slot_entry(const Ctx *c, int slot)
 {
@@ -705,7 +719,7 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
         g->cur[slot] = &v[i];
         /* The replacement's object is there: created (perhaps by a pass that stopped
          * before writing status). */
-        cJSON *e = replaced_entry(c->status, v[i].name);
+        cJSON *e = view_entry(c->status, s->name, &v[i]);
         if (e && !jsonx_bool(e, "launched", 0) &&
             v[i].replacement >= jsonx_int(e, "replacement", 0) && !jsonx_set_bool(e, "launched", 1))
             c->nomem = 1;
@@ -806,11 +820,20 @@ static SlotLoss slot_loss(const Ctx *c, const Group *g, int slot, char *why, siz
         return SLOT_LOST;
     }
     if (strcmp(p->phase, "Succeeded") == 0) return SLOT_FINE;
+    /* Kueue stops every pod of the group (preemption, eviction): the group restarts,
+     * queued again. */
+    if (p->kueue_stopped) return SLOT_BEYOND;
     if (p->disruption) {
         snprintf(why, n, "%s", p->disruption);
         return SLOT_LOST;
     }
     if (strcmp(p->phase, "Failed") != 0) return SLOT_FINE;
+    /* Deleted, and the trainer stopped on the SIGTERM: a disruption (the object stays
+     * while a finalizer, Kueue's, holds it). */
+    if (p->terminating) {
+        snprintf(why, n, "it was deleted");
+        return SLOT_LOST;
+    }
     int code = p->exit_code;
     if (c->spec.restart_policy == RESTART_NEVER || !(code == 75 || code >= 128) ||
         recovery_timed_out(p->message))
@@ -842,7 +865,7 @@ static int slot_replacing(const Ctx *c, const Group *g, int slot)
 static int decide_stranded(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
-    if (!desired_live_recovery(s, &c->cfg->desired) || !g->launched || !g->nsucceeded) return 0;
+    if (!desired_live_recovery(s) || !g->launched || !g->nsucceeded) return 0;
     int nslots = s->roles[ROLE_CHIEF].replicas + s->workers;
     for (int i = 0; i < nslots; i++) {
         const PodView *p = g->cur[i];
@@ -881,7 +904,7 @@ static int decide_stranded(Ctx *c, const Group *g)
 static int decide_replacement(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
-    if (!desired_live_recovery(s, &c->cfg->desired) || !g->launched || g->nsucceeded) return 0;
+    if (!desired_live_recovery(s) || !g->launched || g->nsucceeded) return 0;
     int lost = -1, nlost = 0, busy = 0, failed = 0;
     char why[450] = "";
     for (int i = 0; i < s->npods; i++) {
@@ -1036,7 +1059,12 @@ static int delete_stale_pods(Ctx *c, const Group *g, int foreign)
     for (size_t i = 0; i < g->npods; i++) {
         const PodView *p = &g->pods[i];
         if (p->attempt == g->attempt && p->slot >= 0 && g->cur[p->slot] == p) continue;
-        blocked = 1;
+        /* The old object of a pod replaced in a Kueue group blocks nothing once it has
+         * failed: its replacement has another name, and Kueue takes its finalizer off
+         * only when it sees the replacement. Before (running, or succeeded) Kueue would
+         * count the replacement in excess of the group and delete it. */
+        if (!(p->stale && p->kueue && p->attempt == g->attempt && strcmp(p->phase, "Failed") == 0))
+            blocked = 1;
         if (!p->terminating && p->name) add_action(c, ACTION_DELETE_POD, p->name, NULL);
     }
     return blocked;
@@ -1497,7 +1525,7 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     long long attempt = jsonx_int(c.status, "attempt", 0);
     for (size_t i = 0; i < nviews; i++) {
         views[i].slot = jobspec_slot(&c.spec, views[i].role, views[i].index);
-        const cJSON *e = replaced_entry(c.status, views[i].name);
+        const cJSON *e = view_entry(c.status, c.spec.name, &views[i]);
         views[i].stale = e && views[i].attempt == attempt &&
                          views[i].replacement < jsonx_int(e, "replacement", 0);
     }

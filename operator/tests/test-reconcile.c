@@ -1986,6 +1986,91 @@ static void fx_running3(Fixture *f, const char *spec, const char *status)
         fx_pod(f, i, 4, "Running");
 }
 
+/* A job in a Kueue queue: the lost pod's object keeps Kueue's finalizer until Kueue sees
+ * a replacement, so the replacement is <name>-r<n> (hostname and group unchanged), made
+ * once the old object has failed (while it runs Kueue would count the replacement in
+ * excess and delete it). */
+#define KSPEC3                                                                                     \
+    "{\"workers\":3,\"checkpoint\":{\"claimName\":\"ckpt\"},\"template\":{\"metadata\":"           \
+    "{\"labels\":{\"kueue.x-k8s.io/queue-name\":\"q\"}}}}"
+static void test_live_replacement_in_a_kueue_group(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_running3(&f, KSPEC3, ST_RUNNING3(""));
+    const char *group = label_of(f.pods[2], "kueue.x-k8s.io/pod-group-name");
+    assert_non_null(group);
+    char kgroup[64];
+    snprintf(kgroup, sizeof kgroup, "%s", group);
+    assert_string_equal(arg_of(f.pods[2], "--recovery-timeout"), "120");
+    /* Worker 2's pod deleted: terminating, still running its last step. */
+    jsonx_set_str(jsonx_ensure_obj(f.pods[2], "metadata"), "deletionTimestamp",
+                  "2027-01-15T08:00:00Z");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\nevent Normal WorkerReplaced\n");
+    fx_apply(&f);
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, ""); /* still running: no replacement yet */
+    fx_apply(&f);
+
+    /* Its trainer exited 75; Kueue's finalizer holds the object: the replacement is made
+     * beside it, under its own name, counted once. */
+    pod_terminated(f.pods[2], 75, "{\"error\":\"stopped by SIGTERM\",\"step\":40}");
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "create-pod mnist-worker-2-r1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-2-r1")->object;
+    assert_string_equal(jsonx_str(pod, "spec.hostname"), "mnist-worker-2");
+    assert_string_equal(label_of(pod, "kueue.x-k8s.io/pod-group-name"), kgroup);
+    assert_string_equal(annotation(pod, "kueue.x-k8s.io/pod-group-total-count"), "3");
+    assert_string_equal(annotation(pod, "kubetrain.dev/replacement"), "1");
+    assert_string_equal(arg_of(pod, "--recovery-timeout"), "120");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 4);
+    assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 1);
+    assert_int_equal(jsonx_int(st, "restarts.application", -1), 0);
+    fx_apply(&f);
+
+    /* Kueue finalizes the old object; the replacement runs: steady. */
+    cJSON_Delete(f.pods[2]);
+    f.pods[2] = f.pods[--f.npods];
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2-r1"), "status"), "phase",
+                  "Running");
+    fx_run(&f, NOW + 10);
+    assert_null(strstr(f.desc, "WorkerReplaced"));
+    assert_null(strstr(f.desc, "pod "));
+    fx_apply(&f);
+
+    /* The replacement's trainer is killed (137): replaced again, as -r2, once its
+     * object is deleted (Kueue's finalizer keeps it, Failed). */
+    pod_terminated(pod_named(&f, "mnist-worker-2-r1"), 137, NULL);
+    fx_run(&f, NOW + 20);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal WorkerReplaced\n"
+                                "delete-pod mnist-worker-2-r1\n");
+    assert_int_equal(jsonx_int(new_status(&f), "restarts.application", -1), 1);
+    apply_prefix(&f, 2); /* the deletion waits for Kueue */
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2-r1"), "metadata"),
+                  "deletionTimestamp", "2027-01-15T08:01:00Z");
+    fx_run(&f, NOW + 21);
+    assert_string_equal(f.desc, "create-pod mnist-worker-2-r2\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 2);
+    assert_int_equal(jsonx_int(st, "restarts.application", -1), 1);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 4);
+    fx_free(&f);
+
+    /* Kueue stopping the group (preemption) is no single loss: see
+     * test_live_replacement_falls_back. */
+}
+
 static void test_live_replacement_of_a_deleted_worker(void **state)
 {
     (void)state;
@@ -2196,12 +2281,12 @@ static void test_live_replacement_falls_back(void **state)
         {"NCCL", "{\"workers\":3,\"gpusPerWorker\":1}", "", 3,
          "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
          "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
-        {"Kueue",
+        {"Kueue stopped the group",
          "{\"workers\":3,\"template\":{\"metadata\":{\"labels\":"
          "{\"kueue.x-k8s.io/queue-name\":\"q\"}}}}",
-         "", 3,
+         "", 6,
          "update-status mnist\nevent Warning Disruption\ndelete-pod mnist-worker-0\n"
-         "delete-pod mnist-worker-1\ndelete-pod-group mnist-4\n"},
+         "delete-pod mnist-worker-1\ndelete-pod mnist-worker-2\ndelete-pod-group mnist-4\n"},
         {"a loss while a replacement is being made", SPEC3,
          ",\"replacedPods\":[{\"name\":\"mnist-worker-1\",\"replacement\":1,"
          "\"launched\":false}],\"restarts\":{\"replaced\":1,\"disruption\":1,"
@@ -2245,6 +2330,10 @@ static void test_live_replacement_falls_back(void **state)
             f.pods[1] = f.pods[--f.npods];
             jsonx_set_str(jsonx_ensure_obj(w2, "metadata"), "deletionTimestamp", deleted);
             break;
+        case 6: /* Kueue marked worker 2 first (preemption): the others follow */
+            jsonx_set(jsonx_ensure_obj(w2, "status"), "conditions",
+                      cJSON_Parse("[{\"type\":\"TerminationTarget\",\"status\":\"True\"}]"));
+            break;
         case 5: /* worker 1's replacement still Pending; worker 2 deleted */
             jsonx_set_str(jsonx_ensure_obj(w1, "status"), "phase", "Pending");
             jsonx_set_str(jsonx_ensure_obj(w1, "metadata.annotations"), "kubetrain.dev/replacement",
@@ -2256,7 +2345,8 @@ static void test_live_replacement_falls_back(void **state)
         if (strcmp(f.desc, cases[k].want) != 0)
             fail_msg("%s:\n%s!=\n%s", cases[k].what, f.desc, cases[k].want);
         const cJSON *st = new_status(&f);
-        assert_int_equal(jsonx_int(st, "restarts.replaced", 0), cases[k].case_ >= 4 ? 1 : 0);
+        assert_int_equal(jsonx_int(st, "restarts.replaced", 0),
+                         cases[k].case_ == 4 || cases[k].case_ == 5);
         if (cases[k].case_ != 2) assert_int_equal(jsonx_int(st, "attempt", -1), 5);
         assert_null(jsonx_at(st, "replacedPods"));
         fx_free(&f);
@@ -2309,7 +2399,7 @@ static void test_recovery_timeout_flag(void **state)
         {"{\"workers\":2,\"gpusPerWorker\":1,\"collective\":\"ring\"}", "120"},
         {"{\"workers\":2,\"template\":{\"metadata\":{\"labels\":"
          "{\"kueue.x-k8s.io/queue-name\":\"q\"}}}}",
-         "0"},
+         "120"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         cJSON *job = job_new(cases[k].spec, NULL);
@@ -2322,18 +2412,26 @@ static void test_recovery_timeout_flag(void **state)
         cJSON_Delete(pod);
         cJSON_Delete(job);
     }
-    /* An unlabelled job that --default-queue puts in a Kueue queue is queued too. */
+    /* An unlabelled job that --default-queue puts in a Kueue queue is replaced live too;
+     * a replacement in a Kueue group has a name of its own and the lost pod's hostname,
+     * one outside keeps the name. */
     DesiredConfig dq = CFG.desired;
     dq.default_queue = "team";
     cJSON *qjob = job_new("{\"workers\":2}", NULL);
     JobSpec qs;
     char qerr[256];
     assert_int_equal(jobspec_parse(qjob, &qs, qerr, sizeof qerr), 0);
-    assert_false(desired_live_recovery(&qs, &dq));
-    assert_true(desired_live_recovery(&qs, &CFG.desired));
-    cJSON *qpod = desired_pod(&qs, &dq, SECRET, ROLE_WORKER, 1, 0);
-    assert_string_equal(arg_of(qpod, "--recovery-timeout"), "0");
-    cJSON_Delete(qpod);
+    assert_true(desired_live_recovery(&qs));
+    for (int queued = 0; queued < 2; queued++) {
+        cJSON *qpod = desired_pod(&qs, queued ? &dq : &CFG.desired, SECRET, ROLE_WORKER, 1, 0);
+        assert_string_equal(arg_of(qpod, "--recovery-timeout"), "120");
+        assert_int_equal(desired_pod_set_replacement(qpod, 2), 0);
+        assert_string_equal(annotation(qpod, "kubetrain.dev/replacement"), "2");
+        assert_string_equal(jsonx_str(qpod, "metadata.name"),
+                            queued ? "mnist-worker-1-r2" : "mnist-worker-1");
+        assert_string_equal(jsonx_str(qpod, "spec.hostname"), "mnist-worker-1");
+        cJSON_Delete(qpod);
+    }
     cJSON_Delete(qjob);
     cJSON *job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":-1}", NULL);
     JobSpec s;
@@ -2755,6 +2853,7 @@ int main(void)
         cmocka_unit_test(test_roles_invalid),
         cmocka_unit_test(test_kueue_pod_group),
         cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
+        cmocka_unit_test(test_live_replacement_in_a_kueue_group),
         cmocka_unit_test(test_live_replacement_of_a_missing_chief),
         cmocka_unit_test(test_live_replacement_falls_back),
         cmocka_unit_test(test_stranded_replacement),
