@@ -859,11 +859,14 @@ out:
 /* ---------------------------------------------------------------------------------- */
 /* client side: connect to rank+1 */
 
-/* One non-blocking connect to sa, at most 2 s and not past the deadline. Returns the
- * fd, -EAGAIN (refused, unreachable, no answer) or -ECANCELED. */
+/* One non-blocking connect to sa, at most 2 s and not past the deadline; with `by_name`,
+ * also given up as soon as rank+1 announces an address (the name's address may be a
+ * replaced peer's old one, which answers nothing: the announced one is tried at once).
+ * Returns the fd, -EAGAIN (refused, unreachable, no answer) or -ECANCELED. */
 static int connect_addr(Rendezvous *rv, const struct sockaddr *sa, socklen_t sl, int type,
-                        int protocol, atomic_int *abort_flag)
+                        int protocol, atomic_int *abort_flag, int by_name)
 {
+    int seq = atomic_load(&rv->next_at_seq);
     int fd = socket(sa->sa_family, type | SOCK_CLOEXEC, protocol);
     if (fd < 0) return -EAGAIN;
     if (net_tune_socket(fd, rv->opt->sockbuf_bytes) < 0 ||
@@ -873,7 +876,11 @@ static int connect_addr(Rendezvous *rv, const struct sockaddr *sa, socklen_t sl,
     }
     double dl = util_now() + 2.0;
     if (dl > rv->deadline) dl = rv->deadline;
-    int rc = wait_fd(fd, POLLOUT, dl, abort_flag);
+    int rc;
+    do {
+        double slice = util_now() + 0.02;
+        rc = wait_fd(fd, POLLOUT, by_name && slice < dl ? slice : dl, abort_flag);
+    } while (rc == -ETIMEDOUT && util_now() < dl && atomic_load(&rv->next_at_seq) == seq);
     int soerr = 0;
     socklen_t len = sizeof soerr;
     if (rc == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
@@ -908,15 +915,17 @@ static int connect_announced(Rendezvous *rv, const TfPeer *p, SrcAddr *at_out)
         memcpy(&in6->sin6_addr, at.a, 16);
         sl = sizeof *in6;
     }
-    int fd = connect_addr(rv, (struct sockaddr *)&ss, sl, SOCK_STREAM, 0, &rv->abort_flag);
+    int fd = connect_addr(rv, (struct sockaddr *)&ss, sl, SOCK_STREAM, 0, &rv->abort_flag, 0);
     if (fd == -EAGAIN) forget_next_at(rv, &at);
     return fd;
 }
 
 /* One non-blocking connect to any of host's addresses. Returns the fd, -EAGAIN to
- * retry (no DNS record yet, refused, unreachable), or -ECANCELED/-ETIMEDOUT. dns_logged
- * NULL: a name that does not resolve is not logged. */
-static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged, atomic_int *abort_flag)
+ * retry (no DNS record yet, refused, unreachable, or rank+1 announced itself meanwhile
+ * when `to_next`), or -ECANCELED/-ETIMEDOUT. dns_logged NULL: a name that does not
+ * resolve is not logged. */
+static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged, atomic_int *abort_flag,
+                        int to_next)
 {
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -931,9 +940,11 @@ static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged, atomic
         return -EAGAIN;
     }
     int fd = -EAGAIN;
-    for (struct addrinfo *a = res; a && fd == -EAGAIN; a = a->ai_next)
-        fd =
-            connect_addr(rv, a->ai_addr, a->ai_addrlen, a->ai_socktype, a->ai_protocol, abort_flag);
+    int seq = atomic_load(&rv->next_at_seq);
+    for (struct addrinfo *a = res;
+         a && fd == -EAGAIN && !(to_next && atomic_load(&rv->next_at_seq) != seq); a = a->ai_next)
+        fd = connect_addr(rv, a->ai_addr, a->ai_addrlen, a->ai_socktype, a->ai_protocol, abort_flag,
+                          to_next);
     freeaddrinfo(res);
     return fd;
 }
@@ -971,7 +982,7 @@ static int client_refuse(const Dialer *d, const char *why)
 static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char *peer)
 {
     unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
-    size_t hn, cn, used;
+    size_t hn, cn = 0, used;
     const char *why = NULL;
     char note[sizeof rv->client_seen];
     NetHello mine, theirs;
@@ -1099,7 +1110,7 @@ static void *client_main(void *arg)
             util_log("connecting to %s at %s, the address it announced", peer, a);
             announced_logged = 1;
         }
-        if (fd == -EAGAIN) fd = connect_once(rv, p, &dns_logged, &rv->abort_flag);
+        if (fd == -EAGAIN) fd = connect_once(rv, p, &dns_logged, &rv->abort_flag, 1);
         if (fd == -ECANCELED) break;
         if (fd >= 0) {
             int rc = client_handshake(rv, &d, fd, peer);
@@ -1165,7 +1176,7 @@ static void *announce_main(void *arg)
                 .what = "announcing"};
     while (!atomic_load(&rv->server_done) && !atomic_load(&rv->abort_flag) &&
            !atomic_load(&rv->prev_linked) && util_now() < rv->deadline) {
-        int fd = connect_once(rv, p, NULL, &rv->server_done);
+        int fd = connect_once(rv, p, NULL, &rv->server_done, 0);
         if (fd == -ECANCELED) break;
         if (fd >= 0) {
             int rc = client_handshake(rv, &d, fd, peer);

@@ -49,12 +49,19 @@ typedef struct NetArg {
     uint32_t generation[CLUSTER_MAX]; /* proposed ring generation; 0: 1 */
     int has_state[CLUSTER_MAX];
     int hide_next[CLUSTER_MAX]; /* rank+1's name does not resolve for this rank */
+    int stale_next[CLUSTER_MAX]; /* rank+1's name is 127.0.0.2, where nothing answers */
+    int start_delay_ms[CLUSTER_MAX];
 } NetArg;
 
 static void net_rank(const Cluster *c, int rank, void *argp)
 {
     NetArg *a = argp;
     NetResult *r = &a->res[rank];
+    if (a->start_delay_ms[rank]) {
+        struct timespec ts = {a->start_delay_ms[rank] / 1000,
+                              (long)(a->start_delay_ms[rank] % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if (a->log_path[rank]) {
         int fd = open(a->log_path[rank], O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
@@ -71,6 +78,8 @@ static void net_rank(const Cluster *c, int rank, void *argp)
     }
     if (a->hide_next[rank]) /* as a pod's name before its DNS record is published */
         snprintf(tf.peers[(me + 1) % c->world].host, sizeof tf.peers[0].host, "unresolved.invalid");
+    if (a->stale_next[rank]) /* as a replaced pod's name still giving its old address */
+        snprintf(tf.peers[(me + 1) % c->world].host, sizeof tf.peers[0].host, "127.0.0.2");
     NetJob job = {.world = c->world,
                   .rank = me,
                   .model_signature = a->signature[rank] ? a->signature[rank] : "cnn",
@@ -178,6 +187,69 @@ static void test_unresolvable_next_is_reached_at_its_announced_address(void **st
                          world, buf);
         }
     }
+    unlink(log0);
+}
+
+/* A worker whose rank+1's name still gives an address where nothing answers (a replaced
+ * pod's old address in a DNS cache: the SYN goes unanswered) gives that connect up as
+ * soon as rank+1 announces its address, instead of waiting out the connect's 2 s. The
+ * silent address is a listener on 127.0.0.2 at rank 1's port whose accept queue is
+ * full, so that the kernel drops further SYNs; ranks 1 and 2 start 300 ms late, so that
+ * rank 0 is inside that connect when the announcement comes. */
+static void test_silent_next_is_left_for_its_announced_address(void **state)
+{
+    (void)state;
+    char log0[] = "/tmp/kt-test-net-silent-XXXXXX";
+    int lfd = mkstemp(log0);
+    assert_true(lfd >= 0);
+    close(lfd);
+    Cluster c;
+    NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
+    assert_non_null(res);
+    assert_int_equal(cluster_listen(&c, 3), 0);
+    /* The black hole: bound beside rank 1's listener, backlog 0, queue filled. */
+    int hole = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c.port[1])};
+    inet_pton(AF_INET, "127.0.0.2", &at.sin_addr);
+    assert_int_equal(bind(hole, (struct sockaddr *)&at, sizeof at), 0);
+    assert_int_equal(listen(hole, 0), 0);
+    int fill[2];
+    for (int i = 0; i < 2; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&at, sizeof at);
+    }
+    struct timespec settle = {0, 50 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    NetArg a = {.rendezvous_timeout_s = scaled(10), .handshake_timeout_s = scaled(1)};
+    for (int r = 0; r < 3; r++) {
+        a.secret[r] = "s3cret";
+        a.start_delay_ms[r] = r ? 300 : 0;
+    }
+    a.stale_next[0] = 1;
+    a.log_path[0] = log0;
+    a.res = res;
+    double t0 = util_now();
+    for (int r = 0; r < 3; r++) cluster_start(&c, r, net_rank, &a);
+    assert_int_equal(cluster_wait(&c, scaled(30)), 0);
+    double dt = util_now() - t0;
+    print_message("# ring formed in %.2f s (ranks 1 and 2 started 0.3 s late)\n", dt);
+    for (int r = 0; r < 3; r++) {
+        if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+        assert_close_i(res[r].sum, 6.0f, 0, r);
+    }
+    char buf[8192] = "";
+    FILE *f = fopen(log0, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    if (!strstr(buf, "connecting to rank 1 (127.0.0.2:") ||
+        !strstr(buf, "at 127.0.0.1, the address it announced"))
+        fail_msg("rank 0's log does not say it used the announced address:\n%s", buf);
+    /* The connect to the silent address alone would take 2 s. */
+    if (dt >= scaled(1.2)) fail_msg("took %.2f s: rank 0 waited out the silent address", dt);
+    close(fill[0]), close(fill[1]), close(hole);
+    free_results(res);
     unlink(log0);
 }
 
@@ -993,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_ring_forms_with_secret),
         cmocka_unit_test(test_ring_forms_without_secret),
         cmocka_unit_test(test_unresolvable_next_is_reached_at_its_announced_address),
+        cmocka_unit_test(test_silent_next_is_left_for_its_announced_address),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_disagreement_names_both_values),
         cmocka_unit_test(test_duplicate_rank),
