@@ -69,6 +69,8 @@ DEFINITIONS = {
                             "kubelet's timestamp)",
     "first_line": "that line, without its timestamp",
     "first_line_to_first_step_s": "the replacement's first log line -> the first step after",
+    "replacement_timeline": "the replacement's first log lines, [seconds after t0 (the kubelet's "
+    "timestamp), text]",
     "recovery_minus_startup_s": "t0_to_first_step_s - startup_s (the target: <= 2)",
     "survivors": "the pods of the other three ranks: uid and the trainer's restartCount "
                  "before t0 and at the end; unchanged is the same uid and restartCount",
@@ -405,6 +407,8 @@ def one(kube, ns, containerd, name, mode, disruption, victim, ref_hash):
             row["startup_first_line_s"] = r3(lines[0][0] - rep["seen"])
             row["first_line"] = lines[0][1][:160]
             row["first_line_to_first_step_s"] = r3(t_first - lines[0][0]) if t_first else None
+        # Where the replacement's time goes: its first lines, seconds after t0.
+        row["replacement_timeline"] = [[r3(t - t0), x[:140]] for t, x in lines[:14]]
         tj, _ = first_match(lines, r"joined generation \d+: state of step")
         row["replacement_joined_s"] = r3(tj - t0) if tj else None
         if row["startup_s"] is not None and t_first:
