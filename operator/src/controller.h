@@ -4,7 +4,10 @@
  * events (owned objects map to their job through the controller owner reference, or
  * the kubetrain.dev/job-name label); worker threads that read the caches, call
  * reconcile and carry out its plan in order, stopping at the first failed action
- * so that the key is retried with backoff. Timers from the plan become delayed adds.
+ * so that the key is retried with backoff; a run of consecutive pod creations, or pod
+ * deletions, goes out at once (pod_parallelism), every one attempted, and the plan
+ * stops after the run at its first failure in the plan's order. Timers from the plan
+ * become delayed adds.
  * Whether the cluster serves PodGroups (scheduling.k8s.io/v1alpha2) comes from
  * discovery, asked on the first sync and every 5 minutes after, shared by the workers. */
 #ifndef KT_CONTROLLER_H
@@ -18,6 +21,7 @@ typedef struct ControllerConfig {
     const char *namespace; /* "" or NULL: all namespaces */
     ReconcileConfig reconcile;
     int workers;             /* worker threads */
+    int pod_parallelism;     /* a plan's pod creations, or deletions, at once (1..64) */
     const char *identity;    /* reportingInstance of events */
     ProgressConfig progress; /* status.progress from the chiefs' /metrics (progress.h) */
 } ControllerConfig;

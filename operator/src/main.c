@@ -175,6 +175,7 @@ static int start_servers(Operator *op)
                       .force_delete_after_s = o->force_delete_after_s,
                       .template_policy = o->template_policy},
         .workers = o->workers,
+        .pod_parallelism = o->pod_parallelism,
         .progress = {.interval_s = o->progress_interval_s,
                      .write_qps = o->progress_qps,
                      .timeout_s = 2},

@@ -34,6 +34,8 @@ void options_usage(FILE *f)
         "                            installations in one namespace need different names\n"
         "  --qps N --burst N         API client rate limit (50, 100)\n"
         "  --workers N               reconcile threads (4)\n"
+        "  --pod-parallelism N       a job's pod creations, or deletions, sent at once by its\n"
+        "                            reconcile thread (8; 1: one after another)\n"
         "  --backoff-base S          delay before the first retry after a worker failure (10)\n"
         "  --backoff-max S           cap of that exponential delay (360)\n"
         "  --force-delete-after S    force-delete a pod still terminating S seconds after its\n"
@@ -65,6 +67,7 @@ static void defaults(OperatorOptions *o)
     o->qps = 50;
     o->burst = 100;
     o->workers = 4;
+    o->pod_parallelism = 8;
     o->backoff_base_s = 10;
     o->backoff_max_s = 360;
     o->force_delete_after_s = 60;
@@ -131,6 +134,7 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
         O_QPS,
         O_BURST,
         O_WORKERS,
+        O_PODPAR,
         O_BBASE,
         O_BMAX,
         O_FORCE,
@@ -157,6 +161,7 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
         {"qps", required_argument, 0, O_QPS},
         {"burst", required_argument, 0, O_BURST},
         {"workers", required_argument, 0, O_WORKERS},
+        {"pod-parallelism", required_argument, 0, O_PODPAR},
         {"backoff-base", required_argument, 0, O_BBASE},
         {"backoff-max", required_argument, 0, O_BMAX},
         {"force-delete-after", required_argument, 0, O_FORCE},
@@ -236,6 +241,9 @@ int options_parse(OperatorOptions *o, int argc, char **argv)
             break;
         case O_WORKERS:
             bad |= parse_int("--workers", optarg, 1, 64, &o->workers);
+            break;
+        case O_PODPAR:
+            bad |= parse_int("--pod-parallelism", optarg, 1, 64, &o->pod_parallelism);
             break;
         case O_BBASE:
             bad |= parse_num("--backoff-base", optarg, 0, 86400, &o->backoff_base_s);

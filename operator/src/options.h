@@ -30,6 +30,7 @@ typedef struct OperatorOptions {
     double qps;
     int burst;
     int workers;
+    int pod_parallelism; /* ControllerConfig.pod_parallelism */
     double backoff_base_s, backoff_max_s, force_delete_after_s;
     double progress_interval_s, progress_qps; /* ProgressConfig (progress.h) */
     PodPolicyLevel template_policy;

@@ -32,6 +32,15 @@ static FakeApi *api;
 static KubeClient *client;
 static Controller *running; /* stopped by teardown when a failed test left it running */
 
+/* Stops the controller a failed test left running: its threads would outlive the client. */
+static void stop_running(void)
+{
+    if (!running) return;
+    controller_stop(running);
+    controller_free(running);
+    running = NULL;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -49,10 +58,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    if (running) {
-        controller_stop(running);
-        controller_free(running);
-    }
+    stop_running();
     kclient_free(client);
     fakeapi_stop(api);
     return 0;
@@ -388,6 +394,7 @@ static void test_informer_catches_up_after_an_outage(void **state)
 static Controller *start_controller(void)
 {
     char err[256];
+    stop_running();
     ControllerConfig cc = {
         .namespace = "default",
         .reconcile = {.desired = {.trainer_image = "img:test", .cluster_domain = ""},
@@ -851,6 +858,176 @@ static void test_pod_conditions_through_the_cache(void **state)
     running = NULL;
 }
 
+/* ------------------------------------------------------------------------------------
+ * A plan's pod requests at once (ControllerConfig.pod_parallelism, --pod-parallelism) */
+
+/* A TrainingJob of 8 workers without a PodGroup, which the fake serves or not depending on
+ * the tests before. */
+#define JOB8(name)                                                                                 \
+    "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":"  \
+    "\"" name "\"},\"spec\":{\"workers\":8,\"gangScheduling\":false}}"
+
+/* A controller whose caches are synced and whose workers never start: the test calls
+ * controller_sync itself, one plan a call. */
+static Controller *sync_only_controller(int pod_parallelism)
+{
+    char err[256];
+    stop_running();
+    ControllerConfig cc = {
+        .namespace = "default",
+        .reconcile = {.desired = {.trainer_image = "img:test", .cluster_domain = ""},
+                      .backoff_base_s = 0.3,
+                      .backoff_max_s = 1},
+        .workers = 1,
+        .pod_parallelism = pod_parallelism,
+        .identity = "test",
+    };
+    Controller *c = controller_new(client, &cc, err, sizeof err);
+    if (!c) fail_msg("controller_new: %s", err);
+    running = c;
+    assert_int_equal(controller_start_informers(c), 0);
+    WAIT_FOR(5, "caches", controller_synced(c));
+    return c;
+}
+
+/* One pass over the job default/<name>: its result, with err, and in *seconds its time. */
+static int sync_once(Controller *c, const char *name, double *seconds, char *err, size_t n)
+{
+    char key[300];
+    double requeue, t0 = clock_mono();
+    snprintf(key, sizeof key, "default/%s", name);
+    err[0] = 0;
+    int rc = controller_sync(c, key, &requeue, err, n);
+    *seconds = clock_mono() - t0;
+    return rc;
+}
+
+/* Against an API server that answers each request 0.1 s late, the pass that creates the
+ * 8 pods of a job, then posts the event and writes the status, has as many creations in
+ * flight as the parallelism allows, never more: with 8 the pass takes 0.3 s, with 1 (one
+ * after another, as before) 1 s. */
+static void test_pod_creations_at_once(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *job;
+        int parallelism, most_at_once;
+        double at_most_s; /* the pass; 1 s one request after another */
+    } cases[] = {
+        {"fan8", 8, 8, 0.6},  /* 0.1 s the pods, 0.1 the event, 0.1 the status */
+        {"fan3", 3, 3, 0.85}, /* 0.3 s the pods in 3 rounds */
+        {"fan1", 1, 1, 10},
+    };
+    static const char *const jobs[] = {JOB8("fan8"), JOB8("fan3"), JOB8("fan1")};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        cJSON_Delete(fakeapi_create(api, JOBS, jobs[k]));
+        Controller *c = sync_only_controller(cases[k].parallelism);
+        char err[1024];
+        double t;
+        /* The Secret, the Service and the status naming the Secret; the pods wait. */
+        if (sync_once(c, cases[k].job, &t, err, sizeof err) != 0) fail_msg("first pass: %s", err);
+        assert_int_equal(count_pods(cases[k].job, NULL), 0);
+        fakeapi_set_delay(api, 0.1);
+        fakeapi_most_at_once(api, "POST");
+        int rc = sync_once(c, cases[k].job, &t, err, sizeof err);
+        int most = fakeapi_most_at_once(api, "POST");
+        fakeapi_set_delay(api, 0);
+        if (rc) fail_msg("the pass that creates the pods: %s", err);
+        printf("# parallelism %d: 8 pod creations of 0.1 s, %d at once, the pass %.3f s\n",
+               cases[k].parallelism, most, t);
+        assert_int_equal(count_pods(cases[k].job, "0"), 8);
+        if (cases[k].parallelism > 1 && most < 2)
+            fail_msg("parallelism %d: one creation at a time", cases[k].parallelism);
+        if (most > cases[k].most_at_once)
+            fail_msg("parallelism %d: %d creations at once", cases[k].parallelism, most);
+        if (cases[k].parallelism == 1 && t < 0.95)
+            fail_msg("parallelism 1: the pass took %.3f s, want 10 requests of 0.1 s", t);
+        if (t > scaled(cases[k].at_most_s))
+            fail_msg("parallelism %d: the pass took %.3f s, want under %.3f s",
+                     cases[k].parallelism, t, scaled(cases[k].at_most_s));
+        /* What follows the pods in the plan ran after them. */
+        assert_int_equal(count_reason("CreatedWorkers", cases[k].job), 1);
+        cJSON *job = get_job(cases[k].job);
+        assert_int_equal(jsonx_int(job, "status.workers.active", -1), 8);
+        cJSON_Delete(job);
+        controller_stop(c);
+        controller_free(c);
+        running = NULL;
+    }
+}
+
+/* Two of 8 creations refused: the other 6 are made all the same; the pass returns the
+ * refusal first in the plan's order (worker 2's, although worker 5's came back first),
+ * and carries out nothing after the pods (no event, no status write), as when the
+ * creations went one by one; the next pass makes the two. */
+static void test_pod_creation_refused(void **state)
+{
+    (void)state;
+    cJSON_Delete(fakeapi_create(api, JOBS, JOB8("refuse")));
+    Controller *c = sync_only_controller(8);
+    char err[1024];
+    double t;
+    if (sync_once(c, "refuse", &t, err, sizeof err) != 0) fail_msg("first pass: %s", err);
+    fakeapi_set_delay(api, 0.05);
+    fakeapi_refuse_create(api, "refuse-worker-2", 403, 0.3);
+    fakeapi_refuse_create(api, "refuse-worker-5", 422, 0);
+    unsigned long puts = fakeapi_requests(api, "PUT");
+    int rc = sync_once(c, "refuse", &t, err, sizeof err);
+    fakeapi_refuse_create(api, "refuse-worker-2", 0, 0);
+    fakeapi_refuse_create(api, "refuse-worker-5", 0, 0);
+    fakeapi_set_delay(api, 0);
+    if (rc != -EACCES || !strstr(err, "403") || !strstr(err, "\"refuse-worker-2\""))
+        fail_msg("the pass returned %d (%s), want -EACCES naming refuse-worker-2", rc, err);
+    assert_int_equal(count_pods("refuse", "0"), 6);
+    assert_int_equal(fakeapi_requests(api, "PUT"), puts);
+    assert_int_equal(count_reason("CreatedWorkers", "refuse"), 0);
+    if (sync_once(c, "refuse", &t, err, sizeof err) != 0) fail_msg("the next pass: %s", err);
+    assert_int_equal(count_pods("refuse", "0"), 8);
+    assert_int_equal(count_reason("CreatedWorkers", "refuse"), 1);
+    assert_int_equal(fakeapi_requests(api, "PUT"), puts + 1);
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
+/* Suspending a job deletes its 8 pods at once, after the status write and the event: with
+ * each request answered 0.1 s late the pass takes 0.3 s (0.4 s with the PodGroup's
+ * deletion after them, where the cluster serves PodGroups), 1 s or more one by one. */
+static void test_pod_deletions_at_once(void **state)
+{
+    (void)state;
+    cJSON_Delete(fakeapi_create(api, JOBS, JOB8("sus")));
+    Controller *c = sync_only_controller(8);
+    char err[1024];
+    double t;
+    for (int pass = 0; pass < 2; pass++)
+        if (sync_once(c, "sus", &t, err, sizeof err) != 0) fail_msg("pass %d: %s", pass, err);
+    assert_int_equal(count_pods("sus", "0"), 8);
+    cJSON *job = get_job("sus");
+    assert_non_null(jsonx_set_bool(jsonx_ensure_obj(job, "spec"), "suspend", 1));
+    assert_int_equal(fakeapi_put(api, JOBS "/sus", job), 0);
+    cJSON_Delete(job);
+    fakeapi_set_delay(api, 0.1);
+    fakeapi_most_at_once(api, "DELETE");
+    unsigned long dels = fakeapi_requests(api, "DELETE");
+    int rc = 0;
+    /* Passes before the watch brings the change do nothing. */
+    WAIT_FOR(5, "the pass that deletes the pods",
+             (rc = sync_once(c, "sus", &t, err, sizeof err)) != 0 ||
+                 fakeapi_requests(api, "DELETE") > dels);
+    int most = fakeapi_most_at_once(api, "DELETE");
+    fakeapi_set_delay(api, 0);
+    if (rc) fail_msg("the pass that deletes the pods: %s", err);
+    printf("# parallelism 8: 8 pod deletions of 0.1 s, %d at once, the pass %.3f s\n", most, t);
+    assert_int_equal(count_pods("sus", NULL), 0);
+    assert_true(job_phase_is("sus", "Suspended"));
+    if (most < 2 || most > 8) fail_msg("%d deletions at once, want 2 to 8", most);
+    if (t > scaled(0.75)) fail_msg("the pass took %.3f s, want under %.3f s", t, scaled(0.7));
+    controller_stop(c);
+    controller_free(c);
+    running = NULL;
+}
+
 int main(void)
 {
     test_time_scale();
@@ -868,6 +1045,9 @@ int main(void)
         cmocka_unit_test(test_gang_scheduling_discovery),
         cmocka_unit_test(test_startup_deadline_through_the_cache),
         cmocka_unit_test(test_pod_conditions_through_the_cache),
+        cmocka_unit_test(test_pod_creations_at_once),
+        cmocka_unit_test(test_pod_creation_refused),
+        cmocka_unit_test(test_pod_deletions_at_once),
     };
     return cmocka_run_group_tests_name("controller", tests, setup, teardown);
 }

@@ -19,8 +19,8 @@ trap cleanup EXIT
 out=$("$bin" --help 2>&1); rc=$?
 missing=""
 for f in --kubeconfig --namespace --trainer-image --metrics-addr --health-addr --leader-elect \
-         --leader-elect-name --qps --burst --workers --log-level --cluster-domain \
-         --default-queue; do
+         --leader-elect-name --qps --burst --workers --pod-parallelism --log-level \
+         --cluster-domain --default-queue; do
   grep -q -- "$f" <<<"$out" || missing="$missing $f"
 done
 if [ $rc -eq 0 ] && [ -z "$missing" ]; then tap_ok "--help lists every flag"; else
@@ -36,6 +36,11 @@ out=$("$bin" --qps fast 2>&1); rc=$?
 if [ $rc -eq 2 ] && grep -q -- '--qps: expected a number' <<<"$out"; then
   tap_ok "a bad --qps names the flag"
 else tap_fail "a bad --qps names the flag" "rc=$rc $out"; fi
+
+out=$("$bin" --pod-parallelism 0 2>&1); rc=$?
+if [ $rc -eq 2 ] && grep -q -- '--pod-parallelism: expected a number in \[1, 64\]' <<<"$out"; then
+  tap_ok "--pod-parallelism 0 names the flag and the range"
+else tap_fail "--pod-parallelism 0 names the flag and the range" "rc=$rc $out"; fi
 
 out=$("$bin" --leader-elect-name Ops_Lease 2>&1); rc=$?
 if [ $rc -eq 2 ] &&

@@ -32,6 +32,21 @@ typedef struct Event {
     char *json;
 } Event;
 
+/* Requests of one method: served, and waiting to be served now and at most
+ * (fakeapi_most_at_once). */
+typedef struct Count {
+    char method[16];
+    unsigned long n;
+    int now, most;
+} Count;
+
+/* fakeapi_refuse_create: a create of `name` gets `code` after `seconds`. */
+typedef struct Refusal {
+    char name[256];
+    int code;
+    double seconds;
+} Refusal;
+
 struct FakeApi {
     int fd, port;
     volatile int stop;
@@ -48,10 +63,9 @@ struct FakeApi {
     int unavailable; /* answer 503 and end open watches, as a restarting server would */
     int active;      /* connection threads alive */
     char discovery[128], discovery_plural[64]; /* fakeapi_serve_discovery */
-    struct {
-        char method[16];
-        unsigned long n;
-    } counts[16];
+    Count counts[16];
+    double delay; /* fakeapi_set_delay */
+    Refusal refusals[8];
 };
 
 /* /api/v1[/namespaces/NS]/PLURAL[/NAME[/SUB]] or /apis/G/V[...]. Returns 0 or -1. */
@@ -127,16 +141,18 @@ static void emit(FakeApi *f, const char *type, const Res *r, const cJSON *obj)
     pthread_cond_broadcast(&f->cond);
 }
 
-static void count(FakeApi *f, const char *method)
+/* Counts a request of `method` (lock held); returns its Count, NULL past 16 methods. */
+static Count *count(FakeApi *f, const char *method)
 {
     for (int i = 0; i < 16; i++) {
         if (!f->counts[i].method[0])
             snprintf(f->counts[i].method, sizeof f->counts[i].method, "%s", method);
         if (strcmp(f->counts[i].method, method) == 0) {
             f->counts[i].n++;
-            return;
+            return &f->counts[i];
         }
     }
+    return NULL;
 }
 
 unsigned long fakeapi_requests(FakeApi *f, const char *method)
@@ -147,6 +163,44 @@ unsigned long fakeapi_requests(FakeApi *f, const char *method)
         if (strcmp(f->counts[i].method, method) == 0) n = f->counts[i].n;
     pthread_mutex_unlock(&f->mu);
     return n;
+}
+
+int fakeapi_most_at_once(FakeApi *f, const char *method)
+{
+    pthread_mutex_lock(&f->mu);
+    int most = 0;
+    for (int i = 0; i < 16; i++)
+        if (strcmp(f->counts[i].method, method) == 0) {
+            most = f->counts[i].most;
+            f->counts[i].most = f->counts[i].now;
+        }
+    pthread_mutex_unlock(&f->mu);
+    return most;
+}
+
+void fakeapi_set_delay(FakeApi *f, double seconds)
+{
+    pthread_mutex_lock(&f->mu);
+    f->delay = seconds;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fakeapi_refuse_create(FakeApi *f, const char *name, int code, double seconds)
+{
+    pthread_mutex_lock(&f->mu);
+    Refusal *free_slot = NULL, *same = NULL;
+    for (int i = 0; i < 8; i++) {
+        Refusal *r = &f->refusals[i];
+        if (r->code && strcmp(r->name, name) == 0) same = r;
+        if (!r->code && !free_slot) free_slot = r;
+    }
+    Refusal *r = same ? same : code ? free_slot : NULL;
+    if (r) {
+        snprintf(r->name, sizeof r->name, "%s", name);
+        r->code = code;
+        r->seconds = seconds;
+    }
+    pthread_mutex_unlock(&f->mu);
 }
 
 /* Creates (lock held). Returns the stored object's copy, or NULL with *code. */
@@ -476,6 +530,54 @@ static void store_modified(FakeApi *f, int fd, Obj *o, cJSON *next)
     cJSON_Delete(c);
 }
 
+static void nap(double s)
+{
+    struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+static const char *reason_for(int code)
+{
+    return code == 403   ? "Forbidden"
+           : code == 404 ? "NotFound"
+           : code == 409 ? "AlreadyExists"
+           : code == 422 ? "Invalid"
+           : code == 500 ? "InternalError"
+                         : "Error";
+}
+
+/* Waits as a loaded server would before serving a request (lock not held), counted in
+ * `n` (its method's Count, or NULL) meanwhile: the waits of requests sent one after
+ * another never overlap, since each ends before its answer starts. For a create that
+ * fakeapi_refuse_create names, answers the refusal and returns 1. */
+static int delay_or_refuse(FakeApi *f, int fd, Count *n, const char *method, const Res *r,
+                           const cJSON *in)
+{
+    const char *name = jsonx_str(in, "metadata.name");
+    int code = 0;
+    pthread_mutex_lock(&f->mu);
+    if (n && ++n->now > n->most) n->most = n->now;
+    double wait = f->delay;
+    for (int i = 0; i < 8 && strcmp(method, "POST") == 0 && !*r->name && name; i++)
+        if (f->refusals[i].code && strcmp(f->refusals[i].name, name) == 0) {
+            code = f->refusals[i].code;
+            wait = f->refusals[i].seconds;
+        }
+    pthread_mutex_unlock(&f->mu);
+    if (wait > 0) nap(wait);
+    if (n) {
+        pthread_mutex_lock(&f->mu);
+        n->now--;
+        pthread_mutex_unlock(&f->mu);
+    }
+    if (!code) return 0;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s \"%s\": refused by the test", r->plural, name);
+    reply_status(fd, code, reason_for(code), msg);
+    return 1;
+}
+
 static void handle(FakeApi *f, int fd)
 {
     char *req = malloc(1 << 20);
@@ -525,9 +627,9 @@ static void handle(FakeApi *f, int fd)
         goto out;
     }
     query_param(path, "watch", q, sizeof q);
-    int watch = *q != 0;
+    int watch = *q != 0, listing = strcmp(method, "GET") == 0 && !*r.name;
     pthread_mutex_lock(&f->mu);
-    count(f, watch ? "WATCH" : (strcmp(method, "GET") == 0 && !*r.name) ? "LIST" : method);
+    Count *counted = count(f, watch ? "WATCH" : listing ? "LIST" : method);
     int unavailable = f->unavailable;
     pthread_mutex_unlock(&f->mu);
     if (unavailable) {
@@ -539,8 +641,12 @@ static void handle(FakeApi *f, int fd)
         goto out;
     }
     cJSON *in = *body ? cJSON_Parse(body) : NULL;
+    if (!listing && delay_or_refuse(f, fd, counted, method, &r, in)) {
+        cJSON_Delete(in);
+        goto out;
+    }
     pthread_mutex_lock(&f->mu);
-    if (strcmp(method, "GET") == 0 && !*r.name) {
+    if (listing) {
         char sel[256], rv[32];
         query_param(path, "labelSelector", sel, sizeof sel);
         cJSON *list = cJSON_CreateObject(), *items = cJSON_AddArrayToObject(list, "items");

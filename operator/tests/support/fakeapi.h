@@ -6,7 +6,9 @@
  * concurrency (409 Conflict on a stale resourceVersion), JSON merge patch (uid and
  * resourceVersion in it as preconditions), the status subresource, and delete with uid
  * preconditions. Label selectors of the form key=value. There is no
- * kubelet and no garbage collector: tests play those parts through the direct calls. */
+ * kubelet and no garbage collector: tests play those parts through the direct calls.
+ * A test may also make it answer late, as a loaded server does, and refuse creations it
+ * names. */
 #ifndef KT_FAKEAPI_H
 #define KT_FAKEAPI_H
 
@@ -41,5 +43,16 @@ void fakeapi_serve_discovery(FakeApi *f, const char *group_version, const char *
 void fakeapi_set_unavailable(FakeApi *f, int on);
 /* Requests served with this method ("POST", "WATCH", "LIST", ...). */
 unsigned long fakeapi_requests(FakeApi *f, const char *method);
+/* From now on every request but a list, a watch or discovery waits `seconds` before it is
+ * served, as a loaded API server answers late; 0: at once. */
+void fakeapi_set_delay(FakeApi *f, double seconds);
+/* The most requests with this method ("POST", "DELETE", ...) waiting at the same time to
+ * be served (the delay above; requests sent one after another never overlap) since the
+ * last call for it, which starts the count again. Lists and watches are not counted. */
+int fakeapi_most_at_once(FakeApi *f, const char *method);
+/* From now on a create (POST) of an object named `name` is refused with `code` (403,
+ * 422, 500, ...) and a Status whose message names the object, `seconds` after it came
+ * instead of the delay; code 0 serves it again. At most 8 names at a time. */
+void fakeapi_refuse_create(FakeApi *f, const char *name, int code, double seconds);
 
 #endif
