@@ -119,7 +119,7 @@ doc = {
         "event_to_action_ms": "a pod status write (worker k Running) answered -> the operator's resulting job status (ready/active >= k+1) received on a watch; one pod every 0.1 s, 400 samples per run",
         "cpu_s": "operator user+system CPU over the run (creation and event phases)",
         "vmhwm_mib": "operator peak RSS (VmHWM)",
-        "api_latency_mean_ms": "mean duration of the operator's API requests in the creation wave; with --workers 4 reconcile threads issuing requests one at a time, pod creation cannot beat requests x latency / 4",
+        "api_latency_mean_ms": "mean duration of the operator's API requests in the creation wave; the operator's request rate is at most its requests in flight / this latency (each of --workers 4 reconcile threads sends one request at a time, a job's pod creations excepted: up to --pod-parallelism 8 at once)",
         "loadavg_start/end": "1-minute load average of the shared machine around the run",
     },
     "peer": {"name": "kubeflow/training-operator", "version": kfv,

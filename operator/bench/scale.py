@@ -51,6 +51,7 @@ ap.add_argument("--kubeconfig", required=True)
 ap.add_argument("--ns", required=True)
 ap.add_argument("--qps", type=float, required=True)
 ap.add_argument("--burst", type=int, required=True)
+ap.add_argument("--threads", type=int, help="the operator's reconcile threads (recorded only)")
 ap.add_argument("--metrics-port", type=int, required=True)
 ap.add_argument("--log", required=True)
 ap.add_argument("--ready-regex", required=True, help="operator log line meaning it is ready")
@@ -249,8 +250,8 @@ def pct(xs):
 subprocess.run([a.kubectl, "--kubeconfig", a.kubeconfig, "create", "namespace", NS],
                check=True, capture_output=True)
 logf = open(a.log, "ab")
-result = {"run": NS, "kind": a.kind, "qps": a.qps, "burst": a.burst, "jobs": J,
-          "workers": W, "pods": J * W, "loadavg_start": os.getloadavg()[0]}
+result = {"run": NS, "kind": a.kind, "qps": a.qps, "burst": a.burst, "threads": a.threads,
+          "jobs": J, "workers": W, "pods": J * W, "loadavg_start": os.getloadavg()[0]}
 op = op2 = None
 lock = threading.Lock()
 stop = threading.Event()

@@ -5,7 +5,10 @@
 # the Workload API: neither operator makes PodGroups here) with kube-scheduler and kwok's
 # simulated nodes (e2e/cluster/kwok-up.sh, 1,000 pods a node), then BENCH_JOBS (default
 # 1000) jobs x BENCH_WORKERS (default 8) workers; what is measured is in scale.py. Both
-# operators at client QPS BENCH_QPS (default 100), burst 100, 4 reconcile threads.
+# operators at client QPS BENCH_QPS (default 100), burst 100, BENCH_THREADS (default 8)
+# reconcile threads: twice kubetrain's default, as the QPS is twice its default (--qps
+# 50), since reaching the limit takes about QPS x the apiserver's answer time (100 ms
+# here) requests in flight, about 2 a kubetrain worker (docs/design.md, "Shape").
 # Writes bench/results/operator-scale.json (date, machine, both runs), or with
 # BENCH_OUT=FILE elsewhere; BENCH_PEER=0 skips the peer, BENCH_SAMPLES (default 200) and
 # BENCH_STEADY (seconds, default 60) change the event and steady phases.
@@ -17,6 +20,7 @@ JOBS=${BENCH_JOBS:-1000}
 WORKERS=${BENCH_WORKERS:-8}
 QPS=${BENCH_QPS:-100}
 BURST=100
+THREADS=${BENCH_THREADS:-8}
 SAMPLES=${BENCH_SAMPLES:-200}
 STEADY=${BENCH_STEADY:-60}
 OP=${KT_OPERATOR_BIN:-build/bin/kubetrain-operator}
@@ -52,9 +56,9 @@ cluster() {
 runs=()
 scale() { # NAME KIND READY METRIC PORT API-HIST RECONCILE-HIST QUEUE-HIST CMD...
   local name=$1 kind=$2 ready=$3 metric=$4 port=$5 api=$6 rec=$7 queue=$8; shift 8
-  log "run $name: $JOBS x $WORKERS, qps $QPS"
+  log "run $name: $JOBS x $WORKERS, qps $QPS, $THREADS threads"
   if nice -n 10 python3 operator/bench/scale.py --kind "$kind" --kubectl "$KT_K8S_BIN/kubectl" \
-      --kubeconfig "$KUBECONFIG" --ns "$name" --qps "$QPS" --burst $BURST \
+      --kubeconfig "$KUBECONFIG" --ns "$name" --qps "$QPS" --burst $BURST --threads "$THREADS" \
       --metrics-port "$port" --log "$dir/$name.log" --ready-regex "$ready" --metric "$metric" \
       --jobs "$JOBS" --workers "$WORKERS" --samples "$SAMPLES" --steady "$STEADY" \
       --hist "api=$api" --hist "reconcile=$rec" --hist "queue=$queue" \
@@ -81,7 +85,7 @@ if cluster kubetrain; then
     kubetrain_api_request_duration_seconds kubetrain_reconcile_duration_seconds \
     kubetrain_workqueue_queue_duration_seconds \
     "$OP" --kubeconfig "$KUBECONFIG" --namespace kt-scale --qps "$QPS" --burst $BURST \
-    --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers 4
+    --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers "$THREADS"
 else
   log "the cluster for kubetrain did not come up: $(tail -n 3 "$dir/up-kubetrain.log")"; exit 1
 fi
@@ -102,7 +106,7 @@ if [ -z "$kf_note" ]; then
       env KUBECONFIG="$KUBECONFIG" GOMAXPROCS=2 "$kf_bin" --namespace kf-scale \
       --enable-scheme tfjob --kube-api-qps "$QPS" --kube-api-burst $BURST \
       --metrics-bind-address "127.0.0.1:$p" --health-probe-bind-address 0 \
-      --webhook-server-port "$(free_port)" --controller-threads 4
+      --webhook-server-port "$(free_port)" --controller-threads "$THREADS"
     kill "$certs_pid" 2>/dev/null; wait "$certs_pid" 2>/dev/null
   else
     kf_note="the cluster for the peer did not come up: $(tail -n 3 "$dir/up-kubeflow.log")"
