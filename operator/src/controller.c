@@ -413,9 +413,11 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         break;
     }
     case ACTION_DELETE_POD:
+    case ACTION_DELETE_STOPPED_POD:
     case ACTION_FORCE_DELETE_POD: {
-        /* A forced deletion (a pod stuck terminating) skips the grace period. */
-        const int force = a->kind == ACTION_FORCE_DELETE_POD;
+        /* A forced deletion (a pod stuck terminating) skips the grace period, as does
+         * that of a pod whose trainer has already stopped. */
+        const int force = a->kind != ACTION_DELETE_POD;
         kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
         cJSON *opts = delete_options(pod_uid(pods, a->name), NULL);
         if (!opts || (force && !jsonx_set_num(opts, "gracePeriodSeconds", 0))) {
@@ -430,8 +432,11 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
             /* No write-through: the pod may be gone already, and its DELETED event may
              * have been handled before this answer; the watch brings the truth. */
             metrics_count_pods(0, 1);
-            olog(force ? OLOG_WARN : OLOG_INFO, key, "%s pod %s",
-                 force ? "force-deleted (stuck terminating)" : "deleted", a->name);
+            if (a->kind == ACTION_FORCE_DELETE_POD)
+                olog(OLOG_WARN, key, "force-deleted (stuck terminating) pod %s", a->name);
+            else
+                olog(OLOG_INFO, key, "deleted pod %s%s", a->name,
+                     force ? " (its trainer has stopped: no grace period)" : "");
         } else if (rc == -ENOENT) {
             rc = 0;
         }

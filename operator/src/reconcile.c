@@ -27,7 +27,8 @@ static const char *const kind_names[] = {"create-secret",
                                          "create-network-policy",
                                          "delete-network-policy",
                                          "create-pod-group",
-                                         "delete-pod-group"};
+                                         "delete-pod-group",
+                                         "delete-stopped-pod"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -944,7 +945,10 @@ static int decide_replacement(Ctx *c, const Group *g)
     event(c, "Normal", "WorkerReplaced", "pod %s replaced; live recovery (%s %d: %s)", name,
           jobspec_role_name(r), ri, why);
     const PodView *p = g->cur[lost];
-    if (p && !p->terminating) add_action(c, ACTION_DELETE_POD, p->name, NULL);
+    if (p && !p->terminating)
+        add_action(c,
+                   strcmp(p->phase, "Failed") == 0 ? ACTION_DELETE_STOPPED_POD : ACTION_DELETE_POD,
+                   p->name, NULL);
     return 1;
 }
 

@@ -40,6 +40,10 @@ typedef enum {
     /* spec.gangScheduling: the attempt's PodGroup, before its pods (409: made already) */
     ACTION_CREATE_POD_GROUP,
     ACTION_DELETE_POD_GROUP, /* an earlier attempt's PodGroup, or a finished job's (404: gone) */
+    /* a lost pod whose trainer has stopped (Failed), replaced live: DELETE with
+     * gracePeriodSeconds 0, there being nothing left to stop gracefully, so that its name
+     * is free without waiting for the kubelet's own cleanup */
+    ACTION_DELETE_STOPPED_POD,
 } ActionKind;
 
 typedef struct Action {

@@ -1229,6 +1229,7 @@ static void apply_prefix(Fixture *f, size_t k)
             break;
         }
         case ACTION_DELETE_POD:
+        case ACTION_DELETE_STOPPED_POD:
         case ACTION_FORCE_DELETE_POD:
             /* Unscheduled pods go at once (no kubelet to wait for). */
             for (size_t j = 0; j < f->npods; j++) {
@@ -2049,7 +2050,7 @@ static void test_live_replacement_in_a_kueue_group(void **state)
     fx_run(&f, NOW + 20);
     assert_string_equal(f.desc, "update-status mnist\n"
                                 "event Normal WorkerReplaced\n"
-                                "delete-pod mnist-worker-2-r1\n");
+                                "delete-stopped-pod mnist-worker-2-r1\n");
     assert_int_equal(jsonx_int(new_status(&f), "restarts.application", -1), 1);
     apply_prefix(&f, 2); /* the deletion waits for Kueue */
     plan_free(&f.plan);
@@ -2145,7 +2146,7 @@ static void test_live_replacement_of_a_deleted_worker(void **state)
     fx_run(&f, NOW + 20);
     assert_string_equal(f.desc, "update-status mnist\n"
                                 "event Normal WorkerReplaced\n"
-                                "delete-pod mnist-worker-2\n");
+                                "delete-stopped-pod mnist-worker-2\n");
     st = new_status(&f);
     assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 2);
     assert_int_equal(jsonx_int(st, "restarts.application", -1), 1);
@@ -2370,7 +2371,7 @@ static void test_live_replacement_backoff_limit(void **state)
         if (app == 1) {
             assert_string_equal(f.desc, "update-status mnist\n"
                                         "event Normal WorkerReplaced\n"
-                                        "delete-pod mnist-worker-1\n");
+                                        "delete-stopped-pod mnist-worker-1\n");
             assert_int_equal(jsonx_int(st, "restarts.application", -1), 2);
             assert_int_equal(jsonx_int(st, "restarts.replaced", -1), 1);
         } else {
