@@ -71,7 +71,9 @@ DEFINITIONS = {
     "first_line_to_first_step_s": "the replacement's first log line -> the first step after",
     "replacement_timeline": "the replacement's first log lines, [seconds after t0 (the kubelet's "
     "timestamp), text]",
-    "recovery_minus_startup_s": "t0_to_first_step_s - startup_s (the target: <= 2)",
+    "recovery_minus_startup_s": "t0_to_first_step_s - startup_first_line_s (the target: <= 2); "
+    "startup_first_line_s rather than startup_s, whose whole-second timestamps make it 0 or "
+    "1 s at random",
     "survivors": "the pods of the other three ranks: uid and the trainer's restartCount "
                  "before t0 and at the end; unchanged is the same uid and restartCount",
     "status_restarts": "the job's status.restarts at the end (application, disruption, "
@@ -411,8 +413,8 @@ def one(kube, ns, containerd, name, mode, disruption, victim, ref_hash):
         row["replacement_timeline"] = [[r3(t - t0), x[:140]] for t, x in lines[:14]]
         tj, _ = first_match(lines, r"joined generation \d+: state of step")
         row["replacement_joined_s"] = r3(tj - t0) if tj else None
-        if row["startup_s"] is not None and t_first:
-            row["recovery_minus_startup_s"] = r3(t_first - t0 - row["startup_s"])
+        if row.get("startup_first_line_s") is not None and t_first:
+            row["recovery_minus_startup_s"] = r3(t_first - t0 - row["startup_first_line_s"])
     survivors = {}
     for n, p in sorted(before.items()):
         if n == vname:
