@@ -141,12 +141,12 @@ int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errle
         return rc;
     }
     if (o->prometheus_port > 0) {
-        if ((rc = prom_start(&m->prom, o->prometheus_port, &port, err, errlen))) {
+        if ((rc = prom_start(&m->prom, o->prometheus_port, (long)o->epochs * o->steps_per_epoch,
+                             o->resume_step, &port, err, errlen))) {
             metrics_abort(m);
             return rc;
         }
         util_log("training metrics for Prometheus on port %d: GET /metrics", port);
-        prom_plan(m->prom, (long)o->epochs * o->steps_per_epoch, o->resume_step);
         if (o->checkpoint_step > 0)
             prom_checkpoint(m->prom, o->checkpoint_step, o->checkpoint_time);
     }

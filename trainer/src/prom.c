@@ -56,13 +56,6 @@ void prom_step(Prom *p, int epoch, long global_step, double loss, double accurac
     pthread_mutex_unlock(&p->mu);
 }
 
-void prom_plan(Prom *p, long total_steps, long start_step)
-{
-    pthread_mutex_lock(&p->mu);
-    p->total_steps = total_steps, p->start_step = start_step;
-    pthread_mutex_unlock(&p->mu);
-}
-
 void prom_checkpoint(Prom *p, long step, double unix_time)
 {
     pthread_mutex_lock(&p->mu);
@@ -272,9 +265,11 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-int prom_start(Prom **out, int port, int *bound_port, char *err, size_t errlen)
+int prom_start(Prom **out, int port, long total_steps, long start_step, int *bound_port, char *err,
+               size_t errlen)
 {
     Prom *p = xcalloc(1, sizeof *p);
+    p->total_steps = total_steps, p->start_step = start_step, p->steps = start_step;
     int bound, rc;
     char lerr[256];
     if ((rc = net_listen(NULL, port, 0, &p->lfd, &bound, lerr, sizeof lerr))) {

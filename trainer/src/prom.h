@@ -38,17 +38,18 @@
 typedef struct Prom Prom;
 
 /* Listens on every address at `port` (0: a free one; *bound_port, when not NULL,
- * receives it) and starts the server thread. Returns 0 or a negative errno with one
- * line in err naming the port. Stop with prom_stop. */
-int prom_start(Prom **out, int port, int *bound_port, char *err, size_t errlen);
+ * receives it) and starts the server thread, the run's extent already in place: its
+ * total global steps, and the step this process started at, which is also the steps
+ * done until the first prom_step (so that no answer ever says the run starts at 0 when
+ * it resumed). Returns 0 or a negative errno with one line in err naming the port. Stop
+ * with prom_stop. */
+int prom_start(Prom **out, int port, long total_steps, long start_step, int *bound_port, char *err,
+               size_t errlen);
 
 /* Records one step (thread-safe with the server). */
 void prom_step(Prom *p, int epoch, long global_step, double loss, double accuracy,
                double samples_per_sec, double learning_rate, double allreduce_seconds,
                double step_seconds);
-
-/* Records the run's extent: total global steps and the step this process started at. */
-void prom_plan(Prom *p, long total_steps, long start_step);
 
 /* Records a checkpoint at global step `step`, written at Unix time `unix_time`. */
 void prom_checkpoint(Prom *p, long step, double unix_time);

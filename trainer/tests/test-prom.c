@@ -36,7 +36,7 @@ static Prom *start(int *port)
 {
     Prom *p = NULL;
     char err[256];
-    int rc = prom_start(&p, 0, port, err, sizeof err);
+    int rc = prom_start(&p, 0, 210, 70, port, err, sizeof err);
     if (rc) fail_msg("prom_start: %s", err);
     prom_step(p, 1, 42, 0.5, 0.75, 1000, 0.001, 0.01, 0.02);
     return p;
@@ -176,6 +176,26 @@ static double sample(const char *text, const char *name)
     return NAN;
 }
 
+/* From the first answer on, the run's extent and where this process started are there,
+ * and the steps done are the start's until the first step: a scrape before it must not
+ * read as a run restarted at step 0 (the operator takes the steps a restart lost from
+ * kubetrain_start_step). */
+static void test_first_answer_knows_the_start(void **state)
+{
+    (void)state;
+    Prom *p = NULL;
+    char err[256];
+    int port;
+    if (prom_start(&p, 0, 210, 70, &port, err, sizeof err)) fail_msg("prom_start: %s", err);
+    size_t len;
+    char *text = prom_format(p, &len);
+    assert_true(sample(text, "kubetrain_total_steps") == 210);
+    assert_true(sample(text, "kubetrain_start_step") == 70);
+    assert_true(sample(text, "kubetrain_steps_total") == 70);
+    free(text);
+    prom_stop(p);
+}
+
 /* What the operator reads for status.progress and status.checkpoint: the run's extent
  * and start, and the checkpoint gauges, absent until a checkpoint exists, then the
  * newest one with its time to the second (a %.9g timestamp would be off by seconds). */
@@ -184,7 +204,6 @@ static void test_progress_gauges(void **state)
     (void)state;
     int port;
     Prom *p = start(&port);
-    prom_plan(p, 210, 70);
     size_t len;
     char *text = prom_format(p, &len);
     assert_true(sample(text, "kubetrain_total_steps") == 210);
@@ -214,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_trickler_cut_at_deadline),
         cmocka_unit_test(test_connection_flood),
         cmocka_unit_test(test_progress_gauges),
+        cmocka_unit_test(test_first_answer_knows_the_start),
     };
     return cmocka_run_group_tests_name("prom", tests, NULL, NULL);
 }
