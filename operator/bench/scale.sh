@@ -11,7 +11,8 @@
 # here) requests in flight, about 2 a kubetrain worker (docs/design.md, "Shape").
 # Writes bench/results/operator-scale.json (date, machine, both runs), or with
 # BENCH_OUT=FILE elsewhere; BENCH_PEER=0 skips the peer, BENCH_SAMPLES (default 200) and
-# BENCH_STEADY (seconds, default 60) change the event and steady phases.
+# BENCH_STEADY (seconds, default 60) change the event and steady phases; BENCH_OP_ARGS
+# adds kubetrain-operator options (experiments: e.g. --pod-parallelism 1).
 # The machine is shared: the operators and the bench run under nice -n 10.
 set -uo pipefail # no -e: a step that fails is recorded in the JSON
 cd "$(dirname "$0")/../.." || exit 1
@@ -80,12 +81,13 @@ if cluster kubetrain; then
   k apply -f crds/ >/dev/null
   k wait --for condition=Established --timeout 60s crd/trainingjobs.kubetrain.dev >/dev/null
   p=$(free_port)
+  # shellcheck disable=SC2086 # BENCH_OP_ARGS is a list of options
   scale kt-scale trainingjob 'caches synced' \
     '^kubetrain_api_requests_total\{verb="(GET|POST|PUT|PATCH|DELETE)"' "$p" \
     kubetrain_api_request_duration_seconds kubetrain_reconcile_duration_seconds \
     kubetrain_workqueue_queue_duration_seconds \
     "$OP" --kubeconfig "$KUBECONFIG" --namespace kt-scale --qps "$QPS" --burst $BURST \
-    --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers "$THREADS"
+    --metrics-addr "127.0.0.1:$p" --health-addr 0 --workers "$THREADS" ${BENCH_OP_ARGS:-}
 else
   log "the cluster for kubetrain did not come up: $(tail -n 3 "$dir/up-kubetrain.log")"; exit 1
 fi

@@ -106,6 +106,61 @@ static int has(Informer *inf, const char *ns, const char *name)
     return o != NULL;
 }
 
+/* Requests in flight at once follow the client's QPS (kclient.c: QPS x 0.16 s, 8 to 64):
+ * at QPS 50, 24 simultaneous creates answered 0.1 s late go 8 at a time; at QPS 200, all
+ * together. Each in flight is a TLS connection of its own on a real cluster: unbounded,
+ * a burst cost 9 MiB at 1,000 jobs x 8. */
+typedef struct PostArg {
+    KubeClient *c;
+    char name[64];
+    int rc;
+} PostArg;
+
+static void *post_one(void *arg)
+{
+    PostArg *p = arg;
+    char body[128], err[256];
+    snprintf(body, sizeof body, "{\"metadata\":{\"name\":\"%s\"}}", p->name);
+    cJSON *o = cJSON_Parse(body);
+    p->rc = kclient_request(p->c, "POST", "/api/v1/namespaces/slots/configmaps", o, NULL, NULL, err,
+                            sizeof err);
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static void test_requests_in_flight_follow_the_qps(void **state)
+{
+    (void)state;
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
+    KubeConfig cfg = {.server = server};
+    snprintf(cfg.source, sizeof cfg.source, "fakeapi");
+    const double qps[] = {50, 200};
+    for (size_t k = 0; k < 2; k++) {
+        KubeClient *kc = kclient_new(&cfg, qps[k], 100, err, sizeof err);
+        assert_non_null(kc);
+        PostArg a[24];
+        pthread_t th[24];
+        fakeapi_set_delay(api, 0.1);
+        fakeapi_most_at_once(api, "POST");
+        for (int i = 0; i < 24; i++) {
+            a[i] = (PostArg){.c = kc};
+            snprintf(a[i].name, sizeof a[i].name, "slot-%d-%d", (int)qps[k], i);
+            assert_int_equal(pthread_create(&th[i], NULL, post_one, &a[i]), 0);
+        }
+        for (int i = 0; i < 24; i++) {
+            pthread_join(th[i], NULL);
+            assert_int_equal(a[i].rc, 0);
+        }
+        int most = fakeapi_most_at_once(api, "POST");
+        fakeapi_set_delay(api, 0);
+        printf("# QPS %g: 24 creates of 0.1 s, %d at once\n", qps[k], most);
+        if (k == 0 && most != 8) fail_msg("QPS 50: %d requests at once, want 8", most);
+        if (k == 1 && most <= 8) fail_msg("QPS 200: %d requests at once, want more than 8", most);
+        kclient_free(kc);
+    }
+}
+
 static void test_informer_list_watch_relist(void **state)
 {
     (void)state;
@@ -1032,6 +1087,7 @@ int main(void)
 {
     test_time_scale();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_requests_in_flight_follow_the_qps),
         cmocka_unit_test(test_informer_list_watch_relist),
         cmocka_unit_test(test_informer_pages),
         cmocka_unit_test(test_informer_labels_read_back),
