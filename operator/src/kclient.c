@@ -25,7 +25,7 @@
  * a free one rather than opening more (issue 28: 64 at once at 1,000 jobs x 8 cost 9 MiB). */
 #define POOL_MIN 8
 #define POOL_MAX 64
-#define ANSWER_S 0.16
+#define ANSWER_S 0.25
 
 struct KubeClient {
     KubeConfig cfg; /* deep copy of the fields used */
