@@ -479,7 +479,7 @@ def recovery_cluster_section(src):
             ("t0_to_step_regained_s", "-> step regained s"),
             ("steps_trained_twice", "steps trained twice"),
             ("replacement_seen_s", "-> replacement created s"),
-            ("startup_s", "replacement start-up s"),
+            ("startup_first_line_s", "replacement start-up (-> first log line) s"),
             ("recovery_minus_startup_s", "recovery - start-up s")]
     rows = []
     for dis, modes in d.get("median", {}).items():
@@ -502,7 +502,7 @@ def recovery_cluster_section(src):
         rows.append([r.get("round"), r["disruption"], r["mode"], r["victim"],
                      r.get("t0_to_first_step_s"), r.get("t0_to_step_regained_s"),
                      "%s -> %s" % (r.get("reached"), r.get("resumed_from")),
-                     r.get("steps_trained_twice"), r.get("startup_s"),
+                     r.get("steps_trained_twice"), r.get("startup_first_line_s"),
                      "yes" if r.get("survivors_unchanged") else "no",
                      "%s/%s/%s, attempt %s" % (rs.get("application", 0), rs.get("disruption", 0),
                                                rs.get("replaced", 0), rs.get("attempt", 0)),
