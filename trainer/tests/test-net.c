@@ -143,6 +143,21 @@ static void test_ring_forms_with_secret(void **state)
     }
 }
 
+/* Fails unless rank 0's log (the file `log`) says it reached rank 1, named `name` in its
+ * TF_CONFIG, at 127.0.0.1, the address rank 1 announced. `what` names the case. */
+static void assert_announced_address_used(const char *log, const char *name, const char *what)
+{
+    char buf[8192] = "", want[128];
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    snprintf(want, sizeof want, "connecting to rank 1 (%s:", name);
+    if (!strstr(buf, want) || !strstr(buf, "at 127.0.0.1, the address it announced"))
+        fail_msg("%s: rank 0's log does not say it used the announced address:\n%s", what, buf);
+}
+
 /* A worker whose rank+1's name does not resolve (a pod's DNS record not yet published,
  * or a negative answer the cluster DNS keeps for its TTL) still forms the ring, at the
  * address rank+1 announced (net.h): in a ring of two through rank+1's own ring
@@ -175,16 +190,9 @@ static void test_unresolvable_next_is_reached_at_its_announced_address(void **st
             }
             if (dt >= scaled(5)) fail_msg("took %.2f s, want well under the deadline", dt);
             free_results(res);
-            char buf[8192] = "";
-            FILE *f = fopen(log0, "r");
-            assert_non_null(f);
-            size_t n = fread(buf, 1, sizeof buf - 1, f);
-            buf[n] = 0;
-            fclose(f);
-            if (!strstr(buf, "connecting to rank 1 (unresolved.invalid:") ||
-                !strstr(buf, "at 127.0.0.1, the address it announced"))
-                fail_msg("world %d: rank 0's log does not say it used the announced address:\n%s",
-                         world, buf);
+            char what[32];
+            snprintf(what, sizeof what, "world %d", world);
+            assert_announced_address_used(log0, "unresolved.invalid", what);
         }
     }
     unlink(log0);
@@ -237,15 +245,7 @@ static void test_silent_next_is_left_for_its_announced_address(void **state)
         if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
         assert_close_i(res[r].sum, 6.0f, 0, r);
     }
-    char buf[8192] = "";
-    FILE *f = fopen(log0, "r");
-    assert_non_null(f);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    if (!strstr(buf, "connecting to rank 1 (127.0.0.2:") ||
-        !strstr(buf, "at 127.0.0.1, the address it announced"))
-        fail_msg("rank 0's log does not say it used the announced address:\n%s", buf);
+    assert_announced_address_used(log0, "127.0.0.2", "silent rank+1");
     /* The connect to the silent address alone would take 2 s. */
     if (dt >= scaled(1.2)) fail_msg("took %.2f s: rank 0 waited out the silent address", dt);
     close(fill[0]), close(fill[1]), close(hole);
