@@ -413,11 +413,27 @@ wait_new_log() {
   done
   return 1
 }
+# What a live replacement logs once it has the state from a survivor.
+JOINED='joined generation [0-9]+: state of step [0-9]+ received from rank [0-9]+, no checkpoint read'
+# trainer_arg POD FLAG: the value the pod's trainer is given for FLAG, or <absent>.
+trainer_arg() {
+  kn get pod "$1" -o 'jsonpath={.spec.containers[?(@.name=="trainer")].args}' |
+    jq -r --arg f "$2" 'index($f) as $i | if $i then .[$i + 1] else "<absent>" end' 2>&1
+}
+# check_same_weights JOB REF: JOB's final weights hash is that of REF, the same job run
+# undisturbed beside it (waited for).
+check_same_weights() {
+  local h href=""
+  if wait_phase "$2" "$JOB_TIMEOUT" Succeeded; then href=$(field "$2" '{.status.result.weightsSha256}'); fi
+  h=$(field "$1" '{.status.result.weightsSha256}')
+  if [ -n "$href" ] && [ "$h" = "$href" ]; then
+    ok "final weights sha256 equals the undisturbed $2's (${h:0:16}...)"
+  else fail "final weights sha256 equals the undisturbed run's" "recovered $h"$'\n'"undisturbed ${href:-<$2 did not succeed>}"; fi
+}
 
 s_recovery() {
   begin recovery
-  local t0 out line u0 u1 u1b h rep att
-  local joined='joined generation [0-9]+: state of step [0-9]+ received from rank [0-9]+, no checkpoint read'
+  local t0 out line u0 u1 u1b rep att
   t0=$(now)
   # 2 x 300 steps, so that both losses fall inside the training on a fast machine; the
   # same job runs beside it undisturbed for the reference hash.
@@ -429,14 +445,13 @@ s_recovery() {
   if line=$(chief_ckpt mnist-rec 180); then ok "chief saved a checkpoint: ${line##*] }"
   else fail "chief saved a checkpoint" "$(explain mnist-rec)"; end; return; fi
   check "the trainer is told --recovery-timeout 120" \
-    "$(kn get pod mnist-rec-worker-0 -o 'jsonpath={.spec.containers[?(@.name=="trainer")].args}' |
-       jq -r 'index("--recovery-timeout") as $i | if $i then .[$i + 1] else "<absent>" end' 2>&1)" 120
+    "$(trainer_arg mnist-rec-worker-0 --recovery-timeout)" 120
   u0=$(uid mnist-rec-worker-0); u1=$(uid mnist-rec-worker-1)
   # 1. A worker's trainer SIGKILLed: its pod fails with 137 and is replaced alone; the
   # chief stays, hands the replacement its state, and nobody reads a checkpoint.
   if out=$(kill_trainer mnist-rec-worker-1 2>&1); then ok "SIGKILL to worker 1's trainer process"
   else fail "SIGKILL to worker 1's trainer process" "$out"; end; return; fi
-  if line=$(wait_new_log mnist-rec-worker-1 "$u1" "$joined" 90); then
+  if line=$(wait_new_log mnist-rec-worker-1 "$u1" "$JOINED" 90); then
     ok "worker 1's replacement joined from the chief: ${line##*]: }"
   else fail "worker 1 replaced live" "$(explain mnist-rec)"; end; return; fi
   check "the chief's pod is the same (uid)" "$(uid mnist-rec-worker-0)" "$u0"
@@ -450,7 +465,7 @@ s_recovery() {
   # state and hands it to the new chief.
   if out=$(kn delete pod mnist-rec-worker-0 --wait=false 2>&1); then ok "the chief's pod deleted"
   else fail "the chief's pod deleted" "$out"; end; return; fi
-  if line=$(wait_new_log mnist-rec-worker-0 "$u0" "$joined" 120); then
+  if line=$(wait_new_log mnist-rec-worker-0 "$u0" "$JOINED" 120); then
     ok "the chief's replacement joined from worker 1: ${line##*]: }"
   else fail "the chief replaced live" "$(explain mnist-rec)"; end; return; fi
   check "worker 1's pod is the same (uid)" "$(uid mnist-rec-worker-1)" "$u1b"
@@ -464,12 +479,7 @@ s_recovery() {
   if wait_event mnist-rec 'mnist-rec-worker-1 replaced; live recovery' 10; then
     ok "a WorkerReplaced event names worker 1"
   else fail "a WorkerReplaced event names worker 1" "$(kn get events --field-selector involvedObject.name=mnist-rec 2>&1 | tail -n 5)"; fi
-  local href=""
-  if wait_phase mnist-rec-ref "$JOB_TIMEOUT" Succeeded; then href=$(field mnist-rec-ref '{.status.result.weightsSha256}'); fi
-  h=$(field mnist-rec '{.status.result.weightsSha256}')
-  if [ -n "$href" ] && [ "$h" = "$href" ]; then
-    ok "final weights sha256 equals the undisturbed mnist-rec-ref's (${h:0:16}...)"
-  else fail "final weights sha256 equals the undisturbed run's" "recovered $h"$'\n'"undisturbed ${href:-<mnist-rec-ref did not succeed>}"; fi
+  check_same_weights mnist-rec mnist-rec-ref
   end
 }
 
@@ -1040,8 +1050,7 @@ s_kueuelive() {
     tap_skip "kueuelive" "Kueue is not installed on this cluster (e2e/cluster/kueue-up.sh)"
     end; return
   fi
-  local out line t0 j u0 u1 wl wuid h href att rep gone
-  local joined='joined generation [0-9]+: state of step [0-9]+ received from rank [0-9]+, no checkpoint read'
+  local out line t0 j u0 wl wuid att rep gone
   local res='template: {spec: {containers: [{name: trainer, resources: {requests: {cpu: 400m, memory: 128Mi}}}]}}'
   t0=$(now)
   if out=$(kn apply -f examples/kueue/queues.yaml 2>&1); then ok "examples/kueue/queues.yaml applied"
@@ -1058,18 +1067,17 @@ s_kueuelive() {
   if line=$(chief_ckpt kl-live 180); then ok "kl-live admitted; chief saved a checkpoint: ${line##*] }"
   else fail "kl-live admitted and checkpointing" "$(explain kl-live; kn get workloads.kueue.x-k8s.io 2>&1)"; end; return; fi
   check "the trainer in a queue is told --recovery-timeout 120" \
-    "$(kn get pod kl-live-worker-0 -o 'jsonpath={.spec.containers[?(@.name=="trainer")].args}' |
-       jq -r 'index("--recovery-timeout") as $i | if $i then .[$i + 1] else "<absent>" end' 2>&1)" 120
+    "$(trainer_arg kl-live-worker-0 --recovery-timeout)" 120
   wl=$(kn get pod kl-live-worker-0 -o 'jsonpath={.metadata.labels.kueue\.x-k8s\.io/pod-group-name}')
   wuid=$(kn get workloads.kueue.x-k8s.io "$wl" -o 'jsonpath={.metadata.uid}' 2>/dev/null)
   if [ -n "$wuid" ]; then ok "kl-live's pods are Kueue Workload $wl"
   else fail "kl-live's Workload" "pod group ${wl:-<none>}; $(kn get workloads.kueue.x-k8s.io 2>&1)"; end; return; fi
-  u0=$(uid kl-live-worker-0); u1=$(uid kl-live-worker-1)
+  u0=$(uid kl-live-worker-0)
   # 1. Worker 1's trainer SIGKILLed: its pod fails, is deleted (Kueue's finalizer holds
   # it) and replaced by kl-live-worker-1-r1.
   if out=$(kill_trainer kl-live-worker-1 2>&1); then ok "SIGKILL to worker 1's trainer process"
   else fail "SIGKILL to worker 1's trainer process" "$out"; end; return; fi
-  if line=$(wait_new_log kl-live-worker-1-r1 "" "$joined" 120); then
+  if line=$(wait_new_log kl-live-worker-1-r1 "" "$JOINED" 120); then
     ok "kl-live-worker-1-r1 joined from the chief: ${line##*]: }"
   else fail "worker 1 replaced live in the Kueue group" "$(explain kl-live; kn get workloads.kueue.x-k8s.io "$wl" -o yaml 2>&1 | tail -n 30)"; end; return; fi
   check "the replacement keeps the hostname kl-live-worker-1" \
@@ -1085,7 +1093,7 @@ s_kueuelive() {
   # kl-live-worker-0-r1 takes the state from worker 1's replacement.
   if out=$(kn delete pod kl-live-worker-0 --wait=false 2>&1); then ok "the chief's pod deleted"
   else fail "the chief's pod deleted" "$out"; end; return; fi
-  if line=$(wait_new_log kl-live-worker-0-r1 "" "$joined" 120); then
+  if line=$(wait_new_log kl-live-worker-0-r1 "" "$JOINED" 120); then
     ok "kl-live-worker-0-r1 joined: ${line##*]: }"
   else fail "the chief replaced live in the Kueue group" "$(explain kl-live)"; end; return; fi
   check "the Workload is the same object (uid), not re-created" \
@@ -1099,12 +1107,7 @@ s_kueuelive() {
   rep=$(field kl-live '{.status.restarts.replaced}')
   check "restarts.replaced 2" "${rep:-0}" 2
   check "restarts application/disruption 1/1 (the SIGKILL, the deletion)" "$(restarts kl-live)" "1/1"
-  href=""
-  if wait_phase kl-ref "$JOB_TIMEOUT" Succeeded; then href=$(field kl-ref '{.status.result.weightsSha256}'); fi
-  h=$(field kl-live '{.status.result.weightsSha256}')
-  if [ -n "$href" ] && [ "$h" = "$href" ]; then
-    ok "final weights sha256 equals the undisturbed kl-ref's (${h:0:16}...)"
-  else fail "final weights sha256 equals the undisturbed run's" "recovered $h"$'\n'"undisturbed ${href:-<kl-ref did not succeed>}"; fi
+  check_same_weights kl-live kl-ref
   out=$(kn delete tj kl-live kl-ref --wait --timeout 60s 2>&1)
   local n end=$(( $(date +%s) + 60 ))
   while n=$(kn get pods -l 'kubetrain.dev/job-name in (kl-live,kl-ref)' -o name 2>/dev/null | grep -c .)
