@@ -41,17 +41,23 @@ static void stop_running(void)
     running = NULL;
 }
 
+/* A client of the fake API server with the given limiter (0: none), or NULL. */
+static KubeClient *fake_client(double qps, int burst)
+{
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
+    KubeConfig cfg = {.server = server};
+    snprintf(cfg.source, sizeof cfg.source, "fakeapi");
+    return kclient_new(&cfg, qps, burst, err, sizeof err);
+}
+
 static int setup(void **state)
 {
     (void)state;
     metrics_init();
     api = fakeapi_start();
     if (!api) return -1;
-    char server[64], err[256];
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
-    KubeConfig cfg = {.server = server};
-    snprintf(cfg.source, sizeof cfg.source, "fakeapi");
-    client = kclient_new(&cfg, 0, 0, err, sizeof err);
+    client = fake_client(0, 0);
     return client ? 0 : -1;
 }
 
@@ -131,13 +137,9 @@ static void *post_one(void *arg)
 static void test_requests_in_flight_follow_the_qps(void **state)
 {
     (void)state;
-    char server[64], err[256];
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
-    KubeConfig cfg = {.server = server};
-    snprintf(cfg.source, sizeof cfg.source, "fakeapi");
     const double qps[] = {50, 200};
     for (size_t k = 0; k < 2; k++) {
-        KubeClient *kc = kclient_new(&cfg, qps[k], 100, err, sizeof err);
+        KubeClient *kc = fake_client(qps[k], 100);
         assert_non_null(kc);
         PostArg a[24];
         pthread_t th[24];
@@ -534,7 +536,7 @@ static void set_pod(const char *name, const char *phase, int exit_code, const ch
 static void test_job_lifecycle(void **state)
 {
     (void)state;
-    Controller *c = start_controller();
+    start_controller();
     cJSON_Delete(
         fakeapi_create(api, JOBS,
                        "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
@@ -607,15 +609,13 @@ static void test_job_lifecycle(void **state)
     assert_non_null(jsonx_str(job, "status.completionTime"));
     cJSON_Delete(job);
     WAIT_FOR(5, "worker 1 cleaned up", count_pods("life", NULL) == 1);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 static void test_deadline_and_ttl_timers(void **state)
 {
     (void)state;
-    Controller *c = start_controller();
+    start_controller();
     double t0 = clock_mono();
     cJSON_Delete(fakeapi_create(api, JOBS,
                                 "{\"metadata\":{\"name\":\"dl\"},\"spec\":{\"workers\":1,"
@@ -641,15 +641,13 @@ static void test_deadline_and_ttl_timers(void **state)
     cJSON_Delete(job);
     WAIT_FOR(5, "the running pod deleted", count_pods("dl", NULL) == 0);
     WAIT_FOR(5, "the TTL deletes the job", (job = get_job("dl")) == NULL || (cJSON_Delete(job), 0));
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 static void test_watch_expiry_and_bad_objects(void **state)
 {
     (void)state;
-    Controller *c = start_controller();
+    start_controller();
     /* A pod with fields of the wrong types, labelled with a job's name, and a job whose
      * spec is not an object: logged and skipped, never a crash. */
     cJSON_Delete(
@@ -663,9 +661,7 @@ static void test_watch_expiry_and_bad_objects(void **state)
     cJSON_Delete(
         fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"after\"},\"spec\":{\"workers\":3}}"));
     WAIT_FOR(10, "pods of a job created after the expiry", count_pods("after", "0") == 3);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 static int exists(const char *path)
@@ -686,7 +682,7 @@ static int has_secret_name(const char *job)
 static void test_owned_object_events_reach_their_job(void **state)
 {
     (void)state;
-    Controller *c = start_controller();
+    start_controller();
     /* A Secret named as operators before issue 23 named the job's, made by someone else
      * before the job: never used, never touched. */
     const char *squat = "/api/v1/namespaces/default/secrets/own-secret";
@@ -712,9 +708,7 @@ static void test_owned_object_events_reach_their_job(void **state)
      * reference; the job's reconcile puts it back. */
     assert_int_equal(fakeapi_delete(api, svc), 0);
     WAIT_FOR(5, "the Service recreated", exists(svc));
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 /* Events of `reason` about the job `job`. */
@@ -772,9 +766,7 @@ static void test_gang_scheduling_discovery(void **state)
     assert_int_equal(count_reason("GangSchedulingUnavailable", "nogang-a"), 1);
     assert_int_equal(count_reason("GangSchedulingUnavailable", "nogang-b"), 1);
     assert_int_equal(fakeapi_requests(api, "DISCOVERY") - asked, 1);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 
     /* The same server now with PodGroups, as after a control-plane restart with the
      * gates on: a new operator learns it. */
@@ -797,9 +789,7 @@ static void test_gang_scheduling_discovery(void **state)
     assert_string_equal(jsonx_str(pod, "spec.schedulingGroup.podGroupName"), "gang-0");
     cJSON_Delete(pod);
     assert_int_equal(count_reason("GangSchedulingUnavailable", "gang"), 0);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 /* startupDeadlineSeconds through the real informer cache: the pod's creation time and
@@ -839,9 +829,7 @@ static void test_startup_deadline_through_the_cache(void **state)
     assert_string_equal(msg, "not started within startupDeadlineSeconds=1: pod stuck-worker-1: "
                              "container trainer: ErrImagePull: no such host");
     cJSON_Delete(job);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 /* The message of job <name>'s condition <type> when its status is <status>, copied into
@@ -908,9 +896,7 @@ static void test_pod_conditions_through_the_cache(void **state)
     cJSON *job = get_job("conds");
     assert_int_equal(jsonx_int(job, "status.workers.ready", -1), 1);
     cJSON_Delete(job);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1005,9 +991,7 @@ static void test_pod_creations_at_once(void **state)
         cJSON *job = get_job(cases[k].job);
         assert_int_equal(jsonx_int(job, "status.workers.active", -1), 8);
         cJSON_Delete(job);
-        controller_stop(c);
-        controller_free(c);
-        running = NULL;
+        stop_running();
     }
 }
 
@@ -1040,9 +1024,7 @@ static void test_pod_creation_refused(void **state)
     assert_int_equal(count_pods("refuse", "0"), 8);
     assert_int_equal(count_reason("CreatedWorkers", "refuse"), 1);
     assert_int_equal(fakeapi_requests(api, "PUT"), puts + 1);
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 /* Suspending a job deletes its 8 pods at once, after the status write and the event: with
@@ -1078,9 +1060,7 @@ static void test_pod_deletions_at_once(void **state)
     assert_true(job_phase_is("sus", "Suspended"));
     if (most < 2 || most > 8) fail_msg("%d deletions at once, want 2 to 8", most);
     if (t > scaled(0.75)) fail_msg("the pass took %.3f s, want under %.3f s", t, scaled(0.7));
-    controller_stop(c);
-    controller_free(c);
-    running = NULL;
+    stop_running();
 }
 
 int main(void)
