@@ -464,14 +464,20 @@ static cJSON *replaced_entry(cJSON *status, const char *name)
     return NULL;
 }
 
-/* The entry of the pod a view is an object of (named by its role and index: a
- * replacement in a Kueue group has a name of its own), or NULL. */
-static cJSON *view_entry(cJSON *status, const char *job, const PodView *v)
+/* The entry of the pod of `role` and `index` (named "<job>-<role>-<index>"), or NULL. */
+static cJSON *role_entry(cJSON *status, const char *job, Role role, int index)
 {
     char name[300];
-    if (v->role == ROLE_COUNT || v->index < 0) return replaced_entry(status, v->name);
-    desired_pod_name(job, v->role, v->index, name, sizeof name);
+    desired_pod_name(job, role, index, name, sizeof name);
     return replaced_entry(status, name);
+}
+
+/* The entry of the pod a view is an object of (by its role and index: a replacement in
+ * a Kueue group has a name of its own), or NULL. */
+static cJSON *view_entry(cJSON *status, const char *job, const PodView *v)
+{
+    if (v->role == ROLE_COUNT || v->index < 0) return replaced_entry(status, v->name);
+    return role_entry(status, job, v->role, v->index);
 }
 
 /* The entry of the pod of slot `slot`, or NULL. */
@@ -479,10 +485,8 @@ static cJSON *slot_entry(const Ctx *c, int slot)
 {
     Role r;
     int ri;
-    char name[300];
     jobspec_slot_role(&c->spec, slot, &r, &ri);
-    desired_pod_name(c->spec.name, r, ri, name, sizeof name);
-    return replaced_entry(c->status, name);
+    return role_entry(c->status, c->spec.name, r, ri);
 }
 
 /* Records that pod `name` is replaced once more: its next object carries the number.
