@@ -5,7 +5,7 @@
 #
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
-# Scenarios: install invalid basic preempt kill137 badmodel progress operator suspend
+# Scenarios: install invalid basic preempt kill137 recovery killtrials badmodel progress operator suspend
 # deadline gang waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall (later ones assume
 # install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
 # without it).
@@ -143,6 +143,12 @@ explain() {
 # chief_ckpt JOB SECONDS: waits for the chief to save a checkpoint above step 0.
 chief_ckpt() { wait_log "$1-worker-0" 'checkpoint at step [1-9][0-9]* saved' "$2"; }
 
+# containerd_address: sets KT_CONTAINERD_ADDRESS (full), from the cluster's env file.
+containerd_address() {
+  # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
+  [ -n "${KT_CONTAINERD_ADDRESS:-}" ] ||
+    KT_CONTAINERD_ADDRESS=$(. "${KT_RUN:-e2e/cluster/.run}/env" && echo "$KT_CONTAINERD_ADDRESS")
+}
 # kill_trainer POD: SIGKILL to the trainer process of the pod's trainer container, from
 # the node (the container's init ignores SIGKILL from inside its own pid namespace).
 kill_trainer() {
@@ -151,9 +157,7 @@ kill_trainer() {
   cid=${cid#*://}
   [ -n "$cid" ] || { echo "no container ID for $1"; return 1; }
   if [ "$PROVIDER" = full ]; then
-    # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
-    [ -n "${KT_CONTAINERD_ADDRESS:-}" ] ||
-      KT_CONTAINERD_ADDRESS=$(. "${KT_RUN:-e2e/cluster/.run}/env" && echo "$KT_CONTAINERD_ADDRESS")
+    containerd_address
     pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
           awk -v c="$cid" '$1 == c {print $2}')
     [ -n "$pid" ] || { echo "no task $cid in containerd"; return 1; }
@@ -480,6 +484,32 @@ s_recovery() {
     ok "a WorkerReplaced event names worker 1"
   else fail "a WorkerReplaced event names worker 1" "$(kn get events --field-selector involvedObject.name=mnist-rec 2>&1 | tail -n 5)"; fi
   check_same_weights mnist-rec mnist-rec-ref
+  end
+}
+
+# 20 trials of live recovery (e2e/kill_trials.py): a random worker's trainer, the chief
+# included, SIGKILLed at a random step; each job must end with only that pod replaced, no
+# checkpoint read and the undisturbed run's weights. KT_KILL_TRIALS (20) trials,
+# KT_KILL_TRIALS_SEED repeats an earlier run's victims and steps.
+s_killtrials() {
+  begin killtrials
+  if [ "$PROVIDER" != full ]; then
+    tap_skip "killtrials" "kill_trials.py SIGKILLs through this machine's containerd (KT_PROVIDER=full)"
+    end; return
+  fi
+  containerd_address
+  # kill_trials.py prints "ok DESC", or "not ok DESC" and its reasons as "# " lines.
+  local l
+  while IFS= read -r l; do
+    case $l in
+      "ok "*) ok "${l#ok }" ;;
+      "not ok "*) fail "${l#not ok }" ;;
+      "#"*) echo "$l" ;;
+      *) echo "# $l" ;;
+    esac
+  done < <(python3 e2e/kill_trials.py --kubectl "$KUBECTL" --namespace "$NS" \
+             --containerd "$KT_CONTAINERD_ADDRESS" --trials "${KT_KILL_TRIALS:-20}" \
+             ${KT_KILL_TRIALS_SEED:+--seed "$KT_KILL_TRIALS_SEED"} 2>&1)
   end
 }
 
@@ -1164,7 +1194,7 @@ s_progress() {
   end
 }
 
-ALL=(install invalid basic preempt kill137 recovery badmodel progress operator suspend deadline gang
+ALL=(install invalid basic preempt kill137 recovery killtrials badmodel progress operator suspend deadline gang
      waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 T0=$(now)
