@@ -2,11 +2,12 @@
 # build-coredns.sh
 #
 # Makes sure CoreDNS $COREDNS_VERSION (versions.env) is built and prints its path:
-# $KT_CACHE/coredns/<version>/bin/coredns, built once per machine from the Go module
-# proxy through the wrapper module corednsbuild/ (CoreDNS's coremain with the plugins
-# the cluster's Corefile uses), GOMAXPROCS=2, -p 2, static (CGO off), caches under
-# $KT_CACHE/go. $KT_COREDNS, when set, names a binary to use instead. Exit status 0 on
-# success; 1 with the reason on stderr.
+# $KT_CACHE/coredns/<version>-<plugins>/bin/coredns, built once per machine from the Go
+# module proxy through the wrapper module corednsbuild/ (CoreDNS's coremain with the
+# plugins the cluster's Corefile and trainer/tests/test-dnsprobe.sh use; <plugins> is a
+# digest of main.go, so that a binary of another plugin set is not taken), GOMAXPROCS=2,
+# -p 2, static (CGO off), caches under $KT_CACHE/go. $KT_COREDNS, when set, names a binary
+# to use instead. Exit status 0 on success; 1 with the reason on stderr.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -14,7 +15,8 @@ if [ -n "${KT_COREDNS:-}" ]; then
   [ -x "$KT_COREDNS" ] || kt_die "KT_COREDNS=$KT_COREDNS is not an executable"
   echo "$KT_COREDNS"; exit 0
 fi
-out=$KT_CACHE/coredns/$COREDNS_VERSION/bin
+plugins=$(sha256sum "$KT_CLUSTER/corednsbuild/main.go" | cut -c1-8)
+out=$KT_CACHE/coredns/$COREDNS_VERSION-$plugins/bin
 [ -x "$out/coredns" ] && { echo "$out/coredns"; exit 0; }
 
 command -v go >/dev/null || kt_die "go is not installed; cannot build CoreDNS $COREDNS_VERSION"

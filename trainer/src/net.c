@@ -1,5 +1,6 @@
 #include "net.h"
 
+#include "dnsprobe.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -167,6 +168,15 @@ int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int 
                     char *err, size_t errlen)
 {
     char why[512];
+    /* A name the cluster DNS does not have yet is not looked up: the "no such name" would
+     * be cached for the peers' lookups of it that follow (dnsprobe.h). */
+    DnsProbe pr = {0};
+    if (host && !dnsprobe_ready(&pr, host)) {
+        util_log("listening on every interface, port %d: this worker's own TF_CONFIG address "
+                 "%s has no record in the cluster DNS yet",
+                 port, host);
+        return net_listen(NULL, port, sockbuf_bytes, fd, bound_port, err, errlen);
+    }
     int rc = net_listen(host, port, sockbuf_bytes, fd, bound_port, why, sizeof why);
     if (rc == 0) return 0;
     /* -EINVAL: no address for the name; -EADDRNOTAVAIL: none of them is this machine's
@@ -427,6 +437,8 @@ typedef struct Rendezvous {
     pthread_mutex_t lock;       /* guards expect and nexpect, written by the client thread */
     SrcAddr expect[EXPECT_MAX]; /* rank-1's addresses, once its name resolves */
     int nexpect;
+    DnsProbe prev_probe;        /* rank-1's and rank+1's names in the cluster DNS */
+    DnsProbe next_probe;        /* (dnsprobe.h), asked by the client thread */
     SrcAddr next_at;            /* rank+1's address as it announced it; family 0: none */
     char announce_seen[512];    /* why rank-1 refused the last announcement (announcer) */
     double log_window;          /* the second whose rejection lines are being counted */
@@ -554,7 +566,11 @@ static void resolve_prev(Rendezvous *rv)
     int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(rv->tf->peers[prev].host, NULL, &hints, &res) != 0) return;
+    const char *host = rv->tf->peers[prev].host;
+    /* In a ring of two rank-1 is rank+1, whose name the client's own probe asks for. */
+    int same = strcmp(host, rv->tf->peers[(rv->job->rank + 1) % rv->job->world].host) == 0;
+    if (same ? !rv->next_probe.ready : !dnsprobe_ready(&rv->prev_probe, host)) return;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return;
     SrcAddr got[EXPECT_MAX];
     int n = 0;
     for (struct addrinfo *a = res; a && n < EXPECT_MAX; a = a->ai_next) {
@@ -920,13 +936,20 @@ static int connect_announced(Rendezvous *rv, const TfPeer *p, SrcAddr *at_out)
     return fd;
 }
 
-/* One non-blocking connect to any of host's addresses. Returns the fd, -EAGAIN to
- * retry (no DNS record yet, refused, unreachable, or rank+1 announced itself meanwhile
- * when `to_next`), or -ECANCELED/-ETIMEDOUT. dns_logged NULL: a name that does not
- * resolve is not logged. */
-static int connect_once(Rendezvous *rv, const TfPeer *p, int *dns_logged, atomic_int *abort_flag,
-                        int to_next)
+/* One non-blocking connect to any of host's addresses, once the cluster DNS has its
+ * name (dnsprobe.h). Returns the fd, -EAGAIN to retry (refused, unreachable, no record
+ * from the resolver, or rank+1 announced itself meanwhile when `to_next`), -ENOENT to
+ * retry soon (the cluster DNS has no such name yet), or -ECANCELED/-ETIMEDOUT.
+ * dns_logged NULL: a name that does not resolve is not logged. */
+static int connect_once(Rendezvous *rv, const TfPeer *p, DnsProbe *pr, int *dns_logged,
+                        atomic_int *abort_flag, int to_next)
 {
+    if (!dnsprobe_ready(pr, p->host)) {
+        if (dns_logged && !*dns_logged)
+            util_log("waiting for %s's DNS record (the cluster DNS has no such name yet)", p->host);
+        if (dns_logged) *dns_logged = 1;
+        return -ENOENT;
+    }
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
@@ -1110,7 +1133,10 @@ static void *client_main(void *arg)
             util_log("connecting to %s at %s, the address it announced", peer, a);
             announced_logged = 1;
         }
-        if (fd == -EAGAIN) fd = connect_once(rv, p, &dns_logged, &rv->abort_flag, 1);
+        int unpublished = 0;
+        if (fd == -EAGAIN)
+            fd = connect_once(rv, p, &rv->next_probe, &dns_logged, &rv->abort_flag, 1);
+        if (fd == -ENOENT) unpublished = 1, fd = -EAGAIN;
         if (fd == -ECANCELED) break;
         if (fd >= 0) {
             int rc = client_handshake(rv, &d, fd, peer);
@@ -1127,8 +1153,9 @@ static void *client_main(void *arg)
             }
         }
         /* not up yet, dropped, or the wrong party answered: try again (at once when
-         * rank+1 announces itself meanwhile) */
-        client_wait(rv, backoff, &seq);
+         * rank+1 announces itself meanwhile; every 0.25 s at most while the cluster DNS
+         * has no record, which comes in a moment) */
+        client_wait(rv, unpublished && backoff > 0.25 ? 0.25 : backoff, &seq);
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     if (rv->client_rc == 0) {
@@ -1174,9 +1201,10 @@ static void *announce_main(void *arg)
                 .err = err,
                 .err_len = sizeof err,
                 .what = "announcing"};
+    DnsProbe probe = {0};
     while (!atomic_load(&rv->server_done) && !atomic_load(&rv->abort_flag) &&
            !atomic_load(&rv->prev_linked) && util_now() < rv->deadline) {
-        int fd = connect_once(rv, p, NULL, &rv->server_done, 0);
+        int fd = connect_once(rv, p, &probe, NULL, &rv->server_done, 0);
         if (fd == -ECANCELED) break;
         if (fd >= 0) {
             int rc = client_handshake(rv, &d, fd, peer);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "assert_close.h"
+#include "dnsprobe.h"
 #include "fork_cluster.h"
 #include "net.h"
 #include "util.h"
@@ -1054,6 +1055,30 @@ static void test_hello_decode(void **state)
     assert_string_equal(why, "malformed handshake fields");
 }
 
+/* Which names the cluster DNS probe (dnsprobe.h) asks about before a lookup: those with a
+ * label `svc` (Kubernetes service names), not addresses or other names; and none when
+ * KUBETRAIN_DNS_PROBE=0. Its asking is in test-dnsprobe.sh, against a real CoreDNS. */
+static void test_dns_probe_applies_to_service_names(void **state)
+{
+    (void)state;
+    const char *yes[] = {"w0.j-worker.ns.svc", "w0.j-worker.ns.svc.cluster.local",
+                         "w0.j-worker.ns.svc.cluster.local.", "svc"};
+    const char *no[] = {"127.0.0.1", "::1",    "localhost", "host.example.com",
+                        "a.svcx.b",  "a.xsvc", "",          "mysvc.ns"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        if (!dnsprobe_applies(yes[i])) fail_msg("%s: not probed", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (dnsprobe_applies(no[i])) fail_msg("%s: probed", no[i]);
+    DnsProbe pr = {0};
+    assert_int_equal(dnsprobe_ready(&pr, "localhost"), 1);
+    setenv("KUBETRAIN_DNS_PROBE", "0", 1);
+    DnsProbe off = {0};
+    assert_int_equal(dnsprobe_ready(&off, "w0.j-worker.nowhere-ns.svc"), 1);
+    assert_true(off.ready);
+    assert_true(off.missing_since == 0);
+    unsetenv("KUBETRAIN_DNS_PROBE");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1078,6 +1103,7 @@ int main(void)
         cmocka_unit_test(test_flood_of_connects_does_not_evict_the_peer),
         cmocka_unit_test(test_hello_flood_from_a_stranger_address_does_not_evict_the_peer),
         cmocka_unit_test(test_listen_on_own_address),
+        cmocka_unit_test(test_dns_probe_applies_to_service_names),
     };
     return cmocka_run_group_tests_name("net", tests, NULL, NULL);
 }

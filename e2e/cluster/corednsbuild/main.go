@@ -1,5 +1,6 @@
 // Command coredns is CoreDNS with only the plugins the e2e cluster's Corefile uses
-// (e2e/cluster/manifests/coredns.yaml), so the build skips the cloud providers' SDKs.
+// (e2e/cluster/manifests/coredns.yaml) and file, for the zone of
+// trainer/tests/test-dnsprobe.sh, so the build skips the cloud providers' SDKs.
 // The plugin order is CoreDNS's own (dnsserver.Directives); the blank imports register
 // the plugins present in this binary.
 package main
@@ -9,6 +10,7 @@ import (
 
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/file"
 	_ "github.com/coredns/coredns/plugin/health"
 	_ "github.com/coredns/coredns/plugin/hosts"
 	_ "github.com/coredns/coredns/plugin/kubernetes"
