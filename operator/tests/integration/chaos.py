@@ -187,11 +187,19 @@ def restarts(j):
 
 
 # Converged: every job Running in its final attempt, every injected failure restarted.
+# A failure injected a moment ago leaves its job Running in attempt 0 until the operator
+# has seen it: that is not converged (CI, 2026-11-27: the last failure was checked 0.5 s
+# after it was injected, counted 0, and its restart then waited for pods nobody ran).
+def converged(js):
+    return failed_once == to_fail and all(
+        j.get("status", {}).get("phase") == "Running" and
+        j.get("status", {}).get("attempt", 0) == (1 if n in to_fail else 0)
+        for n, j in js.items())
+
+
 deadline = time.time() + 120
 while time.time() < deadline:
-    js = jobs()
-    if all(j.get("status", {}).get("phase") == "Running" for j in js.values()) and \
-            failed_once == to_fail:
+    if converged(jobs()):
         break
     time.sleep(0.5)
 js = jobs()
