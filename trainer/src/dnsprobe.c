@@ -14,14 +14,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
-
 /* Query types no program of a job resolves and that CoreDNS's kubernetes plugin answers
  * by the name's existence alone (its "default" case: NXDOMAIN, or an empty NOERROR):
  * HINFO, RP, AFSDB, X25, ISDN, RT, GPOS, LOC, NAPTR, KX, CERT, APL, SSHFP, IPSECKEY,
  * DHCID, TLSA, SMIMEA, HIP, OPENPGPKEY, CSYNC, SPF, NID, EUI48, EUI64, URI, CAA. The
  * rendezvous's client asks for a name at most 4 times a second (net.c), the announcer
- * twice, so a type comes round again after seconds: most asks are answered afresh. */
+ * twice: a type comes round again after several seconds, past CoreDNS's default negative
+ * TTL of 5 s; under a longer one (kubeadm's Corefile: 30 s) the asks are fresh for the
+ * first cycle, and after it whenever a type's cached "no" has expired, every second or
+ * so. */
 static const int probe_types[] = {13, 17, 18, 19, 20, 21, 27, 29, 35,  36,  37,  42,  44,
                                   45, 49, 52, 53, 55, 61, 62, 99, 104, 108, 109, 256, 257};
 #define NTYPES (sizeof probe_types / sizeof probe_types[0])
@@ -95,13 +96,10 @@ int dnsprobe_ready(DnsProbe *pr, const char *host)
 {
     if (pr->ready) return 1;
     const char *off = getenv("KUBETRAIN_DNS_PROBE");
-    if (!dnsprobe_applies(host) || in_etc_hosts(host) || (off && strcmp(off, "0") == 0) ||
-        (pr->missing_since > 0 && util_now() - pr->missing_since >= DNSPROBE_GATE_S))
+    if (!dnsprobe_applies(host) || in_etc_hosts(host) || (off && strcmp(off, "0") == 0))
         return pr->ready = 1;
     if (!atomic_exchange(&seeded, 1)) /* each process starts elsewhere in the list */
         atomic_store(&next_type, (unsigned)getpid() ^ (unsigned)time(NULL));
     int type = probe_types[atomic_fetch_add(&next_type, 1) % NTYPES];
-    if (probe(host, type) != 0) return pr->ready = 1;
-    if (pr->missing_since == 0) pr->missing_since = util_now();
-    return 0;
+    return pr->ready = probe(host, type) != 0;
 }

@@ -21,20 +21,16 @@
 
 #include <stddef.h>
 
-/* The probe of one name across the retries of one dialer: when it first said "not
- * yet", to stop gating after DNSPROBE_GATE_S (a name in /etc/hosts or another source
- * of addresses that DNS never confirms is then looked up as before). */
+/* The probe of one name across the retries of one dialer. */
 typedef struct DnsProbe {
-    double missing_since; /* 0: no "not yet" seen */
-    int ready;            /* said 1 once: resolved as usual from then on */
+    int ready; /* said 1 once: resolved as usual from then on */
 } DnsProbe;
 
-#define DNSPROBE_GATE_S 15.0
-
 /* 1 when host may be resolved now: it exists in DNS, is not a cluster service name
- * (no label `svc`), is numeric, KUBETRAIN_DNS_PROBE=0 turned the probe off, the probe
- * could not tell, or it has said "not yet" for DNSPROBE_GATE_S already. 0 while the
- * DNS says the name does not exist yet. */
+ * (no label `svc`) or is in /etc/hosts, is numeric, KUBETRAIN_DNS_PROBE=0 turned the
+ * probe off, or the DNS could not tell (no server answered, only failures). 0 while the
+ * DNS says the name does not exist (yet): looking it up would only fail the same way,
+ * and have the "no" cached for the lookups of everyone after. */
 int dnsprobe_ready(DnsProbe *pr, const char *host);
 
 /* Whether host is a name the probe applies to (a DNS name with a label `svc`). */
