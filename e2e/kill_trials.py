@@ -24,8 +24,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from ktcluster import (Kube, PodWatch, Scraper, cleanup, finish, kill_trainer,  # noqa: E402
-                       log, now, wait_for)
+from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
+                       kill_trainer, log, now, wait_for)
 
 WORKERS, EPOCHS, STEPS, BATCH, EVERY = 3, 2, 150, 64, 50
 TOTAL = EPOCHS * STEPS
@@ -34,27 +34,7 @@ OUT = threading.Lock()
 
 
 def manifest(name, ns):
-    return """apiVersion: kubetrain.dev/v1alpha1
-kind: TrainingJob
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  workers: %d
-  model: mlp
-  dataset: {name: fashion-mnist, path: /data}
-  training:
-    epochs: %d
-    stepsPerEpoch: %d
-    perWorkerBatchSize: %d
-    optimizer: {name: sgd, learningRate: 0.01}
-  checkpoint: {claimName: ckpt, path: /checkpoints, everySteps: %d, keep: 2}
-  template:
-    spec:
-      containers:
-        - name: trainer
-          resources: {requests: {cpu: 100m, memory: 128Mi}}
-""" % (name, ns, WORKERS, EPOCHS, STEPS, BATCH, EVERY)
+    return c_trainer_job(name, ns, WORKERS, "mlp", EPOCHS, STEPS, BATCH, 0.01, EVERY, "128Mi")
 
 
 def report(name, problems, detail=()):

@@ -213,3 +213,30 @@ def cleanup(kube, name):
                  "pods of %s gone" % name, step=0.5)
     except RuntimeError as e:
         log(str(e))
+
+
+def c_trainer_job(name, ns, workers, model, epochs, steps, batch, lr, every, memory, extra=""):
+    """A TrainingJob of the C trainer on Fashion-MNIST with sgd, checkpoints every `every`
+    steps on the claim ckpt (keep 2), each pod requesting 100m CPU and `memory`; `extra`
+    is more spec, lines indented by two."""
+    return """apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  workers: %d
+  model: %s
+  dataset: {name: fashion-mnist, path: /data}
+  training:
+    epochs: %d
+    stepsPerEpoch: %d
+    perWorkerBatchSize: %d
+    optimizer: {name: sgd, learningRate: %g}
+  checkpoint: {claimName: ckpt, path: /checkpoints, everySteps: %d, keep: 2}%s
+  template:
+    spec:
+      containers:
+        - name: trainer
+          resources: {requests: {cpu: 100m, memory: %s}}
+""" % (name, ns, workers, model, epochs, steps, batch, lr, every, extra, memory)

@@ -33,8 +33,8 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "trainer", "bench"), os.path.join(ROOT, "e2e", "lib")]
 from machine import cpu_model  # noqa: E402  trainer/bench/machine.py
-from ktcluster import (Kube, PodWatch, Scraper, cleanup, finish, first_match,  # noqa: E402
-                       kill_trainer, log, now, pod_logs, rfc3339, wait_for)
+from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
+                       first_match, kill_trainer, log, now, pod_logs, rfc3339, wait_for)
 
 WORKERS, EVERY, STEPS, BATCH, KILL_AT = 4, 50, 200, 16, 125
 MODES = ("live", "group_restart")
@@ -84,27 +84,8 @@ def r3(x):
 
 def manifest(name, mode, ns):
     rt = "\n  recoveryTimeoutSeconds: 0" if mode == "group_restart" else ""
-    return """apiVersion: kubetrain.dev/v1alpha1
-kind: TrainingJob
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  workers: %d
-  model: tutorial-cnn
-  dataset: {name: fashion-mnist, path: /data}
-  training:
-    epochs: 1
-    stepsPerEpoch: %d
-    perWorkerBatchSize: %d
-    optimizer: {name: sgd, learningRate: 0.001}
-  checkpoint: {claimName: ckpt, path: /checkpoints, everySteps: %d, keep: 2}%s
-  template:
-    spec:
-      containers:
-        - name: trainer
-          resources: {requests: {cpu: 100m, memory: 256Mi}}
-""" % (name, ns, WORKERS, STEPS, BATCH, EVERY, rt)
+    return c_trainer_job(name, ns, WORKERS, "tutorial-cnn", 1, STEPS, BATCH, 0.001, EVERY,
+                         "256Mi", rt)
 
 
 def reference(kube, ns):
