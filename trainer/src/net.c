@@ -437,8 +437,8 @@ typedef struct Rendezvous {
     pthread_mutex_t lock;       /* guards expect and nexpect, written by the client thread */
     SrcAddr expect[EXPECT_MAX]; /* rank-1's addresses, once its name resolves */
     int nexpect;
-    DnsProbe prev_probe;        /* rank-1's and rank+1's names in the cluster DNS */
-    DnsProbe next_probe;        /* (dnsprobe.h), asked by the client thread */
+    DnsProbe prev_probe;        /* rank-1's name in the cluster DNS (dnsprobe.h) */
+    DnsProbe next_probe;        /* rank+1's; both asked by the client thread */
     SrcAddr next_at;            /* rank+1's address as it announced it; family 0: none */
     char announce_seen[512];    /* why rank-1 refused the last announcement (announcer) */
     double log_window;          /* the second whose rejection lines are being counted */

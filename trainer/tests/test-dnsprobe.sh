@@ -31,7 +31,8 @@ if ! coredns=$(bash e2e/cluster/build-coredns.sh 2>"$tmp/build.err"); then
   tap_done; exit
 fi
 
-# One run in the namespace: $1 the value of KUBETRAIN_DNS_PROBE, results in $TMP/<run>.*
+# One run in the namespace: $1 its name (its results are $TMP/$1.*), WORLD workers,
+# KUBETRAIN_DNS_PROBE=$PROBE.
 cat >"$tmp/run.sh" <<'RUN'
 set -euo pipefail
 run=$1
@@ -102,7 +103,7 @@ kill "$dns" 2>/dev/null || true
 RUN
 
 mlp="--model mlp --epochs 1 --steps-per-epoch 4 --per-worker-batch 16"
-# run probe|control WORLD
+# NAME:WORLD of each run; the control has the probe off.
 for r in probe:2 probe3:3 control:2; do
   run=${r%%:*} world=${r#*:} probe=1
   [ "$run" = control ] && probe=0
