@@ -1,6 +1,8 @@
 /* The cache's packed text: every text packs and unpacks to itself (objects as cached,
- * texts made of the fragments cut anywhere and mixed with other bytes), a Running pod
- * packs to well under half, and text holding a byte the codes use is refused. */
+ * texts made of the fragments cut anywhere and mixed with other bytes), each fragment
+ * is taken at its first byte where it matches, longest first (as a plain scan of the
+ * whole table would), a Running pod packs to well under half, and text holding a byte
+ * the codes use is refused. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -75,12 +77,58 @@ static void test_cached_objects(void **state)
     free(back);
 }
 
+/* The fragments, read back through the codec: code c unpacks to fragment c - 1. */
+static char *frag[32];
+static size_t nfrag;
+
+static void read_fragments(void)
+{
+    for (nfrag = 0; nfrag < 31; nfrag++) {
+        char code[2] = {(char)(nfrag + 1), 0};
+        size_t n;
+        frag[nfrag] = jsonpack_decode(code, &n);
+        assert_non_null(frag[nfrag]);
+        if (n == 1 && frag[nfrag][0] == code[0]) { /* not a code: the table ended */
+            free(frag[nfrag]);
+            break;
+        }
+        assert_true(n >= 2);
+    }
+    assert_true(nfrag >= 20);
+}
+
+/* The packing by a scan of every fragment at every byte, keeping the longest match:
+ * what the codec's index must agree with. */
+static char *plain_pack(const char *text)
+{
+    size_t n = strlen(text), o = 0;
+    char *out = malloc(n + 1);
+    assert_non_null(out);
+    for (size_t i = 0; i < n;) {
+        size_t best = nfrag, best_len = 0;
+        for (size_t k = 0; k < nfrag; k++) {
+            size_t len = strlen(frag[k]);
+            if (len > best_len && len <= n - i && memcmp(text + i, frag[k], len) == 0)
+                best = k, best_len = len;
+        }
+        if (best == nfrag) {
+            out[o++] = text[i++];
+        } else {
+            out[o++] = (char)(best + 1);
+            i += best_len;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
 /* Texts of random pieces of the two objects (so fragments come whole, cut short,
  * overlapping and back to back) and random bytes (UTF-8 too) come back the same. */
 static void test_random_texts(void **state)
 {
     (void)state;
     srand(11);
+    read_fragments();
     char text[4096];
     for (int round = 0; round < 5000; round++) {
         size_t len = 0, want = (size_t)rand() % 1500;
@@ -100,7 +148,13 @@ static void test_random_texts(void **state)
         }
         text[len] = 0;
         round_trip(text);
+        char *got = jsonpack_encode(text), *plain = plain_pack(text);
+        assert_string_equal(got, plain);
+        free(got);
+        free(plain);
     }
+    for (size_t k = 0; k < nfrag; k++)
+        free(frag[k]);
 }
 
 /* A byte the codes use is refused; cJSON prints such a byte in a string escaped, so
