@@ -15,7 +15,7 @@ typedef struct Seen {
     uint64_t hash; /* of the types and objects, in order */
 } Seen;
 
-static int on_event(void *ctx, const char *type, const cJSON *object)
+static int on_event(void *ctx, const char *type, cJSON *object)
 {
     Seen *s = ctx;
     if (!type || !cJSON_IsObject(object)) abort();

@@ -15,9 +15,9 @@
 #include <cjson/cJSON.h>
 
 /* type: "ADDED" | "MODIFIED" | "DELETED". obj is borrowed for the call. Called from
- * the informer's thread without its lock held (it may call informer_get). A watch event
- * passes the object as received; a relist passes it as cached (after the transform), so
- * a handler reads only what the transform keeps. */
+ * the informer's thread without its lock held (it may call informer_get). obj is the
+ * object as cached (after the transform, without managedFields), so a handler reads
+ * only what the transform keeps; DELETED of a watch passes it as received. */
 typedef void (*InformerHandler)(void *ctx, const char *type, const cJSON *obj);
 
 typedef struct InformerOptions {
@@ -91,9 +91,12 @@ void informer_remove(Informer *inf, const char *ns, const char *name);
 void informer_foreach(Informer *inf, void (*fn)(void *ctx, const cJSON *obj), void *ctx);
 
 /* Like informer_foreach, but asks want(ctx, key, rv) first and parses and passes to fn
- * only the objects it wants (rv: metadata.resourceVersion, -1 when not an integer), so
- * that a caller that remembers what it read of a version skips the parse. Both run
- * under the read lock and must not call back into the informer. */
+ * only the objects it wants, so that a caller that remembers what it read of a version
+ * skips the parse. rv is the metadata.resourceVersion of the latest version that changed
+ * more than the quiet paths (InformerOptions.quiet_paths; with none, of the version
+ * cached), -1 when not an integer: a caller that reads nothing of the quiet paths is
+ * not offered versions that moved only those. Both run under the read lock and must not
+ * call back into the informer. */
 void informer_foreach_wanted(Informer *inf, int (*want)(void *ctx, const char *key, long long rv),
                              void (*fn)(void *ctx, const cJSON *obj), void *ctx);
 

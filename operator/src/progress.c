@@ -324,7 +324,8 @@ typedef struct Survey {
     double now;
     Due *due;
     size_t ndue, cap;
-    size_t running; /* jobs that would be scraped, due or not */
+    size_t running;       /* jobs that would be scraped, due or not */
+    long long offered_rv; /* what survey_want was offered for the job survey_job gets */
     int nomem;
 } Survey;
 
@@ -375,11 +376,15 @@ static void survey_note(Survey *sv, JobState *s)
 }
 
 /* A job whose cached version the survey read before is taken from its JobState (1 Hz
- * parses of every job were most of the thread's time); any other is parsed. */
+ * parses of every job were most of the thread's time); any other is parsed. rv moves
+ * only when more than status.progress/status.checkpoint changed (the quiet paths of the
+ * jobs informer): the survey reads neither, and this thread's own writes would
+ * otherwise have every job parsed again after each. */
 static int survey_want(void *ctx, const char *key, long long rv)
 {
     Survey *sv = ctx;
     int want = 1;
+    sv->offered_rv = rv;
     pthread_mutex_lock(&sv->p->mu);
     JobState *s = state_get(sv->p, key);
     if (!s) {
@@ -399,14 +404,12 @@ static void survey_job(void *ctx, const cJSON *job)
 {
     Survey *sv = ctx;
     const char *phase = jsonx_str(job, "status.phase");
-    const char *rv = jsonx_str(job, "metadata.resourceVersion");
-    char key[KEY_MAX], *end;
+    char key[KEY_MAX];
     if (informer_key(job, key, sizeof key) != 0) return;
-    long long v = rv && *rv ? strtoll(rv, &end, 10) : -1;
     pthread_mutex_lock(&sv->p->mu);
     JobState *s = state_get(sv->p, key);
     if (s) {
-        s->surveyed_rv = rv && *rv && !*end && v >= 0 ? v : -1;
+        s->surveyed_rv = sv->offered_rv;
         s->scrapable = phase && strcmp(phase, "Running") == 0 && !jsonx_at(job, "spec.command");
         s->job_attempt = jsonx_int(job, "status.attempt", 0);
         survey_note(sv, s);

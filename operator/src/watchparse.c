@@ -35,7 +35,8 @@ static int emit_line(WatchParser *p, const char *line, size_t n)
     if (n == 0) return 0;
     cJSON *ev = cJSON_ParseWithLength(line, n);
     const char *type = jsonx_str(ev, "type");
-    const cJSON *obj = jsonx_obj(ev, "object");
+    cJSON *obj = cJSON_GetObjectItemCaseSensitive(ev, "object");
+    if (!cJSON_IsObject(obj)) obj = NULL;
     int rc = 0;
     if (!type || !obj) {
         p->bad_lines++;

@@ -9,9 +9,10 @@
 #include <stddef.h>
 
 /* Called for each event: type is ADDED | MODIFIED | DELETED | BOOKMARK | ERROR;
- * `object` is borrowed for the call. A non-zero return stops feeding and is
- * returned by watchparse_feed. */
-typedef int (*WatchEventFn)(void *ctx, const char *type, const cJSON *object);
+ * `object` is lent for the call: the callback may change it (the informer slims it in
+ * place rather than copy it), and the parser frees it after. A non-zero return stops
+ * feeding and is returned by watchparse_feed. */
+typedef int (*WatchEventFn)(void *ctx, const char *type, cJSON *object);
 
 typedef struct WatchParser {
     char *buf;

@@ -333,9 +333,48 @@ static void put_field(const char *name, const char *field, const char *value)
     cJSON_Delete(o);
 }
 
+typedef struct Offer {
+    const char *key;
+    long long rv;
+} Offer;
+
+static int note_offer(void *ctx, const char *key, long long rv)
+{
+    Offer *o = ctx;
+    if (strcmp(key, o->key) == 0) o->rv = rv;
+    return 0;
+}
+
+static void never_parsed(void *ctx, const cJSON *obj)
+{
+    (void)ctx, (void)obj;
+    fail_msg("informer_foreach_wanted parsed an object nobody wanted");
+}
+
+/* The resourceVersion informer_foreach_wanted offers for key, or -2 when not cached. */
+static long long offered_rv(Informer *inf, const char *key)
+{
+    Offer o = {key, -2};
+    informer_foreach_wanted(inf, note_offer, never_parsed, &o);
+    return o.rv;
+}
+
+/* resourceVersion of configmap inf/<name> on the server. */
+static long long server_rv(const char *name)
+{
+    char p[256];
+    snprintf(p, sizeof p, "/api/v1/namespaces/inf/configmaps/%s", name);
+    cJSON *o = fakeapi_get(api, p);
+    long long rv = strtoll(jsonx_str(o, "metadata.resourceVersion"), NULL, 10);
+    cJSON_Delete(o);
+    return rv;
+}
+
 /* quiet_paths: a watch event that changes only a quiet path (as a progress write changes
  * status.progress) updates the cache, resourceVersion included, but does not reach the
- * handler (no reconcile); one that changes anything else does. */
+ * handler (no reconcile), nor moves the version informer_foreach_wanted offers (so the
+ * progress survey does not parse the job again after its own write); one that changes
+ * anything else does both. */
 static void test_informer_quiet_paths(void **state)
 {
     (void)state;
@@ -356,6 +395,8 @@ static void test_informer_quiet_paths(void **state)
     WAIT_FOR(5, "the first list", informer_synced(inf));
     char buf[64];
     int before = __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST);
+    long long listed = server_rv("q");
+    assert_int_equal(offered_rv(inf, "inf/q"), listed);
 
     put_field("q", "progress", "1"); /* added: quiet */
     WAIT_FOR(5, "progress 1 cached",
@@ -375,10 +416,13 @@ static void test_informer_quiet_paths(void **state)
     if (__atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) != before)
         fail_msg("%d MODIFIED events reached the handler for quiet changes, want none",
                  __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) - before);
+    assert_true(server_rv("q") > listed);
+    assert_int_equal(offered_rv(inf, "inf/q"), listed);
 
     put_field("q", "spec", "b"); /* not quiet */
     WAIT_FOR(5, "the spec change reaching the handler",
              __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) == before + 1);
+    assert_int_equal(offered_rv(inf, "inf/q"), server_rv("q"));
     informer_stop(inf);
     informer_free(inf);
 }

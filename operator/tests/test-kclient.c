@@ -380,7 +380,7 @@ typedef struct Events {
     size_t len;
 } Events;
 
-static int on_event(void *ctx, const char *type, const cJSON *obj)
+static int on_event(void *ctx, const char *type, cJSON *obj)
 {
     Events *e = ctx;
     const char *rv = jsonx_str(obj, "metadata.resourceVersion");

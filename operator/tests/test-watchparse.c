@@ -20,7 +20,7 @@ typedef struct Seen {
     int n;
 } Seen;
 
-static int record(void *ctx, const char *type, const cJSON *obj)
+static int record(void *ctx, const char *type, cJSON *obj)
 {
     Seen *s = ctx;
     const char *name = jsonx_str(obj, "metadata.name");
