@@ -11,7 +11,10 @@
 # kind: `kind create cluster` from e2e/cluster/kind.yaml (cluster KT_KIND_NAME, default
 #       kubetrain-e2e), `kind load docker-image`, hostPath PersistentVolumes on the node
 #       for the checkpoint claim, `kind delete cluster` at the end. Needs kind, Docker
-#       and kubectl on PATH.
+#       and kubectl on PATH. KT_KIND_IMAGE: the node image (kind's --image); when its
+#       tag is v1.36 or later the config also turns on the Workload API as up.sh does
+#       (kind's default node image is older and would refuse the gates, so the gang
+#       scenario says SKIP there). `run.sh kind-config` prints the config used.
 # The images must already be in the local Docker (make images; make image-tensorflow for
 # TENSORFLOW_IMAGE, without which the suite's TensorFlow scenarios say SKIP).
 # KT_SCENARIOS: the suite's scenarios to run, in order (default: all; "install" first).
@@ -48,7 +51,25 @@ check() {
   esac
 }
 
-[ $# -ge 2 ] || die "usage: run.sh check full|kind | run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]"
+# The kind cluster's config: e2e/cluster/kind.yaml, with the Workload API's gates and
+# group version (e2e/cluster/versions.env) for a node image KT_KIND_IMAGE of a release
+# that has them; KT_WORKLOAD_API=off leaves them out, as for up.sh.
+kind_config() {
+  # shellcheck source=cluster/versions.env
+  . e2e/cluster/versions.env
+  cat e2e/cluster/kind.yaml
+  local minor=0 g
+  [[ ${KT_KIND_IMAGE:-} =~ :v1\.([0-9]+)\. ]] && minor=${BASH_REMATCH[1]}
+  [ "$minor" -ge "$K8S_WORKLOAD_MIN_MINOR" ] && [ "${KT_WORKLOAD_API:-on}" = on ] || return 0
+  echo "# From e2e/run.sh for $KT_KIND_IMAGE: the Workload API, as e2e/cluster/up.sh has it."
+  echo "featureGates:"
+  for g in $K8S_WORKLOAD_GATES; do echo "  $g: true"; done
+  echo "runtimeConfig:"
+  echo "  $K8S_WORKLOAD_GROUP: \"true\""
+}
+
+if [ "${1:-}" = kind-config ]; then kind_config; exit 0; fi
+[ $# -ge 2 ] || die "usage: run.sh check full|kind | run.sh kind-config | run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]"
 if [ "$1" = check ]; then check "$2"; exit 0; fi
 [ $# = 3 ] || [ $# = 4 ] || die "usage: run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]"
 CLUSTER=$1 OP_IMAGE=$2 TR_IMAGE=$3 TF_IMAGE=${4:-}
@@ -90,9 +111,12 @@ else
   export KUBECONFIG=$RUN/kubeconfig
   trap 'log "kind delete cluster --name $NAME"; kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1' EXIT
   kind delete cluster --name "$NAME" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
-  log "kind create cluster --name $NAME --config e2e/cluster/kind.yaml"
-  kind create cluster --name "$NAME" --config e2e/cluster/kind.yaml --kubeconfig "$KUBECONFIG" --wait 180s ||
-    die "kind create cluster failed"
+  kind_config >"$RUN/kind.yaml"
+  image_flags=()
+  [ -z "${KT_KIND_IMAGE:-}" ] || image_flags=(--image "$KT_KIND_IMAGE")
+  log "kind create cluster --name $NAME --config $RUN/kind.yaml ${image_flags[*]}"
+  kind create cluster --name "$NAME" --config "$RUN/kind.yaml" "${image_flags[@]}" \
+       --kubeconfig "$KUBECONFIG" --wait 180s || die "kind create cluster failed"
   log "kind load docker-image ${IMAGES[*]}"
   kind load docker-image --name "$NAME" "${IMAGES[@]}" || die "kind load docker-image failed"
   # The checkpoint claim (examples/pvc.yaml) asks ReadWriteMany, which kind's default

@@ -39,10 +39,11 @@ case $level in api|full) ;; *) kt_die "unknown level '$level'; usage: up.sh [api
 SERVICE_CIDR=${KT_SERVICE_CIDR:-10.96.0.0/16}
 SERVICE_APISERVER_IP=${KT_SERVICE_APISERVER_IP:-10.96.0.1}
 READY_TIMEOUT=${KT_READY_TIMEOUT:-120}
-# Alpha gates, off by default upstream; GangScheduling needs GenericWorkload.
+# Alpha gates (versions.env), off by default upstream.
 case ${KT_WORKLOAD_API:-on} in
-  on)  gate_flags=(--feature-gates "GenericWorkload=true,GangScheduling=true")
-       api_workload_flags=("${gate_flags[@]}" --runtime-config scheduling.k8s.io/v1alpha2=true) ;;
+  on)  gates=$(for g in $K8S_WORKLOAD_GATES; do printf '%s=true,' "$g"; done)
+       gate_flags=(--feature-gates "${gates%,}")
+       api_workload_flags=("${gate_flags[@]}" --runtime-config "$K8S_WORKLOAD_GROUP=true") ;;
   off) gate_flags=(); api_workload_flags=() ;;
   *)   kt_die "KT_WORKLOAD_API must be on or off, got '$KT_WORKLOAD_API'" ;;
 esac
