@@ -80,6 +80,11 @@ int progress_parse(const char *text, ProgressScrape *out);
 /* Seconds between two scrapes of one job with `running` jobs to scrape. */
 double progress_interval(const ProgressConfig *cfg, size_t running);
 
+/* When, in [0, interval_s) seconds from when it is first seen, the job `key`
+ * ("namespace/name") is first scraped: a phase from its name, so that jobs seen at once
+ * (every running job when the operator starts) are not all scraped in one tick. */
+double progress_phase(const char *key, double interval_s);
+
 /* The merge patch for `job` after scrape `s` of its chief of attempt `attempt` at wall
  * time `now`; `final_step` is the step the previous attempt's chief reported on exit
  * (-1: unknown). *patch is NULL when nothing worth a write changed (the step, epoch,

@@ -102,6 +102,25 @@ static cJSON *job(const char *status)
 
 /* The first scrape of a job: everything written, no estimate yet (one point is no
  * rate), no steps lost (there was no earlier attempt). */
+/* The first scrapes of 100 jobs seen at once are spread over the interval: each tenth of
+ * it holds a few, none most of them. */
+static void test_phase(void **state)
+{
+    (void)state;
+    int bins[10] = {0};
+    for (int i = 0; i < 100; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "kt-progress/p%03d", i);
+        double ph = progress_phase(key, 10);
+        assert_true(ph >= 0 && ph < 10);
+        assert_true(progress_phase(key, 10) == ph); /* the same every time */
+        bins[(int)ph]++;
+    }
+    for (int b = 0; b < 10; b++)
+        if (bins[b] < 2 || bins[b] > 25)
+            fail_msg("%d of 100 jobs first scraped in second %d of 10", bins[b], b);
+}
+
 static void test_patch_first(void **state)
 {
     (void)state;
@@ -488,6 +507,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_interval),
+        cmocka_unit_test(test_phase),
         cmocka_unit_test(test_patch_first),
         cmocka_unit_test(test_patch_eta_and_unchanged),
         cmocka_unit_test(test_patch_steps_lost),
