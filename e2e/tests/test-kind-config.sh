@@ -4,18 +4,18 @@
 # clusters; for kind's default image, an older one or KT_WORKLOAD_API=off it is
 # e2e/cluster/kind.yaml unchanged. kind itself cannot run on this machine (no privileged
 # containers), so the config is checked as YAML, not by a kind cluster.
-set -uo pipefail
+set -uo pipefail # no -e: a failing check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
 . e2e/cluster/versions.env
 
-# config KT_KIND_IMAGE [KT_WORKLOAD_API]: the config as JSON (the YAML parsed).
-config() {
-  KT_KIND_IMAGE=$1 KT_WORKLOAD_API=${2:-on} bash e2e/run.sh kind-config |
-    python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(sys.stdin), sort_keys=True))'
+# as_json: YAML on stdin as JSON with sorted keys.
+as_json() {
+  python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(sys.stdin), sort_keys=True))'
 }
-plain=$(python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(sys.stdin), sort_keys=True))' \
-          <e2e/cluster/kind.yaml)
+# config KT_KIND_IMAGE [KT_WORKLOAD_API]: the config as JSON.
+config() { KT_KIND_IMAGE=$1 KT_WORKLOAD_API=${2:-on} bash e2e/run.sh kind-config | as_json; }
+plain=$(as_json <e2e/cluster/kind.yaml)
 
 want=$(python3 - "$K8S_WORKLOAD_GATES" "$K8S_WORKLOAD_GROUP" "$plain" <<'EOF'
 import json, sys
@@ -26,9 +26,9 @@ print(json.dumps(plain, sort_keys=True))
 EOF
 )
 for img in kindest/node:v1.36.3 kindest/node:v1.37.0@sha256:0123 kindest/node:v1.40.1; do
-  got=$(config "$img")
-  if [ "$got" = "$want" ]; then tap_ok "$img: kind.yaml with featureGates $K8S_WORKLOAD_GATES and runtimeConfig $K8S_WORKLOAD_GROUP"
-  else tap_fail "$img: the Workload API in the kind config" "got $got, want $want"; fi
+  got=$(config "$img") what="featureGates $K8S_WORKLOAD_GATES, runtimeConfig $K8S_WORKLOAD_GROUP"
+  if [ "$got" = "$want" ]; then tap_ok "$img: kind.yaml with $what"
+  else tap_fail "$img: kind.yaml with $what" "got $got, want $want"; fi
 done
 for img in "" kindest/node:v1.35.2 kindest/node:latest kindest/node:v1.3.0; do
   got=$(config "$img") name=${img:-"no KT_KIND_IMAGE (the default image)"}
@@ -41,6 +41,7 @@ else tap_fail "KT_WORKLOAD_API=off: kind.yaml unchanged" "got $got"; fi
 
 # The same gates as up.sh passes its components.
 flags=$(grep -o 'feature-gates "[^"]*"' e2e/cluster/up.sh)
+# shellcheck disable=SC2016 # the text of up.sh is compared, not expanded
 if [ "$flags" = 'feature-gates "${gates%,}"' ]; then
   tap_ok "up.sh builds its --feature-gates from K8S_WORKLOAD_GATES too"
 else
