@@ -10,7 +10,16 @@ fi
 docker info >/dev/null 2>&1 && exit 0
 log=${KT_CACHE:-$HOME/.cache/kubetrain}/dockerd.log
 mkdir -p "$(dirname "$log")"
-nohup dockerd >"$log" 2>&1 &
+# The daemon outlives this script: it must not keep the descriptors the caller had open
+# beyond stdin, stdout and stderr, such as a benchmark's or a test's lock file (flock),
+# which it would then hold until it stops.
+(
+  for fd in /proc/self/fd/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && eval "exec $fd>&-"
+  done
+  exec nohup dockerd >"$log" 2>&1 </dev/null
+) &
 for _ in $(seq 60); do
   docker info >/dev/null 2>&1 && exit 0
   sleep 0.5
