@@ -21,6 +21,22 @@ double clock_mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void clock_cond_init(pthread_cond_t *c)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+struct timespec clock_timespec(double t)
+{
+    struct timespec ts = {.tv_sec = (time_t)t};
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    return ts;
+}
+
 void clock_sleep(double s, volatile int *stop)
 {
     double end = clock_mono() + s;

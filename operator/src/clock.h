@@ -2,13 +2,22 @@
 #ifndef KT_CLOCK_H
 #define KT_CLOCK_H
 
+#include <pthread.h>
 #include <stddef.h>
+#include <time.h>
 
 /* Seconds since the epoch (CLOCK_REALTIME). */
 double clock_wall(void);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double clock_mono(void);
+
+/* Initialises c to time its waits on CLOCK_MONOTONIC, so that pthread_cond_timedwait
+ * takes clock_timespec(clock_mono() + s) and a change of the wall clock moves nothing. */
+void clock_cond_init(pthread_cond_t *c);
+
+/* t, seconds on CLOCK_MONOTONIC (t >= 0), as the timespec pthread_cond_timedwait takes. */
+struct timespec clock_timespec(double t);
 
 /* Sleeps s seconds, or less: it returns within 20 ms once *stop (when stop is not NULL)
  * is non-zero, so that a thread told to stop is never held up by its wait. */

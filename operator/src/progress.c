@@ -629,11 +629,7 @@ static void tick(Progress *p)
 /* Waits s seconds, or until progress_stop. */
 static void wait_stop(Progress *p, double s)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    double at = (double)until.tv_sec + (double)until.tv_nsec * 1e-9 + s;
-    until.tv_sec = (time_t)at;
-    until.tv_nsec = (long)((at - (double)until.tv_sec) * 1e9);
+    struct timespec until = clock_timespec(clock_mono() + s);
     pthread_mutex_lock(&p->stop_mu);
     while (!stopping(p) && pthread_cond_timedwait(&p->stop_cv, &p->stop_mu, &until) == 0)
         continue; /* woken, but not stopped: wait out the rest */
@@ -665,11 +661,7 @@ Progress *progress_new(KubeClient *client, Informer *jobs, Informer *pods,
     if (p->cfg.timeout_s <= 0) p->cfg.timeout_s = 2;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->stop_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->stop_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&p->stop_cv);
     double qps = p->cfg.write_qps > 0 ? p->cfg.write_qps : 1;
     ratelimit_init(&p->writes, qps, qps, clock_mono());
     return p;

@@ -60,11 +60,7 @@ WorkQueue *wq_new(const WqOptions *opt)
     WorkQueue *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     pthread_mutex_init(&q->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&q->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    clock_cond_init(&q->cond);
     q->opt = *opt;
     ratelimit_init(&q->overall, opt->qps, opt->burst, clock_mono());
     return q;
@@ -310,8 +306,7 @@ static int get_locked(WorkQueue *q, char *key, size_t n, double deadline)
         if (deadline > 0 && (until == 0 || deadline < until)) until = deadline;
         if (deadline > 0 && now >= deadline) return -ETIMEDOUT;
         if (until > 0) {
-            struct timespec ts = {.tv_sec = (time_t)until,
-                                  .tv_nsec = (long)((until - floor(until)) * 1e9)};
+            struct timespec ts = clock_timespec(until);
             pthread_cond_timedwait(&q->cond, &q->mu, &ts);
         } else {
             pthread_cond_wait(&q->cond, &q->mu);
