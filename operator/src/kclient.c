@@ -495,13 +495,11 @@ typedef struct Sink {
 static size_t write_sink(char *p, size_t size, size_t nmemb, void *ud)
 {
     Sink *s = ud;
-    if (s->drop_ok) {
-        if (s->code == 0) curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->code);
-        if (s->code >= 200 && s->code < 300) return size * nmemb;
-    }
-    if (!s->list) return write_buf(p, size, nmemb, &s->buf);
+    if (!s->list && !s->drop_ok) return write_buf(p, size, nmemb, &s->buf);
     if (s->code == 0) curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->code);
-    if (s->code < 200 || s->code >= 300) return write_buf(p, size, nmemb, &s->buf);
+    int ok = s->code >= 200 && s->code < 300;
+    if (ok && s->drop_ok) return size * nmemb;
+    if (!ok || !s->list) return write_buf(p, size, nmemb, &s->buf);
     int rc = listparse_feed(s->list, p, size * nmemb);
     if (rc) {
         s->list_rc = rc;
