@@ -542,6 +542,7 @@ static void *pod_run_main(void *arg)
 {
     PodRun *r = arg;
     size_t i;
+    pthread_setname_np(pthread_self(), "kt-pods"); /* as top -H, perf and gdb show it */
     while ((i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED)) < r->n)
         r->rc[i] = execute(r->c, r->job, r->pods, &r->actions[i], r->key, r->secret,
                            r->errs + i * r->errlen, r->errlen);
@@ -669,6 +670,7 @@ static void *worker_main(void *arg)
 {
     Controller *c = arg;
     char key[512], err[1024];
+    pthread_setname_np(pthread_self(), "kt-reconcile"); /* as top -H, perf and gdb show it */
     while (wq_get(c->queue, key, sizeof key) == 0) {
         double t0 = clock_mono(), requeue;
         err[0] = 0;

@@ -171,6 +171,7 @@ static void accept_all(HttpServer *s)
 static void *serve(void *arg)
 {
     HttpServer *s = arg;
+    pthread_setname_np(pthread_self(), "kt-http"); /* as top -H, perf and gdb show it */
     struct pollfd p[2 + HTTPSERV_MAX_CONNS];
     p[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
     p[1] = (struct pollfd){.fd = s->fd, .events = POLLIN};

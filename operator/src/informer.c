@@ -814,6 +814,9 @@ static void *informer_main(void *arg)
 {
     Informer *inf = arg;
     double backoff = 0;
+    char tname[16]; /* "kt-w-pods", "kt-w-trainingjo": top -H, perf and gdb show it */
+    snprintf(tname, sizeof tname, "kt-w-%s", inf->plural);
+    pthread_setname_np(pthread_self(), tname);
     char base[512], sel[512], path[4096], err[512];
     base_path(inf, base, sizeof base);
     url_escape(inf->selector, sel, sizeof sel);

@@ -180,6 +180,7 @@ static void *renew_main(void *arg)
 {
     Leader *l = arg;
     double last_ok = clock_mono();
+    pthread_setname_np(pthread_self(), "kt-leader"); /* as top -H, perf and gdb show it */
     while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
         clock_sleep(l->retry_s, &l->stop);
         if (__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) break;

@@ -48,6 +48,7 @@ static void *signal_thread(void *arg)
 {
     sigset_t *set = arg;
     int sig;
+    pthread_setname_np(pthread_self(), "kt-signals"); /* as top -H, perf and gdb show it */
     while (sigwait(set, &sig) == 0) {
         if (sig == SIGPIPE) continue;
         olog(OLOG_INFO, NULL, "received signal %d: shutting down", sig);

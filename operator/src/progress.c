@@ -639,6 +639,7 @@ static void wait_stop(Progress *p, double s)
 static void *progress_main(void *arg)
 {
     Progress *p = arg;
+    pthread_setname_np(pthread_self(), "kt-progress"); /* as top -H, perf and gdb show it */
     while (!stopping(p)) {
         double t0 = clock_mono();
         tick(p);

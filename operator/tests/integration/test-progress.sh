@@ -34,6 +34,7 @@ fi
 it_cluster opint-progress
 it_operator main --progress-interval 1 --progress-qps 20
 LOG=$IT_DIR/op-main.log
+OP_PID=$IT_PID
 TPID=
 stop_trainer() { [ -n "$TPID" ] && kill -9 "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=; }
 trap 'stop_trainer; it_cleanup' EXIT
@@ -86,6 +87,12 @@ else
   tap_fail "status.progress appears" \
     "annotation '$annot'; $(k -n prog get tj j -o yaml | tail -n 30; tail -n 5 "$LOG")"
 fi
+# The threads carry their names (design.md: top -H, perf, gdb).
+names=$(cat /proc/"$OP_PID"/task/*/comm 2>/dev/null | sort -u | tr '\n' ' ')
+want="kt-http kt-progress kt-reconcile kt-signals kt-w-pods kt-w-trainingjo"
+missing=$(for n in $want; do [[ " $names" == *" $n "* ]] || echo -n "$n "; done)
+if [ -z "$missing" ]; then tap_ok "the operator's threads are named: $names"
+else tap_fail "the operator's threads are named" "missing $missing; /proc says: $names"; fi
 wait_until 30 test -n "$(prog .status.progress.estimatedCompletionTime)"
 k -n prog get tj j -o json >"$IT_DIR/job.json"
 res=$(python3 - "$IT_DIR/job.json" <<'PY'
