@@ -8,6 +8,11 @@
 #   KT_OPERATOR_BIN   the operator to run (default: the ASan+UBSan build)
 
 IT_BIN=${KT_OPERATOR_BIN:-build/san/bin/kubetrain-operator}
+# The default binary is brought up to date first: `make` of the unit tests alone rebuilds
+# its objects but not its link, and a test of the old link says nothing of the change.
+if [ -z "${KT_OPERATOR_BIN:-}" ] && ! make --no-print-directory -s "$IT_BIN" >&2; then
+  echo "# make $IT_BIN failed: the test runs whatever binary is there" >&2
+fi
 IT_OP_PIDS=()
 
 # it_cleanup: stops the operators this file started, then the cluster.
