@@ -34,7 +34,6 @@ fi
 it_cluster opint-progress
 it_operator main --progress-interval 1 --progress-qps 20
 LOG=$IT_DIR/op-main.log
-OP_PID=$IT_PID
 TPID=
 stop_trainer() { [ -n "$TPID" ] && kill -9 "$TPID" 2>/dev/null; wait "$TPID" 2>/dev/null; TPID=; }
 trap 'stop_trainer; it_cleanup' EXIT
@@ -88,7 +87,7 @@ else
     "annotation '$annot'; $(k -n prog get tj j -o yaml | tail -n 30; tail -n 5 "$LOG")"
 fi
 # The threads carry their names (design.md: top -H, perf, gdb).
-names=$(cat /proc/"$OP_PID"/task/*/comm 2>/dev/null | sort -u | tr '\n' ' ')
+names=$(cat /proc/"$IT_PID"/task/*/comm 2>/dev/null | sort -u | tr '\n' ' ')
 want="kt-http kt-progress kt-reconcile kt-signals kt-w-pods kt-w-trainingjo"
 missing=$(for n in $want; do [[ " $names" == *" $n "* ]] || echo -n "$n "; done)
 if [ -z "$missing" ]; then tap_ok "the operator's threads are named: $names"
