@@ -113,8 +113,9 @@ static const char *const METADATA_KEPT[] = {"name",
 static void prune_pod(cJSON *pod)
 {
     static const char *const top[] = {"metadata", "spec", "status", NULL};
-    /* nodeName: named when forcing a deletion; both: whether a pod waits for a place */
-    static const char *const spec[] = {"nodeName", "schedulingGroup", NULL};
+    /* nodeName: named when forcing a deletion; all three: whether a pod waits for a
+     * place, and (schedulingGates) whether Kueue has admitted it */
+    static const char *const spec[] = {"nodeName", "schedulingGroup", "schedulingGates", NULL};
     static const char *const status[] = {
         "phase", "reason", "conditions", "containerStatuses", "initContainerStatuses",
         "podIP", NULL};

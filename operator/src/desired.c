@@ -520,11 +520,16 @@ int desired_pod_set_replacement(cJSON *pod, long long n)
      * replacement, so the replacement cannot wait for the name: it gets its own, and
      * keeps the hostname (the address in every peer's TF_CONFIG). */
     const char *host = jsonx_str(pod, "spec.hostname");
-    if (!jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_KUEUE_GROUP) || !host) return 0;
+    if (!desired_pod_queued(pod) || !host) return 0;
     char name[320];
     snprintf(name, sizeof name, "%s-r%lld", host, n);
     return jsonx_set_str(cJSON_GetObjectItemCaseSensitive(pod, "metadata"), "name", name) ? 0
                                                                                           : -ENOMEM;
+}
+
+int desired_pod_queued(const cJSON *pod)
+{
+    return jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_KUEUE_GROUP) != NULL;
 }
 
 void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n)

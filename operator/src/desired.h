@@ -136,6 +136,10 @@ int desired_cluster_shape(const JobSpec *s, char *out, size_t n);
  * anew. */
 void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n);
 
+/* 1 when the pod is in a Kueue pod group (LABEL_KUEUE_GROUP): Kueue gates it until the
+ * group is admitted. */
+int desired_pod_queued(const cJSON *pod);
+
 /* The owner reference to the job (controller: true, blockOwnerDeletion: true). */
 cJSON *desired_owner_ref(const JobSpec *s);
 

@@ -1133,12 +1133,13 @@ static const char *create_group_objects(Ctx *c, int *blocked)
 
 /* Creates the pod of each slot that has none and has not succeeded, unless blocked;
  * with `group`, the attempt's PodGroup goes first (the previous attempt's is deleted)
- * and every pod but the evaluator joins it. Counts into *present the slots with a pod
+ * and every pod but the evaluator joins it, except that a queued attempt's group is left
+ * to group_after_admission (*deferred set). Counts into *present the slots with a pod
  * or done, into *running those whose pod runs (not done) or is a failed evaluator
  * (which stays so), and into created[role] the pods created. Returns how many were
  * created. */
 static int create_pods(Ctx *c, const Group *g, const char *secret, const char *group, int blocked,
-                       int *present, int *running, int created[ROLE_COUNT])
+                       int *present, int *running, int created[ROLE_COUNT], int *deferred)
 {
     const JobSpec *s = &c->spec;
     int total = 0, group_made = 0;
@@ -1156,14 +1157,17 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
             continue;
         }
         if (blocked) continue;
+        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, r, ri, g->attempt);
         /* A pod replaced inside the attempt joins the group its first pods made. */
         cJSON *e = slot_entry(c, i);
-        if (group && desired_in_gang(r) && !group_made && !e) {
+        if (pod && group && desired_in_gang(r) && !group_made && !e) {
             delete_pod_group(c, g->attempt - 1);
-            add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
+            if (desired_pod_queued(pod))
+                *deferred = 1;
+            else
+                add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
             group_made = 1;
         }
-        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, r, ri, g->attempt);
         /* A replacement carries its number, and its entry says it was made. */
         if (pod && ((group && desired_in_gang(r) && desired_pod_join_group(pod, group)) ||
                     (e && (desired_pod_set_replacement(pod, jsonx_int(e, "replacement", 1)) ||
@@ -1224,10 +1228,11 @@ static void record_created(Ctx *c, const Group *g, int created, const int by_rol
 }
 
 /* The GangScheduling condition, written when an attempt's pods are created: True naming
- * the PodGroup; False, with a Warning event when the reason is new, where the cluster
- * has no PodGroups; False when spec.gangScheduling was turned off (only if the
+ * the PodGroup (reason PodGroupAfterAdmission while a queued attempt's group waits for
+ * Kueue, `deferred`); False, with a Warning event when the reason is new, where the
+ * cluster has no PodGroups; False when spec.gangScheduling was turned off (only if the
  * condition is there). */
-static void gang_condition(Ctx *c, const Group *g, const char *group)
+static void gang_condition(Ctx *c, const Group *g, const char *group, int deferred)
 {
     const JobSpec *s = &c->spec;
     /* Read before set_condition replaces the string. */
@@ -1237,11 +1242,13 @@ static void gang_condition(Ctx *c, const Group *g, const char *group)
     if (group) {
         snprintf(msg, sizeof msg,
                  "the %d %s of attempt %lld are scheduled all together or not at all "
-                 "(PodGroup %s, minCount %d)",
+                 "(PodGroup %s, minCount %d%s)",
                  desired_gang_size(s),
                  s->npods == s->workers ? "worker pods" : "chief, worker and ps pods", g->attempt,
-                 group, desired_gang_size(s));
-        set_condition(c, "GangScheduling", 1, "PodGroupCreated", msg);
+                 group, desired_gang_size(s),
+                 deferred ? "; made once Kueue has admitted them all" : "");
+        set_condition(c, "GangScheduling", 1,
+                      deferred ? "PodGroupAfterAdmission" : "PodGroupCreated", msg);
     } else if (s->gang_scheduling && c->obs->gang_api == GANG_API_ABSENT) {
         set_condition(c, "GangScheduling", 0, "GangSchedulingUnavailable",
                       GANG_UNAVAILABLE_MESSAGE);
@@ -1250,6 +1257,42 @@ static void gang_condition(Ctx *c, const Group *g, const char *group)
         set_condition(c, "GangScheduling", 0, "GangSchedulingDisabled",
                       "spec.gangScheduling is false: the pods are scheduled one by one");
     }
+}
+
+/* The PodGroup of a queued attempt, made once Kueue has admitted the attempt: every pod
+ * that must run together exists and none carries a scheduling gate any more. Made with
+ * the pods, the group let the scheduler try it as soon as Kueue had lifted the first
+ * pod's gate (it lifts them one by one): that pod failed the gang's quorum, was written
+ * Unschedulable and backed off until the others came (bench-gang-kueue). A pod without
+ * its group waits in the scheduler's queue (PreEnqueue) and all of them are tried
+ * together once it appears. The condition PodGroupCreated naming the group says it was
+ * made; before that status is written a pass may post it again, which 409 answers. */
+static void group_after_admission(Ctx *c, const Group *g, const char *group)
+{
+    const JobSpec *s = &c->spec;
+    char mark[320];
+    snprintf(mark, sizeof mark, "(PodGroup %s,", group);
+    const char *reason = condition_reason(c->status, "GangScheduling");
+    const char *msg = condition_str(c->status, "GangScheduling", "message");
+    if (reason && strcmp(reason, "PodGroupCreated") == 0 && msg && strstr(msg, mark)) return;
+    int queued = 0;
+    for (int i = 0; i < s->npods; i++) {
+        Role r;
+        int ri;
+        jobspec_slot_role(s, i, &r, &ri);
+        if (!desired_in_gang(r)) continue;
+        const PodView *p = g->cur[i];
+        /* Missing, gated, or placed already (a group made by an earlier operator). */
+        if (g->done[i] || !p || !is_active(p) || p->replacement ||
+            cJSON_GetArraySize(jsonx_arr(p->pod, "spec.schedulingGates")) > 0 ||
+            jsonx_str(p->pod, "spec.nodeName") ||
+            !jsonx_str(p->pod, "spec.schedulingGroup.podGroupName"))
+            return;
+        queued |= p->kueue;
+    }
+    if (!queued) return;
+    add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
+    gang_condition(c, g, group, 0);
 }
 
 /* The scheduler's message when the pod's PodScheduled condition is False for reason
@@ -1400,11 +1443,14 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     char group[300];
     int gang = gang_group(c, g->attempt, group, sizeof group);
     int present = 0, running = 0, by_role[ROLE_COUNT] = {0};
-    int created =
-        create_pods(c, g, secret, gang ? group : NULL, blocked, &present, &running, by_role);
+    int deferred = 0;
+    int created = create_pods(c, g, secret, gang ? group : NULL, blocked, &present, &running,
+                              by_role, &deferred);
     if (created) {
         record_created(c, g, created, by_role);
-        gang_condition(c, g, gang ? group : NULL);
+        gang_condition(c, g, gang ? group : NULL, deferred);
+    } else if (gang && !blocked) {
+        group_after_admission(c, g, group);
     }
     scheduled_condition(c, g);
     waiting_condition(c, g);

@@ -835,6 +835,34 @@ static void test_gang_scheduling_discovery(void **state)
     assert_string_equal(jsonx_str(pod, "spec.schedulingGroup.podGroupName"), "gang-0");
     cJSON_Delete(pod);
     assert_int_equal(count_reason("GangSchedulingUnavailable", "gang"), 0);
+
+    /* With a Kueue queue the group comes once no pod is gated any more, read through the
+     * pods cache (whose pruning once dropped the gates, so the group came at once). The
+     * gates are the fake's stand-in for Kueue's webhook. */
+    fakeapi_gate_queued_pods(api, "kueue.x-k8s.io/admission");
+    cJSON_Delete(fakeapi_create(
+        api, JOBS,
+        "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":"
+        "{\"name\":\"qgang\",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"q\"}},"
+        "\"spec\":{\"workers\":2}}"));
+    WAIT_FOR(5, "queued pods", count_pods("qgang", "0") == 2);
+#define QGANG_GROUP "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups/qgang-0"
+    static const char *const qpods[] = {PODS "/qgang-worker-0", PODS "/qgang-worker-1"};
+    for (int i = 0; i < 2; i++) {
+        clock_sleep(0.3, NULL); /* time to (wrongly) make the group */
+        pg = fakeapi_get(api, QGANG_GROUP);
+        assert_null(pg);
+        pod = fakeapi_get(api, qpods[i]);
+        assert_non_null(jsonx_arr(pod, "spec.schedulingGates"));
+        cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(pod, "spec"),
+                                                "schedulingGates");
+        assert_int_equal(fakeapi_put(api, qpods[i], pod), 0);
+        cJSON_Delete(pod);
+    }
+    WAIT_FOR(5, "the group once admitted", (pg = fakeapi_get(api, QGANG_GROUP)) != NULL);
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 2);
+    cJSON_Delete(pg);
+    fakeapi_gate_queued_pods(api, NULL);
     stop_running();
 }
 

@@ -2526,6 +2526,100 @@ static void test_gang_pod_group_per_attempt(void **state)
     fx_free(&f);
 }
 
+/* The lines of the plan that start with `prefix`. */
+static int count_prefix(const Fixture *f, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = f->desc; (p = strstr(p, prefix)); p++)
+        n += p == f->desc || p[-1] == '\n';
+    return n;
+}
+
+/* Kueue's gate on each of the fixture's pods, as its webhook puts it there. */
+static void gate_all(Fixture *f)
+{
+    for (size_t i = 0; i < f->npods; i++)
+        jsonx_set(jsonx_ensure_obj(f->pods[i], "spec"), "schedulingGates",
+                  cJSON_Parse("[{\"name\":\"kueue.x-k8s.io/admission\"}]"));
+}
+
+static void ungate(Fixture *f, const char *pod)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(pod_named(f, pod), "spec"), "schedulingGates");
+}
+
+/* Gang and Kueue together: the pods are linked to the attempt's PodGroup when they are
+ * made, but the group is made only once Kueue has lifted every pod's gate (made first,
+ * the scheduler tried it at the first pod ungated and failed its quorum), once per
+ * attempt, and a restart's attempt waits for its own admission again. */
+static void test_gang_group_after_kueue_admission(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_SERVED};
+    jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "q");
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    assert_int_equal(count_prefix(&f, "create-pod-group "), 0);
+    assert_int_equal(count_prefix(&f, "create-pod "), 2);
+    assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object),
+                        "mnist-0");
+    const cJSON *st = new_status(&f);
+    assert_cond(st, "GangScheduling", "True/PodGroupAfterAdmission");
+    fx_apply(&f);
+    gate_all(&f);
+
+    /* Queued, then half admitted: no group yet. */
+    fx_run(&f, NOW + 1);
+    assert_int_equal(count_prefix(&f, "create-pod-group "), 0);
+    fx_apply(&f);
+    ungate(&f, "mnist-worker-0");
+    fx_run(&f, NOW + 2);
+    assert_int_equal(count_prefix(&f, "create-pod-group "), 0);
+    fx_apply(&f);
+
+    /* Admitted: the group, once, and the condition names it. */
+    ungate(&f, "mnist-worker-1");
+    fx_run(&f, NOW + 3);
+    assert_int_equal(count_lines(&f, "create-pod-group mnist-0"), 1);
+    assert_int_equal(jsonx_int(find_action(&f, ACTION_CREATE_POD_GROUP, "mnist-0")->object,
+                               "spec.schedulingPolicy.gang.minCount", -1),
+                     2);
+    assert_cond(new_status(&f), "GangScheduling", "True/PodGroupCreated");
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 1);
+    fx_run(&f, NOW + 4);
+    assert_int_equal(count_prefix(&f, "create-pod-group "), 0);
+    fx_apply(&f);
+
+    /* A restart: attempt 0's group goes, attempt 1's waits for its admission. */
+    for (size_t i = 0; i < f.npods; i++)
+        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+    fx_run(&f, NOW + 5);
+    fx_apply(&f);
+    pod_terminated(pod_named(&f, "mnist-worker-1"), 1, "{\"error\":\"boom\"}");
+    fx_run(&f, NOW + 10);
+    fx_apply(&f);
+    fx_run(&f, NOW + 40);
+    assert_int_equal(count_prefix(&f, "create-pod "), 2);
+    assert_int_equal(count_prefix(&f, "create-pod-group "), 0);
+    assert_cond(new_status(&f), "GangScheduling", "True/PodGroupAfterAdmission");
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 0);
+    gate_all(&f);
+    fx_run(&f, NOW + 41);
+    assert_int_equal(count_prefix(&f, "create-pod-group "), 0);
+    fx_apply(&f);
+    ungate(&f, "mnist-worker-0");
+    ungate(&f, "mnist-worker-1");
+    fx_run(&f, NOW + 42);
+    assert_int_equal(count_lines(&f, "create-pod-group mnist-1"), 1);
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 1);
+    assert_string_equal(f.groups[0], "mnist-1");
+    fx_free(&f);
+}
+
 /* Stopped after any prefix of any plan, the operator still ends with exactly the
  * current attempt's group, and every pod of the attempt in it. */
 static void test_gang_crash_converges(void **state)
@@ -2861,6 +2955,7 @@ int main(void)
         cmocka_unit_test(test_live_replacement_backoff_limit),
         cmocka_unit_test(test_recovery_timeout_flag),
         cmocka_unit_test(test_gang_pod_group_per_attempt),
+        cmocka_unit_test(test_gang_group_after_kueue_admission),
         cmocka_unit_test(test_gang_crash_converges),
         cmocka_unit_test(test_live_replacement_crash_converges),
         cmocka_unit_test(test_gang_off_and_absent),

@@ -66,6 +66,7 @@ struct FakeApi {
     Count counts[16];
     double delay; /* fakeapi_set_delay */
     Refusal refusals[8];
+    char gate[128]; /* fakeapi_gate_queued_pods; "" none */
 };
 
 /* /api/v1[/namespaces/NS]/PLURAL[/NAME[/SUB]] or /apis/G/V[...]. Returns 0 or -1. */
@@ -182,6 +183,13 @@ void fakeapi_set_delay(FakeApi *f, double seconds)
 {
     pthread_mutex_lock(&f->mu);
     f->delay = seconds;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fakeapi_gate_queued_pods(FakeApi *f, const char *gate)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->gate, sizeof f->gate, "%s", gate ? gate : "");
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -683,7 +691,15 @@ static void handle(FakeApi *f, int fd)
         cJSON_Delete(c);
     } else if (strcmp(method, "POST") == 0 && !*r.name) {
         int code = 400;
-        cJSON *c = in ? create_locked(f, &r, cJSON_Duplicate(in, 1), &code) : NULL;
+        cJSON *obj = in ? cJSON_Duplicate(in, 1) : NULL;
+        if (obj && *f->gate && strcmp(r.plural, "pods") == 0 &&
+            jsonx_key_str(jsonx_obj(obj, "metadata.labels"), "kueue.x-k8s.io/queue-name")) {
+            cJSON *g = cJSON_CreateArray(), *one = cJSON_CreateObject();
+            cJSON_AddStringToObject(one, "name", f->gate);
+            cJSON_AddItemToArray(g, one);
+            jsonx_set(jsonx_ensure_obj(obj, "spec"), "schedulingGates", g);
+        }
+        cJSON *c = obj ? create_locked(f, &r, obj, &code) : NULL;
         pthread_mutex_unlock(&f->mu);
         if (c)
             reply(fd, 201, c);

@@ -54,5 +54,10 @@ int fakeapi_most_at_once(FakeApi *f, const char *method);
  * 422, 500, ...) and a Status whose message names the object, `seconds` after it came
  * instead of the delay; code 0 serves it again. At most 8 names at a time. */
 void fakeapi_refuse_create(FakeApi *f, const char *name, int code, double seconds);
+/* While `gate` is set, a pod created with the label kueue.x-k8s.io/queue-name gets
+ * spec.schedulingGates [{name: gate}], as Kueue's pod webhook gives it one (a stand-in
+ * for Kueue, which the unit tests do not run; the e2e suite runs the real one). NULL: no
+ * more gates. */
+void fakeapi_gate_queued_pods(FakeApi *f, const char *gate);
 
 #endif
