@@ -9,9 +9,14 @@
 # apart, "gang" and "kueue" alone. Measured: kubectl apply -> the later of the two
 # workers' "rendezvous done" log lines, and -> their first log lines (the container
 # runtime's timestamps of the lines, kubectl logs --timestamps, on this machine's clock).
-# One warm-up round first, not counted. Writes bench/results/gang-kueue.json (date,
-# machine, every run, medians, the ratios), or with BENCH_OUT=FILE elsewhere; BENCH_RUNS
-# (default 8) runs per mode.
+# Each run also records when the scheduler placed the later worker (its Scheduled event's
+# time, in microseconds), which splits the time into admission and scheduling before it
+# and the node's container start after it, and how many FailedScheduling events the
+# job's pods got. One warm-up round first, not counted. Writes
+# bench/results/gang-kueue.json (date, machine, every run, medians, the ratios), or with
+# BENCH_OUT=FILE elsewhere; BENCH_RUNS (default 8) runs per mode; BENCH_NOTE (what
+# changed) and BENCH_BEFORE (the JSON of a run before the change, same session) are
+# recorded in the JSON.
 #
 # Holds /tmp/kt-full-cluster.lock from bring-up to teardown (one full-level cluster per
 # machine; operator/bench/full-cluster.sh). Needs root and the images in the local Docker
@@ -80,9 +85,28 @@ first_time() {
   ts=$(kn logs "$1" -c trainer --timestamps 2>/dev/null | head -n 1 | cut -d' ' -f1)
   [ -n "$ts" ] && date -d "$ts" +%s.%N
 }
-# one NAME MODE: prints "seconds<TAB>started<TAB>facts" or fails.
+# sched_time POD: when the scheduler placed the pod (its Scheduled event's eventTime,
+# microseconds), epoch seconds.
+sched_time() {
+  local ts
+  ts=$(kn get events --field-selector "reason=Scheduled,involvedObject.name=$1" -o json \
+         2>/dev/null | jq -r '[.items[].eventTime // empty] | sort | last // empty')
+  [ -n "$ts" ] && date -d "$ts" +%s.%N
+}
+# failed_scheduling NAME: FailedScheduling events of the job's two workers (each a
+# scheduling cycle that placed neither, its PodScheduled=False write with it).
+failed_scheduling() {
+  local n=0 w c
+  for w in 0 1; do
+    c=$(kn get events --field-selector "reason=FailedScheduling,involvedObject.name=$1-worker-$w" \
+          -o json 2>/dev/null | jq '[.items[] | (.count // 1)] | add // 0')
+    n=$((n + ${c:-0}))
+  done
+  echo "$n"
+}
+# one NAME MODE: prints "seconds<TAB>started<TAB>scheduled<TAB>failed<TAB>facts" or fails.
 one() {
-  local name=$1 mode=$2 t0 end r0="" r1="" s0 s1 facts
+  local name=$1 mode=$2 t0 end r0="" r1="" s0 s1 p0 p1 facts
   t0=$(date +%s.%N)
   manifest "$name" "$mode" | kn apply -f - >/dev/null || return 1
   end=$(( $(date +%s) + 180 ))
@@ -97,9 +121,13 @@ one() {
       "podGroup=" + (.spec.schedulingGroup.podGroupName // "-"),
       "kueueGroup=" + (.metadata.labels["kueue.x-k8s.io/pod-group-name"] // "-")] | join(" ")')
   s0=$(first_time "$name-worker-0"); s1=$(first_time "$name-worker-1")
+  p0=$(sched_time "$name-worker-0"); p1=$(sched_time "$name-worker-1")
   for w in 0 1; do kn logs "$name-worker-$w" -c trainer --timestamps >"$dir/$name-$w.log" 2>&1; done
-  awk -v a="$t0" -v b="$r0" -v c="$r1" -v d="$s0" -v e="$s1" -v f="$facts" \
-    'BEGIN { m = b > c ? b : c; s = d > e ? d : e; printf "%.3f\t%.3f\t%s\n", m - a, s - a, f }'
+  awk -v a="$t0" -v b="$r0" -v c="$r1" -v d="$s0" -v e="$s1" -v g="$p0" -v h="$p1" \
+    -v n="$(failed_scheduling "$name")" -v f="$facts" 'BEGIN {
+      m = b > c ? b : c; s = d > e ? d : e; p = g > h ? g : h
+      printf "%.3f\t%.3f\t%s\t%d\t%s\n", m - a, s - a,
+        (g == "" || h == "") ? "null" : sprintf("%.3f", p - a), n, f }'
 }
 # cleanup_job NAME: the job and its pods gone (Kueue's finalizer released).
 cleanup_job() {
@@ -112,7 +140,7 @@ cleanup_job() {
 }
 
 MODES=(gang+kueue plain gang kueue)
-printf 'mode\trun\tseconds\tstarted\tfacts\n' >"$dir/runs.tsv"
+printf 'mode\trun\tseconds\tstarted\tscheduled\tfailed_scheduling\tfacts\n' >"$dir/runs.tsv"
 i=0
 for r in $(seq 0 "$RUNS"); do
   for m in 0 1 2 3; do
@@ -124,7 +152,7 @@ for r in $(seq 0 "$RUNS"); do
     else
       log "run $r $mode: no rendezvous within 180 s"
       kn get pods -o wide >&2; kn describe tj "$name" | tail -n 20 >&2
-      [ "$r" = 0 ] || printf '%s\t%s\tnull\tnull\tfailed\n' "$mode" "$r" >>"$dir/runs.tsv"
+      [ "$r" = 0 ] || printf '%s\t%s\tnull\tnull\tnull\t0\tfailed\n' "$mode" "$r" >>"$dir/runs.tsv"
     fi
     cleanup_job "$name"
   done
@@ -134,9 +162,9 @@ kueuever=$(. e2e/cluster/versions.env && echo "$KUEUE_VERSION")
 cluster_s=$(( $(date +%s) - T0 ))
 
 python3 - "$dir/runs.tsv" "$out" "$RUNS" "$kubever" "$kueuever" "$(image_id "$OP_IMAGE")" \
-  "$(image_id "$TR_IMAGE")" "$cluster_s" "$commit" <<'PY'
+  "$(image_id "$TR_IMAGE")" "$cluster_s" "$commit" "${BENCH_NOTE:-}" "${BENCH_BEFORE:-}" <<'PY'
 import csv, datetime, json, os, platform, statistics, sys
-tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s, commit = sys.argv[1:10]
+tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s, commit, note, before = sys.argv[1:12]
 rows = list(csv.DictReader(open(tsv), delimiter="\t"))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
             if l.startswith("model name")), "?")
@@ -149,6 +177,19 @@ for r in rows:
         res[r["mode"]].append(float(r["seconds"]))
         started[r["mode"]].append(float(r["started"]))
         stalled[r["mode"]] += float(r["seconds"]) - float(r["started"]) > 2
+def median_of(key):
+    v = {m: [float(r[key]) for r in rows if r["mode"] == m and r[key] not in ("null", "")]
+         for m in modes}
+    return {m: round(statistics.median(x), 3) if x else None for m, x in v.items()}
+def after_scheduled(r):
+    ok = r["started"] != "null" and r["scheduled"] not in ("null", "")
+    return float(r["started"]) - float(r["scheduled"]) if ok else None
+med_sched = median_of("scheduled")
+med_after = {m: [x for x in (after_scheduled(r) for r in rows if r["mode"] == m) if x is not None]
+             for m in modes}
+med_after = {m: round(statistics.median(v), 3) if v else None for m, v in med_after.items()}
+failed_runs = {m: sum(1 for r in rows if r["mode"] == m and int(r["failed_scheduling"]) > 0)
+               for m in modes}
 med = {m: round(statistics.median(v), 3) if v else None for m, v in res.items()}
 med_started = {m: round(statistics.median(v), 3) if v else None for m, v in started.items()}
 def ratio(d, a, b):
@@ -186,12 +227,20 @@ doc = {
                   "plain": "spec.gangScheduling false, no queue label",
                   "gang": "spec.gangScheduling true, no queue label",
                   "kueue": "spec.gangScheduling false, the queue label"},
+        "scheduled": "kubectl apply started -> the later of the two workers' Scheduled "
+                     "events (the scheduler's eventTime, microseconds): admission and "
+                     "scheduling; started - scheduled is the node's container start",
+        "failed_scheduling": "FailedScheduling events of the two workers: scheduling "
+                             "cycles that placed neither, each with a PodScheduled=False "
+                             "write",
         "facts": "worker-0's spec.schedulingGroup.podGroupName and "
                  "kueue.x-k8s.io/pod-group-name label, '-' when absent"},
     "targets": {"ratio_gang_kueue_over_plain": 1.2},
     "runs": [{"mode": r["mode"], "run": int(r["run"]),
               "seconds": None if r["seconds"] == "null" else float(r["seconds"]),
               "started": None if r["started"] == "null" else float(r["started"]),
+              "scheduled": None if r["scheduled"] in ("null", "") else float(r["scheduled"]),
+              "failed_scheduling": int(r["failed_scheduling"]),
               "facts": r["facts"]} for r in rows],
     "summary": {"runs_per_mode": int(runs), "median_s": med,
                 "min_s": {m: min(v) if v else None for m, v in res.items()},
@@ -201,8 +250,21 @@ doc = {
                 "started_ratio_gang_kueue_over_plain": ratio(med_started, "gang+kueue", "plain"),
                 "started_ratio_gang_over_plain": ratio(med_started, "gang", "plain"),
                 "started_ratio_kueue_over_plain": ratio(med_started, "kueue", "plain"),
-                "stalled_runs": stalled},
+                "stalled_runs": stalled,
+                "scheduled_median_s": med_sched,
+                "scheduled_minus_plain_s": {m: round(med_sched[m] - med_sched["plain"], 3)
+                                            if med_sched[m] is not None and
+                                            med_sched["plain"] is not None else None
+                                            for m in modes},
+                "container_start_median_s": med_after,
+                "runs_with_failed_scheduling": failed_runs},
 }
+if note:
+    doc["note"] = note
+if before:
+    b = json.load(open(before))
+    doc["before"] = {k: b.get(k) for k in ("date", "commit", "note", "summary")}
+    doc["before"]["operator_image"] = b.get("setup", {}).get("operator_image")
 json.dump(doc, open(out, "w"), indent=1)
 open(out, "a").write("\n")
 print(json.dumps(doc["summary"]))
