@@ -451,18 +451,37 @@ def gang_kueue_section(src):
         lines += ["Benchmark: %s." % d["benchmark"], ""]
     sm = d.get("summary", {})
     med, st = sm.get("median_s", {}), sm.get("started_median_s", {})
-    lines += [table(["mode", "runs", "median apply->rendezvous s", "median apply->both started s"],
-                    [[m, sum(1 for r in d["runs"] if r["mode"] == m), med.get(m, ""), st.get(m, "")]
-                     for m in ("gang+kueue", "plain")]), "",
+    sched, cstart = sm.get("scheduled_median_s", {}), sm.get("container_start_median_s", {})
+    failed = sm.get("runs_with_failed_scheduling", {})
+    modes = ("gang+kueue", "plain", "gang", "kueue")
+    lines += [table(["mode", "runs", "median apply->rendezvous s", "median apply->both started s",
+                     "median apply->scheduled s", "median scheduled->started s",
+                     "runs with FailedScheduling"],
+                    [[m, sum(1 for r in d["runs"] if r["mode"] == m), med.get(m, ""),
+                      st.get(m, ""), sched.get(m, ""), cstart.get(m, ""), failed.get(m, "")]
+                     for m in modes]), "",
               "Ratio gang+kueue / plain: %s to rendezvous, %s to both started (target <= %s)." %
               (fmt(sm.get("ratio_gang_kueue_over_plain")),
                fmt(sm.get("started_ratio_gang_kueue_over_plain")),
                fmt(d.get("targets", {}).get("ratio_gang_kueue_over_plain"))), ""]
     if d.get("note"):
         lines += [d["note"], ""]
-    rows = [[r["mode"], r["run"], r["seconds"], r["started"], r.get("facts", "")]
-            for r in d["runs"]]
-    lines += [table(["mode", "run", "apply->rendezvous s", "apply->started s", "facts"], rows), ""]
+    others = []
+    b = d.get("before")
+    if b:
+        others.append(["before: " + str(b.get("note") or b.get("commit")), b.get("date"),
+                       b.get("operator_image", ""),
+                       b.get("summary", {}).get("ratio_gang_kueue_over_plain")])
+    for o in d.get("other_runs_same_session", []):
+        others.append([o.get("what"), o.get("date"), o.get("operator_image", ""),
+                       o.get("ratio_gang_kueue_over_plain")])
+    if others:
+        lines += ["Other runs of the same session (ratio to rendezvous):", "",
+                  table(["run", "date", "operator image", "ratio"], others), ""]
+    rows = [[r["mode"], r["run"], r["seconds"], r["started"], r.get("scheduled", ""),
+             r.get("failed_scheduling", ""), r.get("facts", "")] for r in d["runs"]]
+    lines += [table(["mode", "run", "apply->rendezvous s", "apply->started s",
+                     "apply->scheduled s", "FailedScheduling", "facts"], rows), ""]
     return lines
 
 
