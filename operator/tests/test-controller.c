@@ -319,7 +319,7 @@ static const char *cached_field(Informer *inf, const char *name, const char *fie
     return buf;
 }
 
-/* Sets data.<field> of configmap inf/<name> on the server. */
+/* Sets data.<field> of configmap inf/<name> on the server (value NULL: removes it). */
 static void put_field(const char *name, const char *field, const char *value)
 {
     char p[256];
@@ -328,7 +328,10 @@ static void put_field(const char *name, const char *field, const char *value)
     assert_non_null(o);
     cJSON *data = jsonx_ensure_obj(o, "data");
     assert_non_null(data);
-    assert_non_null(jsonx_set_str(data, field, value));
+    if (value)
+        assert_non_null(jsonx_set_str(data, field, value));
+    else
+        cJSON_DeleteItemFromObjectCaseSensitive(data, field);
     assert_int_equal(fakeapi_put(api, p, o), 0);
     cJSON_Delete(o);
 }
@@ -418,11 +421,32 @@ static void test_informer_quiet_paths(void **state)
                  __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) - before);
     assert_true(server_rv("q") > listed);
     assert_int_equal(offered_rv(inf, "inf/q"), listed);
+    /* A quiet path removed is gone from the cache too; the rest (labels included, which
+     * the cache keeps apart) is the object as listed, as a lookup by label finds it. */
+    put_field("q", "checkpoint", NULL);
+    WAIT_FOR(5, "checkpoint removed", !*cached_field(inf, "q", "checkpoint", buf, sizeof buf));
+    assert_string_equal(cached_field(inf, "q", "progress", buf, sizeof buf), "2");
+    assert_string_equal(cached_field(inf, "q", "spec", buf, sizeof buf), "a");
+    cJSON *l = informer_list(inf, "inf", "quiet", "1");
+    assert_int_equal(cJSON_GetArraySize(l), 1);
+    got = cJSON_GetArrayItem(l, 0);
+    assert_string_equal(jsonx_key_str(jsonx_obj(got, "metadata.labels"), "quiet"), "1");
+    assert_string_equal(jsonx_str(got, "metadata.resourceVersion"),
+                        (snprintf(buf, sizeof buf, "%lld", server_rv("q")), buf));
+    cJSON_Delete(l);
 
     put_field("q", "spec", "b"); /* not quiet */
     WAIT_FOR(5, "the spec change reaching the handler",
              __atomic_load_n(&s.modified, __ATOMIC_SEQ_CST) == before + 1);
     assert_int_equal(offered_rv(inf, "inf/q"), server_rv("q"));
+    /* The whole new version: its quiet path as it is now, the old removal kept. */
+    assert_string_equal(cached_field(inf, "q", "spec", buf, sizeof buf), "b");
+    assert_string_equal(cached_field(inf, "q", "progress", buf, sizeof buf), "2");
+    assert_string_equal(cached_field(inf, "q", "checkpoint", buf, sizeof buf), "");
+    put_field("q", "progress", "3"); /* quiet again, after a loud one */
+    WAIT_FOR(5, "progress 3 cached",
+             strcmp(cached_field(inf, "q", "progress", buf, sizeof buf), "3") == 0);
+    assert_string_equal(cached_field(inf, "q", "spec", buf, sizeof buf), "b");
     informer_stop(inf);
     informer_free(inf);
 }
