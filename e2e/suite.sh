@@ -1010,6 +1010,16 @@ s_kueue() {
        jq -r '[.items[] | (.metadata.labels | keys[] | select(startswith("kueue.x-k8s.io"))),
                (.spec.schedulingGates // [] | .[].name), (.metadata.finalizers // [])[]] | length')" 0
   for j in kq-a kq-b; do check "$j restarts application/disruption 0/0" "$(restarts "$j")" "0/0"; done
+  # Gang (on by default) with Kueue: the PodGroup is made once Kueue has admitted the
+  # pods, so the scheduler never takes up a group half ungated and fails its quorum.
+  for j in kq-a kq-b; do
+    check "$j: GangScheduling PodGroupCreated, the group made after admission" \
+      "$(field "$j" '{.status.conditions[?(@.type=="GangScheduling")].reason}')" PodGroupCreated
+    check "$j: no scheduling cycle failed the gang's quorum (FailedScheduling ... minCount)" \
+      "$(kn get events --field-selector reason=FailedScheduling -o json 2>/dev/null |
+         jq --arg j "$j-worker-" '[.items[] | select((.involvedObject.name | startswith($j))
+           and (.message | test("minCount")))] | length')" 0
+  done
   # Kueue takes its finalizer off once it has seen the group finish.
   fin() { kn get pods -l 'kueue.x-k8s.io/queue-name' -o 'jsonpath={.items[*].metadata.finalizers}' 2>/dev/null; }
   end=$(( $(date +%s) + 30 ))
