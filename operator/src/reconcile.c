@@ -156,7 +156,7 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
     v->role = jobspec_role_of(jsonx_key_str(labels, LABEL_ROLE));
     v->slot = -1;
     v->cluster = jsonx_key_str(annots, ANNOT_CLUSTER);
-    v->kueue = jsonx_key_str(labels, LABEL_KUEUE_GROUP) != NULL;
+    v->kueue = desired_pod_queued(pod);
     v->attempt = parse_ll(jsonx_key_str(annots, ANNOT_ATTEMPT), -1);
     v->replacement = parse_ll(jsonx_key_str(annots, ANNOT_REPLACEMENT), 0);
     v->world = parse_ll(jsonx_key_str(annots, ANNOT_WORLD_SIZE), -1);
