@@ -144,11 +144,11 @@ static int put_quiet(const Entry *e, cJSON *o)
         }
     }
     cJSON_Delete(q);
+    if (rc) return rc;
     char rvs[24];
     snprintf(rvs, sizeof rvs, "%lld", e->rv);
     cJSON *md = jsonx_ensure_obj(o, "metadata");
-    if (rc == 0 && (!md || !jsonx_set_str(md, "resourceVersion", rvs))) rc = -ENOMEM;
-    return rc;
+    return md && jsonx_set_str(md, "resourceVersion", rvs) ? 0 : -ENOMEM;
 }
 
 /* The entry's object as a new tree, its labels back in place (caller frees), or NULL on
