@@ -464,6 +464,12 @@ def gang_kueue_section(src):
               (fmt(sm.get("ratio_gang_kueue_over_plain")),
                fmt(sm.get("started_ratio_gang_kueue_over_plain")),
                fmt(d.get("targets", {}).get("ratio_gang_kueue_over_plain"))), ""]
+    pr = sm.get("paired_ratio_gang_kueue_over_plain")
+    if pr:  # from bc0258e's method on
+        lines += ["Paired by round (gang+kueue / plain of the same round): median %s; %s of %s "
+                  "rounds at or under the target." % (fmt(pr.get("median")),
+                                                     pr.get("rounds_at_or_under_target"),
+                                                     pr.get("rounds")), ""]
     if d.get("note"):
         lines += [d["note"], ""]
     others = []
@@ -471,13 +477,17 @@ def gang_kueue_section(src):
     if b:
         others.append(["before: " + str(b.get("note") or b.get("commit")), b.get("date"),
                        b.get("operator_image", ""),
-                       b.get("summary", {}).get("ratio_gang_kueue_over_plain")])
+                       b.get("summary", {}).get("ratio_gang_kueue_over_plain"),
+                       (b.get("summary", {}).get("paired_ratio_gang_kueue_over_plain") or
+                        {}).get("median", "")])
     for o in d.get("other_runs_same_session", []):
         others.append([o.get("what"), o.get("date"), o.get("operator_image", ""),
-                       o.get("ratio_gang_kueue_over_plain")])
+                       o.get("ratio_gang_kueue_over_plain"),
+                       (o.get("paired_ratio_gang_kueue_over_plain") or {}).get("median", "")])
     if others:
         lines += ["Other runs of the same session (ratio to rendezvous):", "",
-                  table(["run", "date", "operator image", "ratio"], others), ""]
+                  table(["run", "date", "operator image", "ratio of medians",
+                         "paired median"], others), ""]
     rows = [[r["mode"], r["run"], r["seconds"], r["started"], r.get("scheduled", ""),
              r.get("failed_scheduling", ""), r.get("facts", "")] for r in d["runs"]]
     lines += [table(["mode", "run", "apply->rendezvous s", "apply->started s",
