@@ -552,6 +552,61 @@ cJSON *informer_get(Informer *inf, const char *ns, const char *name)
     return out;
 }
 
+/* The quiet paths of e's object as a new object into *out (see informer_get_quiet).
+ * Returns 0 or -ENOMEM. */
+static int entry_quiet(const Informer *inf, const Entry *e, cJSON **out)
+{
+    cJSON *o = cJSON_CreateObject(), *whole = NULL;
+    if (!o) return -ENOMEM;
+    if (e->quiet_json) {
+        if (put_quiet(e, o)) goto nomem;
+        *out = o;
+        return 0;
+    }
+    if (!(whole = entry_object(e))) goto nomem;
+    for (size_t i = 0; inf->quiet_paths && inf->quiet_paths[i]; i++) {
+        const char *path = inf->quiet_paths[i];
+        cJSON *parent, *it = item_at(whole, path, &parent);
+        if (!it) continue;
+        char up[256];
+        const char *last = strrchr(path, '.');
+        snprintf(up, sizeof up, "%.*s", last ? (int)(last - path) : 0, path);
+        cJSON *to = last ? jsonx_ensure_obj(o, up) : o;
+        if (!to) goto nomem;
+        cJSON_DetachItemViaPointer(parent, it);
+        if (!cJSON_AddItemToObject(to, last ? last + 1 : path, it)) {
+            cJSON_Delete(it);
+            goto nomem;
+        }
+    }
+    cJSON_Delete(whole);
+    *out = o;
+    return 0;
+nomem:
+    cJSON_Delete(whole);
+    cJSON_Delete(o);
+    return -ENOMEM;
+}
+
+int informer_get_quiet(Informer *inf, const char *ns, const char *name, cJSON **out,
+                       long long *loud_rv)
+{
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
+    int rc = -ENOENT;
+    *out = NULL;
+    pthread_rwlock_rdlock(&inf->lock);
+    size_t b = hash(key) % NBUCKETS;
+    for (Entry *e = inf->buckets[b]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) {
+            rc = entry_quiet(inf, e, out);
+            *loud_rv = e->loud_rv;
+            break;
+        }
+    pthread_rwlock_unlock(&inf->lock);
+    return rc;
+}
+
 cJSON *informer_list(Informer *inf, const char *ns, const char *label_key, const char *label_value)
 {
     cJSON *arr = cJSON_CreateArray();

@@ -71,6 +71,15 @@ int informer_synced(Informer *inf);
 /* A deep copy of the cached object, or NULL. The caller frees it (cJSON_Delete). */
 cJSON *informer_get(Informer *inf, const char *ns, const char *name);
 
+/* The cached object's quiet paths (InformerOptions.quiet_paths) in *out, a new object
+ * of the object's shape ({"status": {"progress": {...}}}, a path absent left out), and
+ * in *loud_rv what informer_foreach_wanted offers for the object: a caller that
+ * remembers what it read of that version needs nothing else of it, and is spared
+ * parsing all of it (while only quiet paths moved, only they are parsed). Returns 0,
+ * -ENOENT when not cached, or -ENOMEM. */
+int informer_get_quiet(Informer *inf, const char *ns, const char *name, cJSON **out,
+                       long long *loud_rv);
+
 /* A new array of copies of the cached objects in namespace ns (NULL: all) whose label
  * `label_key` equals `label_value` (NULL key: all). Caller frees. NULL only on
  * allocation failure. */

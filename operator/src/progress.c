@@ -243,6 +243,10 @@ typedef struct JobState {
     long long surveyed_rv;
     int scrapable;         /* Running, the C trainer */
     long long job_attempt; /* status.attempt */
+    /* The rest of what progress_patch reads of that version, beside the quiet paths:
+     * metadata.uid ("" when absent) and status.restarts.stepsLost. */
+    char uid[64];
+    long long steps_lost;
 } JobState;
 
 struct Progress {
@@ -428,6 +432,9 @@ static void survey_job(void *ctx, const cJSON *job)
         s->surveyed_rv = sv->offered_rv;
         s->scrapable = phase && strcmp(phase, "Running") == 0 && !jsonx_at(job, "spec.command");
         s->job_attempt = jsonx_int(job, "status.attempt", 0);
+        const char *uid = jsonx_str(job, "metadata.uid");
+        snprintf(s->uid, sizeof s->uid, "%s", uid && strlen(uid) < sizeof s->uid ? uid : "");
+        s->steps_lost = jsonx_int(job, "status.restarts.stepsLost", 0);
         survey_note(sv, s);
     } else {
         sv->nomem = 1;
@@ -527,6 +534,30 @@ static void scrape_all(Progress *p, Due *d, size_t n)
     curl_multi_cleanup(multi);
 }
 
+/* What write_progress and progress_patch read of job ns/name: its quiet paths
+ * (status.progress, status.checkpoint) from the cache and, when nothing else of the job
+ * changed since the survey read it, the rest from its JobState; else the whole cached
+ * job (parsing all of it for every write was a tenth of the thread). NULL when gone. */
+static cJSON *job_view(Progress *p, const char *key, const char *ns, const char *name)
+{
+    cJSON *v = NULL;
+    long long loud = -1;
+    if (informer_get_quiet(p->jobs, ns, name, &v, &loud) == 0) {
+        pthread_mutex_lock(&p->mu);
+        JobState *s = state_get(p, key);
+        int fresh = s && loud >= 0 && s->surveyed_rv == loud;
+        cJSON *st = fresh ? jsonx_ensure_obj(v, "status") : NULL;
+        int ok =
+            st && jsonx_set_num(st, "attempt", (double)s->job_attempt) &&
+            jsonx_set_num(jsonx_ensure_obj(st, "restarts"), "stepsLost", (double)s->steps_lost) &&
+            (!s->uid[0] || jsonx_set_str(jsonx_ensure_obj(v, "metadata"), "uid", s->uid));
+        pthread_mutex_unlock(&p->mu);
+        if (ok) return v;
+    }
+    cJSON_Delete(v);
+    return informer_get(p->jobs, ns, name);
+}
+
 /* Writes the patch for one scraped job. */
 static void write_progress(Progress *p, Due *d, double now)
 {
@@ -536,7 +567,7 @@ static void write_progress(Progress *p, Due *d, double now)
     if (!slash || (size_t)(slash - d->key) >= sizeof ns || progress_parse(d->body, &s) != 0) return;
     snprintf(ns, sizeof ns, "%.*s", (int)(slash - d->key), d->key);
     snprintf(name, sizeof name, "%s", slash + 1);
-    cJSON *job = informer_get(p->jobs, ns, name);
+    cJSON *job = job_view(p, d->key, ns, name);
     if (!job || jsonx_int(job, "status.attempt", 0) != d->attempt) {
         cJSON_Delete(job); /* gone, or restarted since the survey */
         return;

@@ -409,6 +409,17 @@ static void test_informer_quiet_paths(void **state)
     WAIT_FOR(5, "checkpoint 7 cached",
              strcmp(cached_field(inf, "q", "checkpoint", buf, sizeof buf), "7") == 0);
     assert_string_equal(cached_field(inf, "q", "progress", buf, sizeof buf), "2");
+    /* The quiet paths alone, with the version offered to informer_foreach_wanted. */
+    cJSON *q = NULL;
+    long long loud = -2;
+    assert_int_equal(informer_get_quiet(inf, "inf", "q", &q, &loud), 0);
+    assert_int_equal(loud, listed);
+    assert_string_equal(jsonx_str(q, "data.progress"), "2");
+    assert_string_equal(jsonx_str(q, "data.checkpoint"), "7");
+    assert_null(jsonx_at(q, "data.spec"));
+    cJSON_Delete(q);
+    assert_int_equal(informer_get_quiet(inf, "inf", "none", &q, &loud), -ENOENT);
+    assert_null(q);
     /* The cache holds the server's latest resourceVersion (what a status write needs). */
     cJSON *srv = fakeapi_get(api, "/api/v1/namespaces/inf/configmaps/q");
     cJSON *got = informer_get(inf, "inf", "q");
@@ -443,10 +454,22 @@ static void test_informer_quiet_paths(void **state)
     assert_string_equal(cached_field(inf, "q", "spec", buf, sizeof buf), "b");
     assert_string_equal(cached_field(inf, "q", "progress", buf, sizeof buf), "2");
     assert_string_equal(cached_field(inf, "q", "checkpoint", buf, sizeof buf), "");
+    /* After a loud version, the quiet paths are taken from the whole object. */
+    assert_int_equal(informer_get_quiet(inf, "inf", "q", &q, &loud), 0);
+    assert_int_equal(loud, server_rv("q"));
+    assert_string_equal(jsonx_str(q, "data.progress"), "2");
+    assert_null(jsonx_at(q, "data.checkpoint"));
+    assert_null(jsonx_at(q, "data.spec"));
+    cJSON_Delete(q);
     put_field("q", "progress", "3"); /* quiet again, after a loud one */
     WAIT_FOR(5, "progress 3 cached",
              strcmp(cached_field(inf, "q", "progress", buf, sizeof buf), "3") == 0);
     assert_string_equal(cached_field(inf, "q", "spec", buf, sizeof buf), "b");
+    long long was = loud;
+    assert_int_equal(informer_get_quiet(inf, "inf", "q", &q, &loud), 0);
+    assert_int_equal(loud, was);
+    assert_string_equal(jsonx_str(q, "data.progress"), "3");
+    cJSON_Delete(q);
     informer_stop(inf);
     informer_free(inf);
 }

@@ -436,8 +436,11 @@ static void test_thread(void **state)
     make_job(api, "mnist", 0, chief.port);
     make_job(api, "user", 1, chief.port); /* a user's program: never scraped */
 
-    InformerOptions jo = {
-        .group_version = "kubetrain.dev/v1alpha1", .plural = "trainingjobs", .watch_timeout_s = 5};
+    /* The jobs informer as the operator sets it up: the progress paths kept apart. */
+    InformerOptions jo = {.group_version = "kubetrain.dev/v1alpha1",
+                          .plural = "trainingjobs",
+                          .watch_timeout_s = 5,
+                          .quiet_paths = progress_quiet_paths};
     InformerOptions po = {.group_version = "v1", .plural = "pods", .watch_timeout_s = 5};
     Informer *jobs = informer_new(client, &jo), *pods = informer_new(client, &po);
     assert_int_equal(informer_start(jobs), 0);
