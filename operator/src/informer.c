@@ -536,18 +536,21 @@ void informer_remove(Informer *inf, const char *ns, const char *name)
     pthread_rwlock_unlock(&inf->lock);
 }
 
-cJSON *informer_get(Informer *inf, const char *ns, const char *name)
+/* The entry of ns/name, or NULL. Call with the lock held. */
+static const Entry *entry_of(const Informer *inf, const char *ns, const char *name)
 {
     char key[512];
     snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
-    cJSON *out = NULL;
+    for (const Entry *e = inf->buckets[hash(key) % NBUCKETS]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) return e;
+    return NULL;
+}
+
+cJSON *informer_get(Informer *inf, const char *ns, const char *name)
+{
     pthread_rwlock_rdlock(&inf->lock);
-    size_t b = hash(key) % NBUCKETS;
-    for (Entry *e = inf->buckets[b]; e; e = e->next)
-        if (strcmp(e->key, key) == 0) {
-            out = entry_object(e);
-            break;
-        }
+    const Entry *e = entry_of(inf, ns, name);
+    cJSON *out = e ? entry_object(e) : NULL;
     pthread_rwlock_unlock(&inf->lock);
     return out;
 }
@@ -591,18 +594,14 @@ nomem:
 int informer_get_quiet(Informer *inf, const char *ns, const char *name, cJSON **out,
                        long long *loud_rv)
 {
-    char key[512];
-    snprintf(key, sizeof key, "%s/%s", ns ? ns : "", name);
     int rc = -ENOENT;
     *out = NULL;
     pthread_rwlock_rdlock(&inf->lock);
-    size_t b = hash(key) % NBUCKETS;
-    for (Entry *e = inf->buckets[b]; e; e = e->next)
-        if (strcmp(e->key, key) == 0) {
-            rc = entry_quiet(inf, e, out);
-            *loud_rv = e->loud_rv;
-            break;
-        }
+    const Entry *e = entry_of(inf, ns, name);
+    if (e) {
+        rc = entry_quiet(inf, e, out);
+        *loud_rv = e->loud_rv;
+    }
     pthread_rwlock_unlock(&inf->lock);
     return rc;
 }
