@@ -119,28 +119,42 @@ static void entry_free(Entry *e)
     free(e);
 }
 
+/* Puts v at the dotted path under o, the objects on the way made, in place of what is
+ * there; v NULL removes it. Takes v. Returns 0, or -ENOMEM. */
+static int put_at(cJSON *o, const char *path, cJSON *v)
+{
+    char up[256];
+    const char *last = strrchr(path, '.');
+    snprintf(up, sizeof up, "%.*s", last ? (int)(last - path) : 0, path);
+    cJSON *parent = last ? jsonx_ensure_obj(o, up) : o;
+    const char *name = last ? last + 1 : path;
+    if (!parent) {
+        cJSON_Delete(v);
+        return -ENOMEM;
+    }
+    if (!v) {
+        cJSON_DeleteItemFromObjectCaseSensitive(parent, name);
+        return 0;
+    }
+    return jsonx_set(parent, name, v) ? 0 : -ENOMEM;
+}
+
 /* Puts e->quiet_json's paths and e->rv into o (see Entry). Returns 0, or -ENOMEM. */
 static int put_quiet(const Entry *e, cJSON *o)
 {
-    cJSON *q = cJSON_Parse(e->quiet_json), *it;
+    cJSON *q = cJSON_Parse(e->quiet_json);
     if (!q) return -ENOMEM;
     int rc = 0;
-    cJSON_ArrayForEach(it, q)
-    {
-        char path[256];
-        snprintf(path, sizeof path, "%s", it->string);
-        char *last = strrchr(path, '.');
-        const char *name = last ? last + 1 : path;
-        if (last) *last = '\0';
-        cJSON *parent = last ? jsonx_ensure_obj(o, path) : o;
-        if (!parent) {
-            rc = -ENOMEM;
-            break;
-        }
-        cJSON_DeleteItemFromObjectCaseSensitive(parent, name);
-        if (!cJSON_IsNull(it) && !cJSON_AddItemToObject(parent, name, cJSON_Duplicate(it, 1))) {
-            rc = -ENOMEM;
-            break;
+    for (cJSON *it = q->child, *next; it && !rc; it = next) {
+        next = it->next;
+        cJSON_DetachItemViaPointer(q, it);
+        if (cJSON_IsNull(it)) {
+            rc = put_at(o, it->string, NULL);
+            cJSON_Delete(it);
+        } else {
+            char path[256]; /* it->string goes with it into o, renamed */
+            snprintf(path, sizeof path, "%s", it->string);
+            rc = put_at(o, path, it);
         }
     }
     cJSON_Delete(q);
@@ -570,17 +584,7 @@ static int entry_quiet(const Informer *inf, const Entry *e, cJSON **out)
     for (size_t i = 0; inf->quiet_paths && inf->quiet_paths[i]; i++) {
         const char *path = inf->quiet_paths[i];
         cJSON *parent, *it = item_at(whole, path, &parent);
-        if (!it) continue;
-        char up[256];
-        const char *last = strrchr(path, '.');
-        snprintf(up, sizeof up, "%.*s", last ? (int)(last - path) : 0, path);
-        cJSON *to = last ? jsonx_ensure_obj(o, up) : o;
-        if (!to) goto nomem;
-        cJSON_DetachItemViaPointer(parent, it);
-        if (!cJSON_AddItemToObject(to, last ? last + 1 : path, it)) {
-            cJSON_Delete(it);
-            goto nomem;
-        }
+        if (it && put_at(o, path, cJSON_DetachItemViaPointer(parent, it))) goto nomem;
     }
     cJSON_Delete(whole);
     *out = o;
