@@ -37,6 +37,41 @@ struct timespec clock_timespec(double t)
     return ts;
 }
 
+void clock_stop_init(ClockStop *s)
+{
+    s->flag = 0;
+    pthread_mutex_init(&s->mu, NULL);
+    clock_cond_init(&s->cv);
+}
+
+void clock_stop_destroy(ClockStop *s)
+{
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+}
+
+int clock_stop_is_set(ClockStop *s)
+{
+    return __atomic_load_n(&s->flag, __ATOMIC_ACQUIRE);
+}
+
+void clock_stop_set(ClockStop *s, int v)
+{
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->flag, v, __ATOMIC_RELEASE);
+    if (v) pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void clock_stop_wait(ClockStop *s, double secs)
+{
+    struct timespec until = clock_timespec(clock_mono() + secs);
+    pthread_mutex_lock(&s->mu);
+    while (!clock_stop_is_set(s) && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+        continue; /* woken, but not set: wait out the rest */
+    pthread_mutex_unlock(&s->mu);
+}
+
 void clock_sleep(double s, volatile int *stop)
 {
     double end = clock_mono() + s;

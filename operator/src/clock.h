@@ -19,6 +19,26 @@ void clock_cond_init(pthread_cond_t *c);
 /* t, seconds on CLOCK_MONOTONIC (t >= 0), as the timespec pthread_cond_timedwait takes. */
 struct timespec clock_timespec(double t);
 
+/* A stop flag whose waiters are woken when it is set, rather than polling it. */
+typedef struct ClockStop {
+    volatile int flag; /* read with clock_stop_is_set; a clock_sleep may poll it too */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} ClockStop;
+
+/* Initialises s, not set. */
+void clock_stop_init(ClockStop *s);
+void clock_stop_destroy(ClockStop *s);
+
+/* Whether s is set (an atomic load). */
+int clock_stop_is_set(ClockStop *s);
+
+/* Sets s (v 1) and wakes every clock_stop_wait on it, or clears it (v 0). */
+void clock_stop_set(ClockStop *s, int v);
+
+/* Waits secs seconds, or until s is set. */
+void clock_stop_wait(ClockStop *s, double secs);
+
 /* Sleeps s seconds, or less: it returns within 20 ms once *stop (when stop is not NULL)
  * is non-zero, so that a thread told to stop is never held up by its wait. */
 void clock_sleep(double s, volatile int *stop);

@@ -22,34 +22,19 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile int g_stop;
+/* g_stop.flag is what leader_acquire and clock_sleep take; the main thread waits on g_stop
+ * with clock_stop_wait: its clock_sleep polls, 50 wake-ups a second for the life of the
+ * process, were most of an idle operator's CPU. */
+static ClockStop g_stop = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* cv made in main */
 static volatile int g_lost;
 static Controller *g_controller;
-#define STOPPING() __atomic_load_n(&g_stop, __ATOMIC_ACQUIRE)
-/* The main thread waits on g_stop_cv (CLOCK_MONOTONIC, made in main) for a stop: its
- * clock_sleep polls, 50 wake-ups a second for the life of the process, were most of an
- * idle operator's CPU. */
-static pthread_mutex_t g_stop_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_stop_cv;
+#define STOPPING() clock_stop_is_set(&g_stop)
 
 /* Asks everything to stop (lost: the lease was lost, exit 1) and wakes the main thread. */
 static void request_stop(int lost)
 {
-    pthread_mutex_lock(&g_stop_mu);
     if (lost) __atomic_store_n(&g_lost, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&g_stop, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&g_stop_cv);
-    pthread_mutex_unlock(&g_stop_mu);
-}
-
-/* Waits s seconds, or until request_stop. */
-static void wait_stop(double s)
-{
-    struct timespec until = clock_timespec(clock_mono() + s);
-    pthread_mutex_lock(&g_stop_mu);
-    while (!STOPPING() && pthread_cond_timedwait(&g_stop_cv, &g_stop_mu, &until) == 0)
-        continue; /* woken, but not stopped: wait out the rest */
-    pthread_mutex_unlock(&g_stop_mu);
+    clock_stop_set(&g_stop, 1);
 }
 
 static const char insecure_warning[] =
@@ -245,7 +230,7 @@ static int run_controller(Operator *op)
                            .name = o->lease_name,
                            .identity = op->cc.identity};
         op->leader = leader_new(op->client, &lc);
-        if (!op->leader || leader_acquire(op->leader, &g_stop) != 0) return 0;
+        if (!op->leader || leader_acquire(op->leader, &g_stop.flag) != 0) return 0;
         if (leader_start_renewing(op->leader, on_lost, NULL) != 0) {
             olog(OLOG_ERROR, NULL, "cannot start the lease renewal thread");
             return 1;
@@ -253,7 +238,7 @@ static int run_controller(Operator *op)
     }
     double t0 = clock_mono();
     while (!STOPPING() && !controller_synced(op->ctl))
-        clock_sleep(0.05, &g_stop);
+        clock_sleep(0.05, &g_stop.flag);
     if (STOPPING()) return 0;
     olog(OLOG_INFO, NULL, "caches synced in %.2f s; starting %d workers", clock_mono() - t0,
          op->cc.workers);
@@ -263,7 +248,7 @@ static int run_controller(Operator *op)
     }
     double warned = clock_mono();
     while (!STOPPING()) {
-        wait_stop(o->insecure_skip_tls_verify ? 60 - (clock_mono() - warned) : 3600);
+        clock_stop_wait(&g_stop, o->insecure_skip_tls_verify ? 60 - (clock_mono() - warned) : 3600);
         if (o->insecure_skip_tls_verify && clock_mono() - warned >= 60) {
             olog(OLOG_WARN, NULL, insecure_warning, op->kc->server);
             warned = clock_mono();
@@ -298,7 +283,7 @@ int main(int argc, char **argv)
     olog_set_level(op.opt.log_level);
     metrics_init();
     tune_malloc();
-    clock_cond_init(&g_stop_cv);
+    clock_cond_init(&g_stop.cv);
     start_signal_thread();
     if (load_kubeconfig(&op) != 0) return 2;
     int exit_code = start_servers(&op) == 0 ? run_controller(&op) : 1;

@@ -256,12 +256,9 @@ struct Progress {
     RateLimit writes;
     pthread_t thread;
     int started;
-    volatile int stop;
-    /* The thread waits between ticks on stop_cv (CLOCK_MONOTONIC), which progress_stop
-     * signals: clock_sleep's 20 ms polls were 50 wake-ups a second, a sixth of the
-     * thread's CPU. */
-    pthread_mutex_t stop_mu;
-    pthread_cond_t stop_cv;
+    /* The thread waits between ticks on it, which progress_stop sets: clock_sleep's 20 ms
+     * polls were 50 wake-ups a second, a sixth of the thread's CPU. */
+    ClockStop stop;
     pthread_mutex_t mu; /* guards the table: progress_observe_pod runs on the informer */
     JobState *table[NBUCKETS];
 };
@@ -269,7 +266,7 @@ struct Progress {
 /* Whether progress_stop was called; an atomic load, as the scrapes read it too. */
 static int stopping(Progress *p)
 {
-    return __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE);
+    return clock_stop_is_set(&p->stop);
 }
 
 static uint32_t key_hash(const char *s)
@@ -657,16 +654,6 @@ static void tick(Progress *p)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Waits s seconds, or until progress_stop. */
-static void wait_stop(Progress *p, double s)
-{
-    struct timespec until = clock_timespec(clock_mono() + s);
-    pthread_mutex_lock(&p->stop_mu);
-    while (!stopping(p) && pthread_cond_timedwait(&p->stop_cv, &p->stop_mu, &until) == 0)
-        continue; /* woken, but not stopped: wait out the rest */
-    pthread_mutex_unlock(&p->stop_mu);
-}
-
 static void *progress_main(void *arg)
 {
     Progress *p = arg;
@@ -675,7 +662,7 @@ static void *progress_main(void *arg)
         double t0 = clock_mono();
         tick(p);
         double left = TICK_S - (clock_mono() - t0);
-        if (left > 0) wait_stop(p, left);
+        if (left > 0) clock_stop_wait(&p->stop, left);
     }
     return NULL;
 }
@@ -692,8 +679,7 @@ Progress *progress_new(KubeClient *client, Informer *jobs, Informer *pods,
     p->cfg = *cfg;
     if (p->cfg.timeout_s <= 0) p->cfg.timeout_s = 2;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_mutex_init(&p->stop_mu, NULL);
-    clock_cond_init(&p->stop_cv);
+    clock_stop_init(&p->stop);
     double qps = p->cfg.write_qps > 0 ? p->cfg.write_qps : 1;
     ratelimit_init(&p->writes, qps, qps, clock_mono());
     return p;
@@ -702,7 +688,7 @@ Progress *progress_new(KubeClient *client, Informer *jobs, Informer *pods,
 int progress_start(Progress *p)
 {
     if (!p || p->cfg.interval_s <= 0 || p->started) return 0;
-    __atomic_store_n(&p->stop, 0, __ATOMIC_RELEASE);
+    clock_stop_set(&p->stop, 0);
     int rc = pthread_create(&p->thread, NULL, progress_main, p);
     if (rc) return -rc;
     p->started = 1;
@@ -712,10 +698,7 @@ int progress_start(Progress *p)
 void progress_stop(Progress *p)
 {
     if (!p || !p->started) return;
-    pthread_mutex_lock(&p->stop_mu);
-    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&p->stop_cv);
-    pthread_mutex_unlock(&p->stop_mu);
+    clock_stop_set(&p->stop, 1);
     pthread_join(p->thread, NULL);
     p->started = 0;
 }
@@ -733,7 +716,6 @@ void progress_free(Progress *p)
     }
     ratelimit_destroy(&p->writes);
     pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->stop_cv);
-    pthread_mutex_destroy(&p->stop_mu);
+    clock_stop_destroy(&p->stop);
     free(p);
 }
