@@ -21,7 +21,7 @@ struct timespec clock_timespec(double t);
 
 /* A stop flag whose waiters are woken when it is set, rather than polling it. */
 typedef struct ClockStop {
-    volatile int flag; /* read with clock_stop_is_set; a clock_sleep may poll it too */
+    volatile int flag; /* read with clock_stop_is_set */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 } ClockStop;
@@ -40,7 +40,9 @@ void clock_stop_set(ClockStop *s, int v);
 void clock_stop_wait(ClockStop *s, double secs);
 
 /* Sleeps s seconds, or less: it returns within 20 ms once *stop (when stop is not NULL)
- * is non-zero, so that a thread told to stop is never held up by its wait. */
+ * is non-zero, so that a thread told to stop is never held up by its wait. It polls: for
+ * a wait that recurs for the life of the process, wait on a ClockStop instead. The
+ * informers keep it for their back-off, as their watch polls the same flag. */
 void clock_sleep(double s, volatile int *stop);
 
 /* Formats t (epoch seconds, truncated) as "2006-01-02T15:04:05Z" into out (>= 21 bytes). */

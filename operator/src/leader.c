@@ -19,7 +19,7 @@ struct Leader {
     double lease_s, renew_deadline_s, retry_s;
     pthread_t thread;
     int renewing;
-    volatile int stop;
+    ClockStop stop; /* tells the renewal thread to end; it waits on it between tries */
     void (*on_lost)(void *);
     void *ctx;
     pthread_mutex_t mu; /* serialises lease writes between renewing and releasing */
@@ -89,6 +89,7 @@ Leader *leader_new(KubeClient *client, const LeaderConfig *cfg)
     l->renew_deadline_s = cfg->renew_deadline_s > 0 ? cfg->renew_deadline_s : 10;
     l->retry_s = cfg->retry_s > 0 ? cfg->retry_s : 2;
     pthread_mutex_init(&l->mu, NULL);
+    clock_stop_init(&l->stop);
     if (!l->ns || !l->name || !l->identity) {
         leader_free(l);
         return NULL;
@@ -100,6 +101,7 @@ void leader_free(Leader *l)
 {
     if (!l) return;
     pthread_mutex_destroy(&l->mu);
+    clock_stop_destroy(&l->stop);
     free(l->ns);
     free(l->name);
     free(l->identity);
@@ -153,10 +155,10 @@ static int try_once(Leader *l)
     return 1;
 }
 
-int leader_acquire(Leader *l, volatile int *stop)
+int leader_acquire(Leader *l, ClockStop *stop)
 {
     int logged = 0;
-    while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+    while (!clock_stop_is_set(stop)) {
         pthread_mutex_lock(&l->mu);
         int rc = try_once(l);
         if (rc == 1) l->held = 1;
@@ -171,7 +173,7 @@ int leader_acquire(Leader *l, volatile int *stop)
             olog(OLOG_INFO, NULL, "leader election: waiting for lease %s/%s", l->ns, l->name);
             logged = 1;
         }
-        clock_sleep(l->retry_s, stop);
+        clock_stop_wait(stop, l->retry_s);
     }
     return -ECANCELED;
 }
@@ -181,9 +183,9 @@ static void *renew_main(void *arg)
     Leader *l = arg;
     double last_ok = clock_mono();
     pthread_setname_np(pthread_self(), "kt-leader"); /* as top -H, perf and gdb show it */
-    while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) {
-        clock_sleep(l->retry_s, &l->stop);
-        if (__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE)) break;
+    while (!clock_stop_is_set(&l->stop)) {
+        clock_stop_wait(&l->stop, l->retry_s);
+        if (clock_stop_is_set(&l->stop)) break;
         pthread_mutex_lock(&l->mu);
         int rc = l->held ? try_once(l) : 0;
         pthread_mutex_unlock(&l->mu);
@@ -206,7 +208,7 @@ int leader_start_renewing(Leader *l, void (*on_lost)(void *ctx), void *ctx)
 {
     l->on_lost = on_lost;
     l->ctx = ctx;
-    __atomic_store_n(&l->stop, 0, __ATOMIC_RELEASE);
+    clock_stop_set(&l->stop, 0);
     int rc = pthread_create(&l->thread, NULL, renew_main, l);
     if (rc) return -rc;
     l->renewing = 1;
@@ -217,7 +219,7 @@ void leader_release(Leader *l)
 {
     if (!l) return;
     if (l->renewing) {
-        __atomic_store_n(&l->stop, 1, __ATOMIC_RELEASE);
+        clock_stop_set(&l->stop, 1);
         pthread_join(l->thread, NULL);
         l->renewing = 0;
     }

@@ -6,6 +6,7 @@
 #ifndef KT_LEADER_H
 #define KT_LEADER_H
 
+#include "clock.h"
 #include "kclient.h"
 
 #include <cjson/cJSON.h>
@@ -32,9 +33,9 @@ typedef struct Leader Leader;
 Leader *leader_new(KubeClient *client, const LeaderConfig *cfg);
 void leader_free(Leader *l);
 
-/* Blocks until this process holds the lease (0) or *stop becomes non-zero
- * (-ECANCELED). */
-int leader_acquire(Leader *l, volatile int *stop);
+/* Blocks until this process holds the lease (0) or stop is set (-ECANCELED, at once:
+ * between tries it waits on stop rather than polling it). */
+int leader_acquire(Leader *l, ClockStop *stop);
 
 /* Starts renewing in a thread; on_lost is called (from that thread) if renewal fails
  * for longer than the renew deadline. */

@@ -22,9 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* g_stop.flag is what leader_acquire and clock_sleep take; the main thread waits on g_stop
- * with clock_stop_wait: its clock_sleep polls, 50 wake-ups a second for the life of the
- * process, were most of an idle operator's CPU. */
+/* Set by a signal or a lost lease. The main thread and a standby's leader_acquire wait on
+ * it rather than polling it: a 20 ms poll, 50 wake-ups a second for the life of the
+ * process, was most of an idle operator's CPU. */
 static ClockStop g_stop = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* cv made in main */
 static volatile int g_lost;
 static Controller *g_controller;
@@ -230,7 +230,7 @@ static int run_controller(Operator *op)
                            .name = o->lease_name,
                            .identity = op->cc.identity};
         op->leader = leader_new(op->client, &lc);
-        if (!op->leader || leader_acquire(op->leader, &g_stop.flag) != 0) return 0;
+        if (!op->leader || leader_acquire(op->leader, &g_stop) != 0) return 0;
         if (leader_start_renewing(op->leader, on_lost, NULL) != 0) {
             olog(OLOG_ERROR, NULL, "cannot start the lease renewal thread");
             return 1;
@@ -238,7 +238,7 @@ static int run_controller(Operator *op)
     }
     double t0 = clock_mono();
     while (!STOPPING() && !controller_synced(op->ctl))
-        clock_sleep(0.05, &g_stop.flag);
+        clock_stop_wait(&g_stop, 0.05);
     if (STOPPING()) return 0;
     olog(OLOG_INFO, NULL, "caches synced in %.2f s; starting %d workers", clock_mono() - t0,
          op->cc.workers);

@@ -16,12 +16,16 @@
 #include "metrics.h"
 #include "../../trainer/tests/timescale.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NOW 1800000000.0
 
@@ -78,14 +82,16 @@ static void test_decide(void **state)
 
 typedef struct Candidate {
     Leader *l;
-    volatile int stop;
+    ClockStop stop;
     volatile int acquired;
+    volatile pid_t tid;
     double at;
 } Candidate;
 
 static void *acquire_main(void *arg)
 {
     Candidate *c = arg;
+    __atomic_store_n(&c->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
     if (leader_acquire(c->l, &c->stop) == 0) {
         c->at = clock_mono();
         c->acquired = 1;
@@ -125,6 +131,8 @@ static void test_two_candidates(void **state)
     lb.lease_s = 1 * s;
     lb.renew_deadline_s = 0.8 * s;
     Candidate a = {.l = leader_new(client, &la)}, b = {.l = leader_new(client, &lb)};
+    clock_stop_init(&a.stop);
+    clock_stop_init(&b.stop);
     pthread_t ta, tb;
     pthread_create(&ta, NULL, acquire_main, &a);
     pthread_join(ta, NULL);
@@ -161,17 +169,119 @@ static void test_two_candidates(void **state)
     cJSON_Delete(lease);
 
     /* Stopping a waiting candidate. */
-    b.stop = 0;
+    clock_stop_set(&b.stop, 0);
     b.acquired = 0;
     pthread_create(&tb, NULL, acquire_main, &b);
     nap(0.3 * s);
-    __atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
+    clock_stop_set(&b.stop, 1);
     pthread_join(tb, NULL);
     assert_false(b.acquired);
 
     leader_release(a.l);
     leader_free(a.l);
     leader_free(b.l);
+    clock_stop_destroy(&a.stop);
+    clock_stop_destroy(&b.stop);
+    kclient_free(client);
+    fakeapi_stop(api);
+}
+
+/* Context switches of thread tid of this process so far (voluntary and not), or -1. */
+static long switches(pid_t tid)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long n = 0, v;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+            sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+            n += v;
+    fclose(f);
+    return n;
+}
+
+/* The thread of this process named name, or 0. */
+static pid_t thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    pid_t found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f) && strncmp(comm, name, strlen(name)) == 0 &&
+            comm[strlen(name)] == '\n')
+            found = (pid_t)atoi(e->d_name);
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Between tries the holder's renewal thread and a standby wait on their stop rather than
+ * polling it: over a second with no try due, each wakes a handful of times at most (a
+ * 20 ms poll wakes 50), and each still ends at once when told to stop. */
+static void test_waits_without_polling(void **state)
+{
+    (void)state;
+    const double s = ceil(test_time_scale());
+    metrics_init();
+    FakeApi *api = fakeapi_start();
+    assert_non_null(api);
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
+    KubeConfig cfg = {.server = server};
+    KubeClient *client = kclient_new(&cfg, 0, 0, err, sizeof err);
+    assert_non_null(client);
+    LeaderConfig la = {.ns = "default",
+                       .name = "quiet",
+                       .identity = "a",
+                       .lease_s = 600,
+                       .renew_deadline_s = 500,
+                       .retry_s = 300};
+    LeaderConfig lc = la;
+    lc.identity = "c";
+    Candidate a = {.l = leader_new(client, &la)}, c = {.l = leader_new(client, &lc)};
+    clock_stop_init(&a.stop);
+    clock_stop_init(&c.stop);
+    assert_int_equal(leader_acquire(a.l, &a.stop), 0);
+    assert_int_equal(leader_start_renewing(a.l, NULL, NULL), 0);
+    pthread_t tc;
+    pthread_create(&tc, NULL, acquire_main, &c);
+    nap(0.5 * s); /* c has tried once and waits; a's thread waits for its next renewal */
+    pid_t renewer = thread_named("kt-leader"), standby = __atomic_load_n(&c.tid, __ATOMIC_ACQUIRE);
+    assert_true(renewer > 0);
+    assert_true(standby > 0);
+    long r0 = switches(renewer), s0 = switches(standby);
+    nap(1.0);
+    long r1 = switches(renewer), s1 = switches(standby);
+    assert_true(r0 >= 0 && s0 >= 0 && r1 >= 0 && s1 >= 0);
+    if (r1 - r0 > 5) fail_msg("the renewal thread woke %ld times in 1 s, want <= 5", r1 - r0);
+    if (s1 - s0 > 5) fail_msg("the standby woke %ld times in 1 s, want <= 5", s1 - s0);
+
+    double t0 = clock_mono();
+    clock_stop_set(&c.stop, 1);
+    pthread_join(tc, NULL);
+    assert_false(c.acquired);
+    double stopped = clock_mono() - t0;
+    t0 = clock_mono();
+    leader_release(a.l);
+    double released = clock_mono() - t0;
+    if (stopped > 1.0 * s) fail_msg("a stopped standby returned after %g s", stopped);
+    if (released > 1.0 * s) fail_msg("release took %g s", released);
+    cJSON *lease = fakeapi_get(api, "/apis/coordination.k8s.io/v1/namespaces/default/leases/quiet");
+    assert_string_equal(jsonx_str(lease, "spec.holderIdentity"), "");
+    cJSON_Delete(lease);
+
+    leader_free(a.l);
+    leader_free(c.l);
+    clock_stop_destroy(&a.stop);
+    clock_stop_destroy(&c.stop);
     kclient_free(client);
     fakeapi_stop(api);
 }
@@ -182,6 +292,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decide),
         cmocka_unit_test(test_two_candidates),
+        cmocka_unit_test(test_waits_without_polling),
     };
     return cmocka_run_group_tests_name("leader", tests, NULL, NULL);
 }
