@@ -342,7 +342,9 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
 }
 
 /* Sets TLS and auth options on h; returns the header list to free after the call. */
-static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *err, size_t errlen)
+/* What every request and watch of c shares: the HTTP version and the kubeconfig's TLS
+ * settings and credentials. */
+static void set_tls(KubeClient *c, CURL *h)
 {
     const KubeConfig *k = &c->cfg;
     /* HTTP/1.1, not libcurl's default of HTTP/2 over TLS: every handle has a connection
@@ -368,6 +370,13 @@ static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *er
         curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &b);
         curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
     }
+}
+
+/* The credentials that can change while c lives (a token file's or an exec plugin's) and
+ * the headers every request carries, into *headers. */
+static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *err, size_t errlen)
+{
+    const KubeConfig *k = &c->cfg;
     int rc = 0;
     pthread_mutex_lock(&c->mu);
     if (k->token_file) refresh_token_file(c);
@@ -410,30 +419,6 @@ static void invalidate_credentials(KubeClient *c)
     }
     if (c->cfg.token_file) c->token_checked = 0, c->token_mtime.tv_sec = 0;
     pthread_mutex_unlock(&c->mu);
-}
-
-static CURL *pool_get(KubeClient *c)
-{
-    CURL *h = NULL;
-    pthread_mutex_lock(&c->mu);
-    if (c->npool > 0) h = c->pool[--c->npool];
-    pthread_mutex_unlock(&c->mu);
-    if (h) {
-        curl_easy_reset(h);
-        return h;
-    }
-    return curl_easy_init();
-}
-
-static void pool_put(KubeClient *c, CURL *h)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->npool < c->nslots) {
-        c->pool[c->npool++] = h;
-        h = NULL;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (h) curl_easy_cleanup(h);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -512,6 +497,42 @@ static size_t write_sink(char *p, size_t size, size_t nmemb, void *ud)
     return size * nmemb;
 }
 
+/* A handle for one request, with set_tls's options and those every request sets alike.
+ * A pooled one keeps them from its last request (request() sets the rest each time):
+ * a curl_easy_reset and setting them again copied the CA, certificate and key for every
+ * request, a twentieth of the progress thread, most of it in malloc. With an exec
+ * plugin, whose certificate can change, the handle is reset and set up afresh. */
+static CURL *pool_get(KubeClient *c)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->npool > 0) h = c->pool[--c->npool];
+    pthread_mutex_unlock(&c->mu);
+    if (h && !c->cfg.exec_command) return h;
+    if (h)
+        curl_easy_reset(h);
+    else if (!(h = curl_easy_init()))
+        return NULL;
+    set_tls(c, h);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_sink);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
+    return h;
+}
+
+static void pool_put(KubeClient *c, CURL *h)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->npool < c->nslots) {
+        c->pool[c->npool++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (h) curl_easy_cleanup(h);
+}
+
 /* kclient_request, with the body of a 2xx answer fed to `list` instead when non-NULL
  * (resp->body is then NULL). */
 static int request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
@@ -552,24 +573,28 @@ static int request(KubeClient *c, const char *verb, const char *path, const cJSO
         snprintf(ct, sizeof ct, "Content-Type: %s",
                  content_type ? content_type : "application/json");
         if (payload) headers = curl_slist_append(headers, ct);
+        /* Everything a request sets is set here each time (or cleared after it), so that
+         * nothing of the handle's last request carries over. */
         curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, verb);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_sink);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &sk);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-        curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
         if (payload) {
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(payload));
+        } else {
+            curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
         }
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, verb);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &sk);
         double t0 = clock_mono();
         CURLcode cc = curl_easy_perform(h);
         resp->code = 0;
         if (cc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->code);
+        /* Pointers into this call's frame and memory, gone when it returns. */
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
         curl_slist_free_all(headers);
         pool_put(c, h);
         sem_post(&c->slots);
@@ -680,6 +705,7 @@ int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, v
     ratelimit_wait(&c->rl);
     CURL *h = curl_easy_init();
     if (!h) return -ENOMEM;
+    set_tls(c, h);
     struct curl_slist *headers = NULL;
     int rc = prepare(c, h, &headers, err, errlen);
     if (rc) {
