@@ -399,6 +399,23 @@ static int job_phase_cached(Informer *jobs, const char *name, const char *phase)
     return is;
 }
 
+/* Pod NAME of job JOB, attempt 0, Running on 127.0.0.1 in role ROLE (index 0), naming
+ * `port` as its metrics port; `cluster`: its kubetrain.dev/cluster annotation, or NULL. */
+static void make_pod(FakeApi *api, const char *name, const char *job, const char *role,
+                     const char *cluster, int port)
+{
+    char buf[2048], extra[256] = "";
+    if (cluster) snprintf(extra, sizeof extra, ",\"kubetrain.dev/cluster\":\"%s\"", cluster);
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\","
+             "\"labels\":{\"kubetrain.dev/job-name\":\"%s\",\"kubetrain.dev/role\":\"%s\","
+             "\"kubetrain.dev/replica-index\":\"0\"},"
+             "\"annotations\":{\"kubetrain.dev/attempt\":\"0\",\"kubetrain.dev/metrics-port\":"
+             "\"%d\"%s}},\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\"}}",
+             name, job, role, port, extra);
+    cJSON_Delete(fakeapi_create(api, PODS, buf));
+}
+
 static long job_step(FakeApi *api, const char *name)
 {
     char path[256];
@@ -435,6 +452,16 @@ static void test_thread(void **state)
     assert_non_null(client);
     make_job(api, "mnist", 0, chief.port);
     make_job(api, "user", 1, chief.port); /* a user's program: never scraped */
+    /* A job with a chief role: its chief is lead-chief-0, and worker 0 (which names no
+     * port anything listens on) is not scraped. A pod named like a job's chief but
+     * labelled with another job is not taken for it. */
+    make_job(api, "lead", 0, 1);
+    assert_int_equal(fakeapi_delete(api, PODS "/lead-worker-0"), 0);
+    make_pod(api, "lead-worker-0", "lead", "worker", "chief=lead-chief-0:2222", 1);
+    make_pod(api, "lead-chief-0", "lead", "chief", NULL, chief.port);
+    make_job(api, "other", 0, 1);
+    assert_int_equal(fakeapi_delete(api, PODS "/other-worker-0"), 0);
+    make_pod(api, "other-worker-0", "lead", "worker", NULL, chief.port);
 
     /* The jobs informer as the operator sets it up: the progress paths kept apart. */
     InformerOptions jo = {.group_version = "kubetrain.dev/v1alpha1",
@@ -454,6 +481,8 @@ static void test_thread(void **state)
 
     /* The first scrape: status.progress and status.checkpoint in one merge patch. */
     WAIT_FOR(10, "status.progress.step 105", job_step(api, "mnist") == 105);
+    WAIT_FOR(10, "lead's status.progress.step 105, from lead-chief-0",
+             job_step(api, "lead") == 105);
     cJSON *j = fakeapi_get(api, JOBS "/mnist");
     assert_int_equal(jsonx_int(j, "status.progress.totalSteps", -1), 210);
     assert_string_equal(jsonx_str(j, "status.progress.percent"), "50%");
@@ -461,7 +490,7 @@ static void test_thread(void **state)
     assert_string_equal(jsonx_str(j, "status.phase"), "Running"); /* merged, not replaced */
     cJSON_Delete(j);
     unsigned long patches = fakeapi_requests(api, "PATCH");
-    assert_int_equal(patches, 1);
+    assert_int_equal(patches, 2); /* mnist's and lead's */
 
     /* Same numbers: scraped again, nothing written. */
     int served = chief_served(&chief);
@@ -475,16 +504,23 @@ static void test_thread(void **state)
              "kubetrain_epoch 2\nkubetrain_start_step 70\n");
     pthread_mutex_unlock(&chief.mu);
     WAIT_FOR(10, "status.progress.step 140", job_step(api, "mnist") == 140);
-    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 1);
+    WAIT_FOR(10, "lead's status.progress.step 140", job_step(api, "lead") == 140);
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 2);
     assert_int_equal(job_step(api, "user"), -1);
+    assert_int_equal(job_step(api, "other"), -1);
 
     /* The job finishes: the survey, which reads a job again only when its cached version
      * changed, sees the new phase and the scrapes stop. */
-    j = fakeapi_get(api, JOBS "/mnist");
-    assert_non_null(jsonx_set_str(jsonx_ensure_obj(j, "status"), "phase", "Succeeded"));
-    assert_int_equal(fakeapi_put(api, JOBS "/mnist", j), 0);
-    cJSON_Delete(j);
-    WAIT_FOR(5, "the cache to see Succeeded", job_phase_cached(jobs, "mnist", "Succeeded"));
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "lead" : "mnist";
+        char path[256];
+        snprintf(path, sizeof path, JOBS "/%s", name);
+        j = fakeapi_get(api, path);
+        assert_non_null(jsonx_set_str(jsonx_ensure_obj(j, "status"), "phase", "Succeeded"));
+        assert_int_equal(fakeapi_put(api, path, j), 0);
+        cJSON_Delete(j);
+        WAIT_FOR(5, "the cache to see Succeeded", job_phase_cached(jobs, name, "Succeeded"));
+    }
     nap(scaled(1.5)); /* a tick surveyed before the change may still scrape */
     served = chief_served(&chief);
     nap(scaled(2.5)); /* two ticks, five intervals */
