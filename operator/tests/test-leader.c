@@ -105,18 +105,26 @@ static void nap(double s)
     nanosleep(&ts, NULL);
 }
 
+/* A client of a fake API server started for the test, in *api. */
+static KubeClient *fake_client(FakeApi **api)
+{
+    metrics_init();
+    *api = fakeapi_start();
+    assert_non_null(*api);
+    char server[64], err[256];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(*api));
+    KubeConfig cfg = {.server = server};
+    KubeClient *client = kclient_new(&cfg, 0, 0, err, sizeof err);
+    assert_non_null(client);
+    return client;
+}
+
 static void test_two_candidates(void **state)
 {
     (void)state;
     const double s = ceil(test_time_scale());
-    metrics_init();
-    FakeApi *api = fakeapi_start();
-    assert_non_null(api);
-    char server[64], err[256];
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
-    KubeConfig cfg = {.server = server};
-    KubeClient *client = kclient_new(&cfg, 0, 0, err, sizeof err);
-    assert_non_null(client);
+    FakeApi *api = NULL;
+    KubeClient *client = fake_client(&api);
     /* a's lease (4 s) is long next to the 0.1 s retry, so "b took over on its next try
      * after a released" and "b waited for expiry" stay apart on a loaded machine; b's
      * own lease is short so that the abandoned-lease case below runs quickly. */
@@ -230,14 +238,8 @@ static void test_waits_without_polling(void **state)
 {
     (void)state;
     const double s = ceil(test_time_scale());
-    metrics_init();
-    FakeApi *api = fakeapi_start();
-    assert_non_null(api);
-    char server[64], err[256];
-    snprintf(server, sizeof server, "http://127.0.0.1:%d", fakeapi_port(api));
-    KubeConfig cfg = {.server = server};
-    KubeClient *client = kclient_new(&cfg, 0, 0, err, sizeof err);
-    assert_non_null(client);
+    FakeApi *api = NULL;
+    KubeClient *client = fake_client(&api);
     LeaderConfig la = {.ns = "default",
                        .name = "quiet",
                        .identity = "a",
