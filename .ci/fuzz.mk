@@ -1,7 +1,9 @@
 # Fuzzing (docs/hardening.md): libFuzzer targets for every parser that reads outside input,
 # built with clang and ASan+UBSan (trainer/fuzz/fuzz-*.c, operator/fuzz/fuzz-*.c).
 #
-#   make fuzz                  build every target and run each for FUZZ_SECONDS (60)
+#   make fuzz                  build every target and run each for FUZZ_SECONDS (60),
+#                              FUZZ_JOBS (1) at once: each target is one process on
+#                              one core, so up to the cores gives each the same time
 #   make fuzz FUZZ_SECONDS=600 a longer campaign; FUZZ_JSON=bench/results/fuzz.json
 #                              also records its figures there (FUZZ_TARGETS="a b" runs
 #                              a subset and updates those targets' rows)
@@ -17,6 +19,7 @@ DEPS_APT += clang libclang-rt-dev
 
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS    ?= 1
 FUZZ_JSON    ?=
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link
@@ -74,7 +77,7 @@ $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/s
 
 fuzz-targets: $(FUZZ_BINS) $(FUZZ_DIR)/seeds/.stamp
 fuzz: fuzz-targets
-	@bash .ci/fuzzrun --seconds $(FUZZ_SECONDS) --dir $(FUZZ_DIR) \
+	@bash .ci/fuzzrun --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) --dir $(FUZZ_DIR) \
 	    $(if $(FUZZ_JSON),--json $(FUZZ_JSON)) \
 	    $(foreach t,$(FUZZ_TARGETS),$(t):$(FUZZ_MAXLEN_$(t)))
 .PHONY: fuzz fuzz-targets

@@ -4,6 +4,7 @@
 #
 #   make valgrind        every test-*.c under valgrind, TAP and the tally of .ci/taprun
 #   make valgrind VG_TESTS="test-idx test-kcfg"   a subset (VG_EXCLUDE below)
+#   make valgrind VG_JOBS=1                        one test at a time (3 at once by default)
 DEPS_APT += valgrind
 
 VG_DIR    := $(BUILD)/vg
@@ -29,7 +30,18 @@ VG_TIME_SCALE := 20
 # are under memcheck in test-layers and test-model.
 VG_REFERENCE_MODELS := mlp shapes
 VG_EXCLUDE ?=
-VG_TESTS ?= $(filter-out $(VG_EXCLUDE),$(VG_TRAINER_TESTS) $(VG_OPERATOR_TESTS))
+# VG_JOBS tests at once (.ci/taprun's TAPRUN_JOBS); memcheck runs a test's threads one at a
+# time, so a test takes at most one core. The longest start first (the CI run of
+# 2026-11-28, one at a time: test-net 265 s and test-ring 262 s, most of it their
+# scaled waits for a stopped or missing peer, then test-leader, test-jsonpack and
+# test-controller 74-81 s; every other test 31 s or less), so that the rest share the
+# third slot beside them. Four at once took 7.1 min, but test-controller's check that
+# 24 requests overlap got 9 of them where it wants 14, with two CPU-bound tests beside it.
+VG_JOBS ?= 3
+VG_FIRST := test-net test-ring test-leader test-jsonpack test-controller
+VG_ALL := $(VG_TRAINER_TESTS) $(VG_OPERATOR_TESTS)
+VG_TESTS ?= $(filter-out $(VG_EXCLUDE),$(filter $(VG_ALL),$(VG_FIRST)) \
+                                       $(filter-out $(VG_FIRST),$(VG_ALL)))
 
 $(VG_DIR)/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
@@ -60,5 +72,5 @@ $(VG_DIR)/run/%.sh: $(VG_DIR)/tests/% .ci/valgrind.mk
 	@echo 'exec valgrind $(VG_FLAGS) -q $< "$$@"' >> $@
 
 valgrind: $(VG_TESTS:%=$(VG_DIR)/run/%.sh)
-	@bash .ci/taprun $^
+	@TAPRUN_JOBS=$(VG_JOBS) bash .ci/taprun $^
 .PHONY: valgrind
