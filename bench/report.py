@@ -480,12 +480,12 @@ def gang_kueue_section(src):
                        b.get("summary", {}).get("ratio_gang_kueue_over_plain"),
                        (b.get("summary", {}).get("paired_ratio_gang_kueue_over_plain") or
                         {}).get("median", "")])
-    for o in d.get("other_runs_same_session", []):
+    for o in d.get("other_runs_same_session", []) + d.get("earlier_runs", []):
         others.append([o.get("what"), o.get("date"), o.get("operator_image", ""),
                        o.get("ratio_gang_kueue_over_plain"),
                        (o.get("paired_ratio_gang_kueue_over_plain") or {}).get("median", "")])
     if others:
-        lines += ["Other runs of the same session (ratio to rendezvous):", "",
+        lines += ["Other runs (ratio to rendezvous):", "",
                   table(["run", "date", "operator image", "ratio of medians",
                          "paired median"], others), ""]
     rows = [[r["mode"], r["run"], r["seconds"], r["started"], r.get("scheduled", ""),
