@@ -341,7 +341,6 @@ static int run_exec_plugin(KubeClient *c, char *err, size_t errlen)
     return rc;
 }
 
-/* Sets TLS and auth options on h; returns the header list to free after the call. */
 /* What every request and watch of c shares: the HTTP version and the kubeconfig's TLS
  * settings and credentials. */
 static void set_tls(KubeClient *c, CURL *h)

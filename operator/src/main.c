@@ -25,7 +25,7 @@
 /* Set by a signal or a lost lease. The main thread and a standby's leader_acquire wait on
  * it rather than polling it: a 20 ms poll, 50 wake-ups a second for the life of the
  * process, was most of an idle operator's CPU. */
-static ClockStop g_stop = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* cv made in main */
+static ClockStop g_stop; /* made in main, before the signal thread */
 static volatile int g_lost;
 static Controller *g_controller;
 #define STOPPING() clock_stop_is_set(&g_stop)
@@ -283,7 +283,7 @@ int main(int argc, char **argv)
     olog_set_level(op.opt.log_level);
     metrics_init();
     tune_malloc();
-    clock_cond_init(&g_stop.cv);
+    clock_stop_init(&g_stop);
     start_signal_thread();
     if (load_kubeconfig(&op) != 0) return 2;
     int exit_code = start_servers(&op) == 0 ? run_controller(&op) : 1;
