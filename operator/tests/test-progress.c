@@ -364,41 +364,6 @@ static void nap(double s)
 #define JOBS "/apis/kubetrain.dev/v1alpha1/namespaces/default/trainingjobs"
 #define PODS "/api/v1/namespaces/default/pods"
 
-/* A Running job NAME of attempt 0 (spec.command when COMMAND) and its Running chief
- * (worker 0) on 127.0.0.1, naming `port` as its metrics port. */
-static void make_job(FakeApi *api, const char *name, int command, int port)
-{
-    char buf[2048], path[256];
-    snprintf(buf, sizeof buf,
-             "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
-             "\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\"},\"spec\":{%s}}",
-             name, command ? "\"command\":[\"python\",\"train.py\"]" : "");
-    cJSON *j = fakeapi_create(api, JOBS, buf);
-    assert_non_null(j);
-    jsonx_set(j, "status", cJSON_Parse("{\"phase\":\"Running\",\"attempt\":0}"));
-    snprintf(path, sizeof path, JOBS "/%s", name);
-    assert_int_equal(fakeapi_put(api, path, j), 0);
-    cJSON_Delete(j);
-    snprintf(buf, sizeof buf,
-             "{\"metadata\":{\"name\":\"%s-worker-0\",\"namespace\":\"default\","
-             "\"labels\":{\"kubetrain.dev/job-name\":\"%s\",\"kubetrain.dev/role\":\"worker\","
-             "\"kubetrain.dev/replica-index\":\"0\"},"
-             "\"annotations\":{\"kubetrain.dev/attempt\":\"0\",\"kubetrain.dev/metrics-port\":"
-             "\"%d\"}},\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\"}}",
-             name, name, port);
-    cJSON_Delete(fakeapi_create(api, PODS, buf));
-}
-
-/* Whether the informer's copy of job `name` is in phase `phase`. */
-static int job_phase_cached(Informer *jobs, const char *name, const char *phase)
-{
-    cJSON *j = informer_get(jobs, "default", name);
-    const char *ph = jsonx_str(j, "status.phase");
-    int is = ph && strcmp(ph, phase) == 0;
-    cJSON_Delete(j);
-    return is;
-}
-
 /* Pod NAME of job JOB, attempt 0, Running on 127.0.0.1 in role ROLE (index 0), naming
  * `port` as its metrics port; `cluster`: its kubetrain.dev/cluster annotation, or NULL. */
 static void make_pod(FakeApi *api, const char *name, const char *job, const char *role,
@@ -414,6 +379,35 @@ static void make_pod(FakeApi *api, const char *name, const char *job, const char
              "\"%d\"%s}},\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\"}}",
              name, job, role, port, extra);
     cJSON_Delete(fakeapi_create(api, PODS, buf));
+}
+
+/* A Running job NAME of attempt 0 (spec.command when COMMAND) and its Running chief
+ * (worker 0) on 127.0.0.1, naming `port` as its metrics port. */
+static void make_job(FakeApi *api, const char *name, int command, int port)
+{
+    char buf[2048], path[256];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+             "\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\"},\"spec\":{%s}}",
+             name, command ? "\"command\":[\"python\",\"train.py\"]" : "");
+    cJSON *j = fakeapi_create(api, JOBS, buf);
+    assert_non_null(j);
+    jsonx_set(j, "status", cJSON_Parse("{\"phase\":\"Running\",\"attempt\":0}"));
+    snprintf(path, sizeof path, JOBS "/%s", name);
+    assert_int_equal(fakeapi_put(api, path, j), 0);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s-worker-0", name);
+    make_pod(api, path, name, "worker", NULL, port);
+}
+
+/* Whether the informer's copy of job `name` is in phase `phase`. */
+static int job_phase_cached(Informer *jobs, const char *name, const char *phase)
+{
+    cJSON *j = informer_get(jobs, "default", name);
+    const char *ph = jsonx_str(j, "status.phase");
+    int is = ph && strcmp(ph, phase) == 0;
+    cJSON_Delete(j);
+    return is;
 }
 
 static long job_step(FakeApi *api, const char *name)
