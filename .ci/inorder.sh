@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # inorder.sh — sourced by .ci/taprun and .ci/fuzzrun: run N tasks, up to JOBS at once,
 # and show each task's result in the order given, as soon as it and those before it end.
 
