@@ -25,6 +25,10 @@ DEPFLAGS  = -MMD -MP
 KT_CACHE ?= $(HOME)/.cache/kubetrain
 export KT_CACHE
 
+# Targets that run tests build what they run first with this many compilations at once
+# ($(MAKE) -j$(NPROC) on their build target), then run the tests as they say.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+
 # Test objects are intermediate files to make; keep them so a rerun rebuilds nothing.
 .SECONDARY:
 
@@ -47,8 +51,13 @@ run: all
 	    --metrics-file $(BUILD)/run/metrics.jsonl $(RUN_ARGS)
 
 # Every test program prints TAP; .ci/taprun runs them and prints the closing tally.
-test: all $(TEST_PROGRAMS)
+# What they need is built first, NPROC compilations at once (test-build); the tests
+# themselves run as taprun says, one at a time.
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) test-build
 	@bash .ci/taprun $(TEST_PROGRAMS)
+test-build: all $(filter $(BUILD)/%,$(TEST_PROGRAMS))
+.PHONY: test-build
 
 bench: all $(BENCH_TARGETS)
 

@@ -71,6 +71,8 @@ $(VG_DIR)/run/%.sh: $(VG_DIR)/tests/% .ci/valgrind.mk
 	    'KT_TEST_REFERENCE_MODELS="$(VG_REFERENCE_MODELS)"' > $@
 	@echo 'exec valgrind $(VG_FLAGS) -q $< "$$@"' >> $@
 
-valgrind: $(VG_TESTS:%=$(VG_DIR)/run/%.sh)
-	@TAPRUN_JOBS=$(VG_JOBS) bash .ci/taprun $^
+VG_RUNS = $(VG_TESTS:%=$(VG_DIR)/run/%.sh)
+valgrind:
+	@$(MAKE) --no-print-directory -j$(NPROC) $(VG_RUNS)
+	@TAPRUN_JOBS=$(VG_JOBS) bash .ci/taprun $(VG_RUNS)
 .PHONY: valgrind

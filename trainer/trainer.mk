@@ -120,7 +120,7 @@ $(EMUL_DIR)/trainer/%.o: trainer/%.c | deps
 $(EMUL_TRAINER): $(EMUL_COBJS) $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -o $@ $^ $(TRAINER_LIBS)
-test: $(EMUL_TRAINER)
+test-build: $(EMUL_TRAINER)
 -include $(EMUL_DIR)/*.d $(EMUL_COBJS:.o=.d)
 
 # What --version prints (main.c): the VERSION file at the top, which also tags the images.
