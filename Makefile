@@ -25,9 +25,11 @@ DEPFLAGS  = -MMD -MP
 KT_CACHE ?= $(HOME)/.cache/kubetrain
 export KT_CACHE
 
-# Targets that run tests build what they run first with this many compilations at once
-# ($(MAKE) -j$(NPROC) on their build target), then run the tests as they say.
+# Targets that run tests build what they run first with `$(MAKE) $(ALL_CORES) TARGETS`,
+# NPROC compilations at once, then run the tests as they say. $(MAKE) stays written out
+# in those recipes: make recognises a sub-make (and passes -n on to it) only so.
 NPROC := $(shell nproc 2>/dev/null || echo 1)
+ALL_CORES := --no-print-directory -j$(NPROC)
 
 # Test objects are intermediate files to make; keep them so a rerun rebuilds nothing.
 .SECONDARY:
@@ -54,7 +56,7 @@ run: all
 # What they need is built first, NPROC compilations at once (test-build); the tests
 # themselves run as taprun says, one at a time.
 test:
-	@$(MAKE) --no-print-directory -j$(NPROC) test-build
+	@$(MAKE) $(ALL_CORES) test-build
 	@bash .ci/taprun $(TEST_PROGRAMS)
 test-build: all $(filter $(BUILD)/%,$(TEST_PROGRAMS))
 .PHONY: test-build

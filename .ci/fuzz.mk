@@ -77,7 +77,7 @@ $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/s
 
 fuzz-targets: $(FUZZ_BINS) $(FUZZ_DIR)/seeds/.stamp
 fuzz:
-	@$(MAKE) --no-print-directory -j$(NPROC) fuzz-targets
+	@$(MAKE) $(ALL_CORES) fuzz-targets
 	@bash .ci/fuzzrun --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) --dir $(FUZZ_DIR) \
 	    $(if $(FUZZ_JSON),--json $(FUZZ_JSON)) \
 	    $(foreach t,$(FUZZ_TARGETS),$(t):$(FUZZ_MAXLEN_$(t)))

@@ -73,6 +73,6 @@ $(VG_DIR)/run/%.sh: $(VG_DIR)/tests/% .ci/valgrind.mk
 
 VG_RUNS = $(VG_TESTS:%=$(VG_DIR)/run/%.sh)
 valgrind:
-	@$(MAKE) --no-print-directory -j$(NPROC) $(VG_RUNS)
+	@$(MAKE) $(ALL_CORES) $(VG_RUNS)
 	@TAPRUN_JOBS=$(VG_JOBS) bash .ci/taprun $(VG_RUNS)
 .PHONY: valgrind

@@ -59,7 +59,7 @@ $(BUILD)/tsan/tests/test-%: operator/tests/test-%.c $(OPERATOR_SRCS) \
 	    -lcmocka $(OPERATOR_LIBS)
 OPERATOR_TSAN_BINS := $(OPERATOR_TSAN_TESTS:%=$(BUILD)/tsan/tests/test-%)
 test-operator-tsan:
-	@$(MAKE) --no-print-directory -j$(NPROC) $(OPERATOR_TSAN_BINS)
+	@$(MAKE) $(ALL_CORES) $(OPERATOR_TSAN_BINS)
 	@TSAN_OPTIONS=halt_on_error=1 bash .ci/taprun $(OPERATOR_TSAN_BINS)
 .PHONY: test-operator-tsan
 TEST_PROGRAMS += $(sort $(wildcard operator/tests/integration/test-*.sh))
