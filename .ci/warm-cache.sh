@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# .ci/warm-cache.sh: builds what the tests would otherwise build on first use, into the
+# machine cache ($KT_CACHE), so that on a cold machine the builds use the CPU the tests
+# leave idle instead of holding the tests up one by one. .ci/run starts it in the
+# background, at the lowest CPU and I/O priority, beside `make test`, and waits for it at
+# the end. Two lanes at once:
+#   go    the Go programs, in the order the tests first need them: CoreDNS, the
+#         Kubernetes api binaries, kwok, helm, the rest of the Kubernetes binaries,
+#         Kueue, prometheus-operator (each script's lock serialises it with a test that
+#         asks for the same program meanwhile: the test waits for this build, which then
+#         has the CPU the waiting test leaves);
+#   pip   the Python venvs of bench/pyvenv.sh that tests use (downloads, mostly), then
+#         the images of the scenario suite (make images image-tensorflow, as
+#         e2e/tests/test-scenarios.sh makes them: Docker's layer cache then has them).
+# Each step's output goes to build/ci-warm/<step>.log; one line per step says how long it
+# took and whether it failed. A failure here is only reported: the test that needs the
+# program builds it again and fails with the reason. Exit status 0.
+set -uo pipefail # no -e: a failed step is reported and the next one runs
+cd "$(dirname "$0")/.." || exit 1
+# Started as the leader of its own session (setsid, as .ci/run does), it is also in an
+# autogroup of its own where the kernel has them (/proc/sys/kernel/sched_autogroup_enabled),
+# and autogroups share the CPU equally whatever their processes' nice: the group's own
+# nice goes to 19 too, or the builds would take half the CPU from the tests (seen:
+# CPU-bound tests took twice as long). Not when it shares a session, such as a terminal's.
+read -r -a stat </proc/self/stat
+[ "${stat[5]}" = "$BASHPID" ] && echo 19 2>/dev/null >/proc/self/autogroup
+log=build/ci-warm
+mkdir -p "$log"
+
+# step NAME CMD...: runs CMD, output to $log/NAME.log, and says how it went.
+step() {
+  local name=$1 t=$SECONDS
+  shift
+  if "$@" >"$log/$name.log" 2>&1; then
+    echo "warm-cache: $name took $((SECONDS - t))s"
+  else
+    echo "warm-cache: $name FAILED after $((SECONDS - t))s (build/ci-warm/$name.log)"
+  fi
+}
+
+go_lane() {
+  step coredns bash e2e/cluster/build-coredns.sh
+  step k8s-api bash e2e/cluster/build-k8s.sh api
+  step kwok bash e2e/cluster/build-kwok.sh
+  step helm bash charts/build-helm.sh
+  step k8s-full bash e2e/cluster/build-k8s.sh full
+  step kueue bash e2e/cluster/build-kueue.sh
+  step prometheus-operator bash charts/tests/prometheus-operator.sh operator
+}
+
+# The same venvs, modules and packages as the tests that use them.
+pip_lane() {
+  step venv-report bash bench/pyvenv.sh venv-report matplotlib matplotlib
+  step venv-tb bash bench/pyvenv.sh venv-tb \
+    tensorboard.backend.event_processing.event_accumulator tensorboard
+  step venv-tf bash bench/pyvenv.sh venv-tf tf_keras tensorflow-cpu tf-keras
+  step images make --no-print-directory images image-tensorflow
+}
+
+go_lane &
+pip_lane &
+wait
+exit 0
