@@ -460,10 +460,12 @@ def gang_kueue_section(src):
                     [[m, sum(1 for r in d["runs"] if r["mode"] == m), med.get(m, ""),
                       st.get(m, ""), sched.get(m, ""), cstart.get(m, ""), failed.get(m, "")]
                      for m in modes]), "",
-              "Ratio gang+kueue / plain: %s to rendezvous, %s to both started (target <= %s)." %
+              "Ratio gang+kueue / plain: %s to rendezvous, %s to both started (%s)." %
               (fmt(sm.get("ratio_gang_kueue_over_plain")),
                fmt(sm.get("started_ratio_gang_kueue_over_plain")),
-               fmt(d.get("targets", {}).get("ratio_gang_kueue_over_plain"))), ""]
+               "a traced run, the audit log's cost in its times: not the target's (<= %s)"
+               if d.get("trace") else "target <= %s") %
+              fmt(d.get("targets", {}).get("ratio_gang_kueue_over_plain")), ""]
     pr = sm.get("paired_ratio_gang_kueue_over_plain")
     if pr:  # from bc0258e's method on
         lines += ["Paired by round (gang+kueue / plain of the same round): median %s; %s of %s "
@@ -488,6 +490,12 @@ def gang_kueue_section(src):
         lines += ["Other runs (ratio to rendezvous):", "",
                   table(["run", "date", "operator image", "ratio of medians",
                          "paired median"], others), ""]
+    for m, t in sorted(d.get("trace", {}).items()):  # BENCH_TRACE=1: the audit log's steps
+        lines += ["Trace, %s (%s runs; medians, ms after the TrainingJob's create was "
+                  "received):" % (m, t.get("runs")), "",
+                  table(["step", "runs", "received ms", "answered ms", "took ms"],
+                        [[x["step"], x["runs"], x["received_ms"], x["answered_ms"],
+                          x["took_ms"]] for x in t.get("steps", [])]), ""]
     rows = [[r["mode"], r["run"], r["seconds"], r["started"], r.get("scheduled", ""),
              r.get("failed_scheduling", ""), r.get("facts", "")] for r in d["runs"]]
     lines += [table(["mode", "run", "apply->rendezvous s", "apply->started s",

@@ -27,6 +27,12 @@
 # kube-controller-manager (the PodGroup protection controller) and kube-scheduler (the
 # GangScheduling plugin), and the group version in the apiserver's --runtime-config.
 # KT_WORKLOAD_API=off leaves them out: a cluster without the API, as most are today.
+# KT_AUDIT=on writes an audit log of the writes that start a job (.run/logs/audit.log,
+# JSON lines, policy in .run/audit-policy.yaml): creates, updates, patches and deletes of
+# pods (with their bindings), TrainingJobs, PodGroups and Kueue Workloads, each with
+# when the API server received and answered it, the user and the user agent; nothing
+# else. For tracing where a job's start-up goes (operator/bench/gang-kueue.sh
+# BENCH_TRACE=1); it costs every such write a line in a file, so benchmarks leave it off.
 # Running it when the same level is already up and healthy does nothing and succeeds;
 # a stale or broken .run is torn down first. Exit status 0 when the cluster is ready.
 # shellcheck disable=SC2154 # free_port sets the *_port variables through a nameref
@@ -46,6 +52,10 @@ case ${KT_WORKLOAD_API:-on} in
        api_workload_flags=("${gate_flags[@]}" --runtime-config "$K8S_WORKLOAD_GROUP=true") ;;
   off) gate_flags=(); api_workload_flags=() ;;
   *)   kt_die "KT_WORKLOAD_API must be on or off, got '$KT_WORKLOAD_API'" ;;
+esac
+case ${KT_AUDIT:-off} in
+  on|off) ;;
+  *) kt_die "KT_AUDIT must be on or off, got '$KT_AUDIT'" ;;
 esac
 
 # kt_pid_alive NAME: true when .run/pids/NAME.pid names a live process of that binary.
@@ -255,6 +265,32 @@ start etcd "$bin/etcd" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
   --initial-cluster-state new --quota-backend-bytes 2147483648 --log-level warn
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
+# --- audit (KT_AUDIT=on) ----------------------------------------------------------------
+# Metadata level (no bodies), stage ResponseComplete only: one line per write, with
+# requestReceivedTimestamp and stageTimestamp in microseconds.
+audit_flags=()
+if [ "${KT_AUDIT:-off}" = on ]; then
+  cat > "$KT_RUN/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    verbs: [get, list, watch]
+  - level: Metadata
+    verbs: [create, update, patch, delete]
+    resources:
+      - {group: "", resources: [pods, pods/binding, pods/status]}
+      - {group: kubetrain.dev, resources: [trainingjobs, trainingjobs/status]}
+      - {group: scheduling.k8s.io, resources: [podgroups]}
+      - {group: kueue.x-k8s.io, resources: [workloads, workloads/status]}
+  - level: None
+EOF
+  audit_flags=(--audit-policy-file "$KT_RUN/audit-policy.yaml"
+    --audit-log-path "$KT_RUN/logs/audit.log" --audit-log-format json
+    --audit-log-maxbackup 1 --audit-log-maxsize 200)
+fi
+
 # --- kube-apiserver -----------------------------------------------------------------
 # api: bound to loopback, it cannot publish itself as the endpoint of the "kubernetes"
 # Service (loopback addresses are refused there), so it does not try: nothing at this
@@ -287,7 +323,7 @@ start kube-apiserver "$bin/kube-apiserver" \
   --authorization-mode RBAC,Node \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --allow-privileged=true \
-  "${api_workload_flags[@]}" \
+  "${api_workload_flags[@]}" "${audit_flags[@]}" \
   --profiling=false
 wait_for kube-apiserver "$bin/kubectl" --kubeconfig "$KT_RUN/kubeconfig" get --raw /readyz
 

@@ -21,6 +21,11 @@
 # kubectl processes, ~0.1 s of CPU apiece, which used to land in the middle of the
 # containers' start), and BENCH_SETTLE_S (default 2) after a job's pods are gone, while
 # the node and Kueue finish tearing it down.
+# BENCH_TRACE=1 runs the same rounds on a cluster with the API server's audit log on
+# (up.sh KT_AUDIT=on) and adds to the JSON (default bench/results/gang-kueue-trace.json)
+# where each mode's start-up goes: every write to a job's objects from the apply to the
+# rendezvous, who made it and when, medians per mode (operator/bench/audit-chain.py). The
+# audit log costs each of those writes a little, so a traced run is not the target's.
 #
 # Holds /tmp/kt-full-cluster.lock from bring-up to teardown (one full-level cluster per
 # machine; operator/bench/full-cluster.sh). Needs root and the images in the local Docker
@@ -38,7 +43,12 @@ QUIET=${BENCH_QUIET_S:-3}
 SETTLE=${BENCH_SETTLE_S:-2}
 OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
 TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
-out=${BENCH_OUT:-bench/results/gang-kueue.json}
+TRACE=${BENCH_TRACE:-0}
+case $TRACE in
+  0) out=${BENCH_OUT:-bench/results/gang-kueue.json} ;;
+  1) out=${BENCH_OUT:-bench/results/gang-kueue-trace.json}; export KT_AUDIT=on ;;
+  *) echo "BENCH_TRACE must be 0 or 1, got '$TRACE'" >&2; exit 2 ;;
+esac
 dir=$PWD/build/bench/gang-kueue
 export KT_RUN=$dir/run
 NS=kt-bench
@@ -110,7 +120,8 @@ failed_scheduling() {
   done
   echo "$n"
 }
-# one NAME MODE: prints "seconds<TAB>started<TAB>scheduled<TAB>failed<TAB>facts" or fails.
+# one NAME MODE: prints "seconds<TAB>started<TAB>scheduled<TAB>failed<TAB>facts<TAB>t0"
+# (t0: the apply's start, epoch seconds) or fails.
 one() {
   local name=$1 mode=$2 t0 end r0="" r1="" s0 s1 p0 p1 facts
   t0=$(date +%s.%N)
@@ -133,8 +144,8 @@ one() {
   awk -v a="$t0" -v b="$r0" -v c="$r1" -v d="$s0" -v e="$s1" -v g="$p0" -v h="$p1" \
     -v n="$(failed_scheduling "$name")" -v f="$facts" 'BEGIN {
       m = b > c ? b : c; s = d > e ? d : e; p = g > h ? g : h
-      printf "%.3f\t%.3f\t%s\t%d\t%s\n", m - a, s - a,
-        (g == "" || h == "") ? "null" : sprintf("%.3f", p - a), n, f }'
+      printf "%.3f\t%.3f\t%s\t%d\t%s\t%.6f\n", m - a, s - a,
+        (g == "" || h == "") ? "null" : sprintf("%.3f", p - a), n, f, a }'
 }
 # cleanup_job NAME: the job and its pods gone (Kueue's finalizer released).
 cleanup_job() {
@@ -150,7 +161,8 @@ cleanup_job() {
 }
 
 MODES=(gang+kueue plain gang kueue)
-printf 'mode\trun\tseconds\tstarted\tscheduled\tfailed_scheduling\tfacts\n' >"$dir/runs.tsv"
+printf 'mode\trun\tseconds\tstarted\tscheduled\tfailed_scheduling\tfacts\tt0\tname\n' \
+  >"$dir/runs.tsv"
 i=0
 for r in $(seq 0 "$RUNS"); do
   for m in 0 1 2 3; do
@@ -158,11 +170,13 @@ for r in $(seq 0 "$RUNS"); do
     name=b$i-${mode/+/-}; i=$((i + 1))
     if res=$(one "$name" "$mode"); then
       log "run $r $mode: $res"
-      [ "$r" = 0 ] || printf '%s\t%s\t%s\n' "$mode" "$r" "$res" >>"$dir/runs.tsv"
+      [ "$r" = 0 ] || printf '%s\t%s\t%s\t%s\n' "$mode" "$r" "$res" "$name" >>"$dir/runs.tsv"
     else
       log "run $r $mode: no rendezvous within 180 s"
       kn get pods -o wide >&2; kn describe tj "$name" | tail -n 20 >&2
-      [ "$r" = 0 ] || printf '%s\t%s\tnull\tnull\tnull\t0\tfailed\n' "$mode" "$r" >>"$dir/runs.tsv"
+      [ "$r" = 0 ] ||
+        printf '%s\t%s\tnull\tnull\tnull\t0\tfailed\tnull\t%s\n' "$mode" "$r" "$name" \
+          >>"$dir/runs.tsv"
     fi
     cleanup_job "$name"
   done
@@ -170,13 +184,20 @@ done
 kubever=$(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)
 kueuever=$(. e2e/cluster/versions.env && echo "$KUEUE_VERSION")
 cluster_s=$(( $(date +%s) - T0 ))
+trace=""
+if [ "$TRACE" = 1 ]; then
+  cp "$KT_RUN/logs/audit.log" "$dir/audit.log"
+  trace=$dir/trace.json
+  python3 operator/bench/audit-chain.py "$dir/audit.log" "$dir/runs.tsv" "$NS" >"$trace" ||
+    die "audit-chain.py failed on $dir/audit.log"
+fi
 
 python3 - "$dir/runs.tsv" "$out" "$RUNS" "$kubever" "$kueuever" "$(image_id "$OP_IMAGE")" \
   "$(image_id "$TR_IMAGE")" "$cluster_s" "$commit" "${BENCH_NOTE:-}" "${BENCH_BEFORE:-}" \
-  "$QUIET" "$SETTLE" <<'PY'
+  "$QUIET" "$SETTLE" "$trace" <<'PY'
 import csv, datetime, json, os, platform, statistics, sys
 (tsv, out, runs, kubever, kueuever, opimg, trimg, cluster_s, commit, note, before, quiet,
- settle) = sys.argv[1:14]
+ settle, trace) = sys.argv[1:15]
 rows = list(csv.DictReader(open(tsv), delimiter="\t"))
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
             if l.startswith("model name")), "?")
@@ -289,6 +310,14 @@ doc = {
                 "container_start_median_s": med_after,
                 "runs_with_failed_scheduling": failed_runs},
 }
+if trace:
+    doc["benchmark"] += "; traced: the API server's audit log on (KT_AUDIT=on)"
+    doc["definitions"]["trace"] = (
+        "operator/bench/audit-chain.py: per mode, the writes to a job's objects between the "
+        "apply and the rendezvous that at least half of its runs made, each with the medians "
+        "of when the API server received it and answered it (ms after it received the "
+        "TrainingJob's create) and how long it took; 'example' is one run step by step")
+    doc["trace"] = json.load(open(trace))
 if note:
     doc["note"] = note
 if before:
