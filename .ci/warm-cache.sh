@@ -34,7 +34,7 @@ step() {
   if "$@" >"$log/$name.log" 2>&1; then
     echo "warm-cache: $name took $((SECONDS - t))s"
   else
-    echo "warm-cache: $name FAILED after $((SECONDS - t))s (build/ci-warm/$name.log)"
+    echo "warm-cache: $name FAILED after $((SECONDS - t))s ($log/$name.log)"
   fi
 }
 

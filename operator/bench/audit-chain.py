@@ -66,6 +66,8 @@ def main():
         ref = ev.get("objectRef") or {}
         if ev.get("stage") != "ResponseComplete" or ref.get("namespace") != ns:
             continue
+        ev["rx"] = epoch(ev["requestReceivedTimestamp"])  # parsed once, read per job
+        ev["done"] = epoch(ev["stageTimestamp"])
         events.append(ev)
     rows = [r for r in csv.DictReader(open(tsv), delimiter="\t") if r["seconds"] != "null"]
     per_mode = collections.defaultdict(list)  # mode -> [ [step dicts], ... ]
@@ -74,14 +76,14 @@ def main():
         mine = [e for e in events
                 if (e["objectRef"].get("name", "") == job or
                     e["objectRef"].get("name", "").startswith(job + "-"))
-                and t0 <= epoch(e["requestReceivedTimestamp"]) <= end]
-        mine.sort(key=lambda e: e["requestReceivedTimestamp"])
+                and t0 <= e["rx"] <= end]
+        mine.sort(key=lambda e: e["rx"])
         create = next((e for e in mine if e["objectRef"]["resource"] == "trainingjobs"
                        and e["verb"] in ("create", "patch")
                        and not e["objectRef"].get("subresource")), None)
         if create is None:
             continue
-        base = epoch(create["requestReceivedTimestamp"])
+        base = create["rx"]
         seen = collections.Counter()
         steps = []
         for e in mine:
@@ -89,7 +91,7 @@ def main():
             seen[s] += 1
             if seen[s] > 1:
                 s += f" #{seen[s]}"
-            rx, done = epoch(e["requestReceivedTimestamp"]), epoch(e["stageTimestamp"])
+            rx, done = e["rx"], e["done"]
             steps.append({"step": s, "received_ms": round((rx - base) * 1000, 1),
                           "answered_ms": round((done - base) * 1000, 1),
                           "took_ms": round((done - rx) * 1000, 1),
