@@ -48,12 +48,11 @@ go_lane() {
   step prometheus-operator bash charts/tests/prometheus-operator.sh operator
 }
 
-# The same venvs, modules and packages as the tests that use them.
+# The venvs the tests use (bench/pyvenv.sh names their packages).
 pip_lane() {
-  step venv-report bash bench/pyvenv.sh venv-report matplotlib matplotlib
-  step venv-tb bash bench/pyvenv.sh venv-tb \
-    tensorboard.backend.event_processing.event_accumulator tensorboard
-  step venv-tf bash bench/pyvenv.sh venv-tf tf_keras tensorflow-cpu tf-keras
+  step venv-report bash bench/pyvenv.sh venv-report
+  step venv-tb bash bench/pyvenv.sh venv-tb
+  step venv-tf bash bench/pyvenv.sh venv-tf
   step images make --no-print-directory images image-tensorflow
 }
 

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# bench/pyvenv.sh NAME MODULE PACKAGE...
-# Prints the Python of the venv $KT_CACHE/NAME in which `import MODULE` works, making it
-# first (python3 -m venv, pip install PACKAGE...) when it is missing; exits non-zero,
-# saying why on stderr, when it cannot (no python3-venv, no package index). The
-# bench report (matplotlib) and the TensorBoard test (tensorboard) use it.
+# bench/pyvenv.sh NAME
+# Prints the Python of the venv $KT_CACHE/NAME, making it first (python3 -m venv, pip
+# install its packages) when its module does not import; exits non-zero, saying why on
+# stderr, when it cannot (no python3-venv, no package index). The one list of the venvs
+# that tests, benchmarks and .ci/warm-cache.sh share, so that each is made with the same
+# packages whoever makes it first:
+#   venv-report  matplotlib                       the bench report (bench/report.py)
+#   venv-tb      tensorboard                      the TensorBoard test and screenshot
+#   venv-tf      tensorflow-cpu, tf-keras         the TensorFlow examples, bench-trainer
+#   venv-torch   torch                            bench-allreduce's PyTorch peer
 set -euo pipefail
-[ $# -ge 3 ] || { echo "usage: $0 NAME MODULE PACKAGE..." >&2; exit 2; }
-name=$1 module=$2; shift 2
+[ $# = 1 ] || { echo "usage: $0 venv-report|venv-tb|venv-tf|venv-torch" >&2; exit 2; }
+name=$1
+case $name in
+  venv-report) module=matplotlib; packages=(matplotlib) ;;
+  venv-tb) module=tensorboard.backend.event_processing.event_accumulator; packages=(tensorboard) ;;
+  venv-tf) module=tf_keras; packages=(tensorflow-cpu tf-keras) ;;
+  venv-torch) module=torch; packages=(torch) ;;
+  *) echo "$0: no venv named '$name' (venv-report, venv-tb, venv-tf, venv-torch)" >&2; exit 2 ;;
+esac
 cache=${KT_CACHE:-$HOME/.cache/kubetrain}
 venv=$cache/$name
 ready() { "$venv/bin/python" -c "import $module" 2>/dev/null; }
@@ -15,8 +27,8 @@ if ! ready; then
   exec 9>"$cache/.$name.lock"
   flock 9
   if ! ready; then
-    echo "creating $venv (pip install $*)" >&2
-    { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "$@"; } \
+    echo "creating $venv (pip install ${packages[*]})" >&2
+    { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "${packages[@]}"; } \
       >"$cache/pip-$name.log" 2>&1 ||
       { echo "cannot create $venv: see $cache/pip-$name.log" >&2; exit 1; }
     ready || { echo "$venv cannot import $module: see $cache/pip-$name.log" >&2; exit 1; }

@@ -7,7 +7,7 @@
 set -euo pipefail
 trainer=${1:?usage: $0 TRAINER OUT.png} out=${2:?usage: $0 TRAINER OUT.png}
 command -v chromium >/dev/null || { echo "$0: needs Debian's chromium (apt-get install chromium)" >&2; exit 1; }
-py=$(bash "$(dirname "$0")/pyvenv.sh" venv-tb tensorboard.backend.event_processing.event_accumulator tensorboard)
+py=$(bash "$(dirname "$0")/pyvenv.sh" venv-tb)
 work=$(mktemp -d)
 tb=
 cleanup() { [ -n "$tb" ] && kill "$tb" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }

@@ -104,6 +104,6 @@ BENCH_TARGETS += bench-operator-scale
 # Regenerates operator/tests/reference/tfconfig-roles.json, the TF_CONFIG of each pod for
 # chief/worker/ps/evaluator role combinations and what TensorFlow's TFConfigClusterResolver
 # makes of it (operator/tests/reference/gen_tfconfig.py; commit the result).
-reference-tfconfig: $(TF_VENV)/.installed
-	$(TF_VENV)/bin/python operator/tests/reference/gen_tfconfig.py
+reference-tfconfig:
+	tf=$$(bash bench/pyvenv.sh venv-tf) && $$tf operator/tests/reference/gen_tfconfig.py
 .PHONY: reference-tfconfig

@@ -137,23 +137,21 @@ trainer: $(TRAINER_BIN)
 # loopback exchange limit, AR_ROUNDS turns each; torch (CPU use) lives in a venv under
 # $(KT_CACHE).
 AR_ROUNDS ?= 5
-TORCH_VENV := $(KT_CACHE)/venv-torch
 BENCH_TARGETS += bench-allreduce
 $(BUILD)/bin/bench-allreduce: $(BUILD)/opt/trainer/bench/bench-allreduce.o $(TRAINER_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(OPTFLAGS) -o $@ $^ $(TRAINER_LIBS)
-$(TORCH_VENV)/bin/python:
-	python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/pip install -q torch
-bench-allreduce: $(BUILD)/bin/bench-allreduce $(TORCH_VENV)/bin/python
+bench-allreduce: $(BUILD)/bin/bench-allreduce
 	@mkdir -p bench/results
-	$(BUILD)/bin/bench-allreduce --python $(TORCH_VENV)/bin/python --rounds $(AR_ROUNDS) \
+	torch=$$(bash bench/pyvenv.sh venv-torch) && \
+	$(BUILD)/bin/bench-allreduce --python $$torch --rounds $(AR_ROUNDS) \
 	    --out bench/results/allreduce.json
 .PHONY: bench-allreduce
 
-# Benchmark: kubetrain vs TensorFlow/Keras, PyTorch (CPU, $(TORCH_VENV)) and the GEMM floor
+# Benchmark: kubetrain vs TensorFlow/Keras, PyTorch (CPU, venv-torch) and the GEMM floor
 # (trainer/bench/bench_trainer.py).
-# TensorFlow comes from PyPI into a venv under $(KT_CACHE), made once.
-TF_VENV      := $(KT_CACHE)/venv-tf
+# TensorFlow and PyTorch come from PyPI into venvs under $(KT_CACHE), made once by
+# bench/pyvenv.sh.
 GEMM_FLOOR   := $(BUILD)/bench/gemm_floor
 FASHION_DIR  ?= /usr/share/datasets/fashion-mnist
 BENCH_TARGETS += bench-trainer
@@ -166,18 +164,15 @@ $(GEMM_FLOOR): $(GEMM_FLOOR_SRCS) $(GEMM_STAMP) | deps
 	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_INC) $(GEMM_CFLAGS_$(GEMM)) -o $@ \
 	    $(GEMM_FLOOR_SRCS) $(GEMM_LIBS_$(GEMM))
 
-$(TF_VENV)/.installed:
-	python3 -m venv $(TF_VENV)
-	$(TF_VENV)/bin/pip install --quiet tensorflow-cpu
-	@touch $@
-
-bench-trainer: $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/.installed $(TORCH_VENV)/bin/python
-	python3 trainer/bench/bench_trainer.py $(TRAINER_BIN) $(GEMM_FLOOR) $(TF_VENV)/bin/python \
-	    $(FASHION_DIR) bench/results/trainer-core.json $(TORCH_VENV)/bin/python
+bench-trainer: $(TRAINER_BIN) $(GEMM_FLOOR)
+	tf=$$(bash bench/pyvenv.sh venv-tf) && torch=$$(bash bench/pyvenv.sh venv-torch) && \
+	python3 trainer/bench/bench_trainer.py $(TRAINER_BIN) $(GEMM_FLOOR) $$tf \
+	    $(FASHION_DIR) bench/results/trainer-core.json $$torch
 
 # Regenerates trainer/tests/reference/reference.json with TensorFlow (commit the result).
-reference-trainer: $(TF_VENV)/.installed
-	$(TF_VENV)/bin/python trainer/tests/reference/gen_reference.py $(FASHION_DIR)
+reference-trainer:
+	tf=$$(bash bench/pyvenv.sh venv-tf) && \
+	$$tf trainer/tests/reference/gen_reference.py $(FASHION_DIR)
 
 .PHONY: bench-trainer reference-trainer
 
@@ -186,11 +181,9 @@ reference-trainer: $(TF_VENV)/.installed
 # checkpoint cost and peak RSS. DIST_ROUNDS interleaved rounds, medians reported.
 DIST_ROUNDS ?= 1
 BENCH_TARGETS += bench-distributed
-$(TF_VENV)/.tf-keras: $(TF_VENV)/.installed
-	$(TF_VENV)/bin/pip install --quiet tf-keras
-	@touch $@
-bench-distributed: $(TRAINER_BIN) $(TF_VENV)/.tf-keras
-	python3 trainer/bench/bench_distributed.py $(TRAINER_BIN) $(TF_VENV)/bin/python \
+bench-distributed: $(TRAINER_BIN)
+	tf=$$(bash bench/pyvenv.sh venv-tf) && \
+	python3 trainer/bench/bench_distributed.py $(TRAINER_BIN) $$tf \
 	    $(FASHION_DIR) bench/results/distributed.json $(DIST_ROUNDS)
 .PHONY: bench-distributed
 
@@ -276,8 +269,7 @@ GPU_BENCH_PYTHON ?= $(GPU_BENCH_TORCH)/bin/python
 GPU_BENCH_OUT    ?= bench/results/gpu-tutorial-cnn.json
 bench-gpu:
 	$(MAKE) GPU=1 BUILD=$(BUILD)/gpu $(BUILD)/gpu/bin/kubetrain-trainer
-	@test -x $(GPU_BENCH_PYTHON) || (python3 -m venv $(GPU_BENCH_TORCH) && \
-	    $(GPU_BENCH_TORCH)/bin/pip install -q torch)
+	@test -x $(GPU_BENCH_PYTHON) || bash bench/pyvenv.sh venv-torch >/dev/null
 	python3 trainer/bench/bench_gpu.py $(BUILD)/gpu/bin/kubetrain-trainer \
 	    $(GPU_BENCH_PYTHON) $(FASHION_DIR) $(GPU_BENCH_OUT)
 .PHONY: bench-gpu

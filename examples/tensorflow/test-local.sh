@@ -37,7 +37,7 @@ if [ -n "$IMAGE" ]; then
   DATA=/data
 else
   if [ -z "$PY" ] &&
-     ! PY=$(bash bench/pyvenv.sh venv-tf tf_keras tensorflow-cpu tf-keras 2>"$tmp/venv.err"); then
+     ! PY=$(bash bench/pyvenv.sh venv-tf 2>"$tmp/venv.err"); then
     tap_skip "TensorFlow examples" "no TensorFlow venv: $(tail -1 "$tmp/venv.err")"; tap_done; exit
   fi
   skip_without_data "TensorFlow examples" "$DATA"

@@ -9,7 +9,7 @@ source e2e/lib/tap.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if ! PY=$(bash bench/pyvenv.sh venv-report matplotlib matplotlib 2>"$tmp/venv.err"); then
+if ! PY=$(bash bench/pyvenv.sh venv-report 2>"$tmp/venv.err"); then
   tap_skip "bench report" "no matplotlib venv: $(tail -1 "$tmp/venv.err")"
   tap_done; exit
 fi
