@@ -78,6 +78,14 @@ bench-gang-kueue: images helm
 	@bash operator/bench/gang-kueue.sh
 BENCH_TARGETS += bench-gang-kueue
 
+# Benchmark: Kueue's admission of a group of 2 pods by itself, its plain pod group against
+# a Workload made by the client (prebuilt), no operator; full local cluster (root; held
+# under /tmp/kt-full-cluster.lock); JSON in bench/results/kueue-paths.json
+# (operator/bench/kueue-paths.sh).
+bench-kueue-paths: images helm
+	@bash operator/bench/kueue-paths.sh
+BENCH_TARGETS += bench-kueue-paths
+
 # Benchmark: live recovery against the group restart on the full local cluster (root; held
 # under /tmp/kt-full-cluster.lock): a worker pod of a 4-worker job deleted, or its trainer
 # SIGKILLed, mid-epoch; the time to the next step, steps trained twice, the replacement's
@@ -92,7 +100,7 @@ BENCH_TARGETS += bench-recovery-cluster
 bench-progress: $(OPERATOR_BIN)
 	@bash operator/bench/progress.sh
 BENCH_TARGETS += bench-progress
-.PHONY: bench-gang-kueue bench-recovery-cluster bench-progress
+.PHONY: bench-gang-kueue bench-kueue-paths bench-recovery-cluster bench-progress
 
 # Benchmark at cluster scale: 1,000 jobs x 8 workers on kwok's simulated nodes, side by
 # side with the training-operator; JSON in bench/results/operator-scale.json.
