@@ -74,7 +74,7 @@ clean:
 # bench/RESULTS.md and bench/plots/*.png from the committed bench/results/*.json; runs
 # no benchmark. matplotlib comes from a venv under $(KT_CACHE), made on first use.
 bench-report:
-	@py=$$(bash bench/pyvenv.sh venv-report matplotlib matplotlib) && "$$py" bench/report.py
+	@py=$$(bash bench/pyvenv.sh venv-report) && "$$py" bench/report.py
 .PHONY: bench-report
 
 # docs/observability.md's TensorBoard screenshot (bench/plots/tensorboard.png) from a real 2-worker
