@@ -142,6 +142,10 @@ def is_gang_kueue(d):
     return isinstance(r, list) and r and all("mode" in x and "started" in x for x in r)
 
 
+def is_kueue_paths(d):
+    return isinstance(d.get("webhooks"), dict) and "bound_median_s" in d.get("summary", {})
+
+
 def is_recovery_cluster(d):
     return d.get("benchmark") == "recovery-cluster" and isinstance(d.get("runs"), list)
 
@@ -580,6 +584,28 @@ def progress_section(src):
     return lines
 
 
+def kueue_paths_section(src):
+    d = src.doc
+    lines = section_head(src, "Kueue admission paths, no operator (%s)" % src.name)
+    if d.get("benchmark"):
+        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    sm = d["summary"]
+    modes = list(sm["bound_median_s"])
+    runs = [r for r in d.get("runs", []) if "bound_s" in r]
+    rows = []
+    for m in modes:
+        v = sorted(r["bound_s"] for r in runs if r["mode"] == m)
+        rows.append([m, sm["bound_median_s"][m], v[0] if v else "", v[-1] if v else "",
+                     sm.get("created_median_s", {}).get(m, ""),
+                     sm.get("paired_over_plain_median_s", {}).get(m, "")])
+    lines += [table(["mode", "bound s (median)", "min", "max", "created s (median)",
+                     "over plain, paired (median s)"], rows), ""]
+    wh = d["webhooks"]
+    lines += [table(["Kueue webhook", "calls", "API server's mean ms"],
+                    [[k, wh[k].get("calls", ""), wh[k].get("mean_ms", "")] for k in sorted(wh)]), ""]
+    return lines
+
+
 def operator_scale_section(src):
     d = src.doc
     lines = section_head(src, "Operator at scale (%s)" % src.name)
@@ -642,6 +668,7 @@ def main():
     gk = [s for s in sources if is_gang_kueue(s.doc)]
     pr = [s for s in sources if is_progress(s.doc)]
     rcl = [s for s in sources if is_recovery_cluster(s.doc)]
+    kp = [s for s in sources if is_kueue_paths(s.doc)]
 
     plots = []
     p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
@@ -694,6 +721,8 @@ def main():
             md += progress_section(s)
         elif s in rcl:
             md += recovery_cluster_section(s)
+        elif s in kp:
+            md += kueue_paths_section(s)
         else:
             md += unknown_section(s)
     os.makedirs(a.out, exist_ok=True)
