@@ -5,11 +5,11 @@
 # the operator and trainer images loaded, optionally Kueue, installs the chart and makes
 # the benchmark's namespace; the EXIT trap it sets tears the cluster down.
 #
-# The caller is at the repository root, has sourced e2e/cluster/lib.sh and set:
+# The caller is at the repository root, has sourced e2e/cluster/lib.sh, called
+# full_cluster_vars (or set OP_IMAGE and TR_IMAGE itself) and set:
 #   BENCH_NAME  for messages (bench-gang-kueue)
 #   dir         the benchmark's build directory, for the logs of each step
 #   NS          the namespace of the benchmark's jobs
-#   OP_IMAGE, TR_IMAGE  the operator and trainer images in the local Docker
 #   KT_RUN      (exported) where the cluster's state goes
 # Afterwards: KUBECONFIG and KT_K8S_BIN (the cluster's env), T0 (its start, epoch seconds),
 # k and kn (kubectl, kn in $NS).
@@ -18,6 +18,18 @@ log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "$BENCH_NAME: $*"; exit 1; }
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
 kn() { k -n "$NS" "$@"; }
+
+# full_cluster_vars: VERSION; commit, the commit that runs, read now (one made during
+# the run is not what ran), "+ changes" when tracked files differ from it; OP_IMAGE and
+# TR_IMAGE from KT_OPERATOR_IMAGE and KT_TRAINER_IMAGE (default
+# kubetrain/{operator,trainer}:VERSION).
+full_cluster_vars() {
+  VERSION=$(cat VERSION)
+  commit="$(git log -1 --format='%h %cs')"
+  [ -z "$(git status --porcelain --untracked-files=no)" ] || commit+=" + changes"
+  OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
+  TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
+}
 
 # full_cluster_check: dies unless this machine can run the benchmark (root, both images
 # in Docker, helm); sets helm.

@@ -34,15 +34,11 @@
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/cluster/lib.sh
-VERSION=$(cat VERSION)
-# The commit that runs, read now: one made during the run is not what ran.
-commit="$(git log -1 --format='%h %cs')"
-[ -z "$(git status --porcelain --untracked-files=no)" ] || commit+=" + changes"
+. operator/bench/full-cluster.sh
+full_cluster_vars
 RUNS=${BENCH_RUNS:-8}
 QUIET=${BENCH_QUIET_S:-3}
 SETTLE=${BENCH_SETTLE_S:-2}
-OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
-TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
 TRACE=${BENCH_TRACE:-0}
 case $TRACE in
   0) out=${BENCH_OUT:-bench/results/gang-kueue.json} ;;
@@ -56,7 +52,6 @@ mkdir -p "$dir" "$(dirname "$out")"
 rm -f "$dir"/*.log "$dir"/runs.tsv
 
 BENCH_NAME=bench-gang-kueue
-. operator/bench/full-cluster.sh
 full_cluster_check
 full_cluster_up 1 --set kueue.enabled=true --set "kueue.localQueue.namespaces={$NS}"
 

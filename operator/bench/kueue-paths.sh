@@ -16,13 +16,12 @@
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/cluster/lib.sh
-VERSION=$(cat VERSION)
-commit="$(git log -1 --format='%h %cs')"
-[ -z "$(git status --porcelain --untracked-files=no)" ] || commit+=" + changes"
+. operator/bench/full-cluster.sh
+full_cluster_vars
 RUNS=${BENCH_RUNS:-24}
-case $RUNS in '' | *[!0-9]* | 0) echo "BENCH_RUNS must be a positive number, got '$RUNS'" >&2; exit 2 ;; esac
-OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
-TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
+case $RUNS in
+  '' | *[!0-9]* | 0) echo "BENCH_RUNS must be a positive number, got '$RUNS'" >&2; exit 2 ;;
+esac
 out=${BENCH_OUT:-bench/results/kueue-paths.json}
 dir=$PWD/build/bench/kueue-paths
 export KT_RUN=$dir/run
@@ -30,7 +29,6 @@ NS=kt-bench
 mkdir -p "$dir" "$(dirname "$out")"
 
 BENCH_NAME=bench-kueue-paths
-. operator/bench/full-cluster.sh
 full_cluster_check
 full_cluster_up 1 --set kueue.enabled=true --set "kueue.localQueue.namespaces={$NS}"
 export KT_K8S_BIN
@@ -41,8 +39,8 @@ python3 operator/bench/kueue-paths.py "$NS" training "$TR_IMAGE" "$RUNS" >"$dir/
 kubever=$(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)
 kueuever=$(. e2e/cluster/versions.env && echo "$KUEUE_VERSION")
 
-python3 - "$dir/result.json" "$out" "$commit" "$kubever" "$kueuever" "$(image_id "$TR_IMAGE")" \
-  "$(( $(date +%s) - T0 ))" <<'PY'
+if ! python3 - "$dir/result.json" "$out" "$commit" "$kubever" "$kueuever" \
+     "$(image_id "$TR_IMAGE")" "$(( $(date +%s) - T0 ))" <<'PY'
 import datetime, json, os, platform, sys
 res, out, commit, kubever, kueuever, trimg, cluster_s = sys.argv[1:8]
 r = json.load(open(res))
@@ -85,5 +83,7 @@ open(out, "a").write("\n")
 s = r["summary"]
 print("bound median s:", s["bound_median_s"], "prebuilt - group:", s["prebuilt_minus_group_s"])
 PY
-[ $? = 0 ] || die "writing $out failed"
+then
+  die "writing $out failed"
+fi
 log "wrote $out"

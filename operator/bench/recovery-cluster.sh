@@ -19,12 +19,8 @@
 set -uo pipefail # no -e: each step checks its status and says what failed
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/cluster/lib.sh
-VERSION=$(cat VERSION)
-# The commit that runs, read now: one made during the run is not what ran.
-commit="$(git log -1 --format='%h %cs')"
-[ -z "$(git status --porcelain --untracked-files=no)" ] || commit+=" + changes"
-OP_IMAGE=${KT_OPERATOR_IMAGE:-kubetrain/operator:$VERSION}
-TR_IMAGE=${KT_TRAINER_IMAGE:-kubetrain/trainer:$VERSION}
+. operator/bench/full-cluster.sh
+full_cluster_vars
 out=${BENCH_OUT:-bench/results/recovery-cluster.json}
 dir=$PWD/build/bench/recovery-cluster
 export KT_RUN=$dir/run
@@ -33,7 +29,6 @@ BENCH_NAME=bench-recovery-cluster
 mkdir -p "$dir" "$(dirname "$out")"
 rm -f "$dir"/*.log
 
-. operator/bench/full-cluster.sh
 full_cluster_check
 command -v ctr >/dev/null || die "ctr (containerd's client) is not installed"
 full_cluster_up 0
