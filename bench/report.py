@@ -97,10 +97,15 @@ def save(fig, out_dir, name):
     return "plots/" + name
 
 
-def section_head(src, title):
-    return ["## %s" % title, "",
-            "Source: `bench/results/%s` (machine: %s; date: %s; commit %s)." %
-            (src.name, src.machine, src.date, src.commit), ""]
+def section_head(src, title, benchmark=False):
+    """The section's title and source line; with benchmark, the JSON's own description
+    of the benchmark after them when it has one."""
+    lines = ["## %s" % title, "",
+             "Source: `bench/results/%s` (machine: %s; date: %s; commit %s)." %
+             (src.name, src.machine, src.date, src.commit), ""]
+    if benchmark and src.doc.get("benchmark"):
+        lines += ["Benchmark: %s." % src.doc["benchmark"], ""]
+    return lines
 
 
 # ------------------------------------------------------------------------------------
@@ -368,9 +373,7 @@ def gemm_plot(src, out_dir):
 def trainer_core_section(src):
     d = src.doc
     med = d["median"]
-    lines = section_head(src, "Trainer core: one worker (%s)" % src.name)
-    if d.get("benchmark"):
-        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    lines = section_head(src, "Trainer core: one worker (%s)" % src.name, benchmark=True)
     rows = []
     base = med.get("kubetrain_default_samples_per_sec")
     for run, label, _ in CORE_RUNS:
@@ -435,9 +438,7 @@ def allreduce_section(src):
 
 def operator_section(src):
     d = src.doc
-    lines = section_head(src, "Operator (%s)" % src.name)
-    if d.get("benchmark"):
-        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    lines = section_head(src, "Operator (%s)" % src.name, benchmark=True)
     rows = [[r["run"], r.get("kind", ""), r["qps"], r.get("burst", ""), r["pods_s"], r["bound_s"],
              r.get("pods_over_bound", ""),
              (r.get("event_to_action_ms") or {}).get("p99", ""), r.get("cpu_s", ""),
@@ -450,9 +451,7 @@ def operator_section(src):
 
 def gang_kueue_section(src):
     d = src.doc
-    lines = section_head(src, "Gang scheduling + Kueue vs neither (%s)" % src.name)
-    if d.get("benchmark"):
-        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    lines = section_head(src, "Gang scheduling + Kueue vs neither (%s)" % src.name, benchmark=True)
     sm = d.get("summary", {})
     med, st = sm.get("median_s", {}), sm.get("started_median_s", {})
     sched, cstart = sm.get("scheduled_median_s", {}), sm.get("container_start_median_s", {})
@@ -556,9 +555,7 @@ def recovery_cluster_section(src):
 
 def progress_section(src):
     d = src.doc
-    lines = section_head(src, "Progress cost (%s)" % src.name)
-    if d.get("benchmark"):
-        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    lines = section_head(src, "Progress cost (%s)" % src.name, benchmark=True)
     if d.get("mock"):
         lines += ["Mock: %s." % d["mock"], ""]
     if d.get("note"):
@@ -586,9 +583,7 @@ def progress_section(src):
 
 def kueue_paths_section(src):
     d = src.doc
-    lines = section_head(src, "Kueue admission paths, no operator (%s)" % src.name)
-    if d.get("benchmark"):
-        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    lines = section_head(src, "Kueue admission paths, no operator (%s)" % src.name, benchmark=True)
     sm = d["summary"]
     modes = list(sm["bound_median_s"])
     runs = [r for r in d.get("runs", []) if "bound_s" in r]
@@ -608,9 +603,7 @@ def kueue_paths_section(src):
 
 def operator_scale_section(src):
     d = src.doc
-    lines = section_head(src, "Operator at scale (%s)" % src.name)
-    if d.get("benchmark"):
-        lines += ["Benchmark: %s." % d["benchmark"], ""]
+    lines = section_head(src, "Operator at scale (%s)" % src.name, benchmark=True)
     rows = []
     for r in d["runs"]:
         if "error" in r:
