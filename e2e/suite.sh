@@ -158,9 +158,16 @@ kill_trainer() {
   [ -n "$cid" ] || { echo "no container ID for $1"; return 1; }
   if [ "$PROVIDER" = full ]; then
     containerd_address
-    pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
-          awk -v c="$cid" '$1 == c {print $2}')
-    [ -n "$pid" ] || { echo "no task $cid in containerd"; return 1; }
+    # `ctr task ls` fails whole while another pod's task is made or removed (see
+    # e2e/lib/ktcluster.py's kill_trainer): asked again for up to 10 s.
+    local try out=""
+    for try in $(seq 20); do
+      out=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>&1)
+      pid=$(awk -v c="$cid" '$1 == c {print $2}' <<<"$out")
+      [ -n "$pid" ] && break
+      sleep 0.5
+    done
+    [ -n "$pid" ] || { echo "no task $cid in containerd after $try tries: $(tail -n 3 <<<"$out")"; return 1; }
     kill -KILL "$pid"
   elif [ "$PROVIDER" = kind ]; then
     node=$(kn get pod "$1" -o 'jsonpath={.spec.nodeName}')

@@ -185,16 +185,25 @@ def first_match(lines, pattern):
 
 
 def kill_trainer(containerd, cid):
-    """SIGKILL to the trainer process of container cid, from the node (this machine)."""
-    out = subprocess.run(["ctr", "--address", containerd, "-n", "k8s.io", "task", "ls"],
-                         capture_output=True, text=True, timeout=30).stdout
-    pid = next((int(f[1]) for f in (l.split() for l in out.splitlines())
-                if len(f) >= 2 and f[0] == cid and f[1].isdigit()), None)
-    if pid is None:
-        raise RuntimeError("no containerd task %s" % cid)
-    t0 = now()
-    os.kill(pid, signal.SIGKILL)
-    return t0
+    """SIGKILL to the trainer process of container cid, from the node (this machine).
+
+    `ctr task ls` asks every task's shim for its state, and fails whole (nothing on
+    stdout) when one of them is being created or deleted meanwhile, as other jobs' pods
+    are on a busy node: the listing is asked again for up to 10 s before the task is
+    called missing."""
+    why = ""
+    for _ in range(20):
+        p = subprocess.run(["ctr", "--address", containerd, "-n", "k8s.io", "task", "ls"],
+                           capture_output=True, text=True, timeout=30)
+        pid = next((int(f[1]) for f in (l.split() for l in p.stdout.splitlines())
+                    if len(f) >= 2 and f[0] == cid and f[1].isdigit()), None)
+        if pid is not None:
+            t0 = now()
+            os.kill(pid, signal.SIGKILL)
+            return t0
+        why = "ctr task ls exited %d: %s" % (p.returncode, p.stderr.strip()[-200:])
+        time.sleep(0.5)
+    raise RuntimeError("no containerd task %s (%s)" % (cid, why))
 
 
 def finish(kube, name, timeout=400):
