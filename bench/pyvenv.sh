@@ -28,9 +28,18 @@ if ! ready; then
   flock 9
   if ! ready; then
     echo "creating $venv (pip install ${packages[*]})" >&2
-    { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet "${packages[@]}"; } \
-      >"$cache/pip-$name.log" 2>&1 ||
+    # The package index has been seen resetting every connection for minutes on end (pip's
+    # own retries, seconds apart, all failed): the install is tried three times, a minute
+    # apart; what is already downloaded stays in pip's cache.
+    python3 -m venv "$venv" >"$cache/pip-$name.log" 2>&1 ||
       { echo "cannot create $venv: see $cache/pip-$name.log" >&2; exit 1; }
+    for try in 1 2 3; do
+      "$venv/bin/pip" install --quiet --retries 10 "${packages[@]}" >>"$cache/pip-$name.log" 2>&1 &&
+        break
+      [ "$try" = 3 ] && { echo "cannot create $venv: see $cache/pip-$name.log" >&2; exit 1; }
+      echo "pip install failed (try $try of 3), again in 60 s" >>"$cache/pip-$name.log"
+      sleep 60
+    done
     ready || { echo "$venv cannot import $module: see $cache/pip-$name.log" >&2; exit 1; }
   fi
 fi
