@@ -104,17 +104,22 @@ if [[ -f $DATA/train-labels-idx1-ubyte.gz || -f $DATA/train-labels-idx1-ubyte ]]
   TF_CONFIG=$tf KUBETRAIN_TERMINATION_FILE=/dev/null "$BIN" train --gpus-per-worker 2 --epochs 1 \
     --steps-per-epoch 100000 --per-worker-batch 16 --device cpu --threads 1 >/dev/null 2>"$tmp/err" &
   sup=$!
-  for _ in $(seq 100); do grep -q 'initial weights verified' "$tmp/err" && break; sleep 0.2; done
-  victim=$(sed -n 's/.*rank 1 (local rank 1 of worker 0): pid \([0-9]*\).*/\1/p' "$tmp/err")
+  for _ in $(seq 300); do grep -q 'initial weights verified' "$tmp/err" && break; sleep 0.2; done
+  # The victim is the supervisor's child that runs local rank 1 (its arguments end in
+  # --index 1 --gpus-per-worker 1), found in /proc rather than taken from the log, and
+  # checked alive before the kill: a kill that misses must say why, not wait 60 s.
+  victim=$(pgrep -P "$sup" -f -- '--index 1 --gpus-per-worker 1$')
+  logged=$(sed -n 's/.*rank 1 (local rank 1 of worker 0): pid \([0-9]*\).*/\1/p' "$tmp/err")
   t0=$(date +%s)
-  [[ -n $victim ]] && kill -9 "$victim"
-  for _ in $(seq 300); do kill -0 "$sup" 2>/dev/null || break; sleep 0.2; done
+  if [[ -n $victim ]] && kill -9 "$victim"; then
+    for _ in $(seq 300); do kill -0 "$sup" 2>/dev/null || break; sleep 0.2; done
+  else victim=; fi
   if kill -0 "$sup" 2>/dev/null; then kill "$sup"; sleep 1; kill -9 "$sup" 2>/dev/null; fi
   wait "$sup"; rc=$?
   secs=$(( $(date +%s) - t0 ))
   if [[ -n $victim && $rc -eq 75 && $secs -le 30 ]]; then
     tap_ok "--gpus-per-worker 2: a killed rank ends the worker with 75 in ${secs}s"
-  else tap_fail "--gpus-per-worker 2: a killed rank ends the worker with 75" "victim '$victim' rc $rc after ${secs}s: $(tail -5 "$tmp/err")"; fi
+  else tap_fail "--gpus-per-worker 2: a killed rank ends the worker with 75" "victim '$victim' (logged '$logged') rc $rc after ${secs}s: $(ps -o pid,ppid,stat,args --ppid "$sup" 2>&1; tail -5 "$tmp/err")"; fi
 else
   tap_skip "--gpus-per-worker" "no Fashion-MNIST in $DATA"
 fi
