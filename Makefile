@@ -2,7 +2,8 @@
 #
 #   make          build the trainer and the operator (build/bin/)
 #   make run      the main job: 2 local workers train tutorial-cnn on Fashion-MNIST
-#   make test     every test tier that exists, each program reporting TAP
+#   make test     unit, loopback and integration tiers, each program reporting TAP
+#   make e2e      the end-to-end tier: the scenario suite on a node of real components
 #   make bench    benchmarks side by side with their peers (JSON under bench/)
 #   make lint     clang-format, shellcheck and line-length checks (CONTRIBUTING.md)
 #
@@ -53,11 +54,21 @@ run: all
 	    --metrics-file $(BUILD)/run/metrics.jsonl $(RUN_ARGS)
 
 # Every test program prints TAP; .ci/taprun runs them and prints the closing tally.
-# What they need is built first, NPROC compilations at once (test-build); the tests
-# themselves run as taprun says, one at a time.
+# What they need is built first, NPROC compilations at once (test-build); then TEST_JOBS
+# programs at once (default: one per core; TEST_JOBS=1 runs them one after another), as
+# they share nothing (each its own cluster, ports and scratch directories) and most of
+# them spend much of their time waiting on a cluster, a peer or a deadline. The slowest
+# (TEST_FIRST) start first, so that the last minutes are not one long program alone.
+# make e2e's programs (E2E_PROGRAMS, e2e/e2e.mk) are the end-to-end tier: not make test's.
+TEST_PROGRAMS := $(filter-out $(E2E_PROGRAMS),$(TEST_PROGRAMS))
+TEST_JOBS ?= $(NPROC)
+TEST_FIRST := operator/tests/integration/test-resilience.sh trainer/tests/test-recovery.sh \
+              trainer/tests/test-distributed.sh examples/tensorflow/test-local.sh \
+              trainer/tests/test-dnsprobe.sh trainer/tests/test-gpu-device.sh
 test:
 	@$(MAKE) $(ALL_CORES) test-build
-	@bash .ci/taprun $(TEST_PROGRAMS)
+	@TAPRUN_JOBS=$(TEST_JOBS) bash .ci/taprun $(filter $(TEST_PROGRAMS),$(TEST_FIRST)) \
+	    $(filter-out $(TEST_FIRST),$(TEST_PROGRAMS))
 test-build: all $(filter $(BUILD)/%,$(TEST_PROGRAMS))
 .PHONY: test-build
 

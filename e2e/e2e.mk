@@ -15,10 +15,10 @@
 #                         $(KT_CACHE)/kueue/<version>/bin (e2e/cluster/build-kueue.sh)
 #   make cluster-up-kueue Kueue on the running cluster (e2e/cluster/kueue-up.sh; root)
 #   make cluster-down     stop what cluster-up-* started and remove e2e/cluster/.run
-#   make e2e              the end-to-end run: a fresh full-level cluster (own run directory,
-#                         build/e2e/suite/run), make images image-tensorflow, load them,
-#                         the scenario suite (e2e/suite.sh), down; prints the suite's
-#                         pass/fail table
+#   make e2e              the end-to-end tier: the full-level harness's test, then a fresh
+#                         full-level cluster (own run directory, build/e2e/suite/run),
+#                         make images image-tensorflow, load them, the scenario suite
+#                         (e2e/suite.sh), down; the suite's pass/fail table, then the tally
 #   make e2e CLUSTER=kind the same on a kind cluster from e2e/cluster/kind.yaml (kind load
 #                         docker-image, kind delete cluster at the end); needs kind and Docker
 #   make e2e-suite        only the suite, against the cluster $KUBECONFIG names (the images
@@ -36,7 +36,11 @@ DEPS_APT += etcd-server openssl curl iproute2 util-linux jq
 # for kube-proxy's cleanup of UDP flows, gcc (with libc6-dev) for the static pause binary.
 DEPS_APT += containerd runc containernetworking-plugins iptables conntrack gcc libc6-dev
 
+# The harness's tests that need no node (the api level, the kind config) are part of
+# make test; E2E_PROGRAMS, those that run pods on a node of real components, are the
+# end-to-end tier of make e2e (the top Makefile leaves them out of make test).
 E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
+E2E_PROGRAMS := e2e/tests/test-cluster-full.sh e2e/tests/test-scenarios.sh
 TEST_PROGRAMS += $(E2E_TESTS)
 
 .PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-images cluster-down \
@@ -62,17 +66,24 @@ cluster-down:
 	@bash e2e/cluster/down.sh
 # Only the harness's own tests, without the rest of `make test`.
 test-e2e-api: deps
-	@bash .ci/taprun $(E2E_TESTS)
+	@bash .ci/taprun $(filter-out $(E2E_PROGRAMS),$(E2E_TESTS))
 
-# End to end. The preconditions are checked first, so that `make e2e CLUSTER=kind` on a
-# machine without kind stops at once with the reason instead of after building images.
+# End to end. On this machine's own cluster (CLUSTER=full) it is a test tier of its own:
+# the full-level harness and the scenario suite through .ci/taprun, with their own tally
+# (each builds what it needs and skips, saying why, where no node can run). On kind the
+# preconditions are checked first, so that a machine without kind stops at once with the
+# reason instead of after building images.
 CLUSTER ?= full
+ifeq ($(CLUSTER),full)
+e2e: deps
+	@bash .ci/taprun $(E2E_PROGRAMS)
+else
 e2e:
 	@bash e2e/run.sh check $(CLUSTER)
-	@$(MAKE) --no-print-directory deps images image-tensorflow helm \
-	    $(if $(filter full,$(CLUSTER)),k8s-binaries-full)
+	@$(MAKE) --no-print-directory deps images image-tensorflow helm
 	@bash e2e/run.sh $(CLUSTER) $(IMAGE_PREFIX)/operator:$(VERSION) \
 	    $(IMAGE_PREFIX)/trainer:$(VERSION) $(IMAGE_PREFIX)/tensorflow:$(VERSION)
+endif
 e2e-suite:
 	@KT_OPERATOR_IMAGE=$(IMAGE_PREFIX)/operator:$(VERSION) \
 	    KT_TRAINER_IMAGE=$(IMAGE_PREFIX)/trainer:$(VERSION) \
