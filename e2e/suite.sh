@@ -20,7 +20,10 @@
 #   KT_HELM            helm binary (default: charts/build-helm.sh's, else helm on PATH)
 #   KT_KUBECTL         kubectl binary (default: $KT_K8S_BIN/kubectl, else kubectl on PATH)
 #   KT_CONTAINERD_ADDRESS  the node's containerd socket (full; from e2e/cluster/.run/env)
-#   KT_SUITE_NS        namespace of the jobs (kt-e2e); the release goes to kubetrain-system
+#   KT_SUITE_NS        namespace of the jobs (kt-e2e; a scenario run beside others uses
+#                      kt-e2e-<scenario>); the release goes to kubetrain-system
+#   KT_SUITE_JOBS      how many of the scenarios that share the node run at once (3; 1
+#                      runs every scenario alone, in order; see "running them" below)
 #   KT_SUITE_JOB_TIMEOUT  seconds a job may take to finish (300)
 #
 # The jobs are examples/job.yaml shortened for speed: the same model, data, optimizer and
@@ -242,6 +245,16 @@ tf_logs() {
   kn logs "$1" -c trainer 2>&1 | grep -vE '^[IWE][0-9]{4} |^WARNING: All log|retracing' | tail -n 12
 }
 
+# ns_setup: a fresh namespace $NS (one left by an earlier run goes first) with the jobs'
+# checkpoint claim, examples/pvc.yaml; says what failed.
+ns_setup() {
+  local out
+  k delete namespace "$NS" --ignore-not-found --wait --timeout 120s >/dev/null 2>&1
+  out=$(k create namespace "$NS" 2>&1) || { echo "$out"; return 1; }
+  for _ in $(seq 60); do kn get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
+  out=$(kn apply -f examples/pvc.yaml 2>&1) || { echo "$out"; return 1; }
+}
+
 # --- scenarios -----------------------------------------------------------------------------
 s_install() {
   begin install
@@ -271,10 +284,8 @@ s_install() {
   done
   if [[ " $holder " == *" $op "* ]]; then ok "operator $op holds its leader lease ($(since "$tl")s after Ready)"
   else fail "operator $op holds its leader lease" "holder: ${holder:-<none>}"; fi
-  k create namespace "$NS" >/dev/null 2>&1
-  for _ in $(seq 60); do kn get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
-  if out=$(kn apply -f examples/pvc.yaml 2>&1); then ok "examples/pvc.yaml applied"
-  else fail "examples/pvc.yaml applied" "$out"; fi
+  if out=$(ns_setup); then ok "namespace $NS with examples/pvc.yaml applied"
+  else fail "namespace $NS with examples/pvc.yaml applied" "$out"; fi
   end
 }
 
@@ -1217,12 +1228,80 @@ s_progress() {
 ALL=(install invalid basic preempt kill137 recovery killtrials badmodel progress operator suspend deadline gang
      waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
+
+# --- running them --------------------------------------------------------------------------
+# The scenarios below share the node: each runs in a namespace of its own, $NS-<scenario>,
+# with its own checkpoint claim, up to KT_SUITE_JOBS (3) at once; their jobs request no
+# CPU, so they only slow each other down. Every other scenario needs the cluster to itself
+# (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the operator or the release:
+# operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
+# and suspend compare with): it waits for those in flight and runs alone, in $NS.
+SHARED=" invalid preempt kill137 recovery killtrials badmodel progress suspend deadline waiting
+         tfmwms tfps tfexit "
+SUITE_JOBS=${KT_SUITE_JOBS:-3}
+. .ci/inorder.sh
+jobs_valid "e2e/suite.sh: KT_SUITE_JOBS=$SUITE_JOBS" "$SUITE_JOBS"
+BATCH=()
+BATCH_DIR=$(mktemp -d)
+trap 'rm -rf "$BATCH_DIR"' EXIT
+
+# batch_run I: scenario BATCH[I] in a namespace of its own; its TAP (numbered from 1),
+# results and measurements into $BATCH_DIR, then I.done. run_in_order runs it in the
+# background, a subshell: the namespace and the counters set here stay in it.
+batch_run() {
+  local s=${BATCH[$1]} out
+  {
+    NS=$NS-$s RESULTS=() MEASURED=() _tap_n=0 _tap_failed=0
+    if ! out=$(ns_setup); then
+      begin "$s"; fail "namespace $NS with examples/pvc.yaml applied" "$out"; end
+    else
+      "s_$s"
+      k delete namespace "$NS" --wait=false >/dev/null 2>&1
+    fi
+    printf '%s\n' "${RESULTS[@]}" >"$BATCH_DIR/$1.res"
+    printf '%s\n' "${MEASURED[@]}" >"$BATCH_DIR/$1.meas"
+  } >"$BATCH_DIR/$1.out" 2>&1
+  touch "$BATCH_DIR/$1.done"
+}
+# batch_show I: BATCH[I]'s output with its TAP lines numbered on from this shell's count.
+batch_show() {
+  local l n
+  while IFS= read -r l; do
+    if [[ $l =~ ^(not )?ok\ [0-9]+(.*)$ ]]; then
+      _tap_n=$((_tap_n + 1)); n=$_tap_n
+      [ -n "${BASH_REMATCH[1]}" ] && _tap_failed=$((_tap_failed + 1))
+      echo "${BASH_REMATCH[1]}ok $n${BASH_REMATCH[2]}"
+    else echo "$l"; fi
+  done <"$BATCH_DIR/$1.out"
+  mapfile -t -O "${#RESULTS[@]}" RESULTS < <(grep . "$BATCH_DIR/$1.res")
+  mapfile -t -O "${#MEASURED[@]}" MEASURED < <(grep . "$BATCH_DIR/$1.meas")
+}
+# batch_flush: runs the scenarios collected in BATCH and empties it. Their namespaces are
+# gone when it returns, their pods with them, so that the next scenario has the node to
+# itself (gang counts every pod's CPU request; waiting leaves a pod asking for 1000 CPUs).
+batch_flush() {
+  [ ${#BATCH[@]} -gt 0 ] || return 0
+  log "side by side, $SUITE_JOBS at once: ${BATCH[*]}"
+  rm -f "$BATCH_DIR"/*
+  run_in_order "$SUITE_JOBS" ${#BATCH[@]} "$BATCH_DIR" batch_run batch_show
+  local s out
+  for s in "${BATCH[@]}"; do
+    out=$(k wait --for=delete "namespace/$NS-$s" --timeout 180s 2>&1) ||
+      [[ $out == *NotFound* || $out == *"not found"* ]] ||
+      tap_fail "namespace $NS-$s gone after its scenario" "$out"
+  done
+  BATCH=()
+}
+
 T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"
 for s in "${ALL[@]}"; do
   declare -F "s_$s" >/dev/null || { tap_fail "unknown scenario $s"; continue; }
+  if [ "$SUITE_JOBS" -gt 1 ] && [[ $SHARED == *" $s "* ]]; then BATCH+=("$s"); continue; fi
+  batch_flush
   "s_$s"
 done
+batch_flush
 echo "#"
 echo "# scenario   result   time"
 for r in "${RESULTS[@]}"; do echo "# $r"; done
