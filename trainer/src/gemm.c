@@ -166,11 +166,18 @@ static void backend_kernels(GemmKernels *k, char **argv)
     }
     if (user && *user) {
         snprintf(k->origin, sizeof k->origin, "OPENBLAS_CORETYPE=%s from the environment", user);
+        const char *widest = cpu_openblas_pick(flags, "", openblas_has_core);
         if (got < cpu)
             snprintf(k->warning, sizeof k->warning,
                      "OPENBLAS_CORETYPE=%s runs %s kernels on a CPU with %s: unset it (the "
                      "trainer then picks the widest kernels the CPU has) or set it to %s",
-                     user, cpu_width_name(got), cpu_width_name(cpu), cores[0]);
+                     user, cpu_width_name(got), cpu_width_name(cpu), widest ? widest : cores[0]);
+        else if (got > cpu)
+            snprintf(k->warning, sizeof k->warning,
+                     "OPENBLAS_CORETYPE=%s runs %s kernels on a CPU with %s only: expect "
+                     "SIGILL (exit 132); unset it (the trainer then picks the widest kernels "
+                     "the CPU has)",
+                     user, cpu_width_name(got), cpu_width_name(cpu));
         return;
     }
     snprintf(k->origin, sizeof k->origin, "chosen by OpenBLAS from the CPU model");

@@ -130,4 +130,18 @@ else
       "$(cat "$tmp/user.out")"
   fi
 fi
+
+# A user's choice wider than the CPU is kept too, but says what will happen.
+if [[ $width == avx512 ]]; then
+  tap_skip "a too wide OPENBLAS_CORETYPE warns" "this CPU has AVX-512: nothing is wider"
+else
+  got=$(OPENBLAS_CORETYPE=SkylakeX "$BIN" --print-cpu 2>&1)
+  warned="warning: gemm: OPENBLAS_CORETYPE=SkylakeX runs avx512 kernels on a CPU with"
+  if [[ $got == *"SkylakeX kernels, OPENBLAS_CORETYPE=SkylakeX from the environment"* &&
+        $got == *"$warned"*"expect SIGILL"* ]]; then
+    tap_ok "OPENBLAS_CORETYPE=SkylakeX without AVX-512 is kept and warns of SIGILL"
+  else
+    tap_fail "OPENBLAS_CORETYPE=SkylakeX without AVX-512 is kept and warns of SIGILL" "$got"
+  fi
+fi
 tap_done
