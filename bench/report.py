@@ -39,18 +39,24 @@ def git_commit(path):
 
 
 def machine_of(doc):
-    """'x86_64, 2 CPUs, <model>' from the shapes the benchmarks use."""
+    """'x86_64, 2 CPUs, <model> (family F model M; flags), <library> <set> kernels' from the
+    shapes the benchmarks use (the family, flags and kernels where the JSON has them)."""
     m = doc.get("machine")
     if isinstance(m, dict):
         arch = m.get("uname_m") or m.get("arch") or "?"
         nproc, cpu = m.get("nproc"), m.get("cpu")
     else:
-        arch, nproc, cpu = m or "?", doc.get("nproc"), doc.get("cpu")
+        arch, nproc, cpu, m = m or "?", doc.get("nproc"), doc.get("cpu"), {}
     parts = [str(arch)]
     if nproc:
         parts.append("%s CPUs" % nproc)
     if cpu:
+        if m.get("cpu_model_number") is not None:
+            cpu = "%s (family %s model %s; %s)" % (cpu, m.get("cpu_family"),
+                                                   m["cpu_model_number"], m.get("cpu_flags"))
         parts.append(str(cpu))
+    if m.get("gemm_kernels"):
+        parts.append("%s %s kernels" % (m.get("gemm_library", "?"), m["gemm_kernels"]))
     return ", ".join(parts)
 
 

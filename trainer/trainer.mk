@@ -158,7 +158,8 @@ BENCH_TARGETS += bench-trainer
 
 # The floor uses the trainer's gemm.c, thread pool and backend (GEMM), so it is the same
 # library on the same threads.
-GEMM_FLOOR_SRCS := trainer/bench/gemm_floor.c trainer/src/gemm.c trainer/src/pool.c
+GEMM_FLOOR_SRCS := trainer/bench/gemm_floor.c trainer/src/gemm.c trainer/src/pool.c \
+                   trainer/src/cpu.c
 $(GEMM_FLOOR): $(GEMM_FLOOR_SRCS) $(GEMM_STAMP) | deps
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_INC) $(GEMM_CFLAGS_$(GEMM)) -o $@ \

@@ -18,6 +18,7 @@
  * usage: bench-allreduce [--out FILE] [--python PYTHON] [--repeats R] [--rounds K] [--worlds 2,4]
  *                        [--sizes BYTES,...] [--sockbuf BYTES] [--segment BYTES]
  *                        [--thread-min BYTES] */
+#include "gemm.h"
 #include "net.h"
 #include "ring.h"
 #include "shm.h"
@@ -414,6 +415,15 @@ static void machine_info(cJSON *o)
         break;
     }
     if (f) fclose(f);
+    /* the CPU as cpuid tells it and the kernels a trainer here runs on (gemm.h) */
+    const GemmKernels *k = gemm_kernels();
+    cJSON_AddStringToObject(o, "cpu_vendor", k->info.vendor);
+    cJSON_AddNumberToObject(o, "cpu_family", k->info.family);
+    cJSON_AddNumberToObject(o, "cpu_model_number", k->info.model);
+    cJSON_AddStringToObject(o, "cpu_flags", k->cpu);
+    char gemm[512];
+    gemm_describe(gemm, sizeof gemm);
+    cJSON_AddStringToObject(o, "gemm", gemm);
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));

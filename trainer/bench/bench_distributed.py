@@ -17,7 +17,6 @@ clock against the run without checkpoints).
 """
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -27,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from machine import cpu_model  # trainer/bench/machine.py, beside this script
+from machine import machine  # trainer/bench/machine.py, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--optimizer", "sgd", "--lr", "0.001",
@@ -111,13 +110,13 @@ ACC_JOB = ["--model", "tutorial-cnn", "--per-worker-batch", "64", "--optimizer",
            "--lr", "0.001", "--epochs", "2", "--steps-per-epoch", "0", "--eval"]
 
 
-def accuracy_result(k, t, runs, load_start):
+def accuracy_result(trainer, k, t, runs, load_start):
     gap = 100 * (statistics.mean(k) - statistics.mean(t))
     se = (100 * (statistics.variance(k) / len(k) + statistics.variance(t) / len(t)) ** 0.5
           if len(k) > 1 else None)
     result = {"benchmark": "distributed accuracy", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-                          "load_avg_at_start": load_start, "load_avg_at_end": list(os.getloadavg())},
+              "machine": machine(trainer, load_avg_at_start=load_start,
+                                 load_avg_at_end=list(os.getloadavg())),
               "job": "2 workers on 127.0.0.1, tutorial-cnn, per-worker batch 64, Adam(1e-3), 2 epochs "
                      "over the training set (468 steps each), test set after training; seeds 1..%d "
                      "(kubetrain --seed S; TensorFlow tf.keras.utils.set_random_seed(S))" % len(k),
@@ -147,7 +146,7 @@ def accuracy(trainer, tf_python, data_dir, out, runs):
             print("accuracy seed %d: kubetrain %.4f tensorflow %.4f" % (seed, k[-1], t[-1]),
                   flush=True)
             # written after every seed, so a run stopped early keeps the seeds it finished
-            result = accuracy_result(k, t, runs, load_start)
+            result = accuracy_result(trainer, k, t, runs, load_start)
             with open(out, "w") as f:
                 json.dump(result, f, indent=1)
                 f.write("\n")
@@ -215,8 +214,7 @@ def main():
                "peak RSS per worker <= 250 MiB": median["kubetrain_peak_rss_mib_per_worker_4w"] <= 250
                and median["kubetrain_peak_rss_mib_per_worker_2w"] <= 250}
     result = {"benchmark": "distributed", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-                          "load_avg_at_end": list(os.getloadavg())},
+              "machine": machine(trainer, load_avg_at_end=list(os.getloadavg())),
               "job": "tutorial-cnn, per-worker batch 64, SGD lr 0.001, 3 epochs x 70 steps, "
                      "workers on 127.0.0.1 (all-reduce through shared memory; _tcp: over the "
                      "TCP ring, KUBETRAIN_SHM=0)",

@@ -17,12 +17,12 @@ GPU_BENCH_STEPS (default 64:400,512:100): the batches and each one's timed steps
 import datetime
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import machine as host  # trainer/bench/machine.py, beside this script
 
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,16 +98,6 @@ def summarize(res):
     return summary
 
 
-def machine():
-    cpu = "?"
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                   if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"arch": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu}
-
-
 def write(out, doc):
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out + ".tmp", "w") as f:
@@ -126,7 +116,7 @@ def main():
     res = {b: {s: [] for s in SERIES} for b in STEPS}
     doc = {"benchmark": "tutorial-cnn on one GPU, SGD lr 0.001, FP32 (no TF32 on either side)",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "machine": machine(), "rounds": ROUNDS, "timed_steps": STEPS,
+           "machine": host.machine(), "rounds": ROUNDS, "timed_steps": STEPS,
            "runs_planned": ROUNDS * len(STEPS) * len(SERIES), "runs_done": 0,
            "environment": {}, "failed": {},
            "targets": {"kubetrain_over_torch_eager_at_64": ">= 1.5",

@@ -11,7 +11,6 @@ training resumed from), and whether the run ended with the uninterrupted run's w
 """
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -22,7 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from machine import cpu_model  # trainer/bench/machine.py, beside this script
+from machine import machine  # trainer/bench/machine.py, beside this script
 
 WORKERS, VICTIM, EVERY, KILL_AT = 4, 2, 50, 125
 JOB = ["--model", "tutorial-cnn", "--per-worker-batch", "16", "--epochs", "1",
@@ -125,8 +124,7 @@ def main():
     keys = ("kill_to_first_step_s", "kill_to_step_regained_s", "steps_trained_twice", "seconds")
     median = {m: {k: med(m, k) for k in keys} for m in modes}
     result = {"benchmark": "recovery", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-                          "load_avg_at_end": list(os.getloadavg())},
+              "machine": machine(trainer, load_avg_at_end=list(os.getloadavg())),
               "job": "tutorial-cnn, per-worker batch 16, 1 epoch x 200 steps, %d workers on "
                      "127.0.0.1 under launch, checkpoint every %d steps; worker %d SIGKILLed once "
                      "the chief reports step %d" % (WORKERS, EVERY, VICTIM, KILL_AT),

@@ -5,7 +5,10 @@ Side by side in one run, interleaved over ROUNDS rounds so that machine noise hi
 four alike: kubetrain-trainer, the TensorFlow/Keras peer (tf_peer.py, the reference
 notebook's single-worker fit), the PyTorch peer (torch_peer.py, the same job on the CPU
 with torch's default threads), and the compute floor (gemm_floor: the step's GEMMs
-alone). Then tutorial-cnn + Adam(1e-3), 2 epochs over the training set, test accuracy
+alone) with the compute roofline (gemm_floor's peak: a 2048-cube product through the
+same gemm(), backend, kernels and threads; the trainer's GEMM work per second against
+it). The machine block records the CPU (vendor, family, model number, name, the flags
+that decide the kernels' width) and the kernels the trainer runs on (--print-cpu). Then tutorial-cnn + Adam(1e-3), 2 epochs over the training set, test accuracy
 of both over ACC_RUNS seeds. Peak RSS of every process from wait4.
 
 Writes OUT_JSON (throughput, bench/results/trainer-core.json) and, next to it,
@@ -21,12 +24,11 @@ only).
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-from machine import cpu_model  # trainer/bench/machine.py, beside this script
+import machine as host  # trainer/bench/machine.py, beside this script
 
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,9 +69,8 @@ def kubetrain_epochs(trainer, args, env=None):
     return events, rss
 
 
-def machine(load_start):
-    return {"uname_m": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu_model(),
-            "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg()}
+def machine(trainer, load_start):
+    return host.machine(trainer, load_avg_at_start=load_start, load_avg_at_end=os.getloadavg())
 
 
 def write_json(path, result):
@@ -100,6 +101,7 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
     tf_peer = os.path.join(HERE, "tf_peer.py")
     torch_peer = os.path.join(HERE, "torch_peer.py")
     versions = {}
+    kernels = {}  # what gemm_floor ran on, per thread setting (the trainer's: in machine)
     rounds = []
     # gemm threads: the default (the CPUs) and 1 (OPENBLAS_NUM_THREADS=1, which gemm.c
     # honours). On a shared, oversubscribed machine the second thread may find no free
@@ -111,7 +113,7 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
     for r in range(ROUNDS):
         row = {"load_avg_1m": os.getloadavg()[0]}
         for tag, env in (("default", None), ("t1", one)):
-            floor = json.loads(run([floor_bin, "64", "5"], env))
+            floor = json.loads(run([floor_bin, "64", "5", "0", "3"], env))
             ev, rss = kubetrain_epochs(trainer, k_args, env)
             cpu3 = run_rss.cpu_seconds
             epochs = [e for e in ev if e["event"] == "epoch"]
@@ -124,6 +126,14 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
             row["kubetrain_%s_samples_per_sec" % tag] = sps
             row["kubetrain_%s_max_rss_mib" % tag] = rss
             row["kubetrain_%s_vs_floor" % tag] = sps / floor["samples_per_sec"]
+            # the roofline: the step's GEMM flops at the trainer's pace over the peak
+            row["peak_%s_gflops" % tag] = floor["peak_gflops"]
+            row["kubetrain_%s_gemm_gflops" % tag] = sps * floor["flops_per_sample"] * 1e-9
+            row["kubetrain_%s_vs_roofline" % tag] = (row["kubetrain_%s_gemm_gflops" % tag] /
+                                                     floor["peak_gflops"])
+            row["floor_%s_vs_roofline" % tag] = floor["gflops"] / floor["peak_gflops"]
+            kernels[tag] = {k: floor[k] for k in ("backend", "library", "kernels",
+                                                  "kernels_origin", "cpu_flags")}
         tf_out, tf_rss = run_rss([py, tf_peer, "throughput", data_dir])
         tf = json.loads(tf_out.strip().splitlines()[-1])
         row["tensorflow_samples_per_sec"] = tf["samples_per_sec"]
@@ -152,16 +162,23 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
     result = {
         "benchmark": "trainer-core: one worker, tutorial-cnn, batch 64, Fashion-MNIST",
         "date": now(),
-        "machine": machine(load_start),
+        "machine": machine(trainer, load_start),
         "commands": {
             "kubetrain": "kubetrain-trainer --model tutorial-cnn --per-worker-batch 64 --epochs 3 "
                          "--steps-per-epoch 70 --optimizer sgd --lr 0.001 (samples/s of epochs 2-3)",
             "tensorflow": "trainer/bench/tf_peer.py throughput (notebook fit, same settings, epochs 2-3)",
             "pytorch": "trainer/bench/torch_peer.py throughput (the same model, SGD lr 0.001, "
                        "batch 64, 3 epochs x 70 steps on the CPU, epochs 2-3)",
-            "floor": "trainer/bench/gemm_floor 64 5 (the step's 8 gemm() calls alone, same "
-                     "backend and threads as the trainer, run as the trainer runs them: the "
-                     "conv products one shard of examples per thread, the dense ones cut by gemm)",
+            "floor": "trainer/bench/gemm_floor 64 5 0 3 (the step's 8 gemm() calls alone, same "
+                     "backend, kernels and threads as the trainer, run as the trainer runs them: "
+                     "the conv products one shard of examples per thread, the dense ones cut by "
+                     "gemm)",
+            "roofline": "peak_*_gflops: gemm_floor's 2048x2048x2048 products through the same "
+                        "gemm() for 3 s, same backend, kernels and threads, in the same round; "
+                        "kubetrain_*_gemm_gflops: the step's GEMM flops per sample (gemm_floor's "
+                        "flops_per_sample) times the trainer's samples/s; *_vs_roofline: that "
+                        "over the peak (the rest of the step, im2col, activations, optimizer, "
+                        "counts as time without flops)",
             "threads": "each of kubetrain and floor with gemm's default threads (the CPUs) and "
                        "with OPENBLAS_NUM_THREADS=1; TensorFlow and PyTorch with their defaults",
             "cpu": "cpu_ms_per_sample: CPU time of the process (all threads) per sample of "
@@ -173,10 +190,11 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
             "accuracy": "in trainer-accuracy.json",
         },
         "versions": versions,
+        "gemm_floor_kernels": kernels,
         "rounds": rounds,
         "median": {k: med(k) for k in rounds[0] if k != "load_avg_1m"},
-        "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5",
-                    "kubetrain_max_rss_mib": "<= 200"},
+        "targets": {"vs_floor": ">= 0.80", "vs_tensorflow": ">= 1.5", "vs_pytorch": ">= 1.5",
+                    "vs_roofline": ">= 0.9 (a goal)", "kubetrain_max_rss_mib": "<= 200"},
     }
     m = result["median"]
     best = max(("default", "t1"), key=lambda t: m["kubetrain_%s_samples_per_sec" % t])
@@ -184,6 +202,8 @@ def throughput(trainer, floor_bin, py, torch_py, data_dir, out_path):
         "best_openblas_threads": best,
         "vs_floor": m["kubetrain_%s_vs_floor" % best] >= 0.8,
         "vs_tensorflow": m["kubetrain_%s_vs_tensorflow" % best] >= 1.5,
+        "vs_pytorch": m["kubetrain_%s_vs_pytorch" % best] >= 1.5,
+        "vs_roofline": m["kubetrain_%s_vs_roofline" % best] >= 0.9,
         "rss": max(m["kubetrain_default_max_rss_mib"], m["kubetrain_t1_max_rss_mib"]) <= 200,
     }
     write_json(out_path, result)
@@ -206,7 +226,7 @@ def accuracy(trainer, py, data_dir, out_path):
         result = {
             "benchmark": "trainer accuracy: one worker, tutorial-cnn, Adam(1e-3), Fashion-MNIST",
             "date": now(),
-            "machine": machine(load_start),
+            "machine": machine(trainer, load_start),
             "settings": "tutorial-cnn, Adam(lr=1e-3), batch 64, 2 epochs x 937 steps, shuffle(60000), "
                         "seeds 1..%d each (kubetrain with OPENBLAS_NUM_THREADS=1)" % done,
             "commands": "kubetrain-trainer ... --optimizer adam --epochs 2 --steps-per-epoch 0 --eval "

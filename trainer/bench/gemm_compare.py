@@ -12,11 +12,11 @@ the time the process waited for a core. Medians and ratios to OpenBLAS go to OUT
 import datetime
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
 import sys
+from machine import machine  # trainer/bench/machine.py, beside this script
 
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 SECONDS = os.environ.get("SECONDS_PER_RUN", "2")
@@ -52,6 +52,7 @@ def main():
     med = {}
     for key, rs in runs.items():
         med[key] = {
+            "library": rs[0].get("library"), "kernels": rs[0].get("kernels"),
             "step_ms": statistics.median(r["step_ms"] for r in rs),
             "cpu_ms_per_step": statistics.median(r["cpu_ms_per_step"] for r in rs),
             "calls_ms": {c: statistics.median(r["calls_ms"][c] for r in rs) for c in rs[0]["calls_ms"]},
@@ -65,8 +66,7 @@ def main():
     result = {
         "benchmark": "tutorial-cnn step GEMMs (gemm_floor 64 %s THREADS) per backend" % SECONDS,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"uname_m": platform.machine(), "nproc": os.cpu_count(),
-                    "load_avg_at_end": os.getloadavg()},
+        "machine": machine(load_avg_at_end=os.getloadavg()),
         "rounds": ROUNDS, "median": med, "ratios": ratios,
     }
     with open(out_path, "w") as f:

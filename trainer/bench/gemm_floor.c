@@ -4,11 +4,17 @@
  * the trainer runs them (model.c): the conv products cut into gemm_batch_shards()
  * shards of examples, one parallel_for task each; the dense products on the whole batch,
  * gemm() cutting them into blocks. Prints one JSON object with the step and each call's
- * share:
- *   {"backend":"blis","threads":1,"batch":64,"shards":1,"step_ms":...,"samples_per_sec":...,
- *    "gflops":...,"calls_ms":{"conv_fwd":...,...}}
+ * share, the kernels (gemm_select_kernels, as the trainer chooses them) and, given
+ * peak_seconds, the compute roofline: the peak of the same gemm() on the same threads, a
+ * 2048-cube product whose every block is large enough to run the kernels at full speed
+ * (0 when not measured):
+ *   {"backend":"openblas","library":"OpenBLAS 0.3.21","kernels":"Zen","kernels_origin":...,
+ *    "cpu_flags":"avx2 fma avx sse3","threads":1,"batch":64,"shards":1,"step_ms":...,
+ *    "samples_per_sec":...,"gflops":...,"flops_per_sample":...,"peak_gflops":...,
+ *    "calls_ms":{"conv_fwd":...,...}}
  *
- *   gemm_floor [batch] [seconds] [threads]     (64, 5, the backend's default) */
+ *   gemm_floor [batch] [seconds] [threads] [peak_seconds]
+ *                                         (64, 5, 0: the backend's default, 0: no peak) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -74,11 +80,35 @@ static void conv_task(void *arg, int s)
              s ? st->dwc_shard[s] : st->dwc, F1);
 }
 
+/* The roofline's product: large and square, so that the library's blocking, not the
+ * operands' shape, bounds it. */
+enum { PEAK_N = 2048 };
+
+/* GFLOPS of gemm() on PEAK_N-cube products over about secs seconds (at least 2 products,
+ * after one to warm the caches and the pool). */
+static double peak_gflops(double secs)
+{
+    float *a = buf((size_t)PEAK_N * PEAK_N), *b = buf((size_t)PEAK_N * PEAK_N);
+    float *c = buf((size_t)PEAK_N * PEAK_N);
+    gemm(GEMM_N, GEMM_N, PEAK_N, PEAK_N, PEAK_N, 1.0f, a, PEAK_N, b, PEAK_N, 0.0f, c, PEAK_N);
+    long n = 0;
+    double t0 = now(), t;
+    do {
+        gemm(GEMM_N, GEMM_N, PEAK_N, PEAK_N, PEAK_N, 1.0f, a, PEAK_N, b, PEAK_N, 0.0f, c, PEAK_N);
+        n++;
+        t = now() - t0;
+    } while (t < secs || n < 2);
+    free(a), free(b), free(c);
+    return 2.0 * PEAK_N * PEAK_N * PEAK_N * n / t * 1e-9;
+}
+
 int main(int argc, char **argv)
 {
+    gemm_select_kernels(argv); /* the trainer's kernels: this may run the program again */
     const int b = argc > 1 ? atoi(argv[1]) : 64;
     const double secs = argc > 2 ? atof(argv[2]) : 5.0;
     const int threads = argc > 3 ? atoi(argv[3]) : 0;
+    const double peak_secs = argc > 4 ? atof(argv[4]) : 0;
     if (threads > 0) gemm_set_threads(threads);
     Step st = {.b = b, .shards = gemm_batch_shards(b)};
     const int m1 = b * PIX;
@@ -117,10 +147,14 @@ int main(int argc, char **argv)
     } while (t < secs || steps < 3);
 #undef CONV
 #undef TIMED
-    double step = t / steps;
-    printf("{\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,\"shards\":%d,\"steps\":%ld,"
-           "\"step_ms\":%.3f,\"samples_per_sec\":%.1f,\"gflops\":%.2f,\"calls_ms\":{",
-           gemm_backend(), threads, b, st.shards, steps, step * 1e3, b / step, flops / step * 1e-9);
+    double step = t / steps, peak = peak_secs > 0 ? peak_gflops(peak_secs) : 0;
+    const GemmKernels *k = gemm_kernels();
+    printf("{\"backend\":\"%s\",\"library\":\"%s\",\"kernels\":\"%s\",\"kernels_origin\":\"%s\","
+           "\"cpu_flags\":\"%s\",\"threads\":%d,\"batch\":%d,\"shards\":%d,\"steps\":%ld,"
+           "\"step_ms\":%.3f,\"samples_per_sec\":%.1f,\"gflops\":%.2f,\"flops_per_sample\":%.0f,"
+           "\"peak_gflops\":%.2f,\"peak_shape\":\"%dx%dx%d\",\"calls_ms\":{",
+           gemm_backend(), k->library, k->kernels, k->origin, k->cpu, threads, b, st.shards, steps,
+           step * 1e3, b / step, flops / step * 1e-9, flops / b, peak, PEAK_N, PEAK_N, PEAK_N);
     for (int i = 0; i < NCALLS; i++)
         printf("%s\"%s\":%.3f", i ? "," : "", call_names[i], spent[i] / steps * 1e3);
     printf("}}\n");

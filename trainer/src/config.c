@@ -260,6 +260,7 @@ void config_usage(FILE *f)
 {
     fprintf(f, "usage: kubetrain-trainer [train] [options]\n"
                "       kubetrain-trainer --version\n"
+               "       kubetrain-trainer --print-cpu      the kernels the products run on\n"
                "Options (each also as KUBETRAIN_<NAME> in the environment; flags win):\n");
     for (size_t i = 0; i < NUM_OPTIONS; i++)
         fprintf(f, "  --%-24s %s\n", options[i].name, options[i].help);

@@ -1,5 +1,6 @@
 #include "gemm.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -44,6 +45,15 @@ const char *gemm_backend(void)
     return "blis";
 }
 
+/* BLIS picks its kernels by the CPU's features itself (its configuration registry). */
+static void backend_kernels(GemmKernels *k, char **argv)
+{
+    (void)argv;
+    snprintf(k->library, sizeof k->library, "BLIS");
+    snprintf(k->kernels, sizeof k->kernels, "%s", cpu_width_name(cpu_width(k->info.flags)));
+    snprintf(k->origin, sizeof k->origin, "chosen by BLIS from the CPU's features");
+}
+
 #elif defined(GEMM_DNNL)
 
 #include <oneapi/dnnl/dnnl.h>
@@ -74,9 +84,24 @@ const char *gemm_backend(void)
     return "dnnl";
 }
 
+/* oneDNN dispatches on the CPU's features at run time (its ISA detection). */
+static void backend_kernels(GemmKernels *k, char **argv)
+{
+    (void)argv;
+    snprintf(k->library, sizeof k->library, "oneDNN");
+    snprintf(k->kernels, sizeof k->kernels, "%s", cpu_width_name(cpu_width(k->info.flags)));
+    snprintf(k->origin, sizeof k->origin, "chosen by oneDNN from the CPU's features");
+}
+
 #else /* OpenBLAS */
 
 #include <cblas.h>
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #define GEMM_THREADS_ENV "OPENBLAS_NUM_THREADS"
 
@@ -99,7 +124,136 @@ const char *gemm_backend(void)
     return "openblas";
 }
 
+/* Set beside OPENBLAS_CORETYPE when the trainer chose it, so that the program run again
+ * (and the workers that launch starts, which inherit both) tell its choice from a
+ * user's. */
+#define GEMM_CORETYPE_MARK "KUBETRAIN_OPENBLAS_CORETYPE"
+
+/* Whether this OpenBLAS has the kernels of a core type: a DYNAMIC_ARCH build exports one
+ * table, gotoblas_<CORE>, per core type it holds (a build for one CPU has none, and
+ * ignores OPENBLAS_CORETYPE). Asking for a core type it lacks would not keep its own
+ * choice: it would fall back to another. */
+static int openblas_has_core(const char *core)
+{
+    char sym[64];
+    int n = snprintf(sym, sizeof sym, "gotoblas_%s", core);
+    for (int i = 9; i < n && i < (int)sizeof sym - 1; i++)
+        sym[i] = (char)toupper((unsigned char)sym[i]);
+    return dlsym(RTLD_DEFAULT, sym) != NULL;
+}
+
+/* OpenBLAS settled its core type when it was loaded: from its table of CPU models, or
+ * from OPENBLAS_CORETYPE. When the features call for a wider one that it has, and the
+ * user did not choose, the only way to change it is to load it again with the variable
+ * set: run this program again (argv non-NULL) with it. */
+static void backend_kernels(GemmKernels *k, char **argv)
+{
+    const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+    const char *sp = strchr(cfg, ' '), *end = sp ? strchr(sp + 1, ' ') : NULL;
+    snprintf(k->library, sizeof k->library, "%.*s", end ? (int)(end - cfg) : 63, cfg);
+    snprintf(k->kernels, sizeof k->kernels, "%s", core);
+    const unsigned flags = k->info.flags;
+    const CpuWidth cpu = cpu_width(flags), got = cpu_openblas_core_width(core);
+    const char *user = getenv("OPENBLAS_CORETYPE"), *mark = getenv(GEMM_CORETYPE_MARK);
+    const char *const *cores = cpu_openblas_cores(flags);
+    if (user && *user && mark && !strcmp(mark, user)) {
+        snprintf(k->origin, sizeof k->origin, "chosen by the trainer from the CPU's features");
+        if (strcasecmp(core, user))
+            snprintf(k->warning, sizeof k->warning,
+                     "%s did not take OPENBLAS_CORETYPE=%s: it runs %s kernels", k->library, user,
+                     core);
+        return;
+    }
+    if (user && *user) {
+        snprintf(k->origin, sizeof k->origin, "OPENBLAS_CORETYPE=%s from the environment", user);
+        const char *widest = cpu_openblas_pick(flags, "", openblas_has_core);
+        if (got < cpu)
+            snprintf(k->warning, sizeof k->warning,
+                     "OPENBLAS_CORETYPE=%s runs %s kernels on a CPU with %s: unset it (the "
+                     "trainer then picks the widest kernels the CPU has) or set it to %s",
+                     user, cpu_width_name(got), cpu_width_name(cpu), widest ? widest : cores[0]);
+        else if (got > cpu)
+            snprintf(k->warning, sizeof k->warning,
+                     "OPENBLAS_CORETYPE=%s runs %s kernels on a CPU with %s only: expect "
+                     "SIGILL (exit 132); unset it (the trainer then picks the widest kernels "
+                     "the CPU has)",
+                     user, cpu_width_name(got), cpu_width_name(cpu));
+        return;
+    }
+    snprintf(k->origin, sizeof k->origin, "chosen by OpenBLAS from the CPU model");
+    const char *pick = cpu_openblas_pick(flags, core, openblas_has_core);
+    if (pick && argv) {
+        setenv("OPENBLAS_CORETYPE", pick, 1);
+        setenv(GEMM_CORETYPE_MARK, pick, 1);
+        /* The path /proc/self/exe names, not the link itself: under valgrind the link
+         * is the tool, the path the program. */
+        char exe[4096];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            exe[n] = '\0';
+            execv(exe, argv);
+        }
+        int e = errno;
+        unsetenv("OPENBLAS_CORETYPE");
+        unsetenv(GEMM_CORETYPE_MARK);
+        snprintf(k->warning, sizeof k->warning,
+                 "could not run the trainer again with OPENBLAS_CORETYPE=%s (%.200s: %s), so it "
+                 "runs %s kernels on a CPU with %s: set OPENBLAS_CORETYPE=%s",
+                 pick, n > 0 ? exe : "/proc/self/exe", strerror(e), core, cpu_width_name(cpu),
+                 pick);
+    } else if (pick) {
+        snprintf(k->warning, sizeof k->warning,
+                 "%s kernels on a CPU with %s: OPENBLAS_CORETYPE=%s runs wider ones", core,
+                 cpu_width_name(cpu), pick);
+    } else if (got < cpu) {
+        snprintf(k->warning, sizeof k->warning,
+                 "%s runs %s kernels on a CPU with %s and has none wider for it: install an "
+                 "OpenBLAS built with DYNAMIC_ARCH that has %s kernels (Debian's "
+                 "libopenblas0-pthread), or build with GEMM=dnnl",
+                 k->library, core, cpu_width_name(cpu), cores[0]);
+    }
+}
+
 #endif
+
+/* ----------------------------------------------------------------------------
+ * Kernels: the widest the CPU has */
+
+static GemmKernels kernels;
+static char **kernels_argv; /* gemm_select_kernels' argv until settled */
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+static void kernels_settle(void)
+{
+    cpu_detect(&kernels.info);
+    cpu_flags_string(kernels.info.flags, kernels.cpu, sizeof kernels.cpu);
+    backend_kernels(&kernels, kernels_argv);
+    kernels_argv = NULL;
+}
+
+void gemm_select_kernels(char **argv)
+{
+    kernels_argv = argv;
+    pthread_once(&kernels_once, kernels_settle);
+}
+
+const GemmKernels *gemm_kernels(void)
+{
+    pthread_once(&kernels_once, kernels_settle);
+    return &kernels;
+}
+
+void gemm_describe(char *buf, size_t len)
+{
+    const GemmKernels *k = gemm_kernels();
+    const CpuInfo *c = &k->info;
+    snprintf(buf, len, "%s, %s kernels, %s (cpu: %s, family %d model %d; %s)", k->library,
+             k->kernels, k->origin,
+             c->name[0]     ? c->name
+             : c->vendor[0] ? c->vendor
+                            : "unknown",
+             c->family, c->model, k->cpu);
+}
 
 /* ----------------------------------------------------------------------------
  * Blocks of one product shared by the caller and the workers */

@@ -7,6 +7,10 @@
 #ifndef KT_GEMM_H
 #define KT_GEMM_H
 
+#include <stddef.h>
+
+#include "cpu.h"
+
 typedef enum { GEMM_N = 0, GEMM_T = 1 } GemmTrans;
 
 /* C (m,n) = alpha * op(A) (m,k) @ op(B) (k,n) + beta * C, all row-major, exactly like
@@ -44,5 +48,38 @@ int gemm_batch_shards(int b);
 
 /* The backend's name: "blis", "openblas" or "dnnl" (a static string). */
 const char *gemm_backend(void);
+
+/* The kernels the products run on, for the start-up line, the Prometheus labels and the
+ * benchmarks' JSON. */
+typedef struct {
+    char library[64];   /* "OpenBLAS 0.3.21", "oneDNN", "BLIS" */
+    char kernels[32];   /* OpenBLAS's core type ("SkylakeX"); the width the CPU allows
+                         * ("avx512") for the backends that dispatch by features themselves */
+    char origin[96];    /* who chose them: the library, the CPU's features, the user */
+    char cpu[192];      /* the CPU's flags (cpu_flags_string) */
+    CpuInfo info;       /* the CPU (cpu_detect) */
+    char warning[512];  /* "" or why the products run narrower than the CPU allows, with
+                         * the fix */
+} GemmKernels;
+
+/* Picks the widest kernels the CPU's feature flags allow, whatever its model, before
+ * anything else in main; argv is main's. OpenBLAS chooses its core type when it is
+ * loaded, from a table of CPU models (falling back to SSE kernels on a model newer than
+ * the library) or from OPENBLAS_CORETYPE; so when the features call for a wider core
+ * type that the library has, this sets OPENBLAS_CORETYPE and runs the program again
+ * (execv of the path /proc/self/exe names, once: the variable is then set). A user's
+ * OPENBLAS_CORETYPE is kept. Returns only when the kernels are settled (or the exec
+ * failed: then a warning says so). Other backends dispatch by the CPU's features
+ * themselves: nothing to do. */
+void gemm_select_kernels(char **argv);
+
+/* What gemm_select_kernels settled (the library's own choice when it was not called).
+ * A static object. */
+const GemmKernels *gemm_kernels(void);
+
+/* One line naming the backend, the kernels, who chose them, the CPU and its flags:
+ * "OpenBLAS 0.3.21, Zen kernels, chosen by OpenBLAS from the CPU model (cpu: AMD EPYC,
+ * family 25 model 1; avx2 fma avx sse3)". */
+void gemm_describe(char *buf, size_t len);
 
 #endif

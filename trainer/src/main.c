@@ -4,6 +4,7 @@
  *   kubetrain-trainer launch --workers N [options]       N local workers, supervised (launch.h)
  *   kubetrain-trainer --version                          "kubetrain-trainer VERSION", as the
  *                                                        operator prints its own
+ *   kubetrain-trainer --print-cpu                        "gemm: " and the kernels it runs
  *
  * A worker: TF_CONFIG -> rendezvous with its peers -> ring collective -> state sync
  * (the newest checkpoint, or a running peer's state for a replacement, broadcast and
@@ -32,6 +33,7 @@
 #include "ckpt.h"
 #include "collective.h"
 #include "config.h"
+#include "gemm.h"
 #include "launch.h"
 #include "net.h"
 #include "ring.h"
@@ -697,6 +699,16 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--version")) {
             printf("kubetrain-trainer %s\n", KT_VERSION);
+            return KT_EXIT_OK;
+        }
+    /* Before anything uses OpenBLAS: this may run the program again with its core type. */
+    gemm_select_kernels(argv);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--print-cpu")) {
+            char kernels[512];
+            gemm_describe(kernels, sizeof kernels);
+            printf("gemm: %s\n", kernels);
+            if (gemm_kernels()->warning[0]) printf("warning: gemm: %s\n", gemm_kernels()->warning);
             return KT_EXIT_OK;
         }
     if (argc > 1 && !strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);

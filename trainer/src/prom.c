@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "gemm.h"
 #include "net.h"
 #include "util.h"
 
@@ -118,6 +119,14 @@ char *prom_format(Prom *p, size_t *len)
                 p->ckpt_time);
     }
     pthread_mutex_unlock(&p->mu);
+    /* Label values without quotes or backslashes: names of OpenBLAS core types and of
+     * our CPU flags. */
+    const GemmKernels *k = gemm_kernels();
+    fprintf(f,
+            "# HELP kubetrain_gemm_info The matrix products' backend, library and kernel set, "
+            "and the CPU's feature flags (always 1).\n# TYPE kubetrain_gemm_info gauge\n"
+            "kubetrain_gemm_info{backend=\"%s\",library=\"%s\",kernels=\"%s\",cpu=\"%s\"} 1\n",
+            gemm_backend(), k->library, k->kernels, k->cpu);
     if (fclose(f) != 0 || !text) util_fail(KT_EXIT_DATA, "prom_format: out of memory");
     return text;
 }

@@ -526,6 +526,14 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
         return rc;
     }
+    /* The kernels the CPU's products run on (gemm_select_kernels), once the job has proved
+     * valid: a refused one says one line, its reason. */
+    if (t->gpu_device < 0) {
+        char kernels[512];
+        gemm_describe(kernels, sizeof kernels);
+        util_log("gemm: %s", kernels);
+        if (gemm_kernels()->warning[0]) util_log("warning: gemm: %s", gemm_kernels()->warning);
+    }
     if ((rc = trainer_sync_device(t, err, errlen))) {
         *exit_code = KT_EXIT_RETRY;
         goto err;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "gemm.h"
 #include "prom.h"
 #include "timescale.h"
 
@@ -225,6 +226,31 @@ static void test_progress_gauges(void **state)
     prom_stop(p);
 }
 
+/* The kernels the products run on are a label of kubetrain_gemm_info, so that a
+ * dashboard's throughput is never read without them. */
+static void test_gemm_info(void **state)
+{
+    (void)state;
+    int port;
+    Prom *p = start(&port);
+    size_t len;
+    char *text = prom_format(p, &len);
+    const GemmKernels *k = gemm_kernels();
+    char want[512];
+    snprintf(want, sizeof want,
+             "\nkubetrain_gemm_info{backend=\"%s\",library=\"%s\",kernels=\"%s\",cpu=\"%s\"} 1\n",
+             gemm_backend(), k->library, k->kernels, k->cpu);
+    const char *got = strstr(text, "\nkubetrain_gemm_info");
+    assert_non_null(got);
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)strlen(want), got);
+    assert_string_equal(line, want);
+    assert_non_null(strstr(text, "# TYPE kubetrain_gemm_info gauge\n"));
+    assert_true(k->kernels[0] != '\0');
+    free(text);
+    prom_stop(p);
+}
+
 int main(void)
 {
     test_time_scale();
@@ -234,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_connection_flood),
         cmocka_unit_test(test_progress_gauges),
         cmocka_unit_test(test_first_answer_knows_the_start),
+        cmocka_unit_test(test_gemm_info),
     };
     return cmocka_run_group_tests_name("prom", tests, NULL, NULL);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The chief's Prometheus endpoint (--metrics-port, the ASan+UBSan build) scraped with
-# curl during a run: text exposition with HELP/TYPE for every sample, steps that grow,
-# the scraped step's loss equal to the metrics file's; 404 elsewhere; off by default;
-# with 2 workers only the chief listens; a taken port -> exit 2 naming the flag.
+# curl during a run: text exposition with HELP/TYPE for every sample (kubetrain_gemm_info
+# with its kernels label among them), steps that grow, the scraped step's loss equal to
+# the metrics file's; 404 elsewhere; off by default; with 2 workers only the chief
+# listens; a taken port -> exit 2 naming the flag.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -42,7 +43,7 @@ text = open(sys.argv[1]).read()
 names = ["kubetrain_steps_total", "kubetrain_epoch", "kubetrain_loss", "kubetrain_accuracy",
          "kubetrain_samples_per_second", "kubetrain_learning_rate", "kubetrain_allreduce_seconds",
          "kubetrain_allreduce_seconds_total", "kubetrain_step_seconds_total"]
-helped, typed, samples = set(), {}, {}
+helped, typed, samples, labels = set(), {}, {}, {}
 for line in text.splitlines():
     if line.startswith("# HELP "):
         helped.add(line.split()[2])
@@ -50,15 +51,19 @@ for line in text.splitlines():
         _, _, n, t = line.split()
         typed[n] = t
     else:
-        m = re.fullmatch(r"([a-z_]+) (-?[0-9.e+-]+)", line)
+        m = re.fullmatch(r'([a-z_]+)(\{(?:[a-z_]+="[^"\\]*",?)*\})? (-?[0-9.e+-]+)', line)
         assert m, "bad sample line %r" % line
-        samples[m.group(1)] = float(m.group(2))
+        samples[m.group(1)] = float(m.group(3))
+        labels[m.group(1)] = m.group(2) or ""
 for n in names:
     assert n in samples and n in helped and n in typed, n
 assert typed["kubetrain_steps_total"] == "counter" and typed["kubetrain_loss"] == "gauge"
 assert abs(samples["kubetrain_learning_rate"] - 0.001) < 1e-9 and samples["kubetrain_epoch"] >= 1
 assert samples["kubetrain_samples_per_second"] > 0 and samples["kubetrain_step_seconds_total"] > 0
 assert "text/plain; version=0.0.4" in open(sys.argv[2]).read()
+# the kernels the products run on, as a label set of a gauge that is always 1
+assert samples.get("kubetrain_gemm_info") == 1 and typed["kubetrain_gemm_info"] == "gauge"
+assert re.search(r'kernels="[A-Za-z0-9]+"', labels["kubetrain_gemm_info"]), labels
 print(len(samples), "samples")
 PY
 then tap_ok "GET /metrics: Prometheus text 0.0.4, HELP and TYPE for each of $(cat "$tmp/fmt")"
@@ -70,7 +75,7 @@ s1=$(steps_of "$tmp/s1") s2=$(steps_of "$tmp/s2")
   tap_fail "steps grow between scrapes" "rc=$rc $s1 -> $s2; $(tail -3 "$tmp/out")"
 if python3 - "$tmp/s2" "$tmp/m.jsonl" <<'PY' >"$tmp/cmp" 2>&1
 import json, math, sys
-s = dict(l.split() for l in open(sys.argv[1]) if not l.startswith("#"))
+s = dict(l.rsplit(None, 1) for l in open(sys.argv[1]) if not l.startswith("#"))
 step = int(s["kubetrain_steps_total"])
 ev = [json.loads(l) for l in open(sys.argv[2])]
 e = [x for x in ev if x["event"] == "step" and x["step"] == step][0]
