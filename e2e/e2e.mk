@@ -37,10 +37,12 @@ DEPS_APT += etcd-server openssl curl iproute2 util-linux jq
 DEPS_APT += containerd runc containernetworking-plugins iptables conntrack gcc libc6-dev
 
 # The harness's tests that need no node (the api level, the kind config) are part of
-# make test; E2E_PROGRAMS, those that run pods on a node of real components, are the
-# end-to-end tier of make e2e (the top Makefile leaves them out of make test).
+# make test; E2E_PROGRAMS, those that build and run the images or run pods on a node of
+# real components, are the end-to-end tier of make e2e (the top Makefile leaves them out
+# of make test).
 E2E_TESTS := $(sort $(wildcard e2e/tests/test-*.sh))
-E2E_PROGRAMS := e2e/tests/test-cluster-full.sh e2e/tests/test-scenarios.sh
+E2E_PROGRAMS := trainer/tests/test-trainer-image.sh e2e/tests/test-cluster-full.sh \
+                e2e/tests/test-scenarios.sh
 TEST_PROGRAMS += $(E2E_TESTS)
 
 .PHONY: k8s-binaries k8s-binaries-full cluster-up-api cluster-up-full cluster-images cluster-down \
