@@ -1932,6 +1932,114 @@ static void test_kueue_pod_group(void **state)
     assert_string_equal(group + 63 - 15, "-12345-01234567");
 }
 
+/* The pod's labels or annotations (`which`) as compact JSON, for exact comparison. */
+static char *keys_of(const cJSON *pod, const char *which)
+{
+    char *out = cJSON_PrintUnformatted(jsonx_obj(pod, which));
+    assert_non_null(out);
+    return out;
+}
+
+/* A template's own keys under kubetrain.dev/ and Kueue's pod group keys are dropped:
+ * the operator alone sets them, and only on some pods (issue 41, item 3). The user's
+ * other keys and the queue label are kept. */
+static void test_template_reserved_keys(void **state)
+{
+    (void)state;
+    Fixture f = {
+        .job = job_new("{\"workers\":2,\"template\":{\"metadata\":{\"labels\":{"
+                       "\"kubetrain.dev/chief\":\"true\",\"kubetrain.dev/role\":\"ps\","
+                       "\"kueue.x-k8s.io/pod-group-name\":\"evil\",\"team\":\"a\"},"
+                       "\"annotations\":{\"kubetrain.dev/metrics-port\":\"1@127.0.0.1:8080/x?\","
+                       "\"kubetrain.dev/cluster\":\"chief=1,worker=2,ps=0\","
+                       "\"kubetrain.dev/replacement\":\"9\","
+                       "\"kueue.x-k8s.io/pod-group-total-count\":\"1\","
+                       "\"kueue.x-k8s.io/retriable-in-group\":\"true\",\"note\":\"kept\"}},"
+                       "\"spec\":{\"containers\":[{\"name\":\"trainer\",\"env\":[{\"name\":"
+                       "\"KUBETRAIN_METRICS_PORT\",\"value\":\"0\"}]}]}}}",
+                       NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    const cJSON *w0 = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    const cJSON *w1 = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+    char *l0 = keys_of(w0, "metadata.labels"), *l1 = keys_of(w1, "metadata.labels");
+    char *a1 = keys_of(w1, "metadata.annotations");
+    assert_string_equal(l0,
+                        "{\"kubetrain.dev/job-name\":\"mnist\","
+                        "\"app.kubernetes.io/managed-by\":\"kubetrain-operator\","
+                        "\"team\":\"a\",\"kubetrain.dev/role\":\"worker\","
+                        "\"kubetrain.dev/replica-index\":\"0\",\"kubetrain.dev/chief\":\"true\"}");
+    assert_string_equal(l1, "{\"kubetrain.dev/job-name\":\"mnist\","
+                            "\"app.kubernetes.io/managed-by\":\"kubetrain-operator\","
+                            "\"team\":\"a\",\"kubetrain.dev/role\":\"worker\","
+                            "\"kubetrain.dev/replica-index\":\"1\"}");
+    assert_string_equal(a1, "{\"note\":\"kept\",\"kubetrain.dev/attempt\":\"0\","
+                            "\"kubetrain.dev/world-size\":\"2\"}");
+    free(l0), free(l1), free(a1);
+    assert_int_equal(desired_reserved_key("kubetrain.dev/anything"), 1);
+    assert_int_equal(desired_reserved_key("kueue.x-k8s.io/pod-group-name"), 1);
+    assert_int_equal(desired_reserved_key("kueue.x-k8s.io/queue-name"), 0);
+    assert_int_equal(desired_reserved_key("kubetrain.dev"), 0);
+    fx_free(&f);
+}
+
+/* A template's kubetrain.dev/cluster on a job without chief or ps made every pod look
+ * made for another cluster: the group restarted at every pass, counted nowhere (issue
+ * 41, item 4b). Driven pass after pass, the job now runs and stays still. */
+static void test_template_cluster_annotation_no_restart_loop(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"template\":{\"metadata\":{\"annotations\":"
+                                "{\"kubetrain.dev/cluster\":\"chief=1,worker=2,ps=0\"}}}}",
+                                NULL)};
+    fx_with_support(&f);
+    double now = NOW;
+    fx_run(&f, now);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\ncreate-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\nupdate-status mnist\n");
+    fx_apply(&f);
+    for (int pass = 0; pass < 5; pass++) {
+        for (size_t i = 0; i < f.npods; i++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+        fx_run(&f, now += 5);
+        assert_string_equal(f.desc, pass == 0 ? "update-status mnist\n" : "");
+        fx_apply(&f);
+    }
+    assert_string_equal(jsonx_str(f.job, "status.phase"), "Running");
+    assert_null(jsonx_at(f.job, "status.restarts"));
+    assert_int_equal(jsonx_int(f.job, "status.attempt", 0), 0);
+    fx_free(&f);
+}
+
+/* An empty queue label is no queue: --default-queue applies, and without it the pods get
+ * no Kueue label at all (issue 41, item 11). The job's label and the template's alike. */
+static void test_kueue_empty_queue_is_absent(void **state)
+{
+    (void)state;
+    ReconcileConfig dq = CFG;
+    dq.desired.default_queue = "team";
+    for (int k = 0; k < 4; k++) {
+        int on_job = k & 1, with_default = k >> 1;
+        Fixture f = {.job = job_new(on_job ? "{\"workers\":2}"
+                                           : "{\"workers\":2,\"template\":{\"metadata\":{"
+                                             "\"labels\":{\"kueue.x-k8s.io/queue-name\":\"\"}}}}",
+                                    NULL)};
+        if (on_job)
+            jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "");
+        fx_with_support(&f);
+        fx_run_cfg(&f, with_default ? &dq : &CFG, NOW);
+        const cJSON *p = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+        if (with_default) {
+            assert_string_equal(label_of(p, "kueue.x-k8s.io/queue-name"), "team");
+            assert_string_equal(label_of(p, "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+        } else {
+            assert_null(label_of(p, "kueue.x-k8s.io/queue-name"));
+            assert_null(label_of(p, "kueue.x-k8s.io/pod-group-name"));
+        }
+        fx_free(&f);
+    }
+}
+
 /* ------------------------------------------------------------------------------------
  * Gang scheduling: one PodGroup per attempt (docs/design.md, "Gang scheduling") */
 
@@ -2947,6 +3055,9 @@ int main(void)
         cmocka_unit_test(test_roles_cluster_change_restarts),
         cmocka_unit_test(test_roles_invalid),
         cmocka_unit_test(test_kueue_pod_group),
+        cmocka_unit_test(test_template_reserved_keys),
+        cmocka_unit_test(test_template_cluster_annotation_no_restart_loop),
+        cmocka_unit_test(test_kueue_empty_queue_is_absent),
         cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
         cmocka_unit_test(test_live_replacement_in_a_kueue_group),
         cmocka_unit_test(test_live_replacement_of_a_missing_chief),
