@@ -536,20 +536,52 @@ static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
     }
 }
 
-/* Copies a succeeded chief's termination message (a JSON object without "error")
- * into status.result. */
+/* The number `name` of m when it is finite and, for an integer, whole and in
+ * [0, max]; NAN otherwise. */
+static double result_num(const cJSON *m, const char *name, int integer, double max)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return NAN;
+    double d = v->valuedouble;
+    if (integer && (d != floor(d) || d < 0 || d > max)) return NAN;
+    return d;
+}
+
+/* Copies a succeeded chief's termination message (a JSON object without "error") into
+ * status.result: only the fields of the schema, each of its type and range (step an
+ * int64, epoch an int32, loss and accuracy finite numbers, weights_sha256 1 to 64 hex
+ * digits, as weightsSha256); any other is left out. The message is the pod's to write:
+ * one value the schema refuses had every status write of the job refused, the job stuck
+ * for good. */
 static void record_result(Ctx *c, const PodView *chief)
 {
     if (!chief || !chief->message || strcmp(chief->phase, "Succeeded") != 0) return;
     cJSON *m = cJSON_Parse(chief->message);
-    if (cJSON_IsObject(m) && !jsonx_at(m, "error")) {
-        /* The trainer writes snake_case; the resource's fields are camelCase. */
-        cJSON *hash = cJSON_DetachItemFromObjectCaseSensitive(m, "weights_sha256");
-        if (hash) cJSON_AddItemToObject(m, "weightsSha256", hash);
-        if (!jsonx_set(c->status, "result", m)) c->nomem = 1;
-    } else {
+    if (!cJSON_IsObject(m) || jsonx_at(m, "error")) {
         cJSON_Delete(m);
+        return;
     }
+    static const struct {
+        const char *name;
+        int integer;
+        double max;
+    } nums[] = {{"step", 1, 9007199254740992.0}, /* 2^53: exact in a double */
+                {"epoch", 1, 2147483647.0},
+                {"loss", 0, 0},
+                {"accuracy", 0, 0}};
+    cJSON *r = cJSON_CreateObject();
+    int ok = r != NULL;
+    for (size_t i = 0; ok && i < sizeof nums / sizeof nums[0]; i++) {
+        double v = result_num(m, nums[i].name, nums[i].integer, nums[i].max);
+        if (!isnan(v)) ok = jsonx_set_num(r, nums[i].name, v) != NULL;
+    }
+    const char *hash = jsonx_str(m, "weights_sha256");
+    size_t len = hash ? strlen(hash) : 0;
+    if (ok && len >= 1 && len <= 64 && strspn(hash, "0123456789abcdefABCDEF") == len)
+        ok = jsonx_set_str(r, "weightsSha256", hash) != NULL;
+    if (!ok) cJSON_Delete(r);
+    if (!ok || !jsonx_set(c->status, "result", r)) c->nomem = 1;
+    cJSON_Delete(m);
 }
 
 /* Ends the job: status first (the deletions that follow destroy the evidence), then

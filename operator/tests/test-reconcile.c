@@ -404,6 +404,46 @@ static void test_chief_completed_succeeds_with_result(void **state)
     fx_free(&f);
 }
 
+/* A termination message is the pod's to write: fields of other types than status.result's
+ * schema had every status write refused (422) forever (issue 41, item 5). Only the
+ * schema's fields of its types and ranges are copied; the job completes. */
+static void test_result_takes_only_the_schema(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *message, *want;
+    } cases[] = {
+        {"{\"step\":\"1200\",\"epoch\":2.5}", "{}"},
+        {"{\"step\":1200,\"epoch\":3,\"loss\":0.25,\"accuracy\":1,"
+         "\"weights_sha256\":\"ab12CD\",\"extra\":{\"a\":[1]},\"weightsSha256\":7}",
+         "{\"step\":1200,\"epoch\":3,\"loss\":0.25,\"accuracy\":1,\"weightsSha256\":"
+         "\"ab12CD\"}"},
+        {"{\"step\":-1,\"epoch\":2147483648,\"loss\":\"nan\",\"accuracy\":null,"
+         "\"weights_sha256\":\"not hex\"}",
+         "{}"},
+        {"{\"step\":9007199254740993e3,\"epoch\":2147483647,\"loss\":1e999,"
+         "\"weights_sha256\":"
+         "\"00000000000000000000000000000000000000000000000000000000000000000\"}",
+         "{\"epoch\":2147483647}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Fixture f = {.job = job_new("{\"workers\":2}", ST_LAUNCHED(""))};
+        fx_with_support(&f);
+        pod_terminated(fx_pod(&f, 0, 0, "Running"), 0, cases[i].message);
+        fx_pod(&f, 1, 0, "Running");
+        fx_run(&f, NOW);
+        assert_string_equal(f.desc, "update-status mnist\n"
+                                    "event Normal Completed\n"
+                                    "delete-pod mnist-worker-1\n");
+        char *got = cJSON_PrintUnformatted(jsonx_obj(new_status(&f), "result"));
+        assert_non_null(got);
+        if (strcmp(got, cases[i].want) != 0)
+            fail_msg("message %s: result %s, want %s", cases[i].message, got, cases[i].want);
+        free(got);
+        fx_free(&f);
+    }
+}
+
 static void test_all_workers_policy_waits_for_everyone(void **state)
 {
     (void)state;
@@ -3025,6 +3065,7 @@ int main(void)
         cmocka_unit_test(test_steady_state_is_a_no_op),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
+        cmocka_unit_test(test_result_takes_only_the_schema),
         cmocka_unit_test(test_all_workers_policy_waits_for_everyone),
         cmocka_unit_test(test_never_policy_fails_job),
         cmocka_unit_test(test_on_failure_restarts_group_with_backoff),
