@@ -2081,6 +2081,153 @@ static void test_kueue_empty_queue_is_absent(void **state)
 }
 
 /* ------------------------------------------------------------------------------------
+ * Restart loops (issue 41, item 4), driven pass after pass as the work queue would */
+
+/* The kubelet's part for a pod whose init container `fetch` failed: the trainer never
+ * ran. */
+static void init_failed(cJSON *pod)
+{
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", "Failed");
+    jsonx_set(st, "initContainerStatuses",
+              cJSON_Parse("[{\"name\":\"fetch\",\"state\":{\"terminated\":{\"exitCode\":2,"
+                          "\"reason\":\"Error\",\"message\":\"dataset not found\\n\"}}}]"));
+    jsonx_set(st, "containerStatuses",
+              cJSON_Parse("[{\"name\":\"trainer\",\"state\":{\"waiting\":{\"reason\":"
+                          "\"PodInitializing\"}}}]"));
+}
+
+/* Runs a pass at *now and carries out its plan; the plan's description is kept in
+ * f->desc until the next pass. */
+static void fx_pass(Fixture *f, double now)
+{
+    plan_free(&f->plan);
+    free(f->desc);
+    f->desc = NULL;
+    fx_run(f, now);
+    apply_prefix(f, f->plan.n);
+}
+
+#define CREATE2                                                                                    \
+    "create-pod mnist-worker-0\ncreate-pod mnist-worker-1\nevent Normal CreatedWorkers\n"          \
+    "update-status mnist\n"
+
+/* A pod failed in its own init container is the program's failure, not a disruption:
+ * counted in restarts.application with its backoff, the init container's words quoted,
+ * and backoffLimit ends it. It was a disruption, restarted at once at every pass. */
+static void test_init_container_failure_is_the_programs(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"OnFailure\","
+                                "\"backoffLimit\":2,\"recoveryTimeoutSeconds\":0}",
+                                NULL)};
+    fx_with_support(&f);
+    double now = NOW;
+    const char *why = "worker 0 init container fetch exited with code 2: dataset not found";
+    for (int k = 0; k < 3; k++) {
+        fx_pass(&f, now);
+        assert_string_equal(f.desc, CREATE2);
+        init_failed(pod_named(&f, "mnist-worker-0"));
+        fx_pass(&f, now += 1);
+        const cJSON *st = jsonx_obj(f.job, "status");
+        if (k == 2) {
+            assert_string_equal(f.desc, "update-status mnist\nevent Warning BackoffLimitExceeded\n"
+                                        "delete-pod mnist-worker-1\n");
+            assert_string_equal(jsonx_str(st, "phase"), "Failed");
+            char want[256];
+            snprintf(want, sizeof want, "backoffLimit=2 reached; last: %s", why);
+            assert_string_equal(cond_message(st, "Failed"), want);
+            break;
+        }
+        assert_string_equal(f.desc, "update-status mnist\nevent Warning WorkerFailed\n"
+                                    "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n");
+        assert_int_equal(jsonx_int(st, "restarts.application", -1), k + 1);
+        assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 0);
+        assert_cond(st, "Restarting", "True/WorkerFailed");
+        assert_string_equal(cond_message(st, "Restarting"), why);
+        double delay = reconcile_backoff_delay(&CFG, k + 1);
+        assert_close(f.plan.requeue_after, delay, 0);
+        /* The backoff holds the new pods back (the status counts the pods gone). */
+        fx_pass(&f, now += 1);
+        assert_string_equal(f.desc, "update-status mnist\n");
+        assert_close(f.plan.requeue_after, delay, 0);
+        now += delay;
+    }
+    fx_free(&f);
+}
+
+/* A pod the kubelet refuses at admission is a disruption; restarted at once at every
+ * pass, it looped for ever. Now the first disruption restarts at once, the next ones
+ * after a growing backoff, and the 11th in a row without the group ever running fails
+ * the job saying so. A group that runs counts from zero again. */
+static void test_disruption_restarts_back_off_and_stop(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":0}", NULL)};
+    fx_with_support(&f);
+    double now = NOW;
+    const char *why = "worker 1 was disrupted: it failed before the trainer ran (OutOfcpu: "
+                      "Pod was rejected: Node didn't have enough resource: cpu)";
+    for (int n = 1; n <= 11; n++) {
+        fx_pass(&f, now);
+        assert_string_equal(f.desc, CREATE2);
+        cJSON *st = jsonx_ensure_obj(pod_named(&f, "mnist-worker-1"), "status");
+        jsonx_set_str(st, "phase", "Failed");
+        jsonx_set_str(st, "reason", "OutOfcpu");
+        jsonx_set_str(st, "message", "Pod was rejected: Node didn't have enough resource: cpu");
+        fx_pass(&f, now += 1);
+        const cJSON *js = jsonx_obj(f.job, "status");
+        if (n == 11) {
+            assert_string_equal(f.desc,
+                                "update-status mnist\nevent Warning DisruptionLimitExceeded\n"
+                                "delete-pod mnist-worker-0\n");
+            assert_string_equal(jsonx_str(js, "phase"), "Failed");
+            char want[400];
+            snprintf(want, sizeof want, "10 disruptions in a row and the group never ran; last: %s",
+                     why);
+            assert_string_equal(cond_message(js, "Failed"), want);
+            assert_int_equal(jsonx_int(js, "restarts.disruption", -1), 10);
+            break;
+        }
+        assert_string_equal(f.desc, "update-status mnist\nevent Warning Disruption\n"
+                                    "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n");
+        assert_string_equal(cond_message(js, "Restarting"), why);
+        assert_int_equal(jsonx_int(js, "restarts.disruption", -1), n);
+        assert_int_equal(jsonx_int(js, "restarts.consecutiveDisruptions", -1), n);
+        assert_int_equal(jsonx_int(js, "restarts.application", -1), 0);
+        double delay = reconcile_backoff_delay(&CFG, n - 1);
+        if (n == 1) {
+            assert_close(f.plan.requeue_after, -1, 0); /* the first: at once */
+            continue;
+        }
+        assert_close(f.plan.requeue_after, delay, 0);
+        fx_pass(&f, now += 1);
+        assert_string_equal(f.desc, "update-status mnist\n");
+        assert_close(f.plan.requeue_after, delay, 0);
+        now += delay;
+    }
+    fx_free(&f);
+
+    /* Two disruptions, then the group runs: the count starts again. */
+    f = (Fixture){.job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":0}", NULL)};
+    fx_with_support(&f);
+    now = NOW;
+    for (int n = 1; n <= 3; n++) {
+        fx_pass(&f, now);
+        assert_string_equal(f.desc, CREATE2);
+        for (size_t i = 0; i < f.npods; i++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase",
+                          n < 3 && i == 1 ? "Failed" : "Running");
+        fx_pass(&f, now += 1);
+        now += reconcile_backoff_delay(&CFG, n - 1) + 2;
+    }
+    assert_string_equal(jsonx_str(f.job, "status.phase"), "Running");
+    assert_int_equal(jsonx_int(f.job, "status.restarts.consecutiveDisruptions", -1), 0);
+    assert_int_equal(jsonx_int(f.job, "status.restarts.disruption", -1), 2);
+    fx_free(&f);
+}
+
+/* ------------------------------------------------------------------------------------
  * Gang scheduling: one PodGroup per attempt (docs/design.md, "Gang scheduling") */
 
 /* How many times `line` is in the plan's description. */
@@ -3099,6 +3246,8 @@ int main(void)
         cmocka_unit_test(test_template_reserved_keys),
         cmocka_unit_test(test_template_cluster_annotation_no_restart_loop),
         cmocka_unit_test(test_kueue_empty_queue_is_absent),
+        cmocka_unit_test(test_init_container_failure_is_the_programs),
+        cmocka_unit_test(test_disruption_restarts_back_off_and_stop),
         cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
         cmocka_unit_test(test_live_replacement_in_a_kueue_group),
         cmocka_unit_test(test_live_replacement_of_a_missing_chief),
