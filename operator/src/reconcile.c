@@ -1543,6 +1543,19 @@ static void waiting_condition(Ctx *c, const Group *g)
     }
 }
 
+/* The attempt's PodGroup name is taken by an object that is not the job's: no pod is
+ * made (they would join a group someone else sized), GangScheduling says why, with a
+ * Warning event when that is new, and the job is looked at again in 30 s (PodGroups are
+ * not watched). */
+static void pod_group_conflict(Ctx *c)
+{
+    const char *old = condition_reason(c->status, "GangScheduling");
+    int said = old && strcmp(old, "PodGroupConflict") == 0;
+    set_condition(c, "GangScheduling", 0, "PodGroupConflict", c->obs->pod_group_conflict);
+    if (!said) event(c, "Warning", "PodGroupConflict", "%s", c->obs->pod_group_conflict);
+    requeue(c, 30);
+}
+
 /* Progress, when no decision settled the pass: pods of older attempts go first (their
  * names block the new ones), then what is missing is created, and the phase is set:
  * Running once every index not done runs. */
@@ -1559,6 +1572,10 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     const char *secret = create_group_objects(c, &blocked);
     char group[300];
     int gang = gang_group(c, g->attempt, group, sizeof group);
+    if (gang && c->obs->pod_group_conflict) {
+        pod_group_conflict(c);
+        blocked = 1;
+    }
     int present = 0, running = 0, by_role[ROLE_COUNT] = {0};
     int deferred = 0;
     int created = create_pods(c, g, secret, gang ? group : NULL, blocked, &present, &running,
