@@ -84,12 +84,21 @@ void clock_sleep(double s, volatile int *stop)
     }
 }
 
-void clock_format_rfc3339(double t, char *out, size_t n)
+/* 10000-01-01T00:00:00Z */
+#define CLOCK_YEAR_10000 253402300800.0
+
+int clock_format_rfc3339(double t, char *out, size_t n)
 {
+    if (n) out[0] = 0;
+    /* Checked before the cast: a double outside time_t's range makes it undefined. */
+    if (!(t >= 0 && t < CLOCK_YEAR_10000)) return -ERANGE;
     time_t s = (time_t)t;
     struct tm tm;
-    gmtime_r(&s, &tm);
-    if (strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0 && n) out[0] = 0;
+    if (!gmtime_r(&s, &tm) || strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) {
+        if (n) out[0] = 0;
+        return -ERANGE;
+    }
+    return 0;
 }
 
 int clock_parse_rfc3339(const char *s, double *t)

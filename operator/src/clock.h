@@ -45,8 +45,10 @@ void clock_stop_wait(ClockStop *s, double secs);
  * informers keep it for their back-off, as their watch polls the same flag. */
 void clock_sleep(double s, volatile int *stop);
 
-/* Formats t (epoch seconds, truncated) as "2006-01-02T15:04:05Z" into out (>= 21 bytes). */
-void clock_format_rfc3339(double t, char *out, size_t n);
+/* Formats t (epoch seconds, truncated) as "2006-01-02T15:04:05Z" into out (>= 21 bytes).
+ * Returns 0, or -ERANGE with out "" when t is not a time from 1970 to the end of year 9999
+ * (NaN, infinite, negative or later: RFC 3339 has four-digit years). */
+int clock_format_rfc3339(double t, char *out, size_t n);
 
 /* Parses "YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm)"; returns 0 and *t, or -EINVAL. */
 int clock_parse_rfc3339(const char *s, double *t);

@@ -364,6 +364,34 @@ static const char *pod_uid(const cJSON *pods, const char *name)
     return NULL;
 }
 
+/* Whether the PodGroup `pg` is the job's (its controller owner reference has the job's
+ * uid); its controller, "Kind/name uid U" or "none", into owner. */
+static int pod_group_ours(const cJSON *pg, const char *job_uid, char *owner, size_t n)
+{
+    const cJSON *ref;
+    snprintf(owner, n, "none");
+    cJSON_ArrayForEach(ref, jsonx_arr(pg, "metadata.ownerReferences"))
+    {
+        if (!jsonx_bool(ref, "controller", 0)) continue;
+        const char *kind = jsonx_str(ref, "kind"), *name = jsonx_str(ref, "name");
+        const char *uid = jsonx_str(ref, "uid");
+        snprintf(owner, n, "%.40s/%.100s uid %.64s", kind ? kind : "?", name ? name : "?",
+                 uid ? uid : "?");
+        return uid && job_uid && strcmp(uid, job_uid) == 0;
+    }
+    return 0;
+}
+
+/* GETs PodGroup `name` of the job's namespace into *r: 0, -ENOENT or -errno with err. */
+static int pod_group_get(Controller *c, const cJSON *job, const char *name, KubeResponse *r,
+                         char *err, size_t errlen)
+{
+    char path[1024];
+    const char *ns = jsonx_str(job, "metadata.namespace");
+    kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", name, NULL);
+    return kclient_request(c->client, "GET", path, NULL, NULL, r, err, errlen);
+}
+
 /* Carries out one action. Returns 0 or -errno with err. `secret` (at least 254 bytes)
  * carries the name the API server gave the Secret this plan created to the plan's
  * status update. */
@@ -489,19 +517,64 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         if (rc == 0) {
             olog(OLOG_INFO, key, "created podgroups %s", a->name);
         } else if (rc == -EEXIST) {
-            rc = 0; /* an earlier pass made it and stopped before the pods */
+            /* An earlier pass made it and stopped before the pods; or someone else did at
+             * the predictable name (one with a huge minCount would hold the pods for
+             * ever): only the job's own is taken. -EEXIST: controller_sync has reconcile
+             * say so. */
+            char owner[256];
+            kresp_free(&r);
+            rc = pod_group_get(c, job, a->name, &r, err, errlen);
+            if (rc == -ENOENT) {
+                snprintf(err, errlen, "PodGroup %s: 409 on create, then gone; retrying", a->name);
+                rc = -EAGAIN;
+            } else if (rc == 0 && !pod_group_ours(r.body, jsonx_str(job, "metadata.uid"), owner,
+                                                  sizeof owner)) {
+                snprintf(err, errlen,
+                         "PodGroup %s already exists and is not this job's (controller: %s): "
+                         "the pods wait until it is deleted",
+                         a->name, owner);
+                rc = -EEXIST;
+            }
         } else if (rc == -ENOENT) {
             /* The API went away (the control plane restarted without the gates): the
              * retry finds out and makes the pods without a group. */
             gang_api_forget(c);
         }
         break;
-    case ACTION_DELETE_POD_GROUP:
+    case ACTION_DELETE_POD_GROUP: {
+        /* Only the job's own, and that very object (a uid precondition): the name is
+         * predictable, and PodGroups are not watched. */
+        char owner[256], uid[128];
+        rc = pod_group_get(c, job, a->name, &r, err, errlen);
+        if (rc == -ENOENT) {
+            rc = 0;
+            break;
+        }
+        if (rc) break;
+        if (!pod_group_ours(r.body, jsonx_str(job, "metadata.uid"), owner, sizeof owner)) {
+            olog(OLOG_WARN, key, "podgroups %s is not this job's (controller: %s): left alone",
+                 a->name, owner);
+            break;
+        }
+        snprintf(uid, sizeof uid, "%s",
+                 jsonx_str(r.body, "metadata.uid") ? jsonx_str(r.body, "metadata.uid") : "");
+        kresp_free(&r);
+        cJSON *opts = delete_options(*uid ? uid : NULL, NULL);
+        if (!opts) {
+            snprintf(err, errlen, "deleting podgroups %s: out of memory", a->name);
+            rc = -ENOMEM;
+            break;
+        }
         kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", a->name, NULL);
-        rc = kclient_request(c->client, "DELETE", path, NULL, NULL, &r, err, errlen);
-        if (rc == -ENOENT) rc = 0;
-        if (rc == 0) olog(OLOG_DEBUG, key, "deleted podgroups %s", a->name);
+        rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
+        cJSON_Delete(opts);
+        /* Gone, or replaced since the GET (the uid precondition failed): not ours now. */
+        if (rc == -ENOENT || rc == -ESTALE)
+            rc = 0;
+        else if (rc == 0)
+            olog(OLOG_DEBUG, key, "deleted podgroups %s", a->name);
         break;
+    }
     case ACTION_EVENT:
         olog(strcmp(a->event_type, "Warning") == 0 ? OLOG_WARN : OLOG_INFO, key, "%s: %s",
              a->reason, a->message);
@@ -648,13 +721,28 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
         rc = -EIO;
         goto out;
     }
-    rc = reconcile(&c->cfg.reconcile, &obs, &plan, err, errlen);
-    if (rc) goto out;
-    for (size_t k = 0, run; k < plan.n; k += run) {
-        run = pod_run_length(c, &plan, k);
-        rc = run > 1 ? execute_pods(c, job, pods, &plan.actions[k], run, key, secret, err, errlen)
-                     : execute(c, job, pods, &plan.actions[k], key, secret, err, errlen);
+    /* A PodGroup of another owner at the attempt's name (-EEXIST from its create): the
+     * job is reconciled again knowing it, which says so and makes no pods. */
+    char conflict[512] = "";
+    for (int round = 0;; round++) {
+        obs.pod_group_conflict = *conflict ? conflict : NULL;
+        rc = reconcile(&c->cfg.reconcile, &obs, &plan, err, errlen);
         if (rc) goto out;
+        size_t k = 0, run;
+        for (; k < plan.n; k += run) {
+            run = pod_run_length(c, &plan, k);
+            rc = run > 1
+                     ? execute_pods(c, job, pods, &plan.actions[k], run, key, secret, err, errlen)
+                     : execute(c, job, pods, &plan.actions[k], key, secret, err, errlen);
+            if (rc) break;
+        }
+        if (rc == -EEXIST && round == 0 && plan.actions[k].kind == ACTION_CREATE_POD_GROUP) {
+            snprintf(conflict, sizeof conflict, "%s", err);
+            plan_free(&plan);
+            continue;
+        }
+        if (rc) goto out;
+        break;
     }
     *requeue_after = plan.requeue_after;
 out:

@@ -527,6 +527,16 @@ int desired_pod_set_replacement(cJSON *pod, long long n)
                                                                                           : -ENOMEM;
 }
 
+int desired_reserved_key(const char *key)
+{
+    static const char *const kueue[] = {LABEL_KUEUE_GROUP, ANNOT_KUEUE_GROUP_COUNT,
+                                        ANNOT_KUEUE_RETRIABLE, NULL};
+    if (strncmp(key, KT_KEY_PREFIX, strlen(KT_KEY_PREFIX)) == 0) return 1;
+    for (size_t i = 0; kueue[i]; i++)
+        if (strcmp(key, kueue[i]) == 0) return 1;
+    return 0;
+}
+
 int desired_pod_queued(const cJSON *pod)
 {
     return jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_KUEUE_GROUP) != NULL;
@@ -548,8 +558,13 @@ static int kueue_group(const JobSpec *s, const DesiredConfig *cfg, cJSON *labels
                        long long attempt)
 {
     const char *queue = s->queue_name ? s->queue_name : jsonx_key_str(labels, LABEL_KUEUE_QUEUE);
+    /* An empty name is no queue: it must not step around --default-queue. */
+    if (queue && !*queue) queue = NULL;
     if (!queue && cfg->default_queue && *cfg->default_queue) queue = cfg->default_queue;
-    if (!queue) return 0;
+    if (!queue) {
+        cJSON_DeleteItemFromObjectCaseSensitive(labels, LABEL_KUEUE_QUEUE);
+        return 0;
+    }
     char group[64], count[24];
     desired_kueue_group(s, attempt, group, sizeof group);
     snprintf(count, sizeof count, "%d", s->npods);
@@ -624,15 +639,20 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
     cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
     cJSON *annots = jsonx_set(md, "annotations", cJSON_CreateObject());
     if (!annots) goto err;
-    /* Template labels and annotations first; the operator's keys win. */
+    /* Template labels and annotations first, less the operator's own keys; the
+     * operator's keys win. */
     const cJSON *kv;
     cJSON_ArrayForEach(kv, jsonx_obj(tmpl, "metadata.labels"))
     {
-        if (cJSON_IsString(kv) && !jsonx_set_str(labels, kv->string, kv->valuestring)) goto err;
+        if (cJSON_IsString(kv) && !desired_reserved_key(kv->string) &&
+            !jsonx_set_str(labels, kv->string, kv->valuestring))
+            goto err;
     }
     cJSON_ArrayForEach(kv, jsonx_obj(tmpl, "metadata.annotations"))
     {
-        if (cJSON_IsString(kv) && !jsonx_set_str(annots, kv->string, kv->valuestring)) goto err;
+        if (cJSON_IsString(kv) && !desired_reserved_key(kv->string) &&
+            !jsonx_set_str(annots, kv->string, kv->valuestring))
+            goto err;
     }
     snprintf(buf, sizeof buf, "%d", index);
     if (!jsonx_set_str(labels, LABEL_JOB_NAME, s->name) ||

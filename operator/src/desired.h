@@ -22,6 +22,9 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
+/* Every label and annotation under this prefix is the operator's: a template's own is
+ * dropped (desired_reserved_key). */
+#define KT_KEY_PREFIX "kubetrain.dev/"
 #define LABEL_JOB_NAME "kubetrain.dev/job-name"
 #define LABEL_ROLE "kubetrain.dev/role"
 #define LABEL_REPLICA_INDEX "kubetrain.dev/replica-index"
@@ -135,6 +138,14 @@ int desired_cluster_shape(const JobSpec *s, char *out, size_t n);
  * (or a job made anew under an old name) is a new group and a new Workload, admitted
  * anew. */
 void desired_kueue_group(const JobSpec *s, long long attempt, char *out, size_t n);
+
+/* 1 when a template's label or annotation `key` is the operator's to set, and is
+ * dropped from the pods: any key under KT_KEY_PREFIX (the operator sets some only on
+ * some pods: a template's ANNOT_METRICS_PORT would be scraped, its ANNOT_REPLACEMENT
+ * would hide stale objects, its ANNOT_CLUSTER or LABEL_CHIEF would mislabel the pods)
+ * and the Kueue pod group's keys, LABEL_KUEUE_GROUP, ANNOT_KUEUE_GROUP_COUNT and
+ * ANNOT_KUEUE_RETRIABLE. The queue label (LABEL_KUEUE_QUEUE) is the user's. */
+int desired_reserved_key(const char *key);
 
 /* 1 when the pod is in a Kueue pod group (LABEL_KUEUE_GROUP): Kueue gates it until the
  * group is admitted. */

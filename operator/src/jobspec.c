@@ -252,6 +252,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (!s->name || !s->ns || !s->uid) FAIL("metadata: name, namespace and uid must be strings");
     s->generation = jsonx_int(job, "metadata.generation", 0);
     s->queue_name = jsonx_key_str(jsonx_obj(job, "metadata.labels"), LABEL_KUEUE_QUEUE);
+    if (s->queue_name && !*s->queue_name) s->queue_name = NULL; /* "" names no queue */
 
     const cJSON *spec = jsonx_at(job, "spec");
     if (!cJSON_IsObject(spec)) FAIL("spec: expected an object");

@@ -47,7 +47,7 @@ typedef struct JobRole {
 typedef struct JobSpec {
     const char *name, *ns, *uid;
     long long generation;
-    const char *queue_name; /* the job's label kueue.x-k8s.io/queue-name, or NULL */
+    const char *queue_name; /* the job's label kueue.x-k8s.io/queue-name; NULL when absent or "" */
     int workers;
     const char *image; /* NULL: the operator's --trainer-image */
     /* spec.command and spec.args (arrays of strings) or NULL. With a command the pods

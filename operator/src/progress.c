@@ -7,6 +7,7 @@
 #include "olog.h"
 #include "ratelimit.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -33,22 +34,31 @@ const char *const progress_quiet_paths[] = {"status.progress", "status.checkpoin
 
 int progress_parse(const char *text, ProgressScrape *out)
 {
+    /* max: the largest integer kept (the CRD's int32 epoch; 10^15 steps, past any run);
+     * a larger one, like a negative one, is absent. nonfinite: where a double's NaN or
+     * infinity is recorded (a diverged loss), else it is absent. */
     static const struct {
         const char *name;
         int is_long;
         size_t off;
+        double max;
+        ptrdiff_t nonfinite;
     } fields[] = {
-        {"kubetrain_steps_total", 1, offsetof(ProgressScrape, step)},
-        {"kubetrain_total_steps", 1, offsetof(ProgressScrape, total_steps)},
-        {"kubetrain_start_step", 1, offsetof(ProgressScrape, start_step)},
-        {"kubetrain_epoch", 1, offsetof(ProgressScrape, epoch)},
-        {"kubetrain_checkpoint_step", 1, offsetof(ProgressScrape, checkpoint_step)},
-        {"kubetrain_loss", 0, offsetof(ProgressScrape, loss)},
-        {"kubetrain_accuracy", 0, offsetof(ProgressScrape, accuracy)},
-        {"kubetrain_samples_per_second", 0, offsetof(ProgressScrape, samples_per_second)},
-        {"kubetrain_checkpoint_timestamp_seconds", 0, offsetof(ProgressScrape, checkpoint_time)},
+        {"kubetrain_steps_total", 1, offsetof(ProgressScrape, step), 1e15, -1},
+        {"kubetrain_total_steps", 1, offsetof(ProgressScrape, total_steps), 1e15, -1},
+        {"kubetrain_start_step", 1, offsetof(ProgressScrape, start_step), 1e15, -1},
+        {"kubetrain_epoch", 1, offsetof(ProgressScrape, epoch), INT32_MAX, -1},
+        {"kubetrain_checkpoint_step", 1, offsetof(ProgressScrape, checkpoint_step), 1e15, -1},
+        {"kubetrain_loss", 0, offsetof(ProgressScrape, loss), 0,
+         offsetof(ProgressScrape, loss_nonfinite)},
+        {"kubetrain_accuracy", 0, offsetof(ProgressScrape, accuracy), 0,
+         offsetof(ProgressScrape, accuracy_nonfinite)},
+        {"kubetrain_samples_per_second", 0, offsetof(ProgressScrape, samples_per_second), 0, -1},
+        {"kubetrain_checkpoint_timestamp_seconds", 0, offsetof(ProgressScrape, checkpoint_time), 0,
+         -1},
     };
     const size_t nf = sizeof fields / sizeof fields[0];
+    memset(out, 0, sizeof *out);
     for (size_t i = 0; i < nf; i++) {
         char *f = (char *)out + fields[i].off;
         if (fields[i].is_long)
@@ -64,12 +74,14 @@ int progress_parse(const char *text, ProgressScrape *out)
                 if (strncmp(l, fields[i].name, n) != 0 || l[n] != ' ') continue;
                 char *end;
                 double v = strtod(l + n + 1, &end);
-                if (end == l + n + 1 || !isfinite(v)) break;
+                if (end == l + n + 1) break;
                 char *f = (char *)out + fields[i].off;
                 if (fields[i].is_long)
-                    *(long *)(void *)f = v >= 0 && v < 1e15 ? (long)v : -1;
-                else
+                    *(long *)(void *)f = v >= 0 && v <= fields[i].max ? (long)v : -1;
+                else if (isfinite(v))
                     *(double *)(void *)f = v;
+                else if (fields[i].nonfinite >= 0)
+                    *(int *)(void *)((char *)out + fields[i].nonfinite) = 1;
                 break;
             }
         }
@@ -84,18 +96,22 @@ double progress_interval(const ProgressConfig *cfg, size_t running)
     return spread > cfg->interval_s ? spread : cfg->interval_s;
 }
 
-/* Sets name to v when v is a number (not NaN); 0, or -1 out of memory. */
-static int set_num_if(cJSON *o, const char *name, double v)
+/* Sets name to v when v is a number (not NaN), to null (a merge patch's removal) when
+ * `nonfinite`; 0, or -1 out of memory. */
+static int set_num_if(cJSON *o, const char *name, double v, int nonfinite)
 {
+    if (nonfinite) return jsonx_set(o, name, cJSON_CreateNull()) ? 0 : -1;
     if (isnan(v)) return 0;
     return jsonx_set_num(o, name, v) ? 0 : -1;
 }
 
-/* 1 when the old object's number `name` differs from v (or one is absent). */
-static int num_changed(const cJSON *old, const char *name, double v)
+/* 1 when the patch would change the old object's number `name`: v (NaN: absent from the
+ * scrape, nothing to write) differs from it, or `nonfinite` removes it. */
+static int num_changed(const cJSON *old, const char *name, double v, int nonfinite)
 {
     const cJSON *o = jsonx_at(old, name);
-    if (isnan(v)) return cJSON_IsNumber(o);
+    if (nonfinite) return cJSON_IsNumber(o);
+    if (isnan(v)) return 0;
     return !cJSON_IsNumber(o) || o->valuedouble != v;
 }
 
@@ -109,10 +125,11 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     long old_step = (long)jsonx_int(old, "step", -1);
     int new_attempt = old_attempt != attempt;
     int changed =
-        new_attempt || num_changed(old, "step", (double)s->step) ||
-        num_changed(old, "epoch", s->epoch >= 0 ? (double)s->epoch : NAN) ||
-        num_changed(old, "loss", s->loss) || num_changed(old, "accuracy", s->accuracy) ||
-        (s->checkpoint_step >= 0 && num_changed(old_ckpt, "step", (double)s->checkpoint_step));
+        new_attempt || num_changed(old, "step", (double)s->step, 0) ||
+        num_changed(old, "epoch", s->epoch >= 0 ? (double)s->epoch : NAN, 0) ||
+        num_changed(old, "loss", s->loss, s->loss_nonfinite) ||
+        num_changed(old, "accuracy", s->accuracy, s->accuracy_nonfinite) ||
+        (s->checkpoint_step >= 0 && num_changed(old_ckpt, "step", (double)s->checkpoint_step, 0));
     if (!changed) return 0;
 
     char ts[40];
@@ -123,12 +140,15 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     const char *uid = jsonx_str(job, "metadata.uid");
     /* The uid makes the patch a precondition: never written into a new job of the name. */
     if (!pr || !md || (uid && !jsonx_set_str(md, "uid", uid))) goto nomem;
-    clock_format_rfc3339(now, ts, sizeof ts);
+    /* Every time written is one the schema's date-time takes (years 1970 to 9999): one
+     * refused value would have the whole patch refused. */
     if (!jsonx_set_num(pr, "attempt", (double)attempt) ||
-        !jsonx_set_num(pr, "step", (double)s->step) || !jsonx_set_str(pr, "updateTime", ts) ||
+        !jsonx_set_num(pr, "step", (double)s->step) ||
+        (clock_format_rfc3339(now, ts, sizeof ts) == 0 && !jsonx_set_str(pr, "updateTime", ts)) ||
         (s->epoch >= 0 && !jsonx_set_num(pr, "epoch", (double)s->epoch)) ||
-        set_num_if(pr, "loss", s->loss) || set_num_if(pr, "accuracy", s->accuracy) ||
-        set_num_if(pr, "samplesPerSecond", s->samples_per_second))
+        set_num_if(pr, "loss", s->loss, s->loss_nonfinite) ||
+        set_num_if(pr, "accuracy", s->accuracy, s->accuracy_nonfinite) ||
+        set_num_if(pr, "samplesPerSecond", s->samples_per_second, 0))
         goto nomem;
     if (s->total_steps > 0) {
         long pct = (long)(100.0 * (double)s->step / (double)s->total_steps);
@@ -145,9 +165,11 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     if (!new_attempt && old_step >= 0 && s->step > old_step && s->total_steps > s->step &&
         clock_parse_rfc3339(jsonx_str(old, "updateTime"), &then) == 0 && now - then >= 1) {
         double rate = (double)(s->step - old_step) / (now - then);
-        clock_format_rfc3339(now + (double)(s->total_steps - s->step) / rate, ts, sizeof ts);
-        if (!jsonx_set_str(pr, "estimatedCompletionTime", ts)) goto nomem;
-        have_eta = 1;
+        if (clock_format_rfc3339(now + (double)(s->total_steps - s->step) / rate, ts, sizeof ts) ==
+            0) {
+            if (!jsonx_set_str(pr, "estimatedCompletionTime", ts)) goto nomem;
+            have_eta = 1;
+        }
     }
     /* Merge patch: null removes an estimate that no longer holds. */
     if (!have_eta && jsonx_str(old, "estimatedCompletionTime") &&
@@ -156,10 +178,9 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     if (s->checkpoint_step >= 0) {
         cJSON *ck = jsonx_ensure_obj(st, "checkpoint");
         if (!ck || !jsonx_set_num(ck, "step", (double)s->checkpoint_step)) goto nomem;
-        if (!isnan(s->checkpoint_time)) {
-            clock_format_rfc3339(s->checkpoint_time, ts, sizeof ts);
-            if (!jsonx_set_str(ck, "time", ts)) goto nomem;
-        }
+        if (clock_format_rfc3339(s->checkpoint_time, ts, sizeof ts) == 0 &&
+            !jsonx_set_str(ck, "time", ts))
+            goto nomem;
     }
     /* A new attempt resumed at start_step: what the previous one had trained past it is
      * lost. Its furthest step is its chief's exit message, else the last scrape; an
@@ -227,6 +248,46 @@ int progress_chief_final_step(const cJSON *pod, char *key, size_t keylen, long l
     return -ENOENT;
 }
 
+/* The port of ANNOT_METRICS_PORT when it is a decimal port, 1 to 65535, else 0. */
+static int metrics_port(const cJSON *pod)
+{
+    const char *v = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_METRICS_PORT);
+    long port = 0;
+    for (size_t i = 0; v && v[i]; i++) {
+        if (v[i] < '0' || v[i] > '9' || i >= 5) return 0;
+        port = port * 10 + (v[i] - '0');
+    }
+    return port >= 1 && port <= 65535 ? (int)port : 0;
+}
+
+int progress_chief_url(const cJSON *pod, const char *job, long long attempt, long long replacement,
+                       char *url, size_t n)
+{
+    const char *owner = jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_JOB_NAME);
+    const char *r = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_REPLACEMENT);
+    char *end;
+    long long pod_repl = r ? strtoll(r, &end, 10) : 0;
+    if (r && (!*r || *end)) pod_repl = -1;
+    if (n) url[0] = '\0';
+    if (!owner || strcmp(owner, job) != 0 || !is_chief(pod) || pod_attempt(pod) != attempt ||
+        pod_repl != replacement || jsonx_str(pod, "metadata.deletionTimestamp"))
+        return -ENOENT;
+    const char *phase = jsonx_str(pod, "status.phase");
+    const char *ip = jsonx_str(pod, "status.podIP");
+    int port = metrics_port(pod);
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (!phase || strcmp(phase, "Running") != 0 || !ip || !port) return 0;
+    /* Only an address, written back from its binary form, and the port as a number: no
+     * user@, path or other host can ride in on either. */
+    char host[INET6_ADDRSTRLEN];
+    int v6 = inet_pton(AF_INET6, ip, addr) == 1;
+    if ((!v6 && inet_pton(AF_INET, ip, addr) != 1) ||
+        !inet_ntop(v6 ? AF_INET6 : AF_INET, addr, host, sizeof host))
+        return 0;
+    snprintf(url, n, v6 ? "http://[%s]:%d/metrics" : "http://%s:%d/metrics", host, port);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------
  * Per-job memory: when the job is next due, and the previous chief's last step */
 
@@ -243,6 +304,8 @@ typedef struct JobState {
     long long surveyed_rv;
     int scrapable;         /* Running, the C trainer */
     long long job_attempt; /* status.attempt */
+    long long repl[2];     /* how many times <job>-chief-0 and <job>-worker-0 were replaced
+                              in it (status.replacedPods), 0: never */
     /* The rest of what progress_patch reads of that version, beside the quiet paths:
      * metadata.uid ("" when absent) and status.restarts.stepsLost. */
     char uid[64];
@@ -325,6 +388,7 @@ typedef struct Due {
     char key[KEY_MAX];
     char url[128];
     long long attempt;
+    long long repl[2]; /* JobState.repl */
     CURL *easy;
     char *body;
     size_t len;
@@ -343,37 +407,26 @@ typedef struct Survey {
 
 /* The URL of job ns/job's Running chief of attempt `attempt`, or -ENOENT. The chief is
  * `<job>-chief-0` or, in a job without that role, `<job>-worker-0` (the pods' names are
- * fixed): two lookups by name, where listing the job's pods by label walked every pod in
- * the cache for each scrape (a twentieth of the thread at 100 jobs, and growing with
- * jobs times pods). */
-static int chief_url(Progress *p, const char *ns, const char *job, long long attempt, char *url,
-                     size_t n)
+ * fixed), or, once replaced live in a Kueue pod group, that name with "-r<n>"
+ * (desired_pod_set_replacement), n from the job's status.replacedPods (repl[role]):
+ * lookups by name, where listing the job's pods by label walked every pod in the cache
+ * for each scrape (a twentieth of the thread at 100 jobs, and growing with jobs times
+ * pods); progress_chief_url checks the labels of what is found. */
+static int chief_url(Progress *p, const char *ns, const char *job, long long attempt,
+                     const long long repl[2], char *url, size_t n)
 {
     static const char *const roles[] = {"chief", "worker"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
-        char name[512];
-        if ((size_t)snprintf(name, sizeof name, "%s-%s-0", job, roles[i]) >= sizeof name)
-            return -ENOENT;
-        cJSON *pod = informer_get(p->pods, ns, name);
-        const char *owner = jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_JOB_NAME);
-        int rc = -ENOENT, found = pod && owner && strcmp(owner, job) == 0 && is_chief(pod) &&
-                                  pod_attempt(pod) == attempt &&
-                                  !jsonx_str(pod, "metadata.deletionTimestamp");
-        if (found) {
-            const char *phase = jsonx_str(pod, "status.phase");
-            const char *ip = jsonx_str(pod, "status.podIP");
-            const char *port =
-                jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_METRICS_PORT);
-            if (phase && strcmp(phase, "Running") == 0 && ip && *ip && port) {
-                if (strchr(ip, ':'))
-                    snprintf(url, n, "http://[%s]:%s/metrics", ip, port);
-                else
-                    snprintf(url, n, "http://%s:%s/metrics", ip, port);
-                rc = 0;
-            }
+        for (int renamed = repl[i] > 0; renamed >= 0; renamed--) {
+            char name[512];
+            int len = renamed ? snprintf(name, sizeof name, "%s-%s-0-r%lld", job, roles[i], repl[i])
+                              : snprintf(name, sizeof name, "%s-%s-0", job, roles[i]);
+            if ((size_t)len >= sizeof name) return -ENOENT;
+            cJSON *pod = informer_get(p->pods, ns, name);
+            int rc = pod ? progress_chief_url(pod, job, attempt, repl[i], url, n) : -ENOENT;
+            cJSON_Delete(pod);
+            if (rc != -ENOENT) return url[0] ? 0 : -ENOENT;
         }
-        cJSON_Delete(pod);
-        if (found) return rc;
     }
     return -ENOENT;
 }
@@ -404,6 +457,7 @@ static void survey_note(Survey *sv, JobState *s)
     memset(d, 0, sizeof *d);
     snprintf(d->key, sizeof d->key, "%s", s->key);
     d->attempt = s->job_attempt;
+    memcpy(d->repl, s->repl, sizeof d->repl);
 }
 
 /* A job whose cached version the survey read before is taken from its JobState (1 Hz
@@ -429,6 +483,26 @@ static int survey_want(void *ctx, const char *key, long long rv)
     return want;
 }
 
+/* Into repl, the replacement numbers of the job's <job>-chief-0 and <job>-worker-0 in
+ * status.replacedPods, 0 for a pod not there. */
+static void survey_replaced(const cJSON *job, long long repl[2])
+{
+    static const char *const roles[] = {"chief", "worker"};
+    const char *name = jsonx_str(job, "metadata.name");
+    const cJSON *e;
+    repl[0] = repl[1] = 0;
+    cJSON_ArrayForEach(e, jsonx_arr(job, "status.replacedPods"))
+    {
+        const char *n = jsonx_str(e, "name");
+        size_t len = name ? strlen(name) : 0;
+        for (int i = 0; n && len && i < 2; i++)
+            if (strncmp(n, name, len) == 0 && n[len] == '-' &&
+                strncmp(n + len + 1, roles[i], strlen(roles[i])) == 0 &&
+                strcmp(n + len + 1 + strlen(roles[i]), "-0") == 0)
+                repl[i] = jsonx_int(e, "replacement", 0);
+    }
+}
+
 /* The jobs to scrape: Running, the C trainer (no spec.command). Called under the jobs
  * informer's read lock: copies what it needs, never calls back into that informer. */
 static void survey_job(void *ctx, const cJSON *job)
@@ -443,6 +517,7 @@ static void survey_job(void *ctx, const cJSON *job)
         s->surveyed_rv = sv->offered_rv;
         s->scrapable = phase && strcmp(phase, "Running") == 0 && !jsonx_at(job, "spec.command");
         s->job_attempt = jsonx_int(job, "status.attempt", 0);
+        survey_replaced(job, s->repl);
         const char *uid = jsonx_str(job, "metadata.uid");
         snprintf(s->uid, sizeof s->uid, "%s", uid && strlen(uid) < sizeof s->uid ? uid : "");
         s->steps_lost = jsonx_int(job, "status.restarts.stepsLost", 0);
@@ -639,7 +714,8 @@ static void tick(Progress *p)
         const char *slash = strchr(d->key, '/');
         char ns[256];
         snprintf(ns, sizeof ns, "%.*s", (int)(slash - d->key), d->key);
-        if (chief_url(p, ns, slash + 1, d->attempt, d->url, sizeof d->url) != 0) d->url[0] = '\0';
+        if (chief_url(p, ns, slash + 1, d->attempt, d->repl, d->url, sizeof d->url) != 0)
+            d->url[0] = '\0';
     }
     scrape_all(p, sv.due, sv.ndue);
     double wall = clock_wall();

@@ -49,6 +49,9 @@ typedef struct ProgressConfig {
 typedef struct ProgressScrape {
     long step, total_steps, start_step, epoch, checkpoint_step;
     double loss, accuracy, samples_per_second, checkpoint_time;
+    /* The loss or accuracy was NaN or infinite (a diverged run): status.progress loses
+     * it (a merge patch's null) rather than keep the last finite one. */
+    int loss_nonfinite, accuracy_nonfinite;
 } ProgressScrape;
 
 typedef struct Progress Progress;
@@ -74,7 +77,8 @@ void progress_observe_pod(Progress *p, const cJSON *pod);
 /* --- pure parts, tested without a server --- */
 
 /* Parses Prometheus text; 0, or -ENODATA when kubetrain_steps_total is absent (not the
- * C trainer's endpoint). */
+ * C trainer's endpoint). A count that is negative or past what status takes (an epoch
+ * above 2^31 - 1, a step above 10^15) is absent. */
 int progress_parse(const char *text, ProgressScrape *out);
 
 /* Seconds between two scrapes of one job with `running` jobs to scrape. */
@@ -91,6 +95,16 @@ double progress_phase(const char *key, double interval_s);
  * loss, accuracy or checkpoint). Returns 0 or -ENOMEM. */
 int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt, long final_step,
                    double now, cJSON **patch);
+
+/* Whether `pod` is the chief of job `job` in attempt `attempt` (labels LABEL_JOB_NAME,
+ * LABEL_ROLE, LABEL_REPLICA_INDEX; ANNOT_ATTEMPT), its newest object (ANNOT_REPLACEMENT
+ * equal to `replacement`, absent for 0) and not being deleted: 0 with the URL of its
+ * /metrics in url, or "" when it cannot be scraped (not Running, or without a pod IP
+ * address or a decimal port 1-65535 in ANNOT_METRICS_PORT: the URL is made of the
+ * parsed address and number, so nothing written in the pod can send the operator
+ * elsewhere); -ENOENT when it is not that chief. */
+int progress_chief_url(const cJSON *pod, const char *job, long long attempt, long long replacement,
+                       char *url, size_t n);
 
 /* The step the chief pod reached as its termination message says: 0 with *key
  * ("namespace/job"), *attempt and *step, or -ENOENT when pod is not a chief whose

@@ -12,6 +12,11 @@
 #include <string.h>
 
 #define MAX_WORKERS 10000
+/* Disruption restarts and replacements in a row without the group ever running
+ * (restarts.consecutiveDisruptions) after which the next disruption fails the job: a pod
+ * the kubelet refuses at admission, or one that never starts for another reason outside
+ * the program, would otherwise restart the group for ever. */
+#define DISRUPTION_LIMIT 10
 
 /* ------------------------------------------------------------------------------------
  * Plan */
@@ -114,9 +119,13 @@ typedef struct PodView {
     int kueue;              /* in a Kueue pod group (LABEL_KUEUE_GROUP) */
     int exit_code;          /* the trainer container's, -1 unknown */
     const char *message;    /* its termination message, or NULL */
-    double started_at;      /* when the trainer container started, 0 unknown */
-    double finished_at;     /* when it terminated, 0 unknown (RFC 3339: whole seconds) */
-    int foreign;            /* controlled by another object (an older job of that name) */
+    /* The init container that failed while the trainer never ran, or NULL: its exit code
+     * and message are then exit_code and message (the application's failure). */
+    const char *init_container;
+    char why[256];      /* room for disruption's text */
+    double started_at;  /* when the trainer container started, 0 unknown */
+    double finished_at; /* when it terminated, 0 unknown (RFC 3339: whole seconds) */
+    int foreign;        /* controlled by another object (an older job of that name) */
 } PodView;
 
 static long long parse_ll(const char *s, long long dflt)
@@ -188,6 +197,18 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
             jsonx_str(cs, t ? "state.terminated.startedAt" : "state.running.startedAt");
         if (clock_parse_rfc3339(started, &v->started_at)) v->started_at = 0;
     }
+    /* A pod that failed in its own init container never ran the trainer: that failure is
+     * the program's setup failing, counted like the trainer's own. */
+    cJSON_ArrayForEach(cs, jsonx_arr(pod, "status.initContainerStatuses"))
+    {
+        const cJSON *t = jsonx_obj(cs, "state.terminated");
+        long long code = jsonx_int(t, "exitCode", 0);
+        if (v->exit_code >= 0 || !t || code == 0) continue;
+        v->exit_code = code > 0 && code < 256 ? (int)code : 1;
+        v->init_container = jsonx_str(cs, "name") ? jsonx_str(cs, "name") : "?";
+        v->message = jsonx_str(t, "message") ? jsonx_str(t, "message") : jsonx_str(t, "reason");
+        break;
+    }
 
     const char *reason = jsonx_str(pod, "status.reason");
     int succeeded = strcmp(v->phase, "Succeeded") == 0;
@@ -203,8 +224,17 @@ static void view_pod(const cJSON *pod, const char *job_uid, PodView *v)
         for (size_t i = 0; disruptive_reasons[i]; i++)
             if (strcmp(reason, disruptive_reasons[i]) == 0) v->disruption = disruptive_reasons[i];
     }
-    if (!v->disruption && failed && v->exit_code < 0)
-        v->disruption = "it failed before the trainer ran";
+    if (!v->disruption && failed && v->exit_code < 0) {
+        /* Refused by the kubelet at admission (OutOfcpu, NodeAffinity...), or gone wrong
+         * before any container ran: say what the kubelet said. */
+        const char *m = jsonx_str(pod, "status.message");
+        if (reason)
+            snprintf(v->why, sizeof v->why, "it failed before the trainer ran (%s%s%.160s)", reason,
+                     m ? ": " : "", m ? m : "");
+        else
+            snprintf(v->why, sizeof v->why, "it failed before the trainer ran");
+        v->disruption = v->why;
+    }
     if (!v->disruption && v->terminating && !succeeded && !failed) v->disruption = "it was deleted";
 }
 
@@ -536,20 +566,52 @@ static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
     }
 }
 
-/* Copies a succeeded chief's termination message (a JSON object without "error")
- * into status.result. */
+/* The number `name` of m when it is finite and, for an integer, whole and in
+ * [0, max]; NAN otherwise. */
+static double result_num(const cJSON *m, const char *name, int integer, double max)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, name);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return NAN;
+    double d = v->valuedouble;
+    if (integer && (d != floor(d) || d < 0 || d > max)) return NAN;
+    return d;
+}
+
+/* Copies a succeeded chief's termination message (a JSON object without "error") into
+ * status.result: only the fields of the schema, each of its type and range (step an
+ * int64, epoch an int32, loss and accuracy finite numbers, weights_sha256 1 to 64 hex
+ * digits, as weightsSha256); any other is left out. The message is the pod's to write:
+ * one value the schema refuses had every status write of the job refused, the job stuck
+ * for good. */
 static void record_result(Ctx *c, const PodView *chief)
 {
     if (!chief || !chief->message || strcmp(chief->phase, "Succeeded") != 0) return;
     cJSON *m = cJSON_Parse(chief->message);
-    if (cJSON_IsObject(m) && !jsonx_at(m, "error")) {
-        /* The trainer writes snake_case; the resource's fields are camelCase. */
-        cJSON *hash = cJSON_DetachItemFromObjectCaseSensitive(m, "weights_sha256");
-        if (hash) cJSON_AddItemToObject(m, "weightsSha256", hash);
-        if (!jsonx_set(c->status, "result", m)) c->nomem = 1;
-    } else {
+    if (!cJSON_IsObject(m) || jsonx_at(m, "error")) {
         cJSON_Delete(m);
+        return;
     }
+    static const struct {
+        const char *name;
+        int integer;
+        double max;
+    } nums[] = {{"step", 1, 9007199254740992.0}, /* 2^53: exact in a double */
+                {"epoch", 1, 2147483647.0},
+                {"loss", 0, 0},
+                {"accuracy", 0, 0}};
+    cJSON *r = cJSON_CreateObject();
+    int ok = r != NULL;
+    for (size_t i = 0; ok && i < sizeof nums / sizeof nums[0]; i++) {
+        double v = result_num(m, nums[i].name, nums[i].integer, nums[i].max);
+        if (!isnan(v)) ok = jsonx_set_num(r, nums[i].name, v) != NULL;
+    }
+    const char *hash = jsonx_str(m, "weights_sha256");
+    size_t len = hash ? strlen(hash) : 0;
+    if (ok && len >= 1 && len <= 64 && strspn(hash, "0123456789abcdefABCDEF") == len)
+        ok = jsonx_set_str(r, "weightsSha256", hash) != NULL;
+    if (!ok) cJSON_Delete(r);
+    if (!ok || !jsonx_set(c->status, "result", r)) c->nomem = 1;
+    cJSON_Delete(m);
 }
 
 /* Ends the job: status first (the deletions that follow destroy the evidence), then
@@ -581,6 +643,33 @@ static int reset_attempt(cJSON *status)
                : -1;
 }
 
+/* The backoff before the pods of a restart made for `reason` are created: after an
+ * application failure (WorkerFailed) --backoff-base x 2^(n-1) for the n-th (at most
+ * --backoff-max); after the n-th disruption in a row without the group running
+ * (restarts.consecutiveDisruptions), none for the first, the same growth from the second;
+ * else none. */
+static double restart_delay(const Ctx *c, const char *reason)
+{
+    if (!reason) return 0;
+    if (strcmp(reason, "WorkerFailed") == 0)
+        return reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
+    if (strcmp(reason, "Disruption") == 0)
+        return reconcile_backoff_delay(
+            c->cfg, jsonx_int(c->status, "restarts.consecutiveDisruptions", 0) - 1);
+    return 0;
+}
+
+/* Adds one to restarts.consecutiveDisruptions: a disruption restart or replacement. */
+static void count_consecutive_disruption(Ctx *c)
+{
+    cJSON *r = jsonx_ensure_obj(c->status, "restarts");
+    if (!r)
+        c->nomem = 1;
+    else
+        set_num(c, r, "consecutiveDisruptions",
+                (double)(jsonx_int(r, "consecutiveDisruptions", 0) + 1));
+}
+
 /* Restarts the whole group in a new attempt: status first, then delete every pod. */
 static void restart(Ctx *c, const char *reason, const char *counter, const char *message,
                     const PodView *v, size_t n)
@@ -588,16 +677,18 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
     long long attempt = jsonx_int(c->status, "attempt", 0);
     set_num(c, c->status, "attempt", (double)(attempt + 1));
     if (reset_attempt(c->status)) c->nomem = 1;
+    cJSON *r = counter ? jsonx_ensure_obj(c->status, "restarts") : NULL;
+    if (counter && !r) {
+        c->nomem = 1;
+        return;
+    }
     if (counter) {
-        cJSON *r = jsonx_ensure_obj(c->status, "restarts");
-        if (!r) {
-            c->nomem = 1;
-        } else {
-            set_num(c, r, counter, (double)(jsonx_int(r, counter, 0) + 1));
-            if (!cJSON_GetObjectItemCaseSensitive(r, "application"))
-                set_num(c, r, "application", 0);
-            if (!cJSON_GetObjectItemCaseSensitive(r, "disruption")) set_num(c, r, "disruption", 0);
-        }
+        /* The backoff counts from here: the Restarting condition's time moves only when
+         * it turns True, not at a second restart before the group ran. */
+        if (!jsonx_set_str(r, "lastRestartTime", c->now_str)) c->nomem = 1;
+        set_num(c, r, counter, (double)(jsonx_int(r, counter, 0) + 1));
+        if (!cJSON_GetObjectItemCaseSensitive(r, "application")) set_num(c, r, "application", 0);
+        if (!cJSON_GetObjectItemCaseSensitive(r, "disruption")) set_num(c, r, "disruption", 0);
     }
     set_str(c, "phase", "Restarting");
     set_condition(c, "Restarting", 1, reason, message);
@@ -606,9 +697,8 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
     event(c, "Warning", reason, "restarting all pods: %s", message);
     delete_pods(c, v, n, 0);
     delete_pod_group(c, attempt);
-    if (counter && strcmp(counter, "application") == 0)
-        requeue(c,
-                reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1)));
+    double delay = restart_delay(c, reason);
+    if (delay > 0) requeue(c, delay);
 }
 
 /* The pods of this attempt by state: status.workers counts every pod, and, when the
@@ -808,6 +898,19 @@ static int decide_resize(Ctx *c, const Group *g)
     return 1;
 }
 
+/* "exited with code N: <why>", or for a pod whose init container failed "init container
+ * C exited with code N: <why>", into out. */
+static void exit_text(const PodView *p, char *out, size_t n)
+{
+    char text[400];
+    failure_text(p->message, text, sizeof text);
+    if (p->init_container)
+        snprintf(out, n, "init container %.63s exited with code %d%s%s", p->init_container,
+                 p->exit_code, *text ? ": " : "", text);
+    else
+        snprintf(out, n, "exited with code %d%s%s", p->exit_code, *text ? ": " : "", text);
+}
+
 /* What became of a chief or worker slot, for live recovery: fine (running, starting,
  * done, or its replacement yet to be made), lost (its pod deleted, disrupted or gone,
  * or the trainer failed with a retryable code, 75 or >= 128, and did not give up on a
@@ -843,9 +946,7 @@ static SlotLoss slot_loss(const Ctx *c, const Group *g, int slot, char *why, siz
     if (c->spec.restart_policy == RESTART_NEVER || !(code == 75 || code >= 128) ||
         recovery_timed_out(p->message))
         return SLOT_BEYOND;
-    char text[400];
-    failure_text(p->message, text, sizeof text);
-    snprintf(why, n, "exited with code %d%s%s", code, *text ? ": " : "", text);
+    exit_text(p, why, n);
     *failed = 1;
     return SLOT_LOST;
 }
@@ -929,6 +1030,9 @@ static int decide_replacement(Ctx *c, const Group *g)
     }
     if (nlost != 1 || busy) return 0;
     if (failed && jsonx_int(c->status, "restarts.application", 0) >= s->backoff_limit) return 0;
+    /* At the limit, the disruption decision fails the job. */
+    if (!failed && jsonx_int(c->status, "restarts.consecutiveDisruptions", 0) >= DISRUPTION_LIMIT)
+        return 0;
 
     Role r;
     int ri;
@@ -945,6 +1049,7 @@ static int decide_replacement(Ctx *c, const Group *g)
         set_num(c, rs, counters[k], (double)(jsonx_int(rs, counters[k], 0) + 1));
     if (!cJSON_GetObjectItemCaseSensitive(rs, "application")) set_num(c, rs, "application", 0);
     if (!cJSON_GetObjectItemCaseSensitive(rs, "disruption")) set_num(c, rs, "disruption", 0);
+    if (!failed) count_consecutive_disruption(c);
     emit_status(c);
     event(c, "Normal", "WorkerReplaced", "pod %s replaced; live recovery (%s %d: %s)", name,
           jobspec_role_name(r), ri, why);
@@ -977,6 +1082,19 @@ static int decide_disruption(Ctx *c, const Group *g)
         if (!why || (p && strcmp(p->phase, "Succeeded") == 0)) continue;
         char msg[512];
         snprintf(msg, sizeof msg, "%s %d was disrupted: %s", jobspec_role_name(r), ri, why);
+        /* Kueue stopping the group is its queueing at work, with its own backoff: not
+         * counted toward the limit. */
+        if (!(p && p->kueue_stopped)) {
+            long long row = jsonx_int(c->status, "restarts.consecutiveDisruptions", 0);
+            if (row >= DISRUPTION_LIMIT) {
+                char m2[600];
+                snprintf(m2, sizeof m2,
+                         "%lld disruptions in a row and the group never ran; last: %s", row, msg);
+                finish(c, 0, "DisruptionLimitExceeded", m2, g->pods, g->npods, NULL);
+                return 1;
+            }
+            count_consecutive_disruption(c);
+        }
         restart(c, "Disruption", "disruption", msg, g->pods, g->npods);
         return 1;
     }
@@ -996,11 +1114,10 @@ static int decide_failure(Ctx *c, const Group *g)
         jobspec_slot_role(s, i, &r, &ri);
         const PodView *p = g->cur[i];
         if (r == ROLE_EVALUATOR || !p || strcmp(p->phase, "Failed") != 0) continue;
-        char msg[512], text[400];
+        char msg[512], text[450];
         int code = p->exit_code;
-        failure_text(p->message, text, sizeof text);
-        snprintf(msg, sizeof msg, "%s %d exited with code %d%s%s", jobspec_role_name(r), ri, code,
-                 *text ? ": " : "", text);
+        exit_text(p, text, sizeof text);
+        snprintf(msg, sizeof msg, "%s %d %s", jobspec_role_name(r), ri, text);
         int retry = s->restart_policy == RESTART_ON_FAILURE ||
                     (s->restart_policy == RESTART_EXIT_CODE && (code == 75 || code >= 128));
         long long app = jsonx_int(c->status, "restarts.application", 0);
@@ -1078,19 +1195,19 @@ static int delete_stale_pods(Ctx *c, const Group *g, int foreign)
     return blocked;
 }
 
-/* Returns 1, and requeues for its end, while the backoff after an application failure
- * runs: `restarting` (the Restarting condition when True) has reason WorkerFailed. */
+/* Returns 1, and requeues for its end, while the backoff of the latest restart runs
+ * (restart_delay of the reason of `restarting`, the Restarting condition when True),
+ * counted from restarts.lastRestartTime (else the condition's time). */
 static int backoff_pending(Ctx *c, const cJSON *restarting)
 {
-    const char *reason = jsonx_str(restarting, "reason");
-    double since;
-    if (!restarting || !reason || strcmp(reason, "WorkerFailed") != 0 ||
+    double since, delay = restarting ? restart_delay(c, jsonx_str(restarting, "reason")) : 0;
+    if (delay <= 0) return 0;
+    if (clock_parse_rfc3339(jsonx_str(c->status, "restarts.lastRestartTime"), &since) != 0 &&
         clock_parse_rfc3339(jsonx_str(restarting, "lastTransitionTime"), &since) != 0)
         return 0;
-    /* Condition times have one-second resolution: count from the end of that second
-     * so that the delay is never cut short. */
-    double at = since + 1 +
-                reconcile_backoff_delay(c->cfg, jsonx_int(c->status, "restarts.application", 1));
+    /* Status times have one-second resolution: count from the end of that second so that
+     * the delay is never cut short. */
+    double at = since + 1 + delay;
     if (c->obs->now >= at) return 0;
     requeue(c, at - c->obs->now);
     return 1;
@@ -1426,6 +1543,19 @@ static void waiting_condition(Ctx *c, const Group *g)
     }
 }
 
+/* The attempt's PodGroup name is taken by an object that is not the job's: no pod is
+ * made (they would join a group someone else sized), GangScheduling says why, with a
+ * Warning event when that is new, and the job is looked at again in 30 s (PodGroups are
+ * not watched). */
+static void pod_group_conflict(Ctx *c)
+{
+    const char *old = condition_reason(c->status, "GangScheduling");
+    int said = old && strcmp(old, "PodGroupConflict") == 0;
+    set_condition(c, "GangScheduling", 0, "PodGroupConflict", c->obs->pod_group_conflict);
+    if (!said) event(c, "Warning", "PodGroupConflict", "%s", c->obs->pod_group_conflict);
+    requeue(c, 30);
+}
+
 /* Progress, when no decision settled the pass: pods of older attempts go first (their
  * names block the new ones), then what is missing is created, and the phase is set:
  * Running once every index not done runs. */
@@ -1442,6 +1572,10 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     const char *secret = create_group_objects(c, &blocked);
     char group[300];
     int gang = gang_group(c, g->attempt, group, sizeof group);
+    if (gang && c->obs->pod_group_conflict) {
+        pod_group_conflict(c);
+        blocked = 1;
+    }
     int present = 0, running = 0, by_role[ROLE_COUNT] = {0};
     int deferred = 0;
     int created = create_pods(c, g, secret, gang ? group : NULL, blocked, &present, &running,
@@ -1463,6 +1597,9 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
         snprintf(msg, sizeof msg, "all %d %s are running", s->npods, pods_word(s));
         set_condition(c, "Running", 1, "AllWorkersRunning", msg);
         clear_condition(c, "Restarting", "AllWorkersRunning", msg);
+        /* The group ran: disruptions count from zero again. */
+        if (jsonx_int(c->status, "restarts.consecutiveDisruptions", 0) > 0)
+            set_num(c, jsonx_ensure_obj(c->status, "restarts"), "consecutiveDisruptions", 0);
     } else if (!restarting && !live_replacing) {
         set_str(c, "phase", "Pending");
     }

@@ -38,8 +38,12 @@ typedef enum {
     ACTION_CREATE_NETWORK_POLICY, /* spec.networkPolicy: before the pods */
     ACTION_DELETE_NETWORK_POLICY, /* spec.networkPolicy turned off */
     /* spec.gangScheduling: the attempt's PodGroup, before its pods (409: made already) */
+    /* (409: made already by the job, or, when another owns it, the job is reconciled
+     * again with Observed.pod_group_conflict) */
     ACTION_CREATE_POD_GROUP,
-    ACTION_DELETE_POD_GROUP, /* an earlier attempt's PodGroup, or a finished job's (404: gone) */
+    /* an earlier attempt's PodGroup, or a finished job's (404: gone); only the job's own
+     * object, with its uid as precondition */
+    ACTION_DELETE_POD_GROUP,
     /* a lost pod whose trainer has stopped (Failed), replaced live: DELETE with
      * gracePeriodSeconds 0, there being nothing left to stop gracefully, so that its name
      * is free without waiting for the kubelet's own cleanup */
@@ -93,6 +97,10 @@ typedef struct Observed {
     double now;                 /* wall-clock seconds */
     unsigned char ring_key[32]; /* used only when the Secret is created */
     GangApi gang_api;
+    /* The attempt's PodGroup name is held by an object that is not the job's, as the
+     * controller found when its create was answered 409: why, naming it; NULL normally.
+     * The plan then makes no pod and says so (GangScheduling False, PodGroupConflict). */
+    const char *pod_group_conflict;
 } Observed;
 
 /* Computes the plan for obs->job into *plan (initialised here; free it with

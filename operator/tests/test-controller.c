@@ -1186,6 +1186,87 @@ static void test_pod_deletions_at_once(void **state)
     stop_running();
 }
 
+/* Whether job `name` has condition `type` with reason `reason`. */
+static int job_condition_is(const char *name, const char *type, const char *reason)
+{
+    cJSON *j = get_job(name);
+    const cJSON *cond;
+    int is = 0;
+    cJSON_ArrayForEach(cond, jsonx_arr(j, "status.conditions"))
+    {
+        const char *t = jsonx_str(cond, "type"), *r = jsonx_str(cond, "reason");
+        is |= t && r && strcmp(t, type) == 0 && strcmp(r, reason) == 0;
+    }
+    cJSON_Delete(j);
+    return is;
+}
+
+#define PODGROUPS "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups"
+
+/* A PodGroup made by someone else at the job's predictable <job>-<attempt> (issue 41, item
+ * 10): a 409 on its create counted as success, and the job's pods joined a group sized by
+ * a stranger. Now the job says so (GangScheduling False/PodGroupConflict naming it, one
+ * event) and makes no pod until it is gone; the group it deletes at a restart is only its
+ * own, by uid. */
+static void test_pod_group_owner_checked(void **state)
+{
+    (void)state;
+    fakeapi_serve_discovery(api, "scheduling.k8s.io/v1alpha2", "podgroups");
+    cJSON_Delete(fakeapi_create(api, PODGROUPS,
+                                "{\"metadata\":{\"name\":\"squat-0\",\"ownerReferences\":[{"
+                                "\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"name\":\"mine\","
+                                "\"uid\":\"u-stranger\",\"controller\":true}]},\"spec\":{"
+                                "\"schedulingPolicy\":{\"gang\":{\"minCount\":1000}}}}"));
+    Controller *c = start_controller();
+    running = c;
+    cJSON_Delete(fakeapi_create(api, JOBS, GANG_JOB("squat")));
+    WAIT_FOR(5, "GangScheduling False/PodGroupConflict",
+             job_condition_is("squat", "GangScheduling", "PodGroupConflict"));
+    char msg[512];
+    assert_string_equal(job_condition("squat", "GangScheduling", "False", msg, sizeof msg),
+                        "PodGroup squat-0 already exists and is not this job's "
+                        "(controller: ConfigMap/mine uid u-stranger): the pods wait until "
+                        "it is deleted");
+    nap(scaled(0.3));
+    assert_int_equal(count_pods("squat", NULL), 0);
+    assert_int_equal(count_reason("PodGroupConflict", "squat"), 1);
+    cJSON *pg = fakeapi_get(api, PODGROUPS "/squat-0");
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 1000);
+    cJSON_Delete(pg);
+    stop_running();
+
+    /* The stranger's group gone, the job makes its own and its pods. */
+    assert_int_equal(fakeapi_delete(api, PODGROUPS "/squat-0"), 0);
+    running = start_controller();
+    WAIT_FOR(5, "squat's pods", count_pods("squat", "0") == 2);
+    pg = fakeapi_get(api, PODGROUPS "/squat-0");
+    cJSON *job = get_job("squat");
+    assert_string_equal(
+        jsonx_str(cJSON_GetArrayItem(jsonx_arr(pg, "metadata.ownerReferences"), 0), "uid"),
+        jsonx_str(job, "metadata.uid"));
+    cJSON_Delete(pg);
+
+    /* A stranger's group put at the job's name meanwhile is not deleted at the restart
+     * (exit 1, retried under OnFailure): the job deletes only its own, by uid. */
+    assert_int_equal(fakeapi_delete(api, PODGROUPS "/squat-0"), 0);
+    cJSON_Delete(fakeapi_create(api, PODGROUPS,
+                                "{\"metadata\":{\"name\":\"squat-0\",\"ownerReferences\":[{"
+                                "\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"name\":\"mine\","
+                                "\"uid\":\"u-stranger\",\"controller\":true}]}}"));
+    set_pod("squat-worker-1", "Failed", 1, NULL);
+    WAIT_FOR(5, "attempt 1's pods", count_pods("squat", "1") == 2);
+    assert_true(exists(PODGROUPS "/squat-1"));
+    nap(scaled(0.3));
+    pg = fakeapi_get(api, PODGROUPS "/squat-0");
+    assert_non_null(pg);
+    assert_string_equal(
+        jsonx_str(cJSON_GetArrayItem(jsonx_arr(pg, "metadata.ownerReferences"), 0), "uid"),
+        "u-stranger");
+    cJSON_Delete(pg);
+    cJSON_Delete(job);
+    stop_running();
+}
+
 int main(void)
 {
     test_time_scale();
@@ -1202,6 +1283,7 @@ int main(void)
         cmocka_unit_test(test_watch_expiry_and_bad_objects),
         cmocka_unit_test(test_owned_object_events_reach_their_job),
         cmocka_unit_test(test_gang_scheduling_discovery),
+        cmocka_unit_test(test_pod_group_owner_checked),
         cmocka_unit_test(test_startup_deadline_through_the_cache),
         cmocka_unit_test(test_pod_conditions_through_the_cache),
         cmocka_unit_test(test_pod_creations_at_once),

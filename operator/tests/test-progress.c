@@ -292,6 +292,145 @@ static void test_chief_final_step(void **state)
     cJSON_Delete(p);
 }
 
+/* Hostile or broken numbers (issue 41, item 6): a NaN loss removes status.progress.loss
+ * rather than leave the last finite one; an epoch past the schema's int32 and times past
+ * year 9999 are dropped, not written into a patch the API server refuses whole. */
+static void test_patch_hostile_numbers(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse("kubetrain_steps_total 120\nkubetrain_loss NaN\n"
+                                    "kubetrain_accuracy +Inf\nkubetrain_epoch 2147483648\n"
+                                    "kubetrain_total_steps 1000000000000\n"
+                                    "kubetrain_checkpoint_step 100\n"
+                                    "kubetrain_checkpoint_timestamp_seconds 1e300\n",
+                                    &s),
+                     0);
+    assert_int_equal(s.loss_nonfinite, 1);
+    assert_int_equal(s.accuracy_nonfinite, 1);
+    assert_int_equal(s.epoch, -1);
+    /* 2^31 - 1 is still an epoch. */
+    ProgressScrape s2;
+    assert_int_equal(progress_parse("kubetrain_steps_total 1\nkubetrain_epoch 2147483647\n", &s2),
+                     0);
+    assert_int_equal(s2.epoch, 2147483647);
+    assert_int_equal(s2.loss_nonfinite, 0);
+    /* 10 s ago at step 110: 1 step/s, so the end is 31,700 years away. */
+    cJSON *j = job("{\"phase\":\"Running\",\"attempt\":0,\"progress\":{\"attempt\":0,"
+                   "\"step\":110,\"epoch\":2,\"loss\":0.5,\"accuracy\":0.8,"
+                   "\"updateTime\":\"2025-11-25T11:59:50Z\"}}"),
+          *p = NULL;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p);
+    char *got = cJSON_PrintUnformatted(jsonx_obj(p, "status"));
+    assert_string_equal(got, "{\"progress\":{\"attempt\":0,\"step\":120,\"updateTime\":"
+                             "\"2025-11-25T12:00:00Z\",\"loss\":null,\"accuracy\":null,"
+                             "\"totalSteps\":1000000000000,\"percent\":\"0%\"},"
+                             "\"checkpoint\":{\"step\":100}}");
+    free(got);
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+    /* Once removed, a loss still NaN is no change. */
+    j = job("{\"phase\":\"Running\",\"attempt\":0,\"progress\":{\"attempt\":0,\"step\":120,"
+            "\"updateTime\":\"2025-11-25T11:59:50Z\"},\"checkpoint\":{\"step\":100}}");
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_null(p);
+    cJSON_Delete(j);
+
+    char ts[40];
+    const double bad[] = {1e300, -1e300, -1, NAN, INFINITY, 253402300800.0};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memcpy(ts, "junk", 5);
+        assert_int_equal(clock_format_rfc3339(bad[i], ts, sizeof ts), -ERANGE);
+        assert_string_equal(ts, "");
+    }
+    assert_int_equal(clock_format_rfc3339(253402300799.0, ts, sizeof ts), 0);
+    assert_string_equal(ts, "9999-12-31T23:59:59Z");
+    assert_int_equal(clock_format_rfc3339(NOW, ts, sizeof ts), 0);
+    assert_string_equal(ts, "2025-11-25T12:00:00Z");
+}
+
+/* A pod of job "mnist" with these labels and annotations, Running at `ip`. */
+static cJSON *chief_pod(const char *role, const char *index, const char *annots, const char *ip)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"p\",\"namespace\":\"ns\",\"labels\":{"
+             "\"kubetrain.dev/job-name\":\"mnist\",\"kubetrain.dev/role\":\"%s\","
+             "\"kubetrain.dev/replica-index\":\"%s\"},\"annotations\":{"
+             "\"kubetrain.dev/attempt\":\"2\"%s}},\"status\":{\"phase\":\"Running\","
+             "\"podIP\":\"%s\"}}",
+             role, index, annots, ip);
+    cJSON *p = cJSON_Parse(buf);
+    assert_non_null(p);
+    return p;
+}
+
+/* The chief's URL: only a decimal port 1-65535 and the pod's IP address (issue 41, item
+ * 2: "1@127.0.0.1:PORT/internal/admin?" made the operator GET its own loopback); the
+ * chief known by its labels and its newest object (item 7: a chief replaced in a Kueue
+ * group carries its replacement number under a name of its own). */
+static void test_chief_url(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *port, *ip, *url;
+    } cases[] = {
+        {"9090", "10.0.0.5", "http://10.0.0.5:9090/metrics"},
+        {"65535", "fd00::5", "http://[fd00::5]:65535/metrics"},
+        {"1", "10.0.0.5", "http://10.0.0.5:1/metrics"},
+        {"1@127.0.0.1:8080/internal/admin?", "10.0.0.5", ""},
+        {"8080/x", "10.0.0.5", ""},
+        {"0", "10.0.0.5", ""},
+        {"65536", "10.0.0.5", ""},
+        {"123456", "10.0.0.5", ""},
+        {"+80", "10.0.0.5", ""},
+        {" 80", "10.0.0.5", ""},
+        {"", "10.0.0.5", ""},
+        {"9090", "127.0.0.1@evil", ""},
+        {"9090", "evil.example", ""},
+        {"9090", "10.0.0.5:8080", ""},
+        {"9090", "", ""},
+    };
+    char url[128], annots[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(annots, sizeof annots, ",\"kubetrain.dev/metrics-port\":\"%s\"", cases[i].port);
+        cJSON *p = chief_pod("worker", "0", annots, cases[i].ip);
+        memcpy(url, "junk", 5);
+        assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), 0);
+        if (strcmp(url, cases[i].url) != 0)
+            fail_msg("port \"%s\" ip \"%s\": got \"%s\", want \"%s\"", cases[i].port, cases[i].ip,
+                     url, cases[i].url);
+        cJSON_Delete(p);
+    }
+    const char *port = ",\"kubetrain.dev/metrics-port\":\"9090\"";
+    /* Not the chief: another job's, another attempt's, worker 1, worker 0 beside a chief. */
+    cJSON *p = chief_pod("worker", "0", port, "10.0.0.5");
+    assert_int_equal(progress_chief_url(p, "other", 2, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", 3, 0, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+    p = chief_pod("worker", "1", port, "10.0.0.5");
+    assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+    p = chief_pod("worker", "0",
+                  ",\"kubetrain.dev/metrics-port\":\"9090\",\"kubetrain.dev/cluster\":"
+                  "\"chief=1,worker=2,ps=0\"",
+                  "10.0.0.5");
+    assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+    /* Replaced once: the new object (replacement 1) is the chief, the old one is not. */
+    p = chief_pod("worker", "0",
+                  ",\"kubetrain.dev/metrics-port\":\"9090\",\"kubetrain.dev/replacement\":\"1\"",
+                  "10.0.0.6");
+    assert_int_equal(progress_chief_url(p, "mnist", 2, 1, url, sizeof url), 0);
+    assert_string_equal(url, "http://10.0.0.6:9090/metrics");
+    assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+    p = chief_pod("worker", "0", port, "10.0.0.5");
+    assert_int_equal(progress_chief_url(p, "mnist", 2, 1, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+}
+
 /* ------------------------------------------------------------------------------------
  * The thread */
 
@@ -400,6 +539,21 @@ static void make_job(FakeApi *api, const char *name, int command, int port)
     make_pod(api, path, name, "worker", NULL, port);
 }
 
+/* Worker 0 NAME of job JOB, attempt 0, Running on 127.0.0.1 with the annotations
+ * `annots` (JSON members after kubetrain.dev/attempt). */
+static void make_worker0(FakeApi *api, const char *name, const char *job, const char *annots)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\","
+             "\"labels\":{\"kubetrain.dev/job-name\":\"%s\",\"kubetrain.dev/role\":\"worker\","
+             "\"kubetrain.dev/replica-index\":\"0\"},"
+             "\"annotations\":{\"kubetrain.dev/attempt\":\"0\"%s}},"
+             "\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\"}}",
+             name, job, annots);
+    cJSON_Delete(fakeapi_create(api, PODS, buf));
+}
+
 /* Whether the informer's copy of job `name` is in phase `phase`. */
 static int job_phase_cached(Informer *jobs, const char *name, const char *phase)
 {
@@ -456,6 +610,24 @@ static void test_thread(void **state)
     make_job(api, "other", 0, 1);
     assert_int_equal(fakeapi_delete(api, PODS "/other-worker-0"), 0);
     make_pod(api, "other-worker-0", "lead", "worker", NULL, chief.port);
+    /* A port annotation that smuggles in a path (issue 41, item 2): never scraped. */
+    char annots[256];
+    make_job(api, "ssrf", 0, 1);
+    assert_int_equal(fakeapi_delete(api, PODS "/ssrf-worker-0"), 0);
+    snprintf(annots, sizeof annots, ",\"kubetrain.dev/metrics-port\":\"%d/x?\"", chief.port);
+    make_worker0(api, "ssrf-worker-0", "ssrf", annots);
+    /* A chief replaced live in a Kueue group (item 7): its new object is kq-worker-0-r1
+     * (replacement 1, as status.replacedPods says), the old one failed and still there. */
+    make_job(api, "kq", 0, 1);
+    cJSON *kq = fakeapi_get(api, JOBS "/kq");
+    jsonx_set(jsonx_ensure_obj(kq, "status"), "replacedPods",
+              cJSON_Parse("[{\"name\":\"kq-worker-0\",\"replacement\":1,\"launched\":true}]"));
+    assert_int_equal(fakeapi_put(api, JOBS "/kq", kq), 0);
+    cJSON_Delete(kq);
+    snprintf(annots, sizeof annots,
+             ",\"kubetrain.dev/metrics-port\":\"%d\",\"kubetrain.dev/replacement\":\"1\"",
+             chief.port);
+    make_worker0(api, "kq-worker-0-r1", "kq", annots);
 
     /* The jobs informer as the operator sets it up: the progress paths kept apart. */
     InformerOptions jo = {.group_version = "kubetrain.dev/v1alpha1",
@@ -477,6 +649,7 @@ static void test_thread(void **state)
     WAIT_FOR(10, "status.progress.step 105", job_step(api, "mnist") == 105);
     WAIT_FOR(10, "lead's status.progress.step 105, from lead-chief-0",
              job_step(api, "lead") == 105);
+    WAIT_FOR(10, "kq's status.progress.step 105, from kq-worker-0-r1", job_step(api, "kq") == 105);
     cJSON *j = fakeapi_get(api, JOBS "/mnist");
     assert_int_equal(jsonx_int(j, "status.progress.totalSteps", -1), 210);
     assert_string_equal(jsonx_str(j, "status.progress.percent"), "50%");
@@ -484,7 +657,7 @@ static void test_thread(void **state)
     assert_string_equal(jsonx_str(j, "status.phase"), "Running"); /* merged, not replaced */
     cJSON_Delete(j);
     unsigned long patches = fakeapi_requests(api, "PATCH");
-    assert_int_equal(patches, 2); /* mnist's and lead's */
+    assert_int_equal(patches, 3); /* mnist's, lead's and kq's */
 
     /* Same numbers: scraped again, nothing written. */
     int served = chief_served(&chief);
@@ -499,14 +672,16 @@ static void test_thread(void **state)
     pthread_mutex_unlock(&chief.mu);
     WAIT_FOR(10, "status.progress.step 140", job_step(api, "mnist") == 140);
     WAIT_FOR(10, "lead's status.progress.step 140", job_step(api, "lead") == 140);
-    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 2);
+    WAIT_FOR(10, "kq's status.progress.step 140", job_step(api, "kq") == 140);
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 3);
     assert_int_equal(job_step(api, "user"), -1);
     assert_int_equal(job_step(api, "other"), -1);
+    assert_int_equal(job_step(api, "ssrf"), -1);
 
     /* The job finishes: the survey, which reads a job again only when its cached version
      * changed, sees the new phase and the scrapes stop. */
-    for (int i = 0; i < 2; i++) {
-        const char *name = i ? "lead" : "mnist";
+    for (int i = 0; i < 3; i++) {
+        const char *name = i == 2 ? "kq" : i ? "lead" : "mnist";
         char path[256];
         snprintf(path, sizeof path, JOBS "/%s", name);
         j = fakeapi_get(api, path);
@@ -545,6 +720,8 @@ int main(void)
         cmocka_unit_test(test_patch_eta_and_unchanged),
         cmocka_unit_test(test_patch_steps_lost),
         cmocka_unit_test(test_chief_final_step),
+        cmocka_unit_test(test_patch_hostile_numbers),
+        cmocka_unit_test(test_chief_url),
         cmocka_unit_test(test_thread),
     };
     return cmocka_run_group_tests_name("progress", tests, NULL, NULL);

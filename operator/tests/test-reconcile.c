@@ -404,6 +404,46 @@ static void test_chief_completed_succeeds_with_result(void **state)
     fx_free(&f);
 }
 
+/* A termination message is the pod's to write: fields of other types than status.result's
+ * schema had every status write refused (422) forever (issue 41, item 5). Only the
+ * schema's fields of its types and ranges are copied; the job completes. */
+static void test_result_takes_only_the_schema(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *message, *want;
+    } cases[] = {
+        {"{\"step\":\"1200\",\"epoch\":2.5}", "{}"},
+        {"{\"step\":1200,\"epoch\":3,\"loss\":0.25,\"accuracy\":1,"
+         "\"weights_sha256\":\"ab12CD\",\"extra\":{\"a\":[1]},\"weightsSha256\":7}",
+         "{\"step\":1200,\"epoch\":3,\"loss\":0.25,\"accuracy\":1,\"weightsSha256\":"
+         "\"ab12CD\"}"},
+        {"{\"step\":-1,\"epoch\":2147483648,\"loss\":\"nan\",\"accuracy\":null,"
+         "\"weights_sha256\":\"not hex\"}",
+         "{}"},
+        {"{\"step\":9007199254740993e3,\"epoch\":2147483647,\"loss\":1e999,"
+         "\"weights_sha256\":"
+         "\"00000000000000000000000000000000000000000000000000000000000000000\"}",
+         "{\"epoch\":2147483647}"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Fixture f = {.job = job_new("{\"workers\":2}", ST_LAUNCHED(""))};
+        fx_with_support(&f);
+        pod_terminated(fx_pod(&f, 0, 0, "Running"), 0, cases[i].message);
+        fx_pod(&f, 1, 0, "Running");
+        fx_run(&f, NOW);
+        assert_string_equal(f.desc, "update-status mnist\n"
+                                    "event Normal Completed\n"
+                                    "delete-pod mnist-worker-1\n");
+        char *got = cJSON_PrintUnformatted(jsonx_obj(new_status(&f), "result"));
+        assert_non_null(got);
+        if (strcmp(got, cases[i].want) != 0)
+            fail_msg("message %s: result %s, want %s", cases[i].message, got, cases[i].want);
+        free(got);
+        fx_free(&f);
+    }
+}
+
 static void test_all_workers_policy_waits_for_everyone(void **state)
 {
     (void)state;
@@ -1932,6 +1972,261 @@ static void test_kueue_pod_group(void **state)
     assert_string_equal(group + 63 - 15, "-12345-01234567");
 }
 
+/* The pod's labels or annotations (`which`) as compact JSON, for exact comparison. */
+static char *keys_of(const cJSON *pod, const char *which)
+{
+    char *out = cJSON_PrintUnformatted(jsonx_obj(pod, which));
+    assert_non_null(out);
+    return out;
+}
+
+/* A template's own keys under kubetrain.dev/ and Kueue's pod group keys are dropped:
+ * the operator alone sets them, and only on some pods (issue 41, item 3). The user's
+ * other keys and the queue label are kept. */
+static void test_template_reserved_keys(void **state)
+{
+    (void)state;
+    Fixture f = {
+        .job = job_new("{\"workers\":2,\"template\":{\"metadata\":{\"labels\":{"
+                       "\"kubetrain.dev/chief\":\"true\",\"kubetrain.dev/role\":\"ps\","
+                       "\"kueue.x-k8s.io/pod-group-name\":\"evil\",\"team\":\"a\"},"
+                       "\"annotations\":{\"kubetrain.dev/metrics-port\":\"1@127.0.0.1:8080/x?\","
+                       "\"kubetrain.dev/cluster\":\"chief=1,worker=2,ps=0\","
+                       "\"kubetrain.dev/replacement\":\"9\","
+                       "\"kueue.x-k8s.io/pod-group-total-count\":\"1\","
+                       "\"kueue.x-k8s.io/retriable-in-group\":\"true\",\"note\":\"kept\"}},"
+                       "\"spec\":{\"containers\":[{\"name\":\"trainer\",\"env\":[{\"name\":"
+                       "\"KUBETRAIN_METRICS_PORT\",\"value\":\"0\"}]}]}}}",
+                       NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    const cJSON *w0 = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    const cJSON *w1 = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+    char *l0 = keys_of(w0, "metadata.labels"), *l1 = keys_of(w1, "metadata.labels");
+    char *a1 = keys_of(w1, "metadata.annotations");
+    assert_string_equal(l0,
+                        "{\"kubetrain.dev/job-name\":\"mnist\","
+                        "\"app.kubernetes.io/managed-by\":\"kubetrain-operator\","
+                        "\"team\":\"a\",\"kubetrain.dev/role\":\"worker\","
+                        "\"kubetrain.dev/replica-index\":\"0\",\"kubetrain.dev/chief\":\"true\"}");
+    assert_string_equal(l1, "{\"kubetrain.dev/job-name\":\"mnist\","
+                            "\"app.kubernetes.io/managed-by\":\"kubetrain-operator\","
+                            "\"team\":\"a\",\"kubetrain.dev/role\":\"worker\","
+                            "\"kubetrain.dev/replica-index\":\"1\"}");
+    assert_string_equal(a1, "{\"note\":\"kept\",\"kubetrain.dev/attempt\":\"0\","
+                            "\"kubetrain.dev/world-size\":\"2\"}");
+    free(l0), free(l1), free(a1);
+    assert_int_equal(desired_reserved_key("kubetrain.dev/anything"), 1);
+    assert_int_equal(desired_reserved_key("kueue.x-k8s.io/pod-group-name"), 1);
+    assert_int_equal(desired_reserved_key("kueue.x-k8s.io/queue-name"), 0);
+    assert_int_equal(desired_reserved_key("kubetrain.dev"), 0);
+    fx_free(&f);
+}
+
+/* A template's kubetrain.dev/cluster on a job without chief or ps made every pod look
+ * made for another cluster: the group restarted at every pass, counted nowhere (issue
+ * 41, item 4b). Driven pass after pass, the job now runs and stays still. */
+static void test_template_cluster_annotation_no_restart_loop(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"template\":{\"metadata\":{\"annotations\":"
+                                "{\"kubetrain.dev/cluster\":\"chief=1,worker=2,ps=0\"}}}}",
+                                NULL)};
+    fx_with_support(&f);
+    double now = NOW;
+    fx_run(&f, now);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\ncreate-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\nupdate-status mnist\n");
+    fx_apply(&f);
+    for (int pass = 0; pass < 5; pass++) {
+        for (size_t i = 0; i < f.npods; i++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
+        fx_run(&f, now += 5);
+        assert_string_equal(f.desc, pass == 0 ? "update-status mnist\n" : "");
+        fx_apply(&f);
+    }
+    assert_string_equal(jsonx_str(f.job, "status.phase"), "Running");
+    assert_null(jsonx_at(f.job, "status.restarts"));
+    assert_int_equal(jsonx_int(f.job, "status.attempt", 0), 0);
+    fx_free(&f);
+}
+
+/* An empty queue label is no queue: --default-queue applies, and without it the pods get
+ * no Kueue label at all (issue 41, item 11). The job's label and the template's alike. */
+static void test_kueue_empty_queue_is_absent(void **state)
+{
+    (void)state;
+    ReconcileConfig dq = CFG;
+    dq.desired.default_queue = "team";
+    for (int k = 0; k < 4; k++) {
+        int on_job = k & 1, with_default = k >> 1;
+        Fixture f = {.job = job_new(on_job ? "{\"workers\":2}"
+                                           : "{\"workers\":2,\"template\":{\"metadata\":{"
+                                             "\"labels\":{\"kueue.x-k8s.io/queue-name\":\"\"}}}}",
+                                    NULL)};
+        if (on_job)
+            jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "");
+        fx_with_support(&f);
+        fx_run_cfg(&f, with_default ? &dq : &CFG, NOW);
+        const cJSON *p = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object;
+        if (with_default) {
+            assert_string_equal(label_of(p, "kueue.x-k8s.io/queue-name"), "team");
+            assert_string_equal(label_of(p, "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+        } else {
+            assert_null(label_of(p, "kueue.x-k8s.io/queue-name"));
+            assert_null(label_of(p, "kueue.x-k8s.io/pod-group-name"));
+        }
+        fx_free(&f);
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * Restart loops (issue 41, item 4), driven pass after pass as the work queue would */
+
+/* The kubelet's part for a pod whose init container `fetch` failed: the trainer never
+ * ran. */
+static void init_failed(cJSON *pod)
+{
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", "Failed");
+    jsonx_set(st, "initContainerStatuses",
+              cJSON_Parse("[{\"name\":\"fetch\",\"state\":{\"terminated\":{\"exitCode\":2,"
+                          "\"reason\":\"Error\",\"message\":\"dataset not found\\n\"}}}]"));
+    jsonx_set(st, "containerStatuses",
+              cJSON_Parse("[{\"name\":\"trainer\",\"state\":{\"waiting\":{\"reason\":"
+                          "\"PodInitializing\"}}}]"));
+}
+
+/* Runs a pass at *now and carries out its plan; the plan's description is kept in
+ * f->desc until the next pass. */
+static void fx_pass(Fixture *f, double now)
+{
+    plan_free(&f->plan);
+    free(f->desc);
+    f->desc = NULL;
+    fx_run(f, now);
+    apply_prefix(f, f->plan.n);
+}
+
+#define CREATE2                                                                                    \
+    "create-pod mnist-worker-0\ncreate-pod mnist-worker-1\nevent Normal CreatedWorkers\n"          \
+    "update-status mnist\n"
+
+/* A pod failed in its own init container is the program's failure, not a disruption:
+ * counted in restarts.application with its backoff, the init container's words quoted,
+ * and backoffLimit ends it. It was a disruption, restarted at once at every pass. */
+static void test_init_container_failure_is_the_programs(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"restartPolicy\":\"OnFailure\","
+                                "\"backoffLimit\":2,\"recoveryTimeoutSeconds\":0}",
+                                NULL)};
+    fx_with_support(&f);
+    double now = NOW;
+    const char *why = "worker 0 init container fetch exited with code 2: dataset not found";
+    for (int k = 0; k < 3; k++) {
+        fx_pass(&f, now);
+        assert_string_equal(f.desc, CREATE2);
+        init_failed(pod_named(&f, "mnist-worker-0"));
+        fx_pass(&f, now += 1);
+        const cJSON *st = jsonx_obj(f.job, "status");
+        if (k == 2) {
+            assert_string_equal(f.desc, "update-status mnist\nevent Warning BackoffLimitExceeded\n"
+                                        "delete-pod mnist-worker-1\n");
+            assert_string_equal(jsonx_str(st, "phase"), "Failed");
+            char want[256];
+            snprintf(want, sizeof want, "backoffLimit=2 reached; last: %s", why);
+            assert_string_equal(cond_message(st, "Failed"), want);
+            break;
+        }
+        assert_string_equal(f.desc, "update-status mnist\nevent Warning WorkerFailed\n"
+                                    "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n");
+        assert_int_equal(jsonx_int(st, "restarts.application", -1), k + 1);
+        assert_int_equal(jsonx_int(st, "restarts.disruption", -1), 0);
+        assert_cond(st, "Restarting", "True/WorkerFailed");
+        assert_string_equal(cond_message(st, "Restarting"), why);
+        double delay = reconcile_backoff_delay(&CFG, k + 1);
+        assert_close(f.plan.requeue_after, delay, 0);
+        /* The backoff holds the new pods back (the status counts the pods gone). */
+        fx_pass(&f, now += 1);
+        assert_string_equal(f.desc, "update-status mnist\n");
+        assert_close(f.plan.requeue_after, delay, 0);
+        now += delay;
+    }
+    fx_free(&f);
+}
+
+/* A pod the kubelet refuses at admission is a disruption; restarted at once at every
+ * pass, it looped for ever. Now the first disruption restarts at once, the next ones
+ * after a growing backoff, and the 11th in a row without the group ever running fails
+ * the job saying so. A group that runs counts from zero again. */
+static void test_disruption_restarts_back_off_and_stop(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":0}", NULL)};
+    fx_with_support(&f);
+    double now = NOW;
+    const char *why = "worker 1 was disrupted: it failed before the trainer ran (OutOfcpu: "
+                      "Pod was rejected: Node didn't have enough resource: cpu)";
+    for (int n = 1; n <= 11; n++) {
+        fx_pass(&f, now);
+        assert_string_equal(f.desc, CREATE2);
+        cJSON *st = jsonx_ensure_obj(pod_named(&f, "mnist-worker-1"), "status");
+        jsonx_set_str(st, "phase", "Failed");
+        jsonx_set_str(st, "reason", "OutOfcpu");
+        jsonx_set_str(st, "message", "Pod was rejected: Node didn't have enough resource: cpu");
+        fx_pass(&f, now += 1);
+        const cJSON *js = jsonx_obj(f.job, "status");
+        if (n == 11) {
+            assert_string_equal(f.desc,
+                                "update-status mnist\nevent Warning DisruptionLimitExceeded\n"
+                                "delete-pod mnist-worker-0\n");
+            assert_string_equal(jsonx_str(js, "phase"), "Failed");
+            char want[400];
+            snprintf(want, sizeof want, "10 disruptions in a row and the group never ran; last: %s",
+                     why);
+            assert_string_equal(cond_message(js, "Failed"), want);
+            assert_int_equal(jsonx_int(js, "restarts.disruption", -1), 10);
+            break;
+        }
+        assert_string_equal(f.desc, "update-status mnist\nevent Warning Disruption\n"
+                                    "delete-pod mnist-worker-0\ndelete-pod mnist-worker-1\n");
+        assert_string_equal(cond_message(js, "Restarting"), why);
+        assert_int_equal(jsonx_int(js, "restarts.disruption", -1), n);
+        assert_int_equal(jsonx_int(js, "restarts.consecutiveDisruptions", -1), n);
+        assert_int_equal(jsonx_int(js, "restarts.application", -1), 0);
+        double delay = reconcile_backoff_delay(&CFG, n - 1);
+        if (n == 1) {
+            assert_close(f.plan.requeue_after, -1, 0); /* the first: at once */
+            continue;
+        }
+        assert_close(f.plan.requeue_after, delay, 0);
+        fx_pass(&f, now += 1);
+        assert_string_equal(f.desc, "update-status mnist\n");
+        assert_close(f.plan.requeue_after, delay, 0);
+        now += delay;
+    }
+    fx_free(&f);
+
+    /* Two disruptions, then the group runs: the count starts again. */
+    f = (Fixture){.job = job_new("{\"workers\":2,\"recoveryTimeoutSeconds\":0}", NULL)};
+    fx_with_support(&f);
+    now = NOW;
+    for (int n = 1; n <= 3; n++) {
+        fx_pass(&f, now);
+        assert_string_equal(f.desc, CREATE2);
+        for (size_t i = 0; i < f.npods; i++)
+            jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase",
+                          n < 3 && i == 1 ? "Failed" : "Running");
+        fx_pass(&f, now += 1);
+        now += reconcile_backoff_delay(&CFG, n - 1) + 2;
+    }
+    assert_string_equal(jsonx_str(f.job, "status.phase"), "Running");
+    assert_int_equal(jsonx_int(f.job, "status.restarts.consecutiveDisruptions", -1), 0);
+    assert_int_equal(jsonx_int(f.job, "status.restarts.disruption", -1), 2);
+    fx_free(&f);
+}
+
 /* ------------------------------------------------------------------------------------
  * Gang scheduling: one PodGroup per attempt (docs/design.md, "Gang scheduling") */
 
@@ -2917,6 +3212,7 @@ int main(void)
         cmocka_unit_test(test_steady_state_is_a_no_op),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
+        cmocka_unit_test(test_result_takes_only_the_schema),
         cmocka_unit_test(test_all_workers_policy_waits_for_everyone),
         cmocka_unit_test(test_never_policy_fails_job),
         cmocka_unit_test(test_on_failure_restarts_group_with_backoff),
@@ -2947,6 +3243,11 @@ int main(void)
         cmocka_unit_test(test_roles_cluster_change_restarts),
         cmocka_unit_test(test_roles_invalid),
         cmocka_unit_test(test_kueue_pod_group),
+        cmocka_unit_test(test_template_reserved_keys),
+        cmocka_unit_test(test_template_cluster_annotation_no_restart_loop),
+        cmocka_unit_test(test_kueue_empty_queue_is_absent),
+        cmocka_unit_test(test_init_container_failure_is_the_programs),
+        cmocka_unit_test(test_disruption_restarts_back_off_and_stop),
         cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
         cmocka_unit_test(test_live_replacement_in_a_kueue_group),
         cmocka_unit_test(test_live_replacement_of_a_missing_chief),

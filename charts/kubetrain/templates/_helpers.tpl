@@ -73,8 +73,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [networkpolicies]
   verbs: [list, watch, create, delete]
 # spec.gangScheduling: one PodGroup per attempt, created before its pods and deleted at
-# the next attempt and when the job finishes (where the cluster serves the API).
+# the next attempt and when the job finishes (where the cluster serves the API); read
+# first to check its owner (a 409 on create, and before a delete).
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
-  verbs: [create, delete]
+  verbs: [get, create, delete]
 {{- end -}}
