@@ -71,13 +71,16 @@ test-e2e-api: deps
 	@bash .ci/taprun $(filter-out $(E2E_PROGRAMS),$(E2E_TESTS))
 
 # End to end. On this machine's own cluster (CLUSTER=full) it is a test tier of its own:
-# the full-level harness and the scenario suite through .ci/taprun, with their own tally
-# (each builds what it needs and skips, saying why, where no node can run). On kind the
+# the binaries (test-trainer-image.sh compares the image with build/bin's trainer), then
+# the image test, the full-level harness and the scenario suite through .ci/taprun, with
+# their own tally (each builds what it needs and skips, saying why, where no node can
+# run). On kind the
 # preconditions are checked first, so that a machine without kind stops at once with the
 # reason instead of after building images.
 CLUSTER ?= full
 ifeq ($(CLUSTER),full)
-e2e: deps
+e2e:
+	@$(MAKE) $(ALL_CORES) all
 	@bash .ci/taprun $(E2E_PROGRAMS)
 else
 e2e:
