@@ -15,8 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *yaml = NULL, err[1024] = "";
     cJSON *warnings = cJSON_CreateArray(), *docs = NULL, *doc;
     if (!warnings) return 0;
-    int rc = tfjob_convert_stream((const char *)data, size, "fuzz", &yaml, warnings, err,
-                                  sizeof err);
+    int rc =
+        tfjob_convert_stream((const char *)data, size, "fuzz", &yaml, warnings, err, sizeof err);
     if (rc != 0) {
         if (yaml || !err[0]) abort();
         cJSON_Delete(warnings);
