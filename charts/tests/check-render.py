@@ -251,8 +251,9 @@ def main():
     if kueue:
         want |= {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
     policy = mode != "nopolicy"
-    if policy:
-        want |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    # The depth limit's policy in every mode (admissionMaxDepth), the template policy's too
+    # unless it is off.
+    want |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     check(f"[{mode}] kinds rendered: {', '.join(sorted(want))}", set(kinds) == want,
           f"got {kinds}")
 
@@ -408,7 +409,7 @@ def main():
             for v in by_kind.get("ValidatingAdmissionPolicy", [])}
     vbs = {v["spec"]["policyName"]: v for v in by_kind.get("ValidatingAdmissionPolicyBinding", [])}
     check(f"[{mode}] admission policies: " + ", ".join(sorted(vaps)),
-          set(vaps) == ({"template-policy"} if policy else set()),
+          set(vaps) == ({"template-policy", "depth-limit"} if policy else {"depth-limit"}),
           f"{sorted(vaps)}")
     want_ns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} \
         if single else None
@@ -431,6 +432,10 @@ def main():
               f"each of {len(roles)} templates with the same rules ({len(msgs)} rules)",
               len(msgs) >= 4 * 21 and all(any(r in m for r in roles) for m in msgs)
               and len({sum(r in m for m in msgs) for r in roles}) == 1, f"{msgs}")
+    depth = vaps["depth-limit"]["spec"]["validations"]
+    check(f"[{mode}] the depth limit refuses a value 32 levels below spec",
+          len(depth) == 1 and depth[0]["message"].startswith("spec: a value 32 levels below spec")
+          and depth[0]["expression"].count(".exists(") == 33, f"{depth}")
 
     svc = by_kind["Service"][0]
     sp = svc["spec"]["ports"][0]

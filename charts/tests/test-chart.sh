@@ -373,6 +373,37 @@ PY
     tap_ok "the ValidatingAdmissionPolicy refuses each template podpolicy-cases.json refuses, naming its field, and admits the others ($ncases cases), as spec.template and as each role's template"
   else tap_fail "the ValidatingAdmissionPolicy applies the template policy ($ncases cases, every role)" "$(printf '%s\n' "${tp_bad[@]}")"; fi
   k get validatingadmissionpolicy kubetrain-template-policy -o jsonpath='{.status.typeChecking}' >"$work/vap-typecheck.json" 2>&1
+  # The depth limit (admissionMaxDepth, 32): a value 31 levels below spec passes, one 32
+  # levels below is refused naming the limit, and so is a job nested past what the
+  # operator reads (1,001 levels in spec.template; spec.model the same way).
+  depth_job() {  # depth_job NAME FIELD LEVELS: a job with LEVELS nested maps at spec.FIELD
+    python3 - "$@" "$work/$1.json" <<'PY'
+import sys
+name, field, levels, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+v = '{"x":' * levels + "1" + "}" * levels  # as text: json.dump recurses per level
+if field == "model":
+    v = '{"layers":[%s]}' % v  # the CRD wants a model's layers
+open(out, "w").write('{"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob", '
+                     '"metadata": {"name": "%s"}, "spec": {"workers": 1, "%s": %s}}'
+                     % (name, field, v))
+PY
+  }
+  depth_bad=()
+  depth_job depth-ok template 30
+  out=$(k create --dry-run=server -n team-a -f "$work/depth-ok.json" 2>&1) ||
+    depth_bad+=("31 levels below spec refused: $out")
+  for c in "depth-limit template 31" "depth-deep template 1001" "depth-model model 1001"; do
+    read -r name field levels <<<"$c"
+    depth_job "$name" "$field" "$levels"
+    if out=$(k create --dry-run=server -n team-a -f "$work/$name.json" 2>&1); then
+      depth_bad+=("spec.$field nested $levels deep admitted")
+    elif ! grep -qF 'spec: a value 32 levels below spec or deeper' <<<"$out"; then
+      depth_bad+=("spec.$field nested $levels deep: not the depth limit: ${out:0:300}")
+    fi
+  done
+  if [ ${#depth_bad[@]} = 0 ]; then
+    tap_ok "the depth limit admits a value 31 levels below spec and refuses 32 and 1,001 (template, model)"
+  else tap_fail "the depth limit (admissionMaxDepth 32)" "$(printf '%s\n' "${depth_bad[@]}")"; fi
 
   sa=system:serviceaccount:kubetrain-system:kubetrain
   can=() cannot=()
