@@ -670,21 +670,17 @@ static int mark_unreadable(Controller *c, const char *key, const char *ns, const
              "replace its spec with one nested less deeply, or delete it",
              u.why);
     clock_format_rfc3339(clock_wall(), now, sizeof now);
-    cJSON *patch = cJSON_CreateObject(), *md = jsonx_ensure_obj(patch, "metadata");
-    cJSON *st = jsonx_ensure_obj(patch, "status"), *conds = cJSON_CreateArray();
-    cJSON *cond = cJSON_CreateObject();
+    cJSON *patch = cJSON_Parse("{\"metadata\":{},\"status\":{\"conditions\":[{\"type\":"
+                               "\"Invalid\",\"status\":\"True\",\"reason\":\"Unreadable\"}]}}");
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(patch, "metadata");
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(patch, "status");
+    cJSON *cond = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(st, "conditions"), 0);
     char *end;
     double gen = strtod(u.generation, &end);
-    int ok = md && st && conds && cond && jsonx_set_str(md, "uid", u.uid) &&
+    int ok = cond && jsonx_set_str(md, "uid", u.uid) &&
              (!*u.rv || jsonx_set_str(md, "resourceVersion", u.rv)) &&
              (!*u.generation || *end || jsonx_set_num(st, "observedGeneration", gen)) &&
-             jsonx_set_str(cond, "type", "Invalid") && jsonx_set_str(cond, "status", "True") &&
-             jsonx_set_str(cond, "reason", "Unreadable") && jsonx_set_str(cond, "message", msg) &&
-             jsonx_set_str(cond, "lastTransitionTime", now) && cJSON_AddItemToArray(conds, cond);
-    if (ok) cond = NULL;
-    if (ok && !jsonx_set(st, "conditions", conds)) ok = 0;
-    conds = NULL; /* jsonx_set took it either way */
-    cJSON_Delete(cond);
+             jsonx_set_str(cond, "message", msg) && jsonx_set_str(cond, "lastTransitionTime", now);
     if (!ok) {
         cJSON_Delete(patch);
         snprintf(err, errlen, "marking the unreadable job: out of memory");
