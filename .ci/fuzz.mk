@@ -35,6 +35,7 @@ FUZZ_MAXLEN_ckpt      := 1024
 FUZZ_MAXLEN_handshake := 2048
 FUZZ_MAXLEN_kcfg      := 8192
 FUZZ_MAXLEN_yamljson  := 4096
+FUZZ_MAXLEN_tfjob     := 8192
 FUZZ_MAXLEN_watch     := 8192
 FUZZ_MAXLEN_list      := 8192
 FUZZ_MAXLEN_jobspec   := 8192
@@ -69,7 +70,7 @@ $(FUZZ_OPERATOR:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: \
 
 # Seeds: regenerated whenever a generator or a fixture it reads changes.
 $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/src/model.c \
-                          $(wildcard examples/*.yaml) | deps
+                          $(wildcard examples/*.yaml examples/tfjob/*.yaml) | deps
 	@rm -rf $(FUZZ_DIR)/seeds && mkdir -p $(FUZZ_DIR)/seeds
 	python3 trainer/fuzz/seeds.py $(FUZZ_DIR)/seeds
 	python3 operator/fuzz/seeds.py $(FUZZ_DIR)/seeds

@@ -251,8 +251,9 @@ def main():
     if kueue:
         want |= {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
     policy = mode != "nopolicy"
-    if policy:
-        want |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    # The depth limit's policy in every mode (admissionMaxDepth), the template policy's too
+    # unless it is off.
+    want |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     check(f"[{mode}] kinds rendered: {', '.join(sorted(want))}", set(kinds) == want,
           f"got {kinds}")
 
@@ -403,24 +404,38 @@ def main():
     level = "baseline" if policy else "none"
     check(f"[{mode}] --template-policy={level}", argmap.get("--template-policy") == level,
           f"args {args}")
-    if policy:
-        vap = by_kind["ValidatingAdmissionPolicy"][0]
-        vb = by_kind["ValidatingAdmissionPolicyBinding"][0]
+    # Keyed by the name's last two words: "template-policy", "depth-limit".
+    vaps = {"-".join(v["metadata"]["name"].split("-")[-2:]): v
+            for v in by_kind.get("ValidatingAdmissionPolicy", [])}
+    vbs = {v["spec"]["policyName"]: v for v in by_kind.get("ValidatingAdmissionPolicyBinding", [])}
+    check(f"[{mode}] admission policies: " + ", ".join(sorted(vaps)),
+          set(vaps) == ({"template-policy", "depth-limit"} if policy else {"depth-limit"}),
+          f"{sorted(vaps)}")
+    want_ns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} \
+        if single else None
+    for what, vap in sorted(vaps.items()):
+        vb = vbs.get(vap["metadata"]["name"], {"spec": {}})
         rules = vap["spec"]["matchConstraints"]["resourceRules"]
-        want_ns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} \
-            if single else None
-        ok = (vb["spec"]["policyName"] == vap["metadata"]["name"]
-              and vb["spec"]["validationActions"] == ["Deny"]
+        ok = (vb["spec"].get("validationActions") == ["Deny"]
               and vap["spec"]["failurePolicy"] == "Fail"
               and rules == [{"apiGroups": ["kubetrain.dev"], "apiVersions": ["v1alpha1"],
                              "operations": ["CREATE", "UPDATE"], "resources": ["trainingjobs"]}]
               and vb["spec"].get("matchResources") == want_ns)
-        check(f"[{mode}] ValidatingAdmissionPolicy: TrainingJob create/update, Deny, bound"
+        check(f"[{mode}] ValidatingAdmissionPolicy {what}: TrainingJob create/update, Deny, bound"
               + (f" in {ns} only" if single else ""), ok, f"{vap['spec'].get('matchConstraints')} {vb['spec']}")
+    if policy:
+        vap = vaps["template-policy"]
         msgs = [v.get("message") or v.get("messageExpression") or "" for v in vap["spec"]["validations"]]
-        check(f"[{mode}] every admission rule's message names a spec.template field first "
-              f"({len(msgs)} rules)", len(msgs) >= 19 and all("spec.template." in m for m in msgs),
-              f"{msgs}")
+        roles = ("spec.template.", "spec.chief.template.", "spec.ps.template.",
+                 "spec.evaluator.template.")
+        check(f"[{mode}] every admission rule's message names a template's field first, "
+              f"each of {len(roles)} templates with the same rules ({len(msgs)} rules)",
+              len(msgs) >= 4 * 21 and all(any(r in m for r in roles) for m in msgs)
+              and len({sum(r in m for m in msgs) for r in roles}) == 1, f"{msgs}")
+    depth = vaps["depth-limit"]["spec"]["validations"]
+    check(f"[{mode}] the depth limit refuses a value 32 levels below spec",
+          len(depth) == 1 and depth[0]["message"].startswith("spec: a value 32 levels below spec")
+          and depth[0]["expression"].count(".exists(") == 33, f"{depth}")
 
     svc = by_kind["Service"][0]
     sp = svc["spec"]["ports"][0]

@@ -323,39 +323,87 @@ YAML
   fi
   # The template policy at admission: each case of operator/tests/podpolicy-cases.json (the
   # cases the operator's own check is tested against) as a TrainingJob, server-side dry
-  # run: a refused template is denied naming its field first, an allowed one passes.
-  tp_case() {  # tp_case I: prints the case's field (or "-") and writes the job to $work/tp-I.json
-    python3 - "$1" "$work/tp-$1.json" <<'PY'
+  # run, under spec.template and under each role's template (spec.chief/ps/evaluator
+  # .template): a refused template is denied naming its field first, an allowed one passes.
+  tp_case() {  # tp_case I ROLE: prints the case's field (or "-") and writes the job to $work/tp-I-ROLE.json
+    python3 - "$1" "$2" "$work/tp-$1-$2.json" <<'PY'
 import json, sys
-c = json.load(open("operator/tests/podpolicy-cases.json"))["cases"][int(sys.argv[1])]
+i, role, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+c = json.load(open("operator/tests/podpolicy-cases.json"))["cases"][i]
+spec = {"workers": 1}
+field = c["field"]
+if role == "template":
+    spec["template"] = c["template"]
+else:
+    # ps and evaluator run a user's program; ps needs a chief.
+    if role != "chief":
+        spec.update(image="example.com/train:1", command=["python", "train.py"])
+    if role == "ps":
+        spec["chief"] = {}
+    spec[role] = {"template": c["template"]}
+    if field:
+        field = "spec.%s.template" % role + field[len("spec.template"):]
 job = {"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob",
-       "metadata": {"name": f"tp-{sys.argv[1]}"}, "spec": {"workers": 1, "template": c["template"]}}
-json.dump(job, open(sys.argv[2], "w"))
-print(c["field"] or "-", c["name"], sep="\t")
+       "metadata": {"name": "tp-%d-%s" % (i, role)}, "spec": spec}
+json.dump(job, open(out, "w"))
+print(field or "-", c["name"], sep="\t")
 PY
   }
   ncases=$(python3 -c 'import json; print(len(json.load(open("operator/tests/podpolicy-cases.json"))["cases"]))')
   # The policy takes effect a moment after it is created: wait for the first case's refusal.
-  IFS=$'\t' read -r field _ < <(tp_case 0)
+  IFS=$'\t' read -r field _ < <(tp_case 0 template)
   for _ in $(seq 60); do
-    k create --dry-run=server -n team-a -f "$work/tp-0.json" >/dev/null 2>&1 || break
+    k create --dry-run=server -n team-a -f "$work/tp-0-template.json" >/dev/null 2>&1 || break
     sleep 0.5
   done
   tp_bad=()
-  for ((i = 0; i < ncases; i++)); do
-    IFS=$'\t' read -r field cname < <(tp_case "$i")
-    out=$(k create --dry-run=server -n team-a -f "$work/tp-$i.json" 2>&1); rc=$?
-    if [ "$field" = - ]; then
-      [ $rc = 0 ] || tp_bad+=("$cname: refused: $out")
-    elif [ $rc = 0 ]; then tp_bad+=("$cname: admitted")
-    elif ! grep -qF -- "$field: " <<<"$out" || ! grep -qF 'ValidatingAdmissionPolicy' <<<"$out"; then
-      tp_bad+=("$cname: not naming $field: $out")
-    fi
+  for role in template chief ps evaluator; do
+    for ((i = 0; i < ncases; i++)); do
+      IFS=$'\t' read -r field cname < <(tp_case "$i" "$role")
+      out=$(k create --dry-run=server -n team-a -f "$work/tp-$i-$role.json" 2>&1); rc=$?
+      if [ "$field" = - ]; then
+        [ $rc = 0 ] || tp_bad+=("$cname ($role): refused: $out")
+      elif [ $rc = 0 ]; then tp_bad+=("$cname ($role): admitted")
+      elif ! grep -qF -- "$field: " <<<"$out" || ! grep -qF 'ValidatingAdmissionPolicy' <<<"$out"; then
+        tp_bad+=("$cname ($role): not naming $field: $out")
+      fi
+    done
   done
   if [ ${#tp_bad[@]} = 0 ]; then
-    tap_ok "the ValidatingAdmissionPolicy refuses each template podpolicy-cases.json refuses, naming its field, and admits the others ($ncases cases)"
-  else tap_fail "the ValidatingAdmissionPolicy applies the template policy ($ncases cases)" "$(printf '%s\n' "${tp_bad[@]}")"; fi
+    tap_ok "the ValidatingAdmissionPolicy refuses each template podpolicy-cases.json refuses, naming its field, and admits the others ($ncases cases), as spec.template and as each role's template"
+  else tap_fail "the ValidatingAdmissionPolicy applies the template policy ($ncases cases, every role)" "$(printf '%s\n' "${tp_bad[@]}")"; fi
   k get validatingadmissionpolicy kubetrain-template-policy -o jsonpath='{.status.typeChecking}' >"$work/vap-typecheck.json" 2>&1
+  # The depth limit (admissionMaxDepth, 32): a value 31 levels below spec passes, one 32
+  # levels below is refused naming the limit, and so is a job nested past what the
+  # operator reads (1,001 levels in spec.template; spec.model the same way).
+  depth_job() {  # depth_job NAME FIELD LEVELS: a job with LEVELS nested maps at spec.FIELD
+    python3 - "$@" "$work/$1.json" <<'PY'
+import sys
+name, field, levels, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+v = '{"x":' * levels + "1" + "}" * levels  # as text: json.dump recurses per level
+if field == "model":
+    v = '{"layers":[%s]}' % v  # the CRD wants a model's layers
+open(out, "w").write('{"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob", '
+                     '"metadata": {"name": "%s"}, "spec": {"workers": 1, "%s": %s}}'
+                     % (name, field, v))
+PY
+  }
+  depth_bad=()
+  depth_job depth-ok template 30
+  out=$(k create --dry-run=server -n team-a -f "$work/depth-ok.json" 2>&1) ||
+    depth_bad+=("31 levels below spec refused: $out")
+  for c in "depth-limit template 31" "depth-deep template 1001" "depth-model model 1001"; do
+    read -r name field levels <<<"$c"
+    depth_job "$name" "$field" "$levels"
+    if out=$(k create --dry-run=server -n team-a -f "$work/$name.json" 2>&1); then
+      depth_bad+=("spec.$field nested $levels deep admitted")
+    elif ! grep -qF 'spec: a value 32 levels below spec or deeper' <<<"$out"; then
+      depth_bad+=("spec.$field nested $levels deep: not the depth limit: ${out:0:300}")
+    fi
+  done
+  if [ ${#depth_bad[@]} = 0 ]; then
+    tap_ok "the depth limit admits a value 31 levels below spec and refuses 32 and 1,001 (template, model)"
+  else tap_fail "the depth limit (admissionMaxDepth 32)" "$(printf '%s\n' "${depth_bad[@]}")"; fi
 
   sa=system:serviceaccount:kubetrain-system:kubetrain
   can=() cannot=()

@@ -99,6 +99,8 @@ def main():
         write(out, "yamljson", "kubeconfig-%d" % i, k)
     for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.yaml"))):
         write(out, "yamljson", os.path.basename(path), open(path).read())
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "tfjob", "*.yaml"))):
+        write(out, "tfjob", os.path.basename(path), open(path).read())
 
     js = jobs()
     for i, j in enumerate(js):

@@ -20,6 +20,16 @@
 /* How long what discovery said about PodGroups holds before it is asked again: the
  * feature gates change only when the control plane restarts. */
 #define GANG_API_RECHECK_S 300.0
+/* Jobs that do not parse, remembered until marked Invalid (see Unreadable). */
+#define UNREADABLE_MAX 128
+
+/* A TrainingJob the informer skipped because it does not parse: the worker marks it
+ * Invalid once per uid and generation. The oldest is forgotten when more come, which at
+ * worst marks one again. */
+typedef struct Unreadable {
+    char key[520], uid[64], generation[24], rv[64], why[64];
+    int marked;
+} Unreadable;
 
 struct Controller {
     KubeClient *client;
@@ -35,6 +45,9 @@ struct Controller {
     pthread_mutex_t gang_lock;
     GangApi gang_api;
     double gang_checked;
+    pthread_mutex_t unreadable_lock;
+    Unreadable unreadable[UNREADABLE_MAX];
+    size_t unreadable_next; /* the slot a new key takes */
 };
 
 /* ------------------------------------------------------------------------------------
@@ -46,6 +59,37 @@ static void on_job(void *ctx, const char *type, const cJSON *obj)
     char key[512];
     (void)type;
     if (informer_key(obj, key, sizeof key) == 0) wq_add(c->queue, key);
+}
+
+/* A job the informer could not parse: remembered, and queued so that a worker marks it
+ * Invalid (controller_sync). A DELETED one, or one without a name or uid, is only
+ * logged and counted (by the informer). */
+static void on_job_skipped(void *ctx, const InformerSkip *s)
+{
+    Controller *c = ctx;
+    if (strcmp(s->event, "DELETED") == 0 || !*s->name || !*s->uid) return;
+    char key[520];
+    snprintf(key, sizeof key, "%s/%s", s->ns, s->name);
+    pthread_mutex_lock(&c->unreadable_lock);
+    Unreadable *u = NULL;
+    for (size_t i = 0; i < UNREADABLE_MAX && !u; i++)
+        if (strcmp(c->unreadable[i].key, key) == 0) u = &c->unreadable[i];
+    int again =
+        u && u->marked && strcmp(u->uid, s->uid) == 0 && strcmp(u->generation, s->generation) == 0;
+    if (!u) {
+        u = &c->unreadable[c->unreadable_next];
+        c->unreadable_next = (c->unreadable_next + 1) % UNREADABLE_MAX;
+    }
+    if (!again) {
+        snprintf(u->key, sizeof u->key, "%s", key);
+        snprintf(u->uid, sizeof u->uid, "%s", s->uid);
+        snprintf(u->generation, sizeof u->generation, "%s", s->generation);
+        snprintf(u->why, sizeof u->why, "%s", s->why);
+        u->marked = 0;
+    }
+    snprintf(u->rv, sizeof u->rv, "%s", s->resource_version);
+    pthread_mutex_unlock(&c->unreadable_lock);
+    if (!again) wq_add(c->queue, key);
 }
 
 /* Maps an owned object to its job: the controller owner reference of kind
@@ -153,6 +197,7 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
     c->client = client;
     c->cfg = *cfg;
     pthread_mutex_init(&c->gang_lock, NULL);
+    pthread_mutex_init(&c->unreadable_lock, NULL);
     c->ns = strdup(cfg->namespace ? cfg->namespace : "");
     c->identity = strdup(cfg->identity ? cfg->identity : "kubetrain-operator");
     if (!c->ns || !c->identity) goto nomem;
@@ -169,6 +214,7 @@ Controller *controller_new(KubeClient *client, const ControllerConfig *cfg, char
                           .plural = KT_PLURAL,
                           .ns = c->ns,
                           .handler = on_job,
+                          .skipped = on_job_skipped,
                           .ctx = c,
                           .quiet_paths = progress_quiet_paths};
     InformerOptions po = {.group_version = "v1",
@@ -211,6 +257,7 @@ void controller_free(Controller *c)
     informer_free(c->netpols);
     wq_free(c->queue);
     pthread_mutex_destroy(&c->gang_lock);
+    pthread_mutex_destroy(&c->unreadable_lock);
     free(c->ns);
     free(c->identity);
     free(c);
@@ -676,6 +723,61 @@ out:
     return rc;
 }
 
+/* A job not in the cache: when the informer skipped it as unreadable and it is not
+ * marked yet, its status gets the Invalid condition (reason Unreadable), as a job whose
+ * spec cannot run does, by a merge patch that names the uid and resourceVersion seen
+ * (a job replaced or changed since is left to its own event). Returns 0 or -errno. */
+static int mark_unreadable(Controller *c, const char *key, const char *ns, const char *name,
+                           char *err, size_t errlen)
+{
+    Unreadable u = {0};
+    pthread_mutex_lock(&c->unreadable_lock);
+    for (size_t i = 0; i < UNREADABLE_MAX; i++)
+        if (!c->unreadable[i].marked && strcmp(c->unreadable[i].key, key) == 0)
+            u = c->unreadable[i];
+    pthread_mutex_unlock(&c->unreadable_lock);
+    if (!*u.key) return 0; /* deleted, or marked already */
+    char msg[512], now[40], path[1024];
+    snprintf(msg, sizeof msg,
+             "the operator cannot read this TrainingJob (%s); nothing of it is reconciled: "
+             "replace its spec with one nested less deeply, or delete it",
+             u.why);
+    clock_format_rfc3339(clock_wall(), now, sizeof now);
+    cJSON *patch = cJSON_Parse("{\"metadata\":{},\"status\":{\"conditions\":[{\"type\":"
+                               "\"Invalid\",\"status\":\"True\",\"reason\":\"Unreadable\"}]}}");
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(patch, "metadata");
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(patch, "status");
+    cJSON *cond = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(st, "conditions"), 0);
+    char *end;
+    double gen = strtod(u.generation, &end);
+    int ok = cond && jsonx_set_str(md, "uid", u.uid) &&
+             (!*u.rv || jsonx_set_str(md, "resourceVersion", u.rv)) &&
+             (!*u.generation || *end || jsonx_set_num(st, "observedGeneration", gen)) &&
+             jsonx_set_str(cond, "message", msg) && jsonx_set_str(cond, "lastTransitionTime", now);
+    if (!ok) {
+        cJSON_Delete(patch);
+        snprintf(err, errlen, "marking the unreadable job: out of memory");
+        return -ENOMEM;
+    }
+    kpath(path, sizeof path, KT_API_VERSION, ns, KT_PLURAL, name, "status");
+    int rc = kclient_request(c->client, "PATCH", path, patch, "application/merge-patch+json", NULL,
+                             err, errlen);
+    cJSON_Delete(patch);
+    /* 404: deleted. A 409 (replaced or changed since) is retried with what its newer event
+     * recorded. */
+    if (rc != 0 && rc != -ENOENT) return rc;
+    if (rc == 0) olog(OLOG_WARN, key, "marked Invalid (Unreadable): %s", u.why);
+    pthread_mutex_lock(&c->unreadable_lock);
+    for (size_t i = 0; i < UNREADABLE_MAX; i++) {
+        Unreadable *x = &c->unreadable[i];
+        if (strcmp(x->key, key) == 0 && strcmp(x->uid, u.uid) == 0 &&
+            strcmp(x->generation, u.generation) == 0)
+            x->marked = 1;
+    }
+    pthread_mutex_unlock(&c->unreadable_lock);
+    return 0;
+}
+
 int controller_sync(Controller *c, const char *key, double *requeue_after, char *err, size_t errlen)
 {
     char ns[256], name[256];
@@ -690,7 +792,8 @@ int controller_sync(Controller *c, const char *key, double *requeue_after, char 
     snprintf(name, sizeof name, "%s", slash + 1);
 
     cJSON *job = informer_get(c->jobs, ns, name);
-    if (!job) return 0; /* deleted: the garbage collector removes what it owned */
+    /* Deleted (the garbage collector removes what it owned), or unreadable. */
+    if (!job) return mark_unreadable(c, key, ns, name, err, errlen);
     char vname[300], secret[254] = "";
     desired_service_name(name, vname, sizeof vname);
     cJSON *pods = informer_list(c->pods, ns, LABEL_JOB_NAME, name);

@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "jsonpack.h"
 #include "jsonx.h"
+#include "metrics.h"
 #include "olog.h"
 
 #include <errno.h>
@@ -57,6 +58,7 @@ struct Informer {
     int watch_timeout_s;
     void (*transform)(cJSON *obj);
     const char *const *quiet_paths;
+    void (*skipped)(void *ctx, const InformerSkip *s);
     pthread_rwlock_t lock;
     Entry *buckets[NBUCKETS];
     size_t size;
@@ -102,6 +104,7 @@ Informer *informer_new(KubeClient *client, const InformerOptions *opt)
     inf->watch_timeout_s = opt->watch_timeout_s > 0 ? opt->watch_timeout_s : 300;
     inf->transform = opt->transform;
     inf->quiet_paths = opt->quiet_paths;
+    inf->skipped = opt->skipped;
     pthread_rwlock_init(&inf->lock, NULL);
     if (!inf->group_version || !inf->plural || !inf->ns || !inf->selector) {
         informer_free(inf);
@@ -711,6 +714,67 @@ typedef struct Fill {
     size_t n;
 } Fill;
 
+/* An object that does not parse, `text` being the item of a list (prefix "") or the line
+ * of a watch event (prefix "object."): named from its text, logged, counted and handed to
+ * the skipped handler. A watch event's object leaves the cache (the version cached was
+ * replaced by one nobody can read) and its resourceVersion is where the watch resumes. */
+static void skip_object(Informer *inf, const char *text, size_t n, const char *prefix,
+                        const char *why)
+{
+    char ns[256] = "", name[256] = "", uid[64] = "", gen[24] = "", rv[64] = "", type[16] = "";
+    char path[64];
+    struct {
+        const char *field;
+        char *out;
+        size_t len;
+    } want[] = {{"metadata.namespace", ns, sizeof ns},
+                {"metadata.name", name, sizeof name},
+                {"metadata.uid", uid, sizeof uid},
+                {"metadata.generation", gen, sizeof gen},
+                {"metadata.resourceVersion", rv, sizeof rv}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        snprintf(path, sizeof path, "%s%s", prefix, want[i].field);
+        if (jsonx_text_str(text, n, path, want[i].out, want[i].len)) want[i].out[0] = 0;
+    }
+    int watch = *prefix != 0;
+    if (watch && jsonx_text_str(text, n, "type", type, sizeof type)) type[0] = 0;
+    char key[520];
+    snprintf(key, sizeof key, "%s/%s", ns, name);
+    olog(OLOG_WARN, *name ? key : NULL,
+         "%s %s: skipping %s (%zu bytes) that does not parse: %s; it is neither cached nor "
+         "reconciled until it is replaced or deleted",
+         watch ? "watch" : "list", inf->plural, *name ? "an object" : "an unnamed object", n, why);
+    metrics_count_skipped(inf->plural);
+    if (watch) {
+        pthread_rwlock_wrlock(&inf->lock);
+        if (*name) drop_locked(inf, key);
+        if (*rv) snprintf(inf->rv, sizeof inf->rv, "%s", rv);
+        pthread_rwlock_unlock(&inf->lock);
+    }
+    InformerSkip sk = {.event = watch ? type : "LIST",
+                       .ns = ns,
+                       .name = name,
+                       .uid = uid,
+                       .generation = gen,
+                       .resource_version = rv,
+                       .why = why};
+    if (inf->skipped) inf->skipped(inf->ctx, &sk);
+}
+
+/* kclient_list's skip callback. */
+static int list_skip(void *ctx, const char *text, size_t n, const char *why)
+{
+    Fill *f = ctx;
+    skip_object(f->inf, text, n, "", why);
+    return 0;
+}
+
+/* kclient_watch's skip callback. */
+static void watch_skip(void *ctx, const char *line, size_t n, const char *why)
+{
+    skip_object(ctx, line, n, "object.", why);
+}
+
 /* A listed item (kclient_list's callback): slimmed and stored as text in the new
  * table. */
 static int fill_item(void *ctx, cJSON *it)
@@ -751,7 +815,7 @@ static int relist(Informer *inf, char *err, size_t errlen)
         snprintf(path, sizeof path, "%s?limit=500%s%s%s%s", base, *sel ? "&labelSelector=" : "",
                  sel, *cont ? "&continue=" : "", econt);
         cJSON *meta = NULL;
-        rc = kclient_list(inf->client, path, fill_item, &fill, &meta, err, errlen);
+        rc = kclient_list(inf->client, path, fill_item, list_skip, &fill, &meta, err, errlen);
         const char *v = jsonx_str(meta, "resourceVersion");
         const char *c = jsonx_str(meta, "continue");
         snprintf(rv, sizeof rv, "%s", v ? v : "");
@@ -972,7 +1036,7 @@ static void *informer_main(void *arg)
                      "%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=%d%s%s",
                      base, rv, inf->watch_timeout_s, *sel ? "&labelSelector=" : "", sel);
             err[0] = 0;
-            int rc = kclient_watch(inf->client, path, on_watch_event, inf, &inf->stop,
+            int rc = kclient_watch(inf->client, path, on_watch_event, watch_skip, inf, &inf->stop,
                                    inf->watch_timeout_s + 60.0, err, sizeof err);
             if (STOPPED(inf)) break;
             if (rc == 0) {

@@ -20,6 +20,15 @@
  * only what the transform keeps; DELETED of a watch passes it as received. */
 typedef void (*InformerHandler)(void *ctx, const char *type, const cJSON *obj);
 
+/* An object listed or watched that does not parse (nested deeper than cJSON reads: the
+ * API server stores objects nested about 10,000 deep in fields that keep unknown ones),
+ * named as far as its text could be read without parsing; "" for what was not found. */
+typedef struct InformerSkip {
+    const char *event; /* "LIST", or the watch event's type ("" when unknown) */
+    const char *ns, *name, *uid, *generation, *resource_version;
+    const char *why; /* "nested deeper than 1000 levels" */
+} InformerSkip;
+
 typedef struct InformerOptions {
     const char *group_version;  /* "v1", "kubetrain.dev/v1alpha1" */
     const char *plural;         /* "pods" */
@@ -36,6 +45,12 @@ typedef struct InformerOptions {
      * the handler, so that writes nobody reacts to cost no reconcile. An event equal to
      * the cached object in full (its own write, stored by informer_store) still is. */
     const char *const *quiet_paths;
+    /* Called (from the informer's thread, without its lock) for each object skipped
+     * because it does not parse, or NULL. Such an object is logged with its namespace and
+     * name, counted (kubetrain_informer_skipped_total) and left out of the cache (a watch
+     * event removes the version cached before), so that one object nobody can read never
+     * stops the list or watch of everyone's. */
+    void (*skipped)(void *ctx, const InformerSkip *s);
 } InformerOptions;
 
 typedef struct Informer Informer;

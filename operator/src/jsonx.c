@@ -3,7 +3,9 @@
 
 #include "olog.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Walks a dotted path; *bad is set when a step exists but is not an object. */
@@ -178,4 +180,103 @@ cJSON *jsonx_set_num(cJSON *o, const char *name, double v)
 cJSON *jsonx_set_bool(cJSON *o, const char *name, int v)
 {
     return jsonx_set(o, name, cJSON_CreateBool(v));
+}
+
+size_t jsonx_text_depth(const char *s, size_t n)
+{
+    size_t depth = 0, deepest = 0;
+    int in_str = 0, esc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (esc)
+                esc = 0;
+            else if (c == '\\')
+                esc = 1;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '{' || c == '[') {
+            if (++depth > deepest) deepest = depth;
+        } else if ((c == '}' || c == ']') && depth) {
+            depth--;
+        }
+    }
+    return deepest;
+}
+
+/* The end of the string whose opening quote is s[i] (the index of its closing quote, or
+ * n), and whether it holds an escape. */
+static size_t string_end(const char *s, size_t n, size_t i, int *escaped)
+{
+    *escaped = 0;
+    for (i++; i < n && s[i] != '"'; i++)
+        if (s[i] == '\\') {
+            *escaped = 1;
+            i++;
+        }
+    return i < n ? i : n;
+}
+
+int jsonx_text_str(const char *s, size_t n, const char *path, char *out, size_t outlen)
+{
+    const char *comp[16];
+    size_t clen[16], k = 0;
+    for (const char *p = path; k < 16; k++) {
+        const char *dot = strchr(p, '.');
+        comp[k] = p;
+        clen[k] = dot ? (size_t)(dot - p) : strlen(p);
+        if (!dot) {
+            k++;
+            break;
+        }
+        p = dot + 1;
+    }
+    /* depth: containers open; on_path: how many of the outermost of them were entered
+     * through the path's names (the root object counts as one); want: what the value
+     * after the name just read is to the path (1 the target, 2 an object on it). */
+    size_t depth = 0, on_path = 0;
+    int want = 0;
+    char prev = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+        int w = prev == ':' ? want : 0; /* what the value starting here is to the path */
+        if (prev == ':') want = 0;
+        if (w == 1) {
+            size_t from = i, end = i;
+            int escaped = 0;
+            if (c == '"') {
+                end = string_end(s, n, i, &escaped);
+                from = i + 1;
+            } else if (c == '-' || (c >= '0' && c <= '9')) {
+                while (end < n && !strchr(",}] \t\r\n", s[end]))
+                    end++;
+            }
+            if (end == from || end >= n || escaped) return -ENOENT;
+            snprintf(out, outlen, "%.*s", (int)(end - from), s + from);
+            return 0;
+        }
+        if (c == '"') {
+            int escaped;
+            size_t end = string_end(s, n, i, &escaped);
+            if (depth && on_path == depth && depth <= k && (prev == '{' || prev == ',') &&
+                end - i - 1 == clen[depth - 1] &&
+                memcmp(s + i + 1, comp[depth - 1], clen[depth - 1]) == 0)
+                want = depth == k ? 1 : 2;
+            i = end;
+            prev = '"';
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (c == '{' && (depth == 0 || w == 2)) on_path++;
+            depth++;
+        } else if ((c == '}' || c == ']') && depth) {
+            if (on_path == depth) on_path--;
+            depth--;
+        }
+        prev = c;
+    }
+    return -ENOENT;
 }

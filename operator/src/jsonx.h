@@ -59,4 +59,16 @@ cJSON *jsonx_set_num(cJSON *o, const char *name, double v);
 /* Sets o[name] to the boolean v. */
 cJSON *jsonx_set_bool(cJSON *o, const char *name, int v);
 
+/* Reads of JSON text without parsing it, for an object cJSON cannot parse (nested
+ * deeper than CJSON_NESTING_LIMIT) that must still be named: one pass over the bytes, at
+ * any depth, no recursion. */
+
+/* The deepest nesting of objects and arrays in the text (1 for {"a":1}, 0 for a scalar). */
+size_t jsonx_text_depth(const char *s, size_t n);
+
+/* The string, or the number as written, at the dotted path of objects in the text (the
+ * first of duplicate keys) into out (cut to outlen - 1 bytes). Returns 0; -ENOENT when
+ * absent, or not a number or a string without escapes. */
+int jsonx_text_str(const char *s, size_t n, const char *path, char *out, size_t outlen);
+
 #endif

@@ -649,11 +649,12 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
     return request(c, verb, path, body, content_type, resp, NULL, err, errlen);
 }
 
-int kclient_list(KubeClient *c, const char *path, ListItemFn fn, void *ctx, cJSON **meta, char *err,
-                 size_t errlen)
+int kclient_list(KubeClient *c, const char *path, ListItemFn fn, ListSkipFn skip, void *ctx,
+                 cJSON **meta, char *err, size_t errlen)
 {
     ListParser lp;
     listparse_init(&lp, fn, ctx);
+    lp.skip = skip;
     int rc = request(c, "GET", path, NULL, NULL, NULL, &lp, err, errlen);
     *meta = rc ? NULL : lp.meta;
     if (!rc) lp.meta = NULL;
@@ -698,8 +699,8 @@ static int progress_watch(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut,
     return 0;
 }
 
-int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, volatile int *stop,
-                  double idle_timeout_s, char *err, size_t errlen)
+int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, WatchSkipFn skip, void *ctx,
+                  volatile int *stop, double idle_timeout_s, char *err, size_t errlen)
 {
     ratelimit_wait(&c->rl);
     CURL *h = curl_easy_init();
@@ -714,6 +715,7 @@ int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, v
     }
     WatchCtx w = {.stop = stop, .h = h, .last_byte = clock_mono(), .idle_timeout = idle_timeout_s};
     watchparse_init(&w.parser, fn, ctx);
+    w.parser.skip = skip;
     char url[4096], cerr[CURL_ERROR_SIZE] = "";
     snprintf(url, sizeof url, "%s%s", c->cfg.server, path);
     curl_easy_setopt(h, CURLOPT_URL, url);

@@ -51,9 +51,10 @@ int kclient_request(KubeClient *c, const char *verb, const char *path, const cJS
  * list's metadata (resourceVersion, continue) is moved to *meta (caller frees). Returns
  * 0, fn's non-zero value, -EBADMSG for a body that is not a whole list, or the errors
  * of kclient_request, with err set. Items already handed on stay with fn's owner when
- * a later one fails. */
-int kclient_list(KubeClient *c, const char *path, ListItemFn fn, void *ctx, cJSON **meta, char *err,
-                 size_t errlen);
+ * a later one fails. An item that does not parse is skipped and handed to skip (with
+ * ctx) when it is not NULL. */
+int kclient_list(KubeClient *c, const char *path, ListItemFn fn, ListSkipFn skip, void *ctx,
+                 cJSON **meta, char *err, size_t errlen);
 
 /* Frees resp's body; the struct may be reused. */
 void kresp_free(KubeResponse *resp);
@@ -62,9 +63,10 @@ void kresp_free(KubeResponse *resp);
  * (0), *stop becomes non-zero (-ECANCELED), the callback returns non-zero (that
  * value), or an error (negative errno, err set). A response that is not 200 is read as
  * a Status (410 Gone gives -ESTALE). `idle_timeout_s`: abort when no byte comes for
- * that long (bookmarks keep a healthy watch busy). */
-int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, void *ctx, volatile int *stop,
-                  double idle_timeout_s, char *err, size_t errlen);
+ * that long (bookmarks keep a healthy watch busy). A line that does not parse is
+ * skipped and handed to skip (with ctx) when it is not NULL. */
+int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, WatchSkipFn skip, void *ctx,
+                  volatile int *stop, double idle_timeout_s, char *err, size_t errlen);
 
 /* Builds an API path: /api/v1 for group_version "v1", else /apis/<group_version>;
  * then /namespaces/<ns> when ns is non-empty, /<plural>, /<name>, /<sub> as given. */

@@ -1,7 +1,10 @@
 /* listparse — a list body's items, one at a time; see listparse.h. */
 #include "listparse.h"
 
+#include "jsonx.h"
+
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,9 +54,19 @@ static int captured(ListParser *p)
 {
     cJSON *v = cJSON_ParseWithLength(p->buf, p->len);
     int meta = p->capture_meta;
+    size_t n = p->len;
     p->len = 0;
     p->capture = p->capture_meta = 0;
-    if (!v) return -EBADMSG;
+    if (!v && meta) return -EBADMSG;
+    if (!v) {
+        /* The brackets balance (structural checked them), so it is the depth, or bytes
+         * that are not JSON. */
+        char why[64] = "not valid JSON";
+        if (jsonx_text_depth(p->buf, n) > CJSON_NESTING_LIMIT)
+            snprintf(why, sizeof why, "nested deeper than %d levels", CJSON_NESTING_LIMIT);
+        p->bad_items++;
+        return p->skip ? p->skip(p->ctx, p->buf, n, why) : 0;
+    }
     if (meta) {
         cJSON_Delete(p->meta);
         p->meta = v;

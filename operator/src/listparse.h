@@ -3,7 +3,10 @@
  * page of 500 pods is never held as one parsed tree: only the item being read is
  * buffered, parsed alone and handed to the callback. The top-level "metadata" (the
  * list's resourceVersion and continue token) is kept parsed; every other top-level
- * member is skipped. Items that are not JSON objects are skipped and counted. */
+ * member is skipped. Items that are not JSON objects are skipped and counted, and so are
+ * objects cJSON cannot parse (nested deeper than CJSON_NESTING_LIMIT): one such item,
+ * which whoever may create the resource in one namespace can write, must not fail the
+ * whole list of every namespace. */
 #ifndef KT_LISTPARSE_H
 #define KT_LISTPARSE_H
 
@@ -14,8 +17,14 @@
  * A non-zero return stops the parse and is returned by listparse_feed. */
 typedef int (*ListItemFn)(void *ctx, cJSON *item);
 
+/* Called with the text of an item that is an object but does not parse (n bytes, not
+ * NUL-terminated, valid for the call) and why ("nested deeper than 1000 levels"); the
+ * item is skipped either way. A non-zero return stops the parse as ListItemFn's does. */
+typedef int (*ListSkipFn)(void *ctx, const char *text, size_t n, const char *why);
+
 typedef struct ListParser {
     ListItemFn fn;
+    ListSkipFn skip; /* NULL: unparsable items are only counted */
     void *ctx;
     int depth;    /* containers open before the next byte */
     int in_str;   /* inside a string */
@@ -30,9 +39,9 @@ typedef struct ListParser {
     int done; /* the top-level object closed */
     char *buf;
     size_t len, cap;
-    size_t max_item; /* a longer item fails the parse with -E2BIG; default 64 MiB */
-    cJSON *meta;     /* the top-level "metadata", once read */
-    unsigned long items, bad_items;
+    size_t max_item;                /* a longer item fails the parse with -E2BIG; default 64 MiB */
+    cJSON *meta;                    /* the top-level "metadata", once read */
+    unsigned long items, bad_items; /* bad_items: not objects, or not parsable */
 } ListParser;
 
 void listparse_init(ListParser *p, ListItemFn fn, void *ctx);

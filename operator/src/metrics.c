@@ -82,6 +82,21 @@ void metrics_count_pods(int created, int deleted)
     pthread_mutex_unlock(&g_metrics.mu);
 }
 
+void metrics_count_skipped(const char *resource)
+{
+    pthread_mutex_lock(&g_metrics.mu);
+    int i;
+    for (i = 0; i < g_metrics.nskipped; i++)
+        if (strcmp(g_metrics.skipped[i].resource, resource) == 0) break;
+    if (i == g_metrics.nskipped && g_metrics.nskipped < 8) {
+        snprintf(g_metrics.skipped[i].resource, sizeof g_metrics.skipped[i].resource, "%s",
+                 resource);
+        g_metrics.nskipped++;
+    }
+    if (i < 8) g_metrics.skipped[i].n++;
+    pthread_mutex_unlock(&g_metrics.mu);
+}
+
 void metrics_set_leader(int leader)
 {
     pthread_mutex_lock(&g_metrics.mu);
@@ -180,6 +195,12 @@ char *metrics_render(void)
     for (int i = 0; i < m->napi; i++)
         out(&o, "kubetrain_api_requests_total{verb=\"%s\",code=\"%d\"} %llu\n", m->api[i].verb,
             m->api[i].code, m->api[i].n);
+    out(&o, "# HELP kubetrain_informer_skipped_total Objects listed or watched that were skipped "
+            "because they do not parse (nested too deep), by resource.\n"
+            "# TYPE kubetrain_informer_skipped_total counter\n");
+    for (int i = 0; i < m->nskipped; i++)
+        out(&o, "kubetrain_informer_skipped_total{resource=\"%s\"} %llu\n", m->skipped[i].resource,
+            m->skipped[i].n);
     out(&o, "# HELP kubetrain_jobs TrainingJobs by phase.\n# TYPE kubetrain_jobs gauge\n");
     for (int i = 0; i < 7; i++)
         out(&o, "kubetrain_jobs{phase=\"%s\"} %lld\n", phases[i], m->jobs_by_phase[i]);

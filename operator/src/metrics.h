@@ -40,6 +40,11 @@ typedef struct Metrics {
     Histogram api_seconds;
     unsigned long long pods_created, pods_deleted;
     long long jobs_by_phase[7]; /* Pending Running Restarting Succeeded Failed Suspended Unknown */
+    struct {
+        char resource[32];
+        unsigned long long n;
+    } skipped[8]; /* objects an informer could not parse, by resource (plural) */
+    int nskipped;
     int leader;
 } Metrics;
 
@@ -52,6 +57,8 @@ void metrics_count_reconcile(int ok, double seconds);
 void metrics_count_api(const char *verb, long code, double seconds);
 void metrics_count_pods(int created, int deleted);
 void metrics_set_leader(int leader);
+/* An object of `resource` (the plural) an informer skipped because it does not parse. */
+void metrics_count_skipped(const char *resource);
 
 /* Replaces the per-phase job gauge (phases as in the status; others count Unknown). */
 void metrics_set_job_phases(const long long counts[7]);

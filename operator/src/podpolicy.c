@@ -152,6 +152,27 @@ static int check_container(const cJSON *c, const char *list, int i, char *err, s
         }
         j++;
     }
+    /* Since Kubernetes 1.34 baseline: the kubelet makes these connections from the node's
+     * network, so a host would reach the node's neighbours (169.254.169.254) for the pod. */
+    static const char *const handlers[] = {"livenessProbe",     "readinessProbe",
+                                           "startupProbe",      "lifecycle.postStart",
+                                           "lifecycle.preStop", NULL};
+    static const char *const kinds[] = {"httpGet", "tcpSocket", NULL};
+    for (size_t h = 0; handlers[h]; h++) {
+        const cJSON *hd = jsonx_at(c, handlers[h]);
+        for (size_t k = 0; kinds[k]; k++) {
+            char at_kind[64];
+            snprintf(at_kind, sizeof at_kind, "%s.host", kinds[k]);
+            const char *host = str_at(hd, at_kind);
+            if (host && *host) {
+                snprintf(path, sizeof path, "%s.%s.%s.host", at, handlers[h], kinds[k]);
+                return refuse(err, errlen, path,
+                              "\"%s\": the kubelet connects there from the node's network; "
+                              "leave it empty (the pod's own IP)",
+                              host);
+            }
+        }
+    }
     return 0;
 }
 

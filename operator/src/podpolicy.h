@@ -12,6 +12,9 @@
  *   [*].securityContext.capabilities.add[*]                 beyond PODPOLICY_CAPS
  *   spec.volumes[*].hostPath                                any
  *   [*].ports[*].hostPort                                   other than 0
+ *   [*].{liveness,readiness,startup}Probe.{httpGet,tcpSocket}.host,
+ *   [*].lifecycle.{postStart,preStop}.{httpGet,tcpSocket}.host
+ *                                                           other than "" (1.34)
  *   spec / [*] securityContext.windowsOptions.hostProcess   true
  *   spec / [*] securityContext.seccompProfile.type          Unconfined
  *   spec / [*] securityContext.appArmorProfile.type         Unconfined

@@ -5,6 +5,7 @@
 #include "olog.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +39,16 @@ static int emit_line(WatchParser *p, const char *line, size_t n)
     cJSON *obj = cJSON_GetObjectItemCaseSensitive(ev, "object");
     if (!cJSON_IsObject(obj)) obj = NULL;
     int rc = 0;
-    if (!type || !obj) {
+    if (!ev) {
+        char why[64] = "not valid JSON";
+        if (jsonx_text_depth(line, n) > CJSON_NESTING_LIMIT)
+            snprintf(why, sizeof why, "nested deeper than %d levels", CJSON_NESTING_LIMIT);
+        p->bad_lines++;
+        if (p->skip)
+            p->skip(p->ctx, line, n, why);
+        else
+            olog(OLOG_WARN, NULL, "watch: skipping a line of %zu bytes: %s", n, why);
+    } else if (!type || !obj) {
         p->bad_lines++;
         olog(OLOG_WARN, NULL, "watch: skipping a line that is not an event object (%zu bytes)", n);
     } else {

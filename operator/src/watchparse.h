@@ -1,7 +1,9 @@
 /* watchparse — splits a watch response body (newline-delimited JSON events, delivered
  * in chunks cut at arbitrary bytes) into whole events. Bytes are buffered until a
  * newline ends the line; each complete line is parsed and handed to the callback as
- * (type, object). A line that is not a JSON event object is reported and skipped. */
+ * (type, object). A line that is not a JSON event object is reported and skipped; one
+ * that does not parse (an object nested deeper than CJSON_NESTING_LIMIT) is also handed
+ * to the skip callback, so that the object can be named. */
 #ifndef KT_WATCHPARSE_H
 #define KT_WATCHPARSE_H
 
@@ -14,11 +16,16 @@
  * feeding and is returned by watchparse_feed. */
 typedef int (*WatchEventFn)(void *ctx, const char *type, cJSON *object);
 
+/* Called with a line that does not parse (n bytes, not NUL-terminated, valid for the
+ * call) and why ("nested deeper than 1000 levels", "not valid JSON"). */
+typedef void (*WatchSkipFn)(void *ctx, const char *line, size_t n, const char *why);
+
 typedef struct WatchParser {
     char *buf;
     size_t len, cap;
     size_t max_line; /* a longer line is dropped (reported), default 64 MiB */
     WatchEventFn fn;
+    WatchSkipFn skip; /* NULL: unparsable lines are only logged and counted */
     void *ctx;
     unsigned long bad_lines;
 } WatchParser;

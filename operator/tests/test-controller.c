@@ -1267,6 +1267,81 @@ static void test_pod_group_owner_checked(void **state)
     stop_running();
 }
 
+/* Nests the job's spec.template `levels` deep ({"x":{"x":...1}}) in the store, as the API
+ * server keeps it: spec.template keeps unknown fields. */
+static void deepen(const char *name, int levels)
+{
+    char p[256];
+    snprintf(p, sizeof p, JOBS "/%s", name);
+    cJSON *j = fakeapi_get(api, p), *inner = cJSON_CreateNumber(1);
+    assert_non_null(j);
+    for (int i = 0; i < levels; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "x", inner);
+        inner = o;
+    }
+    jsonx_set(jsonx_ensure_obj(j, "spec"), "template", inner);
+    assert_int_equal(fakeapi_put(api, p, j), 0);
+    cJSON_Delete(j);
+}
+
+/* Whether the job has the condition Invalid=True, reason Unreadable, naming the depth. */
+static int marked_unreadable(const char *name)
+{
+    cJSON *j = get_job(name);
+    const cJSON *c;
+    int ok = 0;
+    cJSON_ArrayForEach(c, jsonx_arr(j, "status.conditions"))
+    {
+        const char *type = jsonx_str(c, "type"), *reason = jsonx_str(c, "reason");
+        const char *msg = jsonx_str(c, "message");
+        ok |= type && strcmp(type, "Invalid") == 0 && reason && strcmp(reason, "Unreadable") == 0 &&
+              msg && strstr(msg, "nested deeper than 1000 levels");
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+static unsigned long long skipped_jobs(void)
+{
+    unsigned long long n = 0;
+    pthread_mutex_lock(&g_metrics.mu);
+    for (int i = 0; i < g_metrics.nskipped; i++)
+        if (strcmp(g_metrics.skipped[i].resource, "trainingjobs") == 0) n = g_metrics.skipped[i].n;
+    pthread_mutex_unlock(&g_metrics.mu);
+    return n;
+}
+
+/* A job nested deeper than cJSON reads (1,001 levels in spec.template) beside a normal
+ * one, both there before the operator starts: the first list skips it instead of failing
+ * (the caches sync), the normal job gets its pods, the deep one is marked Invalid with
+ * reason Unreadable, once, and counted. A job made that deep later (a watch event) leaves
+ * the cache and is marked too. */
+static void test_unreadable_job_skipped_and_marked(void **state)
+{
+    (void)state;
+    stop_running();
+    cJSON_Delete(
+        fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"deep\"},\"spec\":{\"workers\":1}}"));
+    cJSON_Delete(
+        fakeapi_create(api, JOBS, "{\"metadata\":{\"name\":\"fine\"},\"spec\":{\"workers\":2}}"));
+    deepen("deep", 1001);
+    unsigned long long skipped = skipped_jobs();
+    start_controller();
+    WAIT_FOR(5, "the normal job's pods", count_pods("fine", "0") == 2);
+    WAIT_FOR(5, "the deep job marked Unreadable", marked_unreadable("deep"));
+    assert_int_equal(count_pods("deep", NULL), 0);
+    if (skipped_jobs() <= skipped) fail_msg("kubetrain_informer_skipped_total did not grow");
+    /* Marked once: its own status write comes back as one more unreadable event. */
+    unsigned long patches = fakeapi_requests(api, "PATCH");
+    nap(scaled(0.5));
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches);
+
+    deepen("fine", 1001);
+    WAIT_FOR(5, "the job made deep marked Unreadable", marked_unreadable("fine"));
+    stop_running();
+}
+
 int main(void)
 {
     test_time_scale();
@@ -1289,6 +1364,7 @@ int main(void)
         cmocka_unit_test(test_pod_creations_at_once),
         cmocka_unit_test(test_pod_creation_refused),
         cmocka_unit_test(test_pod_deletions_at_once),
+        cmocka_unit_test(test_unreadable_job_skipped_and_marked),
     };
     return cmocka_run_group_tests_name("controller", tests, setup, teardown);
 }

@@ -398,18 +398,18 @@ static void test_watch_stream_and_gone(void **state)
     Events ev = {0};
     volatile int stop = 0;
     int rc = kclient_watch(c, "/apis/kubetrain.dev/v1alpha1/trainingjobs?watch=1&resourceVersion=4",
-                           on_event, &ev, &stop, 10, err, sizeof err);
+                           on_event, NULL, &ev, &stop, 10, err, sizeof err);
     if (rc) fail_msg("watch: %d %s", rc, err);
     assert_string_equal(ev.log, "ADDED 5\nBOOKMARK 6\nDELETED 7\n");
-    rc = kclient_watch(c, "/apis/kubetrain.dev/v1alpha1/trainingjobs?watch=1&gone=1", on_event, &ev,
-                       &stop, 10, err, sizeof err);
+    rc = kclient_watch(c, "/apis/kubetrain.dev/v1alpha1/trainingjobs?watch=1&gone=1", on_event,
+                       NULL, &ev, &stop, 10, err, sizeof err);
     assert_int_equal(rc, -ESTALE);
     assert_non_null(strstr(err, "410 Expired"));
     /* Cut mid-object: the whole event arrives, the fragment is dropped, the caller gets
      * an error and resumes from the last resourceVersion it saw. */
     Events cut = {0};
-    rc = kclient_watch(c, "/apis/kubetrain.dev/v1alpha1/trainingjobs?watch=1&cut=1", on_event, &cut,
-                       &stop, 10, err, sizeof err);
+    rc = kclient_watch(c, "/apis/kubetrain.dev/v1alpha1/trainingjobs?watch=1&cut=1", on_event, NULL,
+                       &cut, &stop, 10, err, sizeof err);
     assert_int_equal(rc, -EIO);
     assert_string_equal(cut.log, "ADDED 5\n");
     kclient_free(c);

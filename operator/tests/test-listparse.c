@@ -115,14 +115,16 @@ static void test_callback_stops(void **state)
 }
 
 /* A body cut short is not a list; one that is not an object, or has bytes after its
- * end, or an item that does not parse, is refused; an item over the limit too. */
+ * end, or metadata that does not parse, is refused; an item over the limit too. */
 static void test_refused(void **state)
 {
     (void)state;
     static const char *const bad[] = {
-        "[{\"metadata\":{}}]",       "\"items\"",
-        "{\"items\":[]} {",          "{\"items\":[]}}",
-        "{\"items\":[{\"a\":tru}]}", "{\"metadata\":{\"resourceVersion\":}, \"items\":[]}",
+        "[{\"metadata\":{}}]",
+        "\"items\"",
+        "{\"items\":[]} {",
+        "{\"items\":[]}}",
+        "{\"metadata\":{\"resourceVersion\":}, \"items\":[]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         Seen s = {0};
@@ -144,6 +146,90 @@ static void test_refused(void **state)
     p.max_item = 16;
     assert_int_equal(listparse_feed(&p, PAGE, sizeof PAGE - 1), -E2BIG);
     listparse_free(&p);
+}
+
+/* Both callbacks' records: the items (record's Seen first, so that it reads the same
+ * pointer) and what the skip callback saw of each skipped item. */
+typedef struct Both {
+    Seen seen;
+    char skipped[1024];
+    size_t len;
+} Both;
+
+static int record_skip(void *ctx, const char *text, size_t n, const char *why)
+{
+    Both *b = ctx;
+    char ns[64], name[64], uid[64], gen[64];
+    if (jsonx_text_str(text, n, "metadata.namespace", ns, sizeof ns)) snprintf(ns, sizeof ns, "-");
+    if (jsonx_text_str(text, n, "metadata.name", name, sizeof name))
+        snprintf(name, sizeof name, "-");
+    if (jsonx_text_str(text, n, "metadata.uid", uid, sizeof uid)) snprintf(uid, sizeof uid, "-");
+    if (jsonx_text_str(text, n, "metadata.generation", gen, sizeof gen))
+        snprintf(gen, sizeof gen, "-");
+    b->len += (size_t)snprintf(b->skipped + b->len, sizeof b->skipped - b->len, "%s/%s %s %s: %s\n",
+                               ns, name, uid, gen, why);
+    return 0;
+}
+
+/* Appends n times `open`, the scalar 1, and n times `close` to out at *len. */
+static void nest(char *out, size_t *len, int n, const char *open, char close)
+{
+    for (int i = 0; i < n; i++) {
+        memcpy(out + *len, open, strlen(open));
+        *len += strlen(open);
+    }
+    out[(*len)++] = '1';
+    for (int i = 0; i < n; i++)
+        out[(*len)++] = close;
+    out[*len] = 0;
+}
+
+/* One item nested deeper than cJSON reads (the API server stores 10,000 levels in fields
+ * that keep unknown ones), one that is not JSON, between normal ones: both are skipped,
+ * counted and handed to the skip callback, named from their text; the list goes on, its
+ * other items and its metadata read, whole and cut into pieces. One nested exactly as
+ * deep as cJSON reads is an item like the others. */
+static void test_unparsable_items_skipped(void **state)
+{
+    (void)state;
+    size_t cap = 64 * 1024, len = 0;
+    char *page = malloc(cap);
+    assert_non_null(page);
+    len = (size_t)snprintf(page, cap,
+                           "{\"metadata\":{\"resourceVersion\":\"9\"},\"items\":["
+                           "{\"metadata\":{\"name\":\"a\"}},"
+                           "{\"metadata\":{\"namespace\":\"team\",\"name\":\"deep\",\"uid\":"
+                           "\"u-1\",\"generation\":3},\"spec\":{\"template\":");
+    nest(page, &len, 1001, "{\"x\":", '}');
+    len += (size_t)snprintf(page + len, cap - len,
+                            "}},{\"metadata\":{\"name\":\"bad\"},\"a\":tru},"
+                            "{\"metadata\":{\"name\":\"limit\"},\"s\":");
+    nest(page, &len, 999, "[", ']');
+    len += (size_t)snprintf(page + len, cap - len, "},{\"metadata\":{\"name\":\"b\"}}]}");
+    static const size_t cuts[] = {0, 1, 7, 4096};
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+        Both b = {0};
+        ListParser p;
+        listparse_init(&p, record, &b);
+        p.skip = record_skip;
+        for (size_t off = 0; off < len;) {
+            size_t take = cuts[c] && cuts[c] < len - off ? cuts[c] : len - off;
+            assert_int_equal(listparse_feed(&p, page + off, take), 0);
+            off += take;
+        }
+        assert_int_equal(listparse_finish(&p), 0);
+        assert_int_equal(p.items, 3);
+        assert_int_equal(p.bad_items, 2);
+        assert_int_equal(b.seen.n, 3);
+        assert_non_null(strstr(b.seen.log, "{\"metadata\":{\"name\":\"a\"}}\n"));
+        assert_non_null(strstr(b.seen.log, "{\"metadata\":{\"name\":\"limit\"},\"s\":[[[["));
+        assert_non_null(strstr(b.seen.log, "{\"metadata\":{\"name\":\"b\"}}\n"));
+        assert_string_equal(b.skipped, "team/deep u-1 3: nested deeper than 1000 levels\n"
+                                       "-/bad - -: not valid JSON\n");
+        assert_string_equal(jsonx_str(listparse_meta(&p), "resourceVersion"), "9");
+        listparse_free(&p);
+    }
+    free(page);
 }
 
 /* An empty list, and one without items at all, are complete lists of nothing. */
@@ -170,9 +256,13 @@ static void test_empty(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_whole_page),    cmocka_unit_test(test_every_cut),
-        cmocka_unit_test(test_random_chunks), cmocka_unit_test(test_callback_stops),
-        cmocka_unit_test(test_refused),       cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_whole_page),
+        cmocka_unit_test(test_every_cut),
+        cmocka_unit_test(test_random_chunks),
+        cmocka_unit_test(test_callback_stops),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_unparsable_items_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

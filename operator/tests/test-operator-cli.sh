@@ -154,6 +154,15 @@ out=$("$bin" convert-tfjob "$tmp/bad.yaml" 2>&1 >/dev/null); rc=$?
 if [ $rc -eq 2 ] && grep -q 'spec.tfReplicaSpecs.Worker.replicas: expected an integer' <<<"$out"
 then tap_ok "convert-tfjob: a bad field is exit 2 naming it"
 else tap_fail "convert-tfjob: a bad field is exit 2 naming it" "rc=$rc $out"; fi
+# A deep document is refused at the depth limit while it is read: loaded first, 400 KB
+# took libyaml about 255 s (issue 41). The timeout is generous; the refusal is checked.
+{ cat "$ex"; printf -- '---\nspec: '; head -c 200000 /dev/zero | tr '\0' '['
+  head -c 200000 /dev/zero | tr '\0' ']'; echo; } >"$tmp/deep.yaml"
+out=$(timeout 60 "$bin" convert-tfjob "$tmp/deep.yaml" 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 2 ] && grep -q 'deep.yaml: document 2, line [0-9]*: nested deeper than 64 levels' \
+   <<<"$out"
+then tap_ok "convert-tfjob: a 400 KB document nested 200,000 deep is exit 2 naming the limit"
+else tap_fail "convert-tfjob: a deep document is exit 2 naming the limit" "rc=$rc ${out:0:300}"; fi
 "$bin" convert-tfjob "$tmp/none.yaml" >/dev/null 2>&1; rc=$?
 tap_check "convert-tfjob: a missing file is exit 2 (got $rc)" test $rc -eq 2
 tap_done

@@ -135,6 +135,59 @@ static void test_callback_stops_and_reset_drops_partial(void **state)
     watchparse_free(&p);
 }
 
+/* Both callbacks' records (record's Seen first, so that it reads the same pointer). */
+typedef struct Both {
+    Seen seen;
+    char skipped[512];
+} Both;
+
+static void record_skip(void *ctx, const char *line, size_t n, const char *why)
+{
+    Both *b = ctx;
+    char type[16], name[64], rv[16];
+    if (jsonx_text_str(line, n, "type", type, sizeof type)) snprintf(type, sizeof type, "-");
+    if (jsonx_text_str(line, n, "object.metadata.name", name, sizeof name))
+        snprintf(name, sizeof name, "-");
+    if (jsonx_text_str(line, n, "object.metadata.resourceVersion", rv, sizeof rv))
+        snprintf(rv, sizeof rv, "-");
+    size_t len = strlen(b->skipped);
+    snprintf(b->skipped + len, sizeof b->skipped - len, "%s %s %s: %s\n", type, name, rv, why);
+}
+
+/* An event whose object is nested deeper than cJSON reads, between two others: handed to
+ * the skip callback (which names it from the text) and counted; the others come through.
+ * A line that is not JSON is skipped the same way. */
+static void test_unparsable_event_skipped(void **state)
+{
+    (void)state;
+    size_t cap = 16 * 1024, len;
+    char *stream = malloc(cap);
+    assert_non_null(stream);
+    len = (size_t)snprintf(stream, cap,
+                           "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n"
+                           "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"deep\","
+                           "\"resourceVersion\":\"20\"},\"spec\":");
+    for (int i = 0; i < 1001; i++)
+        len += (size_t)snprintf(stream + len, cap - len, "{\"x\":");
+    stream[len++] = '1';
+    for (int i = 0; i < 1001; i++)
+        stream[len++] = '}';
+    len += (size_t)snprintf(stream + len, cap - len,
+                            "}}\nnot json {\n"
+                            "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\"}}}\n");
+    Both b = {0};
+    WatchParser p;
+    watchparse_init(&p, record, &b);
+    p.skip = record_skip;
+    assert_int_equal(watchparse_feed(&p, stream, len), 0);
+    assert_string_equal(b.seen.log, "ADDED a -\nADDED b -\n");
+    assert_string_equal(b.skipped, "MODIFIED deep 20: nested deeper than 1000 levels\n"
+                                   "- - -: not valid JSON\n");
+    assert_int_equal(p.bad_lines, 2);
+    watchparse_free(&p);
+    free(stream);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -142,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_split_at_every_byte),
         cmocka_unit_test(test_random_chunks_and_one_byte_feeds),
         cmocka_unit_test(test_callback_stops_and_reset_drops_partial),
+        cmocka_unit_test(test_unparsable_event_skipped),
     };
     return cmocka_run_group_tests_name("watchparse", tests, NULL, NULL);
 }
