@@ -333,8 +333,8 @@ static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = KT_EXIT_RETRY;
         return rc;
     }
-    rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
-                   t->model->num_params * sizeof(float), t->opt->state,
+    rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->train.count,
+                   t->model->params, t->model->num_params * sizeof(float), t->opt->state,
                    t->opt->state_floats * sizeof(float), err, errlen);
     if (rc) {
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_DATA;
@@ -387,8 +387,8 @@ static void restore_checkpoint(Trainer *t, SyncState *ss)
     CkptState cs;
     CkptLoadInfo info;
     checkpoint_signature(t, sig);
-    int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes, t->opt->state,
-                              obytes, &info, err, sizeof err);
+    int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, t->train.count, &cs, m->params, pbytes,
+                              t->opt->state, obytes, &info, err, sizeof err);
     if (rc == -EPROTO) util_fail(KT_EXIT_DATA, "checkpoint of another model: %s", err);
     if (rc && rc != -ENOENT)
         util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
