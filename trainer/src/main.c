@@ -432,15 +432,49 @@ static void restore_checkpoint(Trainer *t, SyncState *ss)
                  (unsigned long long)cs.global_step);
 }
 
+/* Exits 75 when the state that root sent in a sync cannot be one of this run (a broken
+ * or hostile peer; casting it would make garbage of the position, or the pipeline walk
+ * to it): its position (trainer_check_position; a running peer's state must also lie
+ * within --epochs and the steps per epoch), the global step it announced before the
+ * sync, the generation every rank computed alike, a newest checkpoint within the global
+ * step. */
+static void check_sync(const Trainer *t, const SyncState *ss, int from_state, int root,
+                       uint64_t announced, uint64_t generation)
+{
+    char why[512];
+    const TrainPosition p = {.epoch = ss->epoch,
+                             .step_in_epoch = ss->step_in_epoch,
+                             .global_step = ss->global_step,
+                             .data_epoch = ss->data_epoch,
+                             .position = ss->position,
+                             .opt_iter = ss->opt_iter};
+    int bad = trainer_check_position(t, &p, from_state, why, sizeof why) != 0;
+    if (!bad && from_state && ss->global_step != announced)
+        bad = 1, snprintf(why, sizeof why, "global step %llu after announcing %llu",
+                          (unsigned long long)ss->global_step, (unsigned long long)announced);
+    else if (!bad && ss->generation != generation)
+        bad = 1, snprintf(why, sizeof why, "generation %llu where every rank agreed on %llu",
+                          (unsigned long long)ss->generation, (unsigned long long)generation);
+    else if (!bad && (ss->ckpt_step < -1 || ss->ckpt_step > (int64_t)ss->global_step))
+        bad = 1, snprintf(why, sizeof why, "checkpoint step %lld past global step %llu",
+                          (long long)ss->ckpt_step, (unsigned long long)ss->global_step);
+    if (bad)
+        util_fail(KT_EXIT_RETRY,
+                  "state sync: rank %d sent a state no rank of this run can hold: %s; exiting "
+                  "75",
+                  root, why);
+}
+
 /* The one state sync, at the start and after every live recovery: the ranks agree on
  * the root, the rank that holds training state with the highest global step (ties: the
  * lowest rank; survivors of a lost peer may be one step apart, since a ring all-reduce
  * can complete on some ranks and not on others). When no rank holds state every rank
  * restores the newest checkpoint (none: a start from scratch) and the chief is the root.
  * The root broadcasts its parameters, optimizer state and SyncState, and every rank
- * checks the weights' hash against the root's. Dropout masks derive from (seed, global
- * step, rank), so no RNG state travels. Returns 0, or the collective's negative errno
- * with err (a peer lost during the sync); a hash mismatch exits 75. */
+ * checks the weights' hash against the root's and the state against the run
+ * (check_sync). Dropout masks derive from (seed, global step, rank), so no RNG state
+ * travels. Returns 0, or the collective's negative errno with err (a peer lost during
+ * the sync); a hash mismatch or a state no rank can hold exits 75. */
 static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
 {
     Model *m = t->model;
@@ -452,7 +486,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
     memset(&ss, 0, sizeof ss);
     ss.ckpt_step = -1;
     int root = -1, rc = 0;
-    uint64_t generation = r->generation + 1;
+    uint64_t generation = r->generation + 1, announced = 0;
     if (c->world > 1) {
         RankInfo *all = xcalloc((size_t)c->world, sizeof *all);
         all[c->rank] = (RankInfo){.has_state = (uint64_t)r->has_state,
@@ -465,6 +499,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                 root = q;
             if (all[q].generation > generation) generation = all[q].generation;
         }
+        if (root >= 0) announced = all[root].global_step;
         free(all);
         if (rc) return rc;
     }
@@ -510,6 +545,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                       "weights differ from rank %d's after its broadcast: sha256 %s here, %s "
                       "there",
                       root, got, ss.hash);
+        if (c->rank != root) check_sync(t, &ss, from_state, root, announced, generation);
         if (!from_state && c->rank != 0 && strcmp(mine, ss.hash) != 0)
             util_log("warning: this rank's initial weights (sha256 %.12s) differed from the "
                      "chief's (%.12s); training from the chief's",
