@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -448,6 +449,50 @@ static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *
 out:
     free(chunk);
     close(fd);
+    return rc;
+}
+
+int ckpt_save_if_newest(const char *dir, int keep, const CkptState *st, uint64_t examples,
+                        const void *params, size_t params_bytes, const void *opt, size_t opt_bytes,
+                        uint64_t *newer, char *err, size_t errlen)
+{
+    char lock[PATH_MAX], why[1024];
+    int rc;
+    if ((rc = util_mkdir_p(dir)) < 0 ||
+        snprintf(lock, sizeof lock, "%s/.ckpt.lock", dir) >= (int)sizeof lock) {
+        if (rc == 0) rc = -ENAMETOOLONG;
+        util_io_strerror(rc, why, sizeof why);
+        snprintf(err, errlen, "checkpoint directory %s: %s", dir, why);
+        return rc;
+    }
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    rc = fd < 0 ? -errno : 0;
+    while (rc == 0 && flock(fd, LOCK_EX) < 0)
+        if (errno != EINTR) rc = -errno;
+    if (rc) {
+        util_io_strerror(rc, why, sizeof why);
+        snprintf(err, errlen, "checkpoint lock %s: %s", lock, why);
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    uint64_t *steps;
+    int n = list_steps(dir, &steps);
+    rc = 0;
+    for (int i = 0; i < n && steps[i] >= st->global_step && rc == 0; i++) {
+        char path[PATH_MAX];
+        CkptState got;
+        uint64_t pb, ob;
+        snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]);
+        if (verify_file(path, &got, &pb, &ob, why, sizeof why) == 0 &&
+            check_owner(&got, pb, ob, st->model_signature, params_bytes, opt_bytes, why,
+                        sizeof why) == 0 &&
+            check_position(&got, examples, why, sizeof why) == 0)
+            *newer = steps[i], rc = 1;
+    }
+    free(steps);
+    if (rc == 0)
+        rc = ckpt_save(dir, keep, st, examples, params, params_bytes, opt, opt_bytes, err, errlen);
+    close(fd); /* and with it the lock */
     return rc;
 }
 

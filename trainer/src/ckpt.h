@@ -61,6 +61,18 @@ typedef struct CkptLoadInfo {
 int ckpt_save(const char *dir, int keep, const CkptState *st, uint64_t examples, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen);
 
+/* ckpt_save, unless dir already holds a valid checkpoint of this model at st's global
+ * step or later: then it writes nothing, sets *newer to that step and returns 1. For
+ * processes that may save at once into one shared directory, each holding the whole
+ * state and perhaps a step apart (the survivors of a lost peer that give up waiting): an
+ * exclusive flock on <dir>/.ckpt.lock, held from the look to the end of the write, makes
+ * them take turns, so the newest state is written once and no writer's temporary is
+ * removed or overwritten by another's. Returns 0 (saved), 1, or ckpt_save's negative
+ * errno with err (also for the lock file, which it names). */
+int ckpt_save_if_newest(const char *dir, int keep, const CkptState *st, uint64_t examples,
+                        const void *params, size_t params_bytes, const void *opt, size_t opt_bytes,
+                        uint64_t *newer, char *err, size_t errlen);
+
 /* Loads the newest checkpoint in dir that is valid and this model's into *st, params and
  * opt, whose sizes must equal the ones saved, for a run on `examples` training examples.
  * Files that are truncated, fail the checksum, hold fields no run can have (ckpt.h's

@@ -2,7 +2,8 @@
  * newest valid ones kept, corrupt or foreign ones moved aside), a corrupt or truncated
  * newest file skipped for the previous, another model refused, a writer that died
  * before its rename leaving the previous checkpoint loadable, and intact files whose
- * header fields no run can have treated as corrupt. */
+ * header fields no run can have treated as corrupt, and the save of survivors that take
+ * turns (ckpt_save_if_newest). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -501,6 +503,71 @@ static void test_fields_at_their_bounds_load(void **state)
     assert_memory_equal(&got, &s, sizeof s);
 }
 
+static int save_if_newest(Fixture *f, uint64_t step, uint64_t *newer)
+{
+    char err[512];
+    fill(f, step);
+    CkptState s = state_at(step);
+    int rc = ckpt_save_if_newest(f->dir, 5, &s, EXAMPLES, f->params, sizeof f->params, f->opt,
+                                 sizeof f->opt, newer, err, sizeof err);
+    if (rc < 0) fail_msg("save_if_newest step %llu: %s", (unsigned long long)step, err);
+    return rc;
+}
+
+/* The save of a survivor that gives up: only when no valid checkpoint at its step or
+ * later is there; an invalid newer one does not count (and is moved aside). */
+static void test_save_if_newest(void **state)
+{
+    Fixture *f = *state;
+    uint64_t newer = 0;
+    save(f, 10, 5);
+    assert_int_equal(save_if_newest(f, 20, &newer), 0);
+    expect_load(f, 20, 0);
+    assert_int_equal(save_if_newest(f, 20, &newer), 1);
+    assert_int_equal(newer, 20);
+    assert_int_equal(save_if_newest(f, 15, &newer), 1);
+    assert_int_equal(newer, 20);
+    expect_file(f, "ckpt-15.kt", 0);
+    char from[256], bad[256];
+    path_of(f, 20, from, sizeof from);
+    path_of(f, 1000, bad, sizeof bad);
+    copy_file(from, bad);
+    flip_byte(bad, 360 + 4 * 11);
+    assert_int_equal(save_if_newest(f, 30, &newer), 0);
+    expect_file(f, "ckpt-1000.kt.bad", 1);
+    expect_load(f, 30, 0);
+}
+
+/* Survivors that give up at once take turns: while one holds <dir>/.ckpt.lock (here
+ * the test, standing for a survivor in the middle of its write) another waits, and then
+ * finds the checkpoint written instead of writing it again over the first one's files. */
+static void test_save_if_newest_takes_turns(void **state)
+{
+    Fixture *f = *state;
+    char lock[256];
+    snprintf(lock, sizeof lock, "%s/.ckpt.lock", f->dir);
+    int fd = open(lock, O_RDWR | O_CREAT, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t newer = 0;
+        int rc = save_if_newest(f, 40, &newer);
+        _exit(rc == 1 && newer == 40 ? 0 : 1);
+    }
+    assert_true(pid > 0);
+    usleep(300 * 1000);
+    expect_file(f, "ckpt-40.kt", 0); /* the other writer waits for the lock */
+    save(f, 40, 5);
+    assert_int_equal(flock(fd, LOCK_UN), 0);
+    close(fd);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0); /* it found step 40 there and wrote nothing */
+    expect_load(f, 40, 0);
+}
+
 static void test_bad_keep(void **state)
 {
     Fixture *f = *state;
@@ -530,6 +597,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_keep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_fields_are_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fields_at_their_bounds_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_if_newest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_if_newest_takes_turns, setup, teardown),
     };
     return cmocka_run_group_tests_name("ckpt", tests, NULL, NULL);
 }
