@@ -359,13 +359,19 @@ static int checkpoint_save(Trainer *t, int world, int if_newest, int *exit_code,
 }
 
 /* The after-step hook of the chief: a checkpoint every --checkpoint-every-steps steps,
- * at the end of every epoch, and when the run is being stopped. */
+ * at the end of every epoch, and when the run is being stopped. It also runs before the
+ * first step and after a live recovery, where the state (a replacement's, or a survivor's
+ * that was a step behind) may sit on such a boundary without this rank having trained
+ * that step (an epoch's end is then the next epoch's step 0): saved unless the newest
+ * checkpoint is of that step already (a run resumed from it, a chief that saved it). */
 static int checkpoint_hook(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen)
 {
     (void)ctx;
-    int every = t->cfg.checkpoint_every_steps;
-    if ((every > 0 && t->st.global_step % every == 0) ||
-        t->st.step_in_epoch == t->steps_per_epoch || t->stopping)
+    const long every = t->cfg.checkpoint_every_steps, step = t->st.global_step;
+    const int epoch_end =
+        t->st.step_in_epoch == t->steps_per_epoch || (t->st.step_in_epoch == 0 && step > 0);
+    if (t->ckpt_step >= step) return 0;
+    if ((every > 0 && step % every == 0) || epoch_end || t->stopping)
         return checkpoint_save(t, t->coll->world, 0, exit_code, err, errlen);
     return 0;
 }
@@ -577,8 +583,12 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                      .cursor = {.data_epoch = ss.data_epoch, .position = ss.position}};
     t->opt->iterations = (int64_t)ss.opt_iter;
     if (from_state) {
-        t->ckpt_step = (long)ss.ckpt_step;
-        t->ckpt_time = ss.ckpt_time;
+        /* The root's may be older than this rank's own: only the chief writes, and it
+         * was not necessarily the root. */
+        if (ss.ckpt_step > t->ckpt_step) {
+            t->ckpt_step = (long)ss.ckpt_step;
+            t->ckpt_time = ss.ckpt_time;
+        }
         t->ep = ss.ep;
     } else if (ss.restored) {
         t->ckpt_step = st.global_step;

@@ -484,6 +484,11 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
         if ((rc = train_step(t, &cursor, &allreduce_s, exit_code, err, errlen))) {
             if (!t->coll_failed || !t->recover) return rc;
             if ((rc = t->recover(t, t->recover_ctx, err, exit_code, err, errlen))) return rc;
+            /* The state handed over may sit on a checkpoint boundary this rank did not
+             * train itself (it was a step behind, or is a replacement). */
+            *exit_code = KT_EXIT_DATA;
+            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
+                return rc;
             if (t->st.epoch + 1 != epoch) return 0;
             continue;
         }
@@ -559,6 +564,9 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = KT_EXIT_RETRY;
         goto err;
     }
+    /* The state the run starts from may be one a live recovery handed this rank (a
+     * replacement), on a checkpoint boundary it did not train itself. */
+    if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen))) goto err;
     while (t->st.epoch < t->cfg.epochs) {
         const int epoch = t->st.epoch;
         if ((rc = train_epoch(t, exit_code, err, errlen))) goto err;

@@ -27,7 +27,10 @@ typedef struct {
 typedef struct Trainer Trainer;
 struct GpuModel;
 
-/* Called after every completed step (state already advanced); returns 0, or a negative
+/* Called after every completed step (state already advanced), and for a state this rank
+ * did not reach by a step of its own: the one the run starts from, and the one a live
+ * recovery (TrainRecoverHook) hands over, which may be of a step this rank did not train
+ * (seeked: an epoch's end is then the next epoch's step 0); returns 0, or a negative
  * errno with err filled and *exit_code set (it comes preset to KT_EXIT_DATA), which ends
  * the run with that error and code. */
 typedef int (*TrainStepHook)(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen);

@@ -3,9 +3,11 @@
 # a survivor that waits for a lost peer's replacement and is stopped by SIGTERM, or
 # whose --recovery-timeout passes, saves the state of its last completed step before it
 # exits 75 — the chief, or the other survivor when the chief is the one lost — and the
-# run resumed from that checkpoint ends with the uninterrupted run's weights hash. Two
-# workers started by hand (TF_CONFIG), so that the test knows each one's pid and log;
-# the ASan+UBSan build.
+# run resumed from that checkpoint ends with the uninterrupted run's weights hash. And a
+# chief handed a state that sits on a checkpoint boundary (here its replacement, whose
+# every-N falls on the step it is handed) writes that checkpoint, which it used to skip
+# because it had not trained that step itself. Two workers started by hand (TF_CONFIG),
+# so that the test knows each one's pid and log; the ASan+UBSan build.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -44,15 +46,15 @@ wait_for() { # seconds cmd...: polls cmd every 0.02 s
 # The step records in the chief's metrics file while it runs (<file>.tmp.<pid>).
 steps_done() { grep -c '"event":"step"' "$tmp/$1.jsonl.tmp.$2" 2>/dev/null; }
 past() { [[ $(steps_done "$1" "$2") -ge $PAST ]]; } # NAME PID
-# start NAME INDEX RECOVERY_TIMEOUT: one worker of the pair NAME on ports
+# start NAME INDEX RECOVERY_TIMEOUT [flags]: one worker of the pair NAME on ports
 # $port0/$port1, checkpoints in $tmp/ck-NAME; log $tmp/NAME.INDEX.err, termination
 # message $tmp/NAME.INDEX.term; sets pid[INDEX].
 start() {
-  local name=$1 i=$2 rt=$3
+  local name=$1 i=$2 rt=$3; shift 3
   TF_CONFIG=$(tf_config "$i" "$port0" "$port1") KUBETRAIN_SECRET=s \
     KUBETRAIN_TERMINATION_FILE="$tmp/$name.$i.term" \
     "$BIN" "${run[@]}" --checkpoint-every-steps $EVERY --recovery-timeout "$rt" \
-    --checkpoint-dir "$tmp/ck-$name" --metrics-file "$tmp/$name.jsonl" \
+    --checkpoint-dir "$tmp/ck-$name" --metrics-file "$tmp/$name.jsonl" "$@" \
     >>"$tmp/$name.$i.out" 2>>"$tmp/$name.$i.err" &
   pid[i]=$!; pids+=("${pid[i]}")
 }
@@ -120,4 +122,32 @@ give_up term1 1 sigterm
 give_up term0 0 sigterm
 give_up timeout1 1 timeout
 
+# --- a chief handed a state on a checkpoint boundary -------------------------------------
+# The chief is SIGKILLed past step $PAST; worker 1 waits at step S. The replacement
+# chief checkpoints every S steps, so the state it is handed sits on its boundary.
+port0=$(free_port); port1=$(free_port)
+start hand 0 60; start hand 1 60
+wait_for 60 past hand "${pid[0]}"
+kill -9 "${pid[0]}" 2>/dev/null
+wait "${pid[0]}" 2>/dev/null
+wait_for 30 grep -q "waiting up to 60s for a replacement" "$tmp/hand.1.err"
+failed=$(sed -n 's/.*: all-reduce at step \([0-9]*\): .*waiting up to.*/\1/p' "$tmp/hand.1.err")
+S=$((${failed:-1} - 1))
+: >"$tmp/hand.0.err"
+start hand 0 60 --checkpoint-every-steps "$S"
+finish "${pid[0]}" 60; rc0=$rc
+finish "${pid[1]}" 60; rc1=$rc
+got=$(hashes "$tmp/hand.0.out" "$tmp/hand.1.out")
+bad=()
+[[ $rc0 -eq 0 && $rc1 -eq 0 ]] || bad+=("rc=$rc0,$rc1")
+[[ -n $failed ]] || bad+=("no 'lost ... waiting up to' line")
+grep -q "joined generation 2: state of step $S received from rank 1" "$tmp/hand.0.err" \
+  || bad+=("not handed step $S")
+grep -q "checkpoint at step $S saved" "$tmp/hand.0.err" || bad+=("no 'checkpoint at step $S saved'")
+[[ $got == "$REF" ]] || bad+=("hash ${got:0:12} != ${REF:0:12}")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "a replacement chief handed step $S, a step its every-N falls on, saves it; same hash"
+else
+  tap_fail "replacement chief handed a boundary state" "${bad[*]}; $(tail -4 "$tmp/hand.0.err")"
+fi
 tap_done
