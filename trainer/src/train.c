@@ -485,7 +485,7 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
             if (!t->coll_failed || !t->recover) return rc;
             if ((rc = t->recover(t, t->recover_ctx, err, exit_code, err, errlen))) return rc;
             /* The state handed over may sit on a checkpoint boundary this rank did not
-             * train itself (it was a step behind, or is a replacement). */
+             * train itself (it was a step behind the root). */
             *exit_code = KT_EXIT_DATA;
             if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
                 return rc;
