@@ -1,6 +1,6 @@
 /* libFuzzer target: the checkpoint reader (ckpt_load_latest) on one file
  * <tmpdir>/ckpt-1.kt holding the input, for a model of 64 parameter bytes and 32
- * optimizer bytes whose signature is "fuzz". */
+ * optimizer bytes whose signature is "fuzz", trained on FUZZ_EXAMPLES examples. */
 #include "ckpt.h"
 
 #include <errno.h>
@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_EXAMPLES 60000
 
 static char dir[64], file[96];
 
@@ -37,8 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned char params[64], opt[32];
     CkptLoadInfo info;
     char err[1024] = "";
-    int rc = ckpt_load_latest(dir, "fuzz", &st, params, sizeof params, opt, sizeof opt, &info, err,
-                              sizeof err);
+    int rc = ckpt_load_latest(dir, "fuzz", FUZZ_EXAMPLES, &st, params, sizeof params, opt,
+                              sizeof opt, &info, err, sizeof err);
     if (rc == 0) {
         if (strcmp(st.model_signature, "fuzz") != 0 || info.skipped != 0) abort();
     } else if (!err[0] || (rc != -EBADMSG && rc != -EPROTO)) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -173,6 +174,46 @@ static void remove_temporaries(const char *dir)
     closedir(d);
 }
 
+/* Whether the fields of a header whose checksum holds can describe a run: a world of at
+ * least one rank; an epoch that fits an int (with room for the epoch-end increment); a
+ * global step and optimizer iterations that fit an int64; a step in the epoch and an
+ * epoch count that the global step covers (every epoch begun took at least one step,
+ * whatever --steps-per-epoch was). Anything else is a forged or mis-written file whose
+ * values would be cast to garbage. Returns 0, or -EBADMSG with the field, its value and
+ * the bound in why. */
+static int check_fields(const CkptState *st, char *why, size_t whylen)
+{
+    if (st->world < 1) snprintf(why, whylen, "world size 0 in the header");
+    else if (st->epoch > (uint64_t)INT_MAX - 1)
+        snprintf(why, whylen, "epoch %" PRIu64 " out of range (at most %d)", st->epoch,
+                 INT_MAX - 1);
+    else if (st->global_step > (uint64_t)INT64_MAX || st->optimizer_iter > (uint64_t)INT64_MAX)
+        snprintf(why, whylen,
+                 "global step %" PRIu64 " or optimizer iterations %" PRIu64 " out of range "
+                 "(at most 2^63 - 1)",
+                 st->global_step, st->optimizer_iter);
+    else if (st->step_in_epoch > st->global_step || st->epoch > st->global_step - st->step_in_epoch)
+        snprintf(why, whylen,
+                 "inconsistent position: epoch %" PRIu64 " and step %" PRIu64 " of it exceed "
+                 "global step %" PRIu64,
+                 st->epoch, st->step_in_epoch, st->global_step);
+    else return 0;
+    return -EBADMSG;
+}
+
+/* Whether this model's checkpoint st holds a data position inside one pass over the
+ * run's `examples` training examples (every stream of every sharding is at most that
+ * long); beyond it the pipeline would have to walk there. Returns 0, or -EBADMSG with
+ * both values in why. */
+static int check_position(const CkptState *st, uint64_t examples, char *why, size_t whylen)
+{
+    if (st->data_position < examples) return 0;
+    snprintf(why, whylen,
+             "data position %" PRIu64 " outside a pass over the %" PRIu64 " training examples",
+             st->data_position, examples);
+    return -EBADMSG;
+}
+
 static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *ob, char *why,
                        size_t whylen);
 
@@ -223,8 +264,8 @@ static void move_aside(const char *path, const char *why, uint64_t step, uint64_
  * keeps (in the steady state keep - 1 reads of files the page cache holds, against one
  * write) and deleted unread past them. A file that cannot be read now (an I/O error) is
  * left as it is and not counted as kept. */
-static void prune(const char *dir, int keep, const CkptState *st, size_t params_bytes,
-                  size_t opt_bytes)
+static void prune(const char *dir, int keep, const CkptState *st, uint64_t examples,
+                  size_t params_bytes, size_t opt_bytes)
 {
     uint64_t *steps;
     int n = list_steps(dir, &steps), kept = 1;
@@ -245,6 +286,7 @@ static void prune(const char *dir, int keep, const CkptState *st, size_t params_
         if (v == 0)
             v = check_owner(&got, pb, ob, st->model_signature, params_bytes, opt_bytes, why,
                             sizeof why);
+        if (v == 0) v = check_position(&got, examples, why, sizeof why);
         if (v == -EBADMSG || v == -EPROTO) move_aside(path, why, steps[i], st->global_step);
         else if (v < 0 && v != -ENOENT)
             util_log("checkpoint %s: cannot check it: %s; left as it is", path, why);
@@ -258,7 +300,7 @@ static void prune(const char *dir, int keep, const CkptState *st, size_t params_
     free(steps);
 }
 
-int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
+int ckpt_save(const char *dir, int keep, const CkptState *st, uint64_t examples, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen)
 {
     char tmp[PATH_MAX], final[PATH_MAX];
@@ -320,7 +362,7 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params
                  why);
         return rc;
     }
-    prune(dir, keep, st, params_bytes, opt_bytes);
+    prune(dir, keep, st, examples, params_bytes, opt_bytes);
     return 0;
 err:
     util_io_strerror(rc, why, sizeof why);
@@ -334,8 +376,9 @@ err:
     return rc;
 }
 
-/* Checks one file: header sanity, exact size and checksum. Fills *st, *pb, *ob.
- * Returns 0, -EBADMSG with the reason in why, or another negative errno. */
+/* Checks one file: header sanity, exact size, checksum, then the header's fields
+ * (check_fields). Fills *st, *pb, *ob. Returns 0, -EBADMSG with the reason in why, or
+ * another negative errno. */
 static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *ob, char *why,
                        size_t whylen)
 {
@@ -402,16 +445,60 @@ static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *
                  get32(tail));
         goto out;
     }
-    rc = 0;
+    rc = check_fields(st, why, whylen);
 out:
     free(chunk);
     close(fd);
     return rc;
 }
 
-int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st, void *params,
-                     size_t params_bytes, void *opt, size_t opt_bytes, CkptLoadInfo *info,
-                     char *err, size_t errlen)
+int ckpt_save_if_newest(const char *dir, int keep, const CkptState *st, uint64_t examples,
+                        const void *params, size_t params_bytes, const void *opt, size_t opt_bytes,
+                        uint64_t *newer, char *err, size_t errlen)
+{
+    char lock[PATH_MAX], why[1024];
+    int rc;
+    if ((rc = util_mkdir_p(dir)) < 0 ||
+        snprintf(lock, sizeof lock, "%s/.ckpt.lock", dir) >= (int)sizeof lock) {
+        if (rc == 0) rc = -ENAMETOOLONG;
+        util_io_strerror(rc, why, sizeof why);
+        snprintf(err, errlen, "checkpoint directory %s: %s", dir, why);
+        return rc;
+    }
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    rc = fd < 0 ? -errno : 0;
+    while (rc == 0 && flock(fd, LOCK_EX) < 0)
+        if (errno != EINTR) rc = -errno;
+    if (rc) {
+        util_io_strerror(rc, why, sizeof why);
+        snprintf(err, errlen, "checkpoint lock %s: %s", lock, why);
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    uint64_t *steps;
+    int n = list_steps(dir, &steps);
+    rc = 0;
+    for (int i = 0; i < n && steps[i] >= st->global_step && rc == 0; i++) {
+        char path[PATH_MAX];
+        CkptState got;
+        uint64_t pb, ob;
+        snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]);
+        if (verify_file(path, &got, &pb, &ob, why, sizeof why) == 0 &&
+            check_owner(&got, pb, ob, st->model_signature, params_bytes, opt_bytes, why,
+                        sizeof why) == 0 &&
+            check_position(&got, examples, why, sizeof why) == 0)
+            *newer = steps[i], rc = 1;
+    }
+    free(steps);
+    if (rc == 0)
+        rc = ckpt_save(dir, keep, st, examples, params, params_bytes, opt, opt_bytes, err, errlen);
+    close(fd); /* and with it the lock */
+    return rc;
+}
+
+int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t examples, CkptState *st,
+                     void *params, size_t params_bytes, void *opt, size_t opt_bytes,
+                     CkptLoadInfo *info, char *err, size_t errlen)
 {
     uint64_t *steps;
     int n = list_steps(dir, &steps);
@@ -451,6 +538,11 @@ int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st
                          "checkpoint %s: %s, and no checkpoint in %s is this "
                          "model's; use another --checkpoint-dir",
                          path, why, dir);
+            skipped++;
+            continue;
+        }
+        if (check_position(&got, examples, why, sizeof why)) {
+            util_log("checkpoint %s: %s; skipped for the previous one", path, why);
             skipped++;
             continue;
         }

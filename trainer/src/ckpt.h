@@ -5,7 +5,11 @@
  * valid older ones, N in all; an invalid one (corrupt, truncated, another model's) is
  * moved aside to <name>.bad rather than left to be the newest. Loading takes the newest
  * valid one of the model and reports and skips those that are truncated, fail their
- * checksum or belong to another model.
+ * checksum or belong to another model. Valid means more than an intact file: the
+ * header's fields must describe a run (an epoch that fits an int, a step in the epoch
+ * and an epoch count within the global step, a data position inside one pass over the
+ * training set); a file whose checksum holds but whose fields do not is corrupt like any
+ * other.
  *
  * Checksum: zlib's crc32 over everything before it. The threat is a torn or bit-rotted
  * file, not an adversary, and crc32 runs several times faster than SHA-256 on these
@@ -42,7 +46,8 @@ typedef struct CkptLoadInfo {
 } CkptLoadInfo;
 
 /* Writes a checkpoint of `st`, `params` (params_bytes) and `opt` (opt_bytes; NULL with
- * 0 when the optimizer has no state) into dir, creating dir if needed, and removes any
+ * 0 when the optimizer has no state) into dir, for a run on `examples` training examples
+ * (the bound of a valid data position), creating dir if needed, and removes any
  * temporary file a crashed writer left. Then it keeps `keep` (>= 1) checkpoints: the one
  * just written, never deleted, and the newest keep - 1 older ones that are valid for
  * this model (signature and arena sizes of st and the sizes given), deleting the older
@@ -53,19 +58,32 @@ typedef struct CkptLoadInfo {
  * restart resumes from it) and logged. Only the chief calls it. Returns 0 or a negative
  * errno with the reason in err, which names the file (and says "disk full" for ENOSPC
  * and EDQUOT); on failure the older checkpoints are left as they were. */
-int ckpt_save(const char *dir, int keep, const CkptState *st, const void *params,
+int ckpt_save(const char *dir, int keep, const CkptState *st, uint64_t examples, const void *params,
               size_t params_bytes, const void *opt, size_t opt_bytes, char *err, size_t errlen);
 
+/* ckpt_save, unless dir already holds a valid checkpoint of this model at st's global
+ * step or later: then it writes nothing, sets *newer to that step and returns 1. For
+ * processes that may save at once into one shared directory, each holding the whole
+ * state and perhaps a step apart (the survivors of a lost peer that give up waiting): an
+ * exclusive flock on <dir>/.ckpt.lock, held from the look to the end of the write, makes
+ * them take turns, so the newest state is written once and no writer's temporary is
+ * removed or overwritten by another's. Returns 0 (saved), 1, or ckpt_save's negative
+ * errno with err (also for the lock file, which it names). */
+int ckpt_save_if_newest(const char *dir, int keep, const CkptState *st, uint64_t examples,
+                        const void *params, size_t params_bytes, const void *opt, size_t opt_bytes,
+                        uint64_t *newer, char *err, size_t errlen);
+
 /* Loads the newest checkpoint in dir that is valid and this model's into *st, params and
- * opt, whose sizes must equal the ones saved. Files that are truncated, fail the
- * checksum or belong to another model (signature or arena sizes differ) are logged and
+ * opt, whose sizes must equal the ones saved, for a run on `examples` training examples.
+ * Files that are truncated, fail the checksum, hold fields no run can have (ckpt.h's
+ * top) or belong to another model (signature or arena sizes differ) are logged and
  * skipped for the previous one; it writes nothing, every rank runs it. Returns 0 on
  * success (info filled when not NULL); -ENOENT when dir has no checkpoint; -EPROTO when
  * none is this model's but some valid one is another's (the CLI exits 3; err names the
  * newest such file and the two differing values); -EBADMSG when none is valid; another
  * negative errno on an I/O error. */
-int ckpt_load_latest(const char *dir, const char *model_signature, CkptState *st, void *params,
-                     size_t params_bytes, void *opt, size_t opt_bytes, CkptLoadInfo *info,
-                     char *err, size_t errlen);
+int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t examples, CkptState *st,
+                     void *params, size_t params_bytes, void *opt, size_t opt_bytes,
+                     CkptLoadInfo *info, char *err, size_t errlen);
 
 #endif

@@ -78,8 +78,9 @@ static void fill_batch(Pipeline *p, Batch *b)
     const size_t bs = (size_t)p->cfg.batch;
     PipelineCursor c = p->produce_at;
     for (size_t k = 0; k < bs; k++) {
-        uint64_t e = c.data_epoch, pos = c.position + p->offset + k;
-        while (pos >= p->n) pos -= p->n, e++;
+        /* c.position < n (pipeline_seek), so this neither overflows nor walks */
+        uint64_t pos = c.position + p->offset + k, e = c.data_epoch + pos / p->n;
+        pos %= p->n;
         if (!p->order_valid || p->order_epoch != e) {
             epoch_order(p, e, p->order);
             p->order_epoch = e;
@@ -92,7 +93,7 @@ static void fill_batch(Pipeline *p, Batch *b)
         b->y[k] = p->ds->labels[idx];
     }
     c.position += p->take;
-    while (c.position >= p->n) c.position -= p->n, c.data_epoch++;
+    c.data_epoch += c.position / p->n, c.position %= p->n;
     b->size = (int)bs;
     b->next = c;
     p->produce_at = c;
@@ -207,6 +208,9 @@ PipelineCursor pipeline_cursor(const Pipeline *p)
 
 void pipeline_seek(Pipeline *p, PipelineCursor c)
 {
+    /* A position past the stream's end (a cursor of another sharding) continues in the
+     * pass it falls in, counted out in one division rather than walked to. */
+    c.data_epoch += c.position / p->n, c.position %= p->n;
     stop(p);
     p->head = p->filled = p->held = 0;
     p->produce_at = p->consumed = c;

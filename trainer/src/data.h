@@ -67,7 +67,9 @@ const Batch *pipeline_next(Pipeline *p);
 /* Where the stream stands after the last batch pipeline_next returned. */
 PipelineCursor pipeline_cursor(const Pipeline *p);
 
-/* Repositions the stream so that the next batch is the one that followed `c`. */
+/* Repositions the stream so that the next batch is the one that followed `c`; a position
+ * past the end of a pass is the same as the one it reaches in a later pass, arrived at
+ * arithmetically, however far. */
 void pipeline_seek(Pipeline *p, PipelineCursor c);
 
 /* Steps in one pass over this worker's stream (examples per pass / examples per step):

@@ -62,22 +62,15 @@
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t training_started;
-static volatile sig_atomic_t recovering; /* waiting for a lost peer's replacement */
 
 /* SIGTERM/SIGINT: once training runs, finish the step (the flag travels with the step
- * statistics, see train.h); before that there is nothing to save, so exit 75 at once,
- * which also ends a rendezvous that waits for peers that will never come; so does a
- * survivor waiting for a replacement. */
+ * statistics, see train.h) or, for a survivor waiting for a replacement, end the wait
+ * (the rendezvous polls the flag, see recover), and save; before that there is nothing
+ * to save, so exit 75 at once, which also ends a rendezvous that waits for peers that
+ * will never come. */
 static void on_stop_signal(int sig)
 {
     (void)sig;
-    if (recovering) {
-        static const char msg[] = "kubetrain-trainer: stopped by a signal while waiting for a "
-                                  "replacement; exiting 75\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-        _exit(KT_EXIT_RETRY);
-    }
     if (!training_started) {
         static const char msg[] = "kubetrain-trainer: stopped by a signal before training "
                                   "started; exiting 75\n";
@@ -186,7 +179,8 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collectiv
     NetOptions no = {.rendezvous_timeout_s = timeout_s,
                      .handshake_timeout_s = 10,
                      .secret = r->secret,
-                     .secret_len = r->secret_len};
+                     .secret_len = r->secret_len,
+                     .stop = &stop_requested};
     NetRing ring;
     double t0 = util_now();
     int rc = net_rendezvous(r->listen_fd, &r->tf, &job, &no, &ring, err, errlen);
@@ -313,14 +307,18 @@ static void checkpoint_signature(const Trainer *t, char out[CKPT_SIGNATURE_MAX])
                  optim_kind_name(t->cfg.optimizer));
 }
 
-/* Saves a checkpoint; on error sets *exit_code: 75 for trouble with the storage or the
- * device that a restart may not meet (util_io_retryable), else 3. */
-static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
+/* Saves a checkpoint of t's state as a run of `world` ranks; with `if_newest` (a survivor
+ * of a lost peer that gives up, see recovery_give_up) only when the directory holds no
+ * valid checkpoint at this step or later, returning 1 when it does. On error sets
+ * *exit_code: 75 for trouble with the storage or the device that a restart may not meet
+ * (util_io_retryable), else 3. */
+static int checkpoint_save(Trainer *t, int world, int if_newest, int *exit_code, char *err,
+                           size_t errlen)
 {
     CkptState cs;
     memset(&cs, 0, sizeof cs);
     checkpoint_signature(t, cs.model_signature);
-    cs.world = (uint32_t)t->coll->world;
+    cs.world = (uint32_t)world;
     cs.epoch = (uint64_t)t->st.epoch;
     cs.step_in_epoch = (uint64_t)t->st.step_in_epoch;
     cs.global_step = (uint64_t)t->st.global_step;
@@ -335,12 +333,24 @@ static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = KT_EXIT_RETRY;
         return rc;
     }
-    rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->model->params,
-                   t->model->num_params * sizeof(float), t->opt->state,
-                   t->opt->state_floats * sizeof(float), err, errlen);
-    if (rc) {
+    const size_t pbytes = t->model->num_params * sizeof(float);
+    const size_t obytes = t->opt->state_floats * sizeof(float);
+    uint64_t newer = 0;
+    if (if_newest)
+        rc = ckpt_save_if_newest(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs,
+                                 t->train.count, t->model->params, pbytes, t->opt->state, obytes,
+                                 &newer, err, errlen);
+    else
+        rc = ckpt_save(t->cfg.checkpoint_dir, t->cfg.keep_checkpoints, &cs, t->train.count,
+                       t->model->params, pbytes, t->opt->state, obytes, err, errlen);
+    if (rc < 0) {
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_DATA;
         return rc;
+    }
+    if (rc == 1) {
+        util_log("not saving step %ld: the directory holds a checkpoint of step %llu already",
+                 t->st.global_step, (unsigned long long)newer);
+        return 1;
     }
     util_log("checkpoint at step %ld saved in %.3fs", t->st.global_step, util_now() - t0);
     t->ckpt_step = t->st.global_step;
@@ -351,14 +361,20 @@ static int checkpoint_save(Trainer *t, int *exit_code, char *err, size_t errlen)
 }
 
 /* The after-step hook of the chief: a checkpoint every --checkpoint-every-steps steps,
- * at the end of every epoch, and when the run is being stopped. */
+ * at the end of every epoch, and when the run is being stopped. It also runs before the
+ * first step and after a live recovery, where the state (a replacement's, or a survivor's
+ * that was a step behind) may sit on such a boundary without this rank having trained
+ * that step (an epoch's end is then the next epoch's step 0): saved unless the newest
+ * checkpoint is of that step already (a run resumed from it, a chief that saved it). */
 static int checkpoint_hook(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen)
 {
     (void)ctx;
-    int every = t->cfg.checkpoint_every_steps;
-    if ((every > 0 && t->st.global_step % every == 0) ||
-        t->st.step_in_epoch == t->steps_per_epoch || t->stopping)
-        return checkpoint_save(t, exit_code, err, errlen);
+    const long every = t->cfg.checkpoint_every_steps, step = t->st.global_step;
+    const int epoch_end =
+        t->st.step_in_epoch == t->steps_per_epoch || (t->st.step_in_epoch == 0 && step > 0);
+    if (t->ckpt_step >= step) return 0;
+    if ((every > 0 && step % every == 0) || epoch_end || t->stopping)
+        return checkpoint_save(t, t->coll->world, 0, exit_code, err, errlen);
     return 0;
 }
 
@@ -389,8 +405,8 @@ static void restore_checkpoint(Trainer *t, SyncState *ss)
     CkptState cs;
     CkptLoadInfo info;
     checkpoint_signature(t, sig);
-    int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, &cs, m->params, pbytes, t->opt->state,
-                              obytes, &info, err, sizeof err);
+    int rc = ckpt_load_latest(t->cfg.checkpoint_dir, sig, t->train.count, &cs, m->params, pbytes,
+                              t->opt->state, obytes, &info, err, sizeof err);
     if (rc == -EPROTO) util_fail(KT_EXIT_DATA, "checkpoint of another model: %s", err);
     if (rc && rc != -ENOENT)
         util_fail(rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "checkpoint: %s", err);
@@ -434,15 +450,49 @@ static void restore_checkpoint(Trainer *t, SyncState *ss)
                  (unsigned long long)cs.global_step);
 }
 
+/* Exits 75 when the state that root sent in a sync cannot be one of this run (a broken
+ * or hostile peer; casting it would make garbage of the position, or the pipeline walk
+ * to it): its position (trainer_check_position; a running peer's state must also lie
+ * within --epochs and the steps per epoch), the global step it announced before the
+ * sync, the generation every rank computed alike, a newest checkpoint within the global
+ * step. */
+static void check_sync(const Trainer *t, const SyncState *ss, int from_state, int root,
+                       uint64_t announced, uint64_t generation)
+{
+    char why[512];
+    const TrainPosition p = {.epoch = ss->epoch,
+                             .step_in_epoch = ss->step_in_epoch,
+                             .global_step = ss->global_step,
+                             .data_epoch = ss->data_epoch,
+                             .position = ss->position,
+                             .opt_iter = ss->opt_iter};
+    int bad = trainer_check_position(t, &p, from_state, why, sizeof why) != 0;
+    if (!bad && from_state && ss->global_step != announced)
+        bad = 1, snprintf(why, sizeof why, "global step %llu after announcing %llu",
+                          (unsigned long long)ss->global_step, (unsigned long long)announced);
+    else if (!bad && ss->generation != generation)
+        bad = 1, snprintf(why, sizeof why, "generation %llu where every rank agreed on %llu",
+                          (unsigned long long)ss->generation, (unsigned long long)generation);
+    else if (!bad && (ss->ckpt_step < -1 || ss->ckpt_step > (int64_t)ss->global_step))
+        bad = 1, snprintf(why, sizeof why, "checkpoint step %lld past global step %llu",
+                          (long long)ss->ckpt_step, (unsigned long long)ss->global_step);
+    if (bad)
+        util_fail(KT_EXIT_RETRY,
+                  "state sync: rank %d sent a state no rank of this run can hold: %s; exiting "
+                  "75",
+                  root, why);
+}
+
 /* The one state sync, at the start and after every live recovery: the ranks agree on
  * the root, the rank that holds training state with the highest global step (ties: the
  * lowest rank; survivors of a lost peer may be one step apart, since a ring all-reduce
  * can complete on some ranks and not on others). When no rank holds state every rank
  * restores the newest checkpoint (none: a start from scratch) and the chief is the root.
  * The root broadcasts its parameters, optimizer state and SyncState, and every rank
- * checks the weights' hash against the root's. Dropout masks derive from (seed, global
- * step, rank), so no RNG state travels. Returns 0, or the collective's negative errno
- * with err (a peer lost during the sync); a hash mismatch exits 75. */
+ * checks the weights' hash against the root's and the state against the run
+ * (check_sync). Dropout masks derive from (seed, global step, rank), so no RNG state
+ * travels. Returns 0, or the collective's negative errno with err (a peer lost during
+ * the sync); a hash mismatch or a state no rank can hold exits 75. */
 static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
 {
     Model *m = t->model;
@@ -454,7 +504,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
     memset(&ss, 0, sizeof ss);
     ss.ckpt_step = -1;
     int root = -1, rc = 0;
-    uint64_t generation = r->generation + 1;
+    uint64_t generation = r->generation + 1, announced = 0;
     if (c->world > 1) {
         RankInfo *all = xcalloc((size_t)c->world, sizeof *all);
         all[c->rank] = (RankInfo){.has_state = (uint64_t)r->has_state,
@@ -467,6 +517,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                 root = q;
             if (all[q].generation > generation) generation = all[q].generation;
         }
+        if (root >= 0) announced = all[root].global_step;
         free(all);
         if (rc) return rc;
     }
@@ -512,6 +563,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                       "weights differ from rank %d's after its broadcast: sha256 %s here, %s "
                       "there",
                       root, got, ss.hash);
+        if (c->rank != root) check_sync(t, &ss, from_state, root, announced, generation);
         if (!from_state && c->rank != 0 && strcmp(mine, ss.hash) != 0)
             util_log("warning: this rank's initial weights (sha256 %.12s) differed from the "
                      "chief's (%.12s); training from the chief's",
@@ -533,8 +585,12 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                      .cursor = {.data_epoch = ss.data_epoch, .position = ss.position}};
     t->opt->iterations = (int64_t)ss.opt_iter;
     if (from_state) {
-        t->ckpt_step = (long)ss.ckpt_step;
-        t->ckpt_time = ss.ckpt_time;
+        /* The root's may be older than this rank's own: only the chief writes, and it
+         * was not necessarily the root. */
+        if (ss.ckpt_step > t->ckpt_step) {
+            t->ckpt_step = (long)ss.ckpt_step;
+            t->ckpt_time = ss.ckpt_time;
+        }
         t->ep = ss.ep;
     } else if (ss.restored) {
         t->ckpt_step = st.global_step;
@@ -563,37 +619,65 @@ static void lost_peer(const char *msg, char *peer, size_t peerlen, char *why, si
     snprintf(why, whylen, "%.*s%s", (int)(l - msg), msg, d + 8);
 }
 
+/* A survivor of a lost peer that gives up its wait for a replacement (stopped by a
+ * signal, or the deadline passed) saves the state it holds before it exits 75, or the
+ * steps since the last checkpoint are lost. Every survivor holds the whole state, they
+ * may be a step apart, and the chief may be the one lost, so each that holds state tries
+ * (a rank whose sync broke off holds none), taking turns on the shared directory
+ * (ckpt_save_if_newest): the newest state is written once, the others find it there. A
+ * failed save is logged; the exit is 75 either way. timed_out adds "recoveryTimedOut"
+ * to the termination message (the group restart). */
+static void recovery_give_up(Trainer *t, const Recovery *r, int timed_out, const char *why)
+{
+    char err[1024];
+    int code;
+    if (t->cfg.checkpoint_dir[0] && r->has_state &&
+        checkpoint_save(t, r->tf.world, 1, &code, err, sizeof err) < 0)
+        util_log("live recovery: could not save step %ld before exiting: %s", t->st.global_step,
+                 err);
+    if (timed_out) util_termination_mark("recoveryTimedOut");
+    util_fail(KT_EXIT_RETRY, "%s", why);
+}
+
 /* The TrainRecoverHook (train.h) of live recovery: the collective failed in a step. The
  * survivors drop the ring, wait up to --recovery-timeout for the replacement in a new
  * rendezvous on the listener they kept open, form the next generation's ring and sync
  * the state from the rank with the newest one. A peer lost during that sync starts the
- * wait again within the same deadline. When the deadline passes, exits 75 with
- * "recoveryTimedOut": true in the termination message, which asks for the group
+ * wait again within the same deadline. When the deadline passes, or a signal stops the
+ * wait, the survivor saves its state and exits 75 (recovery_give_up), at the deadline
+ * with "recoveryTimedOut": true in the termination message, which asks for the group
  * restart. */
 static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
 {
     Recovery *r = ctx;
-    char peer[NET_NAME_MAX + 16], reason[1024], e2[1024];
+    char peer[NET_NAME_MAX + 16], reason[1024], e2[1024], msg[2048];
     lost_peer(why, peer, sizeof peer, reason, sizeof reason);
     const double timeout = t->cfg.recovery_timeout, deadline = util_now() + timeout;
     util_log("lost %s: %s; waiting up to %gs for a replacement (generation %u)", peer, reason,
              timeout, r->generation + 1);
-    recovering = 1;
-    if (stop_requested) util_fail(KT_EXIT_RETRY, "stopped by a signal after losing %s", peer);
     trainer_detach_collective(t);
     coll_destroy(t->coll);
     t->coll = NULL;
     for (;;) {
         double left = deadline - util_now();
         Collective *c = NULL;
-        int rc = left > 0 ? form_ring(&t->cfg, r, left, &c, e2, sizeof e2) : -ETIMEDOUT;
+        int rc = stop_requested ? -EINTR
+                 : left > 0     ? form_ring(&t->cfg, r, left, &c, e2, sizeof e2)
+                                : -ETIMEDOUT;
         if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
+        if (rc == -EINTR) {
+            snprintf(msg, sizeof msg,
+                     "live recovery: stopped by a signal while waiting for a replacement for "
+                     "%s; exiting 75",
+                     peer);
+            recovery_give_up(t, r, 0, msg);
+        }
         if (rc && util_now() >= deadline) {
-            util_termination_mark("recoveryTimedOut");
-            util_fail(KT_EXIT_RETRY,
-                      "live recovery: no replacement for %s within %gs (%s); exiting 75 for a "
-                      "restart of the group from the newest checkpoint",
-                      peer, timeout, rc == -ETIMEDOUT && left <= 0 ? "time is up" : e2);
+            snprintf(msg, sizeof msg,
+                     "live recovery: no replacement for %s within %gs (%s); exiting 75 for a "
+                     "restart of the group from the newest checkpoint",
+                     peer, timeout, rc == -ETIMEDOUT && left <= 0 ? "time is up" : e2);
+            recovery_give_up(t, r, 1, msg);
         }
         if (rc) {
             util_log("live recovery: %s; trying again", e2);
@@ -610,7 +694,6 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
         coll_destroy(c);
         t->coll = NULL;
     }
-    recovering = 0;
     (void)exit_code, (void)err, (void)errlen;
     return 0;
 }

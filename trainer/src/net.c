@@ -796,8 +796,8 @@ static void accept_one(Rendezvous *rv, int listen_fd, Pending **pend, int *n)
 /* Accepts connections until rank-1 authenticates and the client's result is in,
  * serving every handshake in progress as its bytes arrive, each bounded by the handshake
  * timeout: after rank-1's connection only announcements, which may still be what the
- * client waits for. Returns rank-1's fd, -ETIMEDOUT (err), -ECANCELED, -EPROTO (err) or
- * another negative errno. */
+ * client waits for. Returns rank-1's fd, -ETIMEDOUT (err), -ECANCELED, -EINTR (err: the
+ * options' stop flag was set), -EPROTO (err) or another negative errno. */
 static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
 {
     Pending *pend[PENDING_MAX];
@@ -822,6 +822,11 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
         if (atomic_load(&rv->abort_flag)) {
             answer_hellos(rv, pend, n, link >= 0);
             rc = -ECANCELED;
+            break;
+        }
+        if (rv->opt->stop && *rv->opt->stop) {
+            snprintf(err, errlen, "stopped by a signal");
+            rc = -EINTR;
             break;
         }
         for (int i = n - 1; i >= 0; i--)

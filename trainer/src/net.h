@@ -24,6 +24,7 @@
 
 #include "tfconfig.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,10 @@ typedef struct NetOptions {
     const unsigned char *secret;  /* the job secret; NULL or empty: unauthenticated */
     size_t secret_len;
     int sockbuf_bytes;            /* SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning */
+    /* NULL, or a flag (set by a signal handler) that ends the rendezvous with -EINTR
+     * within about 0.1 s of being set: a survivor waiting for a replacement must save
+     * and leave when stopped, not wait out its deadline */
+    const volatile sig_atomic_t *stop;
 } NetOptions;
 
 /* The two ring connections of one worker: it receives from prev and sends to next.
@@ -141,6 +146,7 @@ int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int 
  * The listener may stay open for the whole run and serve the rendezvous again after a
  * lost peer (live recovery): connections that queued in between are handshaken then.
  * Returns 0 with *out filled, or a negative errno and one line in err:
+ * -EINTR when opt->stop was set;
  * -ETIMEDOUT when the ring did not form before the deadline (the line says what answered
  * or connected instead, if anything: a wrong secret, a wrong rank, a silent port), so
  * retryable; -EPROTO when a peer that proved the job secret disagrees about world size,

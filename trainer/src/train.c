@@ -1,6 +1,8 @@
 #include "train.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +156,33 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
 err:
     trainer_free(t);
     return rc;
+}
+
+int trainer_check_position(const Trainer *t, const TrainPosition *p, int live, char *why,
+                           size_t whylen)
+{
+    if (p->epoch > (uint64_t)INT_MAX - 1 || (live && p->epoch > (uint64_t)t->cfg.epochs))
+        snprintf(why, whylen, "epoch %" PRIu64 " out of range (at most %d)", p->epoch,
+                 live ? t->cfg.epochs : INT_MAX - 1);
+    else if (live && p->step_in_epoch > (uint64_t)t->steps_per_epoch)
+        snprintf(why, whylen, "step %" PRIu64 " of the epoch out of range (at most %ld)",
+                 p->step_in_epoch, t->steps_per_epoch);
+    else if (p->global_step > (uint64_t)INT64_MAX || p->opt_iter > (uint64_t)INT64_MAX)
+        snprintf(why, whylen,
+                 "global step %" PRIu64 " or optimizer iterations %" PRIu64 " out of range "
+                 "(at most 2^63 - 1)",
+                 p->global_step, p->opt_iter);
+    else if (p->step_in_epoch > p->global_step || p->epoch > p->global_step - p->step_in_epoch)
+        snprintf(why, whylen,
+                 "inconsistent position: epoch %" PRIu64 " and step %" PRIu64 " of it exceed "
+                 "global step %" PRIu64,
+                 p->epoch, p->step_in_epoch, p->global_step);
+    else if (p->position >= (uint64_t)t->train.count)
+        snprintf(why, whylen,
+                 "data position %" PRIu64 " outside a pass over the %zu training examples",
+                 p->position, t->train.count);
+    else return 0;
+    return -EBADMSG;
 }
 
 void trainer_seek(Trainer *t, const TrainState *st)
@@ -455,6 +484,11 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
         if ((rc = train_step(t, &cursor, &allreduce_s, exit_code, err, errlen))) {
             if (!t->coll_failed || !t->recover) return rc;
             if ((rc = t->recover(t, t->recover_ctx, err, exit_code, err, errlen))) return rc;
+            /* The state handed over may sit on a checkpoint boundary this rank did not
+             * train itself (it was a step behind the root). */
+            *exit_code = KT_EXIT_DATA;
+            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
+                return rc;
             if (t->st.epoch + 1 != epoch) return 0;
             continue;
         }
@@ -538,6 +572,9 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = KT_EXIT_RETRY;
         goto err;
     }
+    /* The state the run starts from may be one a live recovery handed this rank (a
+     * replacement), on a checkpoint boundary it did not train itself. */
+    if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen))) goto err;
     while (t->st.epoch < t->cfg.epochs) {
         const int epoch = t->st.epoch;
         if ((rc = train_epoch(t, exit_code, err, errlen))) goto err;

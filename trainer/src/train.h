@@ -27,7 +27,10 @@ typedef struct {
 typedef struct Trainer Trainer;
 struct GpuModel;
 
-/* Called after every completed step (state already advanced); returns 0, or a negative
+/* Called after every completed step (state already advanced), and for a state this rank
+ * did not reach by a step of its own: the one the run starts from, and the one a live
+ * recovery (TrainRecoverHook) hands over, which may be of a step this rank did not train
+ * (seeked: an epoch's end is then the next epoch's step 0); returns 0, or a negative
  * errno with err filled and *exit_code set (it comes preset to KT_EXIT_DATA), which ends
  * the run with that error and code. */
 typedef int (*TrainStepHook)(Trainer *t, void *ctx, int *exit_code, char *err, size_t errlen);
@@ -117,6 +120,22 @@ int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *e
  * *exit_code set to KT_EXIT_USAGE or KT_EXIT_DATA. Free with trainer_free. */
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen);
+
+/* Where a run stands as another process tells it (the root of a state sync), in the
+ * unsigned fields of the wire, to be checked before they become a TrainState. */
+typedef struct {
+    uint64_t epoch, step_in_epoch, global_step, data_epoch, position, opt_iter;
+} TrainPosition;
+
+/* Whether p can be a state of t's run: an epoch that fits TrainState's int, a global step
+ * and optimizer iterations that fit an int64, an epoch plus step in the epoch within the
+ * global step (every epoch begun took a step), a data position inside one pass over the
+ * training set (no stream is longer); with `live` (a running peer's state, not a
+ * checkpoint's, which may come from a run with other flags) also an epoch up to --epochs
+ * (the run's end) and a step in the epoch up to the steps per epoch. Returns 0, or
+ * -EBADMSG with the field, its value and the bound in why. */
+int trainer_check_position(const Trainer *t, const TrainPosition *p, int live, char *why,
+                           size_t whylen);
 
 /* Repositions the run at state st (after a restore of parameters and optimizer). A
  * state at the end of an epoch (step_in_epoch == steps per epoch, as saved by the

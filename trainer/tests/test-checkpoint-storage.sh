@@ -2,9 +2,10 @@
 # The real binary (ASan+UBSan build) against a checkpoint directory that misbehaves: a
 # corrupt checkpoint with a higher step than the run's, kept by --keep-checkpoints 1 while
 # the run's own were deleted (a restart then found only it and exited 3); another model's
-# checkpoint with a higher step (a restart exited 3 though its own were there); and a volume
-# that fills up mid-run (a real tmpfs with a size limit: root mounts it), which must exit
-# 75 (retried), say "disk full" naming the checkpoint, keep the older checkpoints and
+# checkpoint with a higher step (a restart exited 3 though its own were there); a forged one
+# whose crc holds but whose data position is 2^62 (the pipeline walked there forever); and a
+# volume that fills up mid-run (a real tmpfs with a size limit: root mounts it), which must
+# exit 75 (retried), say "disk full" naming the checkpoint, keep the older checkpoints and
 # resume from them once there is room.
 set -euo pipefail
 source e2e/lib/tap.sh
@@ -72,6 +73,31 @@ if [[ $rc -eq 0 && -f $ck/ckpt-1000.kt.bad && ! -e $ck/ckpt-1000.kt ]] &&
 else
   tap_fail "another model's newer checkpoint at a restart" \
     "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/f.err")"
+fi
+
+# --- a forged checkpoint whose crc holds, newer than the run's -----------------------------
+# Data position 2^62 in an intact file: the pipeline walked there one pass at a time,
+# forever, at 100 % CPU, deaf to SIGTERM (hence timeout's SIGKILL). Its fields are
+# checked now: corrupt like any other.
+ck=$tmp/ck-forged
+"$BIN" "${run[@]}" --epochs 1 --steps-per-epoch 2 --checkpoint-dir "$ck" >/dev/null 2>&1
+python3 - "$ck/ckpt-2.kt" "$ck/ckpt-1000.kt" <<'PY'
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+struct.pack_into("<Q", b, 280 + 8 * 6, 1 << 62)  # data position (docs/design.md, the file)
+struct.pack_into("<I", b, len(b) - 4, zlib.crc32(bytes(b[:-4])))
+open(sys.argv[2], "wb").write(b)
+PY
+rc=0
+timeout -k 5 60 "$BIN" "${run[@]}" --epochs 2 --steps-per-epoch 2 --checkpoint-dir "$ck" \
+  >/dev/null 2>"$tmp/p.err" || rc=$?
+if [[ $rc -eq 0 && -f $ck/ckpt-1000.kt.bad && ! -e $ck/ckpt-1000.kt ]] &&
+   grep -q "ckpt-1000.kt: data position 4611686018427387904 outside a pass over the 60000 \
+training examples; skipped for the previous one" "$tmp/p.err" &&
+   grep -q "resuming from .*ckpt-2.kt" "$tmp/p.err"; then
+  tap_ok "a CRC-valid checkpoint at data position 2^62: skipped, moved aside, run finishes"
+else
+  tap_fail "a forged data position" "rc=$rc dir: $(ls_ck "$ck"); $(tail -3 "$tmp/p.err")"
 fi
 
 # --- the checkpoint volume fills up --------------------------------------------------------

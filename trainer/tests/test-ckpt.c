@@ -1,7 +1,9 @@
 /* Checkpoints: exact round trip, keep-N pruning (the checkpoint just written and the
  * newest valid ones kept, corrupt or foreign ones moved aside), a corrupt or truncated
- * newest file skipped for the previous, another model refused, and a writer that died
- * before its rename leaving the previous checkpoint loadable. */
+ * newest file skipped for the previous, another model refused, a writer that died
+ * before its rename leaving the previous checkpoint loadable, and intact files whose
+ * header fields no run can have treated as corrupt, and the save of survivors that take
+ * turns (ckpt_save_if_newest). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -23,6 +26,7 @@
 
 #define NP 10007
 #define NO 20014
+#define EXAMPLES 60000 /* the training set's examples: data positions stay below */
 
 typedef struct Fixture {
     char dir[64];
@@ -82,8 +86,8 @@ static void save(Fixture *f, uint64_t step, int keep)
     char err[512];
     fill(f, step);
     CkptState s = state_at(step);
-    if (ckpt_save(f->dir, keep, &s, f->params, sizeof f->params, f->opt, sizeof f->opt, err,
-                  sizeof err) != 0)
+    if (ckpt_save(f->dir, keep, &s, EXAMPLES, f->params, sizeof f->params, f->opt, sizeof f->opt,
+                  err, sizeof err) != 0)
         fail_msg("save step %llu: %s", (unsigned long long)step, err);
 }
 
@@ -95,8 +99,8 @@ static void expect_load(Fixture *f, uint64_t step, int skipped)
     CkptLoadInfo info;
     char err[512];
     memset(p, 0, sizeof p), memset(o, 0, sizeof o);
-    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, p, sizeof p, o, sizeof o, &info,
-                              err, sizeof err);
+    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", EXAMPLES, &s, p, sizeof p, o,
+                              sizeof o, &info, err, sizeof err);
     if (rc != 0) fail_msg("load: %d %s", rc, err);
     CkptState want = state_at(step);
     assert_memory_equal(&s, &want, sizeof s);
@@ -138,19 +142,22 @@ static void test_empty_dir_and_no_optimizer_state(void **state)
     CkptState s;
     char err[512];
     float p[4];
-    assert_int_equal(ckpt_load_latest(f->dir, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
-                     -ENOENT);
+    assert_int_equal(
+        ckpt_load_latest(f->dir, "x", EXAMPLES, &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
+        -ENOENT);
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none", f->dir);
     assert_int_equal(
-        ckpt_load_latest(missing, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err), -ENOENT);
+        ckpt_load_latest(missing, "x", EXAMPLES, &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
+        -ENOENT);
     /* SGD has no optimizer state */
     CkptState w = state_at(3);
     snprintf(w.model_signature, sizeof w.model_signature, "x");
     float q[4] = {1, 2, 3, 4};
-    assert_int_equal(ckpt_save(f->dir, 2, &w, q, sizeof q, NULL, 0, err, sizeof err), 0);
-    assert_int_equal(ckpt_load_latest(f->dir, "x", &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
-                     0);
+    assert_int_equal(ckpt_save(f->dir, 2, &w, EXAMPLES, q, sizeof q, NULL, 0, err, sizeof err), 0);
+    assert_int_equal(
+        ckpt_load_latest(f->dir, "x", EXAMPLES, &s, p, sizeof p, NULL, 0, NULL, err, sizeof err),
+        0);
     assert_memory_equal(p, q, sizeof q);
 }
 
@@ -222,8 +229,8 @@ static void test_all_corrupt_is_an_error(void **state)
     path_of(f, 10, p, sizeof p);
     flip_byte(p, 400);
     CkptState s;
-    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, f->params, sizeof f->params,
-                              f->opt, sizeof f->opt, NULL, err, sizeof err);
+    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", EXAMPLES, &s, f->params,
+                              sizeof f->params, f->opt, sizeof f->opt, NULL, err, sizeof err);
     assert_int_equal(rc, -EBADMSG);
     assert_non_null(strstr(err, "none of 1 checkpoints is valid"));
 }
@@ -234,14 +241,14 @@ static void test_other_model_refused(void **state)
     save(f, 10, 5);
     CkptState s;
     char err[512];
-    int rc = ckpt_load_latest(f->dir, "mlp:101770", &s, f->params, sizeof f->params, f->opt,
-                              sizeof f->opt, NULL, err, sizeof err);
+    int rc = ckpt_load_latest(f->dir, "mlp:101770", EXAMPLES, &s, f->params, sizeof f->params,
+                              f->opt, sizeof f->opt, NULL, err, sizeof err);
     assert_int_equal(rc, -EPROTO);
     assert_non_null(strstr(err, "\"tutorial-cnn:1769354\""));
     assert_non_null(strstr(err, "\"mlp:101770\""));
     /* same signature, another optimizer's state size */
-    rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, f->params, sizeof f->params, f->opt,
-                          sizeof f->opt / 2, NULL, err, sizeof err);
+    rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", EXAMPLES, &s, f->params, sizeof f->params,
+                          f->opt, sizeof f->opt / 2, NULL, err, sizeof err);
     assert_int_equal(rc, -EPROTO);
     assert_non_null(strstr(err, "optimizer"));
 }
@@ -267,8 +274,9 @@ static void test_foreign_newest_skipped_at_load(void **state)
     assert_non_null(mkdtemp(other));
     CkptState s = state_at(1000);
     snprintf(s.model_signature, sizeof s.model_signature, "mlp:101770");
-    assert_int_equal(ckpt_save(other, 1, &s, f->params, sizeof f->params, NULL, 0, err, sizeof err),
-                     0);
+    assert_int_equal(
+        ckpt_save(other, 1, &s, EXAMPLES, f->params, sizeof f->params, NULL, 0, err, sizeof err),
+        0);
     save(f, 10, 5);
     save(f, 20, 5);
     snprintf(from, sizeof from, "%s/ckpt-1000.kt", other);
@@ -311,7 +319,7 @@ static void test_crash_before_rename_keeps_previous(void **state)
     CkptState s;
     CkptLoadInfo info;
     char err[512];
-    assert_int_equal(ckpt_load_latest(f->dir, "tutorial-cnn:1769354", &s, f->params,
+    assert_int_equal(ckpt_load_latest(f->dir, "tutorial-cnn:1769354", EXAMPLES, &s, f->params,
                                       sizeof f->params, f->opt, sizeof f->opt, &info, err,
                                       sizeof err),
                      0);
@@ -373,8 +381,9 @@ static void test_foreign_newer_moved_aside(void **state)
     char err[512];
     CkptState other = state_at(1000);
     snprintf(other.model_signature, sizeof other.model_signature, "mlp:101770");
-    assert_int_equal(
-        ckpt_save(f->dir, 5, &other, f->params, sizeof f->params, NULL, 0, err, sizeof err), 0);
+    assert_int_equal(ckpt_save(f->dir, 5, &other, EXAMPLES, f->params, sizeof f->params, NULL, 0,
+                               err, sizeof err),
+                     0);
     save(f, 10, 2);
     save(f, 20, 2);
     expect_file(f, "ckpt-1000.kt", 0);
@@ -418,12 +427,154 @@ static void test_corrupt_older_not_kept(void **state)
     assert_int_equal(count_files(f->dir), 4); /* 50, 40, 30 and 20's .bad */
 }
 
+/* A checkpoint whose checksum holds but whose header no run can have (forged, or written
+ * by a broken writer): a data position of 2^62 made the pipeline walk there one pass at a
+ * time, forever, and an epoch over INT_MAX was cast to an int. Each is skipped at load
+ * for the previous one, like a corrupt file, and moved aside by the next save. */
+static void test_forged_fields_are_corrupt(void **state)
+{
+    Fixture *f = *state;
+    static const struct {
+        const char *field;
+        uint64_t world, epoch, step_in_epoch, global_step, position, iter;
+    } cases[] = {
+        {"data position 2^62", 2, 0, 5, 20, 1ull << 62, 20},
+        {"data position = examples", 2, 0, 5, 20, EXAMPLES, 20},
+        {"epoch 2^32", 2, 1ull << 32, 0, 1ull << 40, 0, 20},
+        {"epoch INT_MAX", 2, 2147483647, 0, 1ull << 40, 0, 20},
+        {"world 0", 0, 0, 5, 20, 0, 20},
+        {"global step 2^63", 2, 0, 5, 1ull << 63, 0, 20},
+        {"iterations 2^63", 2, 0, 5, 20, 0, 1ull << 63},
+        {"step in epoch past the global step", 2, 0, 21, 20, 0, 20},
+        {"epochs past the global step", 2, 16, 5, 20, 0, 20},
+    };
+    char err[512];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        teardown(state);
+        setup(state);
+        f = *state;
+        save(f, 10, 5);
+        CkptState bad = state_at(20);
+        bad.world = (uint32_t)cases[i].world, bad.epoch = cases[i].epoch;
+        bad.step_in_epoch = cases[i].step_in_epoch, bad.global_step = cases[i].global_step;
+        bad.data_position = cases[i].position, bad.optimizer_iter = cases[i].iter;
+        /* the writer checks nothing: a CRC-valid file with these fields, named ckpt-N.kt */
+        assert_int_equal(ckpt_save(f->dir, 5, &bad, EXAMPLES, f->params, sizeof f->params, f->opt,
+                                   sizeof f->opt, err, sizeof err),
+                         0);
+        char name[64], aside[80];
+        snprintf(name, sizeof name, "ckpt-%llu.kt", (unsigned long long)bad.global_step);
+        snprintf(aside, sizeof aside, "%s.bad", name);
+        print_message("# %s\n", cases[i].field);
+        expect_load(f, 10, 1);
+        /* alone in the directory, it is no checkpoint to resume from */
+        CkptState s;
+        static float p[NP], o[NO];
+        char path[256];
+        path_of(f, 10, path, sizeof path);
+        assert_int_equal(unlink(path), 0);
+        int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", EXAMPLES, &s, p, sizeof p, o,
+                                  sizeof o, NULL, err, sizeof err);
+        assert_int_equal(rc, -EBADMSG);
+        save(f, 15, 5);
+        expect_file(f, name, 0);
+        expect_file(f, aside, 1);
+        expect_load(f, 15, 0);
+    }
+}
+
+/* The bounds themselves are valid: the last position of a pass, the largest epoch. */
+static void test_fields_at_their_bounds_load(void **state)
+{
+    Fixture *f = *state;
+    char err[512];
+    CkptState s = state_at(1ull << 40);
+    s.epoch = 2147483646, s.step_in_epoch = 7, s.data_position = EXAMPLES - 1;
+    fill(f, 1);
+    assert_int_equal(ckpt_save(f->dir, 5, &s, EXAMPLES, f->params, sizeof f->params, f->opt,
+                               sizeof f->opt, err, sizeof err),
+                     0);
+    CkptState got;
+    CkptLoadInfo info;
+    int rc = ckpt_load_latest(f->dir, "tutorial-cnn:1769354", EXAMPLES, &got, f->params,
+                              sizeof f->params, f->opt, sizeof f->opt, &info, err, sizeof err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(info.skipped, 0);
+    assert_memory_equal(&got, &s, sizeof s);
+}
+
+static int save_if_newest(Fixture *f, uint64_t step, uint64_t *newer)
+{
+    char err[512];
+    fill(f, step);
+    CkptState s = state_at(step);
+    int rc = ckpt_save_if_newest(f->dir, 5, &s, EXAMPLES, f->params, sizeof f->params, f->opt,
+                                 sizeof f->opt, newer, err, sizeof err);
+    if (rc < 0) fail_msg("save_if_newest step %llu: %s", (unsigned long long)step, err);
+    return rc;
+}
+
+/* The save of a survivor that gives up: only when no valid checkpoint at its step or
+ * later is there; an invalid newer one does not count (and is moved aside). */
+static void test_save_if_newest(void **state)
+{
+    Fixture *f = *state;
+    uint64_t newer = 0;
+    save(f, 10, 5);
+    assert_int_equal(save_if_newest(f, 20, &newer), 0);
+    expect_load(f, 20, 0);
+    assert_int_equal(save_if_newest(f, 20, &newer), 1);
+    assert_int_equal(newer, 20);
+    assert_int_equal(save_if_newest(f, 15, &newer), 1);
+    assert_int_equal(newer, 20);
+    expect_file(f, "ckpt-15.kt", 0);
+    char from[256], bad[256];
+    path_of(f, 20, from, sizeof from);
+    path_of(f, 1000, bad, sizeof bad);
+    copy_file(from, bad);
+    flip_byte(bad, 360 + 4 * 11);
+    assert_int_equal(save_if_newest(f, 30, &newer), 0);
+    expect_file(f, "ckpt-1000.kt.bad", 1);
+    expect_load(f, 30, 0);
+}
+
+/* Survivors that give up at once take turns: while one holds <dir>/.ckpt.lock (here
+ * the test, standing for a survivor in the middle of its write) another waits, and then
+ * finds the checkpoint written instead of writing it again over the first one's files. */
+static void test_save_if_newest_takes_turns(void **state)
+{
+    Fixture *f = *state;
+    char lock[256];
+    snprintf(lock, sizeof lock, "%s/.ckpt.lock", f->dir);
+    int fd = open(lock, O_RDWR | O_CREAT, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t newer = 0;
+        int rc = save_if_newest(f, 40, &newer);
+        _exit(rc == 1 && newer == 40 ? 0 : 1);
+    }
+    assert_true(pid > 0);
+    usleep(300 * 1000);
+    expect_file(f, "ckpt-40.kt", 0); /* the other writer waits for the lock */
+    save(f, 40, 5);
+    assert_int_equal(flock(fd, LOCK_UN), 0);
+    close(fd);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0); /* it found step 40 there and wrote nothing */
+    expect_load(f, 40, 0);
+}
+
 static void test_bad_keep(void **state)
 {
     Fixture *f = *state;
     CkptState s = state_at(1);
     char err[256];
-    assert_int_equal(ckpt_save(f->dir, 0, &s, f->params, 4, NULL, 0, err, sizeof err), -EINVAL);
+    assert_int_equal(ckpt_save(f->dir, 0, &s, EXAMPLES, f->params, 4, NULL, 0, err, sizeof err),
+                     -EINVAL);
     assert_non_null(strstr(err, "keep"));
 }
 
@@ -444,6 +595,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_valid_newer_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_older_not_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_keep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_fields_are_corrupt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fields_at_their_bounds_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_if_newest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_if_newest_takes_turns, setup, teardown),
     };
     return cmocka_run_group_tests_name("ckpt", tests, NULL, NULL);
 }

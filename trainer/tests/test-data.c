@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -132,6 +133,33 @@ static void test_cursor_and_seek(void **s)
     pipeline_free(p);
 }
 
+/* A cursor far past the end of a pass (a forged checkpoint's 2^62) is the cursor it
+ * reaches in a later pass, found by division: the pipeline used to walk there one pass
+ * at a time, forever. The alarm turns such a walk into a failure of this program. */
+static void test_far_position_is_arithmetic(void **s)
+{
+    (void)s;
+    PipelineConfig pc = {.batch = 16, .shuffle_buffer = 60000, .seed = 9, .world = 2, .rank = 1};
+    const uint64_t far = 1ull << 62;
+    const PipelineCursor same = {.data_epoch = 7 + far / COUNT, .position = far % COUNT};
+    Pipeline *p, *q;
+    char err[256];
+    assert_int_equal(pipeline_create(&p, &ds, &pc, err, sizeof err), 0);
+    assert_int_equal(pipeline_create(&q, &ds, &pc, err, sizeof err), 0);
+    alarm(20);
+    pipeline_seek(p, (PipelineCursor){.data_epoch = 7, .position = far});
+    pipeline_seek(q, same);
+    for (int st = 0; st < 10; st++) {
+        const Batch *a = pipeline_next(p), *b = pipeline_next(q);
+        for (int k = 0; k < 16; k++) assert_int_equal(example_of(a, k), example_of(b, k));
+        assert_int_equal(a->next.data_epoch, b->next.data_epoch);
+        assert_int_equal(a->next.position, b->next.position);
+    }
+    alarm(0);
+    pipeline_free(p);
+    pipeline_free(q);
+}
+
 static void test_auto_shard_equals_big_batch(void **s)
 {
     (void)s;
@@ -206,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_deterministic_and_seeded),
         cmocka_unit_test(test_small_buffer_is_local),
         cmocka_unit_test(test_cursor_and_seek),
+        cmocka_unit_test(test_far_position_is_arithmetic),
         cmocka_unit_test(test_auto_shard_equals_big_batch),
         cmocka_unit_test(test_file_and_off_shards),
         cmocka_unit_test(test_too_big_batch),

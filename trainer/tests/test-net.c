@@ -26,8 +26,10 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 typedef struct NetResult {
     int rc;
@@ -52,7 +54,16 @@ typedef struct NetArg {
     int hide_next[CLUSTER_MAX]; /* rank+1's name does not resolve for this rank */
     int stale_next[CLUSTER_MAX]; /* rank+1's name is 127.0.0.2, where nothing answers */
     int start_delay_ms[CLUSTER_MAX];
+    int stop_after_ms[CLUSTER_MAX]; /* SIGALRM sets the rendezvous' stop flag then */
 } NetArg;
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
 
 static void net_rank(const Cluster *c, int rank, void *argp)
 {
@@ -92,7 +103,14 @@ static void net_rank(const Cluster *c, int rank, void *argp)
     NetOptions opt = {.rendezvous_timeout_s = a->rendezvous_timeout_s,
                       .handshake_timeout_s = a->handshake_timeout_s,
                       .secret = (const unsigned char *)s,
-                      .secret_len = s ? strlen(s) : 0};
+                      .secret_len = s ? strlen(s) : 0,
+                      .stop = &stop_flag};
+    if (a->stop_after_ms[rank]) {
+        struct itimerval it = {
+            .it_value = {a->stop_after_ms[rank] / 1000, (a->stop_after_ms[rank] % 1000) * 1000}};
+        signal(SIGALRM, on_alarm);
+        setitimer(ITIMER_REAL, &it, NULL);
+    }
     NetRing conn;
     r->rc = net_rendezvous(c->listen_fd[rank], &tf, &job, &opt, &conn, r->err, sizeof r->err);
     tfconfig_free(&tf);
@@ -358,6 +376,23 @@ static void test_absent_peer_times_out(void **state)
     assert_int_equal(res[0].rc, -ETIMEDOUT);
     assert_non_null(strstr(res[0].err, "rank 1"));
     if (dt >= scaled(5)) fail_msg("gave up after %.2f s, want < %g", dt, scaled(5));
+    free_results(res);
+}
+
+/* A survivor waiting for a replacement that is stopped (SIGTERM sets the flag the
+ * rendezvous polls) leaves at once, to save and exit, instead of waiting out its
+ * deadline with the signal unseen. */
+static void test_stop_flag_ends_the_wait(void **state)
+{
+    (void)state;
+    NetArg a = {.absent = {0, 1}, .stop_after_ms = {300}, .rendezvous_timeout_s = scaled(30)};
+    double t0 = util_now();
+    NetResult *res = run_cluster(2, &a, 60);
+    double dt = util_now() - t0;
+    print_message("# after %.2f s: %d %s\n", dt, res[0].rc, res[0].err);
+    assert_int_equal(res[0].rc, -EINTR);
+    assert_string_equal(res[0].err, "stopped by a signal");
+    if (dt >= scaled(5)) fail_msg("left after %.2f s, want < %g", dt, scaled(5));
     free_results(res);
 }
 
@@ -1095,6 +1130,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_rank),
         cmocka_unit_test(test_world_size_mismatch_is_reported),
         cmocka_unit_test(test_absent_peer_times_out),
+        cmocka_unit_test(test_stop_flag_ends_the_wait),
         cmocka_unit_test(test_stale_generation_is_refused),
         cmocka_unit_test(test_hostile_clients_do_not_disturb_the_ring),
         cmocka_unit_test(test_wrong_party_at_the_peer_address_is_retried),
