@@ -18,6 +18,7 @@ Trials run --at-once at a time. Prints a line per check, "ok DESCRIPTION" or
 import argparse
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
-                       kill_trainer, log, now, wait_for)
+                       log, now, wait_for, wait_trainer_pid)
 
 WORKERS, EPOCHS, STEPS, BATCH, EVERY = 3, 2, 150, 64, 50
 TOTAL = EPOCHS * STEPS
@@ -64,11 +65,15 @@ def trial(kube, ns, containerd, i, victim, at, ref_hash):
     status, killed_at = {}, None
     try:
         kube.run("apply", "-f", "-", stdin=manifest(name, ns))
+        # The victim's pid is looked up before its step comes, so that the kill follows the
+        # step at once: the whole run is a few seconds, and a `ctr task ls` at that moment
+        # could come back after the last step on a busy node (the trainer already gone).
+        pid = wait_trainer_pid(watch, vname, containerd)
         wait_for(lambda: (scraper.latest() or (0, 0, 0))[2] >= at, 240,
                  "step %d on %s's chief" % (at, name), step=0.005)
         before = {p["name"]: p for p in watch.snapshot().values() if p["gone"] is None}
         vpod = before[vname]
-        kill_trainer(containerd, vpod["cid"])
+        os.kill(pid, signal.SIGKILL)
         killed_at = scraper.latest()[2]
         # The replacement's log, then every pod's, while they all still run.
         wait_for(lambda: any(p["name"] == vname and p["uid"] != vpod["uid"]
@@ -78,7 +83,7 @@ def trial(kube, ns, containerd, i, victim, at, ref_hash):
         logs = {n: logs_of(kube, n) for n in before}
         status = finish(kube, name, timeout=300)
         pods = watch.snapshot()
-    except (RuntimeError, subprocess.TimeoutExpired, KeyError) as e:
+    except (RuntimeError, subprocess.TimeoutExpired, KeyError, OSError) as e:
         bad.append(str(e)[:300])
         pods = watch.snapshot()
         logs = {p["name"]: logs_of(kube, p["name"]) for p in pods.values() if p["gone"] is None}

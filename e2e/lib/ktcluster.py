@@ -184,26 +184,33 @@ def first_match(lines, pattern):
     return None, None
 
 
-def kill_trainer(containerd, cid):
-    """SIGKILL to the trainer process of container cid, from the node (this machine).
+def trainer_pid(containerd, cid):
+    """The pid, on the node (this machine), of container cid's process, from containerd."""
+    p = subprocess.run(["ctr", "--address", containerd, "-n", "k8s.io", "task", "ls"],
+                       capture_output=True, text=True, timeout=30)
+    pid = next((int(f[1]) for f in (l.split() for l in p.stdout.splitlines())
+                if len(f) >= 2 and f[0] == cid and f[1].isdigit()), None)
+    if pid is None:
+        raise RuntimeError("no containerd task %s (ctr task ls exited %d%s)" % (
+            cid, p.returncode, ": " + p.stderr.strip()[-200:] if p.stderr.strip() else ""))
+    return pid
 
-    `ctr task ls` asks every task's shim for its state, and fails whole (nothing on
-    stdout) when one of them is being created or deleted meanwhile, as other jobs' pods
-    are on a busy node: the listing is asked again for up to 10 s before the task is
-    called missing."""
-    why = ""
-    for _ in range(20):
-        p = subprocess.run(["ctr", "--address", containerd, "-n", "k8s.io", "task", "ls"],
-                           capture_output=True, text=True, timeout=30)
-        pid = next((int(f[1]) for f in (l.split() for l in p.stdout.splitlines())
-                    if len(f) >= 2 and f[0] == cid and f[1].isdigit()), None)
-        if pid is not None:
-            t0 = now()
-            os.kill(pid, signal.SIGKILL)
-            return t0
-        why = "ctr task ls exited %d: %s" % (p.returncode, p.stderr.strip()[-200:])
-        time.sleep(0.5)
-    raise RuntimeError("no containerd task %s (%s)" % (cid, why))
+
+def wait_trainer_pid(watch, name, containerd, timeout=120):
+    """The node pid of pod name's trainer, once the watch has seen it running."""
+    def running():
+        return next((p["cid"] for p in watch.snapshot().values()
+                     if p["name"] == name and p["gone"] is None and p.get("cid")
+                     and p.get("started")), None)
+    return trainer_pid(containerd, wait_for(running, timeout, "%s's trainer" % name, step=0.05))
+
+
+def kill_trainer(containerd, cid):
+    """SIGKILL to the trainer process of container cid, from the node (this machine)."""
+    pid = trainer_pid(containerd, cid)
+    t0 = now()
+    os.kill(pid, signal.SIGKILL)
+    return t0
 
 
 def finish(kube, name, timeout=400):
