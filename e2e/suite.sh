@@ -5,9 +5,9 @@
 #
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
-# Scenarios: install invalid basic preempt kill137 recovery killtrials badmodel progress operator suspend
-# deadline gang waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall (later ones assume
-# install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
+# Scenarios: install basic progress recovery tfmwms tfexit tfps killtrials preempt kill137 waiting
+# suspend deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall (later ones
+# assume install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
 # without it).
 #
 # Environment:
@@ -161,16 +161,9 @@ kill_trainer() {
   [ -n "$cid" ] || { echo "no container ID for $1"; return 1; }
   if [ "$PROVIDER" = full ]; then
     containerd_address
-    # `ctr task ls` fails whole while another pod's task is made or removed (see
-    # e2e/lib/ktcluster.py's kill_trainer): asked again for up to 10 s.
-    local try out=""
-    for try in $(seq 20); do
-      out=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>&1)
-      pid=$(awk -v c="$cid" '$1 == c {print $2}' <<<"$out")
-      [ -n "$pid" ] && break
-      sleep 0.5
-    done
-    [ -n "$pid" ] || { echo "no task $cid in containerd after $try tries: $(tail -n 3 <<<"$out")"; return 1; }
+    pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
+          awk -v c="$cid" '$1 == c {print $2}')
+    [ -n "$pid" ] || { echo "no task $cid in containerd"; return 1; }
     kill -KILL "$pid"
   elif [ "$PROVIDER" = kind ]; then
     node=$(kn get pod "$1" -o 'jsonpath={.spec.nodeName}')
@@ -1225,19 +1218,20 @@ s_progress() {
   end
 }
 
-ALL=(install invalid basic preempt kill137 recovery killtrials badmodel progress operator suspend deadline gang
-     waiting tfmwms tfps tfexit kueue kueuelive upgrade uninstall)
+ALL=(install basic progress recovery tfmwms tfexit tfps killtrials preempt kill137 waiting suspend
+     deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
 # --- running them --------------------------------------------------------------------------
-# The scenarios below share the node: each runs in a namespace of its own, $NS-<scenario>,
-# with its own checkpoint claim, up to KT_SUITE_JOBS (3) at once; their jobs request no
-# CPU, so they only slow each other down. Every other scenario needs the cluster to itself
+# The scenarios below share the node (ALL lists them together, the longest first, so that
+# they run as one batch whose lanes end together): each runs in a namespace of its own,
+# $NS-<scenario>, with its own checkpoint claim, up to KT_SUITE_JOBS (3) at once; their
+# jobs request no CPU, so they only slow each other down. Every other scenario needs the cluster to itself
 # (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the operator or the release:
 # operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
 # and suspend compare with): it waits for those in flight and runs alone, in $NS.
-SHARED=" invalid preempt kill137 recovery killtrials badmodel progress suspend deadline waiting
-         tfmwms tfps tfexit "
+SHARED=(invalid preempt kill137 recovery killtrials badmodel progress suspend deadline waiting
+        tfmwms tfps tfexit)
 SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh
 jobs_valid "e2e/suite.sh: KT_SUITE_JOBS=$SUITE_JOBS" "$SUITE_JOBS"
@@ -1297,7 +1291,7 @@ T0=$(now)
 log "provider $PROVIDER, kubectl $KUBECTL, helm $HELM, namespace $NS"
 for s in "${ALL[@]}"; do
   declare -F "s_$s" >/dev/null || { tap_fail "unknown scenario $s"; continue; }
-  if [ "$SUITE_JOBS" -gt 1 ] && [[ $SHARED == *" $s "* ]]; then BATCH+=("$s"); continue; fi
+  if [ "$SUITE_JOBS" -gt 1 ] && [[ " ${SHARED[*]} " == *" $s "* ]]; then BATCH+=("$s"); continue; fi
   batch_flush
   "s_$s"
 done
