@@ -33,8 +33,15 @@ if ! bash trainer/gpu-toolchain.sh >/dev/null 2>"$tmp/tc"; then
   tap_fail "the CUDA wheels of gpu-toolchain.sh" "$(tail -20 "$tmp/tc")"; tap_done; exit
 fi
 site=$(ls -d "$KC"/cuda/venv/lib/python3*/site-packages 2>/dev/null | head -1)
-if [[ ! -x $site/nvidia/cu13/bin/nvcc || ! -d $site/nvidia/cudnn || ! -d $site/nvidia/nccl ]]; then
-  tap_fail "the CUDA wheels in $KC/cuda/venv" "no nvidia/cu13/bin/nvcc, nvidia/cudnn or nvidia/nccl in '$site'"
+# cuDNN and NCCL are in that venv, or in PyTorch's when gpu-toolchain.sh reused its wheels
+# (a machine that ran the benchmarks has venv-torch): the GPU machine's python3 sees them
+# the same way, as wheels beside nvcc's.
+libsite=$site
+if [[ ! -d $site/nvidia/cudnn || ! -d $site/nvidia/nccl ]]; then
+  libsite=$(ls -d "$KC"/venv-torch/lib/python3*/site-packages 2>/dev/null | head -1)
+fi
+if [[ ! -x $site/nvidia/cu13/bin/nvcc || ! -d $libsite/nvidia/cudnn || ! -d $libsite/nvidia/nccl ]]; then
+  tap_fail "the CUDA wheels in $KC/cuda/venv" "no nvidia/cu13/bin/nvcc in '$site', or no nvidia/cudnn or nvidia/nccl in '$libsite'"
   tap_done; exit
 fi
 
@@ -78,29 +85,32 @@ t0=$(date +%s)
 # shellcheck disable=SC2016 # a script for the inner bash, which expands it
 unshare --mount --propagation private bash -c '
   set -e
-  root=$1 tmp=$2 site=$3 repo=$4
+  root=$1 tmp=$2 site=$3 repo=$4 libsite=$5
   if ! mount -t overlay overlay -o "lowerdir=$root,upperdir=$tmp/upper,workdir=$tmp/work" "$tmp/merged" 2>/dev/null; then
     cp -a "$root/." "$tmp/merged/"   # no overlayfs: a copy
   fi
   r=$tmp/merged
   for m in proc dev sys; do mount --bind /$m "$r/$m"; done
-  mkdir -p "$r$site" "$r/src" "$r/tmp/out"
-  mount --bind "$site" "$r$site"
-  mount -o remount,ro,bind "$r$site"
+  mkdir -p "$r/src" "$r/tmp/out"
+  for d in $(printf "%s\n" "$site" "$libsite" | sort -u); do
+    mkdir -p "$r$d"
+    mount --bind "$d" "$r$d"
+    mount -o remount,ro,bind "$r$d"
+  done
   mkdir -p "$r/usr/local"
   ln -sfn "$site/nvidia/cu13" "$r/usr/local/cuda"
   (cd "$repo" && { git ls-files -co --exclude-standard; find build/device -type f; } | tar -cf - -T -) | tar -C "$r/src" -xf -
-  chroot "$r" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONPATH="$site" OUT=/tmp/out \
+  chroot "$r" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONPATH="$site:$libsite" OUT=/tmp/out \
     bash -c "cd /src && bash trainer/gpu-device.sh run env build test bench; echo \"rc=\$?\"; ldd build/gpu/bin/kubetrain-trainer > /tmp/out/ldd" || true
   # a machine whose nvidia-smi lists a GPU the trainer cannot use (a driver too old for
   # the runtime): the test phase fails rather than passing on skipped device tests
   mkdir -p "$r/tmp/smi"
   printf "#!/bin/sh\necho \"GPU 0: stand-in for nvidia-smi (UUID: GPU-0)\"\n" >"$r/tmp/smi/nvidia-smi"
   chmod +x "$r/tmp/smi/nvidia-smi"
-  chroot "$r" env -i PATH=/tmp/smi:/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONPATH="$site" OUT=/tmp/out-smi \
+  chroot "$r" env -i PATH=/tmp/smi:/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONPATH="$site:$libsite" OUT=/tmp/out-smi \
     bash -c "cd /src && bash trainer/gpu-device.sh run test > /tmp/out/smi.log 2>&1; echo \"rc=\$?\" >> /tmp/out/smi.log" || true
   cp -a "$r/tmp/out/." "$tmp/out/"
-' rehearsal "$root" "$tmp" "$site" "$PWD" >"$tmp/run" 2>&1
+' rehearsal "$root" "$tmp" "$site" "$PWD" "$libsite" >"$tmp/run" 2>&1
 secs=$(( $(date +%s) - t0 ))
 log=$(cat "$tmp/run")
 
