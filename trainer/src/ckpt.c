@@ -174,31 +174,37 @@ static void remove_temporaries(const char *dir)
     closedir(d);
 }
 
-/* Whether the fields of a header whose checksum holds can describe a run: a world of at
- * least one rank; an epoch that fits an int (with room for the epoch-end increment); a
- * global step and optimizer iterations that fit an int64; a step in the epoch and an
- * epoch count that the global step covers (every epoch begun took at least one step,
- * whatever --steps-per-epoch was). Anything else is a forged or mis-written file whose
- * values would be cast to garbage. Returns 0, or -EBADMSG with the field, its value and
- * the bound in why. */
-static int check_fields(const CkptState *st, char *why, size_t whylen)
+int ckpt_check_counters(uint64_t epoch, uint64_t step_in_epoch, uint64_t global_step,
+                        uint64_t optimizer_iter, char *why, size_t whylen)
 {
-    if (st->world < 1) snprintf(why, whylen, "world size 0 in the header");
-    else if (st->epoch > (uint64_t)INT_MAX - 1)
-        snprintf(why, whylen, "epoch %" PRIu64 " out of range (at most %d)", st->epoch,
-                 INT_MAX - 1);
-    else if (st->global_step > (uint64_t)INT64_MAX || st->optimizer_iter > (uint64_t)INT64_MAX)
+    if (epoch > (uint64_t)INT_MAX - 1)
+        snprintf(why, whylen, "epoch %" PRIu64 " out of range (at most %d)", epoch, INT_MAX - 1);
+    else if (global_step > (uint64_t)INT64_MAX || optimizer_iter > (uint64_t)INT64_MAX)
         snprintf(why, whylen,
                  "global step %" PRIu64 " or optimizer iterations %" PRIu64 " out of range "
                  "(at most 2^63 - 1)",
-                 st->global_step, st->optimizer_iter);
-    else if (st->step_in_epoch > st->global_step || st->epoch > st->global_step - st->step_in_epoch)
+                 global_step, optimizer_iter);
+    else if (step_in_epoch > global_step || epoch > global_step - step_in_epoch)
         snprintf(why, whylen,
                  "inconsistent position: epoch %" PRIu64 " and step %" PRIu64 " of it exceed "
                  "global step %" PRIu64,
-                 st->epoch, st->step_in_epoch, st->global_step);
+                 epoch, step_in_epoch, global_step);
     else return 0;
     return -EBADMSG;
+}
+
+/* Whether the fields of a header whose checksum holds can describe a run: a world of at
+ * least one rank and counters that ckpt_check_counters takes. Anything else is a forged
+ * or mis-written file whose values would be cast to garbage. Returns 0, or -EBADMSG with
+ * the field, its value and the bound in why. */
+static int check_fields(const CkptState *st, char *why, size_t whylen)
+{
+    if (st->world < 1) {
+        snprintf(why, whylen, "world size 0 in the header");
+        return -EBADMSG;
+    }
+    return ckpt_check_counters(st->epoch, st->step_in_epoch, st->global_step, st->optimizer_iter,
+                               why, whylen);
 }
 
 /* Whether this model's checkpoint st holds a data position inside one pass over the

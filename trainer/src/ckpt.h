@@ -45,6 +45,15 @@ typedef struct CkptLoadInfo {
     int skipped;     /* newer files skipped: corrupt, truncated or another model's */
 } CkptLoadInfo;
 
+/* Whether a training position's counters can describe a run at all: an epoch that fits
+ * an int (with room for the epoch-end increment); a global step and optimizer iterations
+ * that fit an int64; a step in the epoch and an epoch count that the global step covers
+ * (every epoch begun took at least one step, whatever --steps-per-epoch was). A
+ * checkpoint's header and a peer's state sync are both held to it. Returns 0, or
+ * -EBADMSG with the field, its value and the bound in why. */
+int ckpt_check_counters(uint64_t epoch, uint64_t step_in_epoch, uint64_t global_step,
+                        uint64_t optimizer_iter, char *why, size_t whylen);
+
 /* Writes a checkpoint of `st`, `params` (params_bytes) and `opt` (opt_bytes; NULL with
  * 0 when the optimizer has no state) into dir, for a run on `examples` training examples
  * (the bound of a valid data position), creating dir if needed, and removes any

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "gemm.h"
 #include "overlap.h"
 #include "pool.h"
@@ -161,22 +162,16 @@ err:
 int trainer_check_position(const Trainer *t, const TrainPosition *p, int live, char *why,
                            size_t whylen)
 {
-    if (p->epoch > (uint64_t)INT_MAX - 1 || (live && p->epoch > (uint64_t)t->cfg.epochs))
+    int rc;
+    if (live && p->epoch > (uint64_t)t->cfg.epochs)
         snprintf(why, whylen, "epoch %" PRIu64 " out of range (at most %d)", p->epoch,
-                 live ? t->cfg.epochs : INT_MAX - 1);
+                 t->cfg.epochs);
     else if (live && p->step_in_epoch > (uint64_t)t->steps_per_epoch)
         snprintf(why, whylen, "step %" PRIu64 " of the epoch out of range (at most %ld)",
                  p->step_in_epoch, t->steps_per_epoch);
-    else if (p->global_step > (uint64_t)INT64_MAX || p->opt_iter > (uint64_t)INT64_MAX)
-        snprintf(why, whylen,
-                 "global step %" PRIu64 " or optimizer iterations %" PRIu64 " out of range "
-                 "(at most 2^63 - 1)",
-                 p->global_step, p->opt_iter);
-    else if (p->step_in_epoch > p->global_step || p->epoch > p->global_step - p->step_in_epoch)
-        snprintf(why, whylen,
-                 "inconsistent position: epoch %" PRIu64 " and step %" PRIu64 " of it exceed "
-                 "global step %" PRIu64,
-                 p->epoch, p->step_in_epoch, p->global_step);
+    else if ((rc = ckpt_check_counters(p->epoch, p->step_in_epoch, p->global_step, p->opt_iter, why,
+                                       whylen)))
+        return rc;
     else if (p->position >= (uint64_t)t->train.count)
         snprintf(why, whylen,
                  "data position %" PRIu64 " outside a pass over the %zu training examples",
