@@ -59,20 +59,8 @@ else
   tap_fail "a training run logs the same line once, without a warning" "$(cat "$tmp/plain.out")"
 fi
 
-# The stand-in for a library that does not know this CPU model.
-cat >"$tmp/narrow.c" <<'C'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdlib.h>
-char *openblas_get_corename(void);
-char *openblas_get_corename(void)
-{
-    if (!getenv("OPENBLAS_CORETYPE")) return "Prescott";
-    char *(*real)(void) = (char *(*)(void))dlsym(RTLD_NEXT, "openblas_get_corename");
-    return real();
-}
-C
-if ! out=$(cc -shared -fPIC -o "$tmp/narrow.so" "$tmp/narrow.c" 2>&1); then
+# The stand-in for a library that does not know this CPU model (narrow-corename.c).
+if ! out=$(cc -shared -fPIC -o "$tmp/narrow.so" trainer/tests/narrow-corename.c 2>&1); then
   tap_fail "building the stand-in library" "$out"
 elif [[ $width == sse ]]; then
   tap_skip "a narrow library choice overruled" "this CPU has no AVX: nothing wider to pick"

@@ -46,19 +46,7 @@ else
   tap_fail "$img logs the line once when it trains" "$(tail -n 20 <<<"$got")"
 fi
 
-cat >"$tmp/narrow.c" <<'C'
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <stdlib.h>
-char *openblas_get_corename(void);
-char *openblas_get_corename(void)
-{
-    if (!getenv("OPENBLAS_CORETYPE")) return "Prescott";
-    char *(*real)(void) = (char *(*)(void))dlsym(RTLD_NEXT, "openblas_get_corename");
-    return real();
-}
-C
-if ! out=$(cc -shared -fPIC -o "$tmp/narrow.so" "$tmp/narrow.c" 2>&1); then
+if ! out=$(cc -shared -fPIC -o "$tmp/narrow.so" trainer/tests/narrow-corename.c 2>&1); then
   tap_fail "building the stand-in library" "$out"
 elif ! grep -qw avx /proc/cpuinfo; then
   tap_skip "a narrow library choice overruled in the image" "this CPU has no AVX"
