@@ -78,7 +78,8 @@ void cpu_detect(CpuInfo *out)
     unsigned long long xcr0 = l1_ecx & (1u << 27) ? read_xcr0() : 0;
     out->flags = cpu_decode_flags(l1_ecx, l7_ebx, l7_edx, l71_eax, xcr0);
     unsigned brand[12];
-    if (__get_cpuid_max(0x80000000, NULL) >= 0x80000004) {
+    /* unsigned in GCC's cpuid.h, int in clang's (the fuzz build) */
+    if ((unsigned)__get_cpuid_max(0x80000000, NULL) >= 0x80000004u) {
         for (unsigned i = 0; i < 3; i++)
             __get_cpuid(0x80000002 + i, &brand[4 * i], &brand[4 * i + 1], &brand[4 * i + 2],
                         &brand[4 * i + 3]);
