@@ -281,12 +281,36 @@ int controller_synced(Controller *c)
 /* ------------------------------------------------------------------------------------
  * Discovery: does the cluster serve PodGroups? */
 
-/* What the controller knows of scheduling.k8s.io/v1alpha2 podgroups, asked again after
- * GANG_API_RECHECK_S (or at once after forget). The discovery document lists them when
- * the API server runs with the GenericWorkload gate and the group version enabled; 404
- * means it does not. On any other failure the last answer holds; with none yet,
- * returns -errno with err (the key is retried), so that a job never loses its group
- * to a passing error. */
+/* Asks discovery whether `version` lists podgroups: 1 yes, 0 no (or the group version is
+ * not served: 404), -errno with err on any other failure. */
+static int gang_api_serves(Controller *c, const char *version, char *err, size_t errlen)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/apis/%s", version);
+    KubeResponse r = {0};
+    int rc = kclient_request(c->client, "GET", path, NULL, NULL, &r, err, errlen);
+    if (rc == 0) {
+        const cJSON *res;
+        cJSON_ArrayForEach(res, jsonx_arr(r.body, "resources"))
+        {
+            const char *name = jsonx_str(res, "name");
+            if (name && strcmp(name, "podgroups") == 0) rc = 1;
+        }
+    } else if (rc == -ENOENT) {
+        rc = 0;
+    }
+    kresp_free(&r);
+    return rc;
+}
+
+/* Which Workload API serves podgroups, asked again after GANG_API_RECHECK_S (or at once
+ * after forget): scheduling.k8s.io/v1beta1 (Kubernetes 1.37, where it is beta) is asked
+ * first, then v1alpha2 (1.36); each is listed when the API server runs with the feature
+ * gates and the group version enabled. A cluster upgraded from 1.36 to 1.37 moves from
+ * one to the other at the next look: a running attempt keeps its pods (their group
+ * reference is a name), the next attempt's PodGroup is made in the new version. On any
+ * failure but 404 the last answer holds; with none yet, returns -errno with err (the key
+ * is retried), so that a job never loses its group to a passing error. */
 static int gang_api_lookup(Controller *c, GangApi *out, char *err, size_t errlen)
 {
     pthread_mutex_lock(&c->gang_lock);
@@ -296,43 +320,51 @@ static int gang_api_lookup(Controller *c, GangApi *out, char *err, size_t errlen
         pthread_mutex_unlock(&c->gang_lock);
         return 0;
     }
-    KubeResponse r = {0};
-    int rc = kclient_request(c->client, "GET", "/apis/" POD_GROUP_API_VERSION, NULL, NULL, &r, err,
-                             errlen);
     GangApi found = GANG_API_UNKNOWN;
-    if (rc == 0) {
-        found = GANG_API_ABSENT;
-        const cJSON *res;
-        cJSON_ArrayForEach(res, jsonx_arr(r.body, "resources"))
-        {
-            const char *name = jsonx_str(res, "name");
-            if (name && strcmp(name, "podgroups") == 0) found = GANG_API_SERVED;
-        }
-    } else if (rc == -ENOENT) {
-        found = GANG_API_ABSENT;
+    int rc = gang_api_serves(c, POD_GROUP_V1BETA1, err, errlen);
+    if (rc == 1) {
+        found = GANG_API_V1BETA1;
+    } else if (rc == 0) {
+        rc = gang_api_serves(c, POD_GROUP_V1ALPHA2, err, errlen);
+        if (rc >= 0) found = rc == 1 ? GANG_API_V1ALPHA2 : GANG_API_ABSENT;
     }
-    kresp_free(&r);
     if (found != GANG_API_UNKNOWN) {
-        if (found != c->gang_api)
-            olog(OLOG_INFO, NULL,
-                 found == GANG_API_SERVED
-                     ? "the cluster serves " POD_GROUP_API_VERSION " PodGroups: jobs with "
-                       "spec.gangScheduling get one per attempt"
-                     : "the cluster does not serve " POD_GROUP_API_VERSION " PodGroups: pods "
-                       "are scheduled one by one (feature gates GenericWorkload and "
-                       "GangScheduling are off)");
+        if (found != c->gang_api) {
+            const char *v = gang_api_version(found);
+            if (v)
+                olog(OLOG_INFO, NULL,
+                     "the cluster serves %s PodGroups: jobs with spec.gangScheduling get one "
+                     "per attempt in that version",
+                     v);
+            else
+                olog(OLOG_INFO, NULL,
+                     "the cluster serves no PodGroups (neither " POD_GROUP_V1BETA1
+                     " nor " POD_GROUP_V1ALPHA2 "): pods are scheduled one by one (feature "
+                     "gate GenericWorkload and the group version's runtime-config are off)");
+        }
         c->gang_api = found;
         c->gang_checked = now;
         rc = 0;
     } else if (c->gang_api != GANG_API_UNKNOWN) {
-        olog(OLOG_WARN, NULL, "discovery of %s failed, keeping the last answer: %s",
-             POD_GROUP_API_VERSION, err);
+        olog(OLOG_WARN, NULL, "discovery of the Workload API failed, keeping the last answer: %s",
+             err);
         c->gang_checked = now - GANG_API_RECHECK_S + 10; /* ask again in 10 s */
         rc = 0;
     }
     *out = c->gang_api;
     pthread_mutex_unlock(&c->gang_lock);
     return rc;
+}
+
+/* The group version PodGroups are served in now, into out (at least 64 bytes); 0, or
+ * -ENOENT when none is (known). */
+static int gang_api_now(Controller *c, char *out, size_t n)
+{
+    pthread_mutex_lock(&c->gang_lock);
+    const char *v = gang_api_version(c->gang_api);
+    snprintf(out, n, "%s", v ? v : "");
+    pthread_mutex_unlock(&c->gang_lock);
+    return v ? 0 : -ENOENT;
 }
 
 /* Makes the next lookup ask the API server (a PodGroup request got 404). */
@@ -429,13 +461,14 @@ static int pod_group_ours(const cJSON *pg, const char *job_uid, char *owner, siz
     return 0;
 }
 
-/* GETs PodGroup `name` of the job's namespace into *r: 0, -ENOENT or -errno with err. */
-static int pod_group_get(Controller *c, const cJSON *job, const char *name, KubeResponse *r,
-                         char *err, size_t errlen)
+/* GETs PodGroup `name` (group version `version`) of the job's namespace into *r: 0,
+ * -ENOENT or -errno with err. */
+static int pod_group_get(Controller *c, const cJSON *job, const char *version, const char *name,
+                         KubeResponse *r, char *err, size_t errlen)
 {
     char path[1024];
     const char *ns = jsonx_str(job, "metadata.namespace");
-    kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", name, NULL);
+    kpath(path, sizeof path, version, ns, "podgroups", name, NULL);
     return kclient_request(c->client, "GET", path, NULL, NULL, r, err, errlen);
 }
 
@@ -558,11 +591,13 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
         if (rc == -ENOENT) rc = 0;
         if (rc == 0) olog(OLOG_INFO, key, "deleted networkpolicies %s", a->name);
         break;
-    case ACTION_CREATE_POD_GROUP:
-        kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", NULL, NULL);
+    case ACTION_CREATE_POD_GROUP: {
+        /* In the version the plan was made for (the object's apiVersion). */
+        const char *version = jsonx_str(a->object, "apiVersion");
+        kpath(path, sizeof path, version, ns, "podgroups", NULL, NULL);
         rc = kclient_request(c->client, "POST", path, a->object, NULL, &r, err, errlen);
         if (rc == 0) {
-            olog(OLOG_INFO, key, "created podgroups %s", a->name);
+            olog(OLOG_INFO, key, "created podgroups %s (%s)", a->name, version);
         } else if (rc == -EEXIST) {
             /* An earlier pass made it and stopped before the pods; or someone else did at
              * the predictable name (one with a huge minCount would hold the pods for
@@ -570,7 +605,7 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
              * say so. */
             char owner[256];
             kresp_free(&r);
-            rc = pod_group_get(c, job, a->name, &r, err, errlen);
+            rc = pod_group_get(c, job, version, a->name, &r, err, errlen);
             if (rc == -ENOENT) {
                 snprintf(err, errlen, "PodGroup %s: 409 on create, then gone; retrying", a->name);
                 rc = -EAGAIN;
@@ -588,11 +623,15 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
             gang_api_forget(c);
         }
         break;
+    }
     case ACTION_DELETE_POD_GROUP: {
         /* Only the job's own, and that very object (a uid precondition): the name is
-         * predictable, and PodGroups are not watched. */
-        char owner[256], uid[128];
-        rc = pod_group_get(c, job, a->name, &r, err, errlen);
+         * predictable, and PodGroups are not watched. In the version served now: after
+         * an upgrade from 1.36 the old attempt's v1alpha2 object is not served any more
+         * (docs/design.md, "Gang scheduling"). */
+        char owner[256], uid[128], version[64];
+        if (gang_api_now(c, version, sizeof version)) break;
+        rc = pod_group_get(c, job, version, a->name, &r, err, errlen);
         if (rc == -ENOENT) {
             rc = 0;
             break;
@@ -612,7 +651,7 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
             rc = -ENOMEM;
             break;
         }
-        kpath(path, sizeof path, POD_GROUP_API_VERSION, ns, "podgroups", a->name, NULL);
+        kpath(path, sizeof path, version, ns, "podgroups", a->name, NULL);
         rc = kclient_request(c->client, "DELETE", path, opts, NULL, &r, err, errlen);
         cJSON_Delete(opts);
         /* Gone, or replaced since the GET (the uid precondition failed): not ours now. */

@@ -8,8 +8,9 @@
  * deletions, goes out at once (pod_parallelism), every one attempted, and the plan
  * stops after the run at its first failure in the plan's order. Timers from the plan
  * become delayed adds.
- * Whether the cluster serves PodGroups (scheduling.k8s.io/v1alpha2) comes from
- * discovery, asked on the first sync and every 5 minutes after, shared by the workers. */
+ * Whether and in which version the cluster serves PodGroups (scheduling.k8s.io/v1beta1,
+ * else v1alpha2) comes from discovery, asked on the first sync and every 5 minutes
+ * after, shared by the workers. */
 #ifndef KT_CONTROLLER_H
 #define KT_CONTROLLER_H
 

@@ -117,7 +117,7 @@ static cJSON *new_object(const JobSpec *s, const char *kind, const char *name)
     return o;
 }
 
-cJSON *desired_pod_group(const JobSpec *s, long long attempt)
+cJSON *desired_pod_group(const JobSpec *s, long long attempt, const char *api_version)
 {
     char name[300], buf[32];
     desired_pod_group_name(s->name, attempt, name, sizeof name);
@@ -125,9 +125,11 @@ cJSON *desired_pod_group(const JobSpec *s, long long attempt)
     cJSON *o = new_object(s, "PodGroup", name);
     cJSON *annots = o ? jsonx_ensure_obj(o, "metadata.annotations") : NULL;
     cJSON *gang = o ? jsonx_ensure_obj(o, "spec.schedulingPolicy.gang") : NULL;
-    if (!annots || !gang || !jsonx_set_str(o, "apiVersion", POD_GROUP_API_VERSION) ||
+    int beta = strcmp(api_version, POD_GROUP_V1BETA1) == 0;
+    if (!annots || !gang || !jsonx_set_str(o, "apiVersion", api_version) ||
         !jsonx_set_str(annots, ANNOT_ATTEMPT, buf) ||
-        !jsonx_set_num(gang, "minCount", desired_gang_size(s))) {
+        !jsonx_set_num(gang, "minCount", desired_gang_size(s)) ||
+        (beta && !jsonx_ensure_obj(o, "spec.disruptionMode.all"))) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -7,8 +7,9 @@
  *                                    every pod of the job
  *   Pod      <job>-<role>-<i>        hostname <job>-<role>-<i>, subdomain <job>-worker;
  *                                    role chief | worker | ps | evaluator
- *   PodGroup <job>-<attempt>         scheduling.k8s.io/v1alpha2, gang of the chief,
- *                                    workers and ps tasks (spec.gangScheduling)
+ *   PodGroup <job>-<attempt>         scheduling.k8s.io/v1beta1 (Kubernetes 1.37) or
+ *                                    v1alpha2 (1.36), gang of the chief, workers and
+ *                                    ps tasks (spec.gangScheduling)
  *   Secret   <job>-secret-<random>   ring-key (64 hex digits of 32 random bytes),
  *                                    model.json when the model is given inline; the
  *                                    API server generates the suffix (generateName)
@@ -41,7 +42,10 @@
  * pods. status.replacedPods holds the number each pod must carry, so the old object of a
  * replaced pod is known as stale and never counted again (reconcile.h). */
 #define ANNOT_REPLACEMENT "kubetrain.dev/replacement"
-#define POD_GROUP_API_VERSION "scheduling.k8s.io/v1alpha2"
+/* The Workload API's group versions that serve PodGroups, newest first: the operator
+ * uses the first the cluster serves (docs/design.md, "Gang scheduling"). */
+#define POD_GROUP_V1BETA1 "scheduling.k8s.io/v1beta1"
+#define POD_GROUP_V1ALPHA2 "scheduling.k8s.io/v1alpha2"
 /* Where the pod's trainer serves /metrics: the operator reads the chief's for
  * status.progress (progress.h). Only on pods of the C trainer that serve it. */
 #define ANNOT_METRICS_PORT "kubetrain.dev/metrics-port"
@@ -111,11 +115,15 @@ int desired_gang_size(const JobSpec *s);
 /* The role's pods join the attempt's PodGroup: every role but the evaluator. */
 int desired_in_gang(Role role);
 
-/* The PodGroup (scheduling.k8s.io/v1alpha2) of attempt `attempt`: named by
- * desired_pod_group_name, the job's labels and ANNOT_ATTEMPT, owned by the job, with
- * spec.schedulingPolicy.gang.minCount = desired_gang_size. Caller owns the result; NULL
- * on allocation failure. */
-cJSON *desired_pod_group(const JobSpec *s, long long attempt);
+/* The PodGroup of attempt `attempt` in group version `api_version` (POD_GROUP_V1BETA1 or
+ * POD_GROUP_V1ALPHA2): named by desired_pod_group_name, the job's labels and
+ * ANNOT_ATTEMPT, owned by the job, with spec.schedulingPolicy.gang.minCount =
+ * desired_gang_size. In v1beta1 also spec.disruptionMode.all: the scheduler preempts the
+ * gang whole or not at all (a synchronous job cannot step with one worker gone, and the
+ * others would hold their nodes waiting for it); v1alpha2 leaves the field out (its
+ * feature gate, WorkloadAwarePreemption, is off by default in 1.36 and the field is
+ * refused then). Caller owns the result; NULL on allocation failure. */
+cJSON *desired_pod_group(const JobSpec *s, long long attempt, const char *api_version);
 
 /* Links a pod (from desired_pod) to the PodGroup `group`: spec.schedulingGroup.
  * podGroupName, over any the template set. Returns 0, or -ENOMEM. */

@@ -86,7 +86,7 @@ typedef struct JobSpec {
     int suspend;
     int network_policy;    /* spec.networkPolicy: a NetworkPolicy admits only the job's pods */
     int gang_scheduling;   /* spec.gangScheduling (default true): one PodGroup per attempt
-                              when the cluster serves scheduling.k8s.io/v1alpha2 */
+                              when the cluster serves PodGroups (v1beta1, v1alpha2) */
     const cJSON *template; /* PodTemplateSpec or NULL */
     JobRole roles[ROLE_COUNT];
     int npods; /* the replicas of every role */

@@ -414,17 +414,30 @@ static void delete_pods(Ctx *c, const PodView *v, size_t n, int only_active)
  * Gang scheduling (docs/design.md, "Gang scheduling") */
 
 #define GANG_UNAVAILABLE_MESSAGE                                                                   \
-    "spec.gangScheduling is true but the cluster does not serve PodGroups "                        \
-    "(scheduling.k8s.io/v1alpha2): its pods are scheduled one by one. To schedule them as a "      \
-    "group, the cluster needs the feature gates GenericWorkload and GangScheduling "               \
-    "(kube-apiserver, kube-scheduler, kube-controller-manager) and the API server "                \
-    "--runtime-config scheduling.k8s.io/v1alpha2=true; or set spec.gangScheduling: false"
+    "spec.gangScheduling is true but the cluster serves no PodGroups (neither "                    \
+    "scheduling.k8s.io/v1beta1 nor v1alpha2): its pods are scheduled one by one. To schedule "     \
+    "them as a group: on Kubernetes 1.37, the feature gate GenericWorkload (kube-apiserver, "      \
+    "kube-scheduler, kube-controller-manager) and the API server's --runtime-config "              \
+    "scheduling.k8s.io/v1beta1=true; on 1.36, the gates GenericWorkload and GangScheduling and "   \
+    "--runtime-config scheduling.k8s.io/v1alpha2=true. Or set spec.gangScheduling: false"
+
+const char *gang_api_version(GangApi api)
+{
+    switch (api) {
+    case GANG_API_V1BETA1:
+        return POD_GROUP_V1BETA1;
+    case GANG_API_V1ALPHA2:
+        return POD_GROUP_V1ALPHA2;
+    default:
+        return NULL;
+    }
+}
 
 /* The name of the pod group this job's new pods join, into out, and 1; 0 when they join
  * none (spec.gangScheduling off, or the cluster has no PodGroups). */
 static int gang_group(const Ctx *c, long long attempt, char *out, size_t n)
 {
-    if (!c->spec.gang_scheduling || c->obs->gang_api != GANG_API_SERVED) return 0;
+    if (!c->spec.gang_scheduling || !gang_api_version(c->obs->gang_api)) return 0;
     desired_pod_group_name(c->spec.name, attempt, out, n);
     return 1;
 }
@@ -435,7 +448,7 @@ static int gang_group(const Ctx *c, long long attempt, char *out, size_t n)
 static void delete_pod_group(Ctx *c, long long attempt)
 {
     char name[300];
-    if (c->obs->gang_api != GANG_API_SERVED || attempt < 0) return;
+    if (!gang_api_version(c->obs->gang_api) || attempt < 0) return;
     desired_pod_group_name(c->spec.name, attempt, name, sizeof name);
     add_action(c, ACTION_DELETE_POD_GROUP, name, NULL);
 }
@@ -1282,7 +1295,8 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
             if (desired_pod_queued(pod))
                 *deferred = 1;
             else
-                add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
+                add_action(c, ACTION_CREATE_POD_GROUP, group,
+                           desired_pod_group(s, g->attempt, gang_api_version(c->obs->gang_api)));
             group_made = 1;
         }
         /* A replacement carries its number, and its entry says it was made. */
@@ -1359,10 +1373,10 @@ static void gang_condition(Ctx *c, const Group *g, const char *group, int deferr
     if (group) {
         snprintf(msg, sizeof msg,
                  "the %d %s of attempt %lld are scheduled all together or not at all "
-                 "(PodGroup %s, minCount %d%s)",
+                 "(PodGroup %s, %s, minCount %d%s)",
                  desired_gang_size(s),
                  s->npods == s->workers ? "worker pods" : "chief, worker and ps pods", g->attempt,
-                 group, desired_gang_size(s),
+                 group, gang_api_version(c->obs->gang_api), desired_gang_size(s),
                  deferred ? "; made once Kueue has admitted them all" : "");
         set_condition(c, "GangScheduling", 1,
                       deferred ? "PodGroupAfterAdmission" : "PodGroupCreated", msg);
@@ -1408,7 +1422,8 @@ static void group_after_admission(Ctx *c, const Group *g, const char *group)
         queued |= p->kueue;
     }
     if (!queued) return;
-    add_action(c, ACTION_CREATE_POD_GROUP, group, desired_pod_group(s, g->attempt));
+    add_action(c, ACTION_CREATE_POD_GROUP, group,
+               desired_pod_group(s, g->attempt, gang_api_version(c->obs->gang_api)));
     gang_condition(c, g, group, 0);
 }
 

@@ -78,13 +78,18 @@ typedef struct ReconcileConfig {
     PodPolicyLevel template_policy;
 } ReconcileConfig;
 
-/* Whether the cluster serves PodGroups (scheduling.k8s.io/v1alpha2), as the controller
- * learned it from discovery. */
+/* Which Workload API the cluster serves PodGroups in, as the controller learned it from
+ * discovery (v1beta1 preferred where both are). */
 typedef enum {
-    GANG_API_UNKNOWN, /* not looked up: pods are made without a group, nothing is said */
-    GANG_API_SERVED,  /* one PodGroup per attempt for a job with spec.gangScheduling */
-    GANG_API_ABSENT,  /* such a job says so once (GangScheduling condition, an event) */
+    GANG_API_UNKNOWN,  /* not looked up: pods are made without a group, nothing is said */
+    GANG_API_ABSENT,   /* neither: such a job says so once (GangScheduling condition, an event) */
+    GANG_API_V1BETA1,  /* scheduling.k8s.io/v1beta1 (Kubernetes 1.37): one PodGroup per attempt */
+    GANG_API_V1ALPHA2, /* scheduling.k8s.io/v1alpha2 (Kubernetes 1.36): the same */
 } GangApi;
+
+/* The group version of `api` (POD_GROUP_V1BETA1 or POD_GROUP_V1ALPHA2), NULL when it
+ * serves no PodGroups or is not known yet. */
+const char *gang_api_version(GangApi api);
 
 /* The job's Secret is not observed: the operator may not read Secrets. The job's
  * status.secretName names the one it created. */

@@ -821,9 +821,10 @@ static int count_reason(const char *reason, const char *job)
     return n;
 }
 
-/* Discovery decides: without scheduling.k8s.io/v1alpha2 the pods are made as before and
- * each job says so once; with it, a PodGroup per attempt and the pods linked. One
- * discovery request per controller, however many jobs and passes. */
+/* Discovery decides: without scheduling.k8s.io/v1beta1 or v1alpha2 the pods are made as
+ * before and each job says so once; with v1alpha2 (Kubernetes 1.36), a PodGroup per
+ * attempt in it and the pods linked. Discovery is asked once per controller, however
+ * many jobs and passes. */
 static void test_gang_scheduling_discovery(void **state)
 {
     (void)state;
@@ -860,7 +861,8 @@ static void test_gang_scheduling_discovery(void **state)
     /* Once per job, however many passes. */
     assert_int_equal(count_reason("GangSchedulingUnavailable", "nogang-a"), 1);
     assert_int_equal(count_reason("GangSchedulingUnavailable", "nogang-b"), 1);
-    assert_int_equal(fakeapi_requests(api, "DISCOVERY") - asked, 1);
+    /* v1beta1, then v1alpha2: two discovery requests per controller. */
+    assert_int_equal(fakeapi_requests(api, "DISCOVERY") - asked, 2);
     stop_running();
 
     /* The same server now with PodGroups, as after a control-plane restart with the
@@ -1267,6 +1269,57 @@ static void test_pod_group_owner_checked(void **state)
     stop_running();
 }
 
+#define PODGROUPS_BETA "/apis/scheduling.k8s.io/v1beta1/namespaces/default/podgroups"
+
+/* Kubernetes 1.37 serves PodGroups in scheduling.k8s.io/v1beta1: the group is made there
+ * (disruptionMode all), asked for first. A cluster upgraded from 1.36 under a running
+ * operator: the attempt after the upgrade finds v1alpha2 gone (404), asks discovery
+ * again and makes its group in v1beta1; its pods join it. */
+static void test_gang_scheduling_v1beta1_and_upgrade(void **state)
+{
+    (void)state;
+    fakeapi_serve_discovery(api, "scheduling.k8s.io/v1beta1", "podgroups");
+    unsigned long asked = fakeapi_requests(api, "DISCOVERY");
+    running = start_controller();
+    cJSON_Delete(fakeapi_create(api, JOBS, GANG_JOB("beta")));
+    WAIT_FOR(5, "beta's pods", count_pods("beta", "0") == 2);
+    cJSON *pg = fakeapi_get(api, PODGROUPS_BETA "/beta-0");
+    assert_non_null(pg);
+    assert_string_equal(jsonx_str(pg, "apiVersion"), "scheduling.k8s.io/v1beta1");
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 2);
+    assert_non_null(jsonx_obj(pg, "spec.disruptionMode.all"));
+    cJSON_Delete(pg);
+    cJSON *pod = fakeapi_get(api, PODS "/beta-worker-1");
+    assert_string_equal(jsonx_str(pod, "spec.schedulingGroup.podGroupName"), "beta-0");
+    cJSON_Delete(pod);
+    assert_false(exists(PODGROUPS "/beta-0"));
+    assert_int_equal(fakeapi_requests(api, "DISCOVERY") - asked, 1);
+    char msg[512];
+    WAIT_FOR(5, "the condition names v1beta1",
+             strstr(job_condition("beta", "GangScheduling", "True", msg, sizeof msg),
+                    "(PodGroup beta-0, scheduling.k8s.io/v1beta1, minCount 2)") != NULL);
+    stop_running();
+
+    /* 1.36 first: the running operator makes attempt 0's group in v1alpha2. */
+    fakeapi_serve_discovery(api, "scheduling.k8s.io/v1alpha2", "podgroups");
+    running = start_controller();
+    cJSON_Delete(fakeapi_create(api, JOBS, GANG_JOB("upg")));
+    WAIT_FOR(5, "upg's pods", count_pods("upg", "0") == 2);
+    assert_true(exists(PODGROUPS "/upg-0"));
+    /* The control plane upgraded to 1.37; a worker fails and the job restarts. */
+    fakeapi_serve_discovery(api, "scheduling.k8s.io/v1beta1", "podgroups");
+    set_pod("upg-worker-1", "Failed", 1, NULL);
+    WAIT_FOR(10, "attempt 1's pods", count_pods("upg", "1") == 2);
+    assert_true(exists(PODGROUPS_BETA "/upg-1"));
+    pod = fakeapi_get(api, PODS "/upg-worker-0");
+    assert_string_equal(jsonx_str(pod, "spec.schedulingGroup.podGroupName"), "upg-1");
+    cJSON_Delete(pod);
+    WAIT_FOR(5, "the condition names v1beta1",
+             strstr(job_condition("upg", "GangScheduling", "True", msg, sizeof msg),
+                    "(PodGroup upg-1, scheduling.k8s.io/v1beta1,") != NULL);
+    stop_running();
+}
+
 /* Nests the job's spec.template `levels` deep ({"x":{"x":...1}}) in the store, as the API
  * server keeps it: spec.template keeps unknown fields. */
 static void deepen(const char *name, int levels)
@@ -1359,6 +1412,7 @@ int main(void)
         cmocka_unit_test(test_owned_object_events_reach_their_job),
         cmocka_unit_test(test_gang_scheduling_discovery),
         cmocka_unit_test(test_pod_group_owner_checked),
+        cmocka_unit_test(test_gang_scheduling_v1beta1_and_upgrade),
         cmocka_unit_test(test_startup_deadline_through_the_cache),
         cmocka_unit_test(test_pod_conditions_through_the_cache),
         cmocka_unit_test(test_pod_creations_at_once),

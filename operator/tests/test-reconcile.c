@@ -2275,7 +2275,7 @@ static void fx_running3(Fixture *f, const char *spec, const char *status)
 {
     memset(f, 0, sizeof *f);
     f->job = job_new(spec, status);
-    f->gang_api = GANG_API_SERVED;
+    f->gang_api = GANG_API_V1BETA1;
     fx_with_support(f);
     snprintf(f->groups[f->ngroups++], sizeof f->groups[0], "mnist-4");
     for (int i = 0; i < 3; i++)
@@ -2740,7 +2740,7 @@ static void test_recovery_timeout_flag(void **state)
 static void test_gang_pod_group_per_attempt(void **state)
 {
     (void)state;
-    Fixture f = {.job = job_new(SPEC_PS, NULL), .gang_api = GANG_API_SERVED};
+    Fixture f = {.job = job_new(SPEC_PS, NULL), .gang_api = GANG_API_V1BETA1};
     fx_with_support(&f);
     fx_run(&f, NOW);
     /* The group before its pods; the first attempt has no older group to delete. */
@@ -2753,8 +2753,11 @@ static void test_gang_pod_group_per_attempt(void **state)
                                 "event Normal CreatedWorkers\n"
                                 "update-status mnist\n");
     const cJSON *pg = find_action(&f, ACTION_CREATE_POD_GROUP, "mnist-0")->object;
-    assert_string_equal(jsonx_str(pg, "apiVersion"), "scheduling.k8s.io/v1alpha2");
+    assert_string_equal(jsonx_str(pg, "apiVersion"), "scheduling.k8s.io/v1beta1");
     assert_string_equal(jsonx_str(pg, "kind"), "PodGroup");
+    /* Preempted whole or not at all (v1beta1's disruptionMode). */
+    assert_non_null(jsonx_obj(pg, "spec.disruptionMode.all"));
+    assert_null(jsonx_obj(pg, "spec.disruptionMode.single"));
     assert_string_equal(jsonx_str(pg, "metadata.name"), "mnist-0");
     assert_string_equal(jsonx_str(pg, "metadata.namespace"), "default");
     /* chief + 2 workers + ps: the evaluator is not one of the pods that run together. */
@@ -2776,6 +2779,9 @@ static void test_gang_pod_group_per_attempt(void **state)
     assert_null(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-evaluator-0")->object));
     const cJSON *st = new_status(&f);
     assert_cond(st, "GangScheduling", "True/PodGroupCreated");
+    /* The condition names the group version in use. */
+    assert_non_null(strstr(cond_message(st, "GangScheduling"),
+                           "(PodGroup mnist-0, scheduling.k8s.io/v1beta1, minCount 4)"));
     fx_apply(&f);
     assert_int_equal(f.ngroups, 1);
 
@@ -2821,6 +2827,26 @@ static void test_gang_pod_group_per_attempt(void **state)
     fx_free(&f);
 }
 
+/* On a Kubernetes 1.36 cluster (v1alpha2 served, not v1beta1) the same group in that
+ * version's shape: no disruptionMode (its gate is off there and the field refused), and
+ * the condition says v1alpha2. */
+static void test_gang_pod_group_v1alpha2(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_V1ALPHA2};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    const cJSON *pg = find_action(&f, ACTION_CREATE_POD_GROUP, "mnist-0")->object;
+    assert_string_equal(jsonx_str(pg, "apiVersion"), "scheduling.k8s.io/v1alpha2");
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 2);
+    assert_null(jsonx_at(pg, "spec.disruptionMode"));
+    assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-1")->object),
+                        "mnist-0");
+    assert_non_null(strstr(cond_message(new_status(&f), "GangScheduling"),
+                           "(PodGroup mnist-0, scheduling.k8s.io/v1alpha2, minCount 2)"));
+    fx_free(&f);
+}
+
 /* The lines of the plan that start with `prefix`. */
 static int count_prefix(const Fixture *f, const char *prefix)
 {
@@ -2851,7 +2877,7 @@ static void ungate(Fixture *f, const char *pod)
 static void test_gang_group_after_kueue_admission(void **state)
 {
     (void)state;
-    Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_SERVED};
+    Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_V1BETA1};
     jsonx_set_str(jsonx_ensure_obj(f.job, "metadata.labels"), LABEL_KUEUE_QUEUE, "q");
     fx_with_support(&f);
     fx_run(&f, NOW);
@@ -2923,7 +2949,7 @@ static void test_gang_crash_converges(void **state)
     for (uint64_t seed = 1; seed <= 40; seed++) {
         uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
         double now = NOW;
-        Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_SERVED};
+        Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_V1BETA1};
         settle(&f, &now, &rng);
         assert_int_equal(f.ngroups, 1);
         assert_string_equal(f.groups[0], "mnist-0");
@@ -2953,7 +2979,7 @@ static void test_live_replacement_crash_converges(void **state)
     for (uint64_t seed = 1; seed <= 40; seed++) {
         uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
         double now = NOW;
-        Fixture f = {.job = job_new(SPEC3, NULL), .gang_api = GANG_API_SERVED};
+        Fixture f = {.job = job_new(SPEC3, NULL), .gang_api = GANG_API_V1BETA1};
         settle(&f, &now, &rng);
         assert_int_equal(f.npods, 3);
         for (size_t j = 0; j < f.npods; j++) {
@@ -2989,7 +3015,7 @@ static void test_gang_off_and_absent(void **state)
     (void)state;
     /* spec.gangScheduling: false on a cluster with PodGroups: none, pods as before. */
     Fixture f = {.job = job_new("{\"workers\":2,\"gangScheduling\":false}", NULL),
-                 .gang_api = GANG_API_SERVED};
+                 .gang_api = GANG_API_V1BETA1};
     fx_with_support(&f);
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
@@ -3005,7 +3031,7 @@ static void test_gang_off_and_absent(void **state)
                                 "{\"attempt\":2,\"secretName\":\"" SECRET "\",\"conditions\":"
                                 "[{\"type\":\"GangScheduling\",\"status\":\"True\","
                                 "\"reason\":\"PodGroupCreated\",\"message\":\"m\"}]}"),
-                 .gang_api = GANG_API_SERVED};
+                 .gang_api = GANG_API_V1BETA1};
     fx_with_support(&o);
     fx_run(&o, NOW);
     assert_int_equal(count_lines(&o, "create-pod-group mnist-2"), 0);
@@ -3014,7 +3040,7 @@ static void test_gang_off_and_absent(void **state)
 
     /* Not a boolean: Invalid, naming the field. */
     Fixture b = {.job = job_new("{\"workers\":2,\"gangScheduling\":\"yes\"}", NULL),
-                 .gang_api = GANG_API_SERVED};
+                 .gang_api = GANG_API_V1BETA1};
     fx_run(&b, NOW);
     assert_null(strstr(b.desc, "create-"));
     assert_cond(new_status(&b), "Invalid", "True/InvalidSpec");
@@ -3039,7 +3065,8 @@ static void test_gang_off_and_absent(void **state)
     for (size_t i = 0; i < a.plan.n; i++)
         if (strcmp(a.plan.actions[i].reason, "GangSchedulingUnavailable") == 0)
             ev = &a.plan.actions[i];
-    assert_non_null(strstr(ev->message, "scheduling.k8s.io/v1alpha2"));
+    assert_non_null(strstr(ev->message, "scheduling.k8s.io/v1beta1"));
+    assert_non_null(strstr(ev->message, "scheduling.k8s.io/v1alpha2=true"));
     assert_non_null(strstr(ev->message, "GenericWorkload"));
     assert_non_null(strstr(ev->message, "GangScheduling"));
     fx_apply(&a);
@@ -3076,7 +3103,7 @@ static void test_scheduled_condition_says_why_a_job_waits(void **state)
     (void)state;
     const char *why = "0/1 nodes are available: 1 Insufficient cpu.";
     /* A gang of four (the evaluator apart) that does not fit. */
-    Fixture f = {.job = job_new(SPEC_PS, NULL), .gang_api = GANG_API_SERVED};
+    Fixture f = {.job = job_new(SPEC_PS, NULL), .gang_api = GANG_API_V1BETA1};
     fx_with_support(&f);
     fx_run(&f, NOW);
     fx_apply(&f);
@@ -3256,6 +3283,7 @@ int main(void)
         cmocka_unit_test(test_live_replacement_backoff_limit),
         cmocka_unit_test(test_recovery_timeout_flag),
         cmocka_unit_test(test_gang_pod_group_per_attempt),
+        cmocka_unit_test(test_gang_pod_group_v1alpha2),
         cmocka_unit_test(test_gang_group_after_kueue_admission),
         cmocka_unit_test(test_gang_crash_converges),
         cmocka_unit_test(test_live_replacement_crash_converges),

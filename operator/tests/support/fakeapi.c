@@ -634,6 +634,16 @@ static void handle(FakeApi *f, int fd)
         cJSON_Delete(list);
         goto out;
     }
+    /* PodGroups only in the group version discovery lists, as a real API server serves
+     * them only where the Workload API is on: elsewhere 404. */
+    pthread_mutex_lock(&f->mu);
+    int unserved = strcmp(r.plural, "podgroups") == 0 && strcmp(r.prefix, f->discovery) != 0;
+    if (unserved) count(f, method);
+    pthread_mutex_unlock(&f->mu);
+    if (unserved) {
+        reply_status(fd, 404, "NotFound", "the server could not find the requested resource");
+        goto out;
+    }
     query_param(path, "watch", q, sizeof q);
     int watch = *q != 0, listing = strcmp(method, "GET") == 0 && !*r.name;
     pthread_mutex_lock(&f->mu);

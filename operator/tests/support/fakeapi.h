@@ -37,7 +37,8 @@ cJSON *fakeapi_list(FakeApi *f, const char *collection);
 void fakeapi_expire(FakeApi *f);
 /* GET /apis/<group_version> (discovery) lists `plural` from now on; any other path that
  * names no resource is 404, as a server without that API answers. Such requests are
- * counted as "DISCOVERY". */
+ * counted as "DISCOVERY". Requests for podgroups under any other group version are 404
+ * too (counted by method), as on a server that does not serve them there. */
 void fakeapi_serve_discovery(FakeApi *f, const char *group_version, const char *plural);
 /* While on, every request gets 503 Service Unavailable and open watches end. */
 void fakeapi_set_unavailable(FakeApi *f, int on);
