@@ -1428,16 +1428,22 @@ static void group_after_admission(Ctx *c, const Group *g, const char *group)
 }
 
 /* The scheduler's message when the pod's PodScheduled condition is False for reason
- * Unschedulable, else NULL. */
-static const char *unschedulable_message(const cJSON *pod)
+ * Unschedulable or SchedulerError, else NULL; *error says which (1: SchedulerError).
+ * Kubernetes v1.37.2's scheduler reports some failures of a gang member that it used to
+ * call Unschedulable (a missing PersistentVolumeClaim) as SchedulerError, in its group
+ * cycle's words ("error in \"DynamicResources\" PodGroupPostFilter plugins: not found"):
+ * the pod waits all the same, and the job says so with what the scheduler said. */
+static const char *unschedulable_message(const cJSON *pod, int *error)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, jsonx_arr(pod, "status.conditions"))
     {
         const char *t = jsonx_str(it, "type"), *st = jsonx_str(it, "status");
         const char *reason = jsonx_str(it, "reason"), *m = jsonx_str(it, "message");
-        if (t && st && reason && strcmp(t, "PodScheduled") == 0 && strcmp(st, "False") == 0 &&
-            strcmp(reason, "Unschedulable") == 0)
+        if (!t || !st || !reason || strcmp(t, "PodScheduled") != 0 || strcmp(st, "False") != 0)
+            continue;
+        *error = strcmp(reason, "SchedulerError") == 0;
+        if (*error || strcmp(reason, "Unschedulable") == 0)
             return m && *m ? m : "the scheduler gave no reason";
     }
     return NULL;
@@ -1451,7 +1457,7 @@ static const char *unschedulable_message(const cJSON *pod)
 static void scheduled_condition(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
-    int n = 0, placed = 0, gang = 0;
+    int n = 0, placed = 0, gang = 0, error = 0;
     const char *why = NULL;
     for (int i = 0; i < s->npods; i++) {
         Role r;
@@ -1468,14 +1474,14 @@ static void scheduled_condition(Ctx *c, const Group *g)
         }
         if (!p) continue;
         if (jsonx_str(p->pod, "spec.schedulingGroup.podGroupName")) gang = 1;
-        if (!why) why = unschedulable_message(p->pod);
+        if (!why) why = unschedulable_message(p->pod, &error);
     }
     char msg[512];
     if (why) {
         snprintf(msg, sizeof msg,
-                 gang ? "%d/%d pods schedulable as a group: %.400s"
-                      : "%d/%d pods scheduled, the others unschedulable: %.400s",
-                 placed, n, why);
+                 gang ? "%d/%d pods schedulable as a group: %s%.400s"
+                      : "%d/%d pods scheduled, the others unschedulable: %s%.400s",
+                 placed, n, error ? "scheduler error: " : "", why);
         set_condition(c, "Scheduled", 0, gang ? "WaitingForGang" : "Unschedulable", msg);
     } else if (placed == n && condition_reason(c->status, "Scheduled")) {
         snprintf(msg, sizeof msg, "all %d pods that must run together are scheduled", n);
@@ -1497,9 +1503,11 @@ static int waiting_passes(const char *reason)
 static int pod_blocker(const PodView *p, char *out, size_t n)
 {
     if (!p || !p->name || strcmp(p->phase, "Pending") != 0) return 0;
-    const char *why = unschedulable_message(p->pod);
+    int error = 0;
+    const char *why = unschedulable_message(p->pod, &error);
     if (why) {
-        snprintf(out, n, "pod %s is unschedulable: %.400s", p->name, why);
+        snprintf(out, n, "pod %s is unschedulable: %s%.400s", p->name,
+                 error ? "scheduler error: " : "", why);
         return 1;
     }
     static const char *const lists[] = {"status.initContainerStatuses", "status.containerStatuses"};

@@ -3232,6 +3232,36 @@ static void test_waiting_pods_say_why_and_startup_deadline(void **state)
     fx_free(&f);
 }
 
+/* Kubernetes v1.37.2's scheduler reports a gang member it cannot place for a missing
+ * claim as PodScheduled False/SchedulerError, in its group cycle's words: the job still
+ * says that its pods wait, and why, as the scheduler put it. */
+static void test_scheduler_error_is_a_wait(void **state)
+{
+    (void)state;
+    const char *why = "error in \"DynamicResources\" PodGroupPostFilter plugins: not found";
+    Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_V1BETA1};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    fx_apply(&f);
+    for (size_t i = 0; i < f.npods; i++) {
+        pod_unschedulable(f.pods[i], why);
+        cJSON *c = cJSON_GetArrayItem(jsonx_arr(f.pods[i], "status.conditions"), 0);
+        cJSON_ReplaceItemInObjectCaseSensitive(c, "reason", cJSON_CreateString("SchedulerError"));
+    }
+    fx_run(&f, NOW + 1);
+    const cJSON *st = new_status(&f);
+    assert_cond(st, "Running", "False/PodsWaiting");
+    assert_string_equal(cond_message(st, "Running"),
+                        "pod mnist-worker-0 is unschedulable: scheduler error: error in "
+                        "\"DynamicResources\" PodGroupPostFilter plugins: not found");
+    assert_cond(st, "Scheduled", "False/WaitingForGang");
+    assert_string_equal(cond_message(st, "Scheduled"),
+                        "0/2 pods schedulable as a group: scheduler error: error in "
+                        "\"DynamicResources\" PodGroupPostFilter plugins: not found");
+    assert_int_equal(count_lines(&f, "event Warning PodsWaiting"), 1);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -3290,6 +3320,7 @@ int main(void)
         cmocka_unit_test(test_gang_off_and_absent),
         cmocka_unit_test(test_scheduled_condition_says_why_a_job_waits),
         cmocka_unit_test(test_waiting_pods_say_why_and_startup_deadline),
+        cmocka_unit_test(test_scheduler_error_is_a_wait),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
