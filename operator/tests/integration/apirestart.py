@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The kube-apiserver restarted under a running operator, once per entry of --downs (the
 seconds it stays away each time): the operator's watches must recover within --limit
-seconds of the apiserver answering again (e2e/cluster/restart-apiserver.sh returns once
-/readyz answers). Recovery is measured on both watches the operator acts on, as the longest of:
+seconds of the restarted apiserver taking this test's writes (the new job, the failed
+pod; e2e/cluster/restart-apiserver.sh returns once /readyz answers, and the writes
+follow at once). Recovery is measured on both watches the operator acts on, as the longest of:
   job watch  a TrainingJob created right after the restart gets its pods;
   pod watch  a worker of a running job (restartPolicy ExitCode) that fails right after
              the restart is counted (status.restarts.application) and its group restarted
@@ -133,12 +134,18 @@ for i, down in enumerate(downs):
     if r.returncode != 0:
         check(f"restart {i}: restart-apiserver.sh {down:g}", False, r.stderr[-1000:])
         break
-    back = time.time()
     api = kube.Kube(cfg)
     name = f"new-{i}"
+    t_ready = time.time()
     api.create(jobs_path, kube.training_job(name, 2))
     api.merge_patch(kube.ns_path(NS, "pods", "steady-worker-1", "status"),
                     kube.pod_exit_status(75, '{"error":"peer lost"}'))
+    # The clock starts once the restarted server has taken this test's own writes: how
+    # long it takes to answer them right after /readyz (longer on a loaded machine) is
+    # the server's time, not the operator's; it is printed.
+    back = time.time()
+    print(f"# restart {i}: the test's writes took {back - t_ready:.2f} s after /readyz",
+          flush=True)
     t_new, t_seen, t_restart = when(back, 30, lambda: len(pods(name)) == 2,
                                     lambda: restarts("steady") == i + 1,
                                     lambda: attempt_of("steady", i + 1))
@@ -155,7 +162,7 @@ for i, down in enumerate(downs):
         print("# the operator's log since that restart:", flush=True)
         for ln in log_tail(since).splitlines():
             print("#   " + ln, flush=True)
-check(f"watches recover within {args.limit:g} s of the apiserver answering again, "
+check(f"watches recover within {args.limit:g} s of the apiserver taking the test's writes, "
       f"{len(downs)} restarts ({args.downs} s down): {times} s",
       len(times) == len(downs) and not slow, "; ".join(slow))
 want = len(times)

@@ -3,8 +3,8 @@
 #  - SIGKILLed at random moments among 20 concurrent jobs and restarted (chaos.py): no
 #    duplicate pod, no orphan, every job progressing, restarts counted exactly once;
 #  - the kube-apiserver restarted 5 times, away 6 to 30 s (apirestart.py): each time the
-#    operator's watches recover within 5 s of it answering again (a new job gets its pods,
-#    a failed pod restarts its group);
+#    operator's watches recover within 5 s of it taking the test's writes again (a new
+#    job gets its pods, a failed pod restarts its group);
 #  - two operators with --leader-elect: exactly one acts; on SIGTERM the standby takes over.
 # One cluster for the file, one namespace per case.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
@@ -72,8 +72,9 @@ else tap_fail "both leader-elect operators exit 0" "exit $rc"; fi
 # --- kube-apiserver restarted mid-run, away 6 to 30 s -----------------------------------------
 # Last: once in CI, after these restarts, a new namespace's default ServiceAccount had
 # not appeared 30 s later, and the leader-election checks' pods were refused for it.
-# Recovery within 5 s of the apiserver answering again, however long it was away: the
-# informers retry an unreachable server every INFORMER_UNREACHABLE_RETRY_S (informer.h).
+# Recovery within 5 s of the restarted apiserver taking the test's writes (the new job,
+# the failed pod), however long it was away: the informers retry an unreachable server
+# every INFORMER_UNREACHABLE_RETRY_S (informer.h).
 LOG=$IT_DIR/op-main.log
 out=$(python3 operator/tests/integration/apirestart.py --kubectl "$KT_K8S_BIN/kubectl" \
   --kubeconfig "$KUBECONFIG" --operator "$IT_BIN" --log "$LOG" --ns apirestart \
