@@ -52,21 +52,24 @@ check() {
 }
 
 # The kind cluster's config: e2e/cluster/kind.yaml, with the Workload API's gates and
-# group version (e2e/cluster/versions.env) for a node image KT_KIND_IMAGE of a release
-# that has them; KT_WORKLOAD_API=off leaves them out, as for up.sh.
-kind_config() {
+# group version (e2e/cluster/versions.env, for the node image's release: v1beta1 from
+# 1.37, v1alpha2 on 1.36) for a node image KT_KIND_IMAGE of a release that has them;
+# KT_WORKLOAD_API=off leaves them out, as for up.sh. A subshell: K8S_VERSION is the
+# image's here only.
+kind_config() (
+  minor=0
+  [[ ${KT_KIND_IMAGE:-} =~ :v1\.([0-9]+)\. ]] && minor=${BASH_REMATCH[1]}
+  K8S_VERSION=v1.$minor.0
   # shellcheck source=cluster/versions.env
   . e2e/cluster/versions.env
   cat e2e/cluster/kind.yaml
-  local minor=0 g
-  [[ ${KT_KIND_IMAGE:-} =~ :v1\.([0-9]+)\. ]] && minor=${BASH_REMATCH[1]}
   [ "$minor" -ge "$K8S_WORKLOAD_MIN_MINOR" ] && [ "${KT_WORKLOAD_API:-on}" = on ] || return 0
   echo "# From e2e/run.sh for $KT_KIND_IMAGE: the Workload API, as e2e/cluster/up.sh has it."
   echo "featureGates:"
   for g in $K8S_WORKLOAD_GATES; do echo "  $g: true"; done
   echo "runtimeConfig:"
   echo "  $K8S_WORKLOAD_GROUP: \"true\""
-}
+)
 
 if [ "${1:-}" = kind-config ]; then kind_config; exit 0; fi
 [ $# -ge 2 ] || die "usage: run.sh check full|kind | run.sh kind-config | run.sh full|kind OPERATOR_IMAGE TRAINER_IMAGE [TENSORFLOW_IMAGE]"

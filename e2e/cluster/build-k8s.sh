@@ -5,8 +5,8 @@
 # comes from, in order:
 #   1. $KUBEBUILDER_ASSETS, when set and the binary is there (the envtest convention);
 #   2. the machine cache $KT_CACHE/k8s/$K8S_VERSION/bin, when already built;
-#   3. a build from the Go module proxy through the wrapper module k8sbuild/, once per
-#      machine (a lock serialises concurrent callers), into that cache.
+#   3. a build from the Go module proxy through the wrapper module k8sbuild/$K8S_VERSION/,
+#      once per machine (a lock serialises concurrent callers), into that cache.
 # "api" (the default) means kube-apiserver, kube-controller-manager and kubectl; "full"
 # adds kube-scheduler, kubelet and kube-proxy. Go caches live under $KT_CACHE/go; the build runs with
 # GOMAXPROCS=2 and -p 2. Exit status 0 on success; 1 when a binary is missing and cannot
@@ -30,8 +30,8 @@ fi
 
 command -v go >/dev/null || kt_die "go is not installed; cannot build Kubernetes $K8S_VERSION"
 grep -Eq "^[[:space:]]*(require )?k8s.io/kubernetes $K8S_VERSION( |$)" \
-    "$KT_CLUSTER/k8sbuild/go.mod" ||
-  kt_die "k8sbuild/go.mod is not for $K8S_VERSION; run e2e/cluster/gen-k8sbuild.sh"
+    "$KT_CLUSTER/k8sbuild/$K8S_VERSION/go.mod" 2>/dev/null ||
+  kt_die "no wrapper module k8sbuild/$K8S_VERSION/ for Kubernetes $K8S_VERSION; run K8S_VERSION=$K8S_VERSION e2e/cluster/gen-k8sbuild.sh"
 
 kt_build_lock "$out" "Kubernetes $K8S_VERSION"
 missing=
@@ -41,7 +41,7 @@ if [ -n "$missing" ]; then
   minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   # The release's own date (from the module proxy's record) keeps the build reproducible;
   # on a cold cache the record comes with the module's download.
-  (cd "$KT_CLUSTER/k8sbuild" && go mod download k8s.io/kubernetes) >&2 ||
+  (cd "$KT_CLUSTER/k8sbuild/$K8S_VERSION" && go mod download k8s.io/kubernetes) >&2 ||
     kt_die "downloading k8s.io/kubernetes $K8S_VERSION from the Go module proxy failed (is GOPROXY reachable?)"
   info=$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.info
   now=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$info" 2>/dev/null || true)
@@ -58,7 +58,7 @@ if [ -n "$missing" ]; then
   kt_log "building Kubernetes $K8S_VERSION:$missing (GOMAXPROCS=$GOMAXPROCS, -p 2; slow the first time)"
   start=$(date +%s)
   # shellcheck disable=SC2086 # pkgs is a list, one word a package
-  (cd "$KT_CLUSTER/k8sbuild" && go build -p 2 -trimpath -ldflags "$ld" -o "$tmp/" $pkgs) >&2 ||
+  (cd "$KT_CLUSTER/k8sbuild/$K8S_VERSION" && go build -p 2 -trimpath -ldflags "$ld" -o "$tmp/" $pkgs) >&2 ||
     kt_die "go build of Kubernetes $K8S_VERSION failed"
   for b in $missing; do mv -f "$tmp/$b" "$out/$b"; done
   kt_log "built$missing in $(( $(date +%s) - start ))s into $out"

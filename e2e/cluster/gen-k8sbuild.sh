@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates k8sbuild/go.mod and go.sum for $K8S_VERSION (versions.env).
+# Regenerates k8sbuild/$K8S_VERSION/go.mod and go.sum (K8S_VERSION: versions.env, or the
+# caller's, e.g. K8S_VERSION=v1.36.3 bash e2e/cluster/gen-k8sbuild.sh).
 #
 # k8s.io/kubernetes requires its staging modules (k8s.io/api, k8s.io/client-go, ...)
 # at v0.0.0 and points them at ./staging with replace directives, which do not apply
@@ -12,7 +13,8 @@ kt_go_env
 
 minor=${K8S_VERSION#v1.}
 staging_version=v0.$minor
-dir=$KT_CLUSTER/k8sbuild
+dir=$KT_CLUSTER/k8sbuild/$K8S_VERSION
+mkdir -p "$dir"
 modfile=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
   sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
 [ -f "$modfile" ] || kt_die "cannot fetch the go.mod of k8s.io/kubernetes@$K8S_VERSION"

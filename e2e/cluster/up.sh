@@ -22,10 +22,11 @@
 #   .run/logs/*.log   each component's output
 #   .run/pki/         the generated CA, serving and client certificates, service-account key
 #   .run/full/        (full) containerd, kubelet, CNI and volume state; host changes to undo
-# Both levels serve the Workload API's PodGroups (scheduling.k8s.io/v1alpha2, alpha in
-# v1.36): the feature gates GenericWorkload and GangScheduling on kube-apiserver,
-# kube-controller-manager (the PodGroup protection controller) and kube-scheduler (the
-# GangScheduling plugin), and the group version in the apiserver's --runtime-config.
+# Both levels serve the Workload API's PodGroups in the release's group version
+# (versions.env: scheduling.k8s.io/v1beta1 on 1.37, v1alpha2 on 1.36): its feature gates
+# on kube-apiserver, kube-controller-manager (the PodGroup protection controller) and
+# kube-scheduler (the GangScheduling plugin), and the group version in the apiserver's
+# --runtime-config. K8S_VERSION picks the release (default v1.37.2).
 # KT_WORKLOAD_API=off leaves them out: a cluster without the API, as most are today.
 # KT_AUDIT=on writes an audit log of the writes that start a job (.run/logs/audit.log,
 # JSON lines, policy in .run/audit-policy.yaml): creates, updates, patches and deletes of

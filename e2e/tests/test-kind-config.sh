@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # The kind cluster's config (e2e/run.sh kind-config): for a node image of v1.36 or later
 # it turns on the Workload API with the same gates and group version as up.sh's
-# clusters; for kind's default image, an older one or KT_WORKLOAD_API=off it is
+# clusters of that release; for kind's default image, an older one or KT_WORKLOAD_API=off it is
 # e2e/cluster/kind.yaml unchanged. kind itself cannot run on this machine (no privileged
 # containers), so the config is checked as YAML, not by a kind cluster.
 set -uo pipefail # no -e: a failing check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../.." || exit 1
 . e2e/lib/tap.sh
-. e2e/cluster/versions.env
 
 # as_json: YAML on stdin as JSON with sorted keys.
 as_json() {
@@ -17,18 +16,26 @@ as_json() {
 config() { KT_KIND_IMAGE=$1 KT_WORKLOAD_API=${2:-on} bash e2e/run.sh kind-config | as_json; }
 plain=$(as_json <e2e/cluster/kind.yaml)
 
-want=$(python3 - "$K8S_WORKLOAD_GATES" "$K8S_WORKLOAD_GROUP" "$plain" <<'EOF'
+# want GATES GROUP: kind.yaml with those gates and that group version, as JSON.
+want() {
+  python3 - "$1" "$2" "$plain" <<'EOF'
 import json, sys
 gates, group, plain = sys.argv[1].split(), sys.argv[2], json.loads(sys.argv[3])
 plain["featureGates"] = {g: True for g in gates}
 plain["runtimeConfig"] = {group: "true"}
 print(json.dumps(plain, sort_keys=True))
 EOF
-)
-for img in kindest/node:v1.36.3 kindest/node:v1.37.0@sha256:0123 kindest/node:v1.40.1; do
-  got=$(config "$img") what="featureGates $K8S_WORKLOAD_GATES, runtimeConfig $K8S_WORKLOAD_GROUP"
-  if [ "$got" = "$want" ]; then tap_ok "$img: kind.yaml with $what"
-  else tap_fail "$img: kind.yaml with $what" "got $got, want $want"; fi
+}
+# The release's own Workload API: v1alpha2 with two alpha gates on 1.36, v1beta1 with
+# GenericWorkload alone from 1.37 (as versions.env has it for up.sh).
+for case in "kindest/node:v1.36.3|GenericWorkload GangScheduling|scheduling.k8s.io/v1alpha2" \
+            "kindest/node:v1.37.0@sha256:0123|GenericWorkload|scheduling.k8s.io/v1beta1" \
+            "kindest/node:v1.37.2|GenericWorkload|scheduling.k8s.io/v1beta1" \
+            "kindest/node:v1.40.1|GenericWorkload|scheduling.k8s.io/v1beta1"; do
+  IFS='|' read -r img gates group <<<"$case"
+  got=$(config "$img") what="featureGates $gates, runtimeConfig $group"
+  if [ "$got" = "$(want "$gates" "$group")" ]; then tap_ok "$img: kind.yaml with $what"
+  else tap_fail "$img: kind.yaml with $what" "got $got, want $(want "$gates" "$group")"; fi
 done
 for img in "" kindest/node:v1.35.2 kindest/node:latest kindest/node:v1.3.0; do
   got=$(config "$img") name=${img:-"no KT_KIND_IMAGE (the default image)"}
