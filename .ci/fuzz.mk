@@ -30,6 +30,7 @@ FUZZ_WARN    := $(WARN) -Wno-format-nonliteral
 # -max_len per target: about twice the largest legitimate input of that kind.
 FUZZ_MAXLEN_tfconfig  := 2048
 FUZZ_MAXLEN_model     := 4096
+FUZZ_MAXLEN_keras     := 16384
 FUZZ_MAXLEN_idx       := 8192
 FUZZ_MAXLEN_ckpt      := 1024
 FUZZ_MAXLEN_handshake := 2048
@@ -70,7 +71,8 @@ $(FUZZ_OPERATOR:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: \
 
 # Seeds: regenerated whenever a generator or a fixture it reads changes.
 $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/src/model.c \
-                          $(wildcard examples/*.yaml examples/tfjob/*.yaml) | deps
+                          $(wildcard examples/*.yaml examples/tfjob/*.yaml) \
+                          $(wildcard trainer/tests/reference/keras/*.json) | deps
 	@rm -rf $(FUZZ_DIR)/seeds && mkdir -p $(FUZZ_DIR)/seeds
 	python3 trainer/fuzz/seeds.py $(FUZZ_DIR)/seeds
 	python3 operator/fuzz/seeds.py $(FUZZ_DIR)/seeds

@@ -3,6 +3,7 @@
 forms its unit tests use, generated so that no binary seed is committed.
 Usage: seeds.py OUT"""
 import gzip
+import json
 import os
 import re
 import struct
@@ -73,6 +74,17 @@ def model(out):
           "  - {type: Dense, units: 2}\n")
 
 
+def keras(out):
+    """The Keras model.to_json() references (both dialects), compact, as the trainer's
+    tests use them."""
+    ref = os.path.join(ROOT, "trainer/tests/reference/keras")
+    for name in sorted(os.listdir(ref)):
+        if name.endswith(".json"):
+            with open(os.path.join(ref, name)) as f:
+                doc = json.load(f)
+            write(out, "keras", name, json.dumps(doc, separators=(",", ":")))
+
+
 def idx(out):
     def header(ndims, dims):
         return bytes([0, 0, 8, ndims]) + b"".join(struct.pack(">I", d) for d in dims)
@@ -134,7 +146,7 @@ def handshake(out):
 
 def main():
     out = sys.argv[1]
-    for gen in (tfconfig, model, idx, ckpt, handshake):
+    for gen in (tfconfig, model, keras, idx, ckpt, handshake):
         gen(out)
 
 

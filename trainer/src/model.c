@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "gemm.h"
+#include "keras_json.h"
 #include "loss.h"
 #include "pool.h"
 #include "util.h"
@@ -216,11 +217,15 @@ typedef struct {
     char *err;
     size_t errlen;
     int index;        /* layer index, -1 for top level */
+    const char *name, *type; /* the layer's, when it has a name (a Keras model's layers do) */
 } SpecCtx;
 
 static int spec_fail(const SpecCtx *sc, const char *field, const char *expected)
 {
-    if (sc->index >= 0)
+    if (sc->index >= 0 && sc->name)
+        snprintf(sc->err, sc->errlen, "%s: layers[%d] \"%s\" (%s).%s: expected %s", sc->what,
+                 sc->index, sc->name, sc->type, field, expected);
+    else if (sc->index >= 0)
         snprintf(sc->err, sc->errlen, "%s: layers[%d].%s: expected %s", sc->what, sc->index, field,
                  expected);
     else snprintf(sc->err, sc->errlen, "%s: %s: expected %s", sc->what, field, expected);
@@ -386,7 +391,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_rank = 1;
     } else if (!strcmp(t, "Conv2D")) {
         l->type = LAYER_CONV2D;
-        int filters, k[2], s[2], same = 0;
+        int filters = 0, k[2], s[2], same = 0;
         if (in_rank != 3)
             return spec_fail(sc, "type",
                              "Conv2D after a (height, width, channels) "
@@ -613,7 +618,9 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
     const cJSON *layers =
         cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "layers");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) < 1)
-        return spec_fail(&sc, "layers", "a non-empty list of layers");
+        return spec_fail(&sc, "layers",
+                         "a non-empty list of layers (kubetrain's spec), or a Keras "
+                         "model.to_json() with class_name and config");
     Model *m = xcalloc(1, sizeof *m);
     int rc;
     m->input_shape[0] = m->input_shape[1] = 28;
@@ -632,6 +639,9 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
     sc.index = 0;
     for (const cJSON *o = layers->child; o; o = o->next, sc.index++) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+        sc.name = cJSON_IsString(name) && cJSON_IsString(type) ? name->valuestring : NULL;
+        sc.type = sc.name ? type->valuestring : NULL;
         if (cJSON_IsString(type) &&
             (!strcmp(type->valuestring, "Input") || !strcmp(type->valuestring, "InputLayer"))) {
             if (m->num_layers > 0) {
@@ -727,6 +737,12 @@ static int create_from_text(Model **out, const char *text, const char *what, uin
         }
     } else if (!(root = parse_yaml(p, what, err, errlen))) {
         return -EINVAL;
+    }
+    if (keras_json_is_model(root)) {
+        cJSON *spec = keras_json_to_spec(root, what, err, errlen);
+        cJSON_Delete(root);
+        if (!spec) return -EINVAL;
+        root = spec;
     }
     int rc = build(out, root, what, seed, budget, err, errlen);
     cJSON_Delete(root);

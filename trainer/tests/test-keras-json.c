@@ -1,0 +1,399 @@
+/* Keras model JSON (keras_json.c): what model.to_json() wrote, in Keras 3 and tf-keras
+ * (trainer/tests/reference/keras/, gen_keras_json.py), builds the same layers as the
+ * built-in model of the same name; what the trainer cannot train as written is refused
+ * with one line naming the layer's index, name and class and the field. The bad models
+ * are the real references with one field changed, so they keep each dialect's shape. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "keras_json.h"
+#include "model.h"
+
+#define REF_DIR "trainer/tests/reference/keras/"
+
+/* The text of REF_DIR/name (free it). */
+static char *read_ref(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, REF_DIR "%s", name);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s (run from the repository's root)", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static void assert_same_layers(const Model *a, const Model *b)
+{
+    assert_int_equal(a->num_layers, b->num_layers);
+    assert_int_equal(a->num_params, b->num_params);
+    assert_int_equal(a->input_rank, b->input_rank);
+    for (int d = 0; d < a->input_rank; d++) assert_int_equal(a->input_shape[d], b->input_shape[d]);
+    for (int i = 0; i < a->num_layers; i++) {
+        const Layer *x = &a->layers[i], *y = &b->layers[i];
+        assert_int_equal(x->type, y->type);
+        assert_int_equal(x->act, y->act);
+        assert_int_equal(x->out_rank, y->out_rank);
+        for (int d = 0; d < x->out_rank; d++) assert_int_equal(x->out_shape[d], y->out_shape[d]);
+        assert_int_equal(x->w_count, y->w_count);
+        assert_int_equal(x->b_count, y->b_count);
+        assert_true(x->l2 == y->l2);
+    }
+    assert_string_equal(a->signature, b->signature);
+}
+
+static void test_references_equal_builtins(void **s)
+{
+    (void)s;
+    static const char *const dialects[] = {"keras3", "tfkeras"};
+    static const struct {
+        const char *file, *builtin;
+    } refs[] = {
+        {"tutorial-cnn", "tutorial-cnn"},
+        {"tutorial-cnn-l2", "tutorial-cnn-l2"},
+        {"cnn2", "cnn2"},
+        {"mlp", "mlp"},
+        {"tutorial-cnn-functional", "tutorial-cnn"},
+    };
+    for (size_t d = 0; d < 2; d++)
+        for (size_t r = 0; r < sizeof refs / sizeof refs[0]; r++) {
+            char name[128], err[512] = "";
+            snprintf(name, sizeof name, "%s-%s.json", dialects[d], refs[r].file);
+            char *text = read_ref(name);
+            Model *k = NULL, *b = NULL;
+            int rc = model_create_from_text(&k, text, name, 1, err, sizeof err);
+            if (rc) fail_msg("%s: %s", name, err);
+            assert_int_equal(model_create(&b, refs[r].builtin, 1, err, sizeof err), 0);
+            print_message("# %s: %zu params, %s\n", name, k->num_params, k->signature);
+            assert_same_layers(k, b);
+            model_free(k);
+            model_free(b);
+            free(text);
+        }
+}
+
+/* The spec that the tf-keras tutorial CNN becomes: its InputLayer stays layer 0, so that
+ * indices in messages are Keras's. */
+static void test_spec_keeps_indices_and_names(void **s)
+{
+    (void)s;
+    char *text = read_ref("tfkeras-tutorial-cnn.json");
+    cJSON *root = cJSON_Parse(text);
+    char err[512] = "";
+    assert_true(keras_json_is_model(root));
+    cJSON *spec = keras_json_to_spec(root, "t", err, sizeof err);
+    if (!spec) fail_msg("%s", err);
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(spec, "layers");
+    assert_int_equal(cJSON_GetArraySize(layers), 6);
+    const cJSON *l0 = cJSON_GetArrayItem(layers, 0), *l2 = cJSON_GetArrayItem(layers, 2);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(l0, "type")->valuestring, "InputLayer");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(l2, "type")->valuestring, "Conv2D");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(l2, "name")->valuestring, "conv2d");
+    /* kubetrain's own spec is not taken for Keras's */
+    cJSON *own = cJSON_Parse("{\"input_shape\":[28,28],\"layers\":[{\"type\":\"Flatten\"}]}");
+    assert_false(keras_json_is_model(own));
+    cJSON_Delete(own);
+    cJSON_Delete(spec);
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* Loads reference `file`, lets edit change it, and expects model_create_from_text to
+ * refuse it with one line that holds every needle (NULL-terminated). */
+typedef void (*EditFn)(cJSON *root);
+
+static cJSON *layer_at(cJSON *root, int i)
+{
+    cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(config, "layers"), i);
+}
+
+static cJSON *config_at(cJSON *root, int i)
+{
+    return cJSON_GetObjectItemCaseSensitive(layer_at(root, i), "config");
+}
+
+static void set(cJSON *o, const char *key, cJSON *v)
+{
+    if (cJSON_GetObjectItemCaseSensitive(o, key)) cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else cJSON_AddItemToObject(o, key, v);
+}
+
+/* model_create_from_text on reference `file` changed by edit (may be NULL). */
+static int create_edited(Model **m, const char *file, EditFn edit, char *err, size_t errlen)
+{
+    char *text = read_ref(file);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    if (edit) edit(root);
+    char *changed = cJSON_PrintUnformatted(root);
+    *m = NULL;
+    int rc = model_create_from_text(m, changed, file, 1, err, errlen);
+    free(changed);
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+static void expect_refused(const char *file, EditFn edit, ...)
+{
+    Model *m;
+    char err[512] = "";
+    int rc = create_edited(&m, file, edit, err, sizeof err);
+    print_message("# %s\n", err);
+    assert_int_equal(rc, -22);
+    assert_null(m);
+    assert_null(strchr(err, '\n'));
+    va_list ap;
+    va_start(ap, edit);
+    for (const char *needle; (needle = va_arg(ap, const char *));)
+        if (!strstr(err, needle)) fail_msg("'%s' not in '%s'", needle, err);
+    va_end(ap);
+}
+
+/* The reference changed by edit builds the built-in model `builtin`. */
+static void expect_builtin(const char *file, EditFn edit, const char *builtin)
+{
+    Model *m, *b;
+    char err[512] = "";
+    if (create_edited(&m, file, edit, err, sizeof err)) fail_msg("%s: %s", file, err);
+    assert_int_equal(model_create(&b, builtin, 1, err, sizeof err), 0);
+    assert_same_layers(m, b);
+    model_free(m);
+    model_free(b);
+}
+
+static void edit_unknown_layer(cJSON *root)
+{
+    cJSON *l = layer_at(root, 4);
+    set(l, "class_name", cJSON_CreateString("LSTM"));
+}
+static void edit_lambda(cJSON *root)
+{
+    set(layer_at(root, 1), "class_name", cJSON_CreateString("Lambda"));
+}
+static void edit_tanh(cJSON *root)
+{
+    set(config_at(root, 4), "activation", cJSON_CreateString("tanh"));
+}
+static void edit_padding(cJSON *root)
+{
+    set(config_at(root, 2), "padding", cJSON_CreateString("causal"));
+}
+static void edit_no_layer_config(cJSON *root)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(layer_at(root, 2), "config");
+}
+static void edit_no_model_config(cJSON *root)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "config");
+}
+static void edit_dilation(cJSON *root)
+{
+    int two[] = {2, 2};
+    set(config_at(root, 2), "dilation_rate", cJSON_CreateIntArray(two, 2));
+}
+static void edit_no_bias(cJSON *root)
+{
+    set(config_at(root, 5), "use_bias", cJSON_CreateFalse());
+}
+static void edit_l1(cJSON *root)
+{
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
+    set(reg, "class_name", cJSON_CreateString("L1"));
+}
+static void edit_he_normal(cJSON *root)
+{
+    cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_initializer");
+    set(init, "class_name", cJSON_CreateString("HeNormal"));
+}
+static void edit_ones_bias(cJSON *root)
+{
+    set(config_at(root, 4), "bias_initializer", cJSON_CreateString("ones"));
+}
+static void edit_custom(cJSON *root)
+{
+    cJSON *l = layer_at(root, 4);
+    set(l, "module", cJSON_CreateString("mypackage.layers"));
+    set(l, "registered_name", cJSON_CreateString("Custom>Dense"));
+}
+static void edit_mixed_precision(cJSON *root)
+{
+    cJSON *dtype = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "dtype");
+    set(cJSON_GetObjectItemCaseSensitive(dtype, "config"), "name",
+        cJSON_CreateString("mixed_float16"));
+}
+static void edit_frozen(cJSON *root)
+{
+    set(config_at(root, 2), "trainable", cJSON_CreateFalse());
+}
+static void edit_channels_first(cJSON *root)
+{
+    set(config_at(root, 3), "data_format", cJSON_CreateString("channels_first"));
+}
+static void edit_unknown_field(cJSON *root)
+{
+    set(config_at(root, 4), "lora_alpha", cJSON_CreateNumber(8));
+}
+static void edit_kernel_too_large(cJSON *root)
+{
+    int big[] = {29, 3};
+    set(config_at(root, 2), "kernel_size", cJSON_CreateIntArray(big, 2));
+}
+static void edit_variable_input(cJSON *root)
+{
+    cJSON *shape = cJSON_GetObjectItemCaseSensitive(config_at(root, 0), "batch_input_shape");
+    cJSON_ReplaceItemInArray(shape, 1, cJSON_CreateNull());
+}
+static void edit_duplicate(cJSON *root)
+{
+    cJSON_AddItemToObject(config_at(root, 2), "filters", cJSON_CreateNumber(64));
+}
+static void edit_model_frozen(cJSON *root)
+{
+    set(cJSON_GetObjectItemCaseSensitive(root, "config"), "trainable", cJSON_CreateFalse());
+}
+static void edit_subclassed_model(cJSON *root)
+{
+    set(root, "class_name", cJSON_CreateString("MyModel"));
+}
+
+static void edit_no_input_layer(cJSON *root)
+{
+    cJSON_DeleteItemFromArray(cJSON_GetObjectItemCaseSensitive(
+                                  cJSON_GetObjectItemCaseSensitive(root, "config"), "layers"),
+                              0);
+}
+/* tf-keras's older form: the input's batch shape on the first layer */
+static void edit_batch_input_shape_on_first(cJSON *root)
+{
+    edit_no_input_layer(root);
+    int shape[] = {0, 28, 28};
+    cJSON *b = cJSON_CreateIntArray(shape, 3);
+    cJSON_ReplaceItemInArray(b, 0, cJSON_CreateNull());
+    set(config_at(root, 0), "batch_input_shape", b);
+}
+static void edit_build_config_only(cJSON *root)
+{
+    edit_no_input_layer(root);
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"),
+                                            "build_input_shape");
+}
+static void edit_no_input_shape(cJSON *root)
+{
+    edit_build_config_only(root);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "build_config");
+}
+static void edit_l1l2_without_l1(cJSON *root)
+{
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_regularizer");
+    set(reg, "class_name", cJSON_CreateString("L1L2"));
+    set(cJSON_GetObjectItemCaseSensitive(reg, "config"), "l1", cJSON_CreateNumber(0));
+}
+static void edit_l1l2_with_l1(cJSON *root)
+{
+    edit_l1l2_without_l1(root);
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_regularizer");
+    set(cJSON_GetObjectItemCaseSensitive(reg, "config"), "l1", cJSON_CreateNumber(1e-4));
+}
+static void edit_glorot_axes(cJSON *root)
+{
+    cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_initializer");
+    int axes[] = {0};
+    set(cJSON_GetObjectItemCaseSensitive(init, "config"), "input_axes",
+        cJSON_CreateIntArray(axes, 1));
+}
+static void edit_seeds(cJSON *root)
+{
+    cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_initializer");
+    set(cJSON_GetObjectItemCaseSensitive(init, "config"), "seed", cJSON_CreateNumber(42));
+    set(config_at(root, 3), "seed", cJSON_CreateNumber(7));
+}
+
+/* Where the input's shape may come from, and the options that are the same math as a
+ * built-in model's. */
+static void test_accepted_forms(void **s)
+{
+    (void)s;
+    expect_builtin("tfkeras-tutorial-cnn.json", edit_batch_input_shape_on_first, "tutorial-cnn");
+    expect_builtin("keras3-tutorial-cnn.json", edit_no_input_layer, "tutorial-cnn");
+    expect_builtin("keras3-tutorial-cnn.json", edit_build_config_only, "tutorial-cnn");
+    expect_refused("keras3-tutorial-cnn.json", edit_no_input_shape, "config.layers: no input shape",
+                   NULL);
+    expect_builtin("keras3-tutorial-cnn-l2.json", edit_l1l2_without_l1, "tutorial-cnn-l2");
+    expect_refused("keras3-tutorial-cnn-l2.json", edit_l1l2_with_l1,
+                   "layers[2] \"conv2d_1\" (Conv2D).kernel_regularizer: L1L2 is not", NULL);
+    expect_refused("keras3-tutorial-cnn.json", edit_glorot_axes,
+                   "(Dense).kernel_initializer: GlorotUniform with a config other than", NULL);
+    /* a seed picks other draws, not another distribution: the trainer draws from --seed */
+    expect_builtin("keras3-mlp.json", edit_seeds, "mlp");
+}
+
+static void test_refused(void **s)
+{
+    (void)s;
+    const char *k3 = "keras3-tutorial-cnn.json", *tf = "tfkeras-tutorial-cnn.json";
+    const char *supported = "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout";
+    expect_refused(k3, edit_unknown_layer, "layers[4] \"dense\" (LSTM): not supported", supported,
+                   NULL);
+    expect_refused(tf, edit_lambda, "layers[1] \"reshape\" (Lambda): a Lambda layer", supported,
+                   NULL);
+    expect_refused("keras3-branching.json", NULL, "layers[3] \"dense_11\" (Dense).inbound_nodes",
+                   "\"flatten_5\", not the layer before it (\"dense_10\")", "no branches", NULL);
+    expect_refused("tfkeras-branching.json", NULL, "layers[3] \"dense_11\" (Dense).inbound_nodes",
+                   NULL);
+    expect_refused(k3, edit_tanh, "layers[4] \"dense\" (Dense).activation: \"tanh\"",
+                   "relu, softmax, linear", NULL);
+    expect_refused(tf, edit_padding, "layers[2] \"conv2d\" (Conv2D).padding: \"causal\"",
+                   "\"valid\" or \"same\"", NULL);
+    expect_refused(k3, edit_no_layer_config, "layers[2] \"?\" (Conv2D).config: expected an object",
+                   NULL);
+    expect_refused(tf, edit_no_model_config, "config: expected the Sequential model's config",
+                   NULL);
+    expect_refused(k3, edit_dilation, "layers[2] \"conv2d\" (Conv2D).dilation_rate: expected 1",
+                   NULL);
+    expect_refused(tf, edit_no_bias, "layers[5] \"dense_1\" (Dense).use_bias: expected true", NULL);
+    expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1,
+                   "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not", "L2(l2)", NULL);
+    expect_refused(k3, edit_he_normal, "(Conv2D).kernel_initializer: HeNormal", "GlorotUniform",
+                   NULL);
+    expect_refused(tf, edit_ones_bias, "(Dense).bias_initializer: ones", "Zeros", NULL);
+    expect_refused(k3, edit_custom, "layers[4] \"dense\" (Dense): a custom object", supported,
+                   NULL);
+    expect_refused(k3, edit_mixed_precision, "(Conv2D).dtype", "float32", NULL);
+    expect_refused(tf, edit_frozen, "layers[2] \"conv2d\" (Conv2D).trainable: expected true", NULL);
+    expect_refused(k3, edit_channels_first, "layers[3] \"flatten\" (Flatten).data_format", NULL);
+    expect_refused(k3, edit_unknown_field, "(Dense).lora_alpha: not a Dense field", NULL);
+    /* what model.c refuses after the conversion names the same layer */
+    expect_refused(tf, edit_kernel_too_large,
+                   "layers[2] \"conv2d\" (Conv2D).kernel_size: expected a kernel no larger", NULL);
+    expect_refused(tf, edit_variable_input, "layers[0] \"input_1\" (InputLayer).batch_input_shape",
+                   "fixed size", NULL);
+    expect_refused(k3, edit_duplicate, "layers[2] \"conv2d\" (Conv2D).filters: given twice", NULL);
+    expect_refused(k3, edit_model_frozen, "config.trainable: expected true", NULL);
+    expect_refused(k3, edit_subclassed_model, "class_name: \"MyModel\" is not supported", NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_references_equal_builtins),
+        cmocka_unit_test(test_spec_keeps_indices_and_names),
+        cmocka_unit_test(test_accepted_forms),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
