@@ -31,6 +31,7 @@ FUZZ_WARN    := $(WARN) -Wno-format-nonliteral
 FUZZ_MAXLEN_tfconfig  := 2048
 FUZZ_MAXLEN_model     := 4096
 FUZZ_MAXLEN_idx       := 8192
+FUZZ_MAXLEN_npy       := 8192
 FUZZ_MAXLEN_ckpt      := 1024
 FUZZ_MAXLEN_handshake := 2048
 FUZZ_MAXLEN_kcfg      := 8192
