@@ -115,6 +115,7 @@ static int parse_header(const char *text, size_t len, NpyArray *a, const char *w
         if (parse_string(&c, key, sizeof key) || !accept(&c, ':')) goto bad;
         if (!strcmp(key, "descr") && !(have & 1)) {
             if (parse_string(&c, descr, sizeof descr)) {
+                if (!accept(&c, '[')) goto bad;
                 snprintf(err, errlen,
                          "%s: a structured dtype (expected a plain array of |u1, <i4, <i8, "
                          "<f4 or <f8)",

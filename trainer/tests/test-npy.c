@@ -55,14 +55,11 @@ static const char *path_of(const char *name)
 }
 
 /* A .npy file's bytes as NumPy 1.0 writes them: magic, version, u16 header length, the
- * header dict padded with spaces to a multiple of 64 bytes ending in a newline, the data.
- * *len gets the size; free the result. */
-static uint8_t *npy_bytes(const char *descr, const char *fortran, const char *shape,
-                          const void *data, size_t n, size_t *len)
+ * header dict `head` padded with spaces to a multiple of 64 bytes ending in a newline,
+ * the data. *len gets the size; free the result. */
+static uint8_t *npy_text_bytes(const char *head, const void *data, size_t n, size_t *len)
 {
-    char head[256];
-    int h = snprintf(head, sizeof head, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }",
-                     descr, fortran, shape);
+    int h = (int)strlen(head);
     size_t total_head = ((size_t)10 + (size_t)h + 1 + 63) / 64 * 64;
     size_t hlen = total_head - 10;
     uint8_t *buf = malloc(total_head + n);
@@ -74,6 +71,15 @@ static uint8_t *npy_bytes(const char *descr, const char *fortran, const char *sh
     if (n) memcpy(buf + total_head, data, n);
     *len = total_head + n;
     return buf;
+}
+
+static uint8_t *npy_bytes(const char *descr, const char *fortran, const char *shape,
+                          const void *data, size_t n, size_t *len)
+{
+    char head[256];
+    snprintf(head, sizeof head, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr,
+             fortran, shape);
+    return npy_text_bytes(head, data, n, len);
 }
 
 static void write_file(const char *name, const void *buf, size_t n)
@@ -253,6 +259,15 @@ static void test_bad_headers(void **s)
     write_npy("t.npy", "<f4", "Maybe", "(2, 3)", NULL, 0);
     expect_error(npy_read(path_of("t.npy"), &a, err, sizeof err), err, "malformed .npy header");
     write_npy("t.npy", "<f4", "False", "(2, x)", NULL, 0);
+    expect_error(npy_read(path_of("t.npy"), &a, err, sizeof err), err, "malformed .npy header");
+    size_t len;
+    uint8_t *buf = npy_text_bytes(
+        "{'descr': [('a', '<f4'), ('b', '<i8')], 'fortran_order': False, 'shape': (2,), }", NULL, 0,
+        &len);
+    write_file("t.npy", buf, len);
+    free(buf);
+    expect_error(npy_read(path_of("t.npy"), &a, err, sizeof err), err, "a structured dtype");
+    write_npy("t.npy", "<f4-and-a-description-longer-than-any-dtype", "False", "(2,)", NULL, 0);
     expect_error(npy_read(path_of("t.npy"), &a, err, sizeof err), err, "malformed .npy header");
     assert_null(a.data);
 }
