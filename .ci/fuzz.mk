@@ -32,6 +32,7 @@ FUZZ_MAXLEN_tfconfig  := 2048
 FUZZ_MAXLEN_model     := 4096
 FUZZ_MAXLEN_keras     := 16384
 FUZZ_MAXLEN_idx       := 8192
+FUZZ_MAXLEN_npy       := 8192
 FUZZ_MAXLEN_ckpt      := 1024
 FUZZ_MAXLEN_handshake := 2048
 FUZZ_MAXLEN_kcfg      := 8192

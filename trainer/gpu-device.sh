@@ -33,7 +33,8 @@ DEV=build/device
 DATA=/usr/share/datasets/fashion-mnist
 PREFIX=${KT_DEPS_DIR:-/tmp/kt-deps}
 # Debian's packages of the libraries the trainer and its tests link, and their runtime.
-PKGS=(libcjson1 libcjson-dev libyaml-0-2 libyaml-dev zlib1g zlib1g-dev libssl3 libssl-dev
+PKGS=(libcjson1 libcjson-dev libyaml-0-2 libyaml-dev zlib1g zlib1g-dev libzip4 libzip-dev
+      libbz2-1.0 libssl3 libssl-dev
       libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
       libcmocka0 libcmocka-dev)
 MA=x86_64-linux-gnu
@@ -67,11 +68,12 @@ bundle() {
         [[ -L $l && $(readlink "$l") == /* ]] && ln -sf "$(basename "$(readlink "$l")")" "$l"
     done
     local f
-    for f in cjson/cJSON.h yaml.h zlib.h openssl/evp.h openssl/opensslconf.h cblas.h \
-             openblas_config.h cmocka.h; do
+    for f in cjson/cJSON.h yaml.h zlib.h zip.h zipconf.h openssl/evp.h openssl/opensslconf.h \
+             cblas.h openblas_config.h cmocka.h; do
         [[ -e $p/include/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
     done
-    for f in libcjson libyaml libz libcrypto libopenblas libcmocka libgfortran.so.5 libquadmath.so.0; do
+    for f in libcjson libyaml libz libzip libcrypto libopenblas libcmocka libgfortran.so.5 \
+             libquadmath.so.0; do
         [[ $f == *.so.* ]] || f=$f.so
         [[ -e $p/lib/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
     done

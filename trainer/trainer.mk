@@ -1,6 +1,6 @@
 # The trainer: kubetrain-trainer and its tests.
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
-            libssl-dev libcmocka-dev dataset-fashion-mnist python3-venv
+            libssl-dev libcmocka-dev libzip-dev dataset-fashion-mnist python3-venv
 
 # GEMM backend (trainer/src/gemm.c), chosen at build time: make GEMM=openblas|blis|dnnl.
 # OpenBLAS is the default: on this step's shapes the others were not faster
@@ -29,7 +29,7 @@ FORCE:
 
 TRAINER_BIN   := $(BUILD)/bin/kubetrain-trainer
 TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
-TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lz -lcrypto -lpthread -lm
+TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip -lz -lcrypto -lpthread -lm
 TRAINER_INC   := -Itrainer/src
 ifneq ($(DEPS_PREFIX),)
 TRAINER_INC   += -isystem $(DEPS_PREFIX)/include

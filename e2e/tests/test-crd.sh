@@ -99,6 +99,11 @@ rejected "workers: 0" spec.workers "greater than or equal to 1" '{workers: 0}'
 rejected "workers of the wrong type" spec.workers "integer" '{workers: "two"}'
 rejected "collective not in the enum" spec.collective '"mpi"' '{collective: mpi}'
 rejected "shardPolicy not in the enum" spec.dataset.shardPolicy '' '{dataset: {shardPolicy: rows}}'
+rejected "dataset.source without a scheme" spec.dataset.source "should match" \
+  '{dataset: {source: /data/mnist.npz}}'
+rejected "dataset.evalSource of an unknown scheme" spec.dataset.evalSource "should match" \
+  '{dataset: {evalSource: "tfrecord:/data/x"}}'
+rejected "pixelScale not in the enum" spec.dataset.pixelScale '' '{dataset: {pixelScale: half}}'
 rejected "restartPolicy not in the enum" spec.restartPolicy '' '{restartPolicy: Always}'
 rejected "optimizer not in the enum" spec.training.optimizer.name '' '{training: {optimizer: {name: adagrad}}}'
 rejected "learningRate 0" spec.training.optimizer.learningRate '' '{training: {optimizer: {learningRate: 0}}}'
@@ -142,6 +147,17 @@ EOF
 got=$(k get tj inline -o 'jsonpath={.spec.model.layers[1].units}')
 if [ "$got" = 10 ]; then tap_ok "the inline model is stored unpruned"
 else tap_fail "the inline model is stored unpruned" "layers[1].units = '$got'"; fi
+tap_check "NumPy data sources and a pixel scale are accepted" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: numpy-data}
+spec:
+  workers: 1
+  dataset:
+    source: npz:/data/mnist.npz?x=images&y=labels
+    evalSource: npy:/data/x_test.npy,/data/y_test.npy
+    pixelScale: raw
+EOF
 tap_check "a user's program (command, args, image) is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
 kind: TrainingJob

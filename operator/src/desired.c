@@ -296,6 +296,9 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     rc |= add_arg(a, "--model", s->model_inline ? MODEL_MOUNT_DIR "/" SECRET_MODEL : s->model_name);
     if (s->dataset_name) rc |= add_arg(a, "--dataset", s->dataset_name);
     if (s->dataset_path) rc |= add_arg(a, "--data-dir", s->dataset_path);
+    if (s->data_source) rc |= add_arg(a, "--data", s->data_source);
+    if (s->eval_source) rc |= add_arg(a, "--eval-data", s->eval_source);
+    if (s->pixel_scale) rc |= add_arg(a, "--pixel-scale", s->pixel_scale);
     if (s->shard_policy) rc |= add_arg(a, "--shard-policy", s->shard_policy);
     if (s->epochs >= 0) rc |= add_arg_int(a, "--epochs", s->epochs);
     if (s->steps_per_epoch >= 0) rc |= add_arg_int(a, "--steps-per-epoch", s->steps_per_epoch);

@@ -242,6 +242,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     static const char *const cleans[] = {"None", "Running", "All", NULL};
     static const char *const successes[] = {"ChiefCompleted", "AllWorkers", NULL};
     static const char *const shards[] = {"auto", "data", "file", "off", NULL};
+    static const char *const scales[] = {"unit", "raw", NULL};
     long long v;
     const char *e;
 
@@ -301,6 +302,11 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
         FAIL("spec.dataset: expected an object");
     if (read_str(spec, "dataset.name", &s->dataset_name, err, errlen)) return -EINVAL;
     if (read_str(spec, "dataset.path", &s->dataset_path, err, errlen)) return -EINVAL;
+    if (read_str(spec, "dataset.source", &s->data_source, err, errlen)) return -EINVAL;
+    if (read_str(spec, "dataset.evalSource", &s->eval_source, err, errlen)) return -EINVAL;
+    if (jsonx_at(spec, "dataset.pixelScale") &&
+        read_enum(spec, "dataset.pixelScale", scales, NULL, &s->pixel_scale, err, errlen))
+        return -EINVAL;
     if (jsonx_at(spec, "dataset.shardPolicy")) {
         if (read_enum(spec, "dataset.shardPolicy", shards, NULL, &s->shard_policy, err, errlen))
             return -EINVAL;

@@ -61,6 +61,9 @@ typedef struct JobSpec {
     const cJSON *model_inline; /* an inline Sequential spec (object with layers) */
     const char *dataset_name;  /* NULL: the trainer's default */
     const char *dataset_path;  /* NULL: the trainer's default */
+    const char *data_source;   /* dataset.source, the trainer's --data; NULL: unset */
+    const char *eval_source;   /* dataset.evalSource, --eval-data; NULL: unset */
+    const char *pixel_scale;   /* unit | raw; NULL: the trainer's default */
     const char *shard_policy;  /* NULL: the trainer's default */
     int epochs, steps_per_epoch, per_worker_batch;
     const char *optimizer;

@@ -2265,6 +2265,46 @@ static const char *arg_of(const cJSON *pod, const char *flag)
     return NULL;
 }
 
+/* spec.dataset.source, evalSource and pixelScale become the trainer's --data, --eval-data
+ * and --pixel-scale; unset, none of them is passed (the trainer's defaults hold). */
+static void test_data_source_args(void **state)
+{
+    (void)state;
+    JobSpec s;
+    char err[256];
+    cJSON *job = job_new("{\"workers\":1,\"dataset\":{\"name\":\"fashion-mnist\",\"path\":"
+                         "\"/data\",\"source\":\"npz:/data/fm.npz?x=images&y=labels\","
+                         "\"evalSource\":\"npz:/data/test.npz\",\"pixelScale\":\"raw\"}}",
+                         NULL);
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
+    assert_string_equal(arg_of(pod, "--data"), "npz:/data/fm.npz?x=images&y=labels");
+    assert_string_equal(arg_of(pod, "--eval-data"), "npz:/data/test.npz");
+    assert_string_equal(arg_of(pod, "--pixel-scale"), "raw");
+    assert_string_equal(arg_of(pod, "--data-dir"), "/data");
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+    job = job_new("{\"workers\":1,\"dataset\":{\"path\":\"/data\"}}", NULL);
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
+    assert_null(arg_of(pod, "--data"));
+    assert_null(arg_of(pod, "--eval-data"));
+    assert_null(arg_of(pod, "--pixel-scale"));
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+    const char *bad[][2] = {
+        {"{\"dataset\":{\"pixelScale\":\"half\"}}",
+         "spec.dataset.pixelScale: expected one of unit | raw"},
+        {"{\"dataset\":{\"source\":7}}", "spec.dataset.source: expected a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        job = job_new(bad[i][0], NULL);
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+        assert_string_equal(err, bad[i][1]);
+        cJSON_Delete(job);
+    }
+}
+
 static const char *annotation(const cJSON *pod, const char *key)
 {
     return jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), key);
@@ -3267,6 +3307,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_job_creates_everything),
         cmocka_unit_test(test_steady_state_is_a_no_op),
+        cmocka_unit_test(test_data_source_args),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
         cmocka_unit_test(test_result_takes_only_the_schema),

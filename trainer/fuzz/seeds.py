@@ -3,11 +3,13 @@
 forms its unit tests use, generated so that no binary seed is committed.
 Usage: seeds.py OUT"""
 import gzip
+import io
 import json
 import os
 import re
 import struct
 import sys
+import zipfile
 import zlib
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -110,6 +112,37 @@ def idx(out):
         write(out, "idx", "fashion-%s.gz" % kind, gzip.compress(head + body))
 
 
+def npy_bytes(descr, shape, body, fortran="False", version=1):
+    """A .npy file as NumPy's format module writes it (header padded to 64 bytes)."""
+    text = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, shape)
+    pre = 10 if version == 1 else 12
+    hlen = (pre + len(text) + 1 + 63) // 64 * 64 - pre
+    text = text.ljust(hlen - 1) + "\n"
+    size = struct.pack("<H", hlen) if version == 1 else struct.pack("<I", hlen)
+    return b"\x93NUMPY" + bytes([version, 0]) + size + text.encode() + body
+
+
+def npy(out):
+    arrays = {
+        "u1-3d": npy_bytes("|u1", "(2, 3, 2)", bytes(range(12))),
+        "f4-4d": npy_bytes("<f4", "(1, 2, 2, 3)", struct.pack("<12f", *range(12))),
+        "f8-v2": npy_bytes("<f8", "(2, 1, 1)", struct.pack("<2d", 0.5, 1.0), version=2),
+        "i8-labels": npy_bytes("<i8", "(3,)", struct.pack("<3q", 0, 9, 4)),
+        "i4-n1": npy_bytes("<i4", "(2, 1)", struct.pack("<2i", 1, 2)),
+        "fortran": npy_bytes("<f4", "(2, 2)", bytes(16), fortran="True"),
+        # Regression guard: a shape of 19 GB over a few bytes of data.
+        "huge-shape": npy_bytes("<f8", "(60000, 200, 200)", bytes(13)),
+    }
+    for name, data in arrays.items():
+        write(out, "npy", name + ".npy", data)
+    for compress in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compress) as z:
+            z.writestr("x.npy", arrays["u1-3d"])
+            z.writestr("y.npy", arrays["i8-labels"])
+        write(out, "npy", "savez-%d.npz" % compress, buf.getvalue())
+
+
 def ckpt_file(sig, world, fields, params, opt):
     h = bytearray(360)
     h[0:8] = b"KTCKPT\x00\n"
@@ -146,7 +179,7 @@ def handshake(out):
 
 def main():
     out = sys.argv[1]
-    for gen in (tfconfig, model, keras, idx, ckpt, handshake):
+    for gen in (tfconfig, model, keras, idx, npy, ckpt, handshake):
         gen(out)
 
 

@@ -16,7 +16,8 @@ typedef enum {
     OPT_ENUM_SHARD,
     OPT_ENUM_COLLECTIVE,
     OPT_ENUM_DATASET,
-    OPT_ENUM_DEVICE
+    OPT_ENUM_DEVICE,
+    OPT_ENUM_PIXEL_SCALE
 } OptType;
 
 typedef struct {
@@ -35,6 +36,14 @@ static const Option options[] = {
      "NAME  fashion-mnist | mnist"},
     {"data-dir", OPT_STR, offsetof(Config, data_dir), sizeof(((Config *)0)->data_dir), 0, 0,
      "DIR  IDX files, .gz or raw"},
+    {"data", OPT_STR, offsetof(Config, data), sizeof(((Config *)0)->data), 0, 0,
+     "SOURCE  idx:DIR | npz:FILE[?x=KEY&y=KEY] | npy:IMAGES,LABELS\n"
+     "                             (default idx:<data-dir>; wins over --dataset/--data-dir)"},
+    {"eval-data", OPT_STR, offsetof(Config, eval_data), sizeof(((Config *)0)->eval_data), 0, 0,
+     "SOURCE  the --eval examples (default: idx:DIR's t10k files, npz:FILE's\n"
+     "                             x_test/y_test; npy: none, give one)"},
+    {"pixel-scale", OPT_ENUM_PIXEL_SCALE, offsetof(Config, pixel_scale), 0, 0, 0,
+     "unit|raw  uint8 values as v/255 (unit, the default) or 0..255 (raw)"},
     {"epochs", OPT_INT, offsetof(Config, epochs), 0, 1, 1e6, "N  (3)"},
     {"steps-per-epoch", OPT_INT, offsetof(Config, steps_per_epoch), 0, 0, 1e9,
      "N  (70); 0 = one pass over this worker's shard"},
@@ -194,6 +203,10 @@ static int set_option(Config *c, const Option *o, const char *v, const char *who
         }
         snprintf(err, errlen, "%s: expected auto, cpu or gpu, got '%s'", who, v);
         return -EINVAL;
+    case OPT_ENUM_PIXEL_SCALE:
+        if (source_parse_pixel_scale(v, (PixelScale *)(void *)base) == 0) return 0;
+        snprintf(err, errlen, "%s: expected unit or raw, got '%s'", who, v);
+        return -EINVAL;
     }
     return -EINVAL;
 }
@@ -205,9 +218,43 @@ static void env_name(char *out, size_t outlen, const char *flag)
     out[i] = '\0';
 }
 
+/* Fills in the data sources from the short forms and checks their syntax; data_who and
+ * eval_who name where --data and --eval-data came from ("" when not given). */
+static int resolve_sources(Config *c, const char *data_who, const char *eval_who, char *err,
+                           size_t errlen)
+{
+    char why[256];
+    if (!*data_who) snprintf(c->data, sizeof c->data, "idx:%s", c->data_dir);
+    else if (source_check_spec(c->data, why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", data_who, why);
+        return -EINVAL;
+    }
+    if (*eval_who) {
+        if (!source_check_spec(c->eval_data, why, sizeof why)) return 0;
+        snprintf(err, errlen, "%s: %s", eval_who, why);
+        return -EINVAL;
+    }
+    if (source_eval_spec(c->data, c->eval_data, sizeof c->eval_data) && c->eval) {
+        snprintf(err, errlen,
+                 "--eval: expected --eval-data SOURCE with %s %.200s (a pair of .npy files "
+                 "holds one set of examples)",
+                 data_who, c->data);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Where option o came from, kept for the checks after parsing. */
+static void note_source(const Option *o, const char *who, char *data_who, char *eval_who)
+{
+    if (o->offset == offsetof(Config, data)) snprintf(data_who, 80, "%s", who);
+    if (o->offset == offsetof(Config, eval_data)) snprintf(eval_who, 80, "%s", who);
+}
+
 int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
 {
     int rc, data_dir_set = 0;
+    char data_who[80] = "", eval_who[80] = "";
     defaults(c);
     for (size_t i = 0; i < NUM_OPTIONS; i++) {
         char name[64];
@@ -216,6 +263,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
         if (!v || !*v) continue;
         if ((rc = set_option(c, &options[i], v, name, err, errlen))) return rc;
         data_dir_set |= options[i].offset == offsetof(Config, data_dir);
+        note_source(&options[i], name, data_who, eval_who);
     }
     for (int a = 0; a < argc; a++) {
         const char *arg = argv[a];
@@ -246,9 +294,11 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
         }
         if ((rc = set_option(c, o, v, who, err, errlen))) return rc;
         data_dir_set |= o->offset == offsetof(Config, data_dir);
+        note_source(o, who, data_who, eval_who);
     }
     if (!data_dir_set)
         snprintf(c->data_dir, sizeof c->data_dir, "/usr/share/datasets/%s", c->dataset);
+    if ((rc = resolve_sources(c, data_who, eval_who, err, errlen))) return rc;
     if (c->nesterov && c->optimizer != OPT_SGD) {
         snprintf(err, errlen, "--nesterov: expected only with --optimizer sgd");
         return -EINVAL;

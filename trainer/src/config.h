@@ -17,6 +17,9 @@ typedef struct {
     char model[4096];         /* built-in name, file, or inline spec */
     char dataset[32];         /* fashion-mnist | mnist */
     char data_dir[4096];
+    char data[SOURCE_NAME_MAX];      /* the training SOURCE (source.h); default idx:<data_dir> */
+    char eval_data[SOURCE_NAME_MAX]; /* the evaluation SOURCE; default from data, "": none */
+    PixelScale pixel_scale;
     int epochs;
     int steps_per_epoch;      /* 0: one pass over this worker's shard */
     int per_worker_batch;

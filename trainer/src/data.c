@@ -28,9 +28,9 @@ const char *data_shard_policy_name(ShardPolicy p)
 }
 
 struct Pipeline {
-    const IdxDataset *ds;
+    const Source *src;
     PipelineConfig cfg;
-    size_t begin, n;       /* the stream's examples: ds indices [begin, begin+n) */
+    size_t begin, n;       /* the stream's examples: source positions [begin, begin+n) */
     size_t take;           /* examples the stream advances per step */
     size_t offset;         /* this rank's slice within a step */
     size_t pixels;
@@ -87,10 +87,7 @@ static void fill_batch(Pipeline *p, Batch *b)
             p->order_valid = 1;
         }
         uint32_t idx = p->order[pos];
-        const uint8_t *img = p->ds->images + (size_t)idx * p->pixels;
-        float *x = b->x + k * p->pixels;
-        for (size_t j = 0; j < p->pixels; j++) x[j] = (float)img[j] / 255.0f;
-        b->y[k] = p->ds->labels[idx];
+        source_example(p->src, idx, p->cfg.scale, b->x + k * p->pixels, &b->y[k]);
     }
     c.position += p->take;
     c.data_epoch += c.position / p->n, c.position %= p->n;
@@ -136,7 +133,7 @@ static void stop(Pipeline *p)
     p->running = 0;
 }
 
-int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *cfg, char *err,
+int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg, char *err,
                     size_t errlen)
 {
     if (cfg->batch < 1 || cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world ||
@@ -146,21 +143,21 @@ int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *
         return -EINVAL;
     }
     Pipeline *p = xcalloc(1, sizeof *p);
-    p->ds = ds;
+    p->src = src;
     p->cfg = *cfg;
-    p->pixels = (size_t)ds->rows * ds->cols;
+    p->pixels = source_example_size(src);
     p->stream_seed = cfg->seed;
     size_t b = (size_t)cfg->batch, w = (size_t)cfg->world, r = (size_t)cfg->rank;
     switch (cfg->policy) {
     case SHARD_AUTO:
-    case SHARD_DATA: p->begin = 0, p->n = ds->count, p->take = b * w, p->offset = r * b; break;
+    case SHARD_DATA: p->begin = 0, p->n = src->count, p->take = b * w, p->offset = r * b; break;
     case SHARD_FILE:
-        p->begin = ds->count * r / w;
-        p->n = ds->count * (r + 1) / w - p->begin;
+        p->begin = src->count * r / w;
+        p->n = src->count * (r + 1) / w - p->begin;
         p->take = b, p->offset = 0;
         break;
     case SHARD_OFF:
-        p->begin = 0, p->n = ds->count, p->take = b, p->offset = 0;
+        p->begin = 0, p->n = src->count, p->take = b, p->offset = 0;
         p->stream_seed = cfg->seed + r;
         break;
     }
@@ -175,7 +172,7 @@ int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *
     p->order = xmalloc(p->n * sizeof *p->order);
     for (int i = 0; i < PREFETCH; i++) {
         p->slots[i].x = xmalloc(b * p->pixels * sizeof(float));
-        p->slots[i].y = xmalloc(b);
+        p->slots[i].y = xmalloc(b * sizeof *p->slots[i].y);
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);

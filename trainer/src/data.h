@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "idx.h"
+#include "source.h"
 
 typedef enum { SHARD_AUTO = 0, SHARD_DATA, SHARD_FILE, SHARD_OFF } ShardPolicy;
 
@@ -42,22 +42,23 @@ typedef struct {
     uint64_t seed;
     int rank, world;
     ShardPolicy policy;
+    PixelScale scale;     /* uint8 values as v/255 or v */
 } PipelineConfig;
 
 typedef struct {
-    float *x;            /* (batch, rows*cols) scaled to [0,1] */
-    uint8_t *y;          /* (batch) */
+    float *x;            /* (batch, h*w*c) as source_example makes them */
+    int32_t *y;          /* (batch) */
     int size;            /* = batch (the remainder is dropped) */
     PipelineCursor next; /* the cursor after this batch */
 } Batch;
 
 typedef struct Pipeline Pipeline;
 
-/* A pipeline over ds (borrowed; must outlive the pipeline), positioned at cursor
+/* A pipeline over src (borrowed; must outlive the pipeline), positioned at cursor
  * (0, 0), with its prefetch thread started. Returns 0, or -EINVAL with a line in err
  * when the stream cannot fill one step (fewer examples than batch*world). Free with
  * pipeline_free. */
-int pipeline_create(Pipeline **out, const IdxDataset *ds, const PipelineConfig *cfg, char *err,
+int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg, char *err,
                     size_t errlen);
 
 /* The next batch (waits for the prefetch thread). The batch is owned by the pipeline

@@ -101,48 +101,40 @@ static void idx_path(char *out, size_t outlen, const char *dir, const char *name
     if (access(out, R_OK) != 0) snprintf(out, outlen, "%s/%s", dir, name);
 }
 
-int idx_load_dataset(IdxDataset *ds, const char *dir, const char *prefix, int num_classes,
-                     char *err, size_t errlen)
+int idx_open(Source *s, const char *dir, const char *prefix, char *err, size_t errlen)
 {
     char ipath[4096], lpath[4096], name[64];
     uint32_t idims[3], ldims[3];
+    uint8_t *labels = NULL;
     int rc;
-    memset(ds, 0, sizeof *ds);
+    memset(s, 0, sizeof *s);
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
     idx_path(ipath, sizeof ipath, dir, name);
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
     idx_path(lpath, sizeof lpath, dir, name);
-    if ((rc = idx_read(ipath, 3, &ds->images, idims, err, errlen))) goto err;
-    if ((rc = idx_read(lpath, 1, &ds->labels, ldims, err, errlen))) goto err;
+    uint8_t *images;
+    if ((rc = idx_read(ipath, 3, &images, idims, err, errlen))) return rc;
+    s->images = images;
+    if ((rc = idx_read(lpath, 1, &labels, ldims, err, errlen))) goto err;
     if (idims[0] != ldims[0]) {
         snprintf(err, errlen, "%s: %u labels for %u images in %s (expected one label per image)",
                  lpath, ldims[0], idims[0], ipath);
         rc = -EINVAL;
         goto err;
     }
-    for (uint32_t i = 0; i < ldims[0]; i++)
-        if (ds->labels[i] >= num_classes) {
-            snprintf(err, errlen,
-                     "%s: label %u of example %u (expected below %d, the model's "
-                     "classes)",
-                     lpath, ds->labels[i], i, num_classes);
-            rc = -EINVAL;
-            goto err;
-        }
-    ds->count = idims[0];
-    ds->rows = (int)idims[1];
-    ds->cols = (int)idims[2];
-    snprintf(ds->images_path, sizeof ds->images_path, "%s", ipath);
+    s->labels = xmalloc(ldims[0] * sizeof *s->labels);
+    for (uint32_t i = 0; i < ldims[0]; i++) s->labels[i] = labels[i];
+    free(labels);
+    s->count = idims[0];
+    s->h = (int)idims[1];
+    s->w = (int)idims[2];
+    s->c = 1;
+    s->type = SOURCE_U8;
+    snprintf(s->images_at, sizeof s->images_at, "%s", ipath);
+    snprintf(s->labels_at, sizeof s->labels_at, "%s", lpath);
     return 0;
 err:
-    idx_dataset_free(ds);
+    free(labels);
+    source_free(s);
     return rc;
-}
-
-void idx_dataset_free(IdxDataset *ds)
-{
-    if (!ds) return;
-    free(ds->images);
-    free(ds->labels);
-    memset(ds, 0, sizeof *ds);
 }

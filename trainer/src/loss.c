@@ -13,7 +13,7 @@ static int row_argmax(const float *row, int c)
     return best;
 }
 
-double loss_sce_logits(float *dlogits, int *correct, const float *logits, const uint8_t *labels,
+double loss_sce_logits(float *dlogits, int *correct, const float *logits, const int32_t *labels,
                        int b, int c, float scale)
 {
     double total = 0.0;
@@ -37,7 +37,7 @@ double loss_sce_logits(float *dlogits, int *correct, const float *logits, const 
     return total;
 }
 
-double loss_sce_probs(float *dprobs, int *correct, const float *probs, const uint8_t *labels, int b,
+double loss_sce_probs(float *dprobs, int *correct, const float *probs, const int32_t *labels, int b,
                       int c, float scale)
 {
     double total = 0.0;

@@ -1017,7 +1017,7 @@ static void forward(Pass *p)
     }
 }
 
-static double loss_of(Model *m, float *dout, int *correct, const float *out, const uint8_t *y,
+static double loss_of(Model *m, float *dout, int *correct, const float *out, const int32_t *y,
                       int b, float scale)
 {
     const Layer *last = &m->layers[m->num_layers - 1];
@@ -1156,7 +1156,7 @@ static size_t sharded_params_max(const Model *m)
 }
 
 /* Forward, loss and backward of one step (model_step, model_step_sgd). */
-static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_ready, void *ctx,
+static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_ready, void *ctx,
                  StepStats *st)
 {
     Model *m = p->m;
@@ -1202,7 +1202,7 @@ static void step(Pass *p, const uint8_t *y, int global_batch, GradReadyFn on_rea
     }
 }
 
-void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
+void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st)
 {
@@ -1216,7 +1216,7 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
     step(&p, y, global_batch, on_ready, ctx, st);
 }
 
-void model_step_sgd(Model *m, const float *x, const uint8_t *y, int batch, uint64_t dropout_seed,
+void model_step_sgd(Model *m, const float *x, const int32_t *y, int batch, uint64_t dropout_seed,
                     float lr, StepStats *st)
 {
     Pass p = {.m = m,
@@ -1230,7 +1230,7 @@ void model_step_sgd(Model *m, const float *x, const uint8_t *y, int batch, uint6
     step(&p, y, batch, NULL, NULL, st);
 }
 
-void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st)
+void model_evaluate(Model *m, const float *x, const int32_t *y, int b, StepStats *st)
 {
     Pass p = {.m = m, .x = x, .b = b, .shards = gemm_batch_shards(b)};
     forward(&p);

@@ -160,7 +160,7 @@ void model_reserve(Model *m, int max_batch);
  * (tf.nn.scale_regularization_loss), so that the sum over replicas is the gradient of
  * the global mean loss. on_ready (may be NULL) fires per layer as its slice is final.
  * Fills *st with this worker's share. Needs model_reserve(m, >= local_batch). */
-void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int global_batch,
+void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st);
 
@@ -170,12 +170,12 @@ void model_step(Model *m, const float *x, const uint8_t *y, int local_batch, int
  * product (dense_backward_sgd), so that its gradient is never written nor read back.
  * m->grads then holds the gradients of every parameter but the Dense kernels (their
  * slices are left as they were). The caller counts the optimizer's iteration. */
-void model_step_sgd(Model *m, const float *x, const uint8_t *y, int batch, uint64_t dropout_seed,
+void model_step_sgd(Model *m, const float *x, const int32_t *y, int batch, uint64_t dropout_seed,
                     float lr, StepStats *st);
 
 /* Inference (dropout off) on b examples: st->loss is the SUM of the examples' losses
  * (no regularization), st->correct and st->count as above. */
-void model_evaluate(Model *m, const float *x, const uint8_t *y, int b, StepStats *st);
+void model_evaluate(Model *m, const float *x, const int32_t *y, int b, StepStats *st);
 
 /* The regularization loss sum_l l2_l * |kernel_l|^2 of the current parameters. */
 double model_regularization(const Model *m);

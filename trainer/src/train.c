@@ -70,16 +70,16 @@ int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *e
     return rc;
 }
 
-/* Whether the images of ds fit the model's input: rows x cols for an input_shape
- * [rows, cols] or [rows, cols, 1], rows * cols values for a flat one. Every example is
- * read as input_size values, so another size would read past the images' buffer, and
- * another shape of the same size would train on scrambled pixels. Returns 0, or -EINVAL
- * with err naming the file and both shapes. */
-static int check_images(const IdxDataset *ds, const Model *m, char *err, size_t errlen)
+/* Whether the images of src fit the model's input: an input_shape [h, w, c], [h, w]
+ * when c = 1, or h * w * c values for a flat one. Every example is read as input_size
+ * values, so another size would read past the images' buffer, and another shape of the
+ * same size would train on scrambled pixels. Returns 0, or -EINVAL with err naming the
+ * file and both shapes. */
+static int check_images(const Source *src, const Model *m, char *err, size_t errlen)
 {
     const int *in = m->input_shape;
-    int fits = (size_t)ds->rows * (size_t)ds->cols == m->input_size;
-    if (m->input_rank >= 2) fits &= in[0] == ds->rows && in[1] == ds->cols;
+    int fits = source_example_size(src) == m->input_size;
+    if (m->input_rank >= 2) fits &= in[0] == src->h && in[1] == src->w;
     if (fits) return 0;
     char shape[64];
     int n = snprintf(shape, sizeof shape, "[%d", in[0]);
@@ -87,10 +87,10 @@ static int check_images(const IdxDataset *ds, const Model *m, char *err, size_t 
         n += snprintf(shape + n, sizeof shape - (size_t)n, ", %d", in[i]);
     snprintf(shape + n, sizeof shape - (size_t)n, "]");
     snprintf(err, errlen,
-             "%s: %dx%d images, but the model's input_shape is %s (%zu values per "
-             "example): use --data-dir with images of that shape, or a model whose input_shape "
-             "is [%d, %d]",
-             ds->images_path, ds->rows, ds->cols, shape, m->input_size, ds->rows, ds->cols);
+             "%s: %dx%dx%d images, but the model's input_shape is %s (%zu values per "
+             "example): use --data with images of that shape, or a model whose input_shape "
+             "is [%d, %d, %d]",
+             src->images_at, src->h, src->w, src->c, shape, m->input_size, src->h, src->w, src->c);
     return -EINVAL;
 }
 
@@ -105,11 +105,9 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
     if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
     *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
-    if ((rc = idx_load_dataset(&t->train, cfg->data_dir, "train", (int)t->model->num_classes, err,
-                               errlen)))
-        goto err;
-    if (cfg->eval && (rc = idx_load_dataset(&t->test, cfg->data_dir, "t10k",
-                                            (int)t->model->num_classes, err, errlen)))
+    const int k = (int)t->model->num_classes;
+    if ((rc = source_open(&t->train, cfg->data, SOURCE_TRAIN, k, err, errlen)) ||
+        (cfg->eval && (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, err, errlen))))
         goto err;
     if ((rc = check_images(&t->train, t->model, err, errlen)) ||
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
@@ -119,7 +117,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                          .seed = cfg->seed,
                          .rank = coll->rank,
                          .world = coll->world,
-                         .policy = cfg->shard_policy};
+                         .policy = cfg->shard_policy,
+                         .scale = cfg->pixel_scale};
     if ((rc = pipeline_create(&t->pipe, &t->train, &pc, err, errlen))) goto err;
     t->global_batch = cfg->per_worker_batch * coll->world;
     t->steps_per_epoch =
@@ -222,16 +221,18 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
     const int b = t->cfg.per_worker_batch;
     const size_t pixels = t->model->input_size;
     float *x = xmalloc((size_t)b * pixels * sizeof *x);
+    int32_t *y = xmalloc((size_t)b * sizeof *y);
     double sum = 0.0, correct = 0.0, count = 0.0;
     for (size_t start = 0; start < t->test.count; start += (size_t)b) {
         int n = (int)(t->test.count - start < (size_t)b ? t->test.count - start : (size_t)b);
-        const uint8_t *img = t->test.images + start * pixels;
-        for (size_t j = 0; j < (size_t)n * pixels; j++) x[j] = (float)img[j] / 255.0f;
+        for (int k = 0; k < n; k++)
+            source_example(&t->test, start + (size_t)k, t->cfg.pixel_scale, x + (size_t)k * pixels,
+                           &y[k]);
         StepStats s;
 #ifdef KT_GPU
         if (t->gpu) {
             char err[512];
-            int rc = gpu_model_load_batch(t->gpu, x, t->test.labels + start, n, err, sizeof err);
+            int rc = gpu_model_load_batch(t->gpu, x, y, n, err, sizeof err);
             if (rc || (rc = gpu_model_evaluate(t->gpu, &s, err, sizeof err)))
                 util_fail(rc == -ENOTSUP ? KT_EXIT_DATA : KT_EXIT_RETRY,
                           "evaluation on the GPU: %s",
@@ -240,10 +241,11 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
             continue;
         }
 #endif
-        model_evaluate(t->model, x, t->test.labels + start, n, &s);
+        model_evaluate(t->model, x, y, n, &s);
         sum += s.loss, correct += s.correct, count += s.count;
     }
     free(x);
+    free(y);
     *loss = count > 0 ? sum / count : 0.0;
     *accuracy = count > 0 ? correct / count : 0.0;
 }
@@ -606,7 +608,7 @@ void trainer_free(Trainer *t)
     pipeline_free(t->pipe);
     optim_free(t->opt);
     model_free(t->model);
-    idx_dataset_free(&t->train);
-    idx_dataset_free(&t->test);
+    source_free(&t->train);
+    source_free(&t->test);
     free(t);
 }

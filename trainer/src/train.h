@@ -12,7 +12,6 @@
 #include "collective.h"
 #include "config.h"
 #include "data.h"
-#include "idx.h"
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
@@ -56,7 +55,7 @@ struct Trainer {
     Collective *coll;     /* borrowed */
     Model *model;
     Optimizer *opt;
-    IdxDataset train, test;
+    Source train, test;
     Pipeline *pipe;
     Metrics *metrics;
     TrainState st;

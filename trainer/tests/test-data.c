@@ -16,17 +16,17 @@
 
 #define COUNT 103
 
-static IdxDataset ds;
+static Source ds;
 
 static int setup(void **s)
 {
     (void)s;
-    ds.count = COUNT, ds.rows = 2, ds.cols = 2;
+    ds.count = COUNT, ds.h = 2, ds.w = 2, ds.c = 1, ds.type = SOURCE_U8;
     ds.images = malloc(COUNT * 4);
-    ds.labels = malloc(COUNT);
+    ds.labels = malloc(COUNT * sizeof *ds.labels);
     for (int i = 0; i < COUNT; i++) {
-        memset(ds.images + 4 * i, i % 251, 4);
-        ds.labels[i] = (uint8_t)(i % 10);
+        memset((uint8_t *)ds.images + 4 * i, i % 251, 4);
+        ds.labels[i] = i % 10;
     }
     return 0;
 }
@@ -34,7 +34,7 @@ static int setup(void **s)
 static int teardown(void **s)
 {
     (void)s;
-    idx_dataset_free(&ds);
+    source_free(&ds);
     return 0;
 }
 

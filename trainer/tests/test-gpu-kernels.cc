@@ -219,9 +219,9 @@ static void check_loss(int probs, int b, int c)
 {
     const float scale = 1.0f / 512.0f;
     auto z = randoms((size_t)b * c, 18, -3.0f, 3.0f);
-    std::vector<uint8_t> labels(b);
+    std::vector<int32_t> labels(b);
     uint64_t s = 19;
-    for (auto &l : labels) l = (uint8_t)(util_rand_float(&s) * (float)c);
+    for (auto &l : labels) l = (int32_t)(util_rand_float(&s) * (float)c);
     if (probs) { /* rows of probabilities, some at 0 and 1 so that clipping bites */
         activation_forward(z.data(), (size_t)b, (size_t)c, ACT_SOFTMAX);
         for (int j = 0; j < c; j++) z[j] = j == 0 ? 1.0f : 0.0f;
@@ -237,10 +237,10 @@ static void check_loss(int probs, int b, int c)
               : loss_sce_logits(d_cpu.data(), &correct_cpu, z.data(), labels.data(), b, c, scale);
     if (probs)
         emul_launch(EW, k_sce_probs, d.data(), row_loss.data(), row_correct.data(),
-                    (const float *)z.data(), (const uint8_t *)labels.data(), b, c, scale);
+                    (const float *)z.data(), (const int32_t *)labels.data(), b, c, scale);
     else
         emul_launch(EW, k_sce_logits, d.data(), row_loss.data(), row_correct.data(),
-                    (const float *)z.data(), (const uint8_t *)labels.data(), b, c, scale);
+                    (const float *)z.data(), (const int32_t *)labels.data(), b, c, scale);
     double acc[3] = {0.5, 2.0, 0.0}; /* k_sum_loss adds onto what is there */
     emul_launch(1, THREADS, k_sum_loss, acc, (const double *)row_loss.data(),
                 (const int *)row_correct.data(), b);

@@ -74,10 +74,10 @@ static void check_close(const char *what, const float *gpu, const float *cpu, si
     assert_true(r <= REL_TOL);
 }
 
-static void fill_batch(float *x, uint8_t *y, size_t pixels, int b, int classes, uint64_t seed)
+static void fill_batch(float *x, int32_t *y, size_t pixels, int b, int classes, uint64_t seed)
 {
     for (size_t i = 0; i < (size_t)b * pixels; i++) x[i] = util_rand_float(&seed);
-    for (int i = 0; i < b; i++) y[i] = (uint8_t)util_rand_below(&seed, (uint64_t)classes);
+    for (int i = 0; i < b; i++) y[i] = (int32_t)util_rand_below(&seed, (uint64_t)classes);
 }
 
 /* One forward/backward of spec on CPU and GPU from the same weights and batch. */
@@ -90,7 +90,7 @@ static void compare_step(const char *spec)
     print_message("# %s\n", m->signature);
     const size_t np = m->num_params, pixels = m->input_size;
     float *x = xmalloc(B * pixels * sizeof *x);
-    uint8_t y[B];
+    int32_t y[B];
     fill_batch(x, y, pixels, B, (int)m->num_classes, 42);
     model_reserve(m, B);
     StepStats st;
@@ -242,7 +242,7 @@ static void graphs_follow_cpu(int on)
     assert_int_equal(gpu_model_upload(g, m->params, NULL, err, sizeof err), 0);
     float *x = xmalloc(B * pixels * sizeof *x);
     float *gr = xmalloc((np + MODEL_STATS_FLOATS) * sizeof *gr);
-    uint8_t y[B];
+    int32_t y[B];
     for (int step = 0; step < STEPS; step++) {
         const int b = step == 5 ? 5 : B;
         const float stop = step >= 4 ? 1.0f : 0.0f;
@@ -359,7 +359,7 @@ static void test_training_follows_cpu(void **s)
     assert_int_equal(gpu_model_create(&g, m, &oc, 0, B, err, sizeof err), 0);
     assert_int_equal(gpu_model_upload(g, m->params, cpu->state, err, sizeof err), 0);
     float *x = xmalloc(B * pixels * sizeof *x);
-    uint8_t y[B];
+    int32_t y[B];
     float stats[MODEL_STATS_FLOATS];
     double first = 0.0, last = 0.0;
     for (int step = 0; step < STEPS; step++) {

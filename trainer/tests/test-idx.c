@@ -105,16 +105,18 @@ static void test_good_raw_and_gzip(void **s)
     for (int gz = 0; gz < 2; gz++) {
         clean();
         write_pair(5, 5, gz);
-        IdxDataset ds;
+        Source ds;
         char err[512] = "";
-        assert_int_equal(idx_load_dataset(&ds, dir, "train", 10, err, sizeof err), 0);
+        assert_int_equal(idx_open(&ds, dir, "train", err, sizeof err), 0);
         assert_int_equal(ds.count, 5);
-        assert_int_equal(ds.rows, 4);
-        assert_int_equal(ds.cols, 3);
-        assert_int_equal(ds.images[13], 13 % 7);
+        assert_int_equal(ds.h, 4);
+        assert_int_equal(ds.w, 3);
+        assert_int_equal(ds.c, 1);
+        assert_int_equal(ds.type, SOURCE_U8);
+        assert_int_equal(((uint8_t *)ds.images)[13], 13 % 7);
         assert_int_equal(ds.labels[4], 4);
-        idx_dataset_free(&ds);
-        idx_dataset_free(&ds); /* freeing twice (emptied) is a no-op */
+        source_free(&ds);
+        source_free(&ds); /* freeing twice (emptied) is a no-op */
     }
 }
 
@@ -200,10 +202,9 @@ static void test_count_mismatch(void **s)
     (void)s;
     clean();
     write_pair(5, 4, 0);
-    IdxDataset ds;
+    Source ds;
     char err[512];
-    expect_error(idx_load_dataset(&ds, dir, "train", 10, err, sizeof err), err,
-                 "4 labels for 5 images");
+    expect_error(idx_open(&ds, dir, "train", err, sizeof err), err, "4 labels for 5 images");
 }
 
 static void test_label_range_and_missing(void **s)
@@ -211,11 +212,12 @@ static void test_label_range_and_missing(void **s)
     (void)s;
     clean();
     write_pair(9, 9, 0); /* labels are i % 7: up to 6 */
-    IdxDataset ds;
-    char err[512];
-    expect_error(idx_load_dataset(&ds, dir, "train", 5, err, sizeof err), err,
+    Source ds;
+    char err[512], spec[300];
+    snprintf(spec, sizeof spec, "idx:%s", dir);
+    expect_error(source_open(&ds, spec, SOURCE_TRAIN, 5, err, sizeof err), err,
                  "label 5 of example 5");
-    expect_error(idx_load_dataset(&ds, dir, "t10k", 10, err, sizeof err), err, "cannot open");
+    expect_error(source_open(&ds, spec, SOURCE_EVAL, 10, err, sizeof err), err, "cannot open");
 }
 
 int main(void)

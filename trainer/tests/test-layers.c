@@ -442,7 +442,7 @@ static void test_linear(void **s)
 /* ---- losses ---- */
 typedef struct {
     float *z;
-    uint8_t y[5];
+    int32_t y[5];
     int probs;
 } LossCase;
 
@@ -463,7 +463,7 @@ static void test_loss_logits(void **s)
     check_grad("sce logits", c.z, d, 20, loss_obj, &c, 2e-3f);
     /* stability: huge logits give a finite loss, ~0 when the label wins */
     float big[4] = {1000.0f, -1000.0f, 0.0f, 500.0f};
-    uint8_t y0 = 0, y1 = 1;
+    int32_t y0 = 0, y1 = 1;
     assert_float_equal(loss_sce_logits(NULL, NULL, big, &y0, 1, 4, 1.0f), 0.0, 1e-6);
     assert_float_equal(loss_sce_logits(NULL, NULL, big, &y1, 1, 4, 1.0f), 2000.0, 1e-3);
     free(c.z);
@@ -479,14 +479,14 @@ static void test_loss_probs(void **s)
     check_grad("sce probs", c.z, d, 20, loss_obj, &c, 2e-4f);
     /* a zero probability is clipped to 1e-7: a finite loss of -log(1e-7)-ish */
     float p[4] = {0.0f, 1.0f, 0.0f, 0.0f};
-    uint8_t y = 0;
+    int32_t y = 0;
     double l = loss_sce_probs(NULL, NULL, p, &y, 1, 4, 1.0f);
     assert_close_lt(l, 16.0, 1.0); /* finite, between 15 and 17 */
     /* a softmax output gives the same loss as its logits */
     float z[4] = {0.3f, -1.2f, 2.0f, 0.1f}, q[4];
     memcpy(q, z, sizeof q);
     activation_forward(q, 1, 4, ACT_SOFTMAX);
-    uint8_t y2 = 2;
+    int32_t y2 = 2;
     assert_float_equal(loss_sce_probs(NULL, NULL, q, &y2, 1, 4, 1.0f),
                        loss_sce_logits(NULL, NULL, z, &y2, 1, 4, 1.0f), 1e-5);
     free(c.z);
@@ -496,7 +496,7 @@ static void test_loss_probs(void **s)
 typedef struct {
     Model *m;
     float *x;
-    uint8_t y[3];
+    int32_t y[3];
 } ModelCase;
 
 static double model_obj(void *p)

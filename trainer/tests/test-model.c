@@ -302,10 +302,10 @@ static void test_sharded_step_equals_one_thread(void **s)
         model_reserve(m[i], B);
     }
     float *x = malloc(sizeof(float) * B * 144);
-    uint8_t y[B];
+    int32_t y[B];
     uint64_t rng = 3;
     for (int i = 0; i < B * 144; i++) x[i] = util_rand_float(&rng);
-    for (int i = 0; i < B; i++) y[i] = (uint8_t)util_rand_below(&rng, 10);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)util_rand_below(&rng, 10);
 
     StepStats st[3];
     ReadyLog log[3];
@@ -375,10 +375,10 @@ static void test_zeroed_gradient_buffer_stays_zero(void **s)
     const size_t np = m->num_params, ng = np + MODEL_STATS_FLOATS;
     float *x = malloc(sizeof(float) * B * 196), *g1 = malloc(ng * sizeof *g1);
     float *p0 = malloc(np * sizeof *p0);
-    uint8_t y[B];
+    int32_t y[B];
     uint64_t rng = 9;
     for (int i = 0; i < B * 196; i++) x[i] = util_rand_float(&rng);
-    for (int i = 0; i < B; i++) y[i] = (uint8_t)util_rand_below(&rng, 10);
+    for (int i = 0; i < B; i++) y[i] = (int32_t)util_rand_below(&rng, 10);
     memcpy(p0, m->params, np * sizeof *p0);
     for (int threads = 1; threads <= 3; threads += 2) {
         gemm_set_threads(threads);
@@ -420,7 +420,7 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
     const size_t np = m[0]->num_params;
     float *p0 = malloc(np * sizeof *p0), *x = malloc(sizeof(float) * B * 144);
     memcpy(p0, m[0]->params, np * sizeof *p0);
-    uint8_t y[B];
+    int32_t y[B];
     uint64_t rng = 5;
     OptimizerConfig c = optim_defaults(OPT_SGD, lr);
     Optimizer *o = optim_create(&c, np);
@@ -428,7 +428,7 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
     gemm_set_threads(3);
     for (int step = 0; step < 3; step++) {
         for (int i = 0; i < B * 144; i++) x[i] = util_rand_float(&rng);
-        for (int i = 0; i < B; i++) y[i] = (uint8_t)util_rand_below(&rng, 10);
+        for (int i = 0; i < B; i++) y[i] = (int32_t)util_rand_below(&rng, 10);
         StepStats a, b;
         model_step(m[0], x, y, B, B, 1, 40 + step, NULL, NULL, &a);
         optim_step(o, m[0]->params, m[0]->grads);

@@ -19,15 +19,15 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
-#include "idx.h"
 #include "model.h"
 #include "optim.h"
+#include "source.h"
 
 #define REFERENCE "trainer/tests/reference/reference.json"
 #define DATA_DIR "/usr/share/datasets/fashion-mnist"
 
 static cJSON *reference;
-static IdxDataset ds;
+static Source ds;
 static const char *const test_names[] = {"tutorial-cnn", "tutorial-cnn-l2", "cnn2",
                                          "mlp",          "shapes",          NULL};
 static unsigned selected = ~0u; /* bit i: test_names[i] runs (KT_TEST_REFERENCE_MODELS) */
@@ -61,7 +61,7 @@ static int setup(void **state)
         }
     }
     char err[256];
-    if (idx_load_dataset(&ds, DATA_DIR, "train", 10, err, sizeof err) != 0) {
+    if (source_open(&ds, "idx:" DATA_DIR, SOURCE_TRAIN, 10, err, sizeof err) != 0) {
         print_message("# %s\n", err);
         ds.count = 0;
     }
@@ -72,7 +72,7 @@ static int teardown(void **state)
 {
     (void)state;
     cJSON_Delete(reference);
-    idx_dataset_free(&ds);
+    source_free(&ds);
     return 0;
 }
 
@@ -109,7 +109,8 @@ static void check_run(const char *test, const char *spec)
         oc.nesterov = cJSON_IsTrue(nest);
         Optimizer *o = optim_create(&oc, m->num_params);
         float *x = malloc(64 * 784 * sizeof *x);
-        for (int i = 0; i < 64 * 784; i++) x[i] = (float)ds.images[i] / 255.0f;
+        int32_t y[64];
+        for (int i = 0; i < 64; i++) source_example(&ds, (size_t)i, PIXEL_UNIT, x + i * 784, &y[i]);
         int step = 0;
         const cJSON *want;
         cJSON_ArrayForEach(want, cJSON_GetObjectItem(run, "losses"))
@@ -117,10 +118,10 @@ static void check_run(const char *test, const char *spec)
             StepStats st;
             /* the trainer's path on one worker: plain SGD folded into the backward */
             if (optim_plain_sgd(o)) {
-                model_step_sgd(m, x, ds.labels, 64, 0, oc.lr, &st);
+                model_step_sgd(m, x, y, 64, 0, oc.lr, &st);
                 o->iterations++;
             } else {
-                model_step(m, x, ds.labels, 64, 64, 1, 0, NULL, NULL, &st);
+                model_step(m, x, y, 64, 64, 1, 0, NULL, NULL, &st);
                 optim_step(o, m->params, m->grads);
             }
             double rel = fabs(st.loss - want->valuedouble) / fabs(want->valuedouble);

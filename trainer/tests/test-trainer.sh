@@ -141,14 +141,14 @@ ln -s "$DATA"/train-* "$tmp/tiny-test/"
 idx_file "$tmp/tiny-test/t10k-images-idx3-ubyte" 10 1 1
 idx_file "$tmp/tiny-test/t10k-labels-idx1-ubyte" 10
 expect_fail "--eval with 1x1 test images" 3 \
-  "tiny-test/t10k-images-idx3-ubyte: 1x1 images, but the model's input_shape is [28, 28] (784" \
+  "tiny-test/t10k-images-idx3-ubyte: 1x1x1 images, but the model's input_shape is [28, 28] (784" \
   --data-dir "$tmp/tiny-test" --eval --model mlp --epochs 1 --steps-per-epoch 1
 # as many pixels in another shape: not the images the model was written for
 ln -s "$DATA"/t10k-* "$tmp/odd-train/"
 idx_file "$tmp/odd-train/train-images-idx3-ubyte" 20 14 56
 idx_file "$tmp/odd-train/train-labels-idx1-ubyte" 20
 expect_fail "14x56 training images for a 28x28 model" 3 \
-  "odd-train/train-images-idx3-ubyte: 14x56 images, but the model's input_shape is [28, 28]" \
+  "odd-train/train-images-idx3-ubyte: 14x56x1 images, but the model's input_shape is [28, 28]" \
   --data-dir "$tmp/odd-train" --model mlp --epochs 1 --steps-per-epoch 1 --per-worker-batch 8
 
 # the whole model's memory at the per-worker batch, bounded at start-up

@@ -140,7 +140,7 @@ struct GpuModel {
     size_t ws_size;
     // the double-buffered batch
     float *x[2], *xh[2];
-    uint8_t *y[2], *yh[2];
+    int32_t *y[2], *yh[2];
     cudaEvent_t copied[2], consumed[2];
     int slot;                // the slot of the loaded batch
     int ran_slot, ran_b;     // the slot and size of the batch the last step or evaluation read
@@ -675,9 +675,9 @@ static int create(GpuModel *g, char *err, size_t errlen)
     for (int k = 0; k < 2; k++) {
         CU(cudaMalloc(&g->dbuf[k], B * dmax * sizeof(float)));
         CU(cudaMalloc(&g->x[k], B * m->input_size * sizeof(float)));
-        CU(cudaMalloc(&g->y[k], B));
+        CU(cudaMalloc(&g->y[k], B * sizeof(int32_t)));
         CU(cudaMallocHost(&g->xh[k], B * m->input_size * sizeof(float)));
-        CU(cudaMallocHost(&g->yh[k], B));
+        CU(cudaMallocHost(&g->yh[k], B * sizeof(int32_t)));
         CU(cudaEventCreateWithFlags(&g->copied[k], cudaEventDisableTiming));
         CU(cudaEventCreateWithFlags(&g->consumed[k], cudaEventDisableTiming));
     }
@@ -746,7 +746,7 @@ extern "C" int gpu_model_download(GpuModel *g, float *params, float *opt_state, 
     return 0;
 }
 
-extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, char *err,
+extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const int32_t *y, int b, char *err,
                                     size_t errlen)
 {
     if (b < 1 || b > g->max_batch) {
@@ -758,9 +758,10 @@ extern "C" int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *
     // The pinned buffer is free once the step that read slot k (two loads ago) is done.
     CU(cudaEventSynchronize(g->consumed[k]));
     memcpy(g->xh[k], x, xbytes);
-    memcpy(g->yh[k], y, (size_t)b);
+    memcpy(g->yh[k], y, (size_t)b * sizeof(int32_t));
     CU(cudaMemcpyAsync(g->x[k], g->xh[k], xbytes, cudaMemcpyHostToDevice, g->copy));
-    CU(cudaMemcpyAsync(g->y[k], g->yh[k], (size_t)b, cudaMemcpyHostToDevice, g->copy));
+    CU(cudaMemcpyAsync(g->y[k], g->yh[k], (size_t)b * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       g->copy));
     CU(cudaEventRecord(g->copied[k], g->copy));
     g->slot = k;
     g->b = b;

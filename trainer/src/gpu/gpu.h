@@ -80,7 +80,7 @@ int gpu_model_download(GpuModel *g, float *params, float *opt_state, char *err, 
 /* Copies a batch (x: b * input_size floats, y: b labels; both read before it returns)
  * to the device on the copy stream; the next gpu_model_step or gpu_model_evaluate uses
  * it. b <= max_batch. */
-int gpu_model_load_batch(GpuModel *g, const float *x, const uint8_t *y, int b, char *err,
+int gpu_model_load_batch(GpuModel *g, const float *x, const int32_t *y, int b, char *err,
                          size_t errlen);
 
 /* model_step on the loaded batch: forward (dropout drawn from dropout_seed exactly as

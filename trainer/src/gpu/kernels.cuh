@@ -181,7 +181,7 @@ __global__ void k_crop(float *dst, const float *src, int b, int h, int w, int c,
 
 // loss_sce_logits, one thread per row: loss (double) and correct per row, dlogits.
 __global__ void k_sce_logits(float *dlogits, double *loss, int *correct, const float *logits,
-                             const uint8_t *labels, int b, int c, float scale)
+                             const int32_t *labels, int b, int c, float scale)
 {
     FOR_EACH(i, (size_t)b) {
         const float *z = logits + i * c;
@@ -204,7 +204,7 @@ __global__ void k_sce_logits(float *dlogits, double *loss, int *correct, const f
 
 // loss_sce_probs, one thread per row.
 __global__ void k_sce_probs(float *dprobs, double *loss, int *correct, const float *probs,
-                            const uint8_t *labels, int b, int c, float scale)
+                            const int32_t *labels, int b, int c, float scale)
 {
     const float eps = 1e-7f;
     FOR_EACH(i, (size_t)b) {

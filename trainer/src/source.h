@@ -1,0 +1,71 @@
+/* source — where the examples come from (docs/design.md, "The example interface").
+ *
+ * A SOURCE string names one sequence of examples, each an H x W x C image (channels
+ * last, row-major) and an int32 label in [0, K):
+ *     idx:DIR               DIR/train-* (training) or DIR/t10k-* (evaluation), IDX files
+ *     npz:FILE[?x=KEY&y=KEY] arrays of a NumPy .npz; keys x_train/y_train (training) or
+ *                           x_test/y_test (evaluation) unless given
+ *     npy:IMAGES,LABELS     two NumPy .npy files
+ * Each format is read by its own module (idx.c, npy.c); the pipeline, the shuffle and
+ * the sharding see only the shape, the size and examples by position. The examples
+ * stay in memory as the source holds them (uint8 or float32) and are converted to the
+ * model's float32 one at a time. */
+#ifndef KT_SOURCE_H
+#define KT_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { SOURCE_U8 = 0, SOURCE_F32 } SourceType;
+
+/* Which examples of a source a run takes: a source file holds both for idx and npz. */
+typedef enum { SOURCE_TRAIN = 0, SOURCE_EVAL } SourceRole;
+
+/* How uint8 values become the model's float32: v/255 (unit) or v (raw). */
+typedef enum { PIXEL_UNIT = 0, PIXEL_RAW } PixelScale;
+
+#define SOURCE_NAME_MAX 4400
+
+typedef struct {
+    char images_at[SOURCE_NAME_MAX]; /* the file (and key) of the images, for messages */
+    char labels_at[SOURCE_NAME_MAX]; /* and of the labels */
+    size_t count;
+    int h, w, c;
+    SourceType type;
+    void *images;    /* count x h x w x c of type */
+    int32_t *labels; /* count, each in [0, num_classes) */
+} Source;
+
+/* Checks the syntax of a SOURCE string (the scheme and its parts), without opening
+ * anything. Returns 0 or -EINVAL with a line in err saying what was expected. */
+int source_check_spec(const char *spec, char *err, size_t errlen);
+
+/* The SOURCE of the evaluation examples that goes with training SOURCE spec when no
+ * --eval-data is given: the same directory (idx) or file with the default keys (npz).
+ * Returns 0, or -ENOENT for a source that holds no evaluation examples (npy). */
+int source_eval_spec(const char *spec, char *out, size_t outlen);
+
+/* Opens spec for role, reading its examples into memory and checking their shapes,
+ * dtypes and that every label is in [0, num_classes). Returns 0, or a negative errno
+ * with one line in err naming the file, key, and what was expected. Free with
+ * source_free. */
+int source_open(Source *s, const char *spec, SourceRole role, int num_classes, char *err,
+                size_t errlen);
+
+/* Values per example: h * w * c. */
+size_t source_example_size(const Source *s);
+
+/* Example i (< count) as the model takes it: x gets source_example_size floats, *y the
+ * label. */
+void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y);
+
+/* "uint8" or "float32". */
+const char *source_type_name(SourceType t);
+
+/* Parses "unit" or "raw"; returns 0 or -EINVAL. */
+int source_parse_pixel_scale(const char *v, PixelScale *out);
+
+/* Frees the arrays; NULL or an empty source is a no-op. */
+void source_free(Source *s);
+
+#endif
