@@ -98,7 +98,8 @@ if [ "$(linked gang j)" = "$want" ]; then
 else tap_fail "$tag every pod names the group" "$(linked gang j)"; fi
 if wait_until 10 cond_is gang j GangScheduling reason PodGroupCreated; then
   tap_ok "$tag condition GangScheduling True/PodGroupCreated"
-else tap_fail "$tag condition GangScheduling PodGroupCreated" "$(jp gang tj/j .status.conditions)"; fi
+else tap_fail "$tag condition GangScheduling PodGroupCreated" \
+  "$(jp gang tj/j .status.conditions)"; fi
 
 # No node has room: the job says why it waits, in the scheduler's words.
 for i in 0 1 2; do unschedulable gang "j-worker-$i"; done
@@ -144,7 +145,8 @@ sleep 1
 if [ -z "$(groups gang solo)" ] &&
    [ "$(linked gang solo)" = $'solo-worker-0 -\nsolo-worker-1 -' ]; then
   tap_ok "$tag gangScheduling: false: no PodGroup, no pod names one"
-else tap_fail "$tag gangScheduling: false makes no group" "$(groups gang solo); $(linked gang solo)"; fi
+else tap_fail "$tag gangScheduling: false makes no group" \
+  "$(groups gang solo); $(linked gang solo)"; fi
 
 # The job deleted: the garbage collector takes its group (after the pods, whose
 # reference the PodGroup protection finalizer waits for).
