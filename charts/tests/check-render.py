@@ -86,12 +86,23 @@ def source_rules(src_dir):
     import glob
     import os
 
-    def group(gv):
+    # The Workload API's group versions (desired.h: POD_GROUP_V1BETA1, ...): the operator
+    # requests PodGroups in whichever the cluster serves, held in a variable; RBAC names
+    # only their group, which they share.
+    pod_group_gvs = dict(re.findall(r'#define\s+(POD_GROUP_\w+)\s+"([^"]+)"',
+                                    open(os.path.join(src_dir, "desired.h")).read()))
+    pod_group_groups = {gv.split("/")[0] for gv in pod_group_gvs.values()}
+
+    def group(gv, plural):
         gv = gv.strip()
         if gv == "KT_API_VERSION":
             return "kubetrain.dev"
-        if gv == "POD_GROUP_API_VERSION":  # desired.h
-            return "scheduling.k8s.io"
+        if gv in pod_group_gvs:
+            return pod_group_gvs[gv].split("/")[0]
+        if re.fullmatch(r"[a-z_]+", gv):  # a variable
+            if plural == '"podgroups"' and len(pod_group_groups) == 1:
+                return next(iter(pod_group_groups))
+            return "?" + gv
         gv = gv.strip('"')
         return "" if gv == "v1" else gv.split("/")[0]
 
@@ -121,7 +132,7 @@ def source_rules(src_dir):
             verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete",
                     "GET": "get" if name != "NULL" else "list"}[m.group(2)]
             for r in plurals(plural, last[4]):
-                used.add((group(gv), r + ("/status" if sub == '"status"' else ""), verb))
+                used.add((group(gv, plural), r + ("/status" if sub == '"status"' else ""), verb))
         # InformerOptions X = {.group_version = ..., .plural = ...}; X.plural = ...;
         # informer_new(client, &X): list and watch with X's fields at that point.
         opts = {}
@@ -136,7 +147,7 @@ def source_rules(src_dir):
             else:
                 o = opts.get(m.group(6), {})
                 for r in plurals(o.get("plural", "?"), ""):
-                    g = group(o.get("group_version", "?"))
+                    g = group(o.get("group_version", "?"), o.get("plural", "?"))
                     used |= {(g, r, "list"), (g, r, "watch")}
     desired = os.path.join(src_dir, "desired.c")
     if os.path.exists(desired) and "blockOwnerDeletion" in open(desired).read():
