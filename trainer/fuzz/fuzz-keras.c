@@ -9,6 +9,7 @@
 
 #include "keras_json.h"
 #include "model.h"
+#include "model_invariants.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,14 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *printed = cJSON_PrintUnformatted(spec);
     Model *m = NULL;
     if (model_create_from_text(&m, printed, "fuzz", 1, err, sizeof err) == 0) {
-        size_t in = m->input_size;
-        for (int i = 0; i < m->num_layers; i++) {
-            const Layer *l = &m->layers[i];
-            if (l->in_size != in || l->out_size == 0) abort();
-            if (l->w_off + l->w_count > m->num_params || l->b_off + l->b_count > m->num_params)
-                abort();
-            in = l->out_size;
-        }
+        fuzz_check_model_layers(m);
         model_free(m);
     } else if (!err[0]) {
         abort();

@@ -1,6 +1,7 @@
 /* libFuzzer target: the model spec (model_create_from_text), JSON or YAML. A model that
  * builds must be consistent: its layers chain, its arenas hold every slice. */
 #include "model.h"
+#include "model_invariants.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,14 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[512] = "";
     if (model_create_from_text(&m, text, "fuzz", 1, err, sizeof err) == 0) {
         if (m->num_layers < 1 || m->num_classes < 2 || !m->signature) abort();
-        size_t in = m->input_size;
-        for (int i = 0; i < m->num_layers; i++) {
-            const Layer *l = &m->layers[i];
-            if (l->in_size != in || l->out_size == 0) abort();
-            if (l->w_off + l->w_count > m->num_params || l->b_off + l->b_count > m->num_params)
-                abort();
-            in = l->out_size;
-        }
+        fuzz_check_model_layers(m);
         model_free(m);
     } else if (!err[0]) {
         abort();

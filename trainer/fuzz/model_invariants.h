@@ -1,0 +1,23 @@
+/* model_invariants — what every model the trainer builds must hold, checked by the fuzz
+ * targets that build one (fuzz-model from its own spec, fuzz-keras from Keras's JSON):
+ * each layer takes what the one before it gives and gives something, and its weights lie
+ * inside the parameter arena. abort() on a violation, for libFuzzer to report. */
+#ifndef KT_FUZZ_MODEL_INVARIANTS_H
+#define KT_FUZZ_MODEL_INVARIANTS_H
+
+#include "model.h"
+
+#include <stdlib.h>
+
+static inline void fuzz_check_model_layers(const Model *m)
+{
+    size_t in = m->input_size;
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        if (l->in_size != in || l->out_size == 0) abort();
+        if (l->w_off + l->w_count > m->num_params || l->b_off + l->b_count > m->num_params) abort();
+        in = l->out_size;
+    }
+}
+
+#endif
