@@ -1449,6 +1449,16 @@ static const char *unschedulable_message(const cJSON *pod, int *error)
     return NULL;
 }
 
+/* Whether a scheduler message is only a gang's quorum count ("minCount (2) cannot be
+ * satisfied: 0 scheduled, 1 remaining"): Kubernetes v1.37's group cycle stops at the
+ * first member that does not fit, gives that one the cause ("Insufficient cpu") and the
+ * others only the count, in whichever order it tried them. A job says the cause. */
+static int quorum_only(const char *m)
+{
+    return m && strncmp(m, "minCount (", 10) == 0 &&
+           (strstr(m, "cannot be satisfied") || strstr(m, "not yet satisfied"));
+}
+
 /* The Scheduled condition, over this attempt's pods that must run together (all but the
  * evaluator): False while one of them is Pending and the scheduler found no place for
  * it, with the scheduler's words ("0/4 pods schedulable as a group: 0/1 nodes are
@@ -1474,7 +1484,9 @@ static void scheduled_condition(Ctx *c, const Group *g)
         }
         if (!p) continue;
         if (jsonx_str(p->pod, "spec.schedulingGroup.podGroupName")) gang = 1;
-        if (!why) why = unschedulable_message(p->pod, &error);
+        int e = 0;
+        const char *m = unschedulable_message(p->pod, &e);
+        if (m && (!why || (quorum_only(why) && !quorum_only(m)))) why = m, error = e;
     }
     char msg[512];
     if (why) {
@@ -1499,7 +1511,8 @@ static int waiting_passes(const char *reason)
 /* What keeps a Pending pod from starting, into out: the scheduler's words when it found no
  * place ("pod P is unschedulable: ..."), else a container's waiting reason that does not
  * pass on its own ("pod P: container C: ErrImagePull: ..."). Returns 1 when something
- * does, 0 when the pod is not Pending or only starting. */
+ * does, 2 when that is only a gang's quorum count (quorum_only), 0 when the pod is not
+ * Pending or only starting. */
 static int pod_blocker(const PodView *p, char *out, size_t n)
 {
     if (!p || !p->name || strcmp(p->phase, "Pending") != 0) return 0;
@@ -1508,7 +1521,7 @@ static int pod_blocker(const PodView *p, char *out, size_t n)
     if (why) {
         snprintf(out, n, "pod %s is unschedulable: %s%.400s", p->name,
                  error ? "scheduler error: " : "", why);
-        return 1;
+        return quorum_only(why) ? 2 : 1;
     }
     static const char *const lists[] = {"status.initContainerStatuses", "status.containerStatuses"};
     for (size_t k = 0; k < sizeof lists / sizeof *lists; k++) {
@@ -1539,18 +1552,22 @@ static size_t blocker_pod_len(const char *msg)
 }
 
 /* While the job's pods are not all running: the first reason one of them (chief, worker
- * or ps, in slot order) cannot start goes into Running=False/PodsWaiting, with a Warning
- * event when the blocked pod changes; once none is blocked any more the condition says
- * the pods are starting. */
+ * or ps, in slot order) cannot start goes into Running=False/PodsWaiting, passing over a
+ * gang's bare quorum count for a later pod's cause (quorum_only), with a Warning event
+ * when the blocked pod changes; once none is blocked any more the condition says the
+ * pods are starting. */
 static void waiting_condition(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
-    char msg[600] = "";
-    for (int i = 0; i < s->npods && !*msg; i++) {
+    char msg[600] = "", next[600];
+    int found = 0; /* pod_blocker's answer for msg */
+    for (int i = 0; i < s->npods && found != 1; i++) {
         Role r;
         int ri;
         jobspec_slot_role(s, i, &r, &ri);
-        if (r != ROLE_EVALUATOR && !g->done[i]) pod_blocker(g->cur[i], msg, sizeof msg);
+        if (r == ROLE_EVALUATOR || g->done[i]) continue;
+        int b = pod_blocker(g->cur[i], next, sizeof next);
+        if (b && (!found || b == 1)) found = b, snprintf(msg, sizeof msg, "%s", next);
     }
     const char *old = condition_reason(c->status, "Running");
     int was = old && strcmp(old, "PodsWaiting") == 0;

@@ -3186,6 +3186,42 @@ static void test_scheduled_condition_says_why_a_job_waits(void **state)
     fx_free(&n);
 }
 
+/* Kubernetes v1.37's group cycle gives the cause only to the gang member it tried first
+ * and the others a bare quorum count, in no fixed order: the job names the cause,
+ * whichever pod has it, and falls back on the count when no pod has more. */
+static void test_gang_cause_over_quorum_count(void **state)
+{
+    (void)state;
+    const char *count = "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining";
+    const char *why = "0/1 nodes are available: 1 Insufficient cpu.";
+    Fixture f = {.job = job_new(SPEC2, NULL), .gang_api = GANG_API_V1BETA1};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    fx_apply(&f);
+    pod_unschedulable(pod_named(&f, "mnist-worker-0"), count);
+    pod_unschedulable(pod_named(&f, "mnist-worker-1"), why);
+    fx_run(&f, NOW + 1);
+    const cJSON *st = new_status(&f);
+    assert_string_equal(cond_message(st, "Running"),
+                        "pod mnist-worker-1 is unschedulable: 0/1 nodes are available: 1 "
+                        "Insufficient cpu.");
+    assert_string_equal(cond_message(st, "Scheduled"),
+                        "0/2 pods schedulable as a group: 0/1 nodes are available: 1 "
+                        "Insufficient cpu.");
+    fx_apply(&f);
+    /* Only counts: the first pod's words. */
+    pod_unschedulable(pod_named(&f, "mnist-worker-1"), count);
+    fx_run(&f, NOW + 2);
+    st = new_status(&f);
+    assert_string_equal(cond_message(st, "Running"),
+                        "pod mnist-worker-0 is unschedulable: minCount (2) cannot be satisfied: "
+                        "0 scheduled, 1 remaining");
+    assert_string_equal(cond_message(st, "Scheduled"),
+                        "0/2 pods schedulable as a group: minCount (2) cannot be satisfied: 0 "
+                        "scheduled, 1 remaining");
+    fx_free(&f);
+}
+
 /* Marks the pod's trainer container waiting for `reason` (an image pull that fails, say),
  * the pod Pending and created at `created`. */
 static void pod_waiting(cJSON *pod, const char *reason, const char *message, double created)
@@ -3362,6 +3398,7 @@ int main(void)
         cmocka_unit_test(test_scheduled_condition_says_why_a_job_waits),
         cmocka_unit_test(test_waiting_pods_say_why_and_startup_deadline),
         cmocka_unit_test(test_scheduler_error_is_a_wait),
+        cmocka_unit_test(test_gang_cause_over_quorum_count),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
