@@ -1009,9 +1009,9 @@ s_kueue() {
   check "kq-a's pods are one Kueue group of 2" \
     "$(kn get pod kq-a-worker-0 -o 'jsonpath={.metadata.annotations.kueue\.x-k8s\.io/pod-group-total-count}')" 2
   if out=$(qjob kq-b 1); then ok "job kq-b applied in queue training"; else fail "job kq-b applied" "$out"; fi
-  # kq-plain trains what kq-low will (2 x 400 steps): its weights are the undisturbed
+  # kq-plain trains what kq-low will (2 x 200 steps): its weights are the undisturbed
   # run's, for kq-low's after its preemption.
-  if out=$(qjob kq-plain "" "" 400); then ok "job kq-plain applied without a queue (2 x 400 steps)"; else fail "job kq-plain applied" "$out"; fi
+  if out=$(qjob kq-plain "" "" 200); then ok "job kq-plain applied without a queue (2 x 200 steps)"; else fail "job kq-plain applied" "$out"; fi
   # Until kq-a is done, kq-b's pods (once made) must all be gated and none Running, and
   # kq-b has no PodGroup yet (gang is on by default): the group is made once Kueue has
   # admitted the pods, so the scheduler never takes up a group half ungated. The group
@@ -1077,7 +1077,7 @@ value: 1000' | k apply -f - 2>&1) &&
              -p '{"spec":{"preemption":{"withinClusterQueue":"LowerPriority"}}}' 2>&1); then
     ok "WorkloadPriorityClasses kt-low, kt-high; ClusterQueue preempts lower priority"
   else fail "priority classes and preemption set" "$out"; fi
-  if out=$(qjob kq-low 1 kt-low 400 "restartPolicy: Never"); then ok "job kq-low applied (kt-low, 2 x 400 steps, restartPolicy Never)"
+  if out=$(qjob kq-low 1 kt-low 200 "restartPolicy: Never"); then ok "job kq-low applied (kt-low, 2 x 200 steps, restartPolicy Never)"
   else fail "job kq-low applied" "$out"; fi
   if line=$(chief_ckpt kq-low 180); then ok "kq-low's chief saved a checkpoint: ${line##*] }"
   else fail "kq-low's chief saved a checkpoint" "$(explain kq-low; kn get workloads.kueue.x-k8s.io 2>&1)"; fi
@@ -1130,11 +1130,11 @@ s_kueuelive() {
   else fail "queues applied" "$out"; end; return; fi
   # kl-live in the queue, kl-ref beside it without one for the undisturbed hash.
   for j in kl-live kl-ref; do
-    if out=$(job "$j" "$res" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 300/' |
+    if out=$(job "$j" "$res" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 150/' |
              if [ "$j" = kl-live ]; then
                sed "s|^  namespace: .*|&\n  labels: {kueue.x-k8s.io/queue-name: training}|"
              else cat; fi | kn apply -f - 2>&1); then
-      ok "job $j applied (2 epochs x 300 steps)"
+      ok "job $j applied (2 epochs x 150 steps)"
     else fail "job $j applied" "$out"; end; return; fi
   done
   if line=$(chief_ckpt kl-live 180); then ok "kl-live admitted; chief saved a checkpoint: ${line##*] }"
@@ -1197,8 +1197,8 @@ s_progress() {
   begin progress
   local out s1="" s2="" col end a lost
   prog_field() { field mnist-prog "{.status.progress.$1}"; }
-  if out=$(job mnist-prog "recoveryTimeoutSeconds: 0" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 600/' | kn apply -f - 2>&1)
-  then ok "job mnist-prog applied (2 epochs x 600 steps)"
+  if out=$(job mnist-prog "recoveryTimeoutSeconds: 0" | sed 's/stepsPerEpoch: 30/stepsPerEpoch: 200/' | kn apply -f - 2>&1)
+  then ok "job mnist-prog applied (2 epochs x 200 steps)"
   else fail "job mnist-prog applied" "$out"; end; return; fi
   end=$(( $(date +%s) + 180 ))
   while [ "$(date +%s)" -lt "$end" ] && [ -z "$s1" ]; do s1=$(prog_field step); sleep 1; done
@@ -1206,8 +1206,8 @@ s_progress() {
   while [ "$(date +%s)" -lt "$end" ] && { [ -z "$s2" ] || [ "$s2" -le "$s1" ]; }; do
     s2=$(prog_field step); sleep 1
   done
-  if [ -n "$s1" ] && [ "${s2:-0}" -gt "$s1" ] && [ "$(prog_field totalSteps)" = 1200 ]; then
-    ok "status.progress.step grows ($s1 -> $s2 of 1200, $(prog_field percent))"
+  if [ -n "$s1" ] && [ "${s2:-0}" -gt "$s1" ] && [ "$(prog_field totalSteps)" = 400 ]; then
+    ok "status.progress.step grows ($s1 -> $s2 of 400, $(prog_field percent))"
   else fail "status.progress.step grows" "${s1:-<none>} -> ${s2:-<none>}"$'\n'"$(explain mnist-prog)"; fi
   out=$(kn get tj mnist-prog 2>&1)
   col=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "PROGRESS") c = i }
