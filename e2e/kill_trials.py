@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
@@ -49,8 +50,24 @@ def report(name, problems, detail=()):
         sys.stdout.flush()
 
 
-def logs_of(kube, pod):
-    return kube.run("logs", pod, "-c", "trainer", check=False, timeout=60)
+def logs_of(kube, pod, tries=5):
+    """The pod's trainer log. On a busy node `kubectl logs` sometimes fails or prints
+    nothing (the kubelet slow to answer): tried `tries` times, 1 s apart; then the log
+    reads as what went wrong, so that a check looking for a line says why it is not
+    there."""
+    err = ""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(1)
+        try:
+            text = kube.run("logs", pod, "-c", "trainer", timeout=60)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            err = str(e)[:300]
+            continue
+        if text:  # a trainer that ran has logged; empty is a read that failed
+            return text
+        err = "kubectl logs printed nothing"
+    return "(no log: %s)" % err
 
 
 def trial(kube, ns, containerd, i, victim, at, ref_hash):
@@ -77,7 +94,7 @@ def trial(kube, ns, containerd, i, victim, at, ref_hash):
         killed_at = scraper.latest()[2]
         # The replacement's log, then every pod's, while they all still run.
         wait_for(lambda: any(p["name"] == vname and p["uid"] != vpod["uid"]
-                             and JOINED in logs_of(kube, vname)
+                             and JOINED in logs_of(kube, vname, tries=1)
                              for p in watch.snapshot().values()), 120,
                  "%s's replacement to join" % vname, step=0.5)
         logs = {n: logs_of(kube, n) for n in before}
