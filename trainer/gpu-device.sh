@@ -5,12 +5,13 @@
 # NCCL in the wheels of its PyTorch, no -dev packages, no Fashion-MNIST).
 #
 #   trainer/gpu-device.sh bundle         here, with apt: writes build/device/, what the
-#                                        GPU machine lacks (about 37 MB; carry it there)
+#                                        GPU machine lacks (about 39 MB; carry it there)
 #   trainer/gpu-device.sh run [PHASE..]  there, in the repository root: PHASEs among
 #                                        env build test bench (default: all, in order)
 #
 # bundle: the trainer's libraries with their headers (cJSON, libyaml, zlib, OpenBLAS with
-# its Fortran runtime, libcrypto, cmocka), from Debian's packages unpacked into one prefix
+# its Fortran runtime, libcrypto, cmocka; libhdf5 and libaec as the archives the trainer
+# links), from Debian's packages unpacked into one prefix
 # (build/device/deps.tar.xz: include/ and lib/), and Fashion-MNIST's four files.
 # run: unpacks the prefix into /tmp/kt-deps (make's DEPS_PREFIX: no apt) and the data into
 # /usr/share/datasets/fashion-mnist; then
@@ -36,7 +37,7 @@ PREFIX=${KT_DEPS_DIR:-/tmp/kt-deps}
 PKGS=(libcjson1 libcjson-dev libyaml-0-2 libyaml-dev zlib1g zlib1g-dev libzip4 libzip-dev
       libbz2-1.0 libssl3 libssl-dev
       libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
-      libcmocka0 libcmocka-dev)
+      libcmocka0 libcmocka-dev libhdf5-dev libaec-dev)
 MA=x86_64-linux-gnu
 
 bundle() {
@@ -61,6 +62,9 @@ bundle() {
         [[ -d $d ]] && find "$d" -maxdepth 1 -name '*.so*' -exec cp -a {} "$p/lib/" \;
     done
     cp -L "$r/usr/lib/$MA/openblas-pthread/libopenblas.so.0" "$p/lib/libopenblas.so.0"
+    # The archives trainer.mk links libhdf5 from (HDF5_LIBS).
+    cp -a "$r/usr/lib/$MA/libhdf5_serial.a" "$r/usr/lib/$MA/libsz.a" "$r/usr/lib/$MA/libaec.a" \
+        "$p/lib/"
     ln -sf libopenblas.so.0 "$p/lib/libopenblas.so"
     # Links to absolute paths (zlib's) would point at the GPU machine's own files.
     local l
@@ -69,12 +73,12 @@ bundle() {
     done
     local f
     for f in cjson/cJSON.h yaml.h zlib.h zip.h zipconf.h openssl/evp.h openssl/opensslconf.h \
-             cblas.h openblas_config.h cmocka.h; do
+             cblas.h openblas_config.h cmocka.h hdf5/serial/hdf5.h; do
         [[ -e $p/include/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
     done
     for f in libcjson libyaml libz libzip libcrypto libopenblas libcmocka libgfortran.so.5 \
-             libquadmath.so.0; do
-        [[ $f == *.so.* ]] || f=$f.so
+             libquadmath.so.0 libhdf5_serial.a libsz.a libaec.a; do
+        [[ $f == *.so.* || $f == *.a ]] || f=$f.so
         [[ -e $p/lib/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
     done
     mkdir -p "$DEV/fashion-mnist"

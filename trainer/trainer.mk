@@ -1,6 +1,7 @@
 # The trainer: kubetrain-trainer and its tests.
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
-            libssl-dev libcmocka-dev libzip-dev dataset-fashion-mnist python3-venv
+            libssl-dev libcmocka-dev libzip-dev libhdf5-dev libaec-dev dataset-fashion-mnist \
+            python3-venv
 
 # GEMM backend (trainer/src/gemm.c), chosen at build time: make GEMM=openblas|blis|dnnl.
 # OpenBLAS is the default: on this step's shapes the others were not faster
@@ -29,10 +30,17 @@ FORCE:
 
 TRAINER_BIN   := $(BUILD)/bin/kubetrain-trainer
 TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
-TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip -lz -lcrypto -lpthread -lm
-TRAINER_INC   := -Itrainer/src
+# libhdf5 (keras_export.c), Debian's serial build, linked from its archive with its szip
+# filter's (libaec): the shared library pulls libcurl and some 35 libraries (15.7 MB in
+# the image) for a driver the trainer never opens; the archive adds 3.1 MB to the binary
+# and no library.
+HDF5_INC      := -isystem /usr/include/hdf5/serial
+HDF5_LIBS     := -l:libhdf5_serial.a -l:libsz.a -l:libaec.a
+TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip $(HDF5_LIBS) -lz -lcrypto \
+                 -lpthread -lm
+TRAINER_INC   := -Itrainer/src $(HDF5_INC)
 ifneq ($(DEPS_PREFIX),)
-TRAINER_INC   += -isystem $(DEPS_PREFIX)/include
+TRAINER_INC   += -isystem $(DEPS_PREFIX)/include -isystem $(DEPS_PREFIX)/include/hdf5/serial
 # An RPATH, not a RUNPATH: OpenBLAS finds its Fortran runtime there too.
 TRAINER_LIBS  := -L$(DEPS_PREFIX)/lib -Wl,--disable-new-dtags,-rpath,$(abspath $(DEPS_PREFIX))/lib \
                  $(TRAINER_LIBS)

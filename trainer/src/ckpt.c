@@ -223,17 +223,22 @@ static int check_position(const CkptState *st, uint64_t examples, char *why, siz
 static int verify_file(const char *path, CkptState *st, uint64_t *pb, uint64_t *ob, char *why,
                        size_t whylen);
 
-/* Whether a checkpoint that verified belongs to this run: its model signature and arena
- * sizes are this run's. Returns 0, or -EPROTO with the two differing values in why. */
-static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const char *signature,
-                       size_t params_bytes, size_t opt_bytes, char *why, size_t whylen)
+/* Whether a checkpoint that verified belongs to this run: its model signature is one of
+ * the nsig in signatures and its arena sizes are this run's (the optimizer's only
+ * unless any_opt). Returns 0, or -EPROTO with the two differing values (the first
+ * signature) in why. */
+static int check_owner_of(const CkptState *got, uint64_t pb, uint64_t ob,
+                          const char *const *signatures, int nsig, int any_opt, size_t params_bytes,
+                          size_t opt_bytes, char *why, size_t whylen)
 {
-    if (strcmp(got->model_signature, signature) != 0) {
+    int i = 0;
+    while (i < nsig && strcmp(got->model_signature, signatures[i]) != 0) i++;
+    if (i == nsig) {
         snprintf(why, whylen, "written for model \"%s\", this run's model is \"%s\"",
-                 got->model_signature, signature);
+                 got->model_signature, signatures[0]);
         return -EPROTO;
     }
-    if (pb != params_bytes || ob != opt_bytes) {
+    if (pb != params_bytes || (!any_opt && ob != opt_bytes)) {
         snprintf(why, whylen,
                  "holds %" PRIu64 " parameter and %" PRIu64 " optimizer bytes, this "
                  "run has %zu and %zu (another optimizer?)",
@@ -241,6 +246,12 @@ static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const cha
         return -EPROTO;
     }
     return 0;
+}
+
+static int check_owner(const CkptState *got, uint64_t pb, uint64_t ob, const char *signature,
+                       size_t params_bytes, size_t opt_bytes, char *why, size_t whylen)
+{
+    return check_owner_of(got, pb, ob, &signature, 1, 0, params_bytes, opt_bytes, why, whylen);
 }
 
 /* Moves the checkpoint at path aside to <path>.bad, kept for inspection: it is no longer
@@ -502,9 +513,11 @@ int ckpt_save_if_newest(const char *dir, int keep, const CkptState *st, uint64_t
     return rc;
 }
 
-int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t examples, CkptState *st,
-                     void *params, size_t params_bytes, void *opt, size_t opt_bytes,
-                     CkptLoadInfo *info, char *err, size_t errlen)
+/* ckpt_load_latest for any of nsig signatures; with any_opt the optimizer's state is
+ * neither checked nor read (opt NULL). */
+static int load_newest(const char *dir, const char *const *signatures, int nsig, int any_opt,
+                       uint64_t examples, CkptState *st, void *params, size_t params_bytes,
+                       void *opt, size_t opt_bytes, CkptLoadInfo *info, char *err, size_t errlen)
 {
     uint64_t *steps;
     int n = list_steps(dir, &steps);
@@ -535,7 +548,8 @@ int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t exam
             rc = v;
             break;
         }
-        if (check_owner(&got, pb, ob, model_signature, params_bytes, opt_bytes, why, sizeof why)) {
+        if (check_owner_of(&got, pb, ob, signatures, nsig, any_opt, params_bytes, opt_bytes, why,
+                           sizeof why)) {
             /* another model's (DESIGN: skipped like a corrupt one); the error when none
              * of this model's follows names the newest */
             util_log("checkpoint %s: %s; skipped for the previous one", path, why);
@@ -560,7 +574,7 @@ int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t exam
         }
         if (lseek(fd, HEADER_BYTES, SEEK_SET) < 0 ||
             (rc = read_all(fd, params, params_bytes)) < 0 ||
-            (opt_bytes && (rc = read_all(fd, opt, opt_bytes)) < 0)) {
+            (!any_opt && opt_bytes && (rc = read_all(fd, opt, opt_bytes)) < 0)) {
             if (rc == 0) rc = -errno;
             snprintf(err, errlen, "checkpoint %s: changed while it was read", path);
             close(fd);
@@ -580,4 +594,20 @@ int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t exam
         snprintf(err, errlen, "checkpoint directory %s: none of %d checkpoints is valid", dir, n);
     free(steps);
     return rc;
+}
+
+int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t examples, CkptState *st,
+                     void *params, size_t params_bytes, void *opt, size_t opt_bytes,
+                     CkptLoadInfo *info, char *err, size_t errlen)
+{
+    return load_newest(dir, &model_signature, 1, 0, examples, st, params, params_bytes, opt,
+                       opt_bytes, info, err, errlen);
+}
+
+int ckpt_load_params(const char *dir, const char *const *signatures, int nsig, CkptState *st,
+                     void *params, size_t params_bytes, CkptLoadInfo *info, char *err,
+                     size_t errlen)
+{
+    return load_newest(dir, signatures, nsig, 1, UINT64_MAX, st, params, params_bytes, NULL, 0,
+                       info, err, errlen);
 }

@@ -95,4 +95,13 @@ int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t exam
                      void *params, size_t params_bytes, void *opt, size_t opt_bytes,
                      CkptLoadInfo *info, char *err, size_t errlen);
 
+/* The parameters alone, of a model trained with any optimizer: ckpt_load_latest's
+ * search, for the newest valid checkpoint whose model signature is one of
+ * signatures[0..nsig) (the model's with each optimizer, see trainer_checkpoint_signature)
+ * and whose parameter arena is params_bytes; the optimizer's state is not read and the
+ * data position is not bounded. The same returns, -EPROTO's err naming signatures[0]. */
+int ckpt_load_params(const char *dir, const char *const *signatures, int nsig, CkptState *st,
+                     void *params, size_t params_bytes, CkptLoadInfo *info, char *err,
+                     size_t errlen);
+
 #endif

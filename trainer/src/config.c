@@ -78,6 +78,9 @@ static const Option options[] = {
      "DIR  the chief's TensorBoard event files (default: <checkpoint-dir>/logs)"},
     {"metrics-port", OPT_INT, offsetof(Config, metrics_port), 0, 0, 65535,
      "N  the chief serves Prometheus text on GET /metrics there (0: off, the default)"},
+    {"export", OPT_STR, offsetof(Config, export_path), sizeof(((Config *)0)->export_path), 0, 0,
+     "FILE  the chief writes the trained model there at the end: FILE.keras (Keras's\n"
+     "                             model.save) or FILE.weights.h5 (model.save_weights)"},
     {"eval", OPT_BOOL, offsetof(Config, eval), 0, 0, 0,
      "  evaluate on the test set after each epoch"},
     {"index", OPT_INT, offsetof(Config, index), 0, 0, 1e6, "N  override TF_CONFIG's task index"},
@@ -309,6 +312,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
 void config_usage(FILE *f)
 {
     fprintf(f, "usage: kubetrain-trainer [train] [options]\n"
+               "       kubetrain-trainer export --checkpoint-dir DIR --model SPEC --out FILE\n"
                "       kubetrain-trainer --version\n"
                "       kubetrain-trainer --print-cpu      the kernels the products run on\n"
                "Options (each also as KUBETRAIN_<NAME> in the environment; flags win):\n");

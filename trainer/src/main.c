@@ -2,6 +2,9 @@
  *
  *   kubetrain-trainer [train] [options]                  one worker (TF_CONFIG names the cluster)
  *   kubetrain-trainer launch --workers N [options]       N local workers, supervised (launch.h)
+ *   kubetrain-trainer export --checkpoint-dir DIR --model SPEC --out FILE
+ *                                                        a job's newest checkpoint as Keras
+ *                                                        files (keras_export.h)
  *   kubetrain-trainer --version                          "kubetrain-trainer VERSION", as the
  *                                                        operator prints its own
  *   kubetrain-trainer --print-cpu                        "gemm: " and the kernels it runs
@@ -34,6 +37,7 @@
 #include "collective.h"
 #include "config.h"
 #include "gemm.h"
+#include "keras_export.h"
 #include "launch.h"
 #include "net.h"
 #include "ring.h"
@@ -296,15 +300,10 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
 /* ---------------------------------------------------------------------------------- */
 /* checkpoints */
 
-/* The identity a checkpoint is matched against: the model's signature and the
- * optimizer (whose state it holds), or their hash when that is too long to store. */
+/* The identity a checkpoint of this run is matched against. */
 static void checkpoint_signature(const Trainer *t, char out[CKPT_SIGNATURE_MAX])
 {
-    int n = snprintf(out, CKPT_SIGNATURE_MAX, "%s|optimizer=%s", t->model->signature,
-                     optim_kind_name(t->cfg.optimizer));
-    if (n >= CKPT_SIGNATURE_MAX)
-        snprintf(out, CKPT_SIGNATURE_MAX, "sha256:%s|optimizer=%s", t->model->signature_sha256,
-                 optim_kind_name(t->cfg.optimizer));
+    trainer_checkpoint_signature(t->model, t->cfg.optimizer, out);
 }
 
 /* Saves a checkpoint of t's state as a run of `world` ranks; with `if_newest` (a survivor
@@ -728,6 +727,9 @@ static int cmd_train(int argc, char **argv)
     TfConfig tf;
     if (tfconfig_parse(getenv("TF_CONFIG"), cfg.index, &tf, err, sizeof err))
         util_fail(KT_EXIT_USAGE, "TF_CONFIG: %s", err);
+    /* the chief's export path is tried now, not found wrong after the training */
+    if (tf.rank == 0 && cfg.export_path[0] && keras_export_check(cfg.export_path, err, sizeof err))
+        util_fail(KT_EXIT_USAGE, "--export %s", err);
     if (tf.world > 1) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "kubetrain-trainer[rank %d]", tf.rank);
@@ -756,6 +758,12 @@ static int cmd_train(int argc, char **argv)
     char hash[65];
     trainer_weights_hash(t, hash);
     if (cfg.print_weights_hash) printf("weights-sha256: %s\n", hash);
+    if (t->coll->rank == 0 && cfg.export_path[0]) {
+        int rc2 = keras_export_write(t->model, t->model->params, cfg.export_path, err, sizeof err);
+        if (rc2)
+            util_fail(util_io_retryable(rc2) ? KT_EXIT_RETRY : KT_EXIT_DATA, "--export %s", err);
+        util_log("exported the model to %s", cfg.export_path);
+    }
     cJSON *res = cJSON_CreateObject();
     cJSON_AddNumberToObject(res, "step", (double)t->st.global_step);
     cJSON_AddNumberToObject(res, "epoch", t->st.epoch);
@@ -773,6 +781,70 @@ static int cmd_train(int argc, char **argv)
     tfconfig_free(&rec.tf);
     free(rec.signature);
     free(rec.secret);
+    return KT_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* export */
+
+static const char export_usage[] =
+    "usage: kubetrain-trainer export --checkpoint-dir DIR --model SPEC --out FILE\n"
+    "  the newest valid checkpoint in DIR of the model SPEC (--model of the run, any\n"
+    "  --optimizer) as FILE.keras (Keras's model.save) or FILE.weights.h5\n"
+    "  (model.save_weights)\n";
+
+/* kubetrain-trainer export: the parameters of the newest checkpoint of a job, finished
+ * or running, as the files --export writes (keras_export.h). Exit 2 for bad usage or an
+ * --out that cannot be created, 3 when DIR holds no valid checkpoint of SPEC, 75 for
+ * trouble reading or writing that a retry may not meet. */
+static int cmd_export(int argc, char **argv)
+{
+    const char *dir = NULL, *spec = NULL, *out = NULL;
+    for (int a = 0; a < argc; a++) {
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+            fputs(export_usage, stdout);
+            return KT_EXIT_OK;
+        }
+        const char **slot = !strcmp(argv[a], "--checkpoint-dir") ? &dir
+                            : !strcmp(argv[a], "--model")        ? &spec
+                            : !strcmp(argv[a], "--out")          ? &out
+                                                                 : NULL;
+        if (!slot)
+            util_fail(KT_EXIT_USAGE,
+                      "export: %s: unknown option (expected --checkpoint-dir, "
+                      "--model and --out)",
+                      argv[a]);
+        if (a + 1 == argc) util_fail(KT_EXIT_USAGE, "export: %s: expected a value", argv[a]);
+        *slot = argv[++a];
+    }
+    if (!dir || !spec || !out)
+        util_fail(KT_EXIT_USAGE, "export: expected --checkpoint-dir DIR --model SPEC --out FILE");
+    char err[1024];
+    if (keras_export_check(out, err, sizeof err)) util_fail(KT_EXIT_USAGE, "export: --out %s", err);
+    Model *m;
+    int rc = model_create(&m, spec, 1, err, sizeof err);
+    if (rc) util_fail(rc == -ENOENT ? KT_EXIT_USAGE : KT_EXIT_DATA, "export: %s", err);
+    /* the optimizer is the run's, which the command is not told: any will do, its state
+     * is not exported */
+    char sigs[OPT_ADAM_AMSGRAD + 1][CKPT_SIGNATURE_MAX];
+    const char *list[OPT_ADAM_AMSGRAD + 1];
+    for (int k = OPT_SGD; k <= OPT_ADAM_AMSGRAD; k++) {
+        trainer_checkpoint_signature(m, (OptimizerKind)k, sigs[k]);
+        list[k] = sigs[k];
+    }
+    CkptState cs;
+    CkptLoadInfo info;
+    rc = ckpt_load_params(dir, list, OPT_ADAM_AMSGRAD + 1, &cs, m->params,
+                          m->num_params * sizeof(float), &info, err, sizeof err);
+    if (rc == -EPROTO)
+        util_fail(KT_EXIT_DATA, "export: --model %s is not the checkpoint's: %s", spec, err);
+    if (rc)
+        util_fail(rc == -ENOENT || rc == -EBADMSG ? KT_EXIT_DATA : KT_EXIT_RETRY, "export: %s",
+                  err);
+    if ((rc = keras_export_write(m, m->params, out, err, sizeof err)))
+        util_fail(util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_DATA, "export: %s", err);
+    util_log("exported %s (step %llu) to %s", info.path, (unsigned long long)cs.global_step, out);
+    model_free(m);
     return KT_EXIT_OK;
 }
 
@@ -796,7 +868,8 @@ int main(int argc, char **argv)
         }
     if (argc > 1 && !strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch_main(argc - 2, argv + 2, argv[0]);
+    if (argc > 1 && !strcmp(argv[1], "export")) return cmd_export(argc - 2, argv + 2);
     if (argc > 1 && strncmp(argv[1], "-", 1) != 0)
-        util_fail(KT_EXIT_USAGE, "%s: unknown command (expected train or launch)", argv[1]);
+        util_fail(KT_EXIT_USAGE, "%s: unknown command (expected train, launch or export)", argv[1]);
     return cmd_train(argc - 1, argv + 1);
 }

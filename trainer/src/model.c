@@ -611,6 +611,45 @@ static void format_bytes(char *out, size_t outlen, size_t n)
     else snprintf(out, outlen, "%.1f GiB", (double)n / (1 << 30));
 }
 
+const char *model_layer_keras_stem(LayerType type)
+{
+    static const char *const stem[] = {
+        [LAYER_RESHAPE] = "reshape", [LAYER_CONV2D] = "conv2d", [LAYER_MAXPOOL] = "max_pooling2d",
+        [LAYER_FLATTEN] = "flatten", [LAYER_DENSE] = "dense",   [LAYER_DROPOUT] = "dropout"};
+    return stem[type];
+}
+
+/* 1 when a layer of m other than `self` is called `name`. */
+static int name_taken(const Model *m, const Layer *self, const char *name)
+{
+    for (int i = 0; i < m->num_layers; i++)
+        if (&m->layers[i] != self && !strcmp(m->layers[i].name, name)) return 1;
+    return 0;
+}
+
+/* Gives l (not yet counted in m->num_layers) the spec's name, which Keras would take:
+ * unique, no '/', and short enough to keep. */
+static int layer_set_name(const Model *m, Layer *l, const char *name, const SpecCtx *sc)
+{
+    if (!name[0] || strchr(name, '/') || strlen(name) >= sizeof l->name)
+        return spec_fail(sc, "name", "a name of 1 to 127 bytes without '/'");
+    for (int i = 0; i < m->num_layers; i++)
+        if (!strcmp(m->layers[i].name, name))
+            return spec_fail(sc, "name", "a name that no earlier layer has");
+    memcpy(l->name, name, strlen(name) + 1);
+    return 0;
+}
+
+/* Names l as Keras names a layer it is not given a name for: the class in snake case,
+ * then _1, _2, ... for the later ones, past any name a layer of m already has. */
+static void name_default(const Model *m, Layer *l)
+{
+    const char *base = model_layer_keras_stem(l->type);
+    snprintf(l->name, sizeof l->name, "%s", base);
+    for (int k = 1; name_taken(m, l, l->name); k++)
+        snprintf(l->name, sizeof l->name, "%s_%d", base, k);
+}
+
 static int build(Model **out, const cJSON *root, const char *what, uint64_t seed,
                  const ModelBudget *budget, char *err, size_t errlen)
 {
@@ -661,11 +700,14 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         }
         Layer *l = &m->layers[m->num_layers];
         if ((rc = layer_from_json(l, o, shape, rank, &sc))) goto err;
+        if (sc.name && (rc = layer_set_name(m, l, sc.name, &sc))) goto err;
         memcpy(shape, l->out_shape, sizeof shape);
         rank = l->out_rank;
         m->num_layers++;
     }
     sc.index = -1;
+    for (int i = 0; i < m->num_layers; i++)
+        if (!m->layers[i].name[0]) name_default(m, &m->layers[i]);
     if (m->num_layers == 0 || m->layers[m->num_layers - 1].type != LAYER_DENSE ||
         m->layers[m->num_layers - 1].units < 2 || m->layers[m->num_layers - 1].out_rank != 1) {
         rc = spec_fail(&sc, "layers",

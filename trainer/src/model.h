@@ -22,9 +22,15 @@ typedef enum {
     LAYER_DROPOUT
 } LayerType;
 
+/* The bytes of a layer's name, NUL included. */
+#define LAYER_NAME_MAX 128
+
 typedef struct {
     LayerType type;
     Activation act;
+    char name[LAYER_NAME_MAX]; /* Keras's name of the layer: the spec's "name", else the
+                                  default Keras gives (conv2d, conv2d_1, ...); unique in
+                                  the model, no '/' (Keras refuses one) */
     int in_shape[3], in_rank;   /* per example */
     int out_shape[3], out_rank;
     size_t in_size, out_size;   /* floats per example */
@@ -99,6 +105,11 @@ typedef struct {
 /* Fired during the backward pass as soon as grads[offset, offset+count) is final
  * (layers last to first), so a collective can start on it while backward goes on. */
 typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
+
+/* Keras's snake-case name of the layer's class ("conv2d", "max_pooling2d", ...): the
+ * stem of the default layer names, and of the groups a Keras weights file keeps the
+ * layers' weights under (keras_export.h). */
+const char *model_layer_keras_stem(LayerType type);
 
 /* The names of the built-in models, NULL-terminated. */
 extern const char *const model_builtin_names[];

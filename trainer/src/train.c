@@ -211,6 +211,15 @@ int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errle
     return 0;
 }
 
+void trainer_checkpoint_signature(const Model *m, OptimizerKind kind, char *out)
+{
+    int n =
+        snprintf(out, CKPT_SIGNATURE_MAX, "%s|optimizer=%s", m->signature, optim_kind_name(kind));
+    if (n >= CKPT_SIGNATURE_MAX)
+        snprintf(out, CKPT_SIGNATURE_MAX, "sha256:%s|optimizer=%s", m->signature_sha256,
+                 optim_kind_name(kind));
+}
+
 void trainer_weights_hash(const Trainer *t, char out[65])
 {
     util_sha256_hex(t->model->params, t->model->num_params * sizeof(float), out);

@@ -109,6 +109,11 @@ int trainer_pick_device(const Config *cfg, int rank, int *device, char *err, siz
  * the CPU path), e.g. before a checkpoint. Returns 0 or a negative errno with err. */
 int trainer_sync_host(Trainer *t, char *err, size_t errlen);
 
+/* The identity a checkpoint of model m trained with optimizer `kind` is matched against
+ * (ckpt.h): the model's signature and the optimizer (whose state it holds), or their
+ * hash when that is too long to store; out holds CKPT_SIGNATURE_MAX bytes. */
+void trainer_checkpoint_signature(const Model *m, OptimizerKind kind, char *out);
+
 /* Builds cfg's model (--model, --seed) within --max-model-memory-gib at the per-worker
  * batch with cfg's optimizer. Returns 0, or a negative errno with one line in err and
  * *exit_code set: KT_EXIT_USAGE for an unknown --model, else KT_EXIT_DATA. */

@@ -253,6 +253,34 @@ static void test_other_model_refused(void **state)
     assert_non_null(strstr(err, "optimizer"));
 }
 
+/* ckpt_load_params (the export command): the parameters of the newest checkpoint whose
+ * signature is any of those given, whatever optimizer state it holds beside them; none
+ * of them: -EPROTO naming the first. */
+static void test_load_params_any_optimizer(void **state)
+{
+    Fixture *f = *state;
+    save(f, 20, 5);
+    save(f, 30, 5);
+    static float p[NP];
+    CkptState s;
+    CkptLoadInfo info;
+    char err[512];
+    const char *sigs[] = {"mlp:101770", "tutorial-cnn:1769354"};
+    int rc = ckpt_load_params(f->dir, sigs, 2, &s, p, sizeof p, &info, err, sizeof err);
+    if (rc) fail_msg("load params: %d %s", rc, err);
+    assert_int_equal(s.global_step, 30);
+    fill(f, 30);
+    assert_memory_equal(p, f->params, sizeof p);
+    assert_non_null(strstr(info.path, "/ckpt-30.kt"));
+    rc = ckpt_load_params(f->dir, sigs, 1, &s, p, sizeof p, NULL, err, sizeof err);
+    assert_int_equal(rc, -EPROTO);
+    assert_non_null(strstr(err, "\"mlp:101770\""));
+    /* the signature, but another parameter count */
+    rc = ckpt_load_params(f->dir, sigs + 1, 1, &s, p, sizeof p - sizeof(float), NULL, err,
+                          sizeof err);
+    assert_int_equal(rc, -EPROTO);
+}
+
 static void copy_file(const char *from, const char *to)
 {
     FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
@@ -589,6 +617,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_all_corrupt_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_newest_skipped_at_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_params_any_optimizer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_before_rename_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_newer_never_wins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_newer_moved_aside, setup, teardown),

@@ -105,7 +105,7 @@ expect_fail "bad shard policy" 2 "--shard-policy: expected auto, data, file or o
 KUBETRAIN_PER_WORKER_BATCH=x expect_fail "bad env" 2 \
   "KUBETRAIN_PER_WORKER_BATCH: expected an integer"
 err=$("$BIN" frobnicate 2>&1); rc=$?
-[[ $rc -eq 2 && $err == *"frobnicate: unknown command (expected train or launch)"* ]] &&
+[[ $rc -eq 2 && $err == *"frobnicate: unknown command (expected train, launch or export)"* ]] &&
   tap_ok "unknown command -> exit 2" || tap_fail "unknown command -> exit 2" "rc=$rc $err"
 expect_fail "unknown model" 2 "--model nope: expected tutorial-cnn" --model nope
 printf 'layers:\n  - type: Flatten\n  - type: Dense\n    units: many\n' >"$tmp/bad.yaml"

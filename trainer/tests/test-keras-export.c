@@ -1,0 +1,336 @@
+/* Keras export (keras_export.c) without Keras: the layer names a model gets (model.c),
+ * the config.json of a built-in model, the .weights.h5 read back with libhdf5 (Keras's
+ * layout: layers/<name>/vars/<i>, HWIO and (in, out) kernels, the name attributes), the
+ * .keras archive read back with libzip, and the path checks. That real Keras 3 and
+ * tf-keras load these files and predict as the trainer does is
+ * trainer/tests/test-keras-export.sh. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+#include <hdf5.h>
+#include <zip.h>
+
+#include "keras_export.h"
+#include "model.h"
+
+static Model *build(const char *spec)
+{
+    Model *m;
+    char err[512];
+    if (model_create(&m, spec, 7, err, sizeof err)) fail_msg("%s: %s", spec, err);
+    return m;
+}
+
+static void test_default_names_as_keras(void **state)
+{
+    (void)state;
+    static const char *const want[] = {"conv2d",  "conv2d_1", "max_pooling2d",
+                                       "flatten", "dense",    "dense_1"};
+    Model *m = build("cnn2");
+    assert_int_equal(m->num_layers, 6);
+    for (int i = 0; i < 6; i++) assert_string_equal(m->layers[i].name, want[i]);
+    model_free(m);
+    /* a given name is kept, and a default steps past it */
+    m = build("{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":3},"
+              "{\"type\":\"Dense\",\"units\":2,\"name\":\"dense\"}]}");
+    assert_string_equal(m->layers[0].name, "dense_1");
+    assert_string_equal(m->layers[1].name, "dense");
+    model_free(m);
+}
+
+static void test_bad_names_refused(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":3,\"name\":\"a\"},"
+        "{\"type\":\"Dense\",\"units\":2,\"name\":\"a\"}]}",
+        "{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":2,\"name\":\"a/b\"}]}",
+    };
+    static const char *const needle[] = {"layers[1] \"a\" (Dense).name: expected a name that no "
+                                         "earlier layer has",
+                                         "layers[0] \"a/b\" (Dense).name: expected a name of 1 to "
+                                         "127 bytes without '/'"};
+    for (int i = 0; i < 2; i++) {
+        Model *m = NULL;
+        char err[512] = "";
+        assert_int_equal(model_create(&m, specs[i], 1, err, sizeof err), -EINVAL);
+        if (!strstr(err, needle[i])) fail_msg("'%s' lacks '%s'", err, needle[i]);
+    }
+}
+
+static const cJSON *at(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) fail_msg("no \"%s\"", key);
+    return v;
+}
+
+static void test_config_of_builtin(void **state)
+{
+    (void)state;
+    Model *m = build("tutorial-cnn-l2");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    assert_string_equal(at(root, "class_name")->valuestring, "Sequential");
+    const cJSON *layers = at(at(root, "config"), "layers");
+    assert_int_equal(cJSON_GetArraySize(layers), 6);
+    static const char *const cls[] = {"InputLayer", "Reshape", "Conv2D",
+                                      "Flatten",    "Dense",   "Dense"};
+    static const char *const names[] = {"input_layer", "reshape", "conv2d",
+                                        "flatten",     "dense",   "dense_1"};
+    for (int i = 0; i < 6; i++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, i);
+        assert_string_equal(at(l, "class_name")->valuestring, cls[i]);
+        assert_string_equal(at(l, "module")->valuestring, "keras.layers");
+        assert_string_equal(at(at(l, "config"), "name")->valuestring, names[i]);
+    }
+    /* tf-keras reads batch_input_shape only */
+    char *shape = cJSON_PrintUnformatted(
+        at(at(cJSON_GetArrayItem(layers, 0), "config"), "batch_input_shape"));
+    assert_string_equal(shape, "[null,28,28]");
+    const cJSON *conv = at(cJSON_GetArrayItem(layers, 2), "config");
+    char *k = cJSON_PrintUnformatted(at(conv, "kernel_size"));
+    assert_string_equal(k, "[3,3]");
+    assert_string_equal(at(conv, "activation")->valuestring, "relu");
+    assert_string_equal(at(conv, "padding")->valuestring, "valid");
+    assert_int_equal(at(conv, "filters")->valueint, 32);
+    /* the factor as the spec said it, not float's 9.99999974737875e-06 */
+    assert_non_null(strstr(text, "\"config\":{\"l2\":1e-05}"));
+    assert_string_equal(at(at(cJSON_GetArrayItem(layers, 5), "config"), "activation")->valuestring,
+                        "linear");
+    free(shape);
+    free(k);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* The string attribute "name" of object path in f. */
+static void assert_name_attr(hid_t f, const char *path, const char *want)
+{
+    hid_t a = H5Aopen_by_name(f, path, "name", H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(a >= 0);
+    hid_t t = H5Aget_type(a);
+    assert_true(H5Tis_variable_str(t) > 0);
+    assert_int_equal(H5Tget_cset(t), H5T_CSET_UTF8);
+    char *got = NULL;
+    assert_true(H5Aread(a, t, &got) >= 0);
+    assert_string_equal(got, want);
+    H5free_memory(got);
+    H5Tclose(t);
+    H5Aclose(a);
+}
+
+/* Dataset path of f: its shape is dims (rank) and its floats equal want. */
+static void assert_floats(hid_t f, const char *path, int rank, const hsize_t *dims,
+                          const float *want)
+{
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d < 0) fail_msg("no dataset %s", path);
+    hid_t sp = H5Dget_space(d);
+    hsize_t got[4];
+    assert_int_equal(H5Sget_simple_extent_ndims(sp), rank);
+    H5Sget_simple_extent_dims(sp, got, NULL);
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        assert_int_equal(got[i], dims[i]);
+        n *= (size_t)dims[i];
+    }
+    hid_t t = H5Dget_type(d);
+    assert_true(H5Tequal(t, H5T_IEEE_F32LE) > 0);
+    float *v = malloc(n * sizeof *v);
+    assert_true(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+    assert_memory_equal(v, want, n * sizeof *v);
+    free(v);
+    H5Tclose(t);
+    H5Sclose(sp);
+    H5Dclose(d);
+}
+
+/* The weights of cnn2 in f, as Keras 3's save_weights lays them out. */
+static void assert_cnn2_weights(hid_t f, const Model *m)
+{
+    const Layer *c0 = &m->layers[0], *c1 = &m->layers[1], *d0 = &m->layers[4];
+    const hsize_t k0[] = {3, 3, 1, 32}, b0[] = {32}, k1[] = {3, 3, 32, 64}, b1[] = {64},
+                  kd[] = {9216, 64}, bd[] = {64};
+    assert_floats(f, "layers/conv2d/vars/0", 4, k0, m->params + c0->w_off);
+    assert_floats(f, "layers/conv2d/vars/1", 1, b0, m->params + c0->b_off);
+    assert_floats(f, "layers/conv2d_1/vars/0", 4, k1, m->params + c1->w_off);
+    assert_floats(f, "layers/conv2d_1/vars/1", 1, b1, m->params + c1->b_off);
+    assert_floats(f, "layers/dense/vars/0", 2, kd, m->params + d0->w_off);
+    assert_floats(f, "layers/dense/vars/1", 1, bd, m->params + d0->b_off);
+    assert_name_attr(f, "layers/conv2d_1/vars", "conv2d_1");
+    assert_name_attr(f, "vars", "sequential");
+    /* a layer without weights has its groups and no dataset */
+    H5G_info_t gi;
+    assert_true(H5Gget_info_by_name(f, "layers/max_pooling2d/vars", &gi, H5P_DEFAULT) >= 0);
+    assert_int_equal(gi.nlinks, 0);
+    assert_name_attr(f, "layers/max_pooling2d/vars", "max_pooling2d");
+    assert_true(H5Gget_info_by_name(f, "layers", &gi, H5P_DEFAULT) >= 0);
+    assert_int_equal(gi.nlinks, 6);
+}
+
+static void test_weights_file(void **state)
+{
+    (void)state;
+    Model *m = build("cnn2");
+    char dir[] = "/tmp/kt-test-export-XXXXXX", path[128], err[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.weights.h5", dir);
+    if (keras_export_write(m, m->params, path, err, sizeof err)) fail_msg("%s", err);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    assert_cnn2_weights(f, m);
+    H5Fclose(f);
+    unlink(path);
+    assert_int_equal(rmdir(dir), 0); /* no temporary left beside it */
+    model_free(m);
+}
+
+/* Keras keeps a layer's weights under its class's stem counted in the model, whatever
+ * the layer is called (what Keras 3.15 wrote for this model: layers/dense/vars named
+ * "zzz", layers/dense_1/vars named "dense"). */
+static void test_weights_groups_are_class_stems(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":3,"
+                     "\"name\":\"zzz\"},{\"type\":\"Dense\",\"units\":2,\"name\":\"dense\"}]}");
+    void *img;
+    size_t len;
+    char err[512];
+    if (keras_export_weights_image(m, m->params, &img, &len, err, sizeof err)) fail_msg("%s", err);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, 1 << 16, 0);
+    assert_true(H5Pset_file_image(fapl, img, len) >= 0);
+    hid_t f = H5Fopen("image", H5F_ACC_RDONLY, fapl);
+    assert_true(f >= 0);
+    const hsize_t k0[] = {4, 3}, k1[] = {3, 2};
+    assert_floats(f, "layers/dense/vars/0", 2, k0, m->params + m->layers[0].w_off);
+    assert_floats(f, "layers/dense_1/vars/0", 2, k1, m->params + m->layers[1].w_off);
+    assert_name_attr(f, "layers/dense/vars", "zzz");
+    assert_name_attr(f, "layers/dense_1/vars", "dense");
+    H5Fclose(f);
+    H5Pclose(fapl);
+    free(img);
+    model_free(m);
+}
+
+/* The same weights make the same bytes (no modification times in the file), so that an
+ * export of a checkpoint can be compared with the run's own export. */
+static void test_weights_image_reproducible(void **state)
+{
+    (void)state;
+    Model *m = build("mlp");
+    void *a, *b;
+    size_t na, nb;
+    char err[512];
+    if (keras_export_weights_image(m, m->params, &a, &na, err, sizeof err)) fail_msg("%s", err);
+    sleep(1); /* into the next second of a time stamp */
+    if (keras_export_weights_image(m, m->params, &b, &nb, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    free(a), free(b);
+    model_free(m);
+}
+
+/* Member name of za: its bytes (free them), stored uncompressed as Keras stores them. */
+static char *member(zip_t *za, const char *name, zip_uint64_t *len)
+{
+    zip_stat_t st;
+    if (zip_stat(za, name, 0, &st)) fail_msg("no member %s", name);
+    assert_int_equal(st.comp_method, ZIP_CM_STORE);
+    char *buf = malloc(st.size + 1);
+    zip_file_t *zf = zip_fopen(za, name, 0);
+    assert_non_null(zf);
+    assert_int_equal(zip_fread(zf, buf, st.size), (zip_int64_t)st.size);
+    zip_fclose(zf);
+    buf[st.size] = '\0';
+    *len = st.size;
+    return buf;
+}
+
+static void test_keras_archive(void **state)
+{
+    (void)state;
+    Model *m = build("cnn2");
+    char dir[] = "/tmp/kt-test-export-XXXXXX", path[128], err[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.keras", dir);
+    if (keras_export_write(m, m->params, path, err, sizeof err)) fail_msg("%s", err);
+    int zerr;
+    zip_t *za = zip_open(path, ZIP_RDONLY, &zerr);
+    assert_non_null(za);
+    assert_int_equal(zip_get_num_entries(za, 0), 3);
+    assert_string_equal(zip_get_name(za, 0, 0), "metadata.json");
+    assert_string_equal(zip_get_name(za, 1, 0), "config.json");
+    assert_string_equal(zip_get_name(za, 2, 0), "model.weights.h5");
+    zip_uint64_t n;
+    char *meta = member(za, "metadata.json", &n), *config = member(za, "config.json", &n);
+    assert_non_null(strstr(meta, "\"keras_version\":\"3."));
+    char *want = keras_export_config(m);
+    assert_string_equal(config, want);
+    char *h5 = member(za, "model.weights.h5", &n);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, 1 << 16, 0);
+    assert_true(H5Pset_file_image(fapl, h5, (size_t)n) >= 0);
+    hid_t f = H5Fopen("member", H5F_ACC_RDONLY, fapl);
+    assert_true(f >= 0);
+    assert_cnn2_weights(f, m);
+    H5Fclose(f);
+    H5Pclose(fapl);
+    zip_close(za);
+    free(meta), free(config), free(want), free(h5);
+    unlink(path);
+    assert_int_equal(rmdir(dir), 0);
+    model_free(m);
+}
+
+static void test_paths(void **state)
+{
+    (void)state;
+    assert_int_equal(keras_export_kind("a/b.keras"), KERAS_EXPORT_KERAS);
+    assert_int_equal(keras_export_kind("m.weights.h5"), KERAS_EXPORT_WEIGHTS);
+    assert_int_equal(keras_export_kind("m.h5"), KERAS_EXPORT_NONE);
+    assert_int_equal(keras_export_kind(".keras"), KERAS_EXPORT_NONE);
+    char dir[] = "/tmp/kt-test-export-XXXXXX", path[128], err[512] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.keras", dir);
+    assert_int_equal(keras_export_check(path, err, sizeof err), 0);
+    assert_int_equal(rmdir(dir), 0); /* the trial file is gone again */
+    assert_int_equal(keras_export_check(path, err, sizeof err), -ENOENT);
+    assert_non_null(strstr(err, path));
+    assert_int_equal(keras_export_check("m.h5", err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "m.h5: expected a file name ending in .keras or .weights.h5"));
+    /* a failed write leaves nothing at the path */
+    Model *m = build("mlp");
+    assert_true(keras_export_write(m, m->params, path, err, sizeof err) < 0);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), -1);
+    model_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_names_as_keras),
+        cmocka_unit_test(test_bad_names_refused),
+        cmocka_unit_test(test_config_of_builtin),
+        cmocka_unit_test(test_weights_file),
+        cmocka_unit_test(test_keras_archive),
+        cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_weights_groups_are_class_stems),
+        cmocka_unit_test(test_weights_image_reproducible),
+    };
+    return cmocka_run_group_tests_name("keras_export", tests, NULL, NULL);
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# --export and `export` through the real binary, with real Keras as the judge: three
+# models (the built-in tutorial-cnn, Keras 3's JSON of cnn2, tf-keras's JSON of
+# tutorial-cnn-l2) train 10 steps of Adam under `launch --workers 2` with --eval; the chief
+# exports one file (--export) and `export` turns the run's checkpoint into the other
+# kind. Keras 3 and tf-keras each load every .keras (load_model) and every .weights.h5
+# (load_weights into the model of the trained JSON, in each one's own dialect) and
+# evaluate() the test set: the loss equals the trainer's --eval loss within 1e-4 and the
+# accuracy equals it (keras_check.py). The checkpoint's export holds the same weights
+# file, byte for byte, as the --export archive's member. An --export that cannot be
+# written exits 2 before training; `export` with another model than the checkpoint's
+# exits 3 naming it.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+source e2e/lib/tap.sh
+source trainer/tests/lib.sh
+BIN=${TRAINER_OPT:-${BUILD:-build}/bin/kubetrain-trainer}
+DATA=/usr/share/datasets/fashion-mnist
+REF=trainer/tests/reference/keras
+PY=${KT_CACHE:-$HOME/.cache/kubetrain}/venv-tf/bin/python
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
+unset TF_CONFIG KUBETRAIN_DATA KUBETRAIN_EVAL_DATA KUBETRAIN_DATA_DIR KUBETRAIN_DATASET \
+  KUBETRAIN_EXPORT
+
+if [[ ! -x $BIN ]]; then
+  tap_fail "the optimised trainer is built" "missing $BIN (make test builds it)"
+  tap_done; exit
+fi
+skip_without_data "Keras export" "$DATA"
+
+short=(--epochs 1 --steps-per-epoch 10 --per-worker-batch 16 --seed 3 --eval --optimizer adam
+       --data-dir "$DATA")
+
+# refused at start-up: exit 2 naming the flag, nothing trained
+touch "$tmp/file"
+out=$("$BIN" "${short[@]}" --export "$tmp/file/m.keras" 2>"$tmp/err"); rc=$?
+name="--export into a path that cannot be created -> exit 2 before training"
+if [[ $rc -eq 2 && -z $out ]] && grep -qF -- "--export $tmp/file/m.keras: cannot create" \
+   "$tmp/err"; then tap_ok "$name"
+else tap_fail "$name" "rc=$rc: $out $(cat "$tmp/err")"; fi
+out=$("$BIN" "${short[@]}" --export "$tmp/m.h5" 2>"$tmp/err"); rc=$?
+name="--export with another suffix -> exit 2 before training"
+if [[ $rc -eq 2 && -z $out ]] && grep -qF "expected a file name ending in .keras or .weights.h5" \
+   "$tmp/err"; then tap_ok "$name"
+else tap_fail "$name" "rc=$rc: $out $(cat "$tmp/err")"; fi
+
+# train: name, --model, the file --export writes, the one `export` makes of the checkpoint
+runs=("tc tutorial-cnn tc.weights.h5 tc.keras"
+      "k3 $REF/keras3-cnn2.json k3.keras k3.weights.h5"
+      "tf $REF/tfkeras-tutorial-cnn-l2.json tf.keras tf.weights.h5")
+declare -A want json3 jsontf
+json3=([tc]=$REF/keras3-tutorial-cnn.json [k3]=$REF/keras3-cnn2.json
+       [tf]=$REF/keras3-tutorial-cnn-l2.json)
+jsontf=([tc]=$REF/tfkeras-tutorial-cnn.json [k3]=$REF/tfkeras-cnn2.json
+        [tf]=$REF/tfkeras-tutorial-cnn-l2.json)
+for r in "${runs[@]}"; do
+  read -r id model exported converted <<<"$r"
+  "$BIN" launch --workers 2 "${short[@]}" --model "$model" --checkpoint-dir "$tmp/ck-$id" \
+    --metrics-file "$tmp/$id.jsonl" --export "$tmp/$exported" >"$tmp/$id.out" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 && -s $tmp/$exported ]]; then tap_ok "$id: launch --workers 2 exports $exported"
+  else tap_fail "$id: launch --workers 2 exports $exported" "rc=$rc: $(tail -5 "$tmp/$id.out")"
+  fi
+  want[$id]="$(values eval test_loss "$tmp/$id.jsonl")"
+  want[$id]+=" $(values eval test_accuracy "$tmp/$id.jsonl")"
+  "$BIN" export --checkpoint-dir "$tmp/ck-$id" --model "$model" --out "$tmp/$converted" \
+    2>"$tmp/err"
+  rc=$?
+  if [[ $rc -eq 0 && -s $tmp/$converted ]]; then tap_ok "$id: export of the checkpoint"
+  else tap_fail "$id: export of the checkpoint" "rc=$rc: $(cat "$tmp/err")"; fi
+  keras=$tmp/$exported weights=$tmp/$converted
+  [[ $exported == *.weights.h5 ]] && keras=$tmp/$converted weights=$tmp/$exported
+  name="$id: the archive's model.weights.h5 is the .weights.h5, byte for byte"
+  if unzip -p "$keras" model.weights.h5 | cmp -s - "$weights"; then tap_ok "$name"
+  else tap_fail "$name" "$(unzip -l "$keras" 2>&1)"; fi
+done
+
+out=$("$BIN" export --checkpoint-dir "$tmp/ck-tc" --model mlp --out "$tmp/x.keras" 2>&1); rc=$?
+name="export with another model than the checkpoint's -> exit 3 naming it"
+if [[ $rc -eq 3 && $out == *"--model mlp is not the checkpoint's"* && ! -e $tmp/x.keras ]]; then
+  tap_ok "$name"
+else tap_fail "$name" "rc=$rc: $out"; fi
+
+if ! "$PY" -c 'import keras, tf_keras' 2>/dev/null; then
+  tap_skip "Keras loads the exports" "no Keras 3 and tf-keras in $PY (bash bench/pyvenv.sh venv-tf)"
+  tap_done; exit
+fi
+for flavour in keras3 tfkeras; do
+  args=()
+  for id in tc k3 tf; do
+    read -r loss acc <<<"${want[$id]}"
+    json=${json3[$id]}
+    [[ $flavour == tfkeras ]] && json=${jsontf[$id]}
+    args+=("$tmp/$id.keras" - "$loss" "$acc" "$tmp/$id.weights.h5" "$json" "$loss" "$acc")
+  done
+  "$PY" trainer/tests/keras_check.py "$flavour" "$DATA" "${args[@]}" >"$tmp/$flavour.out" \
+    2>"$tmp/$flavour.err"
+  n=0
+  while IFS= read -r line; do
+    n=$((n + 1))
+    if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
+  done < <(grep -E '^(ok|not ok): ' "$tmp/$flavour.out")
+  [[ $n -eq 6 ]] ||
+    tap_fail "$flavour checks all 6 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
+done
+tap_done
