@@ -1,0 +1,178 @@
+"""ProgressCallback: model.fit's progress for the kubetrain operator.
+
+    model.fit(data, epochs=3, steps_per_epoch=70,
+              callbacks=[tf.keras.callbacks.BackupAndRestore(backup_dir),
+                         kubetrain.keras.ProgressCallback(batch_size=global_batch)])
+
+The callback is built on the Keras that tf.keras names: tf-keras when TF_USE_LEGACY_KERAS
+is 1 or true (as TensorFlow decides), else Keras 3.
+"""
+
+import os
+import sys
+import time
+
+from ._progress import progress
+
+if os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1"):
+    from tf_keras.callbacks import Callback
+else:
+    from keras.callbacks import Callback
+
+# Logs keys of an accuracy, in order of preference: compile(metrics=["accuracy"]) logs
+# "accuracy"; a metric object logs its own name.
+ACCURACY_KEYS = ("accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy",
+                 "binary_accuracy")
+
+
+def _accuracy(logs):
+    for k in ACCURACY_KEYS:
+        if k in logs:
+            return logs[k]
+    return next((v for k, v in logs.items()
+                 if k.endswith("accuracy") and not k.startswith("val_")), None)
+
+
+def _newest_mtime(path):
+    """The newest modification time of path and of the entries directly in it (a
+    directory's own time moves when an entry is added, renamed or removed), or None when
+    it does not exist. One level: a checkpoint's directory may be the program's working
+    directory, which is not walked."""
+    try:
+        newest = os.stat(path).st_mtime
+        if os.path.isdir(path):
+            with os.scandir(path) as it:
+                for e in it:
+                    newest = max(newest, e.stat(follow_symlinks=False).st_mtime)
+        return newest
+    except OSError:
+        return None
+
+
+class _Saver:
+    """A BackupAndRestore or ModelCheckpoint of the same fit: where it writes, and whether
+    it saves every N batches (else at epoch ends)."""
+
+    def __init__(self, callback, kind):
+        self.kind = kind
+        if kind == "BackupAndRestore":
+            self.path = str(callback.backup_dir)
+        else:
+            path = str(callback.filepath)
+            self.path = path if os.path.isdir(path) else os.path.dirname(path) or "."
+        self.by_batch = isinstance(getattr(callback, "save_freq", "epoch"), int)
+
+
+def _savers(me):
+    """The checkpointing callbacks of the fit that is calling me.on_train_begin: Keras
+    passes a callback nothing of its siblings, but both Keras 3's and tf-keras's
+    CallbackList call it from a method of the list itself, whose `callbacks` hold it. When
+    the caller is not such a list, none (no checkpoint is reported)."""
+    caller = sys._getframe(2).f_locals.get("self")
+    siblings = getattr(caller, "callbacks", None)
+    if not isinstance(siblings, list) or not any(c is me for c in siblings):
+        return []
+    found = []
+    for c in siblings:
+        names = {k.__name__ for k in type(c).__mro__}
+        for kind in ("BackupAndRestore", "ModelCheckpoint"):
+            if kind in names:
+                found.append(_Saver(c, kind))
+    return found
+
+
+class ProgressCallback(Callback):
+    """Reports model.fit's steps, loss, accuracy and epochs to kubetrain.report's Progress,
+    and the saves of the fit's BackupAndRestore and ModelCheckpoint as checkpoints.
+
+    Steps are global: epoch index x steps per epoch + batch, so a fit that BackupAndRestore
+    resumed at epoch E (or, with tf-keras, mid-epoch) starts at E x steps, and that step is
+    kubetrain_start_step. Loss and accuracy are what Keras logs: the running mean of the
+    epoch so far, at its end the History's value.
+
+    A save is seen as a change of the newest modification time in the callback's directory
+    (BackupAndRestore's backup_dir, the directory of ModelCheckpoint's filepath), looked
+    at after the other callbacks' hooks of an epoch end (and, for one that saves every N
+    batches, of a batch end) have run; the checkpoint's step is the last one trained
+    before, its time the file's. A resumed fit reports the step it resumed at as the
+    checkpoint, with the backup's time.
+
+    batch_size: the global batch size, for samples per second (none without it)."""
+
+    def __init__(self, batch_size=None):
+        super().__init__()
+        self.batch_size = batch_size
+        self._progress = progress()
+
+    def on_train_begin(self, logs=None):
+        self._savers = _savers(self)
+        self._by_batch = any(s.by_batch for s in self._savers)
+        self._seen = self._newest_save()
+        self._steps = self.params.get("steps")
+        epochs = self.params.get("epochs")
+        self._total = epochs * self._steps if epochs and self._steps else None
+        self._step = None  # the global step last trained; None before the first
+        self._base = 0
+        self._last_time = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._look_for_save()
+        self._epoch = epoch
+        if self._steps:
+            self._base = epoch * self._steps
+        elif self._step is not None:
+            self._base = self._step
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._step is None:
+            self._begin(self._base + batch)
+        elif self._by_batch:
+            self._look_for_save()
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        now = time.monotonic()
+        step = self._base + batch + 1
+        dt = now - self._last_time
+        rate = None
+        if self.batch_size and dt > 0:
+            rate = self.batch_size * (step - self._step) / dt
+        self._step, self._last_time = step, now
+        self._progress.update(step, loss=logs.get("loss"), accuracy=_accuracy(logs),
+                              epoch=self._epoch + 1, total_steps=self._total,
+                              samples_per_second=rate, step_seconds=dt)
+        if self._by_batch:
+            self._look_for_save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if self._step is not None:
+            self._progress.update(self._step, loss=logs.get("loss"),
+                                  accuracy=_accuracy(logs))
+            self._look_for_save()
+
+    def on_train_end(self, logs=None):
+        self._look_for_save()
+
+    def _begin(self, start):
+        """The first batch: the step this fit starts after, and the checkpoint it resumed
+        from (BackupAndRestore's backup, when it started past step 0)."""
+        self._step, self._last_time = start, time.monotonic()
+        self._progress.update(start, epoch=self._epoch + 1, total_steps=self._total,
+                              start_step=start)
+        backups = [_newest_mtime(s.path) for s in self._savers if s.kind == "BackupAndRestore"]
+        backups = [t for t in backups if t is not None]
+        if start > 0 and backups:
+            self._progress.set_checkpoint(start, max(backups))
+
+    def _newest_save(self):
+        times = [_newest_mtime(s.path) for s in self._savers]
+        return max((t for t in times if t is not None), default=None)
+
+    def _look_for_save(self):
+        if not self._savers or self._step is None:
+            return
+        newest = self._newest_save()
+        if newest is not None and (self._seen is None or newest > self._seen):
+            self._seen = newest
+            self._progress.set_checkpoint(self._step, newest)

@@ -1,0 +1,132 @@
+"""ProgressCallback in a real model.fit, under the Keras that tf.keras names (run once with
+TF_USE_LEGACY_KERAS=1 for tf-keras, once without for Keras 3): the endpoint scraped during
+and after fit, its steps exact and its loss the History's; BackupAndRestore's saves as the
+checkpoint; a resumed fit's start step."""
+
+import socket
+import urllib.request
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from kubetrain import keras as ktkeras  # noqa: E402
+from kubetrain._progress import Progress  # noqa: E402
+
+keras = tf.keras
+STEPS, EPOCHS, BATCH = 3, 2, 8
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    return {s.name: s.value for f in text_string_to_metric_families(text.decode())
+            for s in f.samples}
+
+
+def model():
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+    m.compile("sgd", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return m
+
+
+def data():
+    rng = np.random.default_rng(1)
+    return rng.random((STEPS * BATCH, 4), dtype=np.float32), rng.integers(0, 3, STEPS * BATCH)
+
+
+class Scrape(keras.callbacks.Callback):
+    """Scrapes the endpoint at each epoch end, after the callbacks before it."""
+
+    def __init__(self, port):
+        super().__init__()
+        self.port, self.seen = port, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seen.append(scrape(self.port))
+
+
+class Stop(keras.callbacks.Callback):
+    """Fails the fit when epoch `epoch` (0-based) begins, as a lost peer would."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise RuntimeError("stopped")
+
+
+@pytest.fixture
+def callback(monkeypatch):
+    """A ProgressCallback with a Progress of its own, serving on a free port."""
+    port = free_port()
+    monkeypatch.setenv("KUBETRAIN_METRICS_PORT", str(port))
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    cb = ktkeras.ProgressCallback(batch_size=BATCH)
+    cb._progress = Progress()
+    cb.port = port
+    return cb
+
+
+def test_fit_serves_its_progress(callback, tmp_path):
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    during = Scrape(callback.port)
+    x, y = data()
+    # The backup after the progress callback: its epoch-end save is seen at the next
+    # epoch's beginning, or at the end of training.
+    h = model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
+                    callbacks=[callback, backup, during])
+    first = during.seen[0]
+    assert first["kubetrain_steps_total"] == STEPS
+    assert first["kubetrain_epoch"] == 1
+    assert first["kubetrain_total_steps"] == STEPS * EPOCHS
+    assert first["kubetrain_start_step"] == 0
+    assert "kubetrain_checkpoint_step" not in first
+    assert first["kubetrain_samples_per_second"] > 0
+    last = scrape(callback.port)
+    assert last["kubetrain_steps_total"] == STEPS * EPOCHS
+    assert last["kubetrain_epoch"] == EPOCHS
+    assert last["kubetrain_loss"] == pytest.approx(h.history["loss"][-1], rel=1e-6)
+    assert last["kubetrain_accuracy"] == pytest.approx(h.history["accuracy"][-1], rel=1e-6)
+    assert last["kubetrain_checkpoint_step"] == STEPS * EPOCHS
+    assert last["kubetrain_step_seconds_total"] > 0
+    assert callback._progress.result()["step"] == STEPS * EPOCHS
+
+
+def test_resumed_fit_starts_at_the_backup(callback, tmp_path):
+    backup_dir = str(tmp_path / "backup")
+    x, y = data()
+    m = model()
+    with pytest.raises(RuntimeError, match="stopped"):
+        m.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(backup_dir), Stop(1)])
+    h = m.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
+              callbacks=[keras.callbacks.BackupAndRestore(backup_dir), callback])
+    assert len(h.history["loss"]) == EPOCHS - 1  # BackupAndRestore skipped epoch 1
+    got = scrape(callback.port)
+    assert got["kubetrain_start_step"] == STEPS
+    assert got["kubetrain_steps_total"] == STEPS * EPOCHS
+    assert got["kubetrain_checkpoint_step"] == STEPS * EPOCHS
+
+
+def test_model_checkpoint_saves(callback, tmp_path):
+    x, y = data()
+    path = str(tmp_path / "ckpt" / "model-{epoch}.weights.h5")
+    (tmp_path / "ckpt").mkdir()
+    saver = keras.callbacks.ModelCheckpoint(path, save_weights_only=True)
+    during = Scrape(callback.port)
+    model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
+                callbacks=[saver, callback, during])
+    # The saver before the progress callback: seen at that same epoch end.
+    assert during.seen[0]["kubetrain_checkpoint_step"] == STEPS
+    assert during.seen[1]["kubetrain_checkpoint_step"] == STEPS * EPOCHS
