@@ -3,6 +3,7 @@ TF_USE_LEGACY_KERAS=1 for tf-keras, once without for Keras 3): the endpoint scra
 and after fit, its steps exact and its loss the History's; BackupAndRestore's saves as the
 checkpoint; a resumed fit's start step."""
 
+import os
 import socket
 import urllib.request
 
@@ -66,9 +67,24 @@ class Stop(keras.callbacks.Callback):
             raise RuntimeError("stopped")
 
 
-@pytest.fixture
-def callback(monkeypatch):
-    """A ProgressCallback with a Progress of its own, serving on a free port."""
+class StopAt(keras.callbacks.Callback):
+    """Fails the fit when batch `batch` of epoch `epoch` (both 0-based) begins."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at, self.epoch = (epoch, batch), None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            raise RuntimeError("stopped")
+
+
+def progress_callback(monkeypatch):
+    """A ProgressCallback with a Progress of its own, to serve on a free port (the port is
+    read when the first step is recorded)."""
     port = free_port()
     monkeypatch.setenv("KUBETRAIN_METRICS_PORT", str(port))
     monkeypatch.delenv("TF_CONFIG", raising=False)
@@ -76,6 +92,11 @@ def callback(monkeypatch):
     cb._progress = Progress()
     cb.port = port
     return cb
+
+
+@pytest.fixture
+def callback(monkeypatch):
+    return progress_callback(monkeypatch)
 
 
 def test_fit_serves_its_progress(callback, tmp_path):
@@ -130,3 +151,27 @@ def test_model_checkpoint_saves(callback, tmp_path):
     # The saver before the progress callback: seen at that same epoch end.
     assert during.seen[0]["kubetrain_checkpoint_step"] == STEPS
     assert during.seen[1]["kubetrain_checkpoint_step"] == STEPS * EPOCHS
+
+
+def test_resumed_mid_epoch(monkeypatch, tmp_path):
+    """A backup every 2 batches, the last after epoch 2's first batch (global step 4),
+    seen as the checkpoint; tf-keras resumes at that batch, Keras 3 at the start of its
+    epoch (step 3), and the resumed fit, saving nothing more, still reports that step
+    after fit() deleted its backup."""
+    backup_dir = str(tmp_path / "backup")
+    x, y = data()
+    m = model()
+    first = progress_callback(monkeypatch)
+    with pytest.raises(RuntimeError, match="stopped"):
+        m.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0,
+              callbacks=[first, keras.callbacks.BackupAndRestore(backup_dir, save_freq=2),
+                         StopAt(1, 2)])
+    assert scrape(first.port)["kubetrain_checkpoint_step"] == STEPS + 1
+    second = progress_callback(monkeypatch)
+    never = keras.callbacks.BackupAndRestore(backup_dir, save_freq=STEPS * EPOCHS)
+    m.fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[never, second])
+    got = scrape(second.port)
+    start = STEPS + 1 if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else STEPS
+    assert got["kubetrain_start_step"] == start
+    assert got["kubetrain_steps_total"] == STEPS * EPOCHS
+    assert got["kubetrain_checkpoint_step"] == start

@@ -33,25 +33,34 @@ def _accuracy(logs):
                  if k.endswith("accuracy") and not k.startswith("val_")), None)
 
 
-def _newest_mtime(path):
-    """The newest modification time of path and of the entries directly in it (a
-    directory's own time moves when an entry is added, renamed or removed), or None when
-    it does not exist. One level: a checkpoint's directory may be the program's working
-    directory, which is not walked."""
+def _newest_mtime(path, files_only):
+    """The newest modification time of the entries directly in directory `path` (each
+    entry's own: a directory's moves when an entry in it is added, renamed or removed),
+    or with files_only of the files in it and in its subdirectories (so that a deletion
+    never looks like a save); None when there are none. Not walked further: a
+    ModelCheckpoint's directory may be the program's working directory."""
+    times = []
     try:
-        newest = os.stat(path).st_mtime
-        if os.path.isdir(path):
-            with os.scandir(path) as it:
-                for e in it:
-                    newest = max(newest, e.stat(follow_symlinks=False).st_mtime)
-        return newest
+        with os.scandir(path) as it:
+            for e in it:
+                if not files_only:
+                    times.append(e.stat(follow_symlinks=False).st_mtime)
+                elif e.is_file(follow_symlinks=False):
+                    times.append(e.stat().st_mtime)
+                elif e.is_dir(follow_symlinks=False):
+                    with os.scandir(e.path) as sub:
+                        times += [f.stat().st_mtime for f in sub
+                                  if f.is_file(follow_symlinks=False)]
     except OSError:
-        return None
+        pass
+    return max(times, default=None)
 
 
 class _Saver:
     """A BackupAndRestore or ModelCheckpoint of the same fit: where it writes, and whether
-    it saves every N batches (else at epoch ends)."""
+    it saves every N batches (else at epoch ends). BackupAndRestore deletes its backup
+    when fit() ends (Keras 3 the directory, tf-keras the chief's subdirectory), so only
+    its files' times count."""
 
     def __init__(self, callback, kind):
         self.kind = kind
@@ -61,6 +70,9 @@ class _Saver:
             path = str(callback.filepath)
             self.path = path if os.path.isdir(path) else os.path.dirname(path) or "."
         self.by_batch = isinstance(getattr(callback, "save_freq", "epoch"), int)
+
+    def newest(self):
+        return _newest_mtime(self.path, self.kind == "BackupAndRestore")
 
 
 def _savers(me):
@@ -90,12 +102,12 @@ class ProgressCallback(Callback):
     kubetrain_start_step. Loss and accuracy are what Keras logs: the running mean of the
     epoch so far, at its end the History's value.
 
-    A save is seen as a change of the newest modification time in the callback's directory
-    (BackupAndRestore's backup_dir, the directory of ModelCheckpoint's filepath), looked
-    at after the other callbacks' hooks of an epoch end (and, for one that saves every N
-    batches, of a batch end) have run; the checkpoint's step is the last one trained
-    before, its time the file's. A resumed fit reports the step it resumed at as the
-    checkpoint, with the backup's time.
+    A save is seen as a newer modification time in the callback's directory (of the files
+    in BackupAndRestore's backup_dir and its subdirectories; of the entries in the
+    directory of ModelCheckpoint's filepath), looked at after the other callbacks' hooks
+    of an epoch end (and, for one that saves every N batches, of a batch end) have run;
+    the checkpoint's step is the last one trained before, its time the file's. A resumed
+    fit reports the step it resumed at as the checkpoint, with the backup's time.
 
     batch_size: the global batch size, for samples per second (none without it)."""
 
@@ -160,13 +172,13 @@ class ProgressCallback(Callback):
         self._step, self._last_time = start, time.monotonic()
         self._progress.update(start, epoch=self._epoch + 1, total_steps=self._total,
                               start_step=start)
-        backups = [_newest_mtime(s.path) for s in self._savers if s.kind == "BackupAndRestore"]
+        backups = [s.newest() for s in self._savers if s.kind == "BackupAndRestore"]
         backups = [t for t in backups if t is not None]
         if start > 0 and backups:
             self._progress.set_checkpoint(start, max(backups))
 
     def _newest_save(self):
-        times = [_newest_mtime(s.path) for s in self._savers]
+        times = [s.newest() for s in self._savers]
         return max((t for t in times if t is not None), default=None)
 
     def _look_for_save(self):
