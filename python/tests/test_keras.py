@@ -175,3 +175,23 @@ def test_resumed_mid_epoch(monkeypatch, tmp_path):
     assert got["kubetrain_start_step"] == start
     assert got["kubetrain_steps_total"] == STEPS * EPOCHS
     assert got["kubetrain_checkpoint_step"] == start
+
+
+def test_batches_add_no_wait_for_the_device(callback):
+    """tf-keras converts every batch's logs to numbers (a wait for the device) unless each
+    callback with batch hooks takes tensors: the callback says it does (and reads them at
+    most every READ_LOGS_S seconds), so it gets tensors."""
+    seen = []
+
+    class Spy(ktkeras.ProgressCallback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(type(logs["loss"]).__name__)
+            super().on_train_batch_end(batch, logs)
+
+    spy = Spy(batch_size=BATCH)
+    spy._progress = callback._progress
+    x, y = data()
+    model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[spy])
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+        assert set(seen) == {"EagerTensor"}
+    assert scrape(callback.port)["kubetrain_steps_total"] == STEPS * EPOCHS

@@ -19,6 +19,10 @@ if os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1"):
 else:
     from keras.callbacks import Callback
 
+# A batch's loss and accuracy are read (a wait for the device) at most this often; the step
+# count, a Python int, at every batch.
+READ_LOGS_S = 1.0
+
 # Logs keys of an accuracy, in order of preference: compile(metrics=["accuracy"]) logs
 # "accuracy"; a metric object logs its own name.
 ACCURACY_KEYS = ("accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy",
@@ -109,12 +113,17 @@ class ProgressCallback(Callback):
     the checkpoint's step is the last one trained before, its time the file's. A resumed
     fit reports the step it resumed at as the checkpoint, with the backup's time.
 
+    Per batch it stores a few numbers: tf-keras hands it the logs as tensors (as to its
+    own callbacks), read at most every READ_LOGS_S seconds, so that it adds no wait for
+    the device to each step (Keras 3 decides by itself).
+
     batch_size: the global batch size, for samples per second (none without it)."""
 
     def __init__(self, batch_size=None):
         super().__init__()
         self.batch_size = batch_size
         self._progress = progress()
+        self._supports_tf_logs = True
 
     def on_train_begin(self, logs=None):
         self._savers = _savers(self)
@@ -126,6 +135,7 @@ class ProgressCallback(Callback):
         self._step = None  # the global step last trained; None before the first
         self._base = 0
         self._last_time = None
+        self._logs_read = None  # when a batch's logs were last read
 
     def on_epoch_begin(self, epoch, logs=None):
         self._look_for_save()
@@ -150,9 +160,13 @@ class ProgressCallback(Callback):
         if self.batch_size and dt > 0:
             rate = self.batch_size * (step - self._step) / dt
         self._step, self._last_time = step, now
-        self._progress.update(step, loss=logs.get("loss"), accuracy=_accuracy(logs),
-                              epoch=self._epoch + 1, total_steps=self._total,
-                              samples_per_second=rate, step_seconds=dt)
+        loss = accuracy = None
+        if self._logs_read is None or now - self._logs_read >= READ_LOGS_S:
+            self._logs_read = now
+            loss, accuracy = logs.get("loss"), _accuracy(logs)
+        self._progress.update(step, loss=loss, accuracy=accuracy, epoch=self._epoch + 1,
+                              total_steps=self._total, samples_per_second=rate,
+                              step_seconds=dt)
         if self._by_batch:
             self._look_for_save()
 
