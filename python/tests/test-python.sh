@@ -35,7 +35,8 @@ parser=${BUILD:-build}/opt/python/tests/parse-metrics
 [ -x "$parser" ] && export KUBETRAIN_PARSE_METRICS=$PWD/$parser
 
 # pytest's -rA summary has a line per test: "PASSED path::name", "FAILED path::name - why",
-# "SKIPPED [1] path:line: why"; each becomes a TAP line, the failures with pytest's report.
+# "ERROR path[::name] - why" (a fixture or the module's import failed), "SKIPPED [1]
+# path:line: why"; each becomes a TAP line, the failures with pytest's report.
 for keras in tf-keras keras-3; do
   legacy=0 tests=python/tests
   [ $keras = tf-keras ] && legacy=1 tests=python/tests/test_keras.py
@@ -48,12 +49,14 @@ for keras in tf-keras keras-3; do
   while IFS= read -r line; do
     case $line in
       "PASSED "*) tap_ok "$keras: ${line#PASSED python/tests/}"; n=$((n + 1)) ;;
-      "FAILED "*) tap_fail "$keras: ${line#FAILED python/tests/}" \
-                    "$(sed -n '/^=* FAILURES =*$/,/^=* short test summary/p' "$tmp/$keras.log" |
-                       tail -40)"; n=$((n + 1)) ;;
+      "FAILED "* | "ERROR "*)
+        tap_fail "$keras: ${line#* python/tests/}" "$(sed -n \
+          '/^=* \(ERRORS\|FAILURES\) =*$/,/^=* short test summary/p' "$tmp/$keras.log" |
+          tail -40)"
+        n=$((n + 1)) ;;
       "SKIPPED "*) tap_skip "$keras: ${line#SKIPPED }" "skipped"; n=$((n + 1)) ;;
     esac
-  done < <(grep -E '^(PASSED|FAILED|SKIPPED) ' "$tmp/$keras.log")
+  done < <(grep -E '^(PASSED|FAILED|ERROR|SKIPPED) ' "$tmp/$keras.log")
   if [ "$n" = 0 ] || { [ $rc != 0 ] && [ $rc != 1 ]; }; then
     tap_fail "$keras: pytest ran the tests (exit $rc)" "$(tail -20 "$tmp/$keras.log")"
   fi

@@ -177,21 +177,28 @@ def test_resumed_mid_epoch(monkeypatch, tmp_path):
     assert got["kubetrain_checkpoint_step"] == start
 
 
-def test_batches_add_no_wait_for_the_device(callback):
+def test_batches_add_no_wait_for_the_device(callback, tmp_path):
     """tf-keras converts every batch's logs to numbers (a wait for the device) unless each
     callback with batch hooks takes tensors: the callback says it does (and reads them at
-    most every READ_LOGS_S seconds), so it gets tensors."""
+    most every READ_LOGS_S seconds), so it gets tensors. A subclass's on_train_begin
+    calling this one's still finds the fit's BackupAndRestore."""
     seen = []
 
     class Spy(ktkeras.ProgressCallback):
+        def on_train_begin(self, logs=None):
+            super().on_train_begin(logs)
+
         def on_train_batch_end(self, batch, logs=None):
             seen.append(type(logs["loss"]).__name__)
             super().on_train_batch_end(batch, logs)
 
     spy = Spy(batch_size=BATCH)
     spy._progress = callback._progress
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
     x, y = data()
-    model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[spy])
+    model().fit(x, y, batch_size=BATCH, epochs=EPOCHS, verbose=0, callbacks=[spy, backup])
     if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
         assert set(seen) == {"EagerTensor"}
-    assert scrape(callback.port)["kubetrain_steps_total"] == STEPS * EPOCHS
+    got = scrape(callback.port)
+    assert got["kubetrain_steps_total"] == STEPS * EPOCHS
+    assert got["kubetrain_checkpoint_step"] == STEPS * EPOCHS

@@ -79,15 +79,26 @@ class _Saver:
         return _newest_mtime(self.path, self.kind == "BackupAndRestore")
 
 
-def _savers(me):
-    """The checkpointing callbacks of the fit that is calling me.on_train_begin: Keras
+def _callback_list(me):
+    """The `callbacks` list of the CallbackList calling me.on_train_begin, or None: Keras
     passes a callback nothing of its siblings, but both Keras 3's and tf-keras's
-    CallbackList call it from a method of the list itself, whose `callbacks` hold it. When
-    the caller is not such a list, none (no checkpoint is reported)."""
-    caller = sys._getframe(2).f_locals.get("self")
-    siblings = getattr(caller, "callbacks", None)
-    if not isinstance(siblings, list) or not any(c is me for c in siblings):
-        return []
+    CallbackList call it from a method of the list itself, whose `callbacks` hold it (a
+    few frames up when a subclass's on_train_begin calls this one's)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            break
+        siblings = getattr(frame.f_locals.get("self"), "callbacks", None)
+        if isinstance(siblings, list) and any(c is me for c in siblings):
+            return siblings
+        frame = frame.f_back
+    return None
+
+
+def _savers(me):
+    """The checkpointing callbacks of the fit that is calling me.on_train_begin; none
+    when its CallbackList is not found (no checkpoint is reported)."""
+    siblings = _callback_list(me) or []
     found = []
     for c in siblings:
         names = {k.__name__ for k in type(c).__mro__}
