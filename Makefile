@@ -44,6 +44,7 @@ include docker/docker.mk
 include e2e/e2e.mk
 include charts/charts.mk
 include examples/examples.mk
+include python/python.mk
 
 # The main job starts afresh each time; RESUME=1 keeps build/run/checkpoints, so a run
 # stopped with Ctrl-C (which saves a checkpoint) continues where it stopped.

@@ -7,9 +7,11 @@
 #      line is a sh or bash shebang), with .shellcheckrc; each script with a shebang sets
 #      `set -euo pipefail`, or `set -uo pipefail` with a comment on that line or the line
 #      above that says why not -e (a test that reports every failure and goes on);
-#   3. at most 100 columns (tabs at 8) in those sources and scripts and in the Makefiles,
-#      except the shell scripts listed in .ci/long-lines (to be wrapped: a listed script
-#      that has become short enough must leave the list).
+#   3. at most 100 columns (tabs at 8) in those sources and scripts, in the Makefiles and
+#      in the kubetrain package's Python (python/), except the shell scripts listed in
+#      .ci/long-lines (to be wrapped: a listed script that has become short enough must
+#      leave the list);
+#   4. the package's Python compiles (python3 -m py_compile).
 # Prints every finding and exits 1 if there was any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,7 @@ mapfile -t scripts < <(
   done
 )
 mapfile -t makefiles < <(git ls-files Makefile '*.mk')
+mapfile -t pysrc < <(git ls-files 'python/*.py')
 
 # --- 1. clang-format ---------------------------------------------------------------
 command -v "$CLANG_FORMAT" >/dev/null || { echo "lint: no $CLANG_FORMAT (make deps)"; exit 1; }
@@ -76,8 +79,15 @@ done
 
 # --- 3. line length ----------------------------------------------------------------
 python3 .ci/linelength.py "$MAX_COLUMNS" .ci/long-lines \
-  "${csrc[@]}" "${scripts[@]}" "${makefiles[@]}" || status=1
+  "${csrc[@]}" "${scripts[@]}" "${makefiles[@]}" "${pysrc[@]}" || status=1
+
+# --- 4. Python ---------------------------------------------------------------------
+# Compiled in memory: no __pycache__ is left in the tree.
+for f in "${pysrc[@]}"; do
+  python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' "$f" ||
+    status=1
+done
 
 [ $status -eq 0 ] && echo "lint: ${#csrc[@]} C/C++/CUDA sources, ${#scripts[@]} shell scripts," \
-  "${#makefiles[@]} Makefiles: clean"
+  "${#makefiles[@]} Makefiles, ${#pysrc[@]} Python files: clean"
 exit $status

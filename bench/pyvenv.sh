@@ -7,7 +7,8 @@
 # packages whoever makes it first:
 #   venv-report  matplotlib                       the bench report (bench/report.py)
 #   venv-tb      tensorboard                      the TensorBoard test and screenshot
-#   venv-tf      tensorflow-cpu, tf-keras         the TensorFlow examples, bench-trainer
+#   venv-tf      tensorflow-cpu, tf-keras,        the TensorFlow examples, bench-trainer,
+#                prometheus-client, pytest        the kubetrain package's tests (python/)
 #   venv-torch   torch                            bench-allreduce's PyTorch peer
 set -euo pipefail
 [ $# = 1 ] || { echo "usage: $0 venv-report|venv-tb|venv-tf|venv-torch" >&2; exit 2; }
@@ -15,7 +16,9 @@ name=$1
 case $name in
   venv-report) module=matplotlib; packages=(matplotlib) ;;
   venv-tb) module=tensorboard.backend.event_processing.event_accumulator; packages=(tensorboard) ;;
-  venv-tf) module=tf_keras; packages=(tensorflow-cpu tf-keras) ;;
+  # Every module listed: a venv made before a package was added here gets it on next use.
+  venv-tf) module="tf_keras, prometheus_client, pytest"
+           packages=(tensorflow-cpu tf-keras prometheus-client pytest) ;;
   venv-torch) module=torch; packages=(torch) ;;
   *) echo "$0: no venv named '$name' (venv-report, venv-tb, venv-tf, venv-torch)" >&2; exit 2 ;;
 esac
