@@ -8,7 +8,8 @@ ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        gcc libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libopenblas-dev \
+        gcc libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libspng-dev \
+        libturbojpeg0-dev libopenblas-dev \
         libssl-dev dataset-fashion-mnist >/dev/null
 WORKDIR /src
 # The whole tree (.dockerignore keeps build output out): the Makefile includes every
