@@ -210,15 +210,17 @@ static int count_values(TfrFeature *f, const char **why)
             }
             f->count += v.type == 5 ? 1 : v.n / 4;
         } else if (f->kind == TFR_INT64_LIST && (v.type == 0 || v.type == 2)) {
+            if (v.type == 0) {
+                f->count++;
+                continue;
+            }
             const uint8_t *p = v.s, *end = v.s + v.n;
             uint64_t x;
-            if (v.type == 0) f->count++;
-            else
-                for (; p < end; f->count++)
-                    if (read_varint(&p, end, &x)) {
-                        *why = "a packed int64_list with a truncated or overlong varint";
-                        return -1;
-                    }
+            for (; p < end; f->count++)
+                if (read_varint(&p, end, &x)) {
+                    *why = "a packed int64_list with a truncated or overlong varint";
+                    return -1;
+                }
         } else {
             *why = "a list value of the wrong wire type";
             return -1;
