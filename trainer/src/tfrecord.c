@@ -455,10 +455,12 @@ static int inflate_file(File *f, char *err, size_t errlen)
         }
         size_t in_chunk = f->len - in < READ_CHUNK ? f->len - in : READ_CHUNK;
         z.next_in = f->buf + in, z.avail_in = (uInt)in_chunk;
-        z.next_out = out + len, z.avail_out = (uInt)(cap - len);
+        /* zlib counts in uInt: at most a chunk of input and 1 GiB of output a call. */
+        const size_t room = cap - len < ((size_t)1 << 30) ? cap - len : (size_t)1 << 30;
+        z.next_out = out + len, z.avail_out = (uInt)room;
         zrc = inflate(&z, Z_NO_FLUSH);
         in += in_chunk - z.avail_in;
-        len = cap - z.avail_out;
+        len += room - z.avail_out;
         if (zrc == Z_STREAM_END) {
             if (in == f->len) break;
             if (f->comp == COMP_GZIP && f->len - in >= 2 && f->buf[in] == 0x1f &&
