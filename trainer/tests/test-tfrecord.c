@@ -495,6 +495,19 @@ static void test_bad_records(void **state)
                    "rgb-jpeg.tfrecord: record at byte 0: feature 'image': a 20x24x3 uint8 "
                    "image, but the first example's (" REF
                    "fmnist-00000-of-00003, record at byte 0) is 28x28x1 uint8");
+    /* A GZIP file cut short, and one whose compressed data is damaged. */
+    uint8_t *gz = read_ref(REF "fmnist-00001-of-00003", &n);
+    write_file("gz", gz, n - 100);
+    snprintf(spec, sizeof spec, "tfrecord:%s", path_of("gz"));
+    expect_refused(spec, NULL, 10, "/gz (GZIP): the compressed data ends early (a truncated file)");
+    gz[n / 2] ^= 0xff;
+    write_file("gz", gz, n);
+    expect_refused(spec, NULL, 10, "/gz (GZIP): incorrect data check, at compressed byte");
+    gz[n / 2] ^= 0xff;
+    write_file("gz", gz, n);
+    assert_int_equal(source_open(&s, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), 0);
+    assert_int_equal(s.count, 16);
+    source_free(&s);
     /* Patterns that match nothing, and files that hold no records. */
     snprintf(spec, sizeof spec, "tfrecord:" REF "fmnist-*," REF "nothing-*");
     expect_refused(spec, NULL, 10, "tfrecord: '" REF "nothing-*' matches no file");
