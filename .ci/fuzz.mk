@@ -33,6 +33,7 @@ FUZZ_MAXLEN_model     := 4096
 FUZZ_MAXLEN_keras     := 16384
 FUZZ_MAXLEN_idx       := 8192
 FUZZ_MAXLEN_npy       := 8192
+FUZZ_MAXLEN_tfrecord  := 16384
 FUZZ_MAXLEN_ckpt      := 1024
 FUZZ_MAXLEN_handshake := 2048
 FUZZ_MAXLEN_kcfg      := 8192
@@ -73,7 +74,8 @@ $(FUZZ_OPERATOR:%=$(FUZZ_DIR)/bin/fuzz-%): $(FUZZ_DIR)/bin/fuzz-%: \
 # Seeds: regenerated whenever a generator or a fixture it reads changes.
 $(FUZZ_DIR)/seeds/.stamp: trainer/fuzz/seeds.py operator/fuzz/seeds.py trainer/src/model.c \
                           $(wildcard examples/*.yaml examples/tfjob/*.yaml) \
-                          $(wildcard trainer/tests/reference/keras/*.json) | deps
+                          $(wildcard trainer/tests/reference/keras/*.json) \
+                          $(wildcard trainer/tests/reference/tfrecord/*) | deps
 	@rm -rf $(FUZZ_DIR)/seeds && mkdir -p $(FUZZ_DIR)/seeds
 	python3 trainer/fuzz/seeds.py $(FUZZ_DIR)/seeds
 	python3 operator/fuzz/seeds.py $(FUZZ_DIR)/seeds

@@ -13,9 +13,9 @@ ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        gcc g++ libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libopenblas-dev \
-        libhdf5-dev libaec-dev libssl-dev python3 python3-venv ca-certificates \
-        dataset-fashion-mnist >/dev/null
+        gcc g++ libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libspng-dev \
+        libturbojpeg0-dev libopenblas-dev libhdf5-dev libaec-dev libssl-dev python3 \
+        python3-venv ca-certificates dataset-fashion-mnist >/dev/null
 WORKDIR /src
 COPY . .
 # The wheels go to /opt/kubetrain/cuda; the binary's rpath names that tree, and the

@@ -8,8 +8,9 @@ ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        gcc libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libopenblas-dev \
-        libhdf5-dev libaec-dev libssl-dev dataset-fashion-mnist >/dev/null
+        gcc libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libspng-dev \
+        libturbojpeg0-dev libopenblas-dev libhdf5-dev libaec-dev libssl-dev \
+        dataset-fashion-mnist >/dev/null
 WORKDIR /src
 # The whole tree (.dockerignore keeps build output out): the Makefile includes every
 # component's fragment.

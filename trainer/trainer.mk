@@ -1,7 +1,7 @@
 # The trainer: kubetrain-trainer and its tests.
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
-            libssl-dev libcmocka-dev libzip-dev libhdf5-dev libaec-dev dataset-fashion-mnist \
-            python3-venv
+            libssl-dev libcmocka-dev libzip-dev libspng-dev libturbojpeg0-dev libhdf5-dev \
+            libaec-dev dataset-fashion-mnist python3-venv
 
 # GEMM backend (trainer/src/gemm.c), chosen at build time: make GEMM=openblas|blis|dnnl.
 # OpenBLAS is the default: on this step's shapes the others were not faster
@@ -36,8 +36,8 @@ TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
 # and no library.
 HDF5_INC      := -isystem /usr/include/hdf5/serial
 HDF5_LIBS     := -l:libhdf5_serial.a -l:libsz.a -l:libaec.a
-TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip $(HDF5_LIBS) -lz -lcrypto \
-                 -lpthread -lm
+TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip -lspng -lturbojpeg \
+                 $(HDF5_LIBS) -lz -lcrypto -lpthread -lm
 TRAINER_INC   := -Itrainer/src $(HDF5_INC)
 ifneq ($(DEPS_PREFIX),)
 TRAINER_INC   += -isystem $(DEPS_PREFIX)/include -isystem $(DEPS_PREFIX)/include/hdf5/serial
@@ -183,7 +183,12 @@ reference-trainer:
 	tf=$$(bash bench/pyvenv.sh venv-tf) && \
 	$$tf trainer/tests/reference/gen_reference.py $(FASHION_DIR)
 
-.PHONY: bench-trainer reference-trainer
+# Regenerates trainer/tests/reference/tfrecord/ with TensorFlow (commit the result).
+reference-tfrecord:
+	tf=$$(bash bench/pyvenv.sh venv-tf) && \
+	$$tf trainer/tests/reference/tfrecord/gen_tfrecord.py $(FASHION_DIR)
+
+.PHONY: bench-trainer reference-trainer reference-tfrecord
 
 # Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow
 # MultiWorkerMirroredStrategy (trainer/bench/bench_distributed.py); also 4 workers,

@@ -102,7 +102,9 @@ rejected "shardPolicy not in the enum" spec.dataset.shardPolicy '' '{dataset: {s
 rejected "dataset.source without a scheme" spec.dataset.source "should match" \
   '{dataset: {source: /data/mnist.npz}}'
 rejected "dataset.evalSource of an unknown scheme" spec.dataset.evalSource "should match" \
-  '{dataset: {evalSource: "tfrecord:/data/x"}}'
+  '{dataset: {evalSource: "parquet:/data/x"}}'
+rejected "dataset.imageShape of two dimensions" spec.dataset.imageShape "" \
+  '{dataset: {imageShape: [28, 28]}}'
 rejected "pixelScale not in the enum" spec.dataset.pixelScale '' '{dataset: {pixelScale: half}}'
 rejected "restartPolicy not in the enum" spec.restartPolicy '' '{restartPolicy: Always}'
 rejected "optimizer not in the enum" spec.training.optimizer.name '' '{training: {optimizer: {name: adagrad}}}'
@@ -157,6 +159,19 @@ spec:
     source: npz:/data/mnist.npz?x=images&y=labels
     evalSource: npy:/data/x_test.npy,/data/y_test.npy
     pixelScale: raw
+EOF
+tap_check "TFRecord sources and their features are accepted" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: tfrecord-data}
+spec:
+  workers: 1
+  dataset:
+    source: tfrecord:/data/train-*
+    evalSource: tfrecord:/data/test-00000-of-00001
+    imageFeature: image/encoded
+    labelFeature: image/class/label
+    imageShape: [28, 28, 1]
 EOF
 tap_check "a user's program (command, args, image) is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1

@@ -299,6 +299,14 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     if (s->data_source) rc |= add_arg(a, "--data", s->data_source);
     if (s->eval_source) rc |= add_arg(a, "--eval-data", s->eval_source);
     if (s->pixel_scale) rc |= add_arg(a, "--pixel-scale", s->pixel_scale);
+    if (s->image_feature) rc |= add_arg(a, "--image-feature", s->image_feature);
+    if (s->label_feature) rc |= add_arg(a, "--label-feature", s->label_feature);
+    if (s->image_shape[0]) {
+        char shape[48];
+        snprintf(shape, sizeof shape, "%d,%d,%d", s->image_shape[0], s->image_shape[1],
+                 s->image_shape[2]);
+        rc |= add_arg(a, "--image-shape", shape);
+    }
     if (s->shard_policy) rc |= add_arg(a, "--shard-policy", s->shard_policy);
     if (s->epochs >= 0) rc |= add_arg_int(a, "--epochs", s->epochs);
     if (s->steps_per_epoch >= 0) rc |= add_arg_int(a, "--steps-per-epoch", s->steps_per_epoch);

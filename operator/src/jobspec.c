@@ -41,6 +41,24 @@ static int read_str(const cJSON *spec, const char *path, const char **out, char 
     return 0;
 }
 
+/* Reads an optional [H, W, C] of integers in [1, 65535] (the trainer's --image-shape);
+ * absent leaves shape zero. */
+static int read_shape(const cJSON *spec, const char *path, int shape[3], char *err, size_t errlen)
+{
+    const cJSON *v = jsonx_at(spec, path);
+    shape[0] = shape[1] = shape[2] = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    int ok = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 3;
+    for (int i = 0; ok && i < 3; i++) {
+        const cJSON *d = cJSON_GetArrayItem(v, i);
+        ok = cJSON_IsNumber(d) && d->valuedouble >= 1 && d->valuedouble <= 65535 &&
+             d->valuedouble == (double)(int)d->valuedouble;
+        if (ok) shape[i] = (int)d->valuedouble;
+    }
+    if (!ok) FAIL("spec.%s: expected [H, W, C], three integers in [1, 65535]", path);
+    return 0;
+}
+
 /* Reads an optional enum; returns the canonical string or dflt. */
 static int read_enum(const cJSON *spec, const char *path, const char *const *allowed,
                      const char *dflt, const char **out, char *err, size_t errlen)
@@ -307,6 +325,9 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (jsonx_at(spec, "dataset.pixelScale") &&
         read_enum(spec, "dataset.pixelScale", scales, NULL, &s->pixel_scale, err, errlen))
         return -EINVAL;
+    if (read_str(spec, "dataset.imageFeature", &s->image_feature, err, errlen)) return -EINVAL;
+    if (read_str(spec, "dataset.labelFeature", &s->label_feature, err, errlen)) return -EINVAL;
+    if (read_shape(spec, "dataset.imageShape", s->image_shape, err, errlen)) return -EINVAL;
     if (jsonx_at(spec, "dataset.shardPolicy")) {
         if (read_enum(spec, "dataset.shardPolicy", shards, NULL, &s->shard_policy, err, errlen))
             return -EINVAL;

@@ -64,6 +64,9 @@ typedef struct JobSpec {
     const char *data_source;   /* dataset.source, the trainer's --data; NULL: unset */
     const char *eval_source;   /* dataset.evalSource, --eval-data; NULL: unset */
     const char *pixel_scale;   /* unit | raw; NULL: the trainer's default */
+    const char *image_feature; /* dataset.imageFeature, --image-feature; NULL: unset */
+    const char *label_feature; /* dataset.labelFeature, --label-feature; NULL: unset */
+    int image_shape[3];        /* dataset.imageShape, --image-shape H,W,C; 0s: unset */
     const char *shard_policy;  /* NULL: the trainer's default */
     int epochs, steps_per_epoch, per_worker_batch;
     const char *optimizer;

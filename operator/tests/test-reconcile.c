@@ -2265,8 +2265,10 @@ static const char *arg_of(const cJSON *pod, const char *flag)
     return NULL;
 }
 
-/* spec.dataset.source, evalSource and pixelScale become the trainer's --data, --eval-data
- * and --pixel-scale; unset, none of them is passed (the trainer's defaults hold). */
+/* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
+ * become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
+ * --label-feature and --image-shape; unset, none of them is passed (the trainer's
+ * defaults hold). */
 static void test_data_source_args(void **state)
 {
     (void)state;
@@ -2276,8 +2278,20 @@ static void test_data_source_args(void **state)
                          "\"/data\",\"source\":\"npz:/data/fm.npz?x=images&y=labels\","
                          "\"evalSource\":\"npz:/data/test.npz\",\"pixelScale\":\"raw\"}}",
                          NULL);
-    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    cJSON *tfr = job_new("{\"workers\":1,\"dataset\":{\"source\":\"tfrecord:/d/train-*\","
+                         "\"imageFeature\":\"image/encoded\",\"labelFeature\":\"image/class\","
+                         "\"imageShape\":[28,28,1]}}",
+                         NULL);
+    assert_int_equal(jobspec_parse(tfr, &s, err, sizeof err), 0);
     cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
+    assert_string_equal(arg_of(pod, "--data"), "tfrecord:/d/train-*");
+    assert_string_equal(arg_of(pod, "--image-feature"), "image/encoded");
+    assert_string_equal(arg_of(pod, "--label-feature"), "image/class");
+    assert_string_equal(arg_of(pod, "--image-shape"), "28,28,1");
+    cJSON_Delete(pod);
+    cJSON_Delete(tfr);
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
     assert_string_equal(arg_of(pod, "--data"), "npz:/data/fm.npz?x=images&y=labels");
     assert_string_equal(arg_of(pod, "--eval-data"), "npz:/data/test.npz");
     assert_string_equal(arg_of(pod, "--pixel-scale"), "raw");
@@ -2290,12 +2304,20 @@ static void test_data_source_args(void **state)
     assert_null(arg_of(pod, "--data"));
     assert_null(arg_of(pod, "--eval-data"));
     assert_null(arg_of(pod, "--pixel-scale"));
+    assert_null(arg_of(pod, "--image-feature"));
+    assert_null(arg_of(pod, "--label-feature"));
+    assert_null(arg_of(pod, "--image-shape"));
     cJSON_Delete(pod);
     cJSON_Delete(job);
     const char *bad[][2] = {
         {"{\"dataset\":{\"pixelScale\":\"half\"}}",
          "spec.dataset.pixelScale: expected one of unit | raw"},
         {"{\"dataset\":{\"source\":7}}", "spec.dataset.source: expected a string"},
+        {"{\"dataset\":{\"imageShape\":[28,28]}}",
+         "spec.dataset.imageShape: expected [H, W, C], three integers in [1, 65535]"},
+        {"{\"dataset\":{\"imageShape\":[28,0,1]}}",
+         "spec.dataset.imageShape: expected [H, W, C], three integers in [1, 65535]"},
+        {"{\"dataset\":{\"labelFeature\":[]}}", "spec.dataset.labelFeature: expected a string"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         job = job_new(bad[i][0], NULL);

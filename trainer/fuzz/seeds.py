@@ -143,6 +143,25 @@ def npy(out):
         write(out, "npy", "savez-%d.npz" % compress, buf.getvalue())
 
 
+def tfrecord(out):
+    """TensorFlow's reference files (trainer/tests/reference/tfrecord), each after the
+    mode byte fuzz-tfrecord reads first: 1 for the raw and float ones (--image-shape),
+    0 for PNG and JPEG; and a raw file's first Example alone."""
+    ref = os.path.join(ROOT, "trainer/tests/reference/tfrecord")
+    for name, mode in (("raw.tfrecord", 1), ("float.tfrecord", 1), ("gray-jpeg.tfrecord", 0),
+                       ("fmnist-00001-of-00003", 0), ("fmnist-00002-of-00003", 0)):
+        with open(os.path.join(ref, name), "rb") as f:
+            body = f.read()
+        write(out, "tfrecord", name, bytes([mode]) + body)
+    with open(os.path.join(ref, "raw.tfrecord"), "rb") as f:
+        head = f.read(12)
+        length = struct.unpack("<Q", head[:8])[0]
+        write(out, "tfrecord", "example", b"\x01" + f.read(length))
+    # Regression (UBSan, clang): an unpacked int64 label, whose field has no bytes.
+    write(out, "tfrecord", "regress-unpacked-int64",
+          b"\x00\x0a\x0f\x0a\x0d\x0a\x05label\x12\x04\x1a\x02\x08\x07")
+
+
 def ckpt_file(sig, world, fields, params, opt):
     h = bytearray(360)
     h[0:8] = b"KTCKPT\x00\n"
@@ -179,7 +198,7 @@ def handshake(out):
 
 def main():
     out = sys.argv[1]
-    for gen in (tfconfig, model, keras, idx, npy, ckpt, handshake):
+    for gen in (tfconfig, model, keras, idx, npy, tfrecord, ckpt, handshake):
         gen(out)
 
 

@@ -17,7 +17,8 @@ typedef enum {
     OPT_ENUM_COLLECTIVE,
     OPT_ENUM_DATASET,
     OPT_ENUM_DEVICE,
-    OPT_ENUM_PIXEL_SCALE
+    OPT_ENUM_PIXEL_SCALE,
+    OPT_SHAPE
 } OptType;
 
 typedef struct {
@@ -37,13 +38,23 @@ static const Option options[] = {
     {"data-dir", OPT_STR, offsetof(Config, data_dir), sizeof(((Config *)0)->data_dir), 0, 0,
      "DIR  IDX files, .gz or raw"},
     {"data", OPT_STR, offsetof(Config, data), sizeof(((Config *)0)->data), 0, 0,
-     "SOURCE  idx:DIR | npz:FILE[?x=KEY&y=KEY] | npy:IMAGES,LABELS\n"
+     "SOURCE  idx:DIR | npz:FILE[?x=KEY&y=KEY] | npy:IMAGES,LABELS |\n"
+     "                             tfrecord:PATTERN[,PATTERN...]\n"
      "                             (default idx:<data-dir>; wins over --dataset/--data-dir)"},
     {"eval-data", OPT_STR, offsetof(Config, eval_data), sizeof(((Config *)0)->eval_data), 0, 0,
      "SOURCE  the --eval examples (default: idx:DIR's t10k files, npz:FILE's\n"
-     "                             x_test/y_test; npy: none, give one)"},
+     "                             x_test/y_test; npy: and tfrecord: none, give one)"},
     {"pixel-scale", OPT_ENUM_PIXEL_SCALE, offsetof(Config, pixel_scale), 0, 0, 0,
      "unit|raw  uint8 values as v/255 (unit, the default) or 0..255 (raw)"},
+    {"image-feature", OPT_STR, offsetof(Config, image_feature),
+     sizeof(((Config *)0)->image_feature), 0, 0,
+     "NAME  tfrecord: the image's feature, PNG/JPEG/raw bytes or floats (image)"},
+    {"label-feature", OPT_STR, offsetof(Config, label_feature),
+     sizeof(((Config *)0)->label_feature), 0, 0,
+     "NAME  tfrecord: the label's feature, an int64_list (label)"},
+    {"image-shape", OPT_SHAPE, offsetof(Config, image_shape), 0, 0, 0,
+     "H,W,C  tfrecord: the shape of raw uint8 bytes or a float_list (unset:\n"
+     "                             PNG or JPEG, their shape read from each image)"},
     {"epochs", OPT_INT, offsetof(Config, epochs), 0, 1, 1e6, "N  (3)"},
     {"steps-per-epoch", OPT_INT, offsetof(Config, steps_per_epoch), 0, 0, 1e9,
      "N  (70); 0 = one pass over this worker's shard"},
@@ -107,6 +118,8 @@ static void defaults(Config *c)
     memset(c, 0, sizeof *c);
     strcpy(c->model, "tutorial-cnn");
     strcpy(c->dataset, "fashion-mnist");
+    strcpy(c->image_feature, source_default_options.image_feature);
+    strcpy(c->label_feature, source_default_options.label_feature);
     c->epochs = 3;
     c->steps_per_epoch = 70;
     c->per_worker_batch = 64;
@@ -210,6 +223,11 @@ static int set_option(Config *c, const Option *o, const char *v, const char *who
         if (source_parse_pixel_scale(v, (PixelScale *)(void *)base) == 0) return 0;
         snprintf(err, errlen, "%s: expected unit or raw, got '%s'", who, v);
         return -EINVAL;
+    case OPT_SHAPE:
+        if (source_parse_shape(v, (int *)(void *)base) == 0) return 0;
+        snprintf(err, errlen, "%s: expected H,W,C (three integers in [1, 65535]), got '%s'", who,
+                 v);
+        return -EINVAL;
     }
     return -EINVAL;
 }
@@ -240,7 +258,7 @@ static int resolve_sources(Config *c, const char *data_who, const char *eval_who
     if (source_eval_spec(c->data, c->eval_data, sizeof c->eval_data) && c->eval) {
         snprintf(err, errlen,
                  "--eval: expected --eval-data SOURCE with %s %.200s (a pair of .npy files "
-                 "holds one set of examples)",
+                 "or TFRecord files hold one set of examples)",
                  data_who, c->data);
         return -EINVAL;
     }

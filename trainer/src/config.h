@@ -20,6 +20,9 @@ typedef struct {
     char data[SOURCE_NAME_MAX];      /* the training SOURCE (source.h); default idx:<data_dir> */
     char eval_data[SOURCE_NAME_MAX]; /* the evaluation SOURCE; default from data, "": none */
     PixelScale pixel_scale;
+    char image_feature[256]; /* tfrecord: the image's feature (image) */
+    char label_feature[256]; /* tfrecord: the label's feature (label) */
+    int image_shape[3];      /* tfrecord: H, W, C of raw and float images; 0s: unset */
     int epochs;
     int steps_per_epoch;      /* 0: one pass over this worker's shard */
     int per_worker_batch;

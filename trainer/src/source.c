@@ -8,14 +8,20 @@
 
 #include "idx.h"
 #include "npy.h"
+#include "tfrecord.h"
 #include "util.h"
 
-#define SPEC_EXPECTED "expected idx:DIR, npz:FILE[?x=KEY&y=KEY] or npy:IMAGES,LABELS"
+#define SPEC_EXPECTED                                                                              \
+    "expected idx:DIR, npz:FILE[?x=KEY&y=KEY], npy:IMAGES,LABELS or "                              \
+    "tfrecord:PATTERN[,PATTERN...]"
 #define KEY_MAX 256
 
-typedef enum { KIND_IDX, KIND_NPZ, KIND_NPY } Kind;
+typedef enum { KIND_IDX, KIND_NPZ, KIND_NPY, KIND_TFRECORD } Kind;
 
-/* A SOURCE string taken apart: the scheme, the path(s), the npz keys ("" unless given). */
+const SourceOptions source_default_options = {.image_feature = "image", .label_feature = "label"};
+
+/* A SOURCE string taken apart: the scheme, the path(s) (tfrecord: the patterns as
+ * given), the npz keys ("" unless given). */
 typedef struct {
     Kind kind;
     char path[4096], path2[4096];
@@ -69,6 +75,12 @@ static int parse_spec(const char *spec, Spec *sp, char *err, size_t errlen)
         if (comma && !take(sp->path, sizeof sp->path, spec + 4, (size_t)(comma - spec - 4)) &&
             !take(sp->path2, sizeof sp->path2, comma + 1, strlen(comma + 1)))
             return 0;
+    } else if (!strncmp(spec, "tfrecord:", 9)) {
+        sp->kind = KIND_TFRECORD;
+        const char *p = spec + 9;
+        int empty = !*p;
+        for (const char *q = p; *q; q++) empty |= *q == ',' && (q == p || !q[1] || q[-1] == ',');
+        if (!empty && !take(sp->path, sizeof sp->path, p, strlen(p))) return 0;
     }
     snprintf(err, errlen, "'%.200s': %s", spec, SPEC_EXPECTED);
     return -EINVAL;
@@ -84,7 +96,8 @@ int source_eval_spec(const char *spec, char *out, size_t outlen)
 {
     Spec sp;
     char err[256];
-    if (parse_spec(spec, &sp, err, sizeof err) || sp.kind == KIND_NPY) return -ENOENT;
+    if (parse_spec(spec, &sp, err, sizeof err) || sp.kind == KIND_NPY || sp.kind == KIND_TFRECORD)
+        return -ENOENT;
     snprintf(out, outlen, "%s:%s", sp.kind == KIND_IDX ? "idx" : "npz", sp.path);
     return 0;
 }
@@ -200,8 +213,8 @@ static int open_numpy(Source *s, const Spec *sp, SourceRole role, int k, char *e
     return rc;
 }
 
-int source_open(Source *s, const char *spec, SourceRole role, int num_classes, char *err,
-                size_t errlen)
+int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
+                const SourceOptions *o, char *err, size_t errlen)
 {
     Spec sp;
     int rc;
@@ -213,6 +226,8 @@ int source_open(Source *s, const char *spec, SourceRole role, int num_classes, c
         for (size_t i = 0; i < s->count && !rc; i++)
             if (s->labels[i] < 0 || s->labels[i] >= num_classes)
                 rc = label_range_error(s, s->labels[i], i, num_classes, err, errlen);
+    } else if (sp.kind == KIND_TFRECORD) {
+        rc = tfrecord_open(s, sp.path, num_classes, o ? o : &source_default_options, err, errlen);
     } else {
         rc = open_numpy(s, &sp, role, num_classes, err, errlen);
     }
@@ -243,6 +258,19 @@ void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32
 const char *source_type_name(SourceType t)
 {
     return t == SOURCE_U8 ? "uint8" : "float32";
+}
+
+int source_parse_shape(const char *v, int shape[3])
+{
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        errno = 0;
+        long d = strtol(v, &end, 10);
+        if (end == v || errno || d < 1 || d > 65535 || *end != (i < 2 ? ',' : '\0')) return -EINVAL;
+        shape[i] = (int)d;
+        v = end + 1;
+    }
+    return 0;
 }
 
 int source_parse_pixel_scale(const char *v, PixelScale *out)

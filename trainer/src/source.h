@@ -6,7 +6,10 @@
  *     npz:FILE[?x=KEY&y=KEY] arrays of a NumPy .npz; keys x_train/y_train (training) or
  *                           x_test/y_test (evaluation) unless given
  *     npy:IMAGES,LABELS     two NumPy .npy files
- * Each format is read by its own module (idx.c, npy.c); the pipeline, the shuffle and
+ *     tfrecord:PATTERN[,PATTERN...]  TFRecord files of tf.train.Example (globs), their
+ *                           features named by SourceOptions
+ * Each format is read by its own module (idx.c, npy.c, tfrecord.c); the pipeline, the
+ * shuffle and
  * the sharding see only the shape, the size and examples by position. The examples
  * stay in memory as the source holds them (uint8 or float32) and are converted to the
  * model's float32 one at a time. */
@@ -36,21 +39,31 @@ typedef struct {
     int32_t *labels; /* count, each in [0, num_classes) */
 } Source;
 
+/* How a TFRecord source finds its examples in each tf.train.Example. */
+typedef struct {
+    const char *image_feature; /* the image: bytes_list (PNG, JPEG, raw) or float_list */
+    const char *label_feature; /* the label: int64_list */
+    int image_shape[3];        /* H, W, C of raw bytes and float_lists; 0s: encoded images */
+} SourceOptions;
+
+/* The defaults: features "image" and "label" (as TFDS names them), no image shape. */
+extern const SourceOptions source_default_options;
+
 /* Checks the syntax of a SOURCE string (the scheme and its parts), without opening
  * anything. Returns 0 or -EINVAL with a line in err saying what was expected. */
 int source_check_spec(const char *spec, char *err, size_t errlen);
 
 /* The SOURCE of the evaluation examples that goes with training SOURCE spec when no
  * --eval-data is given: the same directory (idx) or file with the default keys (npz).
- * Returns 0, or -ENOENT for a source that holds no evaluation examples (npy). */
+ * Returns 0, or -ENOENT for a source that holds one set of examples (npy, tfrecord). */
 int source_eval_spec(const char *spec, char *out, size_t outlen);
 
 /* Opens spec for role, reading its examples into memory and checking their shapes,
- * dtypes and that every label is in [0, num_classes). Returns 0, or a negative errno
- * with one line in err naming the file, key, and what was expected. Free with
- * source_free. */
-int source_open(Source *s, const char *spec, SourceRole role, int num_classes, char *err,
-                size_t errlen);
+ * dtypes and that every label is in [0, num_classes); o (NULL: the defaults) is read by
+ * tfrecord sources. Returns 0, or a negative errno with one line in err naming the file,
+ * key (or record and feature), and what was expected. Free with source_free. */
+int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
+                const SourceOptions *o, char *err, size_t errlen);
 
 /* Values per example: h * w * c. */
 size_t source_example_size(const Source *s);
@@ -61,6 +74,9 @@ void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32
 
 /* "uint8" or "float32". */
 const char *source_type_name(SourceType t);
+
+/* Parses "H,W,C" (each in [1, 65535]) into shape; returns 0 or -EINVAL. */
+int source_parse_shape(const char *v, int shape[3]);
 
 /* Parses "unit" or "raw"; returns 0 or -EINVAL. */
 int source_parse_pixel_scale(const char *v, PixelScale *out);

@@ -106,8 +106,13 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
     *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
     const int k = (int)t->model->num_classes;
-    if ((rc = source_open(&t->train, cfg->data, SOURCE_TRAIN, k, err, errlen)) ||
-        (cfg->eval && (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, err, errlen))))
+    const SourceOptions so = {
+        .image_feature = cfg->image_feature,
+        .label_feature = cfg->label_feature,
+        .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]}};
+    if ((rc = source_open(&t->train, cfg->data, SOURCE_TRAIN, k, &so, err, errlen)) ||
+        (cfg->eval &&
+         (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, &so, err, errlen))))
         goto err;
     if ((rc = check_images(&t->train, t->model, err, errlen)) ||
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))

@@ -215,9 +215,10 @@ static void test_label_range_and_missing(void **s)
     Source ds;
     char err[512], spec[300];
     snprintf(spec, sizeof spec, "idx:%s", dir);
-    expect_error(source_open(&ds, spec, SOURCE_TRAIN, 5, err, sizeof err), err,
+    expect_error(source_open(&ds, spec, SOURCE_TRAIN, 5, NULL, err, sizeof err), err,
                  "label 5 of example 5");
-    expect_error(source_open(&ds, spec, SOURCE_EVAL, 10, err, sizeof err), err, "cannot open");
+    expect_error(source_open(&ds, spec, SOURCE_EVAL, 10, NULL, err, sizeof err), err,
+                 "cannot open");
 }
 
 int main(void)

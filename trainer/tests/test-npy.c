@@ -148,7 +148,7 @@ static void test_npy_uint8_images_int64_labels(void **s)
     char spec[300], err[512] = "";
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("y.npy"));
     Source src;
-    assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), 0);
+    assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), 0);
     assert_int_equal(src.count, 2);
     assert_int_equal(src.h, 3);
     assert_int_equal(src.w, 2);
@@ -183,7 +183,7 @@ static void test_npy_float_channels(void **s)
         char spec[300], err[512] = "";
         snprintf(spec, sizeof spec, "npy:%s,%s", path_of(pairs[k][0]), path_of(pairs[k][1]));
         Source src;
-        assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 5, err, sizeof err), 0);
+        assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 5, NULL, err, sizeof err), 0);
         assert_int_equal(src.h, 1);
         assert_int_equal(src.w, 2);
         assert_int_equal(src.c, 3);
@@ -215,26 +215,26 @@ static void test_npz_keys(void **s)
         char spec[300], err[512] = "";
         snprintf(spec, sizeof spec, "npz:%s", path_of("d.npz"));
         Source src;
-        assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), 0);
+        assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), 0);
         assert_int_equal(src.count, 2);
         assert_int_equal(src.labels[0], 7);
         assert_int_equal(((uint8_t *)src.images)[11], 220);
         source_free(&src);
-        assert_int_equal(source_open(&src, spec, SOURCE_EVAL, 10, err, sizeof err), 0);
+        assert_int_equal(source_open(&src, spec, SOURCE_EVAL, 10, NULL, err, sizeof err), 0);
         assert_int_equal(src.count, 3);
         source_free(&src);
         snprintf(spec, sizeof spec, "npz:%s?x=x_test&y=y_test", path_of("d.npz"));
-        assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), 0);
+        assert_int_equal(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), 0);
         assert_int_equal(src.count, 3);
         source_free(&src);
     }
     char spec[300], err[512];
     Source src;
     snprintf(spec, sizeof spec, "npz:%s?x=images&y=y_test", path_of("d.npz"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "no array 'images' in the archive (it has: x_train, y_train, x_test, y_test)");
     snprintf(spec, sizeof spec, "npz:%s", path_of("x.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "cannot open as .npz");
 }
 
@@ -300,34 +300,34 @@ static void test_bad_sources(void **s)
     write_npy("x.npy", "|u1", "False", "(2, 3, 2)", img_u8, sizeof img_u8);
     write_npy("y3.npy", "<i8", "False", "(3,)", three, sizeof three);
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("y3.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "y3.npy: labels of shape (3,) for 2 images in");
     write_npy("yn.npy", "<i8", "False", "(2,)", neg, sizeof neg);
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("yn.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "yn.npy: label -1 of example 1 (expected in [0, 10)");
     write_npy("yb.npy", "<i8", "False", "(2,)", big, sizeof big);
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("yb.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "label 1099511627776 of example 1");
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("y.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 7, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 7, NULL, err, sizeof err), err,
                  "y.npy: label 7 of example 0 (expected in [0, 7)");
     /* labels where images go and images where labels go */
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("y.npy"), path_of("x.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "y.npy: images of dtype '<i8' (expected |u1, <f4 or <f8");
     float f[2] = {0, 1};
     write_npy("yf.npy", "<f4", "False", "(2,)", f, sizeof f);
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("yf.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "yf.npy: labels of dtype '<f4' (expected |u1, <i4 or <i8");
     write_npy("x2.npy", "|u1", "False", "(2, 6)", img_u8, sizeof img_u8);
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x2.npy"), path_of("y.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "x2.npy: images of shape (2, 6) (expected N x H x W or N x H x W x C");
     snprintf(spec, sizeof spec, "npy:%s,%s", path_of("x.npy"), path_of("none.npy"));
-    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, err, sizeof err), err,
+    expect_error(source_open(&src, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), err,
                  "none.npy: cannot open: No such file or directory");
     assert_null(src.images);
     assert_null(src.labels);
@@ -337,11 +337,16 @@ static void test_spec_syntax(void **s)
 {
     (void)s;
     char err[512], out[SOURCE_NAME_MAX];
-    const char *good[] = {"idx:/d", "npz:/a.npz", "npz:/a.npz?x=i&y=l", "npz:/a.npz?y=l",
-                          "npy:/a,b.npy,/c.npy"};
+    const char *good[] = {"idx:/d",
+                          "npz:/a.npz",
+                          "npz:/a.npz?x=i&y=l",
+                          "npz:/a.npz?y=l",
+                          "npy:/a,b.npy,/c.npy",
+                          "tfrecord:/x",
+                          "tfrecord:/a-*,/b/c-[0-9]"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         assert_int_equal(source_check_spec(good[i], err, sizeof err), 0);
-    const char *bad[] = {"/data",        "idx:",     "tfrecord:/x",        "npy:/a.npy",
+    const char *bad[] = {"/data",        "idx:",     "tfrecord:",          "npy:/a.npy",
                          "npy:/a.npy,",  "npz:?x=a", "npz:/a.npz?x=a&x=b", "npz:/a.npz?z=a",
                          "npz:/a.npz?x="};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -354,6 +359,7 @@ static void test_spec_syntax(void **s)
     assert_int_equal(source_eval_spec("idx:/d", out, sizeof out), 0);
     assert_string_equal(out, "idx:/d");
     assert_int_equal(source_eval_spec("npy:/a,/b", out, sizeof out), -ENOENT);
+    assert_int_equal(source_eval_spec("tfrecord:/a", out, sizeof out), -ENOENT);
 }
 
 int main(void)

@@ -131,8 +131,8 @@ expect_exit "Fortran order" 3 "xf.npy: fortran_order is True" \
   "${one[@]}" --data "npy:$tmp/xf.npy,$tmp/y64.npy"
 expect_exit "npy without --eval-data" 2 "--eval: expected --eval-data SOURCE with --data npy:" \
   "${one[@]}" --eval --data "npy:$tmp/x.npy,$tmp/y.npy"
-expect_exit "unknown scheme" 2 "--data: 'tfrecord:/x': expected idx:DIR, npz:FILE" \
-  "${one[@]}" --data tfrecord:/x
+expect_exit "unknown scheme" 2 "--data: 'parquet:/x': expected idx:DIR, npz:FILE" \
+  "${one[@]}" --data parquet:/x
 KUBETRAIN_PIXEL_SCALE=half expect_exit "bad pixel scale" 2 \
   "KUBETRAIN_PIXEL_SCALE: expected unit or raw, got 'half'" "${one[@]}"
 tap_done

@@ -61,7 +61,7 @@ static int setup(void **state)
         }
     }
     char err[256];
-    if (source_open(&ds, "idx:" DATA_DIR, SOURCE_TRAIN, 10, err, sizeof err) != 0) {
+    if (source_open(&ds, "idx:" DATA_DIR, SOURCE_TRAIN, 10, NULL, err, sizeof err) != 0) {
         print_message("# %s\n", err);
         ds.count = 0;
     }

@@ -1,0 +1,719 @@
+#include "tfrecord.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "image.h"
+
+/* ---------------------------------------------------------------- CRC-32C */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+uint32_t tfrecord_crc32c(const void *p, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    const uint8_t *b = p;
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) c = crc_table[(c ^ b[i]) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+uint32_t tfrecord_masked_crc(const void *p, size_t n)
+{
+    uint32_t c = tfrecord_crc32c(p, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+/* ---------------------------------------------------------------- records */
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int tfrecord_next(TfrecordReader *r, const uint8_t **data, size_t *n, char *err, size_t errlen)
+{
+    const size_t left = r->len - r->pos;
+    const uint8_t *p = r->buf + r->pos;
+    if (left == 0) return 0;
+    if (left < 12) {
+        snprintf(err, errlen,
+                 "truncated record: %zu bytes at the end (expected 12 or more: a length, its "
+                 "CRC, the data and its CRC)",
+                 left);
+        return -EINVAL;
+    }
+    const uint64_t len = le64(p);
+    const uint32_t want = le32(p + 8), got = tfrecord_masked_crc(p, 8);
+    if (want != got) {
+        snprintf(err, errlen,
+                 "corrupt record: the length's masked CRC-32C is %08x, the file says %08x", got,
+                 want);
+        return -EINVAL;
+    }
+    if (len > left - 12 || left - 12 - len < 4) {
+        snprintf(err, errlen,
+                 "truncated record: %zu bytes after its header (expected %llu of data and 4 "
+                 "of CRC)",
+                 left - 12, (unsigned long long)len);
+        return -EINVAL;
+    }
+    const uint32_t dwant = le32(p + 12 + len), dgot = tfrecord_masked_crc(p + 12, (size_t)len);
+    if (dwant != dgot) {
+        snprintf(err, errlen,
+                 "corrupt record: the data's masked CRC-32C is %08x, the file says %08x", dgot,
+                 dwant);
+        return -EINVAL;
+    }
+    *data = p + 12;
+    *n = (size_t)len;
+    r->pos += 12 + (size_t)len + 4;
+    return 1;
+}
+
+/* ---------------------------------------------------------------- protobuf wire format */
+
+typedef struct {
+    const uint8_t *p, *end;
+} Wire;
+
+typedef struct {
+    uint32_t number;
+    int type;         /* 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
+    uint64_t v;       /* a varint's value */
+    const uint8_t *s; /* the bytes of the others */
+    size_t n;
+} Field;
+
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 10 && *p < end; i++) {
+        const uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The next field of w into f: 1, 0 at the end, -1 with *why when malformed. */
+static int wire_next(Wire *w, Field *f, const char **why)
+{
+    uint64_t tag, len;
+    if (w->p == w->end) return 0;
+    f->v = 0, f->s = NULL, f->n = 0;
+    if (read_varint(&w->p, w->end, &tag)) {
+        *why = "a truncated or overlong tag";
+        return -1;
+    }
+    f->number = (uint32_t)(tag >> 3);
+    f->type = (int)(tag & 7);
+    if (tag >> 3 == 0 || tag >> 3 > 0x1fffffff) {
+        *why = "a field number of 0 or over 2^29";
+        return -1;
+    }
+    const size_t left = (size_t)(w->end - w->p);
+    switch (f->type) {
+    case 0:
+        if (!read_varint(&w->p, w->end, &f->v)) return 1;
+        *why = "a truncated or overlong varint";
+        return -1;
+    case 1:
+    case 5:
+        f->n = f->type == 1 ? 8 : 4;
+        if (left < f->n) break;
+        f->s = w->p;
+        w->p += f->n;
+        return 1;
+    case 2:
+        if (read_varint(&w->p, w->end, &len)) {
+            *why = "a truncated or overlong length";
+            return -1;
+        }
+        if (len > (size_t)(w->end - w->p)) break;
+        f->s = w->p, f->n = (size_t)len;
+        w->p += len;
+        return 1;
+    default: *why = "a group or an unknown wire type (tf.train.Example has neither)"; return -1;
+    }
+    *why = "a field that runs past the end of its message";
+    return -1;
+}
+
+/* The values of a feature: field 1 of each list message of its kind, in order. */
+typedef struct {
+    Wire feature, list;
+    TfrKind kind;
+} Values;
+
+static Values values_of(const TfrFeature *f)
+{
+    return (Values){.feature = {f->p, f->p + f->n}, .list = {NULL, NULL}, .kind = f->kind};
+}
+
+/* The next value field into f: 1, 0 at the end, -1 with *why when malformed. */
+static int values_next(Values *it, Field *f, const char **why)
+{
+    for (;;) {
+        int r;
+        while ((r = wire_next(&it->list, f, why)) > 0)
+            if (f->number == 1) return 1;
+        if (r < 0) return r;
+        Field l;
+        do r = wire_next(&it->feature, &l, why);
+        while (r > 0 && l.number != (uint32_t)it->kind);
+        if (r <= 0) return r;
+        it->list = (Wire){l.s, l.s + l.n};
+    }
+}
+
+/* Counts the values of f, checking their wire types: -1 with *why when malformed. */
+static int count_values(TfrFeature *f, const char **why)
+{
+    Values it = values_of(f);
+    Field v;
+    int r;
+    f->count = 0;
+    while ((r = values_next(&it, &v, why)) > 0) {
+        if (f->kind == TFR_BYTES_LIST && v.type == 2) {
+            f->count++;
+        } else if (f->kind == TFR_FLOAT_LIST && (v.type == 5 || v.type == 2)) {
+            if (v.type == 2 && v.n % 4) {
+                *why = "a packed float_list whose size is not a multiple of 4";
+                return -1;
+            }
+            f->count += v.type == 5 ? 1 : v.n / 4;
+        } else if (f->kind == TFR_INT64_LIST && (v.type == 0 || v.type == 2)) {
+            if (v.type == 0) {
+                f->count++;
+                continue;
+            }
+            const uint8_t *p = v.s, *end = v.s + v.n;
+            uint64_t x;
+            for (; p < end; f->count++)
+                if (read_varint(&p, end, &x)) {
+                    *why = "a packed int64_list with a truncated or overlong varint";
+                    return -1;
+                }
+        } else {
+            *why = "a list value of the wrong wire type";
+            return -1;
+        }
+    }
+    return r;
+}
+
+/* A Feature message: the kind of its last list field, and where that kind's last run of
+ * fields begins (an earlier field of another kind is cleared by it, as protobuf's oneof). */
+static int parse_feature(const uint8_t *p, size_t n, TfrFeature *out, const char **why)
+{
+    Wire w = {p, p + n};
+    Field f;
+    int r;
+    memset(out, 0, sizeof *out);
+    const uint8_t *at = w.p;
+    while ((r = wire_next(&w, &f, why)) > 0) {
+        if (f.number >= 1 && f.number <= 3) {
+            if (f.type != 2) {
+                *why = "a Feature list that is not a message";
+                return -1;
+            }
+            if ((TfrKind)f.number != out->kind) {
+                out->kind = (TfrKind)f.number;
+                out->p = at, out->n = (size_t)(p + n - at);
+            }
+        }
+        at = w.p;
+    }
+    if (r < 0) return r;
+    return out->kind == TFR_MISSING ? 0 : count_values(out, why);
+}
+
+/* One Features.feature map entry: its key and, when it is one of names, its Feature. */
+static int parse_entry(const uint8_t *p, size_t n, const char *const *names, size_t count,
+                       TfrFeature *out, const char **why)
+{
+    Wire w = {p, p + n};
+    Field f;
+    int r;
+    const uint8_t *key = NULL, *val = NULL;
+    size_t klen = 0, vlen = 0;
+    while ((r = wire_next(&w, &f, why)) > 0) {
+        if ((f.number == 1 || f.number == 2) && f.type != 2) {
+            *why = "a feature map entry whose key or value is not length-delimited";
+            return -1;
+        }
+        if (f.number == 1) key = f.s, klen = f.n;
+        if (f.number == 2) val = f.s, vlen = f.n;
+    }
+    if (r < 0) return r;
+    for (size_t i = 0; i < count; i++) {
+        if (strlen(names[i]) != klen || (klen && memcmp(names[i], key, klen))) continue;
+        if (val) return parse_feature(val, vlen, &out[i], why);
+        memset(&out[i], 0, sizeof out[i]); /* an empty Feature: no kind */
+        return 0;
+    }
+    return 0;
+}
+
+int tfrecord_parse_example(const uint8_t *ex, size_t n, const char *const *names, size_t count,
+                           TfrFeature *out, char *err, size_t errlen)
+{
+    const char *why = NULL;
+    Wire w = {ex, ex + n};
+    Field f, g;
+    int r;
+    memset(out, 0, count * sizeof *out);
+    while ((r = wire_next(&w, &f, &why)) > 0) {
+        if (f.number != 1) continue;
+        if (f.type != 2) {
+            why = "Example.features is not a message";
+            break;
+        }
+        Wire fw = {f.s, f.s + f.n};
+        while ((r = wire_next(&fw, &g, &why)) > 0) {
+            if (g.number != 1) continue;
+            if (g.type != 2) {
+                why = "a Features.feature entry that is not a message";
+                r = -1;
+            } else {
+                r = parse_entry(g.s, g.n, names, count, out, &why);
+            }
+            if (r < 0) break;
+        }
+        if (r < 0) break;
+    }
+    if (!why) return 0;
+    snprintf(err, errlen, "not a tf.train.Example: %s", why);
+    return -EINVAL;
+}
+
+void tfrecord_bytes(const TfrFeature *f, size_t i, const uint8_t **p, size_t *n)
+{
+    Values it = values_of(f);
+    Field v;
+    const char *why;
+    for (size_t k = 0; values_next(&it, &v, &why) > 0; k++)
+        if (k == i) {
+            *p = v.s, *n = v.n;
+            return;
+        }
+    *p = NULL, *n = 0;
+}
+
+void tfrecord_floats(const TfrFeature *f, float *out)
+{
+    Values it = values_of(f);
+    Field v;
+    const char *why;
+    while (values_next(&it, &v, &why) > 0)
+        for (size_t k = 0; k < v.n; k += 4) {
+            const uint32_t bits = le32(v.s + k);
+            memcpy(out++, &bits, sizeof bits);
+        }
+}
+
+void tfrecord_int64s(const TfrFeature *f, int64_t *out)
+{
+    Values it = values_of(f);
+    Field v;
+    const char *why;
+    while (values_next(&it, &v, &why) > 0) {
+        if (v.type == 0) {
+            *out++ = (int64_t)v.v;
+            continue;
+        }
+        const uint8_t *p = v.s, *end = v.s + v.n;
+        uint64_t x;
+        while (p < end && !read_varint(&p, end, &x)) *out++ = (int64_t)x;
+    }
+}
+
+const char *tfrecord_kind_name(TfrKind k)
+{
+    static const char *const names[] = {"missing", "bytes_list", "float_list", "int64_list"};
+    return names[k];
+}
+
+/* ---------------------------------------------------------------- files */
+
+/* An image is at most this many pixels (a 4096 x 4096 photograph), so that a header
+ * cannot ask for gigabytes. */
+#define MAX_IMAGE_PIXELS ((size_t)1 << 24)
+#define READ_CHUNK ((size_t)1 << 20)
+
+typedef enum { COMP_NONE = 0, COMP_GZIP, COMP_ZLIB } Compression;
+
+/* One file's records, uncompressed in memory. */
+typedef struct {
+    const char *path;
+    Compression comp;
+    uint8_t *buf;
+    size_t len;
+} File;
+
+/* Grows *buf (of *cap bytes) to hold at least need bytes; -ENOMEM when it cannot. */
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : READ_CHUNK;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return -ENOMEM;
+        c *= 2;
+    }
+    uint8_t *b = realloc(*buf, c);
+    if (!b) return -ENOMEM;
+    *buf = b, *cap = c;
+    return 0;
+}
+
+static int read_whole(File *f, char *err, size_t errlen)
+{
+    FILE *fp = fopen(f->path, "rb");
+    if (!fp) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot open: %s", f->path, strerror(e));
+        return -e;
+    }
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        if ((rc = grow(&f->buf, &cap, f->len + READ_CHUNK))) break;
+        size_t k = fread(f->buf + f->len, 1, READ_CHUNK, fp);
+        f->len += k;
+        if (k < READ_CHUNK) break;
+    }
+    if (!rc && ferror(fp)) rc = errno ? -errno : -EIO;
+    fclose(fp);
+    if (rc) snprintf(err, errlen, "%s: cannot read: %s", f->path, strerror(-rc));
+    return rc;
+}
+
+/* Compression by content (TensorFlow needs compression_type given; one option fewer
+ * here): a file whose first 12 bytes are a length with its masked CRC is uncompressed,
+ * else GZIP's magic or a ZLIB header says which. Anything else is read as uncompressed,
+ * so that a corrupt first record is reported as one. */
+static Compression detect(const uint8_t *b, size_t n)
+{
+    if (n >= 12 && tfrecord_masked_crc(b, 8) == le32(b + 8)) return COMP_NONE;
+    if (n >= 3 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8) return COMP_GZIP;
+    if (n >= 2 && (b[0] & 0x0f) == 8 && b[0] >> 4 <= 7 && (b[0] << 8 | b[1]) % 31 == 0)
+        return COMP_ZLIB;
+    return COMP_NONE;
+}
+
+static const char *comp_name(Compression c)
+{
+    return c == COMP_GZIP ? "GZIP" : "ZLIB";
+}
+
+/* Replaces f->buf by its inflated content. Concatenated GZIP members (gzip's own
+ * multi-member files) are read one after the other. */
+static int inflate_file(File *f, char *err, size_t errlen)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, f->comp == COMP_GZIP ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+        snprintf(err, errlen, "%s: cannot start zlib", f->path);
+        return -ENOMEM;
+    }
+    uint8_t *out = NULL;
+    size_t cap = 0, len = 0, in = 0;
+    int rc = 0, zrc = Z_OK;
+    const char *why = NULL;
+    for (;;) {
+        if (grow(&out, &cap, len + READ_CHUNK)) {
+            rc = -ENOMEM;
+            why = "out of memory";
+            break;
+        }
+        size_t in_chunk = f->len - in < READ_CHUNK ? f->len - in : READ_CHUNK;
+        z.next_in = f->buf + in, z.avail_in = (uInt)in_chunk;
+        /* zlib counts in uInt: at most a chunk of input and 1 GiB of output a call. */
+        const size_t room = cap - len < ((size_t)1 << 30) ? cap - len : (size_t)1 << 30;
+        z.next_out = out + len, z.avail_out = (uInt)room;
+        zrc = inflate(&z, Z_NO_FLUSH);
+        in += in_chunk - z.avail_in;
+        len += room - z.avail_out;
+        if (zrc == Z_STREAM_END) {
+            if (in == f->len) break;
+            if (f->comp == COMP_GZIP && f->len - in >= 2 && f->buf[in] == 0x1f &&
+                f->buf[in + 1] == 0x8b && inflateReset(&z) == Z_OK)
+                continue;
+            why = "bytes after the end of the compressed data";
+        } else if (zrc == Z_OK || (zrc == Z_BUF_ERROR && in < f->len)) {
+            continue;
+        } else if (zrc == Z_BUF_ERROR) {
+            why = "the compressed data ends early (a truncated file)";
+        } else {
+            why = z.msg ? z.msg : "corrupt compressed data";
+        }
+        rc = -EINVAL;
+        break;
+    }
+    inflateEnd(&z);
+    if (rc) {
+        snprintf(err, errlen, "%s (%s): %s, at compressed byte %zu", f->path, comp_name(f->comp),
+                 why, in);
+        free(out);
+        return rc;
+    }
+    free(f->buf);
+    f->buf = out, f->len = len;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the source */
+
+/* The source being built, and where its first example came from. */
+typedef struct {
+    Source *s;
+    const SourceOptions *o;
+    int num_classes;
+    size_t images_cap, labels_cap; /* bytes */
+    char first_at[512];
+    ImageFormat first_format;
+} Build;
+
+/* Where a record is, and the feature a message is about: "FILE: record at byte N:
+ * feature 'NAME': <fmt>" into err. Returns -EINVAL. */
+static int fail_at(char *err, size_t errlen, const File *f, size_t off, const char *feature,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int fail_at(char *err, size_t errlen, const File *f, size_t off, const char *feature,
+                   const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(err, errlen, "%s: record at byte %zu%s%s%s%s%s: %s", f->path, off,
+             f->comp ? " of the uncompressed " : "", f->comp ? comp_name(f->comp) : "",
+             f->comp ? " data" : "", feature ? ": feature " : "", feature ? feature : "", msg);
+    return -EINVAL;
+}
+
+static void quote(char *out, size_t outlen, const char *name)
+{
+    snprintf(out, outlen, "'%.200s'", name);
+}
+
+/* Appends n bytes to the source's images. */
+static int append_images(Build *b, const void *p, size_t n)
+{
+    size_t have =
+        b->s->count * source_example_size(b->s) * (b->s->type == SOURCE_F32 ? sizeof(float) : 1);
+    uint8_t *buf = b->s->images;
+    if (grow(&buf, &b->images_cap, have + n)) return -ENOMEM;
+    b->s->images = buf;
+    memcpy(buf + have, p, n);
+    return 0;
+}
+
+/* The image of one example into the source: its pixels or floats, checked against the
+ * first example's shape and type. */
+static int add_image(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
+                     size_t errlen)
+{
+    const SourceOptions *o = b->o;
+    Source *s = b->s;
+    char name[210];
+    quote(name, sizeof name, o->image_feature);
+    const int *shape = o->image_shape;
+    const size_t want = (size_t)shape[0] * (size_t)shape[1] * (size_t)shape[2];
+    int h = shape[0], w = shape[1], c = shape[2], rc;
+    SourceType type = feat->kind == TFR_FLOAT_LIST ? SOURCE_F32 : SOURCE_U8;
+    ImageFormat format = IMAGE_UNKNOWN;
+    uint8_t *pixels = NULL;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    if (feat->kind == TFR_MISSING)
+        return fail_at(err, errlen, f, off, name,
+                       "missing (name the image's feature with --image-feature)");
+    if (feat->kind == TFR_INT64_LIST)
+        return fail_at(err, errlen, f, off, name,
+                       "an int64_list (expected a bytes_list: PNG, JPEG or raw bytes, or a "
+                       "float_list)");
+    if (feat->kind == TFR_BYTES_LIST && feat->count != 1)
+        return fail_at(err, errlen, f, off, name,
+                       "a bytes_list of %zu values (expected 1: one encoded image)", feat->count);
+    if (feat->kind == TFR_BYTES_LIST) tfrecord_bytes(feat, 0, &p, &n);
+    if (!want && feat->kind == TFR_FLOAT_LIST)
+        return fail_at(err, errlen, f, off, name,
+                       "a float_list of %zu values (give its shape with --image-shape H,W,C)",
+                       feat->count);
+    if (want && (feat->kind == TFR_FLOAT_LIST ? feat->count : n) != want) {
+        format = image_format(p, n);
+        return fail_at(
+            err, errlen, f, off, name, "a %s of %zu values, but --image-shape %d,%d,%d makes %zu%s",
+            tfrecord_kind_name(feat->kind), feat->kind == TFR_FLOAT_LIST ? feat->count : n, h, w, c,
+            want, format ? " (it is an encoded image: leave --image-shape out)" : "");
+    }
+    if (!want) {
+        format = image_format(p, n);
+        if ((rc = image_decode(p, n, MAX_IMAGE_PIXELS, &pixels, &h, &w, &c, err, errlen)) < 0) {
+            char why[400];
+            snprintf(why, sizeof why, "%s", err);
+            return fail_at(err, errlen, f, off, name, "%s%s", why,
+                           format ? "" : " (raw pixels need --image-shape H,W,C)");
+        }
+    }
+    if (s->count == 0) {
+        s->h = h, s->w = w, s->c = c, s->type = type;
+        b->first_format = format;
+        snprintf(b->first_at, sizeof b->first_at, "%.300s, record at byte %zu", f->path, off);
+    } else if (h != s->h || w != s->w || c != s->c || type != s->type) {
+        free(pixels);
+        return fail_at(err, errlen, f, off, name,
+                       "a %dx%dx%d %s image, but the first example's (%s) is %dx%dx%d %s: every "
+                       "example needs the same shape",
+                       h, w, c, source_type_name(type), b->first_at, s->h, s->w, s->c,
+                       source_type_name(s->type));
+    }
+    const size_t size = (size_t)h * (size_t)w * (size_t)c;
+    if (type == SOURCE_F32) {
+        float *x = malloc(size * sizeof *x);
+        rc = x ? 0 : -ENOMEM;
+        if (x) tfrecord_floats(feat, x);
+        if (x) rc = append_images(b, x, size * sizeof *x);
+        free(x);
+    } else {
+        rc = append_images(b, pixels ? pixels : p, size);
+    }
+    free(pixels);
+    if (rc) return fail_at(err, errlen, f, off, name, "out of memory for %zu examples", s->count);
+    return 0;
+}
+
+static int add_label(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
+                     size_t errlen)
+{
+    char name[210];
+    quote(name, sizeof name, b->o->label_feature);
+    if (feat->kind == TFR_MISSING)
+        return fail_at(err, errlen, f, off, name,
+                       "missing (name the label's feature with --label-feature)");
+    if (feat->kind != TFR_INT64_LIST || feat->count != 1)
+        return fail_at(err, errlen, f, off, name,
+                       "a %s of %zu values (expected an int64_list of 1: the class index)",
+                       tfrecord_kind_name(feat->kind), feat->count);
+    int64_t v;
+    tfrecord_int64s(feat, &v);
+    if (v < 0 || v >= b->num_classes)
+        return fail_at(err, errlen, f, off, name,
+                       "label %lld of example %zu (expected in [0, %d), the model's classes)",
+                       (long long)v, b->s->count, b->num_classes);
+    uint8_t *buf = (uint8_t *)b->s->labels;
+    if (grow(&buf, &b->labels_cap, (b->s->count + 1) * sizeof(int32_t)))
+        return fail_at(err, errlen, f, off, name, "out of memory");
+    b->s->labels = (int32_t *)(void *)buf;
+    b->s->labels[b->s->count] = (int32_t)v;
+    return 0;
+}
+
+/* Every record of file f into the source. */
+static int add_file(Build *b, File *f, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = read_whole(f, err, errlen))) return rc;
+    f->comp = detect(f->buf, f->len);
+    if (f->comp && (rc = inflate_file(f, err, errlen))) return rc;
+    TfrecordReader r = {f->buf, f->len, 0};
+    const char *names[2] = {b->o->image_feature, b->o->label_feature};
+    TfrFeature feats[2];
+    const uint8_t *rec;
+    size_t n;
+    char why[400];
+    for (;;) {
+        const size_t off = r.pos;
+        if ((rc = tfrecord_next(&r, &rec, &n, why, sizeof why)) <= 0) {
+            if (rc < 0) fail_at(err, errlen, f, off, NULL, "%s", why);
+            return rc;
+        }
+        if (tfrecord_parse_example(rec, n, names, 2, feats, why, sizeof why))
+            return fail_at(err, errlen, f, off, NULL, "%s", why);
+        if ((rc = add_image(b, f, off, &feats[0], err, errlen)) ||
+            (rc = add_label(b, f, off, &feats[1], err, errlen)))
+            return rc;
+        b->s->count++;
+    }
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The files of one pattern, sorted by name (bytes, whatever the locale), into *g. */
+static int expand(const char *pattern, glob_t *g, char *err, size_t errlen)
+{
+    int rc = glob(pattern, GLOB_NOSORT, NULL, g);
+    if (rc == GLOB_NOMATCH) {
+        snprintf(err, errlen, "tfrecord: '%s' matches no file", pattern);
+        return -ENOENT;
+    }
+    if (rc) {
+        snprintf(err, errlen, "tfrecord: '%s': cannot list the files (%s)", pattern,
+                 rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+        return -EIO;
+    }
+    qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, by_name);
+    return 0;
+}
+
+int tfrecord_open(Source *s, const char *patterns, int num_classes, const SourceOptions *o,
+                  char *err, size_t errlen)
+{
+    Build b = {.s = s, .o = o, .num_classes = num_classes};
+    snprintf(s->images_at, sizeof s->images_at, "tfrecord:%.4000s feature '%.200s'", patterns,
+             o->image_feature);
+    snprintf(s->labels_at, sizeof s->labels_at, "tfrecord:%.4000s feature '%.200s'", patterns,
+             o->label_feature);
+    char pattern[4096];
+    int rc = 0;
+    size_t files = 0;
+    for (const char *p = patterns; *p && !rc;) {
+        size_t len = strcspn(p, ",");
+        snprintf(pattern, sizeof pattern, "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+        glob_t g;
+        if ((rc = expand(pattern, &g, err, errlen))) break;
+        for (size_t i = 0; i < g.gl_pathc && !rc; i++, files++) {
+            File f = {.path = g.gl_pathv[i]};
+            rc = add_file(&b, &f, err, errlen);
+            free(f.buf);
+        }
+        globfree(&g);
+    }
+    if (!rc && s->count == 0) {
+        snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", patterns, files);
+        rc = -EINVAL;
+    }
+    return rc;
+}
