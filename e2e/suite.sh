@@ -301,7 +301,10 @@ s_basic() {
   begin basic
   local t0 out i want got line t_rdv=() ts
   t0=$(now)
-  if out=$(apply_job mnist); then ok "job mnist applied (examples/job.yaml, 2 epochs x 30 steps)"
+  # the chief also exports the model (spec.training.export), named in status.result
+  if out=$(job mnist | sed 's/^    perWorkerBatchSize: 64$/&\n    export: model.keras/' |
+           kn apply -f - 2>&1); then
+    ok "job mnist applied (examples/job.yaml, 2 epochs x 30 steps, export model.keras)"
   else fail "job mnist applied" "$out"; end; return; fi
   # From apply to each worker's "rendezvous done" line, polled while it runs.
   local done0=0 done1=0 end=$(( $(date +%s) + 120 ))
@@ -337,6 +340,8 @@ s_basic() {
   BASIC_HASH=$(jq -r '.weightsSha256 // empty' <<<"$res")
   if [[ $BASIC_HASH =~ ^[0-9a-f]{64}$ ]]; then ok "status.result.weightsSha256 is a SHA-256"
   else fail "status.result.weightsSha256 is a SHA-256" "$res"; fi
+  check "status.result.export names the chief's export" "$(jq -r '.export // empty' <<<"$res")" \
+    /checkpoints/mnist/model.keras
   check "restarts application/disruption 0/0" "$(restarts mnist)" "0/0"
   check "one Service mnist-worker, headless" "$(kn get svc mnist-worker -o 'jsonpath={.spec.clusterIP}')" None
   end

@@ -135,6 +135,19 @@ rejected "a role's command without spec.command" spec.command "needs spec.comman
   '{chief: {command: [p]}}'
 rejected "a role's args without spec.command" spec.command "needs spec.command" \
   '{chief: {args: [a]}}'
+ck='checkpoint: {claimName: ck}'
+rejected "training.export with a .. component" spec.training.export "without a leading /" \
+  "{training: {export: ../x.keras}, $ck}"
+rejected "training.export absolute" spec.training.export "without a leading /" \
+  "{training: {export: /abs.keras}, $ck}"
+rejected "training.export of another suffix" spec.training.export ".keras or .weights.h5" \
+  "{training: {export: model.zip}, $ck}"
+rejected "training.export over 255 bytes" spec.training.export "255" \
+  "{training: {export: $(printf '%0256d' 0).keras}, $ck}"
+rejected "training.export without a checkpoint claim" spec.training.export \
+  "needs checkpoint.claimName" '{training: {export: model.keras}}'
+rejected "training.export with a user's program" spec.training.export "C trainer's" \
+  "{image: tf, command: [p], training: {export: model.keras}, $ck}"
 
 tap_check "an inline Sequential model is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
@@ -149,6 +162,15 @@ EOF
 got=$(k get tj inline -o 'jsonpath={.spec.model.layers[1].units}')
 if [ "$got" = 10 ]; then tap_ok "the inline model is stored unpruned"
 else tap_fail "the inline model is stored unpruned" "layers[1].units = '$got'"; fi
+tap_check "training.export out/model.keras with a checkpoint claim is accepted" \
+  k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: export}
+spec:
+  training: {export: out/model.keras}
+  checkpoint: {claimName: ck}
+EOF
 tap_check "NumPy data sources and a pixel scale are accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
 kind: TrainingJob
@@ -269,12 +291,15 @@ else tap_fail "kubectl explain reaches status fields" "$out"; fi
 
 # --- status subresource and printer columns ------------------------------------------
 k patch tj defaults --subresource status --type merge -p \
-  '{"status":{"phase":"Running","observedGeneration":2,"ready":"2/3","workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4,"stepsLost":3},"result":{"accuracy":0.5},"progress":{"step":90,"totalSteps":200,"percent":"45%"},"checkpoint":{"step":80}}}' \
+  '{"status":{"phase":"Running","observedGeneration":2,"ready":"2/3","workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4,"stepsLost":3},"result":{"accuracy":0.5,"export":"/checkpoints/defaults/model.keras"},"progress":{"step":90,"totalSteps":200,"percent":"45%"},"checkpoint":{"step":80}}}' \
   >/dev/null 2>&1
 k patch tj defaults --type merge -p '{"status":{"phase":"Failed"}}' >/dev/null 2>&1
 got=$(k get tj defaults -o 'jsonpath={.status.phase}')
 if [ "$got" = Running ]; then tap_ok "status is written only through the status subresource"
 else tap_fail "status is written only through the status subresource" "phase '$got', want Running"; fi
+got=$(k get tj defaults -o 'jsonpath={.status.result.export}')
+if [ "$got" = /checkpoints/defaults/model.keras ]; then tap_ok "status.result.export is kept"
+else tap_fail "status.result.export is kept" "'$got'"; fi
 
 out=$(k get tj defaults 2>&1)
 hdr=$(head -n 1 <<<"$out" | tr -s ' ')

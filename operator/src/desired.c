@@ -331,6 +331,12 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
         if (s->checkpoint_every >= 0)
             rc |= add_arg_int(a, "--checkpoint-every-steps", s->checkpoint_every);
         if (s->checkpoint_keep >= 0) rc |= add_arg_int(a, "--keep-checkpoints", s->checkpoint_keep);
+        /* the chief's export, beside its checkpoints (jobspec refuses one without them) */
+        if (s->export_file) {
+            char path[1024 + JOBSPEC_MAX_EXPORT + 2];
+            snprintf(path, sizeof path, "%s/%s", ckpt_dir, s->export_file);
+            rc |= add_arg(a, "--export", path);
+        }
     }
     if (rc) {
         cJSON_Delete(a);

@@ -41,6 +41,46 @@ static int read_str(const cJSON *spec, const char *path, const char **out, char 
     return 0;
 }
 
+/* 1 when the relative path p has a ".." component. */
+static int has_dotdot(const char *p)
+{
+    for (const char *c = p; (c = strstr(c, "..")); c += 2)
+        if ((c == p || c[-1] == '/') && (c[2] == '\0' || c[2] == '/')) return 1;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* Reads spec.training.export as the CRD's rules have it (for an object that missed
+ * them): a .keras or .weights.h5 file inside the job's checkpoint directory, so a
+ * checkpoint claim is needed, and the C trainer's (a user's program saves its own).
+ * Call after the command and the checkpoint are read. */
+static int read_export(const cJSON *spec, JobSpec *s, char *err, size_t errlen)
+{
+    if (read_str(spec, "training.export", &s->export_file, err, errlen)) return -EINVAL;
+    const char *f = s->export_file;
+    if (!f) return 0;
+    if (!*f || strlen(f) > JOBSPEC_MAX_EXPORT)
+        FAIL("spec.training.export: expected 1 to %d bytes", JOBSPEC_MAX_EXPORT);
+    if (!ends_with(f, ".keras") && !ends_with(f, ".weights.h5"))
+        FAIL("spec.training.export: a file name ending in .keras or .weights.h5, got \"%s\"", f);
+    if (f[0] == '/' || has_dotdot(f))
+        FAIL("spec.training.export: a path relative to the job's checkpoint directory, without "
+             "a leading / or a .. component, got \"%s\"",
+             f);
+    if (!s->checkpoint_claim)
+        FAIL("spec.training.export: needs spec.checkpoint.claimName (the claim the chief "
+             "writes it to)");
+    if (s->command)
+        FAIL("spec.training.export: the C trainer's; a program in spec.command saves its own "
+             "model");
+    return 0;
+}
+
 /* Reads an optional [H, W, C] of integers in [1, 65535] (the trainer's --image-shape);
  * absent leaves shape zero. */
 static int read_shape(const cJSON *spec, const char *path, int shape[3], char *err, size_t errlen)
@@ -373,6 +413,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     s->checkpoint_every = (int)v;
     if (read_int(spec, "checkpoint.keep", 1, 1000, -1, &v, err, errlen)) return -EINVAL;
     s->checkpoint_keep = (int)v;
+    if (read_export(spec, s, err, errlen)) return -EINVAL;
 
     if (read_enum(spec, "restartPolicy", restarts, "OnFailure", &e, err, errlen)) return -EINVAL;
     s->restart_policy = e == restarts[0]   ? RESTART_NEVER

@@ -17,6 +17,8 @@
 
 /* spec.workers at most, as in the CRD's schema (crds/). */
 #define JOBSPEC_MAX_WORKERS 1024
+/* spec.training.export's length at most, as in the CRD's schema. */
+#define JOBSPEC_MAX_EXPORT 255
 /* spec.ps.replicas at most: every pod's TF_CONFIG lists them too. */
 #define JOBSPEC_MAX_PS 256
 
@@ -75,6 +77,9 @@ typedef struct JobSpec {
     int scale_by_workers;
     long long seed;
     int seed_set;
+    /* training.export: the chief's Keras file, relative to the job's checkpoint directory
+     * (validated: .keras or .weights.h5, no leading / or .. component); NULL: none */
+    const char *export_file;
     const char *checkpoint_claim; /* NULL: no checkpoint volume */
     const char *checkpoint_path;  /* mount path; default /checkpoints */
     int checkpoint_every, checkpoint_keep;

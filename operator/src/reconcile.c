@@ -579,6 +579,9 @@ static void reconcile_finished(Ctx *c, const PodView *v, size_t n)
     }
 }
 
+/* status.result.export's maxLength in the CRD (characters; a byte is at most one). */
+#define RESULT_MAX_EXPORT 4096
+
 /* The number `name` of m when it is finite and, for an integer, whole and in
  * [0, max]; NAN otherwise. */
 static double result_num(const cJSON *m, const char *name, int integer, double max)
@@ -593,7 +596,8 @@ static double result_num(const cJSON *m, const char *name, int integer, double m
 /* Copies a succeeded chief's termination message (a JSON object without "error") into
  * status.result: only the fields of the schema, each of its type and range (step an
  * int64, epoch an int32, loss and accuracy finite numbers, weights_sha256 1 to 64 hex
- * digits, as weightsSha256); any other is left out. The message is the pod's to write:
+ * digits, as weightsSha256, export a string of 1 to RESULT_MAX_EXPORT bytes); any other
+ * is left out. The message is the pod's to write:
  * one value the schema refuses had every status write of the job refused, the job stuck
  * for good. */
 static void record_result(Ctx *c, const PodView *chief)
@@ -622,6 +626,9 @@ static void record_result(Ctx *c, const PodView *chief)
     size_t len = hash ? strlen(hash) : 0;
     if (ok && len >= 1 && len <= 64 && strspn(hash, "0123456789abcdefABCDEF") == len)
         ok = jsonx_set_str(r, "weightsSha256", hash) != NULL;
+    const char *exp = jsonx_str(m, "export");
+    len = exp ? strlen(exp) : 0;
+    if (ok && len >= 1 && len <= RESULT_MAX_EXPORT) ok = jsonx_set_str(r, "export", exp) != NULL;
     if (!ok) cJSON_Delete(r);
     if (!ok || !jsonx_set(c->status, "result", r)) c->nomem = 1;
     cJSON_Delete(m);

@@ -425,6 +425,10 @@ static void test_result_takes_only_the_schema(void **state)
          "\"weights_sha256\":"
          "\"00000000000000000000000000000000000000000000000000000000000000000\"}",
          "{\"epoch\":2147483647}"},
+        {"{\"step\":1,\"export\":\"/ck/mnist/model.keras\"}",
+         "{\"step\":1,\"export\":\"/ck/mnist/model.keras\"}"},
+        {"{\"step\":1,\"export\":7}", "{\"step\":1}"},
+        {"{\"step\":1,\"export\":\"\"}", "{\"step\":1}"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Fixture f = {.job = job_new("{\"workers\":2}", ST_LAUNCHED(""))};
@@ -2265,6 +2269,80 @@ static const char *arg_of(const cJSON *pod, const char *flag)
     return NULL;
 }
 
+/* spec.training.export: the C trainer's --export, in the job's checkpoint directory on
+ * the claim, after the checkpoint flags; unset, no --export. The CRD's rules hold for an
+ * object that missed them, each error naming the field. */
+static void test_export_arg(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *training, *want;
+    } cases[] = {
+        {"{}", ""},
+        {"{\"export\":\"model.keras\"}", ",\"--export\",\"/ck/mnist/model.keras\""},
+        {"{\"export\":\"out/m.weights.h5\"}", ",\"--export\",\"/ck/mnist/out/m.weights.h5\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[256], want[512];
+        snprintf(spec, sizeof spec,
+                 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"/ck\"},"
+                 "\"training\":%s}",
+                 cases[i].training);
+        snprintf(want, sizeof want,
+                 "[\"train\",\"--model\",\"tutorial-cnn\",\"--collective\",\"auto\","
+                 "\"--recovery-timeout\",\"120\",\"--checkpoint-dir\",\"/ck/mnist\"%s]",
+                 cases[i].want);
+        cJSON *job = job_new(spec, NULL);
+        JobSpec s;
+        char err[256];
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        for (int w = 0; w < 2; w++) {
+            cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, w, 0);
+            char *args = cJSON_PrintUnformatted(jsonx_arr(container(pod, "trainer"), "args"));
+            assert_string_equal(args, want);
+            free(args);
+            cJSON_Delete(pod);
+        }
+        cJSON_Delete(job);
+    }
+    static const char *const bad[][2] = {
+        {"{\"training\":{\"export\":\"model.keras\"}}",
+         "spec.training.export: needs spec.checkpoint.claimName (the claim the chief writes it "
+         "to)"},
+        {"{\"image\":\"tf\",\"command\":[\"p\"],\"checkpoint\":{\"claimName\":\"c\"},"
+         "\"training\":{\"export\":\"model.keras\"}}",
+         "spec.training.export: the C trainer's; a program in spec.command saves its own model"},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"export\":\"model.zip\"}}",
+         "spec.training.export: a file name ending in .keras or .weights.h5, got \"model.zip\""},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"export\":\"a/../../x.keras\"}}",
+         "spec.training.export: a path relative to the job's checkpoint directory, without a "
+         "leading / or a .. component, got \"a/../../x.keras\""},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"export\":\"/a.keras\"}}",
+         "spec.training.export: a path relative to the job's checkpoint directory, without a "
+         "leading / or a .. component, got \"/a.keras\""},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"export\":\"\"}}",
+         "spec.training.export: expected 1 to 255 bytes"},
+        {"{\"training\":{\"export\":7}}", "spec.training.export: expected a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *job = job_new(bad[i][0], NULL);
+        JobSpec s;
+        char err[256] = "";
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+        assert_string_equal(err, bad[i][1]);
+        cJSON_Delete(job);
+    }
+    /* ".." inside a name is no component: accepted */
+    cJSON *job = job_new("{\"checkpoint\":{\"claimName\":\"c\"},"
+                         "\"training\":{\"export\":\"m..v2.keras\"}}",
+                         NULL);
+    JobSpec s;
+    char err[256] = "";
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    assert_string_equal(s.export_file, "m..v2.keras");
+    cJSON_Delete(job);
+}
+
 /* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
  * become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
  * --label-feature and --image-shape; unset, none of them is passed (the trainer's
@@ -3366,6 +3444,7 @@ int main(void)
         cmocka_unit_test(test_new_job_creates_everything),
         cmocka_unit_test(test_steady_state_is_a_no_op),
         cmocka_unit_test(test_data_source_args),
+        cmocka_unit_test(test_export_arg),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
         cmocka_unit_test(test_result_takes_only_the_schema),

@@ -46,6 +46,18 @@ int keras_export_check(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: expected a file name ending in .keras or .weights.h5", path);
         return -EINVAL;
     }
+    /* a job's export lands in its checkpoint directory, which the chief makes later */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        int rc = util_mkdir_p(dir);
+        if (rc) {
+            snprintf(err, errlen, "%s: cannot create its directory: %s", path, strerror(-rc));
+            return rc;
+        }
+    }
     char tmp[4200];
     temp_name(path, tmp, sizeof tmp);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -28,7 +28,8 @@ typedef enum { KERAS_EXPORT_NONE = 0, KERAS_EXPORT_KERAS, KERAS_EXPORT_WEIGHTS }
 KerasExportKind keras_export_kind(const char *path);
 
 /* Whether keras_export_write could write path: a known suffix, and a file can be
- * created in its directory (tried with a temporary file, removed again). Returns 0, or
+ * created in its directory, made first as mkdir -p does (tried with a temporary file,
+ * removed again; the directory stays). Returns 0, or
  * a negative errno with one line in err saying what is wrong with path. */
 int keras_export_check(const char *path, char *err, size_t errlen);
 

@@ -770,7 +770,15 @@ static int cmd_train(int argc, char **argv)
     cJSON_AddNumberToObject(res, "loss", t->last_loss);
     cJSON_AddNumberToObject(res, "accuracy", t->last_accuracy);
     cJSON_AddStringToObject(res, "weights_sha256", hash);
+    if (t->coll->rank == 0 && cfg.export_path[0])
+        cJSON_AddStringToObject(res, "export", cfg.export_path);
     char *json = cJSON_PrintUnformatted(res);
+    /* a path too long for the message is left out rather than the whole result cut */
+    if (json && strlen(json) >= KT_TERMINATION_MAX && cJSON_HasObjectItem(res, "export")) {
+        cJSON_DeleteItemFromObjectCaseSensitive(res, "export");
+        free(json);
+        json = cJSON_PrintUnformatted(res);
+    }
     if (json) util_termination_write(json);
     free(json);
     cJSON_Delete(res);

@@ -56,6 +56,10 @@ void util_termination_progress(long step, long checkpoint_step);
  * "recoveryTimedOut", which tells the operator to restart the whole group. */
 void util_termination_mark(const char *key);
 
+/* The bytes of a termination message Kubernetes keeps (its newline included); a
+ * longer one is cut, no longer JSON. */
+#define KT_TERMINATION_MAX 4096
+
 /* Writes `json` (one object) to $KUBETRAIN_TERMINATION_FILE, or to
  * /dev/termination-log when that exists; does nothing otherwise. Errors are logged. */
 void util_termination_write(const char *json);

@@ -58,9 +58,33 @@ assert 0 <= ev[3]["test_accuracy"] <= 1 and ev[3]["test_loss"] > 0
 done = ev[-1]
 t = json.load(open(sys.argv[2]))
 assert t["weights_sha256"] == done["weights_sha256"] and t["step"] == 4 and t["epoch"] == 2, t
+assert "export" not in t, t
 PY
 then tap_ok "metrics file and termination message"
 else tap_fail "metrics file and termination message" "$out"; fi
+
+# --export: its directory is made (a job's checkpoint directory does not exist yet) and
+# the termination message names the file; a path too long for the message's 4096 bytes
+# is left out of it, the rest of the result kept
+term_has() { # FILE EXPORT: the termination message is step 4 with "export": EXPORT ("": none)
+  python3 - "$1" "$2" <<'PY'
+import json, os, sys
+raw = open(sys.argv[1]).read()
+t = json.loads(raw)
+assert len(raw) <= 4096 and t["step"] == 4 and len(t["weights_sha256"]) == 64, raw[:300]
+assert t.get("export", "") == sys.argv[2], (len(raw), t.get("export", "")[:300], sys.argv[2][:300])
+PY
+}
+long=$tmp$(printf '/%0250d' $(seq 16) | tr 0 d)
+for ex in "$tmp/job/sub/m.weights.h5" "$long/m.weights.h5"; do
+  want=$ex; [[ $ex == "$long"* ]] && want=
+  "$BIN" "${short[@]}" --model mlp --export "$ex" >/dev/null 2>"$tmp/ex.err"; rc=$?
+  name="--export of ${#ex} bytes: written, termination message ${want:+names it}"
+  [[ -z $want ]] && name+="without it"
+  if [[ $rc -eq 0 && -s $ex ]] && term_has "$tmp/termination" "$want" 2>"$tmp/py.err"; then
+    tap_ok "$name"
+  else tap_fail "$name" "rc=$rc: $(tail -c 600 "$tmp/ex.err") $(tail -c 600 "$tmp/py.err")"; fi
+done
 grep -q "^Epoch 2/2" <<<"$out" &&
   grep -qE "^2/2 - [0-9.]+s - loss: [0-9.]+ - accuracy: [0-9.]+ - [0-9]+ samples/s" <<<"$out" &&
   tap_ok "Keras-like epoch lines" || tap_fail "Keras-like epoch lines" "$out"
