@@ -5,6 +5,7 @@
  * tf-keras load these files and predict as the trainer does is
  * trainer/tests/test-keras-export.sh. */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -308,16 +309,29 @@ static void test_paths(void **state)
     snprintf(path, sizeof path, "%s/m.keras", dir);
     assert_int_equal(keras_export_check(path, err, sizeof err), 0);
     assert_int_equal(rmdir(dir), 0); /* the trial file is gone again */
-    assert_int_equal(keras_export_check(path, err, sizeof err), -ENOENT);
-    assert_non_null(strstr(err, path));
+    /* the directory is made (a job's checkpoint directory comes later) */
+    snprintf(path, sizeof path, "%s/sub/m.keras", dir);
+    assert_int_equal(keras_export_check(path, err, sizeof err), 0);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    assert_int_equal(rmdir(path), 0);
+    /* under a regular file no directory can be made */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+    char under[160];
+    snprintf(under, sizeof under, "%s/m.keras", path);
+    assert_int_equal(keras_export_check(under, err, sizeof err), -ENOTDIR);
+    assert_non_null(strstr(err, under));
     assert_int_equal(keras_export_check("m.h5", err, sizeof err), -EINVAL);
     assert_non_null(strstr(err, "m.h5: expected a file name ending in .keras or .weights.h5"));
     /* a failed write leaves nothing at the path */
     Model *m = build("mlp");
-    assert_true(keras_export_write(m, m->params, path, err, sizeof err) < 0);
+    assert_true(keras_export_write(m, m->params, under, err, sizeof err) < 0);
     struct stat sb;
-    assert_int_equal(stat(path, &sb), -1);
+    assert_int_equal(stat(under, &sb), -1);
     model_free(m);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 int main(void)
