@@ -63,6 +63,29 @@ tf_config() { # index port...
 # The distinct weights hashes (--print-weights-hash) in the given output files.
 hashes() { sed -n 's/.*weights-sha256: //p' "$@" | sort -u; }
 
+# The data tests' runs of $BIN, with $tmp their scratch directory:
+# run_trainer NAME ARGS...: the trainer's stdout in $tmp/NAME.out, stderr in .err, exit
+# status in .rc
+# shellcheck disable=SC2154 # $tmp is the sourcing test's scratch directory
+run_trainer() {
+  local name=$1; shift
+  "$BIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  echo $? >"$tmp/$name.rc"
+}
+# run_hash NAME: the weights hash run NAME printed, if it exited 0.
+run_hash() { [[ $(cat "$tmp/$1.rc") == 0 ]] && hashes "$tmp/$1.out"; }
+# expect_exit NAME CODE NEEDLE ARGS...: run NAME exits CODE with one line of stderr (the
+# kernel line apart) holding NEEDLE.
+expect_exit() {
+  local name=$1 code=$2 needle=$3; shift 3
+  run_trainer "$name" "$@"
+  local rc err
+  rc=$(cat "$tmp/$name.rc")
+  err=$(grep -v '^kubetrain-trainer: gemm' "$tmp/$name.err")
+  if [[ $rc -eq $code && $err == *"$needle"* ]]; then tap_ok "$name: exit $code ($err)"
+  else tap_fail "$name: exit $code with '$needle'" "rc=$rc: $err"; fi
+}
+
 # values EVENT KEY FILE: KEY of each EVENT record of a --metrics-file, space-separated.
 values() {
   python3 -c 'import json, sys

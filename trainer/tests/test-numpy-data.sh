@@ -51,24 +51,17 @@ np.save(f"{out}/xf.npy", np.asfortranarray(x_train[:64]))
 PY
 
 short=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --seed 7 --print-weights-hash)
-# run NAME ARGS...: the trainer's stdout in $tmp/NAME.out, stderr in .err, exit status in .rc
-run() {
-  local name=$1; shift
-  "$BIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  echo $? >"$tmp/$name.rc"
-}
-hash_of() { [[ $(cat "$tmp/$1.rc") == 0 ]] && hashes "$tmp/$1.out"; }
 
-run idx "${short[@]}" --data "idx:$DATA"
-ref=$(hash_of idx)
+run_trainer idx "${short[@]}" --data "idx:$DATA"
+ref=$(run_hash idx)
 if [[ ${#ref} -eq 64 ]]; then tap_ok "idx:DIR trains"
 else tap_fail "idx:DIR trains" "$(cat "$tmp/idx.err")"; fi
 
 # same_as_idx NAME DESCRIPTION ARGS...
 same_as_idx() {
   local name=$1 what=$2; shift 2
-  run "$name" "$@"
-  local h; h=$(hash_of "$name")
+  run_trainer "$name" "$@"
+  local h; h=$(run_hash "$name")
   if [[ -n $ref && $h == "$ref" ]]; then tap_ok "$what: the weights hash of idx:DIR"
   else
     tap_fail "$what: the weights hash of idx:DIR" "'$h' vs '$ref': $(tail -3 "$tmp/$name.err")"
@@ -87,16 +80,17 @@ same_as_idx wins "--data wins over --data-dir" "${short[@]}" --data-dir /nonexis
 # Two workers walk one shuffled stream whatever holds it.
 two=(launch --workers 2 --epochs 1 --steps-per-epoch 3 --per-worker-batch 8 --seed 7
      --print-weights-hash)
-run idx2 "${two[@]}" --data "idx:$DATA"
-run npz2 "${two[@]}" --data "npz:$tmp/fm.npz"
-h1=$(hash_of idx2) h2=$(hash_of npz2)
+run_trainer idx2 "${two[@]}" --data "idx:$DATA"
+run_trainer npz2 "${two[@]}" --data "npz:$tmp/fm.npz"
+h1=$(run_hash idx2) h2=$(run_hash npz2)
 if [[ ${#h1} -eq 64 && $h1 == "$h2" && $(grep -c weights-sha256 "$tmp/npz2.out") -eq 2 ]]; then
   tap_ok "2 workers: npz:FILE ends with the weights hash of idx:DIR on both ranks"
 else tap_fail "2 workers npz == idx" "'$h1' vs '$h2': $(tail -3 "$tmp/npz2.err")"; fi
 
 # --eval reads x_test/y_test of the same file: the same evaluation as the t10k files.
-run evidx --epochs 1 --steps-per-epoch 2 --per-worker-batch 64 --eval --data "idx:$DATA"
-run evnpz --epochs 1 --steps-per-epoch 2 --per-worker-batch 64 --eval --data "npz:$tmp/fm.npz"
+run_trainer evidx --epochs 1 --steps-per-epoch 2 --per-worker-batch 64 --eval --data "idx:$DATA"
+run_trainer evnpz --epochs 1 --steps-per-epoch 2 --per-worker-batch 64 --eval \
+  --data "npz:$tmp/fm.npz"
 e1=$(grep '^eval' "$tmp/evidx.out") e2=$(grep '^eval' "$tmp/evnpz.out")
 if [[ -n $e1 && $e1 == "$e2" ]]; then tap_ok "--eval with npz:FILE evaluates x_test/y_test ($e2)"
 else tap_fail "--eval with npz:FILE" "'$e1' vs '$e2': $(tail -3 "$tmp/evnpz.err")"; fi
@@ -104,23 +98,13 @@ else tap_fail "--eval with npz:FILE" "'$e1' vs '$e2': $(tail -3 "$tmp/evnpz.err"
 # --pixel-scale raw hands the model 0..255: another first loss.
 first_loss() { sed -n 's/.* - loss: \([^ ]*\) .*/\1/p' "$tmp/$1.out" | head -1; }
 one=(--epochs 1 --steps-per-epoch 1 --per-worker-batch 16 --seed 7)
-run unit "${one[@]}" --data "npz:$tmp/fm.npz" --pixel-scale unit
-run raw "${one[@]}" --data "npz:$tmp/fm.npz" --pixel-scale raw
+run_trainer unit "${one[@]}" --data "npz:$tmp/fm.npz" --pixel-scale unit
+run_trainer raw "${one[@]}" --data "npz:$tmp/fm.npz" --pixel-scale raw
 l1=$(first_loss unit) l2=$(first_loss raw)
 if [[ -n $l1 && -n $l2 && $l1 != "$l2" ]]; then
   tap_ok "--pixel-scale raw changes the first loss ($l1 unit, $l2 raw)"
 else tap_fail "--pixel-scale raw changes the first loss" "'$l1' vs '$l2': $(cat "$tmp/raw.err")"; fi
 
-# expect_exit NAME CODE NEEDLE ARGS...: exits CODE with one line of stderr holding NEEDLE.
-expect_exit() {
-  local name=$1 code=$2 needle=$3; shift 3
-  run "$name" "$@"
-  local rc err
-  rc=$(cat "$tmp/$name.rc")
-  err=$(grep -v '^kubetrain-trainer: gemm' "$tmp/$name.err")
-  if [[ $rc -eq $code && $err == *"$needle"* ]]; then tap_ok "$name: exit $code ($err)"
-  else tap_fail "$name: exit $code with '$needle'" "rc=$rc: $err"; fi
-}
 expect_exit "missing npz key" 3 "fm.npz: no array 'images' in the archive (it has: x_train" \
   "${one[@]}" --data "npz:$tmp/fm.npz?x=images"
 expect_exit "eval keys missing" 3 "fm-f32.npz: no array 'x_test'" \

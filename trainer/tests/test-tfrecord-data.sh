@@ -91,47 +91,30 @@ PY
   { tap_fail "TensorFlow writes the TFRecords" "$(tail -3 "$tmp/tf.err")"; tap_done; exit; }
 
 short=(--epochs 1 --steps-per-epoch 3 --per-worker-batch 16 --seed 7 --print-weights-hash)
-# run NAME ARGS...: the trainer's stdout in $tmp/NAME.out, stderr in .err, exit status in .rc
-run() {
-  local name=$1; shift
-  "$BIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
-  echo $? >"$tmp/$name.rc"
-}
-hash_of() { [[ $(cat "$tmp/$1.rc") == 0 ]] && hashes "$tmp/$1.out"; }
 
-run idx "${short[@]}" --data "idx:$tmp/idx"
-run tfr "${short[@]}" --data "tfrecord:$tmp/train-*"
-h1=$(hash_of idx) h2=$(hash_of tfr)
+run_trainer idx "${short[@]}" --data "idx:$tmp/idx"
+run_trainer tfr "${short[@]}" --data "tfrecord:$tmp/train-*"
+h1=$(run_hash idx) h2=$(run_hash tfr)
 if [[ ${#h1} -eq 64 && $h1 == "$h2" ]]; then
   tap_ok "PNG TFRecords (4 shards: plain, GZIP, ZLIB) end with the weights hash of idx:DIR"
 else tap_fail "PNG TFRecords == idx:DIR" "'$h2' vs '$h1': $(tail -3 "$tmp/tfr.err")"; fi
 
 # Two patterns in the order given make the same sequence as one glob's sorted matches.
-run two "${short[@]}" --data "tfrecord:$tmp/train-0000[01]-*,$tmp/train-0000[23]-*"
-h3=$(hash_of two)
+run_trainer two "${short[@]}" --data "tfrecord:$tmp/train-0000[01]-*,$tmp/train-0000[23]-*"
+h3=$(run_hash two)
 if [[ -n $h1 && $h3 == "$h1" ]]; then tap_ok "tfrecord:PATTERN,PATTERN: the same sequence"
 else tap_fail "tfrecord:PATTERN,PATTERN" "'$h3' vs '$h1': $(tail -3 "$tmp/two.err")"; fi
 
 two=(launch --workers 2 --epochs 1 --steps-per-epoch 3 --per-worker-batch 8 --seed 7
      --print-weights-hash)
-run idx2 "${two[@]}" --data "idx:$tmp/idx"
-run tfr2 "${two[@]}" --data "tfrecord:$tmp/train-*"
-h1=$(hash_of idx2) h2=$(hash_of tfr2)
+run_trainer idx2 "${two[@]}" --data "idx:$tmp/idx"
+run_trainer tfr2 "${two[@]}" --data "tfrecord:$tmp/train-*"
+h1=$(run_hash idx2) h2=$(run_hash tfr2)
 if [[ ${#h1} -eq 64 && $h1 == "$h2" && $(grep -c weights-sha256 "$tmp/tfr2.out") -eq 2 ]]; then
   tap_ok "launch --workers 2: PNG TFRecords end with the weights hash of idx:DIR on both ranks"
 else tap_fail "2 workers tfrecord == idx" "'$h2' vs '$h1': $(tail -3 "$tmp/tfr2.err")"; fi
 
-# expect_exit NAME CODE NEEDLE ARGS...: exits CODE with one line of stderr holding NEEDLE.
 one=(--epochs 1 --steps-per-epoch 1 --per-worker-batch 4 --seed 7)
-expect_exit() {
-  local name=$1 code=$2 needle=$3; shift 3
-  run "$name" "$@"
-  local rc err
-  rc=$(cat "$tmp/$name.rc")
-  err=$(grep -v '^kubetrain-trainer: gemm' "$tmp/$name.err")
-  if [[ $rc -eq $code && $err == *"$needle"* ]]; then tap_ok "$name: exit $code ($err)"
-  else tap_fail "$name: exit $code with '$needle'" "rc=$rc: $err"; fi
-}
 # Offsets: each record of small is 16 bytes of framing and an Example; find the 3rd's.
 off3=$(python3 - "$tmp/small" <<'PY'
 import struct, sys
@@ -155,7 +138,8 @@ grep -q "truncated record" "$tmp/truncated last record.err" &&
 expect_exit "missing feature" 3 \
   "$tmp/renamed: record at byte 0: feature 'image': missing (name the image's feature" \
   "${one[@]}" --data "tfrecord:$tmp/renamed"
-run renamed "${short[@]}" --data "tfrecord:$tmp/renamed" --image-feature img --per-worker-batch 1
+run_trainer renamed "${short[@]}" --data "tfrecord:$tmp/renamed" --image-feature img \
+  --per-worker-batch 1
 if [[ $(cat "$tmp/renamed.rc") == 0 ]]; then tap_ok "--image-feature img reads it"
 else tap_fail "--image-feature img reads it" "$(tail -2 "$tmp/renamed.err")"; fi
 expect_exit "mistyped feature" 3 \
