@@ -71,19 +71,6 @@ static void header_decode(const unsigned char *h, CkptState *st, uint64_t *pb, u
     for (int i = 0; i < 10; i++) *f[i] = get64(h + 280 + 8 * i);
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > IO_CHUNK * 64 ? IO_CHUNK * 64 : n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Reads exactly n bytes; -EBADMSG when the file ends first. */
 static int read_all(int fd, void *buf, size_t n)
 {
@@ -354,10 +341,10 @@ int ckpt_save(const char *dir, int keep, const CkptState *st, uint64_t examples,
         rc = -errno;
         goto err;
     }
-    if ((rc = write_all(fd, h, HEADER_BYTES)) < 0 ||
-        (rc = write_all(fd, params, params_bytes)) < 0 ||
-        (opt_bytes && (rc = write_all(fd, opt, opt_bytes)) < 0) ||
-        (rc = write_all(fd, tail, sizeof tail)) < 0)
+    if ((rc = util_write_all(fd, h, HEADER_BYTES)) < 0 ||
+        (rc = util_write_all(fd, params, params_bytes)) < 0 ||
+        (opt_bytes && (rc = util_write_all(fd, opt, opt_bytes)) < 0) ||
+        (rc = util_write_all(fd, tail, sizeof tail)) < 0)
         goto err;
     if (fsync(fd) < 0) {
         rc = -errno;

@@ -93,11 +93,6 @@ static cJSON *int_list(const int *v, int n)
     return a;
 }
 
-static const char *activation_name(Activation a)
-{
-    return a == ACT_RELU ? "relu" : a == ACT_SOFTMAX ? "softmax" : "linear";
-}
-
 /* {"module": "keras.layers", "class_name": cls, "config": {name, trainable, dtype}}:
  * returns the layer and, in *cfg, its config to add the class's fields to. */
 static cJSON *layer_object(const char *cls, const char *name, cJSON **cfg)
@@ -144,7 +139,7 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddStringToObject(cfg, "padding", l->same ? "same" : "valid");
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
         cJSON_AddItemToObject(cfg, "dilation_rate", int_list(one, 2));
-        cJSON_AddStringToObject(cfg, "activation", activation_name(l->act));
+        cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
         cJSON_AddBoolToObject(cfg, "use_bias", 1);
         add_regularizer(cfg, l->l2);
         break;
@@ -165,7 +160,7 @@ static cJSON *layer_config(const Layer *l)
     case LAYER_DENSE:
         o = layer_object("Dense", l->name, &cfg);
         cJSON_AddNumberToObject(cfg, "units", l->units);
-        cJSON_AddStringToObject(cfg, "activation", activation_name(l->act));
+        cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
         cJSON_AddBoolToObject(cfg, "use_bias", 1);
         add_regularizer(cfg, l->l2);
         break;
@@ -358,18 +353,8 @@ static int write_file(const char *path, const void *buf, size_t len)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return -errno;
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int rc = -errno;
-            close(fd);
-            return rc;
-        }
-        p += n, len -= (size_t)n;
-    }
-    int rc = fsync(fd) ? -errno : 0;
+    int rc = util_write_all(fd, buf, len);
+    if (!rc && fsync(fd)) rc = -errno;
     if (close(fd) && !rc) rc = -errno;
     return rc;
 }

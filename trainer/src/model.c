@@ -500,7 +500,7 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
-static const char *act_name(Activation a)
+const char *model_activation_name(Activation a)
 {
     return a == ACT_RELU ? "relu" : a == ACT_SOFTMAX ? "softmax" : "linear";
 }
@@ -523,8 +523,8 @@ static void make_signature(Model *m)
         case LAYER_FLATTEN: append(&s, &len, &cap, "|flatten"); break;
         case LAYER_CONV2D:
             append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g)", l->conv.f, l->conv.kh,
-                   l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid", act_name(l->act),
-                   (double)l->l2);
+                   l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid",
+                   model_activation_name(l->act), (double)l->l2);
             break;
         case LAYER_MAXPOOL:
             /* a square "valid" pool keeps the signature it always had */
@@ -537,10 +537,10 @@ static void make_signature(Model *m)
         case LAYER_DENSE:
             if (l->dense_rows > 1) /* on a rank > 1 input: which axis it maps matters */
                 append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g)", l->dense_rows, l->dense_in,
-                       l->units, act_name(l->act), (double)l->l2);
+                       l->units, model_activation_name(l->act), (double)l->l2);
             else
-                append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units, act_name(l->act),
-                       (double)l->l2);
+                append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units,
+                       model_activation_name(l->act), (double)l->l2);
             break;
         case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
         }

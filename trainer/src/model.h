@@ -106,6 +106,10 @@ typedef struct {
  * (layers last to first), so a collective can start on it while backward goes on. */
 typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
 
+/* An activation's name, as a spec and Keras's config both write it ("relu", "softmax",
+ * "linear"). */
+const char *model_activation_name(Activation a);
+
 /* Keras's snake-case name of the layer's class ("conv2d", "max_pooling2d", ...): the
  * stem of the default layer names, and of the groups a Keras weights file keeps the
  * layers' weights under (keras_export.h). */

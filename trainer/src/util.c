@@ -198,6 +198,19 @@ uint64_t util_rand_below(uint64_t *state, uint64_t n)
     return r % n;
 }
 
+int util_write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > (64u << 20) ? (64u << 20) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
 int util_mkdir_p(const char *dir)
 {
     char path[PATH_MAX];

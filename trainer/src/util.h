@@ -82,6 +82,10 @@ double util_now(void);
 /* Wall-clock seconds since the Unix epoch (timestamps others read). */
 double util_wall(void);
 
+/* Writes all n bytes of buf to fd (a write interrupted by a signal is retried).
+ * Returns 0 or a negative errno. */
+int util_write_all(int fd, const void *buf, size_t n);
+
 /* mkdir -p: creates dir and its missing parents (mode 0755). Returns 0, or a negative
  * errno (-ENAMETOOLONG for a path over PATH_MAX). */
 int util_mkdir_p(const char *dir);
