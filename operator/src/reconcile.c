@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "jsonx.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -453,9 +454,64 @@ static void delete_pod_group(Ctx *c, long long attempt)
     add_action(c, ACTION_DELETE_POD_GROUP, name, NULL);
 }
 
-/* The "error" of the trainer's termination message, else the message's last non-empty
- * line: a program's log tail (FallbackToLogsOnError) ends with what went wrong, a
- * Python traceback with its exception. */
+/* Lines of a log tail, for failure_text: [start, end) of each, without the newline. */
+typedef struct {
+    const char *start[96], *end[96];
+    int n;
+} Lines;
+
+static void split_lines(const char *s, Lines *l)
+{
+    l->n = 0;
+    while (*s && l->n < (int)(sizeof l->start / sizeof l->start[0])) {
+        const char *e = strchr(s, '\n');
+        if (!e) e = s + strlen(s);
+        const char *t = e;
+        while (t > s && (t[-1] == '\r' || t[-1] == ' '))
+            t--;
+        l->start[l->n] = s;
+        l->end[l->n++] = t;
+        s = *e ? e + 1 : e;
+    }
+}
+
+static int line_blank(const Lines *l, int i)
+{
+    return l->end[i] == l->start[i];
+}
+static int line_indented(const Lines *l, int i)
+{
+    return !line_blank(l, i) && (l->start[i][0] == ' ' || l->start[i][0] == '\t');
+}
+static int line_begins(const Lines *l, int i, const char *prefix)
+{
+    size_t k = strlen(prefix);
+    return (size_t)(l->end[i] - l->start[i]) >= k && memcmp(l->start[i], prefix, k) == 0;
+}
+
+/* Whether line i is a Python exception line: at column 0 a dotted name whose last part
+ * ends in Error, Exception, Exit or Interrupt, then ":" or nothing. */
+static int exception_line(const Lines *l, int i)
+{
+    const char *p = l->start[i], *e = l->end[i], *name = p;
+    if (p == e || !(isalpha((unsigned char)*p) || *p == '_')) return 0;
+    while (p < e && (isalnum((unsigned char)*p) || *p == '_' || *p == '.'))
+        p++;
+    if (p < e && *p != ':') return 0;
+    static const char *const suffixes[] = {"Error", "Exception", "Exit", "Interrupt"};
+    for (size_t k = 0; k < sizeof suffixes / sizeof suffixes[0]; k++) {
+        size_t m = strlen(suffixes[k]);
+        if ((size_t)(p - name) >= m && memcmp(p - m, suffixes[k], m) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The "error" of the trainer's termination message; else, from a program's log tail
+ * (FallbackToLogsOnError: its last 2 KB or 80 lines), the Python exception it ended with,
+ * with the first line of its details when it ends in ":" (TensorFlow's "Graph execution
+ * error:" says what went wrong further down, after the op's stack); without one (the
+ * tail may have cut it off), the last non-empty line, or where that is indented (the
+ * "[[{{node ...}}]]" TensorFlow ends with) the first line of the paragraph above it. */
 static void failure_text(const char *message, char *out, size_t n)
 {
     out[0] = 0;
@@ -466,15 +522,48 @@ static void failure_text(const char *message, char *out, size_t n)
         snprintf(out, n, "%s", e);
         for (char *p = out; *p; p++)
             if (*p == '\n') *p = ' ';
-    } else {
-        const char *end = message + strlen(message), *start;
-        while (end > message && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
-            end--;
-        for (start = end; start > message && start[-1] != '\n';)
-            start--;
-        snprintf(out, n, "%.*s", (int)(end - start), start);
+        cJSON_Delete(m);
+        return;
     }
     cJSON_Delete(m);
+    /* The tail's last 96 lines are enough (Kubernetes keeps at most 80). */
+    size_t len = strlen(message);
+    const char *from = message + len;
+    for (int k = 0; from > message && k < 97; k++)
+        for (from--; from > message && from[-1] != '\n';)
+            from--;
+    Lines l;
+    split_lines(from, &l);
+    int last = l.n - 1, ex = -1, detail = -1;
+    while (last >= 0 && line_blank(&l, last))
+        last--;
+    if (last < 0) return;
+    /* An exception line counts if nothing but its details follows: it is the last line at
+     * column 0, or it ends in ":" (an earlier "ValueError: ..." the program logged and
+     * went on from is not why it stopped). */
+    int col0 = last;
+    while (col0 >= 0 && (line_blank(&l, col0) || line_indented(&l, col0)))
+        col0--;
+    for (int i = col0; i >= 0 && ex < 0; i--)
+        if (exception_line(&l, i) && (i == col0 || l.end[i][-1] == ':')) ex = i;
+    if (ex >= 0 && l.end[ex][-1] == ':') {
+        for (int i = ex + 1; i <= last && detail < 0; i++)
+            if (!line_blank(&l, i) && !line_indented(&l, i) && !line_begins(&l, i, "Detected at"))
+                detail = i;
+    } else if (ex < 0 && line_indented(&l, last)) {
+        int i = last;
+        while (i > 0 && !line_blank(&l, i - 1) && !line_indented(&l, i - 1))
+            i--;
+        if (i < last) ex = i;
+    }
+    if (ex < 0) ex = last;
+    snprintf(out, n, "%.*s", (int)(l.end[ex] - l.start[ex]), l.start[ex]);
+    if (detail >= 0) {
+        size_t k = strlen(out);
+        if (k + 1 < n)
+            snprintf(out + k, n - k, " %.*s", (int)(l.end[detail] - l.start[detail]),
+                     l.start[detail]);
+    }
 }
 
 /* Whether a trainer's termination message says that it gave up waiting for a lost
@@ -919,10 +1008,11 @@ static int decide_resize(Ctx *c, const Group *g)
 }
 
 /* "exited with code N: <why>", or for a pod whose init container failed "init container
- * C exited with code N: <why>", into out. */
+ * C exited with code N: <why>", into out; <why> at most 300 bytes, so that it fits the
+ * callers' 450 whole. */
 static void exit_text(const PodView *p, char *out, size_t n)
 {
-    char text[400];
+    char text[301];
     failure_text(p->message, text, sizeof text);
     if (p->init_container)
         snprintf(out, n, "init container %.63s exited with code %d%s%s", p->init_container,

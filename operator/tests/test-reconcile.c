@@ -1749,6 +1749,67 @@ static void test_roles_chief_completes(void **state)
     fx_free(&g);
 }
 
+/* The Restarting condition's quote of a failed ps task whose termination message is
+ * `log` (its log tail). */
+static char *ps_failure_quote(const char *log)
+{
+    Fixture f = {.job = job_new(SPEC_PS, ST_PS_LAUNCHED)};
+    fx_ps_group(&f);
+    pod_terminated(f.pods[3], 1, log);
+    fx_run(&f, NOW);
+    const char *m = cond_message(new_status(&f), "Restarting");
+    char *quote = strdup(m ? m : "<no Restarting condition>");
+    fx_free(&f);
+    return quote;
+}
+
+/* A program's log tail is quoted by what went wrong: the exception line, with the first
+ * line of its details where TensorFlow's says only "Graph execution error:" and ends
+ * with the op's context; where the tail has lost the exception line, the paragraph
+ * above that context. */
+static void test_failure_quote_from_log_tail(void **state)
+{
+    (void)state;
+    static const char graph_error[] =
+        "Traceback (most recent call last):\n"
+        "  File \"/opt/kubetrain/examples/mwms.py\", line 104, in <module>\n"
+        "    main()\n"
+        "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution error:\n"
+        "\n"
+        "Detected at node div_no_nan/CollectiveReduceV2_1 defined at (most recent call "
+        "last):\n"
+        "  File \"/opt/kubetrain/examples/mwms.py\", line 104, in <module>\n"
+        "\n"
+        "Collective ops is aborted by: cluster check alive failed, /job:worker/replica:0/"
+        "task:0 is down\n"
+        "The error could be from a previous operation. Restart your program to reset.\n"
+        "\t [[{{node div_no_nan/CollectiveReduceV2_1}}]] "
+        "[Op:__inference_train_function_1093]\n";
+    char *q = ps_failure_quote(graph_error);
+    assert_string_equal(q, "ps 0 exited with code 1: tensorflow.python.framework.errors_impl."
+                           "UnavailableError: Graph execution error: Collective ops is aborted "
+                           "by: cluster check alive failed, /job:worker/replica:0/task:0 is "
+                           "down");
+    free(q);
+
+    /* The same tail cut above the exception line, as a 2 KB termination message is. */
+    q = ps_failure_quote(strstr(graph_error, "  File \"/opt/kubetrain/examples/mwms.py\", "
+                                             "line 104, in <module>\n\nCollective"));
+    assert_string_equal(q, "ps 0 exited with code 1: Collective ops is aborted by: cluster "
+                           "check alive failed, /job:worker/replica:0/task:0 is down");
+    free(q);
+
+    /* An exception whose line says it all, followed by nothing; and a plain last line
+     * after an exception the program went on from. */
+    q = ps_failure_quote("adding\nTraceback (most recent call last):\n  File \"<string>\", "
+                         "line 1, in <module>\nKeyError: 'images'\n\n");
+    assert_string_equal(q, "ps 0 exited with code 1: KeyError: 'images'");
+    free(q);
+    q = ps_failure_quote("step 1\nValueError: retrying\nstep 2\nfatal: out of data \n");
+    assert_string_equal(q, "ps 0 exited with code 1: fatal: out of data");
+    free(q);
+}
+
 /* A failed evaluator decides nothing and is not restarted; a failed ps task restarts
  * the group, quoting the last line of its log (a Python traceback's exception). */
 static void test_roles_failures(void **state)
@@ -3500,6 +3561,7 @@ int main(void)
         cmocka_unit_test(test_waiting_pods_say_why_and_startup_deadline),
         cmocka_unit_test(test_scheduler_error_is_a_wait),
         cmocka_unit_test(test_gang_cause_over_quorum_count),
+        cmocka_unit_test(test_failure_quote_from_log_tail),
     };
     return cmocka_run_group_tests_name("reconcile", tests, NULL, NULL);
 }
