@@ -65,7 +65,7 @@ TEST_PROGRAMS := $(filter-out $(E2E_PROGRAMS),$(TEST_PROGRAMS))
 TEST_JOBS ?= $(NPROC)
 TEST_FIRST := operator/tests/integration/test-resilience.sh trainer/tests/test-recovery.sh \
               trainer/tests/test-distributed.sh examples/tensorflow/test-local.sh \
-              trainer/tests/test-dnsprobe.sh trainer/tests/test-gpu-device.sh \
+              trainer/tests/test-dnsprobe.sh \
               trainer/tests/test-keras-export.sh charts/tests/test-chart.sh \
               charts/tests/test-chart-kueue.sh python/tests/test-python.sh
 test:

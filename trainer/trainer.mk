@@ -58,7 +58,16 @@ all: $(TRAINER_BIN) $(TRAINER_SAN)
 $(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: $(GEMM_STAMP)
 $(BUILD)/opt/trainer/src/gemm.o $(BUILD)/san/trainer/src/gemm.o: \
     TRAINER_CFLAGS += $(GEMM_CFLAGS_$(GEMM))
-TEST_PROGRAMS += $(TRAINER_TESTS) $(sort $(wildcard trainer/tests/test-*.sh))
+# make test-gpu's programs: the GPU build with NVIDIA's toolchain (make GPU=1 from the
+# wheels of trainer/gpu-toolchain.sh, and the device checks where there is a device), the
+# device bundle's rehearsal in a bare chroot, and the GPU benchmark's bookkeeping. They
+# build and package rather than test the trainer's code: its GPU path runs in make test
+# on the CPU emulation of CUDA (test-gpu-emul, test-gpu-emul-trainer.sh). .ci/run runs
+# them after make test.
+GPU_TOOLCHAIN_TESTS := trainer/tests/test-gpu-build.sh trainer/tests/test-gpu-device.sh \
+                       trainer/tests/test-bench-gpu.sh
+TEST_PROGRAMS += $(TRAINER_TESTS) \
+                 $(filter-out $(GPU_TOOLCHAIN_TESTS),$(sort $(wildcard trainer/tests/test-*.sh)))
 
 $(BUILD)/opt/trainer/%.o: trainer/%.c | deps
 	@mkdir -p $(@D)
@@ -129,6 +138,9 @@ $(EMUL_TRAINER): $(EMUL_COBJS) $(EMUL_DIR)/device.o $(EMUL_DIR)/fakecuda.o
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -o $@ $^ $(TRAINER_LIBS)
 test-build: $(EMUL_TRAINER)
+test-gpu: all $(EMUL_TRAINER)
+	@TAPRUN_JOBS=$(TEST_JOBS) bash .ci/taprun $(GPU_TOOLCHAIN_TESTS)
+.PHONY: test-gpu
 -include $(EMUL_DIR)/*.d $(EMUL_COBJS:.o=.d)
 
 # What --version prints (main.c): the VERSION file at the top, which also tags the images.
@@ -234,7 +246,7 @@ bench-gemm: $(GEMM_BACKENDS:%=$(BUILD)/bench/gemm_floor-%)
 # $(KT_CACHE)/cuda by trainer/gpu-toolchain.sh; cuDNN and NCCL from CUDNN_HOME and
 # NCCL_HOME (default: CUDA_HOME). Build it into its own directory so that the CPU
 # objects are not mixed with it: make GPU=1 BUILD=build/gpu. The CPU build stays the
-# default; trainer/tests/test-gpu-build.sh compiles and links this one on every make test.
+# default; trainer/tests/test-gpu-build.sh compiles and links this one on every make test-gpu.
 ifeq ($(GPU),1)
 CUDA_HOME := $(shell bash trainer/gpu-toolchain.sh)
 ifeq ($(CUDA_HOME),)
