@@ -116,6 +116,28 @@ def test_exception_writes_its_last_line(tmp_path):
                    "checkpoint_step": 2}
 
 
+def test_graph_error_gives_why_not_the_stack(tmp_path):
+    # TensorFlow's errors for a failed op print "Graph execution error:", the op's
+    # Python stack, why, and the op's context; this stands in one of that shape.
+    p, msg = run("""
+        import kubetrain
+
+        class UnavailableError(Exception):
+            pass
+
+        kubetrain.report(step=1, loss=2.5)
+        raise UnavailableError("Graph execution error:\\n\\nDetected at node d defined at "
+                               "(most recent call last):\\n  File \\"mwms.py\\", line 9\\n\\n"
+                               "Collective ops is aborted by: peer task:0 is down\\n"
+                               "The error could be from a previous operation.\\n"
+                               "\\t [[{{node d}}]] [Op:__inference_train_function_1]")
+    """, tmp_path)
+    assert p.returncode == 1
+    assert msg == {"error": "UnavailableError: Graph execution error: Collective ops "
+                            "is aborted by: peer task:0 is down", "step": 1,
+                   "checkpoint_step": 0}
+
+
 def test_non_chief_serves_nothing(tmp_path):
     port = free_port()
     p, msg = run(f"""

@@ -168,13 +168,27 @@ class Progress:
         """The termination message of an uncaught exception: {"error"} with the line
         Python prints last ("ValueError: ..."), and "step" and "checkpoint_step" (0: none)
         once a step was recorded, as the C trainer writes them."""
-        text = "".join(traceback.format_exception_only(etype, value)).strip()
-        m = {"error": text[:ERROR_MAX]}
+        m = {"error": _error_text(etype, value)[:ERROR_MAX]}
         with self._lock:
             if self.step is not None:
                 m["step"] = self.step
                 m["checkpoint_step"] = self.checkpoint_step or 0
         return m
+
+
+def _error_text(etype, value):
+    """What Python prints of the exception ("ValueError: ..."). Where its first line ends
+    in ":" and the rest is a stack, as TensorFlow's "Graph execution error:" is (the op's
+    Python stack, then why, then the op's context), the first line and the first one of
+    the details that is not the stack: the operator quotes this in the job's condition."""
+    text = "".join(traceback.format_exception_only(etype, value)).strip()
+    lines = text.split("\n")
+    if not lines[0].endswith(":") or not any(
+            ln.startswith((" ", "\t", "Detected at")) for ln in lines[1:]):
+        return text
+    why = next((ln for ln in lines[1:] if ln.strip() and not ln.startswith((" ", "\t"))
+                and not ln.startswith("Detected at")), None)
+    return lines[0] + (" " + why.strip() if why else "")
 
 
 class _Collector:
