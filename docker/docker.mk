@@ -38,12 +38,14 @@ image-trainer-cuda: image-base
 
 # The image for users' own TensorFlow programs (docs/tensorflow.md): about 1 GB from PyPI,
 # minutes to build, so not part of `make images`. Its label kubetrain.dev/inputs hashes
-# what goes into it (the Dockerfile, the examples, TF_VERSION and the base image's ID);
-# an image of this VERSION with the same hash is kept (no image of it yet, as on a fresh
-# machine, is not an error: it is built). pip trusts the host's CA bundle, as for
-# image-trainer-cuda.
+# what goes into it (the Dockerfile, the examples, the kubetrain package's sources,
+# TF_VERSION and the base image's ID); an image of this VERSION with the same hash is kept
+# (no image of it yet, as on a fresh machine, is not an error: it is built). pip trusts
+# the host's CA bundle, as for image-trainer-cuda.
 TF_VERSION ?= 2.21.0
-TF_IMAGE_INPUTS := docker/tensorflow.Dockerfile $(sort $(wildcard examples/tensorflow/*.py))
+TF_IMAGE_INPUTS := docker/tensorflow.Dockerfile $(sort $(wildcard examples/tensorflow/*.py)) \
+    python/pyproject.toml python/setup.py \
+    $(sort $(wildcard python/src/*.py python/src/*.pth python/src/kubetrain/*.py))
 image-tensorflow: image-base
 	@set -e; img=$(IMAGE_PREFIX)/tensorflow:$(VERSION); \
 	 hash=$$({ cat $(TF_IMAGE_INPUTS); echo $(TF_VERSION); \

@@ -1,7 +1,8 @@
 # TensorFlow for users' own programs (docs/tensorflow.md): Python 3 with tensorflow-cpu
-# and tf-keras (Keras 2, the tutorials' Keras: TF_USE_LEGACY_KERAS=1 is set) in /opt/venv,
-# Fashion-MNIST at /data and the examples (examples/tensorflow) in /opt/kubetrain/examples.
-# Runs as uid 65532 like the trainer images.
+# and tf-keras (Keras 2, the tutorials' Keras: TF_USE_LEGACY_KERAS=1 is set) and the
+# kubetrain package (python/, with its kubetrain-auto.pth: every Keras fit() under a
+# TrainingJob reports its progress) in /opt/venv, Fashion-MNIST at /data and the examples
+# (examples/tensorflow) in /opt/kubetrain/examples. Runs as uid 65532 like the trainer images.
 #   make image-tensorflow      (tags kubetrain/tensorflow:$(cat VERSION); skipped when
 #                               an image of the same inputs exists)
 # By hand: docker/.build-ca.crt must exist (make copies the host's CA bundle there; an
@@ -18,7 +19,10 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
 # The building machine's CA bundle, for pip behind a TLS-inspecting proxy; this stage
 # only. tf-keras is installed without its dependencies: it names `tensorflow`, the
 # CUDA-enabled wheel, which would replace tensorflow-cpu's files and add 0.6 GB. The C++
-# headers (0.3 GB, for building custom ops) are dropped.
+# headers (0.3 GB, for building custom ops) are dropped. The kubetrain package last (its
+# sources change more often than TensorFlow's version), from a copy of python/ that pip
+# builds in (with setuptools from PyPI; prometheus_client its one dependency); the check
+# says that every Python start runs its kubetrain-auto.pth.
 COPY docker/.build-ca.crt /tmp/build-ca.crt
 RUN if [ -s /tmp/build-ca.crt ]; then export PIP_CERT=/tmp/build-ca.crt; fi; \
     python3 -m venv /opt/venv \
@@ -26,6 +30,12 @@ RUN if [ -s /tmp/build-ca.crt ]; then export PIP_CERT=/tmp/build-ca.crt; fi; \
     && /opt/venv/bin/pip install --quiet --no-cache-dir --no-deps "tf-keras==${TF_VERSION}" \
     && /opt/venv/bin/python -c 'import tensorflow, tf_keras' \
     && rm -rf /opt/venv/lib/python3*/site-packages/tensorflow/include
+COPY python/pyproject.toml python/setup.py /tmp/kubetrain-python/
+COPY python/src /tmp/kubetrain-python/src
+RUN if [ -s /tmp/build-ca.crt ]; then export PIP_CERT=/tmp/build-ca.crt; fi; \
+    /opt/venv/bin/pip install --quiet --no-cache-dir /tmp/kubetrain-python \
+    && /opt/venv/bin/python -c \
+       'import sys, kubetrain; assert "_kubetrain_auto" in sys.modules, "no kubetrain-auto.pth"'
 
 FROM ${BASE}
 # The venv's python is Debian's python3 of the same release; ca-certificates for

@@ -637,7 +637,9 @@ s_deadline() {
 s_tfmwms() {
   tf_skipped tfmwms && return
   begin tfmwms
-  local t0 out i line uid0 j=tf-mwms cl res="" sync=()
+  local t0 out i line uid0 j=tf-mwms cl res="" sync=() s1="" s2="" last="" col restored a lost cp
+  local total=120 # 3 epochs of 40 steps
+  tf_prog() { field $j "{.status.progress.$1}"; }
   t0=$(now)
   if out=$(tf_example tf-mwms.yaml '[--epochs, "3", --steps-per-epoch, "40", --per-worker-batch, "32"]' \
         "evaluator: {replicas: 1, command: [python3, -c, \"raise SystemExit('evaluator: giving up on purpose')\"]}"); then
@@ -656,13 +658,30 @@ s_tfmwms() {
   if [ -n "${sync[0]}" ] && [ "$(canon "$line")" = "$(canon "$cl")" ]; then
     ok "TensorFlow's cluster spec on worker 0 is the operator's: $line"
   else fail "TensorFlow's cluster spec on worker 0 is the operator's" "log: $line"$'\n'"want $cl"; fi
+  # mwms.py's kubetrain ProgressCallback serves the chief's progress on the metrics port
+  # that tf-mwms.yaml declares; the operator scrapes it every 10 s.
+  local end=$(( $(date +%s) + 300 ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$s1" ]; do s1=$(tf_prog step); sleep 1; done
+  end=$(( $(date +%s) + 120 ))
+  while [ "$(date +%s)" -lt "$end" ] && { [ -z "$s2" ] || [ "$s2" -le "$s1" ]; }; do
+    s2=$(tf_prog step); sleep 1
+  done
+  if [ -n "$s1" ] && [ "${s2:-0}" -gt "$s1" ] && [ "$(tf_prog totalSteps)" = $total ]; then
+    ok "status.progress.step grows ($s1 -> $s2 of $total, $(tf_prog percent)) from the chief's /metrics"
+  else fail "status.progress.step grows" "${s1:-<none>} -> ${s2:-<none>}"$'\n'"$(explain $j)"; fi
+  out=$(kn get tj $j 2>&1)
+  col=$(awk 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "PROGRESS") c = i }
+    NR == 2 { print $c }' <<<"$out")
+  if [[ $col =~ ^[0-9]+%$ ]]; then ok "kubectl get tj: PROGRESS $col"
+  else fail "kubectl get tj prints PROGRESS as N%" "$out"; fi
   # "Epoch 2/3" is printed once every callback saw epoch 1 end: its backup is on the claim.
   uid0=$(kn get pod "$j-worker-0" -o 'jsonpath={.metadata.uid}')
   if wait_log "$j-worker-0" '^Epoch 2/3' 300 >/dev/null &&
-     out=$(kn delete pod "$j-worker-1" --wait=false 2>&1); then ok "worker 1's pod deleted in epoch 2"
+     last=$(tf_prog step) && out=$(kn delete pod "$j-worker-1" --wait=false 2>&1); then
+    ok "worker 1's pod deleted in epoch 2 (status.progress.step $last)"
   else fail "worker 1's pod deleted in epoch 2" "$out$(tf_logs "$j-worker-0")"; end; return; fi
   # The new worker 0 logs where BackupAndRestore resumed; read while it runs.
-  local end=$(( $(date +%s) + JOB_TIMEOUT ))
+  end=$(( $(date +%s) + JOB_TIMEOUT ))
   while [ "$(date +%s)" -lt "$end" ] && [ -z "$res" ]; do
     if [ "$(kn get pod "$j-worker-0" -o 'jsonpath={.metadata.uid}' 2>/dev/null)" != "$uid0" ]; then
       res=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
@@ -672,6 +691,29 @@ s_tfmwms() {
   done
   if [[ $res == *'resuming at epoch '[23]'/3'* ]]; then ok "the restarted group resumed from the claim: ${res#*mwms: }"
   else fail "the restarted group resumed from the claim at epoch 2 or 3" "${res:-no resume line}"$'\n'"$(tf_logs "$j-worker-0")"; fi
+  # The first scrape of attempt 1: status.checkpoint is the backup it resumed from (the
+  # restored epoch's last step, kubetrain_start_step) or a later epoch end's save, and
+  # lastStepsLost what attempt 0's chief trained past it (its termination message or last
+  # scrape, at least $last).
+  restored=$(sed -nE 's/.*restored epoch ([0-9]+).*/\1/p' <<<"$res")
+  end=$(( $(date +%s) + 120 )); a=""; lost=""
+  while [ "$(date +%s)" -lt "$end" ]; do
+    a=$(tf_prog attempt); lost=$(field $j '{.status.restarts.lastStepsLost}')
+    [ "${a:-0}" -ge 1 ] && [ -n "$lost" ] && break
+    case "$(phase $j)" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  cp=$(field $j '{.status.checkpoint.step}')
+  if [ -n "$restored" ] && [ "${a:-0}" -ge 1 ] && [ -n "$cp" ] && [ $((cp % 40)) = 0 ] &&
+     [ "$cp" -ge $((restored * 40)) ] && [ "$cp" -le $total ]; then
+    ok "attempt $a: status.checkpoint.step $cp, an epoch end's save from epoch $restored's on"
+  else fail "attempt 1's status.checkpoint.step is a BackupAndRestore save (epoch ${restored:-?} x 40 or later)" \
+    "attempt ${a:-<none>}, checkpoint ${cp:-<none>}"$'\n'"$(explain $j)"; fi
+  if [ -n "$restored" ] && [ -n "$lost" ] && [ -n "$last" ] &&
+     [ "$lost" -ge $((last - restored * 40)) ] && [ "$lost" -le 40 ]; then
+    ok "restarts.lastStepsLost $lost: attempt 0 trained past step $((restored * 40)) (scraped at $last)"
+  else fail "restarts.lastStepsLost is the steps past epoch ${restored:-?}'s save" \
+    "lost ${lost:-<none>}, last scrape ${last:-<none>}"$'\n'"$(explain $j)"; fi
   if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
   else fail "job Succeeded" "$(explain $j)"; end; return; fi
   check "restarts application/disruption 0/1" "$(restarts $j)" "0/1"
@@ -679,6 +721,13 @@ s_tfmwms() {
     "$(field $j '{.status.conditions[?(@.type=="Succeeded")].message}')" "the chief (worker 0) completed"
   check "the evaluator failed (status.roles.evaluator.failed 1) without deciding" \
     "$(field $j '{.status.roles.evaluator.failed}')" 1
+  # The chief's last step: its termination message (the package's, at exit) in
+  # status.result; status.progress holds the last scrape, at most that.
+  check "status.result.step: the chief trained all $total steps" "$(field $j '{.status.result.step}')" $total
+  line=$(tf_prog step)
+  if [ -n "$line" ] && [ "$line" -ge "$s2" ] && [ "$line" -le $total ]; then
+    ok "status.progress.step $line at the end (the last scrape, between $s2 and $total)"
+  else fail "status.progress.step at the end in [$s2, $total]" "${line:-<none>}"; fi
   if line=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'mwms: done'); then
     ok "worker 0 finished training: ${line#*mwms: }"
   else fail "worker 0 finished training" "$(tf_logs "$j-worker-0")"; fi

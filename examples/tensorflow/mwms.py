@@ -10,7 +10,11 @@ With a checkpoint directory ($KUBETRAIN_CHECKPOINT_DIR, the job's directory on i
 checkpoint claim), BackupAndRestore backs the training state up there at each epoch end
 and a restarted group resumes from it; the chief also keeps each epoch's weights
 (ckpt/ckpt-<epoch>, for evaluator.py) and saves the final model (model/). The other
-workers write their copies to temporary directories that they delete.
+workers write their copies to temporary directories that they delete. kubetrain's
+ProgressCallback reports the steps, loss, accuracy and BackupAndRestore's saves: on the
+chief, GET /metrics on $KUBETRAIN_METRICS_PORT, which the operator reads into the job's
+status (docs/tensorflow.md, "Progress"; in kubetrain/tensorflow every fit() would get one
+without this line).
 """
 import argparse
 import json
@@ -22,6 +26,7 @@ import tempfile
 # batches in fit(); Keras 2 (the tf-keras package) is what the tutorial runs.
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import kubetrain.keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tutorial  # noqa: E402
@@ -79,7 +84,8 @@ def main():
         callbacks += [tf.keras.callbacks.BackupAndRestore(backup_dir=backup_dir),
                       tf.keras.callbacks.ModelCheckpoint(os.path.join(ckpt_dir, "ckpt-{epoch}"),
                                                          save_weights_only=True)]
-    callbacks.append(tutorial.FirstEpochLog(PROG, a.epochs))
+    callbacks += [tutorial.FirstEpochLog(PROG, a.epochs),
+                  kubetrain.keras.ProgressCallback(batch_size=global_batch)]
     hist = model.fit(ds, epochs=a.epochs, steps_per_epoch=a.steps_per_epoch,
                      callbacks=callbacks, verbose=2)
 

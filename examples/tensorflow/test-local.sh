@@ -6,9 +6,11 @@
 # evaluator reading the chief's checkpoints. Prints TAP; part of make test (about 70 s
 # on 2 cores), alone with make test-tensorflow.
 #
-#   bash examples/tensorflow/test-local.sh            TensorFlow and tf-keras from PyPI in
+#   bash examples/tensorflow/test-local.sh            TensorFlow, tf-keras and
+#                                                     prometheus_client from PyPI in
 #                                                     $KT_CACHE/venv-tf, made on first use
-#   TF_PYTHON=PYTHON bash ...                         a Python that has both
+#   TF_PYTHON=PYTHON bash ...                         a Python that has the three
+# The kubetrain package (mwms.py's ProgressCallback) is python/src's, on PYTHONPATH.
 #   TF_IMAGE=kubetrain/tensorflow:VERSION bash ...    in the image (docker run --network host)
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
@@ -58,7 +60,7 @@ start() {
     local ns=()
     [ "$(id -u)" = 0 ] && unshare --pid --fork true 2>/dev/null && ns=(unshare --pid --fork)
     TF_CONFIG=$tf KUBETRAIN_CHECKPOINT_DIR=$ckpt TMPDIR=$tmp/tmpdir KUBETRAIN_DATA_DIR=$DATA \
-        "${ns[@]}" "$PY" "$EX/$prog" "$@" >"$tmp/$name.log" 2>&1 &
+        PYTHONPATH=$PWD/python/src "${ns[@]}" "$PY" "$EX/$prog" "$@" >"$tmp/$name.log" 2>&1 &
   fi
   pid[$name]=$!
 }

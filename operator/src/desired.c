@@ -221,10 +221,10 @@ static int select_pods(cJSON *o, const char *path, const JobSpec *s)
            jsonx_set_str(ml, LABEL_MANAGED_BY, MANAGED_BY);
 }
 
-int desired_metrics_port(const JobSpec *s)
+int desired_template_metrics_port(const cJSON *tmpl)
 {
     const cJSON *c, *p;
-    cJSON_ArrayForEach(c, jsonx_arr(s->template, "spec.containers"))
+    cJSON_ArrayForEach(c, jsonx_arr(tmpl, "spec.containers"))
     {
         cJSON_ArrayForEach(p, jsonx_arr(c, "ports"))
         {
@@ -234,7 +234,13 @@ int desired_metrics_port(const JobSpec *s)
                 return (int)port;
         }
     }
-    return s->command ? 0 : DESIRED_METRICS_PORT;
+    return 0;
+}
+
+int desired_metrics_port(const JobSpec *s)
+{
+    int port = desired_template_metrics_port(s->template);
+    return port || s->command ? port : DESIRED_METRICS_PORT;
 }
 
 cJSON *desired_network_policy(const JobSpec *s)
@@ -595,11 +601,13 @@ static int kueue_group(const JobSpec *s, const DesiredConfig *cfg, cJSON *labels
     return 0;
 }
 
-/* The C trainer's chief serves its progress on /metrics by default, which the operator
- * reads for status.progress (progress.h) and a Prometheus may scrape: the port in
- * KUBETRAIN_METRICS_PORT and as the container port `metrics`, and named in the pod's
- * ANNOT_METRICS_PORT. A template's own KUBETRAIN_METRICS_PORT is kept (0 turns the
- * endpoint off: no annotation, no progress). Returns 0, or -1 out of memory. */
+/* The C trainer's chief serves its progress on /metrics by default, and a user's program
+ * (spec.command) with the kubetrain package when the template declares the port
+ * `metrics`; the operator reads it for status.progress (progress.h) and a Prometheus may
+ * scrape it: the port in KUBETRAIN_METRICS_PORT and as the container port `metrics`, and
+ * named in the pod's ANNOT_METRICS_PORT. A template's own KUBETRAIN_METRICS_PORT is kept
+ * (0 turns the endpoint off: no annotation, no progress). Call only when
+ * desired_metrics_port(s) is not 0. Returns 0, or -1 out of memory. */
 static int metrics_defaults(const JobSpec *s, cJSON *c, cJSON *env, cJSON *annots)
 {
     char buf[16];
@@ -742,7 +750,7 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
         !jsonx_set_num(port, "containerPort", s->port) || list_put(c, "ports", "name", port))
         goto err;
 
-    if (!s->command && metrics_defaults(s, c, env, annots)) goto err;
+    if (desired_metrics_port(s) && metrics_defaults(s, c, env, annots)) goto err;
 
     if (s->gpus > 0) {
         cJSON *limits = jsonx_ensure_obj(c, "resources.limits");

@@ -173,9 +173,14 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
 /* The headless Service. Caller owns the result. */
 cJSON *desired_service(const JobSpec *s);
 
-/* The containerPort the template declares under the name "metrics" (the chief's
- * /metrics, KUBETRAIN_METRICS_PORT); else DESIRED_METRICS_PORT for the C trainer (no
- * spec.command), whose chief serves it by default; else 0. */
+/* The containerPort 1-65535 that pod template `tmpl` (spec.template; NULL: none)
+ * declares under the name "metrics" in one of its containers, else 0. */
+int desired_template_metrics_port(const cJSON *tmpl);
+
+/* The chief's /metrics port (KUBETRAIN_METRICS_PORT): the template's "metrics" port
+ * (desired_template_metrics_port); else DESIRED_METRICS_PORT for the C trainer (no
+ * spec.command), whose chief serves it by default; else 0: a user's program serves
+ * nothing unless its job declares the port (the kubetrain package serves it). */
 int desired_metrics_port(const JobSpec *s);
 
 /* The job's NetworkPolicy (networking.k8s.io/v1), named like its Service: the worker

@@ -302,7 +302,7 @@ typedef struct JobState {
     /* What the survey read of the job's cached version surveyed_rv (-1: none), so that
      * an unchanged job is not parsed again every tick. */
     long long surveyed_rv;
-    int scrapable;         /* Running, the C trainer */
+    int scrapable;         /* progress_job_scrapable */
     long long job_attempt; /* status.attempt */
     long long repl[2];     /* how many times <job>-chief-0 and <job>-worker-0 were replaced
                               in it (status.replacedPods), 0: never */
@@ -503,19 +503,26 @@ static void survey_replaced(const cJSON *job, long long repl[2])
     }
 }
 
-/* The jobs to scrape: Running, the C trainer (no spec.command). Called under the jobs
- * informer's read lock: copies what it needs, never calls back into that informer. */
+int progress_job_scrapable(const cJSON *job)
+{
+    const char *phase = jsonx_str(job, "status.phase");
+    return phase && strcmp(phase, "Running") == 0 &&
+           (!jsonx_at(job, "spec.command") ||
+            desired_template_metrics_port(jsonx_obj(job, "spec.template")));
+}
+
+/* The jobs to scrape (progress_job_scrapable). Called under the jobs informer's read
+ * lock: copies what it needs, never calls back into that informer. */
 static void survey_job(void *ctx, const cJSON *job)
 {
     Survey *sv = ctx;
-    const char *phase = jsonx_str(job, "status.phase");
     char key[KEY_MAX];
     if (informer_key(job, key, sizeof key) != 0) return;
     pthread_mutex_lock(&sv->p->mu);
     JobState *s = state_get(sv->p, key);
     if (s) {
         s->surveyed_rv = sv->offered_rv;
-        s->scrapable = phase && strcmp(phase, "Running") == 0 && !jsonx_at(job, "spec.command");
+        s->scrapable = progress_job_scrapable(job);
         s->job_attempt = jsonx_int(job, "status.attempt", 0);
         survey_replaced(job, s->repl);
         const char *uid = jsonx_str(job, "metadata.uid");

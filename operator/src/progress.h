@@ -1,9 +1,10 @@
 /* progress — live progress of running jobs, and the work each restart lost.
  *
- * One thread scrapes the chief's /metrics (trainer/src/prom.h) of every Running job of
- * the C trainer whose chief pod names its port (ANNOT_METRICS_PORT) and has an IP, at
- * most once per interval, all due scrapes at once over one libcurl multi handle with
- * short timeouts; and writes what changed as a JSON merge patch of the status
+ * One thread scrapes the chief's /metrics (trainer/src/prom.h, or the kubetrain Python
+ * package's) of every Running job (progress_job_scrapable) whose chief pod names its
+ * port (ANNOT_METRICS_PORT) and has an IP, at most once per interval, all due scrapes at
+ * once over one libcurl multi handle with short timeouts; and writes what changed as a
+ * JSON merge patch of the status
  * subresource: status.progress (step, totalSteps, percent, epoch, loss, accuracy,
  * samplesPerSecond, estimatedCompletionTime, attempt, updateTime) and status.checkpoint
  * (step, time). Writes draw on their own token bucket (ProgressConfig.write_qps) beside
@@ -22,8 +23,8 @@
  * retry reads the cache, which the patch's watch event brings up to date (the thread
  * does not store its own answer: an event equal to the cached object would reach the
  * handler and cost the reconcile that progress_quiet_paths spares). A job
- * whose program exposes nothing (spec.command, or KUBETRAIN_METRICS_PORT=0) gets no
- * status.progress. */
+ * whose program exposes nothing (spec.command without a declared metrics port, or
+ * KUBETRAIN_METRICS_PORT=0) gets no status.progress. */
 #ifndef KT_PROGRESS_H
 #define KT_PROGRESS_H
 
@@ -80,6 +81,11 @@ void progress_observe_pod(Progress *p, const cJSON *pod);
  * C trainer's endpoint). A count that is negative or past what status takes (an epoch
  * above 2^31 - 1, a step above 10^15) is absent. */
 int progress_parse(const char *text, ProgressScrape *out);
+
+/* Whether job `job` is scraped: Running, and the C trainer (no spec.command) or a user's
+ * program whose spec.template declares the metrics port (desired_template_metrics_port),
+ * which the kubetrain package serves on the chief. */
+int progress_job_scrapable(const cJSON *job);
 
 /* Seconds between two scrapes of one job with `running` jobs to scrape. */
 double progress_interval(const ProgressConfig *cfg, size_t running);

@@ -292,6 +292,102 @@ static void test_chief_final_step(void **state)
     cJSON_Delete(p);
 }
 
+/* A TensorFlow job (spec.command) with the kubetrain package counts the steps a restart
+ * lost as the C trainer's does. MWMS, 70 steps an epoch: attempt 0's chief reached step
+ * 105 (mid-epoch 2), or its last scrape said 100 when the SIGTERMed program wrote no
+ * message (the log's tail, FallbackToLogsOnError); attempt 1's fit() resumed from the
+ * BackupAndRestore save of epoch 1, which the package serves as kubetrain_start_step 70.
+ * The series and the messages are the package's own (prometheus_client's floats). */
+static void test_patch_steps_lost_tf(void **state)
+{
+    (void)state;
+    static const char tf_metrics[] = "# HELP kubetrain_steps_total Training steps done.\n"
+                                     "# TYPE kubetrain_steps_total counter\n"
+                                     "kubetrain_steps_total 71.0\n"
+                                     "kubetrain_step_seconds_total 0.52\n"
+                                     "# TYPE kubetrain_epoch gauge\n"
+                                     "kubetrain_epoch 2.0\n"
+                                     "kubetrain_total_steps 210.0\n"
+                                     "kubetrain_start_step 70.0\n"
+                                     "kubetrain_checkpoint_step 70.0\n"
+                                     "kubetrain_checkpoint_timestamp_seconds 1.76407199e+09\n";
+    const char *chief = "\"kubetrain.dev/job-name\":\"tf\",\"kubetrain.dev/role\":\"chief\","
+                        "\"kubetrain.dev/replica-index\":\"0\"";
+    const char *annots = "\"kubetrain.dev/attempt\":\"0\","
+                         "\"kubetrain.dev/cluster\":\"chief=1,worker=2\"";
+    ProgressScrape s;
+    assert_int_equal(progress_parse(tf_metrics, &s), 0);
+    assert_int_equal(s.start_step, 70);
+    /* The package's message on an exception: the step it reached. */
+    char key[512];
+    long long attempt;
+    long final = -1;
+    cJSON *p = pod(chief, annots,
+                   "\"{\\\"error\\\": \\\"RuntimeError: Collective ops is aborted\\\", "
+                   "\\\"step\\\": 105, \\\"checkpoint_step\\\": 70}\"");
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &final), 0);
+    assert_int_equal(final, 105);
+    cJSON_Delete(p);
+    /* Killed by SIGTERM: the log's tail is no message with a step. */
+    p = pod(chief, annots, "\"Epoch 2/3\\n35/70 - loss: 0.61\"");
+    long none = -1;
+    assert_int_equal(progress_chief_final_step(p, key, sizeof key, &attempt, &none), -ENOENT);
+    cJSON_Delete(p);
+
+    cJSON *j = job("{\"phase\":\"Running\",\"attempt\":1,\"restarts\":{\"disruption\":1},"
+                   "\"progress\":{\"attempt\":0,\"step\":100}}");
+    assert_non_null(jsonx_set(j, "spec", cJSON_Parse("{\"command\":[\"python3\",\"mwms.py\"]}")));
+    cJSON *patch = NULL;
+    assert_int_equal(progress_patch(j, &s, 1, final, NOW, &patch), 0);
+    assert_int_equal(jsonx_int(patch, "status.restarts.lastStepsLost", -1), 35);
+    assert_int_equal(jsonx_int(patch, "status.restarts.stepsLost", -1), 35);
+    assert_int_equal(jsonx_int(patch, "status.progress.step", -1), 71);
+    assert_int_equal(jsonx_int(patch, "status.checkpoint.step", -1), 70);
+    cJSON_Delete(patch);
+    assert_int_equal(progress_patch(j, &s, 1, none, NOW, &patch), 0);
+    assert_int_equal(jsonx_int(patch, "status.restarts.lastStepsLost", -1), 30);
+    cJSON_Delete(patch);
+    cJSON_Delete(j);
+}
+
+/* Which jobs the thread scrapes: Running ones of the C trainer, and of a user's program
+ * only when spec.template declares the port `metrics` (the kubetrain package's). */
+static void test_job_scrapable(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *phase;
+        int want;
+    } cases[] = {
+        {"{\"workers\":2}", "Running", 1},
+        {"{\"workers\":2}", "Pending", 0},
+        {"{\"command\":[\"python3\",\"mwms.py\"]}", "Running", 0},
+        {"{\"command\":[\"python3\",\"mwms.py\"],\"template\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":9090}]}]}}}",
+         "Running", 1},
+        {"{\"command\":[\"python3\",\"mwms.py\"],\"template\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":9090}]}]}}}",
+         "Succeeded", 0},
+        /* Another name, or no number a port can have: not declared. */
+        {"{\"command\":[\"python3\",\"mwms.py\"],\"template\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"http\",\"containerPort\":9090}]}]}}}",
+         "Running", 0},
+        {"{\"command\":[\"python3\",\"mwms.py\"],\"template\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":0}]}]}}}",
+         "Running", 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char st[128];
+        snprintf(st, sizeof st, "{\"phase\":\"%s\"}", cases[k].phase);
+        cJSON *j = job(st);
+        assert_non_null(jsonx_set(j, "spec", cJSON_Parse(cases[k].spec)));
+        if (progress_job_scrapable(j) != cases[k].want)
+            fail_msg("case %zu (%s, %s): scrapable %d, want %d", k, cases[k].spec, cases[k].phase,
+                     progress_job_scrapable(j), cases[k].want);
+        cJSON_Delete(j);
+    }
+}
+
 /* Hostile or broken numbers (issue 41, item 6): a NaN loss removes status.progress.loss
  * rather than leave the last finite one; an epoch past the schema's int32 and times past
  * year 9999 are dropped, not written into a patch the API server refuses whole. */
@@ -520,15 +616,19 @@ static void make_pod(FakeApi *api, const char *name, const char *job, const char
     cJSON_Delete(fakeapi_create(api, PODS, buf));
 }
 
-/* A Running job NAME of attempt 0 (spec.command when COMMAND) and its Running chief
- * (worker 0) on 127.0.0.1, naming `port` as its metrics port. */
+/* A Running job NAME of attempt 0 and its Running chief (worker 0) on 127.0.0.1, naming
+ * `port` as its metrics port: the C trainer (COMMAND 0), a user's program (spec.command,
+ * 1) or one whose template declares the port `metrics` (2). */
 static void make_job(FakeApi *api, const char *name, int command, int port)
 {
     char buf[2048], path[256];
     snprintf(buf, sizeof buf,
              "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
-             "\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\"},\"spec\":{%s}}",
-             name, command ? "\"command\":[\"python\",\"train.py\"]" : "");
+             "\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\"},\"spec\":{%s%s}}",
+             name, command ? "\"command\":[\"python\",\"train.py\"]" : "",
+             command == 2 ? ",\"template\":{\"spec\":{\"containers\":[{\"name\":\"trainer\","
+                            "\"ports\":[{\"name\":\"metrics\",\"containerPort\":9090}]}]}}"
+                          : "");
     cJSON *j = fakeapi_create(api, JOBS, buf);
     assert_non_null(j);
     jsonx_set(j, "status", cJSON_Parse("{\"phase\":\"Running\",\"attempt\":0}"));
@@ -599,7 +699,8 @@ static void test_thread(void **state)
     KubeClient *client = kclient_new(&kc, 0, 0, err, sizeof err);
     assert_non_null(client);
     make_job(api, "mnist", 0, chief.port);
-    make_job(api, "user", 1, chief.port); /* a user's program: never scraped */
+    make_job(api, "user", 1, chief.port); /* a user's program: never scraped... */
+    make_job(api, "tf", 2, chief.port);   /* ...unless its job declares the metrics port */
     /* A job with a chief role: its chief is lead-chief-0, and worker 0 (which names no
      * port anything listens on) is not scraped. A pod named like a job's chief but
      * labelled with another job is not taken for it. */
@@ -650,6 +751,7 @@ static void test_thread(void **state)
     WAIT_FOR(10, "lead's status.progress.step 105, from lead-chief-0",
              job_step(api, "lead") == 105);
     WAIT_FOR(10, "kq's status.progress.step 105, from kq-worker-0-r1", job_step(api, "kq") == 105);
+    WAIT_FOR(10, "tf's status.progress.step 105", job_step(api, "tf") == 105);
     cJSON *j = fakeapi_get(api, JOBS "/mnist");
     assert_int_equal(jsonx_int(j, "status.progress.totalSteps", -1), 210);
     assert_string_equal(jsonx_str(j, "status.progress.percent"), "50%");
@@ -657,7 +759,7 @@ static void test_thread(void **state)
     assert_string_equal(jsonx_str(j, "status.phase"), "Running"); /* merged, not replaced */
     cJSON_Delete(j);
     unsigned long patches = fakeapi_requests(api, "PATCH");
-    assert_int_equal(patches, 3); /* mnist's, lead's and kq's */
+    assert_int_equal(patches, 4); /* mnist's, lead's, kq's and tf's */
 
     /* Same numbers: scraped again, nothing written. */
     int served = chief_served(&chief);
@@ -673,15 +775,16 @@ static void test_thread(void **state)
     WAIT_FOR(10, "status.progress.step 140", job_step(api, "mnist") == 140);
     WAIT_FOR(10, "lead's status.progress.step 140", job_step(api, "lead") == 140);
     WAIT_FOR(10, "kq's status.progress.step 140", job_step(api, "kq") == 140);
-    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 3);
+    WAIT_FOR(10, "tf's status.progress.step 140", job_step(api, "tf") == 140);
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 4);
     assert_int_equal(job_step(api, "user"), -1);
     assert_int_equal(job_step(api, "other"), -1);
     assert_int_equal(job_step(api, "ssrf"), -1);
 
     /* The job finishes: the survey, which reads a job again only when its cached version
      * changed, sees the new phase and the scrapes stop. */
-    for (int i = 0; i < 3; i++) {
-        const char *name = i == 2 ? "kq" : i ? "lead" : "mnist";
+    for (int i = 0; i < 4; i++) {
+        const char *name = i == 3 ? "tf" : i == 2 ? "kq" : i ? "lead" : "mnist";
         char path[256];
         snprintf(path, sizeof path, JOBS "/%s", name);
         j = fakeapi_get(api, path);
@@ -719,6 +822,8 @@ int main(void)
         cmocka_unit_test(test_patch_first),
         cmocka_unit_test(test_patch_eta_and_unchanged),
         cmocka_unit_test(test_patch_steps_lost),
+        cmocka_unit_test(test_patch_steps_lost_tf),
+        cmocka_unit_test(test_job_scrapable),
         cmocka_unit_test(test_chief_final_step),
         cmocka_unit_test(test_patch_hostile_numbers),
         cmocka_unit_test(test_chief_url),

@@ -1028,7 +1028,7 @@ static void test_user_command(void **state)
  * status.progress): KUBETRAIN_METRICS_PORT, the container port `metrics` and the pod's
  * kubetrain.dev/metrics-port annotation, all DESIRED_METRICS_PORT; a template's own
  * KUBETRAIN_METRICS_PORT is kept and named, "0" turns it all off; a user's program
- * (spec.command) gets none of it. */
+ * (spec.command) whose template declares no port `metrics` gets none of it. */
 static void test_metrics_port_defaults(void **state)
 {
     (void)state;
@@ -1079,6 +1079,73 @@ static void test_metrics_port_defaults(void **state)
         else
             assert_null(annot);
         cJSON_Delete(pod);
+        cJSON_Delete(job);
+    }
+}
+
+/* A user's program (spec.command, a TensorFlow job with the kubetrain package) serves
+ * /metrics only when spec.template declares the port `metrics`: then every pod gets
+ * KUBETRAIN_METRICS_PORT and the annotation the progress thread scrapes the chief by, and
+ * the NetworkPolicy admits that port from any namespace; a template's
+ * KUBETRAIN_METRICS_PORT=0 still turns it off. Without the port, none of it. */
+static void test_user_program_metrics_port(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *tmpl; /* spec.template */
+        const char *env, *annot;
+        int policy_port; /* the NetworkPolicy's second rule's port; 0: no second rule */
+    } cases[] = {
+        {"{\"spec\":{\"containers\":[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\","
+         "\"containerPort\":9100}]}]}}",
+         "9100", "9100", 9100},
+        {"{\"spec\":{\"containers\":[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\","
+         "\"containerPort\":9100}],\"env\":[{\"name\":\"KUBETRAIN_METRICS_PORT\",\"value\":\"0\"}]}"
+         "]}}",
+         "0", NULL, 9100},
+        {"{\"spec\":{\"containers\":[{\"name\":\"trainer\",\"ports\":[{\"name\":\"http\","
+         "\"containerPort\":8080}]}]}}",
+         NULL, NULL, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char spec[1024];
+        snprintf(spec, sizeof spec,
+                 "{\"workers\":2,\"image\":\"tf:1\",\"command\":[\"python3\",\"mwms.py\"],"
+                 "\"networkPolicy\":true,\"template\":%s}",
+                 cases[k].tmpl);
+        cJSON *job = job_new(spec, NULL);
+        JobSpec s;
+        char err[256];
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        DesiredConfig dc = {.trainer_image = "def"};
+        for (int i = 0; i < 2; i++) {
+            cJSON *pod = desired_pod(&s, &dc, SECRET, ROLE_WORKER, i, 0);
+            assert_non_null(pod);
+            const char *env = env_of(pod, "KUBETRAIN_METRICS_PORT");
+            const char *annot = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                jsonx_obj(pod, "metadata.annotations"), ANNOT_METRICS_PORT));
+            if (cases[k].env)
+                assert_string_equal(env, cases[k].env);
+            else
+                assert_null(env);
+            if (cases[k].annot)
+                assert_string_equal(annot, cases[k].annot);
+            else
+                assert_null(annot);
+            cJSON_Delete(pod);
+        }
+        cJSON *np = desired_network_policy(&s);
+        assert_non_null(np);
+        const cJSON *ingress = jsonx_at(np, "spec.ingress");
+        assert_int_equal(cJSON_GetArraySize(ingress), cases[k].policy_port ? 2 : 1);
+        if (cases[k].policy_port) {
+            const cJSON *rule = cJSON_GetArrayItem(ingress, 1);
+            assert_int_equal(jsonx_int(cJSON_GetArrayItem(jsonx_at(rule, "ports"), 0), "port", -1),
+                             cases[k].policy_port);
+            assert_non_null(
+                jsonx_at(cJSON_GetArrayItem(jsonx_at(rule, "from"), 0), "namespaceSelector"));
+        }
+        cJSON_Delete(np);
         cJSON_Delete(job);
     }
 }
@@ -3528,6 +3595,7 @@ int main(void)
         cmocka_unit_test(test_user_command),
         cmocka_unit_test(test_template_metrics_port),
         cmocka_unit_test(test_metrics_port_defaults),
+        cmocka_unit_test(test_user_program_metrics_port),
         cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),

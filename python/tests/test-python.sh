@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The kubetrain package (python/): installed with pip from the repository into a scratch
-# directory, then its pytest tests under both Keras versions, one pytest process each
-# (importing TensorFlow takes most of the time): test_keras.py under tf-keras
+# The kubetrain package (python/): installed with pip from the repository into the
+# site-packages of a throwaway venv (whose Python then runs kubetrain-auto.pth at start, as
+# in the image; TensorFlow comes from venv-tf's site-packages, named in a .pth), then its
+# pytest tests under both Keras versions, one pytest process each (importing TensorFlow
+# takes most of the time): test_keras.py and test_auto.py under tf-keras
 # (TF_USE_LEGACY_KERAS=1), all of them under Keras 3 (test_report.py uses no Keras).
 # Each test is one TAP line. TensorFlow, tf-keras, pytest and
 # prometheus_client come from $KT_CACHE/venv-tf (bench/pyvenv.sh, made on first use; the
@@ -11,7 +13,7 @@ set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes 
 source e2e/lib/tap.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-unset TF_CONFIG KUBETRAIN_METRICS_PORT
+unset TF_CONFIG KUBETRAIN_METRICS_PORT KUBETRAIN_JOB KUBETRAIN_AUTO_PROGRESS
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination PYTHONDONTWRITEBYTECODE=1
 
 if ! PY=$(bash bench/pyvenv.sh venv-tf 2>"$tmp/venv.err"); then
@@ -26,10 +28,17 @@ else tap_fail "pyproject.toml's version is VERSION's" "$version, VERSION $(cat V
 # The venv's own setuptools builds it (no download), from a copy: setuptools writes its
 # build/ and egg-info beside the sources.
 cp -r python "$tmp/python"
-if "$PY" -m pip install --quiet --no-deps --no-build-isolation --target "$tmp/site" \
-     "$tmp/python" >"$tmp/pip.log" 2>&1 && [ -f "$tmp/site/kubetrain/keras.py" ]; then
+site=$tmp/no-venv
+purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'; }
+"$PY" -m venv --without-pip "$tmp/venv" && site=$(purelib "$tmp/venv/bin/python") &&
+  purelib "$PY" >"$site/venv-tf.pth"
+if "$PY" -m pip install --quiet --no-deps --no-build-isolation --target "$site" \
+     "$tmp/python" >"$tmp/pip.log" 2>&1 && [ -f "$site/kubetrain/keras.py" ]; then
   tap_ok "pip install ./python installs the package"
 else tap_fail "pip install ./python installs the package" "$(tail -5 "$tmp/pip.log")"; fi
+if [ -f "$site/kubetrain-auto.pth" ] && [ -f "$site/_kubetrain_auto.py" ]; then
+  tap_ok "pip install ./python puts kubetrain-auto.pth and its module in site-packages"
+else tap_fail "pip install ./python puts kubetrain-auto.pth in site-packages" "$(ls "$site")"; fi
 
 parser=${BUILD:-build}/opt/python/tests/parse-metrics
 [ -x "$parser" ] && export KUBETRAIN_PARSE_METRICS=$PWD/$parser
@@ -39,11 +48,12 @@ parser=${BUILD:-build}/opt/python/tests/parse-metrics
 # path:line: why"; each becomes a TAP line, the failures with pytest's report.
 for keras in tf-keras keras-3; do
   legacy=0 tests=python/tests
-  [ $keras = tf-keras ] && legacy=1 tests=python/tests/test_keras.py
+  [ $keras = tf-keras ] && legacy=1 tests="python/tests/test_keras.py python/tests/test_auto.py"
   # The installed copy, not the source tree, is imported; -p no:cacheprovider writes
   # nothing into the repository.
-  TF_USE_LEGACY_KERAS=$legacy PYTHONPATH=$tmp/site TF_CPP_MIN_LOG_LEVEL=2 \
-    "$PY" -m pytest -p no:cacheprovider -q -rA "$tests" >"$tmp/$keras.log" 2>&1
+  # shellcheck disable=SC2086 # $tests: one or two paths
+  TF_USE_LEGACY_KERAS=$legacy TF_CPP_MIN_LOG_LEVEL=2 \
+    "$tmp/venv/bin/python" -m pytest -p no:cacheprovider -q -rA $tests >"$tmp/$keras.log" 2>&1
   rc=$?
   n=0
   while IFS= read -r line; do

@@ -8,7 +8,9 @@
 
 On the chief (TF_CONFIG's "chief", else worker 0), when KUBETRAIN_METRICS_PORT names a port,
 GET /metrics answers with the kubetrain_* series of kubetrain's own trainer; on exit every task
-writes the termination message the operator reads (docs/tensorflow.md, "Progress").
+writes the termination message the operator reads (docs/tensorflow.md, "Progress"). Installed
+with pip, the package also adds a ProgressCallback to every Keras fit() of a program run by a
+TrainingJob that passes none (_kubetrain_auto; KUBETRAIN_AUTO_PROGRESS=0 turns that off).
 """
 
 from ._progress import is_chief, progress
