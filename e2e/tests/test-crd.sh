@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The TrainingJob CRD (crds/) on a real kube-apiserver: established, defaults applied,
 # invalid objects refused at admission with the field named, kubectl explain, printer
-# columns, the status subresource, and garbage collection of objects a deleted job owns.
+# columns, the status and scale subresources, and garbage collection of objects a
+# deleted job owns.
 # Runs its own api-level cluster (e2e/cluster/up.sh api) in build/e2e/test-crd and tears
 # it down at exit. Skips, saying why, when the Kubernetes binaries or etcd are missing and
 # cannot be had.
@@ -291,7 +292,7 @@ else tap_fail "kubectl explain reaches status fields" "$out"; fi
 
 # --- status subresource and printer columns ------------------------------------------
 k patch tj defaults --subresource status --type merge -p \
-  '{"status":{"phase":"Running","observedGeneration":2,"ready":"2/3","workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4,"stepsLost":3},"result":{"accuracy":0.5,"export":"/checkpoints/defaults/model.keras"},"progress":{"step":90,"totalSteps":200,"percent":"45%"},"checkpoint":{"step":80}}}' \
+  '{"status":{"phase":"Running","observedGeneration":2,"ready":"2/3","currentWorkers":2,"selector":"kubetrain.dev/job-name=defaults,kubetrain.dev/role=worker","workers":{"active":3,"ready":2},"restarts":{"application":1,"disruption":4,"stepsLost":3},"result":{"accuracy":0.5,"export":"/checkpoints/defaults/model.keras"},"progress":{"step":90,"totalSteps":200,"percent":"45%"},"checkpoint":{"step":80}}}' \
   >/dev/null 2>&1
 k patch tj defaults --type merge -p '{"status":{"phase":"Failed"}}' >/dev/null 2>&1
 got=$(k get tj defaults -o 'jsonpath={.status.phase}')
@@ -304,17 +305,35 @@ else tap_fail "status.result.export is kept" "'$got'"; fi
 out=$(k get tj defaults 2>&1)
 hdr=$(head -n 1 <<<"$out" | tr -s ' ')
 row=$(sed -n 2p <<<"$out" | tr -s ' ')
-if [ "$hdr" = "NAME PHASE WORKERS READY PROGRESS RESTARTS AGE" ] &&
-  [[ $row == "defaults Running 3 2/3 45% 1 "* ]]; then
-  tap_ok "kubectl get tj prints Phase, Workers, Ready, Progress, Restarts, Age"
-else tap_fail "kubectl get tj prints Phase, Workers, Ready, Progress, Restarts, Age" "$out"; fi
+if [ "$hdr" = "NAME PHASE WORKERS CURRENT READY PROGRESS RESTARTS AGE" ] &&
+  [[ $row == "defaults Running 3 2 2/3 45% 1 "* ]]; then
+  tap_ok "kubectl get tj prints Phase, Workers, Current, Ready, Progress, Restarts, Age"
+else tap_fail "kubectl get tj prints Phase, Workers, Current, Ready, Progress, Restarts, Age" "$out"; fi
 out=$(k get tj defaults -o wide 2>&1)
-if [[ $(sed -n 2p <<<"$out" | tr -s ' ') == "defaults Running 3 2/3 45% 1 4 80 3 0.5 "* ]]; then
+if [[ $(sed -n 2p <<<"$out" | tr -s ' ') == "defaults Running 3 2 2/3 45% 1 4 80 3 0.5 "* ]]; then
   tap_ok "kubectl get tj -o wide adds Disruptions, Checkpoint, Lost and Accuracy"
 else tap_fail "kubectl get tj -o wide adds Disruptions, Checkpoint, Lost and Accuracy" "$out"; fi
 if ! out=$(k patch tj defaults --subresource status --type merge -p '{"status":{"phase":"Exploded"}}' 2>&1) &&
    grep -q 'status.phase' <<<"$out"; then tap_ok "rejected: status.phase not in the enum"
 else tap_fail "rejected: status.phase not in the enum" "$out"; fi
+
+# --- scale subresource ----------------------------------------------------------------
+# Replicas are spec.workers, status.currentWorkers the running ones, status.selector the
+# worker pods. A scale update is checked against the schema: workers stays in 1..1024.
+scale_path='{.spec.replicas} {.status.replicas} {.status.selector}'
+got=$(k get tj defaults --subresource=scale -o "jsonpath=$scale_path" 2>&1)
+want="3 2 kubetrain.dev/job-name=defaults,kubetrain.dev/role=worker"
+if [ "$got" = "$want" ]; then tap_ok "kubectl get --subresource=scale reads workers, currentWorkers, selector"
+else tap_fail "kubectl get --subresource=scale reads workers, currentWorkers, selector" "got '$got', want '$want'"; fi
+k scale tj/defaults --replicas 4 >/dev/null 2>&1
+if [ "$(jp .spec.workers)" = 4 ]; then tap_ok "kubectl scale --replicas 4 sets spec.workers 4"
+else tap_fail "kubectl scale --replicas 4 sets spec.workers 4" "spec.workers '$(jp .spec.workers)'"; fi
+for n in 0 1025; do
+  if ! out=$(k scale tj/defaults --replicas "$n" 2>&1) && grep -q 'spec.workers' <<<"$out" &&
+    [ "$(jp .spec.workers)" = 4 ]; then
+    tap_ok "rejected: kubectl scale --replicas $n (naming spec.workers; it stays 4)"
+  else tap_fail "rejected: kubectl scale --replicas $n" "$out; spec.workers '$(jp .spec.workers)'"; fi
+done
 
 # --- garbage collection --------------------------------------------------------------
 # A ConfigMap owned by the job goes when the job is deleted; one not owned stays.

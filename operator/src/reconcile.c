@@ -733,6 +733,8 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
     clear_condition(c, "Running", reason, message);
     clear_condition(c, "Restarting", reason, message);
     set_str(c, "completionTime", c->now_str);
+    /* A finished job trains no more, whatever pods cleanPodPolicy leaves. */
+    set_num(c, c->status, "currentWorkers", 0);
     record_result(c, chief);
     emit_status(c);
     event(c, success ? "Normal" : "Warning", reason, "%s", message);
@@ -741,12 +743,13 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
 }
 
 /* Forgets what the pods of the attempt did (a new attempt starts): launched, the
- * succeeded workers, the per-role counts. Returns 0 or -1 (out of memory). */
+ * succeeded workers, the per-role counts; none of its workers runs yet. Returns 0 or -1
+ * (out of memory). */
 static int reset_attempt(cJSON *status)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(status, "roles");
     cJSON_DeleteItemFromObjectCaseSensitive(status, "replacedPods");
-    return jsonx_set_bool(status, "launched", 0) &&
+    return jsonx_set_bool(status, "launched", 0) && jsonx_set_num(status, "currentWorkers", 0) &&
                    jsonx_set(status, "succeededIndexes", cJSON_CreateArray())
                ? 0
                : -1;
@@ -813,16 +816,22 @@ static void restart(Ctx *c, const char *reason, const char *counter, const char 
 /* The pods of this attempt by state: status.workers counts every pod, and, when the
  * job has roles beside the workers, status.roles.<role> each role's; status.ready is
  * "<ready>/<pods of the job>", every role, for kubectl get's Ready column. done: per
- * slot. */
+ * slot. status.currentWorkers (the scale subresource's replicas) counts the worker pods
+ * that are Running and not being deleted: the pods spec.workers asks for, so that it
+ * compares with it (a separate chief is not one of them; worker 0 without one is), and
+ * status.selector selects those pods for an autoscaler. */
 static void set_pod_counts(Ctx *c, const PodView *v, size_t n, long long attempt,
                            const unsigned char *done)
 {
     enum { ACTIVE, READY, SUCCEEDED, FAILED, NSTATES };
     static const char *const names[NSTATES] = {"active", "ready", "succeeded", "failed"};
     int count[ROLE_COUNT + 1][NSTATES] = {{0}}; /* [ROLE_COUNT]: every pod */
+    int running = 0;
     const JobSpec *s = &c->spec;
     for (size_t i = 0; i < n; i++) {
         if (v[i].attempt != attempt || v[i].slot < 0 || v[i].stale) continue;
+        if (v[i].role == ROLE_WORKER && is_active(&v[i]) && strcmp(v[i].phase, "Running") == 0)
+            running++;
         int st = is_active(&v[i]) ? ACTIVE : strcmp(v[i].phase, "Failed") == 0 ? FAILED : -1;
         if (st < 0) continue;
         count[v[i].role][st]++, count[ROLE_COUNT][st]++;
@@ -844,6 +853,11 @@ static void set_pod_counts(Ctx *c, const PodView *v, size_t n, long long attempt
     char ready[32];
     snprintf(ready, sizeof ready, "%d/%d", count[ROLE_COUNT][READY], s->npods);
     set_str(c, "ready", ready);
+    set_num(c, c->status, "currentWorkers", running);
+    char selector[300];
+    snprintf(selector, sizeof selector, "%s=%s,%s=%s", LABEL_JOB_NAME, s->name, LABEL_ROLE,
+             jobspec_role_name(ROLE_WORKER));
+    set_str(c, "selector", selector);
     if (s->npods == s->workers) return;
     cJSON *roles = jsonx_set(c->status, "roles", cJSON_CreateObject());
     for (Role r = 0; r < ROLE_COUNT; r++) {

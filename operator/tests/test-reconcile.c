@@ -223,6 +223,8 @@ static const cJSON *container(const cJSON *pod, const char *name)
 }
 
 #define SPEC2 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"ckpt\"}}"
+/* status.selector of job mnist: its worker pods. */
+#define WORKER_SELECTOR "kubetrain.dev/job-name=mnist,kubetrain.dev/role=worker"
 /* The status the operator writes after creating the pods of attempt 0. */
 #define ST_LAUNCHED(extra)                                                                         \
     "{\"observedGeneration\":3,\"succeededIndexes\":[],\"workers\":{\"active\":0,\"ready\":0,"     \
@@ -353,11 +355,74 @@ static void test_steady_state_is_a_no_op(void **state)
     cJSON *w = jsonx_ensure_obj(jsonx_ensure_obj(f.job, "status"), "workers");
     jsonx_set_num(w, "active", 2);
     jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "ready", "0/2");
+    jsonx_set_num(jsonx_ensure_obj(f.job, "status"), "currentWorkers", 0);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "selector", WORKER_SELECTOR);
     fx_with_support(&f);
     fx_pod(&f, 0, 0, "Pending");
     fx_pod(&f, 1, 0, "Pending");
     fx_run(&f, NOW);
     assert_string_equal(f.desc, "");
+    fx_free(&f);
+}
+
+/* status.currentWorkers (the scale subresource's replicas) counts the worker pods of the
+ * attempt that run: not a pending one, not one being deleted, not one that exited. */
+static void test_current_workers_follow_the_pods(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(SPEC2, ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_pod(&f, 0, 0, "Pending");
+    fx_pod(&f, 1, 0, "Pending");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 0);
+    assert_string_equal(jsonx_str(new_status(&f), "selector"), WORKER_SELECTOR);
+    fx_apply(&f);
+
+    jsonx_set_str(jsonx_ensure_obj(f.pods[0], "status"), "phase", "Running");
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 1);
+    fx_apply(&f);
+
+    jsonx_set_str(jsonx_ensure_obj(f.pods[1], "status"), "phase", "Running");
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Running");
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 2);
+    fx_apply(&f);
+    fx_run(&f, NOW + 3);
+    assert_string_equal(f.desc, ""); /* nothing changed: nothing written */
+    plan_free(&f.plan);
+    free(f.desc);
+
+    /* Worker 1 being deleted runs no more (live recovery replaces it; the plan is
+     * dropped and the pod left as it was). */
+    cJSON *md = jsonx_ensure_obj(f.pods[1], "metadata");
+    jsonx_set_str(md, "deletionTimestamp", "2027-01-15T08:00:03Z");
+    fx_run(&f, NOW + 4);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal WorkerReplaced\n");
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 1);
+    plan_free(&f.plan);
+    free(f.desc);
+    cJSON_DeleteItemFromObjectCaseSensitive(md, "deletionTimestamp");
+
+    /* Worker 1 exits 0 first (successPolicy ChiefCompleted: it waits for the chief). */
+    pod_terminated(f.pods[1], 0, NULL);
+    fx_run(&f, NOW + 4);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 1);
+    fx_apply(&f);
+
+    /* The chief completes the job: a finished job runs no worker. */
+    pod_terminated(f.pods[0], 0, "{\"step\":210}");
+    fx_run(&f, NOW + 5);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Completed\n");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Succeeded");
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 0);
     fx_free(&f);
 }
 
@@ -776,6 +841,9 @@ static void test_workers_change_restarts_group(void **state)
     const cJSON *st = new_status(&f);
     assert_int_equal(jsonx_int(st, "attempt", -1), 1);
     assert_null(jsonx_at(st, "restarts"));
+    /* The old attempt's workers are not the job's any more: none runs until the new ones
+     * do (kubectl scale reads 0 of 3). */
+    assert_int_equal(jsonx_int(st, "currentWorkers", -1), 0);
     fx_free(&f);
 }
 
@@ -1764,6 +1832,9 @@ static void test_roles_create_every_pod(void **state)
     assert_int_equal(jsonx_int(st, "roles.evaluator.ready", -1), 1);
     assert_int_equal(jsonx_int(st, "workers.ready", -1), 5);
     assert_string_equal(jsonx_str(st, "ready"), "5/5");
+    /* The scale subresource's replicas: the 2 workers, not the chief, ps or evaluator. */
+    assert_int_equal(jsonx_int(st, "currentWorkers", -1), 2);
+    assert_string_equal(jsonx_str(st, "selector"), WORKER_SELECTOR);
     fx_apply(&f);
     fx_run(&f, NOW + 2);
     assert_string_equal(f.desc, "");
@@ -3573,6 +3644,7 @@ int main(void)
         cmocka_unit_test(test_steady_state_is_a_no_op),
         cmocka_unit_test(test_data_source_args),
         cmocka_unit_test(test_export_arg),
+        cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
         cmocka_unit_test(test_result_takes_only_the_schema),

@@ -5,8 +5,8 @@
 # someone else is never used), status phases, the restart policies with pod failures
 # written through the pods' status subresource (no kubelet at this tier), backoffLimit,
 # activeDeadlineSeconds, ttlSecondsAfterFinished, suspend and resume, cleanPodPolicy, a
-# spec the operator cannot run, disruptions, and garbage collection after the job is
-# deleted.
+# spec the operator cannot run, disruptions, kubectl scale (the scale subresource), and
+# garbage collection after the job is deleted.
 # One cluster for the file, one namespace per case. Schema-level admission (invalid
 # objects refused with the field named) is covered by e2e/tests/test-crd.sh.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
@@ -327,6 +327,38 @@ if wait_until 30 attempt_pods disrupt j 2 2 && is disrupt tj/j .status.restarts.
    ! is disrupt tj/j .status.phase Failed && [ "$(jp disrupt tj/j .status.restarts.application)" = 0 ]; then
   tap_ok "a preempted worker (DisruptionTarget): restarts, disruption 2, application 0, not Failed (Never, backoffLimit 0)"
 else tap_fail "a preempted worker restarts without failing the job" "$(jp disrupt tj/j .status)"; fi
+
+# --- kubectl scale ---------------------------------------------------------------------------
+# The scale subresource: replicas are spec.workers, status.currentWorkers the running worker
+# pods of the attempt, status.selector selects them. Scaling a running job changes
+# spec.workers: the group restarts at the new size (WorkersChanged), no restart counted.
+ns scale
+job scale j 2
+all_running scale j 2
+sel=kubetrain.dev/job-name=j,kubetrain.dev/role=worker
+scale_of() {
+  k -n scale get tj/j --subresource=scale \
+    -o 'jsonpath={.spec.replicas} {.status.replicas} {.status.selector}' 2>&1
+}
+scale_is() { [ "$(scale_of)" = "$1" ]; }
+what="kubectl get --subresource=scale: 2 replicas, 2 running, the worker selector"
+if wait_until 20 scale_is "2 2 $sel"; then tap_ok "$what"
+else tap_fail "$what" "got '$(scale_of)'"; fi
+k -n scale scale tj/j --replicas 3 >/dev/null
+what="kubectl scale --replicas 3: spec.workers 3, the group restarted with 3 pods"
+if wait_until 30 attempt_pods scale j 1 3 && is scale tj/j .spec.workers 3 &&
+   [ "$(condition scale j Restarting reason)" = WorkersChanged ] &&
+   is scale tj/j .status.restarts.application ""; then
+  tap_ok "$what (attempt 1, WorkersChanged, no restart counted)"
+else tap_fail "$what" "$(jp scale tj/j .status; k -n scale get pods 2>&1)"; fi
+all_running scale j 3
+running_sel() {
+  k -n scale get pods -l "$sel" --field-selector status.phase=Running -o name | wc -l
+}
+what="after the resize the scale subresource reads 3 of 3"
+if wait_until 20 scale_is "3 3 $sel" && [ "$(running_sel)" = 3 ]; then
+  tap_ok "$what, and its selector finds the 3 running pods"
+else tap_fail "$what" "got '$(scale_of)', $(running_sel) pods selected"; fi
 
 # --- a pod stuck terminating on a dead node --------------------------------------------------
 # A pod bound to a node is deleted gracefully: it stays Terminating until that node's kubelet
