@@ -619,6 +619,15 @@ const char *model_layer_keras_stem(LayerType type)
     return stem[type];
 }
 
+void model_layer_keras_group(const Model *m, int i, char *out, size_t outlen)
+{
+    int k = 0;
+    for (int j = 0; j < i; j++) k += m->layers[j].type == m->layers[i].type;
+    const char *stem = model_layer_keras_stem(m->layers[i].type);
+    if (k) snprintf(out, outlen, "%s_%d", stem, k);
+    else snprintf(out, outlen, "%s", stem);
+}
+
 /* 1 when a layer of m other than `self` is called `name`. */
 static int name_taken(const Model *m, const Layer *self, const char *name)
 {
