@@ -89,6 +89,11 @@ static const Option options[] = {
      "DIR  the chief's TensorBoard event files (default: <checkpoint-dir>/logs)"},
     {"metrics-port", OPT_INT, offsetof(Config, metrics_port), 0, 0, 65535,
      "N  the chief serves Prometheus text on GET /metrics there (0: off, the default)"},
+    {"initial-weights", OPT_STR, offsetof(Config, initial_weights),
+     sizeof(((Config *)0)->initial_weights), 0, 0,
+     "FILE  start from these weights (fine-tuning): a Keras FILE.weights.h5\n"
+     "                             (model.save_weights) or legacy .h5 of the --model's\n"
+     "                             layers; a checkpoint in --checkpoint-dir wins"},
     {"export", OPT_STR, offsetof(Config, export_path), sizeof(((Config *)0)->export_path), 0, 0,
      "FILE  the chief writes the trained model there at the end: FILE.keras (Keras's\n"
      "                             model.save) or FILE.weights.h5 (model.save_weights)"},

@@ -115,8 +115,8 @@ const char *model_activation_name(Activation a);
  * layers' weights under (keras_export.h). */
 const char *model_layer_keras_stem(LayerType type);
 
-/* The group of layer i under a Keras weights file's layers/ (keras_export.h):
- * not the layer's name but its class's stem counted within the model
+/* The group of layer i under a Keras weights file's layers/ (keras_export.h,
+ * keras_import.h): not the layer's name but its class's stem counted within the model
  * (conv2d, conv2d_1, ... in layer order), which is where Keras 3 and tf-keras both look
  * for a layer's weights whatever it is called. */
 void model_layer_keras_group(const Model *m, int i, char *out, size_t outlen);
