@@ -32,7 +32,9 @@ typedef struct {
 
 static const Option options[] = {
     {"model", OPT_STR, offsetof(Config, model), sizeof(((Config *)0)->model), 0, 0,
-     "NAME|FILE  tutorial-cnn | tutorial-cnn-l2 | cnn2 | mlp | a model JSON/YAML file"},
+     "NAME|FILE  tutorial-cnn | tutorial-cnn-l2 | cnn2 | mlp | a model JSON/YAML file\n"
+     "                             (Keras's model.to_json() too) | a Keras .keras archive\n"
+     "                             (model.save: its config and its weights)"},
     {"dataset", OPT_ENUM_DATASET, offsetof(Config, dataset), sizeof(((Config *)0)->dataset), 0, 0,
      "NAME  fashion-mnist | mnist"},
     {"data-dir", OPT_STR, offsetof(Config, data_dir), sizeof(((Config *)0)->data_dir), 0, 0,

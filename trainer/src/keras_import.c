@@ -1,4 +1,4 @@
-/* keras_import — Keras's weights into a model (keras_import.h). */
+/* keras_import — Keras's weights and .keras archives into a model (keras_import.h). */
 #include "keras_import.h"
 
 #include <errno.h>
@@ -7,8 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zip.h>
 
 #include "util.h"
+
+/* A .keras member's largest size: config.json as a model file (model.c), the weights
+ * as the largest arena (2^28 floats) with room for HDF5's own structures. */
+#define ARCHIVE_CONFIG_MAX ((zip_uint64_t)1 << 20)
+#define ARCHIVE_WEIGHTS_MAX (((zip_uint64_t)1 << 30) + ((zip_uint64_t)1 << 24))
 
 /* One import: the model, the staged copy of its arena that becomes params only when
  * every variable was read, and where errors go. */
@@ -373,5 +379,82 @@ int keras_import_weights_image(const Model *m, float *params, const void *buf, s
     }
     int rc = import_open_file(m, params, f, what, err, errlen);
     H5Fclose(f);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------
+ * .keras archives */
+
+int keras_import_is_archive(const char *path)
+{
+    unsigned char magic[4];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int is = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "PK\3\4", 4);
+    fclose(f);
+    return is;
+}
+
+/* Member `name` of za, at most max bytes, into a new buffer (*out, *len bytes and a NUL
+ * after them). */
+static int read_member(zip_t *za, const char *path, const char *name, zip_uint64_t max, void **out,
+                       size_t *len, char *err, size_t errlen)
+{
+    zip_stat_t st;
+    zip_stat_init(&st);
+    if (zip_stat(za, name, 0, &st) || !(st.valid & ZIP_STAT_SIZE)) {
+        snprintf(err, errlen, "%s: no %s in the archive (not a .keras archive, or a damaged one)",
+                 path, name);
+        return -EINVAL;
+    }
+    if (st.size > max) {
+        snprintf(err, errlen, "%s: %s: %llu bytes, more than the %llu a model can have", path, name,
+                 (unsigned long long)st.size, (unsigned long long)max);
+        return -EINVAL;
+    }
+    zip_file_t *zf = zip_fopen(za, name, 0);
+    char *buf = xmalloc((size_t)st.size + 1);
+    zip_int64_t n = zf ? zip_fread(zf, buf, st.size) : -1;
+    /* a short read or a CRC mismatch (libzip checks it at the end) is a damaged member */
+    int ok = n >= 0 && (zip_uint64_t)n == st.size;
+    if (!ok)
+        snprintf(err, errlen, "%s: %s: cannot read it: %s (a truncated or damaged archive?)", path,
+                 name, zf ? zip_file_strerror(zf) : zip_strerror(za));
+    if (zf) zip_fclose(zf);
+    if (!ok) {
+        free(buf);
+        return -EINVAL;
+    }
+    buf[st.size] = '\0';
+    *out = buf, *len = (size_t)st.size;
+    return 0;
+}
+
+int keras_import_archive(const char *path, char **config, void **weights, size_t *len, char *err,
+                         size_t errlen)
+{
+    *config = NULL, *weights = NULL, *len = 0;
+    int zerr;
+    zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
+    if (!za) {
+        zip_error_t ze;
+        zip_error_init_with_code(&ze, zerr);
+        snprintf(err, errlen,
+                 "%s: not a readable .keras archive: %s (a truncated or damaged "
+                 "zip?)",
+                 path, zip_error_strerror(&ze));
+        zip_error_fini(&ze);
+        return -EINVAL;
+    }
+    void *cfg;
+    size_t cfglen;
+    int rc = read_member(za, path, "config.json", ARCHIVE_CONFIG_MAX, &cfg, &cfglen, err, errlen);
+    if (!rc) {
+        rc = read_member(za, path, "model.weights.h5", ARCHIVE_WEIGHTS_MAX, weights, len, err,
+                         errlen);
+        if (rc) free(cfg);
+        else *config = cfg;
+    }
+    zip_discard(za);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* keras_import — Keras's weights into a model the trainer built from the same layers:
- * the `.weights.h5` of Keras 3's (and tf-keras's) model.save_weights and the legacy
- * `.h5` of tf-keras's save_weights or model.save (HDF5, through libhdf5).
+ * the `.weights.h5` of Keras 3's (and tf-keras's) model.save_weights, the legacy `.h5`
+ * of tf-keras's save_weights or model.save (HDF5, through libhdf5), and the `.keras`
+ * archive of model.save (a zip, through libzip: its config.json is the model,
+ * keras_json.h, and its model.weights.h5 the weights).
  *
  * A `.weights.h5` holds layers/<group>/vars/<i> as keras_export.h writes it; each layer
  * of the model with weights takes vars/0 (kernel) and vars/1 (bias) of its group
@@ -31,5 +33,15 @@ int keras_import_weights(const Model *m, float *params, const char *path, char *
  * named `what` in errors. */
 int keras_import_weights_image(const Model *m, float *params, const void *buf, size_t len,
                                const char *what, char *err, size_t errlen);
+
+/* 1 when the file at path begins as a zip archive does (a .keras), else 0. */
+int keras_import_is_archive(const char *path);
+
+/* The members of the .keras archive at path: *config (config.json, NUL-terminated) and
+ * *weights (model.weights.h5, *len bytes), both new buffers the caller frees. Returns 0,
+ * or -EINVAL with one line in err naming path (not a zip, a truncated or damaged one,
+ * a member missing or too large). */
+int keras_import_archive(const char *path, char **config, void **weights, size_t *len, char *err,
+                         size_t errlen);
 
 #endif

@@ -126,7 +126,9 @@ extern const char *const model_builtin_names[];
 
 /* Builds a model from `spec`: a built-in name, a path to a JSON or YAML file, or inline
  * JSON/YAML text; kubetrain's spec, or Keras's model.to_json() (keras_json.h).
- * Parameters are Glorot-uniform (kernels) and zero (biases) from `seed`.
+ * Parameters are Glorot-uniform (kernels) and zero (biases) from `seed`; or a path to
+ * a Keras .keras archive (told by content), whose config.json is the model and whose
+ * model.weights.h5 the parameters (keras_import.h). 
  * Returns 0 and *out (free with model_free), or a negative errno with one line in err
  * naming the field (layers[2].filters) or file and what was expected. */
 int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t errlen);

@@ -1,9 +1,9 @@
 /* Keras import (keras_import.c) without Keras: the weights keras_export.c writes (the
  * layout Keras 3 writes and reads, trainer/tests/test-keras-export.sh) come back into
  * another draw of the same model; a legacy tf-keras .h5 made here with libhdf5 as h5py
- * lays it out; and every refusal names the file, the variable and the layer and leaves
- * the parameters as they were. That real Keras's files train on from Keras's loss is
- * trainer/tests/test-keras-finetune.sh. */
+ * lays it out; a .keras archive through --model; and every refusal names the file, the
+ * variable and the layer and leaves the parameters as they were. That real Keras's
+ * files train on from Keras's loss is trainer/tests/test-keras-finetune.sh. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 #include <hdf5.h>
+#include <zip.h>
 
 #include "keras_export.h"
 #include "keras_import.h"
@@ -262,6 +263,86 @@ static void test_legacy_h5(void **state)
     model_free(narrow), model_free(src), model_free(dst), model_free(orig);
 }
 
+/* ----------------------------------------------------------------------------
+ * .keras archives through --model */
+
+/* A zip at path with the members given as name, text pairs (NULL ends them). */
+static void write_zip(const char *path, ...)
+{
+    int zerr;
+    zip_t *za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &zerr);
+    assert_non_null(za);
+    va_list ap;
+    va_start(ap, path);
+    for (const char *name; (name = va_arg(ap, const char *));) {
+        const void *buf = va_arg(ap, const void *);
+        size_t len = va_arg(ap, size_t);
+        zip_source_t *src = zip_source_buffer(za, buf, len, 0);
+        assert_true(zip_file_add(za, name, src, 0) >= 0);
+    }
+    va_end(ap);
+    assert_int_equal(zip_close(za), 0);
+}
+
+static void assert_model_refused(const char *path, const char *needle)
+{
+    Model *m = NULL;
+    char err[1024] = "";
+    assert_int_equal(model_create(&m, path, 1, err, sizeof err), -EINVAL);
+    assert_null(m);
+    if (!strstr(err, needle)) fail_msg("'%s' lacks '%s'", err, needle);
+}
+
+static void test_keras_archive_as_model(void **state)
+{
+    (void)state;
+    Model *src = build("cnn2", 7);
+    char dir[] = "/tmp/kt-test-import-XXXXXX", path[128], err[1024], want[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.keras", dir);
+    if (keras_export_write(src, src->params, path, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(keras_import_is_archive(path), 1);
+    Model *m = build(path, 8); /* the archive's weights, not seed 8's draw */
+    assert_string_equal(m->signature, src->signature);
+    assert_params_equal(m, src);
+    model_free(m);
+
+    /* a truncated archive: its central directory is gone */
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    assert_int_equal(truncate(path, size - 30), 0);
+    snprintf(want, sizeof want, "%s: not a readable .keras archive", path);
+    assert_model_refused(path, want);
+
+    /* no weights, and another model's weights */
+    char *config = keras_export_config(src);
+    write_zip(path, "config.json", config, strlen(config), (const char *)NULL);
+    snprintf(want, sizeof want, "%s: no model.weights.h5 in the archive", path);
+    assert_model_refused(path, want);
+    Model *other = build("tutorial-cnn", 1);
+    size_t len;
+    void *img = image_of(other, &len);
+    write_zip(path, "config.json", config, strlen(config), "model.weights.h5", img, len,
+              (const char *)NULL);
+    /* the same first kernel: the first difference is conv2d_1, which other lacks */
+    snprintf(want, sizeof want,
+             "%s: model.weights.h5: layers/conv2d_1/vars: missing, where layer 1 \"conv2d_1\" "
+             "(Conv2D) keeps its kernel and bias",
+             path);
+    assert_model_refused(path, want);
+    /* a config that is not a model the trainer can train: the reader's message */
+    write_zip(path, "config.json", "{\"class_name\":\"Sequential\"}", (size_t)27,
+              "model.weights.h5", img, len, (const char *)NULL);
+    snprintf(want, sizeof want, "%s: config.json", path);
+    assert_model_refused(path, want);
+    unlink(path);
+    rmdir(dir);
+    free(img), free(config);
+    model_free(other), model_free(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_another_model_refused),
         cmocka_unit_test(test_not_weights_refused),
         cmocka_unit_test(test_legacy_h5),
+        cmocka_unit_test(test_keras_archive_as_model),
     };
     return cmocka_run_group_tests_name("keras_import", tests, NULL, NULL);
 }
