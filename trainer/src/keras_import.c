@@ -77,9 +77,8 @@ static int read_var(Import *im, hid_t loc, const char *path, int i, int which)
     int rc = -EINVAL;
     if (d < 0) {
         snprintf(im->err, im->errlen,
-                 "%s: %s: missing, where %s keeps its %s %s (weights of "
-                 "another model?)",
-                 im->what, path, layer, var, ws);
+                 "%s: %s: missing, where %s keeps its %s %s (weights of another model?)", im->what,
+                 path, layer, var, ws);
         return rc;
     }
     sp = H5Dget_space(d);
@@ -93,14 +92,11 @@ static int read_var(Import *im, hid_t loc, const char *path, int i, int which)
     } else if (n != rank || memcmp(got, want, (size_t)rank * sizeof *got)) {
         shape_text(got, n, gs, sizeof gs);
         snprintf(im->err, im->errlen,
-                 "%s: %s: shape %s, where %s has its %s %s (weights of "
-                 "another model?)",
-                 im->what, path, gs, layer, var, ws);
+                 "%s: %s: shape %s, where %s has its %s %s (weights of another model?)", im->what,
+                 path, gs, layer, var, ws);
     } else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                        im->staged + (which ? l->b_off : l->w_off)) < 0) {
-        snprintf(im->err, im->errlen,
-                 "%s: %s: cannot read its data (a truncated or damaged "
-                 "file?)",
+        snprintf(im->err, im->errlen, "%s: %s: cannot read its data (a truncated or damaged file?)",
                  im->what, path);
     } else {
         rc = 0;
@@ -136,13 +132,13 @@ static int import_keras3(Import *im, hid_t f)
             layer_text(m, i, layer, sizeof layer);
             if (n < 0)
                 snprintf(im->err, im->errlen,
-                         "%s: %s: missing, where %s keeps its kernel and "
-                         "bias (weights of another model?)",
+                         "%s: %s: missing, where %s keeps its kernel and bias (weights of another "
+                         "model?)",
                          im->what, path, layer);
             else
                 snprintf(im->err, im->errlen,
-                         "%s: %s: %ld variables, where %s has 2 (kernel "
-                         "and bias; weights of another model?)",
+                         "%s: %s: %ld variables, where %s has 2 (kernel and bias; weights of "
+                         "another model?)",
                          im->what, path, n, layer);
             return -EINVAL;
         }
@@ -170,8 +166,8 @@ static int import_keras3(Import *im, hid_t f)
         snprintf(path, sizeof path, "layers/%s/vars", name);
         if (!taken && group_links(f, path) > 0) {
             snprintf(im->err, im->errlen,
-                     "%s: layers/%s: weights of a layer the model does not "
-                     "have (weights of another model?)",
+                     "%s: layers/%s: weights of a layer the model does not have (weights of "
+                     "another model?)",
                      im->what, name);
             return -EINVAL;
         }
@@ -281,8 +277,7 @@ static int import_legacy(Import *im, hid_t f, const char *root)
     }
     if (!rc && have != want) {
         snprintf(im->err, im->errlen,
-                 "%s: %d layers with weights (%s), the model has %d "
-                 "(weights of another model?)",
+                 "%s: %d layers with weights (%s), the model has %d (weights of another model?)",
                  im->what, have, where, want);
         rc = -EINVAL;
     }
@@ -296,10 +291,10 @@ static int import_legacy(Import *im, hid_t f, const char *root)
         while (!m->layers[li].w_count) li++;
         if (nw != 2) {
             layer_text(m, li, layer, sizeof layer);
-            snprintf(im->err, im->errlen,
-                     "%s: %s: %d weights, where %s has 2 (kernel and bias; "
-                     "weights of another model?)",
-                     im->what, group, nw, layer);
+            snprintf(
+                im->err, im->errlen,
+                "%s: %s: %d weights, where %s has 2 (kernel and bias; weights of another model?)",
+                im->what, group, nw, layer);
             rc = -EINVAL;
         }
         for (int w = 0; w < 2 && !rc; w++) {
@@ -334,8 +329,8 @@ static int import_open_file(const Model *m, float *params, hid_t f, const char *
     else if (group_links(f, "model_weights") >= 0) rc = import_legacy(&im, f, "model_weights");
     else {
         snprintf(err, errlen,
-                 "%s: neither Keras 3's weights (no group layers/) nor a legacy "
-                 "Keras .h5 (no attribute layer_names, no group model_weights)",
+                 "%s: neither Keras 3's weights (no group layers/) nor a legacy Keras .h5 (no "
+                 "attribute layer_names, no group model_weights)",
                  what);
         rc = -EINVAL;
     }
@@ -350,10 +345,10 @@ int keras_import_weights(const Model *m, float *params, const char *path, char *
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
-        snprintf(err, errlen,
-                 "%s: cannot open it as HDF5 (missing, not a Keras weights file, "
-                 "or a truncated one)",
-                 path);
+        snprintf(
+            err, errlen,
+            "%s: cannot open it as HDF5 (missing, not a Keras weights file, or a truncated one)",
+            path);
         return -EINVAL;
     }
     int rc = import_open_file(m, params, f, path, err, errlen);
@@ -372,9 +367,7 @@ int keras_import_weights_image(const Model *m, float *params, const void *buf, s
     if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) {
         snprintf(err, errlen,
-                 "%s: cannot open it as HDF5 (not a Keras weights file, or a "
-                 "truncated one)",
-                 what);
+                 "%s: cannot open it as HDF5 (not a Keras weights file, or a truncated one)", what);
         return -EINVAL;
     }
     int rc = import_open_file(m, params, f, what, err, errlen);
@@ -439,9 +432,7 @@ int keras_import_archive(const char *path, char **config, void **weights, size_t
     if (!za) {
         zip_error_t ze;
         zip_error_init_with_code(&ze, zerr);
-        snprintf(err, errlen,
-                 "%s: not a readable .keras archive: %s (a truncated or damaged "
-                 "zip?)",
+        snprintf(err, errlen, "%s: not a readable .keras archive: %s (a truncated or damaged zip?)",
                  path, zip_error_strerror(&ze));
         zip_error_fini(&ze);
         return -EINVAL;
