@@ -343,7 +343,11 @@ int keras_import_weights(const Model *m, float *params, const char *path, char *
 {
     /* the library's own error stack goes to stderr unless silenced; err says it */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    /* no file lock: the file is only read, and libhdf5's flock fails on a file another
+     * process holds (h5py while it writes) and on volumes without flock */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
+    if (fapl >= 0 && H5Pset_file_locking(fapl, 0, 1) >= 0) f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (fapl >= 0) H5Pclose(fapl);
     if (f < 0) {
         snprintf(
             err, errlen,

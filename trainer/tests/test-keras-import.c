@@ -5,6 +5,7 @@
  * variable and the layer and leaves the parameters as they were. That real Keras's
  * files train on from Keras's loss is trainer/tests/test-keras-finetune.sh. */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -122,6 +124,27 @@ static void test_weights_file_and_truncated(void **state)
     assert_int_equal(keras_import_weights(dst, dst->params, path, err, sizeof err), -EINVAL);
     rmdir(dir);
     model_free(src), model_free(dst), model_free(orig);
+}
+
+/* A file another process holds locked (h5py keeps a lock while it writes; a volume
+ * without flock refuses every lock): the trainer only reads it, and takes none. */
+static void test_weights_file_locked_elsewhere(void **state)
+{
+    (void)state;
+    Model *src = build("mlp", 7), *dst = build("mlp", 8);
+    char dir[] = "/tmp/kt-test-import-XXXXXX", path[128], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.weights.h5", dir);
+    if (keras_export_write(src, src->params, path, err, sizeof err)) fail_msg("%s", err);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    if (keras_import_weights(dst, dst->params, path, err, sizeof err)) fail_msg("%s", err);
+    assert_params_equal(dst, src);
+    close(fd);
+    unlink(path);
+    rmdir(dir);
+    model_free(src), model_free(dst);
 }
 
 static void test_another_model_refused(void **state)
@@ -348,6 +371,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weights_round_trip),
         cmocka_unit_test(test_weights_file_and_truncated),
+        cmocka_unit_test(test_weights_file_locked_elsewhere),
         cmocka_unit_test(test_another_model_refused),
         cmocka_unit_test(test_not_weights_refused),
         cmocka_unit_test(test_legacy_h5),
