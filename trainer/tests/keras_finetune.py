@@ -10,8 +10,9 @@ MaxPooling2D(2) -> Flatten -> Dense(32, relu) -> Dense(10) on 28x28x1 (no Dropou
 regularizer: the training loss is then the plain loss; another seed for each flavour),
 trains one epoch of Adam on Fashion-MNIST's first 256 training images (pixels / 255),
 then is saved in OUT_DIR as
-KERAS.keras (model.save), KERAS.weights.h5 (save_weights), KERAS.json (to_json) and,
-for tf-keras, KERAS.h5 (the legacy save_weights). OUT_DIR/batch.npz holds the next 32
+KERAS.keras (model.save), KERAS-functional.keras (the same layers as a Functional
+model), KERAS.weights.h5 (save_weights), KERAS.json (to_json) and, for tf-keras, KERAS.h5
+(the legacy save_weights). OUT_DIR/batch.npz holds the next 32
 images and labels (uint8, as keras.datasets' npz) under x_train/y_train: the trainer
 reads it with --per-worker-batch 32, so its first batch is those 32 examples in its own
 order, and the mean loss does not depend on the order. The one line printed is
@@ -56,6 +57,9 @@ def main():
     xs = x.astype(np.float32)[..., None] / 255.0
     model.fit(xs[:256], y[:256], batch_size=32, epochs=1, shuffle=False, verbose=0)
     model.save(os.path.join(out, which + ".keras"))
+    # the same layers and weights as a Functional model, whose weights file also holds
+    # the InputLayer's (empty) group
+    keras.Model(model.inputs, model.outputs).save(os.path.join(out, which + "-functional.keras"))
     model.save_weights(os.path.join(out, which + ".weights.h5"))
     if which == "tfkeras":
         model.save_weights(os.path.join(out, which + ".h5"))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fine-tuning from Keras's files through the real binary: a model built and trained one
 # epoch in Keras 3 and in tf-keras (keras_finetune.py) is trained on by the trainer from
-# its .keras (--model), its .weights.h5 and tf-keras's legacy .h5 (--initial-weights with
-# --model the JSON), one worker and `launch --workers 2`: the first step's loss equals
-# Keras's on the same batch within 1e-4 relative (the Keras reference tests' tolerance).
+# its .keras (--model; Sequential, and Functional), its .weights.h5 and tf-keras's legacy
+# .h5 (--initial-weights with --model the JSON), one worker and `launch --workers 2`: the
+# first step's loss equals Keras's on the same batch within 1e-4 relative (the Keras
+# reference tests' tolerance).
 # The batch is the same because the data set is that batch: an npz of 32 examples read
 # with a global batch of 32 (the mean loss does not depend on the order). Without the
 # weights the loss is another. Bad files each exit 3 with one line naming the file, the
@@ -104,7 +105,7 @@ for flavour in keras3 tfkeras; do
     tap_fail "$flavour trains and saves the model" "$(tail -3 "$tmp/py.err")"
     continue
   fi
-  runs=("--model $d/$flavour.keras"
+  runs=("--model $d/$flavour.keras" "--model $d/$flavour-functional.keras"
         "--model $d/$flavour.json --initial-weights $d/$flavour.weights.h5"
         "launch --model $d/$flavour.keras")
   [[ $flavour == tfkeras ]] && runs+=("--model $d/$flavour.json --initial-weights $d/$flavour.h5")
