@@ -66,7 +66,8 @@ TEST_JOBS ?= $(NPROC)
 TEST_FIRST := operator/tests/integration/test-resilience.sh trainer/tests/test-recovery.sh \
               trainer/tests/test-distributed.sh examples/tensorflow/test-local.sh \
               trainer/tests/test-dnsprobe.sh \
-              trainer/tests/test-keras-export.sh charts/tests/test-chart.sh \
+              trainer/tests/test-keras-export.sh trainer/tests/test-keras-finetune.sh \
+              charts/tests/test-chart.sh \
               charts/tests/test-chart-kueue.sh python/tests/test-python.sh
 test:
 	@$(MAKE) $(ALL_CORES) test-build

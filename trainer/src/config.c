@@ -32,7 +32,9 @@ typedef struct {
 
 static const Option options[] = {
     {"model", OPT_STR, offsetof(Config, model), sizeof(((Config *)0)->model), 0, 0,
-     "NAME|FILE  tutorial-cnn | tutorial-cnn-l2 | cnn2 | mlp | a model JSON/YAML file"},
+     "NAME|FILE  tutorial-cnn | tutorial-cnn-l2 | cnn2 | mlp | a model JSON/YAML file\n"
+     "                             (Keras's model.to_json() too) | a Keras .keras archive\n"
+     "                             (model.save: its config and its weights)"},
     {"dataset", OPT_ENUM_DATASET, offsetof(Config, dataset), sizeof(((Config *)0)->dataset), 0, 0,
      "NAME  fashion-mnist | mnist"},
     {"data-dir", OPT_STR, offsetof(Config, data_dir), sizeof(((Config *)0)->data_dir), 0, 0,
@@ -89,6 +91,11 @@ static const Option options[] = {
      "DIR  the chief's TensorBoard event files (default: <checkpoint-dir>/logs)"},
     {"metrics-port", OPT_INT, offsetof(Config, metrics_port), 0, 0, 65535,
      "N  the chief serves Prometheus text on GET /metrics there (0: off, the default)"},
+    {"initial-weights", OPT_STR, offsetof(Config, initial_weights),
+     sizeof(((Config *)0)->initial_weights), 0, 0,
+     "FILE  start from these weights (fine-tuning): a Keras FILE.weights.h5\n"
+     "                             (model.save_weights) or legacy .h5 of the --model's\n"
+     "                             layers; a checkpoint in --checkpoint-dir wins"},
     {"export", OPT_STR, offsetof(Config, export_path), sizeof(((Config *)0)->export_path), 0, 0,
      "FILE  the chief writes the trained model there at the end: FILE.keras (Keras's\n"
      "                             model.save) or FILE.weights.h5 (model.save_weights)"},

@@ -42,6 +42,7 @@ typedef struct {
     int checkpoint_every_steps; /* 0: at the end of each epoch only */
     int keep_checkpoints;
     char metrics_file[4096];
+    char initial_weights[4096]; /* Keras weights to start from (keras_import.h); "" none */
     char export_path[4096];   /* the chief's Keras export at the end (keras_export.h); "" none */
     char tensorboard_dir[4096]; /* "": <checkpoint_dir>/logs, or none without checkpoints */
     int metrics_port;         /* the chief's Prometheus GET /metrics; 0: off */

@@ -260,18 +260,6 @@ static hid_t h5_vars_group(const H5Props *pr, hid_t parent, const char *group, c
     return v;
 }
 
-/* The group of layer i under layers/: not the layer's name but its class's snake-case
- * stem counted within the model (conv2d, conv2d_1, ... in layer order), which is where
- * Keras 3 and tf-keras both look for a layer's weights whatever it is called. */
-static void keras_group_name(const Model *m, int i, char *out, size_t outlen)
-{
-    int k = 0;
-    for (int j = 0; j < i; j++) k += m->layers[j].type == m->layers[i].type;
-    const char *stem = model_layer_keras_stem(m->layers[i].type);
-    if (k) snprintf(out, outlen, "%s_%d", stem, k);
-    else snprintf(out, outlen, "%s", stem);
-}
-
 /* The layer's weights in vars: kernel as 0, bias as 1, in Keras's shapes. */
 static int h5_layer_weights(const H5Props *pr, hid_t vars, const Layer *l, const float *params)
 {
@@ -298,7 +286,7 @@ static int h5_fill(const H5Props *pr, hid_t f, const Model *m, const float *para
     int rc = 0;
     for (int i = 0; i < m->num_layers && !rc; i++) {
         char group[64];
-        keras_group_name(m, i, group, sizeof group);
+        model_layer_keras_group(m, i, group, sizeof group);
         hid_t outer, vars = h5_vars_group(pr, layers, group, m->layers[i].name, &outer);
         rc = vars < 0 ? -EIO : h5_layer_weights(pr, vars, &m->layers[i], params);
         if (vars >= 0) H5Gclose(vars);

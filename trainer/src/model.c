@@ -13,6 +13,7 @@
 #include <yaml.h>
 
 #include "gemm.h"
+#include "keras_import.h"
 #include "keras_json.h"
 #include "loss.h"
 #include "pool.h"
@@ -619,6 +620,15 @@ const char *model_layer_keras_stem(LayerType type)
     return stem[type];
 }
 
+void model_layer_keras_group(const Model *m, int i, char *out, size_t outlen)
+{
+    int k = 0;
+    for (int j = 0; j < i; j++) k += m->layers[j].type == m->layers[i].type;
+    const char *stem = model_layer_keras_stem(m->layers[i].type);
+    if (k) snprintf(out, outlen, "%s_%d", stem, k);
+    else snprintf(out, outlen, "%s", stem);
+}
+
 /* 1 when a layer of m other than `self` is called `name`. */
 static int name_taken(const Model *m, const Layer *self, const char *name)
 {
@@ -791,6 +801,30 @@ static int create_from_text(Model **out, const char *text, const char *what, uin
     return rc;
 }
 
+/* A .keras archive: its config.json is the model, its model.weights.h5 the weights. */
+static int create_from_archive(Model **out, const char *path, uint64_t seed,
+                               const ModelBudget *budget, char *err, size_t errlen)
+{
+    char *config, what[4200];
+    void *h5;
+    size_t len;
+    int rc = keras_import_archive(path, &config, &h5, &len, err, errlen);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "%s: config.json", path);
+    rc = create_from_text(out, config, what, seed, budget, err, errlen);
+    if (!rc) {
+        snprintf(what, sizeof what, "%s: model.weights.h5", path);
+        rc = keras_import_weights_image(*out, (*out)->params, h5, len, what, err, errlen);
+        if (rc) {
+            model_free(*out);
+            *out = NULL;
+        }
+    }
+    free(config);
+    free(h5);
+    return rc;
+}
+
 int model_create_from_text(Model **out, const char *text, const char *what, uint64_t seed,
                            char *err, size_t errlen)
 {
@@ -812,6 +846,8 @@ int model_create_within(Model **out, const char *spec, uint64_t seed, const Mode
             return create_from_text(out, builtin_specs[i], what, seed, budget, err, errlen);
         }
     struct stat st;
+    if (stat(spec, &st) == 0 && S_ISREG(st.st_mode) && keras_import_is_archive(spec))
+        return create_from_archive(out, spec, seed, budget, err, errlen);
     if (stat(spec, &st) == 0 && S_ISREG(st.st_mode)) {
         FILE *f = fopen(spec, "rb");
         if (!f || st.st_size > (1 << 20)) {

@@ -115,12 +115,20 @@ const char *model_activation_name(Activation a);
  * layers' weights under (keras_export.h). */
 const char *model_layer_keras_stem(LayerType type);
 
+/* The group of layer i under a Keras weights file's layers/ (keras_export.h,
+ * keras_import.h): not the layer's name but its class's stem counted within the model
+ * (conv2d, conv2d_1, ... in layer order), which is where Keras 3 and tf-keras both look
+ * for a layer's weights whatever it is called. */
+void model_layer_keras_group(const Model *m, int i, char *out, size_t outlen);
+
 /* The names of the built-in models, NULL-terminated. */
 extern const char *const model_builtin_names[];
 
 /* Builds a model from `spec`: a built-in name, a path to a JSON or YAML file, or inline
  * JSON/YAML text; kubetrain's spec, or Keras's model.to_json() (keras_json.h).
- * Parameters are Glorot-uniform (kernels) and zero (biases) from `seed`.
+ * Parameters are Glorot-uniform (kernels) and zero (biases) from `seed`; or a path to
+ * a Keras .keras archive (told by content), whose config.json is the model and whose
+ * model.weights.h5 the parameters (keras_import.h). 
  * Returns 0 and *out (free with model_free), or a negative errno with one line in err
  * naming the field (layers[2].filters) or file and what was expected. */
 int model_create(Model **out, const char *spec, uint64_t seed, char *err, size_t errlen);
