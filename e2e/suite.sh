@@ -786,6 +786,47 @@ s_tfps() {
   end
 }
 
+# tfauto: a Keras program that knows nothing of kubetrain (no import of the package), run
+# in kubetrain's TensorFlow image by a job that declares the metrics port, reports its
+# progress through the image's automatic hook (python/src/kubetrain-auto.pth): the
+# operator scrapes status.progress while it runs and reads status.result from the
+# termination message the hook writes at its end. (It sleeps 50 ms a step, in a callback
+# of its own, so that it lasts past a scrape or two.)
+s_tfauto() {
+  tf_skipped tfauto && return
+  begin tfauto
+  local out j=tf-auto step="" res end
+  local prog='import time
+import numpy as np
+import tensorflow as tf
+x = np.random.default_rng(0).random((2000, 8), dtype=np.float32)
+y = (x.sum(axis=1) > 4).astype("int32")
+model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                             tf.keras.layers.Dense(2, activation="softmax")])
+model.compile("sgd", "sparse_categorical_crossentropy", metrics=["accuracy"])
+nap = tf.keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: time.sleep(0.05))
+model.fit(x, y, batch_size=20, epochs=4, callbacks=[nap], verbose=2)'
+  if out=$(tfjob $j "workers: 1" "command: $(jq -cn --arg p "$prog" '["python3", "-c", $p]')" \
+        "template: {spec: {containers: [{name: trainer, ports: [{name: metrics, containerPort: 9090}]}]}}"); then
+    ok "job $j applied (a Keras fit() with no kubetrain in it; the metrics port declared)"
+  else fail "job $j applied" "$out"; end; return; fi
+  end=$(( $(date +%s) + JOB_TIMEOUT ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    step=$(field $j '{.status.progress.step}')
+    [ -n "$step" ] && [ "$step" -gt 0 ] && break
+    case "$(phase $j)" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  if [ -n "$step" ] && [ "$step" -gt 0 ]; then
+    ok "status.progress.step $step of $(field $j '{.status.progress.totalSteps}') while it runs, scraped from the hook's /metrics"
+  else fail "status.progress while it runs" "$(tf_logs "$j-worker-0")"$'\n'"$(explain $j)"; fi
+  if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded"
+  else fail "job Succeeded" "$(explain $j)"; end; return; fi
+  res=$(field $j '{.status.result.step}')
+  check "status.result.step: the hook's termination message says all 400 steps" "$res" 400
+  end
+}
+
 # Users' programs that fail: one exiting 1 (a TensorFlow error) fails an ExitCode job at
 # once with the traceback's exception in the condition; one SIGKILLed (137) is retried.
 # The killed one is a program that waits on its first run and exits 0 on its second (a
@@ -1312,7 +1353,7 @@ s_progress() {
   end
 }
 
-ALL=(install basic progress recovery tfmwms tfexit tfps killtrials preempt kill137 waiting suspend
+ALL=(install basic progress recovery tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting suspend
      deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
@@ -1325,7 +1366,7 @@ ALL=(install basic progress recovery tfmwms tfexit tfps killtrials preempt kill1
 # operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
 # and suspend compare with): it waits for those in flight and runs alone, in $NS.
 SHARED=(invalid preempt kill137 recovery killtrials badmodel progress suspend deadline waiting
-        tfmwms tfps tfexit)
+        tfmwms tfps tfexit tfauto)
 SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh
 jobs_valid "e2e/suite.sh: KT_SUITE_JOBS=$SUITE_JOBS" "$SUITE_JOBS"
