@@ -14,21 +14,13 @@ the regularization losses and the trainer's evaluation loss does not, so they ar
 subtracted. One line per FILE: "ok: ..." when the loss is WANT_LOSS within 1e-4 and the
 accuracy equals WANT_ACCURACY (as the trainer's --eval wrote them), else "not ok: ...",
 both with the two values; a FILE Keras cannot load is "not ok" with the exception."""
-import gzip
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import numpy as np  # noqa: E402
-
-
-def idx(path):
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+from idx_read import idx  # noqa: E402
 
 
 def check(keras, path, model_json, want_loss, want_acc, x, y):

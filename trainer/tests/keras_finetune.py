@@ -17,21 +17,13 @@ images and labels (uint8, as keras.datasets' npz) under x_train/y_train: the tra
 reads it with --per-worker-batch 32, so its first batch is those 32 examples in its own
 order, and the mean loss does not depend on the order. The one line printed is
 "loss: L", sparse categorical cross-entropy from logits of the saved model on them."""
-import gzip
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import numpy as np  # noqa: E402
-
-
-def idx(path):
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+from idx_read import idx  # noqa: E402
 
 
 def main():
