@@ -2,8 +2,8 @@
 # --initial-weights through the real binary: a .keras's weights are taken as its
 # model.weights.h5's (the first step's loss is the same), and the file is read only where
 # a run starts fresh: a run resumed from a checkpoint, on one worker and after a group
-# restart under `launch --workers 2`, goes on without it (the file deleted since), while a
-# fresh start without it exits 3.
+# restart under `launch --workers 2`, and a live recovery's replacement go on without it
+# (the file deleted since), while a fresh start without it exits 3.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -65,6 +65,25 @@ resumed() {
 }
 resumed "one worker"
 resumed "launch --workers 2 (a group restart)" launch --workers 2
+
+# A live recovery's replacement takes the peers' state: worker 1 SIGKILLed once the file is
+# gone, started again alone by launch, joins without reading it.
+w=$tmp/live.weights.h5
+cp "$tmp/mlp.weights.h5" "$w"
+"$BIN" launch --workers 2 --data-dir "$DATA" --model mlp --per-worker-batch 8 --seed 7 \
+  --epochs 1 --steps-per-epoch 3000 --checkpoint-dir "$tmp/ck-live" --checkpoint-every-steps 25 \
+  --recovery-timeout 20 --initial-weights "$w" >/dev/null 2>"$tmp/live.err" &
+lpid=$!
+for _ in $(seq 600); do [[ -e $tmp/ck-live/ckpt-25.kt ]] && break; sleep 0.05; done
+rm -f "$w"
+kill -9 "$(sed -n 's/.*launch: worker 1: pid \([0-9]*\),.*/\1/p' "$tmp/live.err" | tail -1)"
+wait "$lpid"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "live recovery: starting worker 1 again alone" "$tmp/live.err" &&
+  grep -q "joined generation 2: state of step" "$tmp/live.err"; then
+  tap_ok "a live recovery's replacement joins without reading the deleted file"
+else tap_fail "a live recovery's replacement joins without the file" \
+  "rc=$rc: $(grep -v '^\[worker .\] [0-9E]' "$tmp/live.err" | tail -4)"; fi
 
 run --epochs 1 --checkpoint-dir "$tmp/ck-fresh" --initial-weights "$tmp/gone.weights.h5"
 rc=$?
