@@ -149,6 +149,19 @@ rejected "training.export without a checkpoint claim" spec.training.export \
   "needs checkpoint.claimName" '{training: {export: model.keras}}'
 rejected "training.export with a user's program" spec.training.export "C trainer's" \
   "{image: tf, command: [p], training: {export: model.keras}, $ck}"
+iw=spec.training.initialWeights
+rejected "training.initialWeights with a .. component" $iw "without a leading /" \
+  "{training: {initialWeights: a/../../x.keras}, $ck}"
+rejected "training.initialWeights absolute" $iw "without a leading /" \
+  "{training: {initialWeights: /abs.weights.h5}, $ck}"
+rejected "training.initialWeights of another suffix" $iw ".keras, .weights.h5 or .h5" \
+  "{training: {initialWeights: model.pt}, $ck}"
+rejected "training.initialWeights over 255 bytes" $iw "255" \
+  "{training: {initialWeights: $(printf '%0256d' 0).h5}, $ck}"
+rejected "training.initialWeights without a checkpoint claim" $iw "needs checkpoint.claimName" \
+  '{training: {initialWeights: base/model.keras}}'
+rejected "training.initialWeights with a user's program" $iw "C trainer's" \
+  "{image: tf, command: [p], training: {initialWeights: base/model.keras}, $ck}"
 
 tap_check "an inline Sequential model is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1
@@ -170,6 +183,15 @@ kind: TrainingJob
 metadata: {name: export}
 spec:
   training: {export: out/model.keras}
+  checkpoint: {claimName: ck}
+EOF
+tap_check "training.initialWeights base/model.keras with a checkpoint claim is accepted" \
+  k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: fine-tune}
+spec:
+  training: {initialWeights: base/model.keras, export: tuned.weights.h5}
   checkpoint: {claimName: ck}
 EOF
 tap_check "NumPy data sources and a pixel scale are accepted" k create -f - <<'EOF'

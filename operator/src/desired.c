@@ -334,6 +334,14 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     if (s->gpus > 1) rc |= add_arg_int(a, "--gpus-per-worker", s->gpus);
     if (ckpt_dir) {
         rc |= add_arg(a, "--checkpoint-dir", ckpt_dir);
+        /* Every worker is given them (one argument list for all pods) and each reads them
+         * at a fresh start only; a path on the claim's mount, where other jobs' exports
+         * lie (jobspec refuses one without the claim). */
+        if (s->initial_weights) {
+            char path[1024 + JOBSPEC_MAX_INITIAL_WEIGHTS + 2];
+            snprintf(path, sizeof path, "%s/%s", s->checkpoint_path, s->initial_weights);
+            rc |= add_arg(a, "--initial-weights", path);
+        }
         if (s->checkpoint_every >= 0)
             rc |= add_arg_int(a, "--checkpoint-every-steps", s->checkpoint_every);
         if (s->checkpoint_keep >= 0) rc |= add_arg_int(a, "--keep-checkpoints", s->checkpoint_keep);

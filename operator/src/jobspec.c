@@ -81,6 +81,34 @@ static int read_export(const cJSON *spec, JobSpec *s, char *err, size_t errlen)
     return 0;
 }
 
+/* Reads spec.training.initialWeights as the CRD's rules have it (for an object that
+ * missed them): a .keras or .h5 file on the checkpoint claim, relative to its mount so
+ * that another job's export can be named, and the C trainer's (a user's program loads
+ * its own). Call after the command and the checkpoint are read. */
+static int read_initial_weights(const cJSON *spec, JobSpec *s, char *err, size_t errlen)
+{
+    if (read_str(spec, "training.initialWeights", &s->initial_weights, err, errlen)) return -EINVAL;
+    const char *f = s->initial_weights;
+    if (!f) return 0;
+    if (!*f || strlen(f) > JOBSPEC_MAX_INITIAL_WEIGHTS)
+        FAIL("spec.training.initialWeights: expected 1 to %d bytes", JOBSPEC_MAX_INITIAL_WEIGHTS);
+    if (!ends_with(f, ".keras") && !ends_with(f, ".h5"))
+        FAIL("spec.training.initialWeights: a file name ending in .keras, .weights.h5 or .h5, "
+             "got \"%s\"",
+             f);
+    if (f[0] == '/' || has_dotdot(f))
+        FAIL("spec.training.initialWeights: a path relative to the checkpoint claim's mount "
+             "(spec.checkpoint.path), without a leading / or a .. component, got \"%s\"",
+             f);
+    if (!s->checkpoint_claim)
+        FAIL("spec.training.initialWeights: needs spec.checkpoint.claimName (the claim the "
+             "weights are read from)");
+    if (s->command)
+        FAIL("spec.training.initialWeights: the C trainer's; a program in spec.command loads "
+             "its own weights");
+    return 0;
+}
+
 /* Reads an optional [H, W, C] of integers in [1, 65535] (the trainer's --image-shape);
  * absent leaves shape zero. */
 static int read_shape(const cJSON *spec, const char *path, int shape[3], char *err, size_t errlen)
@@ -414,6 +442,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_int(spec, "checkpoint.keep", 1, 1000, -1, &v, err, errlen)) return -EINVAL;
     s->checkpoint_keep = (int)v;
     if (read_export(spec, s, err, errlen)) return -EINVAL;
+    if (read_initial_weights(spec, s, err, errlen)) return -EINVAL;
 
     if (read_enum(spec, "restartPolicy", restarts, "OnFailure", &e, err, errlen)) return -EINVAL;
     s->restart_policy = e == restarts[0]   ? RESTART_NEVER

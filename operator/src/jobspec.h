@@ -19,6 +19,8 @@
 #define JOBSPEC_MAX_WORKERS 1024
 /* spec.training.export's length at most, as in the CRD's schema. */
 #define JOBSPEC_MAX_EXPORT 255
+/* spec.training.initialWeights's length at most, as in the CRD's schema. */
+#define JOBSPEC_MAX_INITIAL_WEIGHTS 255
 /* spec.ps.replicas at most: every pod's TF_CONFIG lists them too. */
 #define JOBSPEC_MAX_PS 256
 
@@ -80,6 +82,9 @@ typedef struct JobSpec {
     /* training.export: the chief's Keras file, relative to the job's checkpoint directory
      * (validated: .keras or .weights.h5, no leading / or .. component); NULL: none */
     const char *export_file;
+    /* training.initialWeights: Keras weights to start from, relative to the checkpoint
+     * claim's mount (validated: .keras or .h5, no leading / or .. component); NULL: none */
+    const char *initial_weights;
     const char *checkpoint_claim; /* NULL: no checkpoint volume */
     const char *checkpoint_path;  /* mount path; default /checkpoints */
     int checkpoint_every, checkpoint_keep;

@@ -2542,6 +2542,87 @@ static void test_export_arg(void **state)
     cJSON_Delete(job);
 }
 
+/* spec.training.initialWeights: the C trainer's --initial-weights, given to every worker,
+ * a path on the claim's mount (so another job's export, "<job>/<file>", is named), right
+ * after --checkpoint-dir; unset, none. The CRD's rules hold for an object that missed
+ * them, each error naming the field. */
+static void test_initial_weights_arg(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *training, *want;
+    } cases[] = {
+        {"{}", ""},
+        {"{\"initialWeights\":\"base/model.keras\"}",
+         ",\"--initial-weights\",\"/ck/base/model.keras\""},
+        {"{\"initialWeights\":\"w/m.weights.h5\",\"export\":\"tuned.keras\"}",
+         ",\"--initial-weights\",\"/ck/w/m.weights.h5\",\"--export\",\"/ck/mnist/tuned.keras\""},
+        {"{\"initialWeights\":\"legacy.h5\"}", ",\"--initial-weights\",\"/ck/legacy.h5\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[256], want[512];
+        snprintf(spec, sizeof spec,
+                 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"/ck\"},"
+                 "\"training\":%s}",
+                 cases[i].training);
+        snprintf(want, sizeof want,
+                 "[\"train\",\"--model\",\"tutorial-cnn\",\"--collective\",\"auto\","
+                 "\"--recovery-timeout\",\"120\",\"--checkpoint-dir\",\"/ck/mnist\"%s]",
+                 cases[i].want);
+        cJSON *job = job_new(spec, NULL);
+        JobSpec s;
+        char err[256];
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        for (int w = 0; w < 2; w++) {
+            cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, w, 0);
+            char *args = cJSON_PrintUnformatted(jsonx_arr(container(pod, "trainer"), "args"));
+            assert_string_equal(args, want);
+            free(args);
+            cJSON_Delete(pod);
+        }
+        cJSON_Delete(job);
+    }
+    char long_name[300], long_spec[400];
+    memset(long_name, 'a', 250);
+    snprintf(long_name + 250, sizeof long_name - 250, ".keras"); /* 256 bytes */
+    snprintf(long_spec, sizeof long_spec,
+             "{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"initialWeights\":\"%s\"}}",
+             long_name);
+#define REL                                                                                        \
+    "spec.training.initialWeights: a path relative to the checkpoint claim's mount "               \
+    "(spec.checkpoint.path), without a leading / or a .. component, got "
+    const char *const bad[][2] = {
+        {"{\"training\":{\"initialWeights\":\"m.keras\"}}",
+         "spec.training.initialWeights: needs spec.checkpoint.claimName (the claim the weights "
+         "are read from)"},
+        {"{\"image\":\"tf\",\"command\":[\"p\"],\"checkpoint\":{\"claimName\":\"c\"},"
+         "\"training\":{\"initialWeights\":\"m.keras\"}}",
+         "spec.training.initialWeights: the C trainer's; a program in spec.command loads its "
+         "own weights"},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"initialWeights\":\"m.pt\"}}",
+         "spec.training.initialWeights: a file name ending in .keras, .weights.h5 or .h5, got "
+         "\"m.pt\""},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"initialWeights\":\"../x.h5\"}}",
+         REL "\"../x.h5\""},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"initialWeights\":\"/x.h5\"}}",
+         REL "\"/x.h5\""},
+        {"{\"checkpoint\":{\"claimName\":\"c\"},\"training\":{\"initialWeights\":\"\"}}",
+         "spec.training.initialWeights: expected 1 to 255 bytes"},
+        {long_spec, "spec.training.initialWeights: expected 1 to 255 bytes"},
+        {"{\"training\":{\"initialWeights\":7}}",
+         "spec.training.initialWeights: expected a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *job = job_new(bad[i][0], NULL);
+        JobSpec s;
+        char err[512] = "";
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+        assert_string_equal(err, bad[i][1]);
+        cJSON_Delete(job);
+    }
+#undef REL
+}
+
 /* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
  * become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
  * --label-feature and --image-shape; unset, none of them is passed (the trainer's
@@ -3644,6 +3725,7 @@ int main(void)
         cmocka_unit_test(test_steady_state_is_a_no_op),
         cmocka_unit_test(test_data_source_args),
         cmocka_unit_test(test_export_arg),
+        cmocka_unit_test(test_initial_weights_arg),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),

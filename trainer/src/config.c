@@ -95,7 +95,9 @@ static const Option options[] = {
      sizeof(((Config *)0)->initial_weights), 0, 0,
      "FILE  start from these weights (fine-tuning): a Keras FILE.weights.h5\n"
      "                             (model.save_weights) or legacy .h5 of the --model's\n"
-     "                             layers; a checkpoint in --checkpoint-dir wins"},
+     "                             layers, or a .keras's; read only at a fresh start: a run\n"
+     "                             resumed from a checkpoint or a live recovery's replacement\n"
+     "                             takes the checkpoint's or the peers' weights"},
     {"export", OPT_STR, offsetof(Config, export_path), sizeof(((Config *)0)->export_path), 0, 0,
      "FILE  the chief writes the trained model there at the end: FILE.keras (Keras's\n"
      "                             model.save) or FILE.weights.h5 (model.save_weights)"},

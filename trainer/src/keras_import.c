@@ -339,8 +339,26 @@ static int import_open_file(const Model *m, float *params, hid_t f, const char *
     return rc;
 }
 
+/* The weights inside the .keras archive at path (its model.weights.h5; its config.json
+ * is not read: the weights are matched against m as a .weights.h5's are). */
+static int import_archive_weights(const Model *m, float *params, const char *path, char *err,
+                                  size_t errlen)
+{
+    char *config, what[4200];
+    void *h5;
+    size_t len;
+    int rc = keras_import_archive(path, &config, &h5, &len, err, errlen);
+    if (rc) return rc;
+    snprintf(what, sizeof what, "%s: model.weights.h5", path);
+    rc = keras_import_weights_image(m, params, h5, len, what, err, errlen);
+    free(config);
+    free(h5);
+    return rc;
+}
+
 int keras_import_weights(const Model *m, float *params, const char *path, char *err, size_t errlen)
 {
+    if (keras_import_is_archive(path)) return import_archive_weights(m, params, path, err, errlen);
     /* the library's own error stack goes to stderr unless silenced; err says it */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     /* no file lock: the file is only read, and libhdf5's flock fails on a file another

@@ -24,9 +24,10 @@
 
 #include "model.h"
 
-/* Reads the weights file at path (a .weights.h5 or a legacy .h5, told apart by
- * content) into params (m->num_params floats, the arena's layout). Returns 0, or
- * -EINVAL with one line in err naming path, and params untouched. */
+/* Reads the weights file at path (a .weights.h5, a legacy .h5, or the model.weights.h5
+ * of a .keras archive, told apart by content) into params (m->num_params floats, the
+ * arena's layout). Returns 0, or -EINVAL with one line in err naming path, and params
+ * untouched. */
 int keras_import_weights(const Model *m, float *params, const char *path, char *err, size_t errlen);
 
 /* The same from an HDF5 file image of len bytes in memory (a .keras archive's member),

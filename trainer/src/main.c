@@ -38,6 +38,7 @@
 #include "config.h"
 #include "gemm.h"
 #include "keras_export.h"
+#include "keras_import.h"
 #include "launch.h"
 #include "net.h"
 #include "ring.h"
@@ -449,6 +450,19 @@ static void restore_checkpoint(Trainer *t, SyncState *ss)
                  (unsigned long long)cs.global_step);
 }
 
+/* Reads --initial-weights into t's parameters. Called only where a run starts fresh (no
+ * rank holds state, no checkpoint was restored), so that a resumed run, a restarted
+ * group and a live recovery's replacement never read the file: the weights come from
+ * the checkpoint or the peers, and a file moved or deleted since does not fail them.
+ * Exits 3 on a file that is damaged or of another model. */
+static void load_initial_weights(Trainer *t)
+{
+    char why[4600];
+    if (t->cfg.initial_weights[0] &&
+        keras_import_weights(t->model, t->model->params, t->cfg.initial_weights, why, sizeof why))
+        util_fail(KT_EXIT_DATA, "--initial-weights %s", why);
+}
+
 /* Exits 75 when the state that root sent in a sync cannot be one of this run (a broken
  * or hostile peer; casting it would make garbage of the position, or the pipeline walk
  * to it): its position (trainer_check_position; a running peer's state must also lie
@@ -535,6 +549,7 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
     if (!from_state) {
         root = 0;
         if (t->cfg.checkpoint_dir[0]) restore_checkpoint(t, &ss);
+        if (!ss.restored) load_initial_weights(t);
     } else if (c->rank == root) {
         if ((rc = trainer_sync_host(t, err, errlen))) util_fail(KT_EXIT_RETRY, "%s", err);
         ss.epoch = (uint64_t)t->st.epoch, ss.step_in_epoch = (uint64_t)t->st.step_in_epoch;

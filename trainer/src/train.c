@@ -9,7 +9,6 @@
 
 #include "ckpt.h"
 #include "gemm.h"
-#include "keras_import.h"
 #include "overlap.h"
 #include "pool.h"
 #include "util.h"
@@ -105,16 +104,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     pool_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
     if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
-    *exit_code = KT_EXIT_DATA; /* for the weights' and the data sets' errors below */
-    if (cfg->initial_weights[0]) {
-        char why[4600];
-        rc =
-            keras_import_weights(t->model, t->model->params, cfg->initial_weights, why, sizeof why);
-        if (rc) {
-            snprintf(err, errlen, "--initial-weights %s", why);
-            goto err;
-        }
-    }
+    *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
     const int k = (int)t->model->num_classes;
     const SourceOptions so = {
         .image_feature = cfg->image_feature,
