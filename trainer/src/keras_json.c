@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model.h"
+
 /* What the trainer implements, named in the messages. */
 #define KJ_LAYERS "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout"
-#define KJ_ACTIVATIONS "relu, softmax, linear"
 
 typedef struct {
     const char *what;      /* the file */
@@ -160,8 +161,9 @@ static int check_dtype(const KCtx *k, const char *key, const cJSON *v)
 static int check_activation(const KCtx *k, const char *key, const cJSON *v)
 {
     if (!v || cJSON_IsNull(v)) return 0;
-    if (is_str(v, "relu") || is_str(v, "softmax") || is_str(v, "linear")) return 0;
-    return kfail(k, key, "%s%s%s is not supported: the trainer has " KJ_ACTIVATIONS,
+    Activation act;
+    if (cJSON_IsString(v) && !model_activation_parse(v->valuestring, &act)) return 0;
+    return kfail(k, key, "%s%s%s is not supported: the trainer has " MODEL_ACTIVATIONS,
                  cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "this value",
                  cJSON_IsString(v) ? "\"" : "");
 }

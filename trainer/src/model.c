@@ -297,12 +297,8 @@ static int spec_activation(const SpecCtx *sc, const cJSON *o, Activation *act)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "activation");
     *act = ACT_LINEAR;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (cJSON_IsString(v)) {
-        if (!strcmp(v->valuestring, "linear")) return 0;
-        if (!strcmp(v->valuestring, "relu")) return *act = ACT_RELU, 0;
-        if (!strcmp(v->valuestring, "softmax")) return *act = ACT_SOFTMAX, 0;
-    }
-    return spec_fail(sc, "activation", "one of \"relu\", \"softmax\", \"linear\"");
+    if (cJSON_IsString(v) && !model_activation_parse(v->valuestring, act)) return 0;
+    return spec_fail(sc, "activation", "one of " MODEL_ACTIVATIONS);
 }
 
 /* kernel_regularizer: {"l2": F} (Keras's L2(F)) or a bare number F. */
@@ -501,9 +497,30 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
+/* Indexed by Activation: the names Keras 3 writes */
+static const char *const activation_names[] = {"linear", "relu", "softmax", "sigmoid",   "tanh",
+                                               "gelu",   "silu", "elu",     "leaky_relu"};
+
 const char *model_activation_name(Activation a)
 {
-    return a == ACT_RELU ? "relu" : a == ACT_SOFTMAX ? "softmax" : "linear";
+    return activation_names[a];
+}
+
+const Layer *model_gpu_unsupported(const Model *m)
+{
+    for (int i = 0; i < m->num_layers; i++) {
+        const Activation a = m->layers[i].act;
+        if (a != ACT_LINEAR && a != ACT_RELU && a != ACT_SOFTMAX) return &m->layers[i];
+    }
+    return NULL;
+}
+
+int model_activation_parse(const char *name, Activation *act)
+{
+    if (!strcmp(name, "swish")) return *act = ACT_SWISH, 0; /* tf-keras's name of silu */
+    for (size_t i = 0; i < sizeof activation_names / sizeof *activation_names; i++)
+        if (!strcmp(name, activation_names[i])) return *act = (Activation)i, 0;
+    return -EINVAL;
 }
 
 static void make_signature(Model *m)
@@ -584,7 +601,8 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
         const size_t out = sat_mul(sat_mul(b, l->out_size), f);
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
             mm.activations = sat_add(mm.activations, out);
-        if (l->type == LAYER_DROPOUT) mm.activations = sat_add(mm.activations, out);
+        if (l->type == LAYER_DROPOUT || activation_needs_input(l->act))
+            mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_MAXPOOL)
             mm.activations =
                 sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
@@ -879,11 +897,13 @@ static void free_buffers(Model *m)
         free(m->masks[i]);
         free(m->argmax[i]);
         free(m->cols[i]);
+        free(m->pre[i]);
     }
     free(m->acts);
     free(m->masks);
     free(m->argmax);
     free(m->cols);
+    free(m->pre);
     free(m->dcol);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
@@ -893,6 +913,7 @@ static void free_buffers(Model *m)
     m->masks = NULL;
     m->argmax = NULL;
     m->cols = NULL;
+    m->pre = NULL;
     m->dcol = m->dbuf[0] = m->dbuf[1] = NULL;
     m->max_batch = 0;
 }
@@ -961,11 +982,13 @@ void model_reserve(Model *m, int max_batch)
     m->masks = xcalloc((size_t)m->num_layers, sizeof *m->masks);
     m->argmax = xcalloc((size_t)m->num_layers, sizeof *m->argmax);
     m->cols = xcalloc((size_t)m->num_layers, sizeof *m->cols);
+    m->pre = xcalloc((size_t)m->num_layers, sizeof *m->pre);
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
             m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
+        if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_MAXPOOL) m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
             size_t c = conv_col_size(&l->conv, max_batch);
@@ -1070,6 +1093,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     /* per row of the last axis: a softmax Dense on a rank > 1 input normalises each */
     size_t rows = l->type == LAYER_DENSE ? (size_t)cnt * (size_t)l->dense_rows : (size_t)cnt;
     size_t cols = l->type == LAYER_DENSE ? (size_t)l->units : l->out_size;
+    if (m->pre[i]) memcpy(m->pre[i] + at, out, n * sizeof *out);
     if (!(last && l->act == ACT_SOFTMAX)) activation_forward(out, rows, cols, l->act);
 }
 
@@ -1145,10 +1169,12 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     const float *w = m->params + l->w_off;
     float *dw = g + l->w_off, *db = g + l->b_off;
     int last = i == m->num_layers - 1;
+    const float *pre = m->pre[i] ? m->pre[i] + at : NULL;
     if (l->type == LAYER_CONV2D && l->act != ACT_RELU && !(last && l->act == ACT_SOFTMAX))
-        activation_backward(d, out, (size_t)cnt, l->out_size, l->act);
+        activation_backward(d, out, pre, (size_t)cnt, l->out_size, l->act);
     if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
-        activation_backward(d, out, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units, l->act);
+        activation_backward(d, out, pre, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units,
+                            l->act);
     switch (l->type) {
     case LAYER_RESHAPE:
     case LAYER_FLATTEN: break;

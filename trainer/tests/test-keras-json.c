@@ -185,9 +185,11 @@ static void edit_lambda(cJSON *root)
 {
     set(layer_at(root, 1), "class_name", cJSON_CreateString("Lambda"));
 }
-static void edit_tanh(cJSON *root)
+/* The activation edit_activation gives the first Dense layer. */
+static const char *activation_name;
+static void edit_activation(cJSON *root)
 {
-    set(config_at(root, 4), "activation", cJSON_CreateString("tanh"));
+    set(config_at(root, 4), "activation", cJSON_CreateString(activation_name));
 }
 static void edit_padding(cJSON *root)
 {
@@ -342,6 +344,32 @@ static void test_accepted_forms(void **s)
     expect_builtin("keras3-mlp.json", edit_seeds, "mlp");
 }
 
+/* Every activation by the name each dialect writes (tf-keras's swish is Keras 3's silu). */
+static void test_activations(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *name;
+        Activation act;
+    } names[] = {{"sigmoid", ACT_SIGMOID},      {"tanh", ACT_TANH},   {"gelu", ACT_GELU},
+                 {"silu", ACT_SWISH},           {"swish", ACT_SWISH}, {"elu", ACT_ELU},
+                 {"leaky_relu", ACT_LEAKY_RELU}};
+    const char *files[] = {"keras3-tutorial-cnn.json", "tfkeras-tutorial-cnn.json"};
+    for (size_t f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+            Model *m;
+            char err[512] = "";
+            activation_name = names[i].name;
+            if (create_edited(&m, files[f], edit_activation, err, sizeof err))
+                fail_msg("%s with %s: %s", files[f], names[i].name, err);
+            int d = 0;
+            while (m->layers[d].type != LAYER_DENSE) d++;
+            print_message("# %s: %s\n", files[f], names[i].name);
+            assert_int_equal(m->layers[d].act, names[i].act);
+            model_free(m);
+        }
+}
+
 static void test_refused(void **s)
 {
     (void)s;
@@ -355,8 +383,9 @@ static void test_refused(void **s)
                    "\"flatten_5\", not the layer before it (\"dense_10\")", "no branches", NULL);
     expect_refused("tfkeras-branching.json", NULL, "layers[3] \"dense_11\" (Dense).inbound_nodes",
                    NULL);
-    expect_refused(k3, edit_tanh, "layers[4] \"dense\" (Dense).activation: \"tanh\"",
-                   "relu, softmax, linear", NULL);
+    activation_name = "hard_sigmoid";
+    expect_refused(k3, edit_activation, "layers[4] \"dense\" (Dense).activation: \"hard_sigmoid\"",
+                   MODEL_ACTIVATIONS, NULL);
     expect_refused(tf, edit_padding, "layers[2] \"conv2d\" (Conv2D).padding: \"causal\"",
                    "\"valid\" or \"same\"", NULL);
     expect_refused(k3, edit_no_layer_config, "layers[2] \"?\" (Conv2D).config: expected an object",
@@ -394,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_spec_keeps_indices_and_names),
         cmocka_unit_test(test_accepted_forms),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
