@@ -374,7 +374,6 @@ static float act_value(float x, Activation act)
     case ACT_GELU: return x * phif(x);
     case ACT_SWISH: return x * sigmoidf(x);
     case ACT_ELU: return x > 0.0f ? x : expm1f(x);
-    case ACT_LEAKY_RELU: return x > 0.0f ? x : LEAKY_SLOPE * x;
     default: return x;
     }
 }
@@ -391,14 +390,25 @@ static float act_slope(float y, float x, Activation act)
         return s * (1.0f + x * (1.0f - s));
     }
     case ACT_ELU: return y > 0.0f ? 1.0f : y + 1.0f;
-    case ACT_LEAKY_RELU: return y > 0.0f ? 1.0f : LEAKY_SLOPE;
     default: return 1.0f;
     }
 }
 
+void leaky_relu_forward(float *x, size_t n, float slope)
+{
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+}
+
+void leaky_relu_backward(float *d, const float *y, size_t n, float slope)
+{
+    for (size_t i = 0; i < n; i++) d[i] = y[i] > 0.0f ? d[i] : slope * d[i];
+}
+
 void activation_forward(float *x, size_t rows, size_t cols, Activation act)
 {
-    if (act == ACT_RELU) {
+    if (act == ACT_LEAKY_RELU) {
+        leaky_relu_forward(x, rows * cols, LEAKY_SLOPE);
+    } else if (act == ACT_RELU) {
         for (size_t i = 0; i < rows * cols; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
     } else if (act == ACT_SOFTMAX) {
         for (size_t r = 0; r < rows; r++) {
@@ -420,7 +430,9 @@ int activation_needs_input(Activation act)
 void activation_backward(float *d, const float *y, const float *x, size_t rows, size_t cols,
                          Activation act)
 {
-    if (act == ACT_RELU) {
+    if (act == ACT_LEAKY_RELU) {
+        leaky_relu_backward(d, y, rows * cols, LEAKY_SLOPE);
+    } else if (act == ACT_RELU) {
         /* branch-free so that it vectorizes: the signs are unpredictable */
         for (size_t i = 0; i < rows * cols; i++) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
     } else if (act == ACT_SOFTMAX) {

@@ -113,6 +113,12 @@ void dropout_forward(float *x, float *mask, size_t n, float rate, uint64_t *rng)
 /* dx = dout * mask, in place on d. */
 void dropout_backward(float *d, const float *mask, size_t n);
 
+/* Keras's leaky relu with any negative slope >= 0, in place over n values (the
+ * LeakyReLU layer; the leaky_relu activation is this with slope 0.2). */
+void leaky_relu_forward(float *x, size_t n, float slope);
+/* d <- d * slope where y <= 0 (y its output). */
+void leaky_relu_backward(float *d, const float *y, size_t n, float slope);
+
 /* In place activations over rows of `cols` values; softmax is per row. */
 void activation_forward(float *x, size_t rows, size_t cols, Activation act);
 /* 1 when the activation's gradient needs its input, not only its output (gelu and swish

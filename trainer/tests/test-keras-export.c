@@ -152,6 +152,40 @@ static void test_config_activations(void **state)
     model_free(m);
 }
 
+/* The activation layers written as Keras 3 writes them, and read back as they were. */
+static void test_config_activation_layers(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[8],\"layers\":["
+                     "{\"type\":\"Dense\",\"units\":4},{\"type\":\"ReLU\"},"
+                     "{\"type\":\"Dense\",\"units\":4},"
+                     "{\"type\":\"LeakyReLU\",\"negative_slope\":0.1},"
+                     "{\"type\":\"Dense\",\"units\":4},"
+                     "{\"type\":\"Activation\",\"activation\":\"swish\"},"
+                     "{\"type\":\"Dense\",\"units\":3}]}");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    const cJSON *relu = cJSON_GetArrayItem(layers, 2), *leaky = cJSON_GetArrayItem(layers, 4),
+                *act = cJSON_GetArrayItem(layers, 6);
+    assert_string_equal(at(relu, "class_name")->valuestring, "ReLU");
+    assert_string_equal(at(at(relu, "config"), "name")->valuestring, "re_lu");
+    assert_true(cJSON_IsNull(at(at(relu, "config"), "max_value")));
+    assert_string_equal(at(leaky, "class_name")->valuestring, "LeakyReLU");
+    assert_string_equal(at(at(leaky, "config"), "name")->valuestring, "leaky_re_lu");
+    assert_non_null(strstr(text, "\"negative_slope\":0.1"));
+    assert_string_equal(at(act, "class_name")->valuestring, "Activation");
+    assert_string_equal(at(at(act, "config"), "activation")->valuestring, "silu");
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    model_free(back);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
 /* The string attribute "name" of object path in f. */
 static void assert_name_attr(hid_t f, const char *path, const char *want)
 {
@@ -376,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_bad_names_refused),
         cmocka_unit_test(test_config_of_builtin),
         cmocka_unit_test(test_config_activations),
+        cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),
         cmocka_unit_test(test_paths),

@@ -370,6 +370,61 @@ static void test_activations(void **s)
         }
 }
 
+/* The Activation, ReLU and LeakyReLU layers as each dialect writes them (LeakyReLU's
+ * negative_slope in Keras 3, alpha in tf-keras), and ReLU's options other than the plain
+ * relu's refused naming the field. */
+static void edit_relu6(cJSON *root)
+{
+    set(config_at(root, 2), "max_value", cJSON_CreateNumber(6));
+}
+static void edit_relu_threshold(cJSON *root)
+{
+    set(config_at(root, 2), "threshold", cJSON_CreateNumber(0.5));
+}
+static void edit_activation_layer(cJSON *root)
+{
+    set(config_at(root, 10), "activation", cJSON_CreateString(activation_name));
+}
+
+static void test_activation_layers(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-activations.json", "tfkeras-activations.json"};
+    static const LayerType types[] = {
+        LAYER_CONV2D,     LAYER_RELU,       LAYER_CONV2D,     LAYER_FLATTEN, LAYER_DENSE,
+        LAYER_LEAKY_RELU, LAYER_DENSE,      LAYER_LEAKY_RELU, LAYER_DENSE,   LAYER_ACTIVATION,
+        LAYER_DENSE,      LAYER_ACTIVATION, LAYER_DENSE};
+    static const Activation acts[] = {ACT_GELU,    ACT_RELU,       ACT_ELU,        ACT_LINEAR,
+                                      ACT_SWISH,   ACT_LEAKY_RELU, ACT_TANH,       ACT_LEAKY_RELU,
+                                      ACT_SIGMOID, ACT_GELU,       ACT_LEAKY_RELU, ACT_SOFTMAX,
+                                      ACT_LINEAR};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 13);
+        for (int i = 0; i < 13; i++) {
+            assert_int_equal(m[f]->layers[i].type, types[i]);
+            assert_int_equal(m[f]->layers[i].act, acts[i]);
+        }
+        assert_true(m[f]->layers[5].slope == 0.3f);
+        assert_true(m[f]->layers[7].slope == 0.1f);
+        assert_string_equal(m[f]->layers[1].name, "re_lu");
+        assert_string_equal(m[f]->layers[5].name, "leaky_re_lu");
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-activations.json", edit_relu6,
+                   "layers[2] \"re_lu\" (ReLU).max_value: expected null (the plain relu)", NULL);
+    expect_refused("tfkeras-activations.json", edit_relu_threshold,
+                   "layers[2] \"re_lu\" (ReLU).threshold: expected 0 (the plain relu)", NULL);
+    activation_name = "selu";
+    expect_refused("keras3-activations.json", edit_activation_layer,
+                   "(Activation).activation: \"selu\" is not supported", MODEL_ACTIVATIONS, NULL);
+}
+
 static void test_refused(void **s)
 {
     (void)s;
@@ -424,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_accepted_forms),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activation_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -701,6 +701,43 @@ static void test_model_grad_activations(void **s)
     model_free(c.m);
 }
 
+/* The Activation (on a rank-3 output: softmax per last axis), ReLU and LeakyReLU layers
+ * through model_step. */
+static void test_model_grad_activation_layers(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[5,5,2],\"layers\":["
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2},"
+                       "{\"type\":\"LeakyReLU\",\"negative_slope\":0.1},"
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2},"
+                       "{\"type\":\"Activation\",\"activation\":\"softmax\"},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":6},"
+                       "{\"type\":\"ReLU\"},"
+                       "{\"type\":\"Dense\",\"units\":6},"
+                       "{\"type\":\"Activation\",\"activation\":\"gelu\"},"
+                       "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 50, 1);
+    for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f;
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    /* the softmax layer normalised each pixel's 3 channels */
+    const float *sm = c.m->acts[3];
+    for (int p = 0; p < 3 * 9; p++)
+        assert_float_equal(sm[3 * p] + sm[3 * p + 1] + sm[3 * p + 2], 1.0f, 1e-5);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    check_grad("model params (activation layers)", c.m->params, g, c.m->num_params, model_obj, &c,
+               2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
 /* Keras's Dense on a rank > 1 input maps the last axis (and a softmax normalises each
  * row); a non-square "same" pool: the whole model's gradient. */
 static void test_model_grad_nd_dense_and_pool(void **s)
@@ -765,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_maxpool_same_by_hand),
         cmocka_unit_test(test_model_grad_nd_dense_and_pool),
         cmocka_unit_test(test_model_grad_activations),
+        cmocka_unit_test(test_model_grad_activation_layers),
         cmocka_unit_test(test_sigmoid),
         cmocka_unit_test(test_tanh),
         cmocka_unit_test(test_gelu),

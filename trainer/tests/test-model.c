@@ -209,6 +209,14 @@ static void test_activation_buffers(void **s)
     assert_string_equal(l->name, "dense");
     assert_string_equal(model_activation_name(l->act), "gelu");
     model_free(m);
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[8],\"layers\":[{\"type\":\"Dense\","
+                                  "\"units\":6},{\"type\":\"ReLU\"},{\"type\":\"Dense\","
+                                  "\"units\":4}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "re_lu");
+    model_free(m);
     assert_int_equal(model_create(&m, "tutorial-cnn", 1, err, sizeof err), 0);
     assert_null(model_gpu_unsupported(m));
     model_free(m);
