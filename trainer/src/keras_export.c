@@ -174,9 +174,9 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddNumberToObject(cfg, "negative_slope", 0.0);
         cJSON_AddNumberToObject(cfg, "threshold", 0.0);
         break;
-    case LAYER_LEAKY_RELU:
+    case LAYER_LEAKY_RELU: /* tf-keras's key: Keras 3 reads it too, tf-keras not Keras 3's */
         o = layer_object("LeakyReLU", l->name, &cfg);
-        add_float(cfg, "negative_slope", l->slope);
+        add_float(cfg, "alpha", l->slope);
         break;
     case LAYER_DROPOUT:
     default:
