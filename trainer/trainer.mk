@@ -200,7 +200,12 @@ reference-tfrecord:
 	tf=$$(bash bench/pyvenv.sh venv-tf) && \
 	$$tf trainer/tests/reference/tfrecord/gen_tfrecord.py $(FASHION_DIR)
 
-.PHONY: bench-trainer reference-trainer reference-tfrecord
+# Regenerates trainer/tests/reference/activations/ with Keras 3 and tf-keras (commit it).
+reference-activations:
+	tf=$$(bash bench/pyvenv.sh venv-tf) && \
+	$$tf trainer/tests/reference/activations/gen_activations.py
+
+.PHONY: bench-trainer reference-trainer reference-tfrecord reference-activations
 
 # Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow
 # MultiWorkerMirroredStrategy (trainer/bench/bench_distributed.py); also 4 workers,

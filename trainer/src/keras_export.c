@@ -164,6 +164,20 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddBoolToObject(cfg, "use_bias", 1);
         add_regularizer(cfg, l->l2);
         break;
+    case LAYER_ACTIVATION:
+        o = layer_object("Activation", l->name, &cfg);
+        cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
+        break;
+    case LAYER_RELU: /* Keras 3 writes the defaults */
+        o = layer_object("ReLU", l->name, &cfg);
+        cJSON_AddNullToObject(cfg, "max_value");
+        cJSON_AddNumberToObject(cfg, "negative_slope", 0.0);
+        cJSON_AddNumberToObject(cfg, "threshold", 0.0);
+        break;
+    case LAYER_LEAKY_RELU: /* tf-keras's key: Keras 3 reads it too, tf-keras not Keras 3's */
+        o = layer_object("LeakyReLU", l->name, &cfg);
+        add_float(cfg, "alpha", l->slope);
+        break;
     case LAYER_DROPOUT:
     default:
         o = layer_object("Dropout", l->name, &cfg);

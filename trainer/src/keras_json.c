@@ -5,9 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model.h"
+
 /* What the trainer implements, named in the messages. */
-#define KJ_LAYERS "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout"
-#define KJ_ACTIVATIONS "relu, softmax, linear"
+#define KJ_LAYERS                                                                                  \
+    "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, "       \
+    "LeakyReLU"
 
 typedef struct {
     const char *what;      /* the file */
@@ -66,6 +69,7 @@ typedef enum {
     F_REGULARIZER, /* L2, or L1L2 without L1 */
     F_SEED,        /* null or an integer: the trainer draws from its own --seed */
     F_SHAPE,       /* the batch shape of the model's input */
+    F_SLOPE,       /* LeakyReLU's slope: Keras 3's negative_slope, tf-keras's alpha */
 } FieldKind;
 
 typedef struct {
@@ -127,14 +131,26 @@ static const Field dropout_fields[] = {{"rate", F_COPY},
                                        {"trainable", F_BOOL},
                                        {NULL, F_NAME}};
 
+static const Field activation_fields[] = {
+    {"activation", F_ACTIVATION}, {"trainable", F_BOOL}, {NULL, F_NAME}};
+/* model.c refuses values other than the plain relu's, naming the field */
+static const Field relu_fields[] = {{"negative_slope", F_COPY},
+                                    {"max_value", F_COPY},
+                                    {"threshold", F_COPY},
+                                    {"trainable", F_BOOL},
+                                    {NULL, F_NAME}};
+static const Field leaky_fields[] = {
+    {"negative_slope", F_SLOPE}, {"alpha", F_SLOPE}, {"trainable", F_BOOL}, {NULL, F_NAME}};
+
 /* The Keras classes the trainer implements, each the spec type of the same name. */
 static const struct {
     const char *cls;
     const Field *fields;
 } classes[] = {
-    {"InputLayer", input_fields},  {"Reshape", reshape_fields}, {"Conv2D", conv_fields},
-    {"MaxPooling2D", pool_fields}, {"Flatten", flatten_fields}, {"Dense", dense_fields},
-    {"Dropout", dropout_fields},
+    {"InputLayer", input_fields},  {"Reshape", reshape_fields},       {"Conv2D", conv_fields},
+    {"MaxPooling2D", pool_fields}, {"Flatten", flatten_fields},       {"Dense", dense_fields},
+    {"Dropout", dropout_fields},   {"Activation", activation_fields}, {"ReLU", relu_fields},
+    {"LeakyReLU", leaky_fields},
 };
 
 static const Field *field_of(const Field *fields, const char *key)
@@ -160,8 +176,9 @@ static int check_dtype(const KCtx *k, const char *key, const cJSON *v)
 static int check_activation(const KCtx *k, const char *key, const cJSON *v)
 {
     if (!v || cJSON_IsNull(v)) return 0;
-    if (is_str(v, "relu") || is_str(v, "softmax") || is_str(v, "linear")) return 0;
-    return kfail(k, key, "%s%s%s is not supported: the trainer has " KJ_ACTIVATIONS,
+    Activation act;
+    if (cJSON_IsString(v) && !model_activation_parse(v->valuestring, &act)) return 0;
+    return kfail(k, key, "%s%s%s is not supported: the trainer has " MODEL_ACTIVATIONS,
                  cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "this value",
                  cJSON_IsString(v) ? "\"" : "");
 }
@@ -313,6 +330,7 @@ static int convert_field(const KCtx *k, const Field *f, const cJSON *v, cJSON *s
     case F_SEED:
         if (cJSON_IsNull(v) || cJSON_IsNumber(v)) return 0;
         return kfail(k, key, "expected null or an integer");
+    case F_SLOPE: cJSON_AddItemToObject(spec, "negative_slope", cJSON_Duplicate(v, 1)); return 0;
     case F_SHAPE:
         if (*input_shape) return kfail(k, key, "a second input shape");
         return (*input_shape = example_shape(k, key, v)) ? 0 : -1;

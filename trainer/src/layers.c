@@ -350,9 +350,65 @@ void dropout_backward(float *d, const float *mask, size_t n)
     for (size_t i = 0; i < n; i++) d[i] *= mask[i];
 }
 
+/* Keras's leaky_relu default negative slope (the activation, not the LeakyReLU layer) */
+#define LEAKY_SLOPE 0.2f
+
+static float sigmoidf(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* The standard normal's distribution function, the factor of gelu's erf form. */
+static float phif(float x)
+{
+    return 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+}
+
+/* One value of an element-wise activation. */
+static float act_value(float x, Activation act)
+{
+    switch (act) {
+    case ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case ACT_SIGMOID: return sigmoidf(x);
+    case ACT_TANH: return tanhf(x);
+    case ACT_GELU: return x * phif(x);
+    case ACT_SWISH: return x * sigmoidf(x);
+    case ACT_ELU: return x > 0.0f ? x : expm1f(x);
+    default: return x;
+    }
+}
+
+/* Its derivative, from the output y or (activation_needs_input) the input x. */
+static float act_slope(float y, float x, Activation act)
+{
+    switch (act) {
+    case ACT_SIGMOID: return y * (1.0f - y);
+    case ACT_TANH: return 1.0f - y * y;
+    case ACT_GELU: return phif(x) + x * expf(-0.5f * x * x) * (float)(0.5 * M_2_SQRTPI * M_SQRT1_2);
+    case ACT_SWISH: {
+        const float s = sigmoidf(x);
+        return s * (1.0f + x * (1.0f - s));
+    }
+    case ACT_ELU: return y > 0.0f ? 1.0f : y + 1.0f;
+    default: return 1.0f;
+    }
+}
+
+void leaky_relu_forward(float *x, size_t n, float slope)
+{
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : slope * x[i];
+}
+
+void leaky_relu_backward(float *d, const float *y, size_t n, float slope)
+{
+    for (size_t i = 0; i < n; i++) d[i] = y[i] > 0.0f ? d[i] : slope * d[i];
+}
+
 void activation_forward(float *x, size_t rows, size_t cols, Activation act)
 {
-    if (act == ACT_RELU) {
+    if (act == ACT_LEAKY_RELU) {
+        leaky_relu_forward(x, rows * cols, LEAKY_SLOPE);
+    } else if (act == ACT_RELU) {
         for (size_t i = 0; i < rows * cols; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
     } else if (act == ACT_SOFTMAX) {
         for (size_t r = 0; r < rows; r++) {
@@ -361,12 +417,22 @@ void activation_forward(float *x, size_t rows, size_t cols, Activation act)
             for (size_t j = 0; j < cols; j++) sum += row[j] = expf(row[j] - mx);
             for (size_t j = 0; j < cols; j++) row[j] /= sum;
         }
+    } else if (act != ACT_LINEAR) {
+        for (size_t i = 0; i < rows * cols; i++) x[i] = act_value(x[i], act);
     }
 }
 
-void activation_backward(float *d, const float *y, size_t rows, size_t cols, Activation act)
+int activation_needs_input(Activation act)
 {
-    if (act == ACT_RELU) {
+    return act == ACT_GELU || act == ACT_SWISH;
+}
+
+void activation_backward(float *d, const float *y, const float *x, size_t rows, size_t cols,
+                         Activation act)
+{
+    if (act == ACT_LEAKY_RELU) {
+        leaky_relu_backward(d, y, rows * cols, LEAKY_SLOPE);
+    } else if (act == ACT_RELU) {
         /* branch-free so that it vectorizes: the signs are unpredictable */
         for (size_t i = 0; i < rows * cols; i++) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
     } else if (act == ACT_SOFTMAX) {
@@ -377,5 +443,9 @@ void activation_backward(float *d, const float *y, size_t rows, size_t cols, Act
             for (size_t j = 0; j < cols; j++) dot += dr[j] * yr[j];
             for (size_t j = 0; j < cols; j++) dr[j] = yr[j] * (dr[j] - dot);
         }
+    } else if (activation_needs_input(act)) {
+        for (size_t i = 0; i < rows * cols; i++) d[i] *= act_slope(0.0f, x[i], act);
+    } else if (act != ACT_LINEAR) {
+        for (size_t i = 0; i < rows * cols; i++) d[i] *= act_slope(y[i], 0.0f, act);
     }
 }

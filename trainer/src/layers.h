@@ -13,7 +13,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { ACT_LINEAR = 0, ACT_RELU, ACT_SOFTMAX } Activation;
+/* Keras's activations by their exact definitions: gelu is the erf form (Keras's default;
+ * a config names no other), swish is silu, elu's alpha is 1 and leaky_relu's negative
+ * slope 0.2 (keras.activations' defaults in both Keras 3 and tf-keras). */
+typedef enum {
+    ACT_LINEAR = 0,
+    ACT_RELU,
+    ACT_SOFTMAX,
+    ACT_SIGMOID,
+    ACT_TANH,
+    ACT_GELU,
+    ACT_SWISH,
+    ACT_ELU,
+    ACT_LEAKY_RELU
+} Activation;
 
 /* Geometry of one Conv2D: input (B,H,W,C) -> output (B,OH,OW,F), kernel (KH,KW,C,F). */
 typedef struct {
@@ -100,10 +113,21 @@ void dropout_forward(float *x, float *mask, size_t n, float rate, uint64_t *rng)
 /* dx = dout * mask, in place on d. */
 void dropout_backward(float *d, const float *mask, size_t n);
 
+/* Keras's leaky relu with any negative slope >= 0, in place over n values (the
+ * LeakyReLU layer; the leaky_relu activation is this with slope 0.2). */
+void leaky_relu_forward(float *x, size_t n, float slope);
+/* d <- d * slope where y <= 0 (y its output). */
+void leaky_relu_backward(float *d, const float *y, size_t n, float slope);
+
 /* In place activations over rows of `cols` values; softmax is per row. */
 void activation_forward(float *x, size_t rows, size_t cols, Activation act);
-/* d (rows,cols) <- d * act'(y) where y is the activation's output. Softmax's full
- * Jacobian-vector product: d_i <- y_i (d_i - sum_j d_j y_j). */
-void activation_backward(float *d, const float *y, size_t rows, size_t cols, Activation act);
+/* 1 when the activation's gradient needs its input, not only its output (gelu and swish
+ * are not monotonic: the output does not say the input). */
+int activation_needs_input(Activation act);
+/* d (rows,cols) <- d * act'(x) from the activation's output y, or from its input x where
+ * activation_needs_input (x may be NULL elsewhere). Softmax's full Jacobian-vector
+ * product: d_i <- y_i (d_i - sum_j d_j y_j). */
+void activation_backward(float *d, const float *y, const float *x, size_t rows, size_t cols,
+                         Activation act);
 
 #endif

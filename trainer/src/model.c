@@ -297,12 +297,8 @@ static int spec_activation(const SpecCtx *sc, const cJSON *o, Activation *act)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "activation");
     *act = ACT_LINEAR;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (cJSON_IsString(v)) {
-        if (!strcmp(v->valuestring, "linear")) return 0;
-        if (!strcmp(v->valuestring, "relu")) return *act = ACT_RELU, 0;
-        if (!strcmp(v->valuestring, "softmax")) return *act = ACT_SOFTMAX, 0;
-    }
-    return spec_fail(sc, "activation", "one of \"relu\", \"softmax\", \"linear\"");
+    if (cJSON_IsString(v) && !model_activation_parse(v->valuestring, act)) return 0;
+    return spec_fail(sc, "activation", "one of " MODEL_ACTIVATIONS);
 }
 
 /* kernel_regularizer: {"l2": F} (Keras's L2(F)) or a bare number F. */
@@ -351,6 +347,47 @@ static int spec_known_keys(const SpecCtx *sc, const cJSON *o, const char *type,
     return 0;
 }
 
+/* A key that must be absent, null or the number want (ReLU's options at Keras's defaults:
+ * the trainer's ReLU layer is the plain relu). */
+static int spec_default(const SpecCtx *sc, const cJSON *o, const char *key, int nullable,
+                        double want, const char *expected)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || (nullable && cJSON_IsNull(v)) || (cJSON_IsNumber(v) && v->valuedouble == want))
+        return 0;
+    return spec_fail(sc, key, expected);
+}
+
+/* Activation (any activation), ReLU (its defaults) and LeakyReLU (negative_slope >= 0,
+ * Keras's default 0.3). */
+static int activation_layer(Layer *l, const cJSON *o, const char *t, const SpecCtx *sc)
+{
+    int rc;
+    if (!strcmp(t, "Activation")) {
+        l->type = LAYER_ACTIVATION;
+        if (!cJSON_GetObjectItemCaseSensitive(o, "activation"))
+            return spec_fail(sc, "activation", "one of " MODEL_ACTIVATIONS);
+        return spec_activation(sc, o, &l->act);
+    }
+    if (!strcmp(t, "ReLU")) {
+        l->type = LAYER_RELU;
+        l->act = ACT_RELU;
+        if ((rc = spec_default(sc, o, "negative_slope", 0, 0.0, "0 (the plain relu)")) ||
+            (rc = spec_default(sc, o, "threshold", 0, 0.0, "0 (the plain relu)")))
+            return rc;
+        return spec_default(sc, o, "max_value", 1, (double)NAN, "null (the plain relu)");
+    }
+    l->type = LAYER_LEAKY_RELU;
+    l->act = ACT_LEAKY_RELU;
+    l->slope = 0.3f;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "negative_slope");
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0 && v->valuedouble <= 1e6))
+        return spec_fail(sc, "negative_slope", "a number >= 0");
+    l->slope = (float)v->valuedouble;
+    return 0;
+}
+
 static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
                            const SpecCtx *sc)
 {
@@ -361,11 +398,12 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
     static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
+    static const char *const activation_keys[] = {"activation", NULL};
+    static const char *const relu_keys[] = {"negative_slope", "max_value", "threshold", NULL};
+    static const char *const leaky_keys[] = {"negative_slope", NULL};
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     if (!cJSON_IsObject(o) || !cJSON_IsString(type))
-        return spec_fail(sc, "type",
-                         "a string: Input, Reshape, Conv2D, MaxPooling2D, Flatten, "
-                         "Dense or Dropout");
+        return spec_fail(sc, "type", "a string: " MODEL_LAYER_TYPES);
     const char *t = type->valuestring;
     memset(l, 0, sizeof *l);
     memcpy(l->in_shape, in_shape, sizeof l->in_shape);
@@ -378,6 +416,9 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
                               : !strcmp(t, "MaxPooling2D") ? pool_keys
                               : !strcmp(t, "Dense")        ? dense_keys
                               : !strcmp(t, "Dropout")      ? dropout_keys
+                              : !strcmp(t, "Activation")   ? activation_keys
+                              : !strcmp(t, "ReLU")         ? relu_keys
+                              : !strcmp(t, "LeakyReLU")    ? leaky_keys
                                                            : NULL;
     if (keys && (rc = spec_known_keys(sc, o, t, keys))) return rc;
     if (!strcmp(t, "Reshape")) {
@@ -467,10 +508,12 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->rate = (float)r->valuedouble;
         memcpy(l->out_shape, in_shape, sizeof l->out_shape);
         l->out_rank = in_rank;
+    } else if (!strcmp(t, "Activation") || !strcmp(t, "ReLU") || !strcmp(t, "LeakyReLU")) {
+        if ((rc = activation_layer(l, o, t, sc))) return rc;
+        memcpy(l->out_shape, in_shape, sizeof l->out_shape);
+        l->out_rank = in_rank;
     } else {
-        return spec_fail(sc, "type",
-                         "Input, Reshape, Conv2D, MaxPooling2D, Flatten, Dense or "
-                         "Dropout");
+        return spec_fail(sc, "type", MODEL_LAYER_TYPES);
     }
     l->out_size = shape_size(l->out_shape, l->out_rank);
     if (l->out_size > MODEL_MAX_FLOATS || l->w_count > MODEL_MAX_FLOATS)
@@ -501,9 +544,36 @@ static void append(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
+/* Indexed by Activation: the names Keras 3 writes */
+static const char *const activation_names[] = {"linear", "relu", "softmax", "sigmoid",   "tanh",
+                                               "gelu",   "silu", "elu",     "leaky_relu"};
+
 const char *model_activation_name(Activation a)
 {
-    return a == ACT_RELU ? "relu" : a == ACT_SOFTMAX ? "softmax" : "linear";
+    return activation_names[a];
+}
+
+int model_activation_layer(const Layer *l)
+{
+    return l->type == LAYER_ACTIVATION || l->type == LAYER_RELU || l->type == LAYER_LEAKY_RELU;
+}
+
+const Layer *model_gpu_unsupported(const Model *m)
+{
+    for (int i = 0; i < m->num_layers; i++) {
+        const Activation a = m->layers[i].act;
+        if (a != ACT_LINEAR && a != ACT_RELU && a != ACT_SOFTMAX) return &m->layers[i];
+        if (model_activation_layer(&m->layers[i])) return &m->layers[i];
+    }
+    return NULL;
+}
+
+int model_activation_parse(const char *name, Activation *act)
+{
+    if (!strcmp(name, "swish")) return *act = ACT_SWISH, 0; /* tf-keras's name of silu */
+    for (size_t i = 0; i < sizeof activation_names / sizeof *activation_names; i++)
+        if (!strcmp(name, activation_names[i])) return *act = (Activation)i, 0;
+    return -EINVAL;
 }
 
 static void make_signature(Model *m)
@@ -544,6 +614,12 @@ static void make_signature(Model *m)
                        model_activation_name(l->act), (double)l->l2);
             break;
         case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
+        case LAYER_ACTIVATION:
+        case LAYER_RELU:
+            append(&s, &len, &cap, "|%s(%s)", model_layer_keras_stem(l->type),
+                   model_activation_name(l->act));
+            break;
+        case LAYER_LEAKY_RELU: append(&s, &len, &cap, "|leaky_re_lu(%g)", (double)l->slope); break;
         }
     }
     append(&s, &len, &cap, "|params=%zu", m->num_params);
@@ -584,7 +660,8 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
         const size_t out = sat_mul(sat_mul(b, l->out_size), f);
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
             mm.activations = sat_add(mm.activations, out);
-        if (l->type == LAYER_DROPOUT) mm.activations = sat_add(mm.activations, out);
+        if (l->type == LAYER_DROPOUT || activation_needs_input(l->act))
+            mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_MAXPOOL)
             mm.activations =
                 sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
@@ -615,8 +692,11 @@ static void format_bytes(char *out, size_t outlen, size_t n)
 const char *model_layer_keras_stem(LayerType type)
 {
     static const char *const stem[] = {
-        [LAYER_RESHAPE] = "reshape", [LAYER_CONV2D] = "conv2d", [LAYER_MAXPOOL] = "max_pooling2d",
-        [LAYER_FLATTEN] = "flatten", [LAYER_DENSE] = "dense",   [LAYER_DROPOUT] = "dropout"};
+        [LAYER_RESHAPE] = "reshape",       [LAYER_CONV2D] = "conv2d",
+        [LAYER_MAXPOOL] = "max_pooling2d", [LAYER_FLATTEN] = "flatten",
+        [LAYER_DENSE] = "dense",           [LAYER_DROPOUT] = "dropout",
+        [LAYER_ACTIVATION] = "activation", [LAYER_RELU] = "re_lu",
+        [LAYER_LEAKY_RELU] = "leaky_re_lu"};
     return stem[type];
 }
 
@@ -879,11 +959,13 @@ static void free_buffers(Model *m)
         free(m->masks[i]);
         free(m->argmax[i]);
         free(m->cols[i]);
+        free(m->pre[i]);
     }
     free(m->acts);
     free(m->masks);
     free(m->argmax);
     free(m->cols);
+    free(m->pre);
     free(m->dcol);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
@@ -893,6 +975,7 @@ static void free_buffers(Model *m)
     m->masks = NULL;
     m->argmax = NULL;
     m->cols = NULL;
+    m->pre = NULL;
     m->dcol = m->dbuf[0] = m->dbuf[1] = NULL;
     m->max_batch = 0;
 }
@@ -961,11 +1044,13 @@ void model_reserve(Model *m, int max_batch)
     m->masks = xcalloc((size_t)m->num_layers, sizeof *m->masks);
     m->argmax = xcalloc((size_t)m->num_layers, sizeof *m->argmax);
     m->cols = xcalloc((size_t)m->num_layers, sizeof *m->cols);
+    m->pre = xcalloc((size_t)m->num_layers, sizeof *m->pre);
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
             m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
+        if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_MAXPOOL) m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
             size_t c = conv_col_size(&l->conv, max_batch);
@@ -1058,6 +1143,12 @@ static void forward_layer(const Pass *p, int lo, int cnt)
         dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
         break;
     case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
+    case LAYER_ACTIVATION:
+    case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
+    case LAYER_LEAKY_RELU:
+        memcpy(out, in, n * sizeof *out);
+        leaky_relu_forward(out, n, l->slope);
+        return;
     case LAYER_DROPOUT:
         memcpy(out, in, n * sizeof *out);
         if (p->training && m->dropout_enabled && l->rate > 0.0f) {
@@ -1067,9 +1158,10 @@ static void forward_layer(const Pass *p, int lo, int cnt)
         break;
     }
     int last = i == m->num_layers - 1;
-    /* per row of the last axis: a softmax Dense on a rank > 1 input normalises each */
-    size_t rows = l->type == LAYER_DENSE ? (size_t)cnt * (size_t)l->dense_rows : (size_t)cnt;
-    size_t cols = l->type == LAYER_DENSE ? (size_t)l->units : l->out_size;
+    /* per row of the last axis: a softmax on a rank > 1 output normalises each */
+    size_t cols = l->type == LAYER_CONV2D ? l->out_size : (size_t)l->out_shape[l->out_rank - 1];
+    size_t rows = n / cols;
+    if (m->pre[i]) memcpy(m->pre[i] + at, out, n * sizeof *out);
     if (!(last && l->act == ACT_SOFTMAX)) activation_forward(out, rows, cols, l->act);
 }
 
@@ -1145,13 +1237,24 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     const float *w = m->params + l->w_off;
     float *dw = g + l->w_off, *db = g + l->b_off;
     int last = i == m->num_layers - 1;
+    const float *pre = m->pre[i] ? m->pre[i] + at : NULL;
     if (l->type == LAYER_CONV2D && l->act != ACT_RELU && !(last && l->act == ACT_SOFTMAX))
-        activation_backward(d, out, (size_t)cnt, l->out_size, l->act);
+        activation_backward(d, out, pre, (size_t)cnt, l->out_size, l->act);
     if (l->type == LAYER_DENSE && !(last && l->act == ACT_SOFTMAX))
-        activation_backward(d, out, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units, l->act);
+        activation_backward(d, out, pre, (size_t)cnt * (size_t)l->dense_rows, (size_t)l->units,
+                            l->act);
+    if (l->type == LAYER_ACTIVATION || l->type == LAYER_RELU) {
+        const size_t cols = (size_t)l->out_shape[l->out_rank - 1];
+        activation_backward(d, out, pre, (size_t)cnt * l->out_size / cols, cols, l->act);
+    }
+    if (l->type == LAYER_LEAKY_RELU)
+        leaky_relu_backward(d, out, (size_t)cnt * l->out_size, l->slope);
     switch (l->type) {
     case LAYER_RESHAPE:
-    case LAYER_FLATTEN: break;
+    case LAYER_FLATTEN:
+    case LAYER_ACTIVATION:
+    case LAYER_RELU:
+    case LAYER_LEAKY_RELU: break; /* d scaled in place above */
     case LAYER_DROPOUT:
         if (m->dropout_enabled && l->rate > 0.0f)
             dropout_backward(d, m->masks[i] + at, (size_t)cnt * l->out_size);
@@ -1264,8 +1367,11 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
         const Layer *l = &m->layers[i];
         if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) continue;
         p->layer = i;
-        /* dropout scales d in place; the others write their input's gradient */
-        p->din = i > first_param && l->type != LAYER_DROPOUT ? m->dbuf[1 - cur] : NULL;
+        /* dropout and activation layers scale d in place; the others write their input's
+         * gradient */
+        p->din = i > first_param && l->type != LAYER_DROPOUT && !model_activation_layer(l)
+                     ? m->dbuf[1 - cur]
+                     : NULL;
         /* a Dense layer's for a relu Conv2D goes to the buffer kept zero (model.h) */
         const int to_zero = p->din && m->dzero && dense_feeds_relu_conv(m, i);
         if (to_zero) p->din = m->dzero;

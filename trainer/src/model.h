@@ -19,7 +19,10 @@ typedef enum {
     LAYER_MAXPOOL,
     LAYER_FLATTEN,
     LAYER_DENSE,
-    LAYER_DROPOUT
+    LAYER_DROPOUT,
+    LAYER_ACTIVATION, /* Keras's Activation, ReLU and LeakyReLU: act (and slope) alone */
+    LAYER_RELU,
+    LAYER_LEAKY_RELU
 } LayerType;
 
 /* The bytes of a layer's name, NUL included. */
@@ -41,6 +44,7 @@ typedef struct {
                                    input of rank > 1 (rows 1 for a flat input) */
     PoolGeom pool;              /* maxpool */
     float rate;                 /* dropout */
+    float slope;                /* leaky relu layer: its negative slope */
     float l2;                   /* kernel regularizer factor, 0 = none */
     int same;                   /* conv2d padding "same" */
     size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
@@ -83,6 +87,8 @@ struct Model {
     float **masks;          /* dropout masks */
     int32_t **argmax;       /* maxpool argmax */
     float **cols;           /* im2col of each conv layer, kept for its backward */
+    float **pre;            /* output before the activation, kept for its backward where
+                               activation_needs_input (gelu, swish), else NULL */
     float *dcol;            /* scratch for the largest conv's column gradient, colmax
                                floats per example */
     float *dbuf[2];         /* ping-pong activation gradients, dmax floats per example */
@@ -106,9 +112,25 @@ typedef struct {
  * (layers last to first), so a collective can start on it while backward goes on. */
 typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
 
-/* An activation's name, as a spec and Keras's config both write it ("relu", "softmax",
- * "linear"). */
+/* The spec's layer types, in the messages. */
+#define MODEL_LAYER_TYPES                                                                          \
+    "Input, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU or "          \
+    "LeakyReLU"
+
+/* The activations' names, in the messages. */
+#define MODEL_ACTIVATIONS                                                                          \
+    "linear, relu, softmax, sigmoid, tanh, gelu, silu (or swish), elu, leaky_relu"
+
+/* An activation's name, as a spec and Keras 3's config both write it ("relu", "silu", ...). */
 const char *model_activation_name(Activation a);
+/* The first layer the CUDA path (gpu/device.cu) lacks: an activation other than
+ * GPU_ACTIVATIONS, or an activation layer. NULL when the model trains on the GPU. */
+#define GPU_ACTIVATIONS "linear, relu, softmax"
+const Layer *model_gpu_unsupported(const Model *m);
+/* 1 for a layer of activation alone (Activation, ReLU, LeakyReLU). */
+int model_activation_layer(const Layer *l);
+/* The activation a spec or a Keras config (either dialect) names: 0, or -EINVAL. */
+int model_activation_parse(const char *name, Activation *act);
 
 /* Keras's snake-case name of the layer's class ("conv2d", "max_pooling2d", ...): the
  * stem of the default layer names, and of the groups a Keras weights file keeps the
@@ -143,7 +165,8 @@ typedef struct {
     size_t weights;     /* parameter and gradient arenas, the gradient arenas of the most
                            shards a step may cut the batch into, the optimizer state */
     size_t activations; /* model_reserve's buffers for the batch: outputs, dropout masks,
-                           maxpool argmax, im2col columns, activation gradients */
+                           maxpool argmax, im2col columns, activation gradients,
+                           pre-activations (model.h's pre) */
     size_t total;       /* their sum (SIZE_MAX when it does not fit a size_t) */
 } ModelMemory;
 

@@ -139,6 +139,19 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
         goto err;
     }
 #ifdef KT_GPU
+    const Layer *nogpu = t->gpu_device >= 0 ? model_gpu_unsupported(t->model) : NULL;
+    if (nogpu) {
+        const int whole = model_activation_layer(nogpu);
+        snprintf(err, errlen,
+                 "--device %s: layer \"%s\": %s %s has no CUDA kernel (the GPU path has the "
+                 "activations " GPU_ACTIVATIONS " of Dense and Conv2D); train this model with "
+                 "--device cpu",
+                 cfg->device, nogpu->name, whole ? "a layer" : "activation",
+                 whole ? model_layer_keras_stem(nogpu->type) : model_activation_name(nogpu->act));
+        *exit_code = KT_EXIT_DATA;
+        rc = -ENOTSUP;
+        goto err;
+    }
     if (t->gpu_device >= 0) {
         if ((rc = gpu_model_create(&t->gpu, t->model, &oc, t->gpu_device, cfg->per_worker_batch,
                                    err, errlen))) {

@@ -34,6 +34,19 @@ if close "$lg" "$lc" 1e-3; then tap_ok "the 16 step losses follow the CPU traine
 else tap_fail "the step losses follow the CPU trainer's" "cpu: $lc"$'\n'"gpu: $lg"; fi
 HG=$(hashes "$tmp/gpu.out")
 
+# --- an activation the device lacks (docs/gpu.md): exit 3 naming the layer and the
+# activation, before anything trains; the CPU path trains the same model.
+printf '%s' '{"input_shape":[28,28],"layers":[{"type":"Flatten"},{"type":"Dense","units":16,
+"activation":"gelu","name":"hidden"},{"type":"Dense","units":10}]}' >"$tmp/gelu.json"
+act=(--model "$tmp/gelu.json" --epochs 1 --steps-per-epoch 2 --per-worker-batch 8 --threads 1
+     --data-dir "$DATA")
+"$BIN" "${act[@]}" --device gpu >/dev/null 2>"$tmp/gelu.err"; rc=$?
+"$BIN" "${act[@]}" --device cpu >/dev/null 2>&1; rc_cpu=$?
+if [[ $rc -eq 3 && $rc_cpu -eq 0 ]] \
+   && grep -q 'layer "hidden": activation gelu has no CUDA kernel' "$tmp/gelu.err"; then
+  tap_ok "a gelu model: --device gpu exits 3 naming layer and activation, --device cpu trains it"
+else tap_fail "a gelu model is refused on the device" "rc=$rc cpu rc=$rc_cpu $(cat "$tmp/gelu.err")"; fi
+
 # --- --eval between epochs: the evaluation takes a batch slot, so no batch is preloaded
 # across the epoch's end; training is untouched (the same bits) and the test losses follow
 # the CPU's. The test set here is the first 200 examples of t10k (the emulated

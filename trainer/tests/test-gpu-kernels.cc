@@ -90,7 +90,7 @@ static void test_bias_activations(void **state)
 
     auto y = randoms(n, 4), d = randoms(n, 5), dwant = d;
     activation_forward(y.data(), rows, cols, ACT_RELU);
-    activation_backward(dwant.data(), y.data(), rows, cols, ACT_RELU);
+    activation_backward(dwant.data(), y.data(), nullptr, rows, cols, ACT_RELU);
     emul_launch(EW, k_relu_backward, d.data(), (const float *)y.data(), n);
     expect_equal("relu backward", d.data(), dwant.data(), n);
 
@@ -100,7 +100,7 @@ static void test_bias_activations(void **state)
     emul_launch(EW, k_softmax_rows, s.data(), rows, cols);
     expect_close("softmax", s.data(), swant.data(), n, 1e-6);
     auto sd = randoms(n, 7), sdwant = sd;
-    activation_backward(sdwant.data(), swant.data(), rows, cols, ACT_SOFTMAX);
+    activation_backward(sdwant.data(), swant.data(), nullptr, rows, cols, ACT_SOFTMAX);
     emul_launch(EW, k_softmax_backward_rows, sd.data(), (const float *)swant.data(), rows, cols);
     expect_close("softmax backward", sd.data(), sdwant.data(), n, 1e-6);
 }

@@ -117,6 +117,76 @@ static void test_config_of_builtin(void **state)
     model_free(m);
 }
 
+/* Each activation is written as Keras 3 names it (swish as "silu", which tf-keras reads
+ * too) and the config read back gives the same activations. */
+static void test_config_activations(void **state)
+{
+    (void)state;
+    Model *m =
+        build("{\"input_shape\":[6,6,1],\"layers\":["
+              "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3,\"activation\":\"gelu\"},"
+              "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":2,\"activation\":\"elu\"},"
+              "{\"type\":\"Flatten\"},"
+              "{\"type\":\"Dense\",\"units\":4,\"activation\":\"swish\"},"
+              "{\"type\":\"Dense\",\"units\":4,\"activation\":\"tanh\"},"
+              "{\"type\":\"Dense\",\"units\":4,\"activation\":\"leaky_relu\"},"
+              "{\"type\":\"Dense\",\"units\":3,\"activation\":\"sigmoid\"}]}");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    static const char *const want[] = {NULL,   "gelu", "elu",        NULL,
+                                       "silu", "tanh", "leaky_relu", "sigmoid"};
+    for (int i = 0; i < 8; i++) {
+        if (!want[i]) continue;
+        const cJSON *a = at(at(cJSON_GetArrayItem(layers, i), "config"), "activation");
+        assert_string_equal(a->valuestring, want[i]);
+    }
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(back->num_layers, m->num_layers);
+    for (int i = 0; i < m->num_layers; i++) assert_int_equal(back->layers[i].act, m->layers[i].act);
+    model_free(back);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* The activation layers written as Keras writes them (LeakyReLU's slope as alpha, which
+ * Keras 3 reads too), and read back as they were. */
+static void test_config_activation_layers(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[8],\"layers\":["
+                     "{\"type\":\"Dense\",\"units\":4},{\"type\":\"ReLU\"},"
+                     "{\"type\":\"Dense\",\"units\":4},"
+                     "{\"type\":\"LeakyReLU\",\"negative_slope\":0.1},"
+                     "{\"type\":\"Dense\",\"units\":4},"
+                     "{\"type\":\"Activation\",\"activation\":\"swish\"},"
+                     "{\"type\":\"Dense\",\"units\":3}]}");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    const cJSON *relu = cJSON_GetArrayItem(layers, 2), *leaky = cJSON_GetArrayItem(layers, 4),
+                *act = cJSON_GetArrayItem(layers, 6);
+    assert_string_equal(at(relu, "class_name")->valuestring, "ReLU");
+    assert_string_equal(at(at(relu, "config"), "name")->valuestring, "re_lu");
+    assert_true(cJSON_IsNull(at(at(relu, "config"), "max_value")));
+    assert_string_equal(at(leaky, "class_name")->valuestring, "LeakyReLU");
+    assert_string_equal(at(at(leaky, "config"), "name")->valuestring, "leaky_re_lu");
+    assert_non_null(strstr(text, "\"alpha\":0.1")); /* tf-keras's key, which both read */
+    assert_string_equal(at(act, "class_name")->valuestring, "Activation");
+    assert_string_equal(at(at(act, "config"), "activation")->valuestring, "silu");
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    model_free(back);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
 /* The string attribute "name" of object path in f. */
 static void assert_name_attr(hid_t f, const char *path, const char *want)
 {
@@ -340,6 +410,8 @@ int main(void)
         cmocka_unit_test(test_default_names_as_keras),
         cmocka_unit_test(test_bad_names_refused),
         cmocka_unit_test(test_config_of_builtin),
+        cmocka_unit_test(test_config_activations),
+        cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),
         cmocka_unit_test(test_paths),

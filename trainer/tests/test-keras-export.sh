@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# --export and `export` through the real binary, with real Keras as the judge: three
+# --export and `export` through the real binary, with real Keras as the judge: four
 # models (the built-in tutorial-cnn, Keras 3's JSON of cnn2, tf-keras's JSON of
-# tutorial-cnn-l2) train 10 steps of Adam under `launch --workers 2` with --eval; the chief
+# tutorial-cnn-l2, a spec with every activation and activation layer: its .keras only)
+# train 10 steps of Adam under `launch --workers 2` with --eval; the chief
 # exports one file (--export) and `export` turns the run's checkpoint into the other
 # kind. Keras 3 and tf-keras each load every .keras (load_model) and every .weights.h5
 # (load_weights into the model of the trained JSON, in each one's own dialect) and
@@ -45,8 +46,26 @@ if [[ $rc -eq 2 && -z $out ]] && grep -qF "expected a file name ending in .keras
    "$tmp/err"; then tap_ok "$name"
 else tap_fail "$name" "rc=$rc: $out $(cat "$tmp/err")"; fi
 
+# every activation and activation layer (Keras's load_model reads their config back)
+cat >"$tmp/ac.json" <<'EOF_SPEC'
+{"input_shape": [28, 28], "layers": [
+ {"type": "Reshape", "target_shape": [28, 28, 1]},
+ {"type": "Conv2D", "filters": 4, "kernel_size": 3, "strides": 2, "activation": "gelu"},
+ {"type": "ReLU"},
+ {"type": "Conv2D", "filters": 4, "kernel_size": 3, "activation": "elu"},
+ {"type": "Flatten"},
+ {"type": "Dense", "units": 16, "activation": "swish"},
+ {"type": "LeakyReLU", "negative_slope": 0.1},
+ {"type": "Dense", "units": 16, "activation": "tanh"},
+ {"type": "Activation", "activation": "sigmoid"},
+ {"type": "Dense", "units": 16, "activation": "leaky_relu"},
+ {"type": "Activation", "activation": "gelu"},
+ {"type": "Dense", "units": 10}]}
+EOF_SPEC
+
 # train: name, --model, the file --export writes, the one `export` makes of the checkpoint
-runs=("tc tutorial-cnn tc.weights.h5 tc.keras"
+runs=("ac $tmp/ac.json ac.keras ac.weights.h5"
+      "tc tutorial-cnn tc.weights.h5 tc.keras"
       "k3 $REF/keras3-cnn2.json k3.keras k3.weights.h5"
       "tf $REF/tfkeras-tutorial-cnn-l2.json tf.keras tf.weights.h5")
 declare -A want json3 jsontf
@@ -87,7 +106,8 @@ if ! "$PY" -c 'import keras, tf_keras' 2>/dev/null; then
   tap_done; exit
 fi
 for flavour in keras3 tfkeras; do
-  args=()
+  read -r loss acc <<<"${want[ac]}"
+  args=("$tmp/ac.keras" - "$loss" "$acc")
   for id in tc k3 tf; do
     read -r loss acc <<<"${want[$id]}"
     json=${json3[$id]}
@@ -101,7 +121,7 @@ for flavour in keras3 tfkeras; do
     n=$((n + 1))
     if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
   done < <(grep -E '^(ok|not ok): ' "$tmp/$flavour.out")
-  [[ $n -eq 6 ]] ||
-    tap_fail "$flavour checks all 6 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
+  [[ $n -eq 7 ]] ||
+    tap_fail "$flavour checks all 7 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
 done
 tap_done

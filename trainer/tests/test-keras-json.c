@@ -185,9 +185,11 @@ static void edit_lambda(cJSON *root)
 {
     set(layer_at(root, 1), "class_name", cJSON_CreateString("Lambda"));
 }
-static void edit_tanh(cJSON *root)
+/* The activation edit_activation gives the first Dense layer. */
+static const char *activation_name;
+static void edit_activation(cJSON *root)
 {
-    set(config_at(root, 4), "activation", cJSON_CreateString("tanh"));
+    set(config_at(root, 4), "activation", cJSON_CreateString(activation_name));
 }
 static void edit_padding(cJSON *root)
 {
@@ -342,6 +344,87 @@ static void test_accepted_forms(void **s)
     expect_builtin("keras3-mlp.json", edit_seeds, "mlp");
 }
 
+/* Every activation by the name each dialect writes (tf-keras's swish is Keras 3's silu). */
+static void test_activations(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *name;
+        Activation act;
+    } names[] = {{"sigmoid", ACT_SIGMOID},      {"tanh", ACT_TANH},   {"gelu", ACT_GELU},
+                 {"silu", ACT_SWISH},           {"swish", ACT_SWISH}, {"elu", ACT_ELU},
+                 {"leaky_relu", ACT_LEAKY_RELU}};
+    const char *files[] = {"keras3-tutorial-cnn.json", "tfkeras-tutorial-cnn.json"};
+    for (size_t f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+            Model *m;
+            char err[512] = "";
+            activation_name = names[i].name;
+            if (create_edited(&m, files[f], edit_activation, err, sizeof err))
+                fail_msg("%s with %s: %s", files[f], names[i].name, err);
+            int d = 0;
+            while (m->layers[d].type != LAYER_DENSE) d++;
+            print_message("# %s: %s\n", files[f], names[i].name);
+            assert_int_equal(m->layers[d].act, names[i].act);
+            model_free(m);
+        }
+}
+
+/* The Activation, ReLU and LeakyReLU layers as each dialect writes them (LeakyReLU's
+ * negative_slope in Keras 3, alpha in tf-keras), and ReLU's options other than the plain
+ * relu's refused naming the field. */
+static void edit_relu6(cJSON *root)
+{
+    set(config_at(root, 2), "max_value", cJSON_CreateNumber(6));
+}
+static void edit_relu_threshold(cJSON *root)
+{
+    set(config_at(root, 2), "threshold", cJSON_CreateNumber(0.5));
+}
+static void edit_activation_layer(cJSON *root)
+{
+    set(config_at(root, 10), "activation", cJSON_CreateString(activation_name));
+}
+
+static void test_activation_layers(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-activations.json", "tfkeras-activations.json"};
+    static const LayerType types[] = {
+        LAYER_CONV2D,     LAYER_RELU,       LAYER_CONV2D,     LAYER_FLATTEN, LAYER_DENSE,
+        LAYER_LEAKY_RELU, LAYER_DENSE,      LAYER_LEAKY_RELU, LAYER_DENSE,   LAYER_ACTIVATION,
+        LAYER_DENSE,      LAYER_ACTIVATION, LAYER_DENSE};
+    static const Activation acts[] = {ACT_GELU,    ACT_RELU,       ACT_ELU,        ACT_LINEAR,
+                                      ACT_SWISH,   ACT_LEAKY_RELU, ACT_TANH,       ACT_LEAKY_RELU,
+                                      ACT_SIGMOID, ACT_GELU,       ACT_LEAKY_RELU, ACT_SOFTMAX,
+                                      ACT_LINEAR};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 13);
+        for (int i = 0; i < 13; i++) {
+            assert_int_equal(m[f]->layers[i].type, types[i]);
+            assert_int_equal(m[f]->layers[i].act, acts[i]);
+        }
+        assert_true(m[f]->layers[5].slope == 0.3f);
+        assert_true(m[f]->layers[7].slope == 0.1f);
+        assert_string_equal(m[f]->layers[1].name, "re_lu");
+        assert_string_equal(m[f]->layers[5].name, "leaky_re_lu");
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-activations.json", edit_relu6,
+                   "layers[2] \"re_lu\" (ReLU).max_value: expected null (the plain relu)", NULL);
+    expect_refused("tfkeras-activations.json", edit_relu_threshold,
+                   "layers[2] \"re_lu\" (ReLU).threshold: expected 0 (the plain relu)", NULL);
+    activation_name = "selu";
+    expect_refused("keras3-activations.json", edit_activation_layer,
+                   "(Activation).activation: \"selu\" is not supported", MODEL_ACTIVATIONS, NULL);
+}
+
 static void test_refused(void **s)
 {
     (void)s;
@@ -355,8 +438,9 @@ static void test_refused(void **s)
                    "\"flatten_5\", not the layer before it (\"dense_10\")", "no branches", NULL);
     expect_refused("tfkeras-branching.json", NULL, "layers[3] \"dense_11\" (Dense).inbound_nodes",
                    NULL);
-    expect_refused(k3, edit_tanh, "layers[4] \"dense\" (Dense).activation: \"tanh\"",
-                   "relu, softmax, linear", NULL);
+    activation_name = "hard_sigmoid";
+    expect_refused(k3, edit_activation, "layers[4] \"dense\" (Dense).activation: \"hard_sigmoid\"",
+                   MODEL_ACTIVATIONS, NULL);
     expect_refused(tf, edit_padding, "layers[2] \"conv2d\" (Conv2D).padding: \"causal\"",
                    "\"valid\" or \"same\"", NULL);
     expect_refused(k3, edit_no_layer_config, "layers[2] \"?\" (Conv2D).config: expected an object",
@@ -394,6 +478,8 @@ int main(void)
         cmocka_unit_test(test_spec_keeps_indices_and_names),
         cmocka_unit_test(test_accepted_forms),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activation_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "assert_close.h"
@@ -178,7 +179,7 @@ static void test_conv_relu_fused(void **s)
     conv2d_forward(c1.out, c1.col, c1.in, c1.wt, c1.bias, &g, b);
     activation_forward(c1.out, (size_t)b, row, ACT_RELU);
     memcpy(c1.d, c1.r, nout * 4);
-    activation_backward(c1.d, c1.out, (size_t)b, row, ACT_RELU);
+    activation_backward(c1.d, c1.out, NULL, (size_t)b, row, ACT_RELU);
     conv2d_backward(c1.din, c1.dw, c1.db, c1.dcol, c1.d, c1.col, c1.wt, &g, b);
     conv_pass(&c2, c1.in, c1.r, &g, b, 1);
     int zeros = 0;
@@ -411,15 +412,12 @@ static void act_case(Activation act)
 {
     ActCase c = {.x = rand_array(24, 2), .y = malloc(96), .r = rand_array(24, 1), .act = act};
     for (int i = 0; i < 24; i++)
-        if (fabsf(c.x[i]) < 0.1f) c.x[i] = 0.5f; /* keep relu away from its kink */
+        if (fabsf(c.x[i]) < 0.1f) c.x[i] = 0.5f; /* keep relu, elu away from their kinks */
     float d[24];
     act_obj(&c);
     memcpy(d, c.r, sizeof d);
-    activation_backward(d, c.y, 4, 6, act);
-    check_grad(act == ACT_RELU      ? "relu"
-               : act == ACT_SOFTMAX ? "softmax"
-                                    : "linear",
-               c.x, d, 24, act_obj, &c, EPS);
+    activation_backward(d, c.y, c.x, 4, 6, act);
+    check_grad(model_activation_name(act), c.x, d, 24, act_obj, &c, EPS);
     free(c.x), free(c.y), free(c.r);
 }
 
@@ -437,6 +435,62 @@ static void test_linear(void **s)
 {
     (void)s;
     act_case(ACT_LINEAR);
+}
+static void test_sigmoid(void **s)
+{
+    (void)s;
+    act_case(ACT_SIGMOID);
+}
+static void test_tanh(void **s)
+{
+    (void)s;
+    act_case(ACT_TANH);
+}
+static void test_gelu(void **s)
+{
+    (void)s;
+    act_case(ACT_GELU);
+}
+static void test_swish(void **s)
+{
+    (void)s;
+    act_case(ACT_SWISH);
+}
+static void test_elu(void **s)
+{
+    (void)s;
+    act_case(ACT_ELU);
+}
+static void test_leaky_relu(void **s)
+{
+    (void)s;
+    act_case(ACT_LEAKY_RELU);
+}
+
+/* Keras's definitions at a few points, by hand: gelu's erf form (not tanh's), elu's alpha
+ * 1, leaky_relu's slope 0.2. */
+static void test_activation_values(void **s)
+{
+    (void)s;
+    static const struct {
+        Activation act;
+        float x, want;
+    } cases[] = {
+        {ACT_SIGMOID, 1.0f, 0.7310586f},
+        {ACT_TANH, -0.5f, -0.46211716f},
+        {ACT_GELU, 1.0f, 0.8413447f},
+        {ACT_GELU, -2.0f, -0.04550026f},
+        {ACT_SWISH, -1.0f, -0.26894142f},
+        {ACT_ELU, -1.0f, -0.63212056f},
+        {ACT_ELU, 2.0f, 2.0f},
+        {ACT_LEAKY_RELU, -1.0f, -0.2f},
+        {ACT_LEAKY_RELU, 3.0f, 3.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float x = cases[i].x;
+        activation_forward(&x, 1, 1, cases[i].act);
+        assert_close_i(x, cases[i].want, 1e-6, i);
+    }
 }
 
 /* ---- losses ---- */
@@ -554,6 +608,136 @@ static void test_model_grad(void **s)
     model_free(c.m);
 }
 
+/* floats of a JSON array of at most max numbers; returns how many */
+static size_t json_floats(const cJSON *a, float *out, size_t max)
+{
+    size_t n = 0;
+    for (const cJSON *v = a ? a->child : NULL; v && n < max; v = v->next)
+        out[n++] = (float)v->valuedouble;
+    return n;
+}
+
+/* Each activation's values and derivatives against Keras 3's and tf-keras's, by the name
+ * each dialect's config gives it (reference/activations, gen_activations.py): within
+ * 2e-6 + 2e-6 |value|, float32's last bits of different formulas. */
+static void test_activations_against_keras(void **s)
+{
+    (void)s;
+    FILE *f = fopen("trainer/tests/reference/activations/activations.json", "rb");
+    if (!f) fail_msg("cannot open reference/activations/activations.json (run from the root)");
+    static char text[1 << 17];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    enum { N = 64 };
+    float x[N], want[N], dwant[N], y[N], d[N];
+    const size_t n = json_floats(cJSON_GetObjectItemCaseSensitive(root, "x"), x, N);
+    assert_int_equal(n, 48);
+    const char *dialects[] = {"keras3", "tfkeras"};
+    int checked = 0;
+    for (int k = 0; k < 2; k++) {
+        const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, dialects[k]);
+        for (const cJSON *a = acts ? acts->child : NULL; a; a = a->next) {
+            Activation act;
+            if (model_activation_parse(a->string, &act))
+                fail_msg("%s: %s unknown", dialects[k], a->string);
+            assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(a, "y"), want, N), n);
+            assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(a, "dy"), dwant, N), n);
+            memcpy(y, x, sizeof y);
+            activation_forward(y, 1, n, act);
+            for (size_t i = 0; i < n; i++) d[i] = 1.0f;
+            activation_backward(d, y, x, 1, n, act);
+            double worst = 0.0, dworst = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                assert_close_i(y[i], want[i], 2e-6 + 2e-6 * fabsf(want[i]), i);
+                assert_close_i(d[i], dwant[i], 2e-6 + 2e-6 * fabsf(dwant[i]), i);
+                worst = fmax(worst, fabs((double)y[i] - want[i]));
+                dworst = fmax(dworst, fabs((double)d[i] - dwant[i]));
+            }
+            print_message("# %s %s: largest difference %.2e, of the derivative %.2e\n", dialects[k],
+                          a->string, worst, dworst);
+            checked++;
+        }
+    }
+    assert_int_equal(checked, 16);
+    cJSON_Delete(root);
+}
+
+/* The activations whose gradient needs their input (gelu, swish) on Conv2D and Dense,
+ * and the others, through model_step: the kept pre-activations are the right ones. */
+static void test_model_grad_activations(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[5,5,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3,\"activation\":\"gelu\"},"
+        "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":2,\"activation\":\"elu\"},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":5,\"activation\":\"swish\"},"
+        "{\"type\":\"Dense\",\"units\":5,\"activation\":\"tanh\"},"
+        "{\"type\":\"Dense\",\"units\":5,\"activation\":\"leaky_relu\"},"
+        "{\"type\":\"Dense\",\"units\":4,\"activation\":\"sigmoid\"},"
+        "{\"type\":\"Dense\",\"units\":4,\"activation\":\"softmax\"}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    assert_int_equal(model_create(&c.m, spec, 5, err, sizeof err), 0);
+    assert_int_equal(c.m->layers[3].act, ACT_SWISH);
+    model_reserve(c.m, 3);
+    assert_non_null(c.m->pre[0]);
+    assert_null(c.m->pre[1]);
+    assert_non_null(c.m->pre[3]);
+    c.x = rand_array(3 * 50, 1);
+    for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f;
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    check_grad("model params (every activation)", c.m->params, g, c.m->num_params, model_obj, &c,
+               2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
+/* The Activation (on a rank-3 output: softmax per last axis), ReLU and LeakyReLU layers
+ * through model_step. */
+static void test_model_grad_activation_layers(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[5,5,2],\"layers\":["
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2},"
+                       "{\"type\":\"LeakyReLU\",\"negative_slope\":0.1},"
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2},"
+                       "{\"type\":\"Activation\",\"activation\":\"softmax\"},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":6},"
+                       "{\"type\":\"ReLU\"},"
+                       "{\"type\":\"Dense\",\"units\":6},"
+                       "{\"type\":\"Activation\",\"activation\":\"gelu\"},"
+                       "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 50, 1);
+    for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f;
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    /* the softmax layer normalised each pixel's 3 channels */
+    const float *sm = c.m->acts[3];
+    for (int p = 0; p < 3 * 9; p++)
+        assert_float_equal(sm[3 * p] + sm[3 * p + 1] + sm[3 * p + 2], 1.0f, 1e-5);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    check_grad("model params (activation layers)", c.m->params, g, c.m->num_params, model_obj, &c,
+               2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
 /* Keras's Dense on a rank > 1 input maps the last axis (and a softmax normalises each
  * row); a non-square "same" pool: the whole model's gradient. */
 static void test_model_grad_nd_dense_and_pool(void **s)
@@ -617,6 +801,16 @@ int main(void)
         cmocka_unit_test(test_model_grad),
         cmocka_unit_test(test_maxpool_same_by_hand),
         cmocka_unit_test(test_model_grad_nd_dense_and_pool),
+        cmocka_unit_test(test_model_grad_activations),
+        cmocka_unit_test(test_model_grad_activation_layers),
+        cmocka_unit_test(test_sigmoid),
+        cmocka_unit_test(test_tanh),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_swish),
+        cmocka_unit_test(test_elu),
+        cmocka_unit_test(test_leaky_relu),
+        cmocka_unit_test(test_activation_values),
+        cmocka_unit_test(test_activations_against_keras),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }

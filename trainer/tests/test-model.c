@@ -136,8 +136,8 @@ static void test_spec_errors(void **s)
                  "\"kernel_size\":3,\"padding\":\"full\"}]}",
                  "layers[0].padding: expected \"valid\" or \"same\"");
     expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
-                 "\"activation\":\"tanh\"}]}",
-                 "layers[1].activation: expected one of");
+                 "\"activation\":\"hard_sigmoid\"}]}",
+                 "layers[1].activation: expected one of " MODEL_ACTIVATIONS);
     expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dropout\",\"rate\":1.5},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[1].rate: expected a number in [0, 1)");
@@ -187,6 +187,41 @@ static void test_spec_errors(void **s)
 
 /* model_memory adds up what model_create and model_reserve allocate and the optimizer's
  * state; model_create_within refuses a spec over its bound before allocating it. */
+/* gelu and swish keep their input for the backward: one more output-sized buffer each,
+ * counted by model_memory as model_reserve allocates it; the GPU path refuses them all. */
+static void test_activation_buffers(void **s)
+{
+    (void)s;
+    Model *m;
+    char err[512];
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[8],\"layers\":["
+                                  "{\"type\":\"Dense\",\"units\":6,\"activation\":\"gelu\"},"
+                                  "{\"type\":\"Dense\",\"units\":5,\"activation\":\"tanh\"},"
+                                  "{\"type\":\"Dense\",\"units\":4,\"activation\":\"swish\"}]}",
+                                  1, err, sizeof err),
+                     0);
+    ModelMemory mm = model_memory(m, 10, 0);
+    /* outputs 6 + 5 + 4, pre-activations 6 + 4, two gradients of the widest (8 inputs) */
+    assert_int_equal(mm.activations, 10 * (6 + 5 + 4 + 6 + 4 + 2 * 8) * 4);
+    const Layer *l = model_gpu_unsupported(m);
+    assert_non_null(l);
+    assert_string_equal(l->name, "dense");
+    assert_string_equal(model_activation_name(l->act), "gelu");
+    model_free(m);
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[8],\"layers\":[{\"type\":\"Dense\","
+                                  "\"units\":6},{\"type\":\"ReLU\"},{\"type\":\"Dense\","
+                                  "\"units\":4}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "re_lu");
+    model_free(m);
+    assert_int_equal(model_create(&m, "tutorial-cnn", 1, err, sizeof err), 0);
+    assert_null(model_gpu_unsupported(m));
+    model_free(m);
+}
+
 static void test_memory_bound(void **s)
 {
     (void)s;
@@ -475,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_folded_sgd_equals_step_then_sgd),
         cmocka_unit_test(test_zeroed_gradient_buffer_stays_zero),
         cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_activation_buffers),
     };
     return cmocka_run_group_tests_name("model", tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the Keras model JSON references of trainer/tests/reference/keras/: what
 `model.to_json()` gives for the built-in models (docs/design.md, "Models and data"),
-in both dialects the trainer reads, plus the models its tests expect to be refused.
+in both dialects the trainer reads, plus the models its tests expect to be refused and
+one with every activation and activation layer (activations).
 
 Written by Keras 3.15.1 and tf-keras 2.21.0 on TensorFlow 2.21.0 (the venv
 $KT_CACHE/venv-tf that bench/pyvenv.sh makes). test-keras-json.c loads each accepted
@@ -73,6 +74,28 @@ def functional(k):
     return {"tutorial-cnn-functional": chain, "branching": branch}
 
 
+def activations(k):
+    """Every activation on Dense and Conv2D, and the Activation, ReLU and LeakyReLU layers
+    (LeakyReLU's slope is negative_slope in Keras 3, alpha in tf-keras)."""
+    L = k.layers
+    return {"activations": k.Sequential([
+        k.Input(shape=(6, 6, 1)),
+        L.Conv2D(3, 3, activation="gelu"),
+        L.ReLU(),
+        L.Conv2D(2, 2, activation="elu"),
+        L.Flatten(),
+        L.Dense(8, activation="swish"),
+        L.LeakyReLU(),
+        L.Dense(8, activation="tanh"),
+        L.LeakyReLU(0.1),
+        L.Dense(8, activation="sigmoid"),
+        L.Activation("gelu"),
+        L.Dense(8, activation="leaky_relu"),
+        L.Activation("softmax"),
+        L.Dense(3),
+    ])}
+
+
 def write(name, model):
     with open(os.path.join(OUT, name + ".json"), "w") as f:
         json.dump(json.loads(model.to_json()), f, indent=1, sort_keys=True)
@@ -80,5 +103,5 @@ def write(name, model):
 
 
 for dialect, k in (("keras3", keras), ("tfkeras", tf_keras)):
-    for name, model in {**builtins(k), **functional(k)}.items():
+    for name, model in {**builtins(k), **functional(k), **activations(k)}.items():
         write("%s-%s" % (dialect, name), model)
