@@ -344,6 +344,18 @@ s_basic() {
     /checkpoints/mnist/model.keras
   check "restarts application/disruption 0/0" "$(restarts mnist)" "0/0"
   check "one Service mnist-worker, headless" "$(kn get svc mnist-worker -o 'jsonpath={.spec.clusterIP}')" None
+  # Fine-tuning from that export (spec.training.initialWeights, relative to the claim's
+  # mount): the new job's first weights are exactly those mnist ended with.
+  if out=$(job mnist-ft | sed -e 's/^    perWorkerBatchSize: 64$/&\n    initialWeights: mnist\/model.keras/' \
+             -e 's/^    epochs: 2$/    epochs: 1/' -e 's/^    stepsPerEpoch: 30$/    stepsPerEpoch: 10/' |
+           kn apply -f - 2>&1); then
+    ok "job mnist-ft applied (initialWeights mnist/model.keras, 10 steps)"
+  else fail "job mnist-ft applied" "$out"; end; return; fi
+  if line=$(wait_log mnist-ft-worker-0 'initial weights verified' 120); then
+    check "mnist-ft starts from mnist's final weights (sha256)" "${line##* }" "$BASIC_HASH"
+  else fail "mnist-ft logs its initial weights" "$(explain mnist-ft)"; fi
+  if wait_phase mnist-ft "$JOB_TIMEOUT" Succeeded; then ok "job mnist-ft Succeeded"
+  else fail "job mnist-ft Succeeded" "$(explain mnist-ft)"; fi
   end
 }
 
