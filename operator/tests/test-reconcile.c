@@ -2468,6 +2468,44 @@ static const char *arg_of(const cJSON *pod, const char *flag)
     return NULL;
 }
 
+/* A 2-worker job on claim c at /ck with spec.training `training` (JSON): each worker's
+ * trainer args are the defaults with `want` (JSON array items, from ",") appended. */
+static void assert_training_args(const char *training, const char *want_tail)
+{
+    char spec[256], want[512];
+    snprintf(spec, sizeof spec,
+             "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"/ck\"},"
+             "\"training\":%s}",
+             training);
+    snprintf(want, sizeof want,
+             "[\"train\",\"--model\",\"tutorial-cnn\",\"--collective\",\"auto\","
+             "\"--recovery-timeout\",\"120\",\"--checkpoint-dir\",\"/ck/mnist\"%s]",
+             want_tail);
+    cJSON *job = job_new(spec, NULL);
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    for (int w = 0; w < 2; w++) {
+        cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, w, 0);
+        char *args = cJSON_PrintUnformatted(jsonx_arr(container(pod, "trainer"), "args"));
+        assert_string_equal(args, want);
+        free(args);
+        cJSON_Delete(pod);
+    }
+    cJSON_Delete(job);
+}
+
+/* A job of spec `spec` (JSON) is refused by jobspec_parse with exactly `want`. */
+static void assert_spec_refused(const char *spec, const char *want)
+{
+    cJSON *job = job_new(spec, NULL);
+    JobSpec s;
+    char err[512] = "";
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+    assert_string_equal(err, want);
+    cJSON_Delete(job);
+}
+
 /* spec.training.export: the C trainer's --export, in the job's checkpoint directory on
  * the claim, after the checkpoint flags; unset, no --export. The CRD's rules hold for an
  * object that missed them, each error naming the field. */
@@ -2481,29 +2519,8 @@ static void test_export_arg(void **state)
         {"{\"export\":\"model.keras\"}", ",\"--export\",\"/ck/mnist/model.keras\""},
         {"{\"export\":\"out/m.weights.h5\"}", ",\"--export\",\"/ck/mnist/out/m.weights.h5\""},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char spec[256], want[512];
-        snprintf(spec, sizeof spec,
-                 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"/ck\"},"
-                 "\"training\":%s}",
-                 cases[i].training);
-        snprintf(want, sizeof want,
-                 "[\"train\",\"--model\",\"tutorial-cnn\",\"--collective\",\"auto\","
-                 "\"--recovery-timeout\",\"120\",\"--checkpoint-dir\",\"/ck/mnist\"%s]",
-                 cases[i].want);
-        cJSON *job = job_new(spec, NULL);
-        JobSpec s;
-        char err[256];
-        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
-        for (int w = 0; w < 2; w++) {
-            cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, w, 0);
-            char *args = cJSON_PrintUnformatted(jsonx_arr(container(pod, "trainer"), "args"));
-            assert_string_equal(args, want);
-            free(args);
-            cJSON_Delete(pod);
-        }
-        cJSON_Delete(job);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_training_args(cases[i].training, cases[i].want);
     static const char *const bad[][2] = {
         {"{\"training\":{\"export\":\"model.keras\"}}",
          "spec.training.export: needs spec.checkpoint.claimName (the claim the chief writes it "
@@ -2523,14 +2540,8 @@ static void test_export_arg(void **state)
          "spec.training.export: expected 1 to 255 bytes"},
         {"{\"training\":{\"export\":7}}", "spec.training.export: expected a string"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cJSON *job = job_new(bad[i][0], NULL);
-        JobSpec s;
-        char err[256] = "";
-        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
-        assert_string_equal(err, bad[i][1]);
-        cJSON_Delete(job);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_spec_refused(bad[i][0], bad[i][1]);
     /* ".." inside a name is no component: accepted */
     cJSON *job = job_new("{\"checkpoint\":{\"claimName\":\"c\"},"
                          "\"training\":{\"export\":\"m..v2.keras\"}}",
@@ -2559,29 +2570,8 @@ static void test_initial_weights_arg(void **state)
          ",\"--initial-weights\",\"/ck/w/m.weights.h5\",\"--export\",\"/ck/mnist/tuned.keras\""},
         {"{\"initialWeights\":\"legacy.h5\"}", ",\"--initial-weights\",\"/ck/legacy.h5\""},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char spec[256], want[512];
-        snprintf(spec, sizeof spec,
-                 "{\"workers\":2,\"checkpoint\":{\"claimName\":\"c\",\"path\":\"/ck\"},"
-                 "\"training\":%s}",
-                 cases[i].training);
-        snprintf(want, sizeof want,
-                 "[\"train\",\"--model\",\"tutorial-cnn\",\"--collective\",\"auto\","
-                 "\"--recovery-timeout\",\"120\",\"--checkpoint-dir\",\"/ck/mnist\"%s]",
-                 cases[i].want);
-        cJSON *job = job_new(spec, NULL);
-        JobSpec s;
-        char err[256];
-        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
-        for (int w = 0; w < 2; w++) {
-            cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, w, 0);
-            char *args = cJSON_PrintUnformatted(jsonx_arr(container(pod, "trainer"), "args"));
-            assert_string_equal(args, want);
-            free(args);
-            cJSON_Delete(pod);
-        }
-        cJSON_Delete(job);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_training_args(cases[i].training, cases[i].want);
     char long_name[300], long_spec[400];
     memset(long_name, 'a', 250);
     snprintf(long_name + 250, sizeof long_name - 250, ".keras"); /* 256 bytes */
@@ -2612,14 +2602,8 @@ static void test_initial_weights_arg(void **state)
         {"{\"training\":{\"initialWeights\":7}}",
          "spec.training.initialWeights: expected a string"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cJSON *job = job_new(bad[i][0], NULL);
-        JobSpec s;
-        char err[512] = "";
-        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
-        assert_string_equal(err, bad[i][1]);
-        cJSON_Delete(job);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_spec_refused(bad[i][0], bad[i][1]);
 #undef REL
 }
 
