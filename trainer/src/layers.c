@@ -364,11 +364,10 @@ static float phif(float x)
     return 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
 }
 
-/* One value of an element-wise activation. */
+/* One value of an element-wise activation (relu and leaky_relu have loops of their own). */
 static float act_value(float x, Activation act)
 {
     switch (act) {
-    case ACT_RELU: return x > 0.0f ? x : 0.0f;
     case ACT_SIGMOID: return sigmoidf(x);
     case ACT_TANH: return tanhf(x);
     case ACT_GELU: return x * phif(x);
