@@ -221,25 +221,54 @@ static int select_pods(cJSON *o, const char *path, const JobSpec *s)
            jsonx_set_str(ml, LABEL_MANAGED_BY, MANAGED_BY);
 }
 
-int desired_template_metrics_port(const cJSON *tmpl)
+/* The "metrics" containerPort (1-65535) of container c, else 0. */
+static int container_metrics_port(const cJSON *c)
 {
-    const cJSON *c, *p;
-    cJSON_ArrayForEach(c, jsonx_arr(tmpl, "spec.containers"))
+    const cJSON *p;
+    cJSON_ArrayForEach(p, jsonx_arr(c, "ports"))
     {
-        cJSON_ArrayForEach(p, jsonx_arr(c, "ports"))
-        {
-            const char *n = jsonx_str(p, "name");
-            long long port = jsonx_int(p, "containerPort", 0);
-            if (n && strcmp(n, METRICS_PORT_NAME) == 0 && port >= 1 && port <= 65535)
-                return (int)port;
-        }
+        const char *n = jsonx_str(p, "name");
+        long long port = jsonx_int(p, "containerPort", 0);
+        if (n && strcmp(n, METRICS_PORT_NAME) == 0 && port >= 1 && port <= 65535) return (int)port;
     }
     return 0;
 }
 
-int desired_metrics_port(const JobSpec *s)
+/* Whether template t has a container named `name`. */
+static int has_container(const cJSON *t, const char *name)
 {
-    int port = desired_template_metrics_port(s->template);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jsonx_arr(t, "spec.containers"))
+    {
+        const char *n = jsonx_str(c, "name");
+        if (n && name && strcmp(n, name) == 0) return 1;
+    }
+    return 0;
+}
+
+int desired_template_metrics_port(const cJSON *tmpl, const cJSON *role_tmpl)
+{
+    const cJSON *c;
+    int port = 0;
+    /* As role_template lays them: the role's containers first, then the job's that no
+     * container of the role's replaces (same name). */
+    cJSON_ArrayForEach(c, jsonx_arr(role_tmpl, "spec.containers"))
+    {
+        if ((port = container_metrics_port(c))) return port;
+    }
+    cJSON_ArrayForEach(c, jsonx_arr(tmpl, "spec.containers"))
+    {
+        if (!has_container(role_tmpl, jsonx_str(c, "name")) && (port = container_metrics_port(c)))
+            return port;
+    }
+    return 0;
+}
+
+int desired_role_metrics_port(const JobSpec *s, Role role)
+{
+    const JobRole *jr = &s->roles[role];
+    int port = desired_template_metrics_port(s->template,
+                                             jr->template != s->template ? jr->template : NULL);
     return port || s->command ? port : DESIRED_METRICS_PORT;
 }
 
@@ -262,15 +291,27 @@ cJSON *desired_network_policy(const JobSpec *s)
         cJSON_Delete(o);
         return NULL;
     }
-    /* The chief's /metrics, which a Prometheus anywhere in the cluster scrapes (the
-     * chart's PodMonitor): that port only, from pods of any namespace. */
-    int mport = desired_metrics_port(s);
-    if (mport) {
+    /* The /metrics of every role's pods that serve it (the chief's is the one the operator
+     * reads), which a Prometheus anywhere in the cluster scrapes (the chart's
+     * PodMonitor): those ports only, from pods of any namespace. */
+    int mports[ROLE_COUNT], n = 0;
+    for (Role r = 0; r < ROLE_COUNT; r++) {
+        int p = s->roles[r].replicas ? desired_role_metrics_port(s, r) : 0, seen = 0;
+        for (int i = 0; i < n; i++)
+            seen |= mports[i] == p;
+        if (p && !seen) mports[n++] = p;
+    }
+    if (n) {
         cJSON *mrule = array_add_obj(cJSON_GetObjectItemCaseSensitive(spec, "ingress"));
         cJSON *mpeer = array_add_obj(mrule ? jsonx_set(mrule, "from", cJSON_CreateArray()) : NULL);
-        cJSON *mp = array_add_obj(mrule ? jsonx_set(mrule, "ports", cJSON_CreateArray()) : NULL);
-        if (!mpeer || !jsonx_set(mpeer, "namespaceSelector", cJSON_CreateObject()) || !mp ||
-            !jsonx_set_str(mp, "protocol", "TCP") || !jsonx_set_num(mp, "port", mport)) {
+        cJSON *mps = mrule ? jsonx_set(mrule, "ports", cJSON_CreateArray()) : NULL;
+        int bad = !mpeer || !jsonx_set(mpeer, "namespaceSelector", cJSON_CreateObject());
+        for (int i = 0; i < n && !bad; i++) {
+            cJSON *mp = array_add_obj(mps);
+            bad = !mp || !jsonx_set_str(mp, "protocol", "TCP") ||
+                  !jsonx_set_num(mp, "port", mports[i]);
+        }
+        if (bad) {
             cJSON_Delete(o);
             return NULL;
         }
@@ -610,16 +651,16 @@ static int kueue_group(const JobSpec *s, const DesiredConfig *cfg, cJSON *labels
 }
 
 /* The C trainer's chief serves its progress on /metrics by default, and a user's program
- * (spec.command) with the kubetrain package when the template declares the port
- * `metrics`; the operator reads it for status.progress (progress.h) and a Prometheus may
- * scrape it: the port in KUBETRAIN_METRICS_PORT and as the container port `metrics`, and
- * named in the pod's ANNOT_METRICS_PORT. A template's own KUBETRAIN_METRICS_PORT is kept
- * (0 turns the endpoint off: no annotation, no progress). Call only when
- * desired_metrics_port(s) is not 0. Returns 0, or -1 out of memory. */
-static int metrics_defaults(const JobSpec *s, cJSON *c, cJSON *env, cJSON *annots)
+ * (spec.command) with the kubetrain package when the pod's template (the role's laid over
+ * the job's) declares the port `metrics`; the operator reads the chief's for
+ * status.progress (progress.h) and a Prometheus may scrape it: `port`
+ * (desired_role_metrics_port, not 0) in KUBETRAIN_METRICS_PORT and as the container port
+ * `metrics`, and named in the pod's ANNOT_METRICS_PORT. A template's own
+ * KUBETRAIN_METRICS_PORT is kept (0 turns the endpoint off: no annotation, no progress).
+ * Returns 0, or -1 out of memory. */
+static int metrics_defaults(int port, cJSON *c, cJSON *env, cJSON *annots)
 {
     char buf[16];
-    int port = desired_metrics_port(s);
     const cJSON *e;
     cJSON_ArrayForEach(e, env)
     {
@@ -758,7 +799,8 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
         !jsonx_set_num(port, "containerPort", s->port) || list_put(c, "ports", "name", port))
         goto err;
 
-    if (desired_metrics_port(s) && metrics_defaults(s, c, env, annots)) goto err;
+    int mport = desired_role_metrics_port(s, role);
+    if (mport && metrics_defaults(mport, c, env, annots)) goto err;
 
     if (s->gpus > 0) {
         cJSON *limits = jsonx_ensure_obj(c, "resources.limits");

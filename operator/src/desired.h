@@ -173,21 +173,23 @@ cJSON *desired_secret(const JobSpec *s, const unsigned char ring_key[32]);
 /* The headless Service. Caller owns the result. */
 cJSON *desired_service(const JobSpec *s);
 
-/* The containerPort 1-65535 that pod template `tmpl` (spec.template; NULL: none)
- * declares under the name "metrics" in one of its containers, else 0. */
-int desired_template_metrics_port(const cJSON *tmpl);
+/* The containerPort 1-65535 that a pod template declares under the name "metrics" in
+ * one of its containers, else 0: role_tmpl (a role's template, NULL: none) laid over
+ * tmpl (spec.template, NULL: none) as the pods get them, the role's containers replacing
+ * the job's of the same name. */
+int desired_template_metrics_port(const cJSON *tmpl, const cJSON *role_tmpl);
 
-/* The chief's /metrics port (KUBETRAIN_METRICS_PORT): the template's "metrics" port
- * (desired_template_metrics_port); else DESIRED_METRICS_PORT for the C trainer (no
+/* The /metrics port (KUBETRAIN_METRICS_PORT) of role's pods: their template's "metrics"
+ * port (desired_template_metrics_port); else DESIRED_METRICS_PORT for the C trainer (no
  * spec.command), whose chief serves it by default; else 0: a user's program serves
  * nothing unless its job declares the port (the kubetrain package serves it). */
-int desired_metrics_port(const JobSpec *s);
+int desired_role_metrics_port(const JobSpec *s, Role role);
 
 /* The job's NetworkPolicy (networking.k8s.io/v1), named like its Service: the worker
- * pods accept TCP on spec.port from the job's own worker pods, and, when the template
- * declares a metrics port, TCP on that port from pods in any namespace (where a
- * Prometheus runs is the cluster's choice); nothing else. NULL when out of memory;
- * caller frees. */
+ * pods accept TCP on spec.port from the job's own worker pods, and, where a role's pods
+ * serve /metrics (desired_role_metrics_port), TCP on those ports from pods in any
+ * namespace (where a Prometheus runs is the cluster's choice); nothing else. NULL when
+ * out of memory; caller frees. */
 cJSON *desired_network_policy(const JobSpec *s);
 
 /* The pod of replica `index` of `role` in group incarnation `attempt`: the role's

@@ -506,9 +506,14 @@ static void survey_replaced(const cJSON *job, long long repl[2])
 int progress_job_scrapable(const cJSON *job)
 {
     const char *phase = jsonx_str(job, "status.phase");
-    return phase && strcmp(phase, "Running") == 0 &&
-           (!jsonx_at(job, "spec.command") ||
-            desired_template_metrics_port(jsonx_obj(job, "spec.template")));
+    if (!phase || strcmp(phase, "Running") != 0) return 0;
+    if (!jsonx_at(job, "spec.command")) return 1;
+    /* The chief's pod: spec.chief's template laid over spec.template where the job has a
+     * chief, else worker 0's, spec.template alone. */
+    const cJSON *chief = jsonx_obj(job, "spec.chief");
+    const cJSON *rt =
+        chief && jsonx_int(chief, "replicas", 1) ? jsonx_obj(chief, "template") : NULL;
+    return desired_template_metrics_port(jsonx_obj(job, "spec.template"), rt) != 0;
 }
 
 /* The jobs to scrape (progress_job_scrapable). Called under the jobs informer's read

@@ -83,8 +83,9 @@ void progress_observe_pod(Progress *p, const cJSON *pod);
 int progress_parse(const char *text, ProgressScrape *out);
 
 /* Whether job `job` is scraped: Running, and the C trainer (no spec.command) or a user's
- * program whose spec.template declares the metrics port (desired_template_metrics_port),
- * which the kubetrain package serves on the chief. */
+ * program whose chief's template (spec.chief's laid over spec.template, or spec.template
+ * without a chief) declares the metrics port (desired_template_metrics_port), which the
+ * kubetrain package serves on the chief. */
 int progress_job_scrapable(const cJSON *job);
 
 /* Seconds between two scrapes of one job with `running` jobs to scrape. */

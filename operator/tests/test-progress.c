@@ -351,7 +351,8 @@ static void test_patch_steps_lost_tf(void **state)
 }
 
 /* Which jobs the thread scrapes: Running ones of the C trainer, and of a user's program
- * only when spec.template declares the port `metrics` (the kubetrain package's). */
+ * only when the chief's template declares the port `metrics` (the kubetrain package's):
+ * spec.chief's laid over spec.template, or spec.template alone. */
 static void test_job_scrapable(void **state)
 {
     (void)state;
@@ -374,6 +375,20 @@ static void test_job_scrapable(void **state)
          "Running", 0},
         {"{\"command\":[\"python3\",\"mwms.py\"],\"template\":{\"spec\":{\"containers\":"
          "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":0}]}]}}}",
+         "Running", 0},
+        /* The chief's own template declares it: its pod serves it. */
+        {"{\"command\":[\"python3\",\"ps.py\"],\"chief\":{\"template\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":9090}]}]}}}}",
+         "Running", 1},
+        /* The chief's trainer container replaces the job's, which declared it. */
+        {"{\"command\":[\"python3\",\"ps.py\"],\"template\":{\"spec\":{\"containers\":"
+         "[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":9090}]}]}},"
+         "\"chief\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"trainer\"}]}}}}",
+         "Running", 0},
+        /* Only the evaluator's template declares it: not the chief. */
+        {"{\"command\":[\"python3\",\"ps.py\"],\"chief\":{},\"evaluator\":{\"template\":"
+         "{\"spec\":{\"containers\":[{\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\","
+         "\"containerPort\":9090}]}]}}}}",
          "Running", 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

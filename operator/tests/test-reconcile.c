@@ -1218,6 +1218,58 @@ static void test_user_program_metrics_port(void **state)
     }
 }
 
+/* A port `metrics` declared in a role's own template (spec.chief.template) is that role's:
+ * the chief's pod gets KUBETRAIN_METRICS_PORT and the annotation the progress thread
+ * scrapes it by, the workers (spec.template, no port) get neither; the NetworkPolicy
+ * admits every role's port, once each. */
+static void test_role_template_metrics_port(void **state)
+{
+    (void)state;
+    const char *spec =
+        "{\"workers\":2,\"image\":\"tf:1\",\"command\":[\"python3\",\"ps.py\"],"
+        "\"networkPolicy\":true,\"chief\":{\"template\":{\"spec\":{\"containers\":[{\"name\":"
+        "\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":9100}]}]}}},"
+        "\"ps\":{\"replicas\":2},\"evaluator\":{\"template\":{\"spec\":{\"containers\":[{"
+        "\"name\":\"trainer\",\"ports\":[{\"name\":\"metrics\",\"containerPort\":9200}]}]}}},"
+        "\"template\":{\"spec\":{\"containers\":[{\"name\":\"trainer\",\"ports\":[{\"name\":"
+        "\"http\",\"containerPort\":8080}]}]}}}";
+    cJSON *job = job_new(spec, NULL);
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    DesiredConfig dc = {.trainer_image = "def"};
+    static const struct {
+        Role role;
+        const char *port; /* KUBETRAIN_METRICS_PORT and the annotation; NULL: neither */
+    } pods[] = {
+        {ROLE_CHIEF, "9100"}, {ROLE_WORKER, NULL}, {ROLE_PS, NULL}, {ROLE_EVALUATOR, "9200"}};
+    for (size_t k = 0; k < sizeof pods / sizeof pods[0]; k++) {
+        cJSON *pod = desired_pod(&s, &dc, SECRET, pods[k].role, 0, 0);
+        assert_non_null(pod);
+        const char *env = env_of(pod, "KUBETRAIN_METRICS_PORT");
+        const char *annot = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            jsonx_obj(pod, "metadata.annotations"), ANNOT_METRICS_PORT));
+        if (pods[k].port) {
+            assert_string_equal(env, pods[k].port);
+            assert_string_equal(annot, pods[k].port);
+        } else {
+            assert_null(env);
+            assert_null(annot);
+        }
+        cJSON_Delete(pod);
+    }
+    cJSON *np = desired_network_policy(&s);
+    assert_non_null(np);
+    const cJSON *ingress = jsonx_at(np, "spec.ingress");
+    assert_int_equal(cJSON_GetArraySize(ingress), 2);
+    const cJSON *ports = jsonx_at(cJSON_GetArrayItem(ingress, 1), "ports");
+    assert_int_equal(cJSON_GetArraySize(ports), 2);
+    assert_int_equal(jsonx_int(cJSON_GetArrayItem(ports, 0), "port", -1), 9100);
+    assert_int_equal(jsonx_int(cJSON_GetArrayItem(ports, 1), "port", -1), 9200);
+    cJSON_Delete(np);
+    cJSON_Delete(job);
+}
+
 /* The chief's /metrics as examples/job-metrics.yaml asks for it: the template's env and
  * its port named "metrics" stay on the trainer container beside the operator's
  * "collective" port, and only worker 0 carries the labels the chart's PodMonitor selects
@@ -3734,6 +3786,7 @@ int main(void)
         cmocka_unit_test(test_template_metrics_port),
         cmocka_unit_test(test_metrics_port_defaults),
         cmocka_unit_test(test_user_program_metrics_port),
+        cmocka_unit_test(test_role_template_metrics_port),
         cmocka_unit_test(test_network_policy),
         cmocka_unit_test(test_crash_at_any_action_converges),
         cmocka_unit_test(test_wrong_types_anywhere_never_crash),
