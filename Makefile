@@ -26,6 +26,19 @@ DEPFLAGS  = -MMD -MP
 KT_CACHE ?= $(HOME)/.cache/kubetrain
 export KT_CACHE
 
+# C compilations go through ccache where the machine has it (make deps installs it), with
+# its cache in $(KT_CACHE)/ccache, keyed on the preprocessed source and the flags but not
+# on the checkout's directory: a clean clone on a machine that compiled the same sources
+# before (CI's) compiles none of them again. CCACHE= (empty) compiles without it.
+CCACHE ?= $(shell command -v ccache 2>/dev/null)
+ifneq ($(CCACHE),)
+CC := $(CCACHE) $(CC)
+export CCACHE_DIR ?= $(KT_CACHE)/ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+endif
+DEPS_APT += ccache
+
 # Targets that run tests build what they run first with `$(MAKE) $(ALL_CORES) TARGETS`,
 # NPROC compilations at once, then run the tests as they say. $(MAKE) stays written out
 # in those recipes: make recognises a sub-make (and passes -n on to it) only so.
