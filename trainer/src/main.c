@@ -177,7 +177,7 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collectiv
     NetJob job = {.world = r->tf.world,
                   .rank = r->tf.rank,
                   .model_signature = r->signature,
-                  .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)r->tf.world,
+                  .global_batch = (uint64_t)config_global_batch(cfg, r->tf.world),
                   .dataset = cfg->dataset,
                   .generation = r->generation + 1,
                   .has_state = r->has_state};
@@ -230,7 +230,7 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
 
     /* The rendezvous compares the model's signature, so build the model once for it. */
     Model *m;
-    int code, rc = trainer_create_model(&m, cfg, &code, err, sizeof err);
+    int code, rc = trainer_create_model(&m, cfg, tf->world, &code, err, sizeof err);
     if (rc) util_fail(code, "%s", err);
     r->signature = xstrdup(m->signature);
     model_free(m);
@@ -742,6 +742,11 @@ static int cmd_train(int argc, char **argv)
     TfConfig tf;
     if (tfconfig_parse(getenv("TF_CONFIG"), cfg.index, &tf, err, sizeof err))
         util_fail(KT_EXIT_USAGE, "TF_CONFIG: %s", err);
+    if (config_global_batch(&cfg, tf.world) < tf.world)
+        util_fail(KT_EXIT_USAGE,
+                  "--global-batch %d: fewer examples than the %d workers; expected at least one "
+                  "per worker",
+                  cfg.global_batch, tf.world);
     /* the chief's export path is tried now, not found wrong after the training */
     if (tf.rank == 0 && cfg.export_path[0] && keras_export_check(cfg.export_path, err, sizeof err))
         util_fail(KT_EXIT_USAGE, "--export %s", err);

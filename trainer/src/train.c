@@ -50,11 +50,18 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err, size_t errlen)
+int trainer_largest_slice(const Config *cfg, int world)
+{
+    const int g = config_global_batch(cfg, world);
+    return g / world + (g % world != 0);
+}
+
+int trainer_create_model(Model **out, const Config *cfg, int world, int *exit_code, char *err,
+                         size_t errlen)
 {
     OptimizerConfig oc = optim_defaults(cfg->optimizer, (float)cfg->lr);
     oc.momentum = (float)cfg->momentum;
-    const ModelBudget budget = {.batch = cfg->per_worker_batch,
+    const ModelBudget budget = {.batch = trainer_largest_slice(cfg, world),
                                 .state_per_param = optim_state_per_param(&oc),
                                 .limit = (size_t)(cfg->max_model_memory_gib * (1 << 30))};
     int rc = model_create_within(out, cfg->model, cfg->seed, &budget, err, errlen);
@@ -63,7 +70,7 @@ int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *e
         size_t n = strlen(err);
         snprintf(err + n, errlen - n,
                  " (--max-model-memory-gib %g): make the model or "
-                 "--per-worker-batch smaller, or raise --max-model-memory-gib "
+                 "--per-worker-batch (--global-batch) smaller, or raise --max-model-memory-gib "
                  "(KUBETRAIN_MAX_MODEL_MEMORY_GIB) where the machine has the memory",
                  cfg->max_model_memory_gib);
     }
@@ -103,7 +110,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     t->coll = coll;
     pool_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
-    if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
+    if ((rc = trainer_create_model(&t->model, cfg, coll->world, exit_code, err, errlen))) goto err;
     *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
     const int k = (int)t->model->num_classes;
     const SourceOptions so = {
@@ -117,7 +124,9 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     if ((rc = check_images(&t->train, t->model, err, errlen)) ||
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
         goto err;
+    t->global_batch = config_global_batch(cfg, coll->world);
     PipelineConfig pc = {.batch = cfg->per_worker_batch,
+                         .global_batch = t->global_batch,
                          .shuffle_buffer = (size_t)cfg->shuffle_buffer,
                          .seed = cfg->seed,
                          .rank = coll->rank,
@@ -125,7 +134,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                          .policy = cfg->shard_policy,
                          .scale = cfg->pixel_scale};
     if ((rc = pipeline_create(&t->pipe, &t->train, &pc, err, errlen))) goto err;
-    t->global_batch = cfg->per_worker_batch * coll->world;
+    t->local_batch = trainer_largest_slice(cfg, coll->world);
     t->steps_per_epoch =
         cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch : (long)pipeline_steps_per_pass(t->pipe);
     float lr = (float)cfg->lr * (cfg->scale_lr_by_workers ? (float)coll->world : 1.0f);
@@ -133,7 +142,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     oc.momentum = (float)cfg->momentum;
     oc.nesterov = cfg->nesterov;
     t->opt = optim_create(&oc, t->model->num_params);
-    model_reserve(t->model, cfg->per_worker_batch);
+    model_reserve(t->model, t->local_batch);
     if ((rc = trainer_pick_device(cfg, coll->rank, &t->gpu_device, err, errlen))) {
         *exit_code = KT_EXIT_USAGE;
         goto err;
@@ -153,8 +162,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
         goto err;
     }
     if (t->gpu_device >= 0) {
-        if ((rc = gpu_model_create(&t->gpu, t->model, &oc, t->gpu_device, cfg->per_worker_batch,
-                                   err, errlen))) {
+        if ((rc = gpu_model_create(&t->gpu, t->model, &oc, t->gpu_device, t->local_batch, err,
+                                   errlen))) {
             *exit_code = KT_EXIT_RETRY;
             goto err;
         }
@@ -245,7 +254,7 @@ void trainer_weights_hash(const Trainer *t, char out[65])
 
 void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
 {
-    const int b = t->cfg.per_worker_batch;
+    const int b = t->local_batch;
     const size_t pixels = t->model->input_size;
     float *x = xmalloc((size_t)b * pixels * sizeof *x);
     int32_t *y = xmalloc((size_t)b * sizeof *y);
