@@ -101,6 +101,29 @@ static int check_images(const Source *src, const Model *m, char *err, size_t err
     return -EINVAL;
 }
 
+/* t's data pipeline for rank `rank` of `world` at t's global batch, replacing the one
+ * it had; t->local_batch follows. Returns 0 or pipeline_create's error. */
+static int make_pipeline(Trainer *t, int rank, int world, char *err, size_t errlen)
+{
+    const Config *cfg = &t->cfg;
+    PipelineConfig pc = {.batch = cfg->per_worker_batch,
+                         .global_batch = t->global_batch,
+                         .shuffle_buffer = (size_t)cfg->shuffle_buffer,
+                         .seed = cfg->seed,
+                         .rank = rank,
+                         .world = world,
+                         .policy = cfg->shard_policy,
+                         .scale = cfg->pixel_scale};
+    Pipeline *p;
+    int rc = pipeline_create(&p, &t->train, &pc, err, errlen);
+    if (rc) return rc;
+    pipeline_free(t->pipe);
+    t->pipe = p;
+    t->rank = rank, t->world = world;
+    t->local_batch = t->global_batch / world + (t->global_batch % world != 0);
+    return 0;
+}
+
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen)
 {
@@ -125,16 +148,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
         goto err;
     t->global_batch = config_global_batch(cfg, coll->world);
-    PipelineConfig pc = {.batch = cfg->per_worker_batch,
-                         .global_batch = t->global_batch,
-                         .shuffle_buffer = (size_t)cfg->shuffle_buffer,
-                         .seed = cfg->seed,
-                         .rank = coll->rank,
-                         .world = coll->world,
-                         .policy = cfg->shard_policy,
-                         .scale = cfg->pixel_scale};
-    if ((rc = pipeline_create(&t->pipe, &t->train, &pc, err, errlen))) goto err;
-    t->local_batch = trainer_largest_slice(cfg, coll->world);
+    if ((rc = make_pipeline(t, coll->rank, coll->world, err, errlen))) goto err;
     t->steps_per_epoch =
         cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch : (long)pipeline_steps_per_pass(t->pipe);
     float lr = (float)cfg->lr * (cfg->scale_lr_by_workers ? (float)coll->world : 1.0f);
@@ -225,8 +239,19 @@ void trainer_detach_collective(Trainer *t)
 
 int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errlen)
 {
-    t->coll = c;
     int rc;
+    /* another size (a shrink): the global batch is cut anew over the ranks present */
+    if (c->rank != t->rank || c->world != t->world) {
+        if (t->gpu) {
+            snprintf(err, errlen,
+                     "the ring changed size (%d to %d ranks), which the GPU path cannot follow",
+                     t->world, c->world);
+            return -ENOTSUP;
+        }
+        if ((rc = make_pipeline(t, c->rank, c->world, err, errlen))) return rc;
+        model_reserve(t->model, t->local_batch);
+    }
+    t->coll = c;
     if (c->world > 1 && !c->device_buffers &&
         (rc = coll_share_arena(c, t->model->grads, t->model->grads_bytes, err, errlen)))
         return rc;

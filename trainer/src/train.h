@@ -62,6 +62,7 @@ struct Trainer {
     long steps_per_epoch;
     int global_batch;     /* --global-batch, or --per-worker-batch x world */
     int local_batch;      /* the largest slice of it a rank takes: the activations' room */
+    int rank, world;      /* the ranks the pipeline is cut for (a shrink changes them) */
     TrainStepHook after_step;
     void *hook_ctx;
     /* Graceful stop (SIGTERM): when *stop_request (borrowed, may be NULL) is set on any
@@ -157,9 +158,11 @@ void trainer_seek(Trainer *t, const TrainState *st);
  * that the caller may destroy it; the gradient arena stays mapped, its contents kept. */
 void trainer_detach_collective(Trainer *t);
 
-/* Trains on collective c (same rank and world as before) from now on: offers it the
- * gradient arena and restarts the overlap thread. Returns 0 or a negative errno with
- * err (the collective failed). */
+/* Trains on collective c from now on: offers it the gradient arena and restarts the
+ * overlap thread. A c of another rank or world (a shrink, docs/design.md "Elastic jobs")
+ * cuts the global batch anew: the data pipeline is made again for c's rank, to be
+ * positioned by trainer_seek. Returns 0 or a negative errno with err (the collective
+ * failed; -ENOTSUP: another size on the GPU path). */
 int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errlen);
 
 /* The host's parameter and optimizer arenas onto the device (a no-op on the CPU path),

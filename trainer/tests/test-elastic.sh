@@ -3,14 +3,23 @@
 # build: a fixed --global-batch re-cut over the ranks present trains the same at every
 # size. Bit-exact where the slices and the sums are the same; at another size the
 # gradient sums are formed in another order, so the weights and the losses agree within
-# the tolerance the design states (WEIGHT_TOL, LOSS_TOL).
+# the tolerance the design states (WEIGHT_TOL, LOSS_TOL). Then the shrink: a worker of 3
+# killed with no restart left (--min-workers 2) is dropped and the 2 others go on in a
+# new generation, no process restarted, no checkpoint read, to the weights of the
+# uninterrupted run; the chief killed so, the next worker takes over the checkpoints;
+# below --min-workers, the run fails as before.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE KUBETRAIN_SHM
 export OPENBLAS_NUM_THREADS=1
@@ -93,5 +102,66 @@ if [[ $rc -eq 2 ]] &&
   grep -q -- "--global-batch 2: fewer examples than the 3 workers" "$tmp/small.err"; then
   tap_ok "--global-batch 2 over 3 workers: exit 2 naming the flag"
 else tap_fail "--global-batch below the world" "rc=$rc $(tail -n 3 "$tmp/small.err")"; fi
+
+# --- shrink in place ---------------------------------------------------------------
+# 40 steps, a checkpoint every 10; the kill lands once step 10 is saved.
+shrink=(--model tutorial-cnn --epochs 2 --steps-per-epoch 20 --lr 0.05 --global-batch 26
+        --print-weights-hash --checkpoint-every-steps 10 --recovery-timeout 20)
+"$BIN" launch --workers 3 "${shrink[@]}" --checkpoint-dir "$tmp/ref.ck" >"$tmp/ref.out" \
+  2>"$tmp/ref.err"
+ref_ok=$([[ $? -eq 0 && -e $tmp/ref.ck/ckpt-40.kt ]] && echo 1)
+worker_pid() { sed -n "s/.*launch: worker $2: pid \([0-9]*\),.*/\1/p" "$1" | tail -1; } # err i
+wait_for() { # seconds cmd...: polls cmd every 0.05 s
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
+}
+# shrink_run NAME VICTIM ARGS...: 3 workers under launch, VICTIM killed after step 10;
+# launch's exit code in rc (124: it hung and was killed).
+shrink_run() {
+  local name=$1 victim=$2 lpid; shift 2
+  "$BIN" launch --workers 3 --max-restarts 0 "${shrink[@]}" --checkpoint-dir "$tmp/$name.ck" \
+    "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  lpid=$!; pids+=("$lpid")
+  wait_for 120 test -e "$tmp/$name.ck/ckpt-10.kt"
+  kill -9 "$(worker_pid "$tmp/$name.err" "$victim")"
+  if wait_for 180 bash -c "! kill -0 $lpid 2>/dev/null"; then wait "$lpid"; rc=$?
+  else kill -9 "$lpid"; rc=124; fi
+}
+for victim in 1 0; do
+  shrink_run s$victim $victim --min-workers 2
+  name="worker $victim of 3 killed after step 10, no restart left, --min-workers 2"
+  log=$tmp/s$victim.err
+  bad=()
+  [[ $rc -eq 0 ]] || bad+=("rc=$rc")
+  [[ $(grep -c "launch: worker [0-9]: pid " "$log") -eq 3 ]] || bad+=("a process started again")
+  grep -q "elastic: dropping worker $victim (the --max-restarts budget is spent)" "$log" \
+    || bad+=("no 'dropping' line")
+  [[ $(grep -c "elastic: shrinking from 3 to 2 workers" "$log") -eq 2 ]] \
+    || bad+=("not 2 'shrinking' lines")
+  [[ $(grep -c "elastic: generation 2 of 2 workers goes on from step" "$log") -eq 2 ]] \
+    || bad+=("not 2 'goes on' lines")
+  grep -q "resuming from" "$log" && bad+=("a checkpoint was read")
+  [[ $(hashes "$tmp/s$victim.out" | wc -l) -eq 1 ]] || bad+=("the survivors' weights differ")
+  if [[ ${#bad[@]} -eq 0 ]]; then
+    tap_ok "$name: the 2 others go on in generation 2, none restarted, no checkpoint read"
+  else tap_fail "$name" "${bad[*]}; $(grep -v '^\[worker .\] [0-9E]' "$log" | tail -n 12)"; fi
+  if [[ -n $ref_ok ]] && out=$(params_close "$tmp/s$victim.ck" "$tmp/ref.ck" "$WEIGHT_TOL"); then
+    tap_ok "$name: the weights of the uninterrupted run within $WEIGHT_TOL ($out)"
+  else tap_fail "$name: weights" "${out:-no reference} $(tail -n 3 "$tmp/ref.err")"; fi
+done
+if grep -q "^\[worker 1\] .*elastic: this worker (TF_CONFIG index 1) is the chief now" \
+  "$tmp/s0.err" && grep -q "^\[worker 1\] .*checkpoint at step 40 saved" "$tmp/s0.err"; then
+  tap_ok "the chief lost: worker 1 becomes rank 0 and saves the checkpoints from then on"
+else
+  tap_fail "worker 1 takes over as chief" \
+    "$(grep -i "chief\|checkpoint at" "$tmp/s0.err" | tail -n 5)"
+fi
+
+# below --min-workers: today's behaviour, the group restart (none left here: the job fails)
+shrink_run below 2 --min-workers 3
+if [[ $rc -ne 0 && $rc -ne 124 ]] && ! grep -q "elastic:" "$tmp/below.err" &&
+  grep -q "giving up after 0 restart(s)" "$tmp/below.err"; then
+  tap_ok "--min-workers 3: a worker of 3 lost, no restart left: the run fails (exit $rc), no shrink"
+else tap_fail "below --min-workers" "rc=$rc $(tail -n 5 "$tmp/below.err")"; fi
 
 tap_done
