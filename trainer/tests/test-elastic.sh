@@ -7,7 +7,8 @@
 # killed with no restart left (--min-workers 2) is dropped and the 2 others go on in a
 # new generation, no process restarted, no checkpoint read, to the weights of the
 # uninterrupted run; the chief killed so, the next worker takes over the checkpoints;
-# below --min-workers, the run fails as before.
+# below --min-workers, the run fails as before; a members file the trainer cannot take
+# is refused.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -163,5 +164,29 @@ if [[ $rc -ne 0 && $rc -ne 124 ]] && ! grep -q "elastic:" "$tmp/below.err" &&
   grep -q "giving up after 0 restart(s)" "$tmp/below.err"; then
   tap_ok "--min-workers 3: a worker of 3 lost, no restart left: the run fails (exit $rc), no shrink"
 else tap_fail "below --min-workers" "rc=$rc $(tail -n 5 "$tmp/below.err")"; fi
+
+# --- a members file the trainer refuses ---------------------------------------------
+# Without launch: 3 workers, worker 2 killed, the survivors signalled with a file that
+# names an index TF_CONFIG does not have: each exits 2 naming the file.
+base=$(free_ports 3); ports=("$base" $((base + 1)) $((base + 2)))
+echo "0,1,2" >"$tmp/members"
+mpids=()
+for i in 0 1 2; do
+  TF_CONFIG=$(tf_config $i "${ports[@]}") KUBETRAIN_SECRET=s KUBETRAIN_MEMBERS_FILE=$tmp/members \
+    "$BIN" "${shrink[@]}" --checkpoint-dir "$tmp/m.ck" >"$tmp/m$i.out" 2>"$tmp/m$i.err" &
+  mpids+=($!); pids+=($!)
+done
+wait_for 120 test -e "$tmp/m.ck/ckpt-10.kt"
+{ kill -9 "${mpids[2]}"; wait "${mpids[2]}"; } 2>/dev/null # no "Killed" line
+echo "0,3" >"$tmp/members.new" && mv "$tmp/members.new" "$tmp/members"
+kill -USR1 "${mpids[0]}" "${mpids[1]}"
+for i in 0 1; do
+  if wait_for 60 bash -c "! kill -0 ${mpids[$i]} 2>/dev/null"; then wait "${mpids[$i]}"; rc=$?
+  else kill -9 "${mpids[$i]}"; rc=124; fi
+  want="KUBETRAIN_MEMBERS_FILE $tmp/members: expected TF_CONFIG worker indices below 3"
+  if [[ $rc -eq 2 ]] && grep -qF "$want" "$tmp/m$i.err"; then
+    tap_ok "worker $i, signalled with the members \"0,3\" of a cluster of 3: exit 2 naming the file"
+  else tap_fail "worker $i refuses the members file" "rc=$rc $(tail -n 3 "$tmp/m$i.err")"; fi
+done
 
 tap_done
