@@ -61,6 +61,9 @@ static const Option options[] = {
     {"steps-per-epoch", OPT_INT, offsetof(Config, steps_per_epoch), 0, 0, 1e9,
      "N  (70); 0 = one pass over this worker's shard"},
     {"per-worker-batch", OPT_INT, offsetof(Config, per_worker_batch), 0, 1, 65536, "N  (64)"},
+    {"global-batch", OPT_INT, offsetof(Config, global_batch), 0, 0, 4194304,
+     "N  examples per step over all workers, re-cut over the workers present\n"
+     "                             (0: --per-worker-batch x workers)"},
     {"optimizer", OPT_ENUM_OPTIMIZER, offsetof(Config, optimizer), 0, 0, 0,
      "NAME  sgd | rmsprop | adam | adam-amsgrad"},
     {"lr", OPT_DOUBLE, offsetof(Config, lr), 0, 0, 1e6, "F  learning rate (0.001)"},
@@ -334,6 +337,11 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen)
         return -EINVAL;
     }
     return 0;
+}
+
+int config_global_batch(const Config *c, int world)
+{
+    return c->global_batch > 0 ? c->global_batch : c->per_worker_batch * world;
 }
 
 void config_usage(FILE *f)

@@ -26,6 +26,7 @@ typedef struct {
     int epochs;
     int steps_per_epoch;      /* 0: one pass over this worker's shard */
     int per_worker_batch;
+    int global_batch;         /* 0: per_worker_batch * workers (config_global_batch) */
     OptimizerKind optimizer;
     double lr;
     double momentum;          /* sgd / rmsprop momentum (Keras default 0) */
@@ -60,6 +61,10 @@ typedef struct {
  * after the subcommand). Returns 0, 1 when --help was asked for, or -EINVAL with one
  * line in err naming the flag (or the variable) and what was expected. */
 int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen);
+
+/* The examples of one step over all `world` workers: --global-batch, or
+ * --per-worker-batch x world when it is 0. */
+int config_global_batch(const Config *c, int world);
 
 /* Writes the option summary to f. */
 void config_usage(FILE *f);

@@ -33,6 +33,7 @@ struct Pipeline {
     size_t begin, n;       /* the stream's examples: source positions [begin, begin+n) */
     size_t take;           /* examples the stream advances per step */
     size_t offset;         /* this rank's slice within a step */
+    size_t size;           /* and its length */
     size_t pixels;
     uint64_t stream_seed;
     /* producer state (touched by the thread only while it runs) */
@@ -73,9 +74,16 @@ static void epoch_order(const Pipeline *p, uint64_t e, uint32_t *order)
     free(pool);
 }
 
+int data_slice(int global, int world, int rank, int *start)
+{
+    /* in 64 bits: rank * global overflows an int for the largest batches */
+    *start = (int)((int64_t)rank * global / world);
+    return (int)((int64_t)(rank + 1) * global / world - *start);
+}
+
 static void fill_batch(Pipeline *p, Batch *b)
 {
-    const size_t bs = (size_t)p->cfg.batch;
+    const size_t bs = p->size;
     PipelineCursor c = p->produce_at;
     for (size_t k = 0; k < bs; k++) {
         /* c.position < n (pipeline_seek), so this neither overflows nor walks */
@@ -137,20 +145,32 @@ int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg
                     size_t errlen)
 {
     if (cfg->batch < 1 || cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world ||
-        cfg->shuffle_buffer < 1) {
+        cfg->shuffle_buffer < 1 || cfg->global_batch < 0) {
         snprintf(err, errlen,
-                 "pipeline: expected batch >= 1, shuffle buffer >= 1, 0 <= rank < world");
+                 "pipeline: expected batch >= 1, global batch >= 0, shuffle buffer >= 1, "
+                 "0 <= rank < world");
         return -EINVAL;
     }
+    const int global = cfg->global_batch ? cfg->global_batch : cfg->batch * cfg->world;
+    if (global < cfg->world) {
+        snprintf(err, errlen,
+                 "global batch %d over %d workers: expected at least one example per worker",
+                 global, cfg->world);
+        return -EINVAL;
+    }
+    int first, len = data_slice(global, cfg->world, cfg->rank, &first);
     Pipeline *p = xcalloc(1, sizeof *p);
     p->src = src;
     p->cfg = *cfg;
     p->pixels = source_example_size(src);
     p->stream_seed = cfg->seed;
-    size_t b = (size_t)cfg->batch, w = (size_t)cfg->world, r = (size_t)cfg->rank;
+    size_t b = (size_t)len, w = (size_t)cfg->world, r = (size_t)cfg->rank;
+    p->size = b;
     switch (cfg->policy) {
     case SHARD_AUTO:
-    case SHARD_DATA: p->begin = 0, p->n = src->count, p->take = b * w, p->offset = r * b; break;
+    case SHARD_DATA:
+        p->begin = 0, p->n = src->count, p->take = (size_t)global, p->offset = (size_t)first;
+        break;
     case SHARD_FILE:
         p->begin = src->count * r / w;
         p->n = src->count * (r + 1) / w - p->begin;
@@ -164,7 +184,7 @@ int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg
     if (p->n < p->take) {
         snprintf(err, errlen,
                  "dataset: %zu examples in this worker's stream, fewer than one step "
-                 "takes (%zu); expected a smaller --per-worker-batch",
+                 "takes (%zu); expected a smaller --per-worker-batch or --global-batch",
                  p->n, p->take);
         free(p);
         return -EINVAL;

@@ -38,6 +38,7 @@ typedef struct {
 
 typedef struct {
     int batch;            /* per-worker batch */
+    int global_batch;     /* examples per step over all ranks; 0: batch * world */
     size_t shuffle_buffer;/* >= 1; 1 = no shuffling */
     uint64_t seed;
     int rank, world;
@@ -46,17 +47,23 @@ typedef struct {
 } PipelineConfig;
 
 typedef struct {
-    float *x;            /* (batch, h*w*c) as source_example makes them */
-    int32_t *y;          /* (batch) */
-    int size;            /* = batch (the remainder is dropped) */
+    float *x;            /* (size, h*w*c) as source_example makes them */
+    int32_t *y;          /* (size) */
+    int size;            /* this rank's slice of the step (the remainder is dropped) */
     PipelineCursor next; /* the cursor after this batch */
 } Batch;
 
 typedef struct Pipeline Pipeline;
 
+/* Rank `rank`'s share of a step's `global` examples over `world` ranks: the examples
+ * [*start, *start + size) of the step, size returned. The slices tile the step in rank
+ * order and differ by at most one example; with global = b * world each is b. */
+int data_slice(int global, int world, int rank, int *start);
+
 /* A pipeline over src (borrowed; must outlive the pipeline), positioned at cursor
  * (0, 0), with its prefetch thread started. Returns 0, or -EINVAL with a line in err
- * when the stream cannot fill one step (fewer examples than batch*world). Free with
+ * when a rank's slice would be empty (a global batch smaller than the world) or the
+ * stream cannot fill one step. Free with
  * pipeline_free. */
 int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg, char *err,
                     size_t errlen);

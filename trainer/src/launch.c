@@ -48,6 +48,12 @@ typedef struct {
     int recovery;
     int max_restarts, restarts; /* group restarts and replacements, one budget */
     char term_dir[64];          /* the workers' termination messages (not the chief's) */
+    /* Shrink (--min-workers M > 0, docs/design.md "Elastic jobs"): a worker that fails
+     * retryable once the budget is spent is dropped while M others remain; the members
+     * file (KUBETRAIN_MEMBERS_FILE) names those in the ring. */
+    int min_workers;
+    int member[LAUNCH_MAX_WORKERS], members;
+    char members_path[96];
 } Launch;
 
 static volatile sig_atomic_t forwarded_signal;
@@ -65,10 +71,13 @@ static int retryable(int code)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kubetrain-trainer launch --workers N [--max-restarts K] [trainer options]\n"
+            "usage: kubetrain-trainer launch --workers N [--max-restarts K] [--min-workers M]\n"
+            "                                [trainer options]\n"
             "  --workers N        local worker processes on 127.0.0.1 (1..%d)\n"
             "  --max-restarts K   group restarts after a retryable failure, and with\n"
             "                     --recovery-timeout > 0 workers started again alone (3)\n"
+            "  --min-workers M    a worker lost once the restarts are spent is dropped and\n"
+            "                     the others go on without it while M remain (0: off)\n"
             "trainer options:\n",
             LAUNCH_MAX_WORKERS);
     config_usage(f);
@@ -165,6 +174,47 @@ static int timed_out(const Launch *l, int index)
     return yes;
 }
 
+/* Writes the members file: the indices of l's members, ascending, separated by commas;
+ * by a rename, so that a worker never reads half of it. */
+static void write_members(const Launch *l)
+{
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s.tmp", l->members_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) util_fail(KT_EXIT_RETRY, "launch: cannot write %s: %s", tmp, strerror(errno));
+    for (int i = 0, k = 0; i < l->n; i++)
+        if (l->member[i]) fprintf(f, "%s%d", k++ ? "," : "", i);
+    fputc('\n', f);
+    if (fclose(f) || rename(tmp, l->members_path))
+        util_fail(KT_EXIT_RETRY, "launch: cannot write %s: %s", l->members_path, strerror(errno));
+}
+
+/* The chief: the member with the lowest index (the survivors of a shrink keep their
+ * order, docs/design.md). */
+static int chief_of(const Launch *l)
+{
+    int i = 0;
+    while (i < l->n - 1 && !l->member[i]) i++;
+    return i;
+}
+
+/* A chief other than worker 0 wrote its result into its own file: it becomes launch's,
+ * where the chief's goes. */
+static void adopt_termination(const Launch *l, int chief)
+{
+    char from[4200], to[4200], buf[4096];
+    term_path(l, chief, from, sizeof from);
+    term_path(l, 0, to, sizeof to);
+    FILE *f = fopen(from, "r");
+    if (!f) return;
+    size_t got = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    FILE *g = fopen(to, "w");
+    if (!g) return;
+    fwrite(buf, 1, got, g);
+    fclose(g);
+}
+
 static void spawn(Worker *w, int index, const Launch *l)
 {
     const int n = l->n, *ports = l->ports, argc = l->argc;
@@ -203,6 +253,7 @@ static void spawn(Worker *w, int index, const Launch *l)
         if (blas_threads) setenv("OPENBLAS_NUM_THREADS", blas_threads, 1);
         /* the chief alone reports the job's result; launch reads the others' */
         if (index != 0) setenv("KUBETRAIN_TERMINATION_FILE", term, 1);
+        if (l->min_workers) setenv("KUBETRAIN_MEMBERS_FILE", l->members_path, 1);
         char **av = xcalloc((size_t)argc + 3, sizeof *av);
         av[0] = (char *)"kubetrain-trainer";
         av[1] = (char *)"train";
@@ -247,6 +298,9 @@ static int run_attempt(Worker *w, Launch *l, int *retry)
     int running = n, open_streams = 2 * n, first_fail = -1, stopping = 0, killed = 0;
     double stop_at = 0;
     *retry = 0;
+    for (int i = 0; i < n; i++) l->member[i] = 1;
+    l->members = n;
+    if (l->min_workers) write_members(l);
     while (running > 0 || open_streams > 0) {
         struct pollfd pf[2 * LAUNCH_MAX_WORKERS];
         Stream *ps[2 * LAUNCH_MAX_WORKERS];
@@ -293,6 +347,18 @@ static int run_attempt(Worker *w, Launch *l, int *retry)
                 running++;
                 continue;
             }
+            if (l->min_workers && !stopping && retryable(w[i].code) && !gave_up && running > 0 &&
+                l->members > l->min_workers) {
+                l->member[i] = 0;
+                l->members--;
+                write_members(l);
+                util_log("elastic: dropping worker %d (the --max-restarts budget is spent): the "
+                         "%d others go on without it (--min-workers %d)",
+                         i, l->members, l->min_workers);
+                for (int k = 0; k < n; k++)
+                    if (l->member[k] && w[k].pid > 0) kill(w[k].pid, SIGUSR1);
+                continue;
+            }
             if (first_fail < 0) first_fail = i;
             if (!stopping) {
                 util_log("stopping the other workers");
@@ -309,25 +375,28 @@ static int run_attempt(Worker *w, Launch *l, int *retry)
             killed = 1;
         }
     }
-    if (w[0].code == 0) return 0;
-    if (stopping == 2) return w[0].code;
+    const int chief = chief_of(l);
+    if (chief != 0) adopt_termination(l, chief);
+    if (w[chief].code == 0) return 0;
+    if (stopping == 2) return w[chief].code;
     int first = w[first_fail].code;
-    if (!retryable(w[0].code)) return w[0].code;
+    if (!retryable(w[chief].code)) return w[chief].code;
     if (!retryable(first)) return first;
     *retry = 1;
-    return w[0].code;
+    return w[chief].code;
 }
 
 int launch_main(int argc, char **argv, const char *self)
 {
     util_set_log_prefix("kubetrain-trainer launch");
-    int workers = 0, max_restarts = 3;
+    int workers = 0, max_restarts = 3, min_workers = 0;
     char **rest = xcalloc((size_t)argc + 1, sizeof *rest);
     int nrest = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         int *dst = !strcmp(a, "--workers")        ? &workers
                    : !strcmp(a, "--max-restarts") ? &max_restarts
+                   : !strcmp(a, "--min-workers")  ? &min_workers
                                                   : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -343,13 +412,17 @@ int launch_main(int argc, char **argv, const char *self)
         if (i + 1 >= argc || *end || end == argv[i + 1] || v < 0 ||
             (dst == &workers && (v < 1 || v > LAUNCH_MAX_WORKERS)) || v > 1000)
             util_fail(KT_EXIT_USAGE, "launch: %s expects %s, got '%s'", a,
-                      dst == &workers ? "a number of workers from 1 to 64"
-                                      : "a number of restarts from 0 to 1000",
+                      dst == &workers       ? "a number of workers from 1 to 64"
+                      : dst == &min_workers ? "a number of workers from 0 to --workers"
+                                            : "a number of restarts from 0 to 1000",
                       i + 1 < argc ? argv[i + 1] : "");
         *dst = (int)v;
         i++;
     }
     if (!workers) util_fail(KT_EXIT_USAGE, "launch: --workers N is required");
+    if (min_workers > workers)
+        util_fail(KT_EXIT_USAGE, "launch: --min-workers %d: expected at most --workers (%d)",
+                  min_workers, workers);
 
     /* Bad trainer options fail here once rather than in every worker. */
     Config cfg;
@@ -387,6 +460,11 @@ int launch_main(int argc, char **argv, const char *self)
     util_log("%d worker(s) on 127.0.0.1, OPENBLAS_NUM_THREADS=%s, checkpoints %s%s", workers,
              blas_threads ? blas_threads : getenv("OPENBLAS_NUM_THREADS"),
              cfg.checkpoint_dir[0] ? "in " : "off", cfg.checkpoint_dir);
+    if (min_workers && (cfg.recovery_timeout <= 0 || workers < 2))
+        util_fail(KT_EXIT_USAGE,
+                  "launch: --min-workers needs live recovery: more than one worker and "
+                  "--recovery-timeout > 0 (the survivors of a lost worker form the smaller ring "
+                  "in its rendezvous)");
     Launch l = {.n = workers,
                 .self = self,
                 .argc = nrest,
@@ -394,10 +472,12 @@ int launch_main(int argc, char **argv, const char *self)
                 .secret = secret,
                 .blas_threads = blas_threads,
                 .recovery = cfg.recovery_timeout > 0 && workers > 1,
-                .max_restarts = max_restarts};
+                .max_restarts = max_restarts,
+                .min_workers = min_workers};
     snprintf(l.term_dir, sizeof l.term_dir, "/tmp/kubetrain-launch-XXXXXX");
     if (!mkdtemp(l.term_dir))
         util_fail(KT_EXIT_RETRY, "launch: cannot make a directory in /tmp: %s", strerror(errno));
+    snprintf(l.members_path, sizeof l.members_path, "%s/members", l.term_dir);
     Worker w[LAUNCH_MAX_WORKERS];
     int code = 0;
     for (;;) {
@@ -423,6 +503,7 @@ int launch_main(int argc, char **argv, const char *self)
         term_path(&l, i, path, sizeof path);
         unlink(path);
     }
+    unlink(l.members_path);
     rmdir(l.term_dir);
     util_log("done: exit code %d", code);
     free(rest);

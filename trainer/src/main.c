@@ -67,6 +67,10 @@
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t training_started;
+/* SIGUSR1: the supervisor rewrote KUBETRAIN_MEMBERS_FILE (a shrink, recover). */
+static volatile sig_atomic_t members_changed;
+/* Ends a live recovery's rendezvous wait: set with either flag above. */
+static volatile sig_atomic_t rendezvous_wake;
 
 /* SIGTERM/SIGINT: once training runs, finish the step (the flag travels with the step
  * statistics, see train.h) or, for a survivor waiting for a replacement, end the wait
@@ -84,6 +88,14 @@ static void on_stop_signal(int sig)
         _exit(KT_EXIT_RETRY);
     }
     stop_requested = 1;
+    rendezvous_wake = 1;
+}
+
+static void on_members_signal(int sig)
+{
+    (void)sig;
+    members_changed = 1;
+    rendezvous_wake = 1;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -160,7 +172,9 @@ static int gpu_census(Collective *c, int device, int *gpuless, int *gpuful, int 
 typedef struct Recovery {
     int on;                /* --recovery-timeout > 0 on the TCP ring (not NCCL) */
     int listen_fd;         /* -1 when closed */
-    TfConfig tf;
+    TfConfig tf;           /* the ring's workers: TF_CONFIG's, or its members after a shrink */
+    TfConfig all;          /* TF_CONFIG's cluster, which KUBETRAIN_MEMBERS_FILE indexes */
+    int index;             /* this worker's index in it */
     char *signature;       /* the model's, compared at the rendezvous */
     unsigned char *secret;
     size_t secret_len;
@@ -177,7 +191,7 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collectiv
     NetJob job = {.world = r->tf.world,
                   .rank = r->tf.rank,
                   .model_signature = r->signature,
-                  .global_batch = (uint64_t)cfg->per_worker_batch * (uint64_t)r->tf.world,
+                  .global_batch = (uint64_t)config_global_batch(cfg, r->tf.world),
                   .dataset = cfg->dataset,
                   .generation = r->generation + 1,
                   .has_state = r->has_state};
@@ -185,7 +199,7 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collectiv
                      .handshake_timeout_s = 10,
                      .secret = r->secret,
                      .secret_len = r->secret_len,
-                     .stop = &stop_requested};
+                     .stop = &rendezvous_wake};
     NetRing ring;
     double t0 = util_now();
     int rc = net_rendezvous(r->listen_fd, &r->tf, &job, &no, &ring, err, errlen);
@@ -230,7 +244,7 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
 
     /* The rendezvous compares the model's signature, so build the model once for it. */
     Model *m;
-    int code, rc = trainer_create_model(&m, cfg, &code, err, sizeof err);
+    int code, rc = trainer_create_model(&m, cfg, tf->world, &code, err, sizeof err);
     if (rc) util_fail(code, "%s", err);
     r->signature = xstrdup(m->signature);
     model_free(m);
@@ -653,6 +667,90 @@ static void recovery_give_up(Trainer *t, const Recovery *r, int timed_out, const
     util_fail(KT_EXIT_RETRY, "%s", why);
 }
 
+/* The workers KUBETRAIN_MEMBERS_FILE names: TF_CONFIG indices in ascending order,
+ * separated by commas ("0,2"), into idx (r->all.world at most); returns their count, or
+ * 0 when the variable is unset or the file cannot be read now (logged; the supervisor
+ * replaces it by a rename, so a later signal finds it whole). A file that is not such a
+ * list, or leaves this worker out, exits 2 naming it. */
+static int read_members(const Recovery *r, int *idx)
+{
+    const char *path = getenv("KUBETRAIN_MEMBERS_FILE");
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        util_log("elastic: cannot read KUBETRAIN_MEMBERS_FILE %s: %s", path, strerror(errno));
+        return 0;
+    }
+    /* room for every index and its comma, and one byte more: a longer file is refused */
+    const size_t cap = 12 * (size_t)r->all.world + 2;
+    char *buf = xmalloc(cap);
+    size_t got = fread(buf, 1, cap - 1, f);
+    const int longer = got == cap - 1 && fgetc(f) != EOF;
+    fclose(f);
+    buf[got] = '\0';
+    if (longer)
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_MEMBERS_FILE %s: longer than a list of %d worker indices can be", path,
+                  r->all.world);
+    int n = 0, self = 0;
+    const char *p = buf;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= r->all.world || (n > 0 && v <= idx[n - 1]))
+            util_fail(KT_EXIT_USAGE,
+                      "KUBETRAIN_MEMBERS_FILE %s: expected TF_CONFIG worker indices below %d in "
+                      "ascending order, separated by commas; got \"%.64s\"",
+                      path, r->all.world, buf);
+        self |= v == r->index;
+        idx[n++] = (int)v;
+        p = end + strspn(end, " \t\r\n");
+        if (*p != ',') break;
+        p++;
+    }
+    if (*p)
+        util_fail(KT_EXIT_USAGE, "KUBETRAIN_MEMBERS_FILE %s: unexpected \"%.32s\" after the list",
+                  path, p);
+    if (!self)
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out", path,
+                  r->index);
+    free(buf);
+    return n;
+}
+
+/* A shrink (docs/design.md, "Elastic jobs"): when KUBETRAIN_MEMBERS_FILE names fewer
+ * workers than r's ring holds, the next rendezvous is among them, in their TF_CONFIG
+ * order, so the lowest index present is rank 0, the chief; otherwise r is left as it is
+ * (growing back is not built). */
+static void apply_members(Recovery *r)
+{
+    int *idx = xcalloc((size_t)r->all.world, sizeof *idx), n = read_members(r, idx);
+    if (n == 0 || n >= r->tf.world) {
+        free(idx);
+        return;
+    }
+    TfConfig next = {.world = n, .peers = xcalloc((size_t)n, sizeof *next.peers)};
+    const size_t listlen = 12 * (size_t)n;
+    char *list = xcalloc(listlen, 1);
+    for (int k = 0; k < n; k++) {
+        next.peers[k] = r->all.peers[idx[k]];
+        if (idx[k] == r->index) next.rank = k;
+        size_t len = strlen(list);
+        snprintf(list + len, listlen - len, "%s%d", k ? "," : "", idx[k]);
+    }
+    util_log("elastic: shrinking from %d to %d workers (TF_CONFIG indices %s) in generation "
+             "%u; this worker (index %d) is rank %d",
+             r->tf.world, n, list, r->generation + 1, r->index, next.rank);
+    free(list);
+    free(idx);
+    tfconfig_free(&r->tf);
+    r->tf = next;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "kubetrain-trainer[rank %d]", next.rank);
+    util_set_log_prefix(prefix);
+}
+
 /* The TrainRecoverHook (train.h) of live recovery: the collective failed in a step. The
  * survivors drop the ring, wait up to --recovery-timeout for the replacement in a new
  * rendezvous on the listener they kept open, form the next generation's ring and sync
@@ -660,7 +758,9 @@ static void recovery_give_up(Trainer *t, const Recovery *r, int timed_out, const
  * wait again within the same deadline. When the deadline passes, or a signal stops the
  * wait, the survivor saves its state and exits 75 (recovery_give_up), at the deadline
  * with "recoveryTimedOut": true in the termination message, which asks for the group
- * restart. */
+ * restart. When the supervisor drops workers instead (SIGUSR1 and KUBETRAIN_MEMBERS_FILE,
+ * apply_members), the survivors form the smaller ring, the lowest-ranked becoming the
+ * chief, and go on. */
 static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
 {
     Recovery *r = ctx;
@@ -672,13 +772,21 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
     trainer_detach_collective(t);
     coll_destroy(t->coll);
     t->coll = NULL;
+    const int world_before = r->tf.world;
     for (;;) {
+        if (members_changed) {
+            /* cleared before the file is read: a later signal wakes the rendezvous */
+            rendezvous_wake = stop_requested;
+            members_changed = 0;
+            apply_members(r);
+        }
         double left = deadline - util_now();
         Collective *c = NULL;
         int rc = stop_requested ? -EINTR
                  : left > 0     ? form_ring(&t->cfg, r, left, &c, e2, sizeof e2)
                                 : -ETIMEDOUT;
         if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
+        if (rc == -EINTR && !stop_requested) continue; /* the members changed */
         if (rc == -EINTR) {
             snprintf(msg, sizeof msg,
                      "live recovery: stopped by a signal while waiting for a replacement for "
@@ -707,6 +815,19 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
         trainer_detach_collective(t);
         coll_destroy(c);
         t->coll = NULL;
+    }
+    if (r->tf.world < world_before) {
+        util_log("elastic: generation %u of %d workers goes on from step %ld: no process "
+                 "restarted, no checkpoint read",
+                 r->generation, r->tf.world, t->st.global_step);
+        /* the chief's duties follow rank 0 (the metrics file and /metrics stay with the
+         * first chief: docs/design.md) */
+        if (t->coll->rank == 0 && t->cfg.checkpoint_dir[0] && !t->after_step) {
+            util_log("elastic: this worker (TF_CONFIG index %d) is the chief now and takes over "
+                     "the checkpoints",
+                     r->index);
+            t->after_step = checkpoint_hook;
+        }
     }
     (void)exit_code, (void)err, (void)errlen;
     return 0;
@@ -742,6 +863,13 @@ static int cmd_train(int argc, char **argv)
     TfConfig tf;
     if (tfconfig_parse(getenv("TF_CONFIG"), cfg.index, &tf, err, sizeof err))
         util_fail(KT_EXIT_USAGE, "TF_CONFIG: %s", err);
+    if (config_global_batch(&cfg, tf.world) < tf.world)
+        util_fail(KT_EXIT_USAGE,
+                  "--global-batch %d: fewer examples than the %d workers; expected at least one "
+                  "per worker",
+                  cfg.global_batch, tf.world);
+    /* fixed now: a smaller ring (a shrink) trains the same global batch */
+    cfg.global_batch = config_global_batch(&cfg, tf.world);
     /* the chief's export path is tried now, not found wrong after the training */
     if (tf.rank == 0 && cfg.export_path[0] && keras_export_check(cfg.export_path, err, sizeof err))
         util_fail(KT_EXIT_USAGE, "--export %s", err);
@@ -752,7 +880,11 @@ static int cmd_train(int argc, char **argv)
         /* the chief alone writes summaries, as in MWMS */
         if (tf.rank != 0) cfg.metrics_file[0] = '\0';
     }
-    Recovery rec = {.listen_fd = -1, .tf = tf};
+    Recovery rec = {.listen_fd = -1, .tf = tf, .index = tf.rank};
+    rec.all = (TfConfig){
+        .world = tf.world, .rank = tf.rank, .peers = xcalloc((size_t)tf.world, sizeof *tf.peers)};
+    memcpy(rec.all.peers, tf.peers, (size_t)tf.world * sizeof *tf.peers);
+    signal(SIGUSR1, SIG_IGN); /* until training runs (recover) */
     Collective *coll = connect_collective(&cfg, &rec.tf, &rec);
 
     Trainer *t;
@@ -767,6 +899,14 @@ static int cmd_train(int argc, char **argv)
     t->stop_request = &stop_requested;
     if (rec.on) t->recover = recover, t->recover_ctx = &rec;
     training_started = 1;
+    if (rec.on) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_members_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGUSR1, &sa, NULL);
+    }
     if (stop_requested) util_fail(KT_EXIT_RETRY, "stopped by a signal before the first step");
     if (trainer_run(t, &code, err, sizeof err)) util_fail(code, "%s", err);
 
@@ -802,6 +942,7 @@ static int cmd_train(int argc, char **argv)
     coll_destroy(coll);
     if (rec.listen_fd >= 0) close(rec.listen_fd);
     tfconfig_free(&rec.tf);
+    tfconfig_free(&rec.all);
     free(rec.signature);
     free(rec.secret);
     return KT_EXIT_OK;

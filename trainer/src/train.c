@@ -50,11 +50,18 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err, size_t errlen)
+int trainer_largest_slice(const Config *cfg, int world)
+{
+    const int g = config_global_batch(cfg, world);
+    return g / world + (g % world != 0);
+}
+
+int trainer_create_model(Model **out, const Config *cfg, int world, int *exit_code, char *err,
+                         size_t errlen)
 {
     OptimizerConfig oc = optim_defaults(cfg->optimizer, (float)cfg->lr);
     oc.momentum = (float)cfg->momentum;
-    const ModelBudget budget = {.batch = cfg->per_worker_batch,
+    const ModelBudget budget = {.batch = trainer_largest_slice(cfg, world),
                                 .state_per_param = optim_state_per_param(&oc),
                                 .limit = (size_t)(cfg->max_model_memory_gib * (1 << 30))};
     int rc = model_create_within(out, cfg->model, cfg->seed, &budget, err, errlen);
@@ -63,7 +70,7 @@ int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *e
         size_t n = strlen(err);
         snprintf(err + n, errlen - n,
                  " (--max-model-memory-gib %g): make the model or "
-                 "--per-worker-batch smaller, or raise --max-model-memory-gib "
+                 "--per-worker-batch (--global-batch) smaller, or raise --max-model-memory-gib "
                  "(KUBETRAIN_MAX_MODEL_MEMORY_GIB) where the machine has the memory",
                  cfg->max_model_memory_gib);
     }
@@ -94,6 +101,29 @@ static int check_images(const Source *src, const Model *m, char *err, size_t err
     return -EINVAL;
 }
 
+/* t's data pipeline for rank `rank` of `world` at t's global batch, replacing the one
+ * it had; t->local_batch follows. Returns 0 or pipeline_create's error. */
+static int make_pipeline(Trainer *t, int rank, int world, char *err, size_t errlen)
+{
+    const Config *cfg = &t->cfg;
+    PipelineConfig pc = {.batch = cfg->per_worker_batch,
+                         .global_batch = t->global_batch,
+                         .shuffle_buffer = (size_t)cfg->shuffle_buffer,
+                         .seed = cfg->seed,
+                         .rank = rank,
+                         .world = world,
+                         .policy = cfg->shard_policy,
+                         .scale = cfg->pixel_scale};
+    Pipeline *p;
+    int rc = pipeline_create(&p, &t->train, &pc, err, errlen);
+    if (rc) return rc;
+    pipeline_free(t->pipe);
+    t->pipe = p;
+    t->rank = rank, t->world = world;
+    t->local_batch = t->global_batch / world + (t->global_batch % world != 0);
+    return 0;
+}
+
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen)
 {
@@ -103,7 +133,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     t->coll = coll;
     pool_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
-    if ((rc = trainer_create_model(&t->model, cfg, exit_code, err, errlen))) goto err;
+    if ((rc = trainer_create_model(&t->model, cfg, coll->world, exit_code, err, errlen))) goto err;
     *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
     const int k = (int)t->model->num_classes;
     const SourceOptions so = {
@@ -117,15 +147,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     if ((rc = check_images(&t->train, t->model, err, errlen)) ||
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
         goto err;
-    PipelineConfig pc = {.batch = cfg->per_worker_batch,
-                         .shuffle_buffer = (size_t)cfg->shuffle_buffer,
-                         .seed = cfg->seed,
-                         .rank = coll->rank,
-                         .world = coll->world,
-                         .policy = cfg->shard_policy,
-                         .scale = cfg->pixel_scale};
-    if ((rc = pipeline_create(&t->pipe, &t->train, &pc, err, errlen))) goto err;
-    t->global_batch = cfg->per_worker_batch * coll->world;
+    t->global_batch = config_global_batch(cfg, coll->world);
+    if ((rc = make_pipeline(t, coll->rank, coll->world, err, errlen))) goto err;
     t->steps_per_epoch =
         cfg->steps_per_epoch > 0 ? cfg->steps_per_epoch : (long)pipeline_steps_per_pass(t->pipe);
     float lr = (float)cfg->lr * (cfg->scale_lr_by_workers ? (float)coll->world : 1.0f);
@@ -133,7 +156,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     oc.momentum = (float)cfg->momentum;
     oc.nesterov = cfg->nesterov;
     t->opt = optim_create(&oc, t->model->num_params);
-    model_reserve(t->model, cfg->per_worker_batch);
+    model_reserve(t->model, t->local_batch);
     if ((rc = trainer_pick_device(cfg, coll->rank, &t->gpu_device, err, errlen))) {
         *exit_code = KT_EXIT_USAGE;
         goto err;
@@ -153,8 +176,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
         goto err;
     }
     if (t->gpu_device >= 0) {
-        if ((rc = gpu_model_create(&t->gpu, t->model, &oc, t->gpu_device, cfg->per_worker_batch,
-                                   err, errlen))) {
+        if ((rc = gpu_model_create(&t->gpu, t->model, &oc, t->gpu_device, t->local_batch, err,
+                                   errlen))) {
             *exit_code = KT_EXIT_RETRY;
             goto err;
         }
@@ -216,8 +239,19 @@ void trainer_detach_collective(Trainer *t)
 
 int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errlen)
 {
-    t->coll = c;
     int rc;
+    /* another size (a shrink): the global batch is cut anew over the ranks present */
+    if (c->rank != t->rank || c->world != t->world) {
+        if (t->gpu) {
+            snprintf(err, errlen,
+                     "the ring changed size (%d to %d ranks), which the GPU path cannot follow",
+                     t->world, c->world);
+            return -ENOTSUP;
+        }
+        if ((rc = make_pipeline(t, c->rank, c->world, err, errlen))) return rc;
+        model_reserve(t->model, t->local_batch);
+    }
+    t->coll = c;
     if (c->world > 1 && !c->device_buffers &&
         (rc = coll_share_arena(c, t->model->grads, t->model->grads_bytes, err, errlen)))
         return rc;
@@ -245,7 +279,7 @@ void trainer_weights_hash(const Trainer *t, char out[65])
 
 void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
 {
-    const int b = t->cfg.per_worker_batch;
+    const int b = t->local_batch;
     const size_t pixels = t->model->input_size;
     float *x = xmalloc((size_t)b * pixels * sizeof *x);
     int32_t *y = xmalloc((size_t)b * sizeof *y);

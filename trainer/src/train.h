@@ -60,7 +60,9 @@ struct Trainer {
     Metrics *metrics;
     TrainState st;
     long steps_per_epoch;
-    int global_batch;
+    int global_batch;     /* --global-batch, or --per-worker-batch x world */
+    int local_batch;      /* the largest slice of it a rank takes: the activations' room */
+    int rank, world;      /* the ranks the pipeline is cut for (a shrink changes them) */
     TrainStepHook after_step;
     void *hook_ctx;
     /* Graceful stop (SIGTERM): when *stop_request (borrowed, may be NULL) is set on any
@@ -114,10 +116,16 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen);
  * hash when that is too long to store; out holds CKPT_SIGNATURE_MAX bytes. */
 void trainer_checkpoint_signature(const Model *m, OptimizerKind kind, char *out);
 
-/* Builds cfg's model (--model, --seed) within --max-model-memory-gib at the per-worker
- * batch with cfg's optimizer. Returns 0, or a negative errno with one line in err and
- * *exit_code set: KT_EXIT_USAGE for an unknown --model, else KT_EXIT_DATA. */
-int trainer_create_model(Model **out, const Config *cfg, int *exit_code, char *err, size_t errlen);
+/* The most examples a rank of `world` takes of a step (data_slice): the global batch over
+ * world, rounded up. */
+int trainer_largest_slice(const Config *cfg, int world);
+
+/* Builds cfg's model (--model, --seed) within --max-model-memory-gib at the largest slice
+ * of the global batch a rank of `world` takes, with cfg's optimizer. Returns 0, or a
+ * negative errno with one line in err and *exit_code set: KT_EXIT_USAGE for an unknown
+ * --model, else KT_EXIT_DATA. */
+int trainer_create_model(Model **out, const Config *cfg, int world, int *exit_code, char *err,
+                         size_t errlen);
 
 /* Builds the model, optimizer, datasets and pipeline for cfg on collective coll (which
  * must outlive the trainer). Returns 0, or a negative errno with one line in err and
@@ -150,9 +158,11 @@ void trainer_seek(Trainer *t, const TrainState *st);
  * that the caller may destroy it; the gradient arena stays mapped, its contents kept. */
 void trainer_detach_collective(Trainer *t);
 
-/* Trains on collective c (same rank and world as before) from now on: offers it the
- * gradient arena and restarts the overlap thread. Returns 0 or a negative errno with
- * err (the collective failed). */
+/* Trains on collective c from now on: offers it the gradient arena and restarts the
+ * overlap thread. A c of another rank or world (a shrink, docs/design.md "Elastic jobs")
+ * cuts the global batch anew: the data pipeline is made again for c's rank, to be
+ * positioned by trainer_seek. Returns 0 or a negative errno with err (the collective
+ * failed; -ENOTSUP: another size on the GPU path). */
 int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errlen);
 
 /* The host's parameter and optimizer arenas onto the device (a no-op on the CPU path),

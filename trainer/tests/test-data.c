@@ -2,6 +2,7 @@
  * data-epoch, the cursor and seek, and the sharding policies. The dataset is synthetic:
  * example i has label i % 10 and every pixel i % 251, so a batch tells which examples
  * it holds. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,6 +187,58 @@ static void test_auto_shard_equals_big_batch(void **s)
     pipeline_free(p);
 }
 
+/* A global batch re-cut over 2, 3 and 4 ranks (10 = 5+5 = 3+3+4 = 2+3+2+3): the slices
+ * tile each step in rank order, so any world walks the examples of one worker with
+ * batch 10, and the slices' sizes are data_slice's. */
+static void test_global_batch_uneven_slices(void **s)
+{
+    (void)s;
+    enum { G = 10, STEPS = 20 };
+    PipelineConfig one = {.batch = G, .shuffle_buffer = 60000, .seed = 6, .world = 1};
+    int big[G * STEPS];
+    collect(&one, STEPS, big);
+    static const int sizes[5][4] = {[2] = {5, 5}, [3] = {3, 3, 4}, [4] = {2, 3, 2, 3}};
+    for (int w = 2; w <= 4; w++) {
+        int at = 0;
+        for (int r = 0; r < w; r++) {
+            int first, len = data_slice(G, w, r, &first);
+            assert_int_equal(len, sizes[w][r]);
+            assert_int_equal(first, at);
+            /* --per-worker-batch (.batch) does not count once the global batch is set */
+            PipelineConfig pc = {.batch = 7,
+                                 .global_batch = G,
+                                 .shuffle_buffer = 60000,
+                                 .seed = 6,
+                                 .rank = r,
+                                 .world = w};
+            Pipeline *p;
+            char err[256];
+            assert_int_equal(pipeline_create(&p, &ds, &pc, err, sizeof err), 0);
+            assert_int_equal(pipeline_steps_per_pass(p), COUNT / G);
+            for (int st = 0; st < STEPS; st++) {
+                const Batch *b = pipeline_next(p);
+                assert_int_equal(b->size, len);
+                for (int k = 0; k < len; k++)
+                    assert_int_equal(example_of(b, k), big[st * G + first + k]);
+            }
+            pipeline_free(p);
+            at += len;
+        }
+        assert_int_equal(at, G);
+    }
+}
+
+static void test_global_batch_below_world(void **s)
+{
+    (void)s;
+    PipelineConfig pc = {.batch = 4, .global_batch = 2, .shuffle_buffer = 10, .world = 3};
+    Pipeline *p = NULL;
+    char err[256];
+    assert_int_equal(pipeline_create(&p, &ds, &pc, err, sizeof err), -EINVAL);
+    assert_string_equal(err, "global batch 2 over 3 workers: expected at least one example per "
+                             "worker");
+}
+
 static void test_file_and_off_shards(void **s)
 {
     (void)s;
@@ -236,6 +289,8 @@ int main(void)
         cmocka_unit_test(test_cursor_and_seek),
         cmocka_unit_test(test_far_position_is_arithmetic),
         cmocka_unit_test(test_auto_shard_equals_big_batch),
+        cmocka_unit_test(test_global_batch_uneven_slices),
+        cmocka_unit_test(test_global_batch_below_world),
         cmocka_unit_test(test_file_and_off_shards),
         cmocka_unit_test(test_too_big_batch),
     };
