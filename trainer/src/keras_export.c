@@ -144,15 +144,25 @@ static cJSON *layer_config(const Layer *l)
         add_regularizer(cfg, l->l2);
         break;
     }
-    case LAYER_MAXPOOL: {
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL: {
         const int p[2] = {l->pool.ph, l->pool.pw}, s[2] = {l->pool.sh, l->pool.sw};
-        o = layer_object("MaxPooling2D", l->name, &cfg);
+        o = layer_object(l->type == LAYER_MAXPOOL ? "MaxPooling2D" : "AveragePooling2D", l->name,
+                         &cfg);
         cJSON_AddItemToObject(cfg, "pool_size", int_list(p, 2));
         cJSON_AddItemToObject(cfg, "strides", int_list(s, 2));
         cJSON_AddStringToObject(cfg, "padding", l->same ? "same" : "valid");
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
         break;
     }
+    case LAYER_GLOBAL_AVGPOOL:
+    case LAYER_GLOBAL_MAXPOOL:
+        o = layer_object(l->type == LAYER_GLOBAL_AVGPOOL ? "GlobalAveragePooling2D"
+                                                         : "GlobalMaxPooling2D",
+                         l->name, &cfg);
+        cJSON_AddStringToObject(cfg, "data_format", "channels_last");
+        cJSON_AddBoolToObject(cfg, "keepdims", l->out_rank == 3);
+        break;
     case LAYER_FLATTEN:
         o = layer_object("Flatten", l->name, &cfg);
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");

@@ -9,8 +9,8 @@
 
 /* What the trainer implements, named in the messages. */
 #define KJ_LAYERS                                                                                  \
-    "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, "       \
-    "LeakyReLU"
+    "InputLayer, Reshape, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "        \
+    "GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, LeakyReLU"
 
 typedef struct {
     const char *what;      /* the file */
@@ -109,6 +109,8 @@ static const Field conv_fields[] = {{"filters", F_COPY},
 static const Field pool_fields[] = {{"pool_size", F_COPY},  {"strides", F_COPY},
                                     {"padding", F_PADDING}, {"data_format", F_CHANNELS_LAST},
                                     {"trainable", F_BOOL},  {NULL, F_NAME}};
+static const Field global_pool_fields[] = {
+    {"data_format", F_CHANNELS_LAST}, {"keepdims", F_COPY}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field flatten_fields[] = {
     {"data_format", F_CHANNELS_LAST}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field dense_fields[] = {{"units", F_COPY},
@@ -147,10 +149,19 @@ static const struct {
     const char *cls;
     const Field *fields;
 } classes[] = {
-    {"InputLayer", input_fields},  {"Reshape", reshape_fields},       {"Conv2D", conv_fields},
-    {"MaxPooling2D", pool_fields}, {"Flatten", flatten_fields},       {"Dense", dense_fields},
-    {"Dropout", dropout_fields},   {"Activation", activation_fields}, {"ReLU", relu_fields},
+    {"InputLayer", input_fields},
+    {"Reshape", reshape_fields},
+    {"Conv2D", conv_fields},
+    {"MaxPooling2D", pool_fields},
+    {"Flatten", flatten_fields},
+    {"Dense", dense_fields},
+    {"Dropout", dropout_fields},
+    {"Activation", activation_fields},
+    {"ReLU", relu_fields},
     {"LeakyReLU", leaky_fields},
+    {"AveragePooling2D", pool_fields},
+    {"GlobalAveragePooling2D", global_pool_fields},
+    {"GlobalMaxPooling2D", global_pool_fields},
 };
 
 static const Field *field_of(const Field *fields, const char *key)

@@ -299,17 +299,25 @@ int pool_geom_init(PoolGeom *g, int h, int w, int c, int ph, int pw, int sh, int
     return g->oh > 0 && g->ow > 0 ? 0 : -EINVAL;
 }
 
+/* The window of output cell (oy, ox) clipped to the input: rows [*y0, *y1), columns
+ * [*x0, *x1). Padded cells are never read, so they never win a maximum nor count in a
+ * mean. */
+static void pool_window(const PoolGeom *g, int oy, int ox, int *y0, int *y1, int *x0, int *x1)
+{
+    *y0 = oy * g->sh - g->pad_top, *y1 = *y0 + g->ph;
+    *x0 = ox * g->sw - g->pad_left, *x1 = *x0 + g->pw;
+    *y0 = *y0 < 0 ? 0 : *y0, *y1 = *y1 > g->h ? g->h : *y1;
+    *x0 = *x0 < 0 ? 0 : *x0, *x1 = *x1 > g->w ? g->w : *x1;
+}
+
 void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
 {
     const int h = g->h, w = g->w, c = g->c;
     for (int n = 0; n < b; n++)
         for (int oy = 0; oy < g->oh; oy++) {
-            /* the window's rows and columns inside the input (padding never wins) */
-            int y0 = oy * g->sh - g->pad_top, y1 = y0 + g->ph;
-            y0 = y0 < 0 ? 0 : y0, y1 = y1 > h ? h : y1;
             for (int ox = 0; ox < g->ow; ox++) {
-                int x0 = ox * g->sw - g->pad_left, x1 = x0 + g->pw;
-                x0 = x0 < 0 ? 0 : x0, x1 = x1 > w ? w : x1;
+                int y0, y1, x0, x1;
+                pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
                 for (int ch = 0; ch < c; ch++) {
                     int best = -1;
                     float bv = -INFINITY;
@@ -331,6 +339,45 @@ void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, c
 {
     memset(dinput, 0, (size_t)b * g->h * g->w * g->c * sizeof *dinput);
     for (size_t o = 0; o < (size_t)b * g->oh * g->ow * g->c; o++) dinput[argmax[o]] += dout[o];
+}
+
+void avgpool_forward(float *out, const float *inp, const PoolGeom *g, int b)
+{
+    const int w = g->w, c = g->c;
+    for (int n = 0; n < b; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                int y0, y1, x0, x1;
+                pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+                float *o = out + (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                memset(o, 0, (size_t)c * sizeof *o);
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++) {
+                        const float *in = inp + (((size_t)n * g->h + y) * w + x) * c;
+                        for (int ch = 0; ch < c; ch++) o[ch] += in[ch];
+                    }
+                const float inv = 1.0f / (float)((y1 - y0) * (x1 - x0));
+                for (int ch = 0; ch < c; ch++) o[ch] *= inv;
+            }
+}
+
+void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b)
+{
+    const int w = g->w, c = g->c;
+    memset(dinput, 0, (size_t)b * g->h * w * c * sizeof *dinput);
+    for (int n = 0; n < b; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                int y0, y1, x0, x1;
+                pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+                const float *d = dout + (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                const float inv = 1.0f / (float)((y1 - y0) * (x1 - x0));
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++) {
+                        float *di = dinput + (((size_t)n * g->h + y) * w + x) * c;
+                        for (int ch = 0; ch < c; ch++) di[ch] += d[ch] * inv;
+                    }
+            }
 }
 
 /* ----------------------------------------------------------------------------

@@ -84,7 +84,7 @@ void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const fl
                         float *weight, int b, int in, int outn, float lr, float decay,
                         int din_zero);
 
-/* Geometry of one MaxPooling2D: input (B,H,W,C) -> output (B,OH,OW,C). */
+/* Geometry of one pooling layer (max or average): input (B,H,W,C) -> output (B,OH,OW,C). */
 typedef struct {
     int h, w, c;    /* input */
     int ph, pw;     /* pool size */
@@ -105,6 +105,14 @@ void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGe
 /* dinput (B,H,W,C) from dout (B,OH,OW,C): each gradient goes to its maximum. */
 void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, const PoolGeom *g,
                       int b);
+
+/* Keras AveragePooling2D: out (B,OH,OW,C), each the mean of its window's cells inside
+ * the input (with "same" padding the padded cells are not counted, as TensorFlow's
+ * avg_pool does). GlobalAveragePooling2D is this with the whole input as the window. */
+void avgpool_forward(float *out, const float *inp, const PoolGeom *g, int b);
+/* dinput (B,H,W,C) from dout (B,OH,OW,C): each gradient shared equally by the cells it
+ * averaged. */
+void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b);
 
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask

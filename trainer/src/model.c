@@ -388,6 +388,62 @@ static int activation_layer(Layer *l, const cJSON *o, const char *t, const SpecC
     return 0;
 }
 
+/* MaxPooling2D and AveragePooling2D (l->type set, l->in_shape filled): pool_size
+ * (default 2), strides (Keras's None: the pool size), padding valid or same. */
+static int pool_layer(Layer *l, const cJSON *o, const char *t, const SpecCtx *sc)
+{
+    int p[2], s[2], rc, same = 0;
+    if (l->in_rank != 3) {
+        char exp[96];
+        snprintf(exp, sizeof exp, "%s after a (height, width, channels) shape", t);
+        return spec_fail(sc, "type", exp);
+    }
+    if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "strides");
+    if (!sv || cJSON_IsNull(sv)) {
+        s[0] = p[0], s[1] = p[1];
+    } else if ((rc = spec_pair(sc, o, "strides", 1, s))) {
+        return rc;
+    }
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
+    if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
+                                         (same = !strcmp(pad->valuestring, "same")))))
+        return spec_fail(sc, "padding", "\"valid\" or \"same\"");
+    if (pool_geom_init(&l->pool, l->in_shape[0], l->in_shape[1], l->in_shape[2], p[0], p[1], s[0],
+                       s[1], same))
+        return spec_fail(sc, "pool_size", "a pool no larger than the input (or padding \"same\")");
+    l->same = same;
+    l->out_shape[0] = l->pool.oh;
+    l->out_shape[1] = l->pool.ow;
+    l->out_shape[2] = l->in_shape[2];
+    l->out_rank = 3;
+    return 0;
+}
+
+/* GlobalAveragePooling2D and GlobalMaxPooling2D: a pool whose window is the whole
+ * input; (C) out, or (1, 1, C) with keepdims true. */
+static int global_pool_layer(Layer *l, const cJSON *o, const char *t, const SpecCtx *sc)
+{
+    if (l->in_rank != 3) {
+        char exp[96];
+        snprintf(exp, sizeof exp, "%s after a (height, width, channels) shape", t);
+        return spec_fail(sc, "type", exp);
+    }
+    const cJSON *kd = cJSON_GetObjectItemCaseSensitive(o, "keepdims");
+    if (kd && !cJSON_IsBool(kd)) return spec_fail(sc, "keepdims", "true or false");
+    const int h = l->in_shape[0], w = l->in_shape[1], c = l->in_shape[2];
+    pool_geom_init(&l->pool, h, w, c, h, w, 1, 1, 0);
+    if (cJSON_IsTrue(kd)) {
+        l->out_shape[0] = l->out_shape[1] = 1;
+        l->out_shape[2] = c;
+        l->out_rank = 3;
+    } else {
+        l->out_shape[0] = c;
+        l->out_rank = 1;
+    }
+    return 0;
+}
+
 static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
                            const SpecCtx *sc)
 {
@@ -396,6 +452,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     static const char *const conv_keys[] = {
         "filters", "kernel_size", "strides", "padding", "activation", "kernel_regularizer", NULL};
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
+    static const char *const global_pool_keys[] = {"keepdims", NULL};
     static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
     static const char *const activation_keys[] = {"activation", NULL};
@@ -410,16 +467,19 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     l->in_rank = in_rank;
     l->in_size = shape_size(in_shape, in_rank);
     int rc;
-    const char *const *keys = !strcmp(t, "Reshape")        ? reshape_keys
-                              : !strcmp(t, "Flatten")      ? flatten_keys
-                              : !strcmp(t, "Conv2D")       ? conv_keys
-                              : !strcmp(t, "MaxPooling2D") ? pool_keys
-                              : !strcmp(t, "Dense")        ? dense_keys
-                              : !strcmp(t, "Dropout")      ? dropout_keys
-                              : !strcmp(t, "Activation")   ? activation_keys
-                              : !strcmp(t, "ReLU")         ? relu_keys
-                              : !strcmp(t, "LeakyReLU")    ? leaky_keys
-                                                           : NULL;
+    const char *const *keys = !strcmp(t, "Reshape")                  ? reshape_keys
+                              : !strcmp(t, "Flatten")                ? flatten_keys
+                              : !strcmp(t, "Conv2D")                 ? conv_keys
+                              : !strcmp(t, "MaxPooling2D")           ? pool_keys
+                              : !strcmp(t, "AveragePooling2D")       ? pool_keys
+                              : !strcmp(t, "GlobalAveragePooling2D") ? global_pool_keys
+                              : !strcmp(t, "GlobalMaxPooling2D")     ? global_pool_keys
+                              : !strcmp(t, "Dense")                  ? dense_keys
+                              : !strcmp(t, "Dropout")                ? dropout_keys
+                              : !strcmp(t, "Activation")             ? activation_keys
+                              : !strcmp(t, "ReLU")                   ? relu_keys
+                              : !strcmp(t, "LeakyReLU")              ? leaky_keys
+                                                                     : NULL;
     if (keys && (rc = spec_known_keys(sc, o, t, keys))) return rc;
     if (!strcmp(t, "Reshape")) {
         l->type = LAYER_RESHAPE;
@@ -457,36 +517,12 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_rank = 3;
         l->w_count = (size_t)k[0] * k[1] * in_shape[2] * filters;
         l->b_count = (size_t)filters;
-    } else if (!strcmp(t, "MaxPooling2D")) {
-        l->type = LAYER_MAXPOOL;
-        int p[2], s[2];
-        if (in_rank != 3)
-            return spec_fail(sc, "type",
-                             "MaxPooling2D after a (height, width, "
-                             "channels) shape");
-        if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
-        /* Keras: strides None means the pool size */
-        const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "strides");
-        if (!sv || cJSON_IsNull(sv)) {
-            s[0] = p[0], s[1] = p[1];
-        } else if ((rc = spec_pair(sc, o, "strides", 1, s))) {
-            return rc;
-        }
-        int same = 0;
-        const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
-        if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
-                                             (same = !strcmp(pad->valuestring, "same")))))
-            return spec_fail(sc, "padding", "\"valid\" or \"same\"");
-        if (pool_geom_init(&l->pool, in_shape[0], in_shape[1], in_shape[2], p[0], p[1], s[0], s[1],
-                           same))
-            return spec_fail(sc, "pool_size",
-                             "a pool no larger than the input (or padding "
-                             "\"same\")");
-        l->same = same;
-        l->out_shape[0] = l->pool.oh;
-        l->out_shape[1] = l->pool.ow;
-        l->out_shape[2] = in_shape[2];
-        l->out_rank = 3;
+    } else if (!strcmp(t, "MaxPooling2D") || !strcmp(t, "AveragePooling2D")) {
+        l->type = t[0] == 'M' ? LAYER_MAXPOOL : LAYER_AVGPOOL;
+        if ((rc = pool_layer(l, o, t, sc))) return rc;
+    } else if (!strcmp(t, "GlobalAveragePooling2D") || !strcmp(t, "GlobalMaxPooling2D")) {
+        l->type = t[6] == 'A' ? LAYER_GLOBAL_AVGPOOL : LAYER_GLOBAL_MAXPOOL;
+        if ((rc = global_pool_layer(l, o, t, sc))) return rc;
     } else if (!strcmp(t, "Dense")) {
         l->type = LAYER_DENSE;
         if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
@@ -558,12 +594,18 @@ int model_activation_layer(const Layer *l)
     return l->type == LAYER_ACTIVATION || l->type == LAYER_RELU || l->type == LAYER_LEAKY_RELU;
 }
 
+int model_gpu_has_layer(const Layer *l)
+{
+    return !model_activation_layer(l) && l->type != LAYER_AVGPOOL &&
+           l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL;
+}
+
 const Layer *model_gpu_unsupported(const Model *m)
 {
     for (int i = 0; i < m->num_layers; i++) {
         const Activation a = m->layers[i].act;
         if (a != ACT_LINEAR && a != ACT_RELU && a != ACT_SOFTMAX) return &m->layers[i];
-        if (model_activation_layer(&m->layers[i])) return &m->layers[i];
+        if (!model_gpu_has_layer(&m->layers[i])) return &m->layers[i];
     }
     return NULL;
 }
@@ -620,6 +662,15 @@ static void make_signature(Model *m)
                    model_activation_name(l->act));
             break;
         case LAYER_LEAKY_RELU: append(&s, &len, &cap, "|leaky_re_lu(%g)", (double)l->slope); break;
+        case LAYER_AVGPOOL:
+            append(&s, &len, &cap, "|avgpool(%dx%d,s%dx%d,%s)", l->pool.ph, l->pool.pw, l->pool.sh,
+                   l->pool.sw, l->same ? "same" : "valid");
+            break;
+        case LAYER_GLOBAL_AVGPOOL:
+        case LAYER_GLOBAL_MAXPOOL:
+            append(&s, &len, &cap, "|%s%s", model_layer_keras_stem(l->type),
+                   l->out_rank == 3 ? "(keepdims)" : "");
+            break;
         }
     }
     append(&s, &len, &cap, "|params=%zu", m->num_params);
@@ -662,7 +713,7 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
             mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_DROPOUT || activation_needs_input(l->act))
             mm.activations = sat_add(mm.activations, out);
-        if (l->type == LAYER_MAXPOOL)
+        if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
             mm.activations =
                 sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
         if (l->type == LAYER_CONV2D) {
@@ -691,12 +742,18 @@ static void format_bytes(char *out, size_t outlen, size_t n)
 
 const char *model_layer_keras_stem(LayerType type)
 {
-    static const char *const stem[] = {
-        [LAYER_RESHAPE] = "reshape",       [LAYER_CONV2D] = "conv2d",
-        [LAYER_MAXPOOL] = "max_pooling2d", [LAYER_FLATTEN] = "flatten",
-        [LAYER_DENSE] = "dense",           [LAYER_DROPOUT] = "dropout",
-        [LAYER_ACTIVATION] = "activation", [LAYER_RELU] = "re_lu",
-        [LAYER_LEAKY_RELU] = "leaky_re_lu"};
+    static const char *const stem[] = {[LAYER_RESHAPE] = "reshape",
+                                       [LAYER_CONV2D] = "conv2d",
+                                       [LAYER_MAXPOOL] = "max_pooling2d",
+                                       [LAYER_FLATTEN] = "flatten",
+                                       [LAYER_DENSE] = "dense",
+                                       [LAYER_DROPOUT] = "dropout",
+                                       [LAYER_ACTIVATION] = "activation",
+                                       [LAYER_RELU] = "re_lu",
+                                       [LAYER_LEAKY_RELU] = "leaky_re_lu",
+                                       [LAYER_AVGPOOL] = "average_pooling2d",
+                                       [LAYER_GLOBAL_AVGPOOL] = "global_average_pooling2d",
+                                       [LAYER_GLOBAL_MAXPOOL] = "global_max_pooling2d"};
     return stem[type];
 }
 
@@ -1051,7 +1108,8 @@ void model_reserve(Model *m, int max_batch)
             m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
         if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
-        if (l->type == LAYER_MAXPOOL) m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
+        if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
+            m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
             size_t c = conv_col_size(&l->conv, max_batch);
             m->cols[i] = xmalloc(c * sizeof(float));
@@ -1073,7 +1131,7 @@ void model_reserve(Model *m, int max_batch)
  * Forward, loss, backward */
 
 /* Threads. A step runs layer by layer; a layer whose work grows with the examples and
- * not with its weights (Conv2D with its im2col, MaxPooling2D, Dropout) is cut into
+ * not with its weights (Conv2D with its im2col, the pooling layers, Dropout) is cut into
  * shards of consecutive examples that the pool's threads run in parallel (parallel_for),
  * each shard with single-threaded products; a Dense layer runs on the whole batch, its
  * products cut by gemm() into blocks of the weight matrix, so that its weights are read
@@ -1100,7 +1158,9 @@ static const float *layer_out(const Model *m, const float *x, int i, int lo)
 
 static int layer_sharded(const Layer *l)
 {
-    return l->type == LAYER_CONV2D || l->type == LAYER_MAXPOOL || l->type == LAYER_DROPOUT;
+    return l->type == LAYER_CONV2D || l->type == LAYER_MAXPOOL || l->type == LAYER_DROPOUT ||
+           l->type == LAYER_AVGPOOL || l->type == LAYER_GLOBAL_AVGPOOL ||
+           l->type == LAYER_GLOBAL_MAXPOOL;
 }
 
 /* One pass's state, shared by the tasks of a layer. */
@@ -1142,7 +1202,10 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_DENSE:
         dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
         break;
-    case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
+    case LAYER_MAXPOOL:
+    case LAYER_GLOBAL_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
+    case LAYER_AVGPOOL:
+    case LAYER_GLOBAL_AVGPOOL: avgpool_forward(out, in, &l->pool, cnt); break;
     case LAYER_ACTIVATION:
     case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
     case LAYER_LEAKY_RELU:
@@ -1259,7 +1322,10 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         if (m->dropout_enabled && l->rate > 0.0f)
             dropout_backward(d, m->masks[i] + at, (size_t)cnt * l->out_size);
         break;
-    case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
+    case LAYER_MAXPOOL:
+    case LAYER_GLOBAL_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
+    case LAYER_AVGPOOL:
+    case LAYER_GLOBAL_AVGPOOL: avgpool_backward(din, d, &l->pool, cnt); break;
     case LAYER_DENSE:
         if (kernel_folded(p, l)) {
             const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);

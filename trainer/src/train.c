@@ -141,7 +141,7 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
 #ifdef KT_GPU
     const Layer *nogpu = t->gpu_device >= 0 ? model_gpu_unsupported(t->model) : NULL;
     if (nogpu) {
-        const int whole = model_activation_layer(nogpu);
+        const int whole = !model_gpu_has_layer(nogpu);
         snprintf(err, errlen,
                  "--device %s: layer \"%s\": %s %s has no CUDA kernel (the GPU path has the "
                  "activations " GPU_ACTIVATIONS " of Dense and Conv2D); train this model with "

@@ -22,6 +22,7 @@
 #include <zip.h>
 
 #include "keras_export.h"
+#include "keras_import.h"
 #include "model.h"
 
 static Model *build(const char *spec)
@@ -182,6 +183,68 @@ static void test_config_activation_layers(void **state)
     if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
     assert_string_equal(back->signature, m->signature);
     model_free(back);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* The pooling layers written as Keras 3 writes them (reference/keras/keras3-pooling.json:
+ * the same fields and values), read back as the same model, and their weights file
+ * (groups without variables for the pools) read back into it. */
+static void test_config_pooling(void **state)
+{
+    (void)state;
+    const char *ref = "trainer/tests/reference/keras/keras3-pooling.json";
+    Model *m = build(ref);
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    FILE *f = fopen(ref, "rb");
+    assert_non_null(f);
+    static char reftext[1 << 16];
+    reftext[fread(reftext, 1, sizeof reftext - 1, f)] = '\0';
+    fclose(f);
+    cJSON *want = cJSON_Parse(reftext);
+    const cJSON *layers = at(at(root, "config"), "layers"),
+                *wlayers = at(at(want, "config"), "layers");
+    assert_int_equal(cJSON_GetArraySize(layers), cJSON_GetArraySize(wlayers));
+    static const char *const keys[] = {"name",    "pool_size",   "strides",
+                                       "padding", "data_format", "keepdims"};
+    int pools = 0;
+    for (int i = 0; i < cJSON_GetArraySize(layers); i++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, i), *w = cJSON_GetArrayItem(wlayers, i);
+        const char *cls = at(w, "class_name")->valuestring;
+        assert_string_equal(at(l, "class_name")->valuestring, cls);
+        if (!strstr(cls, "Pooling")) continue;
+        pools++;
+        const cJSON *cfg = at(l, "config"), *wcfg = at(w, "config");
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            const cJSON *wv = cJSON_GetObjectItemCaseSensitive(wcfg, keys[k]);
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[k]);
+            char *a = v ? cJSON_PrintUnformatted(v) : NULL,
+                 *b = wv ? cJSON_PrintUnformatted(wv) : NULL;
+            print_message("# %s.%s: %s (Keras: %s)\n", cls, keys[k], a ? a : "absent",
+                          b ? b : "absent");
+            assert_string_equal(a ? a : "absent", b ? b : "absent");
+            free(a);
+            free(b);
+        }
+    }
+    assert_int_equal(pools, 4);
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    void *img;
+    size_t len;
+    if (keras_export_weights_image(m, m->params, &img, &len, err, sizeof err)) fail_msg("%s", err);
+    float *params = calloc(back->num_params, sizeof *params);
+    if (keras_import_weights_image(back, params, img, len, "exported", err, sizeof err))
+        fail_msg("%s", err);
+    assert_memory_equal(params, m->params, m->num_params * sizeof *params);
+    free(params);
+    free(img);
+    model_free(back);
+    cJSON_Delete(want);
     cJSON_Delete(root);
     free(text);
     model_free(m);
@@ -411,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_bad_names_refused),
         cmocka_unit_test(test_config_of_builtin),
         cmocka_unit_test(test_config_activations),
+        cmocka_unit_test(test_config_pooling),
         cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),

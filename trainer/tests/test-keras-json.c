@@ -425,11 +425,74 @@ static void test_activation_layers(void **s)
                    "(Activation).activation: \"selu\" is not supported", MODEL_ACTIVATIONS, NULL);
 }
 
+/* AveragePooling2D, GlobalAveragePooling2D and GlobalMaxPooling2D as each dialect writes
+ * them (keepdims both ways) build the same layers; channels_first and a keepdims that is
+ * not a boolean are refused naming the layer and the field. */
+static void edit_avgpool_channels_first(cJSON *root)
+{
+    set(config_at(root, 2), "data_format", cJSON_CreateString("channels_first"));
+}
+static void edit_gap_channels_first(cJSON *root)
+{
+    set(config_at(root, 5), "data_format", cJSON_CreateString("channels_first"));
+}
+static void edit_keepdims_number(cJSON *root)
+{
+    set(config_at(root, 6), "keepdims", cJSON_CreateNumber(1));
+}
+static void edit_pool_unknown_field(cJSON *root)
+{
+    set(config_at(root, 3), "count_include_pad", cJSON_CreateTrue());
+}
+
+static void test_pooling(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-pooling.json", "tfkeras-pooling.json"};
+    static const LayerType types[] = {LAYER_CONV2D, LAYER_AVGPOOL,        LAYER_AVGPOOL,
+                                      LAYER_CONV2D, LAYER_GLOBAL_AVGPOOL, LAYER_GLOBAL_MAXPOOL,
+                                      LAYER_DENSE};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 7);
+        for (int i = 0; i < 7; i++) assert_int_equal(m[f]->layers[i].type, types[i]);
+        assert_string_equal(m[f]->layers[2].name, "average_pooling2d_1");
+        assert_string_equal(m[f]->layers[4].name, "global_average_pooling2d");
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_string_equal(m[0]->signature,
+                        "sequential in=12x12x3|conv2d(4,3x3,s1x1,same,relu,l2=0)|"
+                        "avgpool(2x2,s2x2,valid)|avgpool(3x3,s2x2,same)|"
+                        "conv2d(6,1x1,s1x1,valid,linear,l2=0)|global_average_pooling2d(keepdims)|"
+                        "global_max_pooling2d|dense(3,linear,l2=0)|params=163");
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-pooling.json", edit_avgpool_channels_first,
+                   "layers[2] \"average_pooling2d\" (AveragePooling2D).data_format: expected "
+                   "\"channels_last\"",
+                   NULL);
+    expect_refused("tfkeras-pooling.json", edit_gap_channels_first,
+                   "layers[5] \"global_average_pooling2d\" (GlobalAveragePooling2D).data_format",
+                   NULL);
+    expect_refused("keras3-pooling.json", edit_keepdims_number,
+                   "layers[6] \"global_max_pooling2d\" (GlobalMaxPooling2D).keepdims: expected "
+                   "true or false",
+                   NULL);
+    expect_refused("tfkeras-pooling.json", edit_pool_unknown_field,
+                   "layers[3] \"average_pooling2d_1\" (AveragePooling2D).count_include_pad: not "
+                   "a AveragePooling2D field",
+                   NULL);
+}
+
 static void test_refused(void **s)
 {
     (void)s;
     const char *k3 = "keras3-tutorial-cnn.json", *tf = "tfkeras-tutorial-cnn.json";
-    const char *supported = "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout";
+    const char *supported = "InputLayer, Reshape, Conv2D, MaxPooling2D, AveragePooling2D, "
+                            "GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dense, Dropout";
     expect_refused(k3, edit_unknown_layer, "layers[4] \"dense\" (LSTM): not supported", supported,
                    NULL);
     expect_refused(tf, edit_lambda, "layers[1] \"reshape\" (Lambda): a Lambda layer", supported,
@@ -478,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_spec_keeps_indices_and_names),
         cmocka_unit_test(test_accepted_forms),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_layers),
     };
