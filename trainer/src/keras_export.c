@@ -163,6 +163,11 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
         cJSON_AddBoolToObject(cfg, "keepdims", l->out_rank == 3);
         break;
+    case LAYER_RESCALING:
+        o = layer_object("Rescaling", l->name, &cfg);
+        add_float(cfg, "scale", l->scale);
+        add_float(cfg, "offset", l->offset);
+        break;
     case LAYER_FLATTEN:
         o = layer_object("Flatten", l->name, &cfg);
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");

@@ -9,8 +9,9 @@
 
 /* What the trainer implements, named in the messages. */
 #define KJ_LAYERS                                                                                  \
-    "InputLayer, Reshape, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "        \
-    "GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, LeakyReLU"
+    "InputLayer, Reshape, Rescaling, Conv2D, MaxPooling2D, AveragePooling2D, "                     \
+    "GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, "      \
+    "LeakyReLU"
 
 typedef struct {
     const char *what;      /* the file */
@@ -111,6 +112,9 @@ static const Field pool_fields[] = {{"pool_size", F_COPY},  {"strides", F_COPY},
                                     {"trainable", F_BOOL},  {NULL, F_NAME}};
 static const Field global_pool_fields[] = {
     {"data_format", F_CHANNELS_LAST}, {"keepdims", F_COPY}, {"trainable", F_BOOL}, {NULL, F_NAME}};
+/* model.c refuses a per-channel list, naming the field */
+static const Field rescaling_fields[] = {
+    {"scale", F_COPY}, {"offset", F_COPY}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field flatten_fields[] = {
     {"data_format", F_CHANNELS_LAST}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field dense_fields[] = {{"units", F_COPY},
@@ -162,6 +166,7 @@ static const struct {
     {"AveragePooling2D", pool_fields},
     {"GlobalAveragePooling2D", global_pool_fields},
     {"GlobalMaxPooling2D", global_pool_fields},
+    {"Rescaling", rescaling_fields},
 };
 
 static const Field *field_of(const Field *fields, const char *key)

@@ -380,6 +380,16 @@ void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b
             }
 }
 
+void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset)
+{
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * scale + offset;
+}
+
+void rescaling_backward(float *d, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++) d[i] *= scale;
+}
+
 /* ----------------------------------------------------------------------------
  * Dropout and activations */
 

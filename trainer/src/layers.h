@@ -114,6 +114,12 @@ void avgpool_forward(float *out, const float *inp, const PoolGeom *g, int b);
  * averaged. */
 void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b);
 
+/* Keras Rescaling: out = inp * scale + offset over n values (a product then a sum, in
+ * float, as Keras computes it). */
+void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset);
+/* d <- d * scale, in place. */
+void rescaling_backward(float *d, size_t n, float scale);
+
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask
  * is drawn from *rng (splitmix64). In place on x. */

@@ -444,6 +444,25 @@ static int global_pool_layer(Layer *l, const cJSON *o, const char *t, const Spec
     return 0;
 }
 
+/* Rescaling: scale (required) and offset (default 0), each one number: a list (Keras's
+ * per-channel form) is refused. */
+static int rescaling_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
+{
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "scale");
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(o, "offset");
+    const char *one = "a finite number (one for every channel; a per-channel list is not "
+                      "supported)";
+    if (!cJSON_IsNumber(sv) || !isfinite(sv->valuedouble)) return spec_fail(sc, "scale", one);
+    if (ov && !(cJSON_IsNumber(ov) && isfinite(ov->valuedouble)))
+        return spec_fail(sc, "offset", one);
+    l->type = LAYER_RESCALING;
+    l->scale = (float)sv->valuedouble;
+    l->offset = ov ? (float)ov->valuedouble : 0.0f;
+    memcpy(l->out_shape, l->in_shape, sizeof l->out_shape);
+    l->out_rank = l->in_rank;
+    return 0;
+}
+
 static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
                            const SpecCtx *sc)
 {
@@ -453,6 +472,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         "filters", "kernel_size", "strides", "padding", "activation", "kernel_regularizer", NULL};
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
     static const char *const global_pool_keys[] = {"keepdims", NULL};
+    static const char *const rescaling_keys[] = {"scale", "offset", NULL};
     static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
     static const char *const activation_keys[] = {"activation", NULL};
@@ -474,6 +494,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
                               : !strcmp(t, "AveragePooling2D")       ? pool_keys
                               : !strcmp(t, "GlobalAveragePooling2D") ? global_pool_keys
                               : !strcmp(t, "GlobalMaxPooling2D")     ? global_pool_keys
+                              : !strcmp(t, "Rescaling")              ? rescaling_keys
                               : !strcmp(t, "Dense")                  ? dense_keys
                               : !strcmp(t, "Dropout")                ? dropout_keys
                               : !strcmp(t, "Activation")             ? activation_keys
@@ -520,6 +541,8 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     } else if (!strcmp(t, "MaxPooling2D") || !strcmp(t, "AveragePooling2D")) {
         l->type = t[0] == 'M' ? LAYER_MAXPOOL : LAYER_AVGPOOL;
         if ((rc = pool_layer(l, o, t, sc))) return rc;
+    } else if (!strcmp(t, "Rescaling")) {
+        if ((rc = rescaling_layer(l, o, sc))) return rc;
     } else if (!strcmp(t, "GlobalAveragePooling2D") || !strcmp(t, "GlobalMaxPooling2D")) {
         l->type = t[6] == 'A' ? LAYER_GLOBAL_AVGPOOL : LAYER_GLOBAL_MAXPOOL;
         if ((rc = global_pool_layer(l, o, t, sc))) return rc;
@@ -597,7 +620,8 @@ int model_activation_layer(const Layer *l)
 int model_gpu_has_layer(const Layer *l)
 {
     return !model_activation_layer(l) && l->type != LAYER_AVGPOOL &&
-           l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL;
+           l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL &&
+           l->type != LAYER_RESCALING;
 }
 
 const Layer *model_gpu_unsupported(const Model *m)
@@ -670,6 +694,9 @@ static void make_signature(Model *m)
         case LAYER_GLOBAL_MAXPOOL:
             append(&s, &len, &cap, "|%s%s", model_layer_keras_stem(l->type),
                    l->out_rank == 3 ? "(keepdims)" : "");
+            break;
+        case LAYER_RESCALING:
+            append(&s, &len, &cap, "|rescaling(%.9g,%.9g)", (double)l->scale, (double)l->offset);
             break;
         }
     }
@@ -753,7 +780,8 @@ const char *model_layer_keras_stem(LayerType type)
                                        [LAYER_LEAKY_RELU] = "leaky_re_lu",
                                        [LAYER_AVGPOOL] = "average_pooling2d",
                                        [LAYER_GLOBAL_AVGPOOL] = "global_average_pooling2d",
-                                       [LAYER_GLOBAL_MAXPOOL] = "global_max_pooling2d"};
+                                       [LAYER_GLOBAL_MAXPOOL] = "global_max_pooling2d",
+                                       [LAYER_RESCALING] = "rescaling"};
     return stem[type];
 }
 
@@ -1206,6 +1234,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_GLOBAL_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_forward(out, in, &l->pool, cnt); break;
+    case LAYER_RESCALING: rescaling_forward(out, in, n, l->scale, l->offset); break;
     case LAYER_ACTIVATION:
     case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
     case LAYER_LEAKY_RELU:
@@ -1326,6 +1355,7 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     case LAYER_GLOBAL_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_backward(din, d, &l->pool, cnt); break;
+    case LAYER_RESCALING: rescaling_backward(d, (size_t)cnt * l->out_size, l->scale); break;
     case LAYER_DENSE:
         if (kernel_folded(p, l)) {
             const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);
@@ -1433,9 +1463,10 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
         const Layer *l = &m->layers[i];
         if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) continue;
         p->layer = i;
-        /* dropout and activation layers scale d in place; the others write their input's
-         * gradient */
-        p->din = i > first_param && l->type != LAYER_DROPOUT && !model_activation_layer(l)
+        /* dropout, rescaling and activation layers scale d in place; the others write
+         * their input's gradient */
+        p->din = i > first_param && l->type != LAYER_DROPOUT && l->type != LAYER_RESCALING &&
+                         !model_activation_layer(l)
                      ? m->dbuf[1 - cur]
                      : NULL;
         /* a Dense layer's for a relu Conv2D goes to the buffer kept zero (model.h) */

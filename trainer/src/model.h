@@ -25,7 +25,8 @@ typedef enum {
     LAYER_LEAKY_RELU,
     LAYER_AVGPOOL,
     LAYER_GLOBAL_AVGPOOL, /* the pool's window the whole input: pool holds its geometry */
-    LAYER_GLOBAL_MAXPOOL
+    LAYER_GLOBAL_MAXPOOL,
+    LAYER_RESCALING
 } LayerType;
 
 /* The bytes of a layer's name, NUL included. */
@@ -48,6 +49,7 @@ typedef struct {
     PoolGeom pool;              /* the pooling layers */
     float rate;                 /* dropout */
     float slope;                /* leaky relu layer: its negative slope */
+    float scale, offset;        /* rescaling */
     float l2;                   /* kernel regularizer factor, 0 = none */
     int same;                   /* conv2d padding "same" */
     size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
@@ -117,7 +119,7 @@ typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
 
 /* The spec's layer types, in the messages. */
 #define MODEL_LAYER_TYPES                                                                          \
-    "Input, Reshape, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "             \
+    "Input, Reshape, Rescaling, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "  \
     "GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU or LeakyReLU"
 
 /* The activations' names, in the messages. */
@@ -132,7 +134,7 @@ const char *model_activation_name(Activation a);
 #define GPU_ACTIVATIONS "linear, relu, softmax"
 const Layer *model_gpu_unsupported(const Model *m);
 /* 0 for a layer type the CUDA path has no kernel for (the activation layers, average
- * and global pooling), else 1. */
+ * and global pooling, Rescaling), else 1. */
 int model_gpu_has_layer(const Layer *l);
 /* 1 for a layer of activation alone (Activation, ReLU, LeakyReLU). */
 int model_activation_layer(const Layer *l);

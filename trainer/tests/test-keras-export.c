@@ -21,6 +21,7 @@
 #include <hdf5.h>
 #include <zip.h>
 
+#include "assert_close.h"
 #include "keras_export.h"
 #include "keras_import.h"
 #include "model.h"
@@ -245,6 +246,34 @@ static void test_config_pooling(void **state)
     free(img);
     model_free(back);
     cJSON_Delete(want);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* Rescaling written as Keras writes it (scale and offset; the float's shortest
+ * decimal, which Keras reads back as the same float32) and read back as it was. */
+static void test_config_rescaling(void **state)
+{
+    (void)state;
+    Model *m = build("trainer/tests/reference/keras/keras3-rescaling.json");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    const cJSON *r0 = cJSON_GetArrayItem(layers, 1), *r1 = cJSON_GetArrayItem(layers, 3);
+    assert_string_equal(at(r0, "class_name")->valuestring, "Rescaling");
+    assert_string_equal(at(at(r0, "config"), "name")->valuestring, "rescaling");
+    assert_close((float)at(at(r0, "config"), "scale")->valuedouble, (float)(1.0 / 255), 0);
+    assert_close(at(at(r0, "config"), "offset")->valuedouble, 0.0, 0);
+    assert_string_equal(at(r1, "class_name")->valuestring, "Rescaling");
+    assert_close(at(at(r1, "config"), "scale")->valuedouble, 2.0, 0);
+    assert_close(at(at(r1, "config"), "offset")->valuedouble, -1.0, 0);
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    print_message("# %s\n", back->signature);
+    assert_string_equal(back->signature, m->signature);
+    model_free(back);
     cJSON_Delete(root);
     free(text);
     model_free(m);
@@ -475,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_config_of_builtin),
         cmocka_unit_test(test_config_activations),
         cmocka_unit_test(test_config_pooling),
+        cmocka_unit_test(test_config_rescaling),
         cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),

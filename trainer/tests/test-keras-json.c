@@ -14,6 +14,8 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "assert_close.h"
+
 #include "keras_json.h"
 #include "model.h"
 
@@ -487,12 +489,56 @@ static void test_pooling(void **s)
                    NULL);
 }
 
+/* Rescaling as each dialect writes it (a first layer's 1/255, a scale and an offset
+ * inside the model); a per-channel scale or offset is refused naming the field. */
+static void edit_scale_list(cJSON *root)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < 3; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(0.5));
+    set(config_at(root, 1), "scale", list);
+}
+static void edit_offset_list(cJSON *root)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < 4; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(-1));
+    set(config_at(root, 3), "offset", list);
+}
+
+static void test_rescaling(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-rescaling.json", "tfkeras-rescaling.json"};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 5);
+        assert_int_equal(m[f]->layers[0].type, LAYER_RESCALING);
+        assert_int_equal(m[f]->layers[2].type, LAYER_RESCALING);
+        assert_close(m[f]->layers[0].scale, (float)(1.0 / 255), 0);
+        assert_close(m[f]->layers[0].offset, 0.0f, 0);
+        assert_close(m[f]->layers[2].scale, 2.0f, 0);
+        assert_close(m[f]->layers[2].offset, -1.0f, 0);
+        assert_string_equal(m[f]->layers[2].name, "rescaling_1");
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-rescaling.json", edit_scale_list,
+                   "layers[1] \"rescaling\" (Rescaling).scale: expected a finite number",
+                   "per-channel list is not supported", NULL);
+    expect_refused("tfkeras-rescaling.json", edit_offset_list,
+                   "layers[3] \"rescaling_1\" (Rescaling).offset: expected a finite number", NULL);
+}
+
 static void test_refused(void **s)
 {
     (void)s;
     const char *k3 = "keras3-tutorial-cnn.json", *tf = "tfkeras-tutorial-cnn.json";
-    const char *supported = "InputLayer, Reshape, Conv2D, MaxPooling2D, AveragePooling2D, "
-                            "GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dense, Dropout";
+    const char *supported = "InputLayer, Reshape, Rescaling, Conv2D, MaxPooling2D, "
+                            "AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, "
+                            "Flatten, Dense, Dropout";
     expect_refused(k3, edit_unknown_layer, "layers[4] \"dense\" (LSTM): not supported", supported,
                    NULL);
     expect_refused(tf, edit_lambda, "layers[1] \"reshape\" (Lambda): a Lambda layer", supported,
@@ -542,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_accepted_forms),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_rescaling),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_layers),
     };

@@ -714,11 +714,11 @@ static void test_avgpool(void **s)
     for (int i = 0; i < 4; i++) assert_close_i(y[i], want[i], 0, i);
 }
 
-/* AveragePooling2D, GlobalAveragePooling2D and GlobalMaxPooling2D against Keras 3 and
- * tf-keras (reference/layers, gen_layers.py): each config as a spec layer (so the
- * defaults, strides None and padding, are the spec's reading), its output and the
+/* AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D and Rescaling against
+ * Keras 3 and tf-keras (reference/layers, gen_layers.py): each config as a spec layer (so
+ * the defaults, strides None and padding, are the spec's reading), its output and the
  * gradient of sum(y * r), within 1e-6. */
-static void test_pooling_against_keras(void **s)
+static void test_layers_against_keras(void **s)
 {
     (void)s;
     FILE *f = fopen("trainer/tests/reference/layers/layers.json", "rb");
@@ -757,7 +757,11 @@ static void test_pooling_against_keras(void **s)
         assert_int_equal(n, 2 * l->out_size);
         static int32_t am[NX];
         const int max = l->type == LAYER_GLOBAL_MAXPOOL;
-        if (max) {
+        if (l->type == LAYER_RESCALING) {
+            rescaling_forward(y, x, NX, l->scale, l->offset);
+            memcpy(dx, r, sizeof dx);
+            rescaling_backward(dx, NX, l->scale);
+        } else if (max) {
             maxpool_forward(y, am, x, &l->pool, 2);
             maxpool_backward(dx, r, am, &l->pool, 2);
         } else {
@@ -778,8 +782,53 @@ static void test_pooling_against_keras(void **s)
         free(text_spec);
         cJSON_Delete(spec);
     }
-    assert_int_equal(checked, 12);
+    assert_int_equal(checked, 16);
     cJSON_Delete(root);
+}
+
+/* Rescaling: its values by hand, its gradient by finite differences, alone and inside a
+ * model (after a Conv2D, so its gradient is passed on). */
+static double rescaling_obj(void *p)
+{
+    float **v = p, y[30];
+    rescaling_forward(y, v[0], 30, -0.5f, 0.25f);
+    return dot(y, v[1], 30);
+}
+
+static void test_rescaling(void **s)
+{
+    (void)s;
+    float x[3] = {0, 255, 51}, y[3];
+    rescaling_forward(y, x, 3, 1.0f / 255, -1.0f);
+    assert_close(y[0], -1.0f, 0);
+    assert_close(y[1], 255 * (1.0f / 255) - 1.0f, 0);
+    assert_close(y[2], 51 * (1.0f / 255) - 1.0f, 0);
+    float *in = rand_array(30, 1), *r = rand_array(30, 1), d[30];
+    memcpy(d, r, sizeof d);
+    rescaling_backward(d, 30, -0.5f);
+    float *v[2] = {in, r};
+    check_grad("rescaling dinput", in, d, 30, rescaling_obj, v, EPS);
+    free(in), free(r);
+    const char *spec = "{\"input_shape\":[5,5,2],\"layers\":["
+                       "{\"type\":\"Rescaling\",\"scale\":0.5,\"offset\":0.1},"
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3},"
+                       "{\"type\":\"Rescaling\",\"scale\":-2},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 50, 1);
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    print_message("# %s\n", c.m->signature);
+    check_grad("model params (rescaling)", c.m->params, g, c.m->num_params, model_obj, &c, 2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
 }
 
 /* The pooling layers inside a model, through model_step: average pooling with "same"
@@ -969,7 +1018,8 @@ int main(void)
         cmocka_unit_test(test_activation_values),
         cmocka_unit_test(test_activations_against_keras),
         cmocka_unit_test(test_avgpool),
-        cmocka_unit_test(test_pooling_against_keras),
+        cmocka_unit_test(test_layers_against_keras),
+        cmocka_unit_test(test_rescaling),
         cmocka_unit_test(test_model_grad_pooling),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);

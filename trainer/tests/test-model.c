@@ -235,6 +235,13 @@ static void test_activation_buffers(void **s)
         assert_int_equal(model_gpu_has_layer(model_gpu_unsupported(m)), 0);
         model_free(m);
     }
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[4],\"layers\":[{\"type\":\"Rescaling\","
+                                  "\"scale\":0.5},{\"type\":\"Dense\",\"units\":3}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "rescaling");
+    model_free(m);
     assert_int_equal(model_create(&m, "cnn2", 1, err, sizeof err), 0);
     assert_null(model_gpu_unsupported(m));
     model_free(m);

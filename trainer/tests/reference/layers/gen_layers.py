@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes trainer/tests/reference/layers/layers.json: the layers without weights that
 the trainer took from Keras after its first models (AveragePooling2D,
-GlobalAveragePooling2D, GlobalMaxPooling2D), as Keras 3 and tf-keras compute them, on a
+GlobalAveragePooling2D, GlobalMaxPooling2D, Rescaling), as Keras 3 and tf-keras compute them, on a
 fixed float32 batch (2, 5, 6, 3): for each layer config its output y and the gradient dx
 of sum(y * r) for a fixed r (tf.GradientTape). test-layers.c builds each config as a
 spec layer and compares its forward and backward with both.
@@ -27,6 +27,8 @@ CASES = [
     ("AveragePooling2D", {"pool_size": 2, "strides": 2, "padding": "same"}),
     ("GlobalAveragePooling2D", {}),
     ("GlobalMaxPooling2D", {}),
+    ("Rescaling", {"scale": 1.0 / 255}),
+    ("Rescaling", {"scale": 2.0, "offset": -1.0}),
 ]
 
 
