@@ -140,7 +140,7 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
         cJSON_AddItemToObject(cfg, "dilation_rate", int_list(one, 2));
         cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
-        cJSON_AddBoolToObject(cfg, "use_bias", 1);
+        cJSON_AddBoolToObject(cfg, "use_bias", l->b_count != 0);
         add_regularizer(cfg, l->l2);
         break;
     }
@@ -176,7 +176,7 @@ static cJSON *layer_config(const Layer *l)
         o = layer_object("Dense", l->name, &cfg);
         cJSON_AddNumberToObject(cfg, "units", l->units);
         cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
-        cJSON_AddBoolToObject(cfg, "use_bias", 1);
+        cJSON_AddBoolToObject(cfg, "use_bias", l->b_count != 0);
         add_regularizer(cfg, l->l2);
         break;
     case LAYER_ACTIVATION:
@@ -289,7 +289,8 @@ static hid_t h5_vars_group(const H5Props *pr, hid_t parent, const char *group, c
     return v;
 }
 
-/* The layer's weights in vars: kernel as 0, bias as 1, in Keras's shapes. */
+/* The layer's weights in vars: kernel as 0, bias (when it has one) as 1, in Keras's
+ * shapes. */
 static int h5_layer_weights(const H5Props *pr, hid_t vars, const Layer *l, const float *params)
 {
     if (!l->w_count) return 0;
@@ -304,6 +305,7 @@ static int h5_layer_weights(const H5Props *pr, hid_t vars, const Layer *l, const
         rank = 2;
     }
     if (h5_floats(pr, vars, "0", rank, k, params + l->w_off)) return -EIO;
+    if (!l->b_count) return 0;
     return h5_floats(pr, vars, "1", 1, b, params + l->b_off);
 }
 

@@ -60,7 +60,6 @@ typedef enum {
     F_DTYPE,         /* float32, as a string or a DTypePolicy */
     F_NULL,          /* null: constraints, other regularizers, LoRA, quantization */
     F_FALSE,         /* false: sparse, ragged, optional inputs */
-    F_TRUE,          /* true: use_bias (every layer with weights has a bias) */
     F_ONE,           /* 1 or [1, 1]: dilation_rate, groups */
     F_CHANNELS_LAST, /* data_format channels_last (or null: Keras's default) */
     F_PADDING,       /* valid or same */
@@ -97,7 +96,7 @@ static const Field conv_fields[] = {{"filters", F_COPY},
                                     {"dilation_rate", F_ONE},
                                     {"groups", F_ONE},
                                     {"activation", F_ACTIVATION},
-                                    {"use_bias", F_TRUE},
+                                    {"use_bias", F_COPY},
                                     {"kernel_initializer", F_KERNEL_INIT},
                                     {"bias_initializer", F_BIAS_INIT},
                                     {"kernel_regularizer", F_REGULARIZER},
@@ -119,7 +118,7 @@ static const Field flatten_fields[] = {
     {"data_format", F_CHANNELS_LAST}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field dense_fields[] = {{"units", F_COPY},
                                      {"activation", F_ACTIVATION},
-                                     {"use_bias", F_TRUE},
+                                     {"use_bias", F_COPY},
                                      {"kernel_initializer", F_KERNEL_INIT},
                                      {"bias_initializer", F_BIAS_INIT},
                                      {"kernel_regularizer", F_REGULARIZER},
@@ -319,9 +318,6 @@ static int convert_field(const KCtx *k, const Field *f, const cJSON *v, cJSON *s
     case F_FALSE:
         if (cJSON_IsFalse(v)) return 0;
         return kfail(k, key, "expected false: the trainer takes dense tensors only");
-    case F_TRUE:
-        if (cJSON_IsTrue(v)) return 0;
-        return kfail(k, key, "expected true: every layer with weights has a bias in the trainer");
     case F_ONE:
         if (is_one(v)) return 0;
         return kfail(k, key, "expected 1: the trainer's Conv2D has no dilation and no groups");

@@ -109,14 +109,20 @@ static void col2im(float *dinp, const float *dcol, const ConvGeom *g, int b)
     }
 }
 
+/* bias NULL (a layer without bias): out = 0; dbias NULL: nothing. */
 static void bias_rows(float *out, const float *bias, size_t rows, size_t cols)
 {
+    if (!bias) {
+        memset(out, 0, rows * cols * sizeof *out);
+        return;
+    }
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < cols; j++) out[r * cols + j] = bias[j];
 }
 
 static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
 {
+    if (!dbias) return;
     memset(dbias, 0, cols * sizeof *dbias);
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < cols; j++) dbias[j] += dout[r * cols + j];
@@ -163,9 +169,13 @@ static void bias_add_rows(float *restrict o, const float *restrict bias, size_t 
         for (size_t j = 0; j < f; j++) o[j] += bias[j];
 }
 
-/* o = relu(o + bias), row by row (restrict: the rows vectorize) */
+/* o = relu(o + bias), row by row (restrict: the rows vectorize); bias NULL: relu(o) */
 static void relu_bias_rows(float *restrict o, const float *restrict bias, size_t rows, size_t f)
 {
+    if (!bias) {
+        for (size_t i = 0; i < rows * f; i++) o[i] = o[i] > 0.0f ? o[i] : 0.0f;
+        return;
+    }
     for (size_t r = 0; r < rows; r++, o += f)
         for (size_t j = 0; j < f; j++) {
             const float v = o[j] + bias[j];
@@ -173,10 +183,14 @@ static void relu_bias_rows(float *restrict o, const float *restrict bias, size_t
         }
 }
 
-/* d = relu'(y) d in place, and its column sums added onto dbias */
+/* d = relu'(y) d in place, and its column sums added onto dbias (unless NULL) */
 static void relu_grad_rows(float *restrict d, float *restrict dbias, const float *restrict y,
                            size_t rows, size_t f)
 {
+    if (!dbias) {
+        for (size_t i = 0; i < rows * f; i++) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
+        return;
+    }
     for (size_t r = 0; r < rows; r++, d += f, y += f)
         for (size_t j = 0; j < f; j++) {
             d[j] = y[j] > 0.0f ? d[j] : 0.0f;
@@ -194,7 +208,7 @@ static void conv_forward(float *out, float *col, const float *inp, const float *
         im2col(col + blk.col, inp + blk.in, g, blk.nb);
         gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
         if (relu) relu_bias_rows(o, bias, (size_t)blk.m, (size_t)g->f);
-        else bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
+        else if (bias) bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
     }
 }
 
@@ -232,7 +246,7 @@ void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dc
                           const ConvGeom *g, int b, int rezero)
 {
     const size_t f = (size_t)g->f;
-    memset(dbias, 0, f * sizeof *dbias);
+    if (dbias) memset(dbias, 0, f * sizeof *dbias);
     for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         relu_grad_rows(dout + blk.out, dbias, out + blk.out, (size_t)blk.m, f);
         conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);

@@ -45,6 +45,9 @@ int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int 
 /* Floats the im2col buffer of a batch of b needs: b*oh*ow*kh*kw*c. */
 size_t conv_col_size(const ConvGeom *g, int b);
 
+/* A layer without bias (Keras's use_bias false) passes bias and dbias NULL to the Conv2D
+ * and Dense functions below: no bias is added, no bias gradient written. */
+
 /* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F).
  * col: scratch of conv_col_size floats; it keeps the im2col of inp for the backward. */
 void conv2d_forward(float *out, float *col, const float *inp, const float *weight,

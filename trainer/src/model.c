@@ -314,6 +314,15 @@ static int spec_l2(const SpecCtx *sc, const cJSON *o, float *l2)
     return 0;
 }
 
+/* use_bias: absent or true (Keras's default), or false: the layer has no bias. */
+static int spec_use_bias(const SpecCtx *sc, const cJSON *o, int *use_bias)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "use_bias");
+    if (v && !cJSON_IsBool(v)) return spec_fail(sc, "use_bias", "true or false");
+    *use_bias = !cJSON_IsFalse(v);
+    return 0;
+}
+
 static size_t shape_size(const int *shape, int rank)
 {
     size_t n = 1;
@@ -469,11 +478,13 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     static const char *const reshape_keys[] = {"target_shape", NULL};
     static const char *const flatten_keys[] = {NULL};
     static const char *const conv_keys[] = {
-        "filters", "kernel_size", "strides", "padding", "activation", "kernel_regularizer", NULL};
+        "filters",  "kernel_size",        "strides", "padding", "activation",
+        "use_bias", "kernel_regularizer", NULL};
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
     static const char *const global_pool_keys[] = {"keepdims", NULL};
     static const char *const rescaling_keys[] = {"scale", "offset", NULL};
-    static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
+    static const char *const dense_keys[] = {"units", "activation", "use_bias",
+                                             "kernel_regularizer", NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
     static const char *const activation_keys[] = {"activation", NULL};
     static const char *const relu_keys[] = {"negative_slope", "max_value", "threshold", NULL};
@@ -514,7 +525,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_rank = 1;
     } else if (!strcmp(t, "Conv2D")) {
         l->type = LAYER_CONV2D;
-        int filters = 0, k[2], s[2], same = 0;
+        int filters = 0, k[2], s[2], same = 0, use_bias;
         if (in_rank != 3)
             return spec_fail(sc, "type",
                              "Conv2D after a (height, width, channels) "
@@ -522,7 +533,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         if ((rc = spec_int(sc, o, "filters", -1, 1, 65536, &filters)) ||
             (rc = spec_pair(sc, o, "kernel_size", 0, k)) ||
             (rc = spec_pair(sc, o, "strides", 1, s)) || (rc = spec_activation(sc, o, &l->act)) ||
-            (rc = spec_l2(sc, o, &l->l2)))
+            (rc = spec_l2(sc, o, &l->l2)) || (rc = spec_use_bias(sc, o, &use_bias)))
             return rc;
         const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
         if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
@@ -537,7 +548,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_shape[2] = filters;
         l->out_rank = 3;
         l->w_count = (size_t)k[0] * k[1] * in_shape[2] * filters;
-        l->b_count = (size_t)filters;
+        l->b_count = use_bias ? (size_t)filters : 0;
     } else if (!strcmp(t, "MaxPooling2D") || !strcmp(t, "AveragePooling2D")) {
         l->type = t[0] == 'M' ? LAYER_MAXPOOL : LAYER_AVGPOOL;
         if ((rc = pool_layer(l, o, t, sc))) return rc;
@@ -548,8 +559,10 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         if ((rc = global_pool_layer(l, o, t, sc))) return rc;
     } else if (!strcmp(t, "Dense")) {
         l->type = LAYER_DENSE;
+        int use_bias;
         if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
-            (rc = spec_activation(sc, o, &l->act)) || (rc = spec_l2(sc, o, &l->l2)))
+            (rc = spec_activation(sc, o, &l->act)) || (rc = spec_l2(sc, o, &l->l2)) ||
+            (rc = spec_use_bias(sc, o, &use_bias)))
             return rc;
         /* Keras's Dense acts on the last axis: (..., d) -> (..., units). */
         l->dense_in = in_shape[in_rank - 1];
@@ -558,7 +571,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_shape[in_rank - 1] = l->units;
         l->out_rank = in_rank;
         l->w_count = (size_t)l->dense_in * (size_t)l->units;
-        l->b_count = (size_t)l->units;
+        l->b_count = use_bias ? (size_t)l->units : 0;
     } else if (!strcmp(t, "Dropout")) {
         l->type = LAYER_DROPOUT;
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rate");
@@ -621,7 +634,7 @@ int model_gpu_has_layer(const Layer *l)
 {
     return !model_activation_layer(l) && l->type != LAYER_AVGPOOL &&
            l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL &&
-           l->type != LAYER_RESCALING;
+           l->type != LAYER_RESCALING && !(l->w_count && !l->b_count);
 }
 
 const Layer *model_gpu_unsupported(const Model *m)
@@ -659,9 +672,9 @@ static void make_signature(Model *m)
             break;
         case LAYER_FLATTEN: append(&s, &len, &cap, "|flatten"); break;
         case LAYER_CONV2D:
-            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g)", l->conv.f, l->conv.kh,
+            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g%s)", l->conv.f, l->conv.kh,
                    l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid",
-                   model_activation_name(l->act), (double)l->l2);
+                   model_activation_name(l->act), (double)l->l2, l->b_count ? "" : ",nobias");
             break;
         case LAYER_MAXPOOL:
             /* a square "valid" pool keeps the signature it always had */
@@ -673,11 +686,12 @@ static void make_signature(Model *m)
             break;
         case LAYER_DENSE:
             if (l->dense_rows > 1) /* on a rank > 1 input: which axis it maps matters */
-                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g)", l->dense_rows, l->dense_in,
-                       l->units, model_activation_name(l->act), (double)l->l2);
+                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g%s)", l->dense_rows, l->dense_in,
+                       l->units, model_activation_name(l->act), (double)l->l2,
+                       l->b_count ? "" : ",nobias");
             else
-                append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units,
-                       model_activation_name(l->act), (double)l->l2);
+                append(&s, &len, &cap, "|dense(%d,%s,l2=%g%s)", l->units,
+                       model_activation_name(l->act), (double)l->l2, l->b_count ? "" : ",nobias");
             break;
         case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
         case LAYER_ACTIVATION:
@@ -1215,7 +1229,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     const float *in = layer_out(m, p->x, i - 1, lo);
     float *out = m->acts[i] ? m->acts[i] + (size_t)lo * l->out_size : NULL; /* NULL: reshapes */
     const size_t at = (size_t)lo * l->out_size, n = (size_t)cnt * l->out_size;
-    const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
+    const float *w = m->params + l->w_off, *bias = l->b_count ? m->params + l->b_off : NULL;
     switch (l->type) {
     case LAYER_RESHAPE:
     case LAYER_FLATTEN: return;
@@ -1327,7 +1341,7 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     float *din = p->din ? p->din + (size_t)lo * l->in_size : NULL;
     const size_t at = (size_t)lo * l->out_size;
     const float *w = m->params + l->w_off;
-    float *dw = g + l->w_off, *db = g + l->b_off;
+    float *dw = g + l->w_off, *db = l->b_count ? g + l->b_off : NULL;
     int last = i == m->num_layers - 1;
     const float *pre = m->pre[i] ? m->pre[i] + at : NULL;
     if (l->type == LAYER_CONV2D && l->act != ACT_RELU && !(last && l->act == ACT_SOFTMAX))

@@ -133,8 +133,8 @@ const char *model_activation_name(Activation a);
  * trains on the GPU. */
 #define GPU_ACTIVATIONS "linear, relu, softmax"
 const Layer *model_gpu_unsupported(const Model *m);
-/* 0 for a layer type the CUDA path has no kernel for (the activation layers, average
- * and global pooling, Rescaling), else 1. */
+/* 0 for a layer the CUDA path has no kernel for (the activation layers, average and
+ * global pooling, Rescaling, a Conv2D or Dense without bias), else 1. */
 int model_gpu_has_layer(const Layer *l);
 /* 1 for a layer of activation alone (Activation, ReLU, LeakyReLU). */
 int model_activation_layer(const Layer *l);

@@ -279,6 +279,58 @@ static void test_config_rescaling(void **state)
     model_free(m);
 }
 
+/* A layer without bias (use_bias false) is written as Keras writes it: use_bias false
+ * in the config, its kernel alone in its vars (Keras keeps one variable); the file reads
+ * back into the model of that config, and not into one with biases. */
+static void test_no_bias(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[5,5,1],\"layers\":["
+                     "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3,\"use_bias\":false},"
+                     "{\"type\":\"Flatten\"},"
+                     "{\"type\":\"Dense\",\"units\":3,\"use_bias\":false}]}");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    assert_true(cJSON_IsFalse(at(at(cJSON_GetArrayItem(layers, 1), "config"), "use_bias")));
+    assert_true(cJSON_IsFalse(at(at(cJSON_GetArrayItem(layers, 3), "config"), "use_bias")));
+    void *img;
+    size_t len;
+    char err[512];
+    if (keras_export_weights_image(m, m->params, &img, &len, err, sizeof err)) fail_msg("%s", err);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, 1 << 16, 0);
+    assert_true(H5Pset_file_image(fapl, img, len) >= 0);
+    hid_t f = H5Fopen("image", H5F_ACC_RDONLY, fapl);
+    assert_true(f >= 0);
+    assert_true(H5Lexists(f, "layers/conv2d/vars/0", H5P_DEFAULT) > 0);
+    assert_int_equal(H5Lexists(f, "layers/conv2d/vars/1", H5P_DEFAULT), 0);
+    assert_int_equal(H5Lexists(f, "layers/dense/vars/1", H5P_DEFAULT), 0);
+    H5Fclose(f);
+    H5Pclose(fapl);
+    Model *back;
+    if (model_create_from_text(&back, text, "exported", 9, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    if (keras_import_weights_image(back, back->params, img, len, "exported", err, sizeof err))
+        fail_msg("%s", err);
+    assert_memory_equal(back->params, m->params, m->num_params * sizeof(float));
+    model_free(back);
+    back = build("{\"input_shape\":[5,5,1],\"layers\":["
+                 "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3},"
+                 "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":3,\"use_bias\":false}]}");
+    assert_int_equal(
+        keras_import_weights_image(back, back->params, img, len, "exported", err, sizeof err),
+        -EINVAL);
+    print_message("# %s\n", err);
+    assert_non_null(strstr(err, "layers/conv2d/vars: 1 variables, where layer 0 \"conv2d\" "
+                                "(Conv2D) has 2 (kernel and bias"));
+    model_free(back);
+    free(img);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
 /* The string attribute "name" of object path in f. */
 static void assert_name_attr(hid_t f, const char *path, const char *want)
 {
@@ -505,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_config_activations),
         cmocka_unit_test(test_config_pooling),
         cmocka_unit_test(test_config_rescaling),
+        cmocka_unit_test(test_no_bias),
         cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),

@@ -2,7 +2,7 @@
 # --export and `export` through the real binary, with real Keras as the judge: five
 # models (the built-in tutorial-cnn, Keras 3's JSON of cnn2, tf-keras's JSON of
 # tutorial-cnn-l2, a spec with every activation and activation layer and one with
-# Rescaling and the average and global pooling layers: their .keras only)
+# Rescaling, the average and global pooling layers and use_bias false: their .keras only)
 # train 10 steps of Adam under `launch --workers 2` with --eval; the chief
 # exports one file (--export) and `export` turns the run's checkpoint into the other
 # kind. Keras 3 and tf-keras each load every .keras (load_model) and every .weights.h5
@@ -63,14 +63,15 @@ cat >"$tmp/ac.json" <<'EOF_SPEC'
  {"type": "Activation", "activation": "gelu"},
  {"type": "Dense", "units": 10}]}
 EOF_SPEC
-# Rescaling and the average and global pooling layers, as Keras's load_model reads them
+# Rescaling, the average and global pooling layers and a Conv2D without bias, as Keras's
+# load_model reads them
 cat >"$tmp/pl.json" <<'EOF_SPEC'
 {"input_shape": [28, 28, 1], "layers": [
  {"type": "Rescaling", "scale": 2, "offset": -1},
  {"type": "Conv2D", "filters": 8, "kernel_size": 3, "padding": "same", "activation": "relu"},
  {"type": "AveragePooling2D", "pool_size": 2},
  {"type": "AveragePooling2D", "pool_size": 3, "strides": 2, "padding": "same"},
- {"type": "Conv2D", "filters": 16, "kernel_size": 3, "activation": "relu"},
+ {"type": "Conv2D", "filters": 16, "kernel_size": 3, "activation": "relu", "use_bias": false},
  {"type": "GlobalAveragePooling2D", "keepdims": true},
  {"type": "GlobalMaxPooling2D"},
  {"type": "Dense", "units": 10}]}

@@ -214,6 +214,40 @@ static void edit_no_bias(cJSON *root)
 {
     set(config_at(root, 5), "use_bias", cJSON_CreateFalse());
 }
+static void edit_conv_no_bias(cJSON *root)
+{
+    set(config_at(root, 2), "use_bias", cJSON_CreateFalse());
+}
+static void edit_bias_string(cJSON *root)
+{
+    set(config_at(root, 5), "use_bias", cJSON_CreateString("no"));
+}
+
+/* use_bias false on Dense and Conv2D, in both dialects: the layer has no bias (its
+ * parameters the kernel alone), and the signature says so. */
+static void test_no_bias(void **s)
+{
+    (void)s;
+    const char *files[] = {"keras3-tutorial-cnn.json", "tfkeras-tutorial-cnn.json"};
+    for (int f = 0; f < 2; f++) {
+        Model *m, *with;
+        char err[512] = "";
+        if (create_edited(&with, files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        if (create_edited(&m, files[f], edit_no_bias, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m->layers[4].b_count, 0);
+        assert_int_equal(m->num_params, with->num_params - 10);
+        model_free(m);
+        if (create_edited(&m, files[f], edit_conv_no_bias, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m->layers[1].b_count, 0);
+        assert_int_equal(m->layers[1].w_count, with->layers[1].w_count);
+        assert_int_equal(m->num_params, with->num_params - 32);
+        print_message("# %s: %s\n", files[f], m->signature);
+        assert_non_null(strstr(m->signature, "|conv2d(32,3x3,s1x1,valid,relu,l2=0,nobias)|"));
+        model_free(m);
+        model_free(with);
+    }
+}
+
 static void edit_l1(cJSON *root)
 {
     cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
@@ -558,7 +592,8 @@ static void test_refused(void **s)
                    NULL);
     expect_refused(k3, edit_dilation, "layers[2] \"conv2d\" (Conv2D).dilation_rate: expected 1",
                    NULL);
-    expect_refused(tf, edit_no_bias, "layers[5] \"dense_1\" (Dense).use_bias: expected true", NULL);
+    expect_refused(tf, edit_bias_string,
+                   "layers[5] \"dense_1\" (Dense).use_bias: expected true or false", NULL);
     expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1,
                    "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not", "L2(l2)", NULL);
     expect_refused(k3, edit_he_normal, "(Conv2D).kernel_initializer: HeNormal", "GlorotUniform",
@@ -589,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_rescaling),
+        cmocka_unit_test(test_no_bias),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_layers),
     };

@@ -831,6 +831,42 @@ static void test_rescaling(void **s)
     model_free(c.m);
 }
 
+/* Conv2D (relu folded in and not) and Dense without bias (use_bias false), through
+ * model_step and model_step_sgd: the gradient of the kernels alone, and the SGD step
+ * equals params - lr * that gradient. */
+static void test_model_grad_no_bias(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[6,6,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3,\"activation\":\"relu\","
+        "\"use_bias\":false},"
+        "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":2,\"use_bias\":false},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":5,\"activation\":\"tanh\",\"use_bias\":false},"
+        "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(c.m->num_params, 3 * 3 * 2 * 3 + 2 * 2 * 3 * 2 + 18 * 5 + 5 * 4 + 4);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 72, 1);
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    const size_t n = c.m->num_params;
+    float *g = malloc(n * sizeof *g), *before = malloc(n * sizeof *g);
+    memcpy(g, c.m->grads, n * sizeof *g);
+    print_message("# %s\n", c.m->signature);
+    check_grad("model params (no bias)", c.m->params, g, n, model_obj, &c, 2e-3f);
+    memcpy(before, c.m->params, n * sizeof *g);
+    model_step_sgd(c.m, c.x, c.y, 3, 0, 0.1f, &st);
+    for (size_t i = 0; i < n; i++) assert_close_i(c.m->params[i], before[i] - 0.1f * g[i], 1e-5, i);
+    free(g);
+    free(before);
+    free(c.x);
+    model_free(c.m);
+}
+
 /* The pooling layers inside a model, through model_step: average pooling with "same"
  * padding between convolutions, a global max and a global average (keepdims) pool, each
  * passing its gradient on. */
@@ -1021,6 +1057,7 @@ int main(void)
         cmocka_unit_test(test_layers_against_keras),
         cmocka_unit_test(test_rescaling),
         cmocka_unit_test(test_model_grad_pooling),
+        cmocka_unit_test(test_model_grad_no_bias),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }

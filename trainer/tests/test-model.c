@@ -162,7 +162,7 @@ static void test_spec_errors(void **s)
                  "\"kernel_size\":3,\"dilation_rate\":2},{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].dilation_rate: not a Conv2D option here (it takes: filters, "
-                 "kernel_size, strides, padding, activation, kernel_regularizer, name)");
+                 "kernel_size, strides, padding, activation, use_bias, kernel_regularizer, name)");
     expect_error("{\"layers\":[{\"type\":\"Flatten\",\"data_format\":\"x\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].data_format: not a Flatten option here (it takes: name)");
@@ -241,6 +241,13 @@ static void test_activation_buffers(void **s)
                                   1, err, sizeof err),
                      0);
     assert_string_equal(model_gpu_unsupported(m)->name, "rescaling");
+    model_free(m);
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\","
+                                  "\"units\":3,\"use_bias\":false,\"name\":\"nb\"}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "nb");
     model_free(m);
     assert_int_equal(model_create(&m, "cnn2", 1, err, sizeof err), 0);
     assert_null(model_gpu_unsupported(m));
