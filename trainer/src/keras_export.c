@@ -108,17 +108,20 @@ static cJSON *layer_object(const char *cls, const char *name, cJSON **cfg)
     return o;
 }
 
-/* The kernel_regularizer of a layer with L2 factor l2 (0: none). */
-static void add_regularizer(cJSON *cfg, float l2)
+/* The kernel_regularizer of a layer with factors l1 and l2 (both 0: none): L1, L2 or
+ * L1L2, as Keras names the one it was given. */
+static void add_regularizer(cJSON *cfg, float l1, float l2)
 {
-    if (l2 == 0.0f) {
+    if (l1 == 0.0f && l2 == 0.0f) {
         cJSON_AddNullToObject(cfg, "kernel_regularizer");
         return;
     }
     cJSON *r = cJSON_AddObjectToObject(cfg, "kernel_regularizer");
     cJSON_AddStringToObject(r, "module", "keras.regularizers");
-    cJSON_AddStringToObject(r, "class_name", "L2");
-    add_float(cJSON_AddObjectToObject(r, "config"), "l2", l2);
+    cJSON_AddStringToObject(r, "class_name", l1 == 0.0f ? "L2" : l2 == 0.0f ? "L1" : "L1L2");
+    cJSON *c = cJSON_AddObjectToObject(r, "config");
+    if (l1 != 0.0f) add_float(c, "l1", l1);
+    if (l2 != 0.0f) add_float(c, "l2", l2);
     cJSON_AddNullToObject(r, "registered_name");
 }
 
@@ -141,7 +144,7 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddItemToObject(cfg, "dilation_rate", int_list(one, 2));
         cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
         cJSON_AddBoolToObject(cfg, "use_bias", l->b_count != 0);
-        add_regularizer(cfg, l->l2);
+        add_regularizer(cfg, l->l1, l->l2);
         break;
     }
     case LAYER_MAXPOOL:
@@ -177,7 +180,7 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddNumberToObject(cfg, "units", l->units);
         cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
         cJSON_AddBoolToObject(cfg, "use_bias", l->b_count != 0);
-        add_regularizer(cfg, l->l2);
+        add_regularizer(cfg, l->l1, l->l2);
         break;
     case LAYER_ACTIVATION:
         o = layer_object("Activation", l->name, &cfg);

@@ -66,7 +66,7 @@ typedef enum {
     F_ACTIVATION,
     F_KERNEL_INIT, /* Glorot-uniform: what model_init_params draws */
     F_BIAS_INIT,   /* zeros */
-    F_REGULARIZER, /* L2, or L1L2 without L1 */
+    F_REGULARIZER, /* L1, L2, L1L2 */
     F_SEED,        /* null or an integer: the trainer draws from its own --seed */
     F_SHAPE,       /* the batch shape of the model's input */
     F_SLOPE,       /* LeakyReLU's slope: Keras 3's negative_slope, tf-keras's alpha */
@@ -242,7 +242,13 @@ static int check_initializer(const KCtx *k, const char *key, const cJSON *v, int
                  kernel ? "kernels" : "biases", want, kernel ? " (drawn from --seed)" : "");
 }
 
-/* L2(l2), or L1L2 with l1 = 0, into the spec's {"l2": F}. */
+/* A factor of a regularizer's config: a non-negative number. */
+static int is_factor(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0.0 && isfinite(v->valuedouble);
+}
+
+/* L1(l1), L2(l2) or L1L2(l1, l2) into the spec's {"l1": F, "l2": F}. */
 static int convert_regularizer(const KCtx *k, const char *key, const cJSON *v, cJSON *spec)
 {
     if (!v || cJSON_IsNull(v)) return 0;
@@ -251,18 +257,18 @@ static int convert_regularizer(const KCtx *k, const char *key, const cJSON *v, c
     const cJSON *l1 = get(config, "l1"), *l2 = get(config, "l2");
     int n = 0;
     for (const cJSON *c = cJSON_IsObject(config) ? config->child : NULL; c; c = c->next) n++;
-    int is_l2 = cls && !strcmp(cls, "L2") && n == 1;
-    int is_l1l2 =
-        cls && !strcmp(cls, "L1L2") && n == 2 && cJSON_IsNumber(l1) && l1->valuedouble == 0.0;
-    if ((is_l2 || is_l1l2) && cJSON_IsNumber(l2) && l2->valuedouble >= 0.0 &&
-        isfinite(l2->valuedouble)) {
-        cJSON *r = cJSON_AddObjectToObject(spec, key);
-        cJSON_AddNumberToObject(r, "l2", l2->valuedouble);
-        return 0;
-    }
-    return kfail(k, key,
-                 "%s is not supported: the trainer has L2(l2) (and L1L2 with l1 = 0), no L1",
-                 cls ? cls : "this regularizer");
+    const int ok = cls && ((!strcmp(cls, "L1") && n == 1 && is_factor(l1)) ||
+                           (!strcmp(cls, "L2") && n == 1 && is_factor(l2)) ||
+                           (!strcmp(cls, "L1L2") && n == 2 && is_factor(l1) && is_factor(l2)));
+    if (!ok)
+        return kfail(k, key,
+                     "%s is not supported: the trainer has L1(l1), L2(l2) and L1L2(l1, l2), "
+                     "each factor a number >= 0",
+                     cls ? cls : "this regularizer");
+    cJSON *r = cJSON_AddObjectToObject(spec, key);
+    if (l1) cJSON_AddNumberToObject(r, "l1", l1->valuedouble);
+    if (l2) cJSON_AddNumberToObject(r, "l2", l2->valuedouble);
+    return 0;
 }
 
 /* The per-example shape of a batch shape [batch, d1, ...]: the dimensions after the

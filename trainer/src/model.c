@@ -301,16 +301,26 @@ static int spec_activation(const SpecCtx *sc, const cJSON *o, Activation *act)
     return spec_fail(sc, "activation", "one of " MODEL_ACTIVATIONS);
 }
 
-/* kernel_regularizer: {"l2": F} (Keras's L2(F)) or a bare number F. */
-static int spec_l2(const SpecCtx *sc, const cJSON *o, float *l2)
+/* kernel_regularizer: {"l1": F, "l2": F}, either or both (Keras's L1, L2, L1L2), or a
+ * bare number F (the L2 factor). */
+static int spec_regularizer(const SpecCtx *sc, const cJSON *o, float *l1, float *l2)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "kernel_regularizer");
-    *l2 = 0.0f;
+    const char *expected = "{\"l1\": F, \"l2\": F} (either or both) of non-negative numbers";
+    *l1 = *l2 = 0.0f;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "l2");
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0) || !isfinite(v->valuedouble))
-        return spec_fail(sc, "kernel_regularizer", "{\"l2\": <non-negative number>}");
-    *l2 = (float)v->valuedouble;
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0.0 && isfinite(v->valuedouble)) {
+        *l2 = (float)v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsObject(v) || !v->child) return spec_fail(sc, "kernel_regularizer", expected);
+    for (const cJSON *k = v->child; k; k = k->next) {
+        const int is_l1 = !strcmp(k->string, "l1");
+        if ((!is_l1 && strcmp(k->string, "l2")) || !cJSON_IsNumber(k) || !(k->valuedouble >= 0.0) ||
+            !isfinite(k->valuedouble))
+            return spec_fail(sc, "kernel_regularizer", expected);
+        *(is_l1 ? l1 : l2) = (float)k->valuedouble;
+    }
     return 0;
 }
 
@@ -533,7 +543,8 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         if ((rc = spec_int(sc, o, "filters", -1, 1, 65536, &filters)) ||
             (rc = spec_pair(sc, o, "kernel_size", 0, k)) ||
             (rc = spec_pair(sc, o, "strides", 1, s)) || (rc = spec_activation(sc, o, &l->act)) ||
-            (rc = spec_l2(sc, o, &l->l2)) || (rc = spec_use_bias(sc, o, &use_bias)))
+            (rc = spec_regularizer(sc, o, &l->l1, &l->l2)) ||
+            (rc = spec_use_bias(sc, o, &use_bias)))
             return rc;
         const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
         if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
@@ -561,7 +572,8 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->type = LAYER_DENSE;
         int use_bias;
         if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
-            (rc = spec_activation(sc, o, &l->act)) || (rc = spec_l2(sc, o, &l->l2)) ||
+            (rc = spec_activation(sc, o, &l->act)) ||
+            (rc = spec_regularizer(sc, o, &l->l1, &l->l2)) ||
             (rc = spec_use_bias(sc, o, &use_bias)))
             return rc;
         /* Keras's Dense acts on the last axis: (..., d) -> (..., units). */
@@ -634,7 +646,7 @@ int model_gpu_has_layer(const Layer *l)
 {
     return !model_activation_layer(l) && l->type != LAYER_AVGPOOL &&
            l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL &&
-           l->type != LAYER_RESCALING && !(l->w_count && !l->b_count);
+           l->type != LAYER_RESCALING && !(l->w_count && !l->b_count) && l->l1 == 0.0f;
 }
 
 const Layer *model_gpu_unsupported(const Model *m)
@@ -655,8 +667,17 @@ int model_activation_parse(const char *name, Activation *act)
     return -EINVAL;
 }
 
+/* ",l1=F" for a layer with an L1 term, else "" (the signatures without one unchanged). */
+static const char *l1_text(const Layer *l, char *buf, size_t len)
+{
+    if (l->l1 == 0.0f) return "";
+    snprintf(buf, len, ",l1=%g", (double)l->l1);
+    return buf;
+}
+
 static void make_signature(Model *m)
 {
+    char l1[32];
     size_t len = 0, cap = 256;
     char *s = xmalloc(cap);
     s[0] = '\0';
@@ -672,9 +693,10 @@ static void make_signature(Model *m)
             break;
         case LAYER_FLATTEN: append(&s, &len, &cap, "|flatten"); break;
         case LAYER_CONV2D:
-            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g%s)", l->conv.f, l->conv.kh,
-                   l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid",
-                   model_activation_name(l->act), (double)l->l2, l->b_count ? "" : ",nobias");
+            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g%s%s)", l->conv.f,
+                   l->conv.kh, l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid",
+                   model_activation_name(l->act), (double)l->l2, l1_text(l, l1, sizeof l1),
+                   l->b_count ? "" : ",nobias");
             break;
         case LAYER_MAXPOOL:
             /* a square "valid" pool keeps the signature it always had */
@@ -686,12 +708,13 @@ static void make_signature(Model *m)
             break;
         case LAYER_DENSE:
             if (l->dense_rows > 1) /* on a rank > 1 input: which axis it maps matters */
-                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g%s)", l->dense_rows, l->dense_in,
+                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g%s%s)", l->dense_rows, l->dense_in,
                        l->units, model_activation_name(l->act), (double)l->l2,
-                       l->b_count ? "" : ",nobias");
+                       l1_text(l, l1, sizeof l1), l->b_count ? "" : ",nobias");
             else
-                append(&s, &len, &cap, "|dense(%d,%s,l2=%g%s)", l->units,
-                       model_activation_name(l->act), (double)l->l2, l->b_count ? "" : ",nobias");
+                append(&s, &len, &cap, "|dense(%d,%s,l2=%g%s%s)", l->units,
+                       model_activation_name(l->act), (double)l->l2, l1_text(l, l1, sizeof l1),
+                       l->b_count ? "" : ",nobias");
             break;
         case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
         case LAYER_ACTIVATION:
@@ -1307,11 +1330,11 @@ double model_regularization(const Model *m)
     double r = 0.0;
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        if (l->l2 == 0.0f) continue;
-        double s = 0.0;
+        if (l->l1 == 0.0f && l->l2 == 0.0f) continue;
+        double s1 = 0.0, s2 = 0.0;
         const float *w = m->params + l->w_off;
-        for (size_t j = 0; j < l->w_count; j++) s += (double)w[j] * w[j];
-        r += (double)l->l2 * s;
+        for (size_t j = 0; j < l->w_count; j++) s1 += fabs((double)w[j]), s2 += (double)w[j] * w[j];
+        r += (double)l->l1 * s1 + (double)l->l2 * s2;
     }
     return r;
 }
@@ -1319,7 +1342,8 @@ double model_regularization(const Model *m)
 /* Whether layer l's kernel is updated inside its backward (Pass.sgd_lr). */
 static int kernel_folded(const Pass *p, const Layer *l)
 {
-    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE;
+    /* an L1 term's gradient is no multiple of the kernel: not foldable into the product */
+    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE && l->l1 == 0.0f;
 }
 
 /* The L2 term's gradient is this times the kernel: 2 * l2 / replicas (the loss is scaled by
@@ -1327,6 +1351,13 @@ static int kernel_folded(const Pass *p, const Layer *l)
 static float l2_factor(const Pass *p, const Layer *l)
 {
     return 2.0f * l->l2 / (float)p->replicas;
+}
+
+/* The regularization gradient of kernel weight w: k2 * w + k1 * sign(w), k1 = l1 /
+ * replicas (sign(0) = 0, TensorFlow's gradient of abs at 0). */
+static float reg_grad(float w, float k1, float k2)
+{
+    return k2 * w + (w > 0.0f ? k1 : w < 0.0f ? -k1 : 0.0f);
 }
 
 /* Backward of layer p->layer over examples lo..lo+cnt-1 (p->d and p->din hold the whole
@@ -1420,17 +1451,17 @@ static void finish_layer(const Pass *p, int i, int shards, GradReadyFn on_ready,
     if (p->sgd_lr > 0.0f) {
         const size_t from = kernel_folded(p, l) ? l->w_count : 0;
         float *w = m->params + l->w_off;
-        const float lr = p->sgd_lr, k2 = l2_factor(p, l);
+        const float lr = p->sgd_lr, k1 = l->l1 / (float)p->replicas, k2 = l2_factor(p, l);
         for (size_t q = from; q < n; q++) {
-            if (q < l->w_count) g[q] += k2 * w[q];
+            if (q < l->w_count) g[q] += reg_grad(w[q], k1, k2);
             w[q] -= lr * g[q];
         }
         return;
     }
-    if (l->l2 != 0.0f) {
-        const float k = l2_factor(p, l);
+    if (l->l1 != 0.0f || l->l2 != 0.0f) {
+        const float k1 = l->l1 / (float)p->replicas, k2 = l2_factor(p, l);
         const float *w = m->params + l->w_off;
-        for (size_t q = 0; q < l->w_count; q++) g[q] += k * w[q];
+        for (size_t q = 0; q < l->w_count; q++) g[q] += reg_grad(w[q], k1, k2);
     }
     if (on_ready) on_ready(ctx, l->w_off, n);
 }

@@ -50,7 +50,7 @@ typedef struct {
     float rate;                 /* dropout */
     float slope;                /* leaky relu layer: its negative slope */
     float scale, offset;        /* rescaling */
-    float l2;                   /* kernel regularizer factor, 0 = none */
+    float l1, l2;               /* kernel regularizer factors (Keras's L1, L2, L1L2), 0 = none */
     int same;                   /* conv2d padding "same" */
     size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
 } Layer;
@@ -134,7 +134,7 @@ const char *model_activation_name(Activation a);
 #define GPU_ACTIVATIONS "linear, relu, softmax"
 const Layer *model_gpu_unsupported(const Model *m);
 /* 0 for a layer the CUDA path has no kernel for (the activation layers, average and
- * global pooling, Rescaling, a Conv2D or Dense without bias), else 1. */
+ * global pooling, Rescaling, a Conv2D or Dense without bias or with an L1 term), else 1. */
 int model_gpu_has_layer(const Layer *l);
 /* 1 for a layer of activation alone (Activation, ReLU, LeakyReLU). */
 int model_activation_layer(const Layer *l);
@@ -232,7 +232,8 @@ void model_step_sgd(Model *m, const float *x, const int32_t *y, int batch, uint6
  * (no regularization), st->correct and st->count as above. */
 void model_evaluate(Model *m, const float *x, const int32_t *y, int b, StepStats *st);
 
-/* The regularization loss sum_l l2_l * |kernel_l|^2 of the current parameters. */
+/* The regularization loss sum_l l1_l * sum|kernel_l| + l2_l * |kernel_l|^2 of the current
+ * parameters. */
 double model_regularization(const Model *m);
 
 /* The first layer with parameters (num_layers when none): backward stops there, and

@@ -148,8 +148,10 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                  "--device cpu",
                  cfg->device, nogpu->name, whole ? "a layer" : "activation",
                  whole ? model_layer_keras_stem(nogpu->type) : model_activation_name(nogpu->act),
-                 whole && nogpu->w_count && !nogpu->b_count ? " without bias (use_bias false)"
-                                                            : "");
+                 !whole                              ? ""
+                 : nogpu->l1 != 0.0f                 ? " with an L1 kernel regularizer"
+                 : nogpu->w_count && !nogpu->b_count ? " without bias (use_bias false)"
+                                                     : "");
         *exit_code = KT_EXIT_DATA;
         rc = -ENOTSUP;
         goto err;

@@ -331,6 +331,29 @@ static void test_no_bias(void **state)
     model_free(m);
 }
 
+/* L1, L2 and L1L2 written as Keras names them, and read back as they were. */
+static void test_config_regularizers(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[6],\"layers\":["
+                     "{\"type\":\"Dense\",\"units\":4,\"kernel_regularizer\":{\"l1\":0.001}},"
+                     "{\"type\":\"Dense\",\"units\":4,\"kernel_regularizer\":{\"l2\":0.002}},"
+                     "{\"type\":\"Dense\",\"units\":3,"
+                     "\"kernel_regularizer\":{\"l1\":0.003,\"l2\":0.004}}]}");
+    char *text = keras_export_config(m);
+    print_message("# %s\n", text);
+    assert_non_null(strstr(text, "\"class_name\":\"L1\",\"config\":{\"l1\":0.001}"));
+    assert_non_null(strstr(text, "\"class_name\":\"L2\",\"config\":{\"l2\":0.002}"));
+    assert_non_null(strstr(text, "\"class_name\":\"L1L2\",\"config\":{\"l1\":0.003,\"l2\":0.004}"));
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    model_free(back);
+    free(text);
+    model_free(m);
+}
+
 /* The string attribute "name" of object path in f. */
 static void assert_name_attr(hid_t f, const char *path, const char *want)
 {
@@ -558,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_config_pooling),
         cmocka_unit_test(test_config_rescaling),
         cmocka_unit_test(test_no_bias),
+        cmocka_unit_test(test_config_regularizers),
         cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),

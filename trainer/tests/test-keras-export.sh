@@ -2,7 +2,8 @@
 # --export and `export` through the real binary, with real Keras as the judge: five
 # models (the built-in tutorial-cnn, Keras 3's JSON of cnn2, tf-keras's JSON of
 # tutorial-cnn-l2, a spec with every activation and activation layer and one with
-# Rescaling, the average and global pooling layers and use_bias false: their .keras only)
+# Rescaling, the average and global pooling layers, use_bias false and L1L2: their .keras
+# only)
 # train 10 steps of Adam under `launch --workers 2` with --eval; the chief
 # exports one file (--export) and `export` turns the run's checkpoint into the other
 # kind. Keras 3 and tf-keras each load every .keras (load_model) and every .weights.h5
@@ -63,8 +64,8 @@ cat >"$tmp/ac.json" <<'EOF_SPEC'
  {"type": "Activation", "activation": "gelu"},
  {"type": "Dense", "units": 10}]}
 EOF_SPEC
-# Rescaling, the average and global pooling layers and a Conv2D without bias, as Keras's
-# load_model reads them
+# Rescaling, the average and global pooling layers, a Conv2D without bias and an L1L2
+# regularizer, as Keras's load_model reads them
 cat >"$tmp/pl.json" <<'EOF_SPEC'
 {"input_shape": [28, 28, 1], "layers": [
  {"type": "Rescaling", "scale": 2, "offset": -1},
@@ -74,7 +75,7 @@ cat >"$tmp/pl.json" <<'EOF_SPEC'
  {"type": "Conv2D", "filters": 16, "kernel_size": 3, "activation": "relu", "use_bias": false},
  {"type": "GlobalAveragePooling2D", "keepdims": true},
  {"type": "GlobalMaxPooling2D"},
- {"type": "Dense", "units": 10}]}
+ {"type": "Dense", "units": 10, "kernel_regularizer": {"l1": 1e-4, "l2": 1e-4}}]}
 EOF_SPEC
 
 # train: name, --model, the file --export writes, the one `export` makes of the checkpoint

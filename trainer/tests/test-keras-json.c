@@ -335,6 +335,15 @@ static void edit_no_input_shape(cJSON *root)
     edit_build_config_only(root);
     cJSON_DeleteItemFromObjectCaseSensitive(root, "build_config");
 }
+static void edit_l1_negative(cJSON *root)
+{
+    edit_l1(root);
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
+    cJSON *config = cJSON_GetObjectItemCaseSensitive(reg, "config");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "l2");
+    set(config, "l1", cJSON_CreateNumber(-1));
+}
+
 static void edit_l1l2_without_l1(cJSON *root)
 {
     cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_regularizer");
@@ -372,8 +381,6 @@ static void test_accepted_forms(void **s)
     expect_refused("keras3-tutorial-cnn.json", edit_no_input_shape, "config.layers: no input shape",
                    NULL);
     expect_builtin("keras3-tutorial-cnn-l2.json", edit_l1l2_without_l1, "tutorial-cnn-l2");
-    expect_refused("keras3-tutorial-cnn-l2.json", edit_l1l2_with_l1,
-                   "layers[2] \"conv2d_1\" (Conv2D).kernel_regularizer: L1L2 is not", NULL);
     expect_refused("keras3-tutorial-cnn.json", edit_glorot_axes,
                    "(Dense).kernel_initializer: GlorotUniform with a config other than", NULL);
     /* a seed picks other draws, not another distribution: the trainer draws from --seed */
@@ -566,6 +573,36 @@ static void test_rescaling(void **s)
                    "layers[3] \"rescaling_1\" (Rescaling).offset: expected a finite number", NULL);
 }
 
+/* L1 and L1L2 as each dialect writes them: the layer's factors (L1's l1 and no l2). */
+static void edit_l1_only(cJSON *root)
+{
+    edit_l1(root);
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
+    cJSON *config = cJSON_GetObjectItemCaseSensitive(reg, "config");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "l2");
+    set(config, "l1", cJSON_CreateNumber(0.002));
+}
+
+static void test_l1_regularizers(void **s)
+{
+    (void)s;
+    const char *files[] = {"keras3-tutorial-cnn-l2.json", "tfkeras-tutorial-cnn-l2.json"};
+    for (int f = 0; f < 2; f++) {
+        Model *m;
+        char err[512] = "";
+        if (create_edited(&m, files[f], edit_l1l2_with_l1, err, sizeof err)) fail_msg("%s", err);
+        assert_close(m->layers[1].l1, 1e-4f, 0);
+        assert_close(m->layers[1].l2, 1e-5f, 0);
+        print_message("# %s: %s\n", files[f], m->signature);
+        assert_non_null(strstr(m->signature, "conv2d(32,3x3,s1x1,valid,relu,l2=1e-05,l1=0.0001)"));
+        model_free(m);
+        if (create_edited(&m, files[f], edit_l1_only, err, sizeof err)) fail_msg("%s", err);
+        assert_close(m->layers[3].l1, 0.002f, 0);
+        assert_close(m->layers[3].l2, 0.0f, 0);
+        model_free(m);
+    }
+}
+
 static void test_refused(void **s)
 {
     (void)s;
@@ -594,8 +631,9 @@ static void test_refused(void **s)
                    NULL);
     expect_refused(tf, edit_bias_string,
                    "layers[5] \"dense_1\" (Dense).use_bias: expected true or false", NULL);
-    expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1,
-                   "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not", "L2(l2)", NULL);
+    expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1_negative,
+                   "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not",
+                   "L1(l1), L2(l2) and L1L2(l1, l2)", NULL);
     expect_refused(k3, edit_he_normal, "(Conv2D).kernel_initializer: HeNormal", "GlorotUniform",
                    NULL);
     expect_refused(tf, edit_ones_bias, "(Dense).bias_initializer: ones", "Zeros", NULL);
@@ -625,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_rescaling),
         cmocka_unit_test(test_no_bias),
+        cmocka_unit_test(test_l1_regularizers),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_layers),
     };

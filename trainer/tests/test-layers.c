@@ -867,6 +867,62 @@ static void test_model_grad_no_bias(void **s)
     model_free(c.m);
 }
 
+/* L1, L2 and L1L2 kernel regularizers through model_step (the loss's regularization
+ * term by hand, its gradient by finite differences, with 2 replicas: both scaled by
+ * 1/replicas) and model_step_sgd (a Dense with an L1 term is not folded). Kernels are
+ * kept off 0, where |w| has no derivative. */
+static double model_obj_2(void *p)
+{
+    ModelCase *c = p;
+    StepStats st;
+    model_step(c->m, c->x, c->y, 3, 3, 2, 0, NULL, NULL, &st);
+    return st.loss;
+}
+
+static void test_model_grad_l1(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[5,5,1],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3,\"activation\":\"relu\","
+        "\"kernel_regularizer\":{\"l1\":0.05}},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":4,\"kernel_regularizer\":{\"l1\":0.02,\"l2\":0.03}},"
+        "{\"type\":\"Dense\",\"units\":3,\"kernel_regularizer\":{\"l2\":0.01}}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 2, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    const size_t n = c.m->num_params;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(c.m->params[i]) < 0.01f) c.m->params[i] = 0.02f;
+    double want = 0.0;
+    for (int i = 0; i < c.m->num_layers; i++) {
+        const Layer *l = &c.m->layers[i];
+        for (size_t j = 0; j < l->w_count; j++) {
+            const double w = c.m->params[l->w_off + j];
+            want += l->l1 * fabs(w) + l->l2 * w * w;
+        }
+    }
+    assert_close(model_regularization(c.m), want, 1e-9);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 25, 1);
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 2, 0, NULL, NULL, &st);
+    float *g = malloc(n * sizeof *g), *before = malloc(n * sizeof *g);
+    memcpy(g, c.m->grads, n * sizeof *g);
+    print_message("# %s\n", c.m->signature);
+    check_grad("model params (L1, L1L2, L2)", c.m->params, g, n, model_obj_2, &c, 2e-3f);
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    memcpy(g, c.m->grads, n * sizeof *g);
+    memcpy(before, c.m->params, n * sizeof *g);
+    model_step_sgd(c.m, c.x, c.y, 3, 0, 0.1f, &st);
+    for (size_t i = 0; i < n; i++) assert_close_i(c.m->params[i], before[i] - 0.1f * g[i], 1e-5, i);
+    free(g);
+    free(before);
+    free(c.x);
+    model_free(c.m);
+}
+
 /* The pooling layers inside a model, through model_step: average pooling with "same"
  * padding between convolutions, a global max and a global average (keepdims) pool, each
  * passing its gradient on. */
@@ -1058,6 +1114,7 @@ int main(void)
         cmocka_unit_test(test_rescaling),
         cmocka_unit_test(test_model_grad_pooling),
         cmocka_unit_test(test_model_grad_no_bias),
+        cmocka_unit_test(test_model_grad_l1),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }

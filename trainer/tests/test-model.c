@@ -145,8 +145,11 @@ static void test_spec_errors(void **s)
                  "layers[0].target_shape: expected a shape with as many elements");
     expect_error("{\"layers\":[{\"type\":\"LSTM\"}]}", "layers[0].type: expected Input, Reshape");
     expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
-                 "\"kernel_regularizer\":{\"l1\":1}}]}",
-                 "layers[1].kernel_regularizer");
+                 "\"kernel_regularizer\":{\"l3\":1}}]}",
+                 "layers[1].kernel_regularizer: expected {\"l1\": F, \"l2\": F}");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
+                 "\"kernel_regularizer\":{\"l1\":-1}}]}",
+                 "layers[1].kernel_regularizer: expected {\"l1\": F, \"l2\": F}");
     expect_error("{\"layers\":[{\"type\":\"Flatten\"}]}", "layers: expected a last layer Dense");
     expect_error("{\"layers\":[{\"type\":\"Dense\",\"units\":10}]}",
                  "layers: expected a last layer Dense on a flat input");
@@ -248,6 +251,13 @@ static void test_activation_buffers(void **s)
                                   1, err, sizeof err),
                      0);
     assert_string_equal(model_gpu_unsupported(m)->name, "nb");
+    model_free(m);
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\","
+                                  "\"units\":3,\"kernel_regularizer\":{\"l1\":0.1}}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "dense");
     model_free(m);
     assert_int_equal(model_create(&m, "cnn2", 1, err, sizeof err), 0);
     assert_null(model_gpu_unsupported(m));
