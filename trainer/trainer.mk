@@ -205,7 +205,13 @@ reference-activations:
 	tf=$$(bash bench/pyvenv.sh venv-tf) && \
 	$$tf trainer/tests/reference/activations/gen_activations.py
 
-.PHONY: bench-trainer reference-trainer reference-tfrecord reference-activations
+# Regenerates trainer/tests/reference/layers/ with Keras 3 and tf-keras (commit it).
+reference-layers:
+	tf=$$(bash bench/pyvenv.sh venv-tf) && \
+	$$tf trainer/tests/reference/layers/gen_layers.py
+
+.PHONY: bench-trainer reference-trainer reference-tfrecord reference-activations \
+	reference-layers
 
 # Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow
 # MultiWorkerMirroredStrategy (trainer/bench/bench_distributed.py); also 4 workers,

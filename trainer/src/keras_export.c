@@ -108,17 +108,20 @@ static cJSON *layer_object(const char *cls, const char *name, cJSON **cfg)
     return o;
 }
 
-/* The kernel_regularizer of a layer with L2 factor l2 (0: none). */
-static void add_regularizer(cJSON *cfg, float l2)
+/* The kernel_regularizer of a layer with factors l1 and l2 (both 0: none): L1, L2 or
+ * L1L2, as Keras names the one it was given. */
+static void add_regularizer(cJSON *cfg, float l1, float l2)
 {
-    if (l2 == 0.0f) {
+    if (l1 == 0.0f && l2 == 0.0f) {
         cJSON_AddNullToObject(cfg, "kernel_regularizer");
         return;
     }
     cJSON *r = cJSON_AddObjectToObject(cfg, "kernel_regularizer");
     cJSON_AddStringToObject(r, "module", "keras.regularizers");
-    cJSON_AddStringToObject(r, "class_name", "L2");
-    add_float(cJSON_AddObjectToObject(r, "config"), "l2", l2);
+    cJSON_AddStringToObject(r, "class_name", l1 == 0.0f ? "L2" : l2 == 0.0f ? "L1" : "L1L2");
+    cJSON *c = cJSON_AddObjectToObject(r, "config");
+    if (l1 != 0.0f) add_float(c, "l1", l1);
+    if (l2 != 0.0f) add_float(c, "l2", l2);
     cJSON_AddNullToObject(r, "registered_name");
 }
 
@@ -140,19 +143,34 @@ static cJSON *layer_config(const Layer *l)
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
         cJSON_AddItemToObject(cfg, "dilation_rate", int_list(one, 2));
         cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
-        cJSON_AddBoolToObject(cfg, "use_bias", 1);
-        add_regularizer(cfg, l->l2);
+        cJSON_AddBoolToObject(cfg, "use_bias", l->b_count != 0);
+        add_regularizer(cfg, l->l1, l->l2);
         break;
     }
-    case LAYER_MAXPOOL: {
+    case LAYER_MAXPOOL:
+    case LAYER_AVGPOOL: {
         const int p[2] = {l->pool.ph, l->pool.pw}, s[2] = {l->pool.sh, l->pool.sw};
-        o = layer_object("MaxPooling2D", l->name, &cfg);
+        o = layer_object(l->type == LAYER_MAXPOOL ? "MaxPooling2D" : "AveragePooling2D", l->name,
+                         &cfg);
         cJSON_AddItemToObject(cfg, "pool_size", int_list(p, 2));
         cJSON_AddItemToObject(cfg, "strides", int_list(s, 2));
         cJSON_AddStringToObject(cfg, "padding", l->same ? "same" : "valid");
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
         break;
     }
+    case LAYER_GLOBAL_AVGPOOL:
+    case LAYER_GLOBAL_MAXPOOL:
+        o = layer_object(l->type == LAYER_GLOBAL_AVGPOOL ? "GlobalAveragePooling2D"
+                                                         : "GlobalMaxPooling2D",
+                         l->name, &cfg);
+        cJSON_AddStringToObject(cfg, "data_format", "channels_last");
+        cJSON_AddBoolToObject(cfg, "keepdims", l->out_rank == 3);
+        break;
+    case LAYER_RESCALING:
+        o = layer_object("Rescaling", l->name, &cfg);
+        add_float(cfg, "scale", l->scale);
+        add_float(cfg, "offset", l->offset);
+        break;
     case LAYER_FLATTEN:
         o = layer_object("Flatten", l->name, &cfg);
         cJSON_AddStringToObject(cfg, "data_format", "channels_last");
@@ -161,8 +179,8 @@ static cJSON *layer_config(const Layer *l)
         o = layer_object("Dense", l->name, &cfg);
         cJSON_AddNumberToObject(cfg, "units", l->units);
         cJSON_AddStringToObject(cfg, "activation", model_activation_name(l->act));
-        cJSON_AddBoolToObject(cfg, "use_bias", 1);
-        add_regularizer(cfg, l->l2);
+        cJSON_AddBoolToObject(cfg, "use_bias", l->b_count != 0);
+        add_regularizer(cfg, l->l1, l->l2);
         break;
     case LAYER_ACTIVATION:
         o = layer_object("Activation", l->name, &cfg);
@@ -274,7 +292,8 @@ static hid_t h5_vars_group(const H5Props *pr, hid_t parent, const char *group, c
     return v;
 }
 
-/* The layer's weights in vars: kernel as 0, bias as 1, in Keras's shapes. */
+/* The layer's weights in vars: kernel as 0, bias (when it has one) as 1, in Keras's
+ * shapes. */
 static int h5_layer_weights(const H5Props *pr, hid_t vars, const Layer *l, const float *params)
 {
     if (!l->w_count) return 0;
@@ -289,6 +308,7 @@ static int h5_layer_weights(const H5Props *pr, hid_t vars, const Layer *l, const
         rank = 2;
     }
     if (h5_floats(pr, vars, "0", rank, k, params + l->w_off)) return -EIO;
+    if (!l->b_count) return 0;
     return h5_floats(pr, vars, "1", 1, b, params + l->b_off);
 }
 

@@ -107,6 +107,17 @@ static int read_var(Import *im, hid_t loc, const char *path, int i, int which)
     return rc;
 }
 
+/* The variables of a layer with weights: its kernel, and its bias unless use_bias was
+ * false (Keras then keeps one variable). */
+static int layer_vars(const Layer *l)
+{
+    return l->b_count ? 2 : 1;
+}
+static const char *layer_vars_text(const Layer *l)
+{
+    return l->b_count ? "kernel and bias" : "kernel (no bias)";
+}
+
 /* The number of links in group `path` of loc; -1 when there is no such group. */
 static long group_links(hid_t loc, const char *path)
 {
@@ -128,21 +139,21 @@ static int import_keras3(Import *im, hid_t f)
         model_layer_keras_group(m, i, group, sizeof group);
         snprintf(path, sizeof path, "layers/%s/vars", group);
         long n = group_links(f, path);
-        if (n != 2) {
+        const Layer *l = &m->layers[i];
+        if (n != layer_vars(l)) {
             layer_text(m, i, layer, sizeof layer);
             if (n < 0)
                 snprintf(im->err, im->errlen,
-                         "%s: %s: missing, where %s keeps its kernel and bias (weights of another "
-                         "model?)",
-                         im->what, path, layer);
+                         "%s: %s: missing, where %s keeps its %s (weights of another model?)",
+                         im->what, path, layer, layer_vars_text(l));
             else
                 snprintf(im->err, im->errlen,
-                         "%s: %s: %ld variables, where %s has 2 (kernel and bias; weights of "
-                         "another model?)",
-                         im->what, path, n, layer);
+                         "%s: %s: %ld variables, where %s has %d (%s; weights of another "
+                         "model?)",
+                         im->what, path, n, layer, layer_vars(l), layer_vars_text(l));
             return -EINVAL;
         }
-        for (int which = 0; which < 2; which++) {
+        for (int which = 0; which < layer_vars(l); which++) {
             snprintf(path, sizeof path, "layers/%s/vars/%d", group, which);
             if (read_var(im, f, path, i, which)) return -EINVAL;
         }
@@ -289,15 +300,15 @@ static int import_legacy(Import *im, hid_t f, const char *root)
             continue;
         }
         while (!m->layers[li].w_count) li++;
-        if (nw != 2) {
+        const Layer *l = &m->layers[li];
+        if (nw != layer_vars(l)) {
             layer_text(m, li, layer, sizeof layer);
-            snprintf(
-                im->err, im->errlen,
-                "%s: %s: %d weights, where %s has 2 (kernel and bias; weights of another model?)",
-                im->what, group, nw, layer);
+            snprintf(im->err, im->errlen,
+                     "%s: %s: %d weights, where %s has %d (%s; weights of another model?)",
+                     im->what, group, nw, layer, layer_vars(l), layer_vars_text(l));
             rc = -EINVAL;
         }
-        for (int w = 0; w < 2 && !rc; w++) {
+        for (int w = 0; w < layer_vars(l) && !rc; w++) {
             char var[2400];
             snprintf(var, sizeof var, "%s/%s", group, wn[w]);
             rc = read_var(im, f, var, li, w);

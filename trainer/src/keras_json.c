@@ -9,7 +9,8 @@
 
 /* What the trainer implements, named in the messages. */
 #define KJ_LAYERS                                                                                  \
-    "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, "       \
+    "InputLayer, Reshape, Rescaling, Conv2D, MaxPooling2D, AveragePooling2D, "                     \
+    "GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, "      \
     "LeakyReLU"
 
 typedef struct {
@@ -59,14 +60,13 @@ typedef enum {
     F_DTYPE,         /* float32, as a string or a DTypePolicy */
     F_NULL,          /* null: constraints, other regularizers, LoRA, quantization */
     F_FALSE,         /* false: sparse, ragged, optional inputs */
-    F_TRUE,          /* true: use_bias (every layer with weights has a bias) */
     F_ONE,           /* 1 or [1, 1]: dilation_rate, groups */
     F_CHANNELS_LAST, /* data_format channels_last (or null: Keras's default) */
     F_PADDING,       /* valid or same */
     F_ACTIVATION,
     F_KERNEL_INIT, /* Glorot-uniform: what model_init_params draws */
     F_BIAS_INIT,   /* zeros */
-    F_REGULARIZER, /* L2, or L1L2 without L1 */
+    F_REGULARIZER, /* L1, L2, L1L2 */
     F_SEED,        /* null or an integer: the trainer draws from its own --seed */
     F_SHAPE,       /* the batch shape of the model's input */
     F_SLOPE,       /* LeakyReLU's slope: Keras 3's negative_slope, tf-keras's alpha */
@@ -96,7 +96,7 @@ static const Field conv_fields[] = {{"filters", F_COPY},
                                     {"dilation_rate", F_ONE},
                                     {"groups", F_ONE},
                                     {"activation", F_ACTIVATION},
-                                    {"use_bias", F_TRUE},
+                                    {"use_bias", F_COPY},
                                     {"kernel_initializer", F_KERNEL_INIT},
                                     {"bias_initializer", F_BIAS_INIT},
                                     {"kernel_regularizer", F_REGULARIZER},
@@ -109,11 +109,16 @@ static const Field conv_fields[] = {{"filters", F_COPY},
 static const Field pool_fields[] = {{"pool_size", F_COPY},  {"strides", F_COPY},
                                     {"padding", F_PADDING}, {"data_format", F_CHANNELS_LAST},
                                     {"trainable", F_BOOL},  {NULL, F_NAME}};
+static const Field global_pool_fields[] = {
+    {"data_format", F_CHANNELS_LAST}, {"keepdims", F_COPY}, {"trainable", F_BOOL}, {NULL, F_NAME}};
+/* model.c refuses a per-channel list, naming the field */
+static const Field rescaling_fields[] = {
+    {"scale", F_COPY}, {"offset", F_COPY}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field flatten_fields[] = {
     {"data_format", F_CHANNELS_LAST}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 static const Field dense_fields[] = {{"units", F_COPY},
                                      {"activation", F_ACTIVATION},
-                                     {"use_bias", F_TRUE},
+                                     {"use_bias", F_COPY},
                                      {"kernel_initializer", F_KERNEL_INIT},
                                      {"bias_initializer", F_BIAS_INIT},
                                      {"kernel_regularizer", F_REGULARIZER},
@@ -147,10 +152,20 @@ static const struct {
     const char *cls;
     const Field *fields;
 } classes[] = {
-    {"InputLayer", input_fields},  {"Reshape", reshape_fields},       {"Conv2D", conv_fields},
-    {"MaxPooling2D", pool_fields}, {"Flatten", flatten_fields},       {"Dense", dense_fields},
-    {"Dropout", dropout_fields},   {"Activation", activation_fields}, {"ReLU", relu_fields},
+    {"InputLayer", input_fields},
+    {"Reshape", reshape_fields},
+    {"Conv2D", conv_fields},
+    {"MaxPooling2D", pool_fields},
+    {"Flatten", flatten_fields},
+    {"Dense", dense_fields},
+    {"Dropout", dropout_fields},
+    {"Activation", activation_fields},
+    {"ReLU", relu_fields},
     {"LeakyReLU", leaky_fields},
+    {"AveragePooling2D", pool_fields},
+    {"GlobalAveragePooling2D", global_pool_fields},
+    {"GlobalMaxPooling2D", global_pool_fields},
+    {"Rescaling", rescaling_fields},
 };
 
 static const Field *field_of(const Field *fields, const char *key)
@@ -227,7 +242,13 @@ static int check_initializer(const KCtx *k, const char *key, const cJSON *v, int
                  kernel ? "kernels" : "biases", want, kernel ? " (drawn from --seed)" : "");
 }
 
-/* L2(l2), or L1L2 with l1 = 0, into the spec's {"l2": F}. */
+/* A factor of a regularizer's config: a non-negative number. */
+static int is_factor(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0.0 && isfinite(v->valuedouble);
+}
+
+/* L1(l1), L2(l2) or L1L2(l1, l2) into the spec's {"l1": F, "l2": F}. */
 static int convert_regularizer(const KCtx *k, const char *key, const cJSON *v, cJSON *spec)
 {
     if (!v || cJSON_IsNull(v)) return 0;
@@ -236,18 +257,18 @@ static int convert_regularizer(const KCtx *k, const char *key, const cJSON *v, c
     const cJSON *l1 = get(config, "l1"), *l2 = get(config, "l2");
     int n = 0;
     for (const cJSON *c = cJSON_IsObject(config) ? config->child : NULL; c; c = c->next) n++;
-    int is_l2 = cls && !strcmp(cls, "L2") && n == 1;
-    int is_l1l2 =
-        cls && !strcmp(cls, "L1L2") && n == 2 && cJSON_IsNumber(l1) && l1->valuedouble == 0.0;
-    if ((is_l2 || is_l1l2) && cJSON_IsNumber(l2) && l2->valuedouble >= 0.0 &&
-        isfinite(l2->valuedouble)) {
-        cJSON *r = cJSON_AddObjectToObject(spec, key);
-        cJSON_AddNumberToObject(r, "l2", l2->valuedouble);
-        return 0;
-    }
-    return kfail(k, key,
-                 "%s is not supported: the trainer has L2(l2) (and L1L2 with l1 = 0), no L1",
-                 cls ? cls : "this regularizer");
+    const int ok = cls && ((!strcmp(cls, "L1") && n == 1 && is_factor(l1)) ||
+                           (!strcmp(cls, "L2") && n == 1 && is_factor(l2)) ||
+                           (!strcmp(cls, "L1L2") && n == 2 && is_factor(l1) && is_factor(l2)));
+    if (!ok)
+        return kfail(k, key,
+                     "%s is not supported: the trainer has L1(l1), L2(l2) and L1L2(l1, l2), "
+                     "each factor a number >= 0",
+                     cls ? cls : "this regularizer");
+    cJSON *r = cJSON_AddObjectToObject(spec, key);
+    if (l1) cJSON_AddNumberToObject(r, "l1", l1->valuedouble);
+    if (l2) cJSON_AddNumberToObject(r, "l2", l2->valuedouble);
+    return 0;
 }
 
 /* The per-example shape of a batch shape [batch, d1, ...]: the dimensions after the
@@ -303,9 +324,6 @@ static int convert_field(const KCtx *k, const Field *f, const cJSON *v, cJSON *s
     case F_FALSE:
         if (cJSON_IsFalse(v)) return 0;
         return kfail(k, key, "expected false: the trainer takes dense tensors only");
-    case F_TRUE:
-        if (cJSON_IsTrue(v)) return 0;
-        return kfail(k, key, "expected true: every layer with weights has a bias in the trainer");
     case F_ONE:
         if (is_one(v)) return 0;
         return kfail(k, key, "expected 1: the trainer's Conv2D has no dilation and no groups");

@@ -109,14 +109,20 @@ static void col2im(float *dinp, const float *dcol, const ConvGeom *g, int b)
     }
 }
 
+/* bias NULL (a layer without bias): out = 0; dbias NULL: nothing. */
 static void bias_rows(float *out, const float *bias, size_t rows, size_t cols)
 {
+    if (!bias) {
+        memset(out, 0, rows * cols * sizeof *out);
+        return;
+    }
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < cols; j++) out[r * cols + j] = bias[j];
 }
 
 static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
 {
+    if (!dbias) return;
     memset(dbias, 0, cols * sizeof *dbias);
     for (size_t r = 0; r < rows; r++)
         for (size_t j = 0; j < cols; j++) dbias[j] += dout[r * cols + j];
@@ -163,9 +169,13 @@ static void bias_add_rows(float *restrict o, const float *restrict bias, size_t 
         for (size_t j = 0; j < f; j++) o[j] += bias[j];
 }
 
-/* o = relu(o + bias), row by row (restrict: the rows vectorize) */
+/* o = relu(o + bias), row by row (restrict: the rows vectorize); bias NULL: relu(o) */
 static void relu_bias_rows(float *restrict o, const float *restrict bias, size_t rows, size_t f)
 {
+    if (!bias) {
+        for (size_t i = 0; i < rows * f; i++) o[i] = o[i] > 0.0f ? o[i] : 0.0f;
+        return;
+    }
     for (size_t r = 0; r < rows; r++, o += f)
         for (size_t j = 0; j < f; j++) {
             const float v = o[j] + bias[j];
@@ -173,10 +183,14 @@ static void relu_bias_rows(float *restrict o, const float *restrict bias, size_t
         }
 }
 
-/* d = relu'(y) d in place, and its column sums added onto dbias */
+/* d = relu'(y) d in place, and its column sums added onto dbias (unless NULL) */
 static void relu_grad_rows(float *restrict d, float *restrict dbias, const float *restrict y,
                            size_t rows, size_t f)
 {
+    if (!dbias) {
+        for (size_t i = 0; i < rows * f; i++) d[i] = y[i] > 0.0f ? d[i] : 0.0f;
+        return;
+    }
     for (size_t r = 0; r < rows; r++, d += f, y += f)
         for (size_t j = 0; j < f; j++) {
             d[j] = y[j] > 0.0f ? d[j] : 0.0f;
@@ -194,7 +208,7 @@ static void conv_forward(float *out, float *col, const float *inp, const float *
         im2col(col + blk.col, inp + blk.in, g, blk.nb);
         gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
         if (relu) relu_bias_rows(o, bias, (size_t)blk.m, (size_t)g->f);
-        else bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
+        else if (bias) bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
     }
 }
 
@@ -232,7 +246,7 @@ void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dc
                           const ConvGeom *g, int b, int rezero)
 {
     const size_t f = (size_t)g->f;
-    memset(dbias, 0, f * sizeof *dbias);
+    if (dbias) memset(dbias, 0, f * sizeof *dbias);
     for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         relu_grad_rows(dout + blk.out, dbias, out + blk.out, (size_t)blk.m, f);
         conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
@@ -299,17 +313,25 @@ int pool_geom_init(PoolGeom *g, int h, int w, int c, int ph, int pw, int sh, int
     return g->oh > 0 && g->ow > 0 ? 0 : -EINVAL;
 }
 
+/* The window of output cell (oy, ox) clipped to the input: rows [*y0, *y1), columns
+ * [*x0, *x1). Padded cells are never read, so they never win a maximum nor count in a
+ * mean. */
+static void pool_window(const PoolGeom *g, int oy, int ox, int *y0, int *y1, int *x0, int *x1)
+{
+    *y0 = oy * g->sh - g->pad_top, *y1 = *y0 + g->ph;
+    *x0 = ox * g->sw - g->pad_left, *x1 = *x0 + g->pw;
+    *y0 = *y0 < 0 ? 0 : *y0, *y1 = *y1 > g->h ? g->h : *y1;
+    *x0 = *x0 < 0 ? 0 : *x0, *x1 = *x1 > g->w ? g->w : *x1;
+}
+
 void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
 {
     const int h = g->h, w = g->w, c = g->c;
     for (int n = 0; n < b; n++)
         for (int oy = 0; oy < g->oh; oy++) {
-            /* the window's rows and columns inside the input (padding never wins) */
-            int y0 = oy * g->sh - g->pad_top, y1 = y0 + g->ph;
-            y0 = y0 < 0 ? 0 : y0, y1 = y1 > h ? h : y1;
             for (int ox = 0; ox < g->ow; ox++) {
-                int x0 = ox * g->sw - g->pad_left, x1 = x0 + g->pw;
-                x0 = x0 < 0 ? 0 : x0, x1 = x1 > w ? w : x1;
+                int y0, y1, x0, x1;
+                pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
                 for (int ch = 0; ch < c; ch++) {
                     int best = -1;
                     float bv = -INFINITY;
@@ -331,6 +353,55 @@ void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, c
 {
     memset(dinput, 0, (size_t)b * g->h * g->w * g->c * sizeof *dinput);
     for (size_t o = 0; o < (size_t)b * g->oh * g->ow * g->c; o++) dinput[argmax[o]] += dout[o];
+}
+
+void avgpool_forward(float *out, const float *inp, const PoolGeom *g, int b)
+{
+    const int w = g->w, c = g->c;
+    for (int n = 0; n < b; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                int y0, y1, x0, x1;
+                pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+                float *o = out + (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                memset(o, 0, (size_t)c * sizeof *o);
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++) {
+                        const float *in = inp + (((size_t)n * g->h + y) * w + x) * c;
+                        for (int ch = 0; ch < c; ch++) o[ch] += in[ch];
+                    }
+                const float inv = 1.0f / (float)((y1 - y0) * (x1 - x0));
+                for (int ch = 0; ch < c; ch++) o[ch] *= inv;
+            }
+}
+
+void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b)
+{
+    const int w = g->w, c = g->c;
+    memset(dinput, 0, (size_t)b * g->h * w * c * sizeof *dinput);
+    for (int n = 0; n < b; n++)
+        for (int oy = 0; oy < g->oh; oy++)
+            for (int ox = 0; ox < g->ow; ox++) {
+                int y0, y1, x0, x1;
+                pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
+                const float *d = dout + (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                const float inv = 1.0f / (float)((y1 - y0) * (x1 - x0));
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++) {
+                        float *di = dinput + (((size_t)n * g->h + y) * w + x) * c;
+                        for (int ch = 0; ch < c; ch++) di[ch] += d[ch] * inv;
+                    }
+            }
+}
+
+void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset)
+{
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * scale + offset;
+}
+
+void rescaling_backward(float *d, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++) d[i] *= scale;
 }
 
 /* ----------------------------------------------------------------------------

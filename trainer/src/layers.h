@@ -45,6 +45,9 @@ int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int 
 /* Floats the im2col buffer of a batch of b needs: b*oh*ow*kh*kw*c. */
 size_t conv_col_size(const ConvGeom *g, int b);
 
+/* A layer without bias (Keras's use_bias false) passes bias and dbias NULL to the Conv2D
+ * and Dense functions below: no bias is added, no bias gradient written. */
+
 /* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F).
  * col: scratch of conv_col_size floats; it keeps the im2col of inp for the backward. */
 void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
@@ -84,7 +87,7 @@ void dense_backward_sgd(float *dinput, float *dbias, const float *dout, const fl
                         float *weight, int b, int in, int outn, float lr, float decay,
                         int din_zero);
 
-/* Geometry of one MaxPooling2D: input (B,H,W,C) -> output (B,OH,OW,C). */
+/* Geometry of one pooling layer (max or average): input (B,H,W,C) -> output (B,OH,OW,C). */
 typedef struct {
     int h, w, c;    /* input */
     int ph, pw;     /* pool size */
@@ -105,6 +108,20 @@ void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGe
 /* dinput (B,H,W,C) from dout (B,OH,OW,C): each gradient goes to its maximum. */
 void maxpool_backward(float *dinput, const float *dout, const int32_t *argmax, const PoolGeom *g,
                       int b);
+
+/* Keras AveragePooling2D: out (B,OH,OW,C), each the mean of its window's cells inside
+ * the input (with "same" padding the padded cells are not counted, as TensorFlow's
+ * avg_pool does). GlobalAveragePooling2D is this with the whole input as the window. */
+void avgpool_forward(float *out, const float *inp, const PoolGeom *g, int b);
+/* dinput (B,H,W,C) from dout (B,OH,OW,C): each gradient shared equally by the cells it
+ * averaged. */
+void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b);
+
+/* Keras Rescaling: out = inp * scale + offset over n values (a product then a sum, in
+ * float, as Keras computes it). */
+void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset);
+/* d <- d * scale, in place. */
+void rescaling_backward(float *d, size_t n, float scale);
 
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask

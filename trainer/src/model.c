@@ -301,16 +301,35 @@ static int spec_activation(const SpecCtx *sc, const cJSON *o, Activation *act)
     return spec_fail(sc, "activation", "one of " MODEL_ACTIVATIONS);
 }
 
-/* kernel_regularizer: {"l2": F} (Keras's L2(F)) or a bare number F. */
-static int spec_l2(const SpecCtx *sc, const cJSON *o, float *l2)
+/* kernel_regularizer: {"l1": F, "l2": F}, either or both (Keras's L1, L2, L1L2), or a
+ * bare number F (the L2 factor). */
+static int spec_regularizer(const SpecCtx *sc, const cJSON *o, float *l1, float *l2)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "kernel_regularizer");
-    *l2 = 0.0f;
+    const char *expected = "{\"l1\": F, \"l2\": F} (either or both) of non-negative numbers";
+    *l1 = *l2 = 0.0f;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "l2");
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0) || !isfinite(v->valuedouble))
-        return spec_fail(sc, "kernel_regularizer", "{\"l2\": <non-negative number>}");
-    *l2 = (float)v->valuedouble;
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0.0 && isfinite(v->valuedouble)) {
+        *l2 = (float)v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsObject(v) || !v->child) return spec_fail(sc, "kernel_regularizer", expected);
+    for (const cJSON *k = v->child; k; k = k->next) {
+        const int is_l1 = !strcmp(k->string, "l1");
+        if ((!is_l1 && strcmp(k->string, "l2")) || !cJSON_IsNumber(k) || !(k->valuedouble >= 0.0) ||
+            !isfinite(k->valuedouble))
+            return spec_fail(sc, "kernel_regularizer", expected);
+        *(is_l1 ? l1 : l2) = (float)k->valuedouble;
+    }
+    return 0;
+}
+
+/* use_bias: absent or true (Keras's default), or false: the layer has no bias. */
+static int spec_use_bias(const SpecCtx *sc, const cJSON *o, int *use_bias)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "use_bias");
+    if (v && !cJSON_IsBool(v)) return spec_fail(sc, "use_bias", "true or false");
+    *use_bias = !cJSON_IsFalse(v);
     return 0;
 }
 
@@ -388,15 +407,94 @@ static int activation_layer(Layer *l, const cJSON *o, const char *t, const SpecC
     return 0;
 }
 
+/* MaxPooling2D and AveragePooling2D (l->type set, l->in_shape filled): pool_size
+ * (default 2), strides (Keras's None: the pool size), padding valid or same. */
+static int pool_layer(Layer *l, const cJSON *o, const char *t, const SpecCtx *sc)
+{
+    int p[2], s[2], rc, same = 0;
+    if (l->in_rank != 3) {
+        char exp[96];
+        snprintf(exp, sizeof exp, "%s after a (height, width, channels) shape", t);
+        return spec_fail(sc, "type", exp);
+    }
+    if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "strides");
+    if (!sv || cJSON_IsNull(sv)) {
+        s[0] = p[0], s[1] = p[1];
+    } else if ((rc = spec_pair(sc, o, "strides", 1, s))) {
+        return rc;
+    }
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
+    if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
+                                         (same = !strcmp(pad->valuestring, "same")))))
+        return spec_fail(sc, "padding", "\"valid\" or \"same\"");
+    if (pool_geom_init(&l->pool, l->in_shape[0], l->in_shape[1], l->in_shape[2], p[0], p[1], s[0],
+                       s[1], same))
+        return spec_fail(sc, "pool_size", "a pool no larger than the input (or padding \"same\")");
+    l->same = same;
+    l->out_shape[0] = l->pool.oh;
+    l->out_shape[1] = l->pool.ow;
+    l->out_shape[2] = l->in_shape[2];
+    l->out_rank = 3;
+    return 0;
+}
+
+/* GlobalAveragePooling2D and GlobalMaxPooling2D: a pool whose window is the whole
+ * input; (C) out, or (1, 1, C) with keepdims true. */
+static int global_pool_layer(Layer *l, const cJSON *o, const char *t, const SpecCtx *sc)
+{
+    if (l->in_rank != 3) {
+        char exp[96];
+        snprintf(exp, sizeof exp, "%s after a (height, width, channels) shape", t);
+        return spec_fail(sc, "type", exp);
+    }
+    const cJSON *kd = cJSON_GetObjectItemCaseSensitive(o, "keepdims");
+    if (kd && !cJSON_IsBool(kd)) return spec_fail(sc, "keepdims", "true or false");
+    const int h = l->in_shape[0], w = l->in_shape[1], c = l->in_shape[2];
+    pool_geom_init(&l->pool, h, w, c, h, w, 1, 1, 0);
+    if (cJSON_IsTrue(kd)) {
+        l->out_shape[0] = l->out_shape[1] = 1;
+        l->out_shape[2] = c;
+        l->out_rank = 3;
+    } else {
+        l->out_shape[0] = c;
+        l->out_rank = 1;
+    }
+    return 0;
+}
+
+/* Rescaling: scale (required) and offset (default 0), each one number: a list (Keras's
+ * per-channel form) is refused. */
+static int rescaling_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
+{
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "scale");
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(o, "offset");
+    const char *one = "a finite number (one for every channel; a per-channel list is not "
+                      "supported)";
+    if (!cJSON_IsNumber(sv) || !isfinite(sv->valuedouble)) return spec_fail(sc, "scale", one);
+    if (ov && !(cJSON_IsNumber(ov) && isfinite(ov->valuedouble)))
+        return spec_fail(sc, "offset", one);
+    l->type = LAYER_RESCALING;
+    l->scale = (float)sv->valuedouble;
+    l->offset = ov ? (float)ov->valuedouble : 0.0f;
+    memcpy(l->out_shape, l->in_shape, sizeof l->out_shape);
+    l->out_rank = l->in_rank;
+    return 0;
+}
+
 static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
                            const SpecCtx *sc)
 {
     static const char *const reshape_keys[] = {"target_shape", NULL};
     static const char *const flatten_keys[] = {NULL};
     static const char *const conv_keys[] = {
-        "filters", "kernel_size", "strides", "padding", "activation", "kernel_regularizer", NULL};
+        "filters",  "kernel_size",        "strides", "padding", "activation",
+        "use_bias", "kernel_regularizer", NULL};
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
-    static const char *const dense_keys[] = {"units", "activation", "kernel_regularizer", NULL};
+    static const char *const global_pool_keys[] = {"keepdims", NULL};
+    static const char *const rescaling_keys[] = {"scale", "offset", NULL};
+    static const char *const dense_keys[] = {"units", "activation", "use_bias",
+                                             "kernel_regularizer", NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
     static const char *const activation_keys[] = {"activation", NULL};
     static const char *const relu_keys[] = {"negative_slope", "max_value", "threshold", NULL};
@@ -410,16 +508,20 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     l->in_rank = in_rank;
     l->in_size = shape_size(in_shape, in_rank);
     int rc;
-    const char *const *keys = !strcmp(t, "Reshape")        ? reshape_keys
-                              : !strcmp(t, "Flatten")      ? flatten_keys
-                              : !strcmp(t, "Conv2D")       ? conv_keys
-                              : !strcmp(t, "MaxPooling2D") ? pool_keys
-                              : !strcmp(t, "Dense")        ? dense_keys
-                              : !strcmp(t, "Dropout")      ? dropout_keys
-                              : !strcmp(t, "Activation")   ? activation_keys
-                              : !strcmp(t, "ReLU")         ? relu_keys
-                              : !strcmp(t, "LeakyReLU")    ? leaky_keys
-                                                           : NULL;
+    const char *const *keys = !strcmp(t, "Reshape")                  ? reshape_keys
+                              : !strcmp(t, "Flatten")                ? flatten_keys
+                              : !strcmp(t, "Conv2D")                 ? conv_keys
+                              : !strcmp(t, "MaxPooling2D")           ? pool_keys
+                              : !strcmp(t, "AveragePooling2D")       ? pool_keys
+                              : !strcmp(t, "GlobalAveragePooling2D") ? global_pool_keys
+                              : !strcmp(t, "GlobalMaxPooling2D")     ? global_pool_keys
+                              : !strcmp(t, "Rescaling")              ? rescaling_keys
+                              : !strcmp(t, "Dense")                  ? dense_keys
+                              : !strcmp(t, "Dropout")                ? dropout_keys
+                              : !strcmp(t, "Activation")             ? activation_keys
+                              : !strcmp(t, "ReLU")                   ? relu_keys
+                              : !strcmp(t, "LeakyReLU")              ? leaky_keys
+                                                                     : NULL;
     if (keys && (rc = spec_known_keys(sc, o, t, keys))) return rc;
     if (!strcmp(t, "Reshape")) {
         l->type = LAYER_RESHAPE;
@@ -433,7 +535,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_rank = 1;
     } else if (!strcmp(t, "Conv2D")) {
         l->type = LAYER_CONV2D;
-        int filters = 0, k[2], s[2], same = 0;
+        int filters = 0, k[2], s[2], same = 0, use_bias;
         if (in_rank != 3)
             return spec_fail(sc, "type",
                              "Conv2D after a (height, width, channels) "
@@ -441,7 +543,8 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         if ((rc = spec_int(sc, o, "filters", -1, 1, 65536, &filters)) ||
             (rc = spec_pair(sc, o, "kernel_size", 0, k)) ||
             (rc = spec_pair(sc, o, "strides", 1, s)) || (rc = spec_activation(sc, o, &l->act)) ||
-            (rc = spec_l2(sc, o, &l->l2)))
+            (rc = spec_regularizer(sc, o, &l->l1, &l->l2)) ||
+            (rc = spec_use_bias(sc, o, &use_bias)))
             return rc;
         const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
         if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
@@ -456,41 +559,22 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_shape[2] = filters;
         l->out_rank = 3;
         l->w_count = (size_t)k[0] * k[1] * in_shape[2] * filters;
-        l->b_count = (size_t)filters;
-    } else if (!strcmp(t, "MaxPooling2D")) {
-        l->type = LAYER_MAXPOOL;
-        int p[2], s[2];
-        if (in_rank != 3)
-            return spec_fail(sc, "type",
-                             "MaxPooling2D after a (height, width, "
-                             "channels) shape");
-        if ((rc = spec_pair(sc, o, "pool_size", 2, p))) return rc;
-        /* Keras: strides None means the pool size */
-        const cJSON *sv = cJSON_GetObjectItemCaseSensitive(o, "strides");
-        if (!sv || cJSON_IsNull(sv)) {
-            s[0] = p[0], s[1] = p[1];
-        } else if ((rc = spec_pair(sc, o, "strides", 1, s))) {
-            return rc;
-        }
-        int same = 0;
-        const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
-        if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
-                                             (same = !strcmp(pad->valuestring, "same")))))
-            return spec_fail(sc, "padding", "\"valid\" or \"same\"");
-        if (pool_geom_init(&l->pool, in_shape[0], in_shape[1], in_shape[2], p[0], p[1], s[0], s[1],
-                           same))
-            return spec_fail(sc, "pool_size",
-                             "a pool no larger than the input (or padding "
-                             "\"same\")");
-        l->same = same;
-        l->out_shape[0] = l->pool.oh;
-        l->out_shape[1] = l->pool.ow;
-        l->out_shape[2] = in_shape[2];
-        l->out_rank = 3;
+        l->b_count = use_bias ? (size_t)filters : 0;
+    } else if (!strcmp(t, "MaxPooling2D") || !strcmp(t, "AveragePooling2D")) {
+        l->type = t[0] == 'M' ? LAYER_MAXPOOL : LAYER_AVGPOOL;
+        if ((rc = pool_layer(l, o, t, sc))) return rc;
+    } else if (!strcmp(t, "Rescaling")) {
+        if ((rc = rescaling_layer(l, o, sc))) return rc;
+    } else if (!strcmp(t, "GlobalAveragePooling2D") || !strcmp(t, "GlobalMaxPooling2D")) {
+        l->type = t[6] == 'A' ? LAYER_GLOBAL_AVGPOOL : LAYER_GLOBAL_MAXPOOL;
+        if ((rc = global_pool_layer(l, o, t, sc))) return rc;
     } else if (!strcmp(t, "Dense")) {
         l->type = LAYER_DENSE;
+        int use_bias;
         if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
-            (rc = spec_activation(sc, o, &l->act)) || (rc = spec_l2(sc, o, &l->l2)))
+            (rc = spec_activation(sc, o, &l->act)) ||
+            (rc = spec_regularizer(sc, o, &l->l1, &l->l2)) ||
+            (rc = spec_use_bias(sc, o, &use_bias)))
             return rc;
         /* Keras's Dense acts on the last axis: (..., d) -> (..., units). */
         l->dense_in = in_shape[in_rank - 1];
@@ -499,7 +583,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->out_shape[in_rank - 1] = l->units;
         l->out_rank = in_rank;
         l->w_count = (size_t)l->dense_in * (size_t)l->units;
-        l->b_count = (size_t)l->units;
+        l->b_count = use_bias ? (size_t)l->units : 0;
     } else if (!strcmp(t, "Dropout")) {
         l->type = LAYER_DROPOUT;
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rate");
@@ -558,12 +642,19 @@ int model_activation_layer(const Layer *l)
     return l->type == LAYER_ACTIVATION || l->type == LAYER_RELU || l->type == LAYER_LEAKY_RELU;
 }
 
+int model_gpu_has_layer(const Layer *l)
+{
+    return !model_activation_layer(l) && l->type != LAYER_AVGPOOL &&
+           l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL &&
+           l->type != LAYER_RESCALING && !(l->w_count && !l->b_count) && l->l1 == 0.0f;
+}
+
 const Layer *model_gpu_unsupported(const Model *m)
 {
     for (int i = 0; i < m->num_layers; i++) {
         const Activation a = m->layers[i].act;
         if (a != ACT_LINEAR && a != ACT_RELU && a != ACT_SOFTMAX) return &m->layers[i];
-        if (model_activation_layer(&m->layers[i])) return &m->layers[i];
+        if (!model_gpu_has_layer(&m->layers[i])) return &m->layers[i];
     }
     return NULL;
 }
@@ -576,8 +667,17 @@ int model_activation_parse(const char *name, Activation *act)
     return -EINVAL;
 }
 
+/* ",l1=F" for a layer with an L1 term, else "" (the signatures without one unchanged). */
+static const char *l1_text(const Layer *l, char *buf, size_t len)
+{
+    if (l->l1 == 0.0f) return "";
+    snprintf(buf, len, ",l1=%g", (double)l->l1);
+    return buf;
+}
+
 static void make_signature(Model *m)
 {
+    char l1[32];
     size_t len = 0, cap = 256;
     char *s = xmalloc(cap);
     s[0] = '\0';
@@ -593,9 +693,10 @@ static void make_signature(Model *m)
             break;
         case LAYER_FLATTEN: append(&s, &len, &cap, "|flatten"); break;
         case LAYER_CONV2D:
-            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g)", l->conv.f, l->conv.kh,
-                   l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid",
-                   model_activation_name(l->act), (double)l->l2);
+            append(&s, &len, &cap, "|conv2d(%d,%dx%d,s%dx%d,%s,%s,l2=%g%s%s)", l->conv.f,
+                   l->conv.kh, l->conv.kw, l->conv.sh, l->conv.sw, l->same ? "same" : "valid",
+                   model_activation_name(l->act), (double)l->l2, l1_text(l, l1, sizeof l1),
+                   l->b_count ? "" : ",nobias");
             break;
         case LAYER_MAXPOOL:
             /* a square "valid" pool keeps the signature it always had */
@@ -607,11 +708,13 @@ static void make_signature(Model *m)
             break;
         case LAYER_DENSE:
             if (l->dense_rows > 1) /* on a rank > 1 input: which axis it maps matters */
-                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g)", l->dense_rows, l->dense_in,
-                       l->units, model_activation_name(l->act), (double)l->l2);
+                append(&s, &len, &cap, "|dense(%dx%d->%d,%s,l2=%g%s%s)", l->dense_rows, l->dense_in,
+                       l->units, model_activation_name(l->act), (double)l->l2,
+                       l1_text(l, l1, sizeof l1), l->b_count ? "" : ",nobias");
             else
-                append(&s, &len, &cap, "|dense(%d,%s,l2=%g)", l->units,
-                       model_activation_name(l->act), (double)l->l2);
+                append(&s, &len, &cap, "|dense(%d,%s,l2=%g%s%s)", l->units,
+                       model_activation_name(l->act), (double)l->l2, l1_text(l, l1, sizeof l1),
+                       l->b_count ? "" : ",nobias");
             break;
         case LAYER_DROPOUT: append(&s, &len, &cap, "|dropout(%g)", (double)l->rate); break;
         case LAYER_ACTIVATION:
@@ -620,6 +723,18 @@ static void make_signature(Model *m)
                    model_activation_name(l->act));
             break;
         case LAYER_LEAKY_RELU: append(&s, &len, &cap, "|leaky_re_lu(%g)", (double)l->slope); break;
+        case LAYER_AVGPOOL:
+            append(&s, &len, &cap, "|avgpool(%dx%d,s%dx%d,%s)", l->pool.ph, l->pool.pw, l->pool.sh,
+                   l->pool.sw, l->same ? "same" : "valid");
+            break;
+        case LAYER_GLOBAL_AVGPOOL:
+        case LAYER_GLOBAL_MAXPOOL:
+            append(&s, &len, &cap, "|%s%s", model_layer_keras_stem(l->type),
+                   l->out_rank == 3 ? "(keepdims)" : "");
+            break;
+        case LAYER_RESCALING:
+            append(&s, &len, &cap, "|rescaling(%.9g,%.9g)", (double)l->scale, (double)l->offset);
+            break;
         }
     }
     append(&s, &len, &cap, "|params=%zu", m->num_params);
@@ -662,7 +777,7 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
             mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_DROPOUT || activation_needs_input(l->act))
             mm.activations = sat_add(mm.activations, out);
-        if (l->type == LAYER_MAXPOOL)
+        if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
             mm.activations =
                 sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
         if (l->type == LAYER_CONV2D) {
@@ -691,12 +806,19 @@ static void format_bytes(char *out, size_t outlen, size_t n)
 
 const char *model_layer_keras_stem(LayerType type)
 {
-    static const char *const stem[] = {
-        [LAYER_RESHAPE] = "reshape",       [LAYER_CONV2D] = "conv2d",
-        [LAYER_MAXPOOL] = "max_pooling2d", [LAYER_FLATTEN] = "flatten",
-        [LAYER_DENSE] = "dense",           [LAYER_DROPOUT] = "dropout",
-        [LAYER_ACTIVATION] = "activation", [LAYER_RELU] = "re_lu",
-        [LAYER_LEAKY_RELU] = "leaky_re_lu"};
+    static const char *const stem[] = {[LAYER_RESHAPE] = "reshape",
+                                       [LAYER_CONV2D] = "conv2d",
+                                       [LAYER_MAXPOOL] = "max_pooling2d",
+                                       [LAYER_FLATTEN] = "flatten",
+                                       [LAYER_DENSE] = "dense",
+                                       [LAYER_DROPOUT] = "dropout",
+                                       [LAYER_ACTIVATION] = "activation",
+                                       [LAYER_RELU] = "re_lu",
+                                       [LAYER_LEAKY_RELU] = "leaky_re_lu",
+                                       [LAYER_AVGPOOL] = "average_pooling2d",
+                                       [LAYER_GLOBAL_AVGPOOL] = "global_average_pooling2d",
+                                       [LAYER_GLOBAL_MAXPOOL] = "global_max_pooling2d",
+                                       [LAYER_RESCALING] = "rescaling"};
     return stem[type];
 }
 
@@ -1051,7 +1173,8 @@ void model_reserve(Model *m, int max_batch)
             m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
         if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
-        if (l->type == LAYER_MAXPOOL) m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
+        if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
+            m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
             size_t c = conv_col_size(&l->conv, max_batch);
             m->cols[i] = xmalloc(c * sizeof(float));
@@ -1073,7 +1196,7 @@ void model_reserve(Model *m, int max_batch)
  * Forward, loss, backward */
 
 /* Threads. A step runs layer by layer; a layer whose work grows with the examples and
- * not with its weights (Conv2D with its im2col, MaxPooling2D, Dropout) is cut into
+ * not with its weights (Conv2D with its im2col, the pooling layers, Dropout) is cut into
  * shards of consecutive examples that the pool's threads run in parallel (parallel_for),
  * each shard with single-threaded products; a Dense layer runs on the whole batch, its
  * products cut by gemm() into blocks of the weight matrix, so that its weights are read
@@ -1100,7 +1223,9 @@ static const float *layer_out(const Model *m, const float *x, int i, int lo)
 
 static int layer_sharded(const Layer *l)
 {
-    return l->type == LAYER_CONV2D || l->type == LAYER_MAXPOOL || l->type == LAYER_DROPOUT;
+    return l->type == LAYER_CONV2D || l->type == LAYER_MAXPOOL || l->type == LAYER_DROPOUT ||
+           l->type == LAYER_AVGPOOL || l->type == LAYER_GLOBAL_AVGPOOL ||
+           l->type == LAYER_GLOBAL_MAXPOOL;
 }
 
 /* One pass's state, shared by the tasks of a layer. */
@@ -1127,7 +1252,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     const float *in = layer_out(m, p->x, i - 1, lo);
     float *out = m->acts[i] ? m->acts[i] + (size_t)lo * l->out_size : NULL; /* NULL: reshapes */
     const size_t at = (size_t)lo * l->out_size, n = (size_t)cnt * l->out_size;
-    const float *w = m->params + l->w_off, *bias = m->params + l->b_off;
+    const float *w = m->params + l->w_off, *bias = l->b_count ? m->params + l->b_off : NULL;
     switch (l->type) {
     case LAYER_RESHAPE:
     case LAYER_FLATTEN: return;
@@ -1142,7 +1267,11 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_DENSE:
         dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
         break;
-    case LAYER_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
+    case LAYER_MAXPOOL:
+    case LAYER_GLOBAL_MAXPOOL: maxpool_forward(out, m->argmax[i] + at, in, &l->pool, cnt); break;
+    case LAYER_AVGPOOL:
+    case LAYER_GLOBAL_AVGPOOL: avgpool_forward(out, in, &l->pool, cnt); break;
+    case LAYER_RESCALING: rescaling_forward(out, in, n, l->scale, l->offset); break;
     case LAYER_ACTIVATION:
     case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
     case LAYER_LEAKY_RELU:
@@ -1201,11 +1330,11 @@ double model_regularization(const Model *m)
     double r = 0.0;
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        if (l->l2 == 0.0f) continue;
-        double s = 0.0;
+        if (l->l1 == 0.0f && l->l2 == 0.0f) continue;
+        double s1 = 0.0, s2 = 0.0;
         const float *w = m->params + l->w_off;
-        for (size_t j = 0; j < l->w_count; j++) s += (double)w[j] * w[j];
-        r += (double)l->l2 * s;
+        for (size_t j = 0; j < l->w_count; j++) s1 += fabs((double)w[j]), s2 += (double)w[j] * w[j];
+        r += (double)l->l1 * s1 + (double)l->l2 * s2;
     }
     return r;
 }
@@ -1213,7 +1342,8 @@ double model_regularization(const Model *m)
 /* Whether layer l's kernel is updated inside its backward (Pass.sgd_lr). */
 static int kernel_folded(const Pass *p, const Layer *l)
 {
-    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE;
+    /* an L1 term's gradient is no multiple of the kernel: not foldable into the product */
+    return p->sgd_lr > 0.0f && l->type == LAYER_DENSE && l->l1 == 0.0f;
 }
 
 /* The L2 term's gradient is this times the kernel: 2 * l2 / replicas (the loss is scaled by
@@ -1221,6 +1351,13 @@ static int kernel_folded(const Pass *p, const Layer *l)
 static float l2_factor(const Pass *p, const Layer *l)
 {
     return 2.0f * l->l2 / (float)p->replicas;
+}
+
+/* The regularization gradient of kernel weight w: k2 * w + k1 * sign(w), k1 = l1 /
+ * replicas (sign(0) = 0, TensorFlow's gradient of abs at 0). */
+static float reg_grad(float w, float k1, float k2)
+{
+    return k2 * w + (w > 0.0f ? k1 : w < 0.0f ? -k1 : 0.0f);
 }
 
 /* Backward of layer p->layer over examples lo..lo+cnt-1 (p->d and p->din hold the whole
@@ -1235,7 +1372,7 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     float *din = p->din ? p->din + (size_t)lo * l->in_size : NULL;
     const size_t at = (size_t)lo * l->out_size;
     const float *w = m->params + l->w_off;
-    float *dw = g + l->w_off, *db = g + l->b_off;
+    float *dw = g + l->w_off, *db = l->b_count ? g + l->b_off : NULL;
     int last = i == m->num_layers - 1;
     const float *pre = m->pre[i] ? m->pre[i] + at : NULL;
     if (l->type == LAYER_CONV2D && l->act != ACT_RELU && !(last && l->act == ACT_SOFTMAX))
@@ -1259,7 +1396,11 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         if (m->dropout_enabled && l->rate > 0.0f)
             dropout_backward(d, m->masks[i] + at, (size_t)cnt * l->out_size);
         break;
-    case LAYER_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
+    case LAYER_MAXPOOL:
+    case LAYER_GLOBAL_MAXPOOL: maxpool_backward(din, d, m->argmax[i] + at, &l->pool, cnt); break;
+    case LAYER_AVGPOOL:
+    case LAYER_GLOBAL_AVGPOOL: avgpool_backward(din, d, &l->pool, cnt); break;
+    case LAYER_RESCALING: rescaling_backward(d, (size_t)cnt * l->out_size, l->scale); break;
     case LAYER_DENSE:
         if (kernel_folded(p, l)) {
             const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);
@@ -1310,17 +1451,17 @@ static void finish_layer(const Pass *p, int i, int shards, GradReadyFn on_ready,
     if (p->sgd_lr > 0.0f) {
         const size_t from = kernel_folded(p, l) ? l->w_count : 0;
         float *w = m->params + l->w_off;
-        const float lr = p->sgd_lr, k2 = l2_factor(p, l);
+        const float lr = p->sgd_lr, k1 = l->l1 / (float)p->replicas, k2 = l2_factor(p, l);
         for (size_t q = from; q < n; q++) {
-            if (q < l->w_count) g[q] += k2 * w[q];
+            if (q < l->w_count) g[q] += reg_grad(w[q], k1, k2);
             w[q] -= lr * g[q];
         }
         return;
     }
-    if (l->l2 != 0.0f) {
-        const float k = l2_factor(p, l);
+    if (l->l1 != 0.0f || l->l2 != 0.0f) {
+        const float k1 = l->l1 / (float)p->replicas, k2 = l2_factor(p, l);
         const float *w = m->params + l->w_off;
-        for (size_t q = 0; q < l->w_count; q++) g[q] += k * w[q];
+        for (size_t q = 0; q < l->w_count; q++) g[q] += reg_grad(w[q], k1, k2);
     }
     if (on_ready) on_ready(ctx, l->w_off, n);
 }
@@ -1367,9 +1508,10 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
         const Layer *l = &m->layers[i];
         if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) continue;
         p->layer = i;
-        /* dropout and activation layers scale d in place; the others write their input's
-         * gradient */
-        p->din = i > first_param && l->type != LAYER_DROPOUT && !model_activation_layer(l)
+        /* dropout, rescaling and activation layers scale d in place; the others write
+         * their input's gradient */
+        p->din = i > first_param && l->type != LAYER_DROPOUT && l->type != LAYER_RESCALING &&
+                         !model_activation_layer(l)
                      ? m->dbuf[1 - cur]
                      : NULL;
         /* a Dense layer's for a relu Conv2D goes to the buffer kept zero (model.h) */

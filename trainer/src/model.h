@@ -22,7 +22,11 @@ typedef enum {
     LAYER_DROPOUT,
     LAYER_ACTIVATION, /* Keras's Activation, ReLU and LeakyReLU: act (and slope) alone */
     LAYER_RELU,
-    LAYER_LEAKY_RELU
+    LAYER_LEAKY_RELU,
+    LAYER_AVGPOOL,
+    LAYER_GLOBAL_AVGPOOL, /* the pool's window the whole input: pool holds its geometry */
+    LAYER_GLOBAL_MAXPOOL,
+    LAYER_RESCALING
 } LayerType;
 
 /* The bytes of a layer's name, NUL included. */
@@ -42,10 +46,11 @@ typedef struct {
     int dense_in, dense_rows;   /* dense: it maps the last axis (dense_in values) of each of
                                    dense_rows rows per example, as Keras's Dense does on an
                                    input of rank > 1 (rows 1 for a flat input) */
-    PoolGeom pool;              /* maxpool */
+    PoolGeom pool;              /* the pooling layers */
     float rate;                 /* dropout */
     float slope;                /* leaky relu layer: its negative slope */
-    float l2;                   /* kernel regularizer factor, 0 = none */
+    float scale, offset;        /* rescaling */
+    float l1, l2;               /* kernel regularizer factors (Keras's L1, L2, L1L2), 0 = none */
     int same;                   /* conv2d padding "same" */
     size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
 } Layer;
@@ -85,7 +90,7 @@ struct Model {
     int max_batch;
     float **acts;           /* acts[i]: output of layer i (aliases the input for reshapes) */
     float **masks;          /* dropout masks */
-    int32_t **argmax;       /* maxpool argmax */
+    int32_t **argmax;       /* max pooling's argmax */
     float **cols;           /* im2col of each conv layer, kept for its backward */
     float **pre;            /* output before the activation, kept for its backward where
                                activation_needs_input (gelu, swish), else NULL */
@@ -114,8 +119,8 @@ typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
 
 /* The spec's layer types, in the messages. */
 #define MODEL_LAYER_TYPES                                                                          \
-    "Input, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU or "          \
-    "LeakyReLU"
+    "Input, Reshape, Rescaling, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "  \
+    "GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU or LeakyReLU"
 
 /* The activations' names, in the messages. */
 #define MODEL_ACTIVATIONS                                                                          \
@@ -124,9 +129,13 @@ typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
 /* An activation's name, as a spec and Keras 3's config both write it ("relu", "silu", ...). */
 const char *model_activation_name(Activation a);
 /* The first layer the CUDA path (gpu/device.cu) lacks: an activation other than
- * GPU_ACTIVATIONS, or an activation layer. NULL when the model trains on the GPU. */
+ * GPU_ACTIVATIONS, or a layer model_gpu_has_layer says it has not. NULL when the model
+ * trains on the GPU. */
 #define GPU_ACTIVATIONS "linear, relu, softmax"
 const Layer *model_gpu_unsupported(const Model *m);
+/* 0 for a layer the CUDA path has no kernel for (the activation layers, average and
+ * global pooling, Rescaling, a Conv2D or Dense without bias or with an L1 term), else 1. */
+int model_gpu_has_layer(const Layer *l);
 /* 1 for a layer of activation alone (Activation, ReLU, LeakyReLU). */
 int model_activation_layer(const Layer *l);
 /* The activation a spec or a Keras config (either dialect) names: 0, or -EINVAL. */
@@ -223,7 +232,8 @@ void model_step_sgd(Model *m, const float *x, const int32_t *y, int batch, uint6
  * (no regularization), st->correct and st->count as above. */
 void model_evaluate(Model *m, const float *x, const int32_t *y, int b, StepStats *st);
 
-/* The regularization loss sum_l l2_l * |kernel_l|^2 of the current parameters. */
+/* The regularization loss sum_l l1_l * sum|kernel_l| + l2_l * |kernel_l|^2 of the current
+ * parameters. */
 double model_regularization(const Model *m);
 
 /* The first layer with parameters (num_layers when none): backward stops there, and

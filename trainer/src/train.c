@@ -164,13 +164,17 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
 #ifdef KT_GPU
     const Layer *nogpu = t->gpu_device >= 0 ? model_gpu_unsupported(t->model) : NULL;
     if (nogpu) {
-        const int whole = model_activation_layer(nogpu);
+        const int whole = !model_gpu_has_layer(nogpu);
         snprintf(err, errlen,
-                 "--device %s: layer \"%s\": %s %s has no CUDA kernel (the GPU path has the "
+                 "--device %s: layer \"%s\": %s %s%s has no CUDA kernel (the GPU path has the "
                  "activations " GPU_ACTIVATIONS " of Dense and Conv2D); train this model with "
                  "--device cpu",
                  cfg->device, nogpu->name, whole ? "a layer" : "activation",
-                 whole ? model_layer_keras_stem(nogpu->type) : model_activation_name(nogpu->act));
+                 whole ? model_layer_keras_stem(nogpu->type) : model_activation_name(nogpu->act),
+                 !whole                              ? ""
+                 : nogpu->l1 != 0.0f                 ? " with an L1 kernel regularizer"
+                 : nogpu->w_count && !nogpu->b_count ? " without bias (use_bias false)"
+                                                     : "");
         *exit_code = KT_EXIT_DATA;
         rc = -ENOTSUP;
         goto err;

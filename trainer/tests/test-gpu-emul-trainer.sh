@@ -47,6 +47,26 @@ if [[ $rc -eq 3 && $rc_cpu -eq 0 ]] \
   tap_ok "a gelu model: --device gpu exits 3 naming layer and activation, --device cpu trains it"
 else tap_fail "a gelu model is refused on the device" "rc=$rc cpu rc=$rc_cpu $(cat "$tmp/gelu.err")"; fi
 
+# --- the layers the device has no kernels for (docs/gpu.md): each exits 3 naming it
+nogpu=('{"type":"Conv2D","filters":4,"kernel_size":3},{"type":"GlobalAveragePooling2D","name":"x"}'
+       'a layer global_average_pooling2d has no CUDA kernel'
+       '{"type":"Rescaling","scale":2,"name":"x"},{"type":"Flatten"}'
+       'a layer rescaling has no CUDA kernel'
+       '{"type":"Flatten"},{"type":"Dense","units":8,"use_bias":false,"name":"x"}'
+       'a layer dense without bias (use_bias false) has no CUDA kernel'
+       '{"type":"Flatten"},{"type":"Dense","units":8,"name":"x","kernel_regularizer":{"l1":0.1}}'
+       'a layer dense with an L1 kernel regularizer has no CUDA kernel')
+for ((i = 0; i < ${#nogpu[@]}; i += 2)); do
+  printf '{"input_shape":[28,28,1],"layers":[%s,{"type":"Dense","units":10}]}' "${nogpu[i]}" \
+    >"$tmp/nogpu.json"
+  "$BIN" --model "$tmp/nogpu.json" --epochs 1 --steps-per-epoch 2 --per-worker-batch 8 \
+    --threads 1 --data-dir "$DATA" --device gpu >/dev/null 2>"$tmp/nogpu.err"
+  rc=$?
+  if [[ $rc -eq 3 ]] && grep -qF "layer \"x\": ${nogpu[i + 1]}" "$tmp/nogpu.err"; then
+    tap_ok "--device gpu exits 3: layer \"x\": ${nogpu[i + 1]}"
+  else tap_fail "--device gpu refuses: ${nogpu[i + 1]}" "rc=$rc $(cat "$tmp/nogpu.err")"; fi
+done
+
 # --- --eval between epochs: the evaluation takes a batch slot, so no batch is preloaded
 # across the epoch's end; training is untouched (the same bits) and the test losses follow
 # the CPU's. The test set here is the first 200 examples of t10k (the emulated

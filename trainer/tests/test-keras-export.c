@@ -21,7 +21,9 @@
 #include <hdf5.h>
 #include <zip.h>
 
+#include "assert_close.h"
 #include "keras_export.h"
+#include "keras_import.h"
 #include "model.h"
 
 static Model *build(const char *spec)
@@ -183,6 +185,171 @@ static void test_config_activation_layers(void **state)
     assert_string_equal(back->signature, m->signature);
     model_free(back);
     cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* The pooling layers written as Keras 3 writes them (reference/keras/keras3-pooling.json:
+ * the same fields and values), read back as the same model, and their weights file
+ * (groups without variables for the pools) read back into it. */
+static void test_config_pooling(void **state)
+{
+    (void)state;
+    const char *ref = "trainer/tests/reference/keras/keras3-pooling.json";
+    Model *m = build(ref);
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    FILE *f = fopen(ref, "rb");
+    assert_non_null(f);
+    static char reftext[1 << 16];
+    reftext[fread(reftext, 1, sizeof reftext - 1, f)] = '\0';
+    fclose(f);
+    cJSON *want = cJSON_Parse(reftext);
+    const cJSON *layers = at(at(root, "config"), "layers"),
+                *wlayers = at(at(want, "config"), "layers");
+    assert_int_equal(cJSON_GetArraySize(layers), cJSON_GetArraySize(wlayers));
+    static const char *const keys[] = {"name",    "pool_size",   "strides",
+                                       "padding", "data_format", "keepdims"};
+    int pools = 0;
+    for (int i = 0; i < cJSON_GetArraySize(layers); i++) {
+        const cJSON *l = cJSON_GetArrayItem(layers, i), *w = cJSON_GetArrayItem(wlayers, i);
+        const char *cls = at(w, "class_name")->valuestring;
+        assert_string_equal(at(l, "class_name")->valuestring, cls);
+        if (!strstr(cls, "Pooling")) continue;
+        pools++;
+        const cJSON *cfg = at(l, "config"), *wcfg = at(w, "config");
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            const cJSON *wv = cJSON_GetObjectItemCaseSensitive(wcfg, keys[k]);
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[k]);
+            char *a = v ? cJSON_PrintUnformatted(v) : NULL,
+                 *b = wv ? cJSON_PrintUnformatted(wv) : NULL;
+            print_message("# %s.%s: %s (Keras: %s)\n", cls, keys[k], a ? a : "absent",
+                          b ? b : "absent");
+            assert_string_equal(a ? a : "absent", b ? b : "absent");
+            free(a);
+            free(b);
+        }
+    }
+    assert_int_equal(pools, 4);
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    void *img;
+    size_t len;
+    if (keras_export_weights_image(m, m->params, &img, &len, err, sizeof err)) fail_msg("%s", err);
+    float *params = calloc(back->num_params, sizeof *params);
+    if (keras_import_weights_image(back, params, img, len, "exported", err, sizeof err))
+        fail_msg("%s", err);
+    assert_memory_equal(params, m->params, m->num_params * sizeof *params);
+    free(params);
+    free(img);
+    model_free(back);
+    cJSON_Delete(want);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* Rescaling written as Keras writes it (scale and offset; the float's shortest
+ * decimal, which Keras reads back as the same float32) and read back as it was. */
+static void test_config_rescaling(void **state)
+{
+    (void)state;
+    Model *m = build("trainer/tests/reference/keras/keras3-rescaling.json");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    const cJSON *r0 = cJSON_GetArrayItem(layers, 1), *r1 = cJSON_GetArrayItem(layers, 3);
+    assert_string_equal(at(r0, "class_name")->valuestring, "Rescaling");
+    assert_string_equal(at(at(r0, "config"), "name")->valuestring, "rescaling");
+    assert_close((float)at(at(r0, "config"), "scale")->valuedouble, (float)(1.0 / 255), 0);
+    assert_close(at(at(r0, "config"), "offset")->valuedouble, 0.0, 0);
+    assert_string_equal(at(r1, "class_name")->valuestring, "Rescaling");
+    assert_close(at(at(r1, "config"), "scale")->valuedouble, 2.0, 0);
+    assert_close(at(at(r1, "config"), "offset")->valuedouble, -1.0, 0);
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    print_message("# %s\n", back->signature);
+    assert_string_equal(back->signature, m->signature);
+    model_free(back);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* A layer without bias (use_bias false) is written as Keras writes it: use_bias false
+ * in the config, its kernel alone in its vars (Keras keeps one variable); the file reads
+ * back into the model of that config, and not into one with biases. */
+static void test_no_bias(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[5,5,1],\"layers\":["
+                     "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3,\"use_bias\":false},"
+                     "{\"type\":\"Flatten\"},"
+                     "{\"type\":\"Dense\",\"units\":3,\"use_bias\":false}]}");
+    char *text = keras_export_config(m);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *layers = at(at(root, "config"), "layers");
+    assert_true(cJSON_IsFalse(at(at(cJSON_GetArrayItem(layers, 1), "config"), "use_bias")));
+    assert_true(cJSON_IsFalse(at(at(cJSON_GetArrayItem(layers, 3), "config"), "use_bias")));
+    void *img;
+    size_t len;
+    char err[512];
+    if (keras_export_weights_image(m, m->params, &img, &len, err, sizeof err)) fail_msg("%s", err);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, 1 << 16, 0);
+    assert_true(H5Pset_file_image(fapl, img, len) >= 0);
+    hid_t f = H5Fopen("image", H5F_ACC_RDONLY, fapl);
+    assert_true(f >= 0);
+    assert_true(H5Lexists(f, "layers/conv2d/vars/0", H5P_DEFAULT) > 0);
+    assert_int_equal(H5Lexists(f, "layers/conv2d/vars/1", H5P_DEFAULT), 0);
+    assert_int_equal(H5Lexists(f, "layers/dense/vars/1", H5P_DEFAULT), 0);
+    H5Fclose(f);
+    H5Pclose(fapl);
+    Model *back;
+    if (model_create_from_text(&back, text, "exported", 9, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    if (keras_import_weights_image(back, back->params, img, len, "exported", err, sizeof err))
+        fail_msg("%s", err);
+    assert_memory_equal(back->params, m->params, m->num_params * sizeof(float));
+    model_free(back);
+    back = build("{\"input_shape\":[5,5,1],\"layers\":["
+                 "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3},"
+                 "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":3,\"use_bias\":false}]}");
+    assert_int_equal(
+        keras_import_weights_image(back, back->params, img, len, "exported", err, sizeof err),
+        -EINVAL);
+    print_message("# %s\n", err);
+    assert_non_null(strstr(err, "layers/conv2d/vars: 1 variables, where layer 0 \"conv2d\" "
+                                "(Conv2D) has 2 (kernel and bias"));
+    model_free(back);
+    free(img);
+    cJSON_Delete(root);
+    free(text);
+    model_free(m);
+}
+
+/* L1, L2 and L1L2 written as Keras names them, and read back as they were. */
+static void test_config_regularizers(void **state)
+{
+    (void)state;
+    Model *m = build("{\"input_shape\":[6],\"layers\":["
+                     "{\"type\":\"Dense\",\"units\":4,\"kernel_regularizer\":{\"l1\":0.001}},"
+                     "{\"type\":\"Dense\",\"units\":4,\"kernel_regularizer\":{\"l2\":0.002}},"
+                     "{\"type\":\"Dense\",\"units\":3,"
+                     "\"kernel_regularizer\":{\"l1\":0.003,\"l2\":0.004}}]}");
+    char *text = keras_export_config(m);
+    print_message("# %s\n", text);
+    assert_non_null(strstr(text, "\"class_name\":\"L1\",\"config\":{\"l1\":0.001}"));
+    assert_non_null(strstr(text, "\"class_name\":\"L2\",\"config\":{\"l2\":0.002}"));
+    assert_non_null(strstr(text, "\"class_name\":\"L1L2\",\"config\":{\"l1\":0.003,\"l2\":0.004}"));
+    Model *back;
+    char err[512];
+    if (model_create_from_text(&back, text, "exported", 7, err, sizeof err)) fail_msg("%s", err);
+    assert_string_equal(back->signature, m->signature);
+    model_free(back);
     free(text);
     model_free(m);
 }
@@ -411,6 +578,10 @@ int main(void)
         cmocka_unit_test(test_bad_names_refused),
         cmocka_unit_test(test_config_of_builtin),
         cmocka_unit_test(test_config_activations),
+        cmocka_unit_test(test_config_pooling),
+        cmocka_unit_test(test_config_rescaling),
+        cmocka_unit_test(test_no_bias),
+        cmocka_unit_test(test_config_regularizers),
         cmocka_unit_test(test_config_activation_layers),
         cmocka_unit_test(test_weights_file),
         cmocka_unit_test(test_keras_archive),

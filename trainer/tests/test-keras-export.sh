@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# --export and `export` through the real binary, with real Keras as the judge: four
+# --export and `export` through the real binary, with real Keras as the judge: five
 # models (the built-in tutorial-cnn, Keras 3's JSON of cnn2, tf-keras's JSON of
-# tutorial-cnn-l2, a spec with every activation and activation layer: its .keras only)
+# tutorial-cnn-l2, a spec with every activation and activation layer and one with
+# Rescaling, the average and global pooling layers, use_bias false and L1L2: their .keras
+# only)
 # train 10 steps of Adam under `launch --workers 2` with --eval; the chief
 # exports one file (--export) and `export` turns the run's checkpoint into the other
 # kind. Keras 3 and tf-keras each load every .keras (load_model) and every .weights.h5
@@ -62,9 +64,23 @@ cat >"$tmp/ac.json" <<'EOF_SPEC'
  {"type": "Activation", "activation": "gelu"},
  {"type": "Dense", "units": 10}]}
 EOF_SPEC
+# Rescaling, the average and global pooling layers, a Conv2D without bias and an L1L2
+# regularizer, as Keras's load_model reads them
+cat >"$tmp/pl.json" <<'EOF_SPEC'
+{"input_shape": [28, 28, 1], "layers": [
+ {"type": "Rescaling", "scale": 2, "offset": -1},
+ {"type": "Conv2D", "filters": 8, "kernel_size": 3, "padding": "same", "activation": "relu"},
+ {"type": "AveragePooling2D", "pool_size": 2},
+ {"type": "AveragePooling2D", "pool_size": 3, "strides": 2, "padding": "same"},
+ {"type": "Conv2D", "filters": 16, "kernel_size": 3, "activation": "relu", "use_bias": false},
+ {"type": "GlobalAveragePooling2D", "keepdims": true},
+ {"type": "GlobalMaxPooling2D"},
+ {"type": "Dense", "units": 10, "kernel_regularizer": {"l1": 1e-4, "l2": 1e-4}}]}
+EOF_SPEC
 
 # train: name, --model, the file --export writes, the one `export` makes of the checkpoint
 runs=("ac $tmp/ac.json ac.keras ac.weights.h5"
+      "pl $tmp/pl.json pl.keras pl.weights.h5"
       "tc tutorial-cnn tc.weights.h5 tc.keras"
       "k3 $REF/keras3-cnn2.json k3.keras k3.weights.h5"
       "tf $REF/tfkeras-tutorial-cnn-l2.json tf.keras tf.weights.h5")
@@ -108,6 +124,8 @@ fi
 for flavour in keras3 tfkeras; do
   read -r loss acc <<<"${want[ac]}"
   args=("$tmp/ac.keras" - "$loss" "$acc")
+  read -r loss acc <<<"${want[pl]}"
+  args+=("$tmp/pl.keras" - "$loss" "$acc")
   for id in tc k3 tf; do
     read -r loss acc <<<"${want[$id]}"
     json=${json3[$id]}
@@ -121,7 +139,7 @@ for flavour in keras3 tfkeras; do
     n=$((n + 1))
     if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
   done < <(grep -E '^(ok|not ok): ' "$tmp/$flavour.out")
-  [[ $n -eq 7 ]] ||
-    tap_fail "$flavour checks all 7 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
+  [[ $n -eq 8 ]] ||
+    tap_fail "$flavour checks all 8 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
 done
 tap_done

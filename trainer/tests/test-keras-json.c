@@ -14,6 +14,8 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "assert_close.h"
+
 #include "keras_json.h"
 #include "model.h"
 
@@ -212,6 +214,40 @@ static void edit_no_bias(cJSON *root)
 {
     set(config_at(root, 5), "use_bias", cJSON_CreateFalse());
 }
+static void edit_conv_no_bias(cJSON *root)
+{
+    set(config_at(root, 2), "use_bias", cJSON_CreateFalse());
+}
+static void edit_bias_string(cJSON *root)
+{
+    set(config_at(root, 5), "use_bias", cJSON_CreateString("no"));
+}
+
+/* use_bias false on Dense and Conv2D, in both dialects: the layer has no bias (its
+ * parameters the kernel alone), and the signature says so. */
+static void test_no_bias(void **s)
+{
+    (void)s;
+    const char *files[] = {"keras3-tutorial-cnn.json", "tfkeras-tutorial-cnn.json"};
+    for (int f = 0; f < 2; f++) {
+        Model *m, *with;
+        char err[512] = "";
+        if (create_edited(&with, files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        if (create_edited(&m, files[f], edit_no_bias, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m->layers[4].b_count, 0);
+        assert_int_equal(m->num_params, with->num_params - 10);
+        model_free(m);
+        if (create_edited(&m, files[f], edit_conv_no_bias, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m->layers[1].b_count, 0);
+        assert_int_equal(m->layers[1].w_count, with->layers[1].w_count);
+        assert_int_equal(m->num_params, with->num_params - 32);
+        print_message("# %s: %s\n", files[f], m->signature);
+        assert_non_null(strstr(m->signature, "|conv2d(32,3x3,s1x1,valid,relu,l2=0,nobias)|"));
+        model_free(m);
+        model_free(with);
+    }
+}
+
 static void edit_l1(cJSON *root)
 {
     cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
@@ -299,6 +335,15 @@ static void edit_no_input_shape(cJSON *root)
     edit_build_config_only(root);
     cJSON_DeleteItemFromObjectCaseSensitive(root, "build_config");
 }
+static void edit_l1_negative(cJSON *root)
+{
+    edit_l1(root);
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
+    cJSON *config = cJSON_GetObjectItemCaseSensitive(reg, "config");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "l2");
+    set(config, "l1", cJSON_CreateNumber(-1));
+}
+
 static void edit_l1l2_without_l1(cJSON *root)
 {
     cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_regularizer");
@@ -336,8 +381,6 @@ static void test_accepted_forms(void **s)
     expect_refused("keras3-tutorial-cnn.json", edit_no_input_shape, "config.layers: no input shape",
                    NULL);
     expect_builtin("keras3-tutorial-cnn-l2.json", edit_l1l2_without_l1, "tutorial-cnn-l2");
-    expect_refused("keras3-tutorial-cnn-l2.json", edit_l1l2_with_l1,
-                   "layers[2] \"conv2d_1\" (Conv2D).kernel_regularizer: L1L2 is not", NULL);
     expect_refused("keras3-tutorial-cnn.json", edit_glorot_axes,
                    "(Dense).kernel_initializer: GlorotUniform with a config other than", NULL);
     /* a seed picks other draws, not another distribution: the trainer draws from --seed */
@@ -425,11 +468,148 @@ static void test_activation_layers(void **s)
                    "(Activation).activation: \"selu\" is not supported", MODEL_ACTIVATIONS, NULL);
 }
 
+/* AveragePooling2D, GlobalAveragePooling2D and GlobalMaxPooling2D as each dialect writes
+ * them (keepdims both ways) build the same layers; channels_first and a keepdims that is
+ * not a boolean are refused naming the layer and the field. */
+static void edit_avgpool_channels_first(cJSON *root)
+{
+    set(config_at(root, 2), "data_format", cJSON_CreateString("channels_first"));
+}
+static void edit_gap_channels_first(cJSON *root)
+{
+    set(config_at(root, 5), "data_format", cJSON_CreateString("channels_first"));
+}
+static void edit_keepdims_number(cJSON *root)
+{
+    set(config_at(root, 6), "keepdims", cJSON_CreateNumber(1));
+}
+static void edit_pool_unknown_field(cJSON *root)
+{
+    set(config_at(root, 3), "count_include_pad", cJSON_CreateTrue());
+}
+
+static void test_pooling(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-pooling.json", "tfkeras-pooling.json"};
+    static const LayerType types[] = {LAYER_CONV2D, LAYER_AVGPOOL,        LAYER_AVGPOOL,
+                                      LAYER_CONV2D, LAYER_GLOBAL_AVGPOOL, LAYER_GLOBAL_MAXPOOL,
+                                      LAYER_DENSE};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 7);
+        for (int i = 0; i < 7; i++) assert_int_equal(m[f]->layers[i].type, types[i]);
+        assert_string_equal(m[f]->layers[2].name, "average_pooling2d_1");
+        assert_string_equal(m[f]->layers[4].name, "global_average_pooling2d");
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_string_equal(m[0]->signature,
+                        "sequential in=12x12x3|conv2d(4,3x3,s1x1,same,relu,l2=0)|"
+                        "avgpool(2x2,s2x2,valid)|avgpool(3x3,s2x2,same)|"
+                        "conv2d(6,1x1,s1x1,valid,linear,l2=0)|global_average_pooling2d(keepdims)|"
+                        "global_max_pooling2d|dense(3,linear,l2=0)|params=163");
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-pooling.json", edit_avgpool_channels_first,
+                   "layers[2] \"average_pooling2d\" (AveragePooling2D).data_format: expected "
+                   "\"channels_last\"",
+                   NULL);
+    expect_refused("tfkeras-pooling.json", edit_gap_channels_first,
+                   "layers[5] \"global_average_pooling2d\" (GlobalAveragePooling2D).data_format",
+                   NULL);
+    expect_refused("keras3-pooling.json", edit_keepdims_number,
+                   "layers[6] \"global_max_pooling2d\" (GlobalMaxPooling2D).keepdims: expected "
+                   "true or false",
+                   NULL);
+    expect_refused("tfkeras-pooling.json", edit_pool_unknown_field,
+                   "layers[3] \"average_pooling2d_1\" (AveragePooling2D).count_include_pad: not "
+                   "a AveragePooling2D field",
+                   NULL);
+}
+
+/* Rescaling as each dialect writes it (a first layer's 1/255, a scale and an offset
+ * inside the model); a per-channel scale or offset is refused naming the field. */
+static void edit_scale_list(cJSON *root)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < 3; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(0.5));
+    set(config_at(root, 1), "scale", list);
+}
+static void edit_offset_list(cJSON *root)
+{
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < 4; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(-1));
+    set(config_at(root, 3), "offset", list);
+}
+
+static void test_rescaling(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-rescaling.json", "tfkeras-rescaling.json"};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 5);
+        assert_int_equal(m[f]->layers[0].type, LAYER_RESCALING);
+        assert_int_equal(m[f]->layers[2].type, LAYER_RESCALING);
+        assert_close(m[f]->layers[0].scale, (float)(1.0 / 255), 0);
+        assert_close(m[f]->layers[0].offset, 0.0f, 0);
+        assert_close(m[f]->layers[2].scale, 2.0f, 0);
+        assert_close(m[f]->layers[2].offset, -1.0f, 0);
+        assert_string_equal(m[f]->layers[2].name, "rescaling_1");
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-rescaling.json", edit_scale_list,
+                   "layers[1] \"rescaling\" (Rescaling).scale: expected a finite number",
+                   "per-channel list is not supported", NULL);
+    expect_refused("tfkeras-rescaling.json", edit_offset_list,
+                   "layers[3] \"rescaling_1\" (Rescaling).offset: expected a finite number", NULL);
+}
+
+/* L1 and L1L2 as each dialect writes them: the layer's factors (L1's l1 and no l2). */
+static void edit_l1_only(cJSON *root)
+{
+    edit_l1(root);
+    cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
+    cJSON *config = cJSON_GetObjectItemCaseSensitive(reg, "config");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "l2");
+    set(config, "l1", cJSON_CreateNumber(0.002));
+}
+
+static void test_l1_regularizers(void **s)
+{
+    (void)s;
+    const char *files[] = {"keras3-tutorial-cnn-l2.json", "tfkeras-tutorial-cnn-l2.json"};
+    for (int f = 0; f < 2; f++) {
+        Model *m;
+        char err[512] = "";
+        if (create_edited(&m, files[f], edit_l1l2_with_l1, err, sizeof err)) fail_msg("%s", err);
+        assert_close(m->layers[1].l1, 1e-4f, 0);
+        assert_close(m->layers[1].l2, 1e-5f, 0);
+        print_message("# %s: %s\n", files[f], m->signature);
+        assert_non_null(strstr(m->signature, "conv2d(32,3x3,s1x1,valid,relu,l2=1e-05,l1=0.0001)"));
+        model_free(m);
+        if (create_edited(&m, files[f], edit_l1_only, err, sizeof err)) fail_msg("%s", err);
+        assert_close(m->layers[3].l1, 0.002f, 0);
+        assert_close(m->layers[3].l2, 0.0f, 0);
+        model_free(m);
+    }
+}
+
 static void test_refused(void **s)
 {
     (void)s;
     const char *k3 = "keras3-tutorial-cnn.json", *tf = "tfkeras-tutorial-cnn.json";
-    const char *supported = "InputLayer, Reshape, Conv2D, MaxPooling2D, Flatten, Dense, Dropout";
+    const char *supported = "InputLayer, Reshape, Rescaling, Conv2D, MaxPooling2D, "
+                            "AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, "
+                            "Flatten, Dense, Dropout";
     expect_refused(k3, edit_unknown_layer, "layers[4] \"dense\" (LSTM): not supported", supported,
                    NULL);
     expect_refused(tf, edit_lambda, "layers[1] \"reshape\" (Lambda): a Lambda layer", supported,
@@ -449,9 +629,11 @@ static void test_refused(void **s)
                    NULL);
     expect_refused(k3, edit_dilation, "layers[2] \"conv2d\" (Conv2D).dilation_rate: expected 1",
                    NULL);
-    expect_refused(tf, edit_no_bias, "layers[5] \"dense_1\" (Dense).use_bias: expected true", NULL);
-    expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1,
-                   "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not", "L2(l2)", NULL);
+    expect_refused(tf, edit_bias_string,
+                   "layers[5] \"dense_1\" (Dense).use_bias: expected true or false", NULL);
+    expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1_negative,
+                   "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not",
+                   "L1(l1), L2(l2) and L1L2(l1, l2)", NULL);
     expect_refused(k3, edit_he_normal, "(Conv2D).kernel_initializer: HeNormal", "GlorotUniform",
                    NULL);
     expect_refused(tf, edit_ones_bias, "(Dense).bias_initializer: ones", "Zeros", NULL);
@@ -478,6 +660,10 @@ int main(void)
         cmocka_unit_test(test_spec_keeps_indices_and_names),
         cmocka_unit_test(test_accepted_forms),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_pooling),
+        cmocka_unit_test(test_rescaling),
+        cmocka_unit_test(test_no_bias),
+        cmocka_unit_test(test_l1_regularizers),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_activation_layers),
     };

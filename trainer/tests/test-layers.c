@@ -665,6 +665,304 @@ static void test_activations_against_keras(void **s)
     cJSON_Delete(root);
 }
 
+/* ---- average and global pooling ---- */
+typedef struct {
+    float *x, *y, *r;
+    int32_t *am;
+    PoolGeom g;
+    int max;
+} AvgCase;
+
+static double avg_obj(void *p)
+{
+    AvgCase *c = p;
+    if (c->max) maxpool_forward(c->y, c->am, c->x, &c->g, 2);
+    else avgpool_forward(c->y, c->x, &c->g, 2);
+    return dot(c->y, c->r, (size_t)2 * c->g.oh * c->g.ow * c->g.c);
+}
+
+/* Gradient check of average pooling (max: max pooling) of geometry g over a batch of 2. */
+static void avg_case(PoolGeom g, int max)
+{
+    AvgCase c = {.g = g, .max = max};
+    const size_t nin = (size_t)2 * g.h * g.w * g.c, n = (size_t)2 * g.oh * g.ow * g.c;
+    c.x = rand_array(nin, 1), c.y = malloc(n * 4), c.r = rand_array(n, 1), c.am = malloc(n * 4);
+    float *dx = malloc(nin * 4);
+    avg_obj(&c);
+    if (max) maxpool_backward(dx, c.r, c.am, &c.g, 2);
+    else avgpool_backward(dx, c.r, &c.g, 2);
+    check_grad(max ? "global maxpool dinput" : "avgpool dinput", c.x, dx, nin, avg_obj, &c, EPS);
+    free(c.x), free(c.y), free(c.r), free(c.am), free(dx);
+}
+
+static void test_avgpool(void **s)
+{
+    (void)s;
+    PoolGeom g;
+    assert_int_equal(pool_geom_init(&g, 5, 4, 3, 2, 2, 2, 2, 0), 0);
+    avg_case(g, 0);
+    assert_int_equal(pool_geom_init(&g, 5, 4, 3, 3, 2, 2, 1, 1), 0); /* "same", edges */
+    avg_case(g, 0);
+    assert_int_equal(pool_geom_init(&g, 5, 4, 3, 5, 4, 1, 1, 0), 0); /* global */
+    avg_case(g, 0);
+    avg_case(g, 1);
+    /* "same": a window at the edge averages only the cells inside the input (TensorFlow) */
+    assert_int_equal(pool_geom_init(&g, 3, 3, 1, 2, 2, 2, 2, 1), 0);
+    float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4];
+    avgpool_forward(y, x, &g, 1);
+    const float want[4] = {3, 4.5f, 7.5f, 9};
+    for (int i = 0; i < 4; i++) assert_close_i(y[i], want[i], 0, i);
+}
+
+/* AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D and Rescaling against
+ * Keras 3 and tf-keras (reference/layers, gen_layers.py): each config as a spec layer (so
+ * the defaults, strides None and padding, are the spec's reading), its output and the
+ * gradient of sum(y * r), within 1e-6. */
+static void test_layers_against_keras(void **s)
+{
+    (void)s;
+    FILE *f = fopen("trainer/tests/reference/layers/layers.json", "rb");
+    if (!f) fail_msg("cannot open reference/layers/layers.json (run from the root)");
+    static char text[1 << 17];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    enum { NX = 2 * 5 * 6 * 3 };
+    static float x[NX], y[NX], want[NX], r[NX], dx[NX], dwant[NX];
+    assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(root, "x"), x, NX), NX);
+    const char *dialects[] = {"keras3", "tfkeras"};
+    int checked = 0;
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
+    for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next) {
+        cJSON *layer = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "config"), 1);
+        const char *cls = cJSON_GetObjectItemCaseSensitive(c, "class")->valuestring;
+        cJSON_AddStringToObject(layer, "type", cls);
+        cJSON *spec = cJSON_CreateObject();
+        cJSON_AddItemToObject(spec, "input_shape", cJSON_CreateIntArray((const int[]){5, 6, 3}, 3));
+        cJSON *layers = cJSON_AddArrayToObject(spec, "layers");
+        cJSON_AddItemToArray(layers, layer);
+        cJSON_AddItemToArray(layers, cJSON_Parse("{\"type\":\"Flatten\"}"));
+        cJSON_AddItemToArray(layers, cJSON_Parse("{\"type\":\"Dense\",\"units\":2}"));
+        char *text_spec = cJSON_PrintUnformatted(spec), err[256];
+        Model *m;
+        if (model_create(&m, text_spec, 1, err, sizeof err)) fail_msg("%s: %s", text_spec, err);
+        const Layer *l = &m->layers[0];
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(c, "out_shape");
+        assert_int_equal(l->out_rank, cJSON_GetArraySize(shape) - 1);
+        for (int d = 0; d < l->out_rank; d++)
+            assert_int_equal(l->out_shape[d], cJSON_GetArrayItem(shape, d + 1)->valueint);
+        const size_t n = json_floats(cJSON_GetObjectItemCaseSensitive(c, "r"), r, NX);
+        assert_int_equal(n, 2 * l->out_size);
+        static int32_t am[NX];
+        const int max = l->type == LAYER_GLOBAL_MAXPOOL;
+        if (l->type == LAYER_RESCALING) {
+            rescaling_forward(y, x, NX, l->scale, l->offset);
+            memcpy(dx, r, sizeof dx);
+            rescaling_backward(dx, NX, l->scale);
+        } else if (max) {
+            maxpool_forward(y, am, x, &l->pool, 2);
+            maxpool_backward(dx, r, am, &l->pool, 2);
+        } else {
+            avgpool_forward(y, x, &l->pool, 2);
+            avgpool_backward(dx, r, &l->pool, 2);
+        }
+        for (int k = 0; k < 2; k++) {
+            const cJSON *ref = cJSON_GetObjectItemCaseSensitive(c, dialects[k]);
+            assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(ref, "y"), want, NX), n);
+            assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(ref, "dx"), dwant, NX),
+                             NX);
+            for (size_t i = 0; i < n; i++) assert_close_i(y[i], want[i], 1e-6, i);
+            for (size_t i = 0; i < NX; i++) assert_close_i(dx[i], dwant[i], 1e-6, i);
+            print_message("# %s %s\n", dialects[k], m->signature);
+            checked++;
+        }
+        model_free(m);
+        free(text_spec);
+        cJSON_Delete(spec);
+    }
+    assert_int_equal(checked, 16);
+    cJSON_Delete(root);
+}
+
+/* Rescaling: its values by hand, its gradient by finite differences, alone and inside a
+ * model (after a Conv2D, so its gradient is passed on). */
+static double rescaling_obj(void *p)
+{
+    float **v = p, y[30];
+    rescaling_forward(y, v[0], 30, -0.5f, 0.25f);
+    return dot(y, v[1], 30);
+}
+
+static void test_rescaling(void **s)
+{
+    (void)s;
+    float x[3] = {0, 255, 51}, y[3];
+    rescaling_forward(y, x, 3, 1.0f / 255, -1.0f);
+    assert_close(y[0], -1.0f, 0);
+    assert_close(y[1], 255 * (1.0f / 255) - 1.0f, 0);
+    assert_close(y[2], 51 * (1.0f / 255) - 1.0f, 0);
+    float *in = rand_array(30, 1), *r = rand_array(30, 1), d[30];
+    memcpy(d, r, sizeof d);
+    rescaling_backward(d, 30, -0.5f);
+    float *v[2] = {in, r};
+    check_grad("rescaling dinput", in, d, 30, rescaling_obj, v, EPS);
+    free(in), free(r);
+    const char *spec = "{\"input_shape\":[5,5,2],\"layers\":["
+                       "{\"type\":\"Rescaling\",\"scale\":0.5,\"offset\":0.1},"
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3},"
+                       "{\"type\":\"Rescaling\",\"scale\":-2},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 50, 1);
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    print_message("# %s\n", c.m->signature);
+    check_grad("model params (rescaling)", c.m->params, g, c.m->num_params, model_obj, &c, 2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
+/* Conv2D (relu folded in and not) and Dense without bias (use_bias false), through
+ * model_step and model_step_sgd: the gradient of the kernels alone, and the SGD step
+ * equals params - lr * that gradient. */
+static void test_model_grad_no_bias(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[6,6,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3,\"activation\":\"relu\","
+        "\"use_bias\":false},"
+        "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":2,\"use_bias\":false},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":5,\"activation\":\"tanh\",\"use_bias\":false},"
+        "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(c.m->num_params, 3 * 3 * 2 * 3 + 2 * 2 * 3 * 2 + 18 * 5 + 5 * 4 + 4);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 72, 1);
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    const size_t n = c.m->num_params;
+    float *g = malloc(n * sizeof *g), *before = malloc(n * sizeof *g);
+    memcpy(g, c.m->grads, n * sizeof *g);
+    print_message("# %s\n", c.m->signature);
+    check_grad("model params (no bias)", c.m->params, g, n, model_obj, &c, 2e-3f);
+    memcpy(before, c.m->params, n * sizeof *g);
+    model_step_sgd(c.m, c.x, c.y, 3, 0, 0.1f, &st);
+    for (size_t i = 0; i < n; i++) assert_close_i(c.m->params[i], before[i] - 0.1f * g[i], 1e-5, i);
+    free(g);
+    free(before);
+    free(c.x);
+    model_free(c.m);
+}
+
+/* L1, L2 and L1L2 kernel regularizers through model_step (the loss's regularization
+ * term by hand, its gradient by finite differences, with 2 replicas: both scaled by
+ * 1/replicas) and model_step_sgd (a Dense with an L1 term is not folded). Kernels are
+ * kept off 0, where |w| has no derivative. */
+static double model_obj_2(void *p)
+{
+    ModelCase *c = p;
+    StepStats st;
+    model_step(c->m, c->x, c->y, 3, 3, 2, 0, NULL, NULL, &st);
+    return st.loss;
+}
+
+static void test_model_grad_l1(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[5,5,1],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":2,\"kernel_size\":3,\"activation\":\"relu\","
+        "\"kernel_regularizer\":{\"l1\":0.05}},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":4,\"kernel_regularizer\":{\"l1\":0.02,\"l2\":0.03}},"
+        "{\"type\":\"Dense\",\"units\":3,\"kernel_regularizer\":{\"l2\":0.01}}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 2, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    const size_t n = c.m->num_params;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(c.m->params[i]) < 0.01f) c.m->params[i] = 0.02f;
+    double want = 0.0;
+    for (int i = 0; i < c.m->num_layers; i++) {
+        const Layer *l = &c.m->layers[i];
+        for (size_t j = 0; j < l->w_count; j++) {
+            const double w = c.m->params[l->w_off + j];
+            want += l->l1 * fabs(w) + l->l2 * w * w;
+        }
+    }
+    assert_close(model_regularization(c.m), want, 1e-9);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 25, 1);
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 2, 0, NULL, NULL, &st);
+    float *g = malloc(n * sizeof *g), *before = malloc(n * sizeof *g);
+    memcpy(g, c.m->grads, n * sizeof *g);
+    print_message("# %s\n", c.m->signature);
+    check_grad("model params (L1, L1L2, L2)", c.m->params, g, n, model_obj_2, &c, 2e-3f);
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    memcpy(g, c.m->grads, n * sizeof *g);
+    memcpy(before, c.m->params, n * sizeof *g);
+    model_step_sgd(c.m, c.x, c.y, 3, 0, 0.1f, &st);
+    for (size_t i = 0; i < n; i++) assert_close_i(c.m->params[i], before[i] - 0.1f * g[i], 1e-5, i);
+    free(g);
+    free(before);
+    free(c.x);
+    model_free(c.m);
+}
+
+/* The pooling layers inside a model, through model_step: average pooling with "same"
+ * padding between convolutions, a global max and a global average (keepdims) pool, each
+ * passing its gradient on. */
+static void test_model_grad_pooling(void **s)
+{
+    (void)s;
+    const char *specs[] = {
+        "{\"input_shape\":[6,5,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3,\"padding\":\"same\","
+        "\"activation\":\"tanh\"},"
+        "{\"type\":\"AveragePooling2D\",\"pool_size\":[3,2],\"strides\":[2,1],"
+        "\"padding\":\"same\"},"
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2},"
+        "{\"type\":\"GlobalMaxPooling2D\"},"
+        "{\"type\":\"Dense\",\"units\":4}]}",
+        "{\"input_shape\":[6,5,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2,\"activation\":\"sigmoid\"},"
+        "{\"type\":\"AveragePooling2D\"},"
+        "{\"type\":\"GlobalAveragePooling2D\",\"keepdims\":true},"
+        "{\"type\":\"Flatten\"},"
+        "{\"type\":\"Dense\",\"units\":4}]}"};
+    for (int k = 0; k < 2; k++) {
+        char err[256];
+        ModelCase c = {.y = {1, 3, 0}};
+        if (model_create(&c.m, specs[k], 5, err, sizeof err)) fail_msg("%s", err);
+        model_reserve(c.m, 3);
+        c.x = rand_array(3 * 60, 1);
+        for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f;
+        StepStats st;
+        model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+        float *g = malloc(c.m->num_params * sizeof *g);
+        memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+        print_message("# %s\n", c.m->signature);
+        check_grad("model params (pooling)", c.m->params, g, c.m->num_params, model_obj, &c, 2e-3f);
+        free(g);
+        free(c.x);
+        model_free(c.m);
+    }
+}
+
 /* The activations whose gradient needs their input (gelu, swish) on Conv2D and Dense,
  * and the others, through model_step: the kept pre-activations are the right ones. */
 static void test_model_grad_activations(void **s)
@@ -811,6 +1109,12 @@ int main(void)
         cmocka_unit_test(test_leaky_relu),
         cmocka_unit_test(test_activation_values),
         cmocka_unit_test(test_activations_against_keras),
+        cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_layers_against_keras),
+        cmocka_unit_test(test_rescaling),
+        cmocka_unit_test(test_model_grad_pooling),
+        cmocka_unit_test(test_model_grad_no_bias),
+        cmocka_unit_test(test_model_grad_l1),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }

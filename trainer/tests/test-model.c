@@ -145,8 +145,11 @@ static void test_spec_errors(void **s)
                  "layers[0].target_shape: expected a shape with as many elements");
     expect_error("{\"layers\":[{\"type\":\"LSTM\"}]}", "layers[0].type: expected Input, Reshape");
     expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
-                 "\"kernel_regularizer\":{\"l1\":1}}]}",
-                 "layers[1].kernel_regularizer");
+                 "\"kernel_regularizer\":{\"l3\":1}}]}",
+                 "layers[1].kernel_regularizer: expected {\"l1\": F, \"l2\": F}");
+    expect_error("{\"layers\":[{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":10,"
+                 "\"kernel_regularizer\":{\"l1\":-1}}]}",
+                 "layers[1].kernel_regularizer: expected {\"l1\": F, \"l2\": F}");
     expect_error("{\"layers\":[{\"type\":\"Flatten\"}]}", "layers: expected a last layer Dense");
     expect_error("{\"layers\":[{\"type\":\"Dense\",\"units\":10}]}",
                  "layers: expected a last layer Dense on a flat input");
@@ -162,7 +165,7 @@ static void test_spec_errors(void **s)
                  "\"kernel_size\":3,\"dilation_rate\":2},{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].dilation_rate: not a Conv2D option here (it takes: filters, "
-                 "kernel_size, strides, padding, activation, kernel_regularizer, name)");
+                 "kernel_size, strides, padding, activation, use_bias, kernel_regularizer, name)");
     expect_error("{\"layers\":[{\"type\":\"Flatten\",\"data_format\":\"x\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].data_format: not a Flatten option here (it takes: name)");
@@ -216,6 +219,48 @@ static void test_activation_buffers(void **s)
                                   1, err, sizeof err),
                      0);
     assert_string_equal(model_gpu_unsupported(m)->name, "re_lu");
+    model_free(m);
+    /* the pooling layers the device has no kernel for: each refused by name; max pooling
+     * (cnn2) trains there */
+    static const char *const pools[] = {"AveragePooling2D", "GlobalAveragePooling2D",
+                                        "GlobalMaxPooling2D"};
+    static const char *const stems[] = {"average_pooling2d", "global_average_pooling2d",
+                                        "global_max_pooling2d"};
+    for (int i = 0; i < 3; i++) {
+        char spec[256];
+        snprintf(spec, sizeof spec,
+                 "{\"input_shape\":[4,4,2],\"layers\":[{\"type\":\"%s\"},"
+                 "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":3}]}",
+                 pools[i]);
+        assert_int_equal(model_create(&m, spec, 1, err, sizeof err), 0);
+        assert_non_null(model_gpu_unsupported(m));
+        assert_string_equal(model_gpu_unsupported(m)->name, stems[i]);
+        assert_int_equal(model_gpu_has_layer(model_gpu_unsupported(m)), 0);
+        model_free(m);
+    }
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[4],\"layers\":[{\"type\":\"Rescaling\","
+                                  "\"scale\":0.5},{\"type\":\"Dense\",\"units\":3}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "rescaling");
+    model_free(m);
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\","
+                                  "\"units\":3,\"use_bias\":false,\"name\":\"nb\"}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "nb");
+    model_free(m);
+    assert_int_equal(model_create(&m,
+                                  "{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\","
+                                  "\"units\":3,\"kernel_regularizer\":{\"l1\":0.1}}]}",
+                                  1, err, sizeof err),
+                     0);
+    assert_string_equal(model_gpu_unsupported(m)->name, "dense");
+    model_free(m);
+    assert_int_equal(model_create(&m, "cnn2", 1, err, sizeof err), 0);
+    assert_null(model_gpu_unsupported(m));
     model_free(m);
     assert_int_equal(model_create(&m, "tutorial-cnn", 1, err, sizeof err), 0);
     assert_null(model_gpu_unsupported(m));

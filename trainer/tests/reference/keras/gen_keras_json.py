@@ -2,7 +2,8 @@
 """Writes the Keras model JSON references of trainer/tests/reference/keras/: what
 `model.to_json()` gives for the built-in models (docs/design.md, "Models and data"),
 in both dialects the trainer reads, plus the models its tests expect to be refused and
-one with every activation and activation layer (activations).
+one with every activation and activation layer (activations), and one with the
+average and global pooling layers (pooling), and one with Rescaling (rescaling).
 
 Written by Keras 3.15.1 and tf-keras 2.21.0 on TensorFlow 2.21.0 (the venv
 $KT_CACHE/venv-tf that bench/pyvenv.sh makes). test-keras-json.c loads each accepted
@@ -96,6 +97,34 @@ def activations(k):
     ])}
 
 
+def pooling(k):
+    """A colour CNN with the average and global pooling layers."""
+    L = k.layers
+    return {"pooling": k.Sequential([
+        k.Input(shape=(12, 12, 3)),
+        L.Conv2D(4, 3, padding="same", activation="relu"),
+        L.AveragePooling2D(2),
+        L.AveragePooling2D(3, strides=2, padding="same"),
+        L.Conv2D(6, 1),
+        L.GlobalAveragePooling2D(keepdims=True),
+        L.GlobalMaxPooling2D(),
+        L.Dense(3),
+    ])}
+
+
+def rescaling(k):
+    """Rescaling as a model's first layer (1/255) and inside it (scale and offset)."""
+    L = k.layers
+    return {"rescaling": k.Sequential([
+        k.Input(shape=(8, 8, 3)),
+        L.Rescaling(1.0 / 255),
+        L.Conv2D(4, 3, activation="relu"),
+        L.Rescaling(2.0, offset=-1.0),
+        L.Flatten(),
+        L.Dense(3),
+    ])}
+
+
 def write(name, model):
     with open(os.path.join(OUT, name + ".json"), "w") as f:
         json.dump(json.loads(model.to_json()), f, indent=1, sort_keys=True)
@@ -103,5 +132,6 @@ def write(name, model):
 
 
 for dialect, k in (("keras3", keras), ("tfkeras", tf_keras)):
-    for name, model in {**builtins(k), **functional(k), **activations(k)}.items():
+    for name, model in {**builtins(k), **functional(k), **activations(k),
+                        **pooling(k), **rescaling(k)}.items():
         write("%s-%s" % (dialect, name), model)
