@@ -5,7 +5,8 @@
 # background, at the lowest CPU and I/O priority, beside `make test`, and waits for it at
 # the end. Two lanes at once:
 #   go    the Go programs, in the order the tests first need them: CoreDNS, the
-#         Kubernetes api binaries, kwok, helm, the rest of the Kubernetes binaries,
+#         Kubernetes api binaries, kwok, helm, SeaweedFS (the S3 server of
+#         test-remote-data.sh), the rest of the Kubernetes binaries,
 #         the previous release's api binaries (test-gang.sh checks its Workload API),
 #         Kueue, prometheus-operator (each script's lock serialises it with a test that
 #         asks for the same program meanwhile: the test waits for this build, which then
@@ -44,6 +45,7 @@ go_lane() {
   step k8s-api bash e2e/cluster/build-k8s.sh api
   step kwok bash e2e/cluster/build-kwok.sh
   step helm bash charts/build-helm.sh
+  step seaweedfs bash e2e/cluster/build-seaweedfs.sh
   step k8s-full bash e2e/cluster/build-k8s.sh full
   step k8s-api-1.36 env K8S_VERSION=v1.36.3 bash e2e/cluster/build-k8s.sh api
   step kueue bash e2e/cluster/build-kueue.sh

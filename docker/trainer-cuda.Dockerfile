@@ -14,7 +14,8 @@ ARG BASE=debian:bookworm-slim
 FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc g++ libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libspng-dev \
-        libturbojpeg0-dev libopenblas-dev libhdf5-dev libaec-dev libssl-dev python3 \
+        libturbojpeg0-dev libopenblas-dev libhdf5-dev libaec-dev libssl-dev \
+        libcurl4-openssl-dev python3 \
         python3-venv ca-certificates dataset-fashion-mnist >/dev/null
 WORKDIR /src
 COPY . .
@@ -27,8 +28,9 @@ RUN if [ -s docker/.build-ca.crt ]; then export PIP_CERT=/src/docker/.build-ca.c
     make GPU=1 DEPS_APT= BUILD=build/gpu build/gpu/bin/kubetrain-trainer \
     && strip build/gpu/bin/kubetrain-trainer
 RUN set -e; lib=$(bash trainer/gpu-toolchain.sh)/lib; \
-    mkdir -p /rootfs/usr/local/bin /rootfs/etc /rootfs/tmp "/rootfs$lib"; \
+    mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs /rootfs/tmp "/rootfs$lib"; \
     cp build/gpu/bin/kubetrain-trainer /rootfs/usr/local/bin/; \
+    cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/; \
     ldd build/gpu/bin/kubetrain-trainer | grep -o '/[^ ]*' | sort -u \
         | xargs -I{} cp --parents -L {} /rootfs/; \
     for f in "$lib"/libcudnn*.so.* "$lib"/libnvrtc*.so* "$lib"/libnvJitLink*.so*; do \

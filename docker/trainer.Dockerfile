@@ -10,7 +10,7 @@ FROM ${BASE} AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc libc6-dev make libcjson-dev libyaml-dev zlib1g-dev libzip-dev libspng-dev \
         libturbojpeg0-dev libopenblas-dev libhdf5-dev libaec-dev libssl-dev \
-        dataset-fashion-mnist >/dev/null
+        libcurl4-openssl-dev ca-certificates dataset-fashion-mnist >/dev/null
 WORKDIR /src
 # The whole tree (.dockerignore keeps build output out): the Makefile includes every
 # component's fragment.
@@ -18,10 +18,12 @@ COPY . .
 RUN make DEPS_APT= build/bin/kubetrain-trainer && strip build/bin/kubetrain-trainer
 # One tree to copy as a whole: the binary, its libraries (ldd lists them transitively,
 # OpenBLAS's libgfortran included; -L copies the file an alternatives link names), the
-# loader, the data, a writable /tmp and the nonroot user. glibc resolves names itself
-# (files and dns are built into libc since 2.34), so peers' DNS names need no NSS files.
-RUN mkdir -p /rootfs/usr/local/bin /rootfs/etc /rootfs/tmp \
+# loader, the data, a writable /tmp, the nonroot user and the CA bundle (https:// and
+# s3:// sources, remote.c). glibc resolves names itself (files and dns are built into libc
+# since 2.34), so peers' DNS names need no NSS files.
+RUN mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs /rootfs/tmp \
     && cp build/bin/kubetrain-trainer /rootfs/usr/local/bin/ \
+    && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
     && ldd build/bin/kubetrain-trainer | grep -o '/[^ ]*' | sort -u \
        | xargs -I{} cp --parents -L {} /rootfs/ \
     && cp -r /usr/share/datasets/fashion-mnist /rootfs/data \

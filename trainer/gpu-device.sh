@@ -10,7 +10,8 @@
 #                                        env build test bench (default: all, in order)
 #
 # bundle: the trainer's libraries with their headers (cJSON, libyaml, zlib, libzip, libspng,
-# libturbojpeg, OpenBLAS with its Fortran runtime, libcrypto, cmocka; libhdf5 and libaec as
+# libturbojpeg, OpenBLAS with its Fortran runtime, libcrypto, libcurl (its own dependencies
+# are the machine's: nghttp2, libssh2, ...), cmocka; libhdf5 and libaec as
 # the archives the trainer links), from Debian's packages unpacked into one prefix
 # (build/device/deps.tar.xz: include/ and lib/), and Fashion-MNIST's four files.
 # run: unpacks the prefix into /tmp/kt-deps (make's DEPS_PREFIX: no apt) and the data into
@@ -37,7 +38,7 @@ PREFIX=${KT_DEPS_DIR:-/tmp/kt-deps}
 PKGS=(libcjson1 libcjson-dev libyaml-0-2 libyaml-dev zlib1g zlib1g-dev libzip4 libzip-dev
       libbz2-1.0 libspng0 libspng-dev libturbojpeg0 libturbojpeg0-dev libssl3 libssl-dev
       libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
-      libcmocka0 libcmocka-dev libhdf5-dev libaec-dev)
+      libcmocka0 libcmocka-dev libhdf5-dev libaec-dev libcurl4 libcurl4-openssl-dev)
 MA=x86_64-linux-gnu
 
 bundle() {
@@ -73,10 +74,12 @@ bundle() {
     done
     local f
     for f in cjson/cJSON.h yaml.h zlib.h zip.h zipconf.h spng.h turbojpeg.h openssl/evp.h \
-             openssl/opensslconf.h cblas.h openblas_config.h cmocka.h hdf5/serial/hdf5.h; do
+             openssl/opensslconf.h cblas.h openblas_config.h cmocka.h hdf5/serial/hdf5.h \
+             curl/curl.h; do
         [[ -e $p/include/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }
     done
-    for f in libcjson libyaml libz libzip libspng libturbojpeg libcrypto libopenblas libcmocka \
+    for f in libcjson libyaml libz libzip libspng libturbojpeg libcrypto libcurl libopenblas \
+             libcmocka \
              libgfortran.so.5 libquadmath.so.0 libhdf5_serial.a libsz.a libaec.a; do
         [[ $f == *.so.* || $f == *.a ]] || f=$f.so
         [[ -e $p/lib/$f ]] || { echo "gpu-device: $f missing from the bundle" >&2; return 1; }

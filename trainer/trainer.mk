@@ -1,7 +1,7 @@
 # The trainer: kubetrain-trainer and its tests.
 DEPS_APT += build-essential pkg-config libcjson-dev libyaml-dev zlib1g-dev libopenblas-dev \
             libssl-dev libcmocka-dev libzip-dev libspng-dev libturbojpeg0-dev libhdf5-dev \
-            libaec-dev dataset-fashion-mnist python3-venv
+            libaec-dev libcurl4-openssl-dev dataset-fashion-mnist python3-venv
 
 # GEMM backend (trainer/src/gemm.c), chosen at build time: make GEMM=openblas|blis|dnnl.
 # OpenBLAS is the default: on this step's shapes the others were not faster
@@ -36,7 +36,9 @@ TRAINER_SAN   := $(BUILD)/san/bin/kubetrain-trainer
 # and no library.
 HDF5_INC      := -isystem /usr/include/hdf5/serial
 HDF5_LIBS     := -l:libhdf5_serial.a -l:libsz.a -l:libaec.a
-TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip -lspng -lturbojpeg \
+# libcurl (remote.c: s3:// and https:// sources), Debian's shared build: with its
+# dependencies 28 more libraries, 11.8 MB in the image; no static archive of all of them.
+TRAINER_LIBS  := $(GEMM_LIBS_$(GEMM)) -lopenblas -lcjson -lyaml -lzip -lspng -lturbojpeg -lcurl \
                  $(HDF5_LIBS) -lz -lcrypto -lpthread -lm
 TRAINER_INC   := -Itrainer/src $(HDF5_INC)
 ifneq ($(DEPS_PREFIX),)

@@ -410,17 +410,25 @@ static cJSON *env_value(const char *name, const char *value)
     return e;
 }
 
-static cJSON *env_secret(const char *name, const char *secret, const char *key)
+/* name from key of Secret secret; an optional key may be absent (and so may the Secret). */
+static cJSON *env_secret(const char *name, const char *secret, const char *key, int optional)
 {
     cJSON *e = cJSON_CreateObject();
     cJSON *ref = jsonx_ensure_obj(e, "valueFrom.secretKeyRef");
     if (!jsonx_set_str(e, "name", name) || !ref || !jsonx_set_str(ref, "name", secret) ||
-        !jsonx_set_str(ref, "key", key)) {
+        !jsonx_set_str(ref, "key", key) ||
+        (optional && !cJSON_AddItemToObject(ref, "optional", cJSON_CreateTrue()))) {
         cJSON_Delete(e);
         return NULL;
     }
     return e;
 }
+
+/* The keys of spec.dataset.credentialsSecret that become env variables of the same name
+ * (remote.c in the trainer and TensorFlow's own S3 file system read them). */
+static const char *const data_secret_keys[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                               "AWS_SESSION_TOKEN", "AWS_REGION",
+                                               "AWS_ENDPOINT_URL"};
 
 /* Puts `e` into the env array, replacing an entry of the same name. */
 static int env_put(cJSON *env, cJSON *e)
@@ -791,8 +799,16 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
         (ckpt && env_put(env, env_value("KUBETRAIN_CHECKPOINT_DIR", ckpt))))
         goto err;
     if (!s->command && (env_put(env, env_value("KUBETRAIN_COLLECTIVE", s->collective)) ||
-                        env_put(env, env_secret("KUBETRAIN_SECRET", secret, SECRET_RING_KEY))))
+                        env_put(env, env_secret("KUBETRAIN_SECRET", secret, SECRET_RING_KEY, 0))))
         goto err;
+    /* The object store's credentials, keys named as the variables; the first two are
+     * required so that a missing Secret keeps the pod from starting (an event says why)
+     * rather than letting it run anonymously into a 403. */
+    for (size_t i = 0; s->data_secret && i < sizeof data_secret_keys / sizeof *data_secret_keys;
+         i++)
+        if (env_put(env,
+                    env_secret(data_secret_keys[i], s->data_secret, data_secret_keys[i], i >= 2)))
+            goto err;
 
     cJSON *port = cJSON_CreateObject();
     if (!jsonx_set_str(port, "name", "collective") ||

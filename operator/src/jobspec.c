@@ -41,6 +41,19 @@ static int read_str(const cJSON *spec, const char *path, const char **out, char 
     return 0;
 }
 
+/* 1 when s is a DNS-1123 subdomain, as a Secret's name must be: 1..253 of [a-z0-9-.],
+ * starting and ending alphanumeric. */
+static int dns1123_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
+        return 0;
+    for (const char *c = s; *c; c++)
+        if (!(islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '-' || *c == '.'))
+            return 0;
+    return 1;
+}
+
 /* 1 when the relative path p has a ".." component. */
 static int has_dotdot(const char *p)
 {
@@ -396,6 +409,11 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_str(spec, "dataset.imageFeature", &s->image_feature, err, errlen)) return -EINVAL;
     if (read_str(spec, "dataset.labelFeature", &s->label_feature, err, errlen)) return -EINVAL;
     if (read_shape(spec, "dataset.imageShape", s->image_shape, err, errlen)) return -EINVAL;
+    if (read_str(spec, "dataset.credentialsSecret", &s->data_secret, err, errlen)) return -EINVAL;
+    if (s->data_secret && !dns1123_subdomain(s->data_secret))
+        FAIL("spec.dataset.credentialsSecret: expected a Secret's name (lowercase letters, "
+             "digits, '-' and '.', at most 253), got \"%.64s\"",
+             s->data_secret);
     if (jsonx_at(spec, "dataset.shardPolicy")) {
         if (read_enum(spec, "dataset.shardPolicy", shards, NULL, &s->shard_policy, err, errlen))
             return -EINVAL;

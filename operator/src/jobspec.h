@@ -72,6 +72,9 @@ typedef struct JobSpec {
     const char *label_feature; /* dataset.labelFeature, --label-feature; NULL: unset */
     int image_shape[3];        /* dataset.imageShape, --image-shape H,W,C; 0s: unset */
     const char *shard_policy;  /* NULL: the trainer's default */
+    /* dataset.credentialsSecret: a Secret whose AWS_* keys become every pod's env, for
+     * s3:// sources (desired.c, DATA_SECRET_KEYS); NULL: none */
+    const char *data_secret;
     int epochs, steps_per_epoch, per_worker_batch;
     const char *optimizer;
     double learning_rate;

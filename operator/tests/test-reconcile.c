@@ -2721,6 +2721,57 @@ static void test_data_source_args(void **state)
     }
 }
 
+/* The trainer container's env entry `name`, or NULL. */
+static const cJSON *env_entry(const cJSON *pod, const char *name)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, jsonx_arr(container(pod, "trainer"), "env"))
+    {
+        if (strcmp(jsonx_str(e, "name"), name) == 0) return e;
+    }
+    return NULL;
+}
+
+/* An s3:// source reaches --data as given, and spec.dataset.credentialsSecret's keys
+ * become the trainer's AWS_* env from the Secret: the key pair required (a missing
+ * Secret keeps the pod from starting), the session token, region and endpoint optional.
+ * Without it no AWS_* variable is set; a name that is not a Secret's is refused. */
+static void test_data_credentials_secret(void **state)
+{
+    (void)state;
+    JobSpec s;
+    char err[256];
+    cJSON *job = job_new("{\"workers\":1,\"dataset\":{\"source\":\"tfrecord:s3://b/p/train-*\","
+                         "\"credentialsSecret\":\"s3-creds\"}}",
+                         NULL);
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
+    assert_string_equal(arg_of(pod, "--data"), "tfrecord:s3://b/p/train-*");
+    const char *keys[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                          "AWS_REGION", "AWS_ENDPOINT_URL"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const cJSON *e = env_entry(pod, keys[i]);
+        assert_non_null(e);
+        assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.name"), "s3-creds");
+        assert_string_equal(jsonx_str(e, "valueFrom.secretKeyRef.key"), keys[i]);
+        assert_int_equal(jsonx_bool(e, "valueFrom.secretKeyRef.optional", 0), i >= 2);
+    }
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+    job = job_new("{\"workers\":1,\"dataset\":{\"source\":\"tfrecord:s3://b/train-*\"}}", NULL);
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        assert_null(env_entry(pod, keys[i]));
+    cJSON_Delete(pod);
+    cJSON_Delete(job);
+    job = job_new("{\"workers\":1,\"dataset\":{\"credentialsSecret\":\"S3_creds\"}}", NULL);
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+    assert_string_equal(err, "spec.dataset.credentialsSecret: expected a Secret's name (lowercase "
+                             "letters, digits, '-' and '.', at most 253), got \"S3_creds\"");
+    cJSON_Delete(job);
+}
+
 static const char *annotation(const cJSON *pod, const char *key)
 {
     return jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), key);
@@ -3760,6 +3811,7 @@ int main(void)
         cmocka_unit_test(test_new_job_creates_everything),
         cmocka_unit_test(test_steady_state_is_a_no_op),
         cmocka_unit_test(test_data_source_args),
+        cmocka_unit_test(test_data_credentials_secret),
         cmocka_unit_test(test_export_arg),
         cmocka_unit_test(test_initial_weights_arg),
         cmocka_unit_test(test_current_workers_follow_the_pods),

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "image.h"
+#include "remote.h"
 
 /* ---------------------------------------------------------------- CRC-32C */
 
@@ -395,6 +396,7 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 
 static int read_whole(File *f, char *err, size_t errlen)
 {
+    if (remote_is_url(f->path)) return remote_read(f->path, &f->buf, &f->len, err, errlen);
     FILE *fp = fopen(f->path, "rb");
     if (!fp) {
         int e = errno;
@@ -702,14 +704,22 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
         size_t len = strcspn(p, ",");
         snprintf(pattern, sizeof pattern, "%.*s", (int)len, p);
         p += len + (p[len] == ',');
-        glob_t g;
-        if ((rc = expand(pattern, &g, err, errlen))) break;
-        for (size_t i = 0; i < g.gl_pathc && !rc; i++, files++) {
-            File f = {.path = g.gl_pathv[i]};
+        glob_t g = {0};
+        char **names;
+        size_t count;
+        if (remote_is_url(pattern)) {
+            if ((rc = remote_list(pattern, &names, &count, err, errlen))) break;
+        } else {
+            if ((rc = expand(pattern, &g, err, errlen))) break;
+            names = g.gl_pathv, count = g.gl_pathc;
+        }
+        for (size_t i = 0; i < count && !rc; i++, files++) {
+            File f = {.path = names[i]};
             rc = add_file(&b, &f, err, errlen);
             free(f.buf);
         }
-        globfree(&g);
+        if (remote_is_url(pattern)) remote_free_urls(names, count);
+        else globfree(&g);
     }
     if (!rc && s->count == 0) {
         snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", patterns, files);

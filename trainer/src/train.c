@@ -142,8 +142,10 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
         .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]}};
     if ((rc = source_open(&t->train, cfg->data, SOURCE_TRAIN, k, &so, err, errlen)) ||
         (cfg->eval &&
-         (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, &so, err, errlen))))
+         (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, &so, err, errlen)))) {
+        if (rc == -EAGAIN) *exit_code = KT_EXIT_RETRY; /* object storage out of retries */
         goto err;
+    }
     if ((rc = check_images(&t->train, t->model, err, errlen)) ||
         (cfg->eval && (rc = check_images(&t->test, t->model, err, errlen))))
         goto err;

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# TFRecords from object storage and HTTP through the real binary (the optimised build),
+# remote.c. Real TensorFlow writes 512 Fashion-MNIST images as PNG TFRecords (4 shards,
+# one GZIP); the local files' run gives the reference weights hash.
+# S3: SeaweedFS's S3 gateway (a real S3-compatible server, e2e/cluster/build-seaweedfs.sh
+# builds it once per machine), on loopback with one identity: the shards under a prefix
+# with 1,001 other keys between the first shard and the others, so that the glob's
+# listing takes two ListObjectsV2 pages; a run from s3:// ends with the local hash, with
+# the credentials in the environment and in a shared credentials file. A wrong secret
+# exits 3 (403, the credentials named), a missing key 3 (404), a prefix with no match 3.
+# HTTP: the failures a real server does not produce on demand come from a stand-in,
+# remote/standin.py: a reset mid-object once (resumed from the byte reached, the local
+# hash) and every time, a body that stalls and a 503 each exit 75 naming the object.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+source e2e/lib/tap.sh
+source trainer/tests/lib.sh
+BIN=${TRAINER_OPT:-${BUILD:-build}/bin/kubetrain-trainer}
+DATA=/usr/share/datasets/fashion-mnist
+PY=${KT_CACHE:-$HOME/.cache/kubetrain}/venv-tf/bin/python
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
+unset TF_CONFIG KUBETRAIN_DATA KUBETRAIN_EVAL_DATA KUBETRAIN_DATA_DIR KUBETRAIN_DATASET \
+  KUBETRAIN_S3_ENDPOINT AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_REGION AWS_DEFAULT_REGION \
+  AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_SHARED_CREDENTIALS_FILE \
+  AWS_PROFILE KUBETRAIN_REMOTE_RETRIES KUBETRAIN_REMOTE_TIMEOUT
+# No ~/.aws/credentials of the machine's; the build cache stays where it is.
+export KT_CACHE=${KT_CACHE:-$HOME/.cache/kubetrain} HOME=$tmp
+
+if [[ ! -x $BIN ]]; then
+  tap_fail "the optimised trainer is built" "missing $BIN (make test builds it)"
+  tap_done; exit
+fi
+skip_without_data "remote TFRecord sources" "$DATA"
+if ! "$PY" -c 'import tensorflow' 2>/dev/null; then
+  tap_skip "remote TFRecord sources" "no TensorFlow in $PY (bash bench/pyvenv.sh venv-tf makes it)"
+  tap_done; exit
+fi
+
+mkdir "$tmp/local"
+TF_CPP_MIN_LOG_LEVEL=3 "$PY" - "$DATA" "$tmp/local" <<'PY' 2>"$tmp/tf.err" ||
+import gzip, sys
+import numpy as np
+import tensorflow as tf
+src, out = sys.argv[1:3]
+with gzip.open(f"{src}/train-images-idx3-ubyte.gz") as f:
+    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)[:512]
+with gzip.open(f"{src}/train-labels-idx1-ubyte.gz") as f:
+    y = np.frombuffer(f.read(), np.uint8, offset=8)[:512]
+for s in range(4):
+    opts = tf.io.TFRecordOptions(compression_type="GZIP" if s == 1 else None)
+    with tf.io.TFRecordWriter(f"{out}/train-{s:05d}-of-00004", opts) as w:
+        for i in range(s * 128, (s + 1) * 128):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[tf.io.encode_png(x[i]).numpy()])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y[i])]))}))
+                .SerializeToString())
+PY
+  { tap_fail "TensorFlow writes the TFRecords" "$(tail -3 "$tmp/tf.err")"; tap_done; exit; }
+
+short=(--epochs 1 --steps-per-epoch 8 --per-worker-batch 64 --seed 7 --print-weights-hash)
+one=(--epochs 1 --steps-per-epoch 1 --per-worker-batch 4 --seed 7)
+run_trainer local "${short[@]}" --data "tfrecord:$tmp/local/train-*"
+want=$(run_hash local)
+if [[ ${#want} -eq 64 ]]; then tap_ok "the local shards train (reference hash)"
+else tap_fail "the local shards train" "$(tail -3 "$tmp/local.err")"; tap_done; exit; fi
+
+# same_hash NAME DESC: run NAME exited 0 with the local files' weights hash.
+same_hash() {
+  local got; got=$(run_hash "$1")
+  if [[ $got == "$want" ]]; then tap_ok "$2: the weights hash of the local files"
+  else tap_fail "$2" "'$got' vs '$want': $(tail -3 "$tmp/$1.err")"; fi
+}
+
+# ---------------------------------------------------------------- S3 (SeaweedFS)
+s3_tests() {
+  local weed port key=KTTESTKEY secret=kt-test-secret bucket=kt-data p
+  if ! weed=$(nice -n 15 e2e/cluster/build-seaweedfs.sh 2>"$tmp/weed-build.err"); then
+    tap_fail "SeaweedFS is built" "$(tail -3 "$tmp/weed-build.err")"; return
+  fi
+  # Every listener on a port of its own (the gRPC ones default to port + 10000, which may
+  # be taken or past 65535); the services the test does not use are off.
+  read -r -a p < <(python3 -c 'import socket
+ss = [socket.socket() for _ in range(8)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+  port=${p[6]}
+  cat >"$tmp/s3.json" <<JSON
+{"identities": [{"name": "kubetrain-test",
+  "credentials": [{"accessKey": "$key", "secretKey": "$secret"}],
+  "actions": ["Admin", "Read", "List", "Write"]}]}
+JSON
+  mkdir "$tmp/weed"
+  nice -n 15 "$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$tmp/weed" \
+    -master.port="${p[0]}" -master.port.grpc="${p[1]}" -master.volumeSizeLimitMB=64 \
+    -volume.port="${p[2]}" -volume.port.grpc="${p[3]}" -volume.max=4 \
+    -filer -filer.port="${p[4]}" -filer.port.grpc="${p[5]}" \
+    -s3 -s3.port="$port" -s3.port.grpc="${p[7]}" -s3.config="$tmp/s3.json" \
+    -s3.port.iceberg=0 -s3.port.lance=0 -iam=false \
+    >"$tmp/weed.log" 2>&1 &
+  pids+=($!)
+  local s3=(curl -sS --fail --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret"
+            -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
+  for _ in $(seq 120); do
+    "${s3[@]}" -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break
+    sleep 1
+  done
+  if ! "${s3[@]}" -X PUT -o /dev/null "http://127.0.0.1:$port/$bucket" 2>"$tmp/put.err"; then
+    tap_fail "SeaweedFS's S3 gateway starts and makes a bucket" \
+      "$(cat "$tmp/put.err"; tail -5 "$tmp/weed.log")"
+    return
+  fi
+  for f in "$tmp"/local/train-*; do
+    "${s3[@]}" -T "$f" "http://127.0.0.1:$port/$bucket/fmnist/${f##*/}" >/dev/null ||
+      { tap_fail "upload ${f##*/}" "$(tail -5 "$tmp/weed.log")"; return; }
+  done
+  # 1,001 keys under the prefix, sorted between the first shard and the others, that the
+  # glob does not match ('*' does not cross '/'): the listing's first page (1,000 keys)
+  # ends before the second shard.
+  echo decoy >"$tmp/decoy"
+  seq -f "fmnist/train-00001-a/%04g" 0 1000 |
+    xargs -P 4 -I{} "${s3[@]}" -T "$tmp/decoy" "http://127.0.0.1:$port/$bucket/{}" ||
+    { tap_fail "upload the decoys" "$(tail -5 "$tmp/weed.log")"; return; }
+
+  export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_REGION=us-east-1
+  export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret
+  run_trainer s3 "${short[@]}" --data "tfrecord:s3://$bucket/fmnist/train-*"
+  same_hash s3 "tfrecord:s3://$bucket/fmnist/train-* (two listing pages, env credentials)"
+  if grep -q "$secret" "$tmp/s3.out" "$tmp/s3.err"; then
+    tap_fail "the secret is never logged" "$(grep "$secret" "$tmp/s3.err")"
+  else tap_ok "the secret is never logged"; fi
+
+  printf '[other]\naws_access_key_id = x\naws_secret_access_key = y\n[kt]\n' >"$tmp/creds"
+  printf 'aws_access_key_id = %s\naws_secret_access_key = %s\n' "$key" "$secret" >>"$tmp/creds"
+  AWS_ACCESS_KEY_ID='' AWS_SECRET_ACCESS_KEY='' AWS_SHARED_CREDENTIALS_FILE=$tmp/creds \
+    AWS_PROFILE=kt run_trainer s3file "${short[@]}" --data "tfrecord:s3://$bucket/fmnist/train-*"
+  same_hash s3file "credentials from AWS_SHARED_CREDENTIALS_FILE, profile kt"
+
+  AWS_SECRET_ACCESS_KEY=wrong expect_exit "403 (a wrong secret)" 3 \
+    "fmnist/train-*: HTTP 403 Forbidden (SignatureDoesNotMatch): check the credentials" \
+    "${one[@]}" --data "tfrecord:s3://$bucket/fmnist/train-*"
+  expect_exit "404 (a missing key)" 3 \
+    "s3://$bucket/fmnist/train-00009-of-00004: HTTP 404 Not Found (NoSuchKey): check the bucket" \
+    "${one[@]}" --data "tfrecord:s3://$bucket/fmnist/train-00009-of-00004"
+  expect_exit "an empty prefix" 3 "s3://$bucket/empty/train-*: matches no object" \
+    "${one[@]}" --data "tfrecord:s3://$bucket/empty/train-*"
+  unset AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+}
+s3_tests
+
+# ---------------------------------------------------------------- HTTP (a stand-in)
+python3 trainer/tests/remote/standin.py "$tmp/local" "$tmp/standin.port" \
+  2>"$tmp/standin.err" &
+pids+=($!)
+for _ in $(seq 50); do [[ -s $tmp/standin.port ]] && break; sleep 0.1; done
+base=http://127.0.0.1:$(cat "$tmp/standin.port")
+export KUBETRAIN_REMOTE_RETRIES=2 KUBETRAIN_REMOTE_TIMEOUT=1
+# urls MODE: the four shards, the third through the stand-in's MODE, the others whole.
+urls() {
+  printf '%s/files/train-00000-of-00004,%s/files/train-00001-of-00004,' "$base" "$base"
+  printf '%s/%s/train-00002-of-00004,%s/files/train-00003-of-00004' "$base" "$1" "$base"
+}
+run_trainer http "${short[@]}" --data "tfrecord:$(urls files)"
+same_hash http "http:// objects"
+run_trainer resetonce "${short[@]}" --data "tfrecord:$(urls reset-once)"
+same_hash resetonce "a reset mid-object, then the rest by range"
+grep -q "reset-once/train-00002-of-00004: .* at byte [1-9][0-9]*; retry 1 of 2" \
+  "$tmp/resetonce.err" && tap_ok "the reset was retried from the byte reached" ||
+  tap_fail "the reset was retried from the byte reached" "$(cat "$tmp/resetonce.err")"
+obj=train-00002-of-00004
+expect_exit "a reset mid-object every time" 75 "$base/reset/$obj: " \
+  "${one[@]}" --data "tfrecord:$(urls reset)"
+grep -q "after 2 retries (KUBETRAIN_REMOTE_RETRIES); retryable, exiting 75" \
+  "$tmp/a reset mid-object every time.err" && tap_ok "the reset: the retries ran out" ||
+  tap_fail "the reset: the retries ran out" "$(cat "$tmp/a reset mid-object every time.err")"
+start=$(date +%s)
+expect_exit "a slow body" 75 "$base/slow/$obj: Operation too slow" \
+  "${one[@]}" --data "tfrecord:$(urls slow)"
+took=$(( $(date +%s) - start ))
+# The stand-in stalls 60 s a request; curl's low-speed check takes a few seconds to judge.
+if (( took < 45 )); then tap_ok "a slow body: gave up in ${took}s (timeout 1 s, 2 retries)"
+else tap_fail "a slow body: gave up in time" "${took}s"; fi
+expect_exit "503 every time" 75 "$base/503/$obj: HTTP 503, after 2 retries" \
+  "${one[@]}" --data "tfrecord:$(urls 503)"
+tap_done
