@@ -10,9 +10,9 @@
 #                                        env build test bench (default: all, in order)
 #
 # bundle: the trainer's libraries with their headers (cJSON, libyaml, zlib, libzip, libspng,
-# libturbojpeg, OpenBLAS with its Fortran runtime, libcrypto, libcurl (its own dependencies
-# are the machine's: nghttp2, libssh2, ...), cmocka; libhdf5 and libaec as
-# the archives the trainer links), from Debian's packages unpacked into one prefix
+# libturbojpeg, OpenBLAS with its Fortran runtime, libcrypto, libcurl with the libraries it
+# links (nghttp2, libssh2, GnuTLS for librtmp, Kerberos, LDAP, ...), cmocka; libhdf5 and
+# libaec as the archives the trainer links), from Debian's packages unpacked into one prefix
 # (build/device/deps.tar.xz: include/ and lib/), and Fashion-MNIST's four files.
 # run: unpacks the prefix into /tmp/kt-deps (make's DEPS_PREFIX: no apt) and the data into
 # /usr/share/datasets/fashion-mnist; then
@@ -38,7 +38,11 @@ PREFIX=${KT_DEPS_DIR:-/tmp/kt-deps}
 PKGS=(libcjson1 libcjson-dev libyaml-0-2 libyaml-dev zlib1g zlib1g-dev libzip4 libzip-dev
       libbz2-1.0 libspng0 libspng-dev libturbojpeg0 libturbojpeg0-dev libssl3 libssl-dev
       libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
-      libcmocka0 libcmocka-dev libhdf5-dev libaec-dev libcurl4 libcurl4-openssl-dev)
+      libcmocka0 libcmocka-dev libhdf5-dev libaec-dev libcurl4 libcurl4-openssl-dev
+      libnghttp2-14 librtmp1 libssh2-1 libpsl5 libldap-2.5-0 libsasl2-2 libbrotli1 libzstd1
+      libidn2-0 libunistring2 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0
+      libkeyutils1 libcom-err2 libgnutls30 libhogweed6 libnettle8 libgmp10 libp11-kit0
+      libtasn1-6 libffi8)
 MA=x86_64-linux-gnu
 
 bundle() {

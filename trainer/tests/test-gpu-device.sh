@@ -122,7 +122,7 @@ if grep -q '^build: ok$' <<<"$log"; then
   tap_ok "run build: make GPU=1 with -Werror, the bundle's libraries and no apt"
 else tap_fail "run build: make GPU=1 from the bundle" "$(tail -40 <<<"$log")"$'\n'"$(tail -30 "$tmp/out/build.log" 2>&1)"; fi
 
-bad=$(grep -v -E '=> (/tmp/kt-deps/lib/|/root/\.cache/kubetrain/cuda/local-root/lib/|/lib/x86_64-linux-gnu/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt)\.so)|linux-vdso|ld-linux' "$tmp/out/ldd" 2>&1)
+bad=$(grep -v -E '=> (/tmp/kt-deps/lib/|/root/\.cache/kubetrain/cuda/local-root/lib/|/lib/x86_64-linux-gnu/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|libresolv)\.so)|linux-vdso|ld-linux' "$tmp/out/ldd" 2>&1)
 if [[ -s $tmp/out/ldd && -z $bad ]] && grep -q 'libopenblas.so.0 => /tmp/kt-deps/lib/' "$tmp/out/ldd" &&
    grep -q 'libcudnn.so.9 => /root/.cache/kubetrain/cuda/local-root/lib/' "$tmp/out/ldd"; then
   tap_ok "the trainer loads each library from the bundle, CUDA's tree or the C and C++ runtimes"
