@@ -888,7 +888,10 @@ static int cmd_train(int argc, char **argv)
     Collective *coll = connect_collective(&cfg, &rec.tf, &rec);
 
     Trainer *t;
-    if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) util_fail(code, "%s", err);
+    if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) {
+        coll_destroy(coll); /* the ring and its ports are closed before the exit */
+        util_fail(code, "%s", err);
+    }
     /* a peer lost during the first sync: with live recovery, wait for it like a survivor */
     if (state_sync(t, &rec, err, sizeof err)) {
         char e2[1024];
