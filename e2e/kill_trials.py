@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
                        log, now, wait_for, wait_trainer_pid)
 
-WORKERS, EPOCHS, STEPS, BATCH, EVERY = 3, 2, 150, 64, 50
+WORKERS, EPOCHS, STEPS, BATCH, EVERY = 3, 2, 400, 64, 50
 TOTAL = EPOCHS * STEPS
 JOINED = "joined generation 2: state of step"
 OUT = threading.Lock()
@@ -92,12 +92,22 @@ def trial(kube, ns, containerd, i, victim, at, ref_hash):
         vpod = before[vname]
         os.kill(pid, signal.SIGKILL)
         killed_at = scraper.latest()[2]
-        # The replacement's log, then every pod's, while they all still run.
-        wait_for(lambda: any(p["name"] == vname and p["uid"] != vpod["uid"]
-                             and JOINED in logs_of(kube, vname, tries=1)
-                             for p in watch.snapshot().values()), 120,
-                 "%s's replacement to join" % vname, step=0.5)
-        logs = {n: logs_of(kube, n) for n in before}
+        # The replacement's log as it shows the join (kept: the job can end and its pods
+        # go before a second read), then the survivors', while they still run.
+        joined = {}
+
+        def replacement_joined():
+            if not any(p["name"] == vname and p["uid"] != vpod["uid"]
+                       for p in watch.snapshot().values()):
+                return False
+            text = logs_of(kube, vname, tries=1)
+            if JOINED in text:
+                joined[vname] = text
+            return vname in joined
+
+        wait_for(replacement_joined, 120, "%s's replacement to join" % vname, step=0.5)
+        logs = {n: logs_of(kube, n) for n in before if n != vname}
+        logs.update(joined)
         status = finish(kube, name, timeout=300)
         pods = watch.snapshot()
     except (RuntimeError, subprocess.TimeoutExpired, KeyError, OSError) as e:
