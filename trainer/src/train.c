@@ -50,10 +50,15 @@ int trainer_sync_host(Trainer *t, char *err, size_t errlen)
     return 0;
 }
 
+/* The largest of the slices a global batch g is cut into over world ranks. */
+static int largest_slice(int g, int world)
+{
+    return g / world + (g % world != 0);
+}
+
 int trainer_largest_slice(const Config *cfg, int world)
 {
-    const int g = config_global_batch(cfg, world);
-    return g / world + (g % world != 0);
+    return largest_slice(config_global_batch(cfg, world), world);
 }
 
 int trainer_create_model(Model **out, const Config *cfg, int world, int *exit_code, char *err,
@@ -120,7 +125,7 @@ static int make_pipeline(Trainer *t, int rank, int world, char *err, size_t errl
     pipeline_free(t->pipe);
     t->pipe = p;
     t->rank = rank, t->world = world;
-    t->local_batch = t->global_batch / world + (t->global_batch % world != 0);
+    t->local_batch = largest_slice(t->global_batch, world);
     return 0;
 }
 
