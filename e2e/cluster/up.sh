@@ -223,19 +223,17 @@ kubeconfig "$KT_RUN/controller-manager.kubeconfig" controller-manager
 start() {
   local name=$1; shift
   setsid "$@" </dev/null >"$KT_RUN/logs/$name.log" 2>&1 &
-  local pid=$!
-  echo $pid > "$KT_RUN/pids/$name.pid"
-  # Until the child has exec'd, its command line is this script's, and wait_for's
-  # liveness check would take it for a process that exited (seen on a loaded machine).
-  local i
-  # (Returns 0 either way: wait_for, next, reports a component that died.)
-  for ((i = 0; i < 200; i++)); do
-    kt_pid_alive "$name" "$name" && return 0
-    # gone, or a zombie not yet reaped: dead either way
-    [ -r "/proc/$pid/stat" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 0
-    sleep 0.05
-  done
-  return 0
+  echo $! > "$KT_RUN/pids/$name.pid"
+}
+
+# kt_pid_running NAME: true while the process .run/pids/NAME.pid records exists and has
+# not exited (a zombie has). Not its command line, as kt_pid_alive does: until the child
+# has exec'd the binary it reads as this script's, and while the kernel loads a binary it
+# reads as empty (the likely cause of a kube-controller-manager taken for dead the second
+# it started, its log empty, with three test programs on 2 cores).
+kt_pid_running() {
+  local f=$KT_RUN/pids/$1.pid st
+  [ -f "$f" ] && st=$(cut -d' ' -f3 "/proc/$(cat "$f")/stat" 2>/dev/null) && [ "$st" != Z ]
 }
 
 # wait_for WHAT CMD...: retries CMD until it succeeds; gives up, stopping everything,
@@ -243,7 +241,7 @@ start() {
 wait_for() {
   local what=$1 deadline=$((SECONDS + READY_TIMEOUT)); shift
   until "$@" >/dev/null 2>&1; do
-    if ! kt_pid_alive "$what" "$what" || [ $SECONDS -ge $deadline ]; then
+    if ! kt_pid_running "$what" || [ $SECONDS -ge $deadline ]; then
       kt_log "$what not ready (exited, or not ready after ${READY_TIMEOUT}s); last log lines:"
       tail -n 20 "$KT_RUN/logs/$what.log" >&2 || true
       "$KT_CLUSTER/down.sh"

@@ -44,11 +44,23 @@ if [ $rc -ne 0 ] && [ ! -e "$KT_RUN" ] && awk -v d="$dt" 'BEGIN{exit !(d < 30)}'
   tap_ok "up.sh api fails fast when etcd exits at start (${dt}s) and cleans up"
 else tap_fail "up.sh api fails fast when etcd exits at start" "rc=$rc after ${dt}s; $out"; fi
 
+# The etcd of this start is a wrapper whose command line does not name etcd for its first
+# 2 s, as a process's does while the kernel loads its binary (/proc/PID/cmdline empty):
+# up.sh waits for it rather than taking it for dead.
+late=$(mktemp -d "${TMPDIR:-/tmp}/kt-late.XXXXXX")
+trap 'bash e2e/cluster/down.sh >/dev/null 2>&1; rm -rf "$late"' EXIT
+cat >"$late/etcd" <<'EOF2'
+#!/usr/bin/env bash
+printf '%s\0' "$@" >"$LATE_DIR/args"
+exec -a late bash -c 'sleep 2; mapfile -d "" a <"$LATE_DIR/args"; exec "$LATE_REAL" "${a[@]}"'
+EOF2
+chmod +x "$late/etcd"
 t0=$(date +%s.%N)
-if out=$(bash e2e/cluster/up.sh api 2>&1); then
-  tap_ok "up.sh api succeeds ($(since "$t0")s)"
+if out=$(LATE_DIR=$late LATE_REAL=$(. e2e/cluster/lib.sh && kt_etcd) KT_ETCD=$late/etcd \
+  bash e2e/cluster/up.sh api 2>&1); then
+  tap_ok "up.sh api succeeds, etcd's command line naming it only after 2 s ($(since "$t0")s)"
 else
-  tap_fail "up.sh api succeeds" "$out"; tap_done; exit
+  tap_fail "up.sh api succeeds, etcd's command line naming it only after 2 s" "$out"; tap_done; exit
 fi
 # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
 . "$KT_RUN/env"
