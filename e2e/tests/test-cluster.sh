@@ -46,13 +46,14 @@ else tap_fail "up.sh api fails fast when etcd exits at start" "rc=$rc after ${dt
 
 # The etcd of this start is a wrapper whose command line does not name etcd for its first
 # 2 s, as a process's does while the kernel loads its binary (/proc/PID/cmdline empty):
-# up.sh waits for it rather than taking it for dead.
+# up.sh waits for it rather than taking it for dead. (Where up.sh gave up and the test
+# removed $late, the wrapper exits rather than start an etcd of its own.)
 late=$(mktemp -d "${TMPDIR:-/tmp}/kt-late.XXXXXX")
 trap 'bash e2e/cluster/down.sh >/dev/null 2>&1; rm -rf "$late"' EXIT
 cat >"$late/etcd" <<'EOF2'
 #!/usr/bin/env bash
 printf '%s\0' "$@" >"$LATE_DIR/args"
-exec -a late bash -c 'sleep 2; mapfile -d "" a <"$LATE_DIR/args"; exec "$LATE_REAL" "${a[@]}"'
+exec -a late bash -c 'sleep 2; mapfile -d "" a <"$LATE_DIR/args" && exec "$LATE_REAL" "${a[@]}"'
 EOF2
 chmod +x "$late/etcd"
 t0=$(date +%s.%N)
