@@ -574,6 +574,11 @@ def progress_section(src):
         rows += [["before: " + m, bsm.get(m, {}).get("cpu_percent", ""),
                   bsm.get(m, {}).get("rss_mean_mib", ""), bsm.get(m, {}).get("vmhwm_mib", "")]
                  for m in ("off", "on", "extra")]
+    wsm = d.get("without_tf_jobs", {}).get("summary", {})
+    if wsm:  # the same run's load without the TensorFlow jobs, for their own share
+        rows += [["without the TF jobs: " + m, wsm.get(m, {}).get("cpu_percent", ""),
+                  wsm.get(m, {}).get("rss_mean_mib", ""), wsm.get(m, {}).get("vmhwm_mib", "")]
+                 for m in ("off", "on", "extra")]
     lines += [table(["progress", "CPU % (median)", "RSS MiB (median of means)", "peak RSS MiB"],
                     rows), "",
               "Targets: extra RSS <= %s MiB, extra CPU <= %s %%." %
@@ -582,8 +587,12 @@ def progress_section(src):
     rows = [[w["round"], w["mode"], w["seconds"], w["cpu_percent"], w["rss_mean_mib"],
              w["vmhwm_mib"], w.get("scrapes", ""), w.get("jobs_progress_advanced", "")]
             for w in d["windows"]]
+    if any("tf_jobs_progress_advanced" in w for w in d["windows"]):
+        for r, w in zip(rows, d["windows"]):
+            r.append(w.get("tf_jobs_progress_advanced", ""))
     lines += [table(["round", "progress", "window s", "CPU %", "RSS MiB", "peak RSS MiB",
-                     "scrapes", "jobs advanced"], rows), ""]
+                     "scrapes", "jobs advanced"] +
+                    (["of them TF jobs"] if len(rows[0]) > 8 else []), rows), ""]
     return lines
 
 

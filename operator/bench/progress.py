@@ -7,6 +7,10 @@ would) with pod IPs 127.0.0.2, 127.0.0.3, ... on loopback, where one local HTTP 
 answers /metrics like the C trainer's chief (the metric names of trainer/src/prom.c, the
 step growing with time so every scrape has news to write). That server is a MOCK of the
 chiefs: the api level runs no pods, and the cost measured is the operator's side only.
+Beside them, TF_JOBS jobs of a user's program (spec.command) whose chiefs are real:
+progress_tf.py, a Keras fit() under TensorFlow from $KT_CACHE/venv-tf with the kubetrain
+package's ProgressCallback, one process per job on a port of its own that the job's
+template names "metrics", reached at its pod's loopback IP.
 Then the operator runs in alternating windows with progress off (--progress-interval 0)
 and on (the default, --progress-interval 10): restarted for each window, WARMUP seconds
 to list and settle, then WINDOW seconds sampled every 5 s: RSS (VmRSS) and CPU
@@ -28,6 +32,8 @@ import time
 import urllib.request
 
 JOBS = int(os.environ.get("BENCH_JOBS", "100"))
+TF_JOBS = int(os.environ.get("BENCH_TF_JOBS", "1"))
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def source_commit():
@@ -121,7 +127,7 @@ class Api:
 def job(i, port):
     return {
         "apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob",
-        "metadata": {"name": f"p{i:03d}", "namespace": NS},
+        "metadata": {"name": job_name(i), "namespace": NS},
         "spec": {"workers": 1, "model": "tutorial-cnn",
                  "dataset": {"name": "fashion-mnist", "path": "/data"},
                  "training": {"epochs": 1000, "stepsPerEpoch": 1000, "perWorkerBatchSize": 64,
@@ -130,6 +136,57 @@ def job(i, port):
                      "name": "trainer",
                      "ports": [{"name": "metrics", "containerPort": port}]}]}}},
     }
+
+
+def job_name(i):
+    return f"p{i:03d}"
+
+
+def tf_job(i, port):
+    """A user's TensorFlow program's job (spec.command), its metrics port declared."""
+    return {
+        "apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": tf_job_name(i), "namespace": NS},
+        "spec": {"workers": 1, "image": "kubetrain/tensorflow:0.1.0",
+                 "command": ["python3", "progress_tf.py"],
+                 "template": {"spec": {"containers": [{
+                     "name": "trainer",
+                     "ports": [{"name": "metrics", "containerPort": port}]}]}}},
+    }
+
+
+def tf_job_name(i):
+    return f"tf{i:02d}"
+
+
+def start_tf_chief(port, logdir):
+    """progress_tf.py under venv-tf's Python, the chief of a one-worker cluster, serving
+    /metrics on port; returns the process once it serves there."""
+    py = subprocess.run(["bash", "bench/pyvenv.sh", "venv-tf"], capture_output=True,
+                        text=True)
+    if py.returncode != 0:
+        raise SystemExit(f"no TensorFlow venv for the TF chief: {py.stderr.strip()}")
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.getcwd(), "python", "src"),
+               KUBETRAIN_METRICS_PORT=str(port), KUBETRAIN_AUTO_PROGRESS="0",
+               KUBETRAIN_TERMINATION_FILE=os.path.join(logdir, f"tf-{port}.term"),
+               TF_CONFIG=json.dumps({"cluster": {"worker": ["localhost:1"]},
+                                     "task": {"type": "worker", "index": 0}}),
+               TF_CPP_MIN_LOG_LEVEL="2")
+    log = open(os.path.join(logdir, f"tf-{port}.log"), "w")
+    p = subprocess.Popen([py.stdout.strip(), os.path.join(HERE, "progress_tf.py")], env=env,
+                         stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(240):
+        if p.poll() is not None:
+            raise SystemExit(f"the TF chief exited {p.returncode} (see {log.name})")
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+            if b"kubetrain_steps_total" in body:
+                return p, len(body)
+        except OSError:
+            pass
+        time.sleep(0.5)
+    p.kill()
+    raise SystemExit(f"the TF chief served no kubetrain_steps_total in 120 s (see {log.name})")
 
 
 def proc_sample(pid):
@@ -170,6 +227,7 @@ def main():
 
     oplog = open(os.path.join(os.path.dirname(run), "operator.log"), "a")
     proc = {"p": None}
+    tf_chiefs = []
 
     def start(interval):
         hp = free_port()
@@ -199,16 +257,24 @@ def main():
         for i in range(JOBS):
             api.req("POST", f"/apis/kubetrain.dev/v1alpha1/namespaces/{NS}/trainingjobs",
                     job(i, port))
+        tf_ports = {}
+        for i in range(TF_JOBS):
+            tp = free_port("0.0.0.0")
+            tf_chiefs.append(start_tf_chief(tp, os.path.dirname(run)))
+            tf_ports[tf_job_name(i)] = tp
+            api.req("POST", f"/apis/kubetrain.dev/v1alpha1/namespaces/{NS}/trainingjobs",
+                    tf_job(i, tp))
+        total = JOBS + TF_JOBS
         # The pods, as a kubelet would report them: Running, Ready, an IP on loopback.
         pods = {}
         for _ in range(240):
             items = api.req("GET", f"/api/v1/namespaces/{NS}/pods")["items"]
             pods = {p["metadata"]["name"]: p for p in items}
-            if len(pods) >= JOBS:
+            if len(pods) >= total:
                 break
             time.sleep(0.5)
-        if len(pods) < JOBS:
-            raise SystemExit(f"only {len(pods)} of {JOBS} pods created")
+        if len(pods) < total:
+            raise SystemExit(f"only {len(pods)} of {total} pods created")
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         for i, name in enumerate(sorted(pods)):
             ip = f"127.0.{(i + 2) // 256}.{(i + 2) % 256}"
@@ -226,11 +292,11 @@ def main():
         for _ in range(240):
             jobs = api.req("GET", f"/apis/kubetrain.dev/v1alpha1/namespaces/{NS}/trainingjobs")
             running = sum(1 for j in jobs["items"] if j.get("status", {}).get("phase") == "Running")
-            if running == JOBS:
+            if running == total:
                 break
             time.sleep(0.5)
-        if running != JOBS:
-            raise SystemExit(f"only {running} of {JOBS} jobs Running")
+        if running != total:
+            raise SystemExit(f"only {running} of {total} jobs Running")
         stop()
 
         windows = []
@@ -251,6 +317,7 @@ def main():
                 dt = time.time() - t0
                 steps1 = progress_steps(api)
                 advanced = sum(1 for k, v in steps1.items() if v > steps0.get(k, 0))
+                tf_advanced = sum(1 for k in tf_ports if steps1.get(k, 0) > steps0.get(k, 0))
                 stop()
                 w = {"round": r, "mode": mode, "progress_interval_s": interval,
                      "seconds": round(dt, 1), "cpu_s": round(c1 - c0, 3),
@@ -260,12 +327,16 @@ def main():
                      "scrapes": scrapes["n"] - n0,
                      "scrapes_aborted": scrapes["aborted"] - a0,
                      "jobs_progress_advanced": advanced,
+                     "tf_jobs_progress_advanced": tf_advanced,
                      "loadavg_start/end": [l0, load1()]}
                 print(json.dumps(w), file=sys.stderr, flush=True)
                 windows.append(w)
     finally:
         stop()
         srv.shutdown()
+        for p, _ in tf_chiefs:
+            p.terminate()
+            p.wait(30)
 
     def agg(mode, key):
         return round(statistics.median(w[key] for w in windows if w["mode"] == mode), 3)
@@ -281,8 +352,12 @@ def main():
                 if l.startswith("model name")), "?")
     doc = {
         "benchmark": f"progress cost: the operator with {JOBS} Running jobs whose chiefs serve "
-                     "/metrics, progress scraping on (--progress-interval 10, the default) vs "
-                     "off (0), api-level cluster (e2e/cluster/up.sh api)",
+                     f"/metrics and {TF_JOBS} TensorFlow program's job(s) whose chief serves "
+                     "the kubetrain package's /metrics, progress scraping on "
+                     "(--progress-interval 10, the default) vs off (0), api-level cluster "
+                     "(e2e/cluster/up.sh api)",
+        "jobs": JOBS,
+        "tf_jobs": TF_JOBS,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": COMMIT,
         "machine": {"arch": platform.machine(), "nproc": os.cpu_count(), "cpu": cpu,
@@ -292,7 +367,11 @@ def main():
                 "set Running by this script with IPs 127.0.0.2.. on loopback, and one local "
                 "HTTP server answers every chief's /metrics (on the port the jobs' templates "
                 "name 'metrics') with the C trainer's metric names (trainer/src/prom.c), the "
-                "step growing 5/s so that every scrape leads to a status write",
+                "step growing 5/s so that every scrape leads to a status write. The TensorFlow "
+                "jobs' chiefs are REAL: operator/bench/progress_tf.py, a Keras fit() under "
+                "TensorFlow with kubetrain.keras.ProgressCallback, its /metrics served by "
+                "prometheus_client (" + ", ".join(f"{n} bytes" for _, n in tf_chiefs) +
+                "), one process per job on this machine, at its pod's loopback IP",
         "definitions": {
             "cpu_percent": "operator user+system CPU over the window / window, percent of one core",
             "rss_mean_mib": "mean of the operator's VmRSS sampled every 5 s in the window",
@@ -303,7 +382,9 @@ def main():
             "scrapes": "/metrics requests the mock answered in the window",
             "scrapes_aborted": "of those, answers the operator no longer read (it gave up after "
                                "its 2 s scrape timeout)",
-            "jobs_progress_advanced": "jobs whose status.progress.step grew during the window"},
+            "jobs_progress_advanced": "jobs whose status.progress.step grew during the window "
+                                      "(TensorFlow jobs included)",
+            "tf_jobs_progress_advanced": "of those, TensorFlow program jobs"},
         "targets": {"extra_rss_mib": 1, "extra_cpu_percent": 1},
         "windows": windows,
         "summary": summary,
