@@ -8,6 +8,7 @@
 
 #include "idx.h"
 #include "npy.h"
+#include "remote.h"
 #include "tfrecord.h"
 #include "util.h"
 
@@ -82,7 +83,9 @@ static int parse_spec(const char *spec, Spec *sp, char *err, size_t errlen)
         for (const char *q = p; *q; q++) empty |= *q == ',' && (q == p || !q[1] || q[-1] == ',');
         if (!empty && !take(sp->path, sizeof sp->path, p, strlen(p))) return 0;
     }
-    snprintf(err, errlen, "'%.200s': %s", spec, SPEC_EXPECTED);
+    char shown[4096];
+    remote_redact(spec, shown, sizeof shown);
+    snprintf(err, errlen, "'%.200s': %s", shown, SPEC_EXPECTED);
     return -EINVAL;
 }
 
