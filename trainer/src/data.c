@@ -164,17 +164,15 @@ int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg
     p->cfg = *cfg;
     p->pixels = source_example_size(src);
     p->stream_seed = cfg->seed;
-    size_t b = (size_t)len, w = (size_t)cfg->world, r = (size_t)cfg->rank;
+    size_t b = (size_t)len, r = (size_t)cfg->rank;
     p->size = b;
     switch (cfg->policy) {
     case SHARD_AUTO:
     case SHARD_DATA:
         p->begin = 0, p->n = src->count, p->take = (size_t)global, p->offset = (size_t)first;
         break;
-    case SHARD_FILE:
-        p->begin = src->count * r / w;
-        p->n = src->count * (r + 1) / w - p->begin;
-        p->take = b, p->offset = 0;
+    case SHARD_FILE: /* the source holds this rank's files alone */
+        p->begin = 0, p->n = src->count, p->take = b, p->offset = 0;
         break;
     case SHARD_OFF:
         p->begin = 0, p->n = src->count, p->take = b, p->offset = 0;

@@ -13,8 +13,9 @@
  *     dataset; a step consumes global_batch = batch * world examples and rank r takes
  *     the slice [r*batch, (r+1)*batch). N workers with batch b see exactly the examples
  *     one worker with batch N*b sees.
- *   SHARD_FILE: the (single) file is split into `world` contiguous parts; rank r
- *     shuffles and walks only part r (its own stream, batch examples per step).
+ *   SHARD_FILE: tf.data's AutoShardPolicy.FILE: the source holds only this rank's files
+ *     (SourceOptions.file_shard: files r, r + world, ...); the rank shuffles and walks
+ *     them as its own stream, its slice's size per step.
  *   SHARD_OFF: every worker walks the whole dataset in its own order (seed + rank).
  * Deterministic for a given seed. */
 #ifndef KT_DATA_H

@@ -712,7 +712,7 @@ static int expand(const char *pattern, int after_url, char ***v, size_t *n, size
 
 /* Every file of patterns, in the source's order, into *names (*n of them; free each and
  * the array). The whole list comes first, so that a pattern that matches nothing fails
- * before any file is read. */
+ * before any file is read and file sharding knows the count. */
 static int list_files(const char *patterns, char ***names, size_t *n, char *err, size_t errlen)
 {
     char pattern[4096];
@@ -750,17 +750,38 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
     char **names;
     size_t files;
     int rc = list_files(patterns, &names, &files, err, errlen);
-    for (size_t i = 0; i < files && !rc; i++) {
+    const size_t step = o->file_shards > 1 ? (size_t)o->file_shards : 1;
+    const size_t first = step > 1 ? (size_t)o->file_shard : 0;
+    if (!rc && files < step) {
+        snprintf(err, errlen,
+                 "tfrecord:%.4000s: %zu files for %zu workers (--shard-policy file gives each "
+                 "worker whole files: expected at least one file per worker, or --shard-policy "
+                 "data)",
+                 shown, files, step);
+        rc = -EINVAL;
+    }
+    size_t mine = 0, used = 0;
+    char which[128] = "";
+    for (size_t i = first; i < files && !rc; i += step, mine++) {
+        if (used < sizeof which - 24)
+            used +=
+                (size_t)snprintf(which + used, sizeof which - used, "%s%zu", mine ? ", " : "", i);
+        else if (!strstr(which, "..."))
+            used += (size_t)snprintf(which + used, sizeof which - used, ", ...");
         char name[4096];
         remote_redact(names[i], name, sizeof name);
         File f = {.path = names[i], .name = name};
         rc = add_file(&b, &f, err, errlen);
         free(f.buf);
     }
+    if (!rc && step > 1)
+        util_log("file sharding: worker %zu of %zu reads files [%s] of %zu (by number from 0, "
+                 "in name order): %zu examples",
+                 first, step, which, files, s->count);
     for (size_t i = 0; i < files; i++) free(names[i]);
     free(names);
     if (!rc && s->count == 0) {
-        snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", shown, files);
+        snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", shown, mine);
         rc = -EINVAL;
     }
     return rc;
