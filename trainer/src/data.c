@@ -27,6 +27,11 @@ const char *data_shard_policy_name(ShardPolicy p)
     return policy_names[p];
 }
 
+int data_shard_per_rank(ShardPolicy p)
+{
+    return p == SHARD_FILE || p == SHARD_OFF;
+}
+
 struct Pipeline {
     const Source *src;
     PipelineConfig cfg;
@@ -230,6 +235,14 @@ void pipeline_seek(Pipeline *p, PipelineCursor c)
     p->head = p->filled = p->held = 0;
     p->produce_at = p->consumed = c;
     start(p);
+}
+
+PipelineCursor pipeline_cursor_at_step(const Pipeline *p, uint64_t steps)
+{
+    /* steps * take examples, split as (steps / n) * n * take + (steps % n) * take so that
+     * nothing overflows: the remainder's product is below n * take <= n^2 < 2^64 */
+    const uint64_t n = p->n, rem = (steps % n) * p->take;
+    return (PipelineCursor){.data_epoch = steps / n * p->take + rem / n, .position = rem % n};
 }
 
 size_t pipeline_steps_per_pass(const Pipeline *p)

@@ -264,7 +264,16 @@ void trainer_seek(Trainer *t, const TrainState *st)
         t->st.epoch++;
         t->st.step_in_epoch = 0;
     }
-    pipeline_seek(t->pipe, st->cursor);
+    /* each rank's own stream is where its steps took it */
+    if (data_shard_per_rank(t->cfg.shard_policy))
+        t->st.cursor = pipeline_cursor_at_step(t->pipe, (uint64_t)st->global_step);
+    pipeline_seek(t->pipe, t->st.cursor);
+}
+
+PipelineCursor trainer_shared_cursor(const Trainer *t)
+{
+    if (data_shard_per_rank(t->cfg.shard_policy)) return (PipelineCursor){0, 0};
+    return t->st.cursor;
 }
 
 void trainer_detach_collective(Trainer *t)

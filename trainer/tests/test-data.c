@@ -251,11 +251,17 @@ static void test_file_and_off_shards(void **s)
                              .world = 2,
                              .policy = SHARD_FILE};
         /* the source holds the rank's files alone (source.h), so the rank walks all of
-         * it: 30 steps of 5 are one pass of 103 and 47 of the next */
+         * it: 30 steps of 5 are one pass of 103 and 47 of the next; after each step its
+         * cursor is the one computed from the step alone, as a resume computes it */
         Pipeline *p;
         char err[256];
         assert_int_equal(pipeline_create(&p, &ds, &pc, err, sizeof err), 0);
-        for (int step = 1; step <= 30; step++) pipeline_next(p);
+        for (uint64_t step = 1; step <= 30; step++) {
+            pipeline_next(p);
+            PipelineCursor got = pipeline_cursor(p), want = pipeline_cursor_at_step(p, step);
+            assert_int_equal(got.data_epoch, want.data_epoch);
+            assert_int_equal(got.position, want.position);
+        }
         assert_int_equal(pipeline_cursor(p).data_epoch, 1);
         assert_int_equal(pipeline_cursor(p).position, 150 - COUNT);
         pipeline_free(p);

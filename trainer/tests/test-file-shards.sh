@@ -5,14 +5,22 @@
 # two workers' streams differ in length. Worker 0 reads files 0, 2, 4 (211 examples) and
 # worker 1 files 1, 3 (140); six workers for five files exit 3 naming both counts, as
 # TensorFlow raises; an idx source (one file) for two workers exits 3; --steps-per-epoch
-# 0 exits 2 (the workers' passes differ in length).
+# 0 exits 2 (the workers' passes differ in length). A SIGKILLed worker, the group
+# restarted from the newest checkpoint and a live recovery's replacement, each end with
+# the uninterrupted run's weights hash: every rank resumes at its own place in its own
+# stream, not at the chief's.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
 BIN=${TRAINER_OPT:-${BUILD:-build}/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+lpid=
+cleanup() {
+  [[ -n $lpid ]] && { kill -9 "$lpid" 2>/dev/null; pkill -9 -P "$lpid" 2>/dev/null; }
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 export KUBETRAIN_TERMINATION_FILE=$tmp/termination OPENBLAS_NUM_THREADS=1
 unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE KUBETRAIN_DATA KUBETRAIN_DATA_DIR \
   KUBETRAIN_DATASET KUBETRAIN_SHARD_POLICY
@@ -112,4 +120,33 @@ launch_exit "--steps-per-epoch 0" 2 \
   "--steps-per-epoch 0 with --shard-policy file: the workers' files hold different numbers" \
   --workers 2 "${one[@]}" --data "tfrecord:$tmp/train-*" --steps-per-epoch 0
 
+# --- exact resume ---------------------------------------------------------------------
+wait_for() { # seconds cmd...: polls cmd every 0.05 s
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
+}
+worker_pid() { # err index: the newest pid the launcher reported for worker i
+  sed -n "s/.*launch: worker $2: pid \([0-9]*\),.*/\1/p" "$1" | tail -1
+}
+# killed NAME DESC ARGS...: launch with ARGS, SIGKILL of worker 1 once the checkpoint of
+# step 60 is written (its stream has wrapped: 140 examples, 16 a step), the hash compared.
+killed() {
+  local name=$1 desc=$2 rc; shift 2
+  "$BIN" launch --workers 2 "${run[@]}" --checkpoint-dir "$tmp/ck-$name" "$@" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  lpid=$!
+  wait_for 120 test -e "$tmp/ck-$name/ckpt-60.kt"
+  kill -9 "$(worker_pid "$tmp/$name.err" 1)" 2>/dev/null
+  wait "$lpid"; rc=$?; lpid=
+  local got spawns
+  got=$(hashes "$tmp/$name.out")
+  spawns=$(grep -c "launch: worker 1: pid " "$tmp/$name.err")
+  if [[ $rc -eq 0 && $got == "$want" && $spawns -eq 2 ]]; then
+    tap_ok "$desc: the uninterrupted run's weights hash"
+  else tap_fail "$desc" "rc=$rc, '$got' vs '$want', $spawns starts: $(log_of "$name" | tail -6)"
+  fi
+}
+killed restart "SIGKILL of worker 1, the group restarted from the checkpoint" \
+  --recovery-timeout 0 --max-restarts 1
+killed live "SIGKILL of worker 1, a live recovery" --recovery-timeout 30
 tap_done
