@@ -8,7 +8,7 @@
 # 0 exits 2 (the workers' passes differ in length). A SIGKILLed worker, the group
 # restarted from the newest checkpoint and a live recovery's replacement, each end with
 # the uninterrupted run's weights hash: every rank resumes at its own place in its own
-# stream, not at the chief's.
+# stream, not at the chief's. A shrink from 3 workers to 2 re-reads each survivor's files.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -149,4 +149,28 @@ killed() {
 killed restart "SIGKILL of worker 1, the group restarted from the checkpoint" \
   --recovery-timeout 0 --max-restarts 1
 killed live "SIGKILL of worker 1, a live recovery" --recovery-timeout 30
+
+# --- a shrink -----------------------------------------------------------------------
+# Three workers (files [0, 3], [1, 4], [2]); worker 2 killed with no restart left and
+# --min-workers 2: the two others go on as ranks 0 and 1 of 2, each reading the files of
+# its new rank.
+"$BIN" launch --workers 3 --max-restarts 0 --min-workers 2 "${run[@]}" --recovery-timeout 30 \
+  --checkpoint-dir "$tmp/ck-shrink" >"$tmp/shrink.out" 2>"$tmp/shrink.err" &
+lpid=$!
+wait_for 120 test -e "$tmp/ck-shrink/ckpt-60.kt"
+kill -9 "$(worker_pid "$tmp/shrink.err" 2)" 2>/dev/null
+wait "$lpid"; rc=$?; lpid=
+bad=()
+[[ $rc -eq 0 ]] || bad+=("rc=$rc")
+grep -q "elastic: shrinking from 3 to 2 workers" "$tmp/shrink.err" || bad+=("no shrink")
+for w in "0:0, 2, 4:211" "1:1, 3:140"; do
+  IFS=: read -r i files n <<<"$w"
+  grep -qF "[worker $i] kubetrain-trainer[rank $i]: file sharding: worker $i of 2 reads files \
+[$files] of 5 (by number from 0, in name order): $n examples" "$tmp/shrink.err" ||
+    bad+=("worker $i did not read files $files")
+done
+[[ $(hashes "$tmp/shrink.out" | wc -l) -eq 1 ]] || bad+=("the survivors' weights differ")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "a shrink from 3 to 2 workers: the survivors read the files of their new ranks"
+else tap_fail "a shrink from 3 to 2 workers" "${bad[*]}: $(log_of shrink | tail -8)"; fi
 tap_done
