@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remote.h"
+
 typedef enum {
     OPT_STR,
     OPT_INT,
@@ -268,10 +270,12 @@ static int resolve_sources(Config *c, const char *data_who, const char *eval_who
         return -EINVAL;
     }
     if (source_eval_spec(c->data, c->eval_data, sizeof c->eval_data) && c->eval) {
+        char shown[4096];
+        remote_redact(c->data, shown, sizeof shown);
         snprintf(err, errlen,
                  "--eval: expected --eval-data SOURCE with %s %.200s (a pair of .npy files "
                  "or TFRecord files hold one set of examples)",
-                 data_who, c->data);
+                 data_who, shown);
         return -EINVAL;
     }
     return 0;

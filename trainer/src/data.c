@@ -27,6 +27,11 @@ const char *data_shard_policy_name(ShardPolicy p)
     return policy_names[p];
 }
 
+int data_shard_per_rank(ShardPolicy p)
+{
+    return p == SHARD_FILE || p == SHARD_OFF;
+}
+
 struct Pipeline {
     const Source *src;
     PipelineConfig cfg;
@@ -164,17 +169,15 @@ int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg
     p->cfg = *cfg;
     p->pixels = source_example_size(src);
     p->stream_seed = cfg->seed;
-    size_t b = (size_t)len, w = (size_t)cfg->world, r = (size_t)cfg->rank;
+    size_t b = (size_t)len, r = (size_t)cfg->rank;
     p->size = b;
     switch (cfg->policy) {
     case SHARD_AUTO:
     case SHARD_DATA:
         p->begin = 0, p->n = src->count, p->take = (size_t)global, p->offset = (size_t)first;
         break;
-    case SHARD_FILE:
-        p->begin = src->count * r / w;
-        p->n = src->count * (r + 1) / w - p->begin;
-        p->take = b, p->offset = 0;
+    case SHARD_FILE: /* the source holds this rank's files alone */
+        p->begin = 0, p->n = src->count, p->take = b, p->offset = 0;
         break;
     case SHARD_OFF:
         p->begin = 0, p->n = src->count, p->take = b, p->offset = 0;
@@ -232,6 +235,14 @@ void pipeline_seek(Pipeline *p, PipelineCursor c)
     p->head = p->filled = p->held = 0;
     p->produce_at = p->consumed = c;
     start(p);
+}
+
+PipelineCursor pipeline_cursor_at_step(const Pipeline *p, uint64_t steps)
+{
+    /* steps * take examples, split as (steps / n) * n * take + (steps % n) * take so that
+     * nothing overflows: the remainder's product is below n * take <= n^2 < 2^64 */
+    const uint64_t n = p->n, rem = (steps % n) * p->take;
+    return (PipelineCursor){.data_epoch = steps / n * p->take + rem / n, .position = rem % n};
 }
 
 size_t pipeline_steps_per_pass(const Pipeline *p)

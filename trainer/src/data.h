@@ -13,9 +13,12 @@
  *     dataset; a step consumes global_batch = batch * world examples and rank r takes
  *     the slice [r*batch, (r+1)*batch). N workers with batch b see exactly the examples
  *     one worker with batch N*b sees.
- *   SHARD_FILE: the (single) file is split into `world` contiguous parts; rank r
- *     shuffles and walks only part r (its own stream, batch examples per step).
+ *   SHARD_FILE: tf.data's AutoShardPolicy.FILE: the source holds only this rank's files
+ *     (SourceOptions.file_shard: files r, r + world, ...); the rank shuffles and walks
+ *     them as its own stream, its slice's size per step.
  *   SHARD_OFF: every worker walks the whole dataset in its own order (seed + rank).
+ * FILE and OFF give each rank a stream of its own, whose cursor differs from rank to rank:
+ * a rank's place there follows from the steps taken (pipeline_cursor_at_step).
  * Deterministic for a given seed. */
 #ifndef KT_DATA_H
 #define KT_DATA_H
@@ -30,6 +33,9 @@ typedef enum { SHARD_AUTO = 0, SHARD_DATA, SHARD_FILE, SHARD_OFF } ShardPolicy;
 /* Parses "auto", "data", "file", "off"; returns 0 or -EINVAL. */
 int data_parse_shard_policy(const char *s, ShardPolicy *out);
 const char *data_shard_policy_name(ShardPolicy p);
+
+/* 1 when p gives each rank a stream of its own (FILE, OFF), 0 for the one global stream. */
+int data_shard_per_rank(ShardPolicy p);
 
 typedef struct {
     uint64_t data_epoch; /* which pass over this worker's stream */
@@ -79,6 +85,11 @@ PipelineCursor pipeline_cursor(const Pipeline *p);
  * past the end of a pass is the same as the one it reaches in a later pass, arrived at
  * arithmetically, however far. */
 void pipeline_seek(Pipeline *p, PipelineCursor c);
+
+/* Where this rank's stream stands after `steps` steps from the start of the run, each
+ * taking this rank's share: the cursor of a per-rank stream (data_shard_per_rank), which
+ * a resume and a live recovery compute for themselves since every rank's differs. */
+PipelineCursor pipeline_cursor_at_step(const Pipeline *p, uint64_t steps);
 
 /* Steps in one pass over this worker's stream (examples per pass / examples per step):
  * what --steps-per-epoch 0 means. */

@@ -338,8 +338,9 @@ static int checkpoint_save(Trainer *t, int world, int if_newest, int *exit_code,
     cs.global_step = (uint64_t)t->st.global_step;
     cs.seed = t->cfg.seed;
     cs.rng_state = t->cfg.seed; /* dropout masks derive from (seed, global step, rank) */
-    cs.data_epoch = t->st.cursor.data_epoch;
-    cs.data_position = t->st.cursor.position;
+    const PipelineCursor cur = trainer_shared_cursor(t);
+    cs.data_epoch = cur.data_epoch;
+    cs.data_position = cur.position;
     cs.optimizer_iter = (uint64_t)t->opt->iterations;
     double t0 = util_now();
     int rc = trainer_sync_host(t, err, errlen);
@@ -444,20 +445,21 @@ static void restore_checkpoint(Trainer *t, SyncState *ss)
     if (cs.seed != t->cfg.seed)
         util_log("warning: %s was written with --seed %llu, this run has --seed %llu", info.path,
                  (unsigned long long)cs.seed, (unsigned long long)t->cfg.seed);
+    /* With file/off sharding each rank's stream has a cursor of its own, which
+     * trainer_seek computes from the global step; one written before that rule (the
+     * chief's) would not fit the other ranks' streams. */
+    const int global = !data_shard_per_rank(t->cfg.shard_policy);
+    if (!global) ss->data_epoch = ss->position = 0;
     /* Another world size: weights and optimizer carry over; the data is re-sharded. With
      * auto/data sharding every rank walks one global stream whose cursor counts examples
-     * of all ranks, so it continues at the same example; with file/off sharding the
-     * per-rank streams change, so the new shards start at the beginning of the same data
-     * epoch. */
-    if (cs.world != (uint32_t)t->coll->world) {
-        int global = t->cfg.shard_policy == SHARD_AUTO || t->cfg.shard_policy == SHARD_DATA;
-        if (!global) ss->position = 0;
+     * of all ranks, so it continues at the same example; with file/off sharding each new
+     * shard is where a run of this size would be at that step. */
+    if (cs.world != (uint32_t)t->coll->world)
         util_log("%s was written by %u workers, this run has %d: weights and optimizer "
                  "restored, data re-sharded (%s)",
                  info.path, cs.world, t->coll->world,
                  global ? "the global stream continues at the same example"
-                        : "the new shards start the same data epoch from the beginning");
-    }
+                        : "each new shard is where a run of this size would be at that step");
     if (t->coll->rank == 0)
         util_log("resuming from %s: epoch %llu, step %llu of the epoch, global step %llu",
                  info.path, (unsigned long long)cs.epoch + 1, (unsigned long long)cs.step_in_epoch,
@@ -568,7 +570,8 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
         if ((rc = trainer_sync_host(t, err, errlen))) util_fail(KT_EXIT_RETRY, "%s", err);
         ss.epoch = (uint64_t)t->st.epoch, ss.step_in_epoch = (uint64_t)t->st.step_in_epoch;
         ss.global_step = (uint64_t)t->st.global_step;
-        ss.data_epoch = t->st.cursor.data_epoch, ss.position = t->st.cursor.position;
+        const PipelineCursor cur = trainer_shared_cursor(t);
+        ss.data_epoch = cur.data_epoch, ss.position = cur.position;
         ss.opt_iter = (uint64_t)t->opt->iterations;
         ss.ckpt_step = t->ckpt_step;
         ss.ckpt_time = t->ckpt_time;

@@ -177,10 +177,10 @@ static int conf_load(Conf *c, char *err, size_t errlen)
 
 /* ---------------------------------------------------------------- URLs */
 
-/* An object's address: its URL for messages, the URL requested, and whether S3's
- * signing and error codes apply. */
+/* An object's address: its URL for messages (remote_redact's), the URL requested, and
+ * whether S3's signing and error codes apply. */
 typedef struct {
-    const char *name;
+    char name[4096];
     char url[8192];
     int s3;
 } Target;
@@ -193,6 +193,54 @@ static int has_prefix(const char *s, const char *p)
 int remote_is_url(const char *path)
 {
     return has_prefix(path, "s3://") || has_prefix(path, "http://") || has_prefix(path, "https://");
+}
+
+/* Appends n bytes of s to out (a string of *used bytes, outlen in all) as far as they
+ * fit. */
+static void put(char *out, size_t outlen, size_t *used, const char *s, size_t n)
+{
+    if (*used + n >= outlen) n = outlen - 1 - *used;
+    memcpy(out + *used, s, n);
+    *used += n;
+    out[*used] = '\0';
+}
+
+void remote_redact(const char *text, char *out, size_t outlen)
+{
+    static const char hidden[] = "[redacted]";
+    size_t used = 0;
+    if (!outlen) return;
+    out[0] = '\0';
+    while (*text) {
+        const char *scheme = strstr(text, "://");
+        /* the URL's scheme: a few letters before "://" that remote_is_url takes */
+        const char *start = scheme;
+        while (start && start > text && isalnum((unsigned char)start[-1])) start--;
+        if (!scheme || !remote_is_url(start)) {
+            const size_t n = scheme ? (size_t)(scheme - text) + 3 : strlen(text);
+            put(out, outlen, &used, text, n);
+            text += n;
+            continue;
+        }
+        put(out, outlen, &used, text, (size_t)(scheme + 3 - text));
+        const int http = !has_prefix(start, "s3://");
+        const char *end = scheme + 3 + strcspn(scheme + 3, ",");
+        const char *host = scheme + 3, *path = host + strcspn(host, http ? "/?#," : "/,");
+        const char *at = NULL;
+        for (const char *q = host; q < path; q++)
+            if (*q == '@') at = q; /* the last '@': a password may hold one */
+        if (at) {
+            put(out, outlen, &used, hidden, strlen(hidden));
+            host = at;
+        }
+        const char *query = http ? path + strcspn(path, "?#,") : end;
+        put(out, outlen, &used, host, (size_t)(query - host));
+        if (query < end) {
+            put(out, outlen, &used, "?", 1);
+            put(out, outlen, &used, hidden, strlen(hidden));
+        }
+        text = end;
+    }
 }
 
 /* Appends s percent-encoded as SigV4 wants it (all but A-Za-z0-9-_.~, and '/' when
@@ -225,18 +273,18 @@ static int split_s3(const char *url, char *bucket, size_t blen, const char **key
 
 static int target_of(const Conf *c, const char *url, Target *t, char *err, size_t errlen)
 {
-    t->name = url;
+    remote_redact(url, t->name, sizeof t->name);
     t->s3 = has_prefix(url, "s3://");
     char bucket[256] = "";
     const char *key = "";
     if (t->s3 && (split_s3(url, bucket, sizeof bucket, &key) || !*key)) {
-        snprintf(err, errlen, "%s: expected s3://BUCKET/KEY", url);
+        snprintf(err, errlen, "%s: expected s3://BUCKET/KEY", t->name);
         return -EINVAL;
     }
     const int n = t->s3 ? snprintf(t->url, sizeof t->url, "%s/%s/", c->endpoint, bucket)
                         : snprintf(t->url, sizeof t->url, "%s", url);
     if (n >= (int)sizeof t->url || (t->s3 && append_encoded(t->url, sizeof t->url, key, 1))) {
-        snprintf(err, errlen, "%s: the URL is too long", url);
+        snprintf(err, errlen, "%s: the URL is too long", t->name);
         return -EINVAL;
     }
     return 0;
@@ -537,7 +585,8 @@ static int list_s3(const Conf *c, const char *pattern, const char *bucket, const
     int rc = 0, more = 1;
     while (!rc && more) {
         Transfer t = {0};
-        Target tg = {.name = pattern, .s3 = 1};
+        Target tg = {.s3 = 1};
+        remote_redact(pattern, tg.name, sizeof tg.name);
         /* Query parameters in name order: SigV4 signs them sorted. */
         snprintf(url, sizeof url, "%s/%s?", c->endpoint, bucket);
         if (*token) {
@@ -548,7 +597,7 @@ static int list_s3(const Conf *c, const char *pattern, const char *bucket, const
         strncat(url, "list-type=2&prefix=", sizeof url - strlen(url) - 1);
         if (rc || append_encoded(url, sizeof url, prefix, 0) ||
             snprintf(tg.url, sizeof tg.url, "%s", url) >= (int)sizeof tg.url) {
-            snprintf(err, errlen, "%s: the listing's URL is too long", pattern);
+            snprintf(err, errlen, "%s: the listing's URL is too long", tg.name);
             return -EINVAL;
         }
         if ((rc = transfer(c, &tg, &t, 0, err, errlen))) {
@@ -561,7 +610,7 @@ static int list_s3(const Conf *c, const char *pattern, const char *bucket, const
         more = xml_next(&q, "IsTruncated", flag, sizeof flag) && !strcmp(flag, "true");
         q = p;
         if (more && !xml_next(&q, "NextContinuationToken", token, sizeof token)) {
-            snprintf(err, errlen, "%s: a truncated listing without NextContinuationToken", pattern);
+            snprintf(err, errlen, "%s: a truncated listing without NextContinuationToken", tg.name);
             rc = -EINVAL;
         }
         for (q = p; !rc && xml_next(&q, "Key", key, sizeof key);) {
@@ -577,7 +626,7 @@ static int list_s3(const Conf *c, const char *pattern, const char *bucket, const
 int remote_list(const char *pattern, char ***urls, size_t *n, char *err, size_t errlen)
 {
     Conf c;
-    char bucket[256];
+    char bucket[256], shown[4096];
     const char *glob;
     int rc;
     size_t cap = 0;
@@ -588,8 +637,9 @@ int remote_list(const char *pattern, char ***urls, size_t *n, char *err, size_t 
     }
     if (split_s3(pattern, bucket, sizeof bucket, &glob) ||
         strcspn(bucket, "*?[") < strlen(bucket)) {
+        remote_redact(pattern, shown, sizeof shown);
         snprintf(err, errlen, "%s: expected s3://BUCKET/KEY-PATTERN (globs in the key only)",
-                 pattern);
+                 shown);
         return -EINVAL;
     }
     if ((rc = conf_load(&c, err, errlen)) ||
@@ -599,10 +649,11 @@ int remote_list(const char *pattern, char ***urls, size_t *n, char *err, size_t 
         return rc;
     }
     if (*n == 0) {
+        remote_redact(pattern, shown, sizeof shown);
         snprintf(err, errlen,
                  "%s: matches no object (check the bucket, the prefix and the "
                  "endpoint)",
-                 pattern);
+                 shown);
         return -ENOENT;
     }
     qsort(*urls, *n, sizeof **urls, by_string);

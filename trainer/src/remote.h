@@ -15,7 +15,8 @@
  *                          aws_session_token
  *     KUBETRAIN_REMOTE_RETRIES   retries of a request (default 5), after 0.5 s, 1 s, ...
  *     KUBETRAIN_REMOTE_TIMEOUT   seconds without a byte before a request fails (default 30)
- * Credentials never appear in a message. Objects are read in ranges; a 5xx, a 429, a
+ * Credentials never appear in a message, nor does what else a URL may carry: every message
+ * names an object as remote_redact shows it. Objects are read in ranges; a 5xx, a 429, a
  * timeout or a broken connection is retried (the bytes already read are kept). */
 #ifndef KT_REMOTE_H
 #define KT_REMOTE_H
@@ -25,6 +26,14 @@
 
 /* 1 when path is an s3://, http:// or https:// URL, else 0. */
 int remote_is_url(const char *path);
+
+/* Copies text into out (outlen bytes, truncated to fit) with each URL in it
+ * (s3://, http://, https://, up to the next ',' or the text's end) shown without what
+ * may be a secret: userinfo (user:pass@) becomes "[redacted]@", and an http(s) URL's
+ * query and fragment (a presigned URL's X-Amz-Signature and X-Amz-Credential) become
+ * "?[redacted]". The scheme, host, bucket and key stay, to say which object. An s3://
+ * key keeps its '?': there it is a glob character, not a query. */
+void remote_redact(const char *text, char *out, size_t outlen);
 
 /* The objects of pattern, a URL: for s3://BUCKET/GLOB the keys that match GLOB (fnmatch,
  * '*' not crossing '/'), listed under GLOB's literal prefix with ListObjectsV2 and

@@ -8,6 +8,7 @@
 
 #include "idx.h"
 #include "npy.h"
+#include "remote.h"
 #include "tfrecord.h"
 #include "util.h"
 
@@ -82,8 +83,15 @@ static int parse_spec(const char *spec, Spec *sp, char *err, size_t errlen)
         for (const char *q = p; *q; q++) empty |= *q == ',' && (q == p || !q[1] || q[-1] == ',');
         if (!empty && !take(sp->path, sizeof sp->path, p, strlen(p))) return 0;
     }
-    snprintf(err, errlen, "'%.200s': %s", spec, SPEC_EXPECTED);
+    char shown[4096];
+    remote_redact(spec, shown, sizeof shown);
+    snprintf(err, errlen, "'%.200s': %s", shown, SPEC_EXPECTED);
     return -EINVAL;
+}
+
+static const char *spec_kind_name(Kind k)
+{
+    return k == KIND_IDX ? "idx" : k == KIND_NPZ ? "npz" : k == KIND_NPY ? "npy" : "tfrecord";
 }
 
 int source_check_spec(const char *spec, char *err, size_t errlen)
@@ -220,6 +228,15 @@ int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
     int rc;
     memset(s, 0, sizeof *s);
     if ((rc = parse_spec(spec, &sp, err, errlen))) return rc;
+    if (sp.kind != KIND_TFRECORD && o && o->file_shards > 1) {
+        char shown[4096];
+        remote_redact(spec, shown, sizeof shown);
+        snprintf(err, errlen,
+                 "%s: 1 file for %d workers (--shard-policy file gives each worker whole files, "
+                 "and an %s source is one: use --shard-policy data, or TFRecord shards)",
+                 shown, o->file_shards, spec_kind_name(sp.kind));
+        return -EINVAL;
+    }
     if (sp.kind == KIND_IDX) {
         if ((rc = idx_open(s, sp.path, role == SOURCE_TRAIN ? "train" : "t10k", err, errlen)))
             return rc;

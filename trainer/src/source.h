@@ -44,6 +44,11 @@ typedef struct {
     const char *image_feature; /* the image: bytes_list (PNG, JPEG, raw) or float_list */
     const char *label_feature; /* the label: int64_list */
     int image_shape[3];        /* H, W, C of raw bytes and float_lists; 0s: encoded images */
+    /* File sharding (tf.data's AutoShardPolicy.FILE): with file_shards > 1, only the files
+     * file_shard, file_shard + file_shards, ... of the source's files in its order; fewer
+     * files than file_shards is an error naming both counts. An idx, npz or npy source is
+     * one file. */
+    int file_shard, file_shards;
 } SourceOptions;
 
 /* The defaults: features "image" and "label" (as TFDS names them), no image shape. */

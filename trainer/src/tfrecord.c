@@ -11,6 +11,7 @@
 
 #include "image.h"
 #include "remote.h"
+#include "util.h"
 
 /* ---------------------------------------------------------------- CRC-32C */
 
@@ -374,6 +375,7 @@ typedef enum { COMP_NONE = 0, COMP_GZIP, COMP_ZLIB } Compression;
 /* One file's records, uncompressed in memory. */
 typedef struct {
     const char *path;
+    const char *name; /* the path for messages: a URL as remote_redact shows it */
     Compression comp;
     uint8_t *buf;
     size_t len;
@@ -400,7 +402,7 @@ static int read_whole(File *f, char *err, size_t errlen)
     FILE *fp = fopen(f->path, "rb");
     if (!fp) {
         int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", f->path, strerror(e));
+        snprintf(err, errlen, "%s: cannot open: %s", f->name, strerror(e));
         return -e;
     }
     size_t cap = 0;
@@ -413,7 +415,7 @@ static int read_whole(File *f, char *err, size_t errlen)
     }
     if (!rc && ferror(fp)) rc = errno ? -errno : -EIO;
     fclose(fp);
-    if (rc) snprintf(err, errlen, "%s: cannot read: %s", f->path, strerror(-rc));
+    if (rc) snprintf(err, errlen, "%s: cannot read: %s", f->name, strerror(-rc));
     return rc;
 }
 
@@ -442,7 +444,7 @@ static int inflate_file(File *f, char *err, size_t errlen)
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, f->comp == COMP_GZIP ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
-        snprintf(err, errlen, "%s: cannot start zlib", f->path);
+        snprintf(err, errlen, "%s: cannot start zlib", f->name);
         return -ENOMEM;
     }
     uint8_t *out = NULL;
@@ -481,7 +483,7 @@ static int inflate_file(File *f, char *err, size_t errlen)
     }
     inflateEnd(&z);
     if (rc) {
-        snprintf(err, errlen, "%s (%s): %s, at compressed byte %zu", f->path, comp_name(f->comp),
+        snprintf(err, errlen, "%s (%s): %s, at compressed byte %zu", f->name, comp_name(f->comp),
                  why, in);
         free(out);
         return rc;
@@ -515,7 +517,7 @@ static int fail_at(char *err, size_t errlen, const File *f, size_t off, const ch
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(err, errlen, "%s: record at byte %zu%s%s%s%s%s: %s", f->path, off,
+    snprintf(err, errlen, "%s: record at byte %zu%s%s%s%s%s: %s", f->name, off,
              f->comp ? " of the uncompressed " : "", f->comp ? comp_name(f->comp) : "",
              f->comp ? " data" : "", feature ? ": feature " : "", feature ? feature : "", msg);
     return -EINVAL;
@@ -589,7 +591,7 @@ static int add_image(Build *b, const File *f, size_t off, const TfrFeature *feat
     if (s->count == 0) {
         s->h = h, s->w = w, s->c = c, s->type = type;
         b->first_format = format;
-        snprintf(b->first_at, sizeof b->first_at, "%.300s, record at byte %zu", f->path, off);
+        snprintf(b->first_at, sizeof b->first_at, "%.300s, record at byte %zu", f->name, off);
     } else if (h != s->h || w != s->w || c != s->c || type != s->type) {
         free(pixels);
         return fail_at(err, errlen, f, off, name,
@@ -672,12 +674,29 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The files of one pattern, sorted by name (bytes, whatever the locale), into *g. */
-static int expand(const char *pattern, glob_t *g, char *err, size_t errlen)
+/* Appends a copy of name to the growing array *v of *n (room for *cap). */
+static void push_name(char ***v, size_t *n, size_t *cap, const char *name)
 {
-    int rc = glob(pattern, GLOB_NOSORT, NULL, g);
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        char **w = realloc(*v, *cap * sizeof *w);
+        if (!w) util_fail(KT_EXIT_DATA, "tfrecord: out of memory listing %zu files", *n);
+        *v = w;
+    }
+    (*v)[(*n)++] = xstrdup(name);
+}
+
+/* The files of one pattern, sorted by name (bytes, whatever the locale), appended to *v.
+ * after_url: the pattern followed an http(s) URL in the list, so a comma may have cut
+ * one in two. */
+static int expand(const char *pattern, int after_url, char ***v, size_t *n, size_t *cap, char *err,
+                  size_t errlen)
+{
+    glob_t g = {0};
+    int rc = glob(pattern, GLOB_NOSORT, NULL, &g);
     if (rc == GLOB_NOMATCH) {
-        snprintf(err, errlen, "tfrecord: '%s' matches no file", pattern);
+        snprintf(err, errlen, "tfrecord: '%s' matches no file%s", pattern,
+                 after_url ? " (a comma separates patterns: inside a URL, write it as %2C)" : "");
         return -ENOENT;
     }
     if (rc) {
@@ -685,44 +704,84 @@ static int expand(const char *pattern, glob_t *g, char *err, size_t errlen)
                  rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
         return -EIO;
     }
-    qsort(g->gl_pathv, g->gl_pathc, sizeof *g->gl_pathv, by_name);
+    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, by_name);
+    for (size_t i = 0; i < g.gl_pathc; i++) push_name(v, n, cap, g.gl_pathv[i]);
+    globfree(&g);
     return 0;
+}
+
+/* Every file of patterns, in the source's order, into *names (*n of them; free each and
+ * the array). The whole list comes first, so that a pattern that matches nothing fails
+ * before any file is read and file sharding knows the count. */
+static int list_files(const char *patterns, char ***names, size_t *n, char *err, size_t errlen)
+{
+    char pattern[4096];
+    size_t cap = 0;
+    int rc = 0, after_url = 0;
+    *names = NULL, *n = 0;
+    for (const char *p = patterns; *p && !rc;) {
+        size_t len = strcspn(p, ",");
+        snprintf(pattern, sizeof pattern, "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+        if (remote_is_url(pattern)) {
+            char **urls;
+            size_t count;
+            if ((rc = remote_list(pattern, &urls, &count, err, errlen))) break;
+            for (size_t i = 0; i < count; i++) push_name(names, n, &cap, urls[i]);
+            remote_free_urls(urls, count);
+        } else {
+            rc = expand(pattern, after_url, names, n, &cap, err, errlen);
+        }
+        after_url = remote_is_url(pattern) && strncmp(pattern, "s3://", 5);
+    }
+    return rc;
 }
 
 int tfrecord_open(Source *s, const char *patterns, int num_classes, const SourceOptions *o,
                   char *err, size_t errlen)
 {
     Build b = {.s = s, .o = o, .num_classes = num_classes};
-    snprintf(s->images_at, sizeof s->images_at, "tfrecord:%.4000s feature '%.200s'", patterns,
+    char shown[4096];
+    remote_redact(patterns, shown, sizeof shown);
+    snprintf(s->images_at, sizeof s->images_at, "tfrecord:%.4000s feature '%.200s'", shown,
              o->image_feature);
-    snprintf(s->labels_at, sizeof s->labels_at, "tfrecord:%.4000s feature '%.200s'", patterns,
+    snprintf(s->labels_at, sizeof s->labels_at, "tfrecord:%.4000s feature '%.200s'", shown,
              o->label_feature);
-    char pattern[4096];
-    int rc = 0;
-    size_t files = 0;
-    for (const char *p = patterns; *p && !rc;) {
-        size_t len = strcspn(p, ",");
-        snprintf(pattern, sizeof pattern, "%.*s", (int)len, p);
-        p += len + (p[len] == ',');
-        glob_t g = {0};
-        char **names;
-        size_t count;
-        if (remote_is_url(pattern)) {
-            if ((rc = remote_list(pattern, &names, &count, err, errlen))) break;
-        } else {
-            if ((rc = expand(pattern, &g, err, errlen))) break;
-            names = g.gl_pathv, count = g.gl_pathc;
-        }
-        for (size_t i = 0; i < count && !rc; i++, files++) {
-            File f = {.path = names[i]};
-            rc = add_file(&b, &f, err, errlen);
-            free(f.buf);
-        }
-        if (remote_is_url(pattern)) remote_free_urls(names, count);
-        else globfree(&g);
+    char **names;
+    size_t files;
+    int rc = list_files(patterns, &names, &files, err, errlen);
+    const size_t step = o->file_shards > 1 ? (size_t)o->file_shards : 1;
+    const size_t first = step > 1 ? (size_t)o->file_shard : 0;
+    if (!rc && files < step) {
+        snprintf(err, errlen,
+                 "tfrecord:%.4000s: %zu files for %zu workers (--shard-policy file gives each "
+                 "worker whole files: expected at least one file per worker, or --shard-policy "
+                 "data)",
+                 shown, files, step);
+        rc = -EINVAL;
     }
+    size_t mine = 0, used = 0;
+    char which[128] = "";
+    for (size_t i = first; i < files && !rc; i += step, mine++) {
+        if (used < sizeof which - 24)
+            used +=
+                (size_t)snprintf(which + used, sizeof which - used, "%s%zu", mine ? ", " : "", i);
+        else if (!strstr(which, "..."))
+            used += (size_t)snprintf(which + used, sizeof which - used, ", ...");
+        char name[4096];
+        remote_redact(names[i], name, sizeof name);
+        File f = {.path = names[i], .name = name};
+        rc = add_file(&b, &f, err, errlen);
+        free(f.buf);
+    }
+    if (!rc && step > 1)
+        util_log("file sharding: worker %zu of %zu reads files [%s] of %zu (by number from 0, "
+                 "in name order): %zu examples",
+                 first, step, which, files, s->count);
+    for (size_t i = 0; i < files; i++) free(names[i]);
+    free(names);
     if (!rc && s->count == 0) {
-        snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", patterns, files);
+        snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", shown, mine);
         rc = -EINVAL;
     }
     return rc;

@@ -106,6 +106,21 @@ static int check_images(const Source *src, const Model *m, char *err, size_t err
     return -EINVAL;
 }
 
+/* Opens t's training source for rank `rank` of `world` into s: with file sharding only
+ * that rank's files. Returns 0 or source_open's error. */
+static int open_train(const Trainer *t, Source *s, int rank, int world, char *err, size_t errlen)
+{
+    const Config *cfg = &t->cfg;
+    const int by_file = cfg->shard_policy == SHARD_FILE;
+    const SourceOptions so = {
+        .image_feature = cfg->image_feature,
+        .label_feature = cfg->label_feature,
+        .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]},
+        .file_shard = by_file ? rank : 0,
+        .file_shards = by_file ? world : 0};
+    return source_open(s, cfg->data, SOURCE_TRAIN, (int)t->model->num_classes, &so, err, errlen);
+}
+
 /* t's data pipeline for rank `rank` of `world` at t's global batch, replacing the one
  * it had; t->local_batch follows. Returns 0 or pipeline_create's error. */
 static int make_pipeline(Trainer *t, int rank, int world, char *err, size_t errlen)
@@ -139,13 +154,23 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     pool_flush_denormals();
     if (cfg->threads > 0) gemm_set_threads(cfg->threads);
     if ((rc = trainer_create_model(&t->model, cfg, coll->world, exit_code, err, errlen))) goto err;
+    if (cfg->shard_policy == SHARD_FILE && cfg->steps_per_epoch == 0 && coll->world > 1) {
+        /* as TensorFlow, which wants steps_per_epoch for shards of unequal lengths */
+        snprintf(err, errlen,
+                 "--steps-per-epoch 0 with --shard-policy file: the workers' files hold "
+                 "different numbers of examples, so a pass over them has no common length; "
+                 "give --steps-per-epoch N");
+        *exit_code = KT_EXIT_USAGE;
+        rc = -EINVAL;
+        goto err;
+    }
     *exit_code = KT_EXIT_DATA; /* for the data sets' errors below */
     const int k = (int)t->model->num_classes;
     const SourceOptions so = {
         .image_feature = cfg->image_feature,
         .label_feature = cfg->label_feature,
         .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]}};
-    if ((rc = source_open(&t->train, cfg->data, SOURCE_TRAIN, k, &so, err, errlen)) ||
+    if ((rc = open_train(t, &t->train, coll->rank, coll->world, err, errlen)) ||
         (cfg->eval &&
          (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, &so, err, errlen)))) {
         if (rc == -EAGAIN) *exit_code = KT_EXIT_RETRY; /* object storage out of retries */
@@ -239,7 +264,16 @@ void trainer_seek(Trainer *t, const TrainState *st)
         t->st.epoch++;
         t->st.step_in_epoch = 0;
     }
-    pipeline_seek(t->pipe, st->cursor);
+    /* each rank's own stream is where its steps took it */
+    if (data_shard_per_rank(t->cfg.shard_policy))
+        t->st.cursor = pipeline_cursor_at_step(t->pipe, (uint64_t)st->global_step);
+    pipeline_seek(t->pipe, t->st.cursor);
+}
+
+PipelineCursor trainer_shared_cursor(const Trainer *t)
+{
+    if (data_shard_per_rank(t->cfg.shard_policy)) return (PipelineCursor){0, 0};
+    return t->st.cursor;
 }
 
 void trainer_detach_collective(Trainer *t)
@@ -258,6 +292,14 @@ int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errle
                      "the ring changed size (%d to %d ranks), which the GPU path cannot follow",
                      t->world, c->world);
             return -ENOTSUP;
+        }
+        if (t->cfg.shard_policy == SHARD_FILE) { /* another rank's files */
+            Source s;
+            if ((rc = open_train(t, &s, c->rank, c->world, err, errlen))) return rc;
+            pipeline_free(t->pipe);
+            t->pipe = NULL;
+            source_free(&t->train);
+            t->train = s;
         }
         if ((rc = make_pipeline(t, c->rank, c->world, err, errlen))) return rc;
         model_reserve(t->model, t->local_batch);

@@ -154,6 +154,11 @@ int trainer_check_position(const Trainer *t, const TrainPosition *p, int live, c
  * epoch-end checkpoint) becomes the start of the next epoch, so no empty epoch runs. */
 void trainer_seek(Trainer *t, const TrainState *st);
 
+/* The data cursor a checkpoint stores and a state sync hands over: t's for the one global
+ * stream, (0, 0) for per-rank streams (file, off sharding), where each rank's differs and
+ * trainer_seek computes it from the global step. */
+PipelineCursor trainer_shared_cursor(const Trainer *t);
+
 /* Lets go of the collective (stops the overlap thread, which is idle between steps), so
  * that the caller may destroy it; the gradient arena stays mapped, its contents kept. */
 void trainer_detach_collective(Trainer *t);

@@ -11,6 +11,9 @@
 # HTTP: the failures a real server does not produce on demand come from a stand-in,
 # remote/standin.py: a reset mid-object once (resumed from the byte reached, the local
 # hash) and every time, a body that stalls and a 503 each exit 75 naming the object.
+# A URL's userinfo and query string (a presigned URL's X-Amz-Signature) appear in no
+# message, log line or termination message: a 404 and a 503 with both. A comma inside a
+# URL is written %2C (a comma separates patterns); a raw one exits 3 saying so.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -189,4 +192,39 @@ if (( took < 45 )); then tap_ok "a slow body: gave up in ${took}s (timeout 1 s, 
 else tap_fail "a slow body: gave up in time" "${took}s"; fi
 expect_exit "503 every time" 75 "$base/503/$obj: HTTP 503, after 2 retries" \
   "${one[@]}" --data "tfrecord:$(urls 503)"
+
+# A presigned URL's secrets, and a user and password in the URL.
+sig='X-Amz-Credential=AKIAKTTESTCRED%2F20261129&X-Amz-Signature=0fkttestsignature0'
+auth=http://ktuser:ktpassword@${base#http://}
+hidden="http://[redacted]@${base#http://}"
+# no_secrets NAME: run NAME's stderr and termination message hold none of them.
+no_secrets() {
+  if grep -E "AKIAKTTESTCRED|kttestsignature|ktuser|ktpassword" "$tmp/$1.err" \
+    "$tmp/termination"; then
+    tap_fail "$1: the URL's secrets are never logged" "$(grep -h Amz "$tmp/$1.err")"
+  else tap_ok "$1: the URL's secrets are never logged"; fi
+}
+expect_exit "404 of a presigned URL" 3 \
+  "$hidden/files/train-00009-of-00004?[redacted]: HTTP 404 Not Found" \
+  "${one[@]}" --data "tfrecord:$auth/files/train-00009-of-00004?$sig"
+no_secrets "404 of a presigned URL"
+expect_exit "503 of a presigned URL" 75 "$hidden/503/$obj?[redacted]: HTTP 503, after 2 retries" \
+  "${one[@]}" --data "tfrecord:$auth/503/$obj?$sig"
+grep -qF "$hidden/503/$obj?[redacted]: HTTP 503 at byte 0; retry 2 of 2" \
+  "$tmp/503 of a presigned URL.err" && tap_ok "503 of a presigned URL: the retries' log lines" ||
+  tap_fail "503 of a presigned URL: the retries' log lines" \
+    "$(cat "$tmp/503 of a presigned URL.err")"
+no_secrets "503 of a presigned URL"
+
+# A comma in an object's name: %2C in the URL; raw, it splits the list.
+cp "$tmp/local/$obj" "$tmp/local/train,00002-of-00004"
+comma() {
+  printf '%s/files/train-00000-of-00004,%s/files/train-00001-of-00004,' "$base" "$base"
+  printf '%s/files/train%s00002-of-00004,%s/files/train-00003-of-00004' "$base" "$1" "$base"
+}
+run_trainer comma "${short[@]}" --data "tfrecord:$(comma %2C)"
+same_hash comma "a comma in a URL written %2C"
+expect_exit "a raw comma in a URL" 3 \
+  "tfrecord: '00002-of-00004' matches no file (a comma separates patterns: inside a URL, write" \
+  "${one[@]}" --data "tfrecord:$(comma ,)"
 tap_done

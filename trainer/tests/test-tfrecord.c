@@ -520,6 +520,44 @@ static void test_bad_records(void **state)
     expect_refused("tfrecord:a,", NULL, 10, "expected idx:DIR");
 }
 
+/* File sharding: worker i of N reads files i, i + N, ... of the source's, in name order;
+ * fewer files than workers is refused naming both counts. */
+static void test_file_shards(void **state)
+{
+    (void)state;
+    cJSON *m = manifest();
+    const cJSON *labels = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "fmnist"), "labels");
+    /* the three shards hold the manifest's examples 0-15, 16-31 and 32-47 */
+    static const struct {
+        int shard, shards, count, first[3];
+    } cases[] = {{0, 2, 32, {0, 32}}, {1, 2, 16, {16}}, {2, 3, 16, {32}}, {0, 1, 48, {0, 16, 32}}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        SourceOptions o = source_default_options;
+        o.file_shard = cases[c].shard, o.file_shards = cases[c].shards;
+        Source s;
+        char err[512] = "";
+        assert_int_equal(source_open(&s, "tfrecord:" REF "fmnist-*-of-00003", SOURCE_TRAIN, 10, &o,
+                                     err, sizeof err),
+                         0);
+        assert_int_equal(s.count, cases[c].count);
+        for (int i = 0; i < cases[c].count; i++)
+            assert_int_equal(s.labels[i],
+                             cJSON_GetArrayItem(labels, cases[c].first[i / 16] + i % 16)->valueint);
+        source_free(&s);
+    }
+    SourceOptions o = source_default_options;
+    o.file_shard = 3, o.file_shards = 4;
+    expect_refused("tfrecord:" REF "fmnist-*-of-00003", &o, 10,
+                   "fmnist-*-of-00003: 3 files for 4 workers (--shard-policy file gives each "
+                   "worker whole files");
+    o.file_shard = 1, o.file_shards = 2;
+    expect_refused("idx:/data/fashion-mnist", &o, 10,
+                   "idx:/data/fashion-mnist: 1 file for 2 workers (--shard-policy file gives each "
+                   "worker whole files, and an idx source is one");
+    expect_refused("npz:/data/mnist.npz", &o, 10, "1 file for 2 workers");
+    cJSON_Delete(m);
+}
+
 static void test_shape_option(void **state)
 {
     (void)state;
@@ -543,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_tensorflow_files),
         cmocka_unit_test(test_bad_records),
         cmocka_unit_test(test_shape_option),
+        cmocka_unit_test(test_file_shards),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,7 @@
 """A stand-in HTTP server for test-remote-data.sh: the failures a real object store does
 not produce on demand (SeaweedFS answers every request it can). It serves the files of
-DIR by path, honouring Range, and fails on purpose by the path's first part:
+DIR by path (percent-decoded; a query string is ignored, as a presigned URL's is by the
+test), honouring Range, and fails on purpose by the path's first part:
     /files/NAME       the file (206 with Content-Range for a range)
     /reset-once/NAME  the first request: half the body, then a TCP reset; then the file
     /reset/NAME       every request: half the body, then a TCP reset
@@ -14,6 +15,7 @@ import socket
 import struct
 import sys
 import time
+import urllib.parse
 
 ROOT, PORTFILE = sys.argv[1:3]
 seen = set()
@@ -26,9 +28,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        parts = self.path.split("/", 2)
+        parts = self.path.split("?", 1)[0].split("/", 2)
         mode, name = (parts[1], parts[2]) if len(parts) == 3 else ("", "")
-        path = os.path.join(ROOT, os.path.basename(name))
+        path = os.path.join(ROOT, os.path.basename(urllib.parse.unquote(name)))
         if mode == "503" or not os.path.isfile(path):
             self.send_response(503 if mode == "503" else 404)
             self.send_header("Content-Length", "0")
