@@ -69,13 +69,15 @@ run: all
 
 # Every test program prints TAP; .ci/taprun runs them and prints the closing tally.
 # What they need is built first, NPROC compilations at once (test-build); then TEST_JOBS
-# programs at once (default: one per core; TEST_JOBS=1 runs them one after another), as
-# they share nothing (each its own cluster, ports and scratch directories) and most of
-# them spend much of their time waiting on a cluster, a peer or a deadline. The slowest
+# programs at once (default: one per core and one more; TEST_JOBS=1 runs them one after
+# another), as they share nothing (each its own cluster, ports and scratch directories)
+# and most of them spend much of their time waiting on a cluster, a peer or a deadline
+# (taprun's "cpu" beside each time: the integration programs use a fifth of theirs), so
+# that one more keeps the cores busy while others wait. The slowest
 # (TEST_FIRST) start first, so that the last minutes are not one long program alone.
 # make e2e's programs (E2E_PROGRAMS, e2e/e2e.mk) are the end-to-end tier: not make test's.
 TEST_PROGRAMS := $(filter-out $(E2E_PROGRAMS),$(TEST_PROGRAMS))
-TEST_JOBS ?= $(NPROC)
+TEST_JOBS ?= $(shell echo $$(($(NPROC) + 1)))
 TEST_FIRST := operator/tests/integration/test-resilience.sh trainer/tests/test-recovery.sh \
               trainer/tests/test-distributed.sh examples/tensorflow/test-local.sh \
               trainer/tests/test-dnsprobe.sh \
