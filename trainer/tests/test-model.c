@@ -220,13 +220,13 @@ static void test_activation_buffers(void **s)
                      0);
     assert_string_equal(model_gpu_unsupported(m)->name, "re_lu");
     model_free(m);
-    /* the pooling layers the device has no kernel for: each refused by name; max pooling
-     * (cnn2) trains there */
+    /* the pooling layers and BatchNormalization the device has no kernel for: each refused
+     * by name; max pooling (cnn2) trains there */
     static const char *const pools[] = {"AveragePooling2D", "GlobalAveragePooling2D",
-                                        "GlobalMaxPooling2D"};
+                                        "GlobalMaxPooling2D", "BatchNormalization"};
     static const char *const stems[] = {"average_pooling2d", "global_average_pooling2d",
-                                        "global_max_pooling2d"};
-    for (int i = 0; i < 3; i++) {
+                                        "global_max_pooling2d", "batch_normalization"};
+    for (int i = 0; i < 4; i++) {
         char spec[256];
         snprintf(spec, sizeof spec,
                  "{\"input_shape\":[4,4,2],\"layers\":[{\"type\":\"%s\"},"
