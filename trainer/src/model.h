@@ -206,7 +206,7 @@ typedef struct {
                            shards a step may cut the batch into, the optimizer state */
     size_t activations; /* model_reserve's buffers for the batch: outputs, dropout masks,
                            maxpool argmax, im2col columns, activation gradients,
-                           pre-activations (model.h's pre) */
+                           pre-activations (model.h's pre), batchnorm statistics */
     size_t total;       /* their sum (SIZE_MAX when it does not fit a size_t) */
 } ModelMemory;
 
