@@ -82,7 +82,7 @@ TEST_FIRST := operator/tests/integration/test-resilience.sh trainer/tests/test-r
               trainer/tests/test-distributed.sh examples/tensorflow/test-local.sh \
               trainer/tests/test-dnsprobe.sh \
               trainer/tests/test-keras-export.sh trainer/tests/test-keras-finetune.sh \
-              trainer/tests/test-keras-colour.sh \
+              trainer/tests/test-keras-colour.sh trainer/tests/test-keras-batchnorm.sh \
               charts/tests/test-chart.sh \
               charts/tests/test-chart-kueue.sh python/tests/test-python.sh
 test:

@@ -74,6 +74,12 @@ def model(out):
           "  - {type: Conv2D, filters: 3, kernel_size: [3, 2], strides: 2, padding: same}\n"
           "  - {type: MaxPooling2D, pool_size: 2}\n  - {type: Reshape, target_shape: [6]}\n"
           "  - {type: Dense, units: 2}\n")
+    write(out, "model", "batchnorm.yaml",
+          "layers:\n  - {type: Input, shape: [6, 6, 3]}\n"
+          "  - {type: Conv2D, filters: 4, kernel_size: 3, use_bias: false}\n"
+          "  - {type: BatchNormalization, momentum: 0.9, epsilon: 0.01, center: false}\n"
+          "  - {type: Flatten}\n  - {type: BatchNormalization, axis: [1], scale: false}\n"
+          "  - {type: Dense, units: 2}\n")
 
 
 def keras(out):

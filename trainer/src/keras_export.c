@@ -196,6 +196,14 @@ static cJSON *layer_config(const Layer *l)
         o = layer_object("LeakyReLU", l->name, &cfg);
         add_float(cfg, "alpha", l->slope);
         break;
+    case LAYER_BATCHNORM: /* axis -1: tf-keras reads it as well as its own [3] */
+        o = layer_object("BatchNormalization", l->name, &cfg);
+        cJSON_AddNumberToObject(cfg, "axis", -1);
+        add_float(cfg, "momentum", l->momentum);
+        add_float(cfg, "epsilon", l->epsilon);
+        cJSON_AddBoolToObject(cfg, "center", l->b_count != 0);
+        cJSON_AddBoolToObject(cfg, "scale", l->w_count != 0);
+        break;
     case LAYER_DROPOUT:
     default:
         o = layer_object("Dropout", l->name, &cfg);
@@ -292,24 +300,20 @@ static hid_t h5_vars_group(const H5Props *pr, hid_t parent, const char *group, c
     return v;
 }
 
-/* The layer's weights in vars: kernel as 0, bias (when it has one) as 1, in Keras's
- * shapes. */
+/* The layer's variables in vars as 0, 1, ... in Keras's order and shapes
+ * (model_layer_vars: kernel and bias; gamma, beta, moving_mean, moving_variance). */
 static int h5_layer_weights(const H5Props *pr, hid_t vars, const Layer *l, const float *params)
 {
-    if (!l->w_count) return 0;
-    hsize_t k[4], b[1] = {l->b_count};
-    int rank;
-    if (l->type == LAYER_CONV2D) {
-        k[0] = (hsize_t)l->conv.kh, k[1] = (hsize_t)l->conv.kw;
-        k[2] = (hsize_t)l->conv.c, k[3] = (hsize_t)l->conv.f;
-        rank = 4;
-    } else {
-        k[0] = (hsize_t)l->dense_in, k[1] = (hsize_t)l->units;
-        rank = 2;
+    LayerVar v[4];
+    const int n = model_layer_vars(l, v);
+    for (int k = 0; k < n; k++) {
+        hsize_t dims[4];
+        char name[16];
+        for (int d = 0; d < v[k].rank; d++) dims[d] = (hsize_t)v[k].dims[d];
+        snprintf(name, sizeof name, "%d", k);
+        if (h5_floats(pr, vars, name, v[k].rank, dims, params + v[k].off)) return -EIO;
     }
-    if (h5_floats(pr, vars, "0", rank, k, params + l->w_off)) return -EIO;
-    if (!l->b_count) return 0;
-    return h5_floats(pr, vars, "1", 1, b, params + l->b_off);
+    return 0;
 }
 
 /* Writes the groups and datasets into the open file f. */

@@ -29,20 +29,11 @@ typedef struct {
 /* ----------------------------------------------------------------------------
  * Variables */
 
-/* The Keras shape of layer l's kernel (which 0) or bias (1). */
-static int var_shape(const Layer *l, int which, hsize_t dims[4])
+/* The Keras shape of a variable. */
+static int var_shape(const LayerVar *v, hsize_t dims[4])
 {
-    if (which == 1) {
-        dims[0] = l->b_count;
-        return 1;
-    }
-    if (l->type == LAYER_CONV2D) {
-        dims[0] = (hsize_t)l->conv.kh, dims[1] = (hsize_t)l->conv.kw;
-        dims[2] = (hsize_t)l->conv.c, dims[3] = (hsize_t)l->conv.f;
-        return 4;
-    }
-    dims[0] = (hsize_t)l->dense_in, dims[1] = (hsize_t)l->units;
-    return 2;
+    for (int k = 0; k < v->rank; k++) dims[k] = (hsize_t)v->dims[k];
+    return v->rank;
 }
 
 static void shape_text(const hsize_t *dims, int rank, char *out, size_t outlen)
@@ -59,20 +50,24 @@ static void layer_text(const Model *m, int i, char *out, size_t outlen)
 {
     const Layer *l = &m->layers[i];
     snprintf(out, outlen, "layer %d \"%s\" (%s)", i, l->name,
-             l->type == LAYER_CONV2D ? "Conv2D" : "Dense");
+             l->type == LAYER_CONV2D  ? "Conv2D"
+             : l->type == LAYER_DENSE ? "Dense"
+                                      : "BatchNormalization");
 }
 
-/* Reads dataset `path` of loc, layer i's kernel (which 0) or bias (1), into the staged
- * arena after checking that it is floating point of the layer's shape. */
+/* Reads dataset `path` of loc, layer i's variable `which` (model_layer_vars' order), into
+ * the staged arena after checking that it is floating point of the variable's shape. */
 static int read_var(Import *im, hid_t loc, const char *path, int i, int which)
 {
     const Layer *l = &im->m->layers[i];
+    LayerVar vars[4];
+    model_layer_vars(l, vars);
     hsize_t want[4], got[H5S_MAX_RANK];
-    const int rank = var_shape(l, which, want);
+    const int rank = var_shape(&vars[which], want);
     char layer[LAYER_NAME_MAX + 48], ws[96], gs[96];
     layer_text(im->m, i, layer, sizeof layer);
     shape_text(want, rank, ws, sizeof ws);
-    const char *var = which ? "bias" : "kernel";
+    const char *var = vars[which].name;
     hid_t d = H5Dopen2(loc, path, H5P_DEFAULT), sp = -1, t = -1;
     int rc = -EINVAL;
     if (d < 0) {
@@ -95,7 +90,7 @@ static int read_var(Import *im, hid_t loc, const char *path, int i, int which)
                  "%s: %s: shape %s, where %s has its %s %s (weights of another model?)", im->what,
                  path, gs, layer, var, ws);
     } else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       im->staged + (which ? l->b_off : l->w_off)) < 0) {
+                       im->staged + vars[which].off) < 0) {
         snprintf(im->err, im->errlen, "%s: %s: cannot read its data (a truncated or damaged file?)",
                  im->what, path);
     } else {
@@ -108,14 +103,28 @@ static int read_var(Import *im, hid_t loc, const char *path, int i, int which)
 }
 
 /* The variables of a layer with weights: its kernel, and its bias unless use_bias was
- * false (Keras then keeps one variable). */
+ * false (Keras then keeps one variable); a BatchNormalization's two to four. */
 static int layer_vars(const Layer *l)
 {
-    return l->b_count ? 2 : 1;
+    LayerVar vars[4];
+    return model_layer_vars(l, vars);
 }
-static const char *layer_vars_text(const Layer *l)
+/* Their names, "kernel and bias", "gamma, beta, moving_mean and moving_variance", ... */
+static const char *layer_vars_text(const Layer *l, char *buf, size_t len)
 {
-    return l->b_count ? "kernel and bias" : "kernel (no bias)";
+    LayerVar vars[4];
+    const int n = model_layer_vars(l, vars);
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < n && at < len; k++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s",
+                               k == 0       ? ""
+                               : k == n - 1 ? " and "
+                                            : ", ",
+                               vars[k].name);
+    if (l->type != LAYER_BATCHNORM && !l->b_count && at < len)
+        snprintf(buf + at, len - at, " (no bias)");
+    return buf;
 }
 
 /* The number of links in group `path` of loc; -1 when there is no such group. */
@@ -133,9 +142,9 @@ static long group_links(hid_t loc, const char *path)
 static int import_keras3(Import *im, hid_t f)
 {
     const Model *m = im->m;
-    char path[320], group[64], layer[LAYER_NAME_MAX + 48];
+    char path[320], group[64], layer[LAYER_NAME_MAX + 48], vt[96];
     for (int i = 0; i < m->num_layers; i++) {
-        if (!m->layers[i].w_count) continue;
+        if (!model_layer_floats(&m->layers[i])) continue;
         model_layer_keras_group(m, i, group, sizeof group);
         snprintf(path, sizeof path, "layers/%s/vars", group);
         long n = group_links(f, path);
@@ -145,12 +154,13 @@ static int import_keras3(Import *im, hid_t f)
             if (n < 0)
                 snprintf(im->err, im->errlen,
                          "%s: %s: missing, where %s keeps its %s (weights of another model?)",
-                         im->what, path, layer, layer_vars_text(l));
+                         im->what, path, layer, layer_vars_text(l, vt, sizeof vt));
             else
                 snprintf(im->err, im->errlen,
                          "%s: %s: %ld variables, where %s has %d (%s; weights of another "
                          "model?)",
-                         im->what, path, n, layer, layer_vars(l), layer_vars_text(l));
+                         im->what, path, n, layer, layer_vars(l),
+                         layer_vars_text(l, vt, sizeof vt));
             return -EINVAL;
         }
         for (int which = 0; which < layer_vars(l); which++) {
@@ -172,7 +182,7 @@ static int import_keras3(Import *im, hid_t f)
         int taken = 0;
         for (int i = 0; i < m->num_layers && !taken; i++) {
             model_layer_keras_group(m, i, group, sizeof group);
-            taken = m->layers[i].w_count && !strcmp(group, name);
+            taken = model_layer_floats(&m->layers[i]) && !strcmp(group, name);
         }
         snprintf(path, sizeof path, "layers/%s/vars", name);
         if (!taken && group_links(f, path) > 0) {
@@ -271,14 +281,14 @@ static void legacy_group(const char *root, const char *name, char *out, size_t o
 static int import_legacy(Import *im, hid_t f, const char *root)
 {
     const Model *m = im->m;
-    char **names, **wn, group[1200], layer[LAYER_NAME_MAX + 48], where[64];
+    char **names, **wn, group[1200], layer[LAYER_NAME_MAX + 48], where[64], vt[96];
     int nnames, nw, rc = 0, want = 0, have = 0;
     snprintf(where, sizeof where, "attribute layer_names%s%s", *root ? " of " : "", root);
     if (read_strings(f, *root ? root : ".", "layer_names", &names, &nnames)) {
         snprintf(im->err, im->errlen, "%s: %s unreadable", im->what, where);
         return -EINVAL;
     }
-    for (int i = 0; i < m->num_layers; i++) want += m->layers[i].w_count > 0;
+    for (int i = 0; i < m->num_layers; i++) want += model_layer_floats(&m->layers[i]) > 0;
     for (int k = 0; k < nnames && !rc; k++) {
         legacy_group(root, names[k], group, sizeof group);
         if (!(rc = weight_names(im, f, group, &wn, &nw))) {
@@ -299,13 +309,13 @@ static int import_legacy(Import *im, hid_t f, const char *root)
             free_strings(wn, nw);
             continue;
         }
-        while (!m->layers[li].w_count) li++;
+        while (!model_layer_floats(&m->layers[li])) li++;
         const Layer *l = &m->layers[li];
         if (nw != layer_vars(l)) {
             layer_text(m, li, layer, sizeof layer);
             snprintf(im->err, im->errlen,
                      "%s: %s: %d weights, where %s has %d (%s; weights of another model?)",
-                     im->what, group, nw, layer, layer_vars(l), layer_vars_text(l));
+                     im->what, group, nw, layer, layer_vars(l), layer_vars_text(l, vt, sizeof vt));
             rc = -EINVAL;
         }
         for (int w = 0; w < layer_vars(l) && !rc; w++) {

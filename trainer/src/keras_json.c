@@ -11,7 +11,7 @@
 #define KJ_LAYERS                                                                                  \
     "InputLayer, Reshape, Rescaling, Conv2D, MaxPooling2D, AveragePooling2D, "                     \
     "GlobalAveragePooling2D, GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, "      \
-    "LeakyReLU"
+    "LeakyReLU, BatchNormalization"
 
 typedef struct {
     const char *what;      /* the file */
@@ -59,13 +59,15 @@ typedef enum {
     F_TRAINABLE,     /* true: the trainer trains every weight */
     F_DTYPE,         /* float32, as a string or a DTypePolicy */
     F_NULL,          /* null: constraints, other regularizers, LoRA, quantization */
-    F_FALSE,         /* false: sparse, ragged, optional inputs */
+    F_FALSE,         /* false: sparse, ragged, optional inputs; renorm */
     F_ONE,           /* 1 or [1, 1]: dilation_rate, groups */
     F_CHANNELS_LAST, /* data_format channels_last (or null: Keras's default) */
     F_PADDING,       /* valid or same */
     F_ACTIVATION,
     F_KERNEL_INIT, /* Glorot-uniform: what model_init_params draws */
     F_BIAS_INIT,   /* zeros */
+    F_ONES_INIT,   /* ones: a BatchNormalization's gamma and moving variance */
+    F_NUMBER,      /* any number: renorm_momentum, unused without renorm */
     F_REGULARIZER, /* L1, L2, L1L2 */
     F_SEED,        /* null or an integer: the trainer draws from its own --seed */
     F_SHAPE,       /* the batch shape of the model's input */
@@ -147,6 +149,27 @@ static const Field relu_fields[] = {{"negative_slope", F_COPY},
 static const Field leaky_fields[] = {
     {"negative_slope", F_SLOPE}, {"alpha", F_SLOPE}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 
+/* synchronized true is refused by model.c, naming the field */
+static const Field batchnorm_fields[] = {{"axis", F_COPY},
+                                         {"momentum", F_COPY},
+                                         {"epsilon", F_COPY},
+                                         {"center", F_COPY},
+                                         {"scale", F_COPY},
+                                         {"synchronized", F_COPY},
+                                         {"beta_initializer", F_BIAS_INIT},
+                                         {"gamma_initializer", F_ONES_INIT},
+                                         {"moving_mean_initializer", F_BIAS_INIT},
+                                         {"moving_variance_initializer", F_ONES_INIT},
+                                         {"beta_regularizer", F_NULL},
+                                         {"gamma_regularizer", F_NULL},
+                                         {"beta_constraint", F_NULL},
+                                         {"gamma_constraint", F_NULL},
+                                         {"renorm", F_FALSE},
+                                         {"renorm_clipping", F_NULL},
+                                         {"renorm_momentum", F_NUMBER},
+                                         {"trainable", F_TRAINABLE},
+                                         {NULL, F_NAME}};
+
 /* The Keras classes the trainer implements, each the spec type of the same name. */
 static const struct {
     const char *cls;
@@ -166,6 +189,7 @@ static const struct {
     {"GlobalAveragePooling2D", global_pool_fields},
     {"GlobalMaxPooling2D", global_pool_fields},
     {"Rescaling", rescaling_fields},
+    {"BatchNormalization", batchnorm_fields},
 };
 
 static const Field *field_of(const Field *fields, const char *key)
@@ -227,19 +251,22 @@ static int config_only(const cJSON *config, const char *const *keys)
     return 1;
 }
 
-static int check_initializer(const KCtx *k, const char *key, const cJSON *v, int kernel)
+/* The initializer of a kernel (F_KERNEL_INIT), a bias (F_BIAS_INIT) or a
+ * BatchNormalization's gamma or moving variance (F_ONES_INIT). */
+static int check_initializer(const KCtx *k, const char *key, const cJSON *v, FieldKind kind)
 {
     static const char *const glorot_keys[] = {"seed", "input_axes", "output_axes", NULL};
     static const char *const no_keys[] = {NULL};
+    const int kernel = kind == F_KERNEL_INIT;
     const cJSON *config;
     const char *cls = object_class(v, &config);
-    const char *want = kernel ? "GlorotUniform" : "Zeros";
-    const int known =
-        cls && (!strcmp(cls, want) || !strcmp(cls, kernel ? "glorot_uniform" : "zeros"));
+    const char *want = kernel ? "GlorotUniform" : kind == F_ONES_INIT ? "Ones" : "Zeros";
+    const char *alias = kernel ? "glorot_uniform" : kind == F_ONES_INIT ? "ones" : "zeros";
+    const int known = cls && (!strcmp(cls, want) || !strcmp(cls, alias));
     if (known && config_only(config, kernel ? glorot_keys : no_keys)) return 0;
     return kfail(k, key, "%s%s is not supported: the trainer initialises %s %s%s",
                  cls ? cls : "this initializer", known ? " with a config other than Keras's" : "",
-                 kernel ? "kernels" : "biases", want, kernel ? " (drawn from --seed)" : "");
+                 kernel ? "kernels" : "this variable", want, kernel ? " (drawn from --seed)" : "");
 }
 
 /* A factor of a regularizer's config: a non-negative number. */
@@ -323,7 +350,9 @@ static int convert_field(const KCtx *k, const Field *f, const cJSON *v, cJSON *s
         return kfail(k, key, "expected null: the trainer does not implement it");
     case F_FALSE:
         if (cJSON_IsFalse(v)) return 0;
-        return kfail(k, key, "expected false: the trainer takes dense tensors only");
+        return kfail(k, key, "expected false: %s",
+                     strcmp(key, "renorm") ? "the trainer takes dense tensors only"
+                                           : "the trainer has no batch renormalization");
     case F_ONE:
         if (is_one(v)) return 0;
         return kfail(k, key, "expected 1: the trainer's Conv2D has no dilation and no groups");
@@ -342,8 +371,12 @@ static int convert_field(const KCtx *k, const Field *f, const cJSON *v, cJSON *s
         if (check_activation(k, key, v)) return -1;
         if (cJSON_IsString(v)) cJSON_AddStringToObject(spec, key, v->valuestring);
         return 0;
-    case F_KERNEL_INIT: return check_initializer(k, key, v, 1);
-    case F_BIAS_INIT: return check_initializer(k, key, v, 0);
+    case F_KERNEL_INIT:
+    case F_BIAS_INIT:
+    case F_ONES_INIT: return check_initializer(k, key, v, f->kind);
+    case F_NUMBER:
+        if (cJSON_IsNumber(v)) return 0;
+        return kfail(k, key, "expected a number");
     case F_REGULARIZER: return convert_regularizer(k, key, v, spec);
     case F_SEED:
         if (cJSON_IsNull(v) || cJSON_IsNumber(v)) return 0;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.h"
@@ -392,6 +393,75 @@ void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b
                         for (int ch = 0; ch < c; ch++) di[ch] += d[ch] * inv;
                     }
             }
+}
+
+/* ----------------------------------------------------------------------------
+ * BatchNormalization: per-channel statistics over the rows */
+
+void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
+                             const float *gamma, const float *beta, size_t rows, int c, float eps)
+{
+    const size_t cc = (size_t)c;
+    double *acc = xcalloc(cc, sizeof *acc);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cc; j++) acc[j] += inp[r * cc + j];
+    for (size_t j = 0; j < cc; j++) mean[j] = (float)(acc[j] / (double)rows), acc[j] = 0.0;
+    /* two passes, as tf.nn.moments: the mean first, then the squared deviations */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cc; j++) {
+            const double dev = (double)inp[r * cc + j] - mean[j];
+            acc[j] += dev * dev;
+        }
+    for (size_t j = 0; j < cc; j++) {
+        var[j] = (float)(acc[j] / (double)rows);
+        invstd[j] = 1.0f / sqrtf(var[j] + eps);
+    }
+    free(acc);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cc; j++) {
+            const float xhat = (inp[r * cc + j] - mean[j]) * invstd[j];
+            out[r * cc + j] = (gamma ? gamma[j] : 1.0f) * xhat + (beta ? beta[j] : 0.0f);
+        }
+}
+
+void batchnorm_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
+                             const float *mmean, const float *mvar, size_t rows, int c, float eps)
+{
+    const size_t cc = (size_t)c;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cc; j++) {
+            const float xhat = (inp[r * cc + j] - mmean[j]) / sqrtf(mvar[j] + eps);
+            out[r * cc + j] = (gamma ? gamma[j] : 1.0f) * xhat + (beta ? beta[j] : 0.0f);
+        }
+}
+
+void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                        const float *inp, const float *mean, const float *invstd,
+                        const float *gamma, size_t rows, int c)
+{
+    const size_t cc = (size_t)c;
+    double *acc = xcalloc(2 * cc, sizeof *acc); /* sum dout, sum dout * xhat */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cc; j++) {
+            const float d = dout[r * cc + j];
+            acc[j] += d;
+            acc[cc + j] += (double)d * ((inp[r * cc + j] - mean[j]) * invstd[j]);
+        }
+    if (dbeta)
+        for (size_t j = 0; j < cc; j++) dbeta[j] = (float)acc[j];
+    if (dgamma)
+        for (size_t j = 0; j < cc; j++) dgamma[j] = (float)acc[cc + j];
+    if (dinput) {
+        const double n = (double)rows;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < cc; j++) {
+                const double xhat = (double)(inp[r * cc + j] - mean[j]) * invstd[j];
+                const double k = (gamma ? gamma[j] : 1.0) * invstd[j] / n;
+                dinput[r * cc + j] =
+                    (float)(k * (n * dout[r * cc + j] - acc[j] - xhat * acc[cc + j]));
+            }
+    }
+    free(acc);
 }
 
 void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset)

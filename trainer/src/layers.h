@@ -123,6 +123,24 @@ void rescaling_forward(float *out, const float *inp, size_t n, float scale, floa
 /* d <- d * scale, in place. */
 void rescaling_backward(float *d, size_t n, float scale);
 
+/* Keras BatchNormalization over the last axis of rows x c values (channels last; rows =
+ * examples x the other axes). gamma NULL: scale false (1); beta NULL: center false (0).
+ * Training: out = gamma * (x - mean) * invstd + beta with the batch's mean and biased
+ * variance per channel, invstd = 1/sqrt(var + eps); mean, var and invstd (c each) are
+ * written for the moving statistics and the backward. Sums in double. */
+void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
+                             const float *gamma, const float *beta, size_t rows, int c, float eps);
+/* Inference: the same with the moving mean and variance (c each) in place of the batch's. */
+void batchnorm_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
+                             const float *mmean, const float *mvar, size_t rows, int c, float eps);
+/* From dout (rows, c), the input of the training forward and its mean and invstd:
+ * dgamma = sum dout * xhat and dbeta = sum dout per channel (each skipped when NULL), and,
+ * when dinput != NULL, dinput = gamma * invstd / rows * (rows * dout - dbeta - xhat * dgamma),
+ * the gradient through the batch statistics. */
+void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                        const float *inp, const float *mean, const float *invstd,
+                        const float *gamma, size_t rows, int c);
+
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask
  * is drawn from *rng (splitmix64). In place on x. */

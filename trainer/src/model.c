@@ -482,6 +482,55 @@ static int rescaling_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
     return 0;
 }
 
+/* The axis of a BatchNormalization: the last one, as -1 (Keras 3) or counted with the
+ * batch (tf-keras writes [3] for an (H, W, C) input), a number or a list of one. */
+static int batchnorm_axis(const Layer *l, const cJSON *o, const SpecCtx *sc)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "axis");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1) v = v->child;
+    if (!v || (cJSON_IsNumber(v) && (v->valuedouble == -1.0 || v->valuedouble == l->in_rank)))
+        return 0;
+    return spec_fail(sc, "axis",
+                     "-1, the last axis (channels last): the trainer normalises over the "
+                     "channels only");
+}
+
+/* BatchNormalization: axis (the last), momentum (default 0.99), epsilon (1e-3), center
+ * and scale (true); synchronized false, each rank normalising with its own examples'
+ * statistics (Keras's default). Gamma is the kernel, beta the bias, the moving mean and
+ * variance the state. */
+static int batchnorm_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
+{
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "momentum");
+    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(o, "epsilon");
+    const cJSON *ce = cJSON_GetObjectItemCaseSensitive(o, "center");
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(o, "scale");
+    const cJSON *sy = cJSON_GetObjectItemCaseSensitive(o, "synchronized");
+    int rc;
+    if ((rc = batchnorm_axis(l, o, sc))) return rc;
+    if (mo && !(cJSON_IsNumber(mo) && mo->valuedouble >= 0.0 && mo->valuedouble <= 1.0))
+        return spec_fail(sc, "momentum", "a number in [0, 1]");
+    if (ep && !(cJSON_IsNumber(ep) && ep->valuedouble > 0.0 && isfinite(ep->valuedouble)))
+        return spec_fail(sc, "epsilon", "a number > 0");
+    if (ce && !cJSON_IsBool(ce)) return spec_fail(sc, "center", "true or false");
+    if (sa && !cJSON_IsBool(sa)) return spec_fail(sc, "scale", "true or false");
+    if (sy && !cJSON_IsFalse(sy))
+        return spec_fail(sc, "synchronized",
+                         "false: batch statistics all-reduced over the workers are not "
+                         "implemented; each worker normalises with its own examples' "
+                         "statistics (Keras's default)");
+    const size_t c = (size_t)l->in_shape[l->in_rank - 1];
+    l->type = LAYER_BATCHNORM;
+    l->momentum = mo ? (float)mo->valuedouble : 0.99f;
+    l->epsilon = ep ? (float)ep->valuedouble : 1e-3f;
+    l->w_count = sa && cJSON_IsFalse(sa) ? 0 : c;
+    l->b_count = ce && cJSON_IsFalse(ce) ? 0 : c;
+    l->s_count = 2 * c;
+    memcpy(l->out_shape, l->in_shape, sizeof l->out_shape);
+    l->out_rank = l->in_rank;
+    return 0;
+}
+
 static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in_rank,
                            const SpecCtx *sc)
 {
@@ -499,6 +548,8 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
     static const char *const activation_keys[] = {"activation", NULL};
     static const char *const relu_keys[] = {"negative_slope", "max_value", "threshold", NULL};
     static const char *const leaky_keys[] = {"negative_slope", NULL};
+    static const char *const batchnorm_keys[] = {"axis",  "momentum",     "epsilon", "center",
+                                                 "scale", "synchronized", NULL};
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     if (!cJSON_IsObject(o) || !cJSON_IsString(type))
         return spec_fail(sc, "type", "a string: " MODEL_LAYER_TYPES);
@@ -521,6 +572,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
                               : !strcmp(t, "Activation")             ? activation_keys
                               : !strcmp(t, "ReLU")                   ? relu_keys
                               : !strcmp(t, "LeakyReLU")              ? leaky_keys
+                              : !strcmp(t, "BatchNormalization")     ? batchnorm_keys
                                                                      : NULL;
     if (keys && (rc = spec_known_keys(sc, o, t, keys))) return rc;
     if (!strcmp(t, "Reshape")) {
@@ -592,6 +644,8 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         l->rate = (float)r->valuedouble;
         memcpy(l->out_shape, in_shape, sizeof l->out_shape);
         l->out_rank = in_rank;
+    } else if (!strcmp(t, "BatchNormalization")) {
+        if ((rc = batchnorm_layer(l, o, sc))) return rc;
     } else if (!strcmp(t, "Activation") || !strcmp(t, "ReLU") || !strcmp(t, "LeakyReLU")) {
         if ((rc = activation_layer(l, o, t, sc))) return rc;
         memcpy(l->out_shape, in_shape, sizeof l->out_shape);
@@ -644,7 +698,7 @@ int model_activation_layer(const Layer *l)
 
 int model_gpu_has_layer(const Layer *l)
 {
-    return !model_activation_layer(l) && l->type != LAYER_AVGPOOL &&
+    return !model_activation_layer(l) && l->type != LAYER_AVGPOOL && l->type != LAYER_BATCHNORM &&
            l->type != LAYER_GLOBAL_AVGPOOL && l->type != LAYER_GLOBAL_MAXPOOL &&
            l->type != LAYER_RESCALING && !(l->w_count && !l->b_count) && l->l1 == 0.0f;
 }
@@ -665,6 +719,26 @@ int model_activation_parse(const char *name, Activation *act)
     for (size_t i = 0; i < sizeof activation_names / sizeof *activation_names; i++)
         if (!strcmp(name, activation_names[i])) return *act = (Activation)i, 0;
     return -EINVAL;
+}
+
+int model_layer_vars(const Layer *l, LayerVar vars[4])
+{
+    int n = 0;
+    const int c = (int)(l->s_count / 2);
+    if (l->type == LAYER_BATCHNORM) {
+        if (l->w_count) vars[n++] = (LayerVar){"gamma", l->w_off, l->w_count, 1, {c}};
+        if (l->b_count) vars[n++] = (LayerVar){"beta", l->b_off, l->b_count, 1, {c}};
+        vars[n++] = (LayerVar){"moving_mean", l->s_off, (size_t)c, 1, {c}};
+        vars[n++] = (LayerVar){"moving_variance", l->s_off + (size_t)c, (size_t)c, 1, {c}};
+        return n;
+    }
+    if (!l->w_count) return 0;
+    if (l->type == LAYER_CONV2D)
+        vars[n++] = (LayerVar){
+            "kernel", l->w_off, l->w_count, 4, {l->conv.kh, l->conv.kw, l->conv.c, l->conv.f}};
+    else vars[n++] = (LayerVar){"kernel", l->w_off, l->w_count, 2, {l->dense_in, l->units}};
+    if (l->b_count) vars[n++] = (LayerVar){"bias", l->b_off, l->b_count, 1, {(int)l->b_count}};
+    return n;
 }
 
 /* ",l1=F" for a layer with an L1 term, else "" (the signatures without one unchanged). */
@@ -735,6 +809,10 @@ static void make_signature(Model *m)
         case LAYER_RESCALING:
             append(&s, &len, &cap, "|rescaling(%.9g,%.9g)", (double)l->scale, (double)l->offset);
             break;
+        case LAYER_BATCHNORM:
+            append(&s, &len, &cap, "|batchnorm(%.9g,%.9g%s%s)", (double)l->momentum,
+                   (double)l->epsilon, l->b_count ? "" : ",nocenter", l->w_count ? "" : ",noscale");
+            break;
         }
     }
     append(&s, &len, &cap, "|params=%zu", m->num_params);
@@ -780,6 +858,8 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
         if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
             mm.activations =
                 sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
+        if (l->type == LAYER_BATCHNORM)
+            mm.activations = sat_add(mm.activations, sat_mul(sat_mul(3, l->s_count / 2), f));
         if (l->type == LAYER_CONV2D) {
             const ConvGeom *g = &l->conv;
             size_t c = sat_mul(
@@ -818,7 +898,8 @@ const char *model_layer_keras_stem(LayerType type)
                                        [LAYER_AVGPOOL] = "average_pooling2d",
                                        [LAYER_GLOBAL_AVGPOOL] = "global_average_pooling2d",
                                        [LAYER_GLOBAL_MAXPOOL] = "global_max_pooling2d",
-                                       [LAYER_RESCALING] = "rescaling"};
+                                       [LAYER_RESCALING] = "rescaling",
+                                       [LAYER_BATCHNORM] = "batch_normalization"};
     return stem[type];
 }
 
@@ -934,7 +1015,8 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         Layer *l = &m->layers[i];
         l->w_off = m->num_params;
         l->b_off = l->w_off + l->w_count;
-        m->num_params += l->w_count + l->b_count;
+        l->s_off = l->b_off + l->b_count;
+        m->num_params += model_layer_floats(l);
     }
     if (m->num_params > MODEL_MAX_FLOATS) {
         rc = spec_fail(&sc, "layers", "at most 2^28 parameters in all");
@@ -1082,12 +1164,14 @@ static void free_buffers(Model *m)
         free(m->argmax[i]);
         free(m->cols[i]);
         free(m->pre[i]);
+        free(m->bnstats[i]);
     }
     free(m->acts);
     free(m->masks);
     free(m->argmax);
     free(m->cols);
     free(m->pre);
+    free(m->bnstats);
     free(m->dcol);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
@@ -1098,6 +1182,7 @@ static void free_buffers(Model *m)
     m->argmax = NULL;
     m->cols = NULL;
     m->pre = NULL;
+    m->bnstats = NULL;
     m->dcol = m->dbuf[0] = m->dbuf[1] = NULL;
     m->max_batch = 0;
 }
@@ -1128,6 +1213,12 @@ void model_init_params(Model *m, uint64_t seed)
     memset(m->params, 0, m->num_params * sizeof(float));
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
+        if (l->type == LAYER_BATCHNORM) { /* Keras's Ones for gamma and the moving variance */
+            const size_t c = l->s_count / 2;
+            for (size_t j = 0; j < l->w_count; j++) m->params[l->w_off + j] = 1.0f;
+            for (size_t j = 0; j < c; j++) m->params[l->s_off + c + j] = 1.0f;
+            continue;
+        }
         if (!l->w_count) continue;
         size_t fan_in, fan_out;
         if (l->type == LAYER_CONV2D) {
@@ -1167,12 +1258,14 @@ void model_reserve(Model *m, int max_batch)
     m->argmax = xcalloc((size_t)m->num_layers, sizeof *m->argmax);
     m->cols = xcalloc((size_t)m->num_layers, sizeof *m->cols);
     m->pre = xcalloc((size_t)m->num_layers, sizeof *m->pre);
+    m->bnstats = xcalloc((size_t)m->num_layers, sizeof *m->bnstats);
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
             m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
         if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
+        if (l->type == LAYER_BATCHNORM) m->bnstats[i] = xmalloc(3 * l->s_count / 2 * sizeof(float));
         if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
             m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
@@ -1241,6 +1334,27 @@ typedef struct {
     int replicas;
 } Pass;
 
+/* BatchNormalization of layer p->layer over the whole batch (n values from in to out):
+ * in training with the batch's statistics, which go to the layer's state slots of grads
+ * divided by the replicas (model_update_moving), else with the moving ones. */
+static void batchnorm_forward(const Pass *p, const float *in, float *out, size_t n)
+{
+    Model *m = p->m;
+    const Layer *l = &m->layers[p->layer];
+    const size_t c = l->s_count / 2;
+    const float *gamma = l->w_count ? m->params + l->w_off : NULL;
+    const float *beta = l->b_count ? m->params + l->b_off : NULL;
+    if (!p->training) {
+        batchnorm_forward_infer(out, in, gamma, beta, m->params + l->s_off,
+                                m->params + l->s_off + c, n / c, (int)c, l->epsilon);
+        return;
+    }
+    float *st = m->bnstats[p->layer], *g = m->grads + l->s_off;
+    batchnorm_forward_train(out, st, st + c, st + 2 * c, in, gamma, beta, n / c, (int)c,
+                            l->epsilon);
+    for (size_t j = 0; j < 2 * c; j++) g[j] = st[j] / (float)p->replicas;
+}
+
 /* Runs layer p->layer on examples lo..lo+cnt-1. The last layer's softmax is left out:
  * the loss takes the logits (as Keras's TensorFlow backend does for a softmax output),
  * and argmax is the same on both. */
@@ -1272,6 +1386,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_forward(out, in, &l->pool, cnt); break;
     case LAYER_RESCALING: rescaling_forward(out, in, n, l->scale, l->offset); break;
+    case LAYER_BATCHNORM: batchnorm_forward(p, in, out, n); break;
     case LAYER_ACTIVATION:
     case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
     case LAYER_LEAKY_RELU:
@@ -1401,6 +1516,13 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_backward(din, d, &l->pool, cnt); break;
     case LAYER_RESCALING: rescaling_backward(d, (size_t)cnt * l->out_size, l->scale); break;
+    case LAYER_BATCHNORM: {
+        const size_t c = l->s_count / 2;
+        const float *st = m->bnstats[i];
+        batchnorm_backward(din, l->w_count ? dw : NULL, db, d, in, st, st + 2 * c,
+                           l->w_count ? w : NULL, (size_t)cnt * l->out_size / c, (int)c);
+        break;
+    }
     case LAYER_DENSE:
         if (kernel_folded(p, l)) {
             const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);
@@ -1463,7 +1585,7 @@ static void finish_layer(const Pass *p, int i, int shards, GradReadyFn on_ready,
         const float *w = m->params + l->w_off;
         for (size_t q = 0; q < l->w_count; q++) g[q] += reg_grad(w[q], k1, k2);
     }
-    if (on_ready) on_ready(ctx, l->w_off, n);
+    if (on_ready) on_ready(ctx, l->w_off, n + l->s_count);
 }
 
 /* The largest parameter slice of a layer that runs sharded: the size of each sgrads. */
@@ -1520,7 +1642,7 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
         int sharded = p->shards > 1 && layer_sharded(l);
         if (sharded) parallel_for(p->shards, backward_task, p);
         else backward_layer(p, 0, local_batch, m->grads);
-        if (l->w_count) finish_layer(p, i, sharded ? p->shards : 1, on_ready, ctx);
+        if (model_layer_floats(l)) finish_layer(p, i, sharded ? p->shards : 1, on_ready, ctx);
         if (p->din) {
             p->d = p->din;
             if (!to_zero) cur = 1 - cur; /* with the zero buffer both dbufs are free */
@@ -1540,6 +1662,18 @@ void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int
               .dropout_seed = dropout_seed,
               .replicas = num_replicas};
     step(&p, y, global_batch, on_ready, ctx, st);
+}
+
+void model_update_moving(Model *m)
+{
+    for (int i = 0; i < m->num_layers; i++) {
+        const Layer *l = &m->layers[i];
+        float *mv = m->params + l->s_off, *g = m->grads + l->s_off;
+        for (size_t j = 0; j < l->s_count; j++) {
+            mv[j] = mv[j] * l->momentum + g[j] * (1.0f - l->momentum);
+            g[j] = 0.0f;
+        }
+    }
 }
 
 void model_step_sgd(Model *m, const float *x, const int32_t *y, int batch, uint64_t dropout_seed,

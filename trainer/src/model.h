@@ -2,7 +2,10 @@
  * models, the parameter and gradient arenas, and the training step.
  *
  * Every parameter lives in ONE contiguous arena `params` (and its gradient at the same
- * offset in `grads`), layer after layer, kernel then bias, in Keras's layouts. The
+ * offset in `grads`), layer after layer, kernel then bias, in Keras's layouts; a
+ * BatchNormalization's moving statistics, which are state and not trained, live there too
+ * (model_update_moving), so that a checkpoint, a live recovery and the weights hash carry
+ * them with the weights. The
  * distributed layer reduces `grads` as one buffer and a checkpoint writes `params` with
  * one write. */
 #ifndef KT_MODEL_H
@@ -26,7 +29,8 @@ typedef enum {
     LAYER_AVGPOOL,
     LAYER_GLOBAL_AVGPOOL, /* the pool's window the whole input: pool holds its geometry */
     LAYER_GLOBAL_MAXPOOL,
-    LAYER_RESCALING
+    LAYER_RESCALING,
+    LAYER_BATCHNORM
 } LayerType;
 
 /* The bytes of a layer's name, NUL included. */
@@ -52,7 +56,11 @@ typedef struct {
     float scale, offset;        /* rescaling */
     float l1, l2;               /* kernel regularizer factors (Keras's L1, L2, L1L2), 0 = none */
     int same;                   /* conv2d padding "same" */
-    size_t w_off, w_count, b_off, b_count; /* slices of the arenas (counts 0: none) */
+    float momentum, epsilon;    /* batchnorm */
+    /* slices of the arenas (counts 0: none): the kernel (a batchnorm's gamma), the bias
+     * (its beta), and the non-trainable state (a batchnorm's moving mean then moving
+     * variance), one after another */
+    size_t w_off, w_count, b_off, b_count, s_off, s_count;
 } Layer;
 
 /* The step statistics, one float each at grads + num_params (after the gradients), so
@@ -91,6 +99,8 @@ struct Model {
     float **acts;           /* acts[i]: output of layer i (aliases the input for reshapes) */
     float **masks;          /* dropout masks */
     int32_t **argmax;       /* max pooling's argmax */
+    float **bnstats;        /* batchnorm: the last training forward's batch mean, variance
+                               and 1/sqrt(variance + epsilon), channels floats each */
     float **cols;           /* im2col of each conv layer, kept for its backward */
     float **pre;            /* output before the activation, kept for its backward where
                                activation_needs_input (gelu, swish), else NULL */
@@ -120,7 +130,8 @@ typedef void (*GradReadyFn)(void *ctx, size_t offset, size_t count);
 /* The spec's layer types, in the messages. */
 #define MODEL_LAYER_TYPES                                                                          \
     "Input, Reshape, Rescaling, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "  \
-    "GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU or LeakyReLU"
+    "GlobalMaxPooling2D, Flatten, Dense, Dropout, Activation, ReLU, LeakyReLU or "                 \
+    "BatchNormalization"
 
 /* The activations' names, in the messages. */
 #define MODEL_ACTIVATIONS                                                                          \
@@ -152,6 +163,26 @@ const char *model_layer_keras_stem(LayerType type);
  * for a layer's weights whatever it is called. */
 void model_layer_keras_group(const Model *m, int i, char *out, size_t outlen);
 
+/* The floats of layer l in the arena: its weights and its state. */
+static inline size_t model_layer_floats(const Layer *l)
+{
+    return l->w_count + l->b_count + l->s_count;
+}
+
+/* One of a layer's variables as Keras keeps it (vars/0, vars/1, ... of its group in a
+ * weights file): its name, its slice of the arena, its shape. */
+typedef struct {
+    const char *name; /* kernel, bias, gamma, beta, moving_mean, moving_variance */
+    size_t off, count;
+    int rank;
+    int dims[4];
+} LayerVar;
+
+/* Layer l's variables in Keras's order (kernel, bias; gamma, beta, moving_mean,
+ * moving_variance, gamma and beta each only with scale and center): into vars, their
+ * number returned (0 for a layer without any). */
+int model_layer_vars(const Layer *l, LayerVar vars[4]);
+
 /* The names of the built-in models, NULL-terminated. */
 extern const char *const model_builtin_names[];
 
@@ -175,7 +206,7 @@ typedef struct {
                            shards a step may cut the batch into, the optimizer state */
     size_t activations; /* model_reserve's buffers for the batch: outputs, dropout masks,
                            maxpool argmax, im2col columns, activation gradients,
-                           pre-activations (model.h's pre) */
+                           pre-activations (model.h's pre), batchnorm statistics */
     size_t total;       /* their sum (SIZE_MAX when it does not fit a size_t) */
 } ModelMemory;
 
@@ -213,11 +244,22 @@ void model_reserve(Model *m, int max_batch);
  * becomes the gradient of
  *     sum_{local examples} loss / global_batch + regularization / num_replicas
  * (tf.nn.scale_regularization_loss), so that the sum over replicas is the gradient of
- * the global mean loss. on_ready (may be NULL) fires per layer as its slice is final.
- * Fills *st with this worker's share. Needs model_reserve(m, >= local_batch). */
+ * the global mean loss; a BatchNormalization's state slots take its batch statistics
+ * over this rank's examples divided by num_replicas (model_update_moving). on_ready (may
+ * be NULL) fires per layer as its slice, state included, is final. Fills *st with this
+ * worker's share. Needs model_reserve(m, >= local_batch). */
 void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st);
+
+/* After a step's gradients were summed over the ranks: each BatchNormalization's moving
+ * statistics take the batch statistics its state slots of m->grads hold (the step
+ * writes each rank's mean and variance divided by the ranks, so the sum is their mean
+ * over the ranks, as MultiWorkerMirroredStrategy's MEAN aggregation of Keras's moving
+ * variables gives), moving = moving * momentum + batch * (1 - momentum), as Keras 3
+ * computes it; then zeroes those slots, so that no optimizer moves the state (a zero
+ * gradient leaves a parameter as it is under every update optim.h has). */
+void model_update_moving(Model *m);
 
 /* model_step on one worker (global batch = batch, one replica) followed by plain SGD,
  * params -= lr * gradient (Keras's SGD with momentum 0; lr > 0): the same update as
@@ -236,12 +278,12 @@ void model_evaluate(Model *m, const float *x, const int32_t *y, int b, StepStats
  * parameters. */
 double model_regularization(const Model *m);
 
-/* The first layer with parameters (num_layers when none): backward stops there, and
- * that layer passes no gradient back. Inline, for device.cu's C++ too. */
+/* The first layer with parameters or state (num_layers when none): backward stops
+ * there, and that layer passes no gradient back. Inline, for device.cu's C++ too. */
 static inline int model_first_param_layer(const Model *m)
 {
     for (int i = 0; i < m->num_layers; i++)
-        if (m->layers[i].w_count) return i;
+        if (model_layer_floats(&m->layers[i])) return i;
     return m->num_layers;
 }
 

@@ -203,10 +203,10 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                  "--device cpu",
                  cfg->device, nogpu->name, whole ? "a layer" : "activation",
                  whole ? model_layer_keras_stem(nogpu->type) : model_activation_name(nogpu->act),
-                 !whole                              ? ""
-                 : nogpu->l1 != 0.0f                 ? " with an L1 kernel regularizer"
-                 : nogpu->w_count && !nogpu->b_count ? " without bias (use_bias false)"
-                                                     : "");
+                 !whole || nogpu->type == LAYER_BATCHNORM ? ""
+                 : nogpu->l1 != 0.0f                      ? " with an L1 kernel regularizer"
+                 : nogpu->w_count && !nogpu->b_count      ? " without bias (use_bias false)"
+                                                          : "");
         *exit_code = KT_EXIT_DATA;
         rc = -ENOTSUP;
         goto err;
@@ -528,6 +528,7 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
         return rc;
     }
     *allreduce_s = util_now() - a0;
+    model_update_moving(m);
     if (folded) t->opt->iterations++;
     else optim_step(t->opt, m->params, m->grads);
     return 0;

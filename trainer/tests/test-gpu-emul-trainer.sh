@@ -55,7 +55,11 @@ nogpu=('{"type":"Conv2D","filters":4,"kernel_size":3},{"type":"GlobalAveragePool
        '{"type":"Flatten"},{"type":"Dense","units":8,"use_bias":false,"name":"x"}'
        'a layer dense without bias (use_bias false) has no CUDA kernel'
        '{"type":"Flatten"},{"type":"Dense","units":8,"name":"x","kernel_regularizer":{"l1":0.1}}'
-       'a layer dense with an L1 kernel regularizer has no CUDA kernel')
+       'a layer dense with an L1 kernel regularizer has no CUDA kernel'
+       '{"type":"Conv2D","filters":4,"kernel_size":3},{"type":"BatchNormalization","name":"x"},{"type":"Flatten"}'
+       'a layer batch_normalization has no CUDA kernel'
+       '{"type":"Flatten"},{"type":"BatchNormalization","center":false,"name":"x"}'
+       'a layer batch_normalization has no CUDA kernel')
 for ((i = 0; i < ${#nogpu[@]}; i += 2)); do
   printf '{"input_shape":[28,28,1],"layers":[%s,{"type":"Dense","units":10}]}' "${nogpu[i]}" \
     >"$tmp/nogpu.json"

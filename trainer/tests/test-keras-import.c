@@ -23,6 +23,7 @@
 #include "keras_export.h"
 #include "keras_import.h"
 #include "model.h"
+#include "util.h"
 
 /* Dense(4 -> 3) -> Dense(2), the same with a first layer of 5 units, and with a third
  * layer: the files of "another model" below. */
@@ -95,6 +96,36 @@ static void test_weights_round_trip(void **state)
         free(img);
         model_free(src), model_free(dst);
     }
+}
+
+/* BatchNormalization's variables, Keras's four (three without center) in its order: a
+ * round trip keeps every one, the moving statistics included, and a file whose layer has
+ * another set is refused naming them. */
+#define SPEC_BN(center)                                                                            \
+    "{\"input_shape\":[5,5,2],\"layers\":[{\"type\":\"Conv2D\",\"filters\":3,"                     \
+    "\"kernel_size\":2},{\"type\":\"BatchNormalization\",\"center\":" center "},"                  \
+    "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":2}]}"
+
+static void test_batchnorm_weights(void **state)
+{
+    (void)state;
+    Model *src = build(SPEC_BN("true"), 7), *dst = build(SPEC_BN("true"), 8);
+    const Layer *l = &src->layers[1];
+    uint64_t rng = 9;
+    for (size_t j = 0; j < model_layer_floats(l); j++)
+        src->params[l->w_off + j] = util_rand_float(&rng) + 0.5f;
+    size_t len;
+    void *img = image_of(src, &len);
+    char err[1024];
+    if (keras_import_weights_image(dst, dst->params, img, len, "w.h5", err, sizeof err))
+        fail_msg("%s", err);
+    assert_params_equal(dst, src);
+    free(img);
+    model_free(src), model_free(dst);
+    assert_refused(SPEC_BN("false"), SPEC_BN("true"),
+                   "w.h5: layers/batch_normalization/vars: 3 variables, where layer 1 "
+                   "\"batch_normalization\" (BatchNormalization) has 4 (gamma, beta, moving_mean "
+                   "and moving_variance");
 }
 
 static void test_weights_file_and_truncated(void **state)
@@ -370,6 +401,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weights_round_trip),
+        cmocka_unit_test(test_batchnorm_weights),
         cmocka_unit_test(test_weights_file_and_truncated),
         cmocka_unit_test(test_weights_file_locked_elsewhere),
         cmocka_unit_test(test_another_model_refused),

@@ -603,6 +603,88 @@ static void test_l1_regularizers(void **s)
     }
 }
 
+/* BatchNormalization as each dialect writes it (Keras 3's axis -1, tf-keras's [3] and
+ * [1]): gamma and beta as kernel and bias, the moving statistics as state; what the
+ * trainer does not do is refused naming the field. */
+static void edit_bn_synchronized(cJSON *root)
+{
+    set(config_at(root, 2), "synchronized", cJSON_CreateTrue());
+}
+static void edit_bn_axis(cJSON *root)
+{
+    set(config_at(root, 2), "axis", cJSON_CreateNumber(1));
+}
+static void edit_bn_axis_list(cJSON *root)
+{
+    set(config_at(root, 6), "axis", cJSON_CreateIntArray((const int[]){1, 3}, 2));
+}
+static void edit_bn_renorm(cJSON *root)
+{
+    set(config_at(root, 2), "renorm", cJSON_CreateTrue());
+}
+static void edit_bn_gamma_zeros(cJSON *root)
+{
+    set(config_at(root, 6), "gamma_initializer", cJSON_CreateString("zeros"));
+}
+static void edit_bn_regularizer(cJSON *root)
+{
+    set(config_at(root, 2), "gamma_regularizer",
+        cJSON_Parse("{\"class_name\":\"L2\","
+                    "\"config\":{\"l2\":0.01}}"));
+}
+
+static void test_batchnorm(void **s)
+{
+    (void)s;
+    Model *m[2];
+    char err[512] = "";
+    const char *files[] = {"keras3-batchnorm.json", "tfkeras-batchnorm.json"};
+    for (int f = 0; f < 2; f++) {
+        if (create_edited(&m[f], files[f], NULL, err, sizeof err)) fail_msg("%s", err);
+        assert_int_equal(m[f]->num_layers, 7);
+        const Layer *a = &m[f]->layers[1], *b = &m[f]->layers[5];
+        assert_int_equal(a->type, LAYER_BATCHNORM);
+        assert_int_equal(b->type, LAYER_BATCHNORM);
+        assert_string_equal(b->name, "batch_normalization_1");
+        assert_close(a->momentum, 0.99f, 0);
+        assert_close(a->epsilon, 1e-3f, 0);
+        assert_close(b->momentum, 0.9f, 0);
+        assert_close(b->epsilon, 0.01f, 0);
+        assert_int_equal(a->w_count + a->b_count + a->s_count, 4 * 4);
+        assert_int_equal(b->w_count, 5);
+        assert_int_equal(b->b_count, 0); /* center false */
+        assert_int_equal(b->s_count, 2 * 5);
+    }
+    print_message("# %s\n", m[0]->signature);
+    assert_string_equal(m[0]->signature,
+                        "sequential in=8x8x3|conv2d(4,3x3,s1x1,valid,linear,l2=0,nobias)|"
+                        "batchnorm(0.99000001,0.00100000005)|re_lu(relu)|flatten|"
+                        "dense(5,linear,l2=0)|batchnorm(0.899999976,0.00999999978,nocenter)|"
+                        "dense(3,linear,l2=0)|params=882");
+    assert_same_layers(m[0], m[1]);
+    model_free(m[0]);
+    model_free(m[1]);
+    expect_refused("keras3-batchnorm.json", edit_bn_synchronized,
+                   "layers[2] \"batch_normalization\" (BatchNormalization).synchronized: expected "
+                   "false",
+                   "each worker normalises with its own examples' statistics", NULL);
+    expect_refused("keras3-batchnorm.json", edit_bn_axis,
+                   "layers[2] \"batch_normalization\" (BatchNormalization).axis: expected -1",
+                   NULL);
+    expect_refused("tfkeras-batchnorm.json", edit_bn_axis_list,
+                   "layers[6] \"batch_normalization_1\" (BatchNormalization).axis: expected -1",
+                   NULL);
+    expect_refused("tfkeras-batchnorm.json", edit_bn_renorm,
+                   "layers[2] \"batch_normalization\" (BatchNormalization).renorm: expected false",
+                   "no batch renormalization", NULL);
+    expect_refused("keras3-batchnorm.json", edit_bn_gamma_zeros,
+                   "layers[6] \"batch_normalization_1\" (BatchNormalization).gamma_initializer: "
+                   "zeros is not supported",
+                   "Ones", NULL);
+    expect_refused("tfkeras-batchnorm.json", edit_bn_regularizer,
+                   "(BatchNormalization).gamma_regularizer: expected null", NULL);
+}
+
 static void test_refused(void **s)
 {
     (void)s;
@@ -662,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_rescaling),
+        cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_no_bias),
         cmocka_unit_test(test_l1_regularizers),
         cmocka_unit_test(test_activations),

@@ -723,7 +723,7 @@ static void test_layers_against_keras(void **s)
     (void)s;
     FILE *f = fopen("trainer/tests/reference/layers/layers.json", "rb");
     if (!f) fail_msg("cannot open reference/layers/layers.json (run from the root)");
-    static char text[1 << 17];
+    static char text[1 << 18];
     size_t len = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[len] = '\0';
@@ -1079,6 +1079,236 @@ static void test_model_grad_nd_dense_and_pool(void **s)
     model_free(c.m);
 }
 
+/* ---- BatchNormalization ---- */
+
+/* The layer alone, training mode, on (rows, c) values: sum(out * r). */
+typedef struct {
+    float *in, *gamma, *beta, *out, *r, st[3 * 4];
+    size_t rows;
+    int c;
+} BnCase;
+
+static double bn_obj(void *p)
+{
+    BnCase *b = p;
+    batchnorm_forward_train(b->out, b->st, b->st + b->c, b->st + 2 * b->c, b->in, b->gamma, b->beta,
+                            b->rows, b->c, 1e-3f);
+    return dot(b->out, b->r, b->rows * (size_t)b->c);
+}
+
+/* Its input, gamma and beta gradients (through the batch's statistics) against finite
+ * differences, with scale and center and without. */
+static void test_batchnorm_grad(void **s)
+{
+    (void)s;
+    for (int plain = 0; plain < 2; plain++) {
+        BnCase b = {.rows = 12, .c = 4};
+        const size_t n = b.rows * 4;
+        b.in = rand_array(n, 1), b.r = rand_array(n, 1), b.out = malloc(n * 4);
+        b.gamma = plain ? NULL : rand_array(4, 1), b.beta = plain ? NULL : rand_array(4, 1);
+        float *din = malloc(n * 4), dg[4], db[4];
+        bn_obj(&b);
+        batchnorm_backward(din, plain ? NULL : dg, plain ? NULL : db, b.r, b.in, b.st, b.st + 8,
+                           b.gamma, b.rows, b.c);
+        check_grad(plain ? "batchnorm dinput (no scale)" : "batchnorm dinput", b.in, din, n, bn_obj,
+                   &b, EPS);
+        if (!plain) {
+            check_grad("batchnorm dgamma", b.gamma, dg, 4, bn_obj, &b, EPS);
+            check_grad("batchnorm dbeta", b.beta, db, 4, bn_obj, &b, EPS);
+        }
+        free(b.in), free(b.r), free(b.out), free(b.gamma), free(b.beta), free(din);
+    }
+}
+
+/* A model with BatchNormalization after a Conv2D (per channel over examples, rows and
+ * columns; tanh after it, smooth where a relu's kinks would trip the differences) and
+ * after a Dense (scale false), through model_step: the trainable
+ * parameters' gradients are the finite differences' and the moving statistics', which
+ * training does not read, are 0; on_ready hands every layer's whole slice, its state
+ * included; the state slots hold the batch statistics divided by the replicas. */
+static void test_model_grad_batchnorm(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[5,4,2],\"layers\":["
+                       "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":2},"
+                       "{\"type\":\"BatchNormalization\"},"
+                       "{\"type\":\"Activation\",\"activation\":\"tanh\"},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":5},"
+                       "{\"type\":\"BatchNormalization\",\"scale\":false,\"momentum\":0.9},"
+                       "{\"type\":\"Dense\",\"units\":4}]}";
+    char err[256];
+    ModelCase c = {.y = {1, 3, 0}};
+    if (model_create(&c.m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    model_reserve(c.m, 3);
+    c.x = rand_array(3 * 40, 1);
+    for (size_t i = 0; i < c.m->num_params; i++) c.m->params[i] += 0.05f;
+    print_message("# %s\n", c.m->signature);
+    const Layer *bn = &c.m->layers[1], *bn2 = &c.m->layers[5];
+    assert_int_equal(bn->w_count, 3);
+    assert_int_equal(bn->b_count, 3);
+    assert_int_equal(bn->s_count, 6);
+    assert_int_equal(bn2->w_count, 0);
+    assert_int_equal(bn2->b_count, 5);
+    assert_int_equal(bn2->s_count, 10);
+    ReadyLog log = {.next_offset = c.m->num_params};
+    StepStats st;
+    model_step(c.m, c.x, c.y, 3, 3, 2, 0, on_ready, &log, &st);
+    assert_int_equal(log.calls, 5);
+    assert_int_equal(log.next_offset, 0);
+    const float *stats = c.m->bnstats[1];
+    for (int j = 0; j < 6; j++) assert_close_i(c.m->grads[bn->s_off + j], stats[j] / 2.0f, 0, j);
+    model_step(c.m, c.x, c.y, 3, 3, 1, 0, NULL, NULL, &st);
+    float *g = malloc(c.m->num_params * sizeof *g);
+    memcpy(g, c.m->grads, c.m->num_params * sizeof *g);
+    for (int i = 0; i < c.m->num_layers; i++)
+        for (size_t j = 0; j < c.m->layers[i].s_count; j++) g[c.m->layers[i].s_off + j] = 0.0f;
+    check_grad("model params (batchnorm)", c.m->params, g, c.m->num_params, model_obj, &c, 2e-3f);
+    free(g);
+    free(c.x);
+    model_free(c.m);
+}
+
+/* Two ranks of two examples each: the moving statistics take the mean of the ranks'
+ * batch statistics (model_update_moving after the sum), which every rank then holds,
+ * and the state slots are zero again for the optimizer; evaluation uses them. */
+static void test_batchnorm_moving_ranks(void **s)
+{
+    (void)s;
+    const char *spec = "{\"input_shape\":[3,2],\"layers\":["
+                       "{\"type\":\"BatchNormalization\",\"momentum\":0.75},"
+                       "{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":2}]}";
+    char err[256];
+    Model *m;
+    if (model_create(&m, spec, 5, err, sizeof err)) fail_msg("%s", err);
+    model_reserve(m, 4);
+    float *x = rand_array(4 * 6, 1), sum[4] = {0}, want[4];
+    const int32_t y[4] = {0, 1, 1, 0};
+    const Layer *l = &m->layers[0];
+    for (int r = 0; r < 2; r++) {
+        StepStats st;
+        model_step(m, x + r * 12, y + r * 2, 2, 4, 2, 0, NULL, NULL, &st);
+        for (int j = 0; j < 4; j++) sum[j] += m->grads[l->s_off + j];
+    }
+    /* each rank's statistics by the layer itself, over its 2 x 3 rows */
+    float st[2][6], out[12];
+    for (int r = 0; r < 2; r++)
+        batchnorm_forward_train(out, st[r], st[r] + 2, st[r] + 4, x + r * 12, NULL, NULL, 6, 2,
+                                1e-3f);
+    const float init[4] = {0.0f, 0.0f, 1.0f, 1.0f}; /* Keras's zeros and ones */
+    for (int j = 0; j < 4; j++)
+        want[j] = init[j] * 0.75f + (st[0][j] / 2.0f + st[1][j] / 2.0f) * 0.25f;
+    memcpy(m->grads + l->s_off, sum, sizeof sum);
+    model_update_moving(m);
+    for (int j = 0; j < 4; j++) {
+        assert_close_i(m->params[l->s_off + j], want[j], 0, j);
+        assert_close_i(m->grads[l->s_off + j], 0.0f, 0, j);
+    }
+    StepStats ev;
+    model_evaluate(m, x, y, 1, &ev);
+    for (int k = 0; k < 6; k++) {
+        const int j = k % 2;
+        const float mv = m->params[l->s_off + 2 + j];
+        assert_close_i(m->acts[0][k], (x[k] - m->params[l->s_off + j]) / sqrtf(mv + 1e-3f), 1e-6,
+                       k);
+    }
+    free(x);
+    model_free(m);
+}
+
+/* Against Keras 3 and tf-keras (reference/layers, gen_layers.py): from the same gamma,
+ * beta and moving statistics, the training call's output, input gradient, gamma and
+ * beta gradients and moving statistics after it, and the inference call's output,
+ * within 1e-5 + 1e-5 |value|. tf-keras's moving variance takes Bessel's correction,
+ * Keras 3's does not: the trainer follows Keras 3, and tf-keras's is checked as that
+ * update with var * N / (N - 1). */
+static void check_bn(const char *what, const float *got, const cJSON *want, size_t n)
+{
+    static float w[1024];
+    assert_int_equal(json_floats(want, w, 1024), n);
+    for (size_t i = 0; i < n; i++) {
+        if (fabsf(got[i] - w[i]) > 1e-5f + 1e-5f * fabsf(w[i])) print_message("# %s\n", what);
+        assert_close_i(got[i], w[i], 1e-5 + 1e-5 * fabs(w[i]), i);
+    }
+}
+
+static void test_batchnorm_against_keras(void **s)
+{
+    (void)s;
+    FILE *f = fopen("trainer/tests/reference/layers/layers.json", "rb");
+    if (!f) fail_msg("cannot open reference/layers/layers.json (run from the root)");
+    static char text[1 << 18];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    enum { NX = 2 * 5 * 6 * 3, C = 3, ROWS = NX / C };
+    static float x[NX], r[NX], dx[NX];
+    assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(root, "x"), x, NX), NX);
+    int checked = 0;
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "batchnorm");
+    for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next) {
+        cJSON *layer = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "config"), 1);
+        cJSON_AddStringToObject(layer, "type", "BatchNormalization");
+        char *text_spec, err[256];
+        cJSON *spec = cJSON_CreateObject();
+        cJSON_AddItemToObject(spec, "input_shape", cJSON_CreateIntArray((const int[]){5, 6, 3}, 3));
+        cJSON *layers = cJSON_AddArrayToObject(spec, "layers");
+        cJSON_AddItemToArray(layers, layer);
+        cJSON_AddItemToArray(layers, cJSON_Parse("{\"type\":\"Flatten\"}"));
+        cJSON_AddItemToArray(layers, cJSON_Parse("{\"type\":\"Dense\",\"units\":2}"));
+        text_spec = cJSON_PrintUnformatted(spec);
+        Model *m;
+        if (model_create(&m, text_spec, 1, err, sizeof err)) fail_msg("%s: %s", text_spec, err);
+        print_message("# %s\n", m->signature);
+        const Layer *l = &m->layers[0];
+        const cJSON *start = cJSON_GetObjectItemCaseSensitive(c, "start");
+        float gamma[C], beta[C], mm[C], mv[C], st[3 * C], dg[C], db[C], moving[2 * C];
+        json_floats(cJSON_GetObjectItemCaseSensitive(start, "gamma"), gamma, C);
+        json_floats(cJSON_GetObjectItemCaseSensitive(start, "beta"), beta, C);
+        json_floats(cJSON_GetObjectItemCaseSensitive(start, "moving_mean"), mm, C);
+        json_floats(cJSON_GetObjectItemCaseSensitive(start, "moving_variance"), mv, C);
+        assert_int_equal(json_floats(cJSON_GetObjectItemCaseSensitive(c, "r"), r, NX), NX);
+        const float *g = l->w_count ? gamma : NULL, *b = l->b_count ? beta : NULL;
+        float train_y[NX], infer_y[NX];
+        batchnorm_forward_train(train_y, st, st + C, st + 2 * C, x, g, b, ROWS, C, l->epsilon);
+        batchnorm_backward(dx, dg, db, r, x, st, st + 2 * C, g, ROWS, C);
+        batchnorm_forward_infer(infer_y, x, g, b, mm, mv, ROWS, C, l->epsilon);
+        memcpy(m->params + l->s_off, mm, sizeof mm);
+        memcpy(m->params + l->s_off + C, mv, sizeof mv);
+        memcpy(m->grads + l->s_off, st, 2 * C * sizeof(float));
+        model_update_moving(m);
+        memcpy(moving, m->params + l->s_off, sizeof moving);
+        const char *dialects[] = {"keras3", "tfkeras"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *ref = cJSON_GetObjectItemCaseSensitive(c, dialects[k]);
+            const cJSON *tr = cJSON_GetObjectItemCaseSensitive(ref, "train");
+            const cJSON *in = cJSON_GetObjectItemCaseSensitive(ref, "infer");
+            check_bn("y", train_y, cJSON_GetObjectItemCaseSensitive(tr, "y"), NX);
+            check_bn("dx", dx, cJSON_GetObjectItemCaseSensitive(tr, "dx"), NX);
+            if (g) check_bn("dgamma", dg, cJSON_GetObjectItemCaseSensitive(tr, "dgamma"), C);
+            if (b) check_bn("dbeta", db, cJSON_GetObjectItemCaseSensitive(tr, "dbeta"), C);
+            check_bn("moving_mean", moving, cJSON_GetObjectItemCaseSensitive(tr, "moving_mean"), C);
+            float var[C];
+            for (int j = 0; j < C; j++) {
+                const float unbiased = st[C + j] * (float)ROWS / (float)(ROWS - 1);
+                var[j] = k ? mv[j] * l->momentum + unbiased * (1.0f - l->momentum) : moving[C + j];
+            }
+            check_bn("moving_variance", var,
+                     cJSON_GetObjectItemCaseSensitive(tr, "moving_variance"), C);
+            check_bn("inference y", infer_y, cJSON_GetObjectItemCaseSensitive(in, "y"), NX);
+            checked++;
+        }
+        model_free(m);
+        free(text_spec);
+        cJSON_Delete(spec);
+    }
+    assert_int_equal(checked, 4);
+    cJSON_Delete(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1115,6 +1345,10 @@ int main(void)
         cmocka_unit_test(test_model_grad_pooling),
         cmocka_unit_test(test_model_grad_no_bias),
         cmocka_unit_test(test_model_grad_l1),
+        cmocka_unit_test(test_batchnorm_grad),
+        cmocka_unit_test(test_model_grad_batchnorm),
+        cmocka_unit_test(test_batchnorm_moving_ranks),
+        cmocka_unit_test(test_batchnorm_against_keras),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }

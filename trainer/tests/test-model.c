@@ -220,13 +220,13 @@ static void test_activation_buffers(void **s)
                      0);
     assert_string_equal(model_gpu_unsupported(m)->name, "re_lu");
     model_free(m);
-    /* the pooling layers the device has no kernel for: each refused by name; max pooling
-     * (cnn2) trains there */
+    /* the pooling layers and BatchNormalization the device has no kernel for: each refused
+     * by name; max pooling (cnn2) trains there */
     static const char *const pools[] = {"AveragePooling2D", "GlobalAveragePooling2D",
-                                        "GlobalMaxPooling2D"};
+                                        "GlobalMaxPooling2D", "BatchNormalization"};
     static const char *const stems[] = {"average_pooling2d", "global_average_pooling2d",
-                                        "global_max_pooling2d"};
-    for (int i = 0; i < 3; i++) {
+                                        "global_max_pooling2d", "batch_normalization"};
+    for (int i = 0; i < 4; i++) {
         char spec[256];
         snprintf(spec, sizeof spec,
                  "{\"input_shape\":[4,4,2],\"layers\":[{\"type\":\"%s\"},"
@@ -431,8 +431,10 @@ static void test_sharded_step_equals_one_thread(void **s)
 
 /* A single worker's step with plain SGD folded into the backward (model_step_sgd) makes
  * the same update as model_step followed by optim_step: over three steps, with L2 on a
- * conv and on a Dense kernel, dropout, and shards on 3 threads; the statistics agree and
- * the gradients it still writes (everything but the Dense kernels) are the same. */
+ * conv and on a Dense kernel, a BatchNormalization (its moving statistics, updated by
+ * model_update_moving after either, are no trained weights), dropout, and shards on 3
+ * threads; the statistics agree and the gradients it still writes (everything but the
+ * Dense kernels) are the same. */
 /* A Dense layer that feeds a relu Conv2D (through Flatten) adds its input gradient onto
  * a buffer the conv zeroes again as it reads it (model.h, dzero). The same step twice, on
  * the same weights and batch, must give the same gradients bit for bit, with one thread
@@ -484,6 +486,7 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
                        "{\"type\":\"Conv2D\",\"filters\":4,\"kernel_size\":3,"
                        "\"activation\":\"relu\",\"kernel_regularizer\":{\"l2\":0.01}},"
                        "{\"type\":\"MaxPooling2D\",\"pool_size\":2},"
+                       "{\"type\":\"BatchNormalization\",\"momentum\":0.5},"
                        "{\"type\":\"Dropout\",\"rate\":0.3},"
                        "{\"type\":\"Flatten\"},"
                        "{\"type\":\"Dense\",\"units\":16,\"activation\":\"relu\","
@@ -511,8 +514,10 @@ static void test_folded_sgd_equals_step_then_sgd(void **s)
         for (int i = 0; i < B; i++) y[i] = (int32_t)util_rand_below(&rng, 10);
         StepStats a, b;
         model_step(m[0], x, y, B, B, 1, 40 + step, NULL, NULL, &a);
+        model_update_moving(m[0]);
         optim_step(o, m[0]->params, m[0]->grads);
         model_step_sgd(m[1], x, y, B, 40 + step, lr, &b);
+        model_update_moving(m[1]);
         assert_close(a.loss, b.loss, 1e-5 * fabs(a.loss));
         assert_close(a.correct, b.correct, 0);
         assert_close(a.count, b.count, 0);

@@ -409,7 +409,8 @@ static int forward(GpuModel *g, int training, char *err, size_t errlen)
         case LAYER_AVGPOOL:
         case LAYER_GLOBAL_AVGPOOL:
         case LAYER_GLOBAL_MAXPOOL:
-        case LAYER_RESCALING: continue;
+        case LAYER_RESCALING:
+        case LAYER_BATCHNORM: continue;
         case LAYER_CONV2D:
             TRY(conv_forward(g, i, out, in, w, b, err, errlen));
             EW(k_bias_act, n, out, bias, n / l->conv.f, l->conv.f, act == ACT_RELU);
@@ -505,7 +506,8 @@ static int backward(GpuModel *g, int num_replicas, char *err, size_t errlen)
         case LAYER_AVGPOOL:
         case LAYER_GLOBAL_AVGPOOL:
         case LAYER_GLOBAL_MAXPOOL:
-        case LAYER_RESCALING: continue;
+        case LAYER_RESCALING:
+        case LAYER_BATCHNORM: continue;
         case LAYER_DROPOUT:
             if (m->dropout_enabled && l->rate > 0.0f) {
                 EW(k_mul, n, d, g->masks[i], n);

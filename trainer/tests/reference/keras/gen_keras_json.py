@@ -3,7 +3,8 @@
 `model.to_json()` gives for the built-in models (docs/design.md, "Models and data"),
 in both dialects the trainer reads, plus the models its tests expect to be refused and
 one with every activation and activation layer (activations), and one with the
-average and global pooling layers (pooling), and one with Rescaling (rescaling).
+average and global pooling layers (pooling), one with Rescaling (rescaling), and one
+with BatchNormalization after a Conv2D and after a Dense (batchnorm).
 
 Written by Keras 3.15.1 and tf-keras 2.21.0 on TensorFlow 2.21.0 (the venv
 $KT_CACHE/venv-tf that bench/pyvenv.sh makes). test-keras-json.c loads each accepted
@@ -125,6 +126,22 @@ def rescaling(k):
     ])}
 
 
+def batchnorm(k):
+    """BatchNormalization with Keras's defaults after a Conv2D, and without center after
+    a Dense, with another momentum and epsilon."""
+    L = k.layers
+    return {"batchnorm": k.Sequential([
+        k.Input(shape=(8, 8, 3)),
+        L.Conv2D(4, 3, use_bias=False),
+        L.BatchNormalization(),
+        L.ReLU(),
+        L.Flatten(),
+        L.Dense(5),
+        L.BatchNormalization(momentum=0.9, epsilon=0.01, center=False),
+        L.Dense(3),
+    ])}
+
+
 def write(name, model):
     with open(os.path.join(OUT, name + ".json"), "w") as f:
         json.dump(json.loads(model.to_json()), f, indent=1, sort_keys=True)
@@ -133,5 +150,5 @@ def write(name, model):
 
 for dialect, k in (("keras3", keras), ("tfkeras", tf_keras)):
     for name, model in {**builtins(k), **functional(k), **activations(k),
-                        **pooling(k), **rescaling(k)}.items():
+                        **pooling(k), **rescaling(k), **batchnorm(k)}.items():
         write("%s-%s" % (dialect, name), model)
