@@ -9,8 +9,8 @@
 # uninterrupted run; the chief killed so, the next worker takes over the checkpoints;
 # below --min-workers, the run fails as before. Then the growth back with SIGUSR2 to
 # launch, 4 -> 3 -> 2 -> 3 -> 4 with a failed growth on the way, to the undisturbed run
-# within the tolerances the design states. Last, a members file the trainer cannot take
-# is refused.
+# within the tolerances the design states, and the chief added back taking its duties
+# back. Last, a members file the trainer cannot take is refused.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -238,6 +238,31 @@ if [[ -n $acc && -n $want ]] &&
     "$acc" "$want"; then
   tap_ok "grow back: test accuracy $acc, the 4-worker run's $want (within 0.2 points)"
 else tap_fail "grow back: test accuracy" "'$acc' vs '$want'"; fi
+
+# --- the chief moves back -------------------------------------------------------------
+# Worker 0 of 3 killed after step 10 (worker 1 becomes the chief), then added back: it is
+# rank 0 again and takes the checkpoints and the result back from worker 1.
+"$BIN" launch --workers 3 --max-restarts 0 --min-workers 2 "${shrink[@]}" \
+  --checkpoint-dir "$tmp/back.ck" >"$tmp/back.out" 2>"$tmp/back.err" &
+lpid=$!; pids+=("$lpid")
+log=$tmp/back.err
+step_saved() { wait_for 120 test -e "$tmp/back.ck/ckpt-$1.kt"; }
+step_saved 10 && kill -9 "$(worker_pid "$log" 0)"
+wait_for 60 seen 1 "is the chief now and takes over" && kill -USR2 "$lpid"
+if wait_for 180 bash -c "! kill -0 $lpid 2>/dev/null"; then wait "$lpid"; rc=$?
+else kill -9 "$lpid"; rc=124; fi
+bad=()
+[[ $rc -eq 0 ]] || bad+=("rc=$rc")
+grep -q "^\[worker 1\] .*elastic: TF_CONFIG index 0 is the chief now: this worker (index 1) \
+hands over the checkpoints" "$log" || bad+=("worker 1 kept the checkpoints")
+grep -q "^\[worker 0\] .*checkpoint at step 40 saved" "$log" || bad+=("worker 0 did not save 40")
+grep -q "^\[worker 1\] .*checkpoint at step 40 saved" "$log" && bad+=("worker 1 saved 40 too")
+grep -q '"step":40' "$KUBETRAIN_TERMINATION_FILE" || bad+=("no result of step 40")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "the chief lost and added back: worker 0 is rank 0 again and saves step 40 and the result"
+else
+  tap_fail "the chief moves back" "${bad[*]}; $(grep -v '^\[worker .\] [0-9E]' "$log" | tail -n 12)"
+fi
 
 # --- a members file the trainer refuses ---------------------------------------------
 # Without launch: 3 workers, worker 2 killed, the survivors signalled with a file that
