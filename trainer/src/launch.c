@@ -22,9 +22,14 @@
  * for a silent peer gives up after the ring's io timeout (main.c), plus a margin. */
 #define STOP_GRACE_S 75.0
 
+/* What a worker added back logs once it holds the state (state_sync in main.c). */
+#define JOINED_LINE "joined generation "
+
 typedef struct {
     int fd;                    /* read end of the child's stdout or stderr; -1 at EOF */
     FILE *to;                  /* where its lines go */
+    const char *watch;         /* a text looked for in its lines, or NULL */
+    int seen;                  /* a line held it */
     size_t len;
     char buf[LINE_MAX_BYTES];
 } Stream;
@@ -54,13 +59,24 @@ typedef struct {
     int min_workers;
     int member[LAUNCH_MAX_WORKERS], members;
     char members_path[96];
+    /* Growth (SIGUSR2, add_back): the worker added back that has not joined yet, or -1;
+     * the next one waits for it, since a worker joins the ring the members file named
+     * when it started. */
+    int joining;
 } Launch;
 
 static volatile sig_atomic_t forwarded_signal;
+static volatile sig_atomic_t grow_requested;
 
 static void on_signal(int sig)
 {
     forwarded_signal = sig;
+}
+
+static void on_grow_signal(int sig)
+{
+    (void)sig;
+    grow_requested = 1;
 }
 
 static int retryable(int code)
@@ -77,7 +93,9 @@ static void usage(FILE *f)
             "  --max-restarts K   group restarts after a retryable failure, and with\n"
             "                     --recovery-timeout > 0 workers started again alone (3)\n"
             "  --min-workers M    a worker lost once the restarts are spent is dropped and\n"
-            "                     the others go on without it while M remain (0: off)\n"
+            "                     the others go on without it while M remain (0: off);\n"
+            "                     SIGUSR2 to launch adds the dropped worker of the lowest\n"
+            "                     index back: it joins at the next step boundary\n"
             "trainer options:\n",
             LAUNCH_MAX_WORKERS);
     config_usage(f);
@@ -90,6 +108,10 @@ static void stream_emit(Stream *s, int index, int flush)
     size_t start = 0;
     for (size_t i = 0; i < s->len; i++) {
         if (s->buf[i] != '\n') continue;
+        if (s->watch && !s->seen) {
+            s->buf[i] = '\0';
+            s->seen = strstr(s->buf + start, s->watch) != NULL;
+        }
         fprintf(s->to, "[worker %d] %.*s\n", index, (int)(i - start), s->buf + start);
         start = i + 1;
     }
@@ -287,6 +309,33 @@ static void drain(Worker *w, int index)
     while (w->err.fd >= 0) stream_read(&w->err, index);
 }
 
+/* SIGUSR2 with --min-workers (docs/design.md, "Elastic jobs"): the dropped worker of the
+ * lowest index is added back. The members file names it again, the running members are
+ * told (SIGUSR1) and form the grown ring after their next step, and it starts again,
+ * same index and port, to join them there and receive the state from one of them. */
+static void add_back(Worker *w, Launch *l, int *running)
+{
+    int i = 0;
+    while (i < l->n && l->member[i]) i++;
+    if (i == l->n) {
+        util_log("elastic: SIGUSR2, but no worker was dropped: nothing to add back");
+        return;
+    }
+    l->member[i] = 1;
+    l->members++;
+    write_members(l);
+    util_log("elastic: adding worker %d back (SIGUSR2): the %d workers form one ring after the "
+             "next step",
+             i, l->members);
+    for (int k = 0; k < l->n; k++)
+        if (l->member[k] && w[k].pid > 0) kill(w[k].pid, SIGUSR1);
+    drain(&w[i], i);
+    spawn(&w[i], i, l);
+    w[i].err.watch = JOINED_LINE;
+    l->joining = i;
+    (*running)++;
+}
+
 /* Runs one attempt to its end. Returns the exit code of the attempt per launch.h and
  * sets *retry when the group should be restarted. With live recovery a worker that
  * exits retryable (75, or killed by a signal) while another still runs is started
@@ -300,6 +349,7 @@ static int run_attempt(Worker *w, Launch *l, int *retry)
     *retry = 0;
     for (int i = 0; i < n; i++) l->member[i] = 1;
     l->members = n;
+    l->joining = -1;
     if (l->min_workers) write_members(l);
     while (running > 0 || open_streams > 0) {
         struct pollfd pf[2 * LAUNCH_MAX_WORKERS];
@@ -324,6 +374,12 @@ static int run_attempt(Worker *w, Launch *l, int *retry)
             signal_running(w, n, sig);
             stopping = 2;
             stop_at = util_now();
+        }
+        const int j = l->joining;
+        if (j >= 0 && (w[j].pid <= 0 || w[j].err.seen)) l->joining = -1;
+        if (grow_requested && l->joining < 0) {
+            grow_requested = 0;
+            if (!stopping) add_back(w, l, &running);
         }
         for (int i = 0; i < n; i++) {
             int status;
@@ -456,6 +512,14 @@ int launch_main(int argc, char **argv, const char *self)
     }
 
     util_on_stop_signals(on_signal);
+    if (min_workers) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_grow_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGUSR2, &sa, NULL);
+    }
 
     util_log("%d worker(s) on 127.0.0.1, OPENBLAS_NUM_THREADS=%s, checkpoints %s%s", workers,
              blas_threads ? blas_threads : getenv("OPENBLAS_NUM_THREADS"),

@@ -172,8 +172,9 @@ static int gpu_census(Collective *c, int device, int *gpuless, int *gpuful, int 
 typedef struct Recovery {
     int on;                /* --recovery-timeout > 0 on the TCP ring (not NCCL) */
     int listen_fd;         /* -1 when closed */
-    TfConfig tf;           /* the ring's workers: TF_CONFIG's, or its members after a shrink */
+    TfConfig tf;           /* the ring's workers: TF_CONFIG's, or the members named since */
     TfConfig all;          /* TF_CONFIG's cluster, which KUBETRAIN_MEMBERS_FILE indexes */
+    int *idx;              /* tf's workers as TF_CONFIG indices, ascending (tf.world) */
     int index;             /* this worker's index in it */
     char *signature;       /* the model's, compared at the rendezvous */
     unsigned char *secret;
@@ -722,17 +723,18 @@ static int read_members(const Recovery *r, int *idx)
     return n;
 }
 
-/* A shrink (docs/design.md, "Elastic jobs"): when KUBETRAIN_MEMBERS_FILE names fewer
- * workers than r's ring holds, the next rendezvous is among them, in their TF_CONFIG
- * order, so the lowest index present is rank 0, the chief; otherwise r is left as it is
- * (growing back is not built). */
-static void apply_members(Recovery *r)
+/* Whether idx[0..n) are r's ring already. */
+static int same_members(const Recovery *r, const int *idx, int n)
 {
-    int *idx = xcalloc((size_t)r->all.world, sizeof *idx), n = read_members(r, idx);
-    if (n == 0 || n >= r->tf.world) {
-        free(idx);
-        return;
-    }
+    return n == r->tf.world && !memcmp(idx, r->idx, (size_t)n * sizeof *idx);
+}
+
+/* Makes the workers idx[0..n) (TF_CONFIG indices, ascending, this worker among them)
+ * r's ring for its next rendezvous: they keep their TF_CONFIG order, so the lowest index
+ * present is rank 0, the chief (docs/design.md, "Elastic jobs"). `joining`: this worker
+ * starts, added back to a running ring (the log says so rather than a resize). */
+static void members_set(Recovery *r, const int *idx, int n, int joining)
+{
     TfConfig next = {.world = n, .peers = xcalloc((size_t)n, sizeof *next.peers)};
     const size_t listlen = 12 * (size_t)n;
     char *list = xcalloc(listlen, 1);
@@ -742,46 +744,53 @@ static void apply_members(Recovery *r)
         size_t len = strlen(list);
         snprintf(list + len, listlen - len, "%s%d", k ? "," : "", idx[k]);
     }
-    util_log("elastic: shrinking from %d to %d workers (TF_CONFIG indices %s) in generation "
-             "%u; this worker (index %d) is rank %d",
-             r->tf.world, n, list, r->generation + 1, r->index, next.rank);
+    if (joining)
+        util_log("elastic: joining the ring of %d workers (TF_CONFIG indices %s) as rank %d", n,
+                 list, next.rank);
+    else
+        util_log("elastic: %s from %d to %d workers (TF_CONFIG indices %s) in generation %u; "
+                 "this worker (index %d) is rank %d",
+                 n < r->tf.world ? "shrinking" : "growing", r->tf.world, n, list, r->generation + 1,
+                 r->index, next.rank);
     free(list);
-    free(idx);
     tfconfig_free(&r->tf);
     r->tf = next;
+    free(r->idx);
+    r->idx = xcalloc((size_t)n, sizeof *r->idx);
+    memcpy(r->idx, idx, (size_t)n * sizeof *idx);
     char prefix[64];
     snprintf(prefix, sizeof prefix, "kubetrain-trainer[rank %d]", next.rank);
     util_set_log_prefix(prefix);
 }
 
-/* The TrainRecoverHook (train.h) of live recovery: the collective failed in a step. The
- * survivors drop the ring, wait up to --recovery-timeout for the replacement in a new
- * rendezvous on the listener they kept open, form the next generation's ring and sync
- * the state from the rank with the newest one. A peer lost during that sync starts the
- * wait again within the same deadline. When the deadline passes, or a signal stops the
- * wait, the survivor saves its state and exits 75 (recovery_give_up), at the deadline
- * with "recoveryTimedOut": true in the termination message, which asks for the group
- * restart. When the supervisor drops workers instead (SIGUSR1 and KUBETRAIN_MEMBERS_FILE,
- * apply_members), the survivors form the smaller ring, the lowest-ranked becoming the
- * chief, and go on. */
-static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
+/* Takes KUBETRAIN_MEMBERS_FILE as r's ring when it names other workers than the ring
+ * holds (a shrink or a growth; `joining` as members_set); otherwise r is left as it
+ * is. */
+static void apply_members(Recovery *r, int joining)
 {
-    Recovery *r = ctx;
-    char peer[NET_NAME_MAX + 16], reason[1024], e2[1024], msg[2048];
-    lost_peer(why, peer, sizeof peer, reason, sizeof reason);
-    const double timeout = t->cfg.recovery_timeout, deadline = util_now() + timeout;
-    util_log("lost %s: %s; waiting up to %gs for a replacement (generation %u)", peer, reason,
-             timeout, r->generation + 1);
-    trainer_detach_collective(t);
-    coll_destroy(t->coll);
-    t->coll = NULL;
-    const int world_before = r->tf.world;
+    int *idx = xcalloc((size_t)r->all.world, sizeof *idx), n = read_members(r, idx);
+    if (n > 0 && !same_members(r, idx, n)) members_set(r, idx, n, joining);
+    free(idx);
+}
+
+/* The rendezvous loop of a ring formed again (recover, regroup): the collective is gone;
+ * waits until `deadline` for the workers of r's ring, taking up a new members list
+ * whenever the supervisor signals one, forms the next generation's ring and syncs the
+ * state from the rank with the newest one. A peer lost during that sync starts the wait
+ * again within the same deadline. When the deadline passes, or a signal stops the wait,
+ * the worker saves its state and exits 75 (recovery_give_up), at the deadline with
+ * "recoveryTimedOut": true in the termination message, which asks for the group
+ * restart; `awaited` names what it waited for in that message. Then the log says the
+ * new size where it is not `world_before`, and the chief's duties follow rank 0. */
+static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited, int world_before)
+{
+    char e2[1024], msg[2048];
     for (;;) {
         if (members_changed) {
             /* cleared before the file is read: a later signal wakes the rendezvous */
             rendezvous_wake = stop_requested;
             members_changed = 0;
-            apply_members(r);
+            apply_members(r, 0);
         }
         double left = deadline - util_now();
         Collective *c = NULL;
@@ -792,16 +801,16 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
         if (rc == -EINTR && !stop_requested) continue; /* the members changed */
         if (rc == -EINTR) {
             snprintf(msg, sizeof msg,
-                     "live recovery: stopped by a signal while waiting for a replacement for "
-                     "%s; exiting 75",
-                     peer);
+                     "live recovery: stopped by a signal while waiting for a %s; exiting 75",
+                     awaited);
             recovery_give_up(t, r, 0, msg);
         }
         if (rc && util_now() >= deadline) {
             snprintf(msg, sizeof msg,
-                     "live recovery: no replacement for %s within %gs (%s); exiting 75 for a "
-                     "restart of the group from the newest checkpoint",
-                     peer, timeout, rc == -ETIMEDOUT && left <= 0 ? "time is up" : e2);
+                     "live recovery: no %s within %gs (%s); exiting 75 for a restart of the "
+                     "group from the newest checkpoint",
+                     awaited, t->cfg.recovery_timeout,
+                     rc == -ETIMEDOUT && left <= 0 ? "time is up" : e2);
             recovery_give_up(t, r, 1, msg);
         }
         if (rc) {
@@ -819,20 +828,108 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
         coll_destroy(c);
         t->coll = NULL;
     }
-    if (r->tf.world < world_before) {
+    if (r->tf.world != world_before)
         util_log("elastic: generation %u of %d workers goes on from step %ld: no process "
                  "restarted, no checkpoint read",
                  r->generation, r->tf.world, t->st.global_step);
-        /* the chief's duties follow rank 0 (the metrics file and /metrics stay with the
-         * first chief: docs/design.md) */
-        if (t->coll->rank == 0 && t->cfg.checkpoint_dir[0] && !t->after_step) {
-            util_log("elastic: this worker (TF_CONFIG index %d) is the chief now and takes over "
-                     "the checkpoints",
-                     r->index);
-            t->after_step = checkpoint_hook;
-        }
+    /* The chief's duties follow rank 0, which moves to the lowest index present: to a
+     * survivor after a shrink, back to a lower index that joins (the metrics file and
+     * /metrics stay with the process of index 0: docs/design.md). Before training,
+     * cmd_train gives them out. */
+    const int chief = t->coll->rank == 0 && t->cfg.checkpoint_dir[0];
+    if (!training_started) return;
+    if (chief && !t->after_step) {
+        util_log("elastic: this worker (TF_CONFIG index %d) is the chief now and takes over "
+                 "the checkpoints",
+                 r->index);
+        t->after_step = checkpoint_hook;
+    } else if (!chief && t->after_step) {
+        util_log("elastic: TF_CONFIG index %d is the chief now: this worker (index %d) hands "
+                 "over the checkpoints",
+                 r->idx[0], r->index);
+        t->after_step = NULL;
     }
+}
+
+/* The TrainRecoverHook (train.h) of live recovery: the collective failed in a step. The
+ * survivors drop the ring and wait up to --recovery-timeout for the replacement in a new
+ * rendezvous on the listener they kept open (reform). When the supervisor drops workers
+ * instead (SIGUSR1 and KUBETRAIN_MEMBERS_FILE, apply_members), the survivors form the
+ * smaller ring and go on. */
+static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
+{
+    Recovery *r = ctx;
+    char peer[NET_NAME_MAX + 16], reason[1024], awaited[NET_NAME_MAX + 48];
+    lost_peer(why, peer, sizeof peer, reason, sizeof reason);
+    const double timeout = t->cfg.recovery_timeout;
+    util_log("lost %s: %s; waiting up to %gs for a replacement (generation %u)", peer, reason,
+             timeout, r->generation + 1);
+    trainer_detach_collective(t);
+    coll_destroy(t->coll);
+    t->coll = NULL;
+    snprintf(awaited, sizeof awaited, "replacement for %s", peer);
+    reform(t, r, util_now() + timeout, awaited, r->tf.world);
     (void)exit_code, (void)err, (void)errlen;
+    return 0;
+}
+
+/* The TrainRecoverHook (train.h) of a regroup: after the same step every rank learned
+ * that the supervisor changed KUBETRAIN_MEMBERS_FILE (SIGUSR1). Rank 0 reads the file
+ * and sends the list over the ring, so that every rank takes the same one (each reading
+ * it could see two versions of it). When the list is the ring's, the ring goes on;
+ * otherwise every rank leaves it for the rendezvous of the listed workers (reform): a
+ * worker added back joins there and receives the state, as a live replacement does. */
+static int regroup(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
+{
+    Recovery *r = ctx;
+    Collective *c = t->coll;
+    const int all = r->all.world;
+    /* cleared before the file is read: a later signal asks for the next regroup, or
+     * wakes the rendezvous below to take up its list */
+    rendezvous_wake = stop_requested;
+    members_changed = 0;
+    int32_t *list = xcalloc((size_t)all + 1, sizeof *list); /* count, then the indices */
+    int *idx = xcalloc((size_t)all, sizeof *idx), n = 0;
+    if (c->rank == 0) {
+        n = read_members(r, idx);
+        list[0] = n;
+        for (int k = 0; k < n; k++) list[k + 1] = idx[k];
+    }
+    char e2[1024];
+    int rc = coll_broadcast(c, list, ((size_t)all + 1) * sizeof *list, 0, e2, sizeof e2);
+    if (rc) {
+        free(list), free(idx);
+        return recover(t, ctx, e2, exit_code, err, errlen);
+    }
+    n = list[0];
+    int self = 0, ok = n >= 0 && n <= all;
+    for (int k = 0; ok && k < n; k++) {
+        idx[k] = list[k + 1];
+        ok = idx[k] >= 0 && idx[k] < all && (k == 0 || idx[k] > idx[k - 1]);
+        self |= idx[k] == r->index;
+    }
+    free(list);
+    if (!ok)
+        util_fail(KT_EXIT_RETRY, "elastic: rank 0 sent a members list no worker of this run can "
+                                 "hold; exiting 75");
+    if (n > 0 && !self)
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out",
+                  getenv("KUBETRAIN_MEMBERS_FILE"), r->index);
+    if (n == 0 || same_members(r, idx, n)) {
+        free(idx);
+        return 0;
+    }
+    util_log("elastic: %s after step %ld: forming the ring of the workers KUBETRAIN_MEMBERS_FILE "
+             "names",
+             why, t->st.global_step);
+    const int world_before = r->tf.world;
+    members_set(r, idx, n, 0);
+    free(idx);
+    trainer_detach_collective(t);
+    coll_destroy(t->coll);
+    t->coll = NULL;
+    reform(t, r, util_now() + t->cfg.recovery_timeout, "ring of the workers named", world_before);
     return 0;
 }
 
@@ -887,6 +984,10 @@ static int cmd_train(int argc, char **argv)
     rec.all = (TfConfig){
         .world = tf.world, .rank = tf.rank, .peers = xcalloc((size_t)tf.world, sizeof *tf.peers)};
     memcpy(rec.all.peers, tf.peers, (size_t)tf.world * sizeof *tf.peers);
+    rec.idx = xcalloc((size_t)tf.world, sizeof *rec.idx);
+    for (int i = 0; i < tf.world; i++) rec.idx[i] = i;
+    /* a worker added back to an elastic job joins the ring of the members named now */
+    if (tf.world > 1 && cfg.recovery_timeout > 0) apply_members(&rec, 1);
     signal(SIGUSR1, SIG_IGN); /* until training runs (recover) */
     Collective *coll = connect_collective(&cfg, &rec.tf, &rec);
 
@@ -903,7 +1004,10 @@ static int cmd_train(int argc, char **argv)
     }
     if (coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
     t->stop_request = &stop_requested;
-    if (rec.on) t->recover = recover, t->recover_ctx = &rec;
+    if (rec.on) {
+        t->recover = recover, t->recover_ctx = &rec;
+        t->regroup = regroup, t->regroup_request = &members_changed;
+    }
     training_started = 1;
     if (rec.on) {
         struct sigaction sa;
@@ -949,6 +1053,7 @@ static int cmd_train(int argc, char **argv)
     if (rec.listen_fd >= 0) close(rec.listen_fd);
     tfconfig_free(&rec.tf);
     tfconfig_free(&rec.all);
+    free(rec.idx);
     free(rec.signature);
     free(rec.secret);
     return KT_EXIT_OK;

@@ -65,10 +65,10 @@ typedef struct {
 
 /* The step statistics, one float each at grads + num_params (after the gradients), so
  * that the all-reduce of the gradients sums them too: this worker's share of the loss,
- * its correct predictions and examples, and the stop flag (1 on a rank asked to stop,
- * so the sum says whether any was). train.c writes them on the CPU, device.cu's k_stats
- * on the GPU. */
-enum { STAT_LOSS, STAT_CORRECT, STAT_COUNT, STAT_STOP, MODEL_STATS_FLOATS };
+ * its correct predictions and examples, the stop flag (1 on a rank asked to stop, so the
+ * sum says whether any was) and the regroup flag (1 on a rank told that the members
+ * changed, train.h). train.c writes them on the CPU, device.cu's k_stats on the GPU. */
+enum { STAT_LOSS, STAT_CORRECT, STAT_COUNT, STAT_STOP, STAT_REGROUP, MODEL_STATS_FLOATS };
 
 /* The bytes of the gradient arena's mapping for num_params parameters: the floats and
  * the statistics, rounded up to whole pages. */

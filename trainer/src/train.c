@@ -516,6 +516,7 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     stats[STAT_COUNT] = (float)ss.count;
     t->stop_asked = t->stop_request && *t->stop_request;
     stats[STAT_STOP] = t->stop_asked ? 1.0f : 0.0f;
+    stats[STAT_REGROUP] = t->regroup_request && *t->regroup_request ? 1.0f : 0.0f;
     char cerr[512];
     int rc;
     double a0 = util_now();
@@ -606,6 +607,7 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
         }
         const float *stats = t->model->grads + t->model->num_params;
         const int stop_count = (int)(stats[STAT_STOP] + 0.5f);
+        const int regroup = stats[STAT_REGROUP] > 0.5f && t->regroup;
         t->stopping = stop_count > 0;
         double step_loss = stats[STAT_LOSS];
         double step_acc = stats[STAT_CORRECT] / stats[STAT_COUNT];
@@ -646,6 +648,14 @@ static int train_epoch(Trainer *t, int *exit_code, char *err, size_t errlen)
             util_log("%d rank(s) asked to stop after step %ld and leave; this one stays for "
                      "their replacements",
                      stop_count, t->st.global_step);
+        if (regroup && t->st.step_in_epoch < t->steps_per_epoch) {
+            if ((rc = t->regroup(t, t->recover_ctx, "the members changed", exit_code, err, errlen)))
+                return rc;
+            *exit_code = KT_EXIT_DATA;
+            if (t->after_step && (rc = t->after_step(t, t->hook_ctx, exit_code, err, errlen)))
+                return rc;
+            if (t->st.epoch + 1 != epoch) return 0;
+        }
     }
     /* An epoch whose last step this rank did not run (a live recovery handed it the
      * state at the epoch's end) ends here, with the sums it was handed. */

@@ -76,6 +76,14 @@ struct Trainer {
      * replace them; all of them asking, or recover NULL, stops every rank as above. */
     TrainRecoverHook recover;
     void *recover_ctx;
+    /* Elastic growth (docs/design.md, "Elastic jobs"): when *regroup_request (borrowed,
+     * may be NULL) is set on any rank, the flag rides in the step statistics like the
+     * stop flag, and after that same step every rank calls regroup (with recover_ctx),
+     * which forms the ring again among the workers the supervisor now names; not after
+     * an epoch's last step (the request waits for the next one), so that the state it
+     * syncs is never an epoch's end. Returns as recover does. */
+    volatile sig_atomic_t *regroup_request;
+    TrainRecoverHook regroup;
     int coll_failed;       /* the last step failed in its collective (a lost peer) */
     int stop_asked;        /* this rank's share of the last step's stop count */
     EpochSums ep;          /* the epoch in progress */

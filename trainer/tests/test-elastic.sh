@@ -7,8 +7,10 @@
 # killed with no restart left (--min-workers 2) is dropped and the 2 others go on in a
 # new generation, no process restarted, no checkpoint read, to the weights of the
 # uninterrupted run; the chief killed so, the next worker takes over the checkpoints;
-# below --min-workers, the run fails as before; a members file the trainer cannot take
-# is refused.
+# below --min-workers, the run fails as before. Then the growth back with SIGUSR2 to
+# launch, 4 -> 3 -> 2 -> 3 -> 4 with a failed growth on the way, to the undisturbed run
+# within the tolerances the design states, and the chief added back taking its duties
+# back. Last, a members file the trainer cannot take is refused.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -164,6 +166,103 @@ if [[ $rc -ne 0 && $rc -ne 124 ]] && ! grep -q "elastic:" "$tmp/below.err" &&
   grep -q "giving up after 0 restart(s)" "$tmp/below.err"; then
   tap_ok "--min-workers 3: a worker of 3 lost, no restart left: the run fails (exit $rc), no shrink"
 else tap_fail "below --min-workers" "rc=$rc $(tail -n 5 "$tmp/below.err")"; fi
+
+# --- grow back --------------------------------------------------------------------
+# 4 workers, --min-workers 2, no restart: workers 3 and 2 killed (4 -> 3 -> 2); SIGUSR2
+# adds worker 2 back, which is stopped and killed while the 2 others wait for it (a
+# failed growth: they go on at 2); SIGUSR2 twice more (-> 3 -> 4). Held to the
+# undisturbed 4-worker run: every step's loss within GROW_LOSS_TOL relative, the weights
+# within GROW_WEIGHT_TOL, the test accuracy within 0.2 points (docs/design.md, "Elastic
+# jobs"). The evaluation takes the first 1000 test examples, to stay short.
+GROW_LOSS_TOL=1e-4
+GROW_WEIGHT_TOL=2e-4
+mkdir -p "$tmp/t1k"
+python3 -c 'import gzip, sys
+for name, head, size in (("images-idx3", 16, 784), ("labels-idx1", 8, 1)):
+    b = gzip.open("%s/t10k-%s-ubyte.gz" % (sys.argv[1], name)).read()
+    out = b[:4] + (1000).to_bytes(4, "big") + b[8:head] + b[head:head + 1000 * size]
+    open("%s/t10k-%s-ubyte" % (sys.argv[2], name), "wb").write(out)' "$DATA" "$tmp/t1k"
+grow=(--model tutorial-cnn --epochs 1 --steps-per-epoch 50 --lr 0.05 --global-batch 26 --eval
+      --eval-data "idx:$tmp/t1k" --print-weights-hash --checkpoint-every-steps 5
+      --recovery-timeout 20)
+"$BIN" launch --workers 4 "${grow[@]}" --checkpoint-dir "$tmp/gref.ck" \
+  --metrics-file "$tmp/gref.json" >"$tmp/gref.out" 2>"$tmp/gref.err"
+gref_ok=$([[ $? -eq 0 && -e $tmp/gref.ck/ckpt-50.kt ]] && echo 1)
+log=$tmp/grow.err
+seen() { [[ $(grep -c -- "$2" "$log") -ge $1 ]]; } # N TEXT: log holds TEXT N times
+step_saved() { wait_for 120 test -e "$tmp/grow.ck/ckpt-$1.kt"; }
+"$BIN" launch --workers 4 --max-restarts 0 --min-workers 2 "${grow[@]}" \
+  --checkpoint-dir "$tmp/grow.ck" --metrics-file "$tmp/grow.json" >"$tmp/grow.out" 2>"$log" &
+lpid=$!; pids+=("$lpid")
+step_saved 10 && kill -9 "$(worker_pid "$log" 3)"
+step_saved 15 && kill -9 "$(worker_pid "$log" 2)"
+step_saved 20 && kill -USR2 "$lpid"
+wait_for 60 seen 5 "launch: worker [0-9]: pid " && joiner=$(worker_pid "$log" 2) &&
+  pids+=("$joiner") && kill -STOP "$joiner" &&
+  wait_for 60 seen 2 "elastic: growing from 2 to 3" && kill -9 "$joiner"
+wait_for 60 seen 4 "elastic: shrinking from 3 to 2" && kill -USR2 "$lpid"
+wait_for 60 seen 1 "joined generation" && step_saved 35 && kill -USR2 "$lpid"
+if wait_for 180 bash -c "! kill -0 $lpid 2>/dev/null"; then wait "$lpid"; rc=$?
+else kill -9 "$lpid"; rc=124; fi
+# the sizes worker 0 goes on at: a failed growth leaves it where it was
+sizes=$(sed -n 's/^\[worker 0\] .*elastic: generation [0-9]* of \([0-9]*\) workers goes on.*/\1/p' \
+  "$log" | tr '\n' ' ')
+bad=()
+[[ $rc -eq 0 ]] || bad+=("rc=$rc")
+[[ $sizes == "3 2 3 4 " ]] || bad+=("sizes '$sizes', expected '3 2 3 4 '")
+# the failed growth: workers 0 and 1 grew to 3 twice and shrank to 2 twice
+for what in "growing from 2 to 3" "shrinking from 3 to 2"; do
+  [[ $(grep -c "^\[worker [01]\] .*elastic: $what" "$log") -eq 4 ]] || bad+=("not 4 '$what'")
+done
+for i in 0 1; do
+  [[ $(grep -c "launch: worker $i: pid " "$log") -eq 1 ]] || bad+=("worker $i started again")
+done
+grep -q "resuming from" "$log" && bad+=("a checkpoint was read")
+[[ $(grep -c "^\[worker [23]\] .*joined generation" "$log") -eq 2 ]] || bad+=("not 2 joined")
+[[ $(hashes "$tmp/grow.out" | wc -l) -eq 1 ]] || bad+=("the workers' weights differ")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "4 workers, --min-workers 2: 4 -> 3 -> 2 -> (a joiner killed) 2 -> 3 -> 4 with SIGUSR2, \
+none restarted, no checkpoint read"
+else tap_fail "grow back" "${bad[*]}; $(grep -v '^\[worker .\] [0-9E]' "$log" | tail -n 12)"; fi
+if close "$(losses "$tmp/grow.json")" "$(losses "$tmp/gref.json")" "$GROW_LOSS_TOL"; then
+  tap_ok "grow back: each of the 50 steps' loss within $GROW_LOSS_TOL relative of the 4-worker run"
+else
+  tap_fail "grow back: losses" "$(losses "$tmp/grow.json") vs $(losses "$tmp/gref.json")"
+fi
+if [[ -n $gref_ok ]] && out=$(params_close "$tmp/grow.ck" "$tmp/gref.ck" "$GROW_WEIGHT_TOL"); then
+  tap_ok "grow back: the weights of the 4-worker run within $GROW_WEIGHT_TOL ($out)"
+else tap_fail "grow back: weights" "${out:-no reference} $(tail -n 3 "$tmp/gref.err")"; fi
+acc=$(values eval test_accuracy "$tmp/grow.json") want=$(values eval test_accuracy "$tmp/gref.json")
+if [[ -n $acc && -n $want ]] &&
+  python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 0.002)' \
+    "$acc" "$want"; then
+  tap_ok "grow back: test accuracy $acc, the 4-worker run's $want (within 0.2 points)"
+else tap_fail "grow back: test accuracy" "'$acc' vs '$want'"; fi
+
+# --- the chief moves back -------------------------------------------------------------
+# Worker 0 of 3 killed after step 10 (worker 1 becomes the chief), then added back: it is
+# rank 0 again and takes the checkpoints and the result back from worker 1.
+"$BIN" launch --workers 3 --max-restarts 0 --min-workers 2 "${shrink[@]}" \
+  --checkpoint-dir "$tmp/back.ck" >"$tmp/back.out" 2>"$tmp/back.err" &
+lpid=$!; pids+=("$lpid")
+log=$tmp/back.err
+step_saved() { wait_for 120 test -e "$tmp/back.ck/ckpt-$1.kt"; }
+step_saved 10 && kill -9 "$(worker_pid "$log" 0)"
+wait_for 60 seen 1 "is the chief now and takes over" && kill -USR2 "$lpid"
+if wait_for 180 bash -c "! kill -0 $lpid 2>/dev/null"; then wait "$lpid"; rc=$?
+else kill -9 "$lpid"; rc=124; fi
+bad=()
+[[ $rc -eq 0 ]] || bad+=("rc=$rc")
+grep -q "^\[worker 1\] .*elastic: TF_CONFIG index 0 is the chief now: this worker (index 1) \
+hands over the checkpoints" "$log" || bad+=("worker 1 kept the checkpoints")
+grep -q "^\[worker 0\] .*checkpoint at step 40 saved" "$log" || bad+=("worker 0 did not save 40")
+grep -q "^\[worker 1\] .*checkpoint at step 40 saved" "$log" && bad+=("worker 1 saved 40 too")
+grep -q '"step":40' "$KUBETRAIN_TERMINATION_FILE" || bad+=("no result of step 40")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "the chief lost and added back: worker 0 is rank 0 again and saves step 40 and the result"
+else
+  tap_fail "the chief moves back" "${bad[*]}; $(grep -v '^\[worker .\] [0-9E]' "$log" | tail -n 12)"
+fi
 
 # --- a members file the trainer refuses ---------------------------------------------
 # Without launch: 3 workers, worker 2 killed, the survivors signalled with a file that

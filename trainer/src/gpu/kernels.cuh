@@ -274,6 +274,7 @@ __global__ void k_stats(float *stats, const double *acc, int global_batch, int r
     stats[STAT_CORRECT] = (float)acc[ACC_CORRECT];
     stats[STAT_COUNT] = (float)b;
     stats[STAT_STOP] = args->stop_flag;
+    stats[STAT_REGROUP] = 0.0f; // the GPU path does not follow a change of size
 }
 
 // dw += k * w (the L2 gradient).
