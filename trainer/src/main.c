@@ -1002,7 +1002,7 @@ static int cmd_train(int argc, char **argv)
         if (!rec.on) util_fail(KT_EXIT_RETRY, "state sync: %s", err);
         if (recover(t, &rec, err, &code, e2, sizeof e2)) util_fail(code, "%s", e2);
     }
-    if (coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
+    if (t->coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
     t->stop_request = &stop_requested;
     if (rec.on) {
         t->recover = recover, t->recover_ctx = &rec;
