@@ -32,14 +32,6 @@ pid_of() {
   echo "$pid"
 }
 
-# exited PID: whether PID is gone or a zombie (it runs nothing any more).
-exited() {
-  local st
-  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-  st=${st##*) }
-  [ "${st%% *}" = Z ]
-}
-
 # stop NAME: SIGTERM, then SIGKILL after GRACE seconds; status 1 when it survives.
 stop() {
   local n=$1 pid
@@ -55,7 +47,7 @@ stop() {
   # Its command line is empty once it is exiting, before it is gone or a zombie (seen:
   # a kube-apiserver still tearing down when down.sh returned): wait for that too, at
   # most 2 s more.
-  for _ in $(seq 20); do exited "$pid" && break; sleep 0.1; done
+  for _ in $(seq 20); do kt_exited "$pid" && break; sleep 0.1; done
 }
 
 # shims SOCKET: PIDs of the containerd shims serving the containerd at SOCKET (their

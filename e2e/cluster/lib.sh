@@ -56,6 +56,15 @@ kt_k8s_bin() {
   fi
 }
 
+# kt_exited PID: whether PID is gone or a zombie (it runs nothing any more). The state is
+# the field after the command name's closing parenthesis (a name may hold spaces).
+kt_exited() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  st=${st##*) }
+  [ "${st%% *}" = Z ]
+}
+
 # kt_etcd: prints the etcd to use ($KT_ETCD, $KUBEBUILDER_ASSETS/etcd, or the one on PATH,
 # from Debian's etcd-server); fails when there is none.
 kt_etcd() {

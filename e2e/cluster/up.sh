@@ -232,8 +232,8 @@ start() {
 # reads as empty (the likely cause of a kube-controller-manager taken for dead the second
 # it started, its log empty, with three test programs on 2 cores).
 kt_pid_running() {
-  local f=$KT_RUN/pids/$1.pid st
-  [ -f "$f" ] && st=$(cut -d' ' -f3 "/proc/$(cat "$f")/stat" 2>/dev/null) && [ "$st" != Z ]
+  local f=$KT_RUN/pids/$1.pid
+  [ -f "$f" ] && ! kt_exited "$(cat "$f")"
 }
 
 # wait_for WHAT CMD...: retries CMD until it succeeds; gives up, stopping everything,
