@@ -159,13 +159,18 @@ def tf_job_name(i):
     return f"tf{i:02d}"
 
 
-def start_tf_chief(port, logdir):
-    """progress_tf.py under venv-tf's Python, the chief of a one-worker cluster, serving
-    /metrics on port; returns the process once it serves there."""
+def tf_python():
+    """venv-tf's Python (bench/pyvenv.sh), for the TF chiefs."""
     py = subprocess.run(["bash", "bench/pyvenv.sh", "venv-tf"], capture_output=True,
                         text=True)
     if py.returncode != 0:
         raise SystemExit(f"no TensorFlow venv for the TF chief: {py.stderr.strip()}")
+    return py.stdout.strip()
+
+
+def start_tf_chief(py, port, logdir):
+    """progress_tf.py under py, the chief of a one-worker cluster, serving /metrics on
+    port; returns the process once it serves there."""
     env = dict(os.environ, PYTHONPATH=os.path.join(os.getcwd(), "python", "src"),
                KUBETRAIN_METRICS_PORT=str(port), KUBETRAIN_AUTO_PROGRESS="0",
                KUBETRAIN_TERMINATION_FILE=os.path.join(logdir, f"tf-{port}.term"),
@@ -173,7 +178,7 @@ def start_tf_chief(port, logdir):
                                      "task": {"type": "worker", "index": 0}}),
                TF_CPP_MIN_LOG_LEVEL="2")
     log = open(os.path.join(logdir, f"tf-{port}.log"), "w")
-    p = subprocess.Popen([py.stdout.strip(), os.path.join(HERE, "progress_tf.py")], env=env,
+    p = subprocess.Popen([py, os.path.join(HERE, "progress_tf.py")], env=env,
                          stdout=log, stderr=subprocess.STDOUT)
     for _ in range(240):
         if p.poll() is not None:
@@ -258,9 +263,10 @@ def main():
             api.req("POST", f"/apis/kubetrain.dev/v1alpha1/namespaces/{NS}/trainingjobs",
                     job(i, port))
         tf_ports = {}
+        py = tf_python() if TF_JOBS else None
         for i in range(TF_JOBS):
             tp = free_port("0.0.0.0")
-            tf_chiefs.append(start_tf_chief(tp, os.path.dirname(run)))
+            tf_chiefs.append(start_tf_chief(py, tp, os.path.dirname(run)))
             tf_ports[tf_job_name(i)] = tp
             api.req("POST", f"/apis/kubetrain.dev/v1alpha1/namespaces/{NS}/trainingjobs",
                     tf_job(i, tp))
