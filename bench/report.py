@@ -559,6 +559,23 @@ def recovery_cluster_section(src):
     return lines
 
 
+def is_members_latency(d):
+    return isinstance(d.get("latency_ms"), dict) and isinstance(d.get("spread_ms"), dict)
+
+
+def members_latency_section(src):
+    d = src.doc
+    lines = section_head(src, "Elastic members: annotation to downwardAPI file (%s)" % src.name,
+                         benchmark=True)
+    q = ("min", "median", "p90", "max")
+    lines += ["%s pods, %s rounds, %s." % (d.get("pods"), d.get("rounds"), d.get("kubernetes")), "",
+              table(["ms"] + list(q),
+                    [["latency"] + [d["latency_ms"].get(k, "") for k in q],
+                     ["spread over the pods of a round"] + [d["spread_ms"].get(k, "") for k in q]]),
+              ""]
+    return lines
+
+
 def progress_section(src):
     d = src.doc
     lines = section_head(src, "Progress cost (%s)" % src.name, benchmark=True)
@@ -677,6 +694,7 @@ def main():
     pr = [s for s in sources if is_progress(s.doc)]
     rcl = [s for s in sources if is_recovery_cluster(s.doc)]
     kp = [s for s in sources if is_kueue_paths(s.doc)]
+    ml = [s for s in sources if is_members_latency(s.doc)]
 
     plots = []
     p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
@@ -731,6 +749,8 @@ def main():
             md += recovery_cluster_section(s)
         elif s in kp:
             md += kueue_paths_section(s)
+        elif s in ml:
+            md += members_latency_section(s)
         else:
             md += unknown_section(s)
     os.makedirs(a.out, exist_ok=True)

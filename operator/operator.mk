@@ -100,7 +100,15 @@ BENCH_TARGETS += bench-recovery-cluster
 bench-progress: $(OPERATOR_BIN)
 	@bash operator/bench/progress.sh
 BENCH_TARGETS += bench-progress
-.PHONY: bench-gang-kueue bench-kueue-paths bench-recovery-cluster bench-progress
+
+# Benchmark: an elastic job's members, a pod annotation patched -> the pod's downwardAPI file
+# holding it, full local cluster (root; held under /tmp/kt-full-cluster.lock); JSON in
+# bench/results/members-latency.json (operator/bench/members-latency.sh).
+bench-members-latency:
+	@bash operator/bench/members-latency.sh
+BENCH_TARGETS += bench-members-latency
+.PHONY: bench-gang-kueue bench-kueue-paths bench-recovery-cluster bench-progress \
+	bench-members-latency
 
 # Benchmark at cluster scale: 1,000 jobs x 8 workers on kwok's simulated nodes, side by
 # side with the training-operator; JSON in bench/results/operator-scale.json.
