@@ -2,9 +2,10 @@
 """Keras's side of test-keras-batchnorm.sh: a model with BatchNormalization built in real
 Keras, a batch to train on, and Keras's training-mode loss on it.
 
-  keras_batchnorm.py KERAS OUT_DIR
+  keras_batchnorm.py (KERAS OUT_DIR)...
 
-KERAS is keras3 (Keras 3) or tfkeras (tf-keras 2.x). The model, on Fashion-MNIST's
+KERAS is keras3 (Keras 3) or tfkeras (tf-keras 2.x); one process builds both, since
+TensorFlow's import costs seconds of CPU. The model, on Fashion-MNIST's
 28x28x1 inputs: Conv2D(8, 3, no bias) -> BatchNormalization -> ReLU -> MaxPooling2D(2)
 -> Conv2D(8, 3) -> BatchNormalization(center=False, momentum=0.9) -> ReLU ->
 GlobalAveragePooling2D -> Dense(16) -> BatchNormalization(scale=False, momentum=0.8,
@@ -12,21 +13,21 @@ epsilon=0.01) -> Dense(10), trained one epoch of Adam on 64 random images (so th
 gamma, beta and the moving statistics are none of their initial values), is saved as
 OUT_DIR/KERAS.keras, its model.to_json() as OUT_DIR/KERAS.json. 32 other random images
 (uint8, N x H x W) and labels are written as OUT_DIR/batch.npz (x_train/y_train). The
-one line printed is "loss: L", sparse categorical cross-entropy from logits of the saved
-model on those images (pixels / 255, the trainer's default) in training mode: with the
-batch's own statistics, as the trainer's first step on them computes it; then
-"inference loss: L", the same with the moving statistics (training=False), which the
-first step's loss must not be."""
+lines printed for each: "KERAS loss: L", sparse categorical cross-entropy from logits of
+the saved model on those images (pixels / 255, the trainer's default) in training mode:
+with the batch's own statistics, as the trainer's first step on them computes it; then
+"KERAS inference loss: L", the same with the moving statistics (training=False), which
+the first step's loss must not be."""
 import os
 import sys
+import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import numpy as np  # noqa: E402
 
 
-def main():
-    which, out = sys.argv[1:3]
+def build(which, out):
     if which == "keras3":
         import keras
     else:
@@ -60,8 +61,20 @@ def main():
     np.savez(os.path.join(out, "batch.npz"), x_train=x[64:], y_train=y[64:].astype(np.uint8))
     first = float(np.asarray(loss(y[64:], model(xs[64:], training=True))))
     infer = float(np.asarray(loss(y[64:], model(xs[64:], training=False))))
-    print("loss: %.9g" % first, flush=True)
-    print("inference loss: %.9g" % infer, flush=True)
+    print("%s loss: %.9g" % (which, first), flush=True)
+    print("%s inference loss: %.9g" % (which, infer), flush=True)
+
+
+def main():
+    args = sys.argv[1:]
+    failed = False
+    for i in range(0, len(args), 2):
+        try:
+            build(*args[i:i + 2])
+        except Exception:  # noqa: BLE001  one flavour's failure leaves the other's checks
+            traceback.print_exc()
+            failed = True
+    sys.exit(1 if failed else 0)
 
 
 main()

@@ -2,9 +2,10 @@
 """Keras's side of test-keras-colour.sh: a colour model built in real Keras, its data in
 the forms the trainer reads, and Keras's loss on them.
 
-  keras_colour.py KERAS OUT_DIR
+  keras_colour.py (KERAS OUT_DIR)...
 
-KERAS is keras3 (Keras 3) or tfkeras (tf-keras 2.x). The model, on 16x16x3 inputs:
+KERAS is keras3 (Keras 3) or tfkeras (tf-keras 2.x); one process builds both, since
+TensorFlow's import costs seconds of CPU. The model, on 16x16x3 inputs:
 Rescaling(1/255) -> Conv2D(8, 3, relu, same) -> AveragePooling2D(2) -> Conv2D(8, 3,
 relu) -> GlobalAveragePooling2D -> Dense(10), trained one epoch of Adam on 64 random
 colour images (so that its biases are not zero), is saved as OUT_DIR/KERAS.keras. 32
@@ -12,11 +13,12 @@ other random colour images (uint8, N x H x W x C, channels last) and their label
 written as OUT_DIR/batch.npz (x_train/y_train), as OUT_DIR/reversed.npz (the same
 images with their channels in the other order) and as OUT_DIR/batch.tfrecord
 (tf.train.Example: `image` the raw bytes, `label` an int64), all in the same order.
-The one line printed is "loss: L", sparse categorical cross-entropy from logits of the
-saved model on the 32 images, whose pixels it takes as 0..255 (the trainer's
+The line printed for each is "KERAS loss: L", sparse categorical cross-entropy from
+logits of the saved model on the 32 images, whose pixels it takes as 0..255 (the trainer's
 --pixel-scale raw)."""
 import os
 import sys
+import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -24,8 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 
-def main():
-    which, out = sys.argv[1:3]
+def build(which, out):
     if which == "keras3":
         import keras
     else:
@@ -60,7 +61,19 @@ def main():
             }))
             w.write(ex.SerializeToString())
     first = float(np.asarray(loss(y[64:], model(xs[64:], training=False))))
-    print("loss: %.9g" % first, flush=True)
+    print("%s loss: %.9g" % (which, first), flush=True)
+
+
+def main():
+    args = sys.argv[1:]
+    failed = False
+    for i in range(0, len(args), 2):
+        try:
+            build(*args[i:i + 2])
+        except Exception:  # noqa: BLE001  one flavour's failure leaves the other's checks
+            traceback.print_exc()
+            failed = True
+    sys.exit(1 if failed else 0)
 
 
 main()

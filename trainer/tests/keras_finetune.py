@@ -3,9 +3,10 @@
 Keras, saved in every form the trainer reads, and Keras's loss on the batch the trainer
 will take first.
 
-  keras_finetune.py KERAS DATA_DIR OUT_DIR
+  keras_finetune.py DATA_DIR (KERAS OUT_DIR)...
 
-KERAS is keras3 (Keras 3) or tfkeras (tf-keras 2.x). The model, Conv2D(8, 3, relu) ->
+KERAS is keras3 (Keras 3) or tfkeras (tf-keras 2.x); one process builds both, since
+TensorFlow's import costs seconds of CPU. The model, Conv2D(8, 3, relu) ->
 MaxPooling2D(2) -> Flatten -> Dense(32, relu) -> Dense(10) on 28x28x1 (no Dropout, no
 regularizer: the training loss is then the plain loss; another seed for each flavour),
 trains one epoch of Adam on Fashion-MNIST's first 256 training images (pixels / 255),
@@ -15,10 +16,12 @@ model), KERAS.weights.h5 (save_weights), KERAS.json (to_json) and, for tf-keras,
 (the legacy save_weights). OUT_DIR/batch.npz holds the next 32
 images and labels (uint8, as keras.datasets' npz) under x_train/y_train: the trainer
 reads it with --per-worker-batch 32, so its first batch is those 32 examples in its own
-order, and the mean loss does not depend on the order. The one line printed is
-"loss: L", sparse categorical cross-entropy from logits of the saved model on them."""
+order, and the mean loss does not depend on the order. The line printed for each
+is "KERAS loss: L", sparse categorical cross-entropy from logits of the saved model on
+them."""
 import os
 import sys
+import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -26,8 +29,7 @@ import numpy as np  # noqa: E402
 from idx_read import idx  # noqa: E402
 
 
-def main():
-    which, data_dir, out = sys.argv[1:4]
+def build(which, out, data_dir):
     if which == "keras3":
         import keras
     else:
@@ -60,7 +62,19 @@ def main():
     np.savez(os.path.join(out, "batch.npz"), x_train=x[256:], y_train=y[256:].astype(np.uint8),
              x_test=x[256:], y_test=y[256:].astype(np.uint8))
     first = float(np.asarray(loss(y[256:], model(xs[256:], training=False))))
-    print("loss: %.9g" % first, flush=True)
+    print("%s loss: %.9g" % (which, first), flush=True)
+
+
+def main():
+    args = sys.argv[2:]
+    failed = False
+    for i in range(0, len(args), 2):
+        try:
+            build(*args[i:i + 2], sys.argv[1])
+        except Exception:  # noqa: BLE001  one flavour's failure leaves the other's checks
+            traceback.print_exc()
+            failed = True
+    sys.exit(1 if failed else 0)
 
 
 main()

@@ -10,6 +10,15 @@ skip_without_data() {
   have_data "$2" || { tap_skip "$1" "no Fashion-MNIST in $2"; tap_done; exit; }
 }
 
+# py_has PYTHON MODULE...: whether PYTHON finds every MODULE, without importing it: a
+# test's skip check, where `import tensorflow` would cost seconds of CPU. A module that is
+# there but fails to import then fails the test that uses it, as a broken install should.
+py_has() {
+  local py=$1; shift
+  "$py" -c 'import importlib.util, sys
+sys.exit(0 if all(importlib.util.find_spec(m) for m in sys.argv[1:]) else 1)' "$@" 2>/dev/null
+}
+
 # A TCP port free on loopback now.
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))

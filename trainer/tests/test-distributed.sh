@@ -214,16 +214,19 @@ if [[ $rc -eq 0 && $(count_hashes "$tmp/wout") -eq 4 && $(hashes "$tmp/wout" | w
 else tap_fail "resume with another world size" "rc=$rc $(tail -8 "$tmp/werr")"; fi
 
 # --- the chief killed while it writes checkpoints; a corrupt newest one ---------------
-# A longer run than cnn's 12 steps, so that it cannot end before a write is caught (the
-# 12 steps once ended while the test still looked for a temporary file), with its own
-# uninterrupted reference.
-long=(--model tutorial-cnn --epochs 2 --steps-per-epoch 150 --per-worker-batch 8 --print-weights-hash)
+# The killed run is long (20 epochs of 150 steps), so that it cannot end before a write is
+# caught (cnn's 12 steps once ended while the test still looked for a temporary file);
+# it dies within its first steps, and the resume trains on to the end of epoch 1 only, as
+# does its own uninterrupted reference (a resume may ask for other --epochs than the
+# checkpoint's run: epoch-end and world-size resumes below ask for more).
+long=(--model tutorial-cnn --epochs 1 --steps-per-epoch 150 --per-worker-batch 8 --print-weights-hash)
 "$BIN" launch --workers 2 "${long[@]}" >"$tmp/lref" 2>/dev/null
 HL=$(hashes "$tmp/lref")
 ck=$tmp/ck-chief
 p0=$(free_port); p1=$(free_port)
 for i in 0 1; do
-  TF_CONFIG=$(tf_config $i "$p0" "$p1") KUBETRAIN_SECRET=s3 "$BIN" "${long[@]}" --recovery-timeout 0 --checkpoint-dir "$ck" \
+  TF_CONFIG=$(tf_config $i "$p0" "$p1") KUBETRAIN_SECRET=s3 "$BIN" "${long[@]}" --epochs 20 \
+    --recovery-timeout 0 --checkpoint-dir "$ck" \
     --checkpoint-every-steps 1 --keep-checkpoints 3 >"$tmp/c$i.out" 2>"$tmp/c$i.err" &
   cp[i]=$!; pids+=("${cp[i]}")
 done

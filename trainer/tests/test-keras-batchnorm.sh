@@ -86,7 +86,7 @@ else tap_fail "live recovery with BatchNormalization" \
   "rc=$rc '$got' vs '$REF': $(grep -v '^\[worker .\] [0-9E]' "$tmp/k.err" | tail -8)"; fi
 
 # --- Keras's models in, trained, and back out ------------------------------------------
-if ! "$PY" -c 'import keras, tf_keras' 2>/dev/null; then
+if ! py_has "$PY" keras tf_keras; then
   tap_skip "BatchNormalization against Keras" \
     "no Keras 3 and tf-keras in $PY (bash bench/pyvenv.sh venv-tf)"
   tap_done; exit
@@ -94,12 +94,14 @@ fi
 short=(--epochs 1 --steps-per-epoch 20 --per-worker-batch 16 --seed 3 --eval --optimizer adam
        --data-dir "$DATA")
 declare -A want
+mkdir -p "$tmp/keras3" "$tmp/tfkeras"
+# Both Kerases' models from one process: TensorFlow's import costs seconds of CPU.
+"$PY" trainer/tests/keras_batchnorm.py keras3 "$tmp/keras3" tfkeras "$tmp/tfkeras" \
+  >"$tmp/py.out" 2>"$tmp/py.err"
 for flavour in keras3 tfkeras; do
   d=$tmp/$flavour
-  mkdir -p "$d"
-  "$PY" trainer/tests/keras_batchnorm.py "$flavour" "$d" >"$d/py.out" 2>"$tmp/py.err"
-  kloss=$(sed -n 's/^loss: //p' "$d/py.out")
-  kinfer=$(sed -n 's/^inference loss: //p' "$d/py.out")
+  kloss=$(sed -n "s/^$flavour loss: //p" "$tmp/py.out")
+  kinfer=$(sed -n "s/^$flavour inference loss: //p" "$tmp/py.out")
   if [[ -z $kloss || -z $kinfer ]]; then
     tap_fail "$flavour builds and saves the BatchNormalization model" "$(tail -3 "$tmp/py.err")"
     continue
@@ -126,22 +128,23 @@ for flavour in keras3 tfkeras; do
   fi
   want[$flavour]="$(values eval test_loss "$d/m.jsonl") $(values eval test_accuracy "$d/m.jsonl")"
 done
+# Both Kerases in one process (keras_check.py): TensorFlow's import costs seconds of CPU.
+args=()
 for flavour in keras3 tfkeras; do
-  args=()
   for from in keras3 tfkeras; do
     read -r loss acc <<<"${want[$from]:-0 0}"
-    args+=("$tmp/$from/out.keras" - "$loss" "$acc")
+    args+=("$flavour" "$tmp/$from/out.keras" - "$loss" "$acc")
   done
   read -r loss acc <<<"${want[$flavour]:-0 0}"
-  args+=("$tmp/$flavour/out.weights.h5" "$tmp/$flavour/$flavour.json" "$loss" "$acc")
-  "$PY" trainer/tests/keras_check.py "$flavour" "$DATA" "${args[@]}" >"$tmp/$flavour.out" \
-    2>"$tmp/$flavour.err"
-  n=0
-  while IFS= read -r line; do
-    n=$((n + 1))
-    if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
-  done < <(grep -E '^(ok|not ok): ' "$tmp/$flavour.out")
+  args+=("$flavour" "$tmp/$flavour/out.weights.h5" "$tmp/$flavour/$flavour.json" "$loss" "$acc")
+done
+"$PY" trainer/tests/keras_check.py "$DATA" "${args[@]}" >"$tmp/check.out" 2>"$tmp/check.err"
+while IFS= read -r line; do
+  if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
+done < <(grep -E '^(ok|not ok): ' "$tmp/check.out")
+for flavour in keras3 tfkeras; do
+  n=$(grep -cE "^(ok|not ok): $flavour " "$tmp/check.out")
   [[ $n -eq 3 ]] ||
-    tap_fail "$flavour checks all 3 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
+    tap_fail "$flavour checks all 3 files" "$n lines: $(tail -5 "$tmp/check.err")"
 done
 tap_done

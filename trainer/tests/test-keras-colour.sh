@@ -24,7 +24,7 @@ if [[ ! -x $BIN ]]; then
   tap_fail "the optimised trainer is built" "missing $BIN (make test builds it)"
   tap_done; exit
 fi
-if ! "$PY" -c 'import keras, tf_keras' 2>/dev/null; then
+if ! py_has "$PY" keras tf_keras; then
   tap_skip "colour models from Keras" \
     "no Keras 3 and tf-keras in $PY (bash bench/pyvenv.sh venv-tf)"
   tap_done; exit
@@ -37,11 +37,13 @@ first_loss() {
     --metrics-file "$tmp/m.jsonl" "$@" >/dev/null 2>"$tmp/err" && losses "$tmp/m.jsonl"
 }
 
+mkdir -p "$tmp/keras3" "$tmp/tfkeras"
+# Both Kerases' models from one process: TensorFlow's import costs seconds of CPU.
+"$PY" trainer/tests/keras_colour.py keras3 "$tmp/keras3" tfkeras "$tmp/tfkeras" \
+  >"$tmp/py.out" 2>"$tmp/py.err"
 for flavour in keras3 tfkeras; do
   d=$tmp/$flavour
-  mkdir -p "$d"
-  want=$("$PY" trainer/tests/keras_colour.py "$flavour" "$d" 2>"$tmp/py.err" |
-         sed -n 's/^loss: //p')
+  want=$(sed -n "s/^$flavour loss: //p" "$tmp/py.out")
   if [[ -z $want ]]; then
     tap_fail "$flavour builds and saves the colour model" "$(tail -3 "$tmp/py.err")"
     continue

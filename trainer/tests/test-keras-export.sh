@@ -117,29 +117,32 @@ if [[ $rc -eq 3 && $out == *"--model mlp is not the checkpoint's"* && ! -e $tmp/
   tap_ok "$name"
 else tap_fail "$name" "rc=$rc: $out"; fi
 
-if ! "$PY" -c 'import keras, tf_keras' 2>/dev/null; then
+if ! py_has "$PY" keras tf_keras; then
   tap_skip "Keras loads the exports" "no Keras 3 and tf-keras in $PY (bash bench/pyvenv.sh venv-tf)"
   tap_done; exit
 fi
+# Both Kerases in one process (keras_check.py): TensorFlow's import costs seconds of CPU.
+args=()
 for flavour in keras3 tfkeras; do
   read -r loss acc <<<"${want[ac]}"
-  args=("$tmp/ac.keras" - "$loss" "$acc")
+  args+=("$flavour" "$tmp/ac.keras" - "$loss" "$acc")
   read -r loss acc <<<"${want[pl]}"
-  args+=("$tmp/pl.keras" - "$loss" "$acc")
+  args+=("$flavour" "$tmp/pl.keras" - "$loss" "$acc")
   for id in tc k3 tf; do
     read -r loss acc <<<"${want[$id]}"
     json=${json3[$id]}
     [[ $flavour == tfkeras ]] && json=${jsontf[$id]}
-    args+=("$tmp/$id.keras" - "$loss" "$acc" "$tmp/$id.weights.h5" "$json" "$loss" "$acc")
+    args+=("$flavour" "$tmp/$id.keras" - "$loss" "$acc"
+           "$flavour" "$tmp/$id.weights.h5" "$json" "$loss" "$acc")
   done
-  "$PY" trainer/tests/keras_check.py "$flavour" "$DATA" "${args[@]}" >"$tmp/$flavour.out" \
-    2>"$tmp/$flavour.err"
-  n=0
-  while IFS= read -r line; do
-    n=$((n + 1))
-    if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
-  done < <(grep -E '^(ok|not ok): ' "$tmp/$flavour.out")
+done
+"$PY" trainer/tests/keras_check.py "$DATA" "${args[@]}" >"$tmp/check.out" 2>"$tmp/check.err"
+while IFS= read -r line; do
+  if [[ $line == "ok: "* ]]; then tap_ok "${line#ok: }"; else tap_fail "${line#not ok: }"; fi
+done < <(grep -E '^(ok|not ok): ' "$tmp/check.out")
+for flavour in keras3 tfkeras; do
+  n=$(grep -cE "^(ok|not ok): $flavour " "$tmp/check.out")
   [[ $n -eq 8 ]] ||
-    tap_fail "$flavour checks all 8 files" "$n lines: $(tail -5 "$tmp/$flavour.err")"
+    tap_fail "$flavour checks all 8 files" "$n lines: $(tail -5 "$tmp/check.err")"
 done
 tap_done

@@ -79,7 +79,7 @@ expect_refused "--model with a .keras holding another model's weights -> exit 3"
 expect_refused "--model with a .keras without weights -> exit 3" \
   "$tmp/noweights.keras: no model.weights.h5 in the archive" --model "$tmp/noweights.keras"
 
-if ! "$PY" -c 'import keras, tf_keras' 2>/dev/null; then
+if ! py_has "$PY" keras tf_keras; then
   tap_skip "fine-tuning from Keras's files" \
     "no Keras 3 and tf-keras in $PY (bash bench/pyvenv.sh venv-tf)"
   tap_done; exit
@@ -96,11 +96,13 @@ first_loss() {
     losses "$tmp/m.jsonl"
 }
 
+mkdir -p "$tmp/keras3" "$tmp/tfkeras"
+# Both Kerases' models from one process: TensorFlow's import costs seconds of CPU.
+"$PY" trainer/tests/keras_finetune.py "$DATA" keras3 "$tmp/keras3" tfkeras "$tmp/tfkeras" \
+  >"$tmp/py.out" 2>"$tmp/py.err"
 for flavour in keras3 tfkeras; do
   d=$tmp/$flavour
-  mkdir -p "$d"
-  want=$("$PY" trainer/tests/keras_finetune.py "$flavour" "$DATA" "$d" 2>"$tmp/py.err" |
-         sed -n 's/^loss: //p')
+  want=$(sed -n "s/^$flavour loss: //p" "$tmp/py.out")
   if [[ -z $want ]]; then
     tap_fail "$flavour trains and saves the model" "$(tail -3 "$tmp/py.err")"
     continue

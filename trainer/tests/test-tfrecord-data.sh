@@ -27,7 +27,7 @@ if [[ ! -x $BIN ]]; then
   tap_done; exit
 fi
 skip_without_data "TFRecord data sources" "$DATA"
-if ! "$PY" -c 'import tensorflow' 2>/dev/null; then
+if ! py_has "$PY" tensorflow; then
   tap_skip "TFRecord data sources" "no TensorFlow in $PY (bash bench/pyvenv.sh venv-tf makes it)"
   tap_done; exit
 fi
