@@ -195,7 +195,9 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collectiv
                   .global_batch = (uint64_t)config_global_batch(cfg, r->tf.world),
                   .dataset = cfg->dataset,
                   .generation = r->generation + 1,
-                  .has_state = r->has_state};
+                  .has_state = r->has_state,
+                  .members = r->idx,
+                  .cluster = r->all.world};
     NetOptions no = {.rendezvous_timeout_s = timeout_s,
                      .handshake_timeout_s = 10,
                      .secret = r->secret,
@@ -261,10 +263,11 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
         util_fail(KT_EXIT_RETRY, "%s", err);
     Collective *c;
     rc = form_ring(cfg, r, cfg->rendezvous_timeout, &c, err, sizeof err);
-    /* Only a peer that proved the job secret and disagrees about the job is a
-     * configuration error; whatever else answered or failed to (a stale address, another
-     * job's worker, a wrong secret) may be gone after a restart, so it is retryable. */
-    if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
+    /* Only a peer that proved the job secret and disagrees about the job or the members
+     * is a configuration error; whatever else answered or failed to (a stale address,
+     * another job's worker, a wrong secret) may be gone after a restart, so it is
+     * retryable. */
+    if (rc == -EPROTO || rc == -ESTALE) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
     if (rc) util_fail(KT_EXIT_RETRY, "rendezvous: %s", err);
 #ifdef KT_GPU
     /* Every rank takes part, with a device or not, so that all choose alike. */
@@ -797,7 +800,7 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
         int rc = stop_requested ? -EINTR
                  : left > 0     ? form_ring(&t->cfg, r, left, &c, e2, sizeof e2)
                                 : -ETIMEDOUT;
-        if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
+        if (rc == -EPROTO || rc == -ESTALE) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
         if (rc == -EINTR && !stop_requested) continue; /* the members changed */
         if (rc == -EINTR) {
             snprintf(msg, sizeof msg,
