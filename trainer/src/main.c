@@ -67,7 +67,8 @@
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t training_started;
-/* SIGUSR1: the supervisor rewrote KUBETRAIN_MEMBERS_FILE (a shrink, recover). */
+/* SIGUSR1 (launch rewrote KUBETRAIN_MEMBERS_FILE), or the watch of that file saw it name
+ * other workers (members_look): a shrink in recover, a regroup while training. */
 static volatile sig_atomic_t members_changed;
 /* Ends a live recovery's rendezvous wait: set with either flag above. */
 static volatile sig_atomic_t rendezvous_wake;
@@ -181,13 +182,167 @@ typedef struct Recovery {
     size_t secret_len;
     uint32_t generation;   /* of the last ring formed (state synced); 0: none yet */
     int has_state;         /* parameters and position of a run in progress */
+    const char *members_path; /* KUBETRAIN_MEMBERS_FILE; NULL: unset */
+    struct stat members_seen; /* that file when last read (members_look) */
+    int members_looked;       /* members_seen is set */
+    int *named, named_n;      /* the list it held then (all.world room); 0: none read */
 } Recovery;
 
+/* The workers KUBETRAIN_MEMBERS_FILE names: TF_CONFIG indices in ascending order,
+ * separated by commas ("0,2"), into idx (r->all.world at most); returns their count, or
+ * 0 when the variable is unset or the file cannot be read now (logged; it is replaced
+ * whole, by a rename or the kubelet's symlink swap, so a later look finds it whole). A
+ * file that is not such a list, or leaves this worker out, exits 2 naming it. */
+static int read_members(const Recovery *r, int *idx)
+{
+    const char *path = getenv("KUBETRAIN_MEMBERS_FILE");
+    if (!path || !*path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        util_log("elastic: cannot read KUBETRAIN_MEMBERS_FILE %s: %s", path, strerror(errno));
+        return 0;
+    }
+    /* room for every index and its comma, and one byte more: a longer file is refused */
+    const size_t cap = 12 * (size_t)r->all.world + 2;
+    char *buf = xmalloc(cap);
+    size_t got = fread(buf, 1, cap - 1, f);
+    const int longer = got == cap - 1 && fgetc(f) != EOF;
+    fclose(f);
+    buf[got] = '\0';
+    if (longer)
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_MEMBERS_FILE %s: longer than a list of %d worker indices can be", path,
+                  r->all.world);
+    int n = 0, self = 0;
+    const char *p = buf;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= r->all.world || (n > 0 && v <= idx[n - 1]))
+            util_fail(KT_EXIT_USAGE,
+                      "KUBETRAIN_MEMBERS_FILE %s: expected TF_CONFIG worker indices below %d in "
+                      "ascending order, separated by commas; got \"%.64s\"",
+                      path, r->all.world, buf);
+        self |= v == r->index;
+        idx[n++] = (int)v;
+        p = end + strspn(end, " \t\r\n");
+        if (*p != ',') break;
+        p++;
+    }
+    if (*p)
+        util_fail(KT_EXIT_USAGE, "KUBETRAIN_MEMBERS_FILE %s: unexpected \"%.32s\" after the list",
+                  path, p);
+    if (!self)
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out", path,
+                  r->index);
+    free(buf);
+    return n;
+}
+
+/* Whether idx[0..n) are r's ring already. */
+static int same_members(const Recovery *r, const int *idx, int n)
+{
+    return n == r->tf.world && !memcmp(idx, r->idx, (size_t)n * sizeof *idx);
+}
+
+/* Makes the workers idx[0..n) (TF_CONFIG indices, ascending, this worker among them)
+ * r's ring for its next rendezvous: they keep their TF_CONFIG order, so the lowest index
+ * present is rank 0, the chief (docs/design.md, "Elastic jobs"). `joining`: this worker
+ * starts, added back to a running ring (the log says so rather than a resize). */
+static void members_set(Recovery *r, const int *idx, int n, int joining)
+{
+    TfConfig next = {.world = n, .peers = xcalloc((size_t)n, sizeof *next.peers)};
+    const size_t listlen = 12 * (size_t)n;
+    char *list = xcalloc(listlen, 1);
+    for (int k = 0; k < n; k++) {
+        next.peers[k] = r->all.peers[idx[k]];
+        if (idx[k] == r->index) next.rank = k;
+        size_t len = strlen(list);
+        snprintf(list + len, listlen - len, "%s%d", k ? "," : "", idx[k]);
+    }
+    if (joining)
+        util_log("elastic: joining the ring of %d workers (TF_CONFIG indices %s) as rank %d", n,
+                 list, next.rank);
+    else
+        util_log("elastic: %s from %d to %d workers (TF_CONFIG indices %s) in generation %u; "
+                 "this worker (index %d) is rank %d",
+                 n < r->tf.world ? "shrinking" : "growing", r->tf.world, n, list, r->generation + 1,
+                 r->index, next.rank);
+    free(list);
+    tfconfig_free(&r->tf);
+    r->tf = next;
+    free(r->idx);
+    r->idx = xcalloc((size_t)n, sizeof *r->idx);
+    memcpy(r->idx, idx, (size_t)n * sizeof *idx);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "kubetrain-trainer[rank %d]", next.rank);
+    util_set_log_prefix(prefix);
+}
+
+/* The watch of KUBETRAIN_MEMBERS_FILE (docs/design.md, "Elastic jobs"): stats the file,
+ * following the link (the kubelet swaps a `..data` symlink in a downwardAPI volume,
+ * launch renames a file over it), and reads it when its device, inode, size or mtime
+ * changed since it was last read, or when `force`. Returns 1 when it read a list other
+ * than the one read before (r->named holds the newest), else 0. One stat when nothing
+ * changed, so it runs at every step. */
+static int members_look(Recovery *r, int force)
+{
+    struct stat st;
+    if (!r->members_path) return 0;
+    if (stat(r->members_path, &st) != 0) {
+        if (force)
+            util_log("elastic: cannot read KUBETRAIN_MEMBERS_FILE %s: %s", r->members_path,
+                     strerror(errno));
+        return 0;
+    }
+    const struct stat *o = &r->members_seen;
+    if (!force && r->members_looked && st.st_dev == o->st_dev && st.st_ino == o->st_ino &&
+        st.st_size == o->st_size && st.st_mtim.tv_sec == o->st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == o->st_mtim.tv_nsec)
+        return 0;
+    r->members_seen = st, r->members_looked = 1;
+    int *idx = xcalloc((size_t)r->all.world, sizeof *idx), n = read_members(r, idx);
+    const int changed =
+        n > 0 && (n != r->named_n || memcmp(idx, r->named, (size_t)n * sizeof *idx) != 0);
+    if (changed) memcpy(r->named, idx, (size_t)n * sizeof *idx), r->named_n = n;
+    free(idx);
+    return changed;
+}
+
+/* Takes the list KUBETRAIN_MEMBERS_FILE named last (members_look) as r's ring when it
+ * names other workers than the ring holds (a shrink or a growth; `joining` as
+ * members_set). Returns 1 when it did, 0 when r is left as it is. */
+static int members_take(Recovery *r, int joining)
+{
+    if (r->named_n == 0 || same_members(r, r->named, r->named_n)) return 0;
+    members_set(r, r->named, r->named_n, joining);
+    return 1;
+}
+
+/* The step's watch (Trainer.regroup_poll): a list other than the last one asks for a
+ * regroup after this step, as SIGUSR1 does. */
+static void members_watch(void *ctx)
+{
+    if (members_look(ctx, 0)) members_changed = 1;
+}
+
+/* The rendezvous's watch (NetOptions.poll): a new list that is not the ring ends the
+ * rendezvous, for reform to take it up, as SIGUSR1 does. */
+static int members_wake(void *ctx)
+{
+    Recovery *r = ctx;
+    if (!members_look(r, 0) || same_members(r, r->named, r->named_n)) return 0;
+    members_changed = 1;
+    return 1;
+}
+
 /* One rendezvous of r's worker within timeout_s, proposing generation r->generation + 1,
- * then the ring with its shared-memory path (shm.h). Returns 0 with *out, or
- * net_rendezvous's negative errno and err. */
-static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collective **out, char *err,
-                     size_t errlen)
+ * then the ring with its shared-memory path (shm.h). `watch`: a live recovery's, which a
+ * change of KUBETRAIN_MEMBERS_FILE ends with -EINTR (members_wake). Returns 0 with *out,
+ * or net_rendezvous's negative errno and err. */
+static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch, Collective **out,
+                     char *err, size_t errlen)
 {
     NetJob job = {.world = r->tf.world,
                   .rank = r->tf.rank,
@@ -195,12 +350,16 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, Collectiv
                   .global_batch = (uint64_t)config_global_batch(cfg, r->tf.world),
                   .dataset = cfg->dataset,
                   .generation = r->generation + 1,
-                  .has_state = r->has_state};
+                  .has_state = r->has_state,
+                  .members = r->idx,
+                  .cluster = r->all.world};
     NetOptions no = {.rendezvous_timeout_s = timeout_s,
                      .handshake_timeout_s = 10,
                      .secret = r->secret,
                      .secret_len = r->secret_len,
-                     .stop = &rendezvous_wake};
+                     .stop = &rendezvous_wake,
+                     .poll = watch ? members_wake : NULL,
+                     .poll_arg = r};
     NetRing ring;
     double t0 = util_now();
     int rc = net_rendezvous(r->listen_fd, &r->tf, &job, &no, &ring, err, errlen);
@@ -260,11 +419,12 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
                         err, sizeof err))
         util_fail(KT_EXIT_RETRY, "%s", err);
     Collective *c;
-    rc = form_ring(cfg, r, cfg->rendezvous_timeout, &c, err, sizeof err);
-    /* Only a peer that proved the job secret and disagrees about the job is a
-     * configuration error; whatever else answered or failed to (a stale address, another
-     * job's worker, a wrong secret) may be gone after a restart, so it is retryable. */
-    if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
+    rc = form_ring(cfg, r, cfg->rendezvous_timeout, 0, &c, err, sizeof err);
+    /* Only a peer that proved the job secret and disagrees about the job or the members
+     * is a configuration error; whatever else answered or failed to (a stale address,
+     * another job's worker, a wrong secret) may be gone after a restart, so it is
+     * retryable. */
+    if (rc == -EPROTO || rc == -ESTALE) util_fail(KT_EXIT_USAGE, "rendezvous: %s", err);
     if (rc) util_fail(KT_EXIT_RETRY, "rendezvous: %s", err);
 #ifdef KT_GPU
     /* Every rank takes part, with a device or not, so that all choose alike. */
@@ -671,112 +831,14 @@ static void recovery_give_up(Trainer *t, const Recovery *r, int timed_out, const
     util_fail(KT_EXIT_RETRY, "%s", why);
 }
 
-/* The workers KUBETRAIN_MEMBERS_FILE names: TF_CONFIG indices in ascending order,
- * separated by commas ("0,2"), into idx (r->all.world at most); returns their count, or
- * 0 when the variable is unset or the file cannot be read now (logged; the supervisor
- * replaces it by a rename, so a later signal finds it whole). A file that is not such a
- * list, or leaves this worker out, exits 2 naming it. */
-static int read_members(const Recovery *r, int *idx)
-{
-    const char *path = getenv("KUBETRAIN_MEMBERS_FILE");
-    if (!path || !*path) return 0;
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        util_log("elastic: cannot read KUBETRAIN_MEMBERS_FILE %s: %s", path, strerror(errno));
-        return 0;
-    }
-    /* room for every index and its comma, and one byte more: a longer file is refused */
-    const size_t cap = 12 * (size_t)r->all.world + 2;
-    char *buf = xmalloc(cap);
-    size_t got = fread(buf, 1, cap - 1, f);
-    const int longer = got == cap - 1 && fgetc(f) != EOF;
-    fclose(f);
-    buf[got] = '\0';
-    if (longer)
-        util_fail(KT_EXIT_USAGE,
-                  "KUBETRAIN_MEMBERS_FILE %s: longer than a list of %d worker indices can be", path,
-                  r->all.world);
-    int n = 0, self = 0;
-    const char *p = buf;
-    for (;;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v >= r->all.world || (n > 0 && v <= idx[n - 1]))
-            util_fail(KT_EXIT_USAGE,
-                      "KUBETRAIN_MEMBERS_FILE %s: expected TF_CONFIG worker indices below %d in "
-                      "ascending order, separated by commas; got \"%.64s\"",
-                      path, r->all.world, buf);
-        self |= v == r->index;
-        idx[n++] = (int)v;
-        p = end + strspn(end, " \t\r\n");
-        if (*p != ',') break;
-        p++;
-    }
-    if (*p)
-        util_fail(KT_EXIT_USAGE, "KUBETRAIN_MEMBERS_FILE %s: unexpected \"%.32s\" after the list",
-                  path, p);
-    if (!self)
-        util_fail(KT_EXIT_USAGE,
-                  "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out", path,
-                  r->index);
-    free(buf);
-    return n;
-}
-
-/* Whether idx[0..n) are r's ring already. */
-static int same_members(const Recovery *r, const int *idx, int n)
-{
-    return n == r->tf.world && !memcmp(idx, r->idx, (size_t)n * sizeof *idx);
-}
-
-/* Makes the workers idx[0..n) (TF_CONFIG indices, ascending, this worker among them)
- * r's ring for its next rendezvous: they keep their TF_CONFIG order, so the lowest index
- * present is rank 0, the chief (docs/design.md, "Elastic jobs"). `joining`: this worker
- * starts, added back to a running ring (the log says so rather than a resize). */
-static void members_set(Recovery *r, const int *idx, int n, int joining)
-{
-    TfConfig next = {.world = n, .peers = xcalloc((size_t)n, sizeof *next.peers)};
-    const size_t listlen = 12 * (size_t)n;
-    char *list = xcalloc(listlen, 1);
-    for (int k = 0; k < n; k++) {
-        next.peers[k] = r->all.peers[idx[k]];
-        if (idx[k] == r->index) next.rank = k;
-        size_t len = strlen(list);
-        snprintf(list + len, listlen - len, "%s%d", k ? "," : "", idx[k]);
-    }
-    if (joining)
-        util_log("elastic: joining the ring of %d workers (TF_CONFIG indices %s) as rank %d", n,
-                 list, next.rank);
-    else
-        util_log("elastic: %s from %d to %d workers (TF_CONFIG indices %s) in generation %u; "
-                 "this worker (index %d) is rank %d",
-                 n < r->tf.world ? "shrinking" : "growing", r->tf.world, n, list, r->generation + 1,
-                 r->index, next.rank);
-    free(list);
-    tfconfig_free(&r->tf);
-    r->tf = next;
-    free(r->idx);
-    r->idx = xcalloc((size_t)n, sizeof *r->idx);
-    memcpy(r->idx, idx, (size_t)n * sizeof *idx);
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "kubetrain-trainer[rank %d]", next.rank);
-    util_set_log_prefix(prefix);
-}
-
-/* Takes KUBETRAIN_MEMBERS_FILE as r's ring when it names other workers than the ring
- * holds (a shrink or a growth; `joining` as members_set); otherwise r is left as it
- * is. */
-static void apply_members(Recovery *r, int joining)
-{
-    int *idx = xcalloc((size_t)r->all.world, sizeof *idx), n = read_members(r, idx);
-    if (n > 0 && !same_members(r, idx, n)) members_set(r, idx, n, joining);
-    free(idx);
-}
-
 /* The rendezvous loop of a ring formed again (recover, regroup): the collective is gone;
  * waits until `deadline` for the workers of r's ring, taking up a new members list
- * whenever the supervisor signals one, forms the next generation's ring and syncs the
- * state from the rank with the newest one. A peer lost during that sync starts the wait
+ * whenever the supervisor signals one or the watch sees one (every 0.1 s,
+ * members_wake), forms the next generation's ring and syncs the state from the rank with
+ * the newest one. A peer that names other members (its file, or this worker's, has not
+ * changed yet: the kubelet updates each pod's on its own sync) has this worker read its
+ * own file again every 0.1 s and try again; when they still disagree at the deadline it
+ * exits 2 naming both lists and the peer. A peer lost during the sync starts the wait
  * again within the same deadline. When the deadline passes, or a signal stops the wait,
  * the worker saves its state and exits 75 (recovery_give_up), at the deadline with
  * "recoveryTimedOut": true in the termination message, which asks for the group
@@ -784,21 +846,35 @@ static void apply_members(Recovery *r, int joining)
  * new size where it is not `world_before`, and the chief's duties follow rank 0. */
 static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited, int world_before)
 {
-    char e2[1024], msg[2048];
+    char e2[1024], msg[2048], disagree[1024] = "";
+    int rc = 0;
     for (;;) {
-        if (members_changed) {
+        const int signalled = members_changed, reread = signalled || rc == -ESTALE;
+        if (signalled) {
             /* cleared before the file is read: a later signal wakes the rendezvous */
             rendezvous_wake = stop_requested;
             members_changed = 0;
-            apply_members(r, 0);
         }
+        if ((members_look(r, reread) || reread) && members_take(r, 0)) disagree[0] = '\0';
         double left = deadline - util_now();
         Collective *c = NULL;
-        int rc = stop_requested ? -EINTR
-                 : left > 0     ? form_ring(&t->cfg, r, left, &c, e2, sizeof e2)
-                                : -ETIMEDOUT;
+        rc = stop_requested ? -EINTR
+             : left > 0     ? form_ring(&t->cfg, r, left, 1, &c, e2, sizeof e2)
+                            : -ETIMEDOUT;
         if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
         if (rc == -EINTR && !stop_requested) continue; /* the members changed */
+        if (rc == -ESTALE) {
+            if (!disagree[0])
+                util_log("elastic: %s; reading KUBETRAIN_MEMBERS_FILE again every 0.1 s until "
+                         "the members agree (up to %.0fs more)",
+                         e2, deadline - util_now());
+            snprintf(disagree, sizeof disagree, "%s", e2);
+        }
+        if (rc && disagree[0] && util_now() >= deadline)
+            util_fail(KT_EXIT_USAGE,
+                      "elastic: the members still disagree after --recovery-timeout %gs: %s; "
+                      "exiting 2",
+                      t->cfg.recovery_timeout, disagree);
         if (rc == -EINTR) {
             snprintf(msg, sizeof msg,
                      "live recovery: stopped by a signal while waiting for a %s; exiting 75",
@@ -814,7 +890,7 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
             recovery_give_up(t, r, 1, msg);
         }
         if (rc) {
-            util_log("live recovery: %s; trying again", e2);
+            if (rc != -ESTALE) util_log("live recovery: %s; trying again", e2);
             struct timespec ts = {0, 100 * 1000 * 1000};
             nanosleep(&ts, NULL);
             continue;
@@ -854,8 +930,8 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
 /* The TrainRecoverHook (train.h) of live recovery: the collective failed in a step. The
  * survivors drop the ring and wait up to --recovery-timeout for the replacement in a new
  * rendezvous on the listener they kept open (reform). When the supervisor drops workers
- * instead (SIGUSR1 and KUBETRAIN_MEMBERS_FILE, apply_members), the survivors form the
- * smaller ring and go on. */
+ * instead (KUBETRAIN_MEMBERS_FILE, signalled or watched: members_look), the survivors
+ * form the smaller ring and go on. */
 static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
 {
     Recovery *r = ctx;
@@ -874,7 +950,8 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
 }
 
 /* The TrainRecoverHook (train.h) of a regroup: after the same step every rank learned
- * that the supervisor changed KUBETRAIN_MEMBERS_FILE (SIGUSR1). Rank 0 reads the file
+ * that KUBETRAIN_MEMBERS_FILE changed on some rank (SIGUSR1, or members_watch: each
+ * pod's copy changes at its own time). Rank 0 reads the file
  * and sends the list over the ring, so that every rank takes the same one (each reading
  * it could see two versions of it). When the list is the ring's, the ring goes on;
  * otherwise every rank leaves it for the rendezvous of the listed workers (reform): a
@@ -891,9 +968,9 @@ static int regroup(Trainer *t, void *ctx, const char *why, int *exit_code, char 
     int32_t *list = xcalloc((size_t)all + 1, sizeof *list); /* count, then the indices */
     int *idx = xcalloc((size_t)all, sizeof *idx), n = 0;
     if (c->rank == 0) {
-        n = read_members(r, idx);
-        list[0] = n;
-        for (int k = 0; k < n; k++) list[k + 1] = idx[k];
+        members_look(r, 1);
+        list[0] = n = r->named_n;
+        for (int k = 0; k < n; k++) list[k + 1] = r->named[k];
     }
     char e2[1024];
     int rc = coll_broadcast(c, list, ((size_t)all + 1) * sizeof *list, 0, e2, sizeof e2);
@@ -986,8 +1063,14 @@ static int cmd_train(int argc, char **argv)
     memcpy(rec.all.peers, tf.peers, (size_t)tf.world * sizeof *tf.peers);
     rec.idx = xcalloc((size_t)tf.world, sizeof *rec.idx);
     for (int i = 0; i < tf.world; i++) rec.idx[i] = i;
+    rec.named = xcalloc((size_t)tf.world, sizeof *rec.named);
     /* a worker added back to an elastic job joins the ring of the members named now */
-    if (tf.world > 1 && cfg.recovery_timeout > 0) apply_members(&rec, 1);
+    const char *members_path = getenv("KUBETRAIN_MEMBERS_FILE");
+    if (tf.world > 1 && cfg.recovery_timeout > 0 && members_path && *members_path) {
+        rec.members_path = members_path;
+        members_look(&rec, 1);
+        members_take(&rec, 1);
+    }
     signal(SIGUSR1, SIG_IGN); /* until training runs (recover) */
     Collective *coll = connect_collective(&cfg, &rec.tf, &rec);
 
@@ -1007,6 +1090,7 @@ static int cmd_train(int argc, char **argv)
     if (rec.on) {
         t->recover = recover, t->recover_ctx = &rec;
         t->regroup = regroup, t->regroup_request = &members_changed;
+        t->regroup_poll = members_watch;
     }
     training_started = 1;
     if (rec.on) {
@@ -1054,6 +1138,7 @@ static int cmd_train(int argc, char **argv)
     tfconfig_free(&rec.tf);
     tfconfig_free(&rec.all);
     free(rec.idx);
+    free(rec.named);
     free(rec.signature);
     free(rec.secret);
     return KT_EXIT_OK;

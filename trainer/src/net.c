@@ -27,7 +27,7 @@
 /* Handshake frames: u32 little-endian length, then a payload that starts with
  * "KTH1" and a type byte.
  *   HELLO     (client) nonce[32] world rank global_batch signature dataset generation
- *             has_state
+ *             has_state cluster members
  *   CHALLENGE (server) the same fields with the server's nonce, then
  *             mac = HMAC(secret, "server" | HELLO | CHALLENGE without mac)
  *   PROOF     (client) mac = HMAC(secret, "client" | HELLO | CHALLENGE)
@@ -37,6 +37,7 @@
  * Each side's MAC covers both nonces and both job descriptions, so neither a replay
  * nor an altered description passes. */
 #define FRAME_MAX 2048
+_Static_assert(NET_HELLO_MAX + 32 <= FRAME_MAX, "a CHALLENGE with its mac fits a frame");
 #define NONCE_BYTES NET_NONCE_BYTES
 #define MAC_BYTES 32
 #define STR_MAX NET_HELLO_STR_MAX
@@ -295,6 +296,9 @@ size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h)
     n += put_str(buf + n, h->dataset);
     for (int i = 0; i < 4; i++) buf[n++] = (unsigned char)(h->generation >> (8 * i));
     buf[n++] = h->has_state;
+    const size_t cluster = h->cluster > NET_MEMBERS_MAX ? NET_MEMBERS_MAX : h->cluster;
+    buf[n++] = (unsigned char)cluster, buf[n++] = (unsigned char)(cluster >> 8);
+    memcpy(buf + n, h->members, (cluster + 7) / 8), n += (cluster + 7) / 8;
     return n;
 }
 
@@ -324,6 +328,14 @@ int net_hello_decode(const unsigned char *buf, size_t n, int type, NetHello *h, 
     if (o + 5 > n || buf[o + 4] > 1) goto bad;
     for (int i = 0; i < 4; i++) h->generation |= (uint32_t)buf[o++] << (8 * i);
     h->has_state = buf[o++];
+    if (o + 2 > n) goto bad;
+    h->cluster = (uint16_t)(buf[o] | buf[o + 1] << 8), o += 2;
+    const size_t bytes = ((size_t)h->cluster + 7) / 8;
+    /* bits past the cluster set would not encode back to these bytes */
+    if (h->cluster < 1 || h->cluster > NET_MEMBERS_MAX || o + bytes > n ||
+        (h->cluster % 8 && buf[o + bytes - 1] >> (h->cluster % 8)))
+        goto bad;
+    memcpy(h->members, buf + o, bytes), o += bytes;
     *used = o;
     return 0;
 bad:
@@ -358,11 +370,43 @@ static int hello_fill(NetHello *h, const NetJob *job)
     snprintf(h->dataset, sizeof h->dataset, "%s", job->dataset);
     h->generation = job->generation;
     h->has_state = job->has_state ? 1 : 0;
+    memset(h->members, 0, sizeof h->members);
+    h->cluster = (uint16_t)(job->members ? job->cluster : job->world);
+    for (int k = 0; k < job->world; k++) {
+        int i = job->members ? job->members[k] : k;
+        h->members[i / 8] |= (unsigned char)(1u << (i % 8));
+    }
     return 0;
 }
 
+/* The TF_CONFIG index of h's rank-th member, -1 when it names fewer. */
+static int member_index(const NetHello *h, uint32_t rank)
+{
+    for (int i = 0, k = 0; i < h->cluster; i++)
+        if (h->members[i / 8] >> (i % 8) & 1 && (uint32_t)k++ == rank) return i;
+    return -1;
+}
+
+/* h's members as "0,2,3" into out, cut with "..." where out is too small. */
+static void member_list(const NetHello *h, char *out, size_t outlen)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < h->cluster; i++) {
+        if (!(h->members[i / 8] >> (i % 8) & 1)) continue;
+        int w = snprintf(out + len, outlen - len, "%s%d", len ? "," : "", i);
+        if (w < 0 || (size_t)w >= outlen - len) {
+            snprintf(out + (outlen > 4 ? outlen - 4 : 0), outlen > 4 ? 4 : outlen, "...");
+            return;
+        }
+        len += (size_t)w;
+    }
+}
+
 /* Compares an authenticated peer's description with ours; err names both values.
- * Returns 0; -EPROTO when it disagrees about the job (world size, model, global batch,
+ * Returns 0; -ESTALE when it names other members of the ring out of the same TF_CONFIG
+ * (an elastic job whose members file has not changed on both sides yet), which a new
+ * list mends; -EPROTO when it disagrees about the job (world size, model, global batch,
  * dataset): it knows the job secret, so it is a worker of this job configured otherwise,
  * which no retry mends; or -ENXIO when it is a worker of this job but not the rank
  * expected there (a stale DNS record, a port taken over by another worker, two workers
@@ -371,9 +415,23 @@ static int hello_fill(NetHello *h, const NetJob *job)
 static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_rank,
                        const char *peer, char *err, size_t errlen)
 {
+    if (theirs->cluster == mine->cluster &&
+        memcmp(theirs->members, mine->members, ((size_t)mine->cluster + 7) / 8) != 0) {
+        char a[256], b[256];
+        member_list(theirs, a, sizeof a);
+        member_list(mine, b, sizeof b);
+        snprintf(err, errlen,
+                 "%s (TF_CONFIG index %d) names the members %s, this worker (TF_CONFIG "
+                 "index %d) %s",
+                 peer, member_index(theirs, theirs->rank), a, member_index(mine, mine->rank), b);
+        return -ESTALE;
+    }
     if (theirs->world != mine->world)
         snprintf(err, errlen, "%s has world size %u, this worker (rank %u) has %u", peer,
                  theirs->world, mine->rank, mine->world);
+    else if (theirs->cluster != mine->cluster)
+        snprintf(err, errlen, "%s has %u workers in TF_CONFIG, this worker has %u", peer,
+                 theirs->cluster, mine->cluster);
     else if (strcmp(theirs->signature, mine->signature) != 0)
         snprintf(err, errlen, "%s has model signature \"%.160s\", this worker has \"%.160s\"", peer,
                  theirs->signature, mine->signature);
@@ -653,9 +711,9 @@ static void forget_next_at(Rendezvous *rv, const SrcAddr *at)
  * authenticated (p->fd is its connection), 2 when rank+1 has announced its address
  * (noted; the caller closes p), 0 to wait for more bytes, -EAGAIN after logging why the
  * connection is rejected (a wrong proof, or a worker of this job that is not the rank
- * expected, included), or -EPROTO (err) when a peer that proved the job secret
- * disagrees about the job. have_prev: rank-1's connection is already made, so only
- * announcements are served. */
+ * expected, included), or -ESTALE or -EPROTO (err) when a peer that proved the job
+ * secret names other members or disagrees about the job (hello_agree). have_prev:
+ * rank-1's connection is already made, so only announcements are served. */
 static int pending_step(Rendezvous *rv, Pending *p, int have_prev, char *err, size_t errlen)
 {
     ssize_t r = recv(p->fd, p->buf + p->have, sizeof p->buf - p->have, 0);
@@ -797,13 +855,15 @@ static void accept_one(Rendezvous *rv, int listen_fd, Pending **pend, int *n)
  * serving every handshake in progress as its bytes arrive, each bounded by the handshake
  * timeout: after rank-1's connection only announcements, which may still be what the
  * client waits for. Returns rank-1's fd, -ETIMEDOUT (err), -ECANCELED, -EINTR (err: the
- * options' stop flag was set), -EPROTO (err) or another negative errno. */
+ * options' stop flag was set, or their poll said so), -ESTALE or -EPROTO (err) or another
+ * negative errno. */
 static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
 {
     Pending *pend[PENDING_MAX];
     struct pollfd pfd[PENDING_MAX + 2];
     int n = 0, rc = 0, link = -1;
     rv->log_window = util_now();
+    double polled = rv->log_window;
     for (;;) {
         /* The deadline before the abort: when the client thread gave up because time
          * ran out, this side's own account of the wait belongs in the message too. */
@@ -828,6 +888,14 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
             snprintf(err, errlen, "stopped by a signal");
             rc = -EINTR;
             break;
+        }
+        if (rv->opt->poll && now - polled >= 0.1) {
+            polled = now;
+            if (rv->opt->poll(rv->opt->poll_arg)) {
+                snprintf(err, errlen, "stopped by its poll");
+                rc = -EINTR;
+                break;
+            }
         }
         for (int i = n - 1; i >= 0; i--)
             if (now >= pend[i]->deadline)
@@ -1004,9 +1072,9 @@ static int client_refuse(const Dialer *d, const char *why)
 /* The dialer's half of the handshake on fd, connected to the peer's address; each
  * attempt is bounded by the handshake timeout, so a port taken by something silent does
  * not hold the dialer to the deadline. Returns 0 (authenticated), -EAGAIN to connect
- * again (dropped, or an answer from the wrong party, noted by client_refuse), -EPROTO
- * (d->err) when the peer, proven by the job secret, disagrees about the job, or
- * -ECANCELED/-EIO. */
+ * again (dropped, or an answer from the wrong party, noted by client_refuse), -ESTALE or
+ * -EPROTO (d->err) when the peer, proven by the job secret, names other members or
+ * disagrees about the job (hello_agree), or -ECANCELED/-EIO. */
 static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char *peer)
 {
     unsigned char hello[FRAME_MAX], chal[FRAME_MAX], mac[MAC_BYTES];
@@ -1051,12 +1119,15 @@ static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char 
     }
     rc = hello_agree(&mine, &theirs, d->peer_rank, peer, note, sizeof note);
     if (rc == -ENXIO) return client_refuse(d, note);
+    unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
+    transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
+    /* Other members: the proof still goes, so that the server, which judges only a
+     * proven peer, learns it too and waits for a new list instead of for this worker. */
+    if (rc == -ESTALE) send_frame(fd, proof, sizeof proof, dl, d->abort_flag);
     if (rc < 0) {
         snprintf(d->err, d->err_len, "%s", note);
         return rc;
     }
-    unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
-    transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);
     rc = send_frame(fd, proof, sizeof proof, dl, d->abort_flag);
     /* The ack is awaited until the rendezvous deadline, not the attempt's: the server may
      * already have taken this connection as its ring link when it sent the ack, and a

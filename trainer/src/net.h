@@ -17,8 +17,9 @@
  * the secret and its rank: a wrong MAC, a wrong rank, or something that does not speak
  * the handshake (a stale DNS record, a port clash) is logged and the worker connects
  * again until the rendezvous deadline. Only a disagreement from a peer that proved the
- * secret (same job, other world size, model, global batch or dataset) ends the
- * rendezvous at once, since no retry mends it. */
+ * secret (same job, other world size, model, global batch or dataset, or other members
+ * of the ring) ends the rendezvous at once: no retry mends the first kind, and a new
+ * members list, which the caller reads, mends the second. */
 #ifndef KT_NET_H
 #define KT_NET_H
 
@@ -48,6 +49,12 @@ typedef struct NetJob {
      * rank the newest state and the highest generation). */
     uint32_t generation;
     int has_state;
+    /* Elastic jobs (docs/design.md, "Elastic jobs"): the ring's workers as TF_CONFIG
+     * indices, ascending (world of them), out of the cluster's `cluster`; NULL: the ring
+     * is the whole cluster. A peer that names other members is told apart from one
+     * configured otherwise: its members list may simply not have changed yet. */
+    const int *members;
+    int cluster;
 } NetJob;
 
 typedef struct NetOptions {
@@ -60,6 +67,11 @@ typedef struct NetOptions {
      * within about 0.1 s of being set: a survivor waiting for a replacement must save
      * and leave when stopped, not wait out its deadline */
     const volatile sig_atomic_t *stop;
+    /* NULL, or called about every 0.1 s while the rendezvous waits, on the caller's
+     * thread; nonzero ends the rendezvous with -EINTR as stop does (a live recovery's
+     * watch of its members file) */
+    int (*poll)(void *arg);
+    void *poll_arg;
 } NetOptions;
 
 /* The two ring connections of one worker: it receives from prev and sends to next.
@@ -75,9 +87,13 @@ typedef struct NetRing {
  * Wire form, after the frame's u32 length: "KTH1", the type byte, the nonce, u32 world,
  * u32 rank, u64 global batch (little-endian), then signature and dataset, each a u16
  * length and that many bytes (no NUL, under NET_HELLO_STR_MAX), then u32 generation and
- * one byte: 1 when the sender holds training state, else 0 (NetJob). */
+ * one byte: 1 when the sender holds training state, else 0 (NetJob), then u16 cluster
+ * (TF_CONFIG's workers, 1..NET_MEMBERS_MAX) and the ring's members as a bitmap of
+ * ceil(cluster / 8) bytes, TF_CONFIG index i in bit i % 8 of byte i / 8, the bits past
+ * cluster zero. */
 #define NET_NONCE_BYTES 32
 #define NET_HELLO_STR_MAX 512
+#define NET_MEMBERS_MAX 4096 /* TF_CONFIG's workers at most (tfconfig.c) */
 /* ANNOUNCE is a HELLO sent to rank-1 by a worker that only tells it where it is (the
  * address announcements of net_rendezvous); the same fields, answered the same way. */
 enum { NET_MSG_HELLO = 1, NET_MSG_CHALLENGE = 2, NET_MSG_ANNOUNCE = 5 };
@@ -90,10 +106,15 @@ typedef struct NetHello {
     char dataset[NET_HELLO_STR_MAX];
     uint32_t generation;
     uint8_t has_state;
+    uint16_t cluster;
+    unsigned char members[NET_MEMBERS_MAX / 8];
 } NetHello;
 
+/* The bytes net_hello_encode may write. */
+#define NET_HELLO_MAX (64 + 2 * NET_HELLO_STR_MAX + 2 + NET_MEMBERS_MAX / 8)
+
 /* Encodes h as a payload of `type` (NET_MSG_HELLO or NET_MSG_CHALLENGE, without the
- * CHALLENGE's mac) into buf, which holds at least 64 + 2 * NET_HELLO_STR_MAX bytes;
+ * CHALLENGE's mac) into buf, which holds at least NET_HELLO_MAX bytes;
  * strings longer than NET_HELLO_STR_MAX - 1 are cut. Returns the length. */
 size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h);
 
@@ -149,8 +170,10 @@ int net_listen_task(const char *host, int port, int sockbuf_bytes, int *fd, int 
  * -EINTR when opt->stop was set;
  * -ETIMEDOUT when the ring did not form before the deadline (the line says what answered
  * or connected instead, if anything: a wrong secret, a wrong rank, a silent port), so
- * retryable; -EPROTO when a peer that proved the job secret disagrees about world size,
- * model signature, global batch or dataset (the line names both values), which is not.
+ * retryable; -ESTALE when a peer that proved the job secret names other members of the
+ * ring (NetJob.members; the line names the peer and both lists), which a change of
+ * either side's list mends; -EPROTO when such a peer disagrees about world size, model
+ * signature, global batch or dataset (the line names both values), which nothing does.
  * The caller closes out's sockets (or hands them to ring_create). */
 int net_rendezvous(int listen_fd, const TfConfig *tf, const NetJob *job, const NetOptions *opt,
                    NetRing *out, char *err, size_t errlen);

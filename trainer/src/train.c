@@ -516,6 +516,7 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     stats[STAT_COUNT] = (float)ss.count;
     t->stop_asked = t->stop_request && *t->stop_request;
     stats[STAT_STOP] = t->stop_asked ? 1.0f : 0.0f;
+    if (t->regroup_poll) t->regroup_poll(t->recover_ctx);
     stats[STAT_REGROUP] = t->regroup_request && *t->regroup_request ? 1.0f : 0.0f;
     char cerr[512];
     int rc;

@@ -84,6 +84,9 @@ struct Trainer {
      * syncs is never an epoch's end. Returns as recover does. */
     volatile sig_atomic_t *regroup_request;
     TrainRecoverHook regroup;
+    /* NULL, or called (with recover_ctx) before each step reads *regroup_request, which
+     * it may set: the watch of the members file, where no supervisor signals */
+    void (*regroup_poll)(void *ctx);
     int coll_failed;       /* the last step failed in its collective (a lost peer) */
     int stop_asked;        /* this rank's share of the last step's stop count */
     EpochSums ep;          /* the epoch in progress */

@@ -55,7 +55,20 @@ typedef struct NetArg {
     int stale_next[CLUSTER_MAX]; /* rank+1's name is 127.0.0.2, where nothing answers */
     int start_delay_ms[CLUSTER_MAX];
     int stop_after_ms[CLUSTER_MAX]; /* SIGALRM sets the rendezvous' stop flag then */
+    /* this rank's ring is TF_CONFIG indices 0 and 2 of a cluster of 3, the others' 0 and 1
+     * (an elastic job whose members file changed on one side only) */
+    int other_members[CLUSTER_MAX];
+    double poll_after_s; /* every rank's poll hook says stop once this has passed; 0: none */
 } NetArg;
+
+static double poll_deadline;
+
+/* NetOptions.poll: nonzero once poll_deadline has passed. */
+static int poll_until(void *arg)
+{
+    (void)arg;
+    return util_now() >= poll_deadline;
+}
 
 static volatile sig_atomic_t stop_flag;
 
@@ -99,12 +112,19 @@ static void net_rank(const Cluster *c, int rank, void *argp)
                   .dataset = a->dataset[rank] ? a->dataset[rank] : "fashion-mnist",
                   .generation = a->generation[rank] ? a->generation[rank] : 1,
                   .has_state = a->has_state[rank]};
+    static const int ours[] = {0, 1}, theirs[] = {0, 2};
+    if (a->other_members[0] || a->other_members[1]) {
+        job.members = a->other_members[rank] ? theirs : ours;
+        job.cluster = 3;
+    }
     const char *s = a->secret[rank];
+    poll_deadline = util_now() + a->poll_after_s;
     NetOptions opt = {.rendezvous_timeout_s = a->rendezvous_timeout_s,
                       .handshake_timeout_s = a->handshake_timeout_s,
                       .secret = (const unsigned char *)s,
                       .secret_len = s ? strlen(s) : 0,
-                      .stop = &stop_flag};
+                      .stop = &stop_flag,
+                      .poll = a->poll_after_s > 0 ? poll_until : NULL};
     if (a->stop_after_ms[rank]) {
         struct itimerval it = {
             .it_value = {a->stop_after_ms[rank] / 1000, (a->stop_after_ms[rank] % 1000) * 1000}};
@@ -396,6 +416,43 @@ static void test_stop_flag_ends_the_wait(void **state)
     free_results(res);
 }
 
+/* The poll hook (NetOptions.poll, a live recovery's watch of its members file) ends a
+ * wait as the stop flag does, within about 0.1 s of saying so. */
+static void test_poll_ends_the_wait(void **state)
+{
+    (void)state;
+    NetArg a = {.absent = {0, 1}, .poll_after_s = 0.3, .rendezvous_timeout_s = scaled(30)};
+    double t0 = util_now();
+    NetResult *res = run_cluster(2, &a, 60);
+    double dt = util_now() - t0;
+    print_message("# after %.2f s: %d %s\n", dt, res[0].rc, res[0].err);
+    assert_int_equal(res[0].rc, -EINTR);
+    assert_string_equal(res[0].err, "stopped by its poll");
+    if (dt >= scaled(5)) fail_msg("left after %.2f s, want < %g", dt, scaled(5));
+    free_results(res);
+}
+
+/* Two workers of one job whose rings name other members (rank 1's file says 0,2, rank
+ * 0's still 0,1): both learn it, -ESTALE (a new list mends it, not exit 2 at once), the
+ * line naming the peer and both lists. */
+static void test_other_members(void **state)
+{
+    (void)state;
+    NetArg a = {.other_members = {0, 1}, .rendezvous_timeout_s = scaled(10)};
+    NetResult *res = run_cluster(2, &a, 30);
+    const char *want[2] = {"(TF_CONFIG index 2) names the members 0,2, this worker (TF_CONFIG "
+                           "index 0) 0,1",
+                           "(TF_CONFIG index 0) names the members 0,1, this worker (TF_CONFIG "
+                           "index 2) 0,2"};
+    for (int r = 0; r < 2; r++) {
+        print_message("# process %d: %d %s\n", r, res[r].rc, res[r].err);
+        assert_int_equal(res[r].rc, -ESTALE);
+        if (!strstr(res[r].err, want[r]))
+            fail_msg("process %d: \"%s\" lacks \"%s\"", r, res[r].err, want[r]);
+    }
+    free_results(res);
+}
+
 static void nap(double s)
 {
     struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
@@ -457,8 +514,9 @@ static void impostor(const Cluster *c, int rank, void *argp)
     memcpy(hello + n, fields, 16), n += 16;
     hello[n++] = 3, hello[n++] = 0, memcpy(hello + n, "cnn", 3), n += 3;
     hello[n++] = 13, hello[n++] = 0, memcpy(hello + n, "fashion-mnist", 13), n += 13;
-    const unsigned char fresh[5] = {1, 0, 0, 0, 0}; /* generation 1, no training state */
-    memcpy(hello + n, fresh, 5), n += 5;
+    /* generation 1, no training state; a ring of both workers of a cluster of 2 */
+    const unsigned char fresh[8] = {1, 0, 0, 0, 0, 2, 0, 3};
+    memcpy(hello + n, fresh, 8), n += 8;
     unsigned char len[4], chal[2048], msg[4096], proof[37] = {'K', 'T', 'H', '1', 3};
     if (raw_send_frame(fd, hello, n) < 0 || raw_read(fd, len, 4) < 0) _exit(1);
     size_t cn = (size_t)len[0] | (size_t)len[1] << 8;
@@ -615,7 +673,7 @@ typedef struct FakePeer {
 
 static void fake_hello(const FakePeer *fp, int type, unsigned char *buf, size_t *n)
 {
-    NetHello h = {.world = 2, .rank = fp->rank, .global_batch = 128};
+    NetHello h = {.world = 2, .rank = fp->rank, .global_batch = 128, .cluster = 2, .members = {3}};
     for (size_t i = 0; i < sizeof h.nonce; i++) h.nonce[i] = (unsigned char)rand();
     strcpy(h.signature, "cnn");
     strcpy(h.dataset, "fashion-mnist");
@@ -1062,11 +1120,18 @@ static void test_ring_socket_options(void **state)
 static void test_hello_decode(void **state)
 {
     (void)state;
-    NetHello h = {.world = 4, .rank = 3, .global_batch = 256, .generation = 7, .has_state = 1}, got;
+    NetHello h = {.world = 4,
+                  .rank = 3,
+                  .global_batch = 256,
+                  .generation = 7,
+                  .has_state = 1,
+                  .cluster = 11,
+                  .members = {0x0d, 0x04}}, /* 0,2,3,10 */
+        got;
     memset(h.nonce, 0xab, sizeof h.nonce);
     strcpy(h.signature, "sequential in=28x28|params=10");
     strcpy(h.dataset, "fashion-mnist");
-    unsigned char buf[64 + 2 * NET_HELLO_STR_MAX];
+    unsigned char buf[NET_HELLO_MAX];
     size_t n = net_hello_encode(buf, NET_MSG_HELLO, &h), used = 0;
     const char *why = NULL;
     assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), 0);
@@ -1076,6 +1141,8 @@ static void test_hello_decode(void **state)
     assert_int_equal(got.global_batch, 256);
     assert_int_equal(got.generation, 7);
     assert_int_equal(got.has_state, 1);
+    assert_int_equal(got.cluster, 11);
+    assert_memory_equal(got.members, h.members, sizeof h.members);
     assert_string_equal(got.signature, h.signature);
     assert_string_equal(got.dataset, h.dataset);
     assert_memory_equal(got.nonce, h.nonce, sizeof h.nonce);
@@ -1085,6 +1152,12 @@ static void test_hello_decode(void **state)
         assert_non_null(why);
     }
     assert_int_equal(net_hello_decode(buf, n, NET_MSG_CHALLENGE, &got, &used, &why), -EBADMSG);
+    /* a member past the cluster (bit 11 of 11) would not encode back to these bytes */
+    buf[n - 1] |= 0x08;
+    assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
+    buf[n - 1] &= (unsigned char)~0x08;
+    buf[n - 3] = buf[n - 4] = 0; /* a cluster of none */
+    assert_int_equal(net_hello_decode(buf, n - 2, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
     buf[4 + 1 + NET_NONCE_BYTES + 16 + 1] = 0xff; /* signature length over 0xff00 */
     assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
     assert_string_equal(why, "malformed handshake fields");
@@ -1131,6 +1204,8 @@ int main(void)
         cmocka_unit_test(test_world_size_mismatch_is_reported),
         cmocka_unit_test(test_absent_peer_times_out),
         cmocka_unit_test(test_stop_flag_ends_the_wait),
+        cmocka_unit_test(test_poll_ends_the_wait),
+        cmocka_unit_test(test_other_members),
         cmocka_unit_test(test_stale_generation_is_refused),
         cmocka_unit_test(test_hostile_clients_do_not_disturb_the_ring),
         cmocka_unit_test(test_wrong_party_at_the_peer_address_is_retried),

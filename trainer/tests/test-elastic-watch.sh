@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The trainer's watch of KUBETRAIN_MEMBERS_FILE (docs/design.md, "Elastic jobs", "How the
+# members reach the pods"), as on a cluster: no supervisor, no signal, and each worker
+# its own file, updated the way the kubelet updates a downwardAPI volume (a `..data`
+# symlink swapped) and at its own time. A worker of 3 killed, the survivors' files
+# rewritten one at a time 1.5 s apart: they disagree about the members meanwhile, wait
+# for one another and form the smaller ring; the worker started again and the files
+# rewritten so again, it joins them at a step boundary. No checkpoint read, every step's
+# loss that of the undisturbed run within the tolerance of test-elastic.sh. A worker
+# whose file never changes while another's does exits 2 at the deadline naming both
+# lists.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+source e2e/lib/tap.sh
+source trainer/tests/lib.sh
+BIN=${TRAINER:-build/san/bin/kubetrain-trainer}
+DATA=/usr/share/datasets/fashion-mnist
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+unset TF_CONFIG KUBETRAIN_SECRET KUBETRAIN_SECRET_FILE KUBETRAIN_SHM KUBETRAIN_MEMBERS_FILE
+export OPENBLAS_NUM_THREADS=1
+
+skip_without_data "the members file watched" "$DATA"
+
+# test-elastic.sh's bound for runs that change size on the way (docs/design.md).
+LOSS_TOL=1e-4
+
+# members_write DIR LIST: DIR/members (a symlink to ..data/members) says LIST from now on,
+# changed as the kubelet changes a downwardAPI volume: the file in a new directory, the
+# ..data symlink to it replaced by a rename, the old directory removed. No trailing
+# newline, as the kubelet writes an annotation.
+members_write() {
+  local dir=$1 list=$2 old new
+  old=$(readlink "$dir/..data" 2>/dev/null)
+  new=..$(date +%s%N)
+  mkdir -p "$dir/$new" && printf '%s' "$list" >"$dir/$new/members"
+  ln -s "$new" "$dir/..data_tmp" && mv -T "$dir/..data_tmp" "$dir/..data"
+  [[ -L $dir/members ]] || ln -s ..data/members "$dir/members"
+  [[ -z $old ]] || rm -rf "${dir:?}/$old"
+}
+wait_for() { # seconds cmd...: polls cmd every 0.05 s
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
+}
+# finish PID: waits up to 120 s for it; its exit code in rc (124: it hung and was killed).
+finish() {
+  if wait_for 120 bash -c "! kill -0 $1 2>/dev/null"; then wait "$1"; rc=$?
+  else kill -9 "$1"; rc=124; fi
+}
+
+args=(--model tutorial-cnn --epochs 1 --steps-per-epoch 50 --lr 0.05 --global-batch 26
+      --checkpoint-every-steps 5 --print-weights-hash)
+export KUBETRAIN_SECRET=s
+
+# worker NAME I TIMEOUT: starts worker I of 3 on the ports from $base, its members file
+# $tmp/NAME-I/members, the chief's step records in $tmp/NAME.json; its pid in wpids[I].
+worker() {
+  local name=$1 i=$2 timeout=$3
+  TF_CONFIG=$(tf_config "$i" "$base" $((base + 1)) $((base + 2))) \
+    KUBETRAIN_MEMBERS_FILE=$tmp/$name-$i/members KUBETRAIN_TERMINATION_FILE=$tmp/$name-$i.term \
+    "$BIN" "${args[@]}" --recovery-timeout "$timeout" --checkpoint-dir "$tmp/$name.ck" \
+    --metrics-file "$tmp/$name.json" >>"$tmp/$name-$i.out" 2>>"$tmp/$name-$i.err" &
+  wpids[i]=$!; pids+=($!)
+}
+# start NAME TIMEOUT: 3 workers on fresh ports, each file naming all three.
+start() {
+  base=$(free_ports 3)
+  for i in 0 1 2; do
+    members_write "$tmp/$1-$i" "0,1,2"
+    worker "$1" "$i" "$2"
+  done
+}
+
+# --- the undisturbed run --------------------------------------------------------------
+start ref 20
+for i in 0 1 2; do finish "${wpids[$i]}"; ref_rc[i]=$rc; done
+[[ ${ref_rc[*]} == "0 0 0" ]] || tap_fail "the undisturbed run" \
+  "exit codes ${ref_rc[*]}: $(tail -n 3 "$tmp/ref-0.err")"
+
+# --- 3 -> 2 -> 3, the survivors' files rewritten one at a time ---------------------------
+# Shrink: worker 1 killed after step 10; worker 0's file says 0,2 a second later, worker
+# 2's 1.5 s after that: they meet while they disagree (the rendezvous's watch). Grow:
+# once they go on, worker 1 starts again naming 0,1,2, then worker 2's file changes, and
+# worker 0's 1.5 s later (the step's watch; rank 0's list is the one taken).
+start sg 20
+wait_for 120 test -e "$tmp/sg.ck/ckpt-10.kt"
+{ kill -9 "${wpids[1]}"; wait "${wpids[1]}"; } 2>/dev/null # no "Killed" line
+sleep 1
+members_write "$tmp/sg-0" "0,2"
+sleep 1.5
+members_write "$tmp/sg-2" "0,2"
+wait_for 60 grep -q "generation 2 of 2 workers goes on" "$tmp/sg-0.err"
+members_write "$tmp/sg-1" "0,1,2"
+worker sg 1 20
+sleep 1
+members_write "$tmp/sg-2" "0,1,2"
+sleep 1.5
+members_write "$tmp/sg-0" "0,1,2"
+for i in 0 1 2; do finish "${wpids[$i]}"; got[i]=$rc; done
+bad=()
+[[ ${got[*]} == "0 0 0" ]] || bad+=("exit codes ${got[*]}")
+for i in 0 2; do
+  log=$tmp/sg-$i.err
+  grep -q "elastic: shrinking from 3 to 2 workers (TF_CONFIG indices 0,2)" "$log" ||
+    bad+=("worker $i: no 'shrinking' line")
+  grep -q "elastic: growing from 2 to 3 workers (TF_CONFIG indices 0,1,2)" "$log" ||
+    bad+=("worker $i: no 'growing' line")
+  [[ $(grep -c "elastic: generation [23] of [23] workers goes on from step" "$log") -eq 2 ]] ||
+    bad+=("worker $i: not 2 'goes on' lines")
+done
+# worker 0's file changed first: it met worker 2 still naming 0,1,2 and waited for it
+grep -q "(TF_CONFIG index 2) names the members 0,1,2, this worker (TF_CONFIG index 0) 0,2; \
+reading" "$tmp/sg-0.err" || bad+=("worker 0 did not wait for worker 2's list")
+grep -q "joined generation 3: state of step [0-9]* received from rank 0, no checkpoint read" \
+  "$tmp/sg-1.err" || bad+=("worker 1 did not join generation 3")
+grep -q "resuming from" "$tmp"/sg-[012].err && bad+=("a checkpoint was read")
+[[ $(hashes "$tmp"/sg-[012].out | wc -l) -eq 1 ]] || bad+=("the workers' weights differ")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "3 -> 2 -> 3 by the members files alone, changed 1.5 s apart: no signal, no survivor \
+restarted, no checkpoint read"
+else
+  tap_fail "shrink and grow by the watched files" \
+    "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/sg-[012].err |
+      tail -n 12)"
+fi
+if [[ -e $tmp/sg.json && -e $tmp/ref.json ]] &&
+  close "$(losses "$tmp/sg.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
+  tap_ok "3 -> 2 -> 3 by the watched files: each of the 50 steps' loss within $LOSS_TOL relative \
+of the undisturbed run"
+else
+  tap_fail "3 -> 2 -> 3 by the watched files: losses" \
+    "$(losses "$tmp/sg.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+fi
+
+# --- a file that never changes ----------------------------------------------------------
+# Worker 1 killed, worker 0's file says 0,2 and worker 2's stays 0,1,2: they disagree until
+# the deadline (4 s), then worker 2 exits 2 naming both lists and the peer.
+start stuck 4
+wait_for 120 test -e "$tmp/stuck.ck/ckpt-5.kt"
+{ kill -9 "${wpids[1]}"; wait "${wpids[1]}"; } 2>/dev/null
+members_write "$tmp/stuck-0" "0,2"
+finish "${wpids[2]}"
+want="elastic: the members still disagree after --recovery-timeout 4s: rank 0"
+want2="(TF_CONFIG index 0) names the members 0,2, this worker (TF_CONFIG index 2) 0,1,2"
+if [[ $rc -eq 2 ]] && grep -qF "$want" "$tmp/stuck-2.err" && grep -qF "$want2" "$tmp/stuck-2.err"
+then
+  tap_ok "worker 2's file never changes while worker 0's does: exit 2 after the 4 s deadline \
+($(grep -oF "$want2" "$tmp/stuck-2.err" | head -n 1))"
+else tap_fail "the file that never changes" "rc=$rc $(tail -n 4 "$tmp/stuck-2.err")"; fi
+finish "${wpids[0]}"
+
+tap_done
