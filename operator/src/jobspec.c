@@ -122,6 +122,29 @@ static int read_initial_weights(const cJSON *spec, JobSpec *s, char *err, size_t
     return 0;
 }
 
+/* Reads spec.elastic as the CRD's rules have it (for an object that missed them):
+ * minWorkers required, 1..workers; replaceTimeoutSeconds 1..JOBSPEC_REPLACE_TIMEOUT_MAX.
+ * Call after spec.workers is read. */
+static int read_elastic(const cJSON *spec, JobSpec *s, char *err, size_t errlen)
+{
+    const cJSON *e = jsonx_at(spec, "elastic");
+    long long v;
+    if (!e || cJSON_IsNull(e)) return 0;
+    if (!cJSON_IsObject(e)) FAIL("spec.elastic: expected an object");
+    const cJSON *m = jsonx_at(e, "minWorkers");
+    if (!m || cJSON_IsNull(m)) FAIL("spec.elastic.minWorkers: required with spec.elastic");
+    if (read_int(spec, "elastic.minWorkers", 1, JOBSPEC_MAX_WORKERS, 1, &v, err, errlen))
+        return -EINVAL;
+    if (v > s->workers)
+        FAIL("spec.elastic.minWorkers: must be at most spec.workers (%d), got %lld", s->workers, v);
+    s->min_workers = (int)v;
+    if (read_int(spec, "elastic.replaceTimeoutSeconds", 1, JOBSPEC_REPLACE_TIMEOUT_MAX,
+                 JOBSPEC_REPLACE_TIMEOUT_DEFAULT, &s->replace_timeout_s, err, errlen))
+        return -EINVAL;
+    s->elastic = 1;
+    return 0;
+}
+
 /* Reads an optional [H, W, C] of integers in [1, 65535] (the trainer's --image-shape);
  * absent leaves shape zero. */
 static int read_shape(const cJSON *spec, const char *path, int shape[3], char *err, size_t errlen)
@@ -471,6 +494,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_int(spec, "recoveryTimeoutSeconds", 0, 86400, 120, &s->recovery_timeout_s, err,
                  errlen))
         return -EINVAL;
+    if (read_elastic(spec, s, err, errlen)) return -EINVAL;
     if (read_int(spec, "activeDeadlineSeconds", 1, 1LL << 40, -1, &s->active_deadline_s, err,
                  errlen))
         return -EINVAL;

@@ -2659,6 +2659,49 @@ static void test_initial_weights_arg(void **state)
 #undef REL
 }
 
+/* spec.elastic: minWorkers (1..workers) and replaceTimeoutSeconds (default 30, 1..3600)
+ * read with the CRD's rules, for an object that missed them, each error naming the field;
+ * unset, no elastic job. */
+static void test_elastic_spec(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int elastic, min_workers;
+        long long replace_timeout_s;
+    } cases[] = {
+        {"{\"workers\":3}", 0, 0, 0},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2}}", 1, 2, 30},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":3,\"replaceTimeoutSeconds\":3600}}", 1, 3,
+         3600},
+        {"{\"elastic\":{\"minWorkers\":1,\"replaceTimeoutSeconds\":1}}", 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *job = job_new(cases[i].spec, NULL);
+        JobSpec s;
+        char err[256] = "";
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        assert_int_equal(s.elastic, cases[i].elastic);
+        assert_int_equal(s.min_workers, cases[i].min_workers);
+        assert_int_equal(s.replace_timeout_s, cases[i].replace_timeout_s);
+        cJSON_Delete(job);
+    }
+    static const char *const bad[][2] = {
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":3}}",
+         "spec.elastic.minWorkers: must be at most spec.workers (2), got 3"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":0}}",
+         "spec.elastic.minWorkers: expected an integer in [1, 1024]"},
+        {"{\"workers\":2,\"elastic\":{}}", "spec.elastic.minWorkers: required with spec.elastic"},
+        {"{\"workers\":2,\"elastic\":true}", "spec.elastic: expected an object"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":1,\"replaceTimeoutSeconds\":0}}",
+         "spec.elastic.replaceTimeoutSeconds: expected an integer in [1, 3600]"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":1,\"replaceTimeoutSeconds\":3601}}",
+         "spec.elastic.replaceTimeoutSeconds: expected an integer in [1, 3600]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_spec_refused(bad[i][0], bad[i][1]);
+}
+
 /* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
  * become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
  * --label-feature and --image-shape; unset, none of them is passed (the trainer's
@@ -3814,6 +3857,7 @@ int main(void)
         cmocka_unit_test(test_data_credentials_secret),
         cmocka_unit_test(test_export_arg),
         cmocka_unit_test(test_initial_weights_arg),
+        cmocka_unit_test(test_elastic_spec),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
