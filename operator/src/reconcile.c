@@ -1864,6 +1864,10 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     }
     set_num(&c, c.status, "observedGeneration", (double)c.spec.generation);
     clear_condition(&c, "Invalid", "ValidSpec", "the spec is valid");
+    /* An elastic job's global batch is written down before a pod is made with it, so that
+     * a later spec.workers re-cuts it rather than changing it (jobspec reads it back). */
+    if (desired_elastic(&c.spec) && !jsonx_at(c.status, "globalBatch"))
+        set_num(&c, c.status, "globalBatch", (double)c.spec.global_batch);
     long long attempt = jsonx_int(c.status, "attempt", 0);
     for (size_t i = 0; i < nviews; i++) {
         views[i].slot = jobspec_slot(&c.spec, views[i].role, views[i].index);

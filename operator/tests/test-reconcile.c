@@ -2702,6 +2702,160 @@ static void test_elastic_spec(void **state)
         assert_spec_refused(bad[i][0], bad[i][1]);
 }
 
+/* The pod of `role` `index` (desired_pod, attempt 0) of a job with `spec` and `status`
+ * (JSON or NULL). Caller frees. */
+static cJSON *spec_pod(const char *spec, const char *status, Role role, int index)
+{
+    cJSON *job = job_new(spec, status);
+    JobSpec s;
+    char err[256] = "";
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, role, index, 0);
+    assert_non_null(pod);
+    cJSON_Delete(job);
+    return pod;
+}
+
+/* The trainer's argument after `flag`, "(none)" when the flag is not given. */
+static const char *arg_after(const cJSON *pod, const char *flag)
+{
+    const cJSON *a;
+    cJSON_ArrayForEach(a, jsonx_arr(container(pod, "trainer"), "args"))
+    {
+        if (cJSON_IsString(a) && strcmp(a->valuestring, flag) == 0 && a->next)
+            return a->next->valuestring;
+    }
+    return "(none)";
+}
+
+/* The pod's ANNOT_MEMBERS, "(none)" when absent. */
+static const char *members_of(const cJSON *pod)
+{
+    const char *m = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/members");
+    return m ? m : "(none)";
+}
+
+/* An elastic job's global batch goes into status in the pass that creates the Secret,
+ * before any pod; a scale before the pods are made (or at any later time) leaves it, and
+ * the pods are given it. A job that is not elastic records none. */
+static void test_elastic_global_batch_recorded(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"training\":{"
+                                "\"perWorkerBatchSize\":32}}",
+                                NULL)};
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-secret mnist-secret-\n"
+                                "create-service mnist-worker\n"
+                                "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "globalBatch", -1), 96);
+    fx_apply(&f);
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "globalBatch", -1), 96);
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mnist-worker-%d", i);
+        const cJSON *pod = find_action(&f, ACTION_CREATE_POD, name)->object;
+        assert_string_equal(arg_after(pod, "--global-batch"), "96");
+        assert_string_equal(
+            jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/members"), "0,1");
+    }
+    fx_free(&f);
+
+    Fixture g = {.job = job_new("{\"workers\":3}", NULL)};
+    fx_run(&g, NOW);
+    assert_null(jsonx_at(new_status(&g), "globalBatch"));
+    fx_free(&g);
+}
+
+/* The pods of an elastic C-trainer job: ANNOT_MEMBERS naming every chief and worker
+ * (TF_CONFIG indices: the chief 0), projected by a downwardAPI volume as the file that
+ * KUBETRAIN_MEMBERS_FILE names, and --global-batch fixed: the world times
+ * perWorkerBatchSize, or status.globalBatch once recorded (a later scale leaves it). A job
+ * that is not elastic, or cannot resize in place (a user's program, NCCL, no live
+ * recovery), gets none of it. */
+static void test_elastic_pod(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *status;
+        Role role;
+        int index;
+        const char *members, *global_batch;
+    } cases[] = {
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"training\":{\"perWorkerBatchSize\":32}}",
+         NULL, ROLE_WORKER, 2, "0,1,2", "96"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":2},\"training\":{\"perWorkerBatchSize\":32}}",
+         "{\"globalBatch\":96}", ROLE_WORKER, 0, "0,1", "96"},
+        {"{\"workers\":2,\"chief\":{},\"elastic\":{\"minWorkers\":1}}", NULL, ROLE_CHIEF, 0,
+         "0,1,2", "192"},
+        {"{\"workers\":2,\"chief\":{},\"elastic\":{\"minWorkers\":1}}", NULL, ROLE_WORKER, 1,
+         "0,1,2", "192"},
+        {"{\"workers\":3}", NULL, ROLE_WORKER, 0, NULL, NULL},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"image\":\"tf\",\"command\":[\"p\"]}",
+         NULL, ROLE_WORKER, 0, NULL, NULL},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"gpusPerWorker\":1}", NULL, ROLE_WORKER, 0,
+         NULL, NULL},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"recoveryTimeoutSeconds\":0}", NULL,
+         ROLE_WORKER, 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *pod = spec_pod(cases[i].spec, cases[i].status, cases[i].role, cases[i].index);
+        const char *members = members_of(pod);
+        const char *file = env_of(pod, "KUBETRAIN_MEMBERS_FILE");
+        const cJSON *vol = NULL, *mount = NULL, *it;
+        cJSON_ArrayForEach(it, jsonx_arr(pod, "spec.volumes"))
+        {
+            if (strcmp(jsonx_str(it, "name"), "kubetrain-members") == 0) vol = it;
+        }
+        cJSON_ArrayForEach(it, jsonx_arr(container(pod, "trainer"), "volumeMounts"))
+        {
+            if (strcmp(jsonx_str(it, "name"), "kubetrain-members") == 0) mount = it;
+        }
+        if (!cases[i].members) {
+            assert_string_equal(members, "(none)");
+            assert_null(file);
+            assert_null(vol);
+            assert_null(mount);
+            assert_string_equal(arg_after(pod, "--global-batch"), "(none)");
+            cJSON_Delete(pod);
+            continue;
+        }
+        assert_string_equal(members, cases[i].members);
+        assert_string_equal(file ? file : "(none)", "/etc/kubetrain-members/members");
+        assert_non_null(vol);
+        const cJSON *item = cJSON_GetArrayItem(jsonx_arr(vol, "downwardAPI.items"), 0);
+        assert_string_equal(jsonx_str(item, "path"), "members");
+        assert_string_equal(jsonx_str(item, "fieldRef.fieldPath"),
+                            "metadata.annotations['kubetrain.dev/members']");
+        assert_non_null(mount);
+        assert_string_equal(jsonx_str(mount, "mountPath"), "/etc/kubetrain-members");
+        assert_true(jsonx_bool(mount, "readOnly", 0));
+        assert_string_equal(arg_after(pod, "--global-batch"), cases[i].global_batch);
+        cJSON_Delete(pod);
+    }
+    /* desired_pod_set_members replaces the list */
+    cJSON *pod = spec_pod("{\"workers\":3,\"elastic\":{\"minWorkers\":2}}", NULL, ROLE_WORKER, 0);
+    assert_int_equal(desired_pod_set_members(pod, "0,2"), 0);
+    assert_string_equal(members_of(pod), "0,2");
+    cJSON_Delete(pod);
+    assert_spec_refused("{\"workers\":5,\"elastic\":{\"minWorkers\":2},"
+                        "\"training\":{\"perWorkerBatchSize\":1000000}}",
+                        "spec.elastic: the global batch, 5 workers x perWorkerBatchSize 1000000 = "
+                        "5000000, exceeds the trainer's 4194304");
+    cJSON *job = job_new("{\"workers\":2,\"elastic\":{\"minWorkers\":1}}", "{\"globalBatch\":0}");
+    JobSpec s;
+    char err[256] = "";
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+    assert_string_equal(err, "status.globalBatch: expected an integer in [1, 4194304]");
+    cJSON_Delete(job);
+}
+
 /* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
  * become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
  * --label-feature and --image-shape; unset, none of them is passed (the trainer's
@@ -3858,6 +4012,8 @@ int main(void)
         cmocka_unit_test(test_export_arg),
         cmocka_unit_test(test_initial_weights_arg),
         cmocka_unit_test(test_elastic_spec),
+        cmocka_unit_test(test_elastic_pod),
+        cmocka_unit_test(test_elastic_global_batch_recorded),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),
