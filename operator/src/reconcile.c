@@ -13,6 +13,8 @@
 #include <string.h>
 
 #define MAX_WORKERS 10000
+/* An elastic job's members at most: its chief and workers (TF_CONFIG indices). */
+#define MAX_MEMBERS (JOBSPEC_MAX_WORKERS + 1)
 /* Disruption restarts and replacements in a row without the group ever running
  * (restarts.consecutiveDisruptions) after which the next disruption fails the job: a pod
  * the kubelet refuses at admission, or one that never starts for another reason outside
@@ -34,7 +36,8 @@ static const char *const kind_names[] = {"create-secret",
                                          "delete-network-policy",
                                          "create-pod-group",
                                          "delete-pod-group",
-                                         "delete-stopped-pod"};
+                                         "delete-stopped-pod",
+                                         "patch-pod"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -743,12 +746,14 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
 }
 
 /* Forgets what the pods of the attempt did (a new attempt starts): launched, the
- * succeeded workers, the per-role counts; none of its workers runs yet. Returns 0 or -1
+ * succeeded workers, the per-role counts, an elastic job's members (the new pods name
+ * every chief and worker); none of its workers runs yet. Returns 0 or -1
  * (out of memory). */
 static int reset_attempt(cJSON *status)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(status, "roles");
     cJSON_DeleteItemFromObjectCaseSensitive(status, "replacedPods");
+    cJSON_DeleteItemFromObjectCaseSensitive(status, "members");
     return jsonx_set_bool(status, "launched", 0) && jsonx_set_num(status, "currentWorkers", 0) &&
                    jsonx_set(status, "succeededIndexes", cJSON_CreateArray())
                ? 0
@@ -942,7 +947,8 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
             v[i].replacement >= jsonx_int(e, "replacement", 0) && !jsonx_set_bool(e, "launched", 1))
             c->nomem = 1;
         if (strcmp(v[i].phase, "Succeeded") == 0) g->done[slot] = 1;
-        if (v[i].world != s->workers ||
+        /* An elastic job's size is its members' business (decide_elastic). */
+        if ((v[i].world != s->workers && !desired_elastic(s)) ||
             (want ? !v[i].cluster || strcmp(v[i].cluster, want) : v[i].cluster != NULL))
             g->resized = 1;
     }
@@ -1007,17 +1013,143 @@ static int decide_completion(Ctx *c, const Group *g)
     return 1;
 }
 
-/* Pods made for another world size: the group restarts with the new one, counted in
- * neither counter. */
-static int decide_resize(Ctx *c, const Group *g)
+/* The group restarts with the spec's cluster, counted in neither counter. */
+static void resize_restart(Ctx *c, const Group *g)
 {
-    if (!g->resized) return 0;
     char msg[512];
     snprintf(msg, sizeof msg,
              "the cluster changed (spec.workers %d, chief %d, ps %d); the group resumes from "
              "its checkpoint with the new cluster",
              c->spec.workers, c->spec.roles[ROLE_CHIEF].replicas, c->spec.roles[ROLE_PS].replicas);
     restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+}
+
+/* Pods made for another world size: the group restarts with the new one. */
+static int decide_resize(Ctx *c, const Group *g)
+{
+    if (!g->resized) return 0;
+    resize_restart(c, g);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Elastic jobs (desired_elastic, docs/design.md "Elastic jobs"): the members are the
+ * TF_CONFIG indices of the chief and worker pods in the ring, which are their slots. */
+
+/* The chief and worker slots of the spec: the TF_CONFIG indices a member may have. */
+static int member_slots(const JobSpec *s)
+{
+    return s->roles[ROLE_CHIEF].replicas + s->workers;
+}
+
+/* Parses "0,2" (ascending indices) into idx (room for max); returns the count, or -1
+ * when text is not such a list of at most max. */
+static int members_parse(const char *text, int *idx, int max)
+{
+    int n = 0;
+    const char *p = text;
+    if (!p || !*p) return -1;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= MAX_MEMBERS || n == max || (n && v <= idx[n - 1])) return -1;
+        idx[n++] = (int)v;
+        if (!*end) return n;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+}
+
+/* idx[0..n) as "0,2" into out (room for 6 bytes an index). */
+static void members_format(const int *idx, int n, char *out)
+{
+    *out = 0;
+    for (int i = 0; i < n; i++)
+        out += sprintf(out, i ? ",%d" : "%d", idx[i]);
+}
+
+/* The members of the attempt into idx (room for MAX_MEMBERS): status.members once a
+ * resize wrote it, else the annotation of the attempt's first chief or worker pod (as
+ * it was made), else every slot of the spec. Returns the count. */
+static int members_read(const Ctx *c, const Group *g, int *idx)
+{
+    int n = members_parse(jsonx_str(c->status, "members"), idx, MAX_MEMBERS);
+    for (int i = 0; n < 0 && i < member_slots(&c->spec); i++)
+        if (g->cur[i])
+            n = members_parse(
+                jsonx_key_str(jsonx_obj(g->cur[i]->pod, "metadata.annotations"), ANNOT_MEMBERS),
+                idx, MAX_MEMBERS);
+    for (int i = 0; n < 0; i++)
+        if (i == member_slots(&c->spec))
+            n = i;
+        else
+            idx[i] = i;
+    return n;
+}
+
+/* Patches each pod of the attempt among idx[0..n) whose ANNOT_MEMBERS is not `list`. */
+static void members_patch(Ctx *c, const Group *g, const int *idx, int n, const char *list)
+{
+    for (int k = 0; k < n; k++) {
+        const PodView *p = idx[k] < member_slots(&c->spec) ? g->cur[idx[k]] : NULL;
+        if (!p || p->terminating) continue;
+        const char *have = jsonx_key_str(jsonx_obj(p->pod, "metadata.annotations"), ANNOT_MEMBERS);
+        if (have && strcmp(have, list) == 0) continue;
+        cJSON *patch = cJSON_CreateObject();
+        cJSON *annots = jsonx_ensure_obj(patch, "metadata.annotations");
+        const char *uid = jsonx_str(p->pod, "metadata.uid");
+        if (!annots || !jsonx_set_str(annots, ANNOT_MEMBERS, list) ||
+            (uid && !jsonx_set_str(jsonx_ensure_obj(patch, "metadata"), "uid", uid))) {
+            cJSON_Delete(patch);
+            c->nomem = 1;
+            return;
+        }
+        add_action(c, ACTION_PATCH_POD, p->name, patch);
+    }
+}
+
+/* An elastic job whose spec.workers was lowered (kubectl scale) while at least
+ * minWorkers stay: the members beyond the spec are dropped in place. Status first
+ * (status.members, the Resized condition), the event, then the survivors' annotations
+ * patched (their trainers form the smaller ring from the file the kubelet rewrites),
+ * then the dropped pods deleted. Members the spec now has more of than the ring (a
+ * raised spec.workers), or fewer than minWorkers left: the group restarts at the new
+ * size. */
+static int decide_elastic(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (!desired_elastic(s)) return 0;
+    int idx[MAX_MEMBERS];
+    int n = members_read(c, g, idx), nslots = member_slots(s), kept = 0;
+    while (kept < n && idx[kept] < nslots)
+        kept++;
+    if (kept == n) {
+        if (n == nslots) return 0;
+        resize_restart(c, g);
+        return 1;
+    }
+    int chief = s->roles[ROLE_CHIEF].replicas;
+    int from = n - (chief && idx[0] == 0), to = kept - (chief && kept && idx[0] == 0);
+    if (to < s->min_workers) {
+        resize_restart(c, g);
+        return 1;
+    }
+    char list[6 * MAX_MEMBERS + 1], msg[512];
+    members_format(idx, kept, list);
+    snprintf(msg, sizeof msg,
+             "shrank from %d to %d workers (members %.200s): spec.workers lowered to %d", from, to,
+             list, s->workers);
+    set_str(c, "members", list);
+    set_condition(c, "Resized", 1, "Shrank", msg);
+    emit_status(c);
+    event(c, "Normal", "Resized", "%s", msg);
+    members_patch(c, g, idx, kept, list);
+    for (size_t i = 0; i < g->npods; i++) {
+        const PodView *p = &g->pods[i];
+        if (p->attempt == g->attempt && p->role == ROLE_WORKER && p->index >= s->workers &&
+            !p->terminating && p->name)
+            add_action(c, ACTION_DELETE_POD, p->name, NULL);
+    }
     return 1;
 }
 
@@ -1718,6 +1850,14 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     const char *phase = jsonx_str(c->status, "phase");
     int live_replacing = phase && strcmp(phase, "Running") == 0 &&
                          cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0;
+    /* A resize's patches that a stopped pass left undone. */
+    int idx[MAX_MEMBERS];
+    char list[6 * MAX_MEMBERS + 1];
+    int nmembers = members_parse(jsonx_str(c->status, "members"), idx, MAX_MEMBERS);
+    if (desired_elastic(s) && nmembers > 0) {
+        members_format(idx, nmembers, list);
+        members_patch(c, g, idx, nmembers, list);
+    }
     int blocked = delete_stale_pods(c, g, foreign);
     blocked |= backoff_pending(c, restarting);
     const char *secret = create_group_objects(c, &blocked);
@@ -1763,8 +1903,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
 {
     Group g;
     if (group_observe(c, v, n, &g) == 0) {
-        int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_resize(c, &g) ||
-                      decide_stranded(c, &g) || decide_replacement(c, &g) ||
+        int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_elastic(c, &g) ||
+                      decide_resize(c, &g) || decide_stranded(c, &g) || decide_replacement(c, &g) ||
                       decide_disruption(c, &g) || decide_failure(c, &g) || decide_startup(c, &g);
         if (!settled) create_missing(c, &g, foreign);
     }

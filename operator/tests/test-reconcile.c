@@ -212,6 +212,13 @@ static const char *env_of(const cJSON *pod, const char *name)
     return NULL;
 }
 
+/* The pod's ANNOT_MEMBERS, "(none)" when absent. */
+static const char *members_of(const cJSON *pod)
+{
+    const char *m = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/members");
+    return m ? m : "(none)";
+}
+
 static const cJSON *container(const cJSON *pod, const char *name)
 {
     const cJSON *c;
@@ -1498,6 +1505,20 @@ static void apply_prefix(Fixture *f, size_t k)
                 break;
             }
             break;
+        case ACTION_PATCH_POD: /* a merge patch of annotations, refused for another uid */
+            for (size_t j = 0; j < f->npods; j++) {
+                if (strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) != 0) continue;
+                const char *uid = jsonx_str(a->object, "metadata.uid");
+                if (uid && strcmp(uid, jsonx_str(f->pods[j], "metadata.uid")) != 0) break;
+                const cJSON *kv;
+                cJSON_ArrayForEach(kv, jsonx_obj(a->object, "metadata.annotations"))
+                {
+                    jsonx_set_str(jsonx_ensure_obj(f->pods[j], "metadata.annotations"), kv->string,
+                                  kv->valuestring);
+                }
+                break;
+            }
+            break;
         case ACTION_DELETE_JOB:
         case ACTION_EVENT:
             break;
@@ -2728,11 +2749,132 @@ static const char *arg_after(const cJSON *pod, const char *flag)
     return "(none)";
 }
 
-/* The pod's ANNOT_MEMBERS, "(none)" when absent. */
-static const char *members_of(const cJSON *pod)
+#define ESPEC3                                                                                     \
+    "{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"checkpoint\":{\"claimName\":\"ckpt\"}}"
+
+/* An elastic job of 3 running workers (attempt 0, launched) whose spec.workers is now
+ * `workers`, with `status_extra` in its status. */
+static void fx_elastic3(Fixture *f, const char *spec, const char *status_extra, int workers)
 {
-    const char *m = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/members");
-    return m ? m : "(none)";
+    memset(f, 0, sizeof *f);
+    f->job = job_new(spec, status_extra);
+    fx_with_support(f);
+    for (int i = 0; i < 3; i++)
+        fx_pod(f, i, 0, "Running");
+    jsonx_set_num(jsonx_ensure_obj(f->job, "spec"), "workers", workers);
+}
+
+/* kubectl scale of an elastic job from 3 to 2: no restart; status.members, the Resized
+ * condition and event say it, the survivors' annotations name the smaller ring, then the
+ * dropped worker goes. The next pass changes nothing and counts 2 current workers. A
+ * pass stopped after the status write is finished by the next one. */
+static void test_elastic_scale_down(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    assert_null(jsonx_at(st, "restarts"));
+    assert_cond(st, "Resized", "True/Shrank");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1): spec.workers lowered to 2");
+    assert_string_equal(find_action(&f, ACTION_EVENT, "mnist")->message,
+                        "shrank from 3 to 2 workers (members 0,1): spec.workers lowered to 2");
+    assert_string_equal(members_of(find_action(&f, ACTION_PATCH_POD, "mnist-worker-1")->object),
+                        "0,1");
+    fx_apply(&f);
+    assert_int_equal(f.npods, 2);
+    assert_string_equal(members_of(f.pods[0]), "0,1");
+    assert_string_equal(members_of(f.pods[1]), "0,1");
+    assert_int_equal(jsonx_int(f.job, "status.currentWorkers", -1), 2);
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_string_equal(cond_message(new_status(&f), "Running"), "all 2 workers are running");
+    fx_free(&f);
+
+    /* Stopped after the status write: the next pass patches and deletes. */
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    apply_prefix(&f, 1);
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n"
+                                "update-status mnist\n");
+    fx_free(&f);
+}
+
+/* An elastic job with a chief: the chief stays (TF_CONFIG index 0) and is told too. */
+static void test_elastic_scale_down_with_chief(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":3,\"chief\":{},\"elastic\":{\"minWorkers\":2}}",
+                                ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_role_pod(&f, ROLE_CHIEF, 0, "Running");
+    for (int i = 0; i < 3; i++)
+        fx_role_pod(&f, ROLE_WORKER, i, "Running");
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-chief-0\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1,2): spec.workers lowered to 2");
+    fx_free(&f);
+}
+
+/* What an elastic job does not resize in place: a raised spec.workers (growing is a
+ * group restart for now), and a shrink that would leave fewer than minWorkers. */
+static void test_elastic_resize_restarts(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 4);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    assert_int_equal(jsonx_int(new_status(&f), "attempt", -1), 1);
+    fx_free(&f);
+
+    /* members 0,2 (worker 1 dropped earlier): scaling to 2 would leave worker 0 alone */
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(",\"members\":\"0,2\""), 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 1);
+    assert_null(jsonx_at(st, "members"));
+    fx_free(&f);
+
+    /* Not elastic: the same scale down restarts the group, as always. */
+    fx_elastic3(&f, "{\"workers\":3,\"checkpoint\":{\"claimName\":\"ckpt\"}}", ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    fx_free(&f);
 }
 
 /* An elastic job's global batch goes into status in the pass that creates the Secret,
@@ -4014,6 +4156,9 @@ int main(void)
         cmocka_unit_test(test_elastic_spec),
         cmocka_unit_test(test_elastic_pod),
         cmocka_unit_test(test_elastic_global_batch_recorded),
+        cmocka_unit_test(test_elastic_scale_down),
+        cmocka_unit_test(test_elastic_scale_down_with_chief),
+        cmocka_unit_test(test_elastic_resize_restarts),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),

@@ -2,8 +2,9 @@
 # An elastic job's pods (issue 46, docs/design.md "Elastic jobs") against a real
 # kube-apiserver: the apiserver takes them with the kubetrain.dev/members annotation and
 # the downwardAPI volume that projects it, KUBETRAIN_MEMBERS_FILE names the file, and
-# --global-batch is the one status.globalBatch recorded at the job's creation, also after
-# kubectl scale has restarted the group at another size.
+# --global-batch is the one status.globalBatch recorded at the job's creation; kubectl
+# scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
+# no restart), and back up restarts the group with the same global batch.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
@@ -61,17 +62,44 @@ if [ -z "$out" ]; then
   tap_ok "stored pods: members 0,1,2 projected as KUBETRAIN_MEMBERS_FILE, --global-batch 96"
 else tap_fail "stored pods: members projected, --global-batch 96" "$out"; fi
 
-# A scale today restarts the group at the new size (the resize in place is reconcile's
-# coming work): the new pods keep the global batch of the job's creation.
+# kubectl scale 3 -> 2 with the pods running: no restart. The survivors (same uids, attempt
+# 0) are patched to members 0,1, worker 2 is deleted, status and an event say why.
+all_running elastic e 3
+uids() { k -n elastic get pods -l kubetrain.dev/job-name=e -o 'jsonpath={.items[*].metadata.uid}'; }
+before=$(k -n elastic get pods e-worker-0 e-worker-1 -o 'jsonpath={.items[*].metadata.uid}')
 k -n elastic scale tj/e --replicas 2 >/dev/null
-if wait_until 30 attempt_pods elastic e 1 2; then
-  tap_ok "kubectl scale --replicas 2: 2 pods of attempt 1"
-else tap_fail "kubectl scale --replicas 2: 2 pods of attempt 1" "$(k -n elastic get pods 2>&1)"; fi
+if wait_until 30 has_npods elastic e 2; then tap_ok "kubectl scale --replicas 2: worker 2 deleted"
+else tap_fail "kubectl scale --replicas 2: worker 2 deleted" "$(k -n elastic get pods 2>&1)"; fi
+if [ "$(uids)" = "$before" ] && attempt_pods elastic e 0 2; then
+  tap_ok "the survivors are the same pods (uids, attempt 0)"
+else tap_fail "the survivors are the same pods" "before '$before', now '$(uids)'"; fi
 out=$(check_pods 2)
-if [ -z "$out" ]; then tap_ok "after the scale: members 0,1, --global-batch still 96"
-else tap_fail "after the scale: members 0,1, --global-batch still 96" "$out"; fi
-if is elastic tj/e .status.globalBatch 96; then tap_ok "status.globalBatch stays 96"
-else tap_fail "status.globalBatch stays 96" "got '$(jp elastic tj/e .status.globalBatch)'"; fi
+if [ -z "$out" ]; then tap_ok "the survivors' members patched to 0,1, --global-batch still 96"
+else tap_fail "the survivors' members patched to 0,1, --global-batch still 96" "$out"; fi
+want="shrank from 3 to 2 workers (members 0,1): spec.workers lowered to 2"
+got="$(condition elastic e Resized reason): $(condition elastic e Resized message)"
+if [ "$got" = "Shrank: $want" ] && is elastic tj/e .status.members 0,1; then
+  tap_ok "status.members 0,1 and condition Resized/Shrank say why"
+else tap_fail "status.members 0,1 and condition Resized/Shrank say why" "got '$got'"; fi
+ev=$(k -n elastic get events --field-selector reason=Resized -o 'jsonpath={.items[*].message}')
+if [ "$ev" = "$want" ]; then tap_ok "one Resized event: $want"
+else tap_fail "one Resized event" "got '$ev'"; fi
+attempt=$(jp elastic tj/e .status.attempt)
+if [ "${attempt:-0}" = 0 ] && is elastic tj/e .status.currentWorkers 2 &&
+  is elastic tj/e .status.globalBatch 96; then
+  tap_ok "attempt 0, currentWorkers 2, globalBatch 96"
+else tap_fail "attempt 0, currentWorkers 2, globalBatch 96" \
+  "$(k -n elastic get tj/e -o 'jsonpath={.status}')"; fi
+
+# Growing in place is not built: kubectl scale back to 3 restarts the group at 3, with
+# the global batch of the job's creation.
+k -n elastic scale tj/e --replicas 3 >/dev/null
+if wait_until 30 attempt_pods elastic e 1 3; then
+  tap_ok "kubectl scale --replicas 3: 3 pods of attempt 1"
+else tap_fail "kubectl scale --replicas 3: 3 pods of attempt 1" "$(k -n elastic get pods 2>&1)"; fi
+out=$(check_pods 3)
+if [ -z "$out" ]; then tap_ok "after the restart: members 0,1,2, --global-batch still 96"
+else tap_fail "after the restart: members 0,1,2, --global-batch still 96" "$out"; fi
 
 if it_stop "$OP"; then tap_ok "operator exits 0 on SIGTERM (no sanitizer report)"
 else tap_fail "operator exits 0 on SIGTERM" "$(tail -n 20 "$LOG")"; fi
