@@ -1108,6 +1108,67 @@ static void members_patch(Ctx *c, const Group *g, const int *idx, int n, const c
     }
 }
 
+static const char *unschedulable_message(const cJSON *pod, int *error);
+
+/* Workers among the members idx[0..n) (the chief's slot, 0 where there is one, is not). */
+static int member_workers(const JobSpec *s, const int *idx, int n)
+{
+    return n - (s->roles[ROLE_CHIEF].replicas && n && idx[0] == 0);
+}
+
+/* Writes down a resize in place, members idx[0..n) (from `from` workers), and tells
+ * the members: status.members and the Resized condition (reason Shrank or Grew), the
+ * event, then the member pods' annotations. */
+static void resize_in_place(Ctx *c, const Group *g, const int *idx, int n, int from,
+                            const char *reason, const char *why)
+{
+    char list[6 * MAX_MEMBERS + 1], msg[512];
+    members_format(idx, n, list);
+    snprintf(msg, sizeof msg, "%s from %d to %d workers (members %.200s): %.250s",
+             strcmp(reason, "Grew") == 0 ? "grew" : "shrank", from,
+             member_workers(&c->spec, idx, n), list, why);
+    set_str(c, "members", list);
+    set_condition(c, "Resized", 1, reason, msg);
+    emit_status(c);
+    event(c, "Normal", "Resized", "%s", msg);
+    members_patch(c, g, idx, n, list);
+}
+
+/* The member slot, other than the chief's, whose live replacement cannot run: Pending
+ * and unschedulable, or not running replace_timeout_s after it was made (a requeue for
+ * then otherwise). Returns the slot with the cause in why, or -1. */
+static int replacement_stuck(Ctx *c, const Group *g, const int *idx, int n, char *why, size_t len)
+{
+    const JobSpec *s = &c->spec;
+    for (int k = 0; k < n; k++) {
+        int slot = idx[k];
+        const PodView *p = g->cur[slot];
+        const cJSON *e = slot_entry(c, slot);
+        double created;
+        int error;
+        if (slot == g->chief || !p || !e || p->terminating || strcmp(p->phase, "Pending") != 0)
+            continue;
+        const char *m = unschedulable_message(p->pod, &error);
+        if (m) {
+            snprintf(why, len, "pod %s unschedulable: %.300s", p->name, m);
+            return slot;
+        }
+        if (clock_parse_rfc3339(jsonx_str(p->pod, "metadata.creationTimestamp"), &created))
+            continue;
+        double at = created + (double)s->replace_timeout_s;
+        if (c->obs->now < at) {
+            requeue(c, at - c->obs->now);
+            continue;
+        }
+        snprintf(why, len,
+                 "pod %s not running %lld s (elastic.replaceTimeoutSeconds) after it "
+                 "was made to replace a lost one",
+                 p->name, s->replace_timeout_s);
+        return slot;
+    }
+    return -1;
+}
+
 /* An elastic job whose spec.workers was lowered (kubectl scale) while at least
  * minWorkers stay: the members beyond the spec are dropped in place. Status first
  * (status.members, the Resized condition), the event, then the survivors' annotations
@@ -1119,37 +1180,58 @@ static int decide_elastic(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
     if (!desired_elastic(s)) return 0;
-    int idx[MAX_MEMBERS];
-    int n = members_read(c, g, idx), nslots = member_slots(s), kept = 0;
+    int idx[MAX_MEMBERS], kept = 0;
+    int n = members_read(c, g, idx), nslots = member_slots(s);
     while (kept < n && idx[kept] < nslots)
         kept++;
-    if (kept == n) {
-        if (n == nslots) return 0;
-        resize_restart(c, g);
+    if (kept < n) {
+        char why[64];
+        if (member_workers(s, idx, kept) < s->min_workers) {
+            resize_restart(c, g);
+            return 1;
+        }
+        snprintf(why, sizeof why, "spec.workers lowered to %d", s->workers);
+        resize_in_place(c, g, idx, kept, member_workers(s, idx, n), "Shrank", why);
+        for (size_t i = 0; i < g->npods; i++) {
+            const PodView *p = &g->pods[i];
+            if (p->attempt == g->attempt && p->role == ROLE_WORKER && p->index >= s->workers &&
+                !p->terminating && p->name)
+                add_action(c, ACTION_DELETE_POD, p->name, NULL);
+        }
         return 1;
     }
-    int chief = s->roles[ROLE_CHIEF].replicas;
-    int from = n - (chief && idx[0] == 0), to = kept - (chief && kept && idx[0] == 0);
-    if (to < s->min_workers) {
-        resize_restart(c, g);
+    /* The slots outside the ring: a dropped replacement that runs now joins it; a slot
+     * with neither pod nor replacement (a raised spec.workers) restarts the group. */
+    for (int slot = 0, k = 0; slot < nslots; slot++) {
+        if (k < n && idx[k] == slot) {
+            k++;
+            continue;
+        }
+        const PodView *p = g->cur[slot];
+        if (!p && !slot_entry(c, slot)) {
+            resize_restart(c, g);
+            return 1;
+        }
+        if (!p || !is_active(p) || strcmp(p->phase, "Running") != 0) continue;
+        int grown[MAX_MEMBERS], m = 0, j = 0;
+        while (j < n && idx[j] < slot)
+            grown[m++] = idx[j++];
+        grown[m++] = slot;
+        while (j < n)
+            grown[m++] = idx[j++];
+        char why[320];
+        snprintf(why, sizeof why, "pod %s runs", p->name);
+        resize_in_place(c, g, grown, m, member_workers(s, idx, n), "Grew", why);
         return 1;
     }
-    char list[6 * MAX_MEMBERS + 1], msg[512];
-    members_format(idx, kept, list);
-    snprintf(msg, sizeof msg,
-             "shrank from %d to %d workers (members %.200s): spec.workers lowered to %d", from, to,
-             list, s->workers);
-    set_str(c, "members", list);
-    set_condition(c, "Resized", 1, "Shrank", msg);
-    emit_status(c);
-    event(c, "Normal", "Resized", "%s", msg);
-    members_patch(c, g, idx, kept, list);
-    for (size_t i = 0; i < g->npods; i++) {
-        const PodView *p = &g->pods[i];
-        if (p->attempt == g->attempt && p->role == ROLE_WORKER && p->index >= s->workers &&
-            !p->terminating && p->name)
-            add_action(c, ACTION_DELETE_POD, p->name, NULL);
-    }
+    /* A member whose replacement cannot run leaves the ring while minWorkers stay. */
+    char why[450];
+    int stuck = replacement_stuck(c, g, idx, n, why, sizeof why);
+    if (stuck < 0 || member_workers(s, idx, n) - 1 < s->min_workers) return 0;
+    int left[MAX_MEMBERS], m = 0;
+    for (int j = 0; j < n; j++)
+        if (idx[j] != stuck) left[m++] = idx[j];
+    resize_in_place(c, g, left, m, member_workers(s, idx, n), "Shrank", why);
     return 1;
 }
 

@@ -179,7 +179,7 @@ static void cond_of(const cJSON *status, const char *type, char *out, size_t n)
     }
 }
 
-/* The message of the status's condition `type`, or NULL. */
+/* The message of the status's condition `type`, or "(none)" (an assertion prints it). */
 static const char *cond_message(const cJSON *status, const char *type)
 {
     const cJSON *c;
@@ -187,7 +187,7 @@ static const char *cond_message(const cJSON *status, const char *type)
     {
         if (strcmp(jsonx_str(c, "type"), type) == 0) return jsonx_str(c, "message");
     }
-    return NULL;
+    return "(none)";
 }
 
 static void assert_cond(const cJSON *status, const char *type, const char *want)
@@ -1968,8 +1968,7 @@ static char *ps_failure_quote(const char *log)
     fx_ps_group(&f);
     pod_terminated(f.pods[3], 1, log);
     fx_run(&f, NOW);
-    const char *m = cond_message(new_status(&f), "Restarting");
-    char *quote = strdup(m ? m : "<no Restarting condition>");
+    char *quote = strdup(cond_message(new_status(&f), "Restarting"));
     fx_free(&f);
     return quote;
 }
@@ -2874,6 +2873,109 @@ static void test_elastic_resize_restarts(void **state)
                                 "delete-pod mnist-worker-0\n"
                                 "delete-pod mnist-worker-1\n"
                                 "delete-pod mnist-worker-2\n");
+    fx_free(&f);
+}
+
+/* An elastic job of 3 running workers whose worker `lost` was lost and replaced live: the
+ * replacement made (Pending, created at `created`), with `status_extra`. */
+static void fx_elastic_replacing(Fixture *f, const char *spec, int lost, double created)
+{
+    fx_elastic3(f, spec, ST_LAUNCHED(",\"phase\":\"Running\""), 3);
+    cJSON_Delete(f->pods[lost]);
+    f->pods[lost] = f->pods[--f->npods];
+    fx_run(f, created);
+    assert_non_null(strstr(f->desc, "event Normal WorkerReplaced\n"));
+    fx_apply(f);
+    fx_run(f, created);
+    char name[32];
+    snprintf(name, sizeof name, "create-pod mnist-worker-%d\n", lost);
+    assert_non_null(strstr(f->desc, name));
+    fx_apply(f);
+    char ts[32];
+    clock_format_rfc3339(created, ts, sizeof ts);
+    snprintf(name, sizeof name, "mnist-worker-%d", lost);
+    jsonx_set_str(jsonx_ensure_obj(pod_named(f, name), "metadata"), "creationTimestamp", ts);
+}
+
+/* A lost worker's replacement that the scheduler cannot place: the survivors go on
+ * without it (status.members, Resized/Shrank saying why, their annotations patched; the
+ * replacement stays, Pending); once it runs it joins them again (Grew, the others patched
+ * to name it). */
+static void test_elastic_shrink_when_replacement_unschedulable(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, ESPEC3, 2, NOW);
+    jsonx_set(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "status"), "conditions",
+              cJSON_Parse("[{\"type\":\"PodScheduled\",\"status\":\"False\",\"reason\":"
+                          "\"Unschedulable\",\"message\":\"0/1 nodes are available: 1 "
+                          "Insufficient cpu.\"}]"));
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1): pod mnist-worker-2 "
+                        "unschedulable: 0/1 nodes are available: 1 Insufficient cpu.");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-0")), "0,1");
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-2")), "0,1,2");
+    fx_run(&f, NOW + 3);
+    assert_null(strstr(f.desc, "-pod"));
+    fx_apply(&f);
+
+    cJSON *st2 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "status");
+    jsonx_set_str(st2, "phase", "Running");
+    jsonx_set(st2, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1,2");
+    assert_cond(st, "Resized", "True/Grew");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "grew from 2 to 3 workers (members 0,1,2): pod mnist-worker-2 runs");
+    fx_apply(&f);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(members_of(f.pods[i]), "0,1,2");
+    fx_free(&f);
+}
+
+/* The same after elastic.replaceTimeoutSeconds with the replacement not running (no word
+ * from the scheduler): looked at again when the time is up, shrunk then. Not below
+ * minWorkers, and never without the chief (worker 0 here). */
+static void test_elastic_shrink_after_replace_timeout(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, ESPEC3, 1, NOW);
+    fx_run(&f, NOW + 10);
+    assert_null(strstr(f.desc, "Resized"));
+    assert_close(f.plan.requeue_after, 20, 1e-9);
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    fx_run(&f, NOW + 30);
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 0,2): pod mnist-worker-1 not "
+                        "running 30 s (elastic.replaceTimeoutSeconds) after it was made to "
+                        "replace a lost one");
+    fx_free(&f);
+
+    fx_elastic_replacing(&f, "{\"workers\":3,\"elastic\":{\"minWorkers\":3}}", 1, NOW);
+    fx_run(&f, NOW + 60);
+    assert_null(strstr(f.desc, "Resized"));
+    fx_free(&f);
+
+    fx_elastic_replacing(&f, ESPEC3, 0, NOW);
+    fx_run(&f, NOW + 60);
+    assert_null(strstr(f.desc, "Resized"));
     fx_free(&f);
 }
 
@@ -4159,6 +4261,8 @@ int main(void)
         cmocka_unit_test(test_elastic_scale_down),
         cmocka_unit_test(test_elastic_scale_down_with_chief),
         cmocka_unit_test(test_elastic_resize_restarts),
+        cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),
+        cmocka_unit_test(test_elastic_shrink_after_replace_timeout),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),

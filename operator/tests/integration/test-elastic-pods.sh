@@ -4,7 +4,8 @@
 # the downwardAPI volume that projects it, KUBETRAIN_MEMBERS_FILE names the file, and
 # --global-batch is the one status.globalBatch recorded at the job's creation; kubectl
 # scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
-# no restart), and back up restarts the group with the same global batch.
+# no restart), and back up restarts the group with the same global batch; a lost
+# worker's unschedulable replacement is left out of the ring and joins it once it runs.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
@@ -100,6 +101,37 @@ else tap_fail "kubectl scale --replicas 3: 3 pods of attempt 1" "$(k -n elastic 
 out=$(check_pods 3)
 if [ -z "$out" ]; then tap_ok "after the restart: members 0,1,2, --global-batch still 96"
 else tap_fail "after the restart: members 0,1,2, --global-batch still 96" "$out"; fi
+
+# A lost worker whose replacement the scheduler cannot place: the survivors go on
+# without it (patched to 0,1, Resized/Shrank naming the scheduler's words), the
+# replacement stays Pending; once it runs, the others are patched to name it again.
+all_running elastic e 3
+old=$(jp elastic pod/e-worker-2 .metadata.uid)
+k -n elastic delete pod e-worker-2 --wait=false >/dev/null
+replaced() {
+  local u
+  u=$(jp elastic pod/e-worker-2 .metadata.uid)
+  [ -n "$u" ] && [ "$u" != "$old" ]
+}
+if wait_until 30 replaced; then tap_ok "worker 2 deleted and replaced live"
+else tap_fail "worker 2 deleted and replaced live" "$(k -n elastic get pods 2>&1)"; fi
+k -n elastic patch pod e-worker-2 --subresource status --type merge -p '{"status":{"conditions":[
+  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
+   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+members() { jp elastic "pod/$1" '.metadata.annotations.kubetrain\.dev/members'; }
+shrunk() { [ "$(members e-worker-0)" = 0,1 ] && [ "$(members e-worker-1)" = 0,1 ]; }
+want="shrank from 3 to 2 workers (members 0,1): pod e-worker-2 unschedulable: 0/1 nodes are"
+if wait_until 30 shrunk && [[ "$(condition elastic e Resized message)" == "$want"* ]]; then
+  tap_ok "replacement unschedulable: the survivors patched to 0,1, Resized says why"
+else tap_fail "replacement unschedulable: the survivors patched to 0,1" \
+  "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
+pod_running elastic e-worker-2
+grown() { [ "$(members e-worker-0)" = 0,1,2 ] && [ "$(members e-worker-1)" = 0,1,2 ]; }
+want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
+if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ]; then
+  tap_ok "the replacement runs: the others patched to 0,1,2, Resized/Grew"
+else tap_fail "the replacement runs: the others patched to 0,1,2" \
+  "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
 
 if it_stop "$OP"; then tap_ok "operator exits 0 on SIGTERM (no sanitizer report)"
 else tap_fail "operator exits 0 on SIGTERM" "$(tail -n 20 "$LOG")"; fi
