@@ -896,9 +896,31 @@ typedef struct Group {
     int nsucceeded; /* slots done */
     int chief;      /* the slot whose exit decides ChiefCompleted */
     int resized;    /* a pod of this attempt was made for another world size or cluster */
-    int started;    /* status.startTime is set, to `start` */
+    /* An elastic job's chief and worker slots outside its members (status.members), per
+     * slot: dropped or still to join; NULL for a job that is not elastic. */
+    unsigned char *outside;
+    int started; /* status.startTime is set, to `start` */
     double start;
 } Group;
+
+static int members_read(const Ctx *c, const Group *g, int *idx);
+static int member_slots(const JobSpec *s);
+
+/* g->outside of an elastic job (desired_elastic). Returns 0, or -ENOMEM. */
+static int elastic_observe(Ctx *c, Group *g)
+{
+    if (!desired_elastic(&c->spec)) return 0;
+    int idx[MAX_MEMBERS], n = members_read(c, g, idx), nslots = member_slots(&c->spec);
+    g->outside = malloc((size_t)nslots);
+    if (!g->outside) {
+        c->nomem = 1;
+        return -ENOMEM;
+    }
+    memset(g->outside, 1, (size_t)nslots);
+    for (int k = 0; k < n; k++)
+        if (idx[k] < nslots) g->outside[idx[k]] = 0;
+    return 0;
+}
 
 /* Fills *g from the status and the pods, and writes succeededIndexes, the pod counts
  * and the chief's result into the new status. Returns 0, or -ENOMEM; group_free(g)
@@ -967,13 +989,14 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
      * garbage-collected before the job completes. */
     record_result(c, g->cur[g->chief]);
     g->started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &g->start) == 0;
-    return 0;
+    return elastic_observe(c, g);
 }
 
 static void group_free(Group *g)
 {
     free(g->done);
     free(g->cur);
+    free(g->outside);
 }
 
 /* activeDeadlineSeconds counts from startTime (reset on resume); before it passes, the
@@ -1200,18 +1223,14 @@ static int decide_elastic(Ctx *c, const Group *g)
         }
         return 1;
     }
-    /* The slots outside the ring: a dropped replacement that runs now joins it; a slot
-     * with neither pod nor replacement (a raised spec.workers) restarts the group. */
+    /* The slots outside the ring: a pod of one that runs now joins it (a dropped
+     * replacement, or a worker made for a raised spec.workers by create_missing). */
     for (int slot = 0, k = 0; slot < nslots; slot++) {
         if (k < n && idx[k] == slot) {
             k++;
             continue;
         }
         const PodView *p = g->cur[slot];
-        if (!p && !slot_entry(c, slot)) {
-            resize_restart(c, g);
-            return 1;
-        }
         if (!p || !is_active(p) || strcmp(p->phase, "Running") != 0) continue;
         int grown[MAX_MEMBERS], m = 0, j = 0;
         while (j < n && idx[j] < slot)
@@ -1261,7 +1280,9 @@ static SlotLoss slot_loss(const Ctx *c, const Group *g, int slot, char *why, siz
     *failed = 0;
     if (!p) {
         const cJSON *e = slot_entry(c, slot);
-        if (!g->launched || g->done[slot] || (e && !jsonx_bool(e, "launched", 0))) return SLOT_FINE;
+        if (!g->launched || g->done[slot] || (e && !jsonx_bool(e, "launched", 0)) ||
+            (g->outside && g->outside[slot]))
+            return SLOT_FINE;
         snprintf(why, n, "its pod is gone");
         return SLOT_LOST;
     }
@@ -1413,7 +1434,9 @@ static int decide_disruption(Ctx *c, const Group *g)
         if (r == ROLE_EVALUATOR) continue;
         const PodView *p = g->cur[i];
         const cJSON *e = p ? NULL : slot_entry(c, i);
-        int creating = e && !jsonx_bool(e, "launched", 0); /* a replacement to be made */
+        /* a replacement to be made, or an elastic job's worker to join */
+        int creating = (e && !jsonx_bool(e, "launched", 0)) ||
+                       (g->outside && i < member_slots(s) && g->outside[i]);
         const char *why = p                                           ? p->disruption
                           : (g->launched && !g->done[i] && !creating) ? "its pod is gone"
                                                                       : NULL;
@@ -1586,6 +1609,21 @@ static const char *create_group_objects(Ctx *c, int *blocked)
     return secret;
 }
 
+/* An elastic job's pod of slot `slot` names the members and itself (a worker joining
+ * them, or a member's replacement). Returns 0, or -ENOMEM. */
+static int elastic_pod_members(const Ctx *c, const Group *g, int slot, cJSON *pod)
+{
+    int n = member_slots(&c->spec), m = 0;
+    char *list = malloc(6 * (size_t)n + 1);
+    if (!list) return -ENOMEM;
+    *list = 0;
+    for (int i = 0; i < n; i++)
+        if (!g->outside[i] || i == slot) m += sprintf(list + m, m ? ",%d" : "%d", i);
+    int rc = desired_pod_set_members(pod, list);
+    free(list);
+    return rc;
+}
+
 /* Creates the pod of each slot that has none and has not succeeded, unless blocked;
  * with `group`, the attempt's PodGroup goes first (the previous attempt's is deleted)
  * and every pod but the evaluator joins it, except that a queued attempt's group is left
@@ -1626,6 +1664,8 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
         }
         /* A replacement carries its number, and its entry says it was made. */
         if (pod && ((group && desired_in_gang(r) && desired_pod_join_group(pod, group)) ||
+                    (g->outside && (r == ROLE_CHIEF || r == ROLE_WORKER) &&
+                     elastic_pod_members(c, g, i, pod)) ||
                     (e && (desired_pod_set_replacement(pod, jsonx_int(e, "replacement", 1)) ||
                            !jsonx_set_bool(e, "launched", 1))))) {
             cJSON_Delete(pod);
@@ -1930,8 +1970,11 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     const cJSON *restarting = true_condition(c->status, "Restarting");
     /* A running job stays Running while one of its pods is replaced. */
     const char *phase = jsonx_str(c->status, "phase");
+    int growing = 0;
+    for (int i = 0; g->outside && i < member_slots(s); i++)
+        growing |= g->outside[i];
     int live_replacing = phase && strcmp(phase, "Running") == 0 &&
-                         cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0;
+                         (cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0 || growing);
     /* A resize's patches that a stopped pass left undone. */
     int idx[MAX_MEMBERS];
     char list[6 * MAX_MEMBERS + 1];

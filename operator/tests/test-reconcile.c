@@ -2836,22 +2836,45 @@ static void test_elastic_scale_down_with_chief(void **state)
     fx_free(&f);
 }
 
-/* What an elastic job does not resize in place: a raised spec.workers (growing is a
- * group restart for now), and a shrink that would leave fewer than minWorkers. */
-static void test_elastic_resize_restarts(void **state)
+/* kubectl scale of a running elastic job from 3 to 4: no restart; worker 3 is made
+ * naming the members and itself, the job stays Running, and once it runs the others are
+ * patched to name it (Resized/Grew). */
+static void test_elastic_scale_up(void **state)
 {
     (void)state;
     Fixture f;
     fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 4);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
     fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-3\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    assert_string_equal(members_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
+                        "0,1,2,3");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    cJSON *st3 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-3"), "status");
+    jsonx_set_str(st3, "phase", "Running");
+    jsonx_set(st3, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    fx_run(&f, NOW + 5);
     assert_string_equal(f.desc, "update-status mnist\n"
-                                "event Warning WorkersChanged\n"
-                                "delete-pod mnist-worker-0\n"
-                                "delete-pod mnist-worker-1\n"
-                                "delete-pod mnist-worker-2\n");
-    assert_int_equal(jsonx_int(new_status(&f), "attempt", -1), 1);
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "grew from 3 to 4 workers (members 0,1,2,3): pod mnist-worker-3 runs");
     fx_free(&f);
+}
 
+/* What an elastic job does not resize in place: a shrink that would leave fewer than
+ * minWorkers, and any resize of a job that is not elastic. */
+static void test_elastic_resize_restarts(void **state)
+{
+    (void)state;
+    Fixture f;
     /* members 0,2 (worker 1 dropped earlier): scaling to 2 would leave worker 0 alone */
     fx_elastic3(&f, ESPEC3, ST_LAUNCHED(",\"members\":\"0,2\""), 2);
     fx_run(&f, NOW);
@@ -2927,6 +2950,16 @@ static void test_elastic_shrink_when_replacement_unschedulable(void **state)
     fx_run(&f, NOW + 3);
     assert_null(strstr(f.desc, "-pod"));
     fx_apply(&f);
+
+    /* A scale to 4 meanwhile: worker 3 names the members and itself, not worker 2. */
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
+    fx_run(&f, NOW + 4);
+    assert_string_equal(members_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
+                        "0,1,3");
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 3);
 
     cJSON *st2 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "status");
     jsonx_set_str(st2, "phase", "Running");
@@ -4260,6 +4293,7 @@ int main(void)
         cmocka_unit_test(test_elastic_global_batch_recorded),
         cmocka_unit_test(test_elastic_scale_down),
         cmocka_unit_test(test_elastic_scale_down_with_chief),
+        cmocka_unit_test(test_elastic_scale_up),
         cmocka_unit_test(test_elastic_resize_restarts),
         cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),
         cmocka_unit_test(test_elastic_shrink_after_replace_timeout),

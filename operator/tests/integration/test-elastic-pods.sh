@@ -4,7 +4,7 @@
 # the downwardAPI volume that projects it, KUBETRAIN_MEMBERS_FILE names the file, and
 # --global-batch is the one status.globalBatch recorded at the job's creation; kubectl
 # scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
-# no restart), and back up restarts the group with the same global batch; a lost
+# no restart), and back up grows it in place with the same global batch; a lost
 # worker's unschedulable replacement is left out of the ring and joins it once it runs.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../../.." || exit 1
@@ -92,15 +92,29 @@ if [ "${attempt:-0}" = 0 ] && is elastic tj/e .status.currentWorkers 2 &&
 else tap_fail "attempt 0, currentWorkers 2, globalBatch 96" \
   "$(k -n elastic get tj/e -o 'jsonpath={.status}')"; fi
 
-# Growing in place is not built: kubectl scale back to 3 restarts the group at 3, with
-# the global batch of the job's creation.
+# kubectl scale back to 3: no restart either. Worker 2 is made again in attempt 0,
+# naming the members and itself; once it runs the others are patched to name it.
 k -n elastic scale tj/e --replicas 3 >/dev/null
-if wait_until 30 attempt_pods elastic e 1 3; then
-  tap_ok "kubectl scale --replicas 3: 3 pods of attempt 1"
-else tap_fail "kubectl scale --replicas 3: 3 pods of attempt 1" "$(k -n elastic get pods 2>&1)"; fi
+if wait_until 30 attempt_pods elastic e 0 3; then
+  tap_ok "kubectl scale --replicas 3: worker 2 made in attempt 0"
+else
+  tap_fail "kubectl scale --replicas 3: worker 2 made in attempt 0" "$(k -n elastic get pods 2>&1)"
+fi
+members() { jp elastic "pod/$1" '.metadata.annotations.kubetrain\.dev/members'; }
+if [ "$(members e-worker-2)" = 0,1,2 ] && [ "$(members e-worker-0)" = 0,1 ]; then
+  tap_ok "the new worker names 0,1,2; the others still 0,1 until it runs"
+else tap_fail "the new worker names 0,1,2" "$(members e-worker-2), $(members e-worker-0)"; fi
+pod_running elastic e-worker-2
+grown() { [ "$(members e-worker-0)" = 0,1,2 ] && [ "$(members e-worker-1)" = 0,1,2 ]; }
+want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
+if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ] &&
+  [ "$(uids | wc -w)" = 3 ] && [[ "$(uids)" == "$before"* ]]; then
+  tap_ok "worker 2 runs: the others (same pods) patched to 0,1,2, Resized/Grew"
+else tap_fail "worker 2 runs: the others patched to 0,1,2" \
+  "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
 out=$(check_pods 3)
-if [ -z "$out" ]; then tap_ok "after the restart: members 0,1,2, --global-batch still 96"
-else tap_fail "after the restart: members 0,1,2, --global-batch still 96" "$out"; fi
+if [ -z "$out" ]; then tap_ok "after growing: members 0,1,2, --global-batch still 96"
+else tap_fail "after growing: members 0,1,2, --global-batch still 96" "$out"; fi
 
 # A lost worker whose replacement the scheduler cannot place: the survivors go on
 # without it (patched to 0,1, Resized/Shrank naming the scheduler's words), the
@@ -118,7 +132,6 @@ else tap_fail "worker 2 deleted and replaced live" "$(k -n elastic get pods 2>&1
 k -n elastic patch pod e-worker-2 --subresource status --type merge -p '{"status":{"conditions":[
   {"type":"PodScheduled","status":"False","reason":"Unschedulable",
    "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
-members() { jp elastic "pod/$1" '.metadata.annotations.kubetrain\.dev/members'; }
 shrunk() { [ "$(members e-worker-0)" = 0,1 ] && [ "$(members e-worker-1)" = 0,1 ]; }
 want="shrank from 3 to 2 workers (members 0,1): pod e-worker-2 unschedulable: 0/1 nodes are"
 if wait_until 30 shrunk && [[ "$(condition elastic e Resized message)" == "$want"* ]]; then
@@ -126,7 +139,6 @@ if wait_until 30 shrunk && [[ "$(condition elastic e Resized message)" == "$want
 else tap_fail "replacement unschedulable: the survivors patched to 0,1" \
   "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
 pod_running elastic e-worker-2
-grown() { [ "$(members e-worker-0)" = 0,1,2 ] && [ "$(members e-worker-1)" = 0,1,2 ]; }
 want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
 if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ]; then
   tap_ok "the replacement runs: the others patched to 0,1,2, Resized/Grew"
