@@ -21,7 +21,7 @@ import yaml
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
 # jobs, pods, services and networkpolicies; controller.c creates pods, services,
 # secrets, networkpolicies, podgroups and events, gets podgroups (their owner), deletes
-# pods, networkpolicies, podgroups and expired jobs, PUTs job status, and progress.c PATCHes it; owner references with blockOwnerDeletion need update on
+# pods, networkpolicies, podgroups and expired jobs, PATCHes pods (an elastic job's members), PUTs job status, and progress.c PATCHes it; owner references with blockOwnerDeletion need update on
 # trainingjobs/finalizers), as (group, resource, verb). Secrets: create and nothing else
 # (no get, list or watch, anywhere).
 OPERATOR_RULES = {
@@ -32,7 +32,7 @@ OPERATOR_RULES = {
     ("kubetrain.dev", "trainingjobs/finalizers", "update"),
     ("", "events", "create"),
 } | {
-    ("", "pods", v) for v in ("list", "watch", "create", "delete")
+    ("", "pods", v) for v in ("list", "watch", "create", "delete", "patch")
 } | {
     ("", "services", v) for v in ("list", "watch", "create")
 } | {

@@ -121,6 +121,15 @@ rejected "startupDeadlineSeconds 0" spec.startupDeadlineSeconds "greater than or
   '{startupDeadlineSeconds: 0}'
 rejected "recoveryTimeoutSeconds below 0" spec.recoveryTimeoutSeconds "greater than or equal to 0" \
   '{recoveryTimeoutSeconds: -1}'
+rejected "elastic.minWorkers above workers (cross-field rule)" spec.elastic.minWorkers \
+  "must be at most workers" '{workers: 2, elastic: {minWorkers: 3}}'
+rejected "elastic.minWorkers 0" spec.elastic.minWorkers "greater than or equal to 1" \
+  '{elastic: {minWorkers: 0}}'
+rejected "elastic without minWorkers" spec.elastic.minWorkers "Required value" '{elastic: {}}'
+rejected "elastic.replaceTimeoutSeconds 0" spec.elastic.replaceTimeoutSeconds \
+  "greater than or equal to 1" '{elastic: {minWorkers: 1, replaceTimeoutSeconds: 0}}'
+rejected "elastic.replaceTimeoutSeconds above 3600" spec.elastic.replaceTimeoutSeconds \
+  "less than or equal to 3600" '{elastic: {minWorkers: 1, replaceTimeoutSeconds: 3601}}'
 rejected "command without image (cross-field rule)" spec.image "command needs image" \
   '{command: [python3, mwms.py]}'
 rejected "args without command (cross-field rule)" spec.args "args needs command" \
@@ -356,6 +365,23 @@ for n in 0 1025; do
     tap_ok "rejected: kubectl scale --replicas $n (naming spec.workers; it stays 4)"
   else tap_fail "rejected: kubectl scale --replicas $n" "$out; spec.workers '$(jp .spec.workers)'"; fi
 done
+
+# An elastic job: replaceTimeoutSeconds defaults to 30, and a scale below minWorkers is
+# refused naming spec.elastic.minWorkers (the cross-field rule holds for the subresource).
+k create -f - >/dev/null <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: elastic}
+spec: {workers: 3, elastic: {minWorkers: 2}}
+EOF
+got=$(k get tj elastic -o 'jsonpath={.spec.elastic.minWorkers} {.spec.elastic.replaceTimeoutSeconds}')
+if [ "$got" = "2 30" ]; then tap_ok "elastic job accepted, replaceTimeoutSeconds defaults to 30"
+else tap_fail "elastic job accepted, replaceTimeoutSeconds defaults to 30" "got '$got'"; fi
+tap_check "kubectl scale of an elastic job down to minWorkers" k scale tj/elastic --replicas 2
+if ! out=$(k scale tj/elastic --replicas 1 2>&1) && grep -q 'spec.elastic.minWorkers' <<<"$out" &&
+  [ "$(k get tj elastic -o 'jsonpath={.spec.workers}')" = 2 ]; then
+  tap_ok "rejected: kubectl scale below elastic.minWorkers (naming it; workers stays 2)"
+else tap_fail "rejected: kubectl scale below elastic.minWorkers" "$out"; fi
 
 # --- garbage collection --------------------------------------------------------------
 # A ConfigMap owned by the job goes when the job is deleted; one not owned stays.

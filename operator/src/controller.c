@@ -661,6 +661,20 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
             olog(OLOG_DEBUG, key, "deleted podgroups %s", a->name);
         break;
     }
+    case ACTION_PATCH_POD:
+        kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
+        rc = kclient_request(c->client, "PATCH", path, a->object, "application/merge-patch+json",
+                             &r, err, errlen);
+        if (rc == 0) {
+            informer_store(c->pods, r.body);
+            olog(OLOG_INFO, key, "patched pod %s: members %s", a->name,
+                 jsonx_key_str(jsonx_obj(a->object, "metadata.annotations"), ANNOT_MEMBERS));
+        } else if (rc == -ENOENT || rc == -EINVAL) {
+            /* Gone, or made anew under the name (the uid differs, 422): the next pass sees
+             * the pod as it is now. */
+            rc = 0;
+        }
+        break;
     case ACTION_EVENT:
         olog(strcmp(a->event_type, "Warning") == 0 ? OLOG_WARN : OLOG_INFO, key, "%s: %s",
              a->reason, a->message);

@@ -358,6 +358,8 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
     if (s->epochs >= 0) rc |= add_arg_int(a, "--epochs", s->epochs);
     if (s->steps_per_epoch >= 0) rc |= add_arg_int(a, "--steps-per-epoch", s->steps_per_epoch);
     if (s->per_worker_batch >= 0) rc |= add_arg_int(a, "--per-worker-batch", s->per_worker_batch);
+    /* fixed at the job's creation, so a resize re-cuts it and leaves the training as it was */
+    if (desired_elastic(s)) rc |= add_arg_int(a, "--global-batch", s->global_batch);
     if (s->optimizer) rc |= add_arg(a, "--optimizer", s->optimizer);
     if (s->learning_rate_set) {
         char buf[64];
@@ -590,6 +592,47 @@ int desired_live_recovery(const JobSpec *s)
 {
     int nccl = s->gpus > 0 && strcmp(s->collective, "ring") != 0;
     return s->recovery_timeout_s > 0 && !s->command && !nccl;
+}
+
+int desired_elastic(const JobSpec *s)
+{
+    return s->elastic && desired_live_recovery(s);
+}
+
+int desired_pod_set_members(cJSON *pod, const char *members)
+{
+    cJSON *annots = jsonx_ensure_obj(pod, "metadata.annotations");
+    return annots && jsonx_set_str(annots, ANNOT_MEMBERS, members) ? 0 : -ENOMEM;
+}
+
+/* An elastic job's members at the start of an attempt, every chief and worker, into
+ * annots; the downwardAPI volume that projects them, and the variable that names its
+ * file, into the pod. */
+static int members_defaults(const JobSpec *s, cJSON *annots, cJSON *spec, cJSON *c, cJSON *env)
+{
+    int n = s->roles[ROLE_CHIEF].replicas + s->workers;
+    char *list = malloc((size_t)n * 6 + 1), *p = list;
+    if (!list) return -1;
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, i ? ",%d" : "%d", i);
+    int rc = jsonx_set_str(annots, ANNOT_MEMBERS, list) ? 0 : -1;
+    free(list);
+    cJSON *vol = cJSON_CreateObject();
+    cJSON *items = jsonx_set(jsonx_ensure_obj(vol, "downwardAPI"), "items", cJSON_CreateArray());
+    cJSON *item = cJSON_CreateObject();
+    if (!jsonx_set_str(vol, "name", MEMBERS_VOLUME) || !items ||
+        !jsonx_set_str(item, "path", "members") ||
+        !jsonx_set_str(jsonx_ensure_obj(item, "fieldRef"), "fieldPath",
+                       "metadata.annotations['" ANNOT_MEMBERS "']") ||
+        !cJSON_AddItemToArray(items, item)) {
+        cJSON_Delete(item);
+        cJSON_Delete(vol);
+        return -1;
+    }
+    rc |= list_put(spec, "volumes", "name", vol);
+    rc |= list_put(c, "volumeMounts", "name", volume_mount(MEMBERS_VOLUME, MEMBERS_MOUNT_DIR, 1));
+    rc |= env_put(env, env_value("KUBETRAIN_MEMBERS_FILE", MEMBERS_FILE));
+    return rc ? -1 : 0;
 }
 
 int desired_pod_set_replacement(cJSON *pod, long long n)
@@ -836,6 +879,9 @@ cJSON *desired_pod(const JobSpec *s, const DesiredConfig *cfg, const char *secre
             list_put(c, "volumeMounts", "name", volume_mount("checkpoints", s->checkpoint_path, 0)))
             goto err;
     }
+    if (desired_elastic(s) && (role == ROLE_CHIEF || role == ROLE_WORKER) &&
+        members_defaults(s, annots, spec, c, env))
+        goto err;
     if (s->model_inline && !s->command) {
         cJSON *vol = cJSON_CreateObject();
         cJSON *sv = jsonx_ensure_obj(vol, "secret");

@@ -42,6 +42,15 @@
  * pods. status.replacedPods holds the number each pod must carry, so the old object of a
  * replaced pod is known as stale and never counted again (reconcile.h). */
 #define ANNOT_REPLACEMENT "kubetrain.dev/replacement"
+/* An elastic C-trainer job's members (desired_elastic): the TF_CONFIG indices of the
+ * chief and worker pods in the job now (the chief 0 and worker i at i + 1 when there is
+ * a chief, else worker i at i), ascending, comma-separated ("0,2"). A downwardAPI
+ * volume projects it as the file MEMBERS_FILE, which KUBETRAIN_MEMBERS_FILE names; the
+ * trainer re-forms its ring when the file changes (docs/design.md "Elastic jobs"). */
+#define ANNOT_MEMBERS "kubetrain.dev/members"
+#define MEMBERS_VOLUME "kubetrain-members"
+#define MEMBERS_MOUNT_DIR "/etc/kubetrain-members"
+#define MEMBERS_FILE MEMBERS_MOUNT_DIR "/members"
 /* The Workload API's group versions that serve PodGroups, newest first: the operator
  * uses the first the cluster serves (docs/design.md, "Gang scheduling"). */
 #define POD_GROUP_V1BETA1 "scheduling.k8s.io/v1beta1"
@@ -100,6 +109,16 @@ void desired_pod_group_name(const char *job, long long attempt, char *out, size_
  * Otherwise a lost pod restarts the group, and the C trainer is told
  * --recovery-timeout 0 so that its survivors do not wait for a replacement. */
 int desired_live_recovery(const JobSpec *s);
+
+/* Whether the job's size changes without a group restart (spec.elastic): a job with
+ * live recovery (desired_live_recovery: the C trainer, not NCCL), whose pods carry
+ * ANNOT_MEMBERS and --global-batch. An elastic job without it (a user's program, NCCL)
+ * restarts the group at each new size instead. */
+int desired_elastic(const JobSpec *s);
+
+/* Sets the pod's ANNOT_MEMBERS (from desired_pod) to `members`, as the reconcile decides
+ * it. Returns 0, or -ENOMEM. */
+int desired_pod_set_members(cJSON *pod, const char *members);
 
 /* Marks a pod (from desired_pod) as replacement number `n` (>= 1) of its attempt:
  * ANNOT_REPLACEMENT. A pod in a Kueue pod group is also named <hostname>-r<n>: Kueue
@@ -193,7 +212,10 @@ int desired_role_metrics_port(const JobSpec *s, Role role);
 cJSON *desired_network_policy(const JobSpec *s);
 
 /* The pod of replica `index` of `role` in group incarnation `attempt`: the role's
- * template over the job's, merged with the operator's fields, which win; a pod with a
+ * template over the job's, merged with the operator's fields, which win; the chief and
+ * worker pods of an elastic job (desired_elastic) carry ANNOT_MEMBERS naming every
+ * chief and worker (desired_pod_set_members changes it), its MEMBERS_FILE and
+ * --global-batch s->global_batch; a pod with a
  * Kueue queue (the job's label, else its template's) is in the attempt's Kueue group
  * (LABEL_KUEUE_GROUP and the others above); image,
  * command and args are the role's, else the job's; the ring key and an inline model

@@ -122,6 +122,54 @@ static int read_initial_weights(const cJSON *spec, JobSpec *s, char *err, size_t
     return 0;
 }
 
+/* Reads spec.elastic as the CRD's rules have it (for an object that missed them):
+ * minWorkers required, 1..workers; replaceTimeoutSeconds 1..JOBSPEC_REPLACE_TIMEOUT_MAX.
+ * Call after spec.workers is read. */
+static int read_elastic(const cJSON *spec, JobSpec *s, char *err, size_t errlen)
+{
+    const cJSON *e = jsonx_at(spec, "elastic");
+    long long v;
+    if (!e || cJSON_IsNull(e)) return 0;
+    if (!cJSON_IsObject(e)) FAIL("spec.elastic: expected an object");
+    const cJSON *m = jsonx_at(e, "minWorkers");
+    if (!m || cJSON_IsNull(m)) FAIL("spec.elastic.minWorkers: required with spec.elastic");
+    if (read_int(spec, "elastic.minWorkers", 1, JOBSPEC_MAX_WORKERS, 1, &v, err, errlen))
+        return -EINVAL;
+    if (v > s->workers)
+        FAIL("spec.elastic.minWorkers: must be at most spec.workers (%d), got %lld", s->workers, v);
+    s->min_workers = (int)v;
+    if (read_int(spec, "elastic.replaceTimeoutSeconds", 1, JOBSPEC_REPLACE_TIMEOUT_MAX,
+                 JOBSPEC_REPLACE_TIMEOUT_DEFAULT, &s->replace_timeout_s, err, errlen))
+        return -EINVAL;
+    s->elastic = 1;
+    return 0;
+}
+
+/* An elastic job's global batch: the one status.globalBatch recorded, else the world
+ * times the per-worker batch of this spec. Call after the roles and the training are
+ * read. The trainer's limit holds for both. */
+static int read_global_batch(const cJSON *job, JobSpec *s, char *err, size_t errlen)
+{
+    if (!s->elastic) return 0;
+    const cJSON *g = jsonx_at(job, "status.globalBatch");
+    if (g && !cJSON_IsNull(g)) {
+        long long v = jsonx_int(job, "status.globalBatch", 0);
+        if (!cJSON_IsNumber(g) || v < 1 || v > JOBSPEC_MAX_GLOBAL_BATCH)
+            FAIL("status.globalBatch: expected an integer in [1, %d]", JOBSPEC_MAX_GLOBAL_BATCH);
+        s->global_batch = v;
+        return 0;
+    }
+    long long world = s->roles[ROLE_CHIEF].replicas + s->workers;
+    long long batch =
+        s->per_worker_batch >= 0 ? s->per_worker_batch : JOBSPEC_PER_WORKER_BATCH_DEFAULT;
+    if (world * batch > JOBSPEC_MAX_GLOBAL_BATCH)
+        FAIL("spec.elastic: the global batch, %lld workers x perWorkerBatchSize %lld = %lld, "
+             "exceeds the trainer's %d",
+             world, batch, world * batch, JOBSPEC_MAX_GLOBAL_BATCH);
+    s->global_batch = world * batch;
+    return 0;
+}
+
 /* Reads an optional [H, W, C] of integers in [1, 65535] (the trainer's --image-shape);
  * absent leaves shape zero. */
 static int read_shape(const cJSON *spec, const char *path, int shape[3], char *err, size_t errlen)
@@ -471,6 +519,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_int(spec, "recoveryTimeoutSeconds", 0, 86400, 120, &s->recovery_timeout_s, err,
                  errlen))
         return -EINVAL;
+    if (read_elastic(spec, s, err, errlen)) return -EINVAL;
     if (read_int(spec, "activeDeadlineSeconds", 1, 1LL << 40, -1, &s->active_deadline_s, err,
                  errlen))
         return -EINVAL;
@@ -502,6 +551,8 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
         if (check_template(t, "template", err, errlen)) return -EINVAL;
         s->template = t;
     }
-    if (read_roles(spec, s, err, errlen) || check_name(s, err, errlen)) return -EINVAL;
+    if (read_roles(spec, s, err, errlen) || check_name(s, err, errlen) ||
+        read_global_batch(job, s, err, errlen))
+        return -EINVAL;
     return 0;
 }

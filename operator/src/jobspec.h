@@ -21,6 +21,13 @@
 #define JOBSPEC_MAX_EXPORT 255
 /* spec.training.initialWeights's length at most, as in the CRD's schema. */
 #define JOBSPEC_MAX_INITIAL_WEIGHTS 255
+/* spec.elastic.replaceTimeoutSeconds: its default and maximum, as in the CRD's schema. */
+#define JOBSPEC_REPLACE_TIMEOUT_DEFAULT 30
+#define JOBSPEC_REPLACE_TIMEOUT_MAX 3600
+/* training.perWorkerBatchSize when unset: the CRD's and the trainer's default. */
+#define JOBSPEC_PER_WORKER_BATCH_DEFAULT 64
+/* --global-batch at most, as the trainer takes it. */
+#define JOBSPEC_MAX_GLOBAL_BATCH 4194304
 /* spec.ps.replicas at most: every pod's TF_CONFIG lists them too. */
 #define JOBSPEC_MAX_PS 256
 
@@ -97,6 +104,17 @@ typedef struct JobSpec {
      * for a lost pod's replacement; 0: every loss restarts the group (desired.h,
      * desired_live_recovery) */
     long long recovery_timeout_s;
+    /* spec.elastic (docs/design.md "Elastic jobs"): set, the job trains on with at
+     * least min_workers worker pods (1..workers) when a worker's replacement cannot run
+     * within replace_timeout_s (default 30) or when spec.workers is lowered */
+    int elastic;
+    int min_workers;
+    long long replace_timeout_s;
+    /* An elastic job's global batch (the trainer's --global-batch), fixed when the
+     * operator first sees the job elastic: status.globalBatch once recorded, else the
+     * world (chief and workers) times perWorkerBatchSize of this spec; 0 when not
+     * elastic */
+    long long global_batch;
     long long active_deadline_s;    /* -1: none */
     long long startup_deadline_s;   /* -1: none (spec.startupDeadlineSeconds) */
     long long ttl_after_finished_s; /* -1: keep */

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #define MAX_WORKERS 10000
+/* An elastic job's members at most: its chief and workers (TF_CONFIG indices). */
+#define MAX_MEMBERS (JOBSPEC_MAX_WORKERS + 1)
 /* Disruption restarts and replacements in a row without the group ever running
  * (restarts.consecutiveDisruptions) after which the next disruption fails the job: a pod
  * the kubelet refuses at admission, or one that never starts for another reason outside
@@ -34,7 +36,8 @@ static const char *const kind_names[] = {"create-secret",
                                          "delete-network-policy",
                                          "create-pod-group",
                                          "delete-pod-group",
-                                         "delete-stopped-pod"};
+                                         "delete-stopped-pod",
+                                         "patch-pod"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -743,12 +746,14 @@ static void finish(Ctx *c, int success, const char *reason, const char *message,
 }
 
 /* Forgets what the pods of the attempt did (a new attempt starts): launched, the
- * succeeded workers, the per-role counts; none of its workers runs yet. Returns 0 or -1
+ * succeeded workers, the per-role counts, an elastic job's members (the new pods name
+ * every chief and worker); none of its workers runs yet. Returns 0 or -1
  * (out of memory). */
 static int reset_attempt(cJSON *status)
 {
     cJSON_DeleteItemFromObjectCaseSensitive(status, "roles");
     cJSON_DeleteItemFromObjectCaseSensitive(status, "replacedPods");
+    cJSON_DeleteItemFromObjectCaseSensitive(status, "members");
     return jsonx_set_bool(status, "launched", 0) && jsonx_set_num(status, "currentWorkers", 0) &&
                    jsonx_set(status, "succeededIndexes", cJSON_CreateArray())
                ? 0
@@ -891,9 +896,31 @@ typedef struct Group {
     int nsucceeded; /* slots done */
     int chief;      /* the slot whose exit decides ChiefCompleted */
     int resized;    /* a pod of this attempt was made for another world size or cluster */
-    int started;    /* status.startTime is set, to `start` */
+    /* An elastic job's chief and worker slots outside its members (status.members), per
+     * slot: dropped or still to join; NULL for a job that is not elastic. */
+    unsigned char *outside;
+    int started; /* status.startTime is set, to `start` */
     double start;
 } Group;
+
+static int members_read(const Ctx *c, const Group *g, int *idx);
+static int member_slots(const JobSpec *s);
+
+/* g->outside of an elastic job (desired_elastic). Returns 0, or -ENOMEM. */
+static int elastic_observe(Ctx *c, Group *g)
+{
+    if (!desired_elastic(&c->spec)) return 0;
+    int idx[MAX_MEMBERS], n = members_read(c, g, idx), nslots = member_slots(&c->spec);
+    g->outside = malloc((size_t)nslots);
+    if (!g->outside) {
+        c->nomem = 1;
+        return -ENOMEM;
+    }
+    memset(g->outside, 1, (size_t)nslots);
+    for (int k = 0; k < n; k++)
+        if (idx[k] < nslots) g->outside[idx[k]] = 0;
+    return 0;
+}
 
 /* Fills *g from the status and the pods, and writes succeededIndexes, the pod counts
  * and the chief's result into the new status. Returns 0, or -ENOMEM; group_free(g)
@@ -942,7 +969,8 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
             v[i].replacement >= jsonx_int(e, "replacement", 0) && !jsonx_set_bool(e, "launched", 1))
             c->nomem = 1;
         if (strcmp(v[i].phase, "Succeeded") == 0) g->done[slot] = 1;
-        if (v[i].world != s->workers ||
+        /* An elastic job's size is its members' business (decide_elastic). */
+        if ((v[i].world != s->workers && !desired_elastic(s)) ||
             (want ? !v[i].cluster || strcmp(v[i].cluster, want) : v[i].cluster != NULL))
             g->resized = 1;
     }
@@ -961,13 +989,14 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
      * garbage-collected before the job completes. */
     record_result(c, g->cur[g->chief]);
     g->started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &g->start) == 0;
-    return 0;
+    return elastic_observe(c, g);
 }
 
 static void group_free(Group *g)
 {
     free(g->done);
     free(g->cur);
+    free(g->outside);
 }
 
 /* activeDeadlineSeconds counts from startTime (reset on resume); before it passes, the
@@ -1007,17 +1036,221 @@ static int decide_completion(Ctx *c, const Group *g)
     return 1;
 }
 
-/* Pods made for another world size: the group restarts with the new one, counted in
- * neither counter. */
-static int decide_resize(Ctx *c, const Group *g)
+/* The group restarts with the spec's cluster, counted in neither counter. */
+static void resize_restart(Ctx *c, const Group *g)
 {
-    if (!g->resized) return 0;
     char msg[512];
     snprintf(msg, sizeof msg,
              "the cluster changed (spec.workers %d, chief %d, ps %d); the group resumes from "
              "its checkpoint with the new cluster",
              c->spec.workers, c->spec.roles[ROLE_CHIEF].replicas, c->spec.roles[ROLE_PS].replicas);
     restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+}
+
+/* Pods made for another world size: the group restarts with the new one. */
+static int decide_resize(Ctx *c, const Group *g)
+{
+    if (!g->resized) return 0;
+    resize_restart(c, g);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Elastic jobs (desired_elastic, docs/design.md "Elastic jobs"): the members are the
+ * TF_CONFIG indices of the chief and worker pods in the ring, which are their slots. */
+
+/* The chief and worker slots of the spec: the TF_CONFIG indices a member may have. */
+static int member_slots(const JobSpec *s)
+{
+    return s->roles[ROLE_CHIEF].replicas + s->workers;
+}
+
+/* Parses "0,2" (ascending indices) into idx (room for max); returns the count, or -1
+ * when text is not such a list of at most max. */
+static int members_parse(const char *text, int *idx, int max)
+{
+    int n = 0;
+    const char *p = text;
+    if (!p || !*p) return -1;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= MAX_MEMBERS || n == max || (n && v <= idx[n - 1])) return -1;
+        idx[n++] = (int)v;
+        if (!*end) return n;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+}
+
+/* idx[0..n) as "0,2" into out (room for 6 bytes an index). */
+static void members_format(const int *idx, int n, char *out)
+{
+    *out = 0;
+    for (int i = 0; i < n; i++)
+        out += sprintf(out, i ? ",%d" : "%d", idx[i]);
+}
+
+/* The members of the attempt into idx (room for MAX_MEMBERS): status.members once a
+ * resize wrote it, else the annotation of the attempt's first chief or worker pod (as
+ * it was made), else every slot of the spec. Returns the count. */
+static int members_read(const Ctx *c, const Group *g, int *idx)
+{
+    int n = members_parse(jsonx_str(c->status, "members"), idx, MAX_MEMBERS);
+    for (int i = 0; n < 0 && i < member_slots(&c->spec); i++)
+        if (g->cur[i])
+            n = members_parse(
+                jsonx_key_str(jsonx_obj(g->cur[i]->pod, "metadata.annotations"), ANNOT_MEMBERS),
+                idx, MAX_MEMBERS);
+    for (int i = 0; n < 0; i++)
+        if (i == member_slots(&c->spec))
+            n = i;
+        else
+            idx[i] = i;
+    return n;
+}
+
+/* Patches each pod of the attempt among idx[0..n) whose ANNOT_MEMBERS is not `list`. */
+static void members_patch(Ctx *c, const Group *g, const int *idx, int n, const char *list)
+{
+    for (int k = 0; k < n; k++) {
+        const PodView *p = idx[k] < member_slots(&c->spec) ? g->cur[idx[k]] : NULL;
+        if (!p || p->terminating) continue;
+        const char *have = jsonx_key_str(jsonx_obj(p->pod, "metadata.annotations"), ANNOT_MEMBERS);
+        if (have && strcmp(have, list) == 0) continue;
+        cJSON *patch = cJSON_CreateObject();
+        cJSON *annots = jsonx_ensure_obj(patch, "metadata.annotations");
+        const char *uid = jsonx_str(p->pod, "metadata.uid");
+        if (!annots || !jsonx_set_str(annots, ANNOT_MEMBERS, list) ||
+            (uid && !jsonx_set_str(jsonx_ensure_obj(patch, "metadata"), "uid", uid))) {
+            cJSON_Delete(patch);
+            c->nomem = 1;
+            return;
+        }
+        add_action(c, ACTION_PATCH_POD, p->name, patch);
+    }
+}
+
+static const char *unschedulable_message(const cJSON *pod, int *error);
+
+/* Workers among the members idx[0..n) (the chief's slot, 0 where there is one, is not). */
+static int member_workers(const JobSpec *s, const int *idx, int n)
+{
+    return n - (s->roles[ROLE_CHIEF].replicas && n && idx[0] == 0);
+}
+
+/* Writes down a resize in place, members idx[0..n) (from `from` workers), and tells
+ * the members: status.members and the Resized condition (reason Shrank or Grew), the
+ * event, then the member pods' annotations. */
+static void resize_in_place(Ctx *c, const Group *g, const int *idx, int n, int from,
+                            const char *reason, const char *why)
+{
+    char list[6 * MAX_MEMBERS + 1], msg[512];
+    members_format(idx, n, list);
+    snprintf(msg, sizeof msg, "%s from %d to %d workers (members %.200s): %.250s",
+             strcmp(reason, "Grew") == 0 ? "grew" : "shrank", from,
+             member_workers(&c->spec, idx, n), list, why);
+    set_str(c, "members", list);
+    set_condition(c, "Resized", 1, reason, msg);
+    emit_status(c);
+    event(c, "Normal", "Resized", "%s", msg);
+    members_patch(c, g, idx, n, list);
+}
+
+/* The member slot, other than the chief's, whose live replacement cannot run: Pending
+ * and unschedulable, or not running replace_timeout_s after it was made (a requeue for
+ * then otherwise). Returns the slot with the cause in why, or -1. */
+static int replacement_stuck(Ctx *c, const Group *g, const int *idx, int n, char *why, size_t len)
+{
+    const JobSpec *s = &c->spec;
+    for (int k = 0; k < n; k++) {
+        int slot = idx[k];
+        const PodView *p = g->cur[slot];
+        const cJSON *e = slot_entry(c, slot);
+        double created;
+        int error;
+        if (slot == g->chief || !p || !e || p->terminating || strcmp(p->phase, "Pending") != 0)
+            continue;
+        const char *m = unschedulable_message(p->pod, &error);
+        if (m) {
+            snprintf(why, len, "pod %s unschedulable: %.300s", p->name, m);
+            return slot;
+        }
+        if (clock_parse_rfc3339(jsonx_str(p->pod, "metadata.creationTimestamp"), &created))
+            continue;
+        double at = created + (double)s->replace_timeout_s;
+        if (c->obs->now < at) {
+            requeue(c, at - c->obs->now);
+            continue;
+        }
+        snprintf(why, len,
+                 "pod %s not running %lld s (elastic.replaceTimeoutSeconds) after it "
+                 "was made to replace a lost one",
+                 p->name, s->replace_timeout_s);
+        return slot;
+    }
+    return -1;
+}
+
+/* An elastic job whose spec.workers was lowered (kubectl scale) while at least
+ * minWorkers stay: the members beyond the spec are dropped in place. Status first
+ * (status.members, the Resized condition), the event, then the survivors' annotations
+ * patched (their trainers form the smaller ring from the file the kubelet rewrites),
+ * then the dropped pods deleted. Members the spec now has more of than the ring (a
+ * raised spec.workers), or fewer than minWorkers left: the group restarts at the new
+ * size. */
+static int decide_elastic(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (!desired_elastic(s)) return 0;
+    int idx[MAX_MEMBERS], kept = 0;
+    int n = members_read(c, g, idx), nslots = member_slots(s);
+    while (kept < n && idx[kept] < nslots)
+        kept++;
+    if (kept < n) {
+        char why[64];
+        if (member_workers(s, idx, kept) < s->min_workers) {
+            resize_restart(c, g);
+            return 1;
+        }
+        snprintf(why, sizeof why, "spec.workers lowered to %d", s->workers);
+        resize_in_place(c, g, idx, kept, member_workers(s, idx, n), "Shrank", why);
+        for (size_t i = 0; i < g->npods; i++) {
+            const PodView *p = &g->pods[i];
+            if (p->attempt == g->attempt && p->role == ROLE_WORKER && p->index >= s->workers &&
+                !p->terminating && p->name)
+                add_action(c, ACTION_DELETE_POD, p->name, NULL);
+        }
+        return 1;
+    }
+    /* The slots outside the ring: a pod of one that runs now joins it (a dropped
+     * replacement, or a worker made for a raised spec.workers by create_missing). */
+    for (int slot = 0, k = 0; slot < nslots; slot++) {
+        if (k < n && idx[k] == slot) {
+            k++;
+            continue;
+        }
+        const PodView *p = g->cur[slot];
+        if (!p || !is_active(p) || strcmp(p->phase, "Running") != 0) continue;
+        int grown[MAX_MEMBERS], m = 0, j = 0;
+        while (j < n && idx[j] < slot)
+            grown[m++] = idx[j++];
+        grown[m++] = slot;
+        while (j < n)
+            grown[m++] = idx[j++];
+        char why[320];
+        snprintf(why, sizeof why, "pod %s runs", p->name);
+        resize_in_place(c, g, grown, m, member_workers(s, idx, n), "Grew", why);
+        return 1;
+    }
+    /* A member whose replacement cannot run leaves the ring while minWorkers stay. */
+    char why[450];
+    int stuck = replacement_stuck(c, g, idx, n, why, sizeof why);
+    if (stuck < 0 || member_workers(s, idx, n) - 1 < s->min_workers) return 0;
+    int left[MAX_MEMBERS], m = 0;
+    for (int j = 0; j < n; j++)
+        if (idx[j] != stuck) left[m++] = idx[j];
+    resize_in_place(c, g, left, m, member_workers(s, idx, n), "Shrank", why);
     return 1;
 }
 
@@ -1047,7 +1280,9 @@ static SlotLoss slot_loss(const Ctx *c, const Group *g, int slot, char *why, siz
     *failed = 0;
     if (!p) {
         const cJSON *e = slot_entry(c, slot);
-        if (!g->launched || g->done[slot] || (e && !jsonx_bool(e, "launched", 0))) return SLOT_FINE;
+        if (!g->launched || g->done[slot] || (e && !jsonx_bool(e, "launched", 0)) ||
+            (g->outside && g->outside[slot]))
+            return SLOT_FINE;
         snprintf(why, n, "its pod is gone");
         return SLOT_LOST;
     }
@@ -1199,7 +1434,9 @@ static int decide_disruption(Ctx *c, const Group *g)
         if (r == ROLE_EVALUATOR) continue;
         const PodView *p = g->cur[i];
         const cJSON *e = p ? NULL : slot_entry(c, i);
-        int creating = e && !jsonx_bool(e, "launched", 0); /* a replacement to be made */
+        /* a replacement to be made, or an elastic job's worker to join */
+        int creating = (e && !jsonx_bool(e, "launched", 0)) ||
+                       (g->outside && i < member_slots(s) && g->outside[i]);
         const char *why = p                                           ? p->disruption
                           : (g->launched && !g->done[i] && !creating) ? "its pod is gone"
                                                                       : NULL;
@@ -1372,6 +1609,21 @@ static const char *create_group_objects(Ctx *c, int *blocked)
     return secret;
 }
 
+/* An elastic job's pod of slot `slot` names the members and itself (a worker joining
+ * them, or a member's replacement). Returns 0, or -ENOMEM. */
+static int elastic_pod_members(const Ctx *c, const Group *g, int slot, cJSON *pod)
+{
+    int n = member_slots(&c->spec), m = 0;
+    char *list = malloc(6 * (size_t)n + 1);
+    if (!list) return -ENOMEM;
+    *list = 0;
+    for (int i = 0; i < n; i++)
+        if (!g->outside[i] || i == slot) m += sprintf(list + m, m ? ",%d" : "%d", i);
+    int rc = desired_pod_set_members(pod, list);
+    free(list);
+    return rc;
+}
+
 /* Creates the pod of each slot that has none and has not succeeded, unless blocked;
  * with `group`, the attempt's PodGroup goes first (the previous attempt's is deleted)
  * and every pod but the evaluator joins it, except that a queued attempt's group is left
@@ -1412,6 +1664,8 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
         }
         /* A replacement carries its number, and its entry says it was made. */
         if (pod && ((group && desired_in_gang(r) && desired_pod_join_group(pod, group)) ||
+                    (g->outside && (r == ROLE_CHIEF || r == ROLE_WORKER) &&
+                     elastic_pod_members(c, g, i, pod)) ||
                     (e && (desired_pod_set_replacement(pod, jsonx_int(e, "replacement", 1)) ||
                            !jsonx_set_bool(e, "launched", 1))))) {
             cJSON_Delete(pod);
@@ -1716,8 +1970,19 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     const cJSON *restarting = true_condition(c->status, "Restarting");
     /* A running job stays Running while one of its pods is replaced. */
     const char *phase = jsonx_str(c->status, "phase");
+    int growing = 0;
+    for (int i = 0; g->outside && i < member_slots(s); i++)
+        growing |= g->outside[i];
     int live_replacing = phase && strcmp(phase, "Running") == 0 &&
-                         cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0;
+                         (cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0 || growing);
+    /* A resize's patches that a stopped pass left undone. */
+    int idx[MAX_MEMBERS];
+    char list[6 * MAX_MEMBERS + 1];
+    int nmembers = members_parse(jsonx_str(c->status, "members"), idx, MAX_MEMBERS);
+    if (desired_elastic(s) && nmembers > 0) {
+        members_format(idx, nmembers, list);
+        members_patch(c, g, idx, nmembers, list);
+    }
     int blocked = delete_stale_pods(c, g, foreign);
     blocked |= backoff_pending(c, restarting);
     const char *secret = create_group_objects(c, &blocked);
@@ -1763,8 +2028,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
 {
     Group g;
     if (group_observe(c, v, n, &g) == 0) {
-        int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_resize(c, &g) ||
-                      decide_stranded(c, &g) || decide_replacement(c, &g) ||
+        int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_elastic(c, &g) ||
+                      decide_resize(c, &g) || decide_stranded(c, &g) || decide_replacement(c, &g) ||
                       decide_disruption(c, &g) || decide_failure(c, &g) || decide_startup(c, &g);
         if (!settled) create_missing(c, &g, foreign);
     }
@@ -1864,6 +2129,10 @@ int reconcile(const ReconcileConfig *cfg, const Observed *obs, Plan *plan, char 
     }
     set_num(&c, c.status, "observedGeneration", (double)c.spec.generation);
     clear_condition(&c, "Invalid", "ValidSpec", "the spec is valid");
+    /* An elastic job's global batch is written down before a pod is made with it, so that
+     * a later spec.workers re-cuts it rather than changing it (jobspec reads it back). */
+    if (desired_elastic(&c.spec) && !jsonx_at(c.status, "globalBatch"))
+        set_num(&c, c.status, "globalBatch", (double)c.spec.global_batch);
     long long attempt = jsonx_int(c.status, "attempt", 0);
     for (size_t i = 0; i < nviews; i++) {
         views[i].slot = jobspec_slot(&c.spec, views[i].role, views[i].index);

@@ -48,6 +48,10 @@ typedef enum {
      * gracePeriodSeconds 0, there being nothing left to stop gracefully, so that its name
      * is free without waiting for the kubelet's own cleanup */
     ACTION_DELETE_STOPPED_POD,
+    /* an elastic job's member pod told its new members: object is the merge patch of its
+     * ANNOT_MEMBERS, with the observed pod's uid (a pod made anew under the name is not
+     * patched: the API server refuses a changed uid) */
+    ACTION_PATCH_POD,
 } ActionKind;
 
 typedef struct Action {

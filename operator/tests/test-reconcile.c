@@ -179,7 +179,7 @@ static void cond_of(const cJSON *status, const char *type, char *out, size_t n)
     }
 }
 
-/* The message of the status's condition `type`, or NULL. */
+/* The message of the status's condition `type`, or "(none)" (an assertion prints it). */
 static const char *cond_message(const cJSON *status, const char *type)
 {
     const cJSON *c;
@@ -187,7 +187,7 @@ static const char *cond_message(const cJSON *status, const char *type)
     {
         if (strcmp(jsonx_str(c, "type"), type) == 0) return jsonx_str(c, "message");
     }
-    return NULL;
+    return "(none)";
 }
 
 static void assert_cond(const cJSON *status, const char *type, const char *want)
@@ -210,6 +210,13 @@ static const char *env_of(const cJSON *pod, const char *name)
         }
     }
     return NULL;
+}
+
+/* The pod's ANNOT_MEMBERS, "(none)" when absent. */
+static const char *members_of(const cJSON *pod)
+{
+    const char *m = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/members");
+    return m ? m : "(none)";
 }
 
 static const cJSON *container(const cJSON *pod, const char *name)
@@ -1498,6 +1505,20 @@ static void apply_prefix(Fixture *f, size_t k)
                 break;
             }
             break;
+        case ACTION_PATCH_POD: /* a merge patch of annotations, refused for another uid */
+            for (size_t j = 0; j < f->npods; j++) {
+                if (strcmp(jsonx_str(f->pods[j], "metadata.name"), a->name) != 0) continue;
+                const char *uid = jsonx_str(a->object, "metadata.uid");
+                if (uid && strcmp(uid, jsonx_str(f->pods[j], "metadata.uid")) != 0) break;
+                const cJSON *kv;
+                cJSON_ArrayForEach(kv, jsonx_obj(a->object, "metadata.annotations"))
+                {
+                    jsonx_set_str(jsonx_ensure_obj(f->pods[j], "metadata.annotations"), kv->string,
+                                  kv->valuestring);
+                }
+                break;
+            }
+            break;
         case ACTION_DELETE_JOB:
         case ACTION_EVENT:
             break;
@@ -1947,8 +1968,7 @@ static char *ps_failure_quote(const char *log)
     fx_ps_group(&f);
     pod_terminated(f.pods[3], 1, log);
     fx_run(&f, NOW);
-    const char *m = cond_message(new_status(&f), "Restarting");
-    char *quote = strdup(m ? m : "<no Restarting condition>");
+    char *quote = strdup(cond_message(new_status(&f), "Restarting"));
     fx_free(&f);
     return quote;
 }
@@ -2657,6 +2677,461 @@ static void test_initial_weights_arg(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_spec_refused(bad[i][0], bad[i][1]);
 #undef REL
+}
+
+/* spec.elastic: minWorkers (1..workers) and replaceTimeoutSeconds (default 30, 1..3600)
+ * read with the CRD's rules, for an object that missed them, each error naming the field;
+ * unset, no elastic job. */
+static void test_elastic_spec(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int elastic, min_workers;
+        long long replace_timeout_s;
+    } cases[] = {
+        {"{\"workers\":3}", 0, 0, 0},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2}}", 1, 2, 30},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":3,\"replaceTimeoutSeconds\":3600}}", 1, 3,
+         3600},
+        {"{\"elastic\":{\"minWorkers\":1,\"replaceTimeoutSeconds\":1}}", 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *job = job_new(cases[i].spec, NULL);
+        JobSpec s;
+        char err[256] = "";
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        assert_int_equal(s.elastic, cases[i].elastic);
+        assert_int_equal(s.min_workers, cases[i].min_workers);
+        assert_int_equal(s.replace_timeout_s, cases[i].replace_timeout_s);
+        cJSON_Delete(job);
+    }
+    static const char *const bad[][2] = {
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":3}}",
+         "spec.elastic.minWorkers: must be at most spec.workers (2), got 3"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":0}}",
+         "spec.elastic.minWorkers: expected an integer in [1, 1024]"},
+        {"{\"workers\":2,\"elastic\":{}}", "spec.elastic.minWorkers: required with spec.elastic"},
+        {"{\"workers\":2,\"elastic\":true}", "spec.elastic: expected an object"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":1,\"replaceTimeoutSeconds\":0}}",
+         "spec.elastic.replaceTimeoutSeconds: expected an integer in [1, 3600]"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":1,\"replaceTimeoutSeconds\":3601}}",
+         "spec.elastic.replaceTimeoutSeconds: expected an integer in [1, 3600]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_spec_refused(bad[i][0], bad[i][1]);
+}
+
+/* The pod of `role` `index` (desired_pod, attempt 0) of a job with `spec` and `status`
+ * (JSON or NULL). Caller frees. */
+static cJSON *spec_pod(const char *spec, const char *status, Role role, int index)
+{
+    cJSON *job = job_new(spec, status);
+    JobSpec s;
+    char err[256] = "";
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+    cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, role, index, 0);
+    assert_non_null(pod);
+    cJSON_Delete(job);
+    return pod;
+}
+
+/* The trainer's argument after `flag`, "(none)" when the flag is not given. */
+static const char *arg_after(const cJSON *pod, const char *flag)
+{
+    const cJSON *a;
+    cJSON_ArrayForEach(a, jsonx_arr(container(pod, "trainer"), "args"))
+    {
+        if (cJSON_IsString(a) && strcmp(a->valuestring, flag) == 0 && a->next)
+            return a->next->valuestring;
+    }
+    return "(none)";
+}
+
+#define ESPEC3                                                                                     \
+    "{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"checkpoint\":{\"claimName\":\"ckpt\"}}"
+
+/* An elastic job of 3 running workers (attempt 0, launched) whose spec.workers is now
+ * `workers`, with `status_extra` in its status. */
+static void fx_elastic3(Fixture *f, const char *spec, const char *status_extra, int workers)
+{
+    memset(f, 0, sizeof *f);
+    f->job = job_new(spec, status_extra);
+    fx_with_support(f);
+    for (int i = 0; i < 3; i++)
+        fx_pod(f, i, 0, "Running");
+    jsonx_set_num(jsonx_ensure_obj(f->job, "spec"), "workers", workers);
+}
+
+/* kubectl scale of an elastic job from 3 to 2: no restart; status.members, the Resized
+ * condition and event say it, the survivors' annotations name the smaller ring, then the
+ * dropped worker goes. The next pass changes nothing and counts 2 current workers. A
+ * pass stopped after the status write is finished by the next one. */
+static void test_elastic_scale_down(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    assert_null(jsonx_at(st, "restarts"));
+    assert_cond(st, "Resized", "True/Shrank");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1): spec.workers lowered to 2");
+    assert_string_equal(find_action(&f, ACTION_EVENT, "mnist")->message,
+                        "shrank from 3 to 2 workers (members 0,1): spec.workers lowered to 2");
+    assert_string_equal(members_of(find_action(&f, ACTION_PATCH_POD, "mnist-worker-1")->object),
+                        "0,1");
+    fx_apply(&f);
+    assert_int_equal(f.npods, 2);
+    assert_string_equal(members_of(f.pods[0]), "0,1");
+    assert_string_equal(members_of(f.pods[1]), "0,1");
+    assert_int_equal(jsonx_int(f.job, "status.currentWorkers", -1), 2);
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_string_equal(cond_message(new_status(&f), "Running"), "all 2 workers are running");
+    fx_free(&f);
+
+    /* Stopped after the status write: the next pass patches and deletes. */
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    apply_prefix(&f, 1);
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n"
+                                "update-status mnist\n");
+    fx_free(&f);
+}
+
+/* An elastic job with a chief: the chief stays (TF_CONFIG index 0) and is told too. */
+static void test_elastic_scale_down_with_chief(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":3,\"chief\":{},\"elastic\":{\"minWorkers\":2}}",
+                                ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_role_pod(&f, ROLE_CHIEF, 0, "Running");
+    for (int i = 0; i < 3; i++)
+        fx_role_pod(&f, ROLE_WORKER, i, "Running");
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-chief-0\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1,2): spec.workers lowered to 2");
+    fx_free(&f);
+}
+
+/* kubectl scale of a running elastic job from 3 to 4: no restart; worker 3 is made
+ * naming the members and itself, the job stays Running, and once it runs the others are
+ * patched to name it (Resized/Grew). */
+static void test_elastic_scale_up(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 4);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-3\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    assert_string_equal(members_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
+                        "0,1,2,3");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    cJSON *st3 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-3"), "status");
+    jsonx_set_str(st3, "phase", "Running");
+    jsonx_set(st3, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    fx_run(&f, NOW + 5);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "grew from 3 to 4 workers (members 0,1,2,3): pod mnist-worker-3 runs");
+    fx_free(&f);
+}
+
+/* What an elastic job does not resize in place: a shrink that would leave fewer than
+ * minWorkers, and any resize of a job that is not elastic. */
+static void test_elastic_resize_restarts(void **state)
+{
+    (void)state;
+    Fixture f;
+    /* members 0,2 (worker 1 dropped earlier): scaling to 2 would leave worker 0 alone */
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(",\"members\":\"0,2\""), 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 1);
+    assert_null(jsonx_at(st, "members"));
+    fx_free(&f);
+
+    /* Not elastic: the same scale down restarts the group, as always. */
+    fx_elastic3(&f, "{\"workers\":3,\"checkpoint\":{\"claimName\":\"ckpt\"}}", ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    fx_free(&f);
+}
+
+/* A running elastic job of 3 workers whose worker `lost` was lost and replaced live: the
+ * replacement made (Pending, created at `created`). */
+static void fx_elastic_replacing(Fixture *f, const char *spec, int lost, double created)
+{
+    fx_elastic3(f, spec, ST_LAUNCHED(""), 3);
+    jsonx_set_str(jsonx_ensure_obj(f->job, "status"), "phase", "Running");
+    cJSON_Delete(f->pods[lost]);
+    f->pods[lost] = f->pods[--f->npods];
+    fx_run(f, created);
+    assert_non_null(strstr(f->desc, "event Normal WorkerReplaced\n"));
+    fx_apply(f);
+    fx_run(f, created);
+    char name[32];
+    snprintf(name, sizeof name, "create-pod mnist-worker-%d\n", lost);
+    assert_non_null(strstr(f->desc, name));
+    fx_apply(f);
+    char ts[32];
+    clock_format_rfc3339(created, ts, sizeof ts);
+    snprintf(name, sizeof name, "mnist-worker-%d", lost);
+    jsonx_set_str(jsonx_ensure_obj(pod_named(f, name), "metadata"), "creationTimestamp", ts);
+}
+
+/* A lost worker's replacement that the scheduler cannot place: the survivors go on
+ * without it (status.members, Resized/Shrank saying why, their annotations patched; the
+ * replacement stays, Pending); once it runs it joins them again (Grew, the others patched
+ * to name it). */
+static void test_elastic_shrink_when_replacement_unschedulable(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, ESPEC3, 2, NOW);
+    jsonx_set(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "status"), "conditions",
+              cJSON_Parse("[{\"type\":\"PodScheduled\",\"status\":\"False\",\"reason\":"
+                          "\"Unschedulable\",\"message\":\"0/1 nodes are available: 1 "
+                          "Insufficient cpu.\"}]"));
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1): pod mnist-worker-2 "
+                        "unschedulable: 0/1 nodes are available: 1 Insufficient cpu.");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-0")), "0,1");
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-2")), "0,1,2");
+    fx_run(&f, NOW + 3);
+    assert_null(strstr(f.desc, "-pod"));
+    fx_apply(&f);
+
+    /* A scale to 4 meanwhile: worker 3 names the members and itself, not worker 2. */
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
+    fx_run(&f, NOW + 4);
+    assert_string_equal(members_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
+                        "0,1,3");
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 3);
+
+    cJSON *st2 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "status");
+    jsonx_set_str(st2, "phase", "Running");
+    jsonx_set(st2, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1,2");
+    assert_cond(st, "Resized", "True/Grew");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "grew from 2 to 3 workers (members 0,1,2): pod mnist-worker-2 runs");
+    fx_apply(&f);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(members_of(f.pods[i]), "0,1,2");
+    fx_free(&f);
+}
+
+/* The same after elastic.replaceTimeoutSeconds with the replacement not running (no word
+ * from the scheduler): looked at again when the time is up, shrunk then. Not below
+ * minWorkers, and never without the chief (worker 0 here). */
+static void test_elastic_shrink_after_replace_timeout(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, ESPEC3, 1, NOW);
+    fx_run(&f, NOW + 10);
+    assert_null(strstr(f.desc, "Resized"));
+    assert_close(f.plan.requeue_after, 20, 1e-9);
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    fx_run(&f, NOW + 30);
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 0,2): pod mnist-worker-1 not "
+                        "running 30 s (elastic.replaceTimeoutSeconds) after it was made to "
+                        "replace a lost one");
+    fx_free(&f);
+
+    fx_elastic_replacing(&f, "{\"workers\":3,\"elastic\":{\"minWorkers\":3}}", 1, NOW);
+    fx_run(&f, NOW + 60);
+    assert_null(strstr(f.desc, "Resized"));
+    fx_free(&f);
+
+    fx_elastic_replacing(&f, ESPEC3, 0, NOW);
+    fx_run(&f, NOW + 60);
+    assert_null(strstr(f.desc, "Resized"));
+    fx_free(&f);
+}
+
+/* An elastic job's global batch goes into status in the pass that creates the Secret,
+ * before any pod; a scale before the pods are made (or at any later time) leaves it, and
+ * the pods are given it. A job that is not elastic records none. */
+static void test_elastic_global_batch_recorded(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"training\":{"
+                                "\"perWorkerBatchSize\":32}}",
+                                NULL)};
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-secret mnist-secret-\n"
+                                "create-service mnist-worker\n"
+                                "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "globalBatch", -1), 96);
+    fx_apply(&f);
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 2);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-0\n"
+                                "create-pod mnist-worker-1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    assert_int_equal(jsonx_int(new_status(&f), "globalBatch", -1), 96);
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mnist-worker-%d", i);
+        const cJSON *pod = find_action(&f, ACTION_CREATE_POD, name)->object;
+        assert_string_equal(arg_after(pod, "--global-batch"), "96");
+        assert_string_equal(
+            jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/members"), "0,1");
+    }
+    fx_free(&f);
+
+    Fixture g = {.job = job_new("{\"workers\":3}", NULL)};
+    fx_run(&g, NOW);
+    assert_null(jsonx_at(new_status(&g), "globalBatch"));
+    fx_free(&g);
+}
+
+/* The pods of an elastic C-trainer job: ANNOT_MEMBERS naming every chief and worker
+ * (TF_CONFIG indices: the chief 0), projected by a downwardAPI volume as the file that
+ * KUBETRAIN_MEMBERS_FILE names, and --global-batch fixed: the world times
+ * perWorkerBatchSize, or status.globalBatch once recorded (a later scale leaves it). A job
+ * that is not elastic, or cannot resize in place (a user's program, NCCL, no live
+ * recovery), gets none of it. */
+static void test_elastic_pod(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *status;
+        Role role;
+        int index;
+        const char *members, *global_batch;
+    } cases[] = {
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"training\":{\"perWorkerBatchSize\":32}}",
+         NULL, ROLE_WORKER, 2, "0,1,2", "96"},
+        {"{\"workers\":2,\"elastic\":{\"minWorkers\":2},\"training\":{\"perWorkerBatchSize\":32}}",
+         "{\"globalBatch\":96}", ROLE_WORKER, 0, "0,1", "96"},
+        {"{\"workers\":2,\"chief\":{},\"elastic\":{\"minWorkers\":1}}", NULL, ROLE_CHIEF, 0,
+         "0,1,2", "192"},
+        {"{\"workers\":2,\"chief\":{},\"elastic\":{\"minWorkers\":1}}", NULL, ROLE_WORKER, 1,
+         "0,1,2", "192"},
+        {"{\"workers\":3}", NULL, ROLE_WORKER, 0, NULL, NULL},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"image\":\"tf\",\"command\":[\"p\"]}",
+         NULL, ROLE_WORKER, 0, NULL, NULL},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"gpusPerWorker\":1}", NULL, ROLE_WORKER, 0,
+         NULL, NULL},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"recoveryTimeoutSeconds\":0}", NULL,
+         ROLE_WORKER, 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *pod = spec_pod(cases[i].spec, cases[i].status, cases[i].role, cases[i].index);
+        const char *members = members_of(pod);
+        const char *file = env_of(pod, "KUBETRAIN_MEMBERS_FILE");
+        const cJSON *vol = NULL, *mount = NULL, *it;
+        cJSON_ArrayForEach(it, jsonx_arr(pod, "spec.volumes"))
+        {
+            if (strcmp(jsonx_str(it, "name"), "kubetrain-members") == 0) vol = it;
+        }
+        cJSON_ArrayForEach(it, jsonx_arr(container(pod, "trainer"), "volumeMounts"))
+        {
+            if (strcmp(jsonx_str(it, "name"), "kubetrain-members") == 0) mount = it;
+        }
+        if (!cases[i].members) {
+            assert_string_equal(members, "(none)");
+            assert_null(file);
+            assert_null(vol);
+            assert_null(mount);
+            assert_string_equal(arg_after(pod, "--global-batch"), "(none)");
+            cJSON_Delete(pod);
+            continue;
+        }
+        assert_string_equal(members, cases[i].members);
+        assert_string_equal(file ? file : "(none)", "/etc/kubetrain-members/members");
+        assert_non_null(vol);
+        const cJSON *item = cJSON_GetArrayItem(jsonx_arr(vol, "downwardAPI.items"), 0);
+        assert_string_equal(jsonx_str(item, "path"), "members");
+        assert_string_equal(jsonx_str(item, "fieldRef.fieldPath"),
+                            "metadata.annotations['kubetrain.dev/members']");
+        assert_non_null(mount);
+        assert_string_equal(jsonx_str(mount, "mountPath"), "/etc/kubetrain-members");
+        assert_true(jsonx_bool(mount, "readOnly", 0));
+        assert_string_equal(arg_after(pod, "--global-batch"), cases[i].global_batch);
+        cJSON_Delete(pod);
+    }
+    /* desired_pod_set_members replaces the list */
+    cJSON *pod = spec_pod("{\"workers\":3,\"elastic\":{\"minWorkers\":2}}", NULL, ROLE_WORKER, 0);
+    assert_int_equal(desired_pod_set_members(pod, "0,2"), 0);
+    assert_string_equal(members_of(pod), "0,2");
+    cJSON_Delete(pod);
+    assert_spec_refused("{\"workers\":5,\"elastic\":{\"minWorkers\":2},"
+                        "\"training\":{\"perWorkerBatchSize\":1000000}}",
+                        "spec.elastic: the global batch, 5 workers x perWorkerBatchSize 1000000 = "
+                        "5000000, exceeds the trainer's 4194304");
+    cJSON *job = job_new("{\"workers\":2,\"elastic\":{\"minWorkers\":1}}", "{\"globalBatch\":0}");
+    JobSpec s;
+    char err[256] = "";
+    assert_int_equal(jobspec_parse(job, &s, err, sizeof err), -EINVAL);
+    assert_string_equal(err, "status.globalBatch: expected an integer in [1, 4194304]");
+    cJSON_Delete(job);
 }
 
 /* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
@@ -3814,6 +4289,15 @@ int main(void)
         cmocka_unit_test(test_data_credentials_secret),
         cmocka_unit_test(test_export_arg),
         cmocka_unit_test(test_initial_weights_arg),
+        cmocka_unit_test(test_elastic_spec),
+        cmocka_unit_test(test_elastic_pod),
+        cmocka_unit_test(test_elastic_global_batch_recorded),
+        cmocka_unit_test(test_elastic_scale_down),
+        cmocka_unit_test(test_elastic_scale_down_with_chief),
+        cmocka_unit_test(test_elastic_scale_up),
+        cmocka_unit_test(test_elastic_resize_restarts),
+        cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),
+        cmocka_unit_test(test_elastic_shrink_after_replace_timeout),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),

@@ -38,7 +38,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* The rules the operator needs, exactly the verbs its requests use (operator/src:
-     informer.c lists and watches; controller.c creates and deletes pods, creates
+     informer.c lists and watches; controller.c creates, deletes and patches pods, creates
      services, secrets and events, deletes a job whose TTL ran out, and PUTs status).
      Shared by the ClusterRole and the single-namespace Role. trainingjobs/finalizers
      update: the operator's owner references set blockOwnerDeletion, which the
@@ -56,9 +56,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [kubetrain.dev]
   resources: [trainingjobs/finalizers]
   verbs: [update]
+# pods patch: an elastic job's members annotation (kubetrain.dev/members).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [list, watch, create, delete, patch]
 - apiGroups: [""]
   resources: [services]
   verbs: [list, watch, create]

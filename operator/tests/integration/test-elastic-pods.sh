@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# An elastic job's pods (issue 46, docs/design.md "Elastic jobs") against a real
+# kube-apiserver: the apiserver takes them with the kubetrain.dev/members annotation and
+# the downwardAPI volume that projects it, KUBETRAIN_MEMBERS_FILE names the file, and
+# --global-batch is the one status.globalBatch recorded at the job's creation; kubectl
+# scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
+# no restart), and back up grows it in place with the same global batch; a lost
+# worker's unschedulable replacement is left out of the ring and joins it once it runs.
+set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
+cd "$(dirname "$0")/../../.." || exit 1
+. e2e/lib/tap.sh
+. operator/tests/integration/lib.sh
+
+it_cluster opint-elastic
+it_operator main --workers 2
+OP=$IT_PID
+LOG=$IT_DIR/op-main.log
+
+ns elastic
+job elastic e 3 "  elastic: {minWorkers: 2}
+  training: {perWorkerBatchSize: 32}"
+if wait_until 30 has_npods elastic e 3; then tap_ok "3 pods of the elastic job created"
+else
+  tap_fail "3 pods of the elastic job created" "$(k -n elastic get pods 2>&1; tail -n 5 "$LOG")"
+fi
+if is elastic tj/e .status.globalBatch 96; then tap_ok "status.globalBatch 96 (3 x 32)"
+else tap_fail "status.globalBatch 96 (3 x 32)" "got '$(jp elastic tj/e .status.globalBatch)'"; fi
+
+# check_pods N: prints one line per way the job's pods differ from N elastic workers.
+check_pods() {
+  k -n elastic get pods -l kubetrain.dev/job-name=e -o json >"$IT_DIR/pods.json"
+  python3 - "$IT_DIR/pods.json" "$1" <<'PY'
+import json, sys
+pods, n, bad = json.load(open(sys.argv[1]))["items"], int(sys.argv[2]), []
+def want(what, got, exp):
+    if got != exp: bad.append(f"{what}: got {got!r}, want {exp!r}")
+want("pods", len(pods), n)
+members = ",".join(str(i) for i in range(n))
+ann = "metadata.annotations['kubetrain.dev/members']"
+for p in pods:
+    name, sp = p["metadata"]["name"], p["spec"]
+    got = p["metadata"].get("annotations", {}).get("kubetrain.dev/members")
+    want(name + " members annotation", got, members)
+    vols = [v.get("downwardAPI", {}).get("items") for v in sp.get("volumes", [])
+            if v["name"] == "kubetrain-members"]
+    item = {"path": "members", "fieldRef": {"apiVersion": "v1", "fieldPath": ann}}
+    want(name + " members volume", vols, [[item]])
+    c = [c for c in sp["containers"] if c["name"] == "trainer"][0]
+    mounts = [(m["mountPath"], m.get("readOnly")) for m in c.get("volumeMounts", [])
+              if m["name"] == "kubetrain-members"]
+    want(name + " members mount", mounts, [("/etc/kubetrain-members", True)])
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    want(name + " KUBETRAIN_MEMBERS_FILE", env.get("KUBETRAIN_MEMBERS_FILE"),
+         "/etc/kubetrain-members/members")
+    a = c.get("args", [])
+    g = a[a.index("--global-batch") + 1] if "--global-batch" in a else None
+    want(name + " --global-batch", g, "96")
+print("\n".join(bad))
+PY
+}
+out=$(check_pods 3)
+if [ -z "$out" ]; then
+  tap_ok "stored pods: members 0,1,2 projected as KUBETRAIN_MEMBERS_FILE, --global-batch 96"
+else tap_fail "stored pods: members projected, --global-batch 96" "$out"; fi
+
+# kubectl scale 3 -> 2 with the pods running: no restart. The survivors (same uids, attempt
+# 0) are patched to members 0,1, worker 2 is deleted, status and an event say why.
+all_running elastic e 3
+uids() { k -n elastic get pods -l kubetrain.dev/job-name=e -o 'jsonpath={.items[*].metadata.uid}'; }
+before=$(k -n elastic get pods e-worker-0 e-worker-1 -o 'jsonpath={.items[*].metadata.uid}')
+k -n elastic scale tj/e --replicas 2 >/dev/null
+if wait_until 30 has_npods elastic e 2; then tap_ok "kubectl scale --replicas 2: worker 2 deleted"
+else tap_fail "kubectl scale --replicas 2: worker 2 deleted" "$(k -n elastic get pods 2>&1)"; fi
+if [ "$(uids)" = "$before" ] && attempt_pods elastic e 0 2; then
+  tap_ok "the survivors are the same pods (uids, attempt 0)"
+else tap_fail "the survivors are the same pods" "before '$before', now '$(uids)'"; fi
+out=$(check_pods 2)
+if [ -z "$out" ]; then tap_ok "the survivors' members patched to 0,1, --global-batch still 96"
+else tap_fail "the survivors' members patched to 0,1, --global-batch still 96" "$out"; fi
+want="shrank from 3 to 2 workers (members 0,1): spec.workers lowered to 2"
+got="$(condition elastic e Resized reason): $(condition elastic e Resized message)"
+if [ "$got" = "Shrank: $want" ] && is elastic tj/e .status.members 0,1; then
+  tap_ok "status.members 0,1 and condition Resized/Shrank say why"
+else tap_fail "status.members 0,1 and condition Resized/Shrank say why" "got '$got'"; fi
+ev=$(k -n elastic get events --field-selector reason=Resized -o 'jsonpath={.items[*].message}')
+if [ "$ev" = "$want" ]; then tap_ok "one Resized event: $want"
+else tap_fail "one Resized event" "got '$ev'"; fi
+attempt=$(jp elastic tj/e .status.attempt)
+if [ "${attempt:-0}" = 0 ] && is elastic tj/e .status.currentWorkers 2 &&
+  is elastic tj/e .status.globalBatch 96; then
+  tap_ok "attempt 0, currentWorkers 2, globalBatch 96"
+else tap_fail "attempt 0, currentWorkers 2, globalBatch 96" \
+  "$(k -n elastic get tj/e -o 'jsonpath={.status}')"; fi
+
+# kubectl scale back to 3: no restart either. Worker 2 is made again in attempt 0,
+# naming the members and itself; once it runs the others are patched to name it.
+k -n elastic scale tj/e --replicas 3 >/dev/null
+if wait_until 30 attempt_pods elastic e 0 3; then
+  tap_ok "kubectl scale --replicas 3: worker 2 made in attempt 0"
+else
+  tap_fail "kubectl scale --replicas 3: worker 2 made in attempt 0" "$(k -n elastic get pods 2>&1)"
+fi
+members() { jp elastic "pod/$1" '.metadata.annotations.kubetrain\.dev/members'; }
+if [ "$(members e-worker-2)" = 0,1,2 ] && [ "$(members e-worker-0)" = 0,1 ]; then
+  tap_ok "the new worker names 0,1,2; the others still 0,1 until it runs"
+else tap_fail "the new worker names 0,1,2" "$(members e-worker-2), $(members e-worker-0)"; fi
+pod_running elastic e-worker-2
+grown() { [ "$(members e-worker-0)" = 0,1,2 ] && [ "$(members e-worker-1)" = 0,1,2 ]; }
+want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
+if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ] &&
+  [ "$(uids | wc -w)" = 3 ] && [[ "$(uids)" == "$before"* ]]; then
+  tap_ok "worker 2 runs: the others (same pods) patched to 0,1,2, Resized/Grew"
+else tap_fail "worker 2 runs: the others patched to 0,1,2" \
+  "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
+out=$(check_pods 3)
+if [ -z "$out" ]; then tap_ok "after growing: members 0,1,2, --global-batch still 96"
+else tap_fail "after growing: members 0,1,2, --global-batch still 96" "$out"; fi
+
+# A lost worker whose replacement the scheduler cannot place: the survivors go on
+# without it (patched to 0,1, Resized/Shrank naming the scheduler's words), the
+# replacement stays Pending; once it runs, the others are patched to name it again.
+all_running elastic e 3
+old=$(jp elastic pod/e-worker-2 .metadata.uid)
+k -n elastic delete pod e-worker-2 --wait=false >/dev/null
+replaced() {
+  local u
+  u=$(jp elastic pod/e-worker-2 .metadata.uid)
+  [ -n "$u" ] && [ "$u" != "$old" ]
+}
+if wait_until 30 replaced; then tap_ok "worker 2 deleted and replaced live"
+else tap_fail "worker 2 deleted and replaced live" "$(k -n elastic get pods 2>&1)"; fi
+k -n elastic patch pod e-worker-2 --subresource status --type merge -p '{"status":{"conditions":[
+  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
+   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+shrunk() { [ "$(members e-worker-0)" = 0,1 ] && [ "$(members e-worker-1)" = 0,1 ]; }
+want="shrank from 3 to 2 workers (members 0,1): pod e-worker-2 unschedulable: 0/1 nodes are"
+if wait_until 30 shrunk && [[ "$(condition elastic e Resized message)" == "$want"* ]]; then
+  tap_ok "replacement unschedulable: the survivors patched to 0,1, Resized says why"
+else tap_fail "replacement unschedulable: the survivors patched to 0,1" \
+  "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
+pod_running elastic e-worker-2
+want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
+if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ]; then
+  tap_ok "the replacement runs: the others patched to 0,1,2, Resized/Grew"
+else tap_fail "the replacement runs: the others patched to 0,1,2" \
+  "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
+
+if it_stop "$OP"; then tap_ok "operator exits 0 on SIGTERM (no sanitizer report)"
+else tap_fail "operator exits 0 on SIGTERM" "$(tail -n 20 "$LOG")"; fi
+tap_done
