@@ -1,5 +1,6 @@
 /* libFuzzer target: TFRecord sources (tfrecord.c, image.c). The input's first byte picks
- * the options (bit 0: --image-shape 2,2,1, raw bytes or floats; else PNG/JPEG), the rest
+ * the options (bit 0: --image-shape 2,2,1, raw bytes or floats; else PNG/JPEG; bit 1:
+ * streamed, --data-cache-mib 0; else held decoded, the default cache), the rest
  * goes to a memfd read as tfrecord:/proc/self/fd/N: the compression sniffing and
  * inflation, the record framing and CRCs, the Example reader, the image decoders. The
  * rest is also parsed directly as one tf.train.Example, and every value of the features
@@ -64,10 +65,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(spec, sizeof spec, "tfrecord:/proc/self/fd/%d", fd);
     SourceOptions o = source_default_options;
     if (mode & 1) o.image_shape[0] = 2, o.image_shape[1] = 2, o.image_shape[2] = 1;
+    if (mode & 2) o.cache_bytes = 0;
     Source s;
     err[0] = '\0';
     if (source_open(&s, spec, SOURCE_TRAIN, 10, &o, err, sizeof err) == 0) {
-        if (s.count == 0 || !s.records || !s.labels || s.h < 1 || s.w < 1 || s.c < 1) abort();
+        /* held or streamed, never both; streamed whenever the cache is 0 */
+        if (s.count == 0 || !s.records == !s.images || ((mode & 2) && !s.records) || !s.labels ||
+            s.h < 1 || s.w < 1 || s.c < 1)
+            abort();
         float *x = malloc(source_example_size(&s) * sizeof *x);
         for (size_t i = 0; i < s.count; i++) {
             int32_t y;
@@ -77,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         free(x);
         source_free(&s);
-    } else if (!err[0] || s.records || s.labels) {
+    } else if (!err[0] || s.records || s.images || s.labels) {
         abort();
     }
     close(fd);

@@ -19,7 +19,10 @@
 
 typedef enum { KIND_IDX, KIND_NPZ, KIND_NPY, KIND_TFRECORD } Kind;
 
-const SourceOptions source_default_options = {.image_feature = "image", .label_feature = "label"};
+const SourceOptions source_default_options = {.image_feature = "image",
+                                              .label_feature = "label",
+                                              .cache_bytes = (size_t)SOURCE_CACHE_MIB_DEFAULT
+                                                             << 20};
 
 /* A SOURCE string taken apart: the scheme, the path(s) (tfrecord: the patterns as
  * given), the npz keys ("" unless given). */

@@ -10,9 +10,10 @@
  *                           features named by SourceOptions
  * Each format is read by its own module (idx.c, npy.c, tfrecord.c); the pipeline, the
  * shuffle and the sharding see only the shape, the size and examples by position. IDX and
- * NumPy examples stay in memory as the source holds them (uint8 or float32); a TFRecord
- * source keeps where each example's record is and reads it on demand (tfrecord.h). Either
- * is converted to the model's float32 one example at a time. */
+ * NumPy examples stay in memory as the source holds them (uint8 or float32); so do a
+ * TFRecord source's, decoded, when they fit SourceOptions.cache_bytes, else it keeps
+ * where each example's record is and reads it on demand (tfrecord.h). Either is
+ * converted to the model's float32 one example at a time. */
 #ifndef KT_SOURCE_H
 #define KT_SOURCE_H
 
@@ -37,9 +38,10 @@ typedef struct {
     size_t count;
     int h, w, c;
     SourceType type;
-    void *images;    /* count x h x w x c of type; NULL for a TFRecord source */
+    void *images;    /* count x h x w x c of type; NULL for a streamed TFRecord source */
     int32_t *labels; /* count, each in [0, num_classes) */
-    TfrecordIndex *records; /* a TFRecord source: its files and each example's record */
+    TfrecordIndex *records; /* a streamed TFRecord source: its files and each example's
+                             * record; NULL when its examples are held in images */
 } Source;
 
 /* How a TFRecord source finds its examples in each tf.train.Example. */
@@ -52,9 +54,17 @@ typedef struct {
      * files than file_shards is an error naming both counts. An idx, npz or npy source is
      * one file. */
     int file_shard, file_shards;
+    /* A TFRecord source whose examples, decoded, take at most this many bytes is held in
+     * memory decoded (each image decoded once, at open); a larger one, or any with 0, is
+     * streamed (tfrecord.h). */
+    size_t cache_bytes;
 } SourceOptions;
 
-/* The defaults: features "image" and "label" (as TFDS names them), no image shape. */
+/* 1024 MiB: the default of cache_bytes (--data-cache-mib). */
+#define SOURCE_CACHE_MIB_DEFAULT 1024
+
+/* The defaults: features "image" and "label" (as TFDS names them), no image shape, a
+ * cache of SOURCE_CACHE_MIB_DEFAULT. */
 extern const SourceOptions source_default_options;
 
 /* Checks the syntax of a SOURCE string (the scheme and its parts), without opening
@@ -68,9 +78,9 @@ int source_eval_spec(const char *spec, char *out, size_t outlen);
 
 /* Opens spec for role, checking every example's shape and dtype and that every label is
  * in [0, num_classes): an idx, npz or npy source is read into memory, a tfrecord source
- * indexed (tfrecord_open); o (NULL: the defaults) is read by tfrecord sources. Returns 0,
- * or a negative errno with one line in err naming the file, key (or record and feature),
- * and what was expected. Free with source_free. */
+ * held decoded or indexed (tfrecord_open); o (NULL: the defaults) is read by tfrecord
+ * sources. Returns 0, or a negative errno with one line in err naming the file, key (or
+ * record and feature), and what was expected. Free with source_free. */
 int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
                 const SourceOptions *o, char *err, size_t errlen);
 

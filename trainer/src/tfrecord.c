@@ -547,13 +547,19 @@ static int inflate_file(File *f, char *err, size_t errlen)
 
 /* ---------------------------------------------------------------- the source */
 
-/* The source being built, and where its first example came from. */
+/* The source being built, and where its first example came from. While the examples
+ * decoded still fit cache_bytes, held collects them (held_len bytes); past it, held is
+ * freed and the source streams. */
 typedef struct {
     Source *s;
     TfrecordIndex *ix;
     int num_classes;
     size_t labels_cap; /* bytes */
     char first_at[512];
+    size_t cache_bytes;
+    int holding;
+    uint8_t *held;
+    size_t held_len, held_cap;
 } Build;
 
 /* Where a record is, and the feature a message is about: "FILE: record at byte N:
@@ -638,8 +644,27 @@ static int image_of(const TfrecordIndex *ix, const File *f, size_t off, const Tf
     return 0;
 }
 
+/* Appends the values of image im (of feature feat) to b->held while they fit the cache;
+ * the first that does not (or finds no memory) stops holding, so that the open never
+ * holds more than the cache and the source streams. */
+static void hold_image(Build *b, const TfrFeature *feat, const Image *im)
+{
+    const size_t n = (size_t)im->h * (size_t)im->w * (size_t)im->c,
+                 bytes = n * (im->type == SOURCE_F32 ? sizeof(float) : 1);
+    if (b->holding && (b->held_len + bytes > b->cache_bytes ||
+                       grow(&b->held, &b->held_cap, b->held_len + bytes))) {
+        free(b->held);
+        b->held = NULL, b->held_len = b->held_cap = 0, b->holding = 0;
+    }
+    if (!b->holding) return;
+    if (im->type == SOURCE_F32) tfrecord_floats(feat, (float *)(void *)(b->held + b->held_len));
+    else memcpy(b->held + b->held_len, im->u8, bytes);
+    b->held_len += bytes;
+}
+
 /* Checks one example's image at open: it decodes, and has the first example's shape and
- * type. Its values are not kept: the example is read again when it is wanted. */
+ * type. Its values are kept in b->held while the cache holds them; else the example is
+ * read again when it is wanted. */
 static int check_image(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
                        size_t errlen)
 {
@@ -647,20 +672,21 @@ static int check_image(Build *b, const File *f, size_t off, const TfrFeature *fe
     Image im;
     int rc = image_of(b->ix, f, off, feat, &im, err, errlen);
     if (rc) return rc;
-    free(im.decoded);
     if (s->count == 0) {
         s->h = im.h, s->w = im.w, s->c = im.c, s->type = im.type;
         snprintf(b->first_at, sizeof b->first_at, "%.300s, record at byte %zu", f->name, off);
     } else if (im.h != s->h || im.w != s->w || im.c != s->c || im.type != s->type) {
         char name[210];
         quote(name, sizeof name, b->ix->image_feature);
-        return fail_at(err, errlen, f, off, name,
-                       "a %dx%dx%d %s image, but the first example's (%s) is %dx%dx%d %s: every "
-                       "example needs the same shape",
-                       im.h, im.w, im.c, source_type_name(im.type), b->first_at, s->h, s->w, s->c,
-                       source_type_name(s->type));
+        rc = fail_at(err, errlen, f, off, name,
+                     "a %dx%dx%d %s image, but the first example's (%s) is %dx%dx%d %s: every "
+                     "example needs the same shape",
+                     im.h, im.w, im.c, source_type_name(im.type), b->first_at, s->h, s->w, s->c,
+                     source_type_name(s->type));
     }
-    return 0;
+    if (!rc) hold_image(b, feat, &im);
+    free(im.decoded);
+    return rc;
 }
 
 static int add_label(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
@@ -959,6 +985,24 @@ static int list_files(const char *patterns, char ***names, size_t *n, char *err,
     return rc;
 }
 
+/* Ends the open of b's source: its examples held decoded in s->images when they all fit
+ * the cache (the files closed, the index freed), else streamed; says which. */
+static void hold_or_stream(Build *b, const char *shown)
+{
+    Source *s = b->s;
+    const double mib = 1 << 20, bytes = (double)(s->count * source_example_size(s)) *
+                                        (s->type == SOURCE_F32 ? sizeof(float) : 1);
+    if (b->holding) {
+        s->images = b->held;
+        tfrecord_index_free(s->records);
+        s->records = NULL;
+    }
+    util_log("tfrecord:%.200s: %zu examples, %.1f MiB decoded: %s (--data-cache-mib %.0f)", shown,
+             s->count, bytes / mib,
+             b->holding ? "held in memory, decoded once" : "streamed, decoded when read",
+             (double)b->cache_bytes / mib);
+}
+
 int tfrecord_open(Source *s, const char *patterns, int num_classes, const SourceOptions *o,
                   char *err, size_t errlen)
 {
@@ -967,7 +1011,11 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
     ix->label_feature = xstrdup(o->label_feature);
     memcpy(ix->image_shape, o->image_shape, sizeof ix->image_shape);
     s->records = ix;
-    Build b = {.s = s, .ix = ix, .num_classes = num_classes};
+    Build b = {.s = s,
+               .ix = ix,
+               .num_classes = num_classes,
+               .cache_bytes = o->cache_bytes,
+               .holding = o->cache_bytes > 0};
     char shown[4096];
     remote_redact(patterns, shown, sizeof shown);
     snprintf(s->images_at, sizeof s->images_at, "tfrecord:%.4000s feature '%.200s'", shown,
@@ -1010,5 +1058,7 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
         snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", shown, mine);
         rc = -EINVAL;
     }
+    if (!rc) hold_or_stream(&b, shown);
+    else free(b.held);
     return rc;
 }

@@ -1,7 +1,9 @@
 /* tfrecord — TFRecord files of tf.train.Example as a source (source.h), streamed.
  *
  * At open, one pass over every file checks each record (framing, CRCs, the Example, its
- * image and label) and keeps only its label and where it is (16 bytes). An example is
+ * image and label). When the examples decoded fit SourceOptions.cache_bytes, that pass
+ * keeps their pixels (s->images, as an IDX source holds them) and nothing of the files.
+ * Else it keeps only each label and where its record is (16 bytes), and an example is
  * read again when the pipeline wants it: from an uncompressed local file by pread, so
  * memory does not grow with the data; GZIP and ZLIB files (which cannot be read at an
  * offset) and objects of object storage are held in memory as their uncompressed records.

@@ -607,6 +607,67 @@ static void test_changed_after_open(void **state)
     source_free(&s);
 }
 
+/* The cache rule: a source whose examples, decoded, fit cache_bytes is held in memory
+ * (no index, no open file), one byte more is streamed, 0 always streams; held and
+ * streamed give the same examples bit for bit (PNG, uint8 bytes, a float_list). */
+static void test_cache_or_stream(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        SourceOptions o;
+        size_t bytes; /* of the examples decoded */
+    } cases[] = {
+        {"tfrecord:" REF "fmnist-*-of-00003",
+         {.image_feature = "image", .label_feature = "label"},
+         48 * 784},
+        {"tfrecord:" REF "raw.tfrecord",
+         {.image_feature = "pixels", .label_feature = "class", .image_shape = {4, 5, 3}},
+         10 * 60},
+        {"tfrecord:" REF "float.tfrecord",
+         {.image_feature = "image", .label_feature = "label", .image_shape = {3, 3, 2}},
+         6 * 18 * sizeof(float)},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char err[512] = "";
+        Source streamed, held, over;
+        SourceOptions o = cases[c].o;
+        assert_int_equal(
+            source_open(&streamed, cases[c].spec, SOURCE_TRAIN, 10, &o, err, sizeof err), 0);
+        assert_non_null(streamed.records);
+        assert_null(streamed.images);
+        const size_t n = source_example_size(&streamed);
+        const size_t bytes = cases[c].bytes;
+        assert_int_equal(streamed.count * n * (streamed.type == SOURCE_F32 ? 4 : 1), bytes);
+        o.cache_bytes = bytes;
+        assert_int_equal(source_open(&held, cases[c].spec, SOURCE_TRAIN, 10, &o, err, sizeof err),
+                         0);
+        assert_null(held.records);
+        assert_non_null(held.images);
+        o.cache_bytes = bytes - 1;
+        assert_int_equal(source_open(&over, cases[c].spec, SOURCE_TRAIN, 10, &o, err, sizeof err),
+                         0);
+        assert_non_null(over.records);
+        assert_null(over.images);
+        assert_int_equal(held.count, streamed.count);
+        assert_int_equal(held.type, streamed.type);
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        for (size_t i = 0; i < streamed.count; i++) {
+            int32_t ya, yb;
+            assert_int_equal(source_read_example(&streamed, i, PIXEL_UNIT, a, &ya, err, sizeof err),
+                             0);
+            assert_int_equal(source_read_example(&held, i, PIXEL_UNIT, b, &yb, err, sizeof err), 0);
+            assert_int_equal(ya, yb);
+            assert_memory_equal(a, b, n * sizeof *a);
+        }
+        free(a);
+        free(b);
+        source_free(&streamed);
+        source_free(&held);
+        source_free(&over);
+    }
+}
+
 /* File sharding: worker i of N reads files i, i + N, ... of the source's, in name order;
  * fewer files than workers is refused naming both counts. */
 static void test_file_shards(void **state)
@@ -668,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_tensorflow_files),
         cmocka_unit_test(test_bad_records),
         cmocka_unit_test(test_changed_after_open),
+        cmocka_unit_test(test_cache_or_stream),
         cmocka_unit_test(test_shape_option),
         cmocka_unit_test(test_file_shards),
     };
