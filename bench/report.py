@@ -161,6 +161,10 @@ def is_recovery_cluster(d):
     return d.get("benchmark") == "recovery-cluster" and isinstance(d.get("runs"), list)
 
 
+def is_data_sources(d):
+    return str(d.get("benchmark", "")).startswith("data sources")
+
+
 def is_progress(d):
     w = d.get("windows")
     return isinstance(w, list) and w and all("cpu_percent" in x and "mode" in x for x in w)
@@ -655,6 +659,23 @@ def operator_scale_section(src):
     return lines
 
 
+def data_sources_section(src):
+    d = src.doc
+    lines = section_head(src, "Data sources (%s)" % src.name, benchmark=True)
+    if d.get("note"):
+        lines += ["Note: %s." % d["note"], ""]
+    m = d["median"]
+    rows = [[n, d["sources"].get(n, ""), m[n]["samples_per_sec"], m[n]["vs_idx"],
+             m[n].get("cpu_ms_per_sample", ""), m[n].get("cpu_efficiency_vs_idx", ""),
+             m[n]["startup_s"], m[n]["max_rss_mib"], m[n]["same_weights_as_idx"]] for n in m]
+    lines += [table(["source", "trainer arguments", "samples/s", "x idx", "CPU ms/sample",
+                     "idx's CPU / its", "start-up s", "peak RSS MiB", "same weights as idx"],
+                    rows), "",
+              "Median of %d round(s); target: %s." %
+              (len(d["rounds"]), d.get("targets", {}).get("vs_idx", "")), ""]
+    return lines
+
+
 def unknown_section(src):
     keys = ", ".join("`%s`" % k for k in src.doc) if isinstance(src.doc, dict) else "(not an object)"
     return section_head(src, "Other results (%s)" % src.name) + [
@@ -695,6 +716,7 @@ def main():
     rcl = [s for s in sources if is_recovery_cluster(s.doc)]
     kp = [s for s in sources if is_kueue_paths(s.doc)]
     ml = [s for s in sources if is_members_latency(s.doc)]
+    ds = [s for s in sources if is_data_sources(s.doc)]
 
     plots = []
     p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
@@ -751,6 +773,8 @@ def main():
             md += kueue_paths_section(s)
         elif s in ml:
             md += members_latency_section(s)
+        elif s in ds:
+            md += data_sources_section(s)
         else:
             md += unknown_section(s)
     os.makedirs(a.out, exist_ok=True)

@@ -215,6 +215,18 @@ reference-layers:
 .PHONY: bench-trainer reference-trainer reference-tfrecord reference-activations \
 	reference-layers
 
+# Benchmark: the data sources side by side (trainer/bench/bench_data.py): the same job
+# from IDX, npz, PNG TFRecords held decoded and streamed, raw uint8 TFRecords streamed and
+# GZIP TFRecords; samples/s against IDX's and peak RSS. The data sets are written by
+# NumPy and TensorFlow (trainer/bench/make_data.py) into $(BENCH_DATA_DIR), once.
+BENCH_DATA_DIR ?= $(BUILD)/bench-data
+BENCH_TARGETS += bench-data
+bench-data: $(TRAINER_BIN)
+	tf=$$(bash bench/pyvenv.sh venv-tf) && \
+	python3 trainer/bench/bench_data.py $(TRAINER_BIN) $$tf $(FASHION_DIR) $(BENCH_DATA_DIR) \
+	    bench/results/data.json
+.PHONY: bench-data
+
 # Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow
 # MultiWorkerMirroredStrategy (trainer/bench/bench_distributed.py); also 4 workers,
 # checkpoint cost and peak RSS. DIST_ROUNDS interleaved rounds, medians reported.

@@ -354,6 +354,7 @@ static cJSON *trainer_args(const JobSpec *s, const char *ckpt_dir)
                  s->image_shape[2]);
         rc |= add_arg(a, "--image-shape", shape);
     }
+    if (s->data_cache_mib >= 0) rc |= add_arg_int(a, "--data-cache-mib", s->data_cache_mib);
     if (s->shard_policy) rc |= add_arg(a, "--shard-policy", s->shard_policy);
     if (s->epochs >= 0) rc |= add_arg_int(a, "--epochs", s->epochs);
     if (s->steps_per_epoch >= 0) rc |= add_arg_int(a, "--steps-per-epoch", s->steps_per_epoch);

@@ -457,6 +457,8 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     if (read_str(spec, "dataset.imageFeature", &s->image_feature, err, errlen)) return -EINVAL;
     if (read_str(spec, "dataset.labelFeature", &s->label_feature, err, errlen)) return -EINVAL;
     if (read_shape(spec, "dataset.imageShape", s->image_shape, err, errlen)) return -EINVAL;
+    if (read_int(spec, "dataset.cacheMiB", 0, 1 << 30, -1, &v, err, errlen)) return -EINVAL;
+    s->data_cache_mib = (int)v;
     if (read_str(spec, "dataset.credentialsSecret", &s->data_secret, err, errlen)) return -EINVAL;
     if (s->data_secret && !dns1123_subdomain(s->data_secret))
         FAIL("spec.dataset.credentialsSecret: expected a Secret's name (lowercase letters, "

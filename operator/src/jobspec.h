@@ -78,6 +78,7 @@ typedef struct JobSpec {
     const char *image_feature; /* dataset.imageFeature, --image-feature; NULL: unset */
     const char *label_feature; /* dataset.labelFeature, --label-feature; NULL: unset */
     int image_shape[3];        /* dataset.imageShape, --image-shape H,W,C; 0s: unset */
+    int data_cache_mib;        /* dataset.cacheMiB, --data-cache-mib; -1: unset */
     const char *shard_policy;  /* NULL: the trainer's default */
     /* dataset.credentialsSecret: a Secret whose AWS_* keys become every pod's env, for
      * s3:// sources (desired.c, DATA_SECRET_KEYS); NULL: none */

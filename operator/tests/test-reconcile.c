@@ -3134,10 +3134,10 @@ static void test_elastic_pod(void **state)
     cJSON_Delete(job);
 }
 
-/* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature and imageShape
- * become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
- * --label-feature and --image-shape; unset, none of them is passed (the trainer's
- * defaults hold). */
+/* spec.dataset.source, evalSource, pixelScale, imageFeature, labelFeature, imageShape and
+ * cacheMiB become the trainer's --data, --eval-data, --pixel-scale, --image-feature,
+ * --label-feature, --image-shape and --data-cache-mib; unset, none of them is passed
+ * (the trainer's defaults hold). */
 static void test_data_source_args(void **state)
 {
     (void)state;
@@ -3149,7 +3149,7 @@ static void test_data_source_args(void **state)
                          NULL);
     cJSON *tfr = job_new("{\"workers\":1,\"dataset\":{\"source\":\"tfrecord:/d/train-*\","
                          "\"imageFeature\":\"image/encoded\",\"labelFeature\":\"image/class\","
-                         "\"imageShape\":[28,28,1]}}",
+                         "\"imageShape\":[28,28,1],\"cacheMiB\":0}}",
                          NULL);
     assert_int_equal(jobspec_parse(tfr, &s, err, sizeof err), 0);
     cJSON *pod = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, 0, 0);
@@ -3157,6 +3157,7 @@ static void test_data_source_args(void **state)
     assert_string_equal(arg_of(pod, "--image-feature"), "image/encoded");
     assert_string_equal(arg_of(pod, "--label-feature"), "image/class");
     assert_string_equal(arg_of(pod, "--image-shape"), "28,28,1");
+    assert_string_equal(arg_of(pod, "--data-cache-mib"), "0");
     cJSON_Delete(pod);
     cJSON_Delete(tfr);
     assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
@@ -3176,6 +3177,7 @@ static void test_data_source_args(void **state)
     assert_null(arg_of(pod, "--image-feature"));
     assert_null(arg_of(pod, "--label-feature"));
     assert_null(arg_of(pod, "--image-shape"));
+    assert_null(arg_of(pod, "--data-cache-mib"));
     cJSON_Delete(pod);
     cJSON_Delete(job);
     const char *bad[][2] = {
@@ -3187,6 +3189,8 @@ static void test_data_source_args(void **state)
         {"{\"dataset\":{\"imageShape\":[28,0,1]}}",
          "spec.dataset.imageShape: expected [H, W, C], three integers in [1, 65535]"},
         {"{\"dataset\":{\"labelFeature\":[]}}", "spec.dataset.labelFeature: expected a string"},
+        {"{\"dataset\":{\"cacheMiB\":-1}}",
+         "spec.dataset.cacheMiB: expected an integer in [0, 1073741824]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         job = job_new(bad[i][0], NULL);

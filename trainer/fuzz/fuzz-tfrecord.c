@@ -1,10 +1,12 @@
 /* libFuzzer target: TFRecord sources (tfrecord.c, image.c). The input's first byte picks
- * the options (bit 0: --image-shape 2,2,1, raw bytes or floats; else PNG/JPEG), the rest
+ * the options (bit 0: --image-shape 2,2,1, raw bytes or floats; else PNG/JPEG; bit 1:
+ * streamed, --data-cache-mib 0; else held decoded, the default cache), the rest
  * goes to a memfd read as tfrecord:/proc/self/fd/N: the compression sniffing and
  * inflation, the record framing and CRCs, the Example reader, the image decoders. The
  * rest is also parsed directly as one tf.train.Example, and every value of the features
  * found is read back. What opens must hold count examples of its shape and type, each
- * label in [0, 10); what fails must say why and hold nothing. */
+ * label in [0, 10), and read each one back unchanged; what fails must say why and hold
+ * nothing. */
 #include "source.h"
 #include "tfrecord.h"
 
@@ -63,18 +65,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(spec, sizeof spec, "tfrecord:/proc/self/fd/%d", fd);
     SourceOptions o = source_default_options;
     if (mode & 1) o.image_shape[0] = 2, o.image_shape[1] = 2, o.image_shape[2] = 1;
+    if (mode & 2) o.cache_bytes = 0;
     Source s;
     err[0] = '\0';
     if (source_open(&s, spec, SOURCE_TRAIN, 10, &o, err, sizeof err) == 0) {
-        const size_t item = s.type == SOURCE_F32 ? sizeof(float) : 1;
-        if (s.count == 0 || !s.images || !s.labels || s.h < 1 || s.w < 1 || s.c < 1) abort();
-        volatile uint8_t sink =
-            ((const uint8_t *)s.images)[s.count * source_example_size(&s) * item - 1];
-        (void)sink;
-        for (size_t i = 0; i < s.count; i++)
+        /* held or streamed, never both; streamed whenever the cache is 0 */
+        if (s.count == 0 || !s.records == !s.images || ((mode & 2) && !s.records) || !s.labels ||
+            s.h < 1 || s.w < 1 || s.c < 1)
+            abort();
+        float *x = malloc(source_example_size(&s) * sizeof *x);
+        for (size_t i = 0; i < s.count; i++) {
+            int32_t y;
             if (s.labels[i] < 0 || s.labels[i] >= 10) abort();
+            if (source_read_example(&s, i, PIXEL_RAW, x, &y, err, sizeof err) || y != s.labels[i])
+                abort();
+        }
+        free(x);
         source_free(&s);
-    } else if (!err[0] || s.images || s.labels) {
+    } else if (!err[0] || s.records || s.images || s.labels) {
         abort();
     }
     close(fd);

@@ -59,6 +59,10 @@ static const Option options[] = {
     {"image-shape", OPT_SHAPE, offsetof(Config, image_shape), 0, 0, 0,
      "H,W,C  tfrecord: the shape of raw uint8 bytes or a float_list (unset:\n"
      "                             PNG or JPEG, their shape read from each image)"},
+    {"data-cache-mib", OPT_INT, offsetof(Config, data_cache_mib), 0, 0, 1 << 30,
+     "N  tfrecord: hold the examples in memory, each image decoded once, when\n"
+     "                             they take at most N MiB decoded, else stream them, each\n"
+     "                             read and decoded when used (1024; 0: always stream)"},
     {"epochs", OPT_INT, offsetof(Config, epochs), 0, 1, 1e6, "N  (3)"},
     {"steps-per-epoch", OPT_INT, offsetof(Config, steps_per_epoch), 0, 0, 1e9,
      "N  (70); 0 = one pass over this worker's shard"},
@@ -140,6 +144,7 @@ static void defaults(Config *c)
     c->optimizer = OPT_SGD;
     c->lr = 0.001;
     c->shuffle_buffer = 60000;
+    c->data_cache_mib = SOURCE_CACHE_MIB_DEFAULT;
     c->shard_policy = SHARD_AUTO;
     c->seed = 1;
     strcpy(c->collective, "auto");

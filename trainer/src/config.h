@@ -23,6 +23,7 @@ typedef struct {
     char image_feature[256]; /* tfrecord: the image's feature (image) */
     char label_feature[256]; /* tfrecord: the label's feature (label) */
     int image_shape[3];      /* tfrecord: H, W, C of raw and float images; 0s: unset */
+    int data_cache_mib;      /* tfrecord: held decoded up to this size, else streamed */
     int epochs;
     int steps_per_epoch;      /* 0: one pass over this worker's shard */
     int per_worker_batch;

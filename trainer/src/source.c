@@ -19,7 +19,10 @@
 
 typedef enum { KIND_IDX, KIND_NPZ, KIND_NPY, KIND_TFRECORD } Kind;
 
-const SourceOptions source_default_options = {.image_feature = "image", .label_feature = "label"};
+const SourceOptions source_default_options = {.image_feature = "image",
+                                              .label_feature = "label",
+                                              .cache_bytes = (size_t)SOURCE_CACHE_MIB_DEFAULT
+                                                             << 20};
 
 /* A SOURCE string taken apart: the scheme, the path(s) (tfrecord: the patterns as
  * given), the npz keys ("" unless given). */
@@ -257,19 +260,34 @@ size_t source_example_size(const Source *s)
     return (size_t)s->h * (size_t)s->w * (size_t)s->c;
 }
 
+void source_to_float(const void *values, SourceType t, size_t n, PixelScale scale, float *x)
+{
+    if (t == SOURCE_F32) {
+        memcpy(x, values, n * sizeof *x);
+        return;
+    }
+    const uint8_t *img = values;
+    if (scale == PIXEL_UNIT)
+        for (size_t j = 0; j < n; j++) x[j] = (float)img[j] / 255.0f;
+    else
+        for (size_t j = 0; j < n; j++) x[j] = (float)img[j];
+}
+
+int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
+                        char *err, size_t errlen)
+{
+    if (s->records) return tfrecord_example(s, i, scale, x, y, err, errlen);
+    const size_t n = source_example_size(s);
+    const size_t bytes = s->type == SOURCE_F32 ? sizeof(float) : 1;
+    source_to_float((const uint8_t *)s->images + i * n * bytes, s->type, n, scale, x);
+    *y = s->labels[i];
+    return 0;
+}
+
 void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y)
 {
-    const size_t n = source_example_size(s);
-    if (s->type == SOURCE_F32) {
-        memcpy(x, (const float *)s->images + i * n, n * sizeof *x);
-    } else {
-        const uint8_t *img = (const uint8_t *)s->images + i * n;
-        if (scale == PIXEL_UNIT)
-            for (size_t j = 0; j < n; j++) x[j] = (float)img[j] / 255.0f;
-        else
-            for (size_t j = 0; j < n; j++) x[j] = (float)img[j];
-    }
-    *y = s->labels[i];
+    char err[1024];
+    if (source_read_example(s, i, scale, x, y, err, sizeof err)) util_fail(KT_EXIT_DATA, "%s", err);
 }
 
 const char *source_type_name(SourceType t)
@@ -303,5 +321,6 @@ void source_free(Source *s)
     if (!s) return;
     free(s->images);
     free(s->labels);
+    tfrecord_index_free(s->records);
     memset(s, 0, sizeof *s);
 }

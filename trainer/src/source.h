@@ -9,10 +9,11 @@
  *     tfrecord:PATTERN[,PATTERN...]  TFRecord files of tf.train.Example (globs), their
  *                           features named by SourceOptions
  * Each format is read by its own module (idx.c, npy.c, tfrecord.c); the pipeline, the
- * shuffle and
- * the sharding see only the shape, the size and examples by position. The examples
- * stay in memory as the source holds them (uint8 or float32) and are converted to the
- * model's float32 one at a time. */
+ * shuffle and the sharding see only the shape, the size and examples by position. IDX and
+ * NumPy examples stay in memory as the source holds them (uint8 or float32); so do a
+ * TFRecord source's, decoded, when they fit SourceOptions.cache_bytes, else it keeps
+ * where each example's record is and reads it on demand (tfrecord.h). Either is
+ * converted to the model's float32 one example at a time. */
 #ifndef KT_SOURCE_H
 #define KT_SOURCE_H
 
@@ -29,14 +30,18 @@ typedef enum { PIXEL_UNIT = 0, PIXEL_RAW } PixelScale;
 
 #define SOURCE_NAME_MAX 4400
 
+typedef struct TfrecordIndex TfrecordIndex;
+
 typedef struct {
     char images_at[SOURCE_NAME_MAX]; /* the file (and key) of the images, for messages */
     char labels_at[SOURCE_NAME_MAX]; /* and of the labels */
     size_t count;
     int h, w, c;
     SourceType type;
-    void *images;    /* count x h x w x c of type */
+    void *images;    /* count x h x w x c of type; NULL for a streamed TFRecord source */
     int32_t *labels; /* count, each in [0, num_classes) */
+    TfrecordIndex *records; /* a streamed TFRecord source: its files and each example's
+                             * record; NULL when its examples are held in images */
 } Source;
 
 /* How a TFRecord source finds its examples in each tf.train.Example. */
@@ -49,9 +54,17 @@ typedef struct {
      * files than file_shards is an error naming both counts. An idx, npz or npy source is
      * one file. */
     int file_shard, file_shards;
+    /* A TFRecord source whose examples, decoded, take at most this many bytes is held in
+     * memory decoded (each image decoded once, at open); a larger one, or any with 0, is
+     * streamed (tfrecord.h). */
+    size_t cache_bytes;
 } SourceOptions;
 
-/* The defaults: features "image" and "label" (as TFDS names them), no image shape. */
+/* 1024 MiB: the default of cache_bytes (--data-cache-mib). */
+#define SOURCE_CACHE_MIB_DEFAULT 1024
+
+/* The defaults: features "image" and "label" (as TFDS names them), no image shape, a
+ * cache of SOURCE_CACHE_MIB_DEFAULT. */
 extern const SourceOptions source_default_options;
 
 /* Checks the syntax of a SOURCE string (the scheme and its parts), without opening
@@ -63,10 +76,11 @@ int source_check_spec(const char *spec, char *err, size_t errlen);
  * Returns 0, or -ENOENT for a source that holds one set of examples (npy, tfrecord). */
 int source_eval_spec(const char *spec, char *out, size_t outlen);
 
-/* Opens spec for role, reading its examples into memory and checking their shapes,
- * dtypes and that every label is in [0, num_classes); o (NULL: the defaults) is read by
- * tfrecord sources. Returns 0, or a negative errno with one line in err naming the file,
- * key (or record and feature), and what was expected. Free with source_free. */
+/* Opens spec for role, checking every example's shape and dtype and that every label is
+ * in [0, num_classes): an idx, npz or npy source is read into memory, a tfrecord source
+ * held decoded or indexed (tfrecord_open); o (NULL: the defaults) is read by tfrecord
+ * sources. Returns 0, or a negative errno with one line in err naming the file, key (or
+ * record and feature), and what was expected. Free with source_free. */
 int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
                 const SourceOptions *o, char *err, size_t errlen);
 
@@ -74,8 +88,19 @@ int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
 size_t source_example_size(const Source *s);
 
 /* Example i (< count) as the model takes it: x gets source_example_size floats, *y the
- * label. */
+ * label. Reentrant: the prefetch thread and the evaluation read examples at once. Returns
+ * 0, or (a TFRecord file changed since it was opened, or cannot be read) a negative errno
+ * with one line in err naming the file and the record's byte offset. */
+int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
+                        char *err, size_t errlen);
+
+/* source_read_example for the training loop: a failure exits 3 with its message, as bad
+ * data found at start-up does. */
 void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y);
+
+/* n values of type t (uint8 or float32) as the model's float32 into x: uint8 as v/255
+ * (PIXEL_UNIT) or v (PIXEL_RAW), float32 unchanged. */
+void source_to_float(const void *values, SourceType t, size_t n, PixelScale scale, float *x);
 
 /* "uint8" or "float32". */
 const char *source_type_name(SourceType t);
@@ -86,7 +111,8 @@ int source_parse_shape(const char *v, int shape[3]);
 /* Parses "unit" or "raw"; returns 0 or -EINVAL. */
 int source_parse_pixel_scale(const char *v, PixelScale *out);
 
-/* Frees the arrays; NULL or an empty source is a no-op. */
+/* Frees the arrays and closes a TFRecord source's files; NULL or an empty source is a
+ * no-op. */
 void source_free(Source *s);
 
 #endif

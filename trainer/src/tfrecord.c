@@ -1,12 +1,15 @@
 #include "tfrecord.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "image.h"
@@ -56,11 +59,10 @@ static uint32_t le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-int tfrecord_next(TfrecordReader *r, const uint8_t **data, size_t *n, char *err, size_t errlen)
+/* Checks the 12-byte header of a record at p, left bytes before the end of its file: 0
+ * with its data's length in *len, or -EINVAL with one line in err. */
+static int check_header(const uint8_t *p, size_t left, uint64_t *len, char *err, size_t errlen)
 {
-    const size_t left = r->len - r->pos;
-    const uint8_t *p = r->buf + r->pos;
-    if (left == 0) return 0;
     if (left < 12) {
         snprintf(err, errlen,
                  "truncated record: %zu bytes at the end (expected 12 or more: a length, its "
@@ -68,7 +70,7 @@ int tfrecord_next(TfrecordReader *r, const uint8_t **data, size_t *n, char *err,
                  left);
         return -EINVAL;
     }
-    const uint64_t len = le64(p);
+    *len = le64(p);
     const uint32_t want = le32(p + 8), got = tfrecord_masked_crc(p, 8);
     if (want != got) {
         snprintf(err, errlen,
@@ -76,20 +78,34 @@ int tfrecord_next(TfrecordReader *r, const uint8_t **data, size_t *n, char *err,
                  want);
         return -EINVAL;
     }
-    if (len > left - 12 || left - 12 - len < 4) {
+    if (*len > left - 12 || left - 12 - *len < 4) {
         snprintf(err, errlen,
                  "truncated record: %zu bytes after its header (expected %llu of data and 4 "
                  "of CRC)",
-                 left - 12, (unsigned long long)len);
+                 left - 12, (unsigned long long)*len);
         return -EINVAL;
     }
-    const uint32_t dwant = le32(p + 12 + len), dgot = tfrecord_masked_crc(p + 12, (size_t)len);
-    if (dwant != dgot) {
-        snprintf(err, errlen,
-                 "corrupt record: the data's masked CRC-32C is %08x, the file says %08x", dgot,
-                 dwant);
+    return 0;
+}
+
+/* Checks the masked CRC-32C in the 4 bytes after the n bytes of data at p. */
+static int check_data(const uint8_t *p, size_t n, char *err, size_t errlen)
+{
+    const uint32_t want = le32(p + n), got = tfrecord_masked_crc(p, n);
+    if (want == got) return 0;
+    snprintf(err, errlen, "corrupt record: the data's masked CRC-32C is %08x, the file says %08x",
+             got, want);
+    return -EINVAL;
+}
+
+int tfrecord_next(TfrecordReader *r, const uint8_t **data, size_t *n, char *err, size_t errlen)
+{
+    const size_t left = r->len - r->pos;
+    const uint8_t *p = r->buf + r->pos;
+    uint64_t len;
+    if (left == 0) return 0;
+    if (check_header(p, left, &len, err, errlen) || check_data(p + 12, (size_t)len, err, errlen))
         return -EINVAL;
-    }
     *data = p + 12;
     *n = (size_t)len;
     r->pos += 12 + (size_t)len + 4;
@@ -372,14 +388,34 @@ const char *tfrecord_kind_name(TfrKind k)
 
 typedef enum { COMP_NONE = 0, COMP_GZIP, COMP_ZLIB } Compression;
 
-/* One file's records, uncompressed in memory. */
+/* One file of the source. An uncompressed local file is streamed: fd stays open and an
+ * example's record is read with pread when the example is wanted. Compressed data cannot
+ * be read at an offset, so a GZIP or ZLIB file is held: buf keeps its inflated records;
+ * so is an object of object storage, which remote.c reads whole. */
 typedef struct {
-    const char *path;
-    const char *name; /* the path for messages: a URL as remote_redact shows it */
+    char *path;
+    char *name; /* the path for messages: a URL as remote_redact shows it */
     Compression comp;
-    uint8_t *buf;
+    int fd;       /* >= 0: streamed, len bytes long at open */
+    uint8_t *buf; /* else held: its uncompressed records, len bytes */
     size_t len;
 } File;
+
+/* Where an example's record is: its file, the byte offset of its header (in the
+ * uncompressed data) and its data's length. */
+typedef struct {
+    uint64_t off;
+    uint32_t file, len;
+} RecordAt;
+
+struct TfrecordIndex {
+    File *files;
+    size_t nfiles;
+    RecordAt *at; /* one per example of the source */
+    size_t at_cap;
+    char *image_feature, *label_feature;
+    int image_shape[3];
+};
 
 /* Grows *buf (of *cap bytes) to hold at least need bytes; -ENOMEM when it cannot. */
 static int grow(uint8_t **buf, size_t *cap, size_t need)
@@ -396,6 +432,21 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* Up to n bytes at byte off of fd into buf: the count (short at the end of the file), or
+ * a negative errno. */
+static ssize_t read_at(int fd, uint8_t *buf, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -errno;
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
 static int read_whole(File *f, char *err, size_t errlen)
 {
     if (remote_is_url(f->path)) return remote_read(f->path, &f->buf, &f->len, err, errlen);
@@ -407,6 +458,7 @@ static int read_whole(File *f, char *err, size_t errlen)
     }
     size_t cap = 0;
     int rc = 0;
+    f->len = 0;
     for (;;) {
         if ((rc = grow(&f->buf, &cap, f->len + READ_CHUNK))) break;
         size_t k = fread(f->buf + f->len, 1, READ_CHUNK, fp);
@@ -495,14 +547,19 @@ static int inflate_file(File *f, char *err, size_t errlen)
 
 /* ---------------------------------------------------------------- the source */
 
-/* The source being built, and where its first example came from. */
+/* The source being built, and where its first example came from. While the examples
+ * decoded still fit cache_bytes, held collects them (held_len bytes); past it, held is
+ * freed and the source streams. */
 typedef struct {
     Source *s;
-    const SourceOptions *o;
+    TfrecordIndex *ix;
     int num_classes;
-    size_t images_cap, labels_cap; /* bytes */
+    size_t labels_cap; /* bytes */
     char first_at[512];
-    ImageFormat first_format;
+    size_t cache_bytes;
+    int holding;
+    uint8_t *held;
+    size_t held_len, held_cap;
 } Build;
 
 /* Where a record is, and the feature a message is about: "FILE: record at byte N:
@@ -528,35 +585,28 @@ static void quote(char *out, size_t outlen, const char *name)
     snprintf(out, outlen, "'%.200s'", name);
 }
 
-/* Appends n bytes to the source's images. */
-static int append_images(Build *b, const void *p, size_t n)
-{
-    size_t have =
-        b->s->count * source_example_size(b->s) * (b->s->type == SOURCE_F32 ? sizeof(float) : 1);
-    uint8_t *buf = b->s->images;
-    if (grow(&buf, &b->images_cap, have + n)) return -ENOMEM;
-    b->s->images = buf;
-    memcpy(buf + have, p, n);
-    return 0;
-}
+/* An example's image: its shape and type, and its uint8 values, decoded (the caller
+ * frees decoded) or the raw bytes inside the record; a float_list's values are read
+ * from the feature with tfrecord_floats. */
+typedef struct {
+    int h, w, c;
+    SourceType type;
+    const uint8_t *u8;
+    uint8_t *decoded;
+} Image;
 
-/* The image of one example into the source: its pixels or floats, checked against the
- * first example's shape and type. */
-static int add_image(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
-                     size_t errlen)
+/* The image feature of one record as ix's options describe it, checked and decoded. */
+static int image_of(const TfrecordIndex *ix, const File *f, size_t off, const TfrFeature *feat,
+                    Image *im, char *err, size_t errlen)
 {
-    const SourceOptions *o = b->o;
-    Source *s = b->s;
     char name[210];
-    quote(name, sizeof name, o->image_feature);
-    const int *shape = o->image_shape;
+    quote(name, sizeof name, ix->image_feature);
+    const int *shape = ix->image_shape;
     const size_t want = (size_t)shape[0] * (size_t)shape[1] * (size_t)shape[2];
-    int h = shape[0], w = shape[1], c = shape[2], rc;
-    SourceType type = feat->kind == TFR_FLOAT_LIST ? SOURCE_F32 : SOURCE_U8;
-    ImageFormat format = IMAGE_UNKNOWN;
-    uint8_t *pixels = NULL;
     const uint8_t *p = NULL;
     size_t n = 0;
+    *im = (Image){.h = shape[0], .w = shape[1], .c = shape[2]};
+    im->type = feat->kind == TFR_FLOAT_LIST ? SOURCE_F32 : SOURCE_U8;
     if (feat->kind == TFR_MISSING)
         return fail_at(err, errlen, f, off, name,
                        "missing (name the image's feature with --image-feature)");
@@ -573,53 +623,77 @@ static int add_image(Build *b, const File *f, size_t off, const TfrFeature *feat
                        "a float_list of %zu values (give its shape with --image-shape H,W,C)",
                        feat->count);
     if (want && (feat->kind == TFR_FLOAT_LIST ? feat->count : n) != want) {
-        format = image_format(p, n);
-        return fail_at(
-            err, errlen, f, off, name, "a %s of %zu values, but --image-shape %d,%d,%d makes %zu%s",
-            tfrecord_kind_name(feat->kind), feat->kind == TFR_FLOAT_LIST ? feat->count : n, h, w, c,
-            want, format ? " (it is an encoded image: leave --image-shape out)" : "");
-    }
-    if (!want) {
-        format = image_format(p, n);
-        if ((rc = image_decode(p, n, MAX_IMAGE_PIXELS, &pixels, &h, &w, &c, err, errlen)) < 0) {
-            char why[400];
-            snprintf(why, sizeof why, "%s", err);
-            return fail_at(err, errlen, f, off, name, "%s%s", why,
-                           format ? "" : " (raw pixels need --image-shape H,W,C)");
-        }
-    }
-    if (s->count == 0) {
-        s->h = h, s->w = w, s->c = c, s->type = type;
-        b->first_format = format;
-        snprintf(b->first_at, sizeof b->first_at, "%.300s, record at byte %zu", f->name, off);
-    } else if (h != s->h || w != s->w || c != s->c || type != s->type) {
-        free(pixels);
+        const ImageFormat format = image_format(p, n);
         return fail_at(err, errlen, f, off, name,
-                       "a %dx%dx%d %s image, but the first example's (%s) is %dx%dx%d %s: every "
-                       "example needs the same shape",
-                       h, w, c, source_type_name(type), b->first_at, s->h, s->w, s->c,
-                       source_type_name(s->type));
+                       "a %s of %zu values, but --image-shape %d,%d,%d makes %zu%s",
+                       tfrecord_kind_name(feat->kind),
+                       feat->kind == TFR_FLOAT_LIST ? feat->count : n, shape[0], shape[1], shape[2],
+                       want, format ? " (it is an encoded image: leave --image-shape out)" : "");
     }
-    const size_t size = (size_t)h * (size_t)w * (size_t)c;
-    if (type == SOURCE_F32) {
-        float *x = malloc(size * sizeof *x);
-        rc = x ? 0 : -ENOMEM;
-        if (x) tfrecord_floats(feat, x);
-        if (x) rc = append_images(b, x, size * sizeof *x);
-        free(x);
-    } else {
-        rc = append_images(b, pixels ? pixels : p, size);
+    im->u8 = p;
+    if (want) return 0;
+    const ImageFormat format = image_format(p, n);
+    if (image_decode(p, n, MAX_IMAGE_PIXELS, &im->decoded, &im->h, &im->w, &im->c, err, errlen) <
+        0) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", err);
+        return fail_at(err, errlen, f, off, name, "%s%s", why,
+                       format ? "" : " (raw pixels need --image-shape H,W,C)");
     }
-    free(pixels);
-    if (rc) return fail_at(err, errlen, f, off, name, "out of memory for %zu examples", s->count);
+    im->u8 = im->decoded;
     return 0;
+}
+
+/* Appends the values of image im (of feature feat) to b->held while they fit the cache;
+ * the first that does not (or finds no memory) stops holding, so that the open never
+ * holds more than the cache and the source streams. */
+static void hold_image(Build *b, const TfrFeature *feat, const Image *im)
+{
+    const size_t n = (size_t)im->h * (size_t)im->w * (size_t)im->c,
+                 bytes = n * (im->type == SOURCE_F32 ? sizeof(float) : 1);
+    if (b->holding && (b->held_len + bytes > b->cache_bytes ||
+                       grow(&b->held, &b->held_cap, b->held_len + bytes))) {
+        free(b->held);
+        b->held = NULL, b->held_len = b->held_cap = 0, b->holding = 0;
+    }
+    if (!b->holding) return;
+    if (im->type == SOURCE_F32) tfrecord_floats(feat, (float *)(void *)(b->held + b->held_len));
+    else memcpy(b->held + b->held_len, im->u8, bytes);
+    b->held_len += bytes;
+}
+
+/* Checks one example's image at open: it decodes, and has the first example's shape and
+ * type. Its values are kept in b->held while the cache holds them; else the example is
+ * read again when it is wanted. */
+static int check_image(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
+                       size_t errlen)
+{
+    Source *s = b->s;
+    Image im;
+    int rc = image_of(b->ix, f, off, feat, &im, err, errlen);
+    if (rc) return rc;
+    if (s->count == 0) {
+        s->h = im.h, s->w = im.w, s->c = im.c, s->type = im.type;
+        snprintf(b->first_at, sizeof b->first_at, "%.300s, record at byte %zu", f->name, off);
+    } else if (im.h != s->h || im.w != s->w || im.c != s->c || im.type != s->type) {
+        char name[210];
+        quote(name, sizeof name, b->ix->image_feature);
+        rc = fail_at(err, errlen, f, off, name,
+                     "a %dx%dx%d %s image, but the first example's (%s) is %dx%dx%d %s: every "
+                     "example needs the same shape",
+                     im.h, im.w, im.c, source_type_name(im.type), b->first_at, s->h, s->w, s->c,
+                     source_type_name(s->type));
+    }
+    if (!rc) hold_image(b, feat, &im);
+    free(im.decoded);
+    return rc;
 }
 
 static int add_label(Build *b, const File *f, size_t off, const TfrFeature *feat, char *err,
                      size_t errlen)
 {
     char name[210];
-    quote(name, sizeof name, b->o->label_feature);
+    quote(name, sizeof name, b->ix->label_feature);
     if (feat->kind == TFR_MISSING)
         return fail_at(err, errlen, f, off, name,
                        "missing (name the label's feature with --label-feature)");
@@ -641,32 +715,206 @@ static int add_label(Build *b, const File *f, size_t off, const TfrFeature *feat
     return 0;
 }
 
-/* Every record of file f into the source. */
-static int add_file(Build *b, File *f, char *err, size_t errlen)
+/* One record of the last file of ix, at byte off: checks its example, keeps its label and
+ * where it is. */
+static int add_record(Build *b, size_t off, const uint8_t *rec, size_t n, char *err, size_t errlen)
 {
-    int rc;
-    if ((rc = read_whole(f, err, errlen))) return rc;
-    f->comp = detect(f->buf, f->len);
-    if (f->comp && (rc = inflate_file(f, err, errlen))) return rc;
-    TfrecordReader r = {f->buf, f->len, 0};
-    const char *names[2] = {b->o->image_feature, b->o->label_feature};
+    TfrecordIndex *ix = b->ix;
+    const File *f = &ix->files[ix->nfiles - 1];
+    const char *names[2] = {ix->image_feature, ix->label_feature};
     TfrFeature feats[2];
+    char why[400];
+    int rc;
+    if (n > UINT32_MAX)
+        return fail_at(err, errlen, f, off, NULL,
+                       "a record of %zu bytes (a tf.train.Example is under 2 GiB)", n);
+    if (tfrecord_parse_example(rec, n, names, 2, feats, why, sizeof why))
+        return fail_at(err, errlen, f, off, NULL, "%s", why);
+    if ((rc = check_image(b, f, off, &feats[0], err, errlen)) ||
+        (rc = add_label(b, f, off, &feats[1], err, errlen)))
+        return rc;
+    uint8_t *at = (uint8_t *)ix->at;
+    if (grow(&at, &ix->at_cap, (b->s->count + 1) * sizeof *ix->at))
+        return fail_at(err, errlen, f, off, NULL, "out of memory for %zu examples", b->s->count);
+    ix->at = (RecordAt *)(void *)at;
+    ix->at[b->s->count] =
+        (RecordAt){.off = off, .file = (uint32_t)(ix->nfiles - 1), .len = (uint32_t)n};
+    b->s->count++;
+    return 0;
+}
+
+/* The bytes [start, start + n) of a streamed file, read a chunk at a time for the pass at
+ * open. */
+typedef struct {
+    uint8_t *buf;
+    size_t cap, start, n;
+} Window;
+
+/* Bytes [off, off + need) of streamed file f (need <= f->len - off) from w, read when
+ * they are not there: NULL with one line in err when the file cannot be read or has
+ * shrunk. */
+static const uint8_t *window_at(Window *w, const File *f, size_t off, size_t need, char *err,
+                                size_t errlen)
+{
+    if (off >= w->start && off + need <= w->start + w->n) return w->buf + (off - w->start);
+    size_t want = need > READ_CHUNK ? need : READ_CHUNK;
+    if (want > f->len - off) want = f->len - off;
+    if (grow(&w->buf, &w->cap, want)) {
+        snprintf(err, errlen, "%s: out of memory for %zu bytes at byte %zu", f->name, want, off);
+        return NULL;
+    }
+    const ssize_t k = read_at(f->fd, w->buf, want, off);
+    w->start = off, w->n = k < 0 ? 0 : (size_t)k;
+    if (k < 0) snprintf(err, errlen, "%s: cannot read at byte %zu: %s", f->name, off, strerror(-k));
+    else if ((size_t)k < need)
+        snprintf(err, errlen, "%s: shorter than its %zu bytes while being read (at byte %zu)",
+                 f->name, f->len, off);
+    return w->n >= need ? w->buf : NULL;
+}
+
+/* Every record of streamed file f, read in order and checked as tfrecord_next does. */
+static int scan_streamed(Build *b, const File *f, char *err, size_t errlen)
+{
+    Window w = {0};
+    char why[400];
+    int rc = 0;
+    for (size_t off = 0; off < f->len && !rc;) {
+        const size_t left = f->len - off;
+        uint64_t len;
+        const uint8_t *p = window_at(&w, f, off, left < 12 ? left : 12, err, errlen);
+        if (!p) rc = -EIO;
+        else if (check_header(p, left, &len, why, sizeof why))
+            rc = fail_at(err, errlen, f, off, NULL, "%s", why);
+        else if (!(p = window_at(&w, f, off, 16 + (size_t)len, err, errlen))) rc = -EIO;
+        else if (check_data(p + 12, (size_t)len, why, sizeof why))
+            rc = fail_at(err, errlen, f, off, NULL, "%s", why);
+        else rc = add_record(b, off, p + 12, (size_t)len, err, errlen);
+        if (!rc) off += 16 + (size_t)len;
+    }
+    free(w.buf);
+    return rc;
+}
+
+/* Every record of held file f. */
+static int scan_held(Build *b, const File *f, char *err, size_t errlen)
+{
+    TfrecordReader r = {f->buf, f->len, 0};
     const uint8_t *rec;
     size_t n;
     char why[400];
     for (;;) {
         const size_t off = r.pos;
-        if ((rc = tfrecord_next(&r, &rec, &n, why, sizeof why)) <= 0) {
-            if (rc < 0) fail_at(err, errlen, f, off, NULL, "%s", why);
-            return rc;
-        }
-        if (tfrecord_parse_example(rec, n, names, 2, feats, why, sizeof why))
-            return fail_at(err, errlen, f, off, NULL, "%s", why);
-        if ((rc = add_image(b, f, off, &feats[0], err, errlen)) ||
-            (rc = add_label(b, f, off, &feats[1], err, errlen)))
-            return rc;
-        b->s->count++;
+        int rc = tfrecord_next(&r, &rec, &n, why, sizeof why);
+        if (rc < 0) return fail_at(err, errlen, f, off, NULL, "%s", why);
+        if (rc == 0) return 0;
+        if ((rc = add_record(b, off, rec, n, err, errlen))) return rc;
     }
+}
+
+/* Opens file path of the source (name: as messages show it) as its next file, streamed
+ * or held, and indexes its records. */
+static int add_file(Build *b, const char *path, const char *name, char *err, size_t errlen)
+{
+    TfrecordIndex *ix = b->ix;
+    File *f = &ix->files[ix->nfiles++];
+    *f = (File){.path = xstrdup(path), .name = xstrdup(name), .fd = -1};
+    if (!remote_is_url(path)) {
+        struct stat st;
+        uint8_t head[12];
+        f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (f->fd < 0 || fstat(f->fd, &st) < 0) {
+            int e = errno;
+            snprintf(err, errlen, "%s: cannot open: %s", f->name, strerror(e));
+            return -e;
+        }
+        f->len = (size_t)st.st_size;
+        const ssize_t k = read_at(f->fd, head, sizeof head, 0);
+        if (k < 0) {
+            snprintf(err, errlen, "%s: cannot read: %s", f->name, strerror((int)-k));
+            return (int)k;
+        }
+        if (detect(head, (size_t)k) == COMP_NONE) return scan_streamed(b, f, err, errlen);
+        close(f->fd);
+        f->fd = -1;
+    }
+    int rc;
+    if ((rc = read_whole(f, err, errlen))) return rc;
+    f->comp = detect(f->buf, f->len);
+    if (f->comp && (rc = inflate_file(f, err, errlen))) return rc;
+    return scan_held(b, f, err, errlen);
+}
+
+int tfrecord_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y, char *err,
+                     size_t errlen)
+{
+    const TfrecordIndex *ix = s->records;
+    const RecordAt *r = &ix->at[i];
+    const File *f = &ix->files[r->file];
+    const size_t total = 16 + (size_t)r->len;
+    uint8_t *own = NULL;
+    const uint8_t *p = f->fd < 0 ? f->buf + r->off : NULL;
+    char why[400] = "";
+    if (f->fd >= 0) {
+        /* A record of a streamed file was checked at open; the file may have changed
+         * since, so its framing and CRCs are checked again. */
+        uint64_t len;
+        own = malloc(total);
+        const ssize_t k = own ? read_at(f->fd, own, total, r->off) : -ENOMEM;
+        if (k < 0) {
+            snprintf(err, errlen, "%s: cannot read the record at byte %zu: %s", f->name,
+                     (size_t)r->off, strerror((int)-k));
+            free(own);
+            return (int)k;
+        }
+        if ((size_t)k < total) snprintf(why, sizeof why, "%zd of its %zu bytes are left", k, total);
+        else if (!check_header(own, total, &len, why, sizeof why) && len != r->len)
+            snprintf(why, sizeof why, "its length says %llu bytes of data, it had %u",
+                     (unsigned long long)len, r->len);
+        else if (!*why) check_data(own + 12, r->len, why, sizeof why);
+        p = own;
+    }
+    const char *names[2] = {ix->image_feature, ix->label_feature};
+    TfrFeature feats[2];
+    Image im = {0};
+    if (!*why && tfrecord_parse_example(p + 12, r->len, names, 2, feats, why, sizeof why) == 0 &&
+        image_of(ix, f, r->off, &feats[0], &im, why, sizeof why) == 0) {
+        int64_t label = -1;
+        if (feats[1].kind == TFR_INT64_LIST && feats[1].count == 1)
+            tfrecord_int64s(&feats[1], &label);
+        if (im.h != s->h || im.w != s->w || im.c != s->c || im.type != s->type)
+            snprintf(why, sizeof why, "a %dx%dx%d %s image where it had %dx%dx%d %s", im.h, im.w,
+                     im.c, source_type_name(im.type), s->h, s->w, s->c, source_type_name(s->type));
+        else if (label != s->labels[i])
+            snprintf(why, sizeof why, "label %lld where it had %d", (long long)label, s->labels[i]);
+    }
+    if (!*why) {
+        if (im.type == SOURCE_F32) tfrecord_floats(&feats[0], x);
+        else source_to_float(im.u8, SOURCE_U8, source_example_size(s), scale, x);
+        *y = s->labels[i];
+    }
+    free(im.decoded);
+    free(own);
+    if (!*why) return 0;
+    return fail_at(err, errlen, f, r->off, NULL,
+                   "the file changed since the trainer opened it (%s): a job's data files must "
+                   "not change while it runs",
+                   why);
+}
+
+void tfrecord_index_free(TfrecordIndex *ix)
+{
+    if (!ix) return;
+    for (size_t i = 0; i < ix->nfiles; i++) {
+        if (ix->files[i].fd >= 0) close(ix->files[i].fd);
+        free(ix->files[i].buf);
+        free(ix->files[i].path);
+        free(ix->files[i].name);
+    }
+    free(ix->files);
+    free(ix->at);
+    free(ix->image_feature);
+    free(ix->label_feature);
+    free(ix);
 }
 
 static int by_name(const void *a, const void *b)
@@ -737,10 +985,37 @@ static int list_files(const char *patterns, char ***names, size_t *n, char *err,
     return rc;
 }
 
+/* Ends the open of b's source: its examples held decoded in s->images when they all fit
+ * the cache (the files closed, the index freed), else streamed; says which. */
+static void hold_or_stream(Build *b, const char *shown)
+{
+    Source *s = b->s;
+    const double mib = 1 << 20, bytes = (double)(s->count * source_example_size(s)) *
+                                        (s->type == SOURCE_F32 ? sizeof(float) : 1);
+    if (b->holding) {
+        s->images = b->held;
+        tfrecord_index_free(s->records);
+        s->records = NULL;
+    }
+    util_log("tfrecord:%.200s: %zu examples, %.1f MiB decoded: %s (--data-cache-mib %.0f)", shown,
+             s->count, bytes / mib,
+             b->holding ? "held in memory, decoded once" : "streamed, decoded when read",
+             (double)b->cache_bytes / mib);
+}
+
 int tfrecord_open(Source *s, const char *patterns, int num_classes, const SourceOptions *o,
                   char *err, size_t errlen)
 {
-    Build b = {.s = s, .o = o, .num_classes = num_classes};
+    TfrecordIndex *ix = xcalloc(1, sizeof *ix);
+    ix->image_feature = xstrdup(o->image_feature);
+    ix->label_feature = xstrdup(o->label_feature);
+    memcpy(ix->image_shape, o->image_shape, sizeof ix->image_shape);
+    s->records = ix;
+    Build b = {.s = s,
+               .ix = ix,
+               .num_classes = num_classes,
+               .cache_bytes = o->cache_bytes,
+               .holding = o->cache_bytes > 0};
     char shown[4096];
     remote_redact(patterns, shown, sizeof shown);
     snprintf(s->images_at, sizeof s->images_at, "tfrecord:%.4000s feature '%.200s'", shown,
@@ -760,6 +1035,7 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
                  shown, files, step);
         rc = -EINVAL;
     }
+    if (!rc) ix->files = xcalloc((files - first + step - 1) / step, sizeof *ix->files);
     size_t mine = 0, used = 0;
     char which[128] = "";
     for (size_t i = first; i < files && !rc; i += step, mine++) {
@@ -770,9 +1046,7 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
             used += (size_t)snprintf(which + used, sizeof which - used, ", ...");
         char name[4096];
         remote_redact(names[i], name, sizeof name);
-        File f = {.path = names[i], .name = name};
-        rc = add_file(&b, &f, err, errlen);
-        free(f.buf);
+        rc = add_file(&b, names[i], name, err, errlen);
     }
     if (!rc && step > 1)
         util_log("file sharding: worker %zu of %zu reads files [%s] of %zu (by number from 0, "
@@ -784,5 +1058,7 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
         snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", shown, mine);
         rc = -EINVAL;
     }
+    if (!rc) hold_or_stream(&b, shown);
+    else free(b.held);
     return rc;
 }

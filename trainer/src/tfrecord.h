@@ -1,5 +1,13 @@
-/* tfrecord — TFRecord files of tf.train.Example as a source (source.h), read whole into
- * memory at start-up.
+/* tfrecord — TFRecord files of tf.train.Example as a source (source.h), streamed.
+ *
+ * At open, one pass over every file checks each record (framing, CRCs, the Example, its
+ * image and label). When the examples decoded fit SourceOptions.cache_bytes, that pass
+ * keeps their pixels (s->images, as an IDX source holds them) and nothing of the files.
+ * Else it keeps only each label and where its record is (16 bytes), and an example is
+ * read again when the pipeline wants it: from an uncompressed local file by pread, so
+ * memory does not grow with the data; GZIP and ZLIB files (which cannot be read at an
+ * offset) and objects of object storage are held in memory as their uncompressed records.
+ * Its image is decoded then, on the caller's thread.
  *
  * A TFRecord file is a sequence of records, each
  *     uint64 length, uint32 masked CRC-32C of those 8 bytes, length bytes of data,
@@ -64,12 +72,24 @@ const char *tfrecord_kind_name(TfrKind k);
 
 /* Opens the TFRecord source of patterns ("PATTERN[,PATTERN...]", globs: each pattern's
  * matches sorted by name, the patterns in the order given) into s: every record of every
- * file, its image (o->image_feature) and label (o->label_feature) as source.h describes.
+ * file, its image (o->image_feature) and label (o->label_feature) as source.h describes,
+ * checked, and indexed in s->records (the files stay open until source_free).
  * Returns 0, or a negative errno with one line in err naming the file, the record's byte
  * offset and the feature: a pattern that matches nothing, a file that cannot be read, a
  * corrupt or truncated record, a missing or mistyped feature, an image that cannot be
  * decoded or has another shape than the first, a label outside [0, num_classes). */
 int tfrecord_open(Source *s, const char *patterns, int num_classes, const SourceOptions *o,
                   char *err, size_t errlen);
+
+/* Example i of the TFRecord source s, as source_read_example describes: its record read
+ * again (a streamed file's framing and CRCs checked again), its image decoded into x.
+ * Reentrant. A record that is no longer what open found (the file truncated or
+ * rewritten since) returns -EINVAL with one line in err naming the file and the record's
+ * byte offset. */
+int tfrecord_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y, char *err,
+                     size_t errlen);
+
+/* Closes the files of ix and frees it; NULL is a no-op. */
+void tfrecord_index_free(TfrecordIndex *ix);
 
 #endif

@@ -117,7 +117,8 @@ static int open_train(const Trainer *t, Source *s, int rank, int world, char *er
         .label_feature = cfg->label_feature,
         .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]},
         .file_shard = by_file ? rank : 0,
-        .file_shards = by_file ? world : 0};
+        .file_shards = by_file ? world : 0,
+        .cache_bytes = (size_t)cfg->data_cache_mib << 20};
     return source_open(s, cfg->data, SOURCE_TRAIN, (int)t->model->num_classes, &so, err, errlen);
 }
 
@@ -169,7 +170,8 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     const SourceOptions so = {
         .image_feature = cfg->image_feature,
         .label_feature = cfg->label_feature,
-        .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]}};
+        .image_shape = {cfg->image_shape[0], cfg->image_shape[1], cfg->image_shape[2]},
+        .cache_bytes = (size_t)cfg->data_cache_mib << 20};
     if ((rc = open_train(t, &t->train, coll->rank, coll->world, err, errlen)) ||
         (cfg->eval &&
          (rc = source_open(&t->test, cfg->eval_data, SOURCE_EVAL, k, &so, err, errlen)))) {

@@ -2,7 +2,8 @@
 # TFRecord data through the real binary (the optimised build). Real TensorFlow writes
 # the first 4,000 images of Fashion-MNIST's training set as PNG TFRecords
 # (tf.io.encode_png, tf.train.Example, tf.io.TFRecordWriter, 4 shards of which one GZIP
-# and one ZLIB) and NumPy the same 4,000 as IDX files; one worker and `launch --workers 2`
+# and one ZLIB) and NumPy the same 4,000 as IDX files; one worker (the TFRecords held
+# decoded, and streamed with --data-cache-mib 0) and `launch --workers 2`
 # train to the weights hash of those IDX files (the same examples in the same order give
 # the same training, docs/design.md "The example interface"). A subset, because encoding
 # all 60,000 as PNG took TensorFlow minutes on 2 cores. Bad
@@ -98,6 +99,18 @@ h1=$(run_hash idx) h2=$(run_hash tfr)
 if [[ ${#h1} -eq 64 && $h1 == "$h2" ]]; then
   tap_ok "PNG TFRecords (4 shards: plain, GZIP, ZLIB) end with the weights hash of idx:DIR"
 else tap_fail "PNG TFRecords == idx:DIR" "'$h2' vs '$h1': $(tail -3 "$tmp/tfr.err")"; fi
+
+# 3 MiB decoded fit the default --data-cache-mib: held, each PNG decoded once; with 0 the
+# same files stream, each PNG decoded when read. The same examples, so the same weights.
+run_trainer streamed "${short[@]}" --data-cache-mib 0 --data "tfrecord:$tmp/train-*"
+h4=$(run_hash streamed)
+held=$(grep -o 'held in memory, decoded once (--data-cache-mib 1024)' "$tmp/tfr.err")
+streamed=$(grep -o 'streamed, decoded when read (--data-cache-mib 0)' "$tmp/streamed.err")
+if [[ ${#h4} -eq 64 && $h4 == "$h2" && -n $held && -n $streamed ]]; then
+  tap_ok "PNG TFRecords held decoded (the default cache) and streamed (--data-cache-mib 0)\
+ end with the same weights hash"
+else tap_fail "held == streamed" "'$h2' ('$held') vs '$h4' ('$streamed'):\
+ $(tail -3 "$tmp/streamed.err")"; fi
 
 # Two patterns in the order given make the same sequence as one glob's sorted matches.
 run_trainer two "${short[@]}" --data "tfrecord:$tmp/train-0000[01]-*,$tmp/train-0000[23]-*"

@@ -273,6 +273,24 @@ static cJSON *manifest(void)
     return m;
 }
 
+/* Example i of s as the source holds it (uint8 or float32 bytes) into out: read through
+ * source_read_example with PIXEL_RAW, whose floats are the values themselves. */
+static void example_bytes(const Source *s, size_t i, uint8_t *out)
+{
+    const size_t n = source_example_size(s);
+    float *x = malloc(n * sizeof *x);
+    int32_t y;
+    char err[512] = "";
+    int rc = source_read_example(s, i, PIXEL_RAW, x, &y, err, sizeof err);
+    if (rc) print_message("# example %zu: %s\n", i, err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(y, s->labels[i]);
+    if (s->type == SOURCE_F32) memcpy(out, x, n * sizeof *x);
+    else
+        for (size_t k = 0; k < n; k++) out[k] = (uint8_t)x[k];
+    free(x);
+}
+
 /* Opens spec and checks it against the manifest's entry key: count, shape, labels, and
  * each example's SHA-256 (when hashes). */
 static void check_source(const cJSON *m, const char *key, const char *spec, const SourceOptions *o,
@@ -291,13 +309,16 @@ static void check_source(const cJSON *m, const char *key, const char *spec, cons
     assert_int_equal(s->c, cJSON_GetArrayItem(shape, 2)->valueint);
     assert_string_equal(source_type_name(s->type), cJSON_GetObjectItem(e, "dtype")->valuestring);
     const size_t size = source_example_size(s) * (s->type == SOURCE_F32 ? 4 : 1);
+    uint8_t *bytes = malloc(size);
     for (size_t i = 0; i < s->count; i++) {
         assert_int_equal(s->labels[i], cJSON_GetArrayItem(labels, (int)i)->valueint);
         if (!hashes) continue;
         char hex[65];
-        util_sha256_hex((const uint8_t *)s->images + i * size, size, hex);
+        example_bytes(s, i, bytes);
+        util_sha256_hex(bytes, size, hex);
         assert_string_equal(hex, cJSON_GetArrayItem(sha, (int)i)->valuestring);
     }
+    free(bytes);
 }
 
 static void test_tensorflow_files(void **state)
@@ -323,20 +344,22 @@ static void test_tensorflow_files(void **state)
         snprintf(spec, sizeof spec, "tfrecord:" REF "%s.tfrecord", jpegs[j]);
         snprintf(u8, sizeof u8, REF "%s.u8", jpegs[j]);
         check_source(m, jpegs[j], spec, NULL, &s, 0);
-        size_t n = s.count * source_example_size(&s);
-        uint8_t *tf = malloc(n);
+        const size_t size = source_example_size(&s), n = s.count * size;
+        uint8_t *tf = malloc(n), *ours = malloc(n);
         FILE *f = fopen(u8, "rb");
         assert_non_null(f);
         assert_int_equal(fread(tf, 1, n, f), n);
         fclose(f);
+        for (size_t i = 0; i < s.count; i++) example_bytes(&s, i, ours + i * size);
         int worst = 0;
         for (size_t i = 0; i < n; i++) {
-            int d = abs((int)((uint8_t *)s.images)[i] - (int)tf[i]);
+            int d = abs((int)ours[i] - (int)tf[i]);
             worst = d > worst ? d : worst;
         }
         print_message("# %s: largest difference from TensorFlow's decode %d\n", jpegs[j], worst);
         assert_in_range(worst, 0, 1);
         free(tf);
+        free(ours);
         source_free(&s);
     }
     /* Patterns in the order given, each one's matches by name. */
@@ -520,6 +543,131 @@ static void test_bad_records(void **state)
     expect_refused("tfrecord:a,", NULL, 10, "expected idx:DIR");
 }
 
+/* Reads example i of s, expecting an error that contains needle. */
+static void expect_unreadable(const Source *s, size_t i, const char *needle)
+{
+    float x[60];
+    int32_t y;
+    char err[1024] = "";
+    int rc = source_read_example(s, i, PIXEL_RAW, x, &y, err, sizeof err);
+    if (rc == 0 || !strstr(err, needle))
+        print_message("# rc %d, '%s' lacks '%s'\n", rc, err, needle);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(err, needle));
+}
+
+/* An uncompressed file is read again by pread when an example is wanted: a file
+ * changed or cut short since the source was opened is an error naming the file and the
+ * record's offset, never other bytes taken for the example. A GZIP file is held in
+ * memory, so it is read whole at open and no longer needed after. */
+static void test_changed_after_open(void **state)
+{
+    (void)state;
+    size_t n;
+    uint8_t *f = read_ref(REF "raw.tfrecord", &n);
+    const SourceOptions raw = {
+        .image_feature = "pixels", .label_feature = "class", .image_shape = {4, 5, 3}};
+    const size_t rec = 132; /* each record of raw.tfrecord, 16 of framing */
+    char spec[512], err[512] = "";
+    snprintf(spec, sizeof spec, "tfrecord:%s", path_of("live"));
+    write_file("live", f, n);
+    Source s;
+    assert_int_equal(source_open(&s, spec, SOURCE_TRAIN, 10, &raw, err, sizeof err), 0);
+    assert_null(s.images);
+    uint8_t ex[60];
+    example_bytes(&s, 9, ex);
+    f[3 * rec + 40] ^= 1;
+    write_file("live", f, n);
+    expect_unreadable(&s, 3,
+                      "/live: record at byte 396: the file changed since the trainer opened it "
+                      "(corrupt record: the data's masked CRC-32C");
+    f[3 * rec + 40] ^= 1;
+    uint8_t swapped[2 * 132];
+    memcpy(swapped, f + rec, rec);
+    memcpy(swapped + rec, f, rec);
+    memcpy(f, swapped, 2 * rec);
+    write_file("live", f, n);
+    expect_unreadable(&s, 0,
+                      "/live: record at byte 0: the file changed since the trainer opened "
+                      "it (label 8 where it had 9)");
+    write_file("live", f, n - 1);
+    expect_unreadable(&s, 9,
+                      "/live: record at byte 1188: the file changed since the trainer "
+                      "opened it (131 of its 132 bytes are left)");
+    example_bytes(&s, 5, ex); /* the records before the cut are as they were */
+    source_free(&s);
+
+    uint8_t *gz = read_ref(REF "fmnist-00001-of-00003", &n);
+    write_file("held.gz", gz, n);
+    snprintf(spec, sizeof spec, "tfrecord:%s", path_of("held.gz"));
+    assert_int_equal(source_open(&s, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), 0);
+    assert_int_equal(unlink(path_of("held.gz")), 0);
+    uint8_t img[784];
+    for (size_t i = 0; i < s.count; i++) example_bytes(&s, i, img);
+    source_free(&s);
+}
+
+/* The cache rule: a source whose examples, decoded, fit cache_bytes is held in memory
+ * (no index, no open file), one byte more is streamed, 0 always streams; held and
+ * streamed give the same examples bit for bit (PNG, uint8 bytes, a float_list). */
+static void test_cache_or_stream(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        SourceOptions o;
+        size_t bytes; /* of the examples decoded */
+    } cases[] = {
+        {"tfrecord:" REF "fmnist-*-of-00003",
+         {.image_feature = "image", .label_feature = "label"},
+         48 * 784},
+        {"tfrecord:" REF "raw.tfrecord",
+         {.image_feature = "pixels", .label_feature = "class", .image_shape = {4, 5, 3}},
+         10 * 60},
+        {"tfrecord:" REF "float.tfrecord",
+         {.image_feature = "image", .label_feature = "label", .image_shape = {3, 3, 2}},
+         6 * 18 * sizeof(float)},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char err[512] = "";
+        Source streamed, held, over;
+        SourceOptions o = cases[c].o;
+        assert_int_equal(
+            source_open(&streamed, cases[c].spec, SOURCE_TRAIN, 10, &o, err, sizeof err), 0);
+        assert_non_null(streamed.records);
+        assert_null(streamed.images);
+        const size_t n = source_example_size(&streamed);
+        const size_t bytes = cases[c].bytes;
+        assert_int_equal(streamed.count * n * (streamed.type == SOURCE_F32 ? 4 : 1), bytes);
+        o.cache_bytes = bytes;
+        assert_int_equal(source_open(&held, cases[c].spec, SOURCE_TRAIN, 10, &o, err, sizeof err),
+                         0);
+        assert_null(held.records);
+        assert_non_null(held.images);
+        o.cache_bytes = bytes - 1;
+        assert_int_equal(source_open(&over, cases[c].spec, SOURCE_TRAIN, 10, &o, err, sizeof err),
+                         0);
+        assert_non_null(over.records);
+        assert_null(over.images);
+        assert_int_equal(held.count, streamed.count);
+        assert_int_equal(held.type, streamed.type);
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        for (size_t i = 0; i < streamed.count; i++) {
+            int32_t ya, yb;
+            assert_int_equal(source_read_example(&streamed, i, PIXEL_UNIT, a, &ya, err, sizeof err),
+                             0);
+            assert_int_equal(source_read_example(&held, i, PIXEL_UNIT, b, &yb, err, sizeof err), 0);
+            assert_int_equal(ya, yb);
+            assert_memory_equal(a, b, n * sizeof *a);
+        }
+        free(a);
+        free(b);
+        source_free(&streamed);
+        source_free(&held);
+        source_free(&over);
+    }
+}
+
 /* File sharding: worker i of N reads files i, i + N, ... of the source's, in name order;
  * fewer files than workers is refused naming both counts. */
 static void test_file_shards(void **state)
@@ -580,6 +728,8 @@ int main(void)
         cmocka_unit_test(test_example_malformed),
         cmocka_unit_test(test_tensorflow_files),
         cmocka_unit_test(test_bad_records),
+        cmocka_unit_test(test_changed_after_open),
+        cmocka_unit_test(test_cache_or_stream),
         cmocka_unit_test(test_shape_option),
         cmocka_unit_test(test_file_shards),
     };
