@@ -52,6 +52,8 @@ struct Pipeline {
     int held;              /* a slot is lent to the consumer */
     int stop;
     PipelineCursor consumed;
+    int failed;            /* the producer could not read an example: why in fail_msg */
+    char fail_msg[1024];
     pthread_t thread;
     int running;
     pthread_mutex_t mu;
@@ -86,7 +88,9 @@ int data_slice(int global, int world, int rank, int *start)
     return (int)((int64_t)(rank + 1) * global / world - *start);
 }
 
-static void fill_batch(Pipeline *p, Batch *b)
+/* Fills b with the next batch; 0, or -1 with why in p->fail_msg when an example cannot
+ * be read (a streamed file that changed since it was opened). */
+static int fill_batch(Pipeline *p, Batch *b)
 {
     const size_t bs = p->size;
     PipelineCursor c = p->produce_at;
@@ -100,13 +104,16 @@ static void fill_batch(Pipeline *p, Batch *b)
             p->order_valid = 1;
         }
         uint32_t idx = p->order[pos];
-        source_example(p->src, idx, p->cfg.scale, b->x + k * p->pixels, &b->y[k]);
+        if (source_read_example(p->src, idx, p->cfg.scale, b->x + k * p->pixels, &b->y[k],
+                                p->fail_msg, sizeof p->fail_msg))
+            return -1;
     }
     c.position += p->take;
     c.data_epoch += c.position / p->n, c.position %= p->n;
     b->size = (int)bs;
     b->next = c;
     p->produce_at = c;
+    return 0;
 }
 
 static void *prefetch_main(void *arg)
@@ -118,8 +125,17 @@ static void *prefetch_main(void *arg)
         if (p->stop) break;
         int slot = (p->head + p->held + p->filled) % PREFETCH;
         pthread_mutex_unlock(&p->mu);
-        fill_batch(p, &p->slots[slot]);
+        int rc = fill_batch(p, &p->slots[slot]);
         pthread_mutex_lock(&p->mu);
+        if (rc) {
+            /* The consumer fails on its own thread once it has taken the batches before
+             * this one: exiting here would run exit's handlers (OpenBLAS's among them)
+             * under a step in flight. */
+            p->failed = 1;
+            pthread_cond_broadcast(&p->cv);
+            while (!p->stop) pthread_cond_wait(&p->cv, &p->mu);
+            break;
+        }
         p->filled++;
         pthread_cond_broadcast(&p->cv);
     }
@@ -212,7 +228,13 @@ const Batch *pipeline_next(Pipeline *p)
         p->held = 0;
         pthread_cond_broadcast(&p->cv);
     }
-    while (p->filled == 0) pthread_cond_wait(&p->cv, &p->mu);
+    while (p->filled == 0 && !p->failed) pthread_cond_wait(&p->cv, &p->mu);
+    if (p->filled == 0) {
+        char msg[sizeof p->fail_msg];
+        snprintf(msg, sizeof msg, "%s", p->fail_msg);
+        pthread_mutex_unlock(&p->mu);
+        util_fail(KT_EXIT_DATA, "%s", msg);
+    }
     p->filled--;
     p->held = 1;
     const Batch *b = &p->slots[p->head];
@@ -232,7 +254,7 @@ void pipeline_seek(Pipeline *p, PipelineCursor c)
      * pass it falls in, counted out in one division rather than walked to. */
     c.data_epoch += c.position / p->n, c.position %= p->n;
     stop(p);
-    p->head = p->filled = p->held = 0;
+    p->head = p->filled = p->held = p->failed = 0;
     p->produce_at = p->consumed = c;
     start(p);
 }
