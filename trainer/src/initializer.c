@@ -1,5 +1,7 @@
 #include "initializer.h"
 
+#include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -80,10 +82,11 @@ static int fail(char *why, size_t whylen, const char *fmt, ...)
     return -1;
 }
 
-/* A finite number config value into *d. */
+/* A config number into *d: within FLT_MAX / 8, so that no draw (at most about 6 stddev
+ * from the mean) leaves the range of a float, whose conversion would be undefined. */
 static int number(const cJSON *c, double *d)
 {
-    if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble)) return -1;
+    if (!cJSON_IsNumber(c) || !(fabs(c->valuedouble) <= FLT_MAX / 8)) return -1;
     *d = c->valuedouble;
     return 0;
 }
@@ -104,7 +107,7 @@ static int scaling_key(const cJSON *c, Init *out)
     return -1;
 }
 
-int init_parse(const cJSON *v, Init *out, char *why, size_t whylen)
+int init_parse(const struct cJSON *v, Init *out, char *why, size_t whylen)
 {
     const cJSON *cls = cJSON_IsString(v) ? v : cJSON_GetObjectItemCaseSensitive(v, "class_name");
     const cJSON *config = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "config") : NULL;

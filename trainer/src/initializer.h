@@ -8,7 +8,6 @@
 #ifndef KT_INITIALIZER_H
 #define KT_INITIALIZER_H
 
-#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +16,8 @@
     "GlorotUniform, GlorotNormal, HeUniform, HeNormal, LecunUniform, LecunNormal, Zeros, "         \
     "Ones, Constant(value), RandomNormal(mean, stddev), RandomUniform(minval, maxval), "           \
     "TruncatedNormal(mean, stddev), VarianceScaling(scale, mode, distribution)"
+
+struct cJSON; /* cjson/cJSON.h: not included, so that model.h's CUDA users need not */
 
 typedef enum {
     INIT_CONSTANT, /* a: the value (Zeros, Ones, Constant) */
@@ -42,7 +43,7 @@ extern const Init init_glorot_uniform, init_zeros, init_ones;
 
 /* Reads v, an initializer as Keras writes it, into *out: 0, or -1 with why (a phrase
  * naming the class or config key and what is supported) in why. */
-int init_parse(const cJSON *v, Init *out, char *why, size_t whylen);
+int init_parse(const struct cJSON *v, Init *out, char *why, size_t whylen);
 
 /* Fills w (n floats, a variable whose Keras fans are fan_in and fan_out) from *rng.
  * Constants take no draws; random ones take two per value (a uniform one: one), more for

@@ -245,6 +245,12 @@ static void test_constant_initializers(void **s)
                  "{\"mode\":\"fan_sum\"}}}]}",
                  "layers[0].bias_initializer: expected an initializer as Keras writes it: "
                  "VarianceScaling: config mode is not one the trainer supports");
+    /* a value beyond a float's range would make the float conversion undefined */
+    expect_error("{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":2,"
+                 "\"bias_initializer\":{\"class_name\":\"Constant\",\"config\":"
+                 "{\"value\":1e39}}}]}",
+                 "layers[0].bias_initializer: expected an initializer as Keras writes it: "
+                 "Constant: config value is not one the trainer supports");
 }
 
 static void test_spec_errors(void **s)
