@@ -107,6 +107,19 @@ static int scaling_key(const cJSON *c, Init *out)
     return -1;
 }
 
+/* Keras's own class, not a custom one of the same name: module (when written) keras or
+ * keras.*, registered_name (when written) null or the class. */
+static int is_keras_object(const cJSON *v, const char *cls)
+{
+    if (!cJSON_IsObject(v)) return 1;
+    const cJSON *module = cJSON_GetObjectItemCaseSensitive(v, "module");
+    const cJSON *reg = cJSON_GetObjectItemCaseSensitive(v, "registered_name");
+    if (module && !(cJSON_IsString(module) && !strncmp(module->valuestring, "keras", 5) &&
+                    (!module->valuestring[5] || module->valuestring[5] == '.')))
+        return 0;
+    return !reg || cJSON_IsNull(reg) || (cJSON_IsString(reg) && !strcmp(reg->valuestring, cls));
+}
+
 int init_parse(const struct cJSON *v, Init *out, char *why, size_t whylen)
 {
     const cJSON *cls = cJSON_IsString(v) ? v : cJSON_GetObjectItemCaseSensitive(v, "class_name");
@@ -118,6 +131,11 @@ int init_parse(const struct cJSON *v, Init *out, char *why, size_t whylen)
     if (!cJSON_IsString(cls) || i == n)
         return fail(why, whylen, "%s is not supported: the trainer has %s",
                     cJSON_IsString(cls) ? cls->valuestring : "this initializer", INIT_SUPPORTED);
+    if (!is_keras_object(v, cls->valuestring))
+        return fail(why, whylen,
+                    "%s: a custom initializer (module or registered_name not Keras's): the "
+                    "trainer has %s",
+                    cls->valuestring, INIT_SUPPORTED);
     *out = inits[i].init;
     if (config && !cJSON_IsNull(config) && !cJSON_IsObject(config))
         return fail(why, whylen, "%s: expected a config object", inits[i].cls);

@@ -258,6 +258,11 @@ static void edit_orthogonal(cJSON *root)
     cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_initializer");
     set(init, "class_name", cJSON_CreateString("Orthogonal"));
 }
+static void edit_custom_initializer(cJSON *root)
+{
+    cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_initializer");
+    set(init, "module", cJSON_CreateString("mypackage.initializers"));
+}
 static void edit_identity_bias(cJSON *root)
 {
     set(config_at(root, 4), "bias_initializer", cJSON_CreateString("identity"));
@@ -721,6 +726,8 @@ static void test_refused(void **s)
                    "L1(l1), L2(l2) and L1L2(l1, l2)", NULL);
     expect_refused(k3, edit_orthogonal, "(Conv2D).kernel_initializer: Orthogonal is not supported",
                    INIT_SUPPORTED, NULL);
+    expect_refused(k3, edit_custom_initializer,
+                   "(Conv2D).kernel_initializer: GlorotUniform: a custom initializer", NULL);
     expect_refused(tf, edit_identity_bias, "(Dense).bias_initializer: identity is not supported",
                    "VarianceScaling(scale, mode, distribution)", NULL);
     expect_refused(k3, edit_custom, "layers[4] \"dense\" (Dense): a custom object", supported,
