@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "initializer.h"
 #include "model.h"
 
 /* What the trainer implements, named in the messages. */
@@ -64,9 +65,7 @@ typedef enum {
     F_CHANNELS_LAST, /* data_format channels_last (or null: Keras's default) */
     F_PADDING,       /* valid or same */
     F_ACTIVATION,
-    F_KERNEL_INIT, /* Glorot-uniform: what model_init_params draws */
-    F_BIAS_INIT,   /* zeros */
-    F_ONES_INIT,   /* ones: a BatchNormalization's gamma and moving variance */
+    F_INIT,        /* an initializer (initializer.h): handed to the spec as it is */
     F_NUMBER,      /* any number: renorm_momentum, unused without renorm */
     F_REGULARIZER, /* L1, L2, L1L2 */
     F_SEED,        /* null or an integer: the trainer draws from its own --seed */
@@ -99,8 +98,8 @@ static const Field conv_fields[] = {{"filters", F_COPY},
                                     {"groups", F_ONE},
                                     {"activation", F_ACTIVATION},
                                     {"use_bias", F_COPY},
-                                    {"kernel_initializer", F_KERNEL_INIT},
-                                    {"bias_initializer", F_BIAS_INIT},
+                                    {"kernel_initializer", F_INIT},
+                                    {"bias_initializer", F_INIT},
                                     {"kernel_regularizer", F_REGULARIZER},
                                     {"bias_regularizer", F_NULL},
                                     {"activity_regularizer", F_NULL},
@@ -121,8 +120,8 @@ static const Field flatten_fields[] = {
 static const Field dense_fields[] = {{"units", F_COPY},
                                      {"activation", F_ACTIVATION},
                                      {"use_bias", F_COPY},
-                                     {"kernel_initializer", F_KERNEL_INIT},
-                                     {"bias_initializer", F_BIAS_INIT},
+                                     {"kernel_initializer", F_INIT},
+                                     {"bias_initializer", F_INIT},
                                      {"kernel_regularizer", F_REGULARIZER},
                                      {"bias_regularizer", F_NULL},
                                      {"activity_regularizer", F_NULL},
@@ -156,10 +155,10 @@ static const Field batchnorm_fields[] = {{"axis", F_COPY},
                                          {"center", F_COPY},
                                          {"scale", F_COPY},
                                          {"synchronized", F_COPY},
-                                         {"beta_initializer", F_BIAS_INIT},
-                                         {"gamma_initializer", F_ONES_INIT},
-                                         {"moving_mean_initializer", F_BIAS_INIT},
-                                         {"moving_variance_initializer", F_ONES_INIT},
+                                         {"beta_initializer", F_INIT},
+                                         {"gamma_initializer", F_INIT},
+                                         {"moving_mean_initializer", F_INIT},
+                                         {"moving_variance_initializer", F_INIT},
                                          {"beta_regularizer", F_NULL},
                                          {"gamma_regularizer", F_NULL},
                                          {"beta_constraint", F_NULL},
@@ -234,39 +233,14 @@ static const char *object_class(const cJSON *v, const cJSON **config)
     return cls->valuestring;
 }
 
-/* Every key of an initializer's config is one of keys (NULL-terminated) and null, but a
- * seed, which may be a number: it picks other draws, not another distribution (the
- * trainer draws from --seed); the axes must be Keras's defaults. */
-static int config_only(const cJSON *config, const char *const *keys)
+/* An initializer the trainer draws as Keras defines it (initializer.h), into the spec. */
+static int convert_initializer(const KCtx *k, const char *key, const cJSON *v, cJSON *spec)
 {
-    if (!config || cJSON_IsNull(config)) return 1;
-    if (!cJSON_IsObject(config)) return 0;
-    for (const cJSON *c = config->child; c; c = c->next) {
-        int ok = 0;
-        for (size_t i = 0; keys[i] && !ok; i++) ok = !strcmp(c->string, keys[i]);
-        if (!ok) return 0;
-        if (!strcmp(c->string, "seed") ? !(cJSON_IsNull(c) || cJSON_IsNumber(c)) : !cJSON_IsNull(c))
-            return 0;
-    }
-    return 1;
-}
-
-/* The initializer of a kernel (F_KERNEL_INIT), a bias (F_BIAS_INIT) or a
- * BatchNormalization's gamma or moving variance (F_ONES_INIT). */
-static int check_initializer(const KCtx *k, const char *key, const cJSON *v, FieldKind kind)
-{
-    static const char *const glorot_keys[] = {"seed", "input_axes", "output_axes", NULL};
-    static const char *const no_keys[] = {NULL};
-    const int kernel = kind == F_KERNEL_INIT;
-    const cJSON *config;
-    const char *cls = object_class(v, &config);
-    const char *want = kernel ? "GlorotUniform" : kind == F_ONES_INIT ? "Ones" : "Zeros";
-    const char *alias = kernel ? "glorot_uniform" : kind == F_ONES_INIT ? "ones" : "zeros";
-    const int known = cls && (!strcmp(cls, want) || !strcmp(cls, alias));
-    if (known && config_only(config, kernel ? glorot_keys : no_keys)) return 0;
-    return kfail(k, key, "%s%s is not supported: the trainer initialises %s %s%s",
-                 cls ? cls : "this initializer", known ? " with a config other than Keras's" : "",
-                 kernel ? "kernels" : "this variable", want, kernel ? " (drawn from --seed)" : "");
+    char why[512];
+    Init init;
+    if (init_parse(v, &init, why, sizeof why)) return kfail(k, key, "%s", why);
+    cJSON_AddItemToObject(spec, key, cJSON_Duplicate(v, 1));
+    return 0;
 }
 
 /* A factor of a regularizer's config: a non-negative number. */
@@ -371,9 +345,7 @@ static int convert_field(const KCtx *k, const Field *f, const cJSON *v, cJSON *s
         if (check_activation(k, key, v)) return -1;
         if (cJSON_IsString(v)) cJSON_AddStringToObject(spec, key, v->valuestring);
         return 0;
-    case F_KERNEL_INIT:
-    case F_BIAS_INIT:
-    case F_ONES_INIT: return check_initializer(k, key, v, f->kind);
+    case F_INIT: return convert_initializer(k, key, v, spec);
     case F_NUMBER:
         if (cJSON_IsNumber(v)) return 0;
         return kfail(k, key, "expected a number");

@@ -324,6 +324,25 @@ static int spec_regularizer(const SpecCtx *sc, const cJSON *o, float *l1, float 
     return 0;
 }
 
+/* An initializer field (initializer.h) as Keras writes it; dflt when absent or null. */
+static int spec_initializer(const SpecCtx *sc, const cJSON *o, const char *key, Init dflt,
+                            Init *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    char why[512], expected[600];
+    *out = dflt;
+    if (!v || cJSON_IsNull(v) || !init_parse(v, out, why, sizeof why)) return 0;
+    snprintf(expected, sizeof expected, "an initializer as Keras writes it: %s", why);
+    return spec_fail(sc, key, expected);
+}
+
+/* kernel_initializer and bias_initializer of a Dense or Conv2D layer. */
+static int spec_kernel_bias_init(const SpecCtx *sc, const cJSON *o, Layer *l)
+{
+    int rc = spec_initializer(sc, o, "kernel_initializer", init_glorot_uniform, &l->init[0]);
+    return rc ? rc : spec_initializer(sc, o, "bias_initializer", init_zeros, &l->init[1]);
+}
+
 /* use_bias: absent or true (Keras's default), or false: the layer has no bias. */
 static int spec_use_bias(const SpecCtx *sc, const cJSON *o, int *use_bias)
 {
@@ -514,6 +533,11 @@ static int batchnorm_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
         return spec_fail(sc, "epsilon", "a number > 0");
     if (ce && !cJSON_IsBool(ce)) return spec_fail(sc, "center", "true or false");
     if (sa && !cJSON_IsBool(sa)) return spec_fail(sc, "scale", "true or false");
+    if ((rc = spec_initializer(sc, o, "gamma_initializer", init_ones, &l->init[0])) ||
+        (rc = spec_initializer(sc, o, "beta_initializer", init_zeros, &l->init[1])) ||
+        (rc = spec_initializer(sc, o, "moving_mean_initializer", init_zeros, &l->init[2])) ||
+        (rc = spec_initializer(sc, o, "moving_variance_initializer", init_ones, &l->init[3])))
+        return rc;
     if (sy && !cJSON_IsFalse(sy))
         return spec_fail(sc, "synchronized",
                          "false: batch statistics all-reduced over the workers are not "
@@ -536,20 +560,41 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
 {
     static const char *const reshape_keys[] = {"target_shape", NULL};
     static const char *const flatten_keys[] = {NULL};
-    static const char *const conv_keys[] = {
-        "filters",  "kernel_size",        "strides", "padding", "activation",
-        "use_bias", "kernel_regularizer", NULL};
+    static const char *const conv_keys[] = {"filters",
+                                            "kernel_size",
+                                            "strides",
+                                            "padding",
+                                            "activation",
+                                            "use_bias",
+                                            "kernel_regularizer",
+                                            "kernel_initializer",
+                                            "bias_initializer",
+                                            NULL};
     static const char *const pool_keys[] = {"pool_size", "strides", "padding", NULL};
     static const char *const global_pool_keys[] = {"keepdims", NULL};
     static const char *const rescaling_keys[] = {"scale", "offset", NULL};
-    static const char *const dense_keys[] = {"units", "activation", "use_bias",
-                                             "kernel_regularizer", NULL};
+    static const char *const dense_keys[] = {"units",
+                                             "activation",
+                                             "use_bias",
+                                             "kernel_regularizer",
+                                             "kernel_initializer",
+                                             "bias_initializer",
+                                             NULL};
     static const char *const dropout_keys[] = {"rate", NULL};
     static const char *const activation_keys[] = {"activation", NULL};
     static const char *const relu_keys[] = {"negative_slope", "max_value", "threshold", NULL};
     static const char *const leaky_keys[] = {"negative_slope", NULL};
-    static const char *const batchnorm_keys[] = {"axis",  "momentum",     "epsilon", "center",
-                                                 "scale", "synchronized", NULL};
+    static const char *const batchnorm_keys[] = {"axis",
+                                                 "momentum",
+                                                 "epsilon",
+                                                 "center",
+                                                 "scale",
+                                                 "synchronized",
+                                                 "gamma_initializer",
+                                                 "beta_initializer",
+                                                 "moving_mean_initializer",
+                                                 "moving_variance_initializer",
+                                                 NULL};
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
     if (!cJSON_IsObject(o) || !cJSON_IsString(type))
         return spec_fail(sc, "type", "a string: " MODEL_LAYER_TYPES);
@@ -596,7 +641,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
             (rc = spec_pair(sc, o, "kernel_size", 0, k)) ||
             (rc = spec_pair(sc, o, "strides", 1, s)) || (rc = spec_activation(sc, o, &l->act)) ||
             (rc = spec_regularizer(sc, o, &l->l1, &l->l2)) ||
-            (rc = spec_use_bias(sc, o, &use_bias)))
+            (rc = spec_use_bias(sc, o, &use_bias)) || (rc = spec_kernel_bias_init(sc, o, l)))
             return rc;
         const cJSON *pad = cJSON_GetObjectItemCaseSensitive(o, "padding");
         if (pad && !(cJSON_IsString(pad) && (!strcmp(pad->valuestring, "valid") ||
@@ -626,7 +671,7 @@ static int layer_from_json(Layer *l, const cJSON *o, const int *in_shape, int in
         if ((rc = spec_int(sc, o, "units", -1, 1, 1 << 20, &l->units)) ||
             (rc = spec_activation(sc, o, &l->act)) ||
             (rc = spec_regularizer(sc, o, &l->l1, &l->l2)) ||
-            (rc = spec_use_bias(sc, o, &use_bias)))
+            (rc = spec_use_bias(sc, o, &use_bias)) || (rc = spec_kernel_bias_init(sc, o, l)))
             return rc;
         /* Keras's Dense acts on the last axis: (..., d) -> (..., units). */
         l->dense_in = in_shape[in_rank - 1];
@@ -1210,29 +1255,25 @@ void model_free(Model *m)
 void model_init_params(Model *m, uint64_t seed)
 {
     uint64_t rng = seed;
-    memset(m->params, 0, m->num_params * sizeof(float));
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        if (l->type == LAYER_BATCHNORM) { /* Keras's Ones for gamma and the moving variance */
-            const size_t c = l->s_count / 2;
-            for (size_t j = 0; j < l->w_count; j++) m->params[l->w_off + j] = 1.0f;
-            for (size_t j = 0; j < c; j++) m->params[l->s_off + c + j] = 1.0f;
-            continue;
-        }
-        if (!l->w_count) continue;
-        size_t fan_in, fan_out;
+        /* Keras's fans: a kernel's (in, out) times its receptive field; a vector's its
+         * length (a bias, a BatchNormalization's gamma, beta and moving statistics) */
+        size_t fan_in = l->b_count ? l->b_count : l->w_count, fan_out = fan_in;
         if (l->type == LAYER_CONV2D) {
-            size_t rf = (size_t)l->conv.kh * l->conv.kw;
+            const size_t rf = (size_t)l->conv.kh * l->conv.kw;
             fan_in = rf * l->conv.c;
             fan_out = rf * l->conv.f;
-        } else {
+        } else if (l->type == LAYER_DENSE) {
             fan_in = (size_t)l->dense_in;
             fan_out = (size_t)l->units;
         }
-        const float limit = sqrtf(6.0f / (float)(fan_in + fan_out));
-        float *w = m->params + l->w_off;
-        for (size_t j = 0; j < l->w_count; j++)
-            w[j] = (2.0f * util_rand_float(&rng) - 1.0f) * limit;
+        const size_t c = l->s_count / 2;
+        float *p = m->params;
+        init_draw(&l->init[0], p + l->w_off, l->w_count, fan_in, fan_out, &rng);
+        init_draw(&l->init[1], p + l->b_off, l->b_count, l->b_count, l->b_count, &rng);
+        init_draw(&l->init[2], p + l->s_off, c, c, c, &rng);
+        init_draw(&l->init[3], p + l->s_off + c, c, c, c, &rng);
     }
 }
 

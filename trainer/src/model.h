@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "initializer.h"
 #include "layers.h"
 
 typedef enum {
@@ -61,6 +62,9 @@ typedef struct {
      * (its beta), and the non-trainable state (a batchnorm's moving mean then moving
      * variance), one after another */
     size_t w_off, w_count, b_off, b_count, s_off, s_count;
+    /* how model_init_params draws them: the kernel (gamma), the bias (beta), the moving
+     * mean, the moving variance; Keras's defaults unless the spec names others */
+    Init init[4];
 } Layer;
 
 /* The step statistics, one float each at grads + num_params (after the gradients), so
@@ -188,7 +192,8 @@ extern const char *const model_builtin_names[];
 
 /* Builds a model from `spec`: a built-in name, a path to a JSON or YAML file, or inline
  * JSON/YAML text; kubetrain's spec, or Keras's model.to_json() (keras_json.h).
- * Parameters are Glorot-uniform (kernels) and zero (biases) from `seed`; or a path to
+ * Parameters are drawn from `seed` as the layers' initializers say (Keras's defaults:
+ * Glorot-uniform kernels, zero biases); or a path to
  * a Keras .keras archive (told by content), whose config.json is the model and whose
  * model.weights.h5 the parameters (keras_import.h). 
  * Returns 0 and *out (free with model_free), or a negative errno with one line in err
@@ -232,8 +237,9 @@ int model_create_within(Model **out, const char *spec, uint64_t seed, const Mode
 
 void model_free(Model *m);
 
-/* Re-initialises the parameters from seed (Glorot-uniform kernels drawn with
- * util_rand_float in layer order, flat Keras layout; zero biases). */
+/* Re-initialises the parameters from seed: one splitmix64 stream, drawn layer after
+ * layer, variable after variable in arena order, each by its Layer.init (initializer.h),
+ * flat Keras layout. */
 void model_init_params(Model *m, uint64_t seed);
 
 /* Allocates the activation buffers for batches of up to max_batch examples. */

@@ -253,14 +253,19 @@ static void edit_l1(cJSON *root)
     cJSON *reg = cJSON_GetObjectItemCaseSensitive(config_at(root, 4), "kernel_regularizer");
     set(reg, "class_name", cJSON_CreateString("L1"));
 }
-static void edit_he_normal(cJSON *root)
+static void edit_orthogonal(cJSON *root)
 {
     cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_initializer");
-    set(init, "class_name", cJSON_CreateString("HeNormal"));
+    set(init, "class_name", cJSON_CreateString("Orthogonal"));
 }
-static void edit_ones_bias(cJSON *root)
+static void edit_custom_initializer(cJSON *root)
 {
-    set(config_at(root, 4), "bias_initializer", cJSON_CreateString("ones"));
+    cJSON *init = cJSON_GetObjectItemCaseSensitive(config_at(root, 2), "kernel_initializer");
+    set(init, "module", cJSON_CreateString("mypackage.initializers"));
+}
+static void edit_identity_bias(cJSON *root)
+{
+    set(config_at(root, 4), "bias_initializer", cJSON_CreateString("identity"));
 }
 static void edit_custom(cJSON *root)
 {
@@ -382,7 +387,7 @@ static void test_accepted_forms(void **s)
                    NULL);
     expect_builtin("keras3-tutorial-cnn-l2.json", edit_l1l2_without_l1, "tutorial-cnn-l2");
     expect_refused("keras3-tutorial-cnn.json", edit_glorot_axes,
-                   "(Dense).kernel_initializer: GlorotUniform with a config other than", NULL);
+                   "(Dense).kernel_initializer: GlorotUniform: config input_axes is not one", NULL);
     /* a seed picks other draws, not another distribution: the trainer draws from --seed */
     expect_builtin("keras3-mlp.json", edit_seeds, "mlp");
 }
@@ -622,9 +627,12 @@ static void edit_bn_renorm(cJSON *root)
 {
     set(config_at(root, 2), "renorm", cJSON_CreateTrue());
 }
-static void edit_bn_gamma_zeros(cJSON *root)
+static void edit_bn_gamma_negative_stddev(cJSON *root)
 {
-    set(config_at(root, 6), "gamma_initializer", cJSON_CreateString("zeros"));
+    cJSON *init = cJSON_CreateObject(), *config = cJSON_AddObjectToObject(init, "config");
+    cJSON_AddStringToObject(init, "class_name", "RandomNormal");
+    cJSON_AddNumberToObject(config, "stddev", -1);
+    set(config_at(root, 6), "gamma_initializer", init);
 }
 static void edit_bn_regularizer(cJSON *root)
 {
@@ -677,10 +685,10 @@ static void test_batchnorm(void **s)
     expect_refused("tfkeras-batchnorm.json", edit_bn_renorm,
                    "layers[2] \"batch_normalization\" (BatchNormalization).renorm: expected false",
                    "no batch renormalization", NULL);
-    expect_refused("keras3-batchnorm.json", edit_bn_gamma_zeros,
+    expect_refused("keras3-batchnorm.json", edit_bn_gamma_negative_stddev,
                    "layers[6] \"batch_normalization_1\" (BatchNormalization).gamma_initializer: "
-                   "zeros is not supported",
-                   "Ones", NULL);
+                   "RandomNormal: expected a stddev >= 0",
+                   NULL);
     expect_refused("tfkeras-batchnorm.json", edit_bn_regularizer,
                    "(BatchNormalization).gamma_regularizer: expected null", NULL);
 }
@@ -716,9 +724,12 @@ static void test_refused(void **s)
     expect_refused("tfkeras-tutorial-cnn-l2.json", edit_l1_negative,
                    "layers[4] \"dense_2\" (Dense).kernel_regularizer: L1 is not",
                    "L1(l1), L2(l2) and L1L2(l1, l2)", NULL);
-    expect_refused(k3, edit_he_normal, "(Conv2D).kernel_initializer: HeNormal", "GlorotUniform",
-                   NULL);
-    expect_refused(tf, edit_ones_bias, "(Dense).bias_initializer: ones", "Zeros", NULL);
+    expect_refused(k3, edit_orthogonal, "(Conv2D).kernel_initializer: Orthogonal is not supported",
+                   INIT_SUPPORTED, NULL);
+    expect_refused(k3, edit_custom_initializer,
+                   "(Conv2D).kernel_initializer: GlorotUniform: a custom initializer", NULL);
+    expect_refused(tf, edit_identity_bias, "(Dense).bias_initializer: identity is not supported",
+                   "VarianceScaling(scale, mode, distribution)", NULL);
     expect_refused(k3, edit_custom, "layers[4] \"dense\" (Dense): a custom object", supported,
                    NULL);
     expect_refused(k3, edit_mixed_precision, "(Conv2D).dtype", "float32", NULL);

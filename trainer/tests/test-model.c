@@ -108,13 +108,149 @@ static void test_seeded_init(void **s)
 static void expect_error(const char *spec, const char *needle)
 {
     Model *m = NULL;
-    char err[256] = "";
+    char err[1024] = "";
     int rc = model_create(&m, spec, 1, err, sizeof err);
     print_message("# %s\n", err);
     assert_true(rc < 0);
     assert_null(m);
     assert_non_null(strstr(err, needle));
     assert_null(strchr(err, '\n'));
+}
+
+/* One initializer's draws against Keras's formula: a kernel of a Dense 200 -> 300 (fans 200
+ * and 300) or a Conv2D 5x5, 16 -> 32 channels (fans 400 and 800: the receptive field times
+ * the channels). The sample's mean and std within 4 standard errors; min and max within
+ * [lo, hi] and, for a bounded distribution, within 2% of the bounds (the sample reaches
+ * them). Keras's truncated normals cut at 2 stddev; VarianceScaling's is rescaled by
+ * 0.87962566103423978 (the std of a standard normal cut at 2) so its std is sqrt(scale/n). */
+typedef struct {
+    int conv;
+    const char *init; /* the kernel_initializer's JSON */
+    double mean, std, lo, hi;
+} InitCase;
+
+static void expect_draws(const InitCase *c)
+{
+    char spec[512], err[1024] = "";
+    snprintf(spec, sizeof spec,
+             c->conv ? "{\"input_shape\":[5,5,16],\"layers\":[{\"type\":\"Conv2D\",\"filters\":32,"
+                       "\"kernel_size\":5,\"kernel_initializer\":%s},{\"type\":\"Flatten\"},"
+                       "{\"type\":\"Dense\",\"units\":2}]}"
+                     : "{\"input_shape\":[200],\"layers\":[{\"type\":\"Dense\",\"units\":300,"
+                       "\"kernel_initializer\":%s}]}",
+             c->init);
+    Model *m = NULL;
+    print_message("# %s %s\n", c->conv ? "Conv2D" : "Dense", c->init);
+    const int rc = model_create(&m, spec, 9, err, sizeof err);
+    if (rc) print_message("# %s\n", err);
+    assert_int_equal(rc, 0);
+    const Layer *l = &m->layers[0];
+    const float *w = m->params + l->w_off;
+    const size_t n = l->w_count;
+    double sum = 0, sq = 0, lo = w[0], hi = w[0];
+    for (size_t i = 0; i < n; i++) {
+        sum += w[i];
+        lo = fmin(lo, w[i]);
+        hi = fmax(hi, w[i]);
+    }
+    const double mean = sum / (double)n;
+    for (size_t i = 0; i < n; i++) sq += (w[i] - mean) * (w[i] - mean);
+    const double std = sqrt(sq / (double)n);
+    assert_close(mean, c->mean, 4 * c->std / sqrt((double)n));
+    assert_close(std, c->std, 4 * c->std / sqrt(2.0 * (double)n));
+    assert_true(lo >= c->lo - 1e-6 && hi <= c->hi + 1e-6);
+    if (isfinite(c->lo)) {
+        assert_close(lo, c->lo, 0.02 * (c->hi - c->lo));
+        assert_close(hi, c->hi, 0.02 * (c->hi - c->lo));
+    }
+    model_free(m);
+}
+
+static void test_initializers(void **s)
+{
+    (void)s;
+    const double t = 0.87962566103423978, inf = INFINITY;
+    const double he_d = sqrt(2.0 / 200), he_c = sqrt(2.0 / 400);
+    const InitCase cases[] = {
+        {0, "\"he_normal\"", 0, he_d, -2 * he_d / t, 2 * he_d / t},
+        {1, "{\"class_name\":\"HeNormal\",\"config\":{\"seed\":null}}", 0, he_c, -2 * he_c / t,
+         2 * he_c / t},
+        {1, "\"he_uniform\"", 0, sqrt(2.0 / 400), -sqrt(6.0 / 400), sqrt(6.0 / 400)},
+        {0, "{\"class_name\":\"GlorotNormal\",\"config\":{\"seed\":3}}", 0, sqrt(2.0 / 500),
+         -2 * sqrt(2.0 / 500) / t, 2 * sqrt(2.0 / 500) / t},
+        {1, "\"glorot_uniform\"", 0, sqrt(2.0 / 1200), -sqrt(6.0 / 1200), sqrt(6.0 / 1200)},
+        {0, "\"lecun_uniform\"", 0, sqrt(1.0 / 200), -sqrt(3.0 / 200), sqrt(3.0 / 200)},
+        {1, "{\"class_name\":\"LecunNormal\",\"config\":{}}", 0, sqrt(1.0 / 400),
+         -2 * sqrt(1.0 / 400) / t, 2 * sqrt(1.0 / 400) / t},
+        {1,
+         "{\"class_name\":\"VarianceScaling\",\"config\":{\"scale\":0.5,\"mode\":\"fan_out\","
+         "\"distribution\":\"untruncated_normal\",\"seed\":null}}",
+         0, sqrt(0.5 / 800), -inf, inf},
+        {0,
+         "{\"class_name\":\"VarianceScaling\",\"config\":{\"scale\":3,\"mode\":\"fan_avg\","
+         "\"distribution\":\"uniform\"}}",
+         0, sqrt(3.0 / 250), -sqrt(9.0 / 250), sqrt(9.0 / 250)},
+        {0, "{\"class_name\":\"VarianceScaling\",\"config\":{\"mode\":\"fan_in\"}}", 0,
+         sqrt(1.0 / 200), -2 * sqrt(1.0 / 200) / t, 2 * sqrt(1.0 / 200) / t},
+        {0, "{\"class_name\":\"RandomNormal\",\"config\":{\"mean\":0.5,\"stddev\":0.2}}", 0.5, 0.2,
+         -inf, inf},
+        {0, "\"random_normal\"", 0, 0.05, -inf, inf},
+        {1, "{\"class_name\":\"RandomUniform\",\"config\":{\"minval\":-0.3,\"maxval\":0.1}}", -0.1,
+         0.4 / sqrt(12.0), -0.3, 0.1},
+        {0, "{\"class_name\":\"TruncatedNormal\",\"config\":{\"mean\":1,\"stddev\":0.1}}", 1,
+         0.1 * t, 0.8, 1.2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_draws(&cases[i]);
+}
+
+/* The constant initializers, exactly, on every variable that takes one. */
+static void test_constant_initializers(void **s)
+{
+    (void)s;
+    const char *spec =
+        "{\"input_shape\":[6,6,2],\"layers\":["
+        "{\"type\":\"Conv2D\",\"filters\":3,\"kernel_size\":3,\"kernel_initializer\":"
+        "{\"class_name\":\"Constant\",\"config\":{\"value\":0.25}},\"bias_initializer\":\"ones\"},"
+        "{\"type\":\"BatchNormalization\",\"gamma_initializer\":{\"class_name\":\"Constant\","
+        "\"config\":{\"value\":-2}},\"beta_initializer\":\"ones\",\"moving_mean_initializer\":"
+        "{\"class_name\":\"Ones\",\"config\":{}},\"moving_variance_initializer\":\"constant\"},"
+        "{\"type\":\"Flatten\"},{\"type\":\"Dense\",\"units\":4,\"kernel_initializer\":"
+        "{\"class_name\":\"Zeros\",\"config\":null},\"bias_initializer\":{\"class_name\":"
+        "\"Constant\",\"config\":{\"value\":7}}}]}";
+    Model *m = NULL;
+    char err[1024] = "";
+    int rc = model_create(&m, spec, 1, err, sizeof err);
+    print_message("# %s\n", err);
+    assert_int_equal(rc, 0);
+    const Layer *conv = &m->layers[0], *bn = &m->layers[1], *dense = &m->layers[3];
+    const float *p = m->params;
+    for (size_t i = 0; i < conv->w_count; i++) assert_close_i(p[conv->w_off + i], 0.25, 0, i);
+    for (size_t i = 0; i < conv->b_count; i++) assert_close_i(p[conv->b_off + i], 1, 0, i);
+    assert_int_equal(bn->w_count, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_close_i(p[bn->w_off + i], -2, 0, i);    /* gamma */
+        assert_close_i(p[bn->b_off + i], 1, 0, i);     /* beta */
+        assert_close_i(p[bn->s_off + i], 1, 0, i);     /* moving mean */
+        assert_close_i(p[bn->s_off + 3 + i], 0, 0, i); /* moving variance: Constant's 0 */
+    }
+    for (size_t i = 0; i < dense->w_count; i++) assert_close_i(p[dense->w_off + i], 0, 0, i);
+    for (size_t i = 0; i < dense->b_count; i++) assert_close_i(p[dense->b_off + i], 7, 0, i);
+    model_free(m);
+    expect_error("{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":2,"
+                 "\"kernel_initializer\":\"orthogonal\"}]}",
+                 "layers[0].kernel_initializer: expected an initializer as Keras writes it: "
+                 "orthogonal is not supported: the trainer has GlorotUniform");
+    expect_error("{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":2,"
+                 "\"bias_initializer\":{\"class_name\":\"VarianceScaling\",\"config\":"
+                 "{\"mode\":\"fan_sum\"}}}]}",
+                 "layers[0].bias_initializer: expected an initializer as Keras writes it: "
+                 "VarianceScaling: config mode is not one the trainer supports");
+    /* a value beyond a float's range would make the float conversion undefined */
+    expect_error("{\"input_shape\":[4],\"layers\":[{\"type\":\"Dense\",\"units\":2,"
+                 "\"bias_initializer\":{\"class_name\":\"Constant\",\"config\":"
+                 "{\"value\":1e39}}}]}",
+                 "layers[0].bias_initializer: expected an initializer as Keras writes it: "
+                 "Constant: config value is not one the trainer supports");
 }
 
 static void test_spec_errors(void **s)
@@ -165,7 +301,8 @@ static void test_spec_errors(void **s)
                  "\"kernel_size\":3,\"dilation_rate\":2},{\"type\":\"Flatten\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].dilation_rate: not a Conv2D option here (it takes: filters, "
-                 "kernel_size, strides, padding, activation, use_bias, kernel_regularizer, name)");
+                 "kernel_size, strides, padding, activation, use_bias, kernel_regularizer, "
+                 "kernel_initializer, bias_initializer, name)");
     expect_error("{\"layers\":[{\"type\":\"Flatten\",\"data_format\":\"x\"},"
                  "{\"type\":\"Dense\",\"units\":10}]}",
                  "layers[0].data_format: not a Flatten option here (it takes: name)");
@@ -555,6 +692,8 @@ int main(void)
         cmocka_unit_test(test_signature_distinguishes),
         cmocka_unit_test(test_seeded_init),
         cmocka_unit_test(test_spec_errors),
+        cmocka_unit_test(test_initializers),
+        cmocka_unit_test(test_constant_initializers),
         cmocka_unit_test(test_spec_file),
         cmocka_unit_test(test_sharded_step_equals_one_thread),
         cmocka_unit_test(test_folded_sgd_equals_step_then_sgd),
