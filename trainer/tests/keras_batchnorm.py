@@ -20,11 +20,11 @@ with the batch's own statistics, as the trainer's first step on them computes it
 the first step's loss must not be."""
 import os
 import sys
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import numpy as np  # noqa: E402
+from flavours import build_each  # noqa: E402
 
 
 def build(which, out):
@@ -65,16 +65,4 @@ def build(which, out):
     print("%s inference loss: %.9g" % (which, infer), flush=True)
 
 
-def main():
-    args = sys.argv[1:]
-    failed = False
-    for i in range(0, len(args), 2):
-        try:
-            build(*args[i:i + 2])
-        except Exception:  # noqa: BLE001  one flavour's failure leaves the other's checks
-            traceback.print_exc()
-            failed = True
-    sys.exit(1 if failed else 0)
-
-
-main()
+build_each(build, sys.argv[1:])

@@ -18,12 +18,12 @@ logits of the saved model on the 32 images, whose pixels it takes as 0..255 (the
 --pixel-scale raw)."""
 import os
 import sys
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from flavours import build_each  # noqa: E402
 
 
 def build(which, out):
@@ -64,16 +64,4 @@ def build(which, out):
     print("%s loss: %.9g" % (which, first), flush=True)
 
 
-def main():
-    args = sys.argv[1:]
-    failed = False
-    for i in range(0, len(args), 2):
-        try:
-            build(*args[i:i + 2])
-        except Exception:  # noqa: BLE001  one flavour's failure leaves the other's checks
-            traceback.print_exc()
-            failed = True
-    sys.exit(1 if failed else 0)
-
-
-main()
+build_each(build, sys.argv[1:])

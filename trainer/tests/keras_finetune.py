@@ -21,12 +21,12 @@ is "KERAS loss: L", sparse categorical cross-entropy from logits of the saved mo
 them."""
 import os
 import sys
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 import numpy as np  # noqa: E402
 from idx_read import idx  # noqa: E402
+from flavours import build_each  # noqa: E402
 
 
 def build(which, out, data_dir):
@@ -65,16 +65,4 @@ def build(which, out, data_dir):
     print("%s loss: %.9g" % (which, first), flush=True)
 
 
-def main():
-    args = sys.argv[2:]
-    failed = False
-    for i in range(0, len(args), 2):
-        try:
-            build(*args[i:i + 2], sys.argv[1])
-        except Exception:  # noqa: BLE001  one flavour's failure leaves the other's checks
-            traceback.print_exc()
-            failed = True
-    sys.exit(1 if failed else 0)
-
-
-main()
+build_each(lambda which, out: build(which, out, sys.argv[1]), sys.argv[2:])
