@@ -371,6 +371,37 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
     return 0;
 }
 
+/* The first rendezvous, within --rendezvous-timeout. A worker started with
+ * KUBETRAIN_MEMBERS_FILE that meets a peer naming other members (a worker joining a
+ * running ring before the others' files change) waits as a live recovery does: reads its
+ * own file again every 0.1 s and tries again, and when they still disagree at the
+ * deadline exits 2 naming both lists and the peer. Returns form_ring's result. */
+static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *err, size_t errlen)
+{
+    const double deadline = util_now() + cfg->rendezvous_timeout;
+    char disagree[1024] = "";
+    int rc;
+    while ((rc = form_ring(cfg, r, deadline - util_now(), 0, out, err, errlen)) == -ESTALE &&
+           r->members_path) {
+        if (!disagree[0])
+            util_log("elastic: %s; reading KUBETRAIN_MEMBERS_FILE again every 0.1 s until the "
+                     "members agree (up to %.0fs more)",
+                     err, deadline - util_now());
+        snprintf(disagree, sizeof disagree, "%s", err);
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (stop_requested) return -EINTR;
+        if (util_now() >= deadline) break;
+        if (members_look(r, 1)) members_take(r, 1);
+    }
+    if (rc && disagree[0] && util_now() >= deadline)
+        util_fail(KT_EXIT_USAGE,
+                  "elastic: the members still disagree after --rendezvous-timeout %gs: %s; "
+                  "exiting 2",
+                  cfg->rendezvous_timeout, disagree);
+    return rc;
+}
+
 /* Forms the collective of this worker: the local one for a world of one, otherwise the
  * TCP ring after an authenticated rendezvous. r takes what a live recovery needs (it
  * owns tf from now on). Exits with the contract's code on error. */
@@ -419,7 +450,7 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
                         err, sizeof err))
         util_fail(KT_EXIT_RETRY, "%s", err);
     Collective *c;
-    rc = form_ring(cfg, r, cfg->rendezvous_timeout, 0, &c, err, sizeof err);
+    rc = first_ring(cfg, r, &c, err, sizeof err);
     /* Only a peer that proved the job secret and disagrees about the job or the members
      * is a configuration error; whatever else answered or failed to (a stale address,
      * another job's worker, a wrong secret) may be gone after a restart, so it is

@@ -6,9 +6,10 @@
 # rewritten one at a time 1.5 s apart: they disagree about the members meanwhile, wait
 # for one another and form the smaller ring; the worker started again and the files
 # rewritten so again, it joins them at a step boundary. No checkpoint read, every step's
-# loss that of the undisturbed run within the tolerance of test-elastic.sh. A worker
-# whose file never changes while another's does exits 2 at the deadline naming both
-# lists.
+# loss that of the undisturbed run within the tolerance of test-elastic.sh. A worker that
+# starts naming 0,1,2 while worker 0 still waits in a rendezvous of 0,1 waits in its first
+# rendezvous until their lists agree, and joins. A worker whose file never changes while
+# another's does exits 2 at the deadline naming both lists.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -134,6 +135,54 @@ of the undisturbed run"
 else
   tap_fail "3 -> 2 -> 3 by the watched files: losses" \
     "$(losses "$tmp/sg.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+fi
+
+# --- a worker that joins before the others' files change --------------------------------
+# Its first rendezvous meets a peer whose list is still the old one: workers 0 and 1 train
+# as a ring of 2 (files 0,1) and worker 1 is killed, so worker 0 waits in a rendezvous of
+# 0,1; worker 2 starts naming 0,1,2 first, and only 2 s later worker 0's file says 0,1,2
+# and worker 1 starts again naming it. Worker 2 waits for the lists to agree (it used to
+# exit 2 at once) and the ring grows to 3.
+base=$(free_ports 3)
+for i in 0 1; do members_write "$tmp/join-$i" "0,1"; done
+members_write "$tmp/join-2" "0,1,2"
+for i in 0 1; do worker join "$i" 20; done
+wait_for 120 test -e "$tmp/join.ck/ckpt-5.kt"
+{ kill -9 "${wpids[1]}"; wait "${wpids[1]}"; } 2>/dev/null
+worker join 2 20
+sleep 2
+members_write "$tmp/join-0" "0,1,2"
+members_write "$tmp/join-1" "0,1,2"
+worker join 1 20
+for i in 0 1 2; do finish "${wpids[$i]}"; got[i]=$rc; done
+bad=()
+[[ ${got[*]} == "0 0 0" ]] || bad+=("exit codes ${got[*]}")
+grep -q "(TF_CONFIG index 0) names the members 0,1, this worker (TF_CONFIG index 2) 0,1,2; \
+reading" "$tmp/join-2.err" || bad+=("worker 2 did not meet worker 0's old list")
+for i in 1 2; do
+  grep -q "joined generation [0-9]*: state of step [0-9]* received from rank 0" \
+    "$tmp/join-$i.err" ||
+    bad+=("worker $i did not join")
+done
+grep -q "elastic: growing from 2 to 3 workers (TF_CONFIG indices 0,1,2)" "$tmp/join-0.err" ||
+  bad+=("worker 0: no 'growing' line")
+grep -q "resuming from" "$tmp"/join-[012].err && bad+=("a checkpoint was read")
+[[ $(hashes "$tmp"/join-[012].out | wc -l) -eq 1 ]] || bad+=("the workers' weights differ")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "a worker joins while worker 0 waits in a rendezvous naming 0,1: it waits for the \
+lists to agree, the ring grows to 3, nobody exits 2"
+else
+  tap_fail "a worker that joins before the others' files change" \
+    "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/join-[012].err |
+      tail -n 12)"
+fi
+if [[ -e $tmp/join.json ]] &&
+  close "$(losses "$tmp/join.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
+  tap_ok "the worker that waited to join: each of the 50 steps' loss within $LOSS_TOL relative \
+of the undisturbed run"
+else
+  tap_fail "the worker that waited to join: losses" \
+    "$(losses "$tmp/join.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
 fi
 
 # --- a file that never changes ----------------------------------------------------------
