@@ -86,7 +86,8 @@ for i in 0 1 2; do finish "${wpids[$i]}"; ref_rc[i]=$rc; done
 # Shrink: worker 1 killed after step 10; worker 0's file says 0,2 a second later, worker
 # 2's 1.5 s after that: they meet while they disagree (the rendezvous's watch). Grow:
 # once they go on, worker 1 starts again naming 0,1,2, then worker 2's file changes, and
-# worker 0's 1.5 s later (the step's watch; rank 0's list is the one taken).
+# worker 0's 1.5 s later, the two held meanwhile (the step's watch; rank 0's list is the
+# one taken).
 start sg 20
 wait_for 120 test -e "$tmp/sg.ck/ckpt-10.kt"
 { kill -9 "${wpids[1]}"; wait "${wpids[1]}"; } 2>/dev/null # no "Killed" line
@@ -95,12 +96,17 @@ members_write "$tmp/sg-0" "0,2"
 sleep 1.5
 members_write "$tmp/sg-2" "0,2"
 wait_for 60 grep -q "generation 2 of 2 workers goes on" "$tmp/sg-0.err"
+# The survivors are held (SIGSTOP) while the growth is set up: on an idle machine they
+# trained the 40 steps left in less time than it takes, and finished at 2. Resumed, they
+# find the change at their next step boundary.
+kill -STOP "${wpids[0]}" "${wpids[2]}"
 members_write "$tmp/sg-1" "0,1,2"
 worker sg 1 20
 sleep 1
 members_write "$tmp/sg-2" "0,1,2"
 sleep 1.5
 members_write "$tmp/sg-0" "0,1,2"
+kill -CONT "${wpids[0]}" "${wpids[2]}"
 for i in 0 1 2; do finish "${wpids[$i]}"; got[i]=$rc; done
 bad=()
 [[ ${got[*]} == "0 0 0" ]] || bad+=("exit codes ${got[*]}")
