@@ -79,6 +79,15 @@ static void fx_with_support(Fixture *f)
 }
 
 /* Adds worker i's pod of attempt `attempt` in phase `phase`. */
+/* Sets the pod's phase; a Running pod is Ready too, as the kubelet reports one. */
+static void pod_set_phase(cJSON *pod, const char *phase)
+{
+    cJSON *st = jsonx_ensure_obj(pod, "status");
+    jsonx_set_str(st, "phase", phase);
+    if (strcmp(phase, "Running") == 0)
+        jsonx_set(st, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+}
+
 static cJSON *fx_pod(Fixture *f, int i, long long attempt, const char *phase)
 {
     JobSpec s;
@@ -86,12 +95,7 @@ static cJSON *fx_pod(Fixture *f, int i, long long attempt, const char *phase)
     assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
     cJSON *p = desired_pod(&s, &CFG.desired, SECRET, ROLE_WORKER, i, attempt);
     assert_non_null(p);
-    cJSON *st = jsonx_ensure_obj(p, "status");
-    jsonx_set_str(st, "phase", phase);
-    if (strcmp(phase, "Running") == 0) {
-        cJSON *c = cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]");
-        jsonx_set(st, "conditions", c);
-    }
+    pod_set_phase(p, phase);
     f->pods[f->npods++] = p;
     return p;
 }
@@ -1841,10 +1845,7 @@ static cJSON *fx_role_pod(Fixture *f, Role role, int index, const char *phase)
     assert_int_equal(jobspec_parse(f->job, &s, err, sizeof err), 0);
     cJSON *p = desired_pod(&s, &CFG.desired, SECRET, role, index, 0);
     assert_non_null(p);
-    jsonx_set_str(jsonx_ensure_obj(p, "status"), "phase", phase);
-    if (strcmp(phase, "Running") == 0)
-        jsonx_set(jsonx_ensure_obj(p, "status"), "conditions",
-                  cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    pod_set_phase(p, phase);
     f->pods[f->npods++] = p;
     return p;
 }
@@ -1892,11 +1893,8 @@ static void test_roles_create_every_pod(void **state)
         "chief=1,worker=2,ps=1");
     fx_apply(&f);
     /* Once they run: Running, and the next pass is a no-op. */
-    for (size_t i = 0; i < f.npods; i++) {
-        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
-        jsonx_set(jsonx_ensure_obj(f.pods[i], "status"), "conditions",
-                  cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
-    }
+    for (size_t i = 0; i < f.npods; i++)
+        pod_set_phase(f.pods[i], "Running");
     fx_run(&f, NOW + 1);
     assert_string_equal(f.desc, "update-status mnist\n");
     st = new_status(&f);
@@ -2855,9 +2853,7 @@ static void test_elastic_scale_up(void **state)
     assert_string_equal(jsonx_str(st, "phase"), "Running");
     assert_int_equal(jsonx_int(st, "attempt", 0), 0);
     fx_apply(&f);
-    cJSON *st3 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-3"), "status");
-    jsonx_set_str(st3, "phase", "Running");
-    jsonx_set(st3, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    pod_set_phase(pod_named(&f, "mnist-worker-3"), "Running");
     fx_run(&f, NOW + 5);
     assert_string_equal(f.desc, "update-status mnist\n"
                                 "event Normal Resized\n"
@@ -2962,9 +2958,7 @@ static void test_elastic_shrink_when_replacement_unschedulable(void **state)
     f.desc = NULL;
     jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 3);
 
-    cJSON *st2 = jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "status");
-    jsonx_set_str(st2, "phase", "Running");
-    jsonx_set(st2, "conditions", cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
+    pod_set_phase(pod_named(&f, "mnist-worker-2"), "Running");
     fx_run(&f, NOW + 60);
     assert_string_equal(f.desc, "update-status mnist\n"
                                 "event Normal Resized\n"
@@ -3772,11 +3766,8 @@ static void test_gang_pod_group_per_attempt(void **state)
     assert_int_equal(f.ngroups, 1);
 
     /* Running: nothing more to do, no second group. */
-    for (size_t i = 0; i < f.npods; i++) {
-        jsonx_set_str(jsonx_ensure_obj(f.pods[i], "status"), "phase", "Running");
-        jsonx_set(jsonx_ensure_obj(f.pods[i], "status"), "conditions",
-                  cJSON_Parse("[{\"type\":\"Ready\",\"status\":\"True\"}]"));
-    }
+    for (size_t i = 0; i < f.npods; i++)
+        pod_set_phase(f.pods[i], "Running");
     fx_run(&f, NOW + 10);
     fx_apply(&f);
     fx_run(&f, NOW + 11);
