@@ -371,15 +371,24 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
     return 0;
 }
 
+/* A disagreement about the members ends a wait with exit 2 only when it held to the end:
+ * met within this many seconds of the deadline (the attempts that meet it come every
+ * 0.1 s). One met earlier, then attempts that did not meet it (a dialer's connection in
+ * flight from before its list changed, then a peer that went quiet), is a wait that ran
+ * out: exit 75, as without the disagreement. */
+#define DISAGREE_HELD_S 1.0
+
 /* The first rendezvous, within --rendezvous-timeout. A worker started with
  * KUBETRAIN_MEMBERS_FILE that meets a peer naming other members (a worker joining a
  * running ring before the others' files change) waits as a live recovery does: reads its
  * own file again every 0.1 s and tries again, and when they still disagree at the
- * deadline exits 2 naming both lists and the peer. Returns form_ring's result. */
+ * deadline (DISAGREE_HELD_S) exits 2 naming both lists and the peer. Returns form_ring's
+ * result. */
 static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *err, size_t errlen)
 {
     const double deadline = util_now() + cfg->rendezvous_timeout;
     char disagree[1024] = "";
+    double disagree_at = 0;
     int rc;
     while ((rc = form_ring(cfg, r, deadline - util_now(), 0, out, err, errlen)) == -ESTALE &&
            r->members_path) {
@@ -388,13 +397,14 @@ static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *er
                      "members agree (up to %.0fs more)",
                      err, deadline - util_now());
         snprintf(disagree, sizeof disagree, "%s", err);
+        disagree_at = util_now();
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (stop_requested) return -EINTR;
         if (util_now() >= deadline) break;
         if (members_look(r, 1)) members_take(r, 1);
     }
-    if (rc && disagree[0] && util_now() >= deadline)
+    if (rc && disagree[0] && util_now() >= deadline && util_now() - disagree_at <= DISAGREE_HELD_S)
         util_fail(KT_EXIT_USAGE,
                   "elastic: the members still disagree after --rendezvous-timeout %gs: %s; "
                   "exiting 2",
@@ -868,16 +878,17 @@ static void recovery_give_up(Trainer *t, const Recovery *r, int timed_out, const
  * members_wake), forms the next generation's ring and syncs the state from the rank with
  * the newest one. A peer that names other members (its file, or this worker's, has not
  * changed yet: the kubelet updates each pod's on its own sync) has this worker read its
- * own file again every 0.1 s and try again; when they still disagree at the deadline it
- * exits 2 naming both lists and the peer. A peer lost during the sync starts the wait
- * again within the same deadline. When the deadline passes, or a signal stops the wait,
- * the worker saves its state and exits 75 (recovery_give_up), at the deadline with
- * "recoveryTimedOut": true in the termination message, which asks for the group
- * restart; `awaited` names what it waited for in that message. Then the log says the
+ * own file again every 0.1 s and try again; when they still disagree at the deadline
+ * (DISAGREE_HELD_S) it exits 2 naming both lists and the peer. A peer lost during the
+ * sync starts the wait again within the same deadline. When the deadline passes, or a
+ * signal stops the wait, the worker saves its state and exits 75 (recovery_give_up),
+ * at the deadline with "recoveryTimedOut": true in the termination message, which asks
+ * for the group restart; `awaited` names what it waited for in that message. Then the log says the
  * new size where it is not `world_before`, and the chief's duties follow rank 0. */
 static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited, int world_before)
 {
     char e2[1024], msg[2048], disagree[1024] = "";
+    double disagree_at = 0;
     int rc = 0;
     for (;;) {
         const int signalled = members_changed, reread = signalled || rc == -ESTALE;
@@ -900,8 +911,10 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
                          "the members agree (up to %.0fs more)",
                          e2, deadline - util_now());
             snprintf(disagree, sizeof disagree, "%s", e2);
+            disagree_at = util_now();
         }
-        if (rc && disagree[0] && util_now() >= deadline)
+        if (rc && disagree[0] && util_now() >= deadline &&
+            util_now() - disagree_at <= DISAGREE_HELD_S)
             util_fail(KT_EXIT_USAGE,
                       "elastic: the members still disagree after --recovery-timeout %gs: %s; "
                       "exiting 2",
@@ -931,6 +944,7 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
             break;
         util_log("live recovery: generation %u failed to form: %s; waiting again",
                  r->generation + 1, e2);
+        disagree[0] = '\0'; /* the ring formed: its members agreed */
         trainer_detach_collective(t);
         coll_destroy(c);
         t->coll = NULL;

@@ -851,6 +851,31 @@ static void accept_one(Rendezvous *rv, int listen_fd, Pending **pend, int *n)
     pend[(*n)++] = p;
 }
 
+/* Whether rank-1's authenticated connection has been closed or reset since: its
+ * rendezvous ended after this side's ACK (a list change, a stop), and the dialer will come
+ * again in its next one. In a ring of two only rank 0's own connection carries the ring
+ * (ring_create; rank 1 closes its own after a first collective), so rank 0 would not
+ * learn it from a collective and would wait on a peer that waits for this listener. */
+static int link_closed(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Drops *link when link_closed, logging it, so that the wait goes on for rank-1. */
+static void drop_closed_link(Rendezvous *rv, int *link, const char *from)
+{
+    if (*link < 0 || !link_closed(*link)) return;
+    reject_log(rv,
+               "rank-1's connection from %s was closed after its handshake (it left that "
+               "attempt); waiting for its next one",
+               from);
+    close(*link);
+    *link = -1;
+    atomic_store(&rv->prev_linked, 0);
+}
+
 /* Accepts connections until rank-1 authenticates and the client's result is in,
  * serving every handshake in progress as its bytes arrive, each bounded by the handshake
  * timeout: after rank-1's connection only announcements, which may still be what the
@@ -862,6 +887,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
     Pending *pend[PENDING_MAX];
     struct pollfd pfd[PENDING_MAX + 2];
     int n = 0, rc = 0, link = -1;
+    char link_from[NET_NAME_MAX] = "";
     rv->log_window = util_now();
     double polled = rv->log_window;
     for (;;) {
@@ -869,6 +895,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
          * ran out, this side's own account of the wait belongs in the message too. */
         double now = util_now();
         reject_log_flush(rv, now, 0);
+        drop_closed_link(rv, &link, link_from);
         if (link >= 0 && (atomic_load(&rv->client_final) || now >= rv->deadline)) break;
         if (now >= rv->deadline) {
             int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
@@ -911,6 +938,8 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
             break;
         }
         if (r <= 0) continue;
+        /* before a new ring connection from rank-1 is judged a late duplicate */
+        drop_closed_link(rv, &link, link_from);
         if (pfd[1].revents & POLLIN) {
             char b[16];
             while (read(rv->wake[0], b, sizeof b) > 0) continue;
@@ -924,6 +953,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
                 pending_drop(rv, pend, &n, i, "a second ring connection from rank-1");
             else if (s == 1) {
                 link = pend[i]->fd;
+                snprintf(link_from, sizeof link_from, "%s", pend[i]->from);
                 atomic_store(&rv->prev_linked, 1);
                 free(pend[i]);
                 pend[i] = pend[--n];

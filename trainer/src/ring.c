@@ -22,6 +22,9 @@ static const char *const OP_NAMES[] = {"?", "all-reduce", "broadcast", "barrier"
 typedef struct Ring {
     Collective base;
     int prev_fd, next_fd;
+    /* In a ring of two, rank 1's own connection to rank 0, kept open until the first
+     * collective completes (ring_create); -1 otherwise. */
+    int spare_fd;
     char prev_name[NET_NAME_MAX], next_name[NET_NAME_MAX];
     double io_timeout_s;
     size_t seg_bytes;
@@ -368,6 +371,7 @@ static int run_plan(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
     }
     if (rc < 0) return rc;
     r->seq++;
+    if (r->spare_fd >= 0) close(r->spare_fd), r->spare_fd = -1; /* rank 0 has formed it too */
     return 0;
 }
 
@@ -445,6 +449,7 @@ static void ring_destroy(Collective *c)
     pthread_cond_destroy(&r->cv);
     if (r->prev_fd >= 0) close(r->prev_fd);
     if (r->next_fd >= 0 && r->next_fd != r->prev_fd) close(r->next_fd);
+    if (r->spare_fd >= 0) close(r->spare_fd);
     free(r->stage);
     free(r);
 }
@@ -462,12 +467,16 @@ Collective *ring_create(int rank, int world, const NetRing *conn, const RingOpti
     r->base.destroy = ring_destroy;
     r->prev_fd = conn->prev_fd;
     r->next_fd = conn->next_fd;
+    r->spare_fd = -1;
     if (world == 2) {
         /* Both neighbours are the one peer: keep only the connection rank 0 opened and
          * use it both ways, so that data and ACKs share packets as in any duplex
-         * stream; the other connection is closed on both sides. */
+         * stream; the other connection is closed on both sides. Rank 1 closes its own
+         * only once a collective has gone through: rank 0, still in its rendezvous,
+         * takes that connection closed as rank 1 having left the attempt (net.c,
+         * link_closed). */
         if (rank == 0) close(r->prev_fd), r->prev_fd = r->next_fd;
-        else close(r->next_fd), r->next_fd = r->prev_fd;
+        else r->spare_fd = r->next_fd, r->next_fd = r->prev_fd;
     }
     snprintf(r->prev_name, sizeof r->prev_name, "%s", conn->prev_name);
     snprintf(r->next_name, sizeof r->next_name, "%s", conn->next_name);

@@ -8,8 +8,9 @@
 # rewritten so again, it joins them at a step boundary. No checkpoint read, every step's
 # loss that of the undisturbed run within the tolerance of test-elastic.sh. A worker that
 # starts naming 0,1,2 while worker 0 still waits in a rendezvous of 0,1 waits in its first
-# rendezvous until their lists agree, and joins. A worker whose file never changes while
-# another's does exits 2 at the deadline naming both lists.
+# rendezvous until their lists agree, and joins. A worker that meets another list, and
+# then only a peer gone quiet, exits 75 at the deadline; one whose file never changes
+# while another's does exits 2 there naming both lists.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -190,6 +191,27 @@ else
   tap_fail "the worker that waited to join: losses" \
     "$(losses "$tmp/join.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
 fi
+
+# --- a disagreement that ends, then a wait that runs out ---------------------------------
+# Worker 1 killed; worker 2's file says 0,2 at once, worker 0's still 0,1,2: dialing worker
+# 0, worker 2 meets the old list. Then worker 0 is stopped (SIGSTOP): worker 2's next
+# dials go unanswered until its 6 s deadline. The disagreement did not hold to the end
+# (docs/design.md, "Elastic jobs"): worker 2 exits 75 for a group restart, not 2.
+start ended 6
+wait_for 120 test -e "$tmp/ended.ck/ckpt-5.kt"
+{ kill -9 "${wpids[1]}"; wait "${wpids[1]}"; } 2>/dev/null
+members_write "$tmp/ended-2" "0,2"
+met="(TF_CONFIG index 0) names the members 0,1,2, this worker (TF_CONFIG index 2) 0,2; reading"
+wait_for 60 grep -qF "$met" "$tmp/ended-2.err" && kill -STOP "${wpids[0]}"
+finish "${wpids[2]}"
+if [[ $rc -eq 75 ]] && grep -qF "$met" "$tmp/ended-2.err" &&
+  grep -q "live recovery: no replacement for .* within 6s" "$tmp/ended-2.err" &&
+  ! grep -q "still disagree" "$tmp/ended-2.err"; then
+  tap_ok "worker 2 met worker 0's old list, then worker 0 went quiet: exit 75 at the 6 s \
+deadline, not 2"
+else tap_fail "a disagreement that ended" "rc=$rc $(tail -n 4 "$tmp/ended-2.err")"; fi
+kill -CONT "${wpids[0]}"
+finish "${wpids[0]}"
 
 # --- a file that never changes ----------------------------------------------------------
 # Worker 1 killed, worker 0's file says 0,2 and worker 2's stays 0,1,2: they disagree until

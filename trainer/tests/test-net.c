@@ -669,6 +669,10 @@ typedef struct FakePeer {
     const char *secret;
     uint32_t rank;        /* the rank it claims */
     double proof_delay_s; /* between the CHALLENGE and its PROOF */
+    /* after the ACK, hold the connection until the server closes it (at most 15 s), as a
+     * rank 0 whose ring this is does; 0: close it at once, as one that left the attempt */
+    int hold;
+    volatile double *acked_at; /* when set: util_now() at the ACK */
 } FakePeer;
 
 static void fake_hello(const FakePeer *fp, int type, unsigned char *buf, size_t *n)
@@ -735,6 +739,11 @@ static int fake_client(int port, const FakePeer *fp)
     if (raw_send_frame(fd, proof, sizeof proof) == 0 &&
         raw_recv_frame(fd, ack, sizeof ack, &an) == 0 && an == 5 && ack[4] == 4)
         rc = 1;
+    if (rc == 1 && fp->acked_at) *fp->acked_at = util_now();
+    if (rc == 1 && fp->hold) {
+        recv_timeout(fd, scaled(15));
+        while (recv(fd, ack, sizeof ack, 0) > 0) continue;
+    }
 out:
     close(fd);
     return rc;
@@ -871,12 +880,17 @@ static void flood_beside_a_pair(const char *src, int hello, double proof_delay_s
     pid_t cl = fork();
     if (cl == 0) {
         close(c.listen_fd[0]), close(c.listen_fd[1]);
-        FakePeer fp = {.secret = "k", .rank = 0, .proof_delay_s = proof_delay_s};
+        double acked_at = 0;
+        FakePeer fp = {.secret = "k",
+                       .rank = 0,
+                       .proof_delay_s = proof_delay_s,
+                       .hold = 1,
+                       .acked_at = &acked_at};
         double start = util_now();
         while (util_now() - start < rendezvous_s) {
             rep->attempts++;
             if (fake_client(c.port[1], &fp) == 1) {
-                rep->took_s = util_now() - start;
+                rep->took_s = acked_at - start;
                 rep->acked = 1;
                 break;
             }
@@ -1007,6 +1021,43 @@ static void test_wrong_rank_connecting_is_refused(void **state)
     if (!file_contains(log1, "says it is rank 1 too"))
         fail_msg("rank 1's log does not name the duplicate");
     unlink(log1), rmdir(dir);
+    free_results(res);
+}
+
+/* Rank 1's ring connection to rank 0 is ACKed and then closed (rank 1 left that
+ * attempt: its members file changed, or its listener failed) before rank 0's own dial
+ * is answered. Rank 0 must not take the closed connection as its ring: in a ring of two
+ * it keeps only its own dial, so it would not notice, and wait in its first collective
+ * for a rank 1 that waits in its next rendezvous for rank 0's listener. It drops the
+ * connection, says so, and the ring forms with rank 1's next one. */
+static void test_closed_prev_link_is_not_the_ring(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kt-test-net-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char log0[64];
+    snprintf(log0, sizeof log0, "%s/rank0.log", dir);
+    Cluster c;
+    NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, 2), 0);
+    NetArg a = {.res = res,
+                .secret = {"k", "k"},
+                .rendezvous_timeout_s = scaled(15),
+                .handshake_timeout_s = scaled(2),
+                .log_path = {log0, NULL}};
+    cluster_start(&c, 0, net_rank, &a);
+    FakePeer left = {.secret = "k", .rank = 1};
+    int got = fake_client(c.port[0], &left); /* ACKed, then closed */
+    cluster_start(&c, 1, net_rank, &a);
+    assert_int_equal(cluster_wait(&c, scaled(30)), 0);
+    assert_int_equal(got, 1);
+    for (int r = 0; r < 2; r++) {
+        if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+        assert_close_i(res[r].sum, 3.0f, 0, r);
+    }
+    const char *want = "was closed after its handshake (it left that attempt)";
+    if (!file_contains(log0, want)) fail_msg("rank 0's log has no \"%s\"", want);
+    unlink(log0), rmdir(dir);
     free_results(res);
 }
 
@@ -1210,6 +1261,7 @@ int main(void)
         cmocka_unit_test(test_hostile_clients_do_not_disturb_the_ring),
         cmocka_unit_test(test_wrong_party_at_the_peer_address_is_retried),
         cmocka_unit_test(test_wrong_rank_connecting_is_refused),
+        cmocka_unit_test(test_closed_prev_link_is_not_the_ring),
         cmocka_unit_test(test_flood_of_connects_does_not_evict_the_peer),
         cmocka_unit_test(test_hello_flood_from_a_stranger_address_does_not_evict_the_peer),
         cmocka_unit_test(test_listen_on_own_address),
