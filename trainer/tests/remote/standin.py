@@ -59,6 +59,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.wfile.write(body[:len(body) // 2])
             self.wfile.flush()
+            # A reset discards what the client has not read yet: let it read the half.
+            time.sleep(0.5)
             # SO_LINGER 0: close sends a reset, as a dropped connection does.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        struct.pack("ii", 1, 0))
