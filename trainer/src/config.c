@@ -62,7 +62,9 @@ static const Option options[] = {
     {"data-cache-mib", OPT_INT, offsetof(Config, data_cache_mib), 0, 0, 1 << 30,
      "N  tfrecord: hold the examples in memory, each image decoded once, when\n"
      "                             they take at most N MiB decoded, else stream them, each\n"
-     "                             read and decoded when used (1024; 0: always stream)"},
+     "                             read and decoded when used: files by pread, s3:// and\n"
+     "                             http(s):// objects by ranged GETs, a batch's records\n"
+     "                             at once (1024; 0: always stream)"},
     {"epochs", OPT_INT, offsetof(Config, epochs), 0, 1, 1e6, "N  (3)"},
     {"steps-per-epoch", OPT_INT, offsetof(Config, steps_per_epoch), 0, 0, 1e9,
      "N  (70); 0 = one pass over this worker's shard"},

@@ -43,6 +43,7 @@ struct Pipeline {
     uint64_t stream_seed;
     /* producer state (touched by the thread only while it runs) */
     uint32_t *order;
+    size_t *idx;           /* the examples of the batch being filled */
     uint64_t order_epoch;
     int order_valid;
     PipelineCursor produce_at;
@@ -53,6 +54,7 @@ struct Pipeline {
     int stop;
     PipelineCursor consumed;
     int failed;            /* the producer could not read an example: why in fail_msg */
+    int fail_code;         /* and the exit code of the contract for it */
     char fail_msg[1024];
     pthread_t thread;
     int running;
@@ -88,8 +90,10 @@ int data_slice(int global, int world, int rank, int *start)
     return (int)((int64_t)(rank + 1) * global / world - *start);
 }
 
-/* Fills b with the next batch; 0, or -1 with why in p->fail_msg when an example cannot
- * be read (a streamed file that changed since it was opened). */
+/* Fills b with the next batch; 0, or -1 with why in p->fail_msg and its exit code in
+ * p->fail_code when an example cannot be read (a streamed file that changed since it was
+ * opened, object storage out of retries). The batch's examples are read in one call, so
+ * that a source reads their records together. */
 static int fill_batch(Pipeline *p, Batch *b)
 {
     const size_t bs = p->size;
@@ -103,10 +107,13 @@ static int fill_batch(Pipeline *p, Batch *b)
             p->order_epoch = e;
             p->order_valid = 1;
         }
-        uint32_t idx = p->order[pos];
-        if (source_read_example(p->src, idx, p->cfg.scale, b->x + k * p->pixels, &b->y[k],
-                                p->fail_msg, sizeof p->fail_msg))
-            return -1;
+        p->idx[k] = p->order[pos];
+    }
+    const int rc = source_read_examples(p->src, p->idx, bs, p->cfg.scale, b->x, b->y, p->fail_msg,
+                                        sizeof p->fail_msg);
+    if (rc) {
+        p->fail_code = source_exit_code(rc);
+        return -1;
     }
     c.position += p->take;
     c.data_epoch += c.position / p->n, c.position %= p->n;
@@ -209,6 +216,7 @@ int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg
         return -EINVAL;
     }
     p->order = xmalloc(p->n * sizeof *p->order);
+    p->idx = xmalloc(b * sizeof *p->idx);
     for (int i = 0; i < PREFETCH; i++) {
         p->slots[i].x = xmalloc(b * p->pixels * sizeof(float));
         p->slots[i].y = xmalloc(b * sizeof *p->slots[i].y);
@@ -231,9 +239,10 @@ const Batch *pipeline_next(Pipeline *p)
     while (p->filled == 0 && !p->failed) pthread_cond_wait(&p->cv, &p->mu);
     if (p->filled == 0) {
         char msg[sizeof p->fail_msg];
+        const int code = p->fail_code;
         snprintf(msg, sizeof msg, "%s", p->fail_msg);
         pthread_mutex_unlock(&p->mu);
-        util_fail(KT_EXIT_DATA, "%s", msg);
+        util_fail(code, "%s", msg);
     }
     p->filled--;
     p->held = 1;
@@ -283,5 +292,6 @@ void pipeline_free(Pipeline *p)
         free(p->slots[i].y);
     }
     free(p->order);
+    free(p->idx);
     free(p);
 }

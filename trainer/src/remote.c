@@ -12,9 +12,6 @@
 
 #include "util.h"
 
-/* Bytes a ranged GET asks for: large enough that a request's latency is small against
- * its transfer, small enough that a retry after a reset re-reads little. */
-#define RANGE_BYTES ((size_t)8 << 20)
 #define ERROR_BODY_MAX 2048
 #define BACKOFF_FIRST_S 0.5
 #define BACKOFF_MAX_S 30.0
@@ -326,7 +323,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         return bytes;
     }
     if (t->len + bytes + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : RANGE_BYTES;
+        size_t cap = t->cap ? t->cap : REMOTE_RANGE_BYTES;
         while (cap < t->len + bytes + 1) cap *= 2;
         uint8_t *b = realloc(t->buf, cap);
         if (!b) return 0; /* curl fails the transfer: CURLE_WRITE_ERROR */
@@ -353,10 +350,10 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return bytes;
 }
 
-/* S3's error code in an error answer's XML (<Code>NoSuchKey</Code>), or "". */
-static void s3_code(const Transfer *t, char *out, size_t outlen)
+/* S3's error code in an error answer's XML body (<Code>NoSuchKey</Code>), or "". */
+static void s3_code(const char *body, char *out, size_t outlen)
 {
-    const char *a = strstr(t->error_body, "<Code>"), *b = a ? strstr(a, "</Code>") : NULL;
+    const char *a = strstr(body, "<Code>"), *b = a ? strstr(a, "</Code>") : NULL;
     if (a && b && b - a - 6 < 100) snprintf(out, outlen, " (%.*s)", (int)(b - a - 6), a + 6);
     else *out = '\0';
 }
@@ -369,25 +366,41 @@ static int curl_permanent(CURLcode cc)
            cc == CURLE_OUT_OF_MEMORY || cc == CURLE_WRITE_ERROR;
 }
 
-static int answer_error(const Target *tg, const Transfer *t, long status, char *err, size_t errlen)
+/* The error of a failed answer (status, its body) about object name: -EACCES (403),
+ * -ENOENT (404) or -EINVAL, with one line in err. */
+static int answer_error(const char *name, int s3, const char *body, long status, char *err,
+                        size_t errlen)
 {
     char code[128];
-    s3_code(t, code, sizeof code);
+    s3_code(body, code, sizeof code);
     if (status == 403) {
         snprintf(err, errlen,
                  "%s: HTTP 403 Forbidden%s: check the credentials (AWS_ACCESS_KEY_ID and "
                  "AWS_SECRET_ACCESS_KEY, or AWS_SHARED_CREDENTIALS_FILE), AWS_REGION and the "
                  "bucket's policy",
-                 tg->name, code);
+                 name, code);
         return -EACCES;
     }
     if (status == 404) {
-        snprintf(err, errlen, "%s: HTTP 404 Not Found%s: check the bucket and the key%s", tg->name,
-                 code, tg->s3 ? " (and the endpoint)" : "");
+        snprintf(err, errlen, "%s: HTTP 404 Not Found%s: check the bucket and the key%s", name,
+                 code, s3 ? " (and the endpoint)" : "");
         return -ENOENT;
     }
-    snprintf(err, errlen, "%s: HTTP %ld%s", tg->name, status, code);
+    snprintf(err, errlen, "%s: HTTP %ld%s", name, status, code);
     return -EINVAL;
+}
+
+/* Seconds before retry attempt + 1: 0.5 s, 1 s, 2 s, ... at most 30 s. */
+static double backoff_s(long attempt)
+{
+    const double wait = BACKOFF_FIRST_S * (double)(1L << (attempt < 16 ? attempt : 16));
+    return wait < BACKOFF_MAX_S ? wait : BACKOFF_MAX_S;
+}
+
+/* Retryable: 5xx, 408 (timeout), 429 (slow down); any other answer is final. */
+static int status_retryable(long status)
+{
+    return status >= 500 || status == 408 || status == 429;
 }
 
 static void sleep_s(double s)
@@ -397,25 +410,30 @@ static void sleep_s(double s)
     }
 }
 
-static CURL *handle_new(const Conf *c, const Target *tg, Transfer *t, struct curl_slist **hdrs,
+/* An easy handle for a GET of url (s3: signed as S3 wants, when there are credentials),
+ * its body and header lines given to body and header with arg; NULL when libcurl cannot
+ * make one. *hdrs gets the request's extra headers (the caller frees them after the
+ * transfer). */
+static CURL *handle_new(const Conf *c, const char *url, int s3, curl_write_callback body,
+                        curl_write_callback header, void *arg, struct curl_slist **hdrs,
                         char *curl_err)
 {
     pthread_once(&curl_once, curl_init);
     CURL *h = curl_easy_init();
     if (!h) return NULL;
-    curl_easy_setopt(h, CURLOPT_URL, tg->url);
+    curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_err);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, arg);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, arg);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, c->timeout_s);
     /* A stalled body fails after timeout_s without a byte, however long the object. */
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, c->timeout_s);
-    if (!tg->s3) {
+    if (!s3) {
         curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
         curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
     } else if (*c->key_id) {
@@ -446,7 +464,7 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
     struct curl_slist *hdrs = NULL;
     int rc = 0;
     t->total = -1;
-    t->curl = handle_new(c, tg, t, &hdrs, curl_err);
+    t->curl = handle_new(c, tg->url, tg->s3, on_body, on_header, t, &hdrs, curl_err);
     if (!t->curl) {
         snprintf(err, errlen, "%s: cannot start libcurl", tg->name);
         return -ENOMEM;
@@ -455,7 +473,7 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
     for (long attempt = 0;;) {
         char range[64], why[CURL_ERROR_SIZE + 64];
         if (ranged) {
-            snprintf(range, sizeof range, "%zu-%zu", t->len, t->len + RANGE_BYTES - 1);
+            snprintf(range, sizeof range, "%zu-%zu", t->len, t->len + REMOTE_RANGE_BYTES - 1);
             curl_easy_setopt(t->curl, CURLOPT_RANGE, range);
         } else {
             t->len = 0;
@@ -476,8 +494,8 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
             continue;
         }
         if (cc == CURLE_OK && status == 416 && ranged && t->len == 0) break; /* empty */
-        if (cc == CURLE_OK && status < 500 && status != 408 && status != 429) {
-            rc = answer_error(tg, t, status, err, errlen);
+        if (cc == CURLE_OK && !status_retryable(status)) {
+            rc = answer_error(tg->name, tg->s3, t->error_body, status, err, errlen);
             break;
         }
         if (cc != CURLE_OK)
@@ -496,8 +514,7 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
             rc = -EAGAIN;
             break;
         }
-        double wait = BACKOFF_FIRST_S * (double)(1L << (attempt < 16 ? attempt : 16));
-        if (wait > BACKOFF_MAX_S) wait = BACKOFF_MAX_S;
+        const double wait = backoff_s(attempt);
         attempt++;
         util_log("%s: %s at byte %zu; retry %ld of %ld in %.1fs", tg->name, why, t->len, attempt,
                  c->retries, wait);
@@ -523,6 +540,320 @@ int remote_read(const char *url, uint8_t **buf, size_t *len, char *err, size_t e
     }
     *buf = t.buf, *len = t.len;
     return 0;
+}
+
+/* ---------------------------------------------------------------- ranged reads */
+
+/* Transfers of ranges at once: enough to hide a store's latency behind a batch's records,
+ * few enough that a store does not throttle the job for them. */
+#define PARALLEL 8
+
+struct RemoteObject {
+    char *url;      /* the URL requested */
+    char *name;     /* remote_redact's, for messages */
+    int s3;
+    int known;      /* size and etag are the first answer's */
+    int ranged;     /* the last answer to a ranged request was a 206 */
+    uint64_t size;
+    char etag[256]; /* "" when the server sends none */
+};
+
+/* One range's transfer, over its attempts. */
+typedef struct {
+    RemoteRange *r;
+    CURL *h;
+    struct curl_slist *hdrs;
+    char curl_err[CURL_ERROR_SIZE];
+    int fresh;       /* no byte of this attempt's body seen yet */
+    int ok;          /* this attempt's status is 200 or 206 */
+    int past;        /* the answer went on past the range: cut short on purpose */
+    int finished;
+    long status;
+    uint64_t pos;    /* the object's byte that the answer's next body byte is */
+    long long total; /* the object's size from this answer's headers, -1 when none */
+    char etag[256];
+    char error_body[ERROR_BODY_MAX];
+    size_t error_len;
+    long attempt;
+    size_t best;     /* r->got when the attempts were last counted from 0 */
+    double not_before;
+} Fetch;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The body of a range's answer: the bytes [off + got, off + len) of the object kept in the
+ * range's buffer. A 200 (a server that ignores Range) starts at the object's byte 0; the
+ * bytes before the range are skipped, and the answer is cut once the range is full. */
+static size_t on_range_body(char *p, size_t size, size_t n, void *arg)
+{
+    Fetch *f = arg;
+    RemoteRange *r = f->r;
+    const size_t bytes = size * n;
+    if (f->fresh) {
+        curl_easy_getinfo(f->h, CURLINFO_RESPONSE_CODE, &f->status);
+        f->fresh = 0;
+        f->ok = f->status == 200 || f->status == 206;
+        f->pos = f->status == 206 ? r->off + r->got : 0;
+    }
+    if (!f->ok) {
+        const size_t k = bytes < sizeof f->error_body - 1 - f->error_len
+                             ? bytes
+                             : sizeof f->error_body - 1 - f->error_len;
+        memcpy(f->error_body + f->error_len, p, k);
+        f->error_len += k;
+        f->error_body[f->error_len] = '\0';
+        return bytes;
+    }
+    const uint64_t want = r->off + r->got, end = r->off + r->len;
+    if (f->pos + bytes > want && want < end) {
+        const uint64_t upto = f->pos + bytes < end ? f->pos + bytes : end;
+        memcpy(r->buf + r->got, p + (want - f->pos), (size_t)(upto - want));
+        r->got += (size_t)(upto - want);
+    }
+    f->pos += bytes;
+    if (f->pos > end) {
+        f->past = 1;
+        return 0; /* libcurl ends the transfer: CURLE_WRITE_ERROR, which past excuses */
+    }
+    return bytes;
+}
+
+/* The object's size (Content-Range's total, else a 200's Content-Length) and ETag of a
+ * range's answer; a status line starts a new answer (a redirect's). */
+static size_t on_range_header(char *p, size_t size, size_t n, void *arg)
+{
+    Fetch *f = arg;
+    const size_t bytes = size * n;
+    char line[512];
+    if (bytes >= sizeof line) return bytes;
+    memcpy(line, p, bytes);
+    line[bytes] = '\0';
+    char *v = strchr(line, ':');
+    if (!strncmp(line, "HTTP/", 5)) {
+        f->total = -1, f->etag[0] = '\0';
+        f->status = strtol(line + strcspn(line, " "), NULL, 10);
+    } else if (v) {
+        *v++ = '\0';
+        v = trim(v);
+        const char *slash = strchr(v, '/');
+        if (!strcasecmp(line, "content-range") && slash && isdigit((unsigned char)slash[1]))
+            f->total = strtoll(slash + 1, NULL, 10);
+        else if (!strcasecmp(line, "content-length") && f->status == 200 &&
+                 isdigit((unsigned char)*v))
+            f->total = strtoll(v, NULL, 10);
+        else if (!strcasecmp(line, "etag")) snprintf(f->etag, sizeof f->etag, "%s", v);
+    }
+    return bytes;
+}
+
+/* Checks an answer's object size and ETag against the first answer's (learnt from it):
+ * 0, or -ESTALE with one line in err when the object is another since. */
+static int check_stamp(const Fetch *f, char *err, size_t errlen)
+{
+    RemoteObject *o = f->r->obj;
+    if (f->total < 0) return 0;
+    if (!o->known) {
+        o->known = 1;
+        o->size = (uint64_t)f->total;
+        snprintf(o->etag, sizeof o->etag, "%s", f->etag);
+        return 0;
+    }
+    char why[700];
+    if (*o->etag && *f->etag && strcmp(o->etag, f->etag))
+        snprintf(why, sizeof why, "its ETag is now %.250s, it was %.250s", f->etag, o->etag);
+    else if ((uint64_t)f->total != o->size)
+        snprintf(why, sizeof why, "it is now %lld bytes, it was %llu", f->total,
+                 (unsigned long long)o->size);
+    else return 0;
+    snprintf(err, errlen,
+             "%s: the object changed since the trainer opened it (%s): a job's data must not "
+             "change while it runs",
+             o->name, why);
+    return -ESTALE;
+}
+
+/* Starts f's next attempt on multi: a GET of the range's bytes not read yet. */
+static int fetch_start(const Conf *c, CURLM *multi, Fetch *f, char *err, size_t errlen)
+{
+    const RemoteRange *r = f->r;
+    char range[64];
+    f->h = handle_new(c, r->obj->url, r->obj->s3, on_range_body, on_range_header, f, &f->hdrs,
+                      f->curl_err);
+    if (!f->h) {
+        snprintf(err, errlen, "%s: cannot start libcurl", r->obj->name);
+        return -ENOMEM;
+    }
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)(r->off + r->got),
+             (unsigned long long)(r->off + r->len - 1));
+    curl_easy_setopt(f->h, CURLOPT_RANGE, range);
+    curl_easy_setopt(f->h, CURLOPT_PRIVATE, f);
+    f->fresh = 1, f->ok = f->past = 0, f->status = 0, f->total = -1;
+    f->etag[0] = f->error_body[0] = f->curl_err[0] = '\0';
+    f->error_len = 0;
+    if (curl_multi_add_handle(multi, f->h) != CURLM_OK) {
+        snprintf(err, errlen, "%s: cannot start libcurl", r->obj->name);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Judges f's attempt that ended with cc: the range read (f->finished), a retry scheduled
+ * (f->not_before), or a final error (returned, one line in err). */
+static int fetch_end(const Conf *c, Fetch *f, CURLcode cc, char *err, size_t errlen)
+{
+    RemoteRange *r = f->r;
+    RemoteObject *o = r->obj;
+    char why[CURL_ERROR_SIZE + 64];
+    int rc;
+    if (cc == CURLE_WRITE_ERROR && f->past) cc = CURLE_OK;
+    if (!f->status) curl_easy_getinfo(f->h, CURLINFO_RESPONSE_CODE, &f->status);
+    const int ok = f->status == 200 || f->status == 206;
+    const int answered = cc == CURLE_OK && (ok || f->status == 416);
+    /* A whole answer without Content-Length ends at the object's end. */
+    if (answered && f->status == 200 && f->total < 0 && !f->past) f->total = (long long)f->pos;
+    if (answered && (rc = check_stamp(f, err, errlen))) return rc;
+    if (answered && f->status != 416) o->ranged = f->status == 206;
+    /* At the object's end (a 416: the range starts there) a range holds what is left. */
+    if (answered && (r->got == r->len || (o->known && r->off + r->got >= o->size))) {
+        f->finished = 1;
+        return 0;
+    }
+    if (cc == CURLE_OK && !ok && !status_retryable(f->status))
+        return answer_error(o->name, o->s3, f->error_body, f->status, err, errlen);
+    if (cc != CURLE_OK)
+        snprintf(why, sizeof why, "%s", *f->curl_err ? f->curl_err : curl_easy_strerror(cc));
+    else if (ok) snprintf(why, sizeof why, "the answer ended early");
+    else snprintf(why, sizeof why, "HTTP %ld", f->status);
+    if (cc != CURLE_OK && curl_permanent(cc)) {
+        snprintf(err, errlen, "%s: %s", o->name, why);
+        return -EINVAL;
+    }
+    if (r->got > f->best) f->attempt = 0, f->best = r->got;
+    if (f->attempt >= c->retries) {
+        snprintf(err, errlen,
+                 "%s: %s, after %ld retries (KUBETRAIN_REMOTE_RETRIES); retryable, exiting 75",
+                 o->name, why, c->retries);
+        return -EAGAIN;
+    }
+    const double wait = backoff_s(f->attempt);
+    f->attempt++;
+    util_log("%s: %s at byte %llu; retry %ld of %ld in %.1fs", o->name, why,
+             (unsigned long long)(r->off + r->got), f->attempt, c->retries, wait);
+    f->not_before = now_s() + wait;
+    return 0;
+}
+
+static void fetch_stop(CURLM *multi, Fetch *f)
+{
+    if (!f->h) return;
+    curl_multi_remove_handle(multi, f->h);
+    curl_easy_cleanup(f->h);
+    curl_slist_free_all(f->hdrs);
+    f->h = NULL, f->hdrs = NULL;
+}
+
+/* One multi handle for every read, kept so that its connections are reused from one
+ * batch's reads to the next (a TLS handshake each would cost more than the records);
+ * multi_mu makes its users take turns. */
+static pthread_mutex_t multi_mu = PTHREAD_MUTEX_INITIALIZER;
+static CURLM *shared_multi;
+
+int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen)
+{
+    Conf c;
+    int rc;
+    if (n == 0) return 0;
+    if ((rc = conf_load(&c, err, errlen))) return rc;
+    Fetch *f = xcalloc(n, sizeof *f);
+    for (size_t i = 0; i < n; i++) f[i].r = &r[i], r[i].got = 0;
+    pthread_once(&curl_once, curl_init);
+    pthread_mutex_lock(&multi_mu);
+    CURLM *multi = shared_multi ? shared_multi : (shared_multi = curl_multi_init());
+    if (!multi) {
+        snprintf(err, errlen, "%s: cannot start libcurl", r[0].obj->name);
+        rc = -ENOMEM;
+    }
+    size_t left = n, running = 0;
+    while (!rc && left) {
+        const double now = now_s();
+        double next = now + 3600;
+        for (size_t i = 0; i < n && !rc && running < PARALLEL; i++) {
+            if (f[i].finished || f[i].h) continue;
+            if (f[i].not_before > now) {
+                next = f[i].not_before < next ? f[i].not_before : next;
+                continue;
+            }
+            if (!(rc = fetch_start(&c, multi, &f[i], err, errlen))) running++;
+        }
+        if (rc) break;
+        if (!running) {
+            sleep_s(next - now);
+            continue;
+        }
+        int still, queued;
+        curl_multi_perform(multi, &still);
+        CURLMsg *m;
+        while (!rc && (m = curl_multi_info_read(multi, &queued))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            char *priv;
+            const CURLcode cc = m->data.result;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+            Fetch *done = (Fetch *)(void *)priv;
+            rc = fetch_end(&c, done, cc, err, errlen);
+            fetch_stop(multi, done);
+            running--;
+            left -= done->finished;
+        }
+        if (!rc && running) curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    for (size_t i = 0; i < n; i++) fetch_stop(multi, &f[i]);
+    pthread_mutex_unlock(&multi_mu);
+    free(f);
+    return rc;
+}
+
+int remote_object_open(const char *url, RemoteObject **out, uint8_t **head, size_t *headlen,
+                       char *err, size_t errlen)
+{
+    Conf c;
+    Target tg;
+    int rc;
+    *out = NULL, *head = NULL, *headlen = 0;
+    if ((rc = conf_load(&c, err, errlen)) || (rc = target_of(&c, url, &tg, err, errlen))) return rc;
+    RemoteObject *o = xcalloc(1, sizeof *o);
+    o->url = xstrdup(tg.url), o->name = xstrdup(tg.name), o->s3 = tg.s3;
+    RemoteRange r = {
+        .obj = o, .off = 0, .len = REMOTE_RANGE_BYTES, .buf = xmalloc(REMOTE_RANGE_BYTES)};
+    if ((rc = remote_read_ranges(&r, 1, err, errlen))) {
+        free(r.buf);
+        remote_object_close(o);
+        return rc;
+    }
+    *out = o, *head = r.buf, *headlen = r.got;
+    return 0;
+}
+
+uint64_t remote_object_size(const RemoteObject *o)
+{
+    return o->size;
+}
+
+int remote_object_ranged(const RemoteObject *o)
+{
+    return o->ranged;
+}
+
+void remote_object_close(RemoteObject *o)
+{
+    if (!o) return;
+    free(o->url);
+    free(o->name);
+    free(o);
 }
 
 /* ---------------------------------------------------------------- listing */

@@ -1,5 +1,6 @@
-/* remote — objects in S3 (or an S3-compatible store) and on HTTP(S) servers, read whole
- * into memory through libcurl for the TFRecord source (docs/design.md, "Object storage").
+/* remote — objects in S3 (or an S3-compatible store) and on HTTP(S) servers, read through
+ * libcurl for the TFRecord source (docs/design.md, "Object storage"): whole into memory,
+ * or in ranges, several at once, from an object opened for that.
  *
  *     s3://BUCKET/KEY      GET ENDPOINT/BUCKET/KEY (path-style), signed with libcurl's
  *                          AWS SigV4 when there are credentials, anonymous otherwise
@@ -51,5 +52,49 @@ void remote_free_urls(char **urls, size_t n);
  *     -EAGAIN   the retries ran out (5xx, timeouts, broken connections): retryable
  *     -EINVAL   a malformed URL or configuration, or another answer */
 int remote_read(const char *url, uint8_t **buf, size_t *len, char *err, size_t errlen);
+
+/* Bytes a ranged GET of a whole object asks for at a time: large enough that a request's
+ * latency is small against its transfer, small enough that a retry after a reset
+ * re-reads little. */
+#define REMOTE_RANGE_BYTES ((size_t)8 << 20)
+
+/* An object opened for ranged reads: its URL, and its size and ETag as its first answer
+ * gave them, against which every later answer is checked. */
+typedef struct RemoteObject RemoteObject;
+
+/* Opens the object at url and reads its first REMOTE_RANGE_BYTES (or all of it when it is
+ * shorter) into *head (malloc'd, the caller frees it) and *headlen. Returns 0, or as
+ * remote_read_ranges. Close *out with remote_object_close. */
+int remote_object_open(const char *url, RemoteObject **out, uint8_t **head, size_t *headlen,
+                       char *err, size_t errlen);
+
+/* The object's size, as its first answer gave it. */
+uint64_t remote_object_size(const RemoteObject *o);
+
+/* 1 when the server answered the last ranged request with a range (206), 0 when it sent
+ * the whole object (200): it ignores Range, and a read of a range costs the object up to
+ * the range's end. */
+int remote_object_ranged(const RemoteObject *o);
+
+/* NULL is a no-op. */
+void remote_object_close(RemoteObject *o);
+
+/* Bytes [off, off + len) of obj into buf (the caller's, len bytes); got: how many were
+ * read, fewer than len only at the object's end. */
+typedef struct {
+    RemoteObject *obj;
+    uint64_t off;
+    size_t len;
+    uint8_t *buf;
+    size_t got;
+} RemoteRange;
+
+/* Reads the n ranges r (of any objects), up to 8 requests at once, each retried as
+ * remote_read retries (from the byte reached). Returns 0, or with one line in err naming
+ * the object, as remote_read, and
+ *     -ESTALE   an answer's size or ETag is not the object's first answer's: the object
+ *               changed since it was opened
+ * Thread-safe: concurrent callers take turns. */
+int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen);
 
 #endif

@@ -273,21 +273,37 @@ void source_to_float(const void *values, SourceType t, size_t n, PixelScale scal
         for (size_t j = 0; j < n; j++) x[j] = (float)img[j];
 }
 
-int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
-                        char *err, size_t errlen)
+int source_read_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
+                         int32_t *y, char *err, size_t errlen)
 {
-    if (s->records) return tfrecord_example(s, i, scale, x, y, err, errlen);
-    const size_t n = source_example_size(s);
+    if (s->records) return tfrecord_examples(s, idx, n, scale, x, y, err, errlen);
+    const size_t values = source_example_size(s);
     const size_t bytes = s->type == SOURCE_F32 ? sizeof(float) : 1;
-    source_to_float((const uint8_t *)s->images + i * n * bytes, s->type, n, scale, x);
-    *y = s->labels[i];
+    for (size_t k = 0; k < n; k++) {
+        source_to_float((const uint8_t *)s->images + idx[k] * values * bytes, s->type, values,
+                        scale, x + k * values);
+        y[k] = s->labels[idx[k]];
+    }
     return 0;
 }
 
-void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y)
+int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
+                        char *err, size_t errlen)
+{
+    return source_read_examples(s, &i, 1, scale, x, y, err, errlen);
+}
+
+int source_exit_code(int rc)
+{
+    return rc == -EAGAIN ? KT_EXIT_RETRY : KT_EXIT_DATA;
+}
+
+void source_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
+                     int32_t *y)
 {
     char err[1024];
-    if (source_read_example(s, i, scale, x, y, err, sizeof err)) util_fail(KT_EXIT_DATA, "%s", err);
+    int rc = source_read_examples(s, idx, n, scale, x, y, err, sizeof err);
+    if (rc) util_fail(source_exit_code(rc), "%s", err);
 }
 
 const char *source_type_name(SourceType t)

@@ -87,16 +87,28 @@ int source_open(Source *s, const char *spec, SourceRole role, int num_classes,
 /* Values per example: h * w * c. */
 size_t source_example_size(const Source *s);
 
-/* Example i (< count) as the model takes it: x gets source_example_size floats, *y the
- * label. Reentrant: the prefetch thread and the evaluation read examples at once. Returns
- * 0, or (a TFRecord file changed since it was opened, or cannot be read) a negative errno
- * with one line in err naming the file and the record's byte offset. */
+/* Examples idx[0..n) (each < count) as the model takes them: x gets n times
+ * source_example_size floats, y n labels. Reentrant: the prefetch thread and the
+ * evaluation read examples at once. A streamed TFRecord source reads the records of
+ * objects together (tfrecord_examples), so a batch waits on the network once. Returns 0,
+ * or (a TFRecord file changed since it was opened, or cannot be read) a negative errno
+ * with one line in err naming the file and the record's byte offset, or the object:
+ * -EAGAIN when object storage ran out of retries (retryable). */
+int source_read_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
+                         int32_t *y, char *err, size_t errlen);
+
+/* source_read_examples of example i alone. */
 int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
                         char *err, size_t errlen);
 
-/* source_read_example for the training loop: a failure exits 3 with its message, as bad
- * data found at start-up does. */
-void source_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y);
+/* The exit code of the contract for source_read_examples's error rc: 75 (retryable) for
+ * -EAGAIN, else 3 (bad data). */
+int source_exit_code(int rc);
+
+/* source_read_examples for the training loop: a failure exits with source_exit_code and
+ * its message, as bad data found at start-up does. */
+void source_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
+                     int32_t *y);
 
 /* n values of type t (uint8 or float32) as the model's float32 into x: uint8 as v/255
  * (PIXEL_UNIT) or v (PIXEL_RAW), float32 unchanged. */

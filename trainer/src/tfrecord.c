@@ -385,19 +385,24 @@ const char *tfrecord_kind_name(TfrKind k)
  * cannot ask for gigabytes. */
 #define MAX_IMAGE_PIXELS ((size_t)1 << 24)
 #define READ_CHUNK ((size_t)1 << 20)
+/* Records of an object this close to each other are read in one range: a gap this small
+ * costs less to read than a request of its own. */
+#define MERGE_GAP ((size_t)64 << 10)
 
 typedef enum { COMP_NONE = 0, COMP_GZIP, COMP_ZLIB } Compression;
 
 /* One file of the source. An uncompressed local file is streamed: fd stays open and an
- * example's record is read with pread when the example is wanted. Compressed data cannot
- * be read at an offset, so a GZIP or ZLIB file is held: buf keeps its inflated records;
- * so is an object of object storage, which remote.c reads whole. */
+ * example's record is read with pread when the example is wanted; so is an uncompressed
+ * object of object storage, by ranged GETs (obj). Compressed data cannot be read at an
+ * offset, so a GZIP or ZLIB file is held: buf keeps its inflated records; so is an object
+ * whose server ignores Range. */
 typedef struct {
     char *path;
     char *name; /* the path for messages: a URL as remote_redact shows it */
     Compression comp;
-    int fd;       /* >= 0: streamed, len bytes long at open */
-    uint8_t *buf; /* else held: its uncompressed records, len bytes */
+    int fd;            /* >= 0: streamed from the file, len bytes long at open */
+    RemoteObject *obj; /* else non-NULL: streamed from object storage */
+    uint8_t *buf;      /* else held: its uncompressed records, len bytes */
     size_t len;
 } File;
 
@@ -750,48 +755,73 @@ typedef struct {
     size_t cap, start, n;
 } Window;
 
-/* Bytes [off, off + need) of streamed file f (need <= f->len - off) from w, read when
- * they are not there: NULL with one line in err when the file cannot be read or has
- * shrunk. */
-static const uint8_t *window_at(Window *w, const File *f, size_t off, size_t need, char *err,
-                                size_t errlen)
+/* Up to n bytes at byte off of streamed file f into buf: the count (short at the end of
+ * the file), or a negative errno with one line in err (remote_read_ranges's for an
+ * object). */
+static ssize_t file_read(const File *f, uint8_t *buf, size_t n, uint64_t off, char *err,
+                         size_t errlen)
 {
-    if (off >= w->start && off + need <= w->start + w->n) return w->buf + (off - w->start);
-    size_t want = need > READ_CHUNK ? need : READ_CHUNK;
+    if (f->obj) {
+        RemoteRange r = {.obj = f->obj, .off = off, .len = n, .buf = buf};
+        const int rc = remote_read_ranges(&r, 1, err, errlen);
+        return rc ? rc : (ssize_t)r.got;
+    }
+    const ssize_t k = read_at(f->fd, buf, n, off);
+    if (k < 0)
+        snprintf(err, errlen, "%s: cannot read at byte %zu: %s", f->name, (size_t)off,
+                 strerror((int)-k));
+    return k;
+}
+
+/* Bytes [off, off + need) of streamed file f (0 < need <= f->len - off) from w into *p,
+ * read a chunk at a time (an object's in REMOTE_RANGE_BYTES) when they are not there.
+ * Returns 0, or a negative errno with one line in err when the file cannot be read or
+ * has shrunk. */
+static int window_at(Window *w, const File *f, size_t off, size_t need, const uint8_t **p,
+                     char *err, size_t errlen)
+{
+    if (off >= w->start && off + need <= w->start + w->n) {
+        *p = w->buf + (off - w->start);
+        return 0;
+    }
+    const size_t chunk = f->obj ? REMOTE_RANGE_BYTES : READ_CHUNK;
+    size_t want = need > chunk ? need : chunk;
     if (want > f->len - off) want = f->len - off;
     if (grow(&w->buf, &w->cap, want)) {
         snprintf(err, errlen, "%s: out of memory for %zu bytes at byte %zu", f->name, want, off);
-        return NULL;
+        return -ENOMEM;
     }
-    const ssize_t k = read_at(f->fd, w->buf, want, off);
+    const ssize_t k = file_read(f, w->buf, want, off, err, errlen);
     w->start = off, w->n = k < 0 ? 0 : (size_t)k;
-    if (k < 0) snprintf(err, errlen, "%s: cannot read at byte %zu: %s", f->name, off, strerror(-k));
-    else if ((size_t)k < need)
+    if (k < 0) return (int)k;
+    if ((size_t)k < need) {
         snprintf(err, errlen, "%s: shorter than its %zu bytes while being read (at byte %zu)",
                  f->name, f->len, off);
-    return w->n >= need ? w->buf : NULL;
+        return -EIO;
+    }
+    *p = w->buf;
+    return 0;
 }
 
-/* Every record of streamed file f, read in order and checked as tfrecord_next does. */
-static int scan_streamed(Build *b, const File *f, char *err, size_t errlen)
+/* Every record of streamed file f, read in order through w and checked as tfrecord_next
+ * does. */
+static int scan_streamed(Build *b, const File *f, Window *w, char *err, size_t errlen)
 {
-    Window w = {0};
     char why[400];
     int rc = 0;
     for (size_t off = 0; off < f->len && !rc;) {
         const size_t left = f->len - off;
         uint64_t len;
-        const uint8_t *p = window_at(&w, f, off, left < 12 ? left : 12, err, errlen);
-        if (!p) rc = -EIO;
-        else if (check_header(p, left, &len, why, sizeof why))
+        const uint8_t *p;
+        if ((rc = window_at(w, f, off, left < 12 ? left : 12, &p, err, errlen))) break;
+        if (check_header(p, left, &len, why, sizeof why))
             rc = fail_at(err, errlen, f, off, NULL, "%s", why);
-        else if (!(p = window_at(&w, f, off, 16 + (size_t)len, err, errlen))) rc = -EIO;
+        else if ((rc = window_at(w, f, off, 16 + (size_t)len, &p, err, errlen))) break;
         else if (check_data(p + 12, (size_t)len, why, sizeof why))
             rc = fail_at(err, errlen, f, off, NULL, "%s", why);
         else rc = add_record(b, off, p + 12, (size_t)len, err, errlen);
         if (!rc) off += 16 + (size_t)len;
     }
-    free(w.buf);
     return rc;
 }
 
@@ -811,6 +841,51 @@ static int scan_held(Build *b, const File *f, char *err, size_t errlen)
     }
 }
 
+/* Opens local file f: streamed (f->fd, its first bytes in w) when it is uncompressed,
+ * else held (f->buf). */
+static int open_local(File *f, Window *w, char *err, size_t errlen)
+{
+    struct stat st;
+    const uint8_t *head;
+    int rc;
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0 || fstat(f->fd, &st) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot open: %s", f->name, strerror(e));
+        return -e;
+    }
+    f->len = (size_t)st.st_size;
+    if (f->len == 0) return 0;
+    if ((rc = window_at(w, f, 0, f->len < 12 ? f->len : 12, &head, err, errlen))) return rc;
+    if (detect(head, w->n) == COMP_NONE) return 0;
+    close(f->fd);
+    f->fd = -1;
+    return read_whole(f, err, errlen);
+}
+
+/* Opens object f: streamed by ranged GETs (f->obj, its first bytes in w) when it is
+ * uncompressed and its server answers ranges, else held (f->buf). */
+static int open_remote(File *f, Window *w, char *err, size_t errlen)
+{
+    uint8_t *head;
+    size_t n;
+    int rc = remote_object_open(f->path, &f->obj, &head, &n, err, errlen);
+    if (rc) return rc;
+    f->len = (size_t)remote_object_size(f->obj);
+    if (detect(head, n) == COMP_NONE && remote_object_ranged(f->obj)) {
+        *w = (Window){.buf = head, .cap = n, .start = 0, .n = n};
+        return 0;
+    }
+    remote_object_close(f->obj);
+    f->obj = NULL;
+    if (n == f->len) {
+        f->buf = head;
+        return 0;
+    }
+    free(head);
+    return read_whole(f, err, errlen);
+}
+
 /* Opens file path of the source (name: as messages show it) as its next file, streamed
  * or held, and indexes its records. */
 static int add_file(Build *b, const char *path, const char *name, char *err, size_t errlen)
@@ -818,46 +893,90 @@ static int add_file(Build *b, const char *path, const char *name, char *err, siz
     TfrecordIndex *ix = b->ix;
     File *f = &ix->files[ix->nfiles++];
     *f = (File){.path = xstrdup(path), .name = xstrdup(name), .fd = -1};
-    if (!remote_is_url(path)) {
-        struct stat st;
-        uint8_t head[12];
-        f->fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (f->fd < 0 || fstat(f->fd, &st) < 0) {
-            int e = errno;
-            snprintf(err, errlen, "%s: cannot open: %s", f->name, strerror(e));
-            return -e;
-        }
-        f->len = (size_t)st.st_size;
-        const ssize_t k = read_at(f->fd, head, sizeof head, 0);
-        if (k < 0) {
-            snprintf(err, errlen, "%s: cannot read: %s", f->name, strerror((int)-k));
-            return (int)k;
-        }
-        if (detect(head, (size_t)k) == COMP_NONE) return scan_streamed(b, f, err, errlen);
-        close(f->fd);
-        f->fd = -1;
-    }
-    int rc;
-    if ((rc = read_whole(f, err, errlen))) return rc;
+    Window w = {0};
+    int rc = remote_is_url(path) ? open_remote(f, &w, err, errlen) : open_local(f, &w, err, errlen);
+    if (!rc && (f->fd >= 0 || f->obj)) rc = scan_streamed(b, f, &w, err, errlen);
+    free(w.buf);
+    if (rc || f->fd >= 0 || f->obj) return rc;
     f->comp = detect(f->buf, f->len);
     if (f->comp && (rc = inflate_file(f, err, errlen))) return rc;
     return scan_held(b, f, err, errlen);
 }
 
-int tfrecord_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y, char *err,
-                     size_t errlen)
+/* The records of the examples idx[0..n) of an object, in the order of the files and
+ * their bytes, and the range each is read in. */
+typedef struct {
+    size_t k;
+    const RecordAt *at;
+    size_t range;
+} Wanted;
+
+static int by_place(const void *a, const void *b)
+{
+    const RecordAt *x = ((const Wanted *)a)->at, *y = ((const Wanted *)b)->at;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Reads the records of the examples idx[0..n) that are in objects, all at once: the
+ * records of an object that lie within MERGE_GAP of each other in one range (of at most
+ * REMOTE_RANGE_BYTES), the others in ranges of their own. rec[k] gets where example k's
+ * record is and avail[k] how many of its bytes were read (NULL and 0 for an example of a
+ * file); *ranges (*nr of them; free each buf and the array) holds the bytes. Returns 0
+ * or remote_read_ranges's error. */
+static int fetch_objects(const TfrecordIndex *ix, const size_t *idx, size_t n, const uint8_t **rec,
+                         size_t *avail, RemoteRange **ranges, size_t *nr, char *err, size_t errlen)
+{
+    Wanted *w = xmalloc(n * sizeof *w);
+    size_t m = 0, q = 0;
+    for (size_t k = 0; k < n; k++) {
+        const RecordAt *at = &ix->at[idx[k]];
+        rec[k] = NULL, avail[k] = 0;
+        if (ix->files[at->file].obj) w[m++] = (Wanted){.k = k, .at = at};
+    }
+    qsort(w, m, sizeof *w, by_place);
+    RemoteRange *r = xcalloc(m ? m : 1, sizeof *r);
+    for (size_t j = 0; j < m; j++) {
+        const RecordAt *at = w[j].at;
+        const uint64_t end = at->off + 16 + at->len;
+        RemoteObject *o = ix->files[at->file].obj;
+        RemoteRange *last = q ? &r[q - 1] : NULL;
+        if (last && last->obj == o && at->off <= last->off + last->len + MERGE_GAP &&
+            end - last->off <= REMOTE_RANGE_BYTES) {
+            if (end > last->off + last->len) last->len = (size_t)(end - last->off);
+        } else {
+            r[q++] = (RemoteRange){.obj = o, .off = at->off, .len = 16 + (size_t)at->len};
+        }
+        w[j].range = q - 1;
+    }
+    for (size_t i = 0; i < q; i++) r[i].buf = xmalloc(r[i].len);
+    const int rc = remote_read_ranges(r, q, err, errlen);
+    for (size_t j = 0; j < m && !rc; j++) {
+        const RemoteRange *g = &r[w[j].range];
+        const size_t at = (size_t)(w[j].at->off - g->off);
+        rec[w[j].k] = g->buf + at;
+        avail[w[j].k] = g->got > at ? g->got - at : 0;
+    }
+    free(w);
+    *ranges = r, *nr = q;
+    return rc;
+}
+
+/* Example i of s: its record (fetched: avail bytes of it read from its object, for an
+ * example of an object) read again when its file is streamed (its framing and CRCs
+ * checked again: the file may have changed since open), its image decoded into x. */
+static int read_example(const Source *s, size_t i, const uint8_t *fetched, size_t avail,
+                        PixelScale scale, float *x, int32_t *y, char *err, size_t errlen)
 {
     const TfrecordIndex *ix = s->records;
     const RecordAt *r = &ix->at[i];
     const File *f = &ix->files[r->file];
     const size_t total = 16 + (size_t)r->len;
     uint8_t *own = NULL;
-    const uint8_t *p = f->fd < 0 ? f->buf + r->off : NULL;
+    const uint8_t *p = f->buf ? f->buf + r->off : fetched;
+    size_t have = avail;
     char why[400] = "";
     if (f->fd >= 0) {
-        /* A record of a streamed file was checked at open; the file may have changed
-         * since, so its framing and CRCs are checked again. */
-        uint64_t len;
         own = malloc(total);
         const ssize_t k = own ? read_at(f->fd, own, total, r->off) : -ENOMEM;
         if (k < 0) {
@@ -866,12 +985,15 @@ int tfrecord_example(const Source *s, size_t i, PixelScale scale, float *x, int3
             free(own);
             return (int)k;
         }
-        if ((size_t)k < total) snprintf(why, sizeof why, "%zd of its %zu bytes are left", k, total);
-        else if (!check_header(own, total, &len, why, sizeof why) && len != r->len)
+        p = own, have = (size_t)k;
+    }
+    if (!f->buf) {
+        uint64_t len;
+        if (have < total) snprintf(why, sizeof why, "%zu of its %zu bytes are left", have, total);
+        else if (!check_header(p, total, &len, why, sizeof why) && len != r->len)
             snprintf(why, sizeof why, "its length says %llu bytes of data, it had %u",
                      (unsigned long long)len, r->len);
-        else if (!*why) check_data(own + 12, r->len, why, sizeof why);
-        p = own;
+        else if (!*why) check_data(p + 12, r->len, why, sizeof why);
     }
     const char *names[2] = {ix->image_feature, ix->label_feature};
     TfrFeature feats[2];
@@ -896,9 +1018,26 @@ int tfrecord_example(const Source *s, size_t i, PixelScale scale, float *x, int3
     free(own);
     if (!*why) return 0;
     return fail_at(err, errlen, f, r->off, NULL,
-                   "the file changed since the trainer opened it (%s): a job's data files must "
-                   "not change while it runs",
-                   why);
+                   "the %s changed since the trainer opened it (%s): a job's data %s must not "
+                   "change while it runs",
+                   f->obj ? "object" : "file", why, f->obj ? "objects" : "files");
+}
+
+int tfrecord_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
+                      int32_t *y, char *err, size_t errlen)
+{
+    const uint8_t **rec = xcalloc(n, sizeof *rec);
+    size_t *avail = xcalloc(n, sizeof *avail), nr;
+    RemoteRange *ranges;
+    const size_t pixels = source_example_size(s);
+    int rc = fetch_objects(s->records, idx, n, rec, avail, &ranges, &nr, err, errlen);
+    for (size_t k = 0; k < n && !rc; k++)
+        rc = read_example(s, idx[k], rec[k], avail[k], scale, x + k * pixels, &y[k], err, errlen);
+    for (size_t i = 0; i < nr; i++) free(ranges[i].buf);
+    free(ranges);
+    free(rec);
+    free(avail);
+    return rc;
 }
 
 void tfrecord_index_free(TfrecordIndex *ix)
@@ -906,6 +1045,7 @@ void tfrecord_index_free(TfrecordIndex *ix)
     if (!ix) return;
     for (size_t i = 0; i < ix->nfiles; i++) {
         if (ix->files[i].fd >= 0) close(ix->files[i].fd);
+        remote_object_close(ix->files[i].obj);
         free(ix->files[i].buf);
         free(ix->files[i].path);
         free(ix->files[i].name);

@@ -4,10 +4,11 @@
  * image and label). When the examples decoded fit SourceOptions.cache_bytes, that pass
  * keeps their pixels (s->images, as an IDX source holds them) and nothing of the files.
  * Else it keeps only each label and where its record is (16 bytes), and an example is
- * read again when the pipeline wants it: from an uncompressed local file by pread, so
- * memory does not grow with the data; GZIP and ZLIB files (which cannot be read at an
- * offset) and objects of object storage are held in memory as their uncompressed records.
- * Its image is decoded then, on the caller's thread.
+ * read again when the pipeline wants it: from an uncompressed local file by pread, from
+ * an uncompressed object by a ranged GET (a batch's records at once), so memory does not
+ * grow with the data; GZIP and ZLIB files (which cannot be read at an offset) and objects
+ * whose server ignores Range are held in memory as their uncompressed records. Its image
+ * is decoded then, on the caller's thread.
  *
  * A TFRecord file is a sequence of records, each
  *     uint64 length, uint32 masked CRC-32C of those 8 bytes, length bytes of data,
@@ -81,13 +82,15 @@ const char *tfrecord_kind_name(TfrKind k);
 int tfrecord_open(Source *s, const char *patterns, int num_classes, const SourceOptions *o,
                   char *err, size_t errlen);
 
-/* Example i of the TFRecord source s, as source_read_example describes: its record read
- * again (a streamed file's framing and CRCs checked again), its image decoded into x.
+/* Examples idx[0..n) of the TFRecord source s, as source_read_examples describes: their
+ * records read again (a streamed file's framing and CRCs checked again; the records of
+ * objects all at once, close ones in one ranged GET), their images decoded into x.
  * Reentrant. A record that is no longer what open found (the file truncated or
  * rewritten since) returns -EINVAL with one line in err naming the file and the record's
- * byte offset. */
-int tfrecord_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y, char *err,
-                     size_t errlen);
+ * byte offset; an object's read returns remote_read_ranges's errors (-EAGAIN, retryable;
+ * -ESTALE, the object changed). */
+int tfrecord_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
+                      int32_t *y, char *err, size_t errlen);
 
 /* Closes the files of ix and frees it; NULL is a no-op. */
 void tfrecord_index_free(TfrecordIndex *ix);

@@ -338,12 +338,12 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
     const size_t pixels = t->model->input_size;
     float *x = xmalloc((size_t)b * pixels * sizeof *x);
     int32_t *y = xmalloc((size_t)b * sizeof *y);
+    size_t *idx = xmalloc((size_t)b * sizeof *idx);
     double sum = 0.0, correct = 0.0, count = 0.0;
     for (size_t start = 0; start < t->test.count; start += (size_t)b) {
         int n = (int)(t->test.count - start < (size_t)b ? t->test.count - start : (size_t)b);
-        for (int k = 0; k < n; k++)
-            source_example(&t->test, start + (size_t)k, t->cfg.pixel_scale, x + (size_t)k * pixels,
-                           &y[k]);
+        for (int k = 0; k < n; k++) idx[k] = start + (size_t)k;
+        source_examples(&t->test, idx, (size_t)n, t->cfg.pixel_scale, x, y);
         StepStats s;
 #ifdef KT_GPU
         if (t->gpu) {
@@ -362,6 +362,7 @@ void trainer_evaluate(Trainer *t, double *loss, double *accuracy)
     }
     free(x);
     free(y);
+    free(idx);
     *loss = count > 0 ? sum / count : 0.0;
     *accuracy = count > 0 ? correct / count : 0.0;
 }

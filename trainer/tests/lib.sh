@@ -81,6 +81,32 @@ run_trainer() {
   "$BIN" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
   echo $? >"$tmp/$name.rc"
 }
+# peak_rss NAME ARGS...: runs $BIN as run_trainer does; prints its peak RSS in KiB
+# (getrusage of the child, so that no tool beyond python3 is needed).
+peak_rss() {
+  local name=$1; shift
+  python3 - "$tmp/$name" "$BIN" "$@" <<'PY'
+import resource, subprocess, sys
+out = sys.argv[1]
+with open(out + ".out", "w") as o, open(out + ".err", "w") as e:
+    rc = subprocess.call(sys.argv[2:], stdout=o, stderr=e)
+with open(out + ".rc", "w") as f:
+    f.write(f"{rc}\n")
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # KiB on Linux
+PY
+}
+
+# first_step PID FILE: waits until run PID has logged a step to its --metrics-file FILE
+# (FILE.tmp.<pid> until the run ends), or has ended.
+first_step() {
+  local _
+  for _ in $(seq 600); do
+    [[ -n $(cat "$2"* 2>/dev/null) ]] && return
+    kill -0 "$1" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+
 # run_hash NAME: the weights hash run NAME printed, if it exited 0.
 run_hash() { [[ $(cat "$tmp/$1.rc") == 0 ]] && hashes "$tmp/$1.out"; }
 # expect_exit NAME CODE NEEDLE ARGS...: run NAME exits CODE with one line of stderr (the

@@ -156,10 +156,10 @@ static void test_npy_uint8_images_int64_labels(void **s)
     assert_int_equal(src.type, SOURCE_U8);
     float x[6];
     int32_t y;
-    source_example(&src, 1, PIXEL_UNIT, x, &y);
+    source_examples(&src, (const size_t[]){1}, 1, PIXEL_UNIT, x, &y);
     assert_int_equal(y, 2);
     assert_float_equal(x[5], (float)220 / 255.0f, 0);
-    source_example(&src, 1, PIXEL_RAW, x, &y);
+    source_examples(&src, (const size_t[]){1}, 1, PIXEL_RAW, x, &y);
     assert_float_equal(x[5], 220.0f, 0);
     source_free(&src);
     source_free(&src); /* freeing twice (emptied) is a no-op */
@@ -190,7 +190,8 @@ static void test_npy_float_channels(void **s)
         assert_int_equal(src.type, SOURCE_F32);
         float x[6];
         int32_t y;
-        source_example(&src, 1, PIXEL_UNIT, x, &y); /* float32 passes unchanged */
+        /* float32 passes unchanged */
+        source_examples(&src, (const size_t[]){1}, 1, PIXEL_UNIT, x, &y);
         assert_int_equal(y, k ? 3 : 4);
         for (int j = 0; j < 6; j++) assert_float_equal(x[j], f[6 + j], 0);
         source_free(&src);

@@ -110,7 +110,9 @@ static void check_run(const char *test, const char *spec)
         Optimizer *o = optim_create(&oc, m->num_params);
         float *x = malloc(64 * 784 * sizeof *x);
         int32_t y[64];
-        for (int i = 0; i < 64; i++) source_example(&ds, (size_t)i, PIXEL_UNIT, x + i * 784, &y[i]);
+        size_t idx[64];
+        for (int i = 0; i < 64; i++) idx[i] = (size_t)i;
+        source_examples(&ds, idx, 64, PIXEL_UNIT, x, y);
         int step = 0;
         const cJSON *want;
         cJSON_ArrayForEach(want, cJSON_GetObjectItem(run, "losses"))

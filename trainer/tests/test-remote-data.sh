@@ -6,11 +6,18 @@
 # builds it once per machine), on loopback with one identity: the shards under a prefix
 # with 1,001 other keys between the first shard and the others, so that the glob's
 # listing takes two ListObjectsV2 pages; a run from s3:// ends with the local hash, with
-# the credentials in the environment and in a shared credentials file. A wrong secret
-# exits 3 (403, the credentials named), a missing key 3 (404), a prefix with no match 3.
+# the credentials in the environment and in a shared credentials file, held in memory
+# decoded (the default --data-cache-mib) and streamed (--data-cache-mib 0: the records
+# read by ranged GETs when the shuffled order wants them). A wrong secret exits 3 (403,
+# the credentials named), a missing key 3 (404), a prefix with no match 3. Streaming
+# 100 MB of objects (4 shards of 64x64x3 raw examples, --data-cache-mib 1) peaks within
+# 32 MiB of streaming 3 MiB of them; an object replaced under a running job exits 3
+# naming it (its ETag changed).
 # HTTP: the failures a real server does not produce on demand come from a stand-in,
 # remote/standin.py: a reset mid-object once (resumed from the byte reached, the local
-# hash) and every time, a body that stalls and a 503 each exit 75 naming the object.
+# hash) and every time, a body that stalls and a 503 each exit 75 naming the object; a
+# server that starts answering 503 under a job streaming from it exits 75 naming the
+# object once the retries run out (SeaweedFS does not fail on demand).
 # A URL's userinfo and query string (a presigned URL's X-Amz-Signature) appear in no
 # message, log line or termination message: a 404 and a 503 with both. A comma inside a
 # URL is written %2C (a comma separates patterns); a raw one exits 3 saying so.
@@ -48,10 +55,25 @@ fi
 
 mkdir "$tmp/local"
 TF_CPP_MIN_LOG_LEVEL=3 "$PY" - "$DATA" "$tmp/local" <<'PY' 2>"$tmp/tf.err" ||
-import gzip, sys
+import gzip, os, sys
 import numpy as np
 import tensorflow as tf
 src, out = sys.argv[1:3]
+# 256 random 64x64x3 raw examples (3 MiB of records), and 4 shards of 8 copies (100 MB).
+x = np.random.default_rng(7).integers(0, 256, (256, 64, 64, 3), dtype=np.uint8)
+big = os.path.join(os.path.dirname(out), "big")
+os.mkdir(big)
+with tf.io.TFRecordWriter(f"{big}/unit") as w:
+    for i in range(len(x)):
+        w.write(tf.train.Example(features=tf.train.Features(feature={
+            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[x[i].tobytes()])),
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10]))}))
+            .SerializeToString())
+unit = open(f"{big}/unit", "rb").read()
+for s in range(4):
+    with open(f"{big}/big-{s:05d}-of-00004", "wb") as f:
+        for _ in range(8):
+            f.write(unit)
 with gzip.open(f"{src}/train-images-idx3-ubyte.gz") as f:
     x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)[:512]
 with gzip.open(f"{src}/train-labels-idx1-ubyte.gz") as f:
@@ -103,7 +125,7 @@ JSON
   mkdir "$tmp/weed"
   nice -n 15 "$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$tmp/weed" \
     -master.port="${p[0]}" -master.port.grpc="${p[1]}" -master.volumeSizeLimitMB=64 \
-    -volume.port="${p[2]}" -volume.port.grpc="${p[3]}" -volume.max=4 \
+    -volume.port="${p[2]}" -volume.port.grpc="${p[3]}" -volume.max=8 \
     -filer -filer.port="${p[4]}" -filer.port.grpc="${p[5]}" \
     -s3 -s3.port="$port" -s3.port.grpc="${p[7]}" -s3.config="$tmp/s3.json" \
     -s3.port.iceberg=0 -s3.port.lance=0 -iam=false \
@@ -154,6 +176,57 @@ JSON
     "${one[@]}" --data "tfrecord:s3://$bucket/fmnist/train-00009-of-00004"
   expect_exit "an empty prefix" 3 "s3://$bucket/empty/train-*: matches no object" \
     "${one[@]}" --data "tfrecord:s3://$bucket/empty/train-*"
+
+  # Streamed: the uncompressed shards' records by ranged GETs, the GZIP one held.
+  run_trainer s3stream "${short[@]}" --data-cache-mib 0 \
+    --data "tfrecord:s3://$bucket/fmnist/train-*"
+  same_hash s3stream "streamed from s3:// (--data-cache-mib 0)"
+  grep -q "streamed, decoded when read" "$tmp/s3stream.err" &&
+    tap_ok "s3:// past --data-cache-mib: streamed" ||
+    tap_fail "s3:// past --data-cache-mib: streamed" "$(cat "$tmp/s3stream.err")"
+
+  # Peak RSS streaming 100 MB of objects against 3 MiB of them, the cache 1 MiB. The
+  # margin, as test-tfrecord-stream.sh's: what the 100 MB set adds is its index (8,192
+  # examples x 20 bytes), the pass at open's window (8 MiB, a range) and one batch's
+  # records (32 x 12 KiB, with gaps of at most 64 KiB between records read together).
+  for f in "$tmp"/big/*; do
+    "${s3[@]}" -T "$f" "http://127.0.0.1:$port/$bucket/big/${f##*/}" >/dev/null ||
+      { tap_fail "upload big/${f##*/}" "$(tail -5 "$tmp/weed.log")"; return; }
+  done
+  echo '{"input_shape": [64, 64, 3],
+    "layers": [{"type": "Flatten"}, {"type": "Dense", "units": 10}]}' >"$tmp/linear.json"
+  local rss=(--model "$tmp/linear.json" --image-shape "64,64,3" --epochs 1 --steps-per-epoch 40
+             --per-worker-batch 32 --seed 7 --data-cache-mib 1)
+  local small big data_kib margin=$((32 * 1024))
+  small=$(peak_rss rsssmall "${rss[@]}" --data "tfrecord:s3://$bucket/big/unit")
+  big=$(peak_rss rssbig "${rss[@]}" --data "tfrecord:s3://$bucket/big/big-*")
+  data_kib=$(( $(cat "$tmp"/big/big-* | wc -c) / 1024 ))
+  if [[ $(cat "$tmp/rsssmall.rc") == 0 && $(cat "$tmp/rssbig.rc") == 0 && -n $small &&
+        -n $big && $big -lt $((small + margin)) ]]; then
+    tap_ok "peak RSS streaming $((data_kib / 1024)) MiB of objects: $((big / 1024)) MiB (3 MiB\
+ of them: $((small / 1024)) MiB; bound: + $((margin / 1024)) MiB)"
+  else
+    tap_fail "peak RSS streaming 100 MB of objects stays within 32 MiB of 3 MiB's" \
+      "big ${big:-?} KiB (rc $(cat "$tmp/rssbig.rc")), small ${small:-?} KiB (rc $(cat \
+      "$tmp/rsssmall.rc")): $(tail -2 "$tmp/rssbig.err")"
+  fi
+
+  # An object replaced under a running job: the next ranged GET of it finds another ETag.
+  "$BIN" --epochs 1 --steps-per-epoch 400 --per-worker-batch 64 --seed 7 --data-cache-mib 0 \
+    --metrics-file "$tmp/replace.jsonl" --data "tfrecord:s3://$bucket/fmnist/train-*" \
+    >"$tmp/replace.out" 2>"$tmp/replace.err" &
+  local pid=$! rc obj=fmnist/train-00000-of-00004
+  first_step "$pid" "$tmp/replace.jsonl"
+  { cat "$tmp/local/${obj#*/}"; echo appended; } >"$tmp/replaced"
+  "${s3[@]}" -T "$tmp/replaced" "http://127.0.0.1:$port/$bucket/$obj" >/dev/null
+  wait "$pid"
+  rc=$?
+  local needle="s3://$bucket/$obj: the object changed since the trainer opened it (its ETag is now"
+  if [[ $rc -eq 3 ]] && grep -qF "$needle" "$tmp/replace.err"; then
+    tap_ok "an object replaced under a running job: exit 3 ($(grep -F "$needle" \
+      "$tmp/replace.err"))"
+  else tap_fail "an object replaced under a running job: exit 3 naming it" \
+    "rc=$rc: $(tail -3 "$tmp/replace.err")"; fi
   unset AWS_ENDPOINT_URL AWS_REGION AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 }
 s3_tests
@@ -192,6 +265,22 @@ if (( took < 45 )); then tap_ok "a slow body: gave up in ${took}s (timeout 1 s, 
 else tap_fail "a slow body: gave up in time" "${took}s"; fi
 expect_exit "503 every time" 75 "$base/503/$obj: HTTP 503, after 2 retries" \
   "${one[@]}" --data "tfrecord:$(urls 503)"
+
+# A server that starts failing under a job streaming from it: the stand-in answers 503
+# once $tmp/local/failing exists (SeaweedFS cannot be made to), after the job's first step.
+"$BIN" --epochs 1 --steps-per-epoch 400 --per-worker-batch 64 --seed 7 --data-cache-mib 0 \
+  --metrics-file "$tmp/failing.jsonl" --data "tfrecord:$(urls failing)" \
+  >"$tmp/failing.out" 2>"$tmp/failing.err" &
+pid=$!
+first_step "$pid" "$tmp/failing.jsonl"
+touch "$tmp/local/failing"
+wait "$pid"
+rc=$?
+needle="$base/failing/$obj: HTTP 503, after 2 retries (KUBETRAIN_REMOTE_RETRIES); retryable"
+if [[ $rc -eq 75 ]] && grep -qF "$needle" "$tmp/failing.err"; then
+  tap_ok "a server failing under a running job: exit 75 ($(grep -F "$needle" "$tmp/failing.err"))"
+else tap_fail "a server failing under a running job: exit 75 naming the object" \
+  "rc=$rc: $(tail -3 "$tmp/failing.err")"; fi
 
 # A presigned URL's secrets, and a user and password in the URL.
 sig='X-Amz-Credential=AKIAKTTESTCRED%2F20261129&X-Amz-Signature=0fkttestsignature0'

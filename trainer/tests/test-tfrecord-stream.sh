@@ -56,21 +56,6 @@ echo '{"input_shape": [64, 64, 3],
 args=(--model "$tmp/model.json" --image-shape "64,64,3" --epochs 1 --steps-per-epoch 40
       --per-worker-batch 32 --seed 7 --print-weights-hash --data-cache-mib 0)
 
-# peak_rss NAME ARGS...: runs the trainer; its peak RSS in KiB (getrusage of the child,
-# so that no tool beyond python3 is needed).
-peak_rss() {
-  local name=$1; shift
-  python3 - "$tmp/$name" "$BIN" "$@" <<'PY'
-import resource, subprocess, sys
-out = sys.argv[1]
-with open(out + ".out", "w") as o, open(out + ".err", "w") as e:
-    rc = subprocess.call(sys.argv[2:], stdout=o, stderr=e)
-with open(out + ".rc", "w") as f:
-    f.write(f"{rc}\n")
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # KiB on Linux
-PY
-}
-
 small=$(peak_rss small "${args[@]}" --data "tfrecord:$tmp/unit")
 big=$(peak_rss big "${args[@]}" --data "tfrecord:$tmp/big-*")
 data_kib=$(( $(cat "$tmp"/big-* | wc -c) / 1024 ))
@@ -101,11 +86,7 @@ else tap_fail "streamed == held" "'$h1' vs '$h2': $(tail -2 "$tmp/held.err")"; f
 "$BIN" "${args[@]}" --steps-per-epoch 2000 --metrics-file "$tmp/cut.jsonl" \
   --data "tfrecord:$tmp/big-*" >"$tmp/cut.out" 2>"$tmp/cut.err" &
 pid=$!
-for _ in $(seq 600); do # the metrics file is <path>.tmp.<pid> until the run ends
-  [[ -n $(cat "$tmp"/cut.jsonl* 2>/dev/null) ]] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
+first_step "$pid" "$tmp/cut.jsonl"
 for f in "$tmp"/big-*; do truncate -s 100 "$f"; done
 wait "$pid"
 rc=$?

@@ -7,6 +7,8 @@ test), honouring Range, and fails on purpose by the path's first part:
     /reset/NAME       every request: half the body, then a TCP reset
     /slow/NAME        the headers and 16 bytes, then nothing for 60 s
     /503/NAME         503 Service Unavailable
+    /failing/NAME     the file while DIR/failing does not exist, then 503 Service
+                      Unavailable: a server that starts failing under a running job
 Usage: standin.py DIR PORTFILE (it writes the port it listens on to PORTFILE)."""
 import http.server
 import os
@@ -31,8 +33,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parts = self.path.split("?", 1)[0].split("/", 2)
         mode, name = (parts[1], parts[2]) if len(parts) == 3 else ("", "")
         path = os.path.join(ROOT, os.path.basename(urllib.parse.unquote(name)))
-        if mode == "503" or not os.path.isfile(path):
-            self.send_response(503 if mode == "503" else 404)
+        failing = mode == "failing" and os.path.exists(os.path.join(ROOT, "failing"))
+        if mode == "503" or failing or not os.path.isfile(path):
+            self.send_response(503 if mode == "503" or failing else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -59,6 +62,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.wfile.write(body[:len(body) // 2])
             self.wfile.flush()
+            # A reset discards what the client has not read yet: let it read the half.
+            time.sleep(0.5)
             # SO_LINGER 0: close sends a reset, as a dropped connection does.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        struct.pack("ii", 1, 0))
