@@ -4,7 +4,7 @@ Keras model.fit, the shape of TensorFlow's multi-worker Keras tutorial: every po
 this same program; TF_CONFIG (the operator's, or a hand-made one) says who is who.
 
   mwms.py [--data-dir DIR] [--checkpoint-dir DIR] [--epochs N] [--steps-per-epoch N]
-          [--per-worker-batch N] [--learning-rate F] [--seed N]
+          [--per-worker-batch N] [--learning-rate F] [--seed N] [--heartbeat-timeout S]
 
 With a checkpoint directory ($KUBETRAIN_CHECKPOINT_DIR, the job's directory on its
 checkpoint claim), BackupAndRestore backs the training state up there at each epoch end
@@ -43,6 +43,9 @@ def parse_args():
     ap.add_argument("--per-worker-batch", type=int, default=64)
     ap.add_argument("--learning-rate", type=float, default=0.001)
     ap.add_argument("--seed", type=int, default=1, help="the shuffle's, the same on every worker")
+    ap.add_argument("--heartbeat-timeout", type=int, default=120, metavar="S",
+                    help="seconds a task may miss TensorFlow's coordination heartbeats "
+                         "before the group fails (TensorFlow's default: 10)")
     return ap.parse_args()
 
 
@@ -56,6 +59,7 @@ def is_chief(resolver):
 
 def main():
     a = parse_args()
+    tutorial.coordination_heartbeat(a.heartbeat_timeout)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     tutorial.exit_on_sigterm()
     resolver = strategy.cluster_resolver

@@ -113,6 +113,26 @@ def exit_on_sigterm():
     signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
 
 
+def coordination_heartbeat(seconds):
+    """Gives TensorFlow's coordination service a heartbeat timeout of `seconds`; call it
+    before making the strategy, which otherwise starts the service with its default, 10 s.
+    Every task heartbeats to the leader (the chief, else worker 0) and the group fails as
+    soon as one heartbeat takes longer ("The following tasks are unhealthy (stopped sending
+    heartbeats)"): a pod starved of CPU on a busy node, a task in a long save, is enough.
+    A task that dies is still seen at once (its peers' connections close); only a task
+    that hangs is seen later. Without a cluster in TF_CONFIG there is no service."""
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+    cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+    if not cluster.as_dict():
+        return
+    # The leader MultiWorkerMirroredStrategy would pick; it keeps a service configured
+    # before it instead of configuring its own.
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
+        heartbeat_timeout_in_ms=seconds * 1000)
+
+
 def checkpoint_dirs(root):
     """Where the examples keep their state under KUBETRAIN_CHECKPOINT_DIR: BackupAndRestore's
     backup, the chief's per-epoch weights (ckpt-<epoch>, read by evaluator.py) and the
