@@ -165,6 +165,10 @@ def is_data_sources(d):
     return str(d.get("benchmark", "")).startswith("data sources")
 
 
+def is_cifar(d):
+    return str(d.get("benchmark", "")).startswith("cifar") and isinstance(d.get("median"), dict)
+
+
 def is_progress(d):
     w = d.get("windows")
     return isinstance(w, list) and w and all("cpu_percent" in x and "mode" in x for x in w)
@@ -676,6 +680,46 @@ def data_sources_section(src):
     return lines
 
 
+CIFAR_RUNS = [("kubetrain", "kubetrain, 1 worker"), ("tensorflow", "TensorFlow/Keras fit"),
+              ("pytorch", "PyTorch eager (CPU)")]
+
+
+def cifar_section(src):
+    """bench-cifar's file: the three runners' medians, the target, the trainer's profile."""
+    d = src.doc
+    m = d["median"]
+    lines = section_head(src, "CIFAR-shaped model: one worker (%s)" % src.name, benchmark=True)
+    if d.get("note"):
+        lines += ["Note: %s." % d["note"], ""]
+    if d.get("model"):
+        lines += ["Model: %s." % d["model"], ""]
+    # the ratios are the medians of each round's, as the target is judged
+    rows = [[label, m[run + "_samples_per_sec"], m[run + "_cpu_ms_per_sample"],
+             m[run + "_max_rss_mib"], m.get("kubetrain_vs_" + run, 1.0),
+             m.get("kubetrain_cpu_efficiency_vs_" + run, 1.0)]
+            for run, label in CIFAR_RUNS if run + "_samples_per_sec" in m]
+    lines += [table(["runner (median of %d rounds)" % len(d.get("rounds", [])), "samples/s",
+                     "CPU ms/sample", "peak RSS MiB", "kubetrain samples/s / this",
+                     "this CPU / kubetrain's"], rows), ""]
+    if isinstance(d.get("met"), dict):
+        lines += [table(["target", "required", "met"],
+                        [[k, d.get("targets", {}).get(k, ""), v] for k, v in d["met"].items()]),
+                  ""]
+    if isinstance(d.get("versions"), dict) and d["versions"]:
+        lines += ["Versions: %s." % ", ".join("%s %s" % (k, v) for k, v in d["versions"].items()),
+                  ""]
+    prof = d.get("profile") or {}
+    if prof.get("rows"):
+        lines += ["Where the trainer's step goes (%d perf samples of the step, %d in all; %s):" %
+                  (prof["step_samples"], prof["samples"], prof.get("command", "perf")), "",
+                  table(["pass", "layer", "share of the step's CPU", "of which on one thread"],
+                        [[r["pass"], r["layer"], r["share_of_step_cpu"], r["one_thread_share"]]
+                         for r in prof["rows"]]), ""]
+    elif prof.get("error"):
+        lines += ["No profile: %s." % prof["error"], ""]
+    return lines
+
+
 def unknown_section(src):
     keys = ", ".join("`%s`" % k for k in src.doc) if isinstance(src.doc, dict) else "(not an object)"
     return section_head(src, "Other results (%s)" % src.name) + [
@@ -717,6 +761,7 @@ def main():
     kp = [s for s in sources if is_kueue_paths(s.doc)]
     ml = [s for s in sources if is_members_latency(s.doc)]
     ds = [s for s in sources if is_data_sources(s.doc)]
+    cf = [s for s in sources if is_cifar(s.doc)]
 
     plots = []
     p, bars, missing = throughput_plot(core[0] if core else None, dist[0] if dist else None, a.out)
@@ -775,6 +820,8 @@ def main():
             md += members_latency_section(s)
         elif s in ds:
             md += data_sources_section(s)
+        elif s in cf:
+            md += cifar_section(s)
         else:
             md += unknown_section(s)
     os.makedirs(a.out, exist_ok=True)

@@ -227,6 +227,21 @@ bench-data: $(TRAINER_BIN)
 	    bench/results/data.json
 .PHONY: bench-data
 
+# Benchmark: the CIFAR-shaped Conv-BatchNorm model of issue 44 on one worker against
+# TensorFlow/Keras fit and PyTorch eager, interleaved, and a perf profile of the trainer's
+# step (trainer/bench/bench_cifar.py). The model and its synthetic data are written once
+# by Keras (trainer/bench/cifar_keras.py) into $(CIFAR_DIR). ROUNDS, EPOCHS, STEPS and
+# NOTE (the machine's load, recorded) go to the script through the environment.
+CIFAR_DIR ?= $(BUILD)/bench-cifar
+BENCH_TARGETS += bench-cifar
+$(CIFAR_DIR)/cifar.npz: trainer/bench/cifar_keras.py
+	tf=$$(bash bench/pyvenv.sh venv-tf) && $$tf trainer/bench/cifar_keras.py prepare $(@D)
+bench-cifar: $(TRAINER_BIN) $(CIFAR_DIR)/cifar.npz
+	tf=$$(bash bench/pyvenv.sh venv-tf) && torch=$$(bash bench/pyvenv.sh venv-torch) && \
+	python3 trainer/bench/bench_cifar.py $(TRAINER_BIN) $$tf $$torch $(CIFAR_DIR) \
+	    bench/results/cifar.json
+.PHONY: bench-cifar
+
 # Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow
 # MultiWorkerMirroredStrategy (trainer/bench/bench_distributed.py); also 4 workers,
 # checkpoint cost and peak RSS. DIST_ROUNDS interleaved rounds, medians reported.

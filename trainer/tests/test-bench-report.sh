@@ -3,7 +3,8 @@
 # into a temporary directory: RESULTS.md names every JSON, every plot it links is a PNG,
 # the plots carry their provenance; a JSON of an unknown shape still gets a section, and
 # a malformed one fails naming the file; PyTorch is plotted when trainer-core.json has it
-# and said to be missing when it has not. Runs no benchmark.
+# and said to be missing when it has not; cifar.json (bench-cifar) gets its section, the
+# trainer's medians and profile in it. Runs no benchmark.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 tmp=$(mktemp -d)
@@ -106,6 +107,32 @@ print(fmt(json.load(open(sys.argv[1]))["median"]["pytorch_samples_per_sec"]))' "
   fi
 else
   tap_skip "PyTorch in the throughput plot" "no bench/results/trainer-core.json"
+fi
+
+# bench-cifar's file: its own section, with the runners' medians and the trainer's profile
+if [ -f bench/results/cifar.json ]; then
+  mkdir -p "$tmp/cf"
+  cp bench/results/cifar.json "$tmp/cf/"
+  # the kubetrain row and the profile's first row as the report prints them (its fmt())
+  mapfile -t want < <(PYTHONDONTWRITEBYTECODE=1 "$PY" -c 'import json, sys
+sys.path.insert(0, "bench"); from report import fmt
+d = json.load(open(sys.argv[1])); m = d["median"]; r = d["profile"]["rows"][0]
+print("| kubetrain, 1 worker | %s | %s | %s | 1 | 1 |" % tuple(fmt(m["kubetrain_" + k])
+      for k in ("samples_per_sec", "cpu_ms_per_sample", "max_rss_mib")))
+print("| %s | %s | %s | %s |" % tuple(fmt(r[k]) for k in ("pass", "layer", "share_of_step_cpu",
+                                                          "one_thread_share")))' \
+    bench/results/cifar.json)
+  if "$PY" bench/report.py --results "$tmp/cf" --out "$tmp/outcf" >/dev/null 2>"$tmp/errcf" &&
+     grep -q '^## CIFAR-shaped model: one worker (cifar.json)$' "$tmp/outcf/RESULTS.md" &&
+     grep -qF "${want[0]}" "$tmp/outcf/RESULTS.md" && grep -qF "${want[1]}" "$tmp/outcf/RESULTS.md"
+  then
+    tap_ok "cifar.json: its section with kubetrain's medians and the profile (${want[*]})"
+  else
+    tap_fail "cifar.json: its section with kubetrain's medians and the profile" \
+      "want ${want[*]}; got: $(cat "$tmp/errcf"; grep -n -A12 'cifar.json' "$tmp/outcf/RESULTS.md")"
+  fi
+else
+  tap_skip "cifar.json's section" "no bench/results/cifar.json"
 fi
 
 # an unknown shape and a malformed file
