@@ -68,27 +68,35 @@ run: all
 	    --metrics-file $(BUILD)/run/metrics.jsonl $(RUN_ARGS)
 
 # Every test program prints TAP; .ci/taprun runs them and prints the closing tally.
-# What they need is built first, NPROC compilations at once (test-build); then TEST_JOBS
-# programs at once (default: one per core and one more; TEST_JOBS=1 runs them one after
-# another), as they share nothing (each its own cluster, ports and scratch directories)
-# and most of them spend much of their time waiting on a cluster, a peer or a deadline
-# (taprun's "cpu" beside each time: the integration programs use a fifth of theirs), so
-# that one more keeps the cores busy while others wait. The slowest
-# (TEST_FIRST) start first, so that the last minutes are not one long program alone.
+# What they need is built first, NPROC compilations at once (test-build); then the
+# programs in TEST_JOBS lanes (default: one per core and one more; TEST_JOBS=1 runs them
+# one after another), as they share nothing (each its own cluster, ports and scratch
+# directories) and many of them spend much of their time waiting on a cluster, a peer or
+# a deadline (taprun's "cpu" beside each time), so that one more keeps the cores busy
+# while others wait. Those that mostly wait (TEST_WAITING: the api-level cluster tests,
+# a fifth to two fifths of their time in CPU, and test-remote-data.sh's servers and
+# timeouts) take half a lane each, two beside one that computes. The slowest (TEST_FIRST,
+# longest first) start first, so that the last minutes are not one long program alone.
 # make e2e's programs (E2E_PROGRAMS, e2e/e2e.mk) are the end-to-end tier: not make test's.
+TEST_PROGRAMS += .ci/tests/test-taprun.sh
 TEST_PROGRAMS := $(filter-out $(E2E_PROGRAMS),$(TEST_PROGRAMS))
 TEST_JOBS ?= $(shell echo $$(($(NPROC) + 1)))
-TEST_FIRST := operator/tests/integration/test-resilience.sh trainer/tests/test-recovery.sh \
-              trainer/tests/test-distributed.sh examples/tensorflow/test-local.sh \
-              trainer/tests/test-dnsprobe.sh \
-              trainer/tests/test-keras-export.sh trainer/tests/test-keras-finetune.sh \
-              trainer/tests/test-keras-colour.sh trainer/tests/test-keras-batchnorm.sh \
-              charts/tests/test-chart.sh \
-              charts/tests/test-chart-kueue.sh python/tests/test-python.sh
+TEST_FIRST := charts/tests/test-chart.sh trainer/tests/test-recovery.sh \
+              trainer/tests/test-keras-export.sh operator/tests/integration/test-resilience.sh \
+              examples/tensorflow/test-local.sh trainer/tests/test-distributed.sh \
+              python/tests/test-python.sh trainer/tests/test-gpu-emul-trainer.sh \
+              trainer/tests/test-remote-data.sh operator/tests/integration/test-lifecycle.sh \
+              charts/tests/test-chart-kueue.sh e2e/tests/test-kueue.sh \
+              operator/tests/integration/test-gang.sh trainer/tests/test-keras-batchnorm.sh \
+              trainer/tests/test-elastic.sh trainer/tests/test-keras-finetune.sh \
+              trainer/tests/test-keras-colour.sh trainer/tests/test-dnsprobe.sh
+TEST_WAITING := $(filter operator/tests/integration/%.sh charts/tests/%.sh e2e/tests/test-crd.sh \
+                  e2e/tests/test-cluster.sh e2e/tests/test-kueue.sh \
+                  trainer/tests/test-remote-data.sh,$(TEST_PROGRAMS))
 test:
 	@$(MAKE) $(ALL_CORES) test-build
-	@TAPRUN_JOBS=$(TEST_JOBS) bash .ci/taprun $(filter $(TEST_PROGRAMS),$(TEST_FIRST)) \
-	    $(filter-out $(TEST_FIRST),$(TEST_PROGRAMS))
+	@TAPRUN_JOBS=$(TEST_JOBS) TAPRUN_WAITING="$(TEST_WAITING)" bash .ci/taprun \
+	    $(filter $(TEST_PROGRAMS),$(TEST_FIRST)) $(filter-out $(TEST_FIRST),$(TEST_PROGRAMS))
 test-build: all $(filter $(BUILD)/%,$(TEST_PROGRAMS))
 .PHONY: test-build
 

@@ -134,9 +134,9 @@ else
     "$(k -n team-a get "pods,$KWL" -o wide 2>&1; tail -n 20 "$KT_RUN/logs/kueue.log")"
 fi
 pod b-0 b; pod b-1 b
-sleep 5
+sleep 3
 if gated team-a b-0 && gated team-a b-1; then
-  tap_ok "group b does not fit beside a: both pods still gated after 5s"
+  tap_ok "group b does not fit beside a: both pods still gated after 3s"
 else tap_fail "group b still gated" "$(k -n team-a get pods -o wide 2>&1)"; fi
 check "the ClusterQueue counts one admitted Workload" \
   "$(k get clusterqueue kubetrain -o 'jsonpath={.status.admittedWorkloads}')" 1

@@ -123,8 +123,8 @@ fi
 
 pod b-0 b training >/dev/null
 pod b-1 b training >/dev/null
-sleep 5
-check "group b does not fit while a runs: both pods still gated after 5s" \
+sleep 3
+check "group b does not fit while a runs: both pods still gated after 3s" \
   "$(admission_gate b-0) $(admission_gate b-1)" "gated gated"
 check "Workload b has no quota reserved" \
   "$(kn get "$KWL" b -o 'jsonpath={.status.conditions[?(@.type=="QuotaReserved")].status}')" False
@@ -196,7 +196,7 @@ if wait_until 60 admitted d && wait_until 30 ungated d-0 && wait_until 30 ungate
   # PodGC marks the unscheduled terminating pod Failed; Kueue still holds it.
   failed_d1() { [ "$(kn get pod d-1 -o 'jsonpath={.status.phase}')" = Failed ]; }
   wait_until 60 failed_d1
-  sleep 5
+  sleep 3
   check "a running group's deleted pod: still there, Failed, with Kueue's finalizer" \
     "$(kn get pod d-1 -o 'jsonpath={.status.phase} {.metadata.finalizers[*]}' 2>&1)" \
     "Failed kueue.x-k8s.io/managed"
