@@ -188,15 +188,14 @@ typedef struct Recovery {
     int *named, named_n;      /* the list it held then (all.world room); 0: none read */
 } Recovery;
 
-/* The workers KUBETRAIN_MEMBERS_FILE names: TF_CONFIG indices in ascending order,
- * separated by commas ("0,2"), into idx (r->all.world at most); returns their count, or
- * 0 when the variable is unset or the file cannot be read now (logged; it is replaced
+/* The workers KUBETRAIN_MEMBERS_FILE (r->members_path) names: TF_CONFIG indices in
+ * ascending order, separated by commas ("0,2"), into idx (r->all.world at most); returns
+ * their count, or 0 when the file cannot be read now (logged; it is replaced
  * whole, by a rename or the kubelet's symlink swap, so a later look finds it whole). A
  * file that is not such a list, or leaves this worker out, exits 2 naming it. */
 static int read_members(const Recovery *r, int *idx)
 {
-    const char *path = getenv("KUBETRAIN_MEMBERS_FILE");
-    if (!path || !*path) return 0;
+    const char *path = r->members_path;
     FILE *f = fopen(path, "r");
     if (!f) {
         util_log("elastic: cannot read KUBETRAIN_MEMBERS_FILE %s: %s", path, strerror(errno));
@@ -378,6 +377,35 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
  * out: exit 75, as without the disagreement. */
 #define DISAGREE_HELD_S 1.0
 
+/* A disagreement about the members met in a rendezvous (-ESTALE): the line naming the
+ * peer and both lists ("" when none since it was cleared), and when it was last met. */
+typedef struct Disagreement {
+    char what[1024];
+    double at;
+} Disagreement;
+
+/* Notes the disagreement `err` met now; the first since d was cleared is logged. */
+static void disagreement_note(Disagreement *d, const char *err, double deadline)
+{
+    if (!d->what[0])
+        util_log("elastic: %s; reading KUBETRAIN_MEMBERS_FILE again every 0.1 s until the "
+                 "members agree (up to %.0fs more)",
+                 err, deadline - util_now());
+    snprintf(d->what, sizeof d->what, "%s", err);
+    d->at = util_now();
+}
+
+/* Exits 2 when the wait's deadline has passed and d held to it (DISAGREE_HELD_S), naming
+ * the deadline's flag and value, the peer and both lists. */
+static void disagreement_check(const Disagreement *d, double deadline, const char *flag,
+                               double value)
+{
+    const double now = util_now();
+    if (d->what[0] && now >= deadline && now - d->at <= DISAGREE_HELD_S)
+        util_fail(KT_EXIT_USAGE, "elastic: the members still disagree after %s %gs: %s; exiting 2",
+                  flag, value, d->what);
+}
+
 /* The first rendezvous, within --rendezvous-timeout. A worker started with
  * KUBETRAIN_MEMBERS_FILE that meets a peer naming other members (a worker joining a
  * running ring before the others' files change) waits as a live recovery does: reads its
@@ -387,28 +415,19 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
 static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *err, size_t errlen)
 {
     const double deadline = util_now() + cfg->rendezvous_timeout;
-    char disagree[1024] = "";
-    double disagree_at = 0;
+    Disagreement disagree = {.what = "", .at = 0};
     int rc;
     while ((rc = form_ring(cfg, r, deadline - util_now(), 0, out, err, errlen)) == -ESTALE &&
            r->members_path) {
-        if (!disagree[0])
-            util_log("elastic: %s; reading KUBETRAIN_MEMBERS_FILE again every 0.1 s until the "
-                     "members agree (up to %.0fs more)",
-                     err, deadline - util_now());
-        snprintf(disagree, sizeof disagree, "%s", err);
-        disagree_at = util_now();
+        disagreement_note(&disagree, err, deadline);
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (stop_requested) return -EINTR;
         if (util_now() >= deadline) break;
         if (members_look(r, 1)) members_take(r, 1);
     }
-    if (rc && disagree[0] && util_now() >= deadline && util_now() - disagree_at <= DISAGREE_HELD_S)
-        util_fail(KT_EXIT_USAGE,
-                  "elastic: the members still disagree after --rendezvous-timeout %gs: %s; "
-                  "exiting 2",
-                  cfg->rendezvous_timeout, disagree);
+    if (rc)
+        disagreement_check(&disagree, deadline, "--rendezvous-timeout", cfg->rendezvous_timeout);
     return rc;
 }
 
@@ -887,8 +906,8 @@ static void recovery_give_up(Trainer *t, const Recovery *r, int timed_out, const
  * new size where it is not `world_before`, and the chief's duties follow rank 0. */
 static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited, int world_before)
 {
-    char e2[1024], msg[2048], disagree[1024] = "";
-    double disagree_at = 0;
+    char e2[1024], msg[2048];
+    Disagreement disagree = {.what = "", .at = 0};
     int rc = 0;
     for (;;) {
         const int signalled = members_changed, reread = signalled || rc == -ESTALE;
@@ -897,7 +916,7 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
             rendezvous_wake = stop_requested;
             members_changed = 0;
         }
-        if ((members_look(r, reread) || reread) && members_take(r, 0)) disagree[0] = '\0';
+        if ((members_look(r, reread) || reread) && members_take(r, 0)) disagree.what[0] = '\0';
         double left = deadline - util_now();
         Collective *c = NULL;
         rc = stop_requested ? -EINTR
@@ -905,20 +924,9 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
                             : -ETIMEDOUT;
         if (rc == -EPROTO) util_fail(KT_EXIT_USAGE, "rendezvous: %s", e2);
         if (rc == -EINTR && !stop_requested) continue; /* the members changed */
-        if (rc == -ESTALE) {
-            if (!disagree[0])
-                util_log("elastic: %s; reading KUBETRAIN_MEMBERS_FILE again every 0.1 s until "
-                         "the members agree (up to %.0fs more)",
-                         e2, deadline - util_now());
-            snprintf(disagree, sizeof disagree, "%s", e2);
-            disagree_at = util_now();
-        }
-        if (rc && disagree[0] && util_now() >= deadline &&
-            util_now() - disagree_at <= DISAGREE_HELD_S)
-            util_fail(KT_EXIT_USAGE,
-                      "elastic: the members still disagree after --recovery-timeout %gs: %s; "
-                      "exiting 2",
-                      t->cfg.recovery_timeout, disagree);
+        if (rc == -ESTALE) disagreement_note(&disagree, e2, deadline);
+        if (rc)
+            disagreement_check(&disagree, deadline, "--recovery-timeout", t->cfg.recovery_timeout);
         if (rc == -EINTR) {
             snprintf(msg, sizeof msg,
                      "live recovery: stopped by a signal while waiting for a %s; exiting 75",
@@ -944,7 +952,7 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
             break;
         util_log("live recovery: generation %u failed to form: %s; waiting again",
                  r->generation + 1, e2);
-        disagree[0] = '\0'; /* the ring formed: its members agreed */
+        disagree.what[0] = '\0'; /* the ring formed: its members agreed */
         trainer_detach_collective(t);
         coll_destroy(c);
         t->coll = NULL;
@@ -1037,7 +1045,7 @@ static int regroup(Trainer *t, void *ctx, const char *why, int *exit_code, char 
     if (n > 0 && !self)
         util_fail(KT_EXIT_USAGE,
                   "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out",
-                  getenv("KUBETRAIN_MEMBERS_FILE"), r->index);
+                  r->members_path, r->index);
     if (n == 0 || same_members(r, idx, n)) {
         free(idx);
         return 0;
