@@ -301,6 +301,16 @@ typedef struct {
     long long total; /* the object's size from Content-Range, -1 until known */
 } Transfer;
 
+/* Keeps the first bytes of a failed answer's body in body[ERROR_BODY_MAX] (*len of them so
+ * far, NUL-terminated), for S3's error code; the rest is read and dropped. */
+static void keep_error_body(char *body, size_t *len, const char *p, size_t bytes)
+{
+    const size_t k = bytes < ERROR_BODY_MAX - 1 - *len ? bytes : ERROR_BODY_MAX - 1 - *len;
+    memcpy(body + *len, p, k);
+    *len += k;
+    body[*len] = '\0';
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
     Transfer *t = arg;
@@ -314,12 +324,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
         if (status == 200) t->len = 0;
     }
     if (!t->ok) {
-        size_t k = bytes < sizeof t->error_body - 1 - t->error_len
-                       ? bytes
-                       : sizeof t->error_body - 1 - t->error_len;
-        memcpy(t->error_body + t->error_len, p, k);
-        t->error_len += k;
-        t->error_body[t->error_len] = '\0';
+        keep_error_body(t->error_body, &t->error_len, p, bytes);
         return bytes;
     }
     if (t->len + bytes + 1 > t->cap) {
@@ -579,13 +584,6 @@ typedef struct {
     double not_before;
 } Fetch;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The body of a range's answer: the bytes [off + got, off + len) of the object kept in the
  * range's buffer. A 200 (a server that ignores Range) starts at the object's byte 0; the
  * bytes before the range are skipped, and the answer is cut once the range is full. */
@@ -601,12 +599,7 @@ static size_t on_range_body(char *p, size_t size, size_t n, void *arg)
         f->pos = f->status == 206 ? r->off + r->got : 0;
     }
     if (!f->ok) {
-        const size_t k = bytes < sizeof f->error_body - 1 - f->error_len
-                             ? bytes
-                             : sizeof f->error_body - 1 - f->error_len;
-        memcpy(f->error_body + f->error_len, p, k);
-        f->error_len += k;
-        f->error_body[f->error_len] = '\0';
+        keep_error_body(f->error_body, &f->error_len, p, bytes);
         return bytes;
     }
     const uint64_t want = r->off + r->got, end = r->off + r->len;
@@ -744,7 +737,7 @@ static int fetch_end(const Conf *c, Fetch *f, CURLcode cc, char *err, size_t err
     f->attempt++;
     util_log("%s: %s at byte %llu; retry %ld of %ld in %.1fs", o->name, why,
              (unsigned long long)(r->off + r->got), f->attempt, c->retries, wait);
-    f->not_before = now_s() + wait;
+    f->not_before = util_now() + wait;
     return 0;
 }
 
@@ -780,7 +773,7 @@ int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen)
     }
     size_t left = n, running = 0;
     while (!rc && left) {
-        const double now = now_s();
+        const double now = util_now();
         double next = now + 3600;
         for (size_t i = 0; i < n && !rc && running < PARALLEL; i++) {
             if (f[i].finished || f[i].h) continue;
