@@ -130,6 +130,12 @@ rejected "elastic.replaceTimeoutSeconds 0" spec.elastic.replaceTimeoutSeconds \
   "greater than or equal to 1" '{elastic: {minWorkers: 1, replaceTimeoutSeconds: 0}}'
 rejected "elastic.replaceTimeoutSeconds above 3600" spec.elastic.replaceTimeoutSeconds \
   "less than or equal to 3600" '{elastic: {minWorkers: 1, replaceTimeoutSeconds: 3601}}'
+rejected "stepsPerEpoch 0 under shardPolicy file with 2 workers (cross-field rule)" \
+  spec.training.stepsPerEpoch "needs a single worker" \
+  '{workers: 2, dataset: {shardPolicy: file}, training: {stepsPerEpoch: 0}}'
+rejected "stepsPerEpoch 0 under shardPolicy file with a chief and a worker (cross-field rule)" \
+  spec.training.stepsPerEpoch "needs a single worker" \
+  '{workers: 1, chief: {}, dataset: {shardPolicy: file}, training: {stepsPerEpoch: 0}}'
 rejected "command without image (cross-field rule)" spec.image "command needs image" \
   '{command: [python3, mwms.py]}'
 rejected "args without command (cross-field rule)" spec.args "args needs command" \
@@ -226,6 +232,15 @@ spec:
     imageFeature: image/encoded
     labelFeature: image/class/label
     imageShape: [28, 28, 1]
+EOF
+tap_check "stepsPerEpoch 0 under shardPolicy file is accepted for one worker" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: file-one-pass}
+spec:
+  workers: 1
+  dataset: {source: "tfrecord:/data/train-*", shardPolicy: file}
+  training: {stepsPerEpoch: 0}
 EOF
 tap_check "a user's program (command, args, image) is accepted" k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1

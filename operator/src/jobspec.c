@@ -170,6 +170,23 @@ static int read_global_batch(const cJSON *job, JobSpec *s, char *err, size_t err
     return 0;
 }
 
+/* The C trainer refuses --steps-per-epoch 0 under --shard-policy file with more than one
+ * rank (the workers' files hold different numbers of examples, so one pass has no common
+ * length): the CRD's rule refuses it at the apiserver, and this for an object that missed
+ * it. Call after the command, the roles, the dataset and the training are read. */
+static int check_file_shards(const JobSpec *s, char *err, size_t errlen)
+{
+    long long world = s->roles[ROLE_CHIEF].replicas + s->workers;
+    if (s->command || !s->shard_policy || strcmp(s->shard_policy, "file") != 0 ||
+        s->steps_per_epoch != 0 || world <= 1)
+        return 0;
+    FAIL("spec.training.stepsPerEpoch: 0 (one pass over a worker's files) with "
+         "spec.dataset.shardPolicy file needs a single worker, got %lld: the workers' files "
+         "hold different numbers of examples, so a pass has no common length; give "
+         "stepsPerEpoch N, or shardPolicy data",
+         world);
+}
+
 /* Reads an optional [H, W, C] of integers in [1, 65535] (the trainer's --image-shape);
  * absent leaves shape zero. */
 static int read_shape(const cJSON *spec, const char *path, int shape[3], char *err, size_t errlen)
@@ -554,7 +571,7 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
         s->template = t;
     }
     if (read_roles(spec, s, err, errlen) || check_name(s, err, errlen) ||
-        read_global_batch(job, s, err, errlen))
+        read_global_batch(job, s, err, errlen) || check_file_shards(s, err, errlen))
         return -EINVAL;
     return 0;
 }

@@ -2720,6 +2720,54 @@ static void test_elastic_spec(void **state)
         assert_spec_refused(bad[i][0], bad[i][1]);
 }
 
+/* spec.training.stepsPerEpoch 0 with spec.dataset.shardPolicy file: refused for a C-trainer
+ * job of more than one rank (the chief counted), as the CRD's rule and the trainer refuse
+ * it; accepted for one rank, a step count, another policy or a user's program. */
+static void test_file_shards_spec(void **state)
+{
+    (void)state;
+    static const char *const ok[] = {
+        "{\"workers\":1,\"dataset\":{\"shardPolicy\":\"file\"},"
+        "\"training\":{\"stepsPerEpoch\":0}}",
+        "{\"workers\":3,\"dataset\":{\"shardPolicy\":\"file\"},"
+        "\"training\":{\"stepsPerEpoch\":5}}",
+        "{\"workers\":3,\"dataset\":{\"shardPolicy\":\"data\"},"
+        "\"training\":{\"stepsPerEpoch\":0}}",
+        "{\"workers\":3,\"training\":{\"stepsPerEpoch\":0}}",
+        "{\"workers\":3,\"image\":\"tf:1\",\"command\":[\"python3\",\"m.py\"],"
+        "\"dataset\":{\"shardPolicy\":\"file\"},\"training\":{\"stepsPerEpoch\":0}}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        cJSON *job = job_new(ok[i], NULL);
+        JobSpec s;
+        char err[512] = "";
+        assert_int_equal(jobspec_parse(job, &s, err, sizeof err), 0);
+        cJSON_Delete(job);
+    }
+    static const char *const tail =
+        ": the workers' files hold different numbers of examples, so a pass has no common "
+        "length; give stepsPerEpoch N, or shardPolicy data";
+    static const struct {
+        const char *spec;
+        int world;
+    } bad[] = {
+        {"{\"workers\":2,\"dataset\":{\"shardPolicy\":\"file\"},"
+         "\"training\":{\"stepsPerEpoch\":0}}",
+         2},
+        {"{\"workers\":1,\"chief\":{\"replicas\":1},\"dataset\":{\"shardPolicy\":\"file\"},"
+         "\"training\":{\"stepsPerEpoch\":0}}",
+         2},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char want[512];
+        snprintf(want, sizeof want,
+                 "spec.training.stepsPerEpoch: 0 (one pass over a worker's files) with "
+                 "spec.dataset.shardPolicy file needs a single worker, got %d%s",
+                 bad[i].world, tail);
+        assert_spec_refused(bad[i].spec, want);
+    }
+}
+
 /* The pod of `role` `index` (desired_pod, attempt 0) of a job with `spec` and `status`
  * (JSON or NULL). Caller frees. */
 static cJSON *spec_pod(const char *spec, const char *status, Role role, int index)
@@ -4285,6 +4333,7 @@ int main(void)
         cmocka_unit_test(test_export_arg),
         cmocka_unit_test(test_initial_weights_arg),
         cmocka_unit_test(test_elastic_spec),
+        cmocka_unit_test(test_file_shards_spec),
         cmocka_unit_test(test_elastic_pod),
         cmocka_unit_test(test_elastic_global_batch_recorded),
         cmocka_unit_test(test_elastic_scale_down),
