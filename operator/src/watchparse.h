@@ -3,7 +3,8 @@
  * newline ends the line; each complete line is parsed and handed to the callback as
  * (type, object). A line that is not a JSON event object is reported and skipped; one
  * that does not parse (an object nested deeper than CJSON_NESTING_LIMIT) is also handed
- * to the skip callback, so that the object can be named. */
+ * to the skip callback, so that the object can be named. The object's
+ * metadata.managedFields is left out: cut from the text before parsing. */
 #ifndef KT_WATCHPARSE_H
 #define KT_WATCHPARSE_H
 
@@ -23,6 +24,10 @@ typedef void (*WatchSkipFn)(void *ctx, const char *line, size_t n, const char *w
 typedef struct WatchParser {
     char *buf;
     size_t len, cap;
+    /* The line without its object's metadata.managedFields, which no reader reads: cut
+     * from the text before parsing, into this buffer, kept for the next line. */
+    char *cut;
+    size_t cut_cap;
     size_t max_line; /* a longer line is dropped (reported), default 64 MiB */
     WatchEventFn fn;
     WatchSkipFn skip; /* NULL: unparsable lines are only logged and counted */

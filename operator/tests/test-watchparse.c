@@ -188,6 +188,57 @@ static void test_unparsable_event_skipped(void **state)
     free(stream);
 }
 
+/* Keeps the object of each event, printed (unformatted), one per line. */
+static int keep(void *ctx, const char *type, cJSON *obj)
+{
+    (void)type;
+    Seen *s = ctx;
+    char *t = cJSON_PrintUnformatted(obj);
+    s->len += (size_t)snprintf(s->log + s->len, sizeof s->log - s->len, "%s\n", t ? t : "?");
+    free(t);
+    s->n++;
+    return 0;
+}
+
+/* The object's metadata.managedFields is cut from the text before parsing, wherever it
+ * lies in the metadata (with the comma beside it) and whatever it holds; the same name
+ * inside a string, or under spec, is kept; and a stream cut at every byte gives the same. */
+static void test_managed_fields_cut(void **state)
+{
+    (void)state;
+    static const char in[] =
+        "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"managedFields\":"
+        "[{\"manager\":\"op\",\"fieldsV1\":{\"f:status\":{\"f:x\":{}}},\"s\":\"]}\\\"[{\"}],"
+        "\"resourceVersion\":\"5\"},\"spec\":{\"managedFields\":[1]}}}\n"
+        "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"managedFields\":[],\"name\":\"b\"}}}\n"
+        "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"c\" , \"managedFields\" : "
+        "[ [] ] }}}\n"
+        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"managedFields\":[{}]}}}\n"
+        "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"d\",\"annotations\":{\"j\":"
+        "\"{\\\"metadata\\\":{\\\"managedFields\\\":[]}}\"},\"managedFields\":null}}}\n"
+        "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"X\",\"metadata\":{\"resourceVersion\":\"9\"}"
+        "}}\n";
+    static const char want[] =
+        "{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"5\"},\"spec\":{\"managedFields\":[1]}}"
+        "\n"
+        "{\"metadata\":{\"name\":\"b\"}}\n"
+        "{\"metadata\":{\"name\":\"c\"}}\n"
+        "{\"metadata\":{}}\n"
+        "{\"metadata\":{\"name\":\"d\",\"annotations\":{\"j\":"
+        "\"{\\\"metadata\\\":{\\\"managedFields\\\":[]}}\"},\"managedFields\":null}}\n"
+        "{\"kind\":\"X\",\"metadata\":{\"resourceVersion\":\"9\"}}\n";
+    for (size_t cut = 0; cut < sizeof in - 1; cut++) {
+        Seen s = {0};
+        WatchParser p;
+        watchparse_init(&p, keep, &s);
+        assert_int_equal(watchparse_feed(&p, in, cut), 0);
+        assert_int_equal(watchparse_feed(&p, in + cut, sizeof in - 1 - cut), 0);
+        assert_string_equal(s.log, want);
+        assert_int_equal(p.bad_lines, 0);
+        watchparse_free(&p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -196,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_random_chunks_and_one_byte_feeds),
         cmocka_unit_test(test_callback_stops_and_reset_drops_partial),
         cmocka_unit_test(test_unparsable_event_skipped),
+        cmocka_unit_test(test_managed_fields_cut),
     };
     return cmocka_run_group_tests_name("watchparse", tests, NULL, NULL);
 }
