@@ -373,7 +373,8 @@ static void set_tls(KubeClient *c, CURL *h)
 
 /* The credentials that can change while c lives (a token file's or an exec plugin's) and
  * the headers every request carries, into *headers. */
-static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *err, size_t errlen)
+static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, const char *accept,
+                   char *err, size_t errlen)
 {
     const KubeConfig *k = &c->cfg;
     int rc = 0;
@@ -398,7 +399,7 @@ static int prepare(KubeClient *c, CURL *h, struct curl_slist **headers, char *er
         }
     }
     pthread_mutex_unlock(&c->mu);
-    *headers = curl_slist_append(*headers, "Accept: application/json");
+    *headers = curl_slist_append(*headers, accept ? accept : "Accept: application/json");
     *headers = curl_slist_append(*headers, "User-Agent: kubetrain-operator/0.1");
     return rc;
 }
@@ -535,8 +536,8 @@ static void pool_put(KubeClient *c, CURL *h)
 /* kclient_request, with the body of a 2xx answer fed to `list` instead when non-NULL
  * (resp->body is then NULL). */
 static int request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
-                   const char *content_type, KubeResponse *out, ListParser *list, char *err,
-                   size_t errlen)
+                   const char *content_type, KubeResponse *out, ListParser *list,
+                   const char *accept, char *err, size_t errlen)
 {
     KubeResponse local, *resp = out ? out : &local;
     memset(resp, 0, sizeof *resp);
@@ -561,7 +562,7 @@ static int request(KubeClient *c, const char *verb, const char *path, const cJSO
             snprintf(err, errlen, "%s %s: out of memory", verb, path);
             break;
         }
-        rc = prepare(c, h, &headers, err, errlen);
+        rc = prepare(c, h, &headers, accept, err, errlen);
         if (rc) {
             curl_slist_free_all(headers);
             pool_put(c, h);
@@ -646,7 +647,15 @@ static int request(KubeClient *c, const char *verb, const char *path, const cJSO
 int kclient_request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
                     const char *content_type, KubeResponse *resp, char *err, size_t errlen)
 {
-    return request(c, verb, path, body, content_type, resp, NULL, err, errlen);
+    return request(c, verb, path, body, content_type, resp, NULL, NULL, err, errlen);
+}
+
+int kclient_write(KubeClient *c, const char *verb, const char *path, const cJSON *body,
+                  const char *content_type, char *err, size_t errlen)
+{
+    static const char accept[] =
+        "Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    return request(c, verb, path, body, content_type, NULL, NULL, accept, err, errlen);
 }
 
 int kclient_list(KubeClient *c, const char *path, ListItemFn fn, ListSkipFn skip, void *ctx,
@@ -655,7 +664,7 @@ int kclient_list(KubeClient *c, const char *path, ListItemFn fn, ListSkipFn skip
     ListParser lp;
     listparse_init(&lp, fn, ctx);
     lp.skip = skip;
-    int rc = request(c, "GET", path, NULL, NULL, NULL, &lp, err, errlen);
+    int rc = request(c, "GET", path, NULL, NULL, NULL, &lp, NULL, err, errlen);
     *meta = rc ? NULL : lp.meta;
     if (!rc) lp.meta = NULL;
     listparse_free(&lp);
@@ -707,7 +716,7 @@ int kclient_watch(KubeClient *c, const char *path, WatchEventFn fn, WatchSkipFn 
     if (!h) return -ENOMEM;
     set_tls(c, h);
     struct curl_slist *headers = NULL;
-    int rc = prepare(c, h, &headers, err, errlen);
+    int rc = prepare(c, h, &headers, NULL, err, errlen);
     if (rc) {
         curl_slist_free_all(headers);
         curl_easy_cleanup(h);

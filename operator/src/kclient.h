@@ -46,6 +46,14 @@ void kclient_set_observer(KubeClient *c, KubeRequestObserver fn);
 int kclient_request(KubeClient *c, const char *verb, const char *path, const cJSON *body,
                     const char *content_type, KubeResponse *resp, char *err, size_t errlen);
 
+/* kclient_request without a response, for a write of a resource's object whose answer
+ * nobody reads: the API server is asked for the object's metadata only (Accept
+ * ...;as=PartialObjectMetadata), not the whole object, which it would otherwise send,
+ * encrypt and have received in full for every write. Not for a path that answers a
+ * Status rather than the object (the server could not make metadata of it: 406). */
+int kclient_write(KubeClient *c, const char *verb, const char *path, const cJSON *body,
+                  const char *content_type, char *err, size_t errlen);
+
 /* A GET of a list (path with its query) whose items are handed to fn one at a time as
  * the body arrives (listparse.h): the page is never held whole, as text or parsed. The
  * list's metadata (resourceVersion, continue) is moved to *meta (caller frees). Returns

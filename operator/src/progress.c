@@ -682,9 +682,9 @@ static void write_progress(Progress *p, Due *d, double now)
     }
     ratelimit_wait(&p->writes);
     kpath(path, sizeof path, KT_API_VERSION, ns, KT_PLURAL, name, "status");
-    /* No response: the patched job (all of it, parsed) would be thrown away unread. */
-    int rc = kclient_request(p->client, "PATCH", path, patch, "application/merge-patch+json", NULL,
-                             err, sizeof err);
+    /* No response: the patched job would be thrown away unread (its metadata only). */
+    int rc = kclient_write(p->client, "PATCH", path, patch, "application/merge-patch+json", err,
+                           sizeof err);
     if (rc == 0) {
         const cJSON *lost = jsonx_at(patch, "status.restarts.lastStepsLost");
         if (lost)
