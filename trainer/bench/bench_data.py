@@ -28,7 +28,8 @@ alike; runs that are compared are next to each other:
   idx-2w          `launch --workers 2` on idx, per-worker batch 64 (global 128)
   gzip-held-2w    `launch --workers 2` on gzip-held's shards
 
-With S3=0 the s3- runs are left out (no SeaweedFS, whose first build takes minutes).
+With S3=0 the s3- runs are left out (no SeaweedFS, whose first build takes minutes);
+RUNS=NAME,... runs those alone, and BIG_MIB=0 skips the streaming RSS part.
 
 For each: samples/s of epochs 2.. (epoch 1 pays the start), the CPU time per sample of
 those epochs (all threads and worker processes, the prefetch thread's reading and
@@ -126,7 +127,9 @@ def plan(data_dir, work, s3_port, s3_pid=None):
         kt("idx-2w", ["--data", "idx:" + data_dir], 2),
         kt("gzip-held-2w", ["--data", "tfrecord:" + gz], 2),
     ]
-    return [r for r in runs if s3_port or not r["name"].startswith("s3-")]
+    only = os.environ.get("RUNS")
+    return [r for r in runs if (s3_port or not r["name"].startswith("s3-")) and
+            (not only or r["name"] in only.split(","))]
 
 
 def tree_cpu_seconds(pid):
@@ -360,7 +363,7 @@ def main():
     finally:
         if s3:
             stop_s3(s3[1], s3[2])
-    rss = streaming_rss(trainer, work)
+    rss = streaming_rss(trainer, work) if BIG_MIB else None
     names = [x["name"] for x in runs]
     median = {n: {k: statistics.median(r[n][k] for r in rounds)
                   for k in ("samples_per_sec", "vs_idx", "cpu_ms_per_sample",
