@@ -671,7 +671,7 @@ def data_sources_section(src):
     m = d["median"]
     workers = d.get("workers", {})
     rows = [[n, workers.get(n, 1), d["sources"].get(n, ""), m[n]["samples_per_sec"],
-             m[n]["vs_idx"], m[n].get("cpu_ms_per_sample", ""),
+             m[n].get("vs_idx", ""), m[n].get("cpu_ms_per_sample", ""),
              m[n].get("cpu_efficiency_vs_idx", ""), m[n]["startup_s"], m[n]["max_rss_mib"],
              m[n].get("same_weights_as_idx", "")] for n in m]
     lines += [table(["source", "workers", "arguments", "samples/s", "x idx", "CPU ms/sample",

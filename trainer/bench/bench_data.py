@@ -348,6 +348,8 @@ def main():
                              else run_tensorflow(py, run))
                 print("round %d %s: %s" % (r + 1, name, json.dumps(row[name])), flush=True)
             for run in runs:
+                if run["ref"] not in row:  # a RUNS subset without it
+                    continue
                 m, ref = row[run["name"]], row[run["ref"]]
                 m["vs_idx"] = m["samples_per_sec"] / ref["samples_per_sec"]
                 # > 1: the source spends less CPU per sample than idx
@@ -367,13 +369,14 @@ def main():
     names = [x["name"] for x in runs]
     median = {n: {k: statistics.median(r[n][k] for r in rounds)
                   for k in ("samples_per_sec", "vs_idx", "cpu_ms_per_sample",
-                            "cpu_efficiency_vs_idx", "startup_s", "max_rss_mib")}
+                            "cpu_efficiency_vs_idx", "startup_s", "max_rss_mib")
+                  if k in rounds[0][n]}
               for n in names}
     for n in names:
         if "server_cpu_ms_per_sample" in rounds[0][n]:
             median[n]["server_cpu_ms_per_sample"] = statistics.median(
                 r[n]["server_cpu_ms_per_sample"] for r in rounds)
-        if "weights_sha256" in rounds[0][n]:
+        if "same_weights_as_idx" in rounds[0][n]:
             median[n]["same_weights_as_idx"] = all(r[n]["same_weights_as_idx"] for r in rounds)
     comparisons = []
     for a, b, target, what in COMPARISONS:
@@ -423,8 +426,8 @@ def main():
         m = median[n]
         print("%-14s %5.0f samples/s %.3fx idx, %.3f CPU ms/sample (idx's / it: %.3f), start "
               "%4.1f s, peak RSS %4.0f MiB, same weights %s"
-              % (n, m["samples_per_sec"], m["vs_idx"], m["cpu_ms_per_sample"],
-                 m["cpu_efficiency_vs_idx"], m["startup_s"], m["max_rss_mib"],
+              % (n, m["samples_per_sec"], m.get("vs_idx", float("nan")), m["cpu_ms_per_sample"],
+                 m.get("cpu_efficiency_vs_idx", float("nan")), m["startup_s"], m["max_rss_mib"],
                  m.get("same_weights_as_idx", "-")))
     for c in comparisons:
         print("%-30s %.3f (target >= %.2f: %s), CPU %.3f" % (
