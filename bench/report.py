@@ -669,14 +669,38 @@ def data_sources_section(src):
     if d.get("note"):
         lines += ["Note: %s." % d["note"], ""]
     m = d["median"]
-    rows = [[n, d["sources"].get(n, ""), m[n]["samples_per_sec"], m[n]["vs_idx"],
-             m[n].get("cpu_ms_per_sample", ""), m[n].get("cpu_efficiency_vs_idx", ""),
-             m[n]["startup_s"], m[n]["max_rss_mib"], m[n]["same_weights_as_idx"]] for n in m]
-    lines += [table(["source", "trainer arguments", "samples/s", "x idx", "CPU ms/sample",
-                     "idx's CPU / its", "start-up s", "peak RSS MiB", "same weights as idx"],
-                    rows), "",
-              "Median of %d round(s); target: %s." %
-              (len(d["rounds"]), d.get("targets", {}).get("vs_idx", "")), ""]
+    workers = d.get("workers", {})
+    rows = [[n, workers.get(n, 1), d["sources"].get(n, ""), m[n]["samples_per_sec"],
+             m[n].get("vs_idx", ""), m[n].get("cpu_ms_per_sample", ""),
+             m[n].get("cpu_efficiency_vs_idx", ""), m[n]["startup_s"], m[n]["max_rss_mib"],
+             m[n].get("same_weights_as_idx", "")] for n in m]
+    lines += [table(["source", "workers", "arguments", "samples/s", "x idx", "CPU ms/sample",
+                     "idx's CPU / its", "start-up s", "peak RSS MiB",
+                     "same weights as idx"], rows), "",
+              "Median of %d round(s), each in an order rotated from the round before; x idx "
+              "and the weights against idx with as many workers." % len(d["rounds"]), ""]
+    if d.get("comparisons"):
+        lines += [table(["comparison (samples/s)", "what", "median ratio", "rounds",
+                         "CPU (second's / first's)", "target", "met"],
+                        [[c["comparison"], c["what"], c["samples_per_sec_ratio"],
+                          " ".join("%.2f" % r for r in c["rounds"]), c["cpu_ratio"],
+                          ">= %s" % c["target"], c["met"]] for c in d["comparisons"]]), ""]
+    else:
+        lines += ["Target: %s." % d.get("targets", {}).get("vs_idx", ""), ""]
+    rss = d.get("streaming_rss")
+    if rss:
+        lines += ["Streaming in bounded memory (%s):" % rss["job"], "",
+                  table(["set", "files", "data MiB", "examples", "peak RSS MiB", "start-up s",
+                         "samples/s"],
+                        [[rss[k]["pattern"], rss[k]["files"], rss[k]["data_mib"],
+                          rss[k]["examples"], rss[k]["max_rss_mib"], rss[k]["startup_s"],
+                          rss[k]["samples_per_sec"]] for k in ("small", "big")]), "",
+                  "Peak RSS grew %.1f MiB for %.0f MiB more data." %
+                  (rss["rss_growth_mib"], rss["data_growth_mib"]), ""]
+    served = [(n, m[n]["server_cpu_ms_per_sample"]) for n in m if "server_cpu_ms_per_sample" in m[n]]
+    if served:
+        lines += ["The S3 server's own CPU ms per sample, on the same cores (not in the "
+                  "trainer's): %s." % ", ".join("%s %s" % (n, fmt(v)) for n, v in served), ""]
     return lines
 
 

@@ -216,15 +216,21 @@ reference-layers:
 	reference-layers
 
 # Benchmark: the data sources side by side (trainer/bench/bench_data.py): the same job
-# from IDX, npz, PNG TFRecords held decoded and streamed, raw uint8 TFRecords streamed and
-# GZIP TFRecords; samples/s against IDX's and peak RSS. The data sets are written by
-# NumPy and TensorFlow (trainer/bench/make_data.py) into $(BENCH_DATA_DIR), once.
+# from IDX, npz, PNG TFRecords held decoded and streamed, raw uint8 TFRecords streamed,
+# GZIP TFRecords, the same TFRecords from SeaweedFS's S3 gateway (built once per machine,
+# e2e/cluster/build-seaweedfs.sh; S3=0 leaves them out), TensorFlow fit on the GZIP
+# TFRecords through tf.data, and two workers; samples/s against IDX's and peak RSS, then
+# peak RSS streaming BIG_MIB (2048) MiB of TFRecords. The data sets are written by NumPy
+# and TensorFlow (trainer/bench/make_data.py) into $(BENCH_DATA_DIR), once. ROUNDS (3),
+# EPOCHS, STEPS, RUNS (a subset), S3, BIG_MIB and NOTE (the machine's load, recorded) go
+# through the environment; BENCH_DATA_OUT names the JSON.
 BENCH_DATA_DIR ?= $(BUILD)/bench-data
+BENCH_DATA_OUT ?= bench/results/data.json
 BENCH_TARGETS += bench-data
 bench-data: $(TRAINER_BIN)
 	tf=$$(bash bench/pyvenv.sh venv-tf) && \
 	python3 trainer/bench/bench_data.py $(TRAINER_BIN) $$tf $(FASHION_DIR) $(BENCH_DATA_DIR) \
-	    bench/results/data.json
+	    $(BENCH_DATA_OUT)
 .PHONY: bench-data
 
 # Benchmark: the CIFAR-shaped Conv-BatchNorm model of issue 44 on one worker against

@@ -8,7 +8,8 @@
 # a replace directive, which go install refuses; the module is downloaded and built as the
 # main module instead, so that its own go.mod and go.sum (and that directive) apply. Its
 # S3 gateway is the S3-compatible server of the trainer's object-storage test
-# (trainer/tests/test-remote-data.sh).
+# (trainer/tests/test-remote-data.sh) and of make bench-data, both started by
+# trainer/tests/remote/seaweedfs.sh.
 #   --if-built  print the path when the binary is already built, else fail quietly
 # $KT_WEED_BIN, when set, names a weed binary to use instead. Exit status 0 on success;
 # 1 with the reason on stderr.

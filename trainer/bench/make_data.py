@@ -5,12 +5,18 @@ real TensorFlow (tf.io.encode_png, tf.train.Example, tf.io.TFRecordWriter) into 
   png-00000-of-00001         60,000 PNG examples, one uncompressed file
   png-gz-0000N-of-00008      the same records in 8 GZIP shards (the issue's benchmark set)
   raw-00000-of-00001         raw uint8 bytes (28x28x1), one uncompressed file
+  big/unit                   256 random 64x64x3 uint8 images as raw bytes (3 MiB), labels
+                             i mod 10: the streaming RSS run's small set
+  big/big-<M>mib-0000N-of-00004  with BIG_MIB M: 4 shards of copies of big/unit, M MiB in
+                             all (a TFRecord file is its records one after another, so the
+                             copies are a valid file); written when missing, deleted by
+                             bench_data.py after its run
 
 Features "image" and "label", as TFDS names them; the examples in the IDX order, so that
 every source gives the same training. A file is written only when missing (PNG encoding
 takes TensorFlow a minute or more on 2 cores): the set is cached between runs.
 
-  make_data.py DATA_DIR OUT_DIR
+  make_data.py DATA_DIR OUT_DIR [BIG_MIB]
 """
 import os
 import sys
@@ -36,8 +42,33 @@ def write(tf, path, records, compression=None):
     os.replace(path + ".tmp", path)
 
 
+def write_big(out, big_mib):
+    """big/unit (by TensorFlow) and, with big_mib, the big shards of copies of it."""
+    d = os.path.join(out, "big")
+    os.makedirs(d, exist_ok=True)
+    unit = os.path.join(d, "unit")
+    if not os.path.exists(unit):
+        import tensorflow as tf
+        x = np.random.default_rng(7).integers(0, 256, (256, 64, 64, 3), dtype=np.uint8)
+        write(tf, unit, (example(tf, x[i].tobytes(), i % 10).SerializeToString()
+                         for i in range(len(x))))
+    if not big_mib:
+        return
+    data = open(unit, "rb").read()
+    copies = -(-big_mib * 2**20 // 4 // len(data))  # per shard, rounded up
+    for s in range(4):
+        path = os.path.join(d, "big-%dmib-%05d-of-00004" % (big_mib, s))
+        if os.path.exists(path):
+            continue
+        with open(path + ".tmp", "wb") as f:
+            for _ in range(copies):
+                f.write(data)
+        os.replace(path + ".tmp", path)
+
+
 def main():
     data_dir, out = sys.argv[1:3]
+    write_big(out, int(sys.argv[3]) if len(sys.argv) > 3 else 0)
     os.makedirs(out, exist_ok=True)
     x = {p: read_idx(os.path.join(data_dir, p + "-images-idx3-ubyte"), 16).reshape(-1, 28, 28)
          for p in ("train", "t10k")}

@@ -3,16 +3,16 @@
 # remote.c. Real TensorFlow writes 512 Fashion-MNIST images as PNG TFRecords (4 shards,
 # one GZIP); the local files' run gives the reference weights hash.
 # S3: SeaweedFS's S3 gateway (a real S3-compatible server, e2e/cluster/build-seaweedfs.sh
-# builds it once per machine), on loopback with one identity: the shards under a prefix
-# with 1,001 other keys between the first shard and the others, so that the glob's
-# listing takes two ListObjectsV2 pages; a run from s3:// ends with the local hash, with
-# the credentials in the environment and in a shared credentials file, held in memory
-# decoded (the default --data-cache-mib) and streamed (--data-cache-mib 0: the records
-# read by ranged GETs when the shuffled order wants them). A wrong secret exits 3 (403,
-# the credentials named), a missing key 3 (404), a prefix with no match 3. Streaming
-# 100 MB of objects (4 shards of 64x64x3 raw examples, --data-cache-mib 1) peaks within
-# 32 MiB of streaming 3 MiB of them; an object replaced under a running job exits 3
-# naming it (its ETag changed).
+# builds it once per machine, remote/seaweedfs.sh starts it), on loopback with one
+# identity: the shards under a prefix with 1,001 other keys between the first shard and
+# the others, so that the glob's listing takes two ListObjectsV2 pages; a run from s3://
+# ends with the local hash, with the credentials in the environment and in a shared
+# credentials file, held in memory decoded (the default --data-cache-mib) and streamed
+# (--data-cache-mib 0: the records read by ranged GETs when the shuffled order wants
+# them). A wrong secret exits 3 (403, the credentials named), a missing key 3 (404), a
+# prefix with no match 3. Streaming 100 MB of objects (4 shards of 64x64x3 raw examples,
+# --data-cache-mib 1) peaks within 32 MiB of streaming 3 MiB of them; an object replaced
+# under a running job exits 3 naming it (its ETag changed).
 # HTTP: the failures a real server does not produce on demand come from a stand-in,
 # remote/standin.py: a reset mid-object once (resumed from the byte reached, the local
 # hash) and every time, a body that stalls and a 503 each exit 75 naming the object; a
@@ -24,6 +24,7 @@
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
+source trainer/tests/remote/seaweedfs.sh
 BIN=${TRAINER_OPT:-${BUILD:-build}/bin/kubetrain-trainer}
 DATA=/usr/share/datasets/fashion-mnist
 PY=${KT_CACHE:-$HOME/.cache/kubetrain}/venv-tf/bin/python
@@ -106,45 +107,22 @@ same_hash() {
 
 # ---------------------------------------------------------------- S3 (SeaweedFS)
 s3_tests() {
-  local weed port key=KTTESTKEY secret=kt-test-secret bucket=kt-data p
-  if ! weed=$(nice -n 15 e2e/cluster/build-seaweedfs.sh 2>"$tmp/weed-build.err"); then
-    tap_fail "SeaweedFS is built" "$(tail -3 "$tmp/weed-build.err")"; return
+  local port key=KTTESTKEY secret=kt-test-secret bucket=kt-data
+  if ! weed_start "$tmp/weed" "$key" "$secret" 2>"$tmp/weed-start.err"; then
+    [[ -n ${WEED_PID:-} ]] && pids+=("$WEED_PID")
+    tap_fail "SeaweedFS's S3 gateway starts" "$(cat "$tmp/weed-start.err")"; return
   fi
-  # Every listener on a port of its own (the gRPC ones default to port + 10000, which may
-  # be taken or past 65535); the services the test does not use are off.
-  read -r -a p < <(python3 -c 'import socket
-ss = [socket.socket() for _ in range(8)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
-  port=${p[6]}
-  cat >"$tmp/s3.json" <<JSON
-{"identities": [{"name": "kubetrain-test",
-  "credentials": [{"accessKey": "$key", "secretKey": "$secret"}],
-  "actions": ["Admin", "Read", "List", "Write"]}]}
-JSON
-  mkdir "$tmp/weed"
-  nice -n 15 "$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$tmp/weed" \
-    -master.port="${p[0]}" -master.port.grpc="${p[1]}" -master.volumeSizeLimitMB=64 \
-    -volume.port="${p[2]}" -volume.port.grpc="${p[3]}" -volume.max=8 \
-    -filer -filer.port="${p[4]}" -filer.port.grpc="${p[5]}" \
-    -s3 -s3.port="$port" -s3.port.grpc="${p[7]}" -s3.config="$tmp/s3.json" \
-    -s3.port.iceberg=0 -s3.port.lance=0 -iam=false \
-    >"$tmp/weed.log" 2>&1 &
-  pids+=($!)
-  local s3=(curl -sS --fail --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret"
-            -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
-  for _ in $(seq 120); do
-    "${s3[@]}" -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break
-    sleep 1
-  done
+  pids+=("$WEED_PID")
+  port=$WEED_PORT
+  local s3=("${WEED_CURL[@]}")
   if ! "${s3[@]}" -X PUT -o /dev/null "http://127.0.0.1:$port/$bucket" 2>"$tmp/put.err"; then
-    tap_fail "SeaweedFS's S3 gateway starts and makes a bucket" \
-      "$(cat "$tmp/put.err"; tail -5 "$tmp/weed.log")"
+    tap_fail "SeaweedFS's S3 gateway makes a bucket" \
+      "$(cat "$tmp/put.err"; tail -5 "$tmp/weed/weed.log")"
     return
   fi
   for f in "$tmp"/local/train-*; do
     "${s3[@]}" -T "$f" "http://127.0.0.1:$port/$bucket/fmnist/${f##*/}" >/dev/null ||
-      { tap_fail "upload ${f##*/}" "$(tail -5 "$tmp/weed.log")"; return; }
+      { tap_fail "upload ${f##*/}" "$(tail -5 "$tmp/weed/weed.log")"; return; }
   done
   # 1,001 keys under the prefix, sorted between the first shard and the others, that the
   # glob does not match ('*' does not cross '/'): the listing's first page (1,000 keys)
@@ -152,7 +130,7 @@ JSON
   echo decoy >"$tmp/decoy"
   seq -f "fmnist/train-00001-a/%04g" 0 1000 |
     xargs -P 4 -I{} "${s3[@]}" -T "$tmp/decoy" "http://127.0.0.1:$port/$bucket/{}" ||
-    { tap_fail "upload the decoys" "$(tail -5 "$tmp/weed.log")"; return; }
+    { tap_fail "upload the decoys" "$(tail -5 "$tmp/weed/weed.log")"; return; }
 
   export AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_REGION=us-east-1
   export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret
@@ -191,7 +169,7 @@ JSON
   # records (32 x 12 KiB, with gaps of at most 64 KiB between records read together).
   for f in "$tmp"/big/*; do
     "${s3[@]}" -T "$f" "http://127.0.0.1:$port/$bucket/big/${f##*/}" >/dev/null ||
-      { tap_fail "upload big/${f##*/}" "$(tail -5 "$tmp/weed.log")"; return; }
+      { tap_fail "upload big/${f##*/}" "$(tail -5 "$tmp/weed/weed.log")"; return; }
   done
   echo '{"input_shape": [64, 64, 3],
     "layers": [{"type": "Flatten"}, {"type": "Dense", "units": 10}]}' >"$tmp/linear.json"
