@@ -326,6 +326,10 @@ static void pool_window(const PoolGeom *g, int oy, int ox, int *y0, int *y1, int
     *x0 = *x0 < 0 ? 0 : *x0, *x1 = *x1 > g->w ? g->w : *x1;
 }
 
+/* Per output cell, the window's first cell and then each later one, in rows then columns,
+ * where it is larger: per channel the first maximum in that order, a channel's row of
+ * values at a time (branch-free, so that it vectorizes). A window always holds a cell:
+ * "same" pads less than the pool's size. */
 void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
 {
     const int h = g->h, w = g->w, c = g->c;
@@ -334,18 +338,23 @@ void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGe
             for (int ox = 0; ox < g->ow; ox++) {
                 int y0, y1, x0, x1;
                 pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
-                for (int ch = 0; ch < c; ch++) {
-                    int best = -1;
-                    float bv = -INFINITY;
-                    for (int y = y0; y < y1; y++)
-                        for (int x = x0; x < x1; x++) {
-                            int idx = ((n * h + y) * w + x) * c + ch;
-                            if (best < 0 || inp[idx] > bv) bv = inp[idx], best = idx;
+                const size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                float *restrict best = out + o;
+                int32_t *restrict at = argmax + o;
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++) {
+                        const int idx = ((n * h + y) * w + x) * c;
+                        const float *restrict in = inp + idx;
+                        if (y == y0 && x == x0) {
+                            for (int ch = 0; ch < c; ch++) best[ch] = in[ch], at[ch] = idx + ch;
+                            continue;
                         }
-                    size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c + ch;
-                    out[o] = bv;
-                    argmax[o] = best;
-                }
+                        for (int ch = 0; ch < c; ch++) {
+                            const int gt = in[ch] > best[ch];
+                            best[ch] = gt ? in[ch] : best[ch];
+                            at[ch] = gt ? idx + ch : at[ch];
+                        }
+                    }
             }
         }
 }

@@ -362,6 +362,28 @@ static void test_maxpool_same_by_hand(void **s)
     assert_int_equal(pool_geom_init(&g, 2, 5, 1, 3, 1, 1, 1, 1), 0);
 }
 
+/* Ties: the gradient goes to the window's first maximum in rows-then-columns order, per
+ * channel (as TensorFlow's MaxPoolGrad), whatever the other channels hold. One 2x2
+ * window over 3 channels: all equal; the maximum last; two equal maxima, the second and
+ * the fourth cells. */
+static void test_maxpool_ties(void **s)
+{
+    (void)s;
+    PoolGeom g;
+    assert_int_equal(pool_geom_init(&g, 2, 2, 3, 2, 2, 2, 2, 0), 0);
+    const float x[12] = {1, 0, 2, /* (0,0) */ 1, 1, 5, /* (0,1) */
+                         1, 2, 3, /* (1,0) */ 1, 3, 5 /* (1,1) */};
+    float y[3];
+    int32_t am[3];
+    maxpool_forward(y, am, x, &g, 1);
+    const float want[3] = {1, 3, 5};
+    const int32_t want_at[3] = {0, 10, 5};
+    for (int i = 0; i < 3; i++) {
+        assert_float_equal(y[i], want[i], 0);
+        assert_int_equal(am[i], want_at[i]);
+    }
+}
+
 /* ---- dropout ---- */
 typedef struct {
     float *x, *y, *mask, *r;
@@ -1452,6 +1474,7 @@ int main(void)
         cmocka_unit_test(test_loss_probs),
         cmocka_unit_test(test_model_grad),
         cmocka_unit_test(test_maxpool_same_by_hand),
+        cmocka_unit_test(test_maxpool_ties),
         cmocka_unit_test(test_model_grad_nd_dense_and_pool),
         cmocka_unit_test(test_model_grad_activations),
         cmocka_unit_test(test_model_grad_activation_layers),
