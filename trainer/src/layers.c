@@ -470,7 +470,7 @@ static void bn_channels(const BnPass *p, int t, size_t *j0, size_t *j1)
 
 /* The batch's mean, variance and invstd of task t's channels: two passes, as
  * tf.nn.moments, the mean first and then the squared deviations, summed in double. */
-static void batchnorm_stats_task(void *ctx, int t)
+static void batchnorm_forward_stats_task(void *ctx, int t)
 {
     BnPass *p = ctx;
     size_t j0, j1;
@@ -496,7 +496,7 @@ static void batchnorm_stats_task(void *ctx, int t)
 
 /* out = scale * xhat + shift (relu'd when fused) over task t's rows, xhat = (x - center)
  * * by, or / by in inference. */
-static void batchnorm_apply_task(void *ctx, int t)
+static void batchnorm_forward_apply_task(void *ctx, int t)
 {
     const BnPass *p = ctx;
     const size_t cc = p->c, r0 = (size_t)t * p->part;
@@ -547,8 +547,8 @@ static void bn_forward_train(float *out, float *mean, float *var, float *invstd,
                 .shift = sc + cc,
                 .relu = relu,
                 .eps = eps};
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_stats_task);
-    bn_run(&p, rows, 1, 0, batchnorm_apply_task);
+    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_stats_task);
+    bn_run(&p, rows, 1, 0, batchnorm_forward_apply_task);
     free(sc);
 }
 
@@ -583,7 +583,7 @@ static void bn_forward_infer(float *out, const float *inp, const float *gamma, c
                 .shift = sc + cc,
                 .divide = 1,
                 .relu = relu};
-    bn_run(&p, rows, 1, 0, batchnorm_apply_task);
+    bn_run(&p, rows, 1, 0, batchnorm_forward_apply_task);
     free(sc);
 }
 
@@ -602,7 +602,7 @@ void batchnorm_forward_infer_relu(float *out, const float *inp, const float *gam
 
 /* sum dout and sum dout * xhat over the rows, of task t's channels (dout masked by the
  * relu's output where fused). */
-static void batchnorm_grad_sums_task(void *ctx, int t)
+static void batchnorm_backward_sums_task(void *ctx, int t)
 {
     BnPass *p = ctx;
     size_t j0, j1;
@@ -622,7 +622,7 @@ static void batchnorm_grad_sums_task(void *ctx, int t)
 }
 
 /* dinput = k * (rows * dout - sum_d - xhat * sum_dx) over task t's rows, in double. */
-static void batchnorm_dinput_task(void *ctx, int t)
+static void batchnorm_backward_dinput_task(void *ctx, int t)
 {
     const BnPass *p = ctx;
     const size_t cc = p->c, r0 = (size_t)t * p->part;
@@ -659,7 +659,7 @@ static void bn_backward(float *dinput, float *dgamma, float *dbeta, const float 
                 .sum_d = sums,
                 .sum_dx = sums + cc,
                 .k = sums + 2 * cc};
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_grad_sums_task);
+    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_backward_sums_task);
     if (dbeta)
         for (size_t j = 0; j < cc; j++) dbeta[j] = (float)sums[j];
     if (dgamma)
@@ -667,7 +667,7 @@ static void bn_backward(float *dinput, float *dgamma, float *dbeta, const float 
     if (dinput) {
         for (size_t j = 0; j < cc; j++)
             sums[2 * cc + j] = (gamma ? gamma[j] : 1.0) * invstd[j] / (double)rows;
-        bn_run(&p, rows, 1, 0, batchnorm_dinput_task);
+        bn_run(&p, rows, 1, 0, batchnorm_backward_dinput_task);
     }
     free(sums);
 }
