@@ -600,8 +600,30 @@ void batchnorm_forward_infer_relu(float *out, const float *inp, const float *gam
     bn_forward_infer(out, inp, gamma, beta, mmean, mvar, rows, c, eps, 1);
 }
 
-/* sum dout and sum dout * xhat over the rows, of task t's channels (dout masked by the
- * relu's output where fused). */
+/* dm = dout where y > 0, else 0: dout through the relu whose output is y, in a loop of
+ * its own (a float select vectorizes; beside the double sums it did not). */
+static void bn_relu_mask(float *restrict dm, const float *restrict dout, const float *restrict y,
+                         size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        const float d = dout[j];
+        dm[j] = y[j] > 0.0f ? d : 0.0f;
+    }
+}
+
+/* One row of w channels onto the sums of dout and dout * xhat. */
+static void bn_sums_row(double *restrict sd, double *restrict sdx, const float *restrict x,
+                        const float *restrict dout, const float *restrict mean,
+                        const float *restrict invstd, size_t w)
+{
+    for (size_t j = 0; j < w; j++) {
+        sd[j] += dout[j];
+        sdx[j] += (double)dout[j] * ((x[j] - mean[j]) * invstd[j]);
+    }
+}
+
+/* sum dout and sum dout * xhat over the rows, of task t's channels (dout through the relu
+ * where fused). */
 static void batchnorm_backward_sums_task(void *ctx, int t)
 {
     BnPass *p = ctx;
@@ -610,18 +632,20 @@ static void batchnorm_backward_sums_task(void *ctx, int t)
     const size_t cc = p->c, w = j1 - j0;
     double *sd = p->acc + 2 * (size_t)t * p->stride, *sdx = sd + p->stride;
     const float *x = p->inp + j0, *dout = p->dout + j0, *mean = p->center + j0;
-    const float *invstd = p->by + j0, *y = p->y ? p->y + j0 : NULL;
+    const float *invstd = p->by + j0;
+    float *dm = p->y ? xmalloc(w * sizeof *dm) : NULL;
     for (size_t j = 0; j < w; j++) sd[j] = sdx[j] = 0.0;
-    for (size_t r = 0; r < p->rows; r++)
-        for (size_t j = 0; j < w; j++) {
-            const float d = !y || y[r * cc + j] > 0.0f ? dout[r * cc + j] : 0.0f;
-            sd[j] += d;
-            sdx[j] += (double)d * ((x[r * cc + j] - mean[j]) * invstd[j]);
-        }
+    for (size_t r = 0, at = 0; r < p->rows; r++, at += cc) {
+        const float *d = dout + at;
+        if (dm) bn_relu_mask(dm, d, p->y + j0 + at, w), d = dm;
+        bn_sums_row(sd, sdx, x + at, d, mean, invstd, w);
+    }
     for (size_t j = 0; j < w; j++) p->sum_d[j0 + j] = sd[j], p->sum_dx[j0 + j] = sdx[j];
+    free(dm);
 }
 
-/* dinput = k * (rows * dout - sum_d - xhat * sum_dx) over task t's rows, in double. */
+/* dinput = k * (rows * dout - sum_d - xhat * sum_dx) over task t's rows, in double (dout
+ * through the relu where fused). */
 static void batchnorm_backward_dinput_task(void *ctx, int t)
 {
     const BnPass *p = ctx;
@@ -630,16 +654,17 @@ static void batchnorm_backward_dinput_task(void *ctx, int t)
     const double n = (double)p->rows;
     const double *restrict k = p->k, *restrict sd = p->sum_d, *restrict sdx = p->sum_dx;
     const float *restrict mean = p->center, *restrict invstd = p->by;
+    float *dm = p->y ? xmalloc(cc * sizeof *dm) : NULL;
     for (size_t r = r0; r < r1; r++) {
-        const float *restrict x = p->inp + r * cc, *restrict dout = p->dout + r * cc;
-        const float *restrict y = p->y ? p->y + r * cc : NULL;
+        const float *restrict x = p->inp + r * cc, *restrict d = p->dout + r * cc;
         float *restrict din = p->out + r * cc;
+        if (dm) bn_relu_mask(dm, d, p->y + r * cc, cc), d = dm;
         for (size_t j = 0; j < cc; j++) {
-            const float d = !y || y[j] > 0.0f ? dout[j] : 0.0f;
             const double xhat = (double)(x[j] - mean[j]) * invstd[j];
-            din[j] = (float)(k[j] * (n * d - sd[j] - xhat * sdx[j]));
+            din[j] = (float)(k[j] * (n * d[j] - sd[j] - xhat * sdx[j]));
         }
     }
+    free(dm);
 }
 
 static void bn_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
