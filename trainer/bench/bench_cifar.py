@@ -91,6 +91,18 @@ def classify(frames, main_tid, tid):
         return ("moving statistics", "BatchNormalization", True)
     elif names & {"model_step", "model_step_sgd", "cpu_train_step"}:
         return ("step, other", "", True)
+    elif "take_tasks" in names:
+        # a task of the pool on a worker thread whose caller's frames are not on its
+        # stack: told by the task's function
+        for prefix, what in (("batchnorm_forward", "forward"),
+                             ("batchnorm_backward", "backward")):
+            if any(f.startswith(prefix) for f in frames):
+                return (what, "BatchNormalization", False)
+        if "step_range" in names:
+            return ("optimizer update", "", False)
+        if "job_run_block" in names:
+            return ("whole-batch GEMM (Dense)", "", False)
+        return None
     else:
         return None
     layer = "finish_layer (shards' gradient sum)" if "finish_layer" in names else "copy"
@@ -163,6 +175,10 @@ def tally(script):
                    "activation_*: the ReLU layers; ...; copy: the memcpy of an activation or "
                    "dropout layer's input to its output); one_thread_share: the part that ran "
                    "on the main thread outside parallel_for, while the other threads waited. "
+                   "A task of the pool on a worker thread without forward_layer or "
+                   "backward_layer on its stack goes by its function: batchnorm_forward_* / "
+                   "batchnorm_backward_* (BatchNormalization's passes), step_range (the "
+                   "optimizer), job_run_block (gemm's blocks of a whole-batch product). "
                    "Per layer type: the five Conv2D layers share their functions"}
 
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "pool.h"
 #include "util.h"
 
 /* ----------------------------------------------------------------------------
@@ -325,6 +326,10 @@ static void pool_window(const PoolGeom *g, int oy, int ox, int *y0, int *y1, int
     *x0 = *x0 < 0 ? 0 : *x0, *x1 = *x1 > g->w ? g->w : *x1;
 }
 
+/* Per output cell, the window's first cell and then each later one, in rows then columns,
+ * where it is larger: per channel the first maximum in that order, a channel's row of
+ * values at a time (branch-free, so that it vectorizes). A window always holds a cell:
+ * "same" pads less than the pool's size. */
 void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
 {
     const int h = g->h, w = g->w, c = g->c;
@@ -333,18 +338,23 @@ void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGe
             for (int ox = 0; ox < g->ow; ox++) {
                 int y0, y1, x0, x1;
                 pool_window(g, oy, ox, &y0, &y1, &x0, &x1);
-                for (int ch = 0; ch < c; ch++) {
-                    int best = -1;
-                    float bv = -INFINITY;
-                    for (int y = y0; y < y1; y++)
-                        for (int x = x0; x < x1; x++) {
-                            int idx = ((n * h + y) * w + x) * c + ch;
-                            if (best < 0 || inp[idx] > bv) bv = inp[idx], best = idx;
+                const size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c;
+                float *restrict best = out + o;
+                int32_t *restrict at = argmax + o;
+                for (int y = y0; y < y1; y++)
+                    for (int x = x0; x < x1; x++) {
+                        const int idx = ((n * h + y) * w + x) * c;
+                        const float *restrict in = inp + idx;
+                        if (y == y0 && x == x0) {
+                            for (int ch = 0; ch < c; ch++) best[ch] = in[ch], at[ch] = idx + ch;
+                            continue;
                         }
-                    size_t o = (((size_t)n * g->oh + oy) * g->ow + ox) * c + ch;
-                    out[o] = bv;
-                    argmax[o] = best;
-                }
+                        for (int ch = 0; ch < c; ch++) {
+                            const int gt = in[ch] > best[ch];
+                            best[ch] = gt ? in[ch] : best[ch];
+                            at[ch] = gt ? idx + ch : at[ch];
+                        }
+                    }
             }
         }
 }
@@ -396,72 +406,309 @@ void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b
 }
 
 /* ----------------------------------------------------------------------------
- * BatchNormalization: per-channel statistics over the rows */
+ * BatchNormalization: per-channel statistics over the rows
+ *
+ * Threads: a per-channel sum is cut by channels, each task summing its channels over all
+ * the rows in row order; an element-wise pass is cut by rows. Every value is therefore
+ * computed by the same operations in the same order whatever the threads, and the result
+ * is the same bits on any thread count. */
+
+/* Below this many values a pass runs on the caller alone: the hand-off would cost more. */
+#define BN_PARALLEL_MIN 32768
+/* The fewest channels a task sums: narrower tasks would mostly read each other's cache
+ * lines. */
+#define BN_MIN_CHANNELS 4
+
+/* One BatchNormalization pass, shared by its tasks. Per channel (c each): center, the
+ * mean subtracted from the input; by, what the difference is then multiplied by (the
+ * batch's invstd) or, in inference, divided by (the moving deviation); scale and shift,
+ * gamma (or 1) and beta (or 0); in the backward, sum_d and sum_dx, the sums of dout and
+ * dout * xhat, and k = gamma * invstd / rows. */
+typedef struct {
+    size_t rows, c;
+    size_t part; /* channels (a sum) or rows (an element-wise pass) per task */
+    const float *inp; /* (rows, c) the layer's input */
+    const float *dout; /* backward: (rows, c) the output's gradient */
+    const float *y; /* backward: the relu's output where fused (its sign masks dout) */
+    float *out; /* forward: the output; backward: the input's gradient */
+    float *mean, *var, *invstd; /* the training forward's statistics, written */
+    const float *center, *by, *scale, *shift;
+    int divide, relu;
+    float eps;
+    double *acc; /* a sum's accumulators, 2 x `stride` doubles per task */
+    size_t stride;
+    double *sum_d, *sum_dx;
+    const double *k;
+} BnPass;
+
+/* Runs fn over the rows x c pass's `units`, at least `min` a task: one task per thread
+ * of the pool, one when the pass is small. A sum (sums != 0) runs over channels, and
+ * each of its tasks gets two accumulators of part doubles. */
+static void bn_run(BnPass *p, size_t units, size_t min, int sums, ParallelFn fn)
+{
+    size_t t = p->rows * p->c < BN_PARALLEL_MIN ? 1 : (size_t)gemm_threads();
+    size_t part = (units + t - 1) / t;
+    p->part = part < min ? min : part;
+    const int tasks = (int)((units + p->part - 1) / p->part);
+    if (sums) {
+        /* a cache line between two tasks' accumulators: no line written by both at
+         * every row */
+        p->stride = (p->part + 7) / 8 * 8 + 8;
+        p->acc = xmalloc(2 * (size_t)tasks * p->stride * sizeof *p->acc);
+    }
+    parallel_for(tasks, fn, p);
+    free(p->acc);
+    p->acc = NULL;
+}
+
+/* The channels [*j0, *j1) of task t of a sum. */
+static void bn_channels(const BnPass *p, int t, size_t *j0, size_t *j1)
+{
+    *j0 = (size_t)t * p->part;
+    *j1 = *j0 + p->part < p->c ? *j0 + p->part : p->c;
+}
+
+/* The batch's mean, variance and invstd of task t's channels: two passes, as
+ * tf.nn.moments, the mean first and then the squared deviations, summed in double. */
+static void batchnorm_forward_stats_task(void *ctx, int t)
+{
+    BnPass *p = ctx;
+    size_t j0, j1;
+    bn_channels(p, t, &j0, &j1);
+    const size_t cc = p->c, w = j1 - j0;
+    double *acc = p->acc + (size_t)t * p->stride;
+    const float *x = p->inp + j0, *mean = p->mean + j0;
+    for (size_t j = 0; j < w; j++) acc[j] = 0.0;
+    for (size_t r = 0; r < p->rows; r++)
+        for (size_t j = 0; j < w; j++) acc[j] += x[r * cc + j];
+    for (size_t j = 0; j < w; j++)
+        p->mean[j0 + j] = (float)(acc[j] / (double)p->rows), acc[j] = 0.0;
+    for (size_t r = 0; r < p->rows; r++)
+        for (size_t j = 0; j < w; j++) {
+            const double dev = (double)x[r * cc + j] - mean[j];
+            acc[j] += dev * dev;
+        }
+    for (size_t j = j0; j < j1; j++) {
+        p->var[j] = (float)(acc[j - j0] / (double)p->rows);
+        p->invstd[j] = 1.0f / sqrtf(p->var[j] + p->eps);
+    }
+}
+
+/* out = scale * xhat + shift (relu'd when fused) over task t's rows, xhat = (x - center)
+ * * by, or / by in inference. */
+static void batchnorm_forward_apply_task(void *ctx, int t)
+{
+    const BnPass *p = ctx;
+    const size_t cc = p->c, r0 = (size_t)t * p->part;
+    const size_t r1 = r0 + p->part < p->rows ? r0 + p->part : p->rows;
+    const float *restrict center = p->center, *restrict by = p->by;
+    const float *restrict scale = p->scale, *restrict shift = p->shift;
+    for (size_t r = r0; r < r1; r++) {
+        const float *restrict x = p->inp + r * cc;
+        float *restrict o = p->out + r * cc;
+        if (p->divide)
+            for (size_t j = 0; j < cc; j++)
+                o[j] = scale[j] * ((x[j] - center[j]) / by[j]) + shift[j];
+        else
+            for (size_t j = 0; j < cc; j++)
+                o[j] = scale[j] * ((x[j] - center[j]) * by[j]) + shift[j];
+        if (p->relu)
+            for (size_t j = 0; j < cc; j++) o[j] = o[j] > 0.0f ? o[j] : 0.0f;
+    }
+}
+
+/* gamma (or 1) and beta (or 0) per channel, into sc (2c): the same products and sums
+ * with and without them. */
+static void bn_affine(float *sc, const float *gamma, const float *beta, size_t c)
+{
+    for (size_t j = 0; j < c; j++) {
+        sc[j] = gamma ? gamma[j] : 1.0f;
+        sc[c + j] = beta ? beta[j] : 0.0f;
+    }
+}
+
+static void bn_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
+                             const float *gamma, const float *beta, size_t rows, int c, float eps,
+                             int relu)
+{
+    const size_t cc = (size_t)c;
+    float *sc = xmalloc(2 * cc * sizeof *sc);
+    bn_affine(sc, gamma, beta, cc);
+    BnPass p = {.rows = rows,
+                .c = cc,
+                .inp = inp,
+                .out = out,
+                .mean = mean,
+                .var = var,
+                .invstd = invstd,
+                .center = mean,
+                .by = invstd,
+                .scale = sc,
+                .shift = sc + cc,
+                .relu = relu,
+                .eps = eps};
+    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_stats_task);
+    bn_run(&p, rows, 1, 0, batchnorm_forward_apply_task);
+    free(sc);
+}
 
 void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
                              const float *gamma, const float *beta, size_t rows, int c, float eps)
 {
+    bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0);
+}
+
+void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *invstd,
+                                  const float *inp, const float *gamma, const float *beta,
+                                  size_t rows, int c, float eps)
+{
+    bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1);
+}
+
+static void bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
+                             const float *mmean, const float *mvar, size_t rows, int c, float eps,
+                             int relu)
+{
     const size_t cc = (size_t)c;
-    double *acc = xcalloc(cc, sizeof *acc);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cc; j++) acc[j] += inp[r * cc + j];
-    for (size_t j = 0; j < cc; j++) mean[j] = (float)(acc[j] / (double)rows), acc[j] = 0.0;
-    /* two passes, as tf.nn.moments: the mean first, then the squared deviations */
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cc; j++) {
-            const double dev = (double)inp[r * cc + j] - mean[j];
-            acc[j] += dev * dev;
-        }
-    for (size_t j = 0; j < cc; j++) {
-        var[j] = (float)(acc[j] / (double)rows);
-        invstd[j] = 1.0f / sqrtf(var[j] + eps);
-    }
-    free(acc);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cc; j++) {
-            const float xhat = (inp[r * cc + j] - mean[j]) * invstd[j];
-            out[r * cc + j] = (gamma ? gamma[j] : 1.0f) * xhat + (beta ? beta[j] : 0.0f);
-        }
+    float *sc = xmalloc(3 * cc * sizeof *sc);
+    bn_affine(sc, gamma, beta, cc);
+    for (size_t j = 0; j < cc; j++) sc[2 * cc + j] = sqrtf(mvar[j] + eps);
+    BnPass p = {.rows = rows,
+                .c = cc,
+                .inp = inp,
+                .out = out,
+                .center = mmean,
+                .by = sc + 2 * cc,
+                .scale = sc,
+                .shift = sc + cc,
+                .divide = 1,
+                .relu = relu};
+    bn_run(&p, rows, 1, 0, batchnorm_forward_apply_task);
+    free(sc);
 }
 
 void batchnorm_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
                              const float *mmean, const float *mvar, size_t rows, int c, float eps)
 {
-    const size_t cc = (size_t)c;
-    for (size_t r = 0; r < rows; r++)
+    bn_forward_infer(out, inp, gamma, beta, mmean, mvar, rows, c, eps, 0);
+}
+
+void batchnorm_forward_infer_relu(float *out, const float *inp, const float *gamma,
+                                  const float *beta, const float *mmean, const float *mvar,
+                                  size_t rows, int c, float eps)
+{
+    bn_forward_infer(out, inp, gamma, beta, mmean, mvar, rows, c, eps, 1);
+}
+
+/* dm = dout where y > 0, else 0: dout through the relu whose output is y, in a loop of
+ * its own (a float select vectorizes; beside the double sums it did not). */
+static void bn_relu_mask(float *restrict dm, const float *restrict dout, const float *restrict y,
+                         size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        const float d = dout[j];
+        dm[j] = y[j] > 0.0f ? d : 0.0f;
+    }
+}
+
+/* One row of w channels onto the sums of dout and dout * xhat. */
+static void bn_sums_row(double *restrict sd, double *restrict sdx, const float *restrict x,
+                        const float *restrict dout, const float *restrict mean,
+                        const float *restrict invstd, size_t w)
+{
+    for (size_t j = 0; j < w; j++) {
+        sd[j] += dout[j];
+        sdx[j] += (double)dout[j] * ((x[j] - mean[j]) * invstd[j]);
+    }
+}
+
+/* sum dout and sum dout * xhat over the rows, of task t's channels (dout through the relu
+ * where fused). */
+static void batchnorm_backward_sums_task(void *ctx, int t)
+{
+    BnPass *p = ctx;
+    size_t j0, j1;
+    bn_channels(p, t, &j0, &j1);
+    const size_t cc = p->c, w = j1 - j0;
+    double *sd = p->acc + 2 * (size_t)t * p->stride, *sdx = sd + p->stride;
+    const float *x = p->inp + j0, *dout = p->dout + j0, *mean = p->center + j0;
+    const float *invstd = p->by + j0;
+    float *dm = p->y ? xmalloc(w * sizeof *dm) : NULL;
+    for (size_t j = 0; j < w; j++) sd[j] = sdx[j] = 0.0;
+    for (size_t r = 0, at = 0; r < p->rows; r++, at += cc) {
+        const float *d = dout + at;
+        if (dm) bn_relu_mask(dm, d, p->y + j0 + at, w), d = dm;
+        bn_sums_row(sd, sdx, x + at, d, mean, invstd, w);
+    }
+    for (size_t j = 0; j < w; j++) p->sum_d[j0 + j] = sd[j], p->sum_dx[j0 + j] = sdx[j];
+    free(dm);
+}
+
+/* dinput = k * (rows * dout - sum_d - xhat * sum_dx) over task t's rows, in double (dout
+ * through the relu where fused). */
+static void batchnorm_backward_dinput_task(void *ctx, int t)
+{
+    const BnPass *p = ctx;
+    const size_t cc = p->c, r0 = (size_t)t * p->part;
+    const size_t r1 = r0 + p->part < p->rows ? r0 + p->part : p->rows;
+    const double n = (double)p->rows;
+    const double *restrict k = p->k, *restrict sd = p->sum_d, *restrict sdx = p->sum_dx;
+    const float *restrict mean = p->center, *restrict invstd = p->by;
+    float *dm = p->y ? xmalloc(cc * sizeof *dm) : NULL;
+    for (size_t r = r0; r < r1; r++) {
+        const float *restrict x = p->inp + r * cc, *restrict d = p->dout + r * cc;
+        float *restrict din = p->out + r * cc;
+        if (dm) bn_relu_mask(dm, d, p->y + r * cc, cc), d = dm;
         for (size_t j = 0; j < cc; j++) {
-            const float xhat = (inp[r * cc + j] - mmean[j]) / sqrtf(mvar[j] + eps);
-            out[r * cc + j] = (gamma ? gamma[j] : 1.0f) * xhat + (beta ? beta[j] : 0.0f);
+            const double xhat = (double)(x[j] - mean[j]) * invstd[j];
+            din[j] = (float)(k[j] * (n * d[j] - sd[j] - xhat * sdx[j]));
         }
+    }
+    free(dm);
+}
+
+static void bn_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                        const float *y, const float *inp, const float *mean, const float *invstd,
+                        const float *gamma, size_t rows, int c)
+{
+    const size_t cc = (size_t)c;
+    double *sums = xmalloc(3 * cc * sizeof *sums); /* sum dout, sum dout * xhat, k */
+    BnPass p = {.rows = rows,
+                .c = cc,
+                .inp = inp,
+                .dout = dout,
+                .y = y,
+                .out = dinput,
+                .center = mean,
+                .by = invstd,
+                .sum_d = sums,
+                .sum_dx = sums + cc,
+                .k = sums + 2 * cc};
+    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_backward_sums_task);
+    if (dbeta)
+        for (size_t j = 0; j < cc; j++) dbeta[j] = (float)sums[j];
+    if (dgamma)
+        for (size_t j = 0; j < cc; j++) dgamma[j] = (float)sums[cc + j];
+    if (dinput) {
+        for (size_t j = 0; j < cc; j++)
+            sums[2 * cc + j] = (gamma ? gamma[j] : 1.0) * invstd[j] / (double)rows;
+        bn_run(&p, rows, 1, 0, batchnorm_backward_dinput_task);
+    }
+    free(sums);
 }
 
 void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
                         const float *inp, const float *mean, const float *invstd,
                         const float *gamma, size_t rows, int c)
 {
-    const size_t cc = (size_t)c;
-    double *acc = xcalloc(2 * cc, sizeof *acc); /* sum dout, sum dout * xhat */
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cc; j++) {
-            const float d = dout[r * cc + j];
-            acc[j] += d;
-            acc[cc + j] += (double)d * ((inp[r * cc + j] - mean[j]) * invstd[j]);
-        }
-    if (dbeta)
-        for (size_t j = 0; j < cc; j++) dbeta[j] = (float)acc[j];
-    if (dgamma)
-        for (size_t j = 0; j < cc; j++) dgamma[j] = (float)acc[cc + j];
-    if (dinput) {
-        const double n = (double)rows;
-        for (size_t r = 0; r < rows; r++)
-            for (size_t j = 0; j < cc; j++) {
-                const double xhat = (double)(inp[r * cc + j] - mean[j]) * invstd[j];
-                const double k = (gamma ? gamma[j] : 1.0) * invstd[j] / n;
-                dinput[r * cc + j] =
-                    (float)(k * (n * dout[r * cc + j] - acc[j] - xhat * acc[cc + j]));
-            }
-    }
-    free(acc);
+    bn_backward(dinput, dgamma, dbeta, dout, NULL, inp, mean, invstd, gamma, rows, c);
+}
+
+void batchnorm_backward_relu(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                             const float *out, const float *inp, const float *mean,
+                             const float *invstd, const float *gamma, size_t rows, int c)
+{
+    bn_backward(dinput, dgamma, dbeta, dout, out, inp, mean, invstd, gamma, rows, c);
 }
 
 void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset)

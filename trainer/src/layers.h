@@ -6,7 +6,12 @@
  * functions ACCUMULATE nothing: they overwrite dweight/dbias/dinput. A NULL dinput means
  * "not needed" (the first layer) and skips that GEMM. All matrix products go through
  * gemm() (gemm.h: a BLAS library chosen at build time); the only loops here are the
- * element-wise ones. */
+ * element-wise ones and BatchNormalization's per-channel sums.
+ *
+ * Threads: gemm() cuts its products over the pool's threads (pool.h), and so do the
+ * BatchNormalization functions their passes; everything else runs on the calling thread
+ * (model.c runs those layers on shards of the batch in parallel). Called from inside a
+ * task of parallel_for, all of them run on that thread alone. */
 #ifndef KT_LAYERS_H
 #define KT_LAYERS_H
 
@@ -127,7 +132,11 @@ void rescaling_backward(float *d, size_t n, float scale);
  * examples x the other axes). gamma NULL: scale false (1); beta NULL: center false (0).
  * Training: out = gamma * (x - mean) * invstd + beta with the batch's mean and biased
  * variance per channel, invstd = 1/sqrt(var + eps); mean, var and invstd (c each) are
- * written for the moving statistics and the backward. Sums in double. */
+ * written for the moving statistics and the backward. Sums in double.
+ *
+ * Threads: each runs on the pool's threads, a per-channel sum cut by channels (every
+ * channel summed over the rows in row order by one task) and an element-wise pass by
+ * rows, so the results are the same bits whatever the thread count. */
 void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
                              const float *gamma, const float *beta, size_t rows, int c, float eps);
 /* Inference: the same with the moving mean and variance (c each) in place of the batch's. */
@@ -140,6 +149,21 @@ void batchnorm_forward_infer(float *out, const float *inp, const float *gamma, c
 void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
                         const float *inp, const float *mean, const float *invstd,
                         const float *gamma, size_t rows, int c);
+
+/* The same followed by a relu (a ReLU layer after the BatchNormalization), one pass over
+ * the output instead of three: the forwards write relu(out), the same bits as the
+ * batchnorm's output put through activation_forward's relu; batchnorm_backward_relu takes
+ * dout as the gradient of that relu output and out as the output itself, and gives
+ * what activation_backward's relu then batchnorm_backward give, without writing dout. */
+void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *invstd,
+                                  const float *inp, const float *gamma, const float *beta,
+                                  size_t rows, int c, float eps);
+void batchnorm_forward_infer_relu(float *out, const float *inp, const float *gamma,
+                                  const float *beta, const float *mmean, const float *mvar,
+                                  size_t rows, int c, float eps);
+void batchnorm_backward_relu(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                             const float *out, const float *inp, const float *mean,
+                             const float *invstd, const float *gamma, size_t rows, int c);
 
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask

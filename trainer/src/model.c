@@ -879,6 +879,7 @@ static size_t sat_mul(size_t a, size_t b)
 
 static size_t sharded_params_max(const Model *m);
 static int dense_feeds_relu_conv(const Model *m, int i);
+static int batchnorm_feeds_relu(const Model *m, int i);
 
 ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
 {
@@ -896,7 +897,7 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         const size_t out = sat_mul(sat_mul(b, l->out_size), f);
-        if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
+        if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN && !batchnorm_feeds_relu(m, i))
             mm.activations = sat_add(mm.activations, out);
         if (l->type == LAYER_DROPOUT || activation_needs_input(l->act))
             mm.activations = sat_add(mm.activations, out);
@@ -1288,6 +1289,17 @@ static int dense_feeds_relu_conv(const Model *m, int i)
     return j >= 0 && m->layers[j].type == LAYER_CONV2D && m->layers[j].act == ACT_RELU;
 }
 
+/* 1 when layer i is a BatchNormalization followed by a relu layer (ReLU, or Activation
+ * relu): the two run as one pass (batchnorm_*_relu, layers.h), the batchnorm writing the
+ * relu's output and its gradient reading the relu's, so the batchnorm's own output is
+ * never written (m->acts[i] NULL) and the relu layer does nothing. */
+static int batchnorm_feeds_relu(const Model *m, int i)
+{
+    if (m->layers[i].type != LAYER_BATCHNORM || i + 1 >= m->num_layers) return 0;
+    const Layer *next = &m->layers[i + 1];
+    return (next->type == LAYER_RELU || next->type == LAYER_ACTIVATION) && next->act == ACT_RELU;
+}
+
 void model_reserve(Model *m, int max_batch)
 {
     if (max_batch <= m->max_batch) return;
@@ -1302,7 +1314,7 @@ void model_reserve(Model *m, int max_batch)
     m->bnstats = xcalloc((size_t)m->num_layers, sizeof *m->bnstats);
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
-        if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN)
+        if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN && !batchnorm_feeds_relu(m, i))
             m->acts[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
         if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
@@ -1330,11 +1342,13 @@ void model_reserve(Model *m, int max_batch)
  * Forward, loss, backward */
 
 /* Threads. A step runs layer by layer; a layer whose work grows with the examples and
- * not with its weights (Conv2D with its im2col, the pooling layers, Dropout) is cut into
- * shards of consecutive examples that the pool's threads run in parallel (parallel_for),
- * each shard with single-threaded products; a Dense layer runs on the whole batch, its
- * products cut by gemm() into blocks of the weight matrix, so that its weights are read
- * and its gradient written once, not once per shard. Shards share every per-example
+ * not with its weights (Conv2D with its im2col, the pooling layers, Dropout, Rescaling
+ * and the activation layers) is cut into shards of consecutive examples that the pool's
+ * threads run in parallel (parallel_for), each shard with single-threaded products; a
+ * Dense layer runs on the whole batch, its products cut by gemm() into blocks of the
+ * weight matrix, so that its weights are read and its gradient written once, not once
+ * per shard; a BatchNormalization, whose statistics span the batch, runs on the whole
+ * batch too and cuts its passes itself (layers.h). Shards share every per-example
  * buffer, each using its own rows. A sharded Conv2D's kernel gradient is summed over
  * the shards in shard order (shard 0 in grads, the others in sgrads), so a run is
  * reproducible for a given thread count. Dropout draws the same masks whatever the
@@ -1359,7 +1373,8 @@ static int layer_sharded(const Layer *l)
 {
     return l->type == LAYER_CONV2D || l->type == LAYER_MAXPOOL || l->type == LAYER_DROPOUT ||
            l->type == LAYER_AVGPOOL || l->type == LAYER_GLOBAL_AVGPOOL ||
-           l->type == LAYER_GLOBAL_MAXPOOL;
+           l->type == LAYER_GLOBAL_MAXPOOL || l->type == LAYER_RESCALING ||
+           model_activation_layer(l);
 }
 
 /* One pass's state, shared by the tasks of a layer. */
@@ -1375,24 +1390,34 @@ typedef struct {
     int replicas;
 } Pass;
 
-/* BatchNormalization of layer p->layer over the whole batch (n values from in to out):
- * in training with the batch's statistics, which go to the layer's state slots of grads
- * divided by the replicas (model_update_moving), else with the moving ones. */
-static void batchnorm_forward(const Pass *p, const float *in, float *out, size_t n)
+/* BatchNormalization of layer p->layer over the whole batch (n values from in): in
+ * training with the batch's statistics, which go to the layer's state slots of grads
+ * divided by the replicas (model_update_moving), else with the moving ones. Into its
+ * output, or with the relu after it into the relu's (batchnorm_feeds_relu). */
+static void batchnorm_forward(const Pass *p, const float *in, size_t n)
 {
     Model *m = p->m;
-    const Layer *l = &m->layers[p->layer];
-    const size_t c = l->s_count / 2;
+    const int i = p->layer, relu = batchnorm_feeds_relu(m, i);
+    const Layer *l = &m->layers[i];
+    const size_t c = l->s_count / 2, rows = n / c;
+    float *out = m->acts[relu ? i + 1 : i];
     const float *gamma = l->w_count ? m->params + l->w_off : NULL;
     const float *beta = l->b_count ? m->params + l->b_off : NULL;
     if (!p->training) {
-        batchnorm_forward_infer(out, in, gamma, beta, m->params + l->s_off,
-                                m->params + l->s_off + c, n / c, (int)c, l->epsilon);
+        const float *mmean = m->params + l->s_off, *mvar = mmean + c;
+        if (relu)
+            batchnorm_forward_infer_relu(out, in, gamma, beta, mmean, mvar, rows, (int)c,
+                                         l->epsilon);
+        else batchnorm_forward_infer(out, in, gamma, beta, mmean, mvar, rows, (int)c, l->epsilon);
         return;
     }
-    float *st = m->bnstats[p->layer], *g = m->grads + l->s_off;
-    batchnorm_forward_train(out, st, st + c, st + 2 * c, in, gamma, beta, n / c, (int)c,
-                            l->epsilon);
+    float *st = m->bnstats[i], *g = m->grads + l->s_off;
+    if (relu)
+        batchnorm_forward_train_relu(out, st, st + c, st + 2 * c, in, gamma, beta, rows, (int)c,
+                                     l->epsilon);
+    else
+        batchnorm_forward_train(out, st, st + c, st + 2 * c, in, gamma, beta, rows, (int)c,
+                                l->epsilon);
     for (size_t j = 0; j < 2 * c; j++) g[j] = st[j] / (float)p->replicas;
 }
 
@@ -1427,7 +1452,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_forward(out, in, &l->pool, cnt); break;
     case LAYER_RESCALING: rescaling_forward(out, in, n, l->scale, l->offset); break;
-    case LAYER_BATCHNORM: batchnorm_forward(p, in, out, n); break;
+    case LAYER_BATCHNORM: batchnorm_forward(p, in, n); return;
     case LAYER_ACTIVATION:
     case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
     case LAYER_LEAKY_RELU:
@@ -1465,6 +1490,7 @@ static void forward(Pass *p)
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         p->layer = i;
+        if (i > 0 && batchnorm_feeds_relu(m, i - 1)) continue; /* the batchnorm did it */
         if (p->shards > 1 && layer_sharded(l)) parallel_for(p->shards, forward_task, p);
         else forward_layer(p, 0, p->b);
         if (l->type == LAYER_DROPOUT && p->training && m->dropout_enabled && l->rate > 0.0f)
@@ -1558,10 +1584,14 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     case LAYER_GLOBAL_AVGPOOL: avgpool_backward(din, d, &l->pool, cnt); break;
     case LAYER_RESCALING: rescaling_backward(d, (size_t)cnt * l->out_size, l->scale); break;
     case LAYER_BATCHNORM: {
-        const size_t c = l->s_count / 2;
-        const float *st = m->bnstats[i];
-        batchnorm_backward(din, l->w_count ? dw : NULL, db, d, in, st, st + 2 * c,
-                           l->w_count ? w : NULL, (size_t)cnt * l->out_size / c, (int)c);
+        const size_t c = l->s_count / 2, rows = (size_t)cnt * l->out_size / c;
+        const float *st = m->bnstats[i], *gamma = l->w_count ? w : NULL;
+        if (batchnorm_feeds_relu(m, i)) /* d is the relu output's gradient */
+            batchnorm_backward_relu(din, l->w_count ? dw : NULL, db, d, m->acts[i + 1], in, st,
+                                    st + 2 * c, gamma, rows, (int)c);
+        else
+            batchnorm_backward(din, l->w_count ? dw : NULL, db, d, in, st, st + 2 * c, gamma, rows,
+                               (int)c);
         break;
     }
     case LAYER_DENSE:
@@ -1670,6 +1700,8 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
     for (int i = m->num_layers - 1; i >= first_param; i--) {
         const Layer *l = &m->layers[i];
         if (l->type == LAYER_RESHAPE || l->type == LAYER_FLATTEN) continue;
+        if (i > 0 && batchnorm_feeds_relu(m, i - 1))
+            continue; /* the batchnorm takes its gradient */
         p->layer = i;
         /* dropout, rescaling and activation layers scale d in place; the others write
          * their input's gradient */

@@ -2,8 +2,10 @@
 # make bench-cifar's profile bookkeeping (trainer/bench/bench_cifar.py's tally), not its
 # figures: perf script output made up here, one sample per stack the trainer's step has,
 # is put under the right pass and layer type, Conv2D's products apart from the rest of
-# it, a serial BatchNormalization on the main thread counted as one thread's, samples
-# outside the step left out of the shares. Runs no benchmark and no perf.
+# it, a serial BatchNormalization on the main thread counted as one thread's, a pool's
+# task on a worker without its caller's frames (BatchNormalization's, the optimizer's)
+# told by its function, samples outside the step left out of the shares. Runs no
+# benchmark and no perf.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 
@@ -27,8 +29,12 @@ script=$(
   sample 10/10 batchnorm_backward backward_layer model_step cmd_train
   # the shards' gradient sum
   sample 10/10 finish_layer model_step cmd_train
-  # the optimizer on the worker
-  sample 10/11 sgd_step step_range optim_step worker start_thread
+  # the optimizer on the worker (its caller's frames are on the main thread's stack)
+  sample 10/11 sgd_step step_range take_tasks worker start_thread
+  # batch norm's statistics, a task of the pool on the worker, and on the main thread
+  sample 10/11 batchnorm_forward_stats_task take_tasks worker start_thread
+  sample 10/10 batchnorm_forward_stats_task take_tasks parallel_for bn_run \
+    batchnorm_forward_train_relu batchnorm_forward forward_layer forward model_step cmd_train
   # the ReLU layer's copy, and data loading outside the step (not in the shares)
   sample 10/10 __memmove_avx_unaligned_erms forward_layer forward model_step
   sample 10/12 zip_source_read npz_load prefetch start_thread
@@ -44,16 +50,17 @@ for r in t["rows"]:
     print("%s|%s|%.3f|%.1f" % (r["pass"], r["layer"], r["share_of_step_cpu"],
                                r["one_thread_share"]))
 ' 2>&1)
-want="8 7
-forward|Conv2D GEMM|0.286|0.0
-backward|BatchNormalization|0.143|1.0
-backward|finish_layer (shards' gradient sum)|0.143|1.0
-forward|Conv2D other|0.143|0.0
-forward|copy|0.143|1.0
-optimizer update||0.143|0.0"
+want="10 9
+forward|Conv2D GEMM|0.222|0.0
+forward|BatchNormalization|0.222|0.0
+backward|BatchNormalization|0.111|1.0
+backward|finish_layer (shards' gradient sum)|0.111|1.0
+forward|Conv2D other|0.111|0.0
+forward|copy|0.111|1.0
+optimizer update||0.111|0.0"
 # the rows of equal shares in any order: compare sorted
 if [[ $(sort <<<"$out") == $(sort <<<"$want") ]]; then
-  tap_ok "each sample under its pass, layer and thread; outside the step left out (8, 7 in it)"
+  tap_ok "each sample under its pass, layer and thread; outside the step left out (10, 9 in it)"
 else
   tap_fail "each sample under its pass, layer and thread" "got:
 $out

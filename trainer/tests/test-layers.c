@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "assert_close.h"
+#include "gemm.h"
 #include "layers.h"
 #include "loss.h"
 #include "model.h"
@@ -359,6 +360,28 @@ static void test_maxpool_same_by_hand(void **s)
     /* "valid" refuses a pool larger than the input; "same" takes it */
     assert_int_not_equal(pool_geom_init(&g, 2, 5, 1, 3, 1, 1, 1, 0), 0);
     assert_int_equal(pool_geom_init(&g, 2, 5, 1, 3, 1, 1, 1, 1), 0);
+}
+
+/* Ties: the gradient goes to the window's first maximum in rows-then-columns order, per
+ * channel (as TensorFlow's MaxPoolGrad), whatever the other channels hold. One 2x2
+ * window over 3 channels: all equal; the maximum last; two equal maxima, the second and
+ * the fourth cells. */
+static void test_maxpool_ties(void **s)
+{
+    (void)s;
+    PoolGeom g;
+    assert_int_equal(pool_geom_init(&g, 2, 2, 3, 2, 2, 2, 2, 0), 0);
+    const float x[12] = {1, 0, 2, /* (0,0) */ 1, 1, 5, /* (0,1) */
+                         1, 2, 3, /* (1,0) */ 1, 3, 5 /* (1,1) */};
+    float y[3];
+    int32_t am[3];
+    maxpool_forward(y, am, x, &g, 1);
+    const float want[3] = {1, 3, 5};
+    const int32_t want_at[3] = {0, 10, 5};
+    for (int i = 0; i < 3; i++) {
+        assert_float_equal(y[i], want[i], 0);
+        assert_int_equal(am[i], want_at[i]);
+    }
 }
 
 /* ---- dropout ---- */
@@ -1217,6 +1240,129 @@ static void test_batchnorm_moving_ranks(void **s)
     model_free(m);
 }
 
+/* The passes run on the pool's threads: on 1 and on 3 threads the same bits, every
+ * output, statistic and gradient; and with the relu fused in (batchnorm_*_relu) the same
+ * bits as the batchnorm followed by activation_forward's and activation_backward's relu.
+ * With gamma and beta and without, over enough values for the passes to be cut (more
+ * than layers.c's BN_PARALLEL_MIN) and channels the threads do not divide evenly. */
+static void test_batchnorm_threads_relu(void **s)
+{
+    (void)s;
+    enum { ROWS = 1500, C = 37 };
+    const size_t n = (size_t)ROWS * C, bytes = n * sizeof(float);
+    float *x = rand_array(n, 2), *r = rand_array(n, 1), *gamma = rand_array(C, 1);
+    float *beta = rand_array(C, 1), *mmean = rand_array(C, 1), *mvar = rand_array(C, 1);
+    for (int j = 0; j < C; j++) mvar[j] = fabsf(mvar[j]) + 0.5f;
+    float *out[2], *din[2], *inf[2], st[2][3 * C], dg[2][C], db[2][C];
+    for (int t = 0; t < 2; t++)
+        out[t] = malloc(bytes), din[t] = malloc(bytes), inf[t] = malloc(bytes);
+    float *y = malloc(bytes), *dy = malloc(bytes);
+    for (int affine = 0; affine < 2; affine++) {
+        const float *g = affine ? gamma : NULL, *b = affine ? beta : NULL;
+        for (int t = 0; t < 2; t++) {
+            gemm_set_threads(t ? 3 : 1);
+            batchnorm_forward_train(out[t], st[t], st[t] + C, st[t] + 2 * C, x, g, b, ROWS, C,
+                                    1e-3f);
+            batchnorm_backward(din[t], dg[t], db[t], r, x, st[t], st[t] + 2 * C, g, ROWS, C);
+            batchnorm_forward_infer(inf[t], x, g, b, mmean, mvar, ROWS, C, 1e-3f);
+        }
+        assert_memory_equal(out[0], out[1], bytes);
+        assert_memory_equal(st[0], st[1], sizeof st[0]);
+        assert_memory_equal(din[0], din[1], bytes);
+        assert_memory_equal(dg[0], dg[1], sizeof dg[0]);
+        assert_memory_equal(db[0], db[1], sizeof db[0]);
+        assert_memory_equal(inf[0], inf[1], bytes);
+
+        /* the unfused reference: the batchnorm's output through the relu, and r back
+         * through the relu then the batchnorm */
+        memcpy(y, out[0], bytes);
+        activation_forward(y, ROWS, C, ACT_RELU);
+        memcpy(dy, r, bytes);
+        activation_backward(dy, y, NULL, ROWS, C, ACT_RELU);
+        batchnorm_backward(din[0], dg[0], db[0], dy, x, st[0], st[0] + 2 * C, g, ROWS, C);
+        activation_forward(inf[0], ROWS, C, ACT_RELU);
+        size_t cut = 0;
+        for (size_t i = 0; i < n; i++) cut += y[i] == 0.0f;
+        assert_true(cut > n / 4 && cut < 3 * n / 4); /* the relu cut some and kept some */
+        for (int t = 0; t < 2; t++) {
+            gemm_set_threads(t ? 3 : 1);
+            batchnorm_forward_train_relu(out[1], st[1], st[1] + C, st[1] + 2 * C, x, g, b, ROWS, C,
+                                         1e-3f);
+            assert_memory_equal(out[1], y, bytes);
+            assert_memory_equal(st[0], st[1], sizeof st[0]);
+            batchnorm_backward_relu(din[1], dg[1], db[1], r, out[1], x, st[1], st[1] + 2 * C, g,
+                                    ROWS, C);
+            assert_memory_equal(din[0], din[1], bytes);
+            assert_memory_equal(dg[0], dg[1], sizeof dg[0]);
+            assert_memory_equal(db[0], db[1], sizeof db[0]);
+            batchnorm_forward_infer_relu(inf[1], x, g, b, mmean, mvar, ROWS, C, 1e-3f);
+            assert_memory_equal(inf[0], inf[1], bytes);
+        }
+        gemm_set_threads(1);
+    }
+    for (int t = 0; t < 2; t++) free(out[t]), free(din[t]), free(inf[t]);
+    free(x), free(r), free(gamma), free(beta), free(mmean), free(mvar), free(y), free(dy);
+}
+
+/* In a model a BatchNormalization and the relu layer after it (ReLU, Activation relu)
+ * run as one pass, the batchnorm's own output never written; the model trains as the
+ * same model with LeakyReLU(negative_slope 0) there, which runs apart: on 3 threads
+ * (two shards), the same loss, gradients, relu outputs, moving statistics and
+ * evaluation. */
+static void test_model_batchnorm_relu_fused(void **s)
+{
+    (void)s;
+    enum { B = 32 };
+    static const char *const acts[2][2] = {
+        {"{\"type\":\"ReLU\"}", "{\"type\":\"Activation\",\"activation\":\"relu\"}"},
+        {"{\"type\":\"LeakyReLU\",\"negative_slope\":0}",
+         "{\"type\":\"LeakyReLU\",\"negative_slope\":0}"}};
+    Model *m[2];
+    for (int k = 0; k < 2; k++) {
+        char spec[1024], err[256];
+        snprintf(spec, sizeof spec,
+                 "{\"input_shape\":[8,8,3],\"layers\":["
+                 "{\"type\":\"Conv2D\",\"filters\":16,\"kernel_size\":3,\"padding\":\"same\","
+                 "\"use_bias\":false},"
+                 "{\"type\":\"BatchNormalization\"},%s,"
+                 "{\"type\":\"MaxPooling2D\"},{\"type\":\"Flatten\"},"
+                 "{\"type\":\"Dense\",\"units\":12},"
+                 "{\"type\":\"BatchNormalization\",\"momentum\":0.5},%s,"
+                 "{\"type\":\"Dense\",\"units\":4}]}",
+                 acts[k][0], acts[k][1]);
+        if (model_create(&m[k], spec, 5, err, sizeof err)) fail_msg("%s", err);
+        model_reserve(m[k], B);
+    }
+    assert_true(m[0]->acts[1] == NULL && m[0]->acts[6] == NULL); /* fused: never written */
+    assert_true(m[1]->acts[1] != NULL && m[1]->acts[6] != NULL);
+    assert_int_equal(m[0]->num_params, m[1]->num_params);
+    float *x = rand_array((size_t)B * 192, 1);
+    int32_t y[B];
+    for (int i = 0; i < B; i++) y[i] = i % 4;
+    StepStats st[2], ev[2];
+    gemm_set_threads(3);
+    for (int k = 0; k < 2; k++) model_step(m[k], x, y, B, B, 1, 0, NULL, NULL, &st[k]);
+    for (int l = 2; l < 8; l += 5) { /* the relu outputs */
+        const float *o = m[1]->acts[l], *o0 = m[0]->acts[l];
+        for (size_t i = 0; i < (size_t)B * m[0]->layers[l].out_size; i++)
+            assert_close_i(o[i], o0[i], 0, i);
+    }
+    for (size_t i = 0; i < m[0]->num_params; i++)
+        assert_close_i(m[1]->grads[i], m[0]->grads[i], 0, i);
+    for (int k = 0; k < 2; k++) {
+        model_update_moving(m[k]);
+        model_evaluate(m[k], x, y, B, &ev[k]);
+    }
+    for (size_t i = 0; i < m[0]->num_params; i++)
+        assert_close_i(m[1]->params[i], m[0]->params[i], 0, i);
+    gemm_set_threads(1);
+    assert_close(st[1].loss, st[0].loss, 0);
+    assert_close(ev[1].loss, ev[0].loss, 0);
+    assert_close(ev[1].correct, ev[0].correct, 0);
+    free(x);
+    for (int k = 0; k < 2; k++) model_free(m[k]);
+}
+
 /* Against Keras 3 and tf-keras (reference/layers, gen_layers.py): from the same gamma,
  * beta and moving statistics, the training call's output, input gradient, gamma and
  * beta gradients and moving statistics after it, and the inference call's output,
@@ -1328,6 +1474,7 @@ int main(void)
         cmocka_unit_test(test_loss_probs),
         cmocka_unit_test(test_model_grad),
         cmocka_unit_test(test_maxpool_same_by_hand),
+        cmocka_unit_test(test_maxpool_ties),
         cmocka_unit_test(test_model_grad_nd_dense_and_pool),
         cmocka_unit_test(test_model_grad_activations),
         cmocka_unit_test(test_model_grad_activation_layers),
@@ -1349,6 +1496,8 @@ int main(void)
         cmocka_unit_test(test_model_grad_batchnorm),
         cmocka_unit_test(test_batchnorm_moving_ranks),
         cmocka_unit_test(test_batchnorm_against_keras),
+        cmocka_unit_test(test_batchnorm_threads_relu),
+        cmocka_unit_test(test_model_batchnorm_relu_fused),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
 }
