@@ -5,7 +5,7 @@
 #
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
-# Scenarios: install basic progress recovery tfmwms tfexit tfps killtrials preempt kill137 waiting
+# Scenarios: install basic progress recovery elastic tfmwms tfexit tfps killtrials preempt kill137 waiting
 # suspend deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall (later ones
 # assume install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
 # without it).
@@ -1317,6 +1317,209 @@ s_kueuelive() {
   end
 }
 
+# elastic (issue 46, docs/design.md "Elastic jobs"): a 3-worker C-trainer job with
+# elastic.minWorkers 2 on real pods. A worker's room is one unit of an extended resource,
+# kubetrain.dev/e2e-slot, that the node advertises for this scenario alone (3, then
+# removed): the workers and a filler pod ask for one each and no other scenario asks for
+# any, so it runs beside them. The filler is placed in a fourth slot, which is then taken
+# back, so that once worker 2's pod is deleted the filler holds its room: the replacement
+# is Pending, unschedulable, and the job goes on at 2 without a restart; the filler
+# deleted, the replacement runs and the job grows back to 3; then kubectl scale to 2 and
+# back to 3 while it trains.
+ELASTIC_RES=kubetrain.dev/e2e-slot
+# slots NODE N: NODE advertises N slots of ELASTIC_RES (capacity and allocatable, a PATCH
+# of the node's status: the kubelet keeps an extended resource it does not manage);
+# slots NODE: removed.
+slots() {
+  local c=/status/capacity/${ELASTIC_RES/\//~1} a=/status/allocatable/${ELASTIC_RES/\//~1}
+  if [ $# -gt 1 ]; then
+    k patch node "$1" --subresource=status --type=json -p \
+      "[{\"op\":\"add\",\"path\":\"$c\",\"value\":\"$2\"},{\"op\":\"add\",\"path\":\"$a\",\"value\":\"$2\"}]" >/dev/null
+  else
+    local p; for p in "$c" "$a"; do
+      k patch node "$1" --subresource=status --type=json -p "[{\"op\":\"remove\",\"path\":\"$p\"}]" >/dev/null 2>&1
+    done
+    return 0
+  fi
+}
+s_elastic() {
+  begin elastic
+  local node out
+  node=$(k get nodes -o 'jsonpath={.items[0].metadata.name}' 2>&1)
+  if out=$(slots "$node" 3 2>&1); then ok "node $node advertises 3 $ELASTIC_RES (one a worker)"
+  else fail "node $node advertises 3 $ELASTIC_RES" "$out"; end; return; fi
+  elastic_run "$node"
+  kn delete pod slot-filler --ignore-not-found --wait=false >/dev/null 2>&1
+  kn delete tj mnist-el --ignore-not-found --wait=false >/dev/null 2>&1
+  slots "$node"
+  end
+}
+elastic_run() {
+  local node=$1 j=mnist-el t0 out line s0 s1 u0 u1 u2 n i end logs="" total
+  local filler_image=${KT_PAUSE_IMAGE:-kubetrain/pause:3.10}
+  [ "$PROVIDER" = kind ] && filler_image=${KT_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
+  # rcount POD: the trainer container's restart count.
+  rcount() { kn get pod "$1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].restartCount}' 2>/dev/null; }
+  resized() { field "$j" '{.status.conditions[?(@.type=="Resized")].reason} {.status.conditions[?(@.type=="Resized")].message}'; }
+  # wait_resized REASON TEXT SECONDS: the Resized condition says REASON with TEXT in its message.
+  wait_resized() {
+    local end=$(( $(date +%s) + $3 )) r
+    while [ "$(date +%s)" -lt "$end" ]; do
+      r=$(resized); [[ $r == "$1 "*"$2"* ]] && { echo "${r#* }"; return 0; }
+      case "$(phase "$j")" in Succeeded|Failed) break ;; esac
+      sleep 0.5
+    done
+    echo "Resized: [$(resized)]"; return 1
+  }
+  wait_field() { # JSONPATH VALUE SECONDS
+    local end=$(( $(date +%s) + $3 ))
+    while [ "$(date +%s)" -lt "$end" ]; do [ "$(field "$j" "$1")" = "$2" ] && return 0; sleep 0.5; done
+    return 1
+  }
+  # goes_on POD N: the survivors' line for the Nth ring of 2 formed in place (counted in
+  # the pod's log), waited for up to 60 s.
+  goes_on() {
+    local end=$(( $(date +%s) + 60 )) l
+    while [ "$(date +%s)" -lt "$end" ]; do
+      l=$(kn logs "$1" -c trainer 2>/dev/null | grep -E 'elastic: generation [0-9]+ of 2 workers goes on from step [0-9]+' | sed -n "$2p")
+      [ -n "$l" ] && { echo "$l"; return 0; }
+      sleep 0.5
+    done
+    return 1
+  }
+  # 2 x 400 steps of 3 x 64 examples, each worker asking for one slot (an extended
+  # resource is asked for by its limit); a checkpoint every 50 steps (one every 10 costs
+  # a loaded node a fifth of its steps' time). The resizes take about a minute whatever
+  # a step takes (the kubelet, the scheduler, the 10 s progress scrape): on the 2-core
+  # development machine the scale down began at steps 124-143 of 800 (load 5 to 14);
+  # past three quarters of the steps it is skipped, saying why.
+  total=800
+  t0=$(now)
+  if out=$(job "$j" "elastic: {minWorkers: 2}" \
+             "template: {spec: {containers: [{name: trainer, resources: {limits: {$ELASTIC_RES: 1}}}]}}" |
+           sed -e 's/^  workers: 2$/  workers: 3/' -e 's/stepsPerEpoch: 30/stepsPerEpoch: 400/' \
+               -e 's/everySteps: 10/everySteps: 50/' | kn apply -f - 2>&1)
+  then ok "job $j applied (3 workers, elastic.minWorkers 2, 2 epochs x 400 steps, one $ELASTIC_RES each)"
+  else fail "job $j applied" "$out"; return; fi
+  if wait_running "$j" 3 180 && line=$(chief_ckpt "$j" 180); then
+    ok "3 workers Running, the chief saved a checkpoint: ${line##*] }"
+  else fail "3 workers Running and a checkpoint" "$(explain "$j")"; return; fi
+  check "status.globalBatch 192 (3 x 64), each pod's --global-batch" \
+    "$(field "$j" '{.status.globalBatch}') $(trainer_arg "$j-worker-0" --global-batch) $(trainer_arg "$j-worker-2" --global-batch)" \
+    "192 192 192"
+  u0=$(uid "$j-worker-0"); u1=$(uid "$j-worker-1"); u2=$(uid "$j-worker-2")
+
+  # a. The filler takes worker 2's room: placed in a fourth slot, which is taken back.
+  slots "$node" 4
+  if out=$(printf '%s\n' 'apiVersion: v1' 'kind: Pod' 'metadata: {name: slot-filler}' \
+        'spec:' '  terminationGracePeriodSeconds: 0' '  containers:' \
+        "  - {name: pause, image: $filler_image, imagePullPolicy: IfNotPresent, resources: {limits: {$ELASTIC_RES: 1}}}" |
+        kn apply -f - 2>&1) && kn wait --for=jsonpath='{.status.phase}'=Running pod/slot-filler --timeout 60s >/dev/null 2>&1
+  then ok "filler pod Running in a fourth slot"
+  else fail "filler pod Running" "$out $(kn get pod slot-filler -o wide 2>&1)"; return; fi
+  slots "$node" 3
+  local tl; tl=$(now)
+  if out=$(kn delete pod "$j-worker-2" --wait=false 2>&1); then ok "worker 2's pod deleted while the filler holds its room"
+  else fail "worker 2's pod deleted" "$out"; return; fi
+  if out=$(wait_resized Shrank "pod $j-worker-2 unschedulable" 90); then
+    ok "Resized/Shrank ($(since "$tl")s after the deletion): $out"
+  else fail "Resized/Shrank naming the replacement" "$out"$'\n'"$(explain "$j")"; return; fi
+  if [[ $out == *"Insufficient $ELASTIC_RES"* ]]; then ok "the message gives the scheduler's reason (Insufficient $ELASTIC_RES)"
+  else fail "the message gives the scheduler's reason" "$out"; fi
+  if wait_event "$j" "shrank from 3 to 2 workers (members 0,1): pod $j-worker-2 unschedulable" 10; then
+    ok "a Resized event says it"
+  else fail "a Resized event says it" "$(kn get events --field-selector "involvedObject.name=$j" 2>&1 | tail -n 5)"; fi
+  check "status.members 0,1" "$(field "$j" '{.status.members}')" "0,1"
+  wait_field '{.status.currentWorkers}' 2 20
+  check "status.currentWorkers 2" "$(field "$j" '{.status.currentWorkers}')" 2
+  check "the replacement is Pending, PodScheduled False/Unschedulable" \
+    "$(kn get pod "$j-worker-2" -o 'jsonpath={.status.phase} {.status.conditions[?(@.type=="PodScheduled")].reason}' 2>&1)" \
+    "Pending Unschedulable"
+  for i in 0 1; do
+    if line=$(goes_on "$j-worker-$i" 1); then ok "worker $i: ${line##*]: }"
+    else fail "worker $i goes on at 2" "$(kn logs "$j-worker-$i" -c trainer 2>&1 | tail -n 8)"; fi
+  done
+  line=$(kn logs --timestamps "$j-worker-0" -c trainer 2>/dev/null | grep -m1 -E 'elastic: generation [0-9]+ of 2 workers goes on')
+  if [ -n "$line" ]; then
+    MEASURED+=("elastic: worker 2's pod deleted -> the ring of 2 trains on: $(awk -v a="$tl" -v b="$(date -d "${line%% *}" +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s")
+  fi
+  s0=$(sed -nE 's/.*goes on from step ([0-9]+).*/\1/p' <<<"$line")
+  # Steps advance at 2: the chief's /metrics, scraped into status.progress, past the step
+  # the ring of 2 went on from, while the job is still at 2.
+  end=$(( $(date +%s) + 60 )); s1=
+  while [ "$(date +%s)" -lt "$end" ]; do
+    s1=$(field "$j" '{.status.progress.step}')
+    [ -n "$s0" ] && [ "${s1:-0}" -gt "$s0" ] && break
+    sleep 1
+  done
+  if [ -n "$s0" ] && [ "${s1:-0}" -gt "$s0" ] && [ "$(field "$j" '{.status.members}')" = "0,1" ] &&
+     [ "$(field "$j" '{.status.progress.attempt}')" = 0 ]; then
+    ok "status.progress.step advances at 2 workers ($s0 -> $s1 of $total, attempt 0)"
+  else fail "status.progress.step advances at 2 workers" "from ${s0:-<none>} to ${s1:-<none>}"$'\n'"$(explain "$j")"; fi
+  check "the survivors are the same pods (uids), no container restarted" \
+    "$(uid "$j-worker-0") $(uid "$j-worker-1") $(rcount "$j-worker-0") $(rcount "$j-worker-1")" "$u0 $u1 0 0"
+  logs+=$'\n'$(kn logs "$j-worker-0" -c trainer 2>&1; kn logs "$j-worker-1" -c trainer 2>&1)
+
+  # b. The filler deleted: the replacement runs, joins at a step boundary from a survivor.
+  tl=$(now)
+  if out=$(kn delete pod slot-filler --wait=false 2>&1); then ok "the filler deleted"
+  else fail "the filler deleted" "$out"; fi
+  if out=$(wait_resized Grew "pod $j-worker-2 runs" 120); then ok "Resized/Grew ($(since "$tl")s after): $out"
+  else fail "Resized/Grew" "$out"$'\n'"$(explain "$j")"; return; fi
+  check "the Grew message" "$out" "grew from 2 to 3 workers (members 0,1,2): pod $j-worker-2 runs"
+  if line=$(wait_log "$j-worker-2" "$JOINED" 90); then ok "the replacement joined: ${line##*]: }"
+  else fail "the replacement joined from a survivor" "$(explain "$j")"; return; fi
+  line=$(kn logs --timestamps "$j-worker-2" -c trainer 2>/dev/null | grep -m1 -E "$JOINED")
+  [ -n "$line" ] && MEASURED+=("elastic: filler deleted -> worker 2 joined the ring of 3: $(awk -v a="$tl" -v b="$(date -d "${line%% *}" +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s")
+  wait_field '{.status.currentWorkers}' 3 20
+  check "status.currentWorkers 3, members 0,1,2" \
+    "$(field "$j" '{.status.currentWorkers} {.status.members}')" "3 0,1,2"
+  check "the survivors still the same pods, no container restarted" \
+    "$(uid "$j-worker-0") $(uid "$j-worker-1") $(rcount "$j-worker-0") $(rcount "$j-worker-1")" "$u0 $u1 0 0"
+
+  # c. kubectl scale to 2 and back to 3 while it trains, if enough of the training is left.
+  s1=$(field "$j" '{.status.progress.step}')
+  if [ "$(phase "$j")" != Running ] || [ "${s1:-0}" -gt $((total * 3 / 4)) ]; then
+    tap_skip "$SCEN: kubectl scale 3 -> 2 -> 3" "the job is at step ${s1:-?} of $total ($(phase "$j")), too near its end to resize twice more (a slower node trains longer)"
+  else
+    logs+=$'\n'$(kn logs "$j-worker-2" -c trainer 2>&1)
+    u2=$(uid "$j-worker-2")
+    if out=$(kn scale "tj/$j" --replicas 2 2>&1); then ok "kubectl scale tj/$j --replicas 2 at step ${s1:-?}"
+    else fail "kubectl scale --replicas 2" "$out"; fi
+    if out=$(wait_resized Shrank "spec.workers lowered to 2" 60); then ok "Resized/Shrank: $out"
+    else fail "Resized/Shrank after the scale" "$out"$'\n'"$(explain "$j")"; fi
+    for i in 0 1; do
+      if line=$(goes_on "$j-worker-$i" 2); then ok "worker $i: ${line##*]: }"
+      else fail "worker $i goes on at 2 after the scale" "$(kn logs "$j-worker-$i" -c trainer 2>&1 | tail -n 8)"; fi
+    done
+    end=$(( $(date +%s) + 60 ))
+    while [ "$(uid "$j-worker-2")" = "$u2" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.5; done
+    check "worker 2's pod deleted, not replaced" "$(uid "$j-worker-2")" ""
+    wait_field '{.status.currentWorkers}' 2 20
+    check "status.currentWorkers 2" "$(field "$j" '{.status.currentWorkers}')" 2
+    if out=$(kn scale "tj/$j" --replicas 3 2>&1); then ok "kubectl scale tj/$j --replicas 3"
+    else fail "kubectl scale --replicas 3" "$out"; fi
+    if out=$(wait_resized Grew "pod $j-worker-2 runs" 120); then ok "Resized/Grew: $out"
+    else fail "Resized/Grew after the scale" "$out"$'\n'"$(explain "$j")"; fi
+    if line=$(wait_new_log "$j-worker-2" "$u2" "$JOINED" 90); then ok "the new worker 2 joined: ${line##*]: }"
+    else fail "the new worker 2 joined from a survivor" "$(explain "$j")"; fi
+  fi
+
+  # Read before the end: the chief's exit completes the job, and a worker still running
+  # then is deleted (cleanPodPolicy Running).
+  check "the survivors the same pods after the resizes, no container restarted" \
+    "$(uid "$j-worker-0") $(uid "$j-worker-1") $(rcount "$j-worker-0") $(rcount "$j-worker-1")" "$u0 $u1 0 0"
+  if wait_phase "$j" $((JOB_TIMEOUT * 2)) Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain "$j")"; return; fi
+  local att; att=$(field "$j" '{.status.attempt}')
+  check "status.attempt 0 (no group restart), restarts application/disruption 0/1, replaced 1" \
+    "${att:-0} $(restarts "$j") $(field "$j" '{.status.restarts.replaced}')" "0 0/1 1"
+  for i in 0 1 2; do logs+=$'\n'$(kn logs "$j-worker-$i" -c trainer 2>&1); done
+  n=$(grep -c 'resuming from' <<<"$logs")
+  check "no 'resuming from' in any worker's log (no checkpoint read)" "$n" 0
+  check "status.result.step $total" "$(field "$j" '{.status.result.step}')" "$total"
+}
+
 # progress: a running job's status.progress (step growing, the PROGRESS column) from the
 # chief's /metrics, then the chief's pod deleted mid-training: SIGTERM, the chief saves
 # and exits 75, a disruption, and the first scrape of the new attempt records
@@ -1365,7 +1568,7 @@ s_progress() {
   end
 }
 
-ALL=(install basic progress recovery tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting suspend
+ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting suspend
      deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
@@ -1373,11 +1576,12 @@ ALL=(install basic progress recovery tfmwms tfexit tfauto tfps killtrials preemp
 # The scenarios below share the node (ALL lists them together, the longest first, so that
 # they run as one batch whose lanes end together): each runs in a namespace of its own,
 # $NS-<scenario>, with its own checkpoint claim, up to KT_SUITE_JOBS (3) at once; their
-# jobs request no CPU, so they only slow each other down. Every other scenario needs the cluster to itself
+# jobs request no CPU (elastic's ask for an extended resource of its own, which no other
+# pod asks for), so they only slow each other down. Every other scenario needs the cluster to itself
 # (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the operator or the release:
 # operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
 # and suspend compare with): it waits for those in flight and runs alone, in $NS.
-SHARED=(invalid preempt kill137 recovery killtrials badmodel progress suspend deadline waiting
+SHARED=(invalid preempt kill137 recovery elastic killtrials badmodel progress suspend deadline waiting
         tfmwms tfps tfexit tfauto)
 SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh

@@ -1029,6 +1029,11 @@ static int regroup(Trainer *t, void *ctx, const char *why, int *exit_code, char 
     int rc = coll_broadcast(c, list, ((size_t)all + 1) * sizeof *list, 0, e2, sizeof e2);
     if (rc) {
         free(list), free(idx);
+        /* A peer left before the regroup (a dropped worker's pod deleted as its peers'
+         * files change): the list this worker read, by the watch before the step or just
+         * now, is not its ring, and the file will not change again; the recovery's
+         * rendezvous must take it up rather than wait for the ring of before. */
+        if (r->named_n && !same_members(r, r->named, r->named_n)) members_changed = 1;
         return recover(t, ctx, e2, exit_code, err, errlen);
     }
     n = list[0];
