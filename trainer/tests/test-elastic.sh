@@ -29,8 +29,12 @@ export OPENBLAS_NUM_THREADS=1
 
 skip_without_data "elastic training" "$DATA"
 
-# docs/design.md, "Elastic jobs": 10 SGD steps of tutorial-cnn at lr 0.05 (measured:
-# 3e-8 between 2 and 3 workers, weights up to 0.2).
+# docs/design.md, "Elastic jobs": 10 SGD steps of tutorial-cnn at lr 0.05, weights up to
+# 0.2. One size against another (SIZES_TOL): 3e-8 between 2 and 3 workers; 4 against 3,
+# 3e-8 with OpenBLAS's Zen kernels but 1.3e-5 with its SkylakeX ones (1.5e-8 after one
+# step: a rounding that training amplified), against 1.8e-2 for another global batch.
+# A shrink against the run that did not shrink (WEIGHT_TOL): 6e-8 with either.
+SIZES_TOL=1e-4
 WEIGHT_TOL=1e-6
 LOSS_TOL=1e-5
 
@@ -80,8 +84,8 @@ fi
 # one that does).
 for n in 2 3 4; do run e$n $n --global-batch 26; done
 for n in 2 4; do
-  if ran e$n && ran e3 && out=$(params_close "$tmp/e$n.ck" "$tmp/e3.ck" "$WEIGHT_TOL"); then
-    tap_ok "global batch 26 at $n and at 3 workers: the same weights within $WEIGHT_TOL ($out)"
+  if ran e$n && ran e3 && out=$(params_close "$tmp/e$n.ck" "$tmp/e3.ck" "$SIZES_TOL"); then
+    tap_ok "global batch 26 at $n and at 3 workers: the same weights within $SIZES_TOL ($out)"
   else
     tap_fail "global batch 26, $n vs 3 workers: weights" \
       "${out:-} $(tail -n 3 "$tmp/e$n.err" "$tmp/e3.err")"
@@ -95,9 +99,9 @@ for n in 2 4; do
 done
 # the check can fail: another global batch trains differently
 run f3 3 --global-batch 24
-if ran f3 && ! params_close "$tmp/f3.ck" "$tmp/e3.ck" "$WEIGHT_TOL" >/dev/null; then
-  tap_ok "global batch 24 and 26 at 3 workers end with weights that differ beyond $WEIGHT_TOL"
-else tap_fail "24 vs 26 differ" "$(params_close "$tmp/f3.ck" "$tmp/e3.ck" "$WEIGHT_TOL")"; fi
+if ran f3 && ! params_close "$tmp/f3.ck" "$tmp/e3.ck" "$SIZES_TOL" >/dev/null; then
+  tap_ok "global batch 24 and 26 at 3 workers end with weights that differ beyond $SIZES_TOL"
+else tap_fail "24 vs 26 differ" "$(params_close "$tmp/f3.ck" "$tmp/e3.ck" "$SIZES_TOL")"; fi
 
 # --- a global batch that leaves a worker no example ----------------------------------
 "$BIN" launch --workers 3 "${cnn[@]}" --global-batch 2 >"$tmp/small.out" 2>"$tmp/small.err"; rc=$?
