@@ -146,11 +146,11 @@ def tree_cpu_seconds(pid):
             stats[int(d)] = (int(f[1]), (int(f[11]) + int(f[12])) / clk)
     if pid not in stats:
         return None
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
+    total, pending = 0.0, [pid]
+    while pending:
+        p = pending.pop()
         total += stats[p][1]
-        todo += [c for c, (ppid, _) in stats.items() if ppid == p]
+        pending += [c for c, (ppid, _) in stats.items() if ppid == p]
     return total
 
 
@@ -169,30 +169,23 @@ def run_kubetrain(trainer, run):
     with tempfile.TemporaryDirectory() as d:
         mf = os.path.join(d, "m.jsonl")
         argv = trainer_argv(trainer, run, mf)
-        with open(os.path.join(d, "out"), "w+") as out, open(os.path.join(d, "err"), "w+") as err:
-            t0 = time.monotonic()
-            p = subprocess.Popen(argv, stdout=out, stderr=err, env=dict(os.environ, **run["env"]))
-            # The CPU time at the end of epoch 1, seen within 20 ms: the metrics file is
-            # <path>.tmp.<pid> until the run ends.
-            cpu1 = server1 = None
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            while not pid:
-                if cpu1 is None and any(
-                        '"event":"epoch"' in open(os.path.join(d, f)).read().replace(" ", "")
-                        for f in os.listdir(d) if f.startswith("m.jsonl")):
-                    cpu1 = tree_cpu_seconds(p.pid)
-                    if run.get("server_pid"):
-                        server1 = tree_cpu_seconds(run["server_pid"])
-                time.sleep(0.02)
-                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            server2 = tree_cpu_seconds(run["server_pid"]) if server1 is not None else None
-            p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-            wall = time.monotonic() - t0
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-        if p.returncode != 0:
-            sys.exit("bench: %s failed: %s" % (" ".join(argv), stderr[-2000:]))
+        # The CPU time at the end of epoch 1, seen within 20 ms: the metrics file is
+        # <path>.tmp.<pid> until the run ends. The server's, also when the run ends.
+        cpu = {"cpu1": None, "server1": None, "server2": None}
+
+        def poll(pid):
+            if pid is None:
+                if cpu["server1"] is not None:
+                    cpu["server2"] = tree_cpu_seconds(run["server_pid"])
+            elif cpu["cpu1"] is None and any(
+                    '"event":"epoch"' in open(os.path.join(d, f)).read().replace(" ", "")
+                    for f in os.listdir(d) if f.startswith("m.jsonl")):
+                cpu["cpu1"] = tree_cpu_seconds(pid)
+                if run.get("server_pid"):
+                    cpu["server1"] = tree_cpu_seconds(run["server_pid"])
+
+        stdout, stderr, ru, wall = wait4_run(argv, dict(os.environ, **run["env"]), poll)
+        cpu1, server1, server2 = cpu["cpu1"], cpu["server1"], cpu["server2"]
         epochs = [e for e in map(json.loads, open(mf)) if e["event"] == "epoch"]
     later = epochs[1:]
     samples = sum(e["steps"] * BATCH * run["workers"] for e in later)
@@ -215,12 +208,22 @@ def run_kubetrain(trainer, run):
     return res
 
 
-def wait4_run(argv, env=None):
-    """Runs argv to its end: (exit status, stdout, stderr, rusage, wall seconds)."""
+def wait4_run(argv, env=None, poll=None):
+    """Runs argv to its end: (stdout, stderr, rusage, wall seconds); exits on a failure.
+    poll, when given, is called with the child's pid every 20 ms while it runs and with
+    None once it is reaped, before its output is read."""
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-        _, status, ru = os.wait4(p.pid, 0)
+        if poll is None:
+            _, status, ru = os.wait4(p.pid, 0)
+        else:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            while not pid:
+                poll(p.pid)
+                time.sleep(0.02)
+                pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            poll(None)
         p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
         wall = time.monotonic() - t0
         out.seek(0)
