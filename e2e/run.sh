@@ -18,6 +18,9 @@
 # The images must already be in the local Docker (make images; make image-tensorflow for
 # TENSORFLOW_IMAGE, without which the suite's TensorFlow scenarios say SKIP).
 # KT_SCENARIOS: the suite's scenarios to run, in order (default: all; "install" first).
+# KT_E2E_KEEP_LOGS: non-empty keeps the elastic scenario's logs (its workers', the
+# operator's, the kubelet's, the survivors' members files on the node) in
+# build/e2e/elastic-logs when it passes too; a failure always keeps them.
 # KT_KUEUE (full only): 1 runs Kueue on the cluster (e2e/cluster/kueue-up.sh, building it
 # first when needed) for the suite's kueue scenario, 0 never; unset: when it is built.
 set -uo pipefail # no -e: each step checks its status and says what failed

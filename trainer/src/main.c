@@ -323,7 +323,16 @@ static int members_take(Recovery *r, int joining)
  * regroup after this step, as SIGUSR1 does. */
 static void members_watch(void *ctx)
 {
-    if (members_look(ctx, 0)) members_changed = 1;
+    Recovery *r = ctx;
+    if (!members_look(r, 0)) return;
+    members_changed = 1;
+    /* One line a change, so that a resize the log does not show is told apart from one
+     * this worker never saw. */
+    char list[12 * 64] = "";
+    for (int k = 0, len = 0; k < r->named_n && len < (int)sizeof list - 12; k++)
+        len += snprintf(list + len, sizeof list - (size_t)len, "%s%d", k ? "," : "", r->named[k]);
+    util_log("elastic: KUBETRAIN_MEMBERS_FILE names %s now; the ring takes it up after this step%s",
+             list, r->tf.rank == 0 ? "" : " once rank 0's file says so too");
 }
 
 /* The rendezvous's watch (NetOptions.poll): a new list that is not the ring ends the
