@@ -667,8 +667,16 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
                              &r, err, errlen);
         if (rc == 0) {
             informer_store(c->pods, r.body);
-            olog(OLOG_INFO, key, "patched pod %s: members %s", a->name,
-                 jsonx_key_str(jsonx_obj(a->object, "metadata.annotations"), ANNOT_MEMBERS));
+            const cJSON *an = jsonx_obj(a->object, "metadata.annotations");
+            const char *m = jsonx_key_str(an, ANNOT_MEMBERS);
+            const char *nudge = jsonx_key_str(an, ANNOT_MEMBERS_NUDGE);
+            if (m)
+                olog(OLOG_INFO, key, "patched pod %s: members %s", a->name, m);
+            else
+                olog(OLOG_DEBUG, key,
+                     "updated pod %s again (" ANNOT_MEMBERS_NUDGE " %s) for the kubelet to "
+                     "refresh its members file",
+                     a->name, nudge ? nudge : "?");
         } else if (rc == -ENOENT || rc == -EINVAL) {
             /* Gone, or made anew under the name (the uid differs, 422): the next pass sees
              * the pod as it is now. */

@@ -48,6 +48,15 @@
  * volume projects it as the file MEMBERS_FILE, which KUBETRAIN_MEMBERS_FILE names; the
  * trainer re-forms its ring when the file changes (docs/design.md "Elastic jobs"). */
 #define ANNOT_MEMBERS "kubetrain.dev/members"
+/* When the operator last changed a pod's ANNOT_MEMBERS (RFC 3339), and how many times it
+ * updated the pod again since (ANNOT_MEMBERS_NUDGE, every MEMBERS_NUDGE_S seconds,
+ * MEMBERS_NUDGES times): each update has the kubelet sync the pod, and a kubelet that
+ * missed the prompt refresh of the members file gets another (docs/design.md "How the
+ * members reach the pods"). */
+#define ANNOT_MEMBERS_AT "kubetrain.dev/members-at"
+#define ANNOT_MEMBERS_NUDGE "kubetrain.dev/members-nudge"
+#define MEMBERS_NUDGE_S 5
+#define MEMBERS_NUDGES 6
 #define MEMBERS_VOLUME "kubetrain-members"
 #define MEMBERS_MOUNT_DIR "/etc/kubetrain-members"
 #define MEMBERS_FILE MEMBERS_MOUNT_DIR "/members"

@@ -1110,19 +1110,45 @@ static int members_read(const Ctx *c, const Group *g, int *idx)
     return n;
 }
 
-/* Patches each pod of the attempt among idx[0..n) whose ANNOT_MEMBERS is not `list`. */
+/* Patches each pod of the attempt among idx[0..n) whose ANNOT_MEMBERS is not `list`,
+ * with ANNOT_MEMBERS_AT now. A pod that has `list` since ANNOT_MEMBERS_AT is updated again
+ * every MEMBERS_NUDGE_S seconds, MEMBERS_NUDGES times (ANNOT_MEMBERS_NUDGE counts them), and
+ * the job looked at again for it: the kubelet refreshes a downwardAPI file when it syncs
+ * the pod, and a refresh it missed would otherwise wait for the pod's periodic sync
+ * (a resize seen to wait about a minute on the local cluster: docs/design.md). */
 static void members_patch(Ctx *c, const Group *g, const int *idx, int n, const char *list)
 {
     for (int k = 0; k < n; k++) {
         const PodView *p = idx[k] < member_slots(&c->spec) ? g->cur[idx[k]] : NULL;
         if (!p || p->terminating) continue;
-        const char *have = jsonx_key_str(jsonx_obj(p->pod, "metadata.annotations"), ANNOT_MEMBERS);
-        if (have && strcmp(have, list) == 0) continue;
+        const cJSON *pa = jsonx_obj(p->pod, "metadata.annotations");
+        const char *have = jsonx_key_str(pa, ANNOT_MEMBERS);
+        char nudge[16] = "";
+        if (have && strcmp(have, list) == 0) {
+            double at;
+            if (clock_parse_rfc3339(jsonx_key_str(pa, ANNOT_MEMBERS_AT), &at)) continue;
+            double age = c->obs->now - at;
+            if (age < 0 || age >= (MEMBERS_NUDGES + 1) * MEMBERS_NUDGE_S) continue;
+            int due = (int)(age / MEMBERS_NUDGE_S), done = 0;
+            const char *d = jsonx_key_str(pa, ANNOT_MEMBERS_NUDGE);
+            if (d) done = atoi(d);
+            if (due < MEMBERS_NUDGES) requeue(c, (due + 1) * MEMBERS_NUDGE_S - age);
+            if (due == 0 || done >= due) continue;
+            snprintf(nudge, sizeof nudge, "%d", due);
+        } else {
+            requeue(c, MEMBERS_NUDGE_S);
+        }
         cJSON *patch = cJSON_CreateObject();
         cJSON *annots = jsonx_ensure_obj(patch, "metadata.annotations");
         const char *uid = jsonx_str(p->pod, "metadata.uid");
-        if (!annots || !jsonx_set_str(annots, ANNOT_MEMBERS, list) ||
-            (uid && !jsonx_set_str(jsonx_ensure_obj(patch, "metadata"), "uid", uid))) {
+        int ok = annots != NULL;
+        if (ok && *nudge)
+            ok = jsonx_set_str(annots, ANNOT_MEMBERS_NUDGE, nudge) != NULL;
+        else if (ok)
+            ok = jsonx_set_str(annots, ANNOT_MEMBERS, list) &&
+                 jsonx_set_str(annots, ANNOT_MEMBERS_AT, c->now_str) &&
+                 jsonx_set_str(annots, ANNOT_MEMBERS_NUDGE, "0");
+        if (!ok || (uid && !jsonx_set_str(jsonx_ensure_obj(patch, "metadata"), "uid", uid))) {
             cJSON_Delete(patch);
             c->nomem = 1;
             return;

@@ -2965,6 +2965,57 @@ static void fx_elastic_replacing(Fixture *f, const char *spec, int lost, double 
     jsonx_set_str(jsonx_ensure_obj(pod_named(f, name), "metadata"), "creationTimestamp", ts);
 }
 
+/* The pod's annotation `key`, "(none)" when absent. */
+static const char *annotation_of(const cJSON *pod, const char *key)
+{
+    const char *v = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), key);
+    return v ? v : "(none)";
+}
+
+/* After a resize's patches the survivors are updated again every MEMBERS_NUDGE_S seconds,
+ * MEMBERS_NUDGES times, each time only ANNOT_MEMBERS_NUDGE (a kubelet that missed the
+ * prompt refresh of the members file syncs the pod again), and the job is looked at
+ * again for each; none after that, and none for a pod the operator did not patch. */
+static void test_elastic_members_nudge(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    fx_run(&f, NOW);
+    assert_true(f.plan.requeue_after >= 0 && f.plan.requeue_after <= MEMBERS_NUDGE_S);
+    const cJSON *patch = find_action(&f, ACTION_PATCH_POD, "mnist-worker-0")->object;
+    assert_string_equal(annotation_of(patch, ANNOT_MEMBERS_NUDGE), "0");
+    char ts[32];
+    clock_format_rfc3339(NOW, ts, sizeof ts);
+    assert_string_equal(annotation_of(patch, ANNOT_MEMBERS_AT), ts);
+    fx_apply(&f);
+    fx_run(&f, NOW + 2);
+    assert_null(strstr(f.desc, "patch-pod"));
+    assert_close(f.plan.requeue_after, MEMBERS_NUDGE_S - 2, 0.01);
+    fx_apply(&f);
+    for (int n = 1; n <= MEMBERS_NUDGES; n++) {
+        fx_run(&f, NOW + n * MEMBERS_NUDGE_S + 0.5);
+        assert_string_equal(f.desc, "patch-pod mnist-worker-0\n"
+                                    "patch-pod mnist-worker-1\n");
+        patch = find_action(&f, ACTION_PATCH_POD, "mnist-worker-1")->object;
+        char want[16];
+        snprintf(want, sizeof want, "%d", n);
+        assert_string_equal(annotation_of(patch, ANNOT_MEMBERS_NUDGE), want);
+        assert_string_equal(annotation_of(patch, ANNOT_MEMBERS), "(none)");
+        if (n < MEMBERS_NUDGES) assert_close(f.plan.requeue_after, MEMBERS_NUDGE_S - 0.5, 0.01);
+        fx_apply(&f);
+        /* the same period again: done */
+        fx_run(&f, NOW + n * MEMBERS_NUDGE_S + 1);
+        assert_null(strstr(f.desc, "patch-pod"));
+        fx_apply(&f);
+    }
+    assert_string_equal(annotation_of(pod_named(&f, "mnist-worker-0"), ANNOT_MEMBERS), "0,1");
+    fx_run(&f, NOW + (MEMBERS_NUDGES + 2) * MEMBERS_NUDGE_S);
+    assert_null(strstr(f.desc, "patch-pod"));
+    assert_true(f.plan.requeue_after < 0);
+    fx_free(&f);
+}
+
 /* A lost worker's replacement that the scheduler cannot place: the survivors go on
  * without it (status.members, Resized/Shrank saying why, their annotations patched; the
  * replacement stays, Pending); once it runs it joins them again (Grew, the others patched
@@ -4337,6 +4388,7 @@ int main(void)
         cmocka_unit_test(test_elastic_pod),
         cmocka_unit_test(test_elastic_global_batch_recorded),
         cmocka_unit_test(test_elastic_scale_down),
+        cmocka_unit_test(test_elastic_members_nudge),
         cmocka_unit_test(test_elastic_scale_down_with_chief),
         cmocka_unit_test(test_elastic_scale_up),
         cmocka_unit_test(test_elastic_resize_restarts),
