@@ -1382,18 +1382,20 @@ follow_log() {
 }
 # node_files DIR: every change of the survivors' (workers 0 and 1) members files as the
 # kubelet holds them on the node (full: its root directory is the cluster's), with the
-# time it was seen, into DIR/node-files.txt, every 0.2 s until killed.
+# time it was seen, into DIR/node-files.txt, every 0.2 s until killed (every 2 s while a
+# file is missing: each look for its pod is a kubectl call).
 node_files() {
-  local p u f got last=() root=${KT_RUN:-e2e/cluster/.run}/full/kubelet/pods uids=()
+  local p f got nap last=() root=${KT_RUN:-e2e/cluster/.run}/full/kubelet/pods uids=()
   while :; do
+    nap=0.2
     for p in 0 1; do
       f=$root/${uids[p]:-none}/volumes/kubernetes.io~downward-api/kubetrain-members/members
-      [ -e "$f" ] || { uids[p]=$(uid "mnist-el-worker-$p"); continue; }
+      [ -e "$f" ] || { uids[p]=$(uid "mnist-el-worker-$p"); nap=2; continue; }
       got=$(cat "$f" 2>/dev/null)
       [ "$got" = "${last[p]:-}" ] || echo "$(date -u +%FT%T.%NZ) worker-$p's file on the node: $got" >>"$1/node-files.txt"
       last[p]=$got
     done
-    sleep 0.2
+    sleep "$nap"
   done
 }
 # el_lines DIR: the last 40 lines of the elastic scenario's logs in DIR that are not a

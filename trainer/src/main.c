@@ -245,6 +245,16 @@ static int same_members(const Recovery *r, const int *idx, int n)
     return n == r->tf.world && !memcmp(idx, r->idx, (size_t)n * sizeof *idx);
 }
 
+/* idx[0..n) as "0,2,3", in a string the caller frees. */
+static char *indices_text(const int *idx, int n)
+{
+    const size_t cap = 12 * (size_t)n + 1;
+    char *list = xcalloc(cap, 1);
+    for (size_t k = 0, len = 0; k < (size_t)n; k++, len = strlen(list))
+        snprintf(list + len, cap - len, "%s%d", k ? "," : "", idx[k]);
+    return list;
+}
+
 /* Makes the workers idx[0..n) (TF_CONFIG indices, ascending, this worker among them)
  * r's ring for its next rendezvous: they keep their TF_CONFIG order, so the lowest index
  * present is rank 0, the chief (docs/design.md, "Elastic jobs"). `joining`: this worker
@@ -252,14 +262,11 @@ static int same_members(const Recovery *r, const int *idx, int n)
 static void members_set(Recovery *r, const int *idx, int n, int joining)
 {
     TfConfig next = {.world = n, .peers = xcalloc((size_t)n, sizeof *next.peers)};
-    const size_t listlen = 12 * (size_t)n;
-    char *list = xcalloc(listlen, 1);
     for (int k = 0; k < n; k++) {
         next.peers[k] = r->all.peers[idx[k]];
         if (idx[k] == r->index) next.rank = k;
-        size_t len = strlen(list);
-        snprintf(list + len, listlen - len, "%s%d", k ? "," : "", idx[k]);
     }
+    char *list = indices_text(idx, n);
     if (joining)
         util_log("elastic: joining the ring of %d workers (TF_CONFIG indices %s) as rank %d", n,
                  list, next.rank);
@@ -328,11 +335,10 @@ static void members_watch(void *ctx)
     members_changed = 1;
     /* One line a change, so that a resize the log does not show is told apart from one
      * this worker never saw. */
-    char list[12 * 64] = "";
-    for (int k = 0, len = 0; k < r->named_n && len < (int)sizeof list - 12; k++)
-        len += snprintf(list + len, sizeof list - (size_t)len, "%s%d", k ? "," : "", r->named[k]);
+    char *list = indices_text(r->named, r->named_n);
     util_log("elastic: KUBETRAIN_MEMBERS_FILE names %s now; the ring takes it up after this step%s",
              list, r->tf.rank == 0 ? "" : " once rank 0's file says so too");
+    free(list);
 }
 
 /* The rendezvous's watch (NetOptions.poll): a new list that is not the ring ends the
