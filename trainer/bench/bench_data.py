@@ -21,8 +21,14 @@ alike; runs that are compared are next to each other:
   npz             npz:fashion-mnist.npz, read whole into memory
   png-streamed    png-held's file with --data-cache-mib 0: each record read and its PNG
                   decoded when the pipeline wants it, on the prefetch thread
-  s3-streamed     png-streamed's file from the same bucket, --data-cache-mib 0: the records
-                  of each batch fetched by ranged GETs on the prefetch thread
+  s3-streamed     png-streamed's file from the same bucket, --data-cache-mib 0: nothing held,
+                  the records of each batch fetched by ranged GETs on the prefetch thread
+                  (about one request a record: the shuffled batch's records lie apart)
+  s3-window       the same object with --data-cache-mib 40: the examples decoded (45 MiB)
+                  do not fit, so they stream, but the records of the shuffle buffer (the
+                  object's 32 MiB) do: they are read in source order as they enter it, a
+                  few large ranged GETs, and held until used, as tf.data's shuffle buffer
+                  holds them (docs/design.md, "Streamed objects")
   raw-streamed    tfrecord: raw uint8 bytes (--image-shape 28,28,1), --data-cache-mib 0:
                   read, not decoded
   idx-2w          `launch --workers 2` on idx, per-worker batch 64 (global 128)
@@ -82,8 +88,12 @@ COMPARISONS = [
     ("png-held", "idx", 0.95, "PNG TFRecords held decoded against IDX in memory"),
     ("gzip-held", "idx", 0.95, "the issue's set (8 GZIP shards of PNG TFRecords) against IDX"),
     ("gzip-held-2w", "idx-2w", 0.95, "the same, two workers"),
+    ("s3-window", "png-streamed", 0.9,
+     "object storage, streamed, the shuffle buffer's records read ahead within "
+     "--data-cache-mib, against the same file streamed locally"),
     ("s3-streamed", "png-streamed", 0.9,
-     "object storage, streamed by ranged GETs, against the same file streamed locally"),
+     "object storage, streamed with no memory budget (a request a record), against the "
+     "same file streamed locally"),
     ("s3-held", "gzip-held", 0.9, "object storage, held, against the same local shards"),
     ("gzip-held", "tf-fit-cached", 1.5,
      "kubetrain against TensorFlow fit on the same GZIP shards, both decoding once"),
@@ -122,6 +132,8 @@ def plan(data_dir, work, s3_port, s3_pid=None):
         kt("png-streamed", ["--data", png, "--data-cache-mib", "0"]),
         kt("s3-streamed", ["--data", "tfrecord:s3://%s/png-00000-of-00001" % BUCKET,
                            "--data-cache-mib", "0"], env=s3),
+        kt("s3-window", ["--data", "tfrecord:s3://%s/png-00000-of-00001" % BUCKET,
+                         "--data-cache-mib", "40"], env=s3),
         kt("raw-streamed", ["--data", "tfrecord:" + os.path.join(work, "raw-00000-of-00001"),
                             "--image-shape", "28,28,1", "--data-cache-mib", "0"]),
         kt("idx-2w", ["--data", "idx:" + data_dir], 2),

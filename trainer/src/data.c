@@ -9,6 +9,12 @@
 #include "util.h"
 
 #define PREFETCH 2
+/* A source that holds records (source_holds) is offered the inputs that enter the shuffle
+ * buffer up to this many steps beyond the batch being filled, so that each read-ahead
+ * spans several steps' records (fewer, larger requests); and at most HOLD_SCAN inputs at a
+ * time, which bounds a step's work while the source's budget is full. */
+#define HOLD_AHEAD_STEPS 8
+#define HOLD_SCAN 4096
 
 static const char *const policy_names[] = {"auto", "data", "file", "off"};
 
@@ -47,6 +53,16 @@ struct Pipeline {
     uint64_t order_epoch;
     int order_valid;
     PipelineCursor produce_at;
+    /* the read-ahead of a source that holds records: the inputs of data-epoch hold_epoch
+     * below hold_next were offered to it; when[i] is input i's place in that epoch's
+     * order (hold_order); base is where this producer started, from which its slices of
+     * each step are counted */
+    int holds, hold_valid;
+    uint64_t hold_epoch;
+    size_t hold_next;
+    uint32_t *hold_order, *when;
+    size_t *offer;
+    PipelineCursor base;
     /* the prefetch ring */
     Batch slots[PREFETCH];
     int head, filled;      /* next slot to consume; number of filled slots */
@@ -90,6 +106,56 @@ int data_slice(int global, int world, int rank, int *start)
     return (int)((int64_t)(rank + 1) * global / world - *start);
 }
 
+/* The inputs that enter the shuffle buffer by HOLD_AHEAD_STEPS steps after the batch at c
+ * and that this rank will read, offered to the source in input order: with tf.data's
+ * buffered shuffle, output `out` of an epoch is emitted once inputs [0, buffer + out) have
+ * entered, so however shuffled the outputs, the inputs come in the source's order, and
+ * their records can be read together, as tf.data reads a file into its shuffle buffer.
+ * 0, or -1 as fill_batch. */
+static int hold_ahead(Pipeline *p, PipelineCursor c)
+{
+    const uint64_t n = p->n, buf = p->cfg.shuffle_buffer < p->n ? p->cfg.shuffle_buffer : p->n;
+    const uint64_t first = c.position + p->offset;
+    const uint64_t last = first + p->size - 1 + HOLD_AHEAD_STEPS * (uint64_t)p->take;
+    const uint64_t base = p->base.data_epoch * n + p->base.position;
+    const uint64_t from = c.data_epoch * n + c.position;
+    for (uint64_t e = c.data_epoch + first / n; e <= c.data_epoch + last / n; e++) {
+        if (p->hold_valid && p->hold_epoch > e) continue;
+        if (!p->hold_valid || p->hold_epoch != e) {
+            epoch_order(p, e, p->hold_order);
+            for (size_t i = 0; i < p->n; i++) p->when[p->hold_order[i] - p->begin] = (uint32_t)i;
+            p->hold_epoch = e, p->hold_next = 0, p->hold_valid = 1;
+        }
+        /* output `out` needs inputs [0, buffer + out): for the last one, out is last's place */
+        const uint64_t upto =
+            e == c.data_epoch + last / n ? buf + (c.data_epoch * n + last - e * n) : n;
+        const size_t need = (size_t)(upto < n ? upto : n);
+        while (p->hold_next < need) {
+            const size_t end = need - p->hold_next > HOLD_SCAN ? p->hold_next + HOLD_SCAN : need;
+            size_t m = 0, taken;
+            for (size_t i = p->hold_next; i < end; i++) {
+                const uint64_t at = e * n + p->when[i];
+                if (at < from || (at - base) % p->take < p->offset ||
+                    (at - base) % p->take >= p->offset + p->size)
+                    continue;
+                p->offer[m++] = p->begin + i;
+            }
+            const int rc =
+                source_hold_examples(p->src, p->offer, m, &taken, p->fail_msg, sizeof p->fail_msg);
+            if (rc) {
+                p->fail_code = source_exit_code(rc);
+                return -1;
+            }
+            if (taken < m) { /* the source's budget is full: offer the rest later */
+                p->hold_next = p->offer[taken] - p->begin;
+                return 0;
+            }
+            p->hold_next = end;
+        }
+    }
+    return 0;
+}
+
 /* Fills b with the next batch; 0, or -1 with why in p->fail_msg and its exit code in
  * p->fail_code when an example cannot be read (a streamed file that changed since it was
  * opened, object storage out of retries). The batch's examples are read in one call, so
@@ -98,6 +164,7 @@ static int fill_batch(Pipeline *p, Batch *b)
 {
     const size_t bs = p->size;
     PipelineCursor c = p->produce_at;
+    if (p->holds && hold_ahead(p, c)) return -1;
     for (size_t k = 0; k < bs; k++) {
         /* c.position < n (pipeline_seek), so this neither overflows nor walks */
         uint64_t pos = c.position + p->offset + k, e = c.data_epoch + pos / p->n;
@@ -217,6 +284,11 @@ int pipeline_create(Pipeline **out, const Source *src, const PipelineConfig *cfg
     }
     p->order = xmalloc(p->n * sizeof *p->order);
     p->idx = xmalloc(b * sizeof *p->idx);
+    if ((p->holds = source_holds(src))) {
+        p->hold_order = xmalloc(p->n * sizeof *p->hold_order);
+        p->when = xmalloc(p->n * sizeof *p->when);
+        p->offer = xmalloc(HOLD_SCAN * sizeof *p->offer);
+    }
     for (int i = 0; i < PREFETCH; i++) {
         p->slots[i].x = xmalloc(b * p->pixels * sizeof(float));
         p->slots[i].y = xmalloc(b * sizeof *p->slots[i].y);
@@ -264,7 +336,12 @@ void pipeline_seek(Pipeline *p, PipelineCursor c)
     c.data_epoch += c.position / p->n, c.position %= p->n;
     stop(p);
     p->head = p->filled = p->held = p->failed = 0;
-    p->produce_at = p->consumed = c;
+    /* what is held stays good for the stream it was read for: from where the producer
+     * started. Elsewhere (a resume, a resize) the read-ahead starts anew. */
+    if (p->holds && (c.data_epoch != p->base.data_epoch || c.position != p->base.position))
+        source_drop_held(p->src);
+    p->produce_at = p->consumed = p->base = c;
+    p->hold_valid = 0;
     start(p);
 }
 
@@ -285,6 +362,8 @@ void pipeline_free(Pipeline *p)
 {
     if (!p) return;
     stop(p);
+    /* the records held stay with the source, for the pipeline that replaces this one */
+    if (p->holds) source_log_held(p->src);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     for (int i = 0; i < PREFETCH; i++) {
@@ -293,5 +372,8 @@ void pipeline_free(Pipeline *p)
     }
     free(p->order);
     free(p->idx);
+    free(p->hold_order);
+    free(p->when);
+    free(p->offer);
     free(p);
 }

@@ -287,6 +287,28 @@ int source_read_examples(const Source *s, const size_t *idx, size_t n, PixelScal
     return 0;
 }
 
+int source_holds(const Source *s)
+{
+    return s->records && tfrecord_holds(s);
+}
+
+int source_hold_examples(const Source *s, const size_t *idx, size_t n, size_t *taken, char *err,
+                         size_t errlen)
+{
+    *taken = n;
+    return source_holds(s) ? tfrecord_hold(s, idx, n, taken, err, errlen) : 0;
+}
+
+void source_drop_held(const Source *s)
+{
+    if (s->records) tfrecord_drop_held(s);
+}
+
+void source_log_held(const Source *s)
+{
+    if (source_holds(s)) tfrecord_log_held(s);
+}
+
 int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
                         char *err, size_t errlen)
 {

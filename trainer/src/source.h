@@ -97,6 +97,29 @@ size_t source_example_size(const Source *s);
 int source_read_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
                          int32_t *y, char *err, size_t errlen);
 
+/* 1 when s reads examples cheaper ahead of their use than when used: a TFRecord source
+ * streamed from object storage, whose records read in source order come in a few large
+ * ranged GETs where a shuffled batch's take one request each. The pipeline then offers
+ * it each example as it enters its shuffle buffer (source_hold_examples). */
+int source_holds(const Source *s);
+
+/* The pipeline's read-ahead: examples idx[0..n) (in source order) entered its shuffle
+ * buffer and this worker will read them later; s reads and holds their records, within
+ * its memory budget (--data-cache-mib), until source_read_examples takes each. *taken:
+ * how many of idx it dealt with (n, or fewer when its budget is full: offer the rest
+ * again later; an example not held is read when used, so holding changes nothing but
+ * when the bytes come). Returns 0 (and *taken n for a source that does not hold), or as
+ * source_read_examples. */
+int source_hold_examples(const Source *s, const size_t *idx, size_t n, size_t *taken, char *err,
+                         size_t errlen);
+
+/* Frees what source_hold_examples holds (the pipeline moved elsewhere). */
+void source_drop_held(const Source *s);
+
+/* Logs how many of the examples read since the last call came from what
+ * source_hold_examples held (a source that holds; else nothing). */
+void source_log_held(const Source *s);
+
 /* source_read_examples of example i alone. */
 int source_read_example(const Source *s, size_t i, PixelScale scale, float *x, int32_t *y,
                         char *err, size_t errlen);

@@ -420,6 +420,13 @@ struct TfrecordIndex {
     size_t at_cap;
     char *image_feature, *label_feature;
     int image_shape[3];
+    /* Records of objects read ahead for the pipeline (tfrecord_hold): held[i] is example
+     * i's whole record (16 + len bytes) until tfrecord_examples takes it; held_bytes of
+     * them, at most budget (SourceOptions.cache_bytes). */
+    pthread_mutex_t held_mu;
+    uint8_t **held; /* slots of them, one per example, made by the first hold */
+    size_t slots, held_bytes, budget;
+    size_t reads, hits; /* examples of objects read, and of them held when read */
 };
 
 /* Grows *buf (of *cap bytes) to hold at least need bytes; -ENOMEM when it cannot. */
@@ -918,20 +925,22 @@ static int by_place(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Reads the records of the examples idx[0..n) that are in objects, all at once: the
- * records of an object that lie within MERGE_GAP of each other in one range (of at most
- * REMOTE_RANGE_BYTES), the others in ranges of their own. rec[k] gets where example k's
- * record is and avail[k] how many of its bytes were read (NULL and 0 for an example of a
- * file); *ranges (*nr of them; free each buf and the array) holds the bytes. Returns 0
- * or remote_read_ranges's error. */
+/* Reads the records of the examples idx[0..n) that are in objects and not in hand (rec[k]
+ * NULL: the caller sets it to a record it holds), all at once: the records of an object
+ * that lie within MERGE_GAP of each other in one range (of at most REMOTE_RANGE_BYTES),
+ * the others in ranges of their own. rec[k] gets where example k's record is and
+ * avail[k] how many of its bytes were read (NULL and 0 for an example of a file);
+ * *ranges (*nr of them; free each buf and the array) holds the bytes. Returns 0 or
+ * remote_read_ranges's error. */
 static int fetch_objects(const TfrecordIndex *ix, const size_t *idx, size_t n, const uint8_t **rec,
                          size_t *avail, RemoteRange **ranges, size_t *nr, char *err, size_t errlen)
 {
-    Wanted *w = xmalloc(n * sizeof *w);
+    Wanted *w = xmalloc((n ? n : 1) * sizeof *w);
     size_t m = 0, q = 0;
     for (size_t k = 0; k < n; k++) {
         const RecordAt *at = &ix->at[idx[k]];
-        rec[k] = NULL, avail[k] = 0;
+        if (rec[k]) continue;
+        avail[k] = 0;
         if (ix->files[at->file].obj) w[m++] = (Wanted){.k = k, .at = at};
     }
     qsort(w, m, sizeof *w, by_place);
@@ -1026,18 +1035,114 @@ static int read_example(const Source *s, size_t i, const uint8_t *fetched, size_
 int tfrecord_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
                       int32_t *y, char *err, size_t errlen)
 {
+    TfrecordIndex *ix = s->records;
     const uint8_t **rec = xcalloc(n, sizeof *rec);
+    uint8_t **own = xcalloc(n, sizeof *own);
     size_t *avail = xcalloc(n, sizeof *avail), nr;
     RemoteRange *ranges;
     const size_t pixels = source_example_size(s);
-    int rc = fetch_objects(s->records, idx, n, rec, avail, &ranges, &nr, err, errlen);
+    /* the records held for the pipeline, each taken once: an example twice in one batch
+     * (a source smaller than a step) is read the second time */
+    pthread_mutex_lock(&ix->held_mu);
+    for (size_t k = 0; k < n && ix->held; k++) {
+        ix->reads += ix->files[ix->at[idx[k]].file].obj != NULL;
+        if (!(own[k] = ix->held[idx[k]])) continue;
+        ix->hits++;
+        ix->held[idx[k]] = NULL;
+        avail[k] = 16 + (size_t)ix->at[idx[k]].len;
+        ix->held_bytes -= avail[k];
+        rec[k] = own[k];
+    }
+    pthread_mutex_unlock(&ix->held_mu);
+    int rc = fetch_objects(ix, idx, n, rec, avail, &ranges, &nr, err, errlen);
     for (size_t k = 0; k < n && !rc; k++)
         rc = read_example(s, idx[k], rec[k], avail[k], scale, x + k * pixels, &y[k], err, errlen);
+    for (size_t i = 0; i < nr; i++) free(ranges[i].buf);
+    for (size_t k = 0; k < n; k++) free(own[k]);
+    free(ranges);
+    free(own);
+    free(rec);
+    free(avail);
+    return rc;
+}
+
+int tfrecord_holds(const Source *s)
+{
+    const TfrecordIndex *ix = s->records;
+    for (size_t i = 0; ix && ix->budget && i < ix->nfiles; i++)
+        if (ix->files[i].obj) return 1;
+    return 0;
+}
+
+int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, char *err,
+                  size_t errlen)
+{
+    TfrecordIndex *ix = s->records;
+    size_t *want = xmalloc((n ? n : 1) * sizeof *want), m = 0, k = 0;
+    pthread_mutex_lock(&ix->held_mu);
+    if (!ix->held) ix->held = xcalloc(ix->slots = s->count, sizeof *ix->held);
+    size_t bytes = ix->held_bytes;
+    for (; k < n; k++) {
+        const RecordAt *at = &ix->at[idx[k]];
+        const size_t total = 16 + (size_t)at->len;
+        if (!ix->files[at->file].obj || ix->held[idx[k]]) continue;
+        if (bytes > ix->budget || total > ix->budget - bytes) break;
+        bytes += total;
+        want[m++] = idx[k];
+    }
+    pthread_mutex_unlock(&ix->held_mu);
+    *taken = k;
+    const uint8_t **rec = xcalloc(m ? m : 1, sizeof *rec);
+    size_t *avail = xcalloc(m ? m : 1, sizeof *avail), nr;
+    RemoteRange *ranges;
+    const int rc = fetch_objects(ix, want, m, rec, avail, &ranges, &nr, err, errlen);
+    pthread_mutex_lock(&ix->held_mu);
+    for (size_t j = 0; j < m && !rc; j++) {
+        const size_t total = 16 + (size_t)ix->at[want[j]].len;
+        /* a record cut short (the object shrank) is left to its read, which says so */
+        if (avail[j] < total || ix->held[want[j]]) continue;
+        uint8_t *copy = malloc(total);
+        if (!copy) break;
+        memcpy(copy, rec[j], total);
+        ix->held[want[j]] = copy;
+        ix->held_bytes += total;
+    }
+    pthread_mutex_unlock(&ix->held_mu);
     for (size_t i = 0; i < nr; i++) free(ranges[i].buf);
     free(ranges);
     free(rec);
     free(avail);
+    free(want);
+    if (rc) *taken = 0;
     return rc;
+}
+
+void tfrecord_log_held(const Source *s)
+{
+    TfrecordIndex *ix = s->records;
+    if (!ix) return;
+    pthread_mutex_lock(&ix->held_mu);
+    if (ix->reads)
+        util_log("tfrecord: %zu of the %zu examples read from object storage came from the "
+                 "read-ahead of the shuffle buffer (%.0f%%; held within --data-cache-mib %zu, "
+                 "the rest read when used)",
+                 ix->hits, ix->reads, 100.0 * (double)ix->hits / (double)ix->reads,
+                 ix->budget >> 20);
+    ix->reads = ix->hits = 0;
+    pthread_mutex_unlock(&ix->held_mu);
+}
+
+void tfrecord_drop_held(const Source *s)
+{
+    TfrecordIndex *ix = s->records;
+    if (!ix) return;
+    pthread_mutex_lock(&ix->held_mu);
+    for (size_t i = 0; i < ix->slots; i++) {
+        free(ix->held[i]);
+        ix->held[i] = NULL;
+    }
+    ix->held_bytes = 0;
+    pthread_mutex_unlock(&ix->held_mu);
 }
 
 void tfrecord_index_free(TfrecordIndex *ix)
@@ -1052,6 +1157,10 @@ void tfrecord_index_free(TfrecordIndex *ix)
     }
     free(ix->files);
     free(ix->at);
+    if (ix->held)
+        for (size_t i = 0; i < ix->slots; i++) free(ix->held[i]);
+    free(ix->held);
+    pthread_mutex_destroy(&ix->held_mu);
     free(ix->image_feature);
     free(ix->label_feature);
     free(ix);
@@ -1150,6 +1259,8 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
     ix->image_feature = xstrdup(o->image_feature);
     ix->label_feature = xstrdup(o->label_feature);
     memcpy(ix->image_shape, o->image_shape, sizeof ix->image_shape);
+    pthread_mutex_init(&ix->held_mu, NULL);
+    ix->budget = o->cache_bytes;
     s->records = ix;
     Build b = {.s = s,
                .ix = ix,

@@ -5,7 +5,8 @@
  * keeps their pixels (s->images, as an IDX source holds them) and nothing of the files.
  * Else it keeps only each label and where its record is (16 bytes), and an example is
  * read again when the pipeline wants it: from an uncompressed local file by pread, from
- * an uncompressed object by a ranged GET (a batch's records at once), so memory does not
+ * an uncompressed object by a ranged GET (a batch's records at once, or ahead of their
+ * use, in order, within cache_bytes: tfrecord_hold), so memory does not
  * grow with the data; GZIP and ZLIB files (which cannot be read at an offset) and objects
  * whose server ignores Range are held in memory as their uncompressed records. Its image
  * is decoded then, on the caller's thread.
@@ -91,6 +92,27 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
  * -ESTALE, the object changed). */
 int tfrecord_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
                       int32_t *y, char *err, size_t errlen);
+
+/* 1 when s streams from object storage and may hold records ahead (tfrecord_hold): some
+ * of its files are objects, and SourceOptions.cache_bytes is not 0. */
+int tfrecord_holds(const Source *s);
+
+/* Reads the records of the examples idx[0..n) that are in objects (the rest are skipped),
+ * in as few ranged GETs as fetch_objects makes of them, and holds each until
+ * tfrecord_examples takes it: the pipeline's read-ahead of its shuffle buffer (source.h,
+ * source_hold_examples). Holds records in idx's order while they fit the budget
+ * (SourceOptions.cache_bytes, less what is held): *taken gets how many of idx were
+ * dealt with (n when all were), the rest left to be read when used. Returns 0, or
+ * remote_read_ranges's error (*taken 0). Reentrant. */
+int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, char *err,
+                  size_t errlen);
+
+/* Logs how many of the examples read from objects since the last call were held when
+ * read, when any were read. */
+void tfrecord_log_held(const Source *s);
+
+/* Frees every record tfrecord_hold holds. */
+void tfrecord_drop_held(const Source *s);
 
 /* Closes the files of ix and frees it; NULL is a no-op. */
 void tfrecord_index_free(TfrecordIndex *ix);

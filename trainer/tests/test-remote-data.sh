@@ -189,6 +189,41 @@ s3_tests() {
       "$tmp/rsssmall.rc")): $(tail -2 "$tmp/rssbig.err")"
   fi
 
+  # The read-ahead (docs/design.md, "Streamed objects"): the rssbig run held what its
+  # 1 MiB budget let it of the shuffle buffer's records, read in source order; the rest
+  # were read when used. The same examples, so the weights of the same files read locally.
+  run_trainer bigloc "${rss[@]}" --print-weights-hash --data "tfrecord:$tmp/big/big-*"
+  run_trainer bigs3 "${rss[@]}" --print-weights-hash --data "tfrecord:s3://$bucket/big/big-*"
+  local bigwant got held
+  bigwant=$(run_hash bigloc)
+  got=$(run_hash bigs3)
+  local ahead='.*tfrecord: \([0-9]*\) of the \([0-9]*\) examples read from object storage'
+  held=$(sed -n "s/$ahead came from the read-ahead.*/\\1 \\2/p" "$tmp/bigs3.err")
+  if [[ ${#bigwant} -eq 64 && $got == "$bigwant" && -n $held && ${held% *} -gt 0 &&
+        ${held% *} -lt ${held#* } ]]; then
+    tap_ok "read ahead within --data-cache-mib 1: ${held% *} of ${held#* } examples held when\
+ read, the weights of the local files"
+  else
+    tap_fail "read ahead within --data-cache-mib 1: some examples held, the local weights" \
+      "'$got' vs '$bigwant', held '${held:-}': $(tail -3 "$tmp/bigs3.err")"
+  fi
+  # Two workers (each reads ahead its slices of each step alone), all of it held.
+  local two=(launch --workers 2 --model "$tmp/linear.json" --image-shape "64,64,3" --epochs 1
+             --steps-per-epoch 30 --per-worker-batch 16 --seed 7 --print-weights-hash
+             --shuffle-buffer 1024)
+  run_trainer twoloc "${two[@]}" --data-cache-mib 0 --data "tfrecord:$tmp/big/big-*"
+  run_trainer twos3 "${two[@]}" --data-cache-mib 40 --data "tfrecord:s3://$bucket/big/big-*"
+  bigwant=$(run_hash twoloc)
+  got=$(run_hash twos3)
+  held=$(grep -c "came from the read-ahead of the shuffle buffer" "$tmp/twos3.err")
+  if [[ ${#bigwant} -eq 64 && $got == "$bigwant" && $held -eq 2 ]] &&
+     ! grep "came from the read-ahead" "$tmp/twos3.err" | grep -qv "(100%"; then
+    tap_ok "two workers read ahead (shuffle buffer 1,024), every example held: the local weights"
+  else
+    tap_fail "two workers read ahead, every example held: the local weights" \
+      "'$got' vs '$bigwant': $(grep -h "read-ahead\|error\|exit" "$tmp/twos3.err" | tail -4)"
+  fi
+
   # An object replaced under a running job: the next ranged GET of it finds another ETag.
   "$BIN" --epochs 1 --steps-per-epoch 400 --per-worker-batch 64 --seed 7 --data-cache-mib 0 \
     --metrics-file "$tmp/replace.jsonl" --data "tfrecord:s3://$bucket/fmnist/train-*" \
