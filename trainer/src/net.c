@@ -1125,7 +1125,8 @@ static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char 
     if (rc == -ETIMEDOUT && util_now() < rv->deadline) {
         snprintf(note, sizeof note,
                  "%s accepted the connection but did not answer the "
-                 "handshake within %.1f s (another service on that port?)",
+                 "handshake within %.1f s (a worker that is training answers at its next "
+                 "step boundary; else, another service on that port?)",
                  peer, rv->opt->handshake_timeout_s);
         return client_refuse(d, note);
     }
