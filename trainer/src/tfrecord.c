@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "image.h"
+#include "inflater.h"
 #include "remote.h"
 #include "util.h"
 
@@ -393,17 +394,19 @@ typedef enum { COMP_NONE = 0, COMP_GZIP, COMP_ZLIB } Compression;
 
 /* One file of the source. An uncompressed local file is streamed: fd stays open and an
  * example's record is read with pread when the example is wanted; so is an uncompressed
- * object of object storage, by ranged GETs (obj). Compressed data cannot be read at an
- * offset, so a GZIP or ZLIB file is held: buf keeps its inflated records; so is an object
- * whose server ignores Range. */
+ * object of object storage, by ranged GETs (obj). A GZIP or ZLIB file or object is
+ * streamed through zin (inflater.h), which reads its compressed bytes the same way and
+ * inflates them from an access point. An object whose server ignores Range is held: buf
+ * keeps its (inflated) records. */
 typedef struct {
     char *path;
     char *name; /* the path for messages: a URL as remote_redact shows it */
     Compression comp;
-    int fd;            /* >= 0: streamed from the file, len bytes long at open */
+    int fd;            /* >= 0: streamed from the file */
     RemoteObject *obj; /* else non-NULL: streamed from object storage */
+    Inflater *zin;     /* and compressed: its records inflated from fd's or obj's bytes */
     uint8_t *buf;      /* else held: its uncompressed records, len bytes */
-    size_t len;
+    size_t len;        /* the records' bytes (uncompressed; at open's end for zin) */
 } File;
 
 /* Where an example's record is: its file, the byte offset of its header (in the
@@ -424,6 +427,7 @@ struct TfrecordIndex {
      * i's whole record (16 + len bytes) until tfrecord_examples takes it; held_bytes of
      * them, at most budget (SourceOptions.cache_bytes). */
     pthread_mutex_t held_mu;
+    pthread_mutex_t zin_mu; /* one caller at a time in the files' inflaters */
     uint8_t **held; /* slots of them, one per example, made by the first hold */
     size_t slots, held_bytes, budget;
     size_t reads, hits; /* examples of objects read, and of them held when read */
@@ -762,9 +766,9 @@ typedef struct {
     size_t cap, start, n;
 } Window;
 
-/* Up to n bytes at byte off of streamed file f into buf: the count (short at the end of
- * the file), or a negative errno with one line in err (remote_read_ranges's for an
- * object). */
+/* Up to n bytes at byte off of streamed file f (its compressed bytes for zin) into buf:
+ * the count (short at the end of the file), or a negative errno with one line in err
+ * (remote_read_ranges's for an object). */
 static ssize_t file_read(const File *f, uint8_t *buf, size_t n, uint64_t off, char *err,
                          size_t errlen)
 {
@@ -778,6 +782,13 @@ static ssize_t file_read(const File *f, uint8_t *buf, size_t n, uint64_t off, ch
         snprintf(err, errlen, "%s: cannot read at byte %zu: %s", f->name, (size_t)off,
                  strerror((int)-k));
     return k;
+}
+
+/* file_read as the inflaters read. */
+static ssize_t compressed_read(void *ctx, uint8_t *buf, size_t n, uint64_t off, char *err,
+                               size_t errlen)
+{
+    return file_read(ctx, buf, n, off, err, errlen);
 }
 
 /* Bytes [off, off + need) of streamed file f (0 < need <= f->len - off) from w into *p,
@@ -832,6 +843,40 @@ static int scan_streamed(Build *b, const File *f, Window *w, char *err, size_t e
     return rc;
 }
 
+/* Every record of compressed file f, inflated in order through f->zin and checked as
+ * tfrecord_next does; f->len becomes the uncompressed length. */
+static int scan_compressed(Build *b, File *f, char *err, size_t errlen)
+{
+    char why[400];
+    size_t off = 0;
+    for (;;) {
+        const uint8_t *p;
+        uint64_t len;
+        ssize_t k = inflater_at(f->zin, off, 12, &p, err, errlen);
+        if (k < 0) return (int)k;
+        if (k == 0) break;
+        /* the length first (its CRC: not a length to inflate gigabytes for), then the
+         * record whole */
+        if (k < 12 || check_header(p, SIZE_MAX, &len, why, sizeof why)) {
+            if (k < 12) check_header(p, (size_t)k, &len, why, sizeof why);
+            return fail_at(err, errlen, f, off, NULL, "%s", why);
+        }
+        if (len > UINT32_MAX)
+            return fail_at(err, errlen, f, off, NULL,
+                           "a record of %llu bytes (a tf.train.Example is under 2 GiB)",
+                           (unsigned long long)len);
+        if ((k = inflater_at(f->zin, off, 16 + (size_t)len, &p, err, errlen)) < 0) return (int)k;
+        if (check_header(p, (size_t)k, &len, why, sizeof why) ||
+            check_data(p + 12, (size_t)len, why, sizeof why))
+            return fail_at(err, errlen, f, off, NULL, "%s", why);
+        const int rc = add_record(b, off, p + 12, (size_t)len, err, errlen);
+        if (rc) return rc;
+        off += 16 + (size_t)len;
+    }
+    f->len = off;
+    return 0;
+}
+
 /* Every record of held file f. */
 static int scan_held(Build *b, const File *f, char *err, size_t errlen)
 {
@@ -846,6 +891,15 @@ static int scan_held(Build *b, const File *f, char *err, size_t errlen)
         if (rc == 0) return 0;
         if ((rc = add_record(b, off, rec, n, err, errlen))) return rc;
     }
+}
+
+/* Streams compressed file f (its fd or obj open, clen bytes) through an inflater. */
+static int open_inflater(File *f, uint64_t clen, char *err, size_t errlen)
+{
+    f->zin = inflater_new(f->comp == COMP_GZIP, clen, compressed_read, f, f->name);
+    if (f->zin) return 0;
+    snprintf(err, errlen, "%s: out of memory", f->name);
+    return -ENOMEM;
 }
 
 /* Opens local file f: streamed (f->fd, its first bytes in w) when it is uncompressed,
@@ -864,10 +918,8 @@ static int open_local(File *f, Window *w, char *err, size_t errlen)
     f->len = (size_t)st.st_size;
     if (f->len == 0) return 0;
     if ((rc = window_at(w, f, 0, f->len < 12 ? f->len : 12, &head, err, errlen))) return rc;
-    if (detect(head, w->n) == COMP_NONE) return 0;
-    close(f->fd);
-    f->fd = -1;
-    return read_whole(f, err, errlen);
+    if ((f->comp = detect(head, w->n)) == COMP_NONE) return 0;
+    return open_inflater(f, (uint64_t)st.st_size, err, errlen);
 }
 
 /* Opens object f: streamed by ranged GETs (f->obj, its first bytes in w) when it is
@@ -879,10 +931,15 @@ static int open_remote(File *f, Window *w, char *err, size_t errlen)
     int rc = remote_object_open(f->path, &f->obj, &head, &n, err, errlen);
     if (rc) return rc;
     f->len = (size_t)remote_object_size(f->obj);
-    if (detect(head, n) == COMP_NONE && remote_object_ranged(f->obj)) {
+    if (remote_object_ranged(f->obj) && (f->comp = detect(head, n)) == COMP_NONE) {
         *w = (Window){.buf = head, .cap = n, .start = 0, .n = n};
         return 0;
     }
+    if (remote_object_ranged(f->obj)) {
+        free(head);
+        return open_inflater(f, f->len, err, errlen);
+    }
+    f->comp = COMP_NONE;
     remote_object_close(f->obj);
     f->obj = NULL;
     if (n == f->len) {
@@ -902,7 +959,8 @@ static int add_file(Build *b, const char *path, const char *name, char *err, siz
     *f = (File){.path = xstrdup(path), .name = xstrdup(name), .fd = -1};
     Window w = {0};
     int rc = remote_is_url(path) ? open_remote(f, &w, err, errlen) : open_local(f, &w, err, errlen);
-    if (!rc && (f->fd >= 0 || f->obj)) rc = scan_streamed(b, f, &w, err, errlen);
+    if (!rc && f->zin) rc = scan_compressed(b, f, err, errlen);
+    else if (!rc && (f->fd >= 0 || f->obj)) rc = scan_streamed(b, f, &w, err, errlen);
     free(w.buf);
     if (rc || f->fd >= 0 || f->obj) return rc;
     f->comp = detect(f->buf, f->len);
@@ -941,7 +999,8 @@ static int fetch_objects(const TfrecordIndex *ix, const size_t *idx, size_t n, c
         const RecordAt *at = &ix->at[idx[k]];
         if (rec[k]) continue;
         avail[k] = 0;
-        if (ix->files[at->file].obj) w[m++] = (Wanted){.k = k, .at = at};
+        if (ix->files[at->file].obj && !ix->files[at->file].zin)
+            w[m++] = (Wanted){.k = k, .at = at};
     }
     qsort(w, m, sizeof *w, by_place);
     RemoteRange *r = xcalloc(m ? m : 1, sizeof *r);
@@ -985,7 +1044,20 @@ static int read_example(const Source *s, size_t i, const uint8_t *fetched, size_
     const uint8_t *p = f->buf ? f->buf + r->off : fetched;
     size_t have = avail;
     char why[400] = "";
-    if (f->fd >= 0) {
+    if (!fetched && f->zin) {
+        TfrecordIndex *w = s->records;
+        const uint8_t *q;
+        pthread_mutex_lock(&w->zin_mu);
+        const ssize_t k = inflater_at(f->zin, r->off, total, &q, err, errlen);
+        if (k >= 0 && (own = malloc(k ? (size_t)k : 1))) memcpy(own, q, (size_t)k);
+        pthread_mutex_unlock(&w->zin_mu);
+        if (k < 0) return (int)k;
+        if (!own) {
+            snprintf(err, errlen, "%s: out of memory for a record", f->name);
+            return -ENOMEM;
+        }
+        p = own, have = (size_t)k;
+    } else if (!fetched && f->fd >= 0) {
         own = malloc(total);
         const ssize_t k = own ? read_at(f->fd, own, total, r->off) : -ENOMEM;
         if (k < 0) {
@@ -1045,7 +1117,8 @@ int tfrecord_examples(const Source *s, const size_t *idx, size_t n, PixelScale s
      * (a source smaller than a step) is read the second time */
     pthread_mutex_lock(&ix->held_mu);
     for (size_t k = 0; k < n && ix->held; k++) {
-        ix->reads += ix->files[ix->at[idx[k]].file].obj != NULL;
+        const File *f = &ix->files[ix->at[idx[k]].file];
+        ix->reads += f->obj || f->zin;
         if (!(own[k] = ix->held[idx[k]])) continue;
         ix->hits++;
         ix->held[idx[k]] = NULL;
@@ -1070,7 +1143,7 @@ int tfrecord_holds(const Source *s)
 {
     const TfrecordIndex *ix = s->records;
     for (size_t i = 0; ix && ix->budget && i < ix->nfiles; i++)
-        if (ix->files[i].obj) return 1;
+        if (ix->files[i].obj || ix->files[i].zin) return 1;
     return 0;
 }
 
@@ -1085,7 +1158,8 @@ int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, c
     for (; k < n; k++) {
         const RecordAt *at = &ix->at[idx[k]];
         const size_t total = 16 + (size_t)at->len;
-        if (!ix->files[at->file].obj || ix->held[idx[k]]) continue;
+        const File *f = &ix->files[at->file];
+        if ((!f->obj && !f->zin) || ix->held[idx[k]]) continue;
         if (bytes > ix->budget || total > ix->budget - bytes) break;
         bytes += total;
         want[m++] = idx[k];
@@ -1095,7 +1169,23 @@ int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, c
     const uint8_t **rec = xcalloc(m ? m : 1, sizeof *rec);
     size_t *avail = xcalloc(m ? m : 1, sizeof *avail), nr;
     RemoteRange *ranges;
-    const int rc = fetch_objects(ix, want, m, rec, avail, &ranges, &nr, err, errlen);
+    int rc = fetch_objects(ix, want, m, rec, avail, &ranges, &nr, err, errlen);
+    /* a compressed file's records, inflated in order: one pass for the lot */
+    uint8_t **inflated = xcalloc(m ? m : 1, sizeof *inflated);
+    pthread_mutex_lock(&ix->zin_mu);
+    for (size_t j = 0; j < m && !rc; j++) {
+        const RecordAt *at = &ix->at[want[j]];
+        const File *f = &ix->files[at->file];
+        const uint8_t *q;
+        if (!f->zin) continue;
+        const ssize_t got = inflater_at(f->zin, at->off, 16 + (size_t)at->len, &q, err, errlen);
+        if (got < 0) rc = (int)got;
+        else if ((inflated[j] = malloc(got ? (size_t)got : 1))) {
+            memcpy(inflated[j], q, (size_t)got);
+            rec[j] = inflated[j], avail[j] = (size_t)got;
+        }
+    }
+    pthread_mutex_unlock(&ix->zin_mu);
     pthread_mutex_lock(&ix->held_mu);
     for (size_t j = 0; j < m && !rc; j++) {
         const size_t total = 16 + (size_t)ix->at[want[j]].len;
@@ -1109,6 +1199,8 @@ int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, c
     }
     pthread_mutex_unlock(&ix->held_mu);
     for (size_t i = 0; i < nr; i++) free(ranges[i].buf);
+    for (size_t j = 0; j < m; j++) free(inflated[j]);
+    free(inflated);
     free(ranges);
     free(rec);
     free(avail);
@@ -1123,8 +1215,9 @@ void tfrecord_log_held(const Source *s)
     if (!ix) return;
     pthread_mutex_lock(&ix->held_mu);
     if (ix->reads)
-        util_log("tfrecord: %zu of the %zu examples read from object storage came from the "
-                 "read-ahead of the shuffle buffer (%.0f%%; held within --data-cache-mib %zu, "
+        util_log("tfrecord: %zu of the %zu examples read from object storage or compressed "
+                 "files came from the read-ahead of the shuffle buffer (%.0f%%; held within "
+                 "--data-cache-mib %zu, "
                  "the rest read when used)",
                  ix->hits, ix->reads, 100.0 * (double)ix->hits / (double)ix->reads,
                  ix->budget >> 20);
@@ -1150,6 +1243,7 @@ void tfrecord_index_free(TfrecordIndex *ix)
     if (!ix) return;
     for (size_t i = 0; i < ix->nfiles; i++) {
         if (ix->files[i].fd >= 0) close(ix->files[i].fd);
+        inflater_free(ix->files[i].zin);
         remote_object_close(ix->files[i].obj);
         free(ix->files[i].buf);
         free(ix->files[i].path);
@@ -1161,6 +1255,7 @@ void tfrecord_index_free(TfrecordIndex *ix)
         for (size_t i = 0; i < ix->slots; i++) free(ix->held[i]);
     free(ix->held);
     pthread_mutex_destroy(&ix->held_mu);
+    pthread_mutex_destroy(&ix->zin_mu);
     free(ix->image_feature);
     free(ix->label_feature);
     free(ix);
@@ -1260,6 +1355,7 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
     ix->label_feature = xstrdup(o->label_feature);
     memcpy(ix->image_shape, o->image_shape, sizeof ix->image_shape);
     pthread_mutex_init(&ix->held_mu, NULL);
+    pthread_mutex_init(&ix->zin_mu, NULL);
     ix->budget = o->cache_bytes;
     s->records = ix;
     Build b = {.s = s,

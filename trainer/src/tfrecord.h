@@ -6,10 +6,10 @@
  * Else it keeps only each label and where its record is (16 bytes), and an example is
  * read again when the pipeline wants it: from an uncompressed local file by pread, from
  * an uncompressed object by a ranged GET (a batch's records at once, or ahead of their
- * use, in order, within cache_bytes: tfrecord_hold), so memory does not
- * grow with the data; GZIP and ZLIB files (which cannot be read at an offset) and objects
- * whose server ignores Range are held in memory as their uncompressed records. Its image
- * is decoded then, on the caller's thread.
+ * use, in order, within cache_bytes: tfrecord_hold), from a GZIP or ZLIB file or object
+ * by inflating from an access point (inflater.h; ahead of use too), so memory does not
+ * grow with the data; objects whose server ignores Range are held in memory as their
+ * uncompressed records. Its image is decoded then, on the caller's thread.
  *
  * A TFRecord file is a sequence of records, each
  *     uint64 length, uint32 masked CRC-32C of those 8 bytes, length bytes of data,

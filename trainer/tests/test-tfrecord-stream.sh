@@ -5,9 +5,11 @@
 # make a 200 MB set of 4 shards. The trainer's peak RSS training on the 200 MB set stays
 # within a margin of its peak on the 3 MiB one: what it keeps per example is 20 bytes of
 # index and label, and a record is read when its example is wanted. The same records
-# GZIP-compressed (held in memory as records) end with the weights hash of the streamed
-# file, and a file truncated under a running job exits 3 naming the file and the
-# record's offset.
+# GZIP-compressed end with the weights hash of the streamed file, the 3 MiB and the 200
+# MB set's shards, streamed in bounded memory too (inflated from an access point every
+# 2 MiB, inflater.h), with no budget and with the shuffle buffer's records read ahead
+# within --data-cache-mib 8. A file truncated under a running job exits 3 naming the
+# file and the record's offset.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -43,10 +45,12 @@ with tf.io.TFRecordWriter(f"{out}/unit") as w:
 unit = open(f"{out}/unit", "rb").read()
 with open(f"{out}/unit.gz", "wb") as f:
     f.write(gzip.compress(unit))
-for s in range(4):  # 4 shards of 16 copies: 200 MB
+for s in range(4):  # 4 shards of 16 copies: 200 MB, and the same GZIP-compressed
     with open(f"{out}/big-{s:05d}-of-00004", "wb") as f:
         for _ in range(16):
             f.write(unit)
+    with open(f"{out}/gz-{s:05d}-of-00004", "wb") as f:
+        f.write(gzip.compress(unit * 16, compresslevel=1))
 PY
   { tap_fail "TensorFlow writes the TFRecords" "$(tail -3 "$tmp/tf.err")"; tap_done; exit; }
 
@@ -74,11 +78,35 @@ else
     "$tmp/small.rc")): $(tail -2 "$tmp/big.err")"
 fi
 
-run_trainer held "${args[@]}" --data "tfrecord:$tmp/unit.gz"
-h1=$(run_hash small) h2=$(run_hash held)
+run_trainer unitgz "${args[@]}" --data "tfrecord:$tmp/unit.gz"
+h1=$(run_hash small) h2=$(run_hash unitgz)
 if [[ ${#h1} -eq 64 && $h1 == "$h2" ]]; then
-  tap_ok "streamed and GZIP (held in memory) records end with the same weights hash"
-else tap_fail "streamed == held" "'$h1' vs '$h2': $(tail -2 "$tmp/held.err")"; fi
+  tap_ok "the same records plain and GZIP-compressed end with the same weights hash"
+else tap_fail "plain == GZIP" "'$h1' vs '$h2': $(tail -2 "$tmp/unitgz.err")"; fi
+
+# The 200 MB set GZIP-compressed: streamed as the uncompressed one is, within the same
+# margin (its access points add 32 KiB per 2 MiB of records: 3 MiB), the same weights.
+gz=$(peak_rss gz "${args[@]}" --data "tfrecord:$tmp/gz-*")
+h1=$(run_hash big) h2=$(run_hash gz)
+if [[ $(cat "$tmp/gz.rc") == 0 && -n $gz && $gz -lt $((small + margin)) && ${#h1} -eq 64 &&
+      $h1 == "$h2" ]]; then
+  tap_ok "peak RSS streaming $((data_kib / 1024)) MiB of GZIP TFRecords: $((gz / 1024)) MiB,\
+ the weights hash of the uncompressed files"
+else
+  tap_fail "streaming 200 MB of GZIP TFRecords stays within 32 MiB of 3 MiB's, same weights" \
+    "gz ${gz:-?} KiB (rc $(cat "$tmp/gz.rc")), small ${small:-?} KiB, '$h1' vs '$h2': $(tail -2 \
+    "$tmp/gz.err")"
+fi
+# And with a budget: the shuffle buffer's records inflated in order as they enter it.
+run_trainer gzahead "${args[@]}" --data-cache-mib 8 --data "tfrecord:$tmp/gz-*"
+h2=$(run_hash gzahead)
+ahead=$(grep -o '[0-9]* of the [0-9]* examples read from object storage or compressed files' \
+  "$tmp/gzahead.err")
+if [[ $h1 == "$h2" && -n $ahead && ${ahead%% *} -gt 0 ]]; then
+  tap_ok "GZIP read ahead within --data-cache-mib 8 (${ahead%% read*} held when read): the\
+ same weights"
+else tap_fail "GZIP read ahead within --data-cache-mib 8: some held, the same weights" \
+  "'$h1' vs '$h2', '${ahead:-}': $(tail -2 "$tmp/gzahead.err")"; fi
 
 # A shard truncated while the job trains: the prefetch thread's next read of it fails.
 # The job starts on the 200 MB set (its pass at open reads it all); once its first step

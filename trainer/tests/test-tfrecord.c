@@ -19,7 +19,9 @@
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
+#include <zlib.h>
 
+#include "inflater.h"
 #include "source.h"
 #include "tfrecord.h"
 #include "util.h"
@@ -525,7 +527,11 @@ static void test_bad_records(void **state)
     expect_refused(spec, NULL, 10, "/gz (GZIP): the compressed data ends early (a truncated file)");
     gz[n / 2] ^= 0xff;
     write_file("gz", gz, n);
-    expect_refused(spec, NULL, 10, "/gz (GZIP): incorrect data check, at compressed byte");
+    /* inflated as it is read: the damage shows in the record it falls in, before the
+     * member's CRC at its end */
+    expect_refused(spec, NULL, 10,
+                   "/gz: record at byte 4184 of the uncompressed GZIP data: corrupt record: the "
+                   "data's masked CRC-32C");
     gz[n / 2] ^= 0xff;
     write_file("gz", gz, n);
     assert_int_equal(source_open(&s, spec, SOURCE_TRAIN, 10, NULL, err, sizeof err), 0);
@@ -605,6 +611,131 @@ static void test_changed_after_open(void **state)
     uint8_t img[784];
     for (size_t i = 0; i < s.count; i++) example_bytes(&s, i, img);
     source_free(&s);
+}
+
+/* data compressed as GZIP (two members, split at half: gzip -c a b > c's kind) or ZLIB
+ * (one stream) into a malloc'd buffer; *n its length. */
+static uint8_t *deflated(const uint8_t *data, size_t len, int gzip, size_t *n)
+{
+    size_t cap = len + len / 10 + 4096, used = 0;
+    uint8_t *out = malloc(cap);
+    assert_non_null(out);
+    const size_t parts = gzip ? 2 : 1;
+    for (size_t part = 0; part < parts; part++) {
+        const size_t from = len * part / parts, to = len * (part + 1) / parts;
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, gzip ? 16 + MAX_WBITS : MAX_WBITS, 8,
+                                      Z_DEFAULT_STRATEGY),
+                         Z_OK);
+        z.next_out = out + used, z.avail_out = (uInt)(cap - used);
+        /* a block every 64 KiB of input, as data that does not repeat gets (this data
+         * repeats: left alone, deflate makes blocks of megabytes) */
+        for (size_t at = from; at < to; at += 65536) {
+            const size_t k = to - at < 65536 ? to - at : 65536;
+            z.next_in = (uint8_t *)(uintptr_t)(data + at), z.avail_in = (uInt)k;
+            assert_int_equal(deflate(&z, at + k < to ? Z_BLOCK : Z_FINISH),
+                             at + k < to ? Z_OK : Z_STREAM_END);
+        }
+        used = cap - z.avail_out;
+        deflateEnd(&z);
+    }
+    *n = used;
+    return out;
+}
+
+/* The compressed bytes of test_compressed_stream's inflater: a buffer. */
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} Mem;
+
+static ssize_t mem_read(void *ctx, uint8_t *buf, size_t n, uint64_t off, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    const Mem *m = ctx;
+    if (off >= m->n) return 0;
+    const size_t k = m->n - off < n ? m->n - (size_t)off : n;
+    memcpy(buf, m->p + off, k);
+    return (ssize_t)k;
+}
+
+/* A GZIP or ZLIB file past the cache is streamed: inflated at open in bounded memory,
+ * then each record read again from an access point (one every 2 MiB of output), in any
+ * order, the same bytes as the uncompressed file's; and a member whose CRC does not
+ * match the data is refused at open. */
+static void test_compressed_stream(void **state)
+{
+    (void)state;
+    size_t n;
+    const uint8_t *one = read_ref(REF "raw.tfrecord", &n);
+    const size_t copies = 4000, len = copies * n; /* 5.3 MB: 2 points past the start */
+    uint8_t *plain = malloc(len);
+    assert_non_null(plain);
+    for (size_t i = 0; i < copies; i++) memcpy(plain + i * n, one, n);
+    write_file("big.raw", plain, len);
+    const SourceOptions raw = {.image_feature = "pixels",
+                               .label_feature = "class",
+                               .image_shape = {4, 5, 3},
+                               .cache_bytes = 0};
+    char spec[512], err[512] = "";
+    Source ref, s;
+    snprintf(spec, sizeof spec, "tfrecord:%s", path_of("big.raw"));
+    assert_int_equal(source_open(&ref, spec, SOURCE_TRAIN, 10, &raw, err, sizeof err), 0);
+    for (int gzip = 1; gzip >= 0; gzip--) {
+        size_t zn;
+        uint8_t *z = deflated(plain, len, gzip, &zn);
+        const char *name = gzip ? "big.gz" : "big.zz";
+        write_file(name, z, zn);
+        snprintf(spec, sizeof spec, "tfrecord:%s", path_of(name));
+        int rc = source_open(&s, spec, SOURCE_TRAIN, 10, &raw, err, sizeof err);
+        if (rc) print_message("# %s\n", err);
+        assert_int_equal(rc, 0);
+        assert_null(s.images);
+        assert_int_equal(s.count, ref.count);
+        uint8_t a[60], b[60];
+        /* forward, far back, far ahead, the last, the first */
+        uint64_t rng = 7;
+        for (int k = 0; k < 120; k++) {
+            size_t i = k < 40    ? (size_t)k * 7
+                       : k < 110 ? (size_t)util_rand_below(&rng, s.count)
+                       : k < 115 ? s.count - 1 - (size_t)(k - 110)
+                                 : (size_t)(k - 115);
+            example_bytes(&s, i, a);
+            example_bytes(&ref, i, b);
+            assert_memory_equal(a, b, sizeof a);
+        }
+        source_free(&s);
+        /* the inflater itself: a point every 2 MiB of output, and any bytes from them */
+        Mem m = {z, zn};
+        Inflater *in = inflater_new(gzip, zn, mem_read, &m, name);
+        const uint8_t *p;
+        assert_int_equal(inflater_at(in, len - 10, 10, &p, err, sizeof err), 10);
+        assert_memory_equal(p, plain + len - 10, 10);
+        assert_int_equal(inflater_at(in, len, 1, &p, err, sizeof err), 0);
+        assert_int_equal(inflater_size(in), len);
+        size_t bytes, points = inflater_points(in, &bytes);
+        /* at the first block boundary INFLATER_SPAN past the last */
+        assert_int_equal(points, len / INFLATER_SPAN);
+        assert_in_range(bytes, points * (32 << 10), points * (33 << 10));
+        for (int k = 0; k < 60; k++) {
+            const uint64_t off = util_rand_below(&rng, len), want = 1 + (off * 31) % 40000;
+            const ssize_t got = inflater_at(in, off, want, &p, err, sizeof err);
+            assert_int_equal(got, off + want <= len ? want : len - off);
+            assert_memory_equal(p, plain + off, (size_t)got);
+        }
+        assert_int_equal(inflater_at(in, len, 1, &p, err, sizeof err), 0);
+        inflater_free(in);
+        /* the last member's CRC-32 (its trailer's first 4 bytes), or the Adler-32 */
+        z[zn - (gzip ? 8 : 4)] ^= 0xff;
+        write_file(name, z, zn);
+        expect_refused(spec, &raw, 10,
+                       gzip ? "(GZIP): incorrect data check, at compressed byte"
+                            : "(ZLIB): incorrect data check, at compressed byte");
+        free(z);
+    }
+    source_free(&ref);
+    free(plain);
 }
 
 /* The cache rule: a source whose examples, decoded, fit cache_bytes is held in memory
@@ -730,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_bad_records),
         cmocka_unit_test(test_changed_after_open),
         cmocka_unit_test(test_cache_or_stream),
+        cmocka_unit_test(test_compressed_stream),
         cmocka_unit_test(test_shape_option),
         cmocka_unit_test(test_file_shards),
     };
