@@ -29,6 +29,9 @@ alike; runs that are compared are next to each other:
                   object's 32 MiB) do: they are read in source order as they enter it, a
                   few large ranged GETs, and held until used, as tf.data's shuffle buffer
                   holds them (docs/design.md, "Streamed objects")
+  gzip-streamed   gzip-held's 8 GZIP shards with --data-cache-mib 40: streamed, each shard
+                  inflated in order as its records enter the shuffle buffer and the
+                  records held (docs/design.md, "Compressed files")
   raw-streamed    tfrecord: raw uint8 bytes (--image-shape 28,28,1), --data-cache-mib 0:
                   read, not decoded
   idx-2w          `launch --workers 2` on idx, per-worker batch 64 (global 128)
@@ -95,6 +98,9 @@ COMPARISONS = [
      "object storage, streamed with no memory budget (a request a record), against the "
      "same file streamed locally"),
     ("s3-held", "gzip-held", 0.9, "object storage, held, against the same local shards"),
+    ("gzip-streamed", "png-streamed", 0.9,
+     "GZIP shards streamed through access points, read ahead within --data-cache-mib, "
+     "against the uncompressed file streamed"),
     ("gzip-held", "tf-fit-cached", 1.5,
      "kubetrain against TensorFlow fit on the same GZIP shards, both decoding once"),
     ("gzip-held", "tf-fit", 1.5,
@@ -134,6 +140,7 @@ def plan(data_dir, work, s3_port, s3_pid=None):
                            "--data-cache-mib", "0"], env=s3),
         kt("s3-window", ["--data", "tfrecord:s3://%s/png-00000-of-00001" % BUCKET,
                          "--data-cache-mib", "40"], env=s3),
+        kt("gzip-streamed", ["--data", "tfrecord:" + gz, "--data-cache-mib", "40"]),
         kt("raw-streamed", ["--data", "tfrecord:" + os.path.join(work, "raw-00000-of-00001"),
                             "--image-shape", "28,28,1", "--data-cache-mib", "0"]),
         kt("idx-2w", ["--data", "idx:" + data_dir], 2),
