@@ -99,8 +99,10 @@ int source_read_examples(const Source *s, const size_t *idx, size_t n, PixelScal
 
 /* 1 when s reads examples cheaper ahead of their use than when used: a TFRecord source
  * streamed from object storage, whose records read in source order come in a few large
- * ranged GETs where a shuffled batch's take one request each. The pipeline then offers
- * it each example as it enters its shuffle buffer (source_hold_examples). */
+ * ranged GETs where a shuffled batch's take one request each, or from GZIP or ZLIB
+ * files, which inflate in order once rather than from an access point a record. The
+ * pipeline then offers it each example as it enters its shuffle buffer
+ * (source_hold_examples). */
 int source_holds(const Source *s);
 
 /* The pipeline's read-ahead: examples idx[0..n) (in source order) entered its shuffle

@@ -423,14 +423,15 @@ struct TfrecordIndex {
     size_t at_cap;
     char *image_feature, *label_feature;
     int image_shape[3];
-    /* Records of objects read ahead for the pipeline (tfrecord_hold): held[i] is example
+    /* Records of objects and compressed files read ahead for the pipeline
+     * (tfrecord_hold): held[i] is example
      * i's whole record (16 + len bytes) until tfrecord_examples takes it; held_bytes of
      * them, at most budget (SourceOptions.cache_bytes). */
     pthread_mutex_t held_mu;
     pthread_mutex_t zin_mu; /* one caller at a time in the files' inflaters */
     uint8_t **held; /* slots of them, one per example, made by the first hold */
     size_t slots, held_bytes, budget;
-    size_t reads, hits; /* examples of objects read, and of them held when read */
+    size_t reads, hits; /* their examples read, and of them held when read */
 };
 
 /* Grows *buf (of *cap bytes) to hold at least need bytes; -ENOMEM when it cannot. */

@@ -93,12 +93,13 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
 int tfrecord_examples(const Source *s, const size_t *idx, size_t n, PixelScale scale, float *x,
                       int32_t *y, char *err, size_t errlen);
 
-/* 1 when s streams from object storage and may hold records ahead (tfrecord_hold): some
- * of its files are objects, and SourceOptions.cache_bytes is not 0. */
+/* 1 when s may hold records ahead (tfrecord_hold): some of its streamed files are
+ * objects or compressed, and SourceOptions.cache_bytes is not 0. */
 int tfrecord_holds(const Source *s);
 
-/* Reads the records of the examples idx[0..n) that are in objects (the rest are skipped),
- * in as few ranged GETs as fetch_objects makes of them, and holds each until
+/* Reads the records of the examples idx[0..n) that are in objects or compressed files
+ * (the rest are skipped), in as few ranged GETs as fetch_objects makes of them or
+ * inflated in order, and holds each until
  * tfrecord_examples takes it: the pipeline's read-ahead of its shuffle buffer (source.h,
  * source_hold_examples). Holds records in idx's order while they fit the budget
  * (SourceOptions.cache_bytes, less what is held): *taken gets how many of idx were
@@ -107,8 +108,8 @@ int tfrecord_holds(const Source *s);
 int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, char *err,
                   size_t errlen);
 
-/* Logs how many of the examples read from objects since the last call were held when
- * read, when any were read. */
+/* Logs how many of the examples read from objects and compressed files since the last
+ * call were held when read, when any were read. */
 void tfrecord_log_held(const Source *s);
 
 /* Frees every record tfrecord_hold holds. */
