@@ -280,3 +280,8 @@ int jsonx_text_str(const char *s, size_t n, const char *path, char *out, size_t 
     }
     return -ENOENT;
 }
+
+int jsonx_is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}

@@ -71,4 +71,7 @@ size_t jsonx_text_depth(const char *s, size_t n);
  * absent, or not a number or a string without escapes. */
 int jsonx_text_str(const char *s, size_t n, const char *path, char *out, size_t outlen);
 
+/* 1 when c is JSON whitespace (RFC 8259: space, tab, line feed, carriage return). */
+int jsonx_is_space(char c);
+
 #endif

@@ -76,15 +76,10 @@ static int captured(ListParser *p)
     return p->fn(p->ctx, v);
 }
 
-static int is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
 /* One byte outside any string. Returns 0 or -errno. */
 static int structural(ListParser *p, char c, int *want_item)
 {
-    if (is_space(c)) return 0;
+    if (jsonx_is_space(c)) return 0;
     if (p->done) return -EBADMSG;
     if (p->depth == 0 && c != '{') return -EBADMSG;
     /* An element of "items" starts: objects are captured, anything else skipped. */

@@ -30,11 +30,6 @@ void watchparse_reset(WatchParser *p)
     p->len = 0;
 }
 
-static int is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
 /* The bytes [*from, *to) of line s[0..n) that hold the event's object's
  * metadata.managedFields (the member, its array and one comma beside it): returns 1, or
  * 0 when it has none. One pass that skips strings (escapes and all), so the name inside
@@ -59,11 +54,11 @@ static int find_managed_fields(const char *s, size_t n, size_t *from, size_t *to
             if (!cutting && in_md && depth == 3 && str_end - str == sizeof key - 1 &&
                 memcmp(s + str, key, sizeof key - 1) == 0) {
                 size_t k = str_end;
-                while (k < n && is_space(s[k]))
+                while (k < n && jsonx_is_space(s[k]))
                     k++;
                 if (k < n && s[k] == ':') {
                     k++;
-                    while (k < n && is_space(s[k]))
+                    while (k < n && jsonx_is_space(s[k]))
                         k++;
                     if (k < n && s[k] == '[') {
                         cut = str;
@@ -80,7 +75,7 @@ static int find_managed_fields(const char *s, size_t n, size_t *from, size_t *to
             if (depth == 2) in_md = 0;
             if (cutting && depth == 3) {
                 size_t end = i + 1, k = end;
-                while (k < n && is_space(s[k]))
+                while (k < n && jsonx_is_space(s[k]))
                     k++;
                 if (k < n && s[k] == ',') {
                     *from = cut;
@@ -88,7 +83,7 @@ static int find_managed_fields(const char *s, size_t n, size_t *from, size_t *to
                     return 1;
                 }
                 k = cut;
-                while (k > 0 && is_space(s[k - 1]))
+                while (k > 0 && jsonx_is_space(s[k - 1]))
                     k--;
                 *from = k > 0 && s[k - 1] == ',' ? k - 1 : cut;
                 *to = end;
