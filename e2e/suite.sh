@@ -6,7 +6,7 @@
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
 # Scenarios: install basic progress recovery elastic tfmwms tfexit tfps killtrials preempt kill137 waiting
-# suspend deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall (later ones
+# suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall (later ones
 # assume install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
 # without it).
 #
@@ -31,6 +31,7 @@
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/.." || exit 1
 . e2e/lib/tap.sh
+. trainer/tests/remote/seaweedfs.sh
 
 VERSION=$(cat VERSION)
 PROVIDER=${KT_PROVIDER:-full}
@@ -563,6 +564,177 @@ s_badmodel() {
   else fail "Failed condition carries the trainer's message" "condition: $msg"$'\n'"trainer: $term"; fi
   check "no restart (restarts 0/0)" "$(restarts mnist-bad)" "0/0"
   end
+}
+
+# s3: a job whose TFRecord shards are objects (issue 45; docs/design.md "Object storage"),
+# as examples/s3-tfrecord.yaml runs it: SeaweedFS's S3 gateway on this machine at the
+# node's address, which the pods reach (trainer/tests/remote/seaweedfs.sh; full only),
+# 4 shards of 512 Fashion-MNIST PNG tf.train.Examples written by TensorFlow
+# (bench/pyvenv.sh's venv-tf) in a bucket, the keys in a Secret named by
+# spec.dataset.credentialsSecret. Each run makes its own keys, so that finding one in a
+# log, a status or an event can only be a leak. A second job, beside the first, whose
+# Secret holds a wrong secret key: the 403 fails it at once (exit 3 under ExitCode).
+S3_SHARDS=4 S3_PER_SHARD=512
+s_s3() {
+  begin s3
+  if [ "$PROVIDER" != full ]; then
+    tap_skip "$SCEN: a job reading s3:// shards" "KT_PROVIDER=$PROVIDER: only the full\
+ cluster's pods reach this machine (the node's address), where the S3 gateway runs"
+    end; return
+  fi
+  local dir; dir=$(mktemp -d)
+  WEED_PID=
+  s3_run "$dir"
+  weed_stop
+  rm -rf "$dir" "$BATCH_DIR/s3.weed.pid"
+  end
+}
+# s3_job NAME SECRET [YAML...]: a TrainingJob of 2 workers, 2 x 20 steps of tutorial-cnn,
+# on the bucket's shards with the credentials of Secret SECRET; extra top-level spec keys
+# follow, each one line.
+s3_job() {
+  local name=$1 secret=$2; shift 2
+  manifest "$name" "  workers: 2
+  model: tutorial-cnn
+  dataset:
+    source: tfrecord:s3://$S3_SRC
+    credentialsSecret: $secret
+  training:
+    epochs: 2
+    stepsPerEpoch: 20
+    perWorkerBatchSize: 64
+    optimizer: {name: sgd, learningRate: 0.001}" "$@" | kn apply -f - 2>&1
+}
+# s3_secret NAME KEY SECRET: examples/s3-tfrecord.yaml's Secret, for the gateway.
+s3_secret() {
+  kn apply -f - 2>&1 <<YAML
+apiVersion: v1
+kind: Secret
+metadata: {name: $1}
+type: Opaque
+stringData:
+  AWS_ACCESS_KEY_ID: $2
+  AWS_SECRET_ACCESS_KEY: $3
+  AWS_REGION: us-east-1
+  AWS_ENDPOINT_URL: http://$S3_IP:$WEED_PORT
+YAML
+}
+# s3_run DIR: the scenario's body, its files in DIR; s_s3 stops the gateway after it.
+s3_run() {
+  local dir=$1 py out f i line n msg want codes att leaks ref t0 key secret wrong
+  local bucket=kt-e2e j=s3-fmnist jb=s3-badkey env=${KT_RUN:-e2e/cluster/.run}/env
+  key=KT$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n' | tr a-f A-F)
+  secret=kt-e2e-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  wrong=kt-e2e-wrong-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
+  S3_IP=${KT_NODE_IP:-$(. "$env" 2>/dev/null && echo "${KT_NODE_IP:-}")}
+  S3_SRC="$bucket/fmnist/train-*"
+  [ -n "$S3_IP" ] || { fail "the node's address (KT_NODE_IP in $env)"; return; }
+
+  # The shards, as TFDS writes them: feature "image" a PNG, "label" an int64.
+  py=${KT_CACHE:-$HOME/.cache/kubetrain}/venv-tf/bin/python
+  if [ ! -x "$py" ] && ! py=$(bash bench/pyvenv.sh venv-tf 2>&1); then
+    fail "TensorFlow's venv (bench/pyvenv.sh venv-tf)" "$py"; return
+  fi
+  mkdir "$dir/shards"
+  if out=$(TF_CPP_MIN_LOG_LEVEL=3 "$py" - /usr/share/datasets/fashion-mnist "$dir/shards" \
+             "$S3_SHARDS" "$S3_PER_SHARD" 2>&1 <<'PY'
+import gzip, sys
+import numpy as np
+import tensorflow as tf
+src, out, shards, per = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with gzip.open(f"{src}/train-images-idx3-ubyte.gz") as f:
+    x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
+with gzip.open(f"{src}/train-labels-idx1-ubyte.gz") as f:
+    y = np.frombuffer(f.read(), np.uint8, offset=8)
+for s in range(shards):
+    with tf.io.TFRecordWriter(f"{out}/train-{s:05d}-of-{shards:05d}") as w:
+        for i in range(s * per, (s + 1) * per):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "image": tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[tf.io.encode_png(x[i]).numpy()])),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(y[i])]))}))
+                .SerializeToString())
+PY
+  ); then ok "TensorFlow wrote $S3_SHARDS shards of $S3_PER_SHARD PNG examples"
+  else fail "TensorFlow writes the shards" "$(tail -n 5 <<<"$out")"; return; fi
+
+  # The gateway on the node's address (a pod's route to this machine), one identity.
+  if ! WEED_IP=$S3_IP weed_start "$dir/weed" "$key" "$secret" 2>"$dir/weed-start.err"; then
+    fail "SeaweedFS's S3 gateway starts on $S3_IP" "$(cat "$dir/weed-start.err")"; return
+  fi
+  echo "$WEED_PID" >"$BATCH_DIR/s3.weed.pid"
+  ok "SeaweedFS's S3 gateway answers on $S3_IP:$WEED_PORT"
+  local s3=("${WEED_CURL[@]}") url=http://$S3_IP:$WEED_PORT/$bucket
+  gateway() { echo "--- the gateway's log"; tail -n "$1" "$dir/weed/weed.log"; }
+  if ! out=$("${s3[@]}" -X PUT -o /dev/null "$url" 2>&1); then
+    fail "bucket $bucket made" "$out"$'\n'"$(gateway 5)"; return
+  fi
+  for f in "$dir"/shards/*; do
+    out=$("${s3[@]}" -T "$f" -o /dev/null "$url/fmnist/${f##*/}" 2>&1) ||
+      { fail "upload ${f##*/}" "$out"$'\n'"$(gateway 5)"; return; }
+  done
+  ok "bucket $bucket holds fmnist/train-0000[0-3]-of-00004"
+
+  t0=$(now)
+  if out=$(s3_secret s3-credentials "$key" "$secret") &&
+     out+=$(s3_secret s3-wrong "$key" "$wrong") &&
+     out+=$(s3_job $j s3-credentials "cleanPodPolicy: None") &&
+     out+=$(s3_job $jb s3-wrong "restartPolicy: ExitCode"); then
+    ok "jobs $j and $jb (a wrong secret key, restartPolicy ExitCode) applied with their Secrets"
+  else fail "the Secrets and jobs applied" "$out"; return; fi
+
+  # The wrong key: S3's 403 on the listing, exit 3, a failure that is not retried.
+  if wait_phase $jb 180 Failed; then ok "job $jb Failed ($(since "$t0")s)"
+  else fail "job $jb Failed" "$(explain $jb)"$'\n'"$(gateway 5)"; fi
+  check "$jb: Failed reason NonRetryableExitCode" \
+    "$(field $jb '{.status.conditions[?(@.type=="Failed")].reason}')" NonRetryableExitCode
+  msg=$(field $jb '{.status.conditions[?(@.type=="Failed")].message}')
+  want="exited with code 3: s3://$S3_SRC: HTTP 403 Forbidden (SignatureDoesNotMatch): check"
+  if [[ $msg == *"$want the credentials"* ]]; then
+    ok "$jb: the condition names the object and the 403: $msg"
+  else fail "$jb: the condition names the object and the 403" \
+    "condition: $msg"$'\n'"$(explain $jb)"$'\n'"$(gateway 5)"; fi
+  codes=$(kn get pods -l kubetrain.dev/job-name=$jb -o 'jsonpath={.items[*].status.containerStatuses[?(@.name=="trainer")].state.terminated.exitCode}' 2>&1)
+  if [[ " $codes " == *" 3 "* ]]; then ok "$jb: a trainer exited 3 (exit codes: $codes)"
+  else fail "$jb: a trainer exited 3" "exit codes: ${codes:-<none>}"$'\n'"$(explain $jb)"; fi
+  # Not retried: still no restart and the same attempt a while after the failure.
+  sleep 5
+  att=$(field $jb '{.status.attempt}')
+  check "$jb: no restart 5 s after (restarts 0/0, attempt 0)" "$(restarts $jb) ${att:-0}" "0/0 0"
+
+  if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job $j Succeeded ($(since "$t0")s)"
+  else fail "job $j Succeeded" "$(explain $j)"$'\n'"$(gateway 10)"; return; fi
+  check "$j: status.result.step 40, restarts 0/0" \
+    "$(field $j '{.status.result.step}') $(restarts $j)" "40 0/0"
+  n=$((S3_SHARDS * S3_PER_SHARD))
+  for i in 0 1; do
+    line=$(kn logs "$j-worker-$i" -c trainer 2>&1 | grep -F -m1 "tfrecord:s3://$S3_SRC: ")
+    if [[ $line == *"tfrecord:s3://$S3_SRC: $n examples, "* ]]; then
+      ok "worker $i read the bucket: ${line##*]: }"
+    else fail "worker $i logs its source, s3://$S3_SRC: $n examples" \
+      "$(kn logs "$j-worker-$i" -c trainer 2>&1 | grep -E -m5 's3://|tfrecord|error')"$'\n'"$(
+         kn logs "$j-worker-$i" -c trainer 2>&1 | tail -n 4)"$'\n'"$(gateway 5)"; fi
+  done
+
+  # The key reaches the trainer by reference, and neither secret key is in any pod's log
+  # (the jobs' and the operator's), pod, TrainingJob or event.
+  ref=$(kn get pod "$j-worker-0" -o 'jsonpath={.spec.containers[?(@.name=="trainer")].env[?(@.name=="AWS_SECRET_ACCESS_KEY")].valueFrom.secretKeyRef}')
+  check "$j-worker-0's AWS_SECRET_ACCESS_KEY is a secretKeyRef" "$(jq -cS . <<<"$ref" 2>&1)" \
+    '{"key":"AWS_SECRET_ACCESS_KEY","name":"s3-credentials"}'
+  leaks=$(
+    for f in $(kn get pods -o name 2>/dev/null); do kn logs "$f" --all-containers 2>&1; done
+    for f in $(k -n "$REL_NS" get pods -o name 2>/dev/null); do
+      k -n "$REL_NS" logs "$f" --all-containers 2>&1
+    done
+    kn get pods,tj,events -o yaml 2>&1
+    k -n "$REL_NS" get events -o yaml 2>&1
+  )
+  if ! grep -qF "tfrecord:s3://$S3_SRC: " <<<"$leaks"; then
+    fail "the logs read for the secret keys hold the trainers'" "$(head -n 20 <<<"$leaks")"
+  elif grep -n -e "$secret" -e "$wrong" <<<"$leaks" >"$dir/leaks"; then
+    fail "no secret key in a log, pod, TrainingJob or event" "$(head -c 2000 "$dir/leaks")"
+  else ok "no secret key in $(wc -l <<<"$leaks") lines of logs, pods, TrainingJobs and events"; fi
 }
 
 s_operator() {
@@ -1636,8 +1808,8 @@ s_progress() {
   end
 }
 
-ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting suspend
-     deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
+ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting
+     suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
 # --- running them --------------------------------------------------------------------------
@@ -1645,18 +1817,20 @@ ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrial
 # they run as one batch whose lanes end together): each runs in a namespace of its own,
 # $NS-<scenario>, with its own checkpoint claim, up to KT_SUITE_JOBS (3) at once; their
 # jobs request no CPU (elastic's ask for an extended resource of its own, which no other
-# pod asks for), so they only slow each other down. Every other scenario needs the cluster to itself
+# pod asks for; s3's S3 gateway is a process on the machine, niced), so they only slow
+# each other down. Every other scenario needs the cluster to itself
 # (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the operator or the release:
 # operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
 # and suspend compare with): it waits for those in flight and runs alone, in $NS.
 SHARED=(invalid preempt kill137 recovery elastic killtrials badmodel progress suspend deadline waiting
-        tfmwms tfps tfexit tfauto)
+        tfmwms tfps tfexit tfauto s3)
 SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh
 jobs_valid "e2e/suite.sh: KT_SUITE_JOBS=$SUITE_JOBS" "$SUITE_JOBS"
 BATCH=()
 BATCH_DIR=$(mktemp -d)
-trap 'rm -rf "$BATCH_DIR"' EXIT
+# The s3 scenario's S3 gateway, should the suite end while it runs.
+trap 'kill -KILL "$(cat "$BATCH_DIR/s3.weed.pid" 2>/dev/null)" 2>/dev/null; rm -rf "$BATCH_DIR"' EXIT
 
 # batch_run I: scenario BATCH[I] in a namespace of its own; its TAP (numbered from 1),
 # results and measurements into $BATCH_DIR, then I.done. run_in_order runs it in the

@@ -5,7 +5,8 @@
 # hash), the cluster is made in build/e2e/suite/run and torn
 # down at the end. Skips, saying why, when the machine cannot run a node (not root, no
 # containerd/runc/CNI plugins, another full cluster holds the bridge), Docker is not
-# there; a failed build of the Kubernetes binaries, CoreDNS, Kueue or helm is a failure.
+# there; a failed build of the Kubernetes binaries, CoreDNS, Kueue, helm or SeaweedFS (the
+# s3 scenario's S3 gateway) is a failure.
 # Kueue runs on the cluster for the kueue scenario (KT_KUEUE=0 leaves it off).
 # KT_E2E_IMAGE_PREFIX (default kubetrain) names the images it builds and tests.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
@@ -18,7 +19,8 @@ if ! why=$(bash e2e/run.sh check full 2>&1); then skip_all "${why#e2e/run.sh: }"
 docker info >/dev/null 2>&1 || bash docker/dockerd.sh >/dev/null 2>&1
 docker info >/dev/null 2>&1 ||
   skip_all "Docker is not running (docker/dockerd.sh could not start it)"
-builds=("e2e/cluster/build-k8s.sh full" e2e/cluster/build-coredns.sh charts/build-helm.sh)
+builds=("e2e/cluster/build-k8s.sh full" e2e/cluster/build-coredns.sh charts/build-helm.sh
+        e2e/cluster/build-seaweedfs.sh)
 [ "${KT_KUEUE:-}" = 0 ] || builds+=(e2e/cluster/build-kueue.sh)
 for b in "${builds[@]}"; do
   # shellcheck disable=SC2086 # $b is a script and its argument
