@@ -32,7 +32,8 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() {
   local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  # SIGKILL: their data goes with $tmp, and SeaweedFS takes 25 s to stop on SIGTERM
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
