@@ -932,15 +932,14 @@ static int open_remote(File *f, Window *w, char *err, size_t errlen)
     int rc = remote_object_open(f->path, &f->obj, &head, &n, err, errlen);
     if (rc) return rc;
     f->len = (size_t)remote_object_size(f->obj);
-    if (remote_object_ranged(f->obj) && (f->comp = detect(head, n)) == COMP_NONE) {
-        *w = (Window){.buf = head, .cap = n, .start = 0, .n = n};
-        return 0;
-    }
     if (remote_object_ranged(f->obj)) {
+        if ((f->comp = detect(head, n)) == COMP_NONE) {
+            *w = (Window){.buf = head, .cap = n, .start = 0, .n = n};
+            return 0;
+        }
         free(head);
         return open_inflater(f, f->len, err, errlen);
     }
-    f->comp = COMP_NONE;
     remote_object_close(f->obj);
     f->obj = NULL;
     if (n == f->len) {
@@ -1192,9 +1191,11 @@ int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, c
         const size_t total = 16 + (size_t)ix->at[want[j]].len;
         /* a record cut short (the object shrank) is left to its read, which says so */
         if (avail[j] < total || ix->held[want[j]]) continue;
-        uint8_t *copy = malloc(total);
+        /* an inflated record is already a copy of its own; a range's is cut out of it */
+        uint8_t *copy = inflated[j] ? inflated[j] : malloc(total);
         if (!copy) break;
-        memcpy(copy, rec[j], total);
+        if (!inflated[j]) memcpy(copy, rec[j], total);
+        inflated[j] = NULL;
         ix->held[want[j]] = copy;
         ix->held_bytes += total;
     }
@@ -1218,8 +1219,7 @@ void tfrecord_log_held(const Source *s)
     if (ix->reads)
         util_log("tfrecord: %zu of the %zu examples read from object storage or compressed "
                  "files came from the read-ahead of the shuffle buffer (%.0f%%; held within "
-                 "--data-cache-mib %zu, "
-                 "the rest read when used)",
+                 "--data-cache-mib %zu, the rest read when used)",
                  ix->hits, ix->reads, 100.0 * (double)ix->hits / (double)ix->reads,
                  ix->budget >> 20);
     ix->reads = ix->hits = 0;
@@ -1252,8 +1252,7 @@ void tfrecord_index_free(TfrecordIndex *ix)
     }
     free(ix->files);
     free(ix->at);
-    if (ix->held)
-        for (size_t i = 0; i < ix->slots; i++) free(ix->held[i]);
+    for (size_t i = 0; i < ix->slots; i++) free(ix->held[i]);
     free(ix->held);
     pthread_mutex_destroy(&ix->held_mu);
     pthread_mutex_destroy(&ix->zin_mu);
