@@ -161,6 +161,10 @@ def is_recovery_cluster(d):
     return d.get("benchmark") == "recovery-cluster" and isinstance(d.get("runs"), list)
 
 
+def is_elastic_cluster(d):
+    return d.get("benchmark") == "elastic-cluster" and isinstance(d.get("runs"), list)
+
+
 def is_data_sources(d):
     return str(d.get("benchmark", "")).startswith("data sources")
 
@@ -567,6 +571,43 @@ def recovery_cluster_section(src):
     return lines
 
 
+def elastic_cluster_section(src):
+    d = src.doc
+    lines = section_head(src, "Elastic vs today's behaviour on the cluster (%s)" % src.name,
+                         benchmark=True)
+    st = d.get("setup", {})
+    if st.get("job"):
+        lines += ["Job: %s. Victims by round (seed %s): %s. Modes: %s." %
+                  (st["job"], st.get("seed"), st.get("victims_by_round"),
+                   "; ".join("%s: %s" % kv for kv in st.get("modes", {}).items())), ""]
+    if d.get("note"):
+        lines += ["Note: %s" % d["note"], ""]
+    cols = [("unschedulable_s", "loss -> unschedulable s"),
+            ("t0_to_first_step_s", "loss -> first step s"),
+            ("after_detection_s", "unschedulable -> first step s"),
+            ("steps_trained_twice", "steps trained twice"),
+            ("survivors_restarted", "survivors restarted"),
+            ("idle_worker_seconds", "idle worker-s"),
+            ("room_back_to_full_s", "room back -> 4 training s"),
+            ("loss_to_end_s", "loss -> last step s")]
+    rows = []
+    for mode, m in d.get("median", {}).items():
+        n = sum(1 for r in d["runs"] if r["mode"] == mode and "error" not in r)
+        rows.append([mode, n] + [m.get(k, "") for k, _ in cols])
+    lines += ["Medians:", "", table(["mode", "runs"] + [c for _, c in cols], rows), ""]
+    lines += ["Targets: %s." % "; ".join("%s: %s" % (k, fmt(v))
+                                         for k, v in d.get("met", {}).items()), ""]
+    rows = []
+    for r in d["runs"]:
+        if "error" in r:
+            rows.append([r.get("round"), r["mode"], r["victim"],
+                         "failed: %s" % r["error"][:80]] + [""] * len(cols))
+            continue
+        rows.append([r.get("round"), r["mode"], r["victim"]] + [r.get(k) for k, _ in cols])
+    lines += [table(["round", "mode", "victim"] + [c for _, c in cols], rows), ""]
+    return lines
+
+
 def is_members_latency(d):
     return isinstance(d.get("latency_ms"), dict) and isinstance(d.get("spread_ms"), dict)
 
@@ -782,6 +823,7 @@ def main():
     gk = [s for s in sources if is_gang_kueue(s.doc)]
     pr = [s for s in sources if is_progress(s.doc)]
     rcl = [s for s in sources if is_recovery_cluster(s.doc)]
+    ecl = [s for s in sources if is_elastic_cluster(s.doc)]
     kp = [s for s in sources if is_kueue_paths(s.doc)]
     ml = [s for s in sources if is_members_latency(s.doc)]
     ds = [s for s in sources if is_data_sources(s.doc)]
@@ -838,6 +880,8 @@ def main():
             md += progress_section(s)
         elif s in rcl:
             md += recovery_cluster_section(s)
+        elif s in ecl:
+            md += elastic_cluster_section(s)
         elif s in kp:
             md += kueue_paths_section(s)
         elif s in ml:

@@ -94,6 +94,15 @@ bench-recovery-cluster: images helm
 	@bash operator/bench/recovery-cluster.sh
 BENCH_TARGETS += bench-recovery-cluster
 
+# Benchmark: an elastic job against today's behaviour on the full local cluster (root; held
+# under /tmp/kt-full-cluster.lock): a worker pod of a 4-worker job deleted while a filler
+# pod holds its room; the time to the next step, steps trained twice, survivors restarted,
+# idle worker-seconds; JSON in bench/results/elastic-cluster.json
+# (operator/bench/elastic-cluster.sh).
+bench-elastic-cluster: images helm
+	@bash operator/bench/elastic-cluster.sh
+BENCH_TARGETS += bench-elastic-cluster
+
 # Benchmark: the operator's RSS and CPU with 100 Running jobs, status.progress scraping on
 # vs off, api-level cluster, the chiefs' /metrics mocked (operator/bench/progress.py);
 # JSON in bench/results/progress.json.
@@ -108,7 +117,7 @@ bench-members-latency:
 	@bash operator/bench/members-latency.sh
 BENCH_TARGETS += bench-members-latency
 .PHONY: bench-gang-kueue bench-kueue-paths bench-recovery-cluster bench-progress \
-	bench-members-latency
+	bench-members-latency bench-elastic-cluster
 
 # Benchmark at cluster scale: 1,000 jobs x 8 workers on kwok's simulated nodes, side by
 # side with the training-operator; JSON in bench/results/operator-scale.json.
