@@ -527,9 +527,9 @@ static void bn_affine(float *sc, const float *gamma, const float *beta, size_t c
     }
 }
 
-static int bn_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
-                            const float *gamma, const float *beta, size_t rows, int c, float eps,
-                            int relu, const BnSync *sync)
+int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
+                                 const float *inp, const float *gamma, const float *beta,
+                                 size_t rows, int c, float eps, int relu, const BnSync *sync)
 {
     const size_t cc = (size_t)c;
     float *sc = xmalloc(2 * cc * sizeof *sc);
@@ -564,24 +564,19 @@ out:
     return rc;
 }
 
-int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
-                                 const float *inp, const float *gamma, const float *beta,
-                                 size_t rows, int c, float eps, int relu, const BnSync *sync)
-{
-    return bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, relu, sync);
-}
-
 void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
                              const float *gamma, const float *beta, size_t rows, int c, float eps)
 {
-    bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0, NULL);
+    (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0,
+                                       NULL); /* no sync: nothing can fail */
 }
 
 void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *invstd,
                                   const float *inp, const float *gamma, const float *beta,
                                   size_t rows, int c, float eps)
 {
-    bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1, NULL);
+    (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1,
+                                       NULL);
 }
 
 static void bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
@@ -686,9 +681,10 @@ static void batchnorm_backward_dinput_task(void *ctx, int t)
     free(dm);
 }
 
-static int bn_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
-                       const float *y, const float *inp, const float *mean, const float *invstd,
-                       const float *gamma, size_t rows, int c, const BnSync *sync)
+int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                            const float *y, const float *inp, const float *mean,
+                            const float *invstd, const float *gamma, size_t rows, int c,
+                            const BnSync *sync)
 {
     const size_t cc = (size_t)c;
     /* sum dout, sum dout * xhat, then k (the rows before it, for a sync) */
@@ -732,22 +728,16 @@ void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float 
                         const float *inp, const float *mean, const float *invstd,
                         const float *gamma, size_t rows, int c)
 {
-    bn_backward(dinput, dgamma, dbeta, dout, NULL, inp, mean, invstd, gamma, rows, c, NULL);
+    (void)batchnorm_backward_sync(dinput, dgamma, dbeta, dout, NULL, inp, mean, invstd, gamma, rows,
+                                  c, NULL); /* no sync: nothing can fail */
 }
 
 void batchnorm_backward_relu(float *dinput, float *dgamma, float *dbeta, const float *dout,
                              const float *out, const float *inp, const float *mean,
                              const float *invstd, const float *gamma, size_t rows, int c)
 {
-    bn_backward(dinput, dgamma, dbeta, dout, out, inp, mean, invstd, gamma, rows, c, NULL);
-}
-
-int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
-                            const float *y, const float *inp, const float *mean,
-                            const float *invstd, const float *gamma, size_t rows, int c,
-                            const BnSync *sync)
-{
-    return bn_backward(dinput, dgamma, dbeta, dout, y, inp, mean, invstd, gamma, rows, c, sync);
+    (void)batchnorm_backward_sync(dinput, dgamma, dbeta, dout, out, inp, mean, invstd, gamma, rows,
+                                  c, NULL);
 }
 
 void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset)
