@@ -57,6 +57,20 @@ static inline void coll_destroy(Collective *c)
     if (c) c->destroy(c);
 }
 
+/* An all-reduce of n floats, in place: coll_allreduce_sum's, or one that keeps its place
+ * among others (overlap.h's overlap_allreduce). */
+typedef int (*CollAllreduceFn)(void *ctx, float *buf, size_t n, char *err, size_t errlen);
+
+/* Sums n doubles over every rank of `world`, in place, exactly as doubles: rank `rank`'s
+ * values go, each cut into three whole numbers below 2^22 (the top 22 bits of its
+ * representation, then 21 and 21), into its own slots of a buffer of world x 3n floats,
+ * zero elsewhere; allreduce(ctx, ...) sums that buffer, which gathers the ranks' values bit
+ * for bit (a whole float plus zeros is that float, in any order), and every rank then
+ * adds them in rank order, in double: the same bits on every rank. Returns 0, or
+ * allreduce's negative errno with err. */
+int coll_sum_doubles(double *v, size_t n, int rank, int world, CollAllreduceFn allreduce, void *ctx,
+                     char *err, size_t errlen);
+
 /* The world-size-1 collective: every operation is the identity. Caller frees with
  * coll_destroy. */
 Collective *coll_local_create(void);

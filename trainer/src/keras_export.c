@@ -203,6 +203,8 @@ static cJSON *layer_config(const Layer *l)
         add_float(cfg, "epsilon", l->epsilon);
         cJSON_AddBoolToObject(cfg, "center", l->b_count != 0);
         cJSON_AddBoolToObject(cfg, "scale", l->w_count != 0);
+        if (l->synchronized) /* only when set: the key is Keras's default otherwise */
+            cJSON_AddTrueToObject(cfg, "synchronized");
         break;
     case LAYER_DROPOUT:
     default:

@@ -148,7 +148,7 @@ static const Field relu_fields[] = {{"negative_slope", F_COPY},
 static const Field leaky_fields[] = {
     {"negative_slope", F_SLOPE}, {"alpha", F_SLOPE}, {"trainable", F_BOOL}, {NULL, F_NAME}};
 
-/* synchronized true is refused by model.c, naming the field */
+/* synchronized is handed on: model.c checks it (true: model_step_sync) */
 static const Field batchnorm_fields[] = {{"axis", F_COPY},
                                          {"momentum", F_COPY},
                                          {"epsilon", F_COPY},

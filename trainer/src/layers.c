@@ -422,8 +422,9 @@ void avgpool_backward(float *dinput, const float *dout, const PoolGeom *g, int b
 /* One BatchNormalization pass, shared by its tasks. Per channel (c each): center, the
  * mean subtracted from the input; by, what the difference is then multiplied by (the
  * batch's invstd) or, in inference, divided by (the moving deviation); scale and shift,
- * gamma (or 1) and beta (or 0); in the backward, sum_d and sum_dx, the sums of dout and
- * dout * xhat, and k = gamma * invstd / rows. */
+ * gamma (or 1) and beta (or 0); in the forward's sums, sum_d the sums of x (center NULL)
+ * or of (x - center)^2; in the backward, sum_d and sum_dx, the sums of dout and dout *
+ * xhat, and k = gamma * invstd / n. */
 typedef struct {
     size_t rows, c;
     size_t part; /* channels (a sum) or rows (an element-wise pass) per task */
@@ -431,10 +432,9 @@ typedef struct {
     const float *dout; /* backward: (rows, c) the output's gradient */
     const float *y; /* backward: the relu's output where fused (its sign masks dout) */
     float *out; /* forward: the output; backward: the input's gradient */
-    float *mean, *var, *invstd; /* the training forward's statistics, written */
     const float *center, *by, *scale, *shift;
     int divide, relu;
-    float eps;
+    double n; /* backward: the rows the statistics are of (every rank's when synchronized) */
     double *acc; /* a sum's accumulators, 2 x `stride` doubles per task */
     size_t stride;
     double *sum_d, *sum_dx;
@@ -468,30 +468,30 @@ static void bn_channels(const BnPass *p, int t, size_t *j0, size_t *j1)
     *j1 = *j0 + p->part < p->c ? *j0 + p->part : p->c;
 }
 
-/* The batch's mean, variance and invstd of task t's channels: two passes, as
- * tf.nn.moments, the mean first and then the squared deviations, summed in double. */
-static void batchnorm_forward_stats_task(void *ctx, int t)
+/* Of task t's channels, the sum over the rows of x (p->center NULL) or of the squared
+ * deviations (x - center)^2, in double, into p->sum_d: the two passes of tf.nn.moments,
+ * the mean first. */
+static void batchnorm_forward_sums_task(void *ctx, int t)
 {
     BnPass *p = ctx;
     size_t j0, j1;
     bn_channels(p, t, &j0, &j1);
     const size_t cc = p->c, w = j1 - j0;
     double *acc = p->acc + (size_t)t * p->stride;
-    const float *x = p->inp + j0, *mean = p->mean + j0;
+    const float *x = p->inp + j0;
     for (size_t j = 0; j < w; j++) acc[j] = 0.0;
-    for (size_t r = 0; r < p->rows; r++)
-        for (size_t j = 0; j < w; j++) acc[j] += x[r * cc + j];
-    for (size_t j = 0; j < w; j++)
-        p->mean[j0 + j] = (float)(acc[j] / (double)p->rows), acc[j] = 0.0;
-    for (size_t r = 0; r < p->rows; r++)
-        for (size_t j = 0; j < w; j++) {
-            const double dev = (double)x[r * cc + j] - mean[j];
-            acc[j] += dev * dev;
-        }
-    for (size_t j = j0; j < j1; j++) {
-        p->var[j] = (float)(acc[j - j0] / (double)p->rows);
-        p->invstd[j] = 1.0f / sqrtf(p->var[j] + p->eps);
+    if (!p->center) {
+        for (size_t r = 0; r < p->rows; r++)
+            for (size_t j = 0; j < w; j++) acc[j] += x[r * cc + j];
+    } else {
+        const float *mean = p->center + j0;
+        for (size_t r = 0; r < p->rows; r++)
+            for (size_t j = 0; j < w; j++) {
+                const double dev = (double)x[r * cc + j] - mean[j];
+                acc[j] += dev * dev;
+            }
     }
+    for (size_t j = 0; j < w; j++) p->sum_d[j0 + j] = acc[j];
 }
 
 /* out = scale * xhat + shift (relu'd when fused) over task t's rows, xhat = (x - center)
@@ -527,42 +527,56 @@ static void bn_affine(float *sc, const float *gamma, const float *beta, size_t c
     }
 }
 
-static void bn_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
-                             const float *gamma, const float *beta, size_t rows, int c, float eps,
-                             int relu)
+int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
+                                 const float *inp, const float *gamma, const float *beta,
+                                 size_t rows, int c, float eps, int relu, const BnSync *sync)
 {
     const size_t cc = (size_t)c;
     float *sc = xmalloc(2 * cc * sizeof *sc);
+    double *sums = xmalloc((cc + 1) * sizeof *sums); /* per channel, then the rows */
+    int rc = 0;
     bn_affine(sc, gamma, beta, cc);
     BnPass p = {.rows = rows,
                 .c = cc,
                 .inp = inp,
                 .out = out,
-                .mean = mean,
-                .var = var,
-                .invstd = invstd,
-                .center = mean,
                 .by = invstd,
                 .scale = sc,
                 .shift = sc + cc,
                 .relu = relu,
-                .eps = eps};
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_stats_task);
+                .sum_d = sums};
+    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
+    sums[cc] = (double)rows;
+    if (sync && (rc = sync->sum(sync->ctx, sums, cc + 1))) goto out;
+    const double n = sums[cc];
+    for (size_t j = 0; j < cc; j++) mean[j] = (float)(sums[j] / n);
+    p.center = mean;
+    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
+    if (sync && (rc = sync->sum(sync->ctx, sums, cc))) goto out;
+    for (size_t j = 0; j < cc; j++) {
+        var[j] = (float)(sums[j] / n);
+        invstd[j] = 1.0f / sqrtf(var[j] + eps);
+    }
     bn_run(&p, rows, 1, 0, batchnorm_forward_apply_task);
+out:
+    free(sums);
     free(sc);
+    return rc;
 }
 
 void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd, const float *inp,
                              const float *gamma, const float *beta, size_t rows, int c, float eps)
 {
-    bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0);
+    (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0,
+                                       NULL); /* no sync: nothing can fail */
 }
 
 void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *invstd,
                                   const float *inp, const float *gamma, const float *beta,
                                   size_t rows, int c, float eps)
 {
-    bn_forward_train(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1);
+    (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1,
+                                       NULL);
 }
 
 static void bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
@@ -651,7 +665,7 @@ static void batchnorm_backward_dinput_task(void *ctx, int t)
     const BnPass *p = ctx;
     const size_t cc = p->c, r0 = (size_t)t * p->part;
     const size_t r1 = r0 + p->part < p->rows ? r0 + p->part : p->rows;
-    const double n = (double)p->rows;
+    const double n = p->n;
     const double *restrict k = p->k, *restrict sd = p->sum_d, *restrict sdx = p->sum_dx;
     const float *restrict mean = p->center, *restrict invstd = p->by;
     float *dm = p->y ? xmalloc(cc * sizeof *dm) : NULL;
@@ -667,12 +681,15 @@ static void batchnorm_backward_dinput_task(void *ctx, int t)
     free(dm);
 }
 
-static void bn_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
-                        const float *y, const float *inp, const float *mean, const float *invstd,
-                        const float *gamma, size_t rows, int c)
+int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                            const float *y, const float *inp, const float *mean,
+                            const float *invstd, const float *gamma, size_t rows, int c,
+                            const BnSync *sync)
 {
     const size_t cc = (size_t)c;
-    double *sums = xmalloc(3 * cc * sizeof *sums); /* sum dout, sum dout * xhat, k */
+    /* sum dout, sum dout * xhat, then k (the rows before it, for a sync) */
+    double *sums = xmalloc((3 * cc + 1) * sizeof *sums);
+    int rc = 0;
     BnPass p = {.rows = rows,
                 .c = cc,
                 .inp = inp,
@@ -683,32 +700,44 @@ static void bn_backward(float *dinput, float *dgamma, float *dbeta, const float 
                 .by = invstd,
                 .sum_d = sums,
                 .sum_dx = sums + cc,
-                .k = sums + 2 * cc};
+                .k = sums + 2 * cc,
+                .n = (double)rows};
     bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_backward_sums_task);
+    sums[2 * cc] = (double)rows;
+    if (sync && (rc = sync->sum(sync->ctx, sums, 2 * cc + 1))) goto out;
+    p.n = sums[2 * cc];
+    /* the gradient all-reduce sums the ranks' gamma and beta gradients: each rank's own
+     * share, or synchronized the global batch's from the first rank alone, which sums
+     * exactly into them */
+    const int zero = sync && !sync->first;
     if (dbeta)
-        for (size_t j = 0; j < cc; j++) dbeta[j] = (float)sums[j];
+        for (size_t j = 0; j < cc; j++) dbeta[j] = zero ? 0.0f : (float)sums[j];
     if (dgamma)
-        for (size_t j = 0; j < cc; j++) dgamma[j] = (float)sums[cc + j];
+        for (size_t j = 0; j < cc; j++) dgamma[j] = zero ? 0.0f : (float)sums[cc + j];
     if (dinput) {
         for (size_t j = 0; j < cc; j++)
-            sums[2 * cc + j] = (gamma ? gamma[j] : 1.0) * invstd[j] / (double)rows;
+            sums[2 * cc + j] = (gamma ? gamma[j] : 1.0) * invstd[j] / p.n;
         bn_run(&p, rows, 1, 0, batchnorm_backward_dinput_task);
     }
+out:
     free(sums);
+    return rc;
 }
 
 void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
                         const float *inp, const float *mean, const float *invstd,
                         const float *gamma, size_t rows, int c)
 {
-    bn_backward(dinput, dgamma, dbeta, dout, NULL, inp, mean, invstd, gamma, rows, c);
+    (void)batchnorm_backward_sync(dinput, dgamma, dbeta, dout, NULL, inp, mean, invstd, gamma, rows,
+                                  c, NULL); /* no sync: nothing can fail */
 }
 
 void batchnorm_backward_relu(float *dinput, float *dgamma, float *dbeta, const float *dout,
                              const float *out, const float *inp, const float *mean,
                              const float *invstd, const float *gamma, size_t rows, int c)
 {
-    bn_backward(dinput, dgamma, dbeta, dout, out, inp, mean, invstd, gamma, rows, c);
+    (void)batchnorm_backward_sync(dinput, dgamma, dbeta, dout, out, inp, mean, invstd, gamma, rows,
+                                  c, NULL);
 }
 
 void rescaling_forward(float *out, const float *inp, size_t n, float scale, float offset)

@@ -165,6 +165,37 @@ void batchnorm_backward_relu(float *dinput, float *dgamma, float *dbeta, const f
                              const float *out, const float *inp, const float *mean,
                              const float *invstd, const float *gamma, size_t rows, int c);
 
+/* A synchronized BatchNormalization (Keras's synchronized=True): its statistics are of
+ * the step's global batch, every rank's rows, not of this rank's alone. sum(ctx, v, n)
+ * replaces the n doubles of v by their sums over every rank of the step, the same bits on
+ * every rank, and returns 0, or a negative errno, with which the pass stops at once (its
+ * outputs then undefined). Every rank makes the same calls in the same order. */
+typedef struct {
+    int (*sum)(void *ctx, double *v, size_t n);
+    void *ctx;
+    int first; /* 1 on one rank of the step (rank 0), which writes what is of the global
+                  batch and to be summed over the ranks; 0 on the others */
+} BnSync;
+
+/* batchnorm_forward_train, or with relu batchnorm_forward_train_relu, with the statistics
+ * of every rank's rows when sync != NULL: each channel's sum of x and the rows are summed
+ * over the ranks (sync->sum) before the mean is taken, then the sums of the squared
+ * deviations from that mean before the variance, the same two passes as on one rank. With
+ * sync NULL the same bits as those. Returns 0 or sync->sum's negative errno. */
+int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
+                                 const float *inp, const float *gamma, const float *beta,
+                                 size_t rows, int c, float eps, int relu, const BnSync *sync);
+/* batchnorm_backward, or with y (the relu's output) batchnorm_backward_relu, through the
+ * statistics of every rank's rows when sync != NULL: the sums of dout and dout * xhat and
+ * the rows are summed over the ranks (sync->sum), dinput formed from them, and dgamma and
+ * dbeta are those global sums on the first rank and zeros on the others, so that the
+ * gradient all-reduce sums them into exactly the global batch's. With sync NULL the same
+ * bits as those. Returns 0 or sync->sum's negative errno. */
+int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                            const float *y, const float *inp, const float *mean,
+                            const float *invstd, const float *gamma, size_t rows, int c,
+                            const BnSync *sync);
+
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask
  * is drawn from *rng (splitmix64). In place on x. */

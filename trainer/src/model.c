@@ -515,9 +515,9 @@ static int batchnorm_axis(const Layer *l, const cJSON *o, const SpecCtx *sc)
 }
 
 /* BatchNormalization: axis (the last), momentum (default 0.99), epsilon (1e-3), center
- * and scale (true); synchronized false, each rank normalising with its own examples'
- * statistics (Keras's default). Gamma is the kernel, beta the bias, the moving mean and
- * variance the state. */
+ * and scale (true), synchronized (false: each rank normalising with its own examples'
+ * statistics, Keras's default; true: with the global batch's, model_step_sync). Gamma is
+ * the kernel, beta the bias, the moving mean and variance the state. */
 static int batchnorm_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
 {
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "momentum");
@@ -538,15 +538,12 @@ static int batchnorm_layer(Layer *l, const cJSON *o, const SpecCtx *sc)
         (rc = spec_initializer(sc, o, "moving_mean_initializer", init_zeros, &l->init[2])) ||
         (rc = spec_initializer(sc, o, "moving_variance_initializer", init_ones, &l->init[3])))
         return rc;
-    if (sy && !cJSON_IsFalse(sy))
-        return spec_fail(sc, "synchronized",
-                         "false: batch statistics all-reduced over the workers are not "
-                         "implemented; each worker normalises with its own examples' "
-                         "statistics (Keras's default)");
+    if (sy && !cJSON_IsBool(sy)) return spec_fail(sc, "synchronized", "true or false");
     const size_t c = (size_t)l->in_shape[l->in_rank - 1];
     l->type = LAYER_BATCHNORM;
     l->momentum = mo ? (float)mo->valuedouble : 0.99f;
     l->epsilon = ep ? (float)ep->valuedouble : 1e-3f;
+    l->synchronized = cJSON_IsTrue(sy);
     l->w_count = sa && cJSON_IsFalse(sa) ? 0 : c;
     l->b_count = ce && cJSON_IsFalse(ce) ? 0 : c;
     l->s_count = 2 * c;
@@ -855,8 +852,9 @@ static void make_signature(Model *m)
             append(&s, &len, &cap, "|rescaling(%.9g,%.9g)", (double)l->scale, (double)l->offset);
             break;
         case LAYER_BATCHNORM:
-            append(&s, &len, &cap, "|batchnorm(%.9g,%.9g%s%s)", (double)l->momentum,
-                   (double)l->epsilon, l->b_count ? "" : ",nocenter", l->w_count ? "" : ",noscale");
+            append(&s, &len, &cap, "|batchnorm(%.9g,%.9g%s%s%s)", (double)l->momentum,
+                   (double)l->epsilon, l->b_count ? "" : ",nocenter", l->w_count ? "" : ",noscale",
+                   l->synchronized ? ",synchronized" : "");
             break;
         }
     }
@@ -1388,18 +1386,27 @@ typedef struct {
     float *d, *din; /* backward: the layer's output gradient and its input gradient */
     float sgd_lr;   /* > 0: plain SGD folded into the Dense layers' backward */
     int replicas;
+    const BnSync *sync; /* NULL: the synchronized BatchNormalizations as the others */
 } Pass;
 
-/* BatchNormalization of layer p->layer over the whole batch (n values from in): in
- * training with the batch's statistics, which go to the layer's state slots of grads
- * divided by the replicas (model_update_moving), else with the moving ones. Into its
- * output, or with the relu after it into the relu's (batchnorm_feeds_relu). */
-static void batchnorm_forward(const Pass *p, const float *in, size_t n)
+/* The sums of layer l's pass: NULL unless it is synchronized and the step has others. */
+static const BnSync *layer_sync(const Pass *p, const Layer *l)
+{
+    return l->synchronized ? p->sync : NULL;
+}
+
+/* BatchNormalization of layer p->layer over the whole batch: in training with the
+ * batch's statistics (the global batch's when synchronized: layer_sync), which go to the
+ * layer's state slots of grads for model_update_moving, else with the moving ones. Into
+ * its output, or with the relu after it into the relu's (batchnorm_feeds_relu). Returns
+ * 0 or the sum's negative errno. */
+static int batchnorm_forward(const Pass *p)
 {
     Model *m = p->m;
     const int i = p->layer, relu = batchnorm_feeds_relu(m, i);
     const Layer *l = &m->layers[i];
-    const size_t c = l->s_count / 2, rows = n / c;
+    const float *in = layer_out(m, p->x, i - 1, 0);
+    const size_t c = l->s_count / 2, rows = (size_t)p->b * l->out_size / c;
     float *out = m->acts[relu ? i + 1 : i];
     const float *gamma = l->w_count ? m->params + l->w_off : NULL;
     const float *beta = l->b_count ? m->params + l->b_off : NULL;
@@ -1409,16 +1416,19 @@ static void batchnorm_forward(const Pass *p, const float *in, size_t n)
             batchnorm_forward_infer_relu(out, in, gamma, beta, mmean, mvar, rows, (int)c,
                                          l->epsilon);
         else batchnorm_forward_infer(out, in, gamma, beta, mmean, mvar, rows, (int)c, l->epsilon);
-        return;
+        return 0;
     }
+    const BnSync *sync = layer_sync(p, l);
     float *st = m->bnstats[i], *g = m->grads + l->s_off;
-    if (relu)
-        batchnorm_forward_train_relu(out, st, st + c, st + 2 * c, in, gamma, beta, rows, (int)c,
-                                     l->epsilon);
-    else
-        batchnorm_forward_train(out, st, st + c, st + 2 * c, in, gamma, beta, rows, (int)c,
-                                l->epsilon);
-    for (size_t j = 0; j < 2 * c; j++) g[j] = st[j] / (float)p->replicas;
+    int rc = batchnorm_forward_train_sync(out, st, st + c, st + 2 * c, in, gamma, beta, rows,
+                                          (int)c, l->epsilon, relu, sync);
+    if (rc) return rc;
+    /* each rank's statistics over the ranks, which the all-reduce sums into their mean;
+     * synchronized, the global batch's (the same bits on every rank) from the first alone,
+     * which it sums into exactly them */
+    for (size_t j = 0; j < 2 * c; j++)
+        g[j] = !sync ? st[j] / (float)p->replicas : sync->first ? st[j] : 0.0f;
+    return 0;
 }
 
 /* Runs layer p->layer on examples lo..lo+cnt-1. The last layer's softmax is left out:
@@ -1452,7 +1462,7 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_forward(out, in, &l->pool, cnt); break;
     case LAYER_RESCALING: rescaling_forward(out, in, n, l->scale, l->offset); break;
-    case LAYER_BATCHNORM: batchnorm_forward(p, in, n); return;
+    case LAYER_BATCHNORM: return; /* forward() runs it: batchnorm_forward */
     case LAYER_ACTIVATION:
     case LAYER_RELU: memcpy(out, in, n * sizeof *out); break;
     case LAYER_LEAKY_RELU:
@@ -1482,20 +1492,25 @@ static void forward_task(void *arg, int s)
     forward_layer(p, lo, shard_lo(p->b, p->shards, s + 1) - lo);
 }
 
-/* Forward over the whole batch, layer by layer. */
-static void forward(Pass *p)
+/* Forward over the whole batch, layer by layer. Returns 0, or a synchronized
+ * BatchNormalization's negative errno, there. */
+static int forward(Pass *p)
 {
     Model *m = p->m;
     p->draws = 0;
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
+        int rc;
         p->layer = i;
         if (i > 0 && batchnorm_feeds_relu(m, i - 1)) continue; /* the batchnorm did it */
-        if (p->shards > 1 && layer_sharded(l)) parallel_for(p->shards, forward_task, p);
+        if (l->type == LAYER_BATCHNORM) {
+            if ((rc = batchnorm_forward(p))) return rc;
+        } else if (p->shards > 1 && layer_sharded(l)) parallel_for(p->shards, forward_task, p);
         else forward_layer(p, 0, p->b);
         if (l->type == LAYER_DROPOUT && p->training && m->dropout_enabled && l->rate > 0.0f)
             p->draws += (uint64_t)p->b * l->out_size;
     }
+    return 0;
 }
 
 static double loss_of(Model *m, float *dout, int *correct, const float *out, const int32_t *y,
@@ -1583,17 +1598,7 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
     case LAYER_AVGPOOL:
     case LAYER_GLOBAL_AVGPOOL: avgpool_backward(din, d, &l->pool, cnt); break;
     case LAYER_RESCALING: rescaling_backward(d, (size_t)cnt * l->out_size, l->scale); break;
-    case LAYER_BATCHNORM: {
-        const size_t c = l->s_count / 2, rows = (size_t)cnt * l->out_size / c;
-        const float *st = m->bnstats[i], *gamma = l->w_count ? w : NULL;
-        if (batchnorm_feeds_relu(m, i)) /* d is the relu output's gradient */
-            batchnorm_backward_relu(din, l->w_count ? dw : NULL, db, d, m->acts[i + 1], in, st,
-                                    st + 2 * c, gamma, rows, (int)c);
-        else
-            batchnorm_backward(din, l->w_count ? dw : NULL, db, d, in, st, st + 2 * c, gamma, rows,
-                               (int)c);
-        break;
-    }
+    case LAYER_BATCHNORM: break; /* step() runs it: batchnorm_backward_layer */
     case LAYER_DENSE:
         if (kernel_folded(p, l)) {
             const float decay = 1.0f - p->sgd_lr * l2_factor(p, l);
@@ -1614,6 +1619,23 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
                             m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
         break;
     }
+}
+
+/* Backward of BatchNormalization p->layer over the whole batch, its gamma and beta
+ * gradients into grads; with the relu after it, from that relu output's gradient
+ * (batchnorm_feeds_relu). Returns 0 or the sum's negative errno. */
+static int batchnorm_backward_layer(const Pass *p)
+{
+    Model *m = p->m;
+    const int i = p->layer;
+    const Layer *l = &m->layers[i];
+    const size_t c = l->s_count / 2, rows = (size_t)p->b * l->out_size / c;
+    const float *st = m->bnstats[i], *gamma = l->w_count ? m->params + l->w_off : NULL;
+    float *dgamma = l->w_count ? m->grads + l->w_off : NULL;
+    float *dbeta = l->b_count ? m->grads + l->b_off : NULL;
+    const float *y = batchnorm_feeds_relu(m, i) ? m->acts[i + 1] : NULL;
+    return batchnorm_backward_sync(p->din, dgamma, dbeta, p->d, y, layer_out(m, p->x, i - 1, 0), st,
+                                   st + 2 * c, gamma, rows, (int)c, layer_sync(p, l));
 }
 
 static void backward_task(void *arg, int s)
@@ -1670,9 +1692,10 @@ static size_t sharded_params_max(const Model *m)
     return n;
 }
 
-/* Forward, loss and backward of one step (model_step, model_step_sgd). */
-static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_ready, void *ctx,
-                 StepStats *st)
+/* Forward, loss and backward of one step (model_step_sync, model_step_sgd). Returns 0
+ * or a synchronized BatchNormalization's negative errno, the step abandoned there. */
+static int step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_ready, void *ctx,
+                StepStats *st)
 {
     Model *m = p->m;
     const float *x = p->x;
@@ -1684,7 +1707,8 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
             m->sgrads[s] = xmalloc((n ? n : 1) * sizeof(float));
         m->num_sgrads = p->shards - 1;
     }
-    forward(p);
+    int rc = forward(p);
+    if (rc) return rc;
     int correct = 0;
     const float *logits = layer_out(m, x, m->num_layers - 1, 0);
     double loss =
@@ -1713,7 +1737,9 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
         const int to_zero = p->din && m->dzero && dense_feeds_relu_conv(m, i);
         if (to_zero) p->din = m->dzero;
         int sharded = p->shards > 1 && layer_sharded(l);
-        if (sharded) parallel_for(p->shards, backward_task, p);
+        if (l->type == LAYER_BATCHNORM) {
+            if ((rc = batchnorm_backward_layer(p))) return rc;
+        } else if (sharded) parallel_for(p->shards, backward_task, p);
         else backward_layer(p, 0, local_batch, m->grads);
         if (model_layer_floats(l)) finish_layer(p, i, sharded ? p->shards : 1, on_ready, ctx);
         if (p->din) {
@@ -1721,11 +1747,12 @@ static void step(Pass *p, const int32_t *y, int global_batch, GradReadyFn on_rea
             if (!to_zero) cur = 1 - cur; /* with the zero buffer both dbufs are free */
         }
     }
+    return 0;
 }
 
-void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
-                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
-                StepStats *st)
+int model_step_sync(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
+                    int num_replicas, uint64_t dropout_seed, const BnSync *sync,
+                    GradReadyFn on_ready, void *ctx, StepStats *st)
 {
     Pass p = {.m = m,
               .x = x,
@@ -1733,8 +1760,18 @@ void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int
               .shards = gemm_batch_shards(local_batch),
               .training = 1,
               .dropout_seed = dropout_seed,
-              .replicas = num_replicas};
-    step(&p, y, global_batch, on_ready, ctx, st);
+              .replicas = num_replicas,
+              .sync = sync};
+    return step(&p, y, global_batch, on_ready, ctx, st);
+}
+
+void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
+                int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
+                StepStats *st)
+{
+    /* no sync: nothing can fail */
+    (void)model_step_sync(m, x, y, local_batch, global_batch, num_replicas, dropout_seed, NULL,
+                          on_ready, ctx, st);
 }
 
 void model_update_moving(Model *m)
@@ -1760,13 +1797,13 @@ void model_step_sgd(Model *m, const float *x, const int32_t *y, int batch, uint6
               .dropout_seed = dropout_seed,
               .sgd_lr = lr,
               .replicas = 1};
-    step(&p, y, batch, NULL, NULL, st);
+    (void)step(&p, y, batch, NULL, NULL, st); /* no sync: nothing can fail */
 }
 
 void model_evaluate(Model *m, const float *x, const int32_t *y, int b, StepStats *st)
 {
     Pass p = {.m = m, .x = x, .b = b, .shards = gemm_batch_shards(b)};
-    forward(&p);
+    (void)forward(&p); /* inference: no sums, nothing can fail */
     int correct = 0;
     st->loss = loss_of(m, NULL, &correct, layer_out(m, x, m->num_layers - 1, 0), y, b, 1.0f);
     st->correct = correct;

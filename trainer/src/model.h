@@ -58,6 +58,8 @@ typedef struct {
     float l1, l2;               /* kernel regularizer factors (Keras's L1, L2, L1L2), 0 = none */
     int same;                   /* conv2d padding "same" */
     float momentum, epsilon;    /* batchnorm */
+    int synchronized;           /* batchnorm: statistics of every rank's examples
+                                   (model_step_sync) */
     /* slices of the arenas (counts 0: none): the kernel (a batchnorm's gamma), the bias
      * (its beta), and the non-trainable state (a batchnorm's moving mean then moving
      * variance), one after another */
@@ -253,18 +255,35 @@ void model_reserve(Model *m, int max_batch);
  * the global mean loss; a BatchNormalization's state slots take its batch statistics
  * over this rank's examples divided by num_replicas (model_update_moving). on_ready (may
  * be NULL) fires per layer as its slice, state included, is final. Fills *st with this
- * worker's share. Needs model_reserve(m, >= local_batch). */
+ * worker's share. Needs model_reserve(m, >= local_batch). Every BatchNormalization runs
+ * as unsynchronized here; model_step_sync takes the sums a synchronized one needs. */
 void model_step(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
                 int num_replicas, uint64_t dropout_seed, GradReadyFn on_ready, void *ctx,
                 StepStats *st);
+
+/* model_step with sync (layers.h: the sums over every rank of the step, `first` on rank
+ * 0; NULL: a step alone, every layer as unsynchronized, the same bits as model_step):
+ * each synchronized BatchNormalization normalises with the statistics of the global
+ * batch, every rank's examples, summing over the ranks in its forward and in its backward
+ * (layers.h), so that the gradients summed over the ranks are those of one worker with
+ * the whole global batch; its state slots take those statistics on the first rank and
+ * zeros on the others, so that the gradient all-reduce gives every rank exactly them.
+ * Every rank calls it for the same model in the same step: the sums are collectives.
+ * Returns 0, or the negative errno of a sum that failed: the step is abandoned there
+ * (m->grads and the activations undefined, the parameters untouched). */
+int model_step_sync(Model *m, const float *x, const int32_t *y, int local_batch, int global_batch,
+                    int num_replicas, uint64_t dropout_seed, const BnSync *sync,
+                    GradReadyFn on_ready, void *ctx, StepStats *st);
 
 /* After a step's gradients were summed over the ranks: each BatchNormalization's moving
  * statistics take the batch statistics its state slots of m->grads hold (the step
  * writes each rank's mean and variance divided by the ranks, so the sum is their mean
  * over the ranks, as MultiWorkerMirroredStrategy's MEAN aggregation of Keras's moving
- * variables gives), moving = moving * momentum + batch * (1 - momentum), as Keras 3
- * computes it; then zeroes those slots, so that no optimizer moves the state (a zero
- * gradient leaves a parameter as it is under every update optim.h has). */
+ * variables gives; synchronized, model_step_sync writes the global batch's on the first
+ * rank and zeros on the others, so the sum is exactly them), moving = moving * momentum +
+ * batch * (1 - momentum), as Keras 3 computes it; then zeroes those slots, so that no
+ * optimizer moves the state (a zero gradient leaves a parameter as it is under every
+ * update optim.h has). */
 void model_update_moving(Model *m);
 
 /* model_step on one worker (global batch = batch, one replica) followed by plain SGD,

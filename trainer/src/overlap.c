@@ -106,6 +106,24 @@ int overlap_finish(Overlap *o, size_t offset, size_t count, char *err, size_t er
     return rc;
 }
 
+int overlap_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
+{
+    Overlap *o = ctx;
+    pthread_mutex_lock(&o->mu);
+    while (o->head != o->tail || o->busy) pthread_cond_wait(&o->cv, &o->mu);
+    int rc = o->rc;
+    if (rc) snprintf(err, errlen, "%s", o->err);
+    pthread_mutex_unlock(&o->mu);
+    if (rc) return rc;
+    if ((rc = coll_allreduce_sum(o->coll, buf, n, err, errlen))) {
+        pthread_mutex_lock(&o->mu);
+        o->rc = rc;
+        snprintf(o->err, sizeof o->err, "%s", err);
+        pthread_mutex_unlock(&o->mu);
+    }
+    return rc;
+}
+
 void overlap_free(Overlap *o)
 {
     if (!o) return;

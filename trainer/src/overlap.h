@@ -32,6 +32,16 @@ void overlap_ready(void *ctx, size_t offset, size_t count);
  * step are then skipped). */
 int overlap_finish(Overlap *o, size_t offset, size_t count, char *err, size_t errlen);
 
+/* An all-reduce of the caller's in the middle of a step (a synchronized
+ * BatchNormalization's sums, layers.h's BnSync), a CollAllreduceFn: waits until the
+ * chunks queued before it are all-reduced, then all-reduces buf[0, n) (not of the arena)
+ * on the caller's thread, so that it keeps its place among the step's collectives on
+ * every rank; the slices gathered and not yet queued go after it, as they would have.
+ * Returns 0, or a negative errno with err: its own, or a queued chunk's (then not
+ * tried); either way overlap_finish returns it too and the step's later chunks are
+ * skipped. */
+int overlap_allreduce(void *o, float *buf, size_t n, char *err, size_t errlen);
+
 /* Stops the thread and frees o; NULL is a no-op. */
 void overlap_free(Overlap *o);
 

@@ -205,10 +205,12 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
                  "--device cpu",
                  cfg->device, nogpu->name, whole ? "a layer" : "activation",
                  whole ? model_layer_keras_stem(nogpu->type) : model_activation_name(nogpu->act),
-                 !whole || nogpu->type == LAYER_BATCHNORM ? ""
-                 : nogpu->l1 != 0.0f                      ? " with an L1 kernel regularizer"
-                 : nogpu->w_count && !nogpu->b_count      ? " without bias (use_bias false)"
-                                                          : "");
+                 !whole ? ""
+                 : nogpu->type == LAYER_BATCHNORM
+                     ? (nogpu->synchronized ? " (synchronized or not)" : "")
+                 : nogpu->l1 != 0.0f                 ? " with an L1 kernel regularizer"
+                 : nogpu->w_count && !nogpu->b_count ? " without bias (use_bias false)"
+                                                     : "");
         *exit_code = KT_EXIT_DATA;
         rc = -ENOTSUP;
         goto err;
@@ -312,7 +314,8 @@ int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errle
         return rc;
     if (!t->gpu && c->world > 1) {
         int slices = 1;
-        for (int i = 0; i < t->model->num_layers; i++) slices += t->model->layers[i].w_count > 0;
+        for (int i = 0; i < t->model->num_layers; i++)
+            slices += model_layer_floats(&t->model->layers[i]) > 0; /* each fires on_ready */
         t->overlap = overlap_create(c, t->model->grads, slices);
     }
     return 0;
@@ -493,6 +496,29 @@ err:
 }
 #endif
 
+/* A step's synchronized BatchNormalization sums (layers.h's BnSync) over t's collective:
+ * through the overlap thread's queue where there is one, so that they keep their place
+ * among the gradient all-reduces on every rank. */
+typedef struct {
+    Collective *coll;
+    Overlap *overlap;
+    char err[512];
+} StepSums;
+
+static int step_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
+{
+    StepSums *s = ctx;
+    if (s->overlap) return overlap_allreduce(s->overlap, buf, n, err, errlen);
+    return coll_allreduce_sum(s->coll, buf, n, err, errlen);
+}
+
+static int step_sum(void *ctx, double *v, size_t n)
+{
+    StepSums *s = ctx;
+    return coll_sum_doubles(v, n, s->coll->rank, s->coll->world, step_allreduce, s, s->err,
+                            sizeof s->err);
+}
+
 /* One step on the CPU: the batch, forward and backward, the all-reduce of the gradients
  * with the statistics in their STAT_* slots, the update. With several workers the
  * gradients are all-reduced layer by layer while backward goes on (overlap.h), and
@@ -510,10 +536,25 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     *cursor = b->next;
     const int folded = t->coll->world == 1 && optim_plain_sgd(t->opt);
     StepStats ss;
+    StepSums sums = {.coll = t->coll, .overlap = t->overlap};
+    const BnSync sync = {.sum = step_sum, .ctx = &sums, .first = t->coll->rank == 0};
+    char cerr[512];
+    int rc = 0;
     if (folded) model_step_sgd(m, b->x, b->y, b->size, dropout_seed(t), t->opt->cfg.lr, &ss);
     else
-        model_step(m, b->x, b->y, b->size, t->global_batch, t->coll->world, dropout_seed(t),
-                   t->overlap ? overlap_ready : NULL, t->overlap, &ss);
+        rc = model_step_sync(m, b->x, b->y, b->size, t->global_batch, t->coll->world,
+                             dropout_seed(t), t->coll->world > 1 ? &sync : NULL,
+                             t->overlap ? overlap_ready : NULL, t->overlap, &ss);
+    if (rc) { /* a lost peer, as in the gradient all-reduce: the step is abandoned */
+        if (t->overlap) (void)overlap_finish(t->overlap, 0, 0, cerr, sizeof cerr); /* idle */
+        snprintf(err, errlen,
+                 "all-reduce of a synchronized BatchNormalization's statistics "
+                 "at step %ld: %s",
+                 t->st.global_step + 1, sums.err);
+        t->coll_failed = 1;
+        *exit_code = KT_EXIT_RETRY;
+        return rc;
+    }
     stats[STAT_LOSS] = (float)ss.loss;
     stats[STAT_CORRECT] = (float)ss.correct;
     stats[STAT_COUNT] = (float)ss.count;
@@ -521,8 +562,6 @@ static int cpu_train_step(Trainer *t, PipelineCursor *cursor, double *allreduce_
     stats[STAT_STOP] = t->stop_asked ? 1.0f : 0.0f;
     if (t->regroup_poll) t->regroup_poll(t->recover_ctx);
     stats[STAT_REGROUP] = t->regroup_request && *t->regroup_request ? 1.0f : 0.0f;
-    char cerr[512];
-    int rc;
     double a0 = util_now();
     if (t->overlap) rc = overlap_finish(t->overlap, np, MODEL_STATS_FLOATS, cerr, sizeof cerr);
     else rc = coll_allreduce_sum(t->coll, m->grads, np + MODEL_STATS_FLOATS, cerr, sizeof cerr);

@@ -59,7 +59,9 @@ nogpu=('{"type":"Conv2D","filters":4,"kernel_size":3},{"type":"GlobalAveragePool
        '{"type":"Conv2D","filters":4,"kernel_size":3},{"type":"BatchNormalization","name":"x"},{"type":"Flatten"}'
        'a layer batch_normalization has no CUDA kernel'
        '{"type":"Flatten"},{"type":"BatchNormalization","center":false,"name":"x"}'
-       'a layer batch_normalization has no CUDA kernel')
+       'a layer batch_normalization has no CUDA kernel'
+       '{"type":"Flatten"},{"type":"BatchNormalization","synchronized":true,"name":"x"}'
+       'a layer batch_normalization (synchronized or not) has no CUDA kernel')
 for ((i = 0; i < ${#nogpu[@]}; i += 2)); do
   printf '{"input_shape":[28,28,1],"layers":[%s,{"type":"Dense","units":10}]}' "${nogpu[i]}" \
     >"$tmp/nogpu.json"

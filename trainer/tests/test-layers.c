@@ -3,7 +3,9 @@
  * Objective: L = sum(out * R) for a fixed random R, so dout = R. Central differences in
  * float with eps 1e-3 (2e-3 for the loss/model checks, accumulated in double); an
  * entry passes when |analytic - numeric| <= 2e-3 + 2e-2 |numeric|. */
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include <cmocka.h>
 
 #include "assert_close.h"
+#include "collective.h"
 #include "gemm.h"
 #include "layers.h"
 #include "loss.h"
@@ -1304,6 +1307,124 @@ static void test_batchnorm_threads_relu(void **s)
     free(x), free(r), free(gamma), free(beta), free(mmean), free(mvar), free(y), free(dy);
 }
 
+/* Two ranks in one process for a synchronized BatchNormalization: each a thread, their
+ * all-reduce of floats a sum in rank order through shared slots between barriers, under
+ * coll_sum_doubles as the trainer's. */
+enum { SYNC_RANKS = 2, SYNC_MAX = 1024 };
+typedef struct {
+    pthread_barrier_t bar;
+    float slot[SYNC_RANKS][SYNC_MAX];
+    int calls[SYNC_RANKS];
+} SyncHub;
+typedef struct {
+    SyncHub *hub;
+    int rank;
+    size_t rows, c;
+    const float *x, *dy, *gamma, *beta;
+    float *out, *din, st[3 * 16], dg[16], db[16];
+    int rc;
+} SyncRank;
+
+static int hub_allreduce(void *ctx, float *buf, size_t n, char *err, size_t errlen)
+{
+    SyncRank *r = ctx;
+    SyncHub *h = r->hub;
+    (void)err, (void)errlen;
+    if (n > SYNC_MAX) return -E2BIG;
+    memcpy(h->slot[r->rank], buf, n * sizeof *buf);
+    pthread_barrier_wait(&h->bar);
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = h->slot[0][i];
+        for (int q = 1; q < SYNC_RANKS; q++) buf[i] += h->slot[q][i];
+    }
+    pthread_barrier_wait(&h->bar); /* every rank has read the slots */
+    h->calls[r->rank]++;
+    return 0;
+}
+
+static int hub_sum(void *ctx, double *v, size_t n)
+{
+    SyncRank *r = ctx;
+    char err[64];
+    return coll_sum_doubles(v, n, r->rank, SYNC_RANKS, hub_allreduce, r, err, sizeof err);
+}
+
+static void *sync_rank_main(void *arg)
+{
+    SyncRank *r = arg;
+    const BnSync sync = {.sum = hub_sum, .ctx = r, .first = r->rank == 0};
+    const size_t c = r->c;
+    r->rc = batchnorm_forward_train_sync(r->out, r->st, r->st + c, r->st + 2 * c, r->x, r->gamma,
+                                         r->beta, r->rows, (int)c, 1e-3f, 0, &sync);
+    if (!r->rc)
+        r->rc = batchnorm_backward_sync(r->din, r->dg, r->db, r->dy, NULL, r->x, r->st,
+                                        r->st + 2 * c, r->gamma, r->rows, (int)c, &sync);
+    return NULL;
+}
+
+/* A synchronized BatchNormalization on 2 ranks of 7 and 5 rows is the layer on the 12
+ * rows at once: each rank's output and input gradient rows, the statistics (the same bits
+ * on both ranks), and gamma and beta gradients that the first rank gives whole and the
+ * other as zeros; 3 sums a step (the forward's two, the backward's one). Within 1e-6 +
+ * 1e-6 |value|: the sums are added in another order (in double). Each rank alone, not
+ * synchronized, gives other outputs, which the comparison would catch. */
+static void test_batchnorm_synchronized(void **s)
+{
+    (void)s;
+    enum { ROWS = 12, C = 5, SPLIT = 7 };
+    float *x = rand_array(ROWS * C, 2), *dy = rand_array(ROWS * C, 1);
+    float *gamma = rand_array(C, 1), *beta = rand_array(C, 1);
+    for (int i = 0; i < ROWS * C; i++) x[i] += (float)(i % C); /* means far from 0 */
+    float out[ROWS * C], din[ROWS * C], st[3 * C], dg[C], db[C];
+    batchnorm_forward_train(out, st, st + C, st + 2 * C, x, gamma, beta, ROWS, C, 1e-3f);
+    batchnorm_backward(din, dg, db, dy, x, st, st + 2 * C, gamma, ROWS, C);
+
+    SyncHub hub = {0};
+    pthread_barrier_init(&hub.bar, NULL, SYNC_RANKS);
+    SyncRank rk[SYNC_RANKS];
+    float rout[ROWS * C], rdin[ROWS * C];
+    pthread_t th[SYNC_RANKS];
+    for (int q = 0; q < SYNC_RANKS; q++) {
+        const size_t lo = q ? SPLIT : 0;
+        rk[q] = (SyncRank){.hub = &hub,
+                           .rank = q,
+                           .rows = q ? ROWS - SPLIT : SPLIT,
+                           .c = C,
+                           .x = x + lo * C,
+                           .dy = dy + lo * C,
+                           .gamma = gamma,
+                           .beta = beta,
+                           .out = rout + lo * C,
+                           .din = rdin + lo * C};
+        assert_int_equal(pthread_create(&th[q], NULL, sync_rank_main, &rk[q]), 0);
+    }
+    for (int q = 0; q < SYNC_RANKS; q++) pthread_join(th[q], NULL);
+    pthread_barrier_destroy(&hub.bar);
+    for (int q = 0; q < SYNC_RANKS; q++) {
+        assert_int_equal(rk[q].rc, 0);
+        assert_int_equal(hub.calls[q], 3);
+    }
+    assert_memory_equal(rk[0].st, rk[1].st, sizeof(float) * 3 * C);
+    for (int j = 0; j < 3 * C; j++)
+        assert_close_i(rk[0].st[j], st[j], 1e-6 + 1e-6 * fabsf(st[j]), j);
+    for (int i = 0; i < ROWS * C; i++) {
+        assert_close_i(rout[i], out[i], 1e-6 + 1e-6 * fabsf(out[i]), i);
+        assert_close_i(rdin[i], din[i], 1e-6 + 1e-6 * fabsf(din[i]), i);
+    }
+    for (int j = 0; j < C; j++) {
+        assert_close_i(rk[0].dg[j], dg[j], 1e-6 + 1e-6 * fabsf(dg[j]), j);
+        assert_close_i(rk[0].db[j], db[j], 1e-6 + 1e-6 * fabsf(db[j]), j);
+        assert_true(rk[1].dg[j] == 0.0f && rk[1].db[j] == 0.0f);
+    }
+    /* not synchronized, rank 0's rows alone normalise otherwise */
+    float alone[SPLIT * C], ast[3 * C];
+    batchnorm_forward_train(alone, ast, ast + C, ast + 2 * C, x, gamma, beta, SPLIT, C, 1e-3f);
+    double diff = 0.0;
+    for (int i = 0; i < SPLIT * C; i++) diff = fmax(diff, fabs((double)alone[i] - out[i]));
+    assert_true(diff > 1e-3);
+    free(x), free(dy), free(gamma), free(beta);
+}
+
 /* In a model a BatchNormalization and the relu layer after it (ReLU, Activation relu)
  * run as one pass, the batchnorm's own output never written; the model trains as the
  * same model with LeakyReLU(negative_slope 0) there, which runs apart: on 3 threads
@@ -1497,6 +1618,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm_moving_ranks),
         cmocka_unit_test(test_batchnorm_against_keras),
         cmocka_unit_test(test_batchnorm_threads_relu),
+        cmocka_unit_test(test_batchnorm_synchronized),
         cmocka_unit_test(test_model_batchnorm_relu_fused),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);

@@ -409,6 +409,64 @@ static void test_mismatched_calls(void **state)
     assert_non_null(strstr(res[1].err, "different collectives"));
     munmap(res, sizeof(RankResult) * CLUSTER_MAX);
 }
+/* coll_sum_doubles (a synchronized BatchNormalization's sums) over the real ring: 3
+ * ranks' doubles, of magnitudes far beyond a float's precision and range (1e300, a
+ * subnormal 1e-310, 1 + 2^-52, a sum that cancels to 1), come back on every rank as exactly
+ * their sum in rank order, bit for bit, though the ring sums floats in an order of its
+ * own. */
+enum { SUM_N = 6 };
+static double sum_input(int rank, int i)
+{
+    const double v[SUM_N] = {1e300, 1e-310, -0.0, 1.0 + 0x1p-52, 3.14159, 1e20};
+    if (i == 5) return rank == 0 ? v[i] : rank == 1 ? -v[i] : 1.0; /* cancels to 1 */
+    return v[i] * (rank + 1);
+}
+
+static int ring_allreduce_fn(void *ctx, float *buf, size_t n, char *err, size_t errlen)
+{
+    return coll_allreduce_sum(ctx, buf, n, err, errlen);
+}
+
+static void sum_doubles_rank(const Cluster *c, int rank, void *argp)
+{
+    RingArg *a = argp;
+    RankResult *r = &a->res[rank];
+    Collective *coll = cluster_ring(c, rank, SECRET, scaled(5.0), 0, 0, r->err, sizeof r->err);
+    if (!coll) {
+        r->rc = -1;
+        return;
+    }
+    double v[SUM_N];
+    for (int i = 0; i < SUM_N; i++) v[i] = sum_input(rank, i);
+    r->rc =
+        coll_sum_doubles(v, SUM_N, rank, c->world, ring_allreduce_fn, coll, r->err, sizeof r->err);
+    memcpy(r->maxerr, v, sizeof v);
+    coll_destroy(coll);
+}
+
+static void test_sum_doubles_exact(void **state)
+{
+    (void)state;
+    enum { WORLD = 3 };
+    Cluster c;
+    RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
+    assert_non_null(res);
+    assert_int_equal(cluster_listen(&c, WORLD), 0);
+    RingArg a = {.res = res, .victim = -1};
+    for (int r = 0; r < WORLD; r++) cluster_start(&c, r, sum_doubles_rank, &a);
+    assert_int_equal(cluster_wait(&c, scaled(60)), 0);
+    for (int i = 0; i < SUM_N; i++) {
+        double want = sum_input(0, i);
+        for (int r = 1; r < WORLD; r++) want += sum_input(r, i);
+        for (int r = 0; r < WORLD; r++) {
+            if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+            if (memcmp(&res[r].maxerr[i], &want, sizeof want) != 0)
+                fail_msg("value %d: rank %d got %.17g, want %.17g", i, r, res[r].maxerr[i], want);
+        }
+    }
+    assert_true(res[0].maxerr[5] == 1.0);
+    munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+}
 
 static void test_world_one_is_local(void **state)
 {
@@ -429,6 +487,7 @@ int main(void)
     test_time_scale();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_world_one_is_local),
+        cmocka_unit_test(test_sum_doubles_exact),
         cmocka_unit_test(test_allreduce_2),
         cmocka_unit_test(test_allreduce_3),
         cmocka_unit_test(test_allreduce_4),
