@@ -1827,12 +1827,13 @@ static void gang_condition(Ctx *c, const Group *g, const char *group, int deferr
  * write whose GangScheduling condition records the new one (a pass stopped between
  * them patches again, to the same value). In v1alpha2 the group's policy is immutable
  * and cannot be made anew while its pods run (the pods' group name is immutable too):
- * it keeps its minCount until the next attempt's group, and the condition says so. */
+ * it keeps its minCount until the next attempt's group, and the condition says so, or
+ * stops saying so once the spec asks for the group's minCount again. */
 static void gang_follow_min(Ctx *c, const Group *g, const char *group)
 {
     int made = gang_min_made(c, group), want = desired_gang_min(&c->spec);
-    if (made < 0 || made == want) return;
-    if (c->obs->gang_api == GANG_API_V1BETA1) {
+    if (made < 0) return;
+    if (made != want && c->obs->gang_api == GANG_API_V1BETA1) {
         cJSON *patch = cJSON_CreateObject();
         cJSON *gang = jsonx_ensure_obj(patch, "spec.schedulingPolicy.gang");
         if (!gang || !jsonx_set_num(gang, "minCount", want)) {

@@ -4172,6 +4172,16 @@ static void test_gang_min_count_follows_min_workers(void **state)
     fx_run(&a, NOW + 3);
     assert_string_equal(a.desc, "");
     fx_apply(&a);
+    /* Back to 2, the group's own: the condition stops saying it waits for a new one. */
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(a.job, "spec"), "elastic"), "minWorkers", 2);
+    fx_run(&a, NOW + 4);
+    assert_string_equal(a.desc, "update-status mnist\n");
+    assert_string_equal(cond_message(new_status(&a), "GangScheduling"),
+                        "at least 2 of the 3 worker pods of attempt 0 are scheduled together, or "
+                        "none (spec.elastic.minWorkers) (PodGroup mnist-0, "
+                        "scheduling.k8s.io/v1alpha2, minCount 2)");
+    fx_apply(&a);
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(a.job, "spec"), "elastic"), "minWorkers", 1);
     /* A worker fails: attempt 1's group is made with minCount 1. */
     pod_terminated(pod_named(&a, "mnist-worker-1"), 1, "{\"error\":\"boom\"}");
     fx_run(&a, NOW + 10);
