@@ -290,6 +290,19 @@ why() {
   k -n "$1" get pods -l "kubetrain.dev/job-name=$2" -o "jsonpath=$path" 2>/dev/null | grep .
 }
 placed_is() { [ "$(bound "$1" "$2")" = "$3" ] && [ "$(refused "$1" "$2")" = "$4" ]; }
+# quorum_failed NS JOB N: none of the job's N pods bound, all Unschedulable, and the
+# scheduler's words say the gang did not reach minCount with 2 placed (the room).
+quorum_failed() {
+  placed_is "$1" "$2" 0 "$3" &&
+    why "$1" "$2" | grep -q "minCount ($3) cannot be satisfied: 2 scheduled"
+}
+# room_short NS JOB: 2 of the job's pods bound, the third Unschedulable for the room.
+room_short() {
+  placed_is "$1" "$2" 2 1 && [ "$(why "$1" "$2")" = "0/1 nodes are available: 1 Too many pods." ]
+}
+# untainted NODE: the node has no taint (the node lifecycle controller lifts not-ready
+# after kwok reports it Ready; until then the scheduler refuses it for the taint).
+untainted() { [ -z "$(k get node "$1" -o jsonpath='{.spec.taints}' 2>/dev/null)" ]; }
 # sjob NAME WORKERS [SPEC-YAML-LINES]: a TrainingJob in namespace sched without a checkpoint
 # volume (this cluster has no PersistentVolumes: a claim would leave every pod unschedulable).
 sjob() {
@@ -310,13 +323,13 @@ elif ! err=$(KT_KWOK_GANG=on bash e2e/cluster/kwok-up.sh 1 2 2>&1); then
   tap_fail "kwok-up.sh: kube-scheduler with the gates, one node with room for 2 pods" \
     "$(tail -n 5 <<<"$err")"
 else
+  wait_until 60 untainted kwok-node-0
   it_operator sched
   LOG=$IT_DIR/op-sched.log
   ns sched
   # Room for 2 of 3 workers: a job that is not elastic (minCount 3) gets none placed.
   sjob whole 3
-  if wait_until 60 placed_is sched whole 0 3 &&
-     why sched whole | grep -q 'minCount (3) cannot be satisfied: 2 scheduled'; then
+  if wait_until 60 quorum_failed sched whole 3; then
     tap_ok "[1.37] room for 2 pods, 3 workers, minCount 3: none bound, all 3 Unschedulable"
   else tap_fail "[1.37] 3 workers, minCount 3, room for 2: none bound" \
     "bound $(bound sched whole), refused $(refused sched whole); $(groups sched whole)
@@ -325,8 +338,7 @@ $(why sched whole)"; fi
   wait_until 60 has_npods sched whole 0
   # Elastic, minWorkers 2 (minCount 2): two bound, the third left unschedulable.
   sjob el 3 "  elastic: {minWorkers: 2}"
-  if wait_until 60 placed_is sched el 2 1 && [ "$(why sched el)" = \
-       "0/1 nodes are available: 1 Too many pods." ]; then
+  if wait_until 60 room_short sched el; then
     tap_ok "[1.37] the same room, elastic with minWorkers 2 (minCount 2): 2 bound, 1 Unschedulable"
   else tap_fail "[1.37] elastic minWorkers 2: 2 bound, 1 unschedulable" \
     "bound $(bound sched el), refused $(refused sched el); $(groups sched el)
