@@ -21,6 +21,10 @@
 #   3. NODES (default 10) nodes kwok-node-<i>, each with room for PODS-PER-NODE (default
 #      1000) pods and plenty of CPU and memory. No taint: this cluster has no real node
 #      whose pods they must be kept apart from.
+# KT_KWOK_GANG=on gives kube-scheduler the Workload API's feature gates (versions.env, as
+# up.sh gives the full level's), so that it places PodGroups' pods as gangs (operator/tests/
+# integration/test-gang.sh); off, the default, leaves them out, as the scale bench and test
+# have always run (their pods' groups are then not enforced).
 # Exit status 0 when every node is Ready. .run/kwok/env has KT_KWOK_NODES.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -45,6 +49,12 @@ for f in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-re
 done
 kdir=$KT_RUN/kwok
 mkdir -p "$kdir"
+case ${KT_KWOK_GANG:-off} in
+  on)  gates=$(for g in $K8S_WORKLOAD_GATES; do printf '%s=true,' "$g"; done)
+       sched_gates=(--feature-gates "${gates%,}") ;;
+  off) sched_gates=() ;;
+  *)   kt_die "KT_KWOK_GANG must be on or off, got '$KT_KWOK_GANG'" ;;
+esac
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -78,7 +88,8 @@ sport=$(free_port)
 kt_log "starting kube-scheduler and kwok $KWOK_VERSION"
 start kube-scheduler "$sched" --config "$kdir/scheduler.yaml" \
   --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
-  --bind-address 127.0.0.1 --secure-port "$sport" --cert-dir "$kdir/scheduler-certs"
+  --bind-address 127.0.0.1 --secure-port "$sport" --cert-dir "$kdir/scheduler-certs" \
+  "${sched_gates[@]}"
 start kwok "$kwok" --kubeconfig "$KUBECONFIG" --config "$kdir/stages.yaml" \
   --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --server-address "127.0.0.1:$(free_port)" --cidr 10.0.0.0/16 --node-ip 10.1.0.1

@@ -661,6 +661,43 @@ static int execute(Controller *c, const cJSON *job, const cJSON *pods, const Act
             olog(OLOG_DEBUG, key, "deleted podgroups %s", a->name);
         break;
     }
+    case ACTION_PATCH_POD_GROUP: {
+        /* Only the job's own, and that very object (its uid in the merge patch is a
+         * precondition): the name is predictable and PodGroups are not watched. */
+        char owner[256], version[64];
+        if (gang_api_now(c, version, sizeof version)) break;
+        rc = pod_group_get(c, job, version, a->name, &r, err, errlen);
+        if (rc == -ENOENT) {
+            olog(OLOG_WARN, key, "podgroups %s is gone: its minCount is not changed", a->name);
+            rc = 0;
+            break;
+        }
+        if (rc) break;
+        if (!pod_group_ours(r.body, jsonx_str(job, "metadata.uid"), owner, sizeof owner)) {
+            olog(OLOG_WARN, key, "podgroups %s is not this job's (controller: %s): left alone",
+                 a->name, owner);
+            break;
+        }
+        const char *uid = jsonx_str(r.body, "metadata.uid");
+        cJSON *patch = cJSON_Duplicate(a->object, 1);
+        if (!patch || (uid && !jsonx_set_str(jsonx_ensure_obj(patch, "metadata"), "uid", uid))) {
+            cJSON_Delete(patch);
+            snprintf(err, errlen, "patching podgroups %s: out of memory", a->name);
+            rc = -ENOMEM;
+            break;
+        }
+        kresp_free(&r);
+        kpath(path, sizeof path, version, ns, "podgroups", a->name, NULL);
+        rc = kclient_request(c->client, "PATCH", path, patch, "application/merge-patch+json", &r,
+                             err, errlen);
+        cJSON_Delete(patch);
+        if (rc == 0)
+            olog(OLOG_INFO, key, "patched podgroups %s: minCount %lld", a->name,
+                 jsonx_int(a->object, "spec.schedulingPolicy.gang.minCount", -1));
+        else if (rc == -ENOENT || rc == -ESTALE) /* gone, or made anew since the GET */
+            rc = 0;
+        break;
+    }
     case ACTION_PATCH_POD:
         kpath(path, sizeof path, "v1", ns, "pods", a->name, NULL);
         rc = kclient_request(c->client, "PATCH", path, a->object, "application/merge-patch+json",

@@ -34,6 +34,12 @@ int desired_gang_size(const JobSpec *s)
     return s->npods - s->roles[ROLE_EVALUATOR].replicas;
 }
 
+int desired_gang_min(const JobSpec *s)
+{
+    if (!desired_elastic(s)) return desired_gang_size(s);
+    return s->roles[ROLE_CHIEF].replicas + s->min_workers + s->roles[ROLE_PS].replicas;
+}
+
 int desired_in_gang(Role role)
 {
     return role != ROLE_EVALUATOR;
@@ -128,7 +134,7 @@ cJSON *desired_pod_group(const JobSpec *s, long long attempt, const char *api_ve
     int beta = strcmp(api_version, POD_GROUP_V1BETA1) == 0;
     if (!annots || !gang || !jsonx_set_str(o, "apiVersion", api_version) ||
         !jsonx_set_str(annots, ANNOT_ATTEMPT, buf) ||
-        !jsonx_set_num(gang, "minCount", desired_gang_size(s)) ||
+        !jsonx_set_num(gang, "minCount", desired_gang_min(s)) ||
         (beta && !jsonx_ensure_obj(o, "spec.disruptionMode.all"))) {
         cJSON_Delete(o);
         return NULL;

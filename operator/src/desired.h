@@ -140,13 +140,20 @@ int desired_pod_set_replacement(cJSON *pod, long long n);
  * and were it in the group it could count toward minCount in a worker's place). */
 int desired_gang_size(const JobSpec *s);
 
+/* The PodGroup's minCount: how many of the desired_gang_size pods the scheduler must be
+ * able to place at once before it places any. desired_gang_size, except for an elastic
+ * job (desired_elastic), which trains on with minWorkers: the chief, minWorkers workers
+ * and the ps tasks, so that it is placed at its minimum when a worker's room is gone and
+ * a replacement joins a shrunk job alone (docs/design.md, "Gang scheduling"). */
+int desired_gang_min(const JobSpec *s);
+
 /* The role's pods join the attempt's PodGroup: every role but the evaluator. */
 int desired_in_gang(Role role);
 
 /* The PodGroup of attempt `attempt` in group version `api_version` (POD_GROUP_V1BETA1 or
  * POD_GROUP_V1ALPHA2): named by desired_pod_group_name, the job's labels and
  * ANNOT_ATTEMPT, owned by the job, with spec.schedulingPolicy.gang.minCount =
- * desired_gang_size. In v1beta1 also spec.disruptionMode.all: the scheduler preempts the
+ * desired_gang_min. In v1beta1 also spec.disruptionMode.all: the scheduler preempts the
  * gang whole or not at all (a synchronous job cannot step with one worker gone, and the
  * others would hold their nodes waiting for it); v1alpha2 leaves the field out (its
  * feature gate, WorkloadAwarePreemption, is off by default in 1.36 and the field is

@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,7 +38,8 @@ static const char *const kind_names[] = {"create-secret",
                                          "create-pod-group",
                                          "delete-pod-group",
                                          "delete-stopped-pod",
-                                         "patch-pod"};
+                                         "patch-pod",
+                                         "patch-pod-group"};
 
 const char *action_kind_name(ActionKind kind)
 {
@@ -1749,26 +1751,64 @@ static void record_created(Ctx *c, const Group *g, int created, const int by_rol
     }
 }
 
-/* The GangScheduling condition, written when an attempt's pods are created: True naming
- * the PodGroup (reason PodGroupAfterAdmission while a queued attempt's group waits for
- * Kueue, `deferred`); False, with a Warning event when the reason is new, where the
- * cluster has no PodGroups; False when spec.gangScheduling was turned off (only if the
- * condition is there). */
+/* The minCount of the attempt's PodGroup `group` as made or last patched, which the
+ * GangScheduling condition records ("(PodGroup <group>, <version>, minCount N"), or -1
+ * when it names no group of that name made (none yet, one waiting for Kueue's admission,
+ * another attempt's). Read before gang_condition rewrites it. */
+static int gang_min_made(const Ctx *c, const char *group)
+{
+    const char *reason = condition_reason(c->status, "GangScheduling");
+    const char *msg = condition_str(c->status, "GangScheduling", "message");
+    char mark[320];
+    if (!reason || strcmp(reason, "PodGroupCreated") != 0 || !msg) return -1;
+    snprintf(mark, sizeof mark, "(PodGroup %s, ", group);
+    const char *p = strstr(msg, mark);
+    p = p ? strstr(p + strlen(mark), ", minCount ") : NULL;
+    if (!p) return -1;
+    p += strlen(", minCount ");
+    char *end;
+    long v = strtol(p, &end, 10);
+    return end > p && v >= 1 && v <= INT_MAX ? (int)v : -1;
+}
+
+/* The GangScheduling condition, written when an attempt's pods are created and when its
+ * group's minCount follows the spec: True naming the PodGroup and its minCount (reason
+ * PodGroupAfterAdmission while a queued attempt's group waits for Kueue, `deferred`);
+ * False, with a Warning event when the reason is new, where the cluster has no
+ * PodGroups; False when spec.gangScheduling was turned off (only if the condition is
+ * there). A group made in v1alpha2 keeps the minCount it was made with (immutable there):
+ * the condition says it, and that the spec's takes effect at the next attempt's group. */
 static void gang_condition(Ctx *c, const Group *g, const char *group, int deferred)
 {
     const JobSpec *s = &c->spec;
     /* Read before set_condition replaces the string. */
     const char *old = condition_reason(c->status, "GangScheduling");
     int present = old != NULL, said = old && strcmp(old, "GangSchedulingUnavailable") == 0;
-    char msg[512];
+    char msg[512], who[160], later[160] = "";
     if (group) {
-        snprintf(msg, sizeof msg,
-                 "the %d %s of attempt %lld are scheduled all together or not at all "
-                 "(PodGroup %s, %s, minCount %d%s)",
-                 desired_gang_size(s),
-                 s->npods == s->workers ? "worker pods" : "chief, worker and ps pods", g->attempt,
-                 group, gang_api_version(c->obs->gang_api), desired_gang_size(s),
-                 deferred ? "; made once Kueue has admitted them all" : "");
+        int size = desired_gang_size(s), want = desired_gang_min(s), has = want;
+        int made = gang_min_made(c, group);
+        if (made >= 0 && made != want && c->obs->gang_api != GANG_API_V1BETA1) {
+            has = made;
+            snprintf(later, sizeof later,
+                     "; minCount %d from the spec takes effect at the next attempt's group "
+                     "(minCount cannot change in %s)",
+                     want, gang_api_version(c->obs->gang_api));
+        }
+        const char *word = s->npods == s->workers ? "worker pods" : "chief, worker and ps pods";
+        if (has >= size)
+            snprintf(who, sizeof who,
+                     "the %d %s of attempt %lld are scheduled all together or "
+                     "not at all",
+                     size, word, g->attempt);
+        else
+            snprintf(who, sizeof who,
+                     "at least %d of the %d %s of attempt %lld are scheduled "
+                     "together, or none (spec.elastic.minWorkers)",
+                     has, size, word, g->attempt);
+        snprintf(msg, sizeof msg, "%s (PodGroup %s, %s, minCount %d%s)%s", who, group,
+                 gang_api_version(c->obs->gang_api), has,
+                 deferred ? "; made once Kueue has admitted them all" : "", later);
         set_condition(c, "GangScheduling", 1,
                       deferred ? "PodGroupAfterAdmission" : "PodGroupCreated", msg);
     } else if (s->gang_scheduling && c->obs->gang_api == GANG_API_ABSENT) {
@@ -1779,6 +1819,31 @@ static void gang_condition(Ctx *c, const Group *g, const char *group, int deferr
         set_condition(c, "GangScheduling", 0, "GangSchedulingDisabled",
                       "spec.gangScheduling is false: the pods are scheduled one by one");
     }
+}
+
+/* The attempt's PodGroup, made in an earlier pass, follows the spec's minCount
+ * (desired_gang_min: an elastic job's minWorkers changed, or spec.elastic) where the API
+ * lets it: in scheduling.k8s.io/v1beta1 a merge patch of minCount, before the status
+ * write whose GangScheduling condition records the new one (a pass stopped between
+ * them patches again, to the same value). In v1alpha2 the group's policy is immutable
+ * and cannot be made anew while its pods run (the pods' group name is immutable too):
+ * it keeps its minCount until the next attempt's group, and the condition says so, or
+ * stops saying so once the spec asks for the group's minCount again. */
+static void gang_follow_min(Ctx *c, const Group *g, const char *group)
+{
+    int made = gang_min_made(c, group), want = desired_gang_min(&c->spec);
+    if (made < 0) return;
+    if (made != want && c->obs->gang_api == GANG_API_V1BETA1) {
+        cJSON *patch = cJSON_CreateObject();
+        cJSON *gang = jsonx_ensure_obj(patch, "spec.schedulingPolicy.gang");
+        if (!gang || !jsonx_set_num(gang, "minCount", want)) {
+            cJSON_Delete(patch);
+            c->nomem = 1;
+            return;
+        }
+        add_action(c, ACTION_PATCH_POD_GROUP, group, patch);
+    }
+    gang_condition(c, g, group, 0);
 }
 
 /* The PodGroup of a queued attempt, made once Kueue has admitted the attempt: every pod
@@ -2017,6 +2082,8 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
     if (gang && c->obs->pod_group_conflict) {
         pod_group_conflict(c);
         blocked = 1;
+    } else if (gang) {
+        gang_follow_min(c, g, group);
     }
     int present = 0, running = 0, by_role[ROLE_COUNT] = {0};
     int deferred = 0;

@@ -52,6 +52,11 @@ typedef enum {
      * ANNOT_MEMBERS, with the observed pod's uid (a pod made anew under the name is not
      * patched: the API server refuses a changed uid) */
     ACTION_PATCH_POD,
+    /* the attempt's PodGroup made to follow an elastic job's minWorkers (scheduling.k8s.io/
+     * v1beta1 only: v1alpha2's policy is immutable): object is the merge patch of its
+     * spec.schedulingPolicy.gang.minCount; only the job's own object, with its uid as
+     * precondition (404: gone) */
+    ACTION_PATCH_POD_GROUP,
 } ActionKind;
 
 typedef struct Action {

@@ -1320,6 +1320,66 @@ static void test_gang_scheduling_v1beta1_and_upgrade(void **state)
     stop_running();
 }
 
+/* An elastic job's PodGroup on Kubernetes 1.37 (v1beta1): made with minCount = minWorkers,
+ * and patched when spec.elastic.minWorkers changes (GET, then a merge patch carrying the
+ * group's uid); a group of that name that is not the job's is left alone. */
+static void test_gang_min_count_follows_min_workers(void **state)
+{
+    (void)state;
+    fakeapi_serve_discovery(api, "scheduling.k8s.io/v1beta1", "podgroups");
+    running = start_controller();
+    cJSON_Delete(
+        fakeapi_create(api, JOBS,
+                       "{\"apiVersion\":\"kubetrain.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                       "\"metadata\":{\"name\":\"elas\"},\"spec\":{\"workers\":3,"
+                       "\"elastic\":{\"minWorkers\":2}}}"));
+    WAIT_FOR(5, "elas's pods", count_pods("elas", "0") == 3);
+    cJSON *pg = fakeapi_get(api, PODGROUPS_BETA "/elas-0");
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 2);
+    cJSON_Delete(pg);
+    char msg[512];
+    WAIT_FOR(5, "the condition says minCount 2",
+             strstr(job_condition("elas", "GangScheduling", "True", msg, sizeof msg),
+                    "(PodGroup elas-0, scheduling.k8s.io/v1beta1, minCount 2)") != NULL);
+    unsigned long patches = fakeapi_requests(api, "PATCH");
+
+    cJSON *job = fakeapi_get(api, JOBS "/elas");
+    assert_non_null(
+        jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(job, "spec"), "elastic"), "minWorkers", 1));
+    assert_int_equal(fakeapi_put(api, JOBS "/elas", job), 0);
+    cJSON_Delete(job);
+    WAIT_FOR(5, "the condition says minCount 1",
+             strstr(job_condition("elas", "GangScheduling", "True", msg, sizeof msg),
+                    "(PodGroup elas-0, scheduling.k8s.io/v1beta1, minCount 1)") != NULL);
+    pg = fakeapi_get(api, PODGROUPS_BETA "/elas-0");
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 1);
+    /* The rest of the group as it was. */
+    assert_non_null(jsonx_obj(pg, "spec.disruptionMode.all"));
+    cJSON_Delete(pg);
+    assert_int_equal(fakeapi_requests(api, "PATCH") - patches, 1);
+
+    /* Another's group at the name: the patch leaves it (and the condition moves on). */
+    assert_int_equal(fakeapi_delete(api, PODGROUPS_BETA "/elas-0"), 0);
+    cJSON_Delete(fakeapi_create(
+        api, PODGROUPS_BETA,
+        "{\"apiVersion\":\"scheduling.k8s.io/v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{"
+        "\"name\":\"elas-0\",\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\","
+        "\"name\":\"x\",\"uid\":\"other\",\"controller\":true}]},\"spec\":{\"schedulingPolicy\":"
+        "{\"gang\":{\"minCount\":7}}}}"));
+    job = fakeapi_get(api, JOBS "/elas");
+    assert_non_null(
+        jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(job, "spec"), "elastic"), "minWorkers", 3));
+    assert_int_equal(fakeapi_put(api, JOBS "/elas", job), 0);
+    cJSON_Delete(job);
+    WAIT_FOR(5, "the condition says minCount 3",
+             strstr(job_condition("elas", "GangScheduling", "True", msg, sizeof msg),
+                    "minCount 3)") != NULL);
+    pg = fakeapi_get(api, PODGROUPS_BETA "/elas-0");
+    assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), 7);
+    cJSON_Delete(pg);
+    stop_running();
+}
+
 /* Nests the job's spec.template `levels` deep ({"x":{"x":...1}}) in the store, as the API
  * server keeps it: spec.template keeps unknown fields. */
 static void deepen(const char *name, int levels)
@@ -1412,6 +1472,7 @@ int main(void)
         cmocka_unit_test(test_owned_object_events_reach_their_job),
         cmocka_unit_test(test_gang_scheduling_discovery),
         cmocka_unit_test(test_pod_group_owner_checked),
+        cmocka_unit_test(test_gang_min_count_follows_min_workers),
         cmocka_unit_test(test_gang_scheduling_v1beta1_and_upgrade),
         cmocka_unit_test(test_startup_deadline_through_the_cache),
         cmocka_unit_test(test_pod_conditions_through_the_cache),

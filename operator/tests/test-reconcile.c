@@ -50,6 +50,7 @@ typedef struct Fixture {
     size_t npods;
     GangApi gang_api;
     char groups[8][256]; /* the PodGroups the plans made and did not delete */
+    int group_min[8];    /* each one's minCount, as made or patched */
     size_t ngroups;
     Plan plan;
     char *desc;
@@ -1499,6 +1500,8 @@ static void apply_prefix(Fixture *f, size_t k)
                 exists |= strcmp(f->groups[j], a->name) == 0;
             if (exists) break; /* AlreadyExists */
             assert_true(f->ngroups < 8);
+            f->group_min[f->ngroups] =
+                (int)jsonx_int(a->object, "spec.schedulingPolicy.gang.minCount", -1);
             snprintf(f->groups[f->ngroups++], sizeof f->groups[0], "%s", a->name);
             break;
         }
@@ -1506,8 +1509,15 @@ static void apply_prefix(Fixture *f, size_t k)
             for (size_t j = 0; j < f->ngroups; j++) {
                 if (strcmp(f->groups[j], a->name) != 0) continue;
                 memcpy(f->groups[j], f->groups[--f->ngroups], sizeof f->groups[0]);
+                f->group_min[j] = f->group_min[f->ngroups];
                 break;
             }
+            break;
+        case ACTION_PATCH_POD_GROUP: /* 404 for one that is gone */
+            for (size_t j = 0; j < f->ngroups; j++)
+                if (strcmp(f->groups[j], a->name) == 0)
+                    f->group_min[j] =
+                        (int)jsonx_int(a->object, "spec.schedulingPolicy.gang.minCount", -1);
             break;
         case ACTION_PATCH_POD: /* a merge patch of annotations, refused for another uid */
             for (size_t j = 0; j < f->npods; j++) {
@@ -4017,6 +4027,174 @@ static void test_gang_group_after_kueue_admission(void **state)
     fx_free(&f);
 }
 
+/* An elastic job's PodGroup (issue 46): minCount is the chief and minWorkers workers (the
+ * C trainer runs no ps or evaluator), not every linked pod, so that the scheduler places the job at
+ * its minimum when a worker's room is gone; the condition says so. An elastic job that
+ * cannot resize in place (a user's program) keeps the whole gang. */
+static void test_gang_elastic_min_count(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec;
+        int linked, min;
+        const char *msg;
+    } cases[] = {
+        {ESPEC3, 3, 2,
+         "at least 2 of the 3 worker pods of attempt 0 are scheduled together, or none "
+         "(spec.elastic.minWorkers) (PodGroup mnist-0, scheduling.k8s.io/v1beta1, minCount 2)"},
+        {"{\"workers\":3,\"chief\":{},\"elastic\":{\"minWorkers\":1}}", 4, 2,
+         "at least 2 of the 4 chief, worker and ps pods of attempt 0 are scheduled together, "
+         "or none (spec.elastic.minWorkers) (PodGroup mnist-0, scheduling.k8s.io/v1beta1, "
+         "minCount 2)"},
+        {"{\"workers\":3,\"elastic\":{\"minWorkers\":3}}", 3, 3,
+         "the 3 worker pods of attempt 0 are scheduled all together or not at all (PodGroup "
+         "mnist-0, scheduling.k8s.io/v1beta1, minCount 3)"},
+        {"{\"workers\":3,\"image\":\"tf:1\",\"command\":[\"p\"],\"elastic\":{\"minWorkers\":1}}", 3,
+         3,
+         "the 3 worker pods of attempt 0 are scheduled all together or not at all (PodGroup "
+         "mnist-0, scheduling.k8s.io/v1beta1, minCount 3)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Fixture f = {.job = job_new(cases[i].spec, NULL), .gang_api = GANG_API_V1BETA1};
+        fx_with_support(&f);
+        fx_run(&f, NOW);
+        assert_int_equal(count_lines(&f, "create-pod-group mnist-0"), 1);
+        assert_int_equal(count_prefix(&f, "create-pod "), cases[i].linked);
+        const cJSON *pg = find_action(&f, ACTION_CREATE_POD_GROUP, "mnist-0")->object;
+        assert_int_equal(jsonx_int(pg, "spec.schedulingPolicy.gang.minCount", -1), cases[i].min);
+        assert_string_equal(cond_message(new_status(&f), "GangScheduling"), cases[i].msg);
+        fx_apply(&f);
+        /* Nothing to follow while the spec stays. */
+        fx_run(&f, NOW + 1);
+        assert_int_equal(count_prefix(&f, "patch-pod-group "), 0);
+        fx_free(&f);
+    }
+}
+
+/* A running elastic job whose spec.elastic.minWorkers changes: in v1beta1 its group's
+ * minCount follows (a merge patch before the status that records it; a pass stopped in
+ * between patches again), and nothing else happens; kubectl scale, which leaves
+ * minWorkers, patches nothing. In v1alpha2 the group keeps the minCount it was made with
+ * (immutable there) and the condition says so; the next attempt's group takes the new
+ * one. */
+static void test_gang_min_count_follows_min_workers(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new(ESPEC3, NULL), .gang_api = GANG_API_V1BETA1};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    fx_apply(&f);
+    for (size_t i = 0; i < f.npods; i++)
+        pod_set_phase(f.pods[i], "Running");
+    fx_run(&f, NOW + 1);
+    fx_apply(&f);
+    assert_int_equal(f.ngroups, 1);
+    assert_int_equal(f.group_min[0], 2);
+
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(f.job, "spec"), "elastic"), "minWorkers", 1);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "patch-pod-group mnist-0\n"
+                                "update-status mnist\n");
+    const cJSON *patch = find_action(&f, ACTION_PATCH_POD_GROUP, "mnist-0")->object;
+    char *text = cJSON_PrintUnformatted(patch);
+    assert_string_equal(text, "{\"spec\":{\"schedulingPolicy\":{\"gang\":{\"minCount\":1}}}}");
+    free(text);
+    const cJSON *st = new_status(&f);
+    assert_cond(st, "GangScheduling", "True/PodGroupCreated");
+    assert_string_equal(cond_message(st, "GangScheduling"),
+                        "at least 1 of the 3 worker pods of attempt 0 are scheduled together, or "
+                        "none (spec.elastic.minWorkers) (PodGroup mnist-0, "
+                        "scheduling.k8s.io/v1beta1, minCount 1)");
+    /* Stopped after the patch: the next pass patches again, then records it. */
+    apply_prefix(&f, 1);
+    assert_int_equal(f.group_min[0], 1);
+    plan_free(&f.plan);
+    free(f.desc);
+    fx_run(&f, NOW + 3);
+    assert_string_equal(f.desc, "patch-pod-group mnist-0\n"
+                                "update-status mnist\n");
+    fx_apply(&f);
+    fx_run(&f, NOW + 4);
+    assert_string_equal(f.desc, "");
+    fx_apply(&f);
+
+    /* Raised to every worker: the whole gang again. */
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(f.job, "spec"), "elastic"), "minWorkers", 3);
+    fx_run(&f, NOW + 5);
+    assert_string_equal(f.desc, "patch-pod-group mnist-0\n"
+                                "update-status mnist\n");
+    assert_string_equal(cond_message(new_status(&f), "GangScheduling"),
+                        "the 3 worker pods of attempt 0 are scheduled all together or not at all "
+                        "(PodGroup mnist-0, scheduling.k8s.io/v1beta1, minCount 3)");
+    fx_apply(&f);
+    assert_int_equal(f.group_min[0], 3);
+
+    /* kubectl scale to 4 (minWorkers 2): worker 3 is made and joins the group; its
+     * minCount is minWorkers', not the size's. */
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(f.job, "spec"), "elastic"), "minWorkers", 2);
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
+    fx_run(&f, NOW + 6);
+    assert_int_equal(count_lines(&f, "patch-pod-group mnist-0"), 1);
+    assert_int_equal(jsonx_int(find_action(&f, ACTION_PATCH_POD_GROUP, "mnist-0")->object,
+                               "spec.schedulingPolicy.gang.minCount", -1),
+                     2);
+    assert_int_equal(count_lines(&f, "create-pod mnist-worker-3"), 1);
+    assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
+                        "mnist-0");
+    assert_non_null(strstr(cond_message(new_status(&f), "GangScheduling"),
+                           "at least 2 of the 4 worker pods of attempt 0"));
+    fx_apply(&f);
+    assert_int_equal(f.group_min[0], 2);
+    fx_run(&f, NOW + 7);
+    assert_int_equal(count_prefix(&f, "patch-pod-group "), 0);
+    fx_free(&f);
+
+    /* v1alpha2: the group keeps minCount 2, the condition says why, no write again. */
+    Fixture a = {.job = job_new(ESPEC3, NULL), .gang_api = GANG_API_V1ALPHA2};
+    fx_with_support(&a);
+    fx_run(&a, NOW);
+    fx_apply(&a);
+    assert_int_equal(a.group_min[0], 2);
+    for (size_t i = 0; i < a.npods; i++)
+        pod_set_phase(a.pods[i], "Running");
+    fx_run(&a, NOW + 1);
+    fx_apply(&a);
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(a.job, "spec"), "elastic"), "minWorkers", 1);
+    fx_run(&a, NOW + 2);
+    assert_string_equal(a.desc, "update-status mnist\n");
+    assert_string_equal(cond_message(new_status(&a), "GangScheduling"),
+                        "at least 2 of the 3 worker pods of attempt 0 are scheduled together, or "
+                        "none (spec.elastic.minWorkers) (PodGroup mnist-0, "
+                        "scheduling.k8s.io/v1alpha2, minCount 2); minCount 1 from the spec takes "
+                        "effect at the next attempt's group (minCount cannot change in "
+                        "scheduling.k8s.io/v1alpha2)");
+    fx_apply(&a);
+    fx_run(&a, NOW + 3);
+    assert_string_equal(a.desc, "");
+    fx_apply(&a);
+    /* Back to 2, the group's own: the condition stops saying it waits for a new one. */
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(a.job, "spec"), "elastic"), "minWorkers", 2);
+    fx_run(&a, NOW + 4);
+    assert_string_equal(a.desc, "update-status mnist\n");
+    assert_string_equal(cond_message(new_status(&a), "GangScheduling"),
+                        "at least 2 of the 3 worker pods of attempt 0 are scheduled together, or "
+                        "none (spec.elastic.minWorkers) (PodGroup mnist-0, "
+                        "scheduling.k8s.io/v1alpha2, minCount 2)");
+    fx_apply(&a);
+    jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(a.job, "spec"), "elastic"), "minWorkers", 1);
+    /* A worker fails: attempt 1's group is made with minCount 1. */
+    pod_terminated(pod_named(&a, "mnist-worker-1"), 1, "{\"error\":\"boom\"}");
+    fx_run(&a, NOW + 10);
+    fx_apply(&a);
+    fx_run(&a, NOW + 40);
+    assert_int_equal(jsonx_int(find_action(&a, ACTION_CREATE_POD_GROUP, "mnist-1")->object,
+                               "spec.schedulingPolicy.gang.minCount", -1),
+                     1);
+    assert_non_null(strstr(cond_message(new_status(&a), "GangScheduling"),
+                           "(PodGroup mnist-1, scheduling.k8s.io/v1alpha2, minCount 1)"));
+    fx_free(&a);
+}
+
 /* Stopped after any prefix of any plan, the operator still ends with exactly the
  * current attempt's group, and every pod of the attempt in it. */
 static void test_gang_crash_converges(void **state)
@@ -4445,6 +4623,8 @@ int main(void)
         cmocka_unit_test(test_gang_pod_group_per_attempt),
         cmocka_unit_test(test_gang_pod_group_v1alpha2),
         cmocka_unit_test(test_gang_group_after_kueue_admission),
+        cmocka_unit_test(test_gang_elastic_min_count),
+        cmocka_unit_test(test_gang_min_count_follows_min_workers),
         cmocka_unit_test(test_gang_crash_converges),
         cmocka_unit_test(test_live_replacement_crash_converges),
         cmocka_unit_test(test_gang_off_and_absent),

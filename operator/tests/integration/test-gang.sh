@@ -10,8 +10,14 @@
 #      job waits once the pods are unschedulable (their PodScheduled written here in the
 #      scheduler's place: this tier has none); gangScheduling: false makes no group; the
 #      garbage collector takes the group with the job.
+#      An elastic job's group has minCount = minWorkers (+ chief); a lowered minWorkers
+#      is patched into the live group in v1beta1, whose API server takes it, while
+#      v1alpha2's refuses it (checked on a group of nobody's) and the group keeps its
+#      minCount until the next attempt's, the job saying so.
 #   2. a cluster without it (KT_WORKLOAD_API=off): the pods are made as before, the job
 #      says so in its GangScheduling condition and one event, not again at a restart.
+#   3. 1.37 with kube-scheduler (its gang plugin on) and one kwok node with room for 2
+#      pods: a 3-worker job gets none bound, an elastic one with minWorkers 2 gets 2.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
@@ -42,6 +48,8 @@ gang_events() {
 # would be read once).
 groups_are() { [ "$(groups "$1" "$2")" = "$3" ]; }
 cond_is() { [ "$(condition "$1" "$2" "$3" "$4")" = "$5" ]; }
+# cond_ends NS JOB TYPE TEXT: the condition's message ends with TEXT.
+cond_ends() { [[ $(condition "$1" "$2" "$3" message) == *"$4" ]]; }
 events_at_least() { [ "$(gang_events "$1" "$2")" -ge "$3" ]; }
 # sanitizer_clean LOG: a tap line, ok when the operator's log has no sanitizer report.
 sanitizer_clean() {
@@ -138,6 +146,65 @@ if [ "$(groups gang roles | cut -d' ' -f1,2)" = "roles-0 4" ] &&
 else tap_fail "$tag roles: minCount 4, evaluator outside" \
   "$(groups gang roles); $(linked gang roles)"; fi
 
+# An elastic job (issue 46): minCount is minWorkers (+ chief), not every worker, so that
+# the scheduler places it at its minimum when a worker's room is gone.
+job gang el 3 "  elastic: {minWorkers: 2}"
+wait_until 30 has_npods gang el 3
+eluid=$(jp gang tj/el .metadata.uid)
+if wait_until 10 groups_are gang el "el-0 2 TrainingJob/$eluid/true/true"; then
+  tap_ok "$tag elastic, 3 workers, minWorkers 2: PodGroup el-0 with minCount 2"
+else tap_fail "$tag elastic: PodGroup el-0 with minCount 2" "$(groups gang el)"; fi
+# The API's own rule for a live group's minCount, on a group of nobody's: v1beta1 takes a
+# change (the field "is mutable to support workload scaling"), v1alpha2 refuses any
+# (spec.schedulingPolicy is immutable there).
+k -n gang create -f - >/dev/null <<EOF
+apiVersion: $GV
+kind: PodGroup
+metadata: {name: probe}
+spec: {schedulingPolicy: {gang: {minCount: 3}}}
+EOF
+out=$(k -n gang patch "podgroups.${GV#*/}.${GV%/*}" probe --type merge \
+  -p '{"spec":{"schedulingPolicy":{"gang":{"minCount":2}}}}' 2>&1)
+got=$(k -n gang get "podgroups.${GV#*/}.${GV%/*}" probe \
+  -o jsonpath='{.spec.schedulingPolicy.gang.minCount}' 2>&1)
+case $GV in
+  */v1beta1)
+    if [ "$got" = 2 ]; then
+      tap_ok "$tag the API server lets a live group's minCount change (3 -> 2)"
+    else tap_fail "$tag the API server lets minCount change" "$out; minCount $got"; fi ;;
+  *)
+    if [ "$got" = 3 ] && [[ $out == *"spec.schedulingPolicy"*"field is immutable"* ]]; then
+      tap_ok "$tag the API server refuses a live group's new minCount: '${out#*: }'"
+    else tap_fail "$tag the API server refuses a new minCount" "$out; minCount $got"; fi ;;
+esac
+# minWorkers lowered on the running job: v1beta1's group follows, v1alpha2's keeps its
+# minCount and the job says so; the next attempt's group takes the new one either way.
+all_running gang el 3
+k -n gang patch tj el --type merge -p '{"spec":{"elastic":{"minWorkers":1}}}' >/dev/null
+case $GV in
+  */v1beta1)
+    want="at least 1 of the 3 worker pods of attempt 0 are scheduled together, or none"
+    want+=" (spec.elastic.minWorkers) (PodGroup el-0, $GV, minCount 1)"
+    if wait_until 10 groups_are gang el "el-0 1 TrainingJob/$eluid/true/true" &&
+       wait_until 10 cond_is gang el GangScheduling message "$want"; then
+      tap_ok "$tag minWorkers 2 -> 1: the operator patches el-0 to minCount 1, condition too"
+    else tap_fail "$tag minWorkers 2 -> 1: el-0 patched to minCount 1" \
+      "$(groups gang el); $(condition gang el GangScheduling message)"; fi ;;
+  *)
+    want="minCount 1 from the spec takes effect at the next attempt's group (minCount cannot"
+    want+=" change in $GV)"
+    if wait_until 10 cond_ends gang el GangScheduling "$want" &&
+       [ "$(groups gang el)" = "el-0 2 TrainingJob/$eluid/true/true" ]; then
+      tap_ok "$tag minWorkers 2 -> 1: el-0 keeps minCount 2 and the condition says why"
+    else tap_fail "$tag minWorkers 2 -> 1: el-0 keeps minCount 2, the condition says why" \
+      "$(groups gang el); $(condition gang el GangScheduling message)"; fi ;;
+esac
+pod_exit gang el-worker-1 1 '{"error":"boom"}'
+if wait_until 30 attempt_pods gang el 1 3 &&
+   wait_until 30 groups_are gang el "el-1 1 TrainingJob/$eluid/true/true"; then
+  tap_ok "$tag restart: attempt 1's group el-1 has minCount 1"
+else tap_fail "$tag restart: el-1 with minCount 1" "$(groups gang el)"; fi
+
 # gangScheduling: false: no group.
 job gang solo 2 "  gangScheduling: false"
 wait_until 30 has_npods gang solo 2
@@ -198,4 +265,88 @@ else tap_fail "one GangSchedulingUnavailable event" "$(gang_events nogang j) eve
 sanitizer_clean "$LOG" "without the API"
 if it_stop "$IT_PID"; then tap_ok "SIGTERM: the operator exits 0 (no API)"
 else tap_fail "SIGTERM: the operator exits 0 (no API)" "$(tail -n 20 "$LOG")"; fi
+it_cleanup
+IT_OP_PIDS=()
+
+# === 3. kube-scheduler places an elastic job at its minimum ===============================
+# 1.37 only: this tier builds kube-scheduler for the default release (the scale test's);
+# v1.36.3's would be a build of its own.
+# bound NS JOB: how many of the job's pods are bound to a node.
+bound() {
+  local path='{range .items[*]}{.spec.nodeName}{"\n"}{end}'
+  k -n "$1" get pods -l "kubetrain.dev/job-name=$2" -o "jsonpath=$path" 2>/dev/null | grep -c .
+}
+# refused NS JOB: how many of the job's pods the scheduler wrote PodScheduled
+# False/Unschedulable (not SchedulerError: an error is no verdict on the room).
+refused() {
+  local path='{range .items[*]}{.status.conditions[?(@.type=="PodScheduled")].status}/'
+  path+='{.status.conditions[?(@.type=="PodScheduled")].reason}{"\n"}{end}'
+  k -n "$1" get pods -l "kubetrain.dev/job-name=$2" -o "jsonpath=$path" 2>/dev/null |
+    grep -cx False/Unschedulable
+}
+# why NS JOB: the scheduler's messages on the job's pods, one a line.
+why() {
+  local path='{range .items[*]}{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}'
+  k -n "$1" get pods -l "kubetrain.dev/job-name=$2" -o "jsonpath=$path" 2>/dev/null | grep .
+}
+placed_is() { [ "$(bound "$1" "$2")" = "$3" ] && [ "$(refused "$1" "$2")" = "$4" ]; }
+# quorum_failed NS JOB N: none of the job's N pods bound, all Unschedulable, and the
+# scheduler's words say the gang did not reach minCount with 2 placed (the room).
+quorum_failed() {
+  placed_is "$1" "$2" 0 "$3" &&
+    why "$1" "$2" | grep -q "minCount ($3) cannot be satisfied: 2 scheduled"
+}
+# room_short NS JOB: 2 of the job's pods bound, the third Unschedulable for the room.
+room_short() {
+  placed_is "$1" "$2" 2 1 && [ "$(why "$1" "$2")" = "0/1 nodes are available: 1 Too many pods." ]
+}
+# untainted NODE: the node has no taint (the node lifecycle controller lifts not-ready
+# after kwok reports it Ready; until then the scheduler refuses it for the taint).
+untainted() { [ -z "$(k get node "$1" -o jsonpath='{.spec.taints}' 2>/dev/null)" ]; }
+# sjob NAME WORKERS [SPEC-YAML-LINES]: a TrainingJob in namespace sched without a checkpoint
+# volume (this cluster has no PersistentVolumes: a claim would leave every pod unschedulable).
+sjob() {
+  k -n sched create -f - >/dev/null <<EOF
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $1}
+spec:
+  workers: $2
+${3:-}
+EOF
+}
+K8S_VERSION=v1.37.2 it_cluster opint-gang-sched
+GV=scheduling.k8s.io/v1beta1
+if ! err=$(bash e2e/cluster/build-kwok.sh 2>&1 >/dev/null); then
+  tap_fail "kwok built (e2e/cluster/build-kwok.sh)" "$(tail -n 5 <<<"$err")"
+elif ! err=$(KT_KWOK_GANG=on bash e2e/cluster/kwok-up.sh 1 2 2>&1); then
+  tap_fail "kwok-up.sh: kube-scheduler with the gates, one node with room for 2 pods" \
+    "$(tail -n 5 <<<"$err")"
+else
+  wait_until 60 untainted kwok-node-0
+  it_operator sched
+  LOG=$IT_DIR/op-sched.log
+  ns sched
+  # Room for 2 of 3 workers: a job that is not elastic (minCount 3) gets none placed.
+  sjob whole 3
+  if wait_until 60 quorum_failed sched whole 3; then
+    tap_ok "[1.37] room for 2 pods, 3 workers, minCount 3: none bound, all 3 Unschedulable"
+  else tap_fail "[1.37] 3 workers, minCount 3, room for 2: none bound" \
+    "bound $(bound sched whole), refused $(refused sched whole); $(groups sched whole)
+$(why sched whole)"; fi
+  k -n sched delete tj whole --wait=false >/dev/null
+  wait_until 60 has_npods sched whole 0
+  # Elastic, minWorkers 2 (minCount 2): two bound, the third left unschedulable.
+  sjob el 3 "  elastic: {minWorkers: 2}"
+  if wait_until 60 room_short sched el; then
+    tap_ok "[1.37] the same room, elastic with minWorkers 2 (minCount 2): 2 bound, 1 Unschedulable"
+  else tap_fail "[1.37] elastic minWorkers 2: 2 bound, 1 unschedulable" \
+    "bound $(bound sched el), refused $(refused sched el); $(groups sched el)
+$(why sched el)
+$(tail -n 5 "$KT_RUN/logs/kube-scheduler.log")"; fi
+  sanitizer_clean "$LOG" "with kube-scheduler"
+  if it_stop "$IT_PID"; then tap_ok "[1.37] SIGTERM: the operator exits 0 (with kube-scheduler)"
+  else tap_fail "[1.37] SIGTERM: the operator exits 0 (with kube-scheduler)" \
+    "$(tail -n 20 "$LOG")"; fi
+fi
 tap_done
