@@ -10,7 +10,9 @@
 # wall time. The driver is operator/bench/elastic_cluster.py (its docstring and the
 # JSON's definitions say what each figure is). Writes bench/results/elastic-cluster.json,
 # or with BENCH_OUT=FILE elsewhere; BENCH_ROUNDS (default 2) rounds, BENCH_SEED (default:
-# drawn and printed) picks the victims.
+# drawn and printed) picks the victims, or BENCH_VICTIMS (1,3: worker indices, a round
+# each) names them; BENCH_MODES (elastic,today) which modes run. Every worker pod's log
+# goes to $dir/logs.
 #
 # Holds /tmp/kt-full-cluster.lock from bring-up to teardown (one full-level cluster per
 # machine; operator/bench/full-cluster.sh). Needs root and the images in the local Docker
@@ -27,7 +29,7 @@ export KT_RUN=$dir/run
 NS=kt-bench
 BENCH_NAME=bench-elastic-cluster
 mkdir -p "$dir" "$(dirname "$out")"
-rm -f "$dir"/*.log
+rm -rf "$dir"/*.log "$dir/logs"
 
 full_cluster_check
 full_cluster_up 0
@@ -40,7 +42,8 @@ setup=$(jq -n --arg k8s "$(k version -o json 2>/dev/null | jq -r .serverVersion.
 log "runs (the log of each: $dir/driver.log)"
 python3 operator/bench/elastic_cluster.py "$out" --kubectl "$KT_K8S_BIN/kubectl" \
   --namespace "$NS" --rounds "${BENCH_ROUNDS:-2}" --hold "${BENCH_HOLD:-60}" \
-  ${BENCH_SEED:+--seed "$BENCH_SEED"} --filler-image "${KT_PAUSE_IMAGE:-kubetrain/pause:3.10}" \
-  --setup "$setup" --commit "$commit" 2> >(tee "$dir/driver.log" >&2) ||
+  ${BENCH_SEED:+--seed "$BENCH_SEED"} ${BENCH_VICTIMS:+--victims "$BENCH_VICTIMS"} \
+  ${BENCH_MODES:+--modes "$BENCH_MODES"} --filler-image "${KT_PAUSE_IMAGE:-kubetrain/pause:3.10}" \
+  --setup "$setup" --commit "$commit" --logs "$dir/logs" 2> >(tee "$dir/driver.log" >&2) ||
   die "elastic_cluster.py failed ($dir/driver.log)"
 log "wrote $out in $(( $(date +%s) - T0 )) s"

@@ -39,7 +39,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "trainer", "bench"), os.path.join(ROOT, "e2e", "lib")]
 from machine import cpu_model  # noqa: E402  trainer/bench/machine.py
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
-                       first_match, log, now, pod_logs, wait_for)
+                       first_match, log, now, rfc3339, wait_for)
 
 WORKERS, MIN_WORKERS, EVERY, STEPS, BATCH, LOSS_AT, RECOVERY_S = 4, 3, 50, 1500, 16, 125, 30
 RES = "kubetrain.dev/e2e-slot"
@@ -116,6 +116,49 @@ class Sampler(threading.Thread):
             time.sleep(SAMPLE_S)
 
 
+class Logs(threading.Thread):
+    """Every worker pod's trainer log, with the kubelet's timestamps, followed from its
+    start into DIR/<pod>.<uid>.log (a pod deleted mid-run takes its log with it)."""
+
+    def __init__(self, kube, watch, where):
+        super().__init__(daemon=True)
+        self.kube, self.watch, self.where = kube, watch, where
+        self.procs, self.files, self.done = {}, {}, threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for uid, p in self.watch.snapshot().items():
+                if uid in self.procs or not p.get("started") or p["gone"] is not None:
+                    continue
+                path = os.path.join(self.where, "%s.%s.log" % (p["name"], uid[:8]))
+                self.files[uid] = path
+                with open(path, "w") as out:
+                    self.procs[uid] = subprocess.Popen(
+                        [self.kube.kubectl, "-n", self.kube.ns, "logs", "-f", "--timestamps",
+                         p["name"], "-c", "trainer"], stdout=out, stderr=subprocess.DEVNULL)
+            time.sleep(0.2)
+
+    def stop(self):
+        self.done.set()
+        time.sleep(1)  # the followers of pods still running catch up
+        for proc in self.procs.values():
+            proc.terminate()
+            proc.wait()
+
+    def lines(self):
+        """{uid: [(epoch seconds, text)]}"""
+        got = {}
+        for uid, path in self.files.items():
+            got[uid] = []
+            with open(path, errors="replace") as f:
+                for line in f:
+                    ts, _, text = line.rstrip("\n").partition(" ")
+                    t = rfc3339(ts)
+                    if t is not None:
+                        got[uid].append((t, text))
+        return got
+
+
 def manifest(name, mode, ns):
     extra = "\n  recoveryTimeoutSeconds: %d" % RECOVERY_S
     if mode == "elastic":
@@ -166,10 +209,12 @@ def idle_worker_seconds(samples, series, joined_at, t0, t_end):
     return total
 
 
-def one(kube, ns, node, image, name, mode, victim, hold):
+def one(kube, ns, node, image, name, mode, victim, hold, logdir):
     row = {"job": name, "mode": mode, "victim": victim}
     watch = Watch(kube, name)
     watch.start()
+    followers = Logs(kube, watch, logdir)
+    followers.start()
     scraper = Scraper(watch, name)
     scraper.start()
     sampler = Sampler(watch)
@@ -200,11 +245,6 @@ def one(kube, ns, node, image, name, mode, victim, hold):
         time.sleep(max(0.0, t0 + hold - now()))
         t_back = now()
         kube.run("delete", "pod", fname, "--wait=false")
-        # Every pod's log while it still runs (a finished job's pods may go with theirs).
-        wait_for(lambda: [s for s in scraper.series if s[2] >= STEPS - 20], 900,
-                 "%s near its end" % name, step=0.2)
-        pods = {p["name"]: p for p in watch.snapshot().values() if p["gone"] is None}
-        logs = {p["uid"]: pod_logs(kube, n) for n, p in sorted(pods.items())}
         status = finish(kube, name, timeout=600)
         t_done = now()
         allpods = watch.snapshot()
@@ -212,9 +252,16 @@ def one(kube, ns, node, image, name, mode, victim, hold):
     finally:
         scraper.done.set()
         sampler.done.set()
+        followers.stop()
         watch.stop()
+        ev = kube.run("get", "events", "--field-selector", "involvedObject.name=" + name,
+                      "--sort-by=.lastTimestamp", "-o",
+                      "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+                      check=False)
+        row["events"] = [e[:240] for e in ev.splitlines()[-12:]]
         kube.run("delete", "pod", fname, "--ignore-not-found", "--wait=false", check=False)
     series, samples = list(scraper.series), list(sampler.series)
+    logs = followers.lines()
 
     # The replacement: the pod of the victim's name with a new uid, first seen unschedulable.
     reps = [p for p in allpods.values() if p["name"] == vname and p["uid"] != vpod["uid"]]
@@ -310,20 +357,35 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--hold", type=float, default=60.0)
+    ap.add_argument("--modes", default=",".join(MODES), help="which modes run (elastic,today)")
+    ap.add_argument("--victims", default=None, help="the victim of each round, comma-separated "
+                    "worker indices 1..%d (default: drawn with the seed)" % (WORKERS - 1))
     ap.add_argument("--filler-image", default="kubetrain/pause:3.10")
     ap.add_argument("--setup", default="{}")
     ap.add_argument("--commit", default=None)
+    ap.add_argument("--logs", default=None, help="where the pods' logs go (default: a "
+                    "directory beside OUT)")
     a = ap.parse_args()
+    logdir = a.logs or a.out + ".logs"
+    os.makedirs(logdir, exist_ok=True)
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
     victims = list(range(1, WORKERS))
     random.Random(seed).shuffle(victims)
     vict = [victims[r % len(victims)] for r in range(a.rounds)]
+    if a.victims:
+        vict = [int(v) for v in a.victims.split(",")]
+        if any(v < 1 or v >= WORKERS for v in vict):
+            sys.exit("elastic_cluster.py: --victims: worker indices 1..%d" % (WORKERS - 1))
+        vict = [vict[r % len(vict)] for r in range(a.rounds)]
+    modes = tuple(m for m in a.modes.split(",") if m)
+    if not modes or any(m not in MODES for m in modes):
+        sys.exit("elastic_cluster.py: --modes: a list of %s" % ",".join(MODES))
     log("seed %d: victims by round %s" % (seed, vict))
     kube = Kube(a.kubectl, a.namespace)
     node = kube.run("get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").strip()
     t_start = now()
     rows = []
-    total = a.rounds * len(MODES)
+    total = a.rounds * len(modes)
 
     def write():
         med = {m: {k: median([x for x in rows if x["mode"] == m and "error" not in x], k)
@@ -348,7 +410,7 @@ def main():
                         "cpu": cpu_model(),
                         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
             "setup": dict(json.loads(a.setup), seed=seed, victims_by_round=vict,
-                          rounds=a.rounds, hold_s=a.hold,
+                          rounds=a.rounds, hold_s=a.hold, modes_run=list(modes),
                           job="%d workers, tutorial-cnn, fashion-mnist, 1 epoch x %d steps, "
                               "per-worker batch %d, sgd, checkpoint every %d steps (keep 2) on "
                               "the claim ckpt, recoveryTimeoutSeconds %d, requests 100m CPU / "
@@ -380,10 +442,11 @@ def main():
 
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     for r in range(a.rounds):
-        for mode in (MODES if r % 2 == 0 else MODES[::-1]):
+        for mode in (modes if r % 2 == 0 else modes[::-1]):
             name = "el%d-%s" % (r + 1, mode)
             try:
-                row = one(kube, a.namespace, node, a.filler_image, name, mode, vict[r], a.hold)
+                row = one(kube, a.namespace, node, a.filler_image, name, mode, vict[r], a.hold,
+                          logdir)
             except (RuntimeError, subprocess.TimeoutExpired, KeyError) as e:
                 row = {"job": name, "mode": mode, "victim": vict[r], "error": str(e)[:400]}
                 kube.run("delete", "pod", name + "-filler", "--ignore-not-found",
