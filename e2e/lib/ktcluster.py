@@ -231,6 +231,21 @@ def cleanup(kube, name):
         log(str(e))
 
 
+def survivors(before, after, victim):
+    """The pods of `before` (name -> pod, before the disruption) but the victim's name,
+    against `after` (name -> the newest pod of that name): each one's uid and trainer
+    restartCount before and at the end, and whether both are unchanged."""
+    got = {}
+    for n, p in sorted(before.items()):
+        if n == victim:
+            continue
+        a = after.get(n, {})
+        got[n] = {"uid_before": p["uid"], "uid_after": a.get("uid"),
+                  "restarts_before": p.get("restarts"), "restarts_after": a.get("restarts"),
+                  "unchanged": a.get("uid") == p["uid"] and a.get("restarts") == p.get("restarts")}
+    return got
+
+
 def c_trainer_job(name, ns, workers, model, epochs, steps, batch, lr, every, memory, extra=""):
     """A TrainingJob of the C trainer on Fashion-MNIST with sgd, checkpoints every `every`
     steps on the claim ckpt (keep 2), each pod requesting 100m CPU and `memory`; `extra`

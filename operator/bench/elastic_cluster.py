@@ -39,7 +39,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "trainer", "bench"), os.path.join(ROOT, "e2e", "lib")]
 from machine import cpu_model  # noqa: E402  trainer/bench/machine.py
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
-                       first_match, log, now, rfc3339, wait_for)
+                       first_match, log, now, rfc3339, survivors, wait_for)
 
 WORKERS, MIN_WORKERS, EVERY, STEPS, BATCH, LOSS_AT, RECOVERY_S = 4, 3, 50, 1500, 16, 125, 30
 RES = "kubetrain.dev/e2e-slot"
@@ -318,18 +318,10 @@ def one(kube, ns, node, image, name, mode, victim, hold, logdir):
     row["loss_to_end_s"] = r3(t_end - t0)
     row["idle_worker_seconds"] = r3(idle_worker_seconds(samples, series, joined_at, t0, t_end))
 
-    survivors = {}
-    for n, p in sorted(before.items()):
-        if n == vname:
-            continue
-        a = after.get(n, {})
-        survivors[n] = {"uid_before": p["uid"], "uid_after": a.get("uid"),
-                        "restarts_before": p.get("restarts"), "restarts_after": a.get("restarts"),
-                        "unchanged": a.get("uid") == p["uid"] and
-                        a.get("restarts") == p.get("restarts")}
-    row["survivors"] = survivors
-    row["survivors_unchanged"] = all(s["unchanged"] for s in survivors.values())
-    row["survivors_restarted"] = sum(1 for s in survivors.values() if not s["unchanged"])
+    row["survivors"] = survivors(before, after, vname)
+    row["survivors_unchanged"] = all(s["unchanged"] for s in row["survivors"].values())
+    row["survivors_restarted"] = sum(1 for s in row["survivors"].values()
+                                     if not s["unchanged"])
     row["status_restarts"] = dict(status.get("restarts") or {}, attempt=status.get("attempt", 0))
     row["phase"] = status.get("phase")
     row["weights_sha256"] = (status.get("result") or {}).get("weightsSha256")

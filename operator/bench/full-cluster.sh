@@ -80,3 +80,12 @@ full_cluster_up() {
 
 # image_id IMAGE: IMAGE@<the first 12 hex digits of its Docker image id>, for the JSON.
 image_id() { echo "$1@$(docker image inspect -f '{{.Id}}' "$1" | cut -c8-19)"; }
+
+# full_cluster_setup: the JSON object of what ran, for a driver's --setup: the API
+# server's version, both images and the cluster's bring-up seconds (since T0).
+full_cluster_setup() {
+  jq -n --arg k8s "$(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)" \
+    --arg op "$(image_id "$OP_IMAGE")" --arg tr "$(image_id "$TR_IMAGE")" \
+    --argjson up "$(( $(date +%s) - T0 ))" \
+    '{kubernetes: $k8s, operator_image: $op, trainer_image: $tr, cluster_up_seconds: $up}'
+}

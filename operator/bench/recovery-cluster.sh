@@ -33,11 +33,7 @@ full_cluster_check
 command -v ctr >/dev/null || die "ctr (containerd's client) is not installed"
 full_cluster_up 0
 kn apply -f examples/pvc.yaml >/dev/null || die "examples/pvc.yaml not applied"
-cluster_s=$(( $(date +%s) - T0 ))
-setup=$(jq -n --arg k8s "$(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion)" \
-  --arg op "$(image_id "$OP_IMAGE")" --arg tr "$(image_id "$TR_IMAGE")" \
-  --argjson up "$cluster_s" \
-  '{kubernetes: $k8s, operator_image: $op, trainer_image: $tr, cluster_up_seconds: $up}')
+setup=$(full_cluster_setup)
 log "runs (the log of each: $dir/driver.log)"
 python3 operator/bench/recovery_cluster.py "$out" --kubectl "$KT_K8S_BIN/kubectl" \
   --namespace "$NS" --containerd "$KT_CONTAINERD_ADDRESS" --rounds "${BENCH_ROUNDS:-4}" \

@@ -34,7 +34,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "trainer", "bench"), os.path.join(ROOT, "e2e", "lib")]
 from machine import cpu_model  # noqa: E402  trainer/bench/machine.py
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
-                       first_match, kill_trainer, log, now, pod_logs, rfc3339, wait_for)
+                       first_match, kill_trainer, log, now, pod_logs, rfc3339, survivors,
+                       wait_for)
 
 WORKERS, EVERY, STEPS, BATCH, KILL_AT = 4, 50, 200, 16, 125
 MODES = ("live", "group_restart")
@@ -193,17 +194,8 @@ def one(kube, ns, containerd, name, mode, disruption, victim, ref_hash):
         row["replacement_joined_s"] = r3(tj - t0) if tj else None
         if row.get("startup_first_line_s") is not None and t_first:
             row["recovery_minus_startup_s"] = r3(t_first - t0 - row["startup_first_line_s"])
-    survivors = {}
-    for n, p in sorted(before.items()):
-        if n == vname:
-            continue
-        a = after.get(n, {})
-        survivors[n] = {"uid_before": p["uid"], "uid_after": a.get("uid"),
-                        "restarts_before": p.get("restarts"), "restarts_after": a.get("restarts"),
-                        "unchanged": a.get("uid") == p["uid"] and
-                        a.get("restarts") == p.get("restarts")}
-    row["survivors"] = survivors
-    row["survivors_unchanged"] = all(s["unchanged"] for s in survivors.values())
+    row["survivors"] = survivors(before, after, vname)
+    row["survivors_unchanged"] = all(s["unchanged"] for s in row["survivors"].values())
     row["status_restarts"] = dict(status.get("restarts") or {}, attempt=status.get("attempt", 0))
     row["phase"] = status.get("phase")
     row["weights_sha256"] = (status.get("result") or {}).get("weightsSha256")
