@@ -1220,6 +1220,55 @@ static int replacement_stuck(Ctx *c, const Group *g, const int *idx, int n, char
     return -1;
 }
 
+/* An attempt's first worker pods that cannot be placed (docs/design.md, "Elastic jobs",
+ * "An attempt's start"): the members, other than the chief's slot, whose pod (not a live
+ * replacement: replacement_stuck) is Pending and unschedulable, or not running
+ * replace_timeout_s after it was made (a requeue for then otherwise), while every other
+ * member's pod is placed (bound to a node, or past Pending) and active. Writes the
+ * members left into left (*m of them) and the causes into why; returns how many are
+ * left out, 0 when any other member is not placed yet (or is the chief's slot), so that
+ * the attempt waits as before. */
+static int start_unplaced(Ctx *c, const Group *g, const int *idx, int n, int *left, int *m,
+                          char *why, size_t len)
+{
+    const JobSpec *s = &c->spec;
+    int out = 0;
+    size_t used = 0;
+    *m = 0;
+    *why = '\0';
+    for (int k = 0; k < n; k++) {
+        int slot = idx[k], error;
+        const PodView *p = g->cur[slot];
+        if (!p || !is_active(p)) return 0;
+        int pending = strcmp(p->phase, "Pending") == 0;
+        const char *msg = pending ? unschedulable_message(p->pod, &error) : NULL;
+        double created, at = 0;
+        int late = 0;
+        if (pending && !msg &&
+            !clock_parse_rfc3339(jsonx_str(p->pod, "metadata.creationTimestamp"), &created)) {
+            at = created + (double)s->replace_timeout_s;
+            late = c->obs->now >= at;
+        }
+        if (!msg && !late) {
+            if (pending && at > 0) requeue(c, at - c->obs->now);
+            if (pending && !jsonx_str(p->pod, "spec.nodeName")) return 0; /* not placed yet */
+            left[(*m)++] = slot;
+            continue;
+        }
+        /* The chief's slot is never left out; a live replacement is replacement_stuck's. */
+        if (slot == g->chief || slot_entry(c, slot)) return 0;
+        int w = msg ? snprintf(why + used, len - used, "%spod %s unschedulable: %.300s",
+                               out ? "; " : "", p->name, msg)
+                    : snprintf(why + used, len - used,
+                               "%spod %s not running %lld s (elastic.replaceTimeoutSeconds) after "
+                               "it was made",
+                               out ? "; " : "", p->name, s->replace_timeout_s);
+        if (w > 0) used = used + (size_t)w < len ? used + (size_t)w : len - 1;
+        out++;
+    }
+    return out;
+}
+
 /* An elastic job whose spec.workers was lowered (kubectl scale) while at least
  * minWorkers stay: the members beyond the spec are dropped in place. Status first
  * (status.members, the Resized condition), the event, then the survivors' annotations
@@ -1273,11 +1322,20 @@ static int decide_elastic(Ctx *c, const Group *g)
     }
     /* A member whose replacement cannot run leaves the ring while minWorkers stay. */
     char why[450];
-    int stuck = replacement_stuck(c, g, idx, n, why, sizeof why);
-    if (stuck < 0 || member_workers(s, idx, n) - 1 < s->min_workers) return 0;
     int left[MAX_MEMBERS], m = 0;
-    for (int j = 0; j < n; j++)
-        if (idx[j] != stuck) left[m++] = idx[j];
+    int stuck = replacement_stuck(c, g, idx, n, why, sizeof why);
+    if (stuck >= 0) {
+        if (member_workers(s, idx, n) - 1 < s->min_workers) return 0;
+        for (int j = 0; j < n; j++)
+            if (idx[j] != stuck) left[m++] = idx[j];
+        resize_in_place(c, g, left, m, member_workers(s, idx, n), "Shrank", why);
+        return 1;
+    }
+    /* An attempt that starts with workers the scheduler cannot place starts without them
+     * while the placed ones number minWorkers; they join once they run (above). */
+    if (!start_unplaced(c, g, idx, n, left, &m, why, sizeof why) ||
+        member_workers(s, left, m) < s->min_workers)
+        return 0;
     resize_in_place(c, g, left, m, member_workers(s, idx, n), "Shrank", why);
     return 1;
 }

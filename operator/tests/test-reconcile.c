@@ -3116,6 +3116,153 @@ static void test_elastic_shrink_after_replace_timeout(void **state)
     fx_free(&f);
 }
 
+/* Sets a Pending pod's PodScheduled condition as the scheduler does. */
+static void pod_unschedulable(cJSON *pod, const char *message)
+{
+    cJSON *cond = cJSON_CreateArray(), *c = cJSON_CreateObject();
+    jsonx_set_str(c, "type", "PodScheduled");
+    jsonx_set_str(c, "status", "False");
+    jsonx_set_str(c, "reason", "Unschedulable");
+    jsonx_set_str(c, "message", message);
+    cJSON_AddItemToArray(cond, c);
+    jsonx_set(jsonx_ensure_obj(pod, "status"), "conditions", cond);
+}
+
+/* An elastic job's first attempt (launched, 3 workers as ESPEC3) whose pods are Pending
+ * and made at `created`; `bound` of them (workers 0..bound-1) bound to a node. */
+static void fx_elastic_start(Fixture *f, const char *spec, int bound, double created)
+{
+    memset(f, 0, sizeof *f);
+    f->job = job_new(spec, ST_LAUNCHED(""));
+    fx_with_support(f);
+    char ts[32];
+    clock_format_rfc3339(created, ts, sizeof ts);
+    for (int i = 0; i < 3; i++) {
+        cJSON *p = fx_pod(f, i, 0, "Pending");
+        jsonx_set_str(jsonx_ensure_obj(p, "metadata"), "creationTimestamp", ts);
+        if (i < bound) jsonx_set_str(jsonx_ensure_obj(p, "spec"), "nodeName", "node-a");
+    }
+}
+
+/* An attempt that starts with a worker the scheduler cannot place, the others bound
+ * (not running yet): it starts at 2 without it (status.members, Resized/Shrank saying
+ * why, the placed pods' annotations patched before their trainers start; no restart,
+ * the pod left Pending naming itself); once it runs it joins them (Grew). */
+static void test_elastic_start_without_unschedulable(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_start(&f, ESPEC3, 2, NOW);
+    fx_run(&f, NOW + 1);
+    assert_null(strstr(f.desc, "Resized")); /* worker 2 not judged yet: wait */
+    assert_close(f.plan.requeue_after, 29, 1e-9);
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    pod_unschedulable(pod_named(&f, "mnist-worker-2"),
+                      "0/1 nodes are available: 1 Insufficient cpu.");
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1");
+    assert_cond(st, "Resized", "True/Shrank");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1): pod mnist-worker-2 "
+                        "unschedulable: 0/1 nodes are available: 1 Insufficient cpu.");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-0")), "0,1");
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-2")), "0,1,2");
+    pod_set_phase(pod_named(&f, "mnist-worker-0"), "Running");
+    pod_set_phase(pod_named(&f, "mnist-worker-1"), "Running");
+    fx_run(&f, NOW + 3);
+    assert_null(strstr(f.desc, "-pod"));
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 2);
+    fx_apply(&f);
+
+    pod_set_phase(pod_named(&f, "mnist-worker-2"), "Running");
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1,2");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "grew from 2 to 3 workers (members 0,1,2): pod mnist-worker-2 runs");
+    fx_apply(&f);
+    for (int i = 0; i < 3; i++)
+        assert_string_equal(members_of(f.pods[i]), "0,1,2");
+    fx_free(&f);
+}
+
+/* What an attempt's start does not shrink for: fewer than minWorkers placed (two of
+ * three unschedulable, or one bound and one not yet judged), the chief's own pod (worker 0
+ * here) unschedulable, and a job that is not elastic. Not running after
+ * replaceTimeoutSeconds counts as unschedulable: both unplaced workers leave at once. */
+static void test_elastic_start_below_min(void **state)
+{
+    (void)state;
+    Fixture f;
+    const char *m = "0/1 nodes are available: 1 Insufficient cpu.";
+    fx_elastic_start(&f, ESPEC3, 1, NOW);
+    pod_unschedulable(pod_named(&f, "mnist-worker-1"), m);
+    pod_unschedulable(pod_named(&f, "mnist-worker-2"), m);
+    fx_run(&f, NOW + 2);
+    assert_null(strstr(f.desc, "Resized"));
+    assert_null(strstr(f.desc, "-pod"));
+    assert_null(jsonx_str(new_status(&f), "members"));
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    /* one bound, one unschedulable, one not judged: wait */
+    cJSON_DeleteItemFromObject(jsonx_ensure_obj(pod_named(&f, "mnist-worker-1"), "status"),
+                               "conditions");
+    fx_run(&f, NOW + 2);
+    assert_null(strstr(f.desc, "Resized"));
+    fx_free(&f);
+
+    /* worker 0, the chief without a chief task, unschedulable: wait */
+    fx_elastic_start(&f, ESPEC3, 0, NOW);
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-1"), "spec"), "nodeName", "n");
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "spec"), "nodeName", "n");
+    pod_unschedulable(pod_named(&f, "mnist-worker-0"), m);
+    fx_run(&f, NOW + 2);
+    assert_null(strstr(f.desc, "Resized"));
+    fx_free(&f);
+
+    /* minWorkers 1: both unbound workers leave once replaceTimeoutSeconds has passed */
+    fx_elastic_start(&f, "{\"workers\":3,\"elastic\":{\"minWorkers\":1}}", 1, NOW);
+    pod_set_phase(pod_named(&f, "mnist-worker-0"), "Running");
+    fx_run(&f, NOW + 10);
+    assert_null(strstr(f.desc, "Resized"));
+    assert_close(f.plan.requeue_after, 20, 1e-9);
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    fx_run(&f, NOW + 30);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 1 workers (members 0): pod mnist-worker-1 not running "
+                        "30 s (elastic.replaceTimeoutSeconds) after it was made; pod "
+                        "mnist-worker-2 not running 30 s (elastic.replaceTimeoutSeconds) after "
+                        "it was made");
+    fx_free(&f);
+
+    /* not elastic: the attempt waits for every pod, as always */
+    fx_elastic_start(&f, "{\"workers\":3}", 2, NOW);
+    pod_unschedulable(pod_named(&f, "mnist-worker-2"), m);
+    fx_run(&f, NOW + 60);
+    assert_null(strstr(f.desc, "Resized"));
+    assert_null(strstr(f.desc, "-pod"));
+    fx_free(&f);
+}
+
 /* An elastic job's global batch goes into status in the pass that creates the Secret,
  * before any pod; a scale before the pods are made (or at any later time) leaves it, and
  * the pods are given it. A job that is not elastic records none. */
@@ -4339,19 +4486,6 @@ static void test_gang_off_and_absent(void **state)
     fx_free(&a);
 }
 
-/* Sets a Pending pod's PodScheduled condition as the scheduler does. */
-static void pod_unschedulable(cJSON *pod, const char *message)
-{
-    cJSON *c = cJSON_CreateObject();
-    jsonx_set_str(c, "type", "PodScheduled");
-    jsonx_set_str(c, "status", "False");
-    jsonx_set_str(c, "reason", "Unschedulable");
-    jsonx_set_str(c, "message", message);
-    cJSON *conds = cJSON_CreateArray();
-    cJSON_AddItemToArray(conds, c);
-    jsonx_set(jsonx_ensure_obj(pod, "status"), "conditions", conds);
-}
-
 static void test_scheduled_condition_says_why_a_job_waits(void **state)
 {
     (void)state;
@@ -4572,6 +4706,8 @@ int main(void)
         cmocka_unit_test(test_elastic_resize_restarts),
         cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),
         cmocka_unit_test(test_elastic_shrink_after_replace_timeout),
+        cmocka_unit_test(test_elastic_start_without_unschedulable),
+        cmocka_unit_test(test_elastic_start_below_min),
         cmocka_unit_test(test_current_workers_follow_the_pods),
         cmocka_unit_test(test_all_running_sets_phase),
         cmocka_unit_test(test_chief_completed_succeeds_with_result),

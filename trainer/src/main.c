@@ -425,15 +425,35 @@ static void disagreement_check(const Disagreement *d, double deadline, const cha
  * KUBETRAIN_MEMBERS_FILE that meets a peer naming other members (a worker joining a
  * running ring before the others' files change) waits as a live recovery does: reads its
  * own file again every 0.1 s and tries again, and when they still disagree at the
- * deadline (DISAGREE_HELD_S) exits 2 naming both lists and the peer. Returns form_ring's
- * result. */
+ * deadline (DISAGREE_HELD_S) exits 2 naming both lists and the peer. It watches its file
+ * meanwhile (members_wake): a list that changes while it waits (an attempt that starts
+ * without a worker the scheduler cannot place, or with one that was placed after all) is
+ * the ring it forms instead, within the same deadline; a ring of this worker alone is the
+ * local collective (its listener stays open for the workers that join later). Returns
+ * form_ring's result. */
 static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *err, size_t errlen)
 {
     const double deadline = util_now() + cfg->rendezvous_timeout;
     Disagreement disagree = {.what = "", .at = 0};
     int rc;
-    while ((rc = form_ring(cfg, r, deadline - util_now(), 0, out, err, errlen)) == -ESTALE &&
-           r->members_path) {
+    for (;;) {
+        if (r->tf.world == 1) {
+            *out = coll_local_create();
+            return 0;
+        }
+        rc = form_ring(cfg, r, deadline - util_now(), r->members_path != NULL, out, err, errlen);
+        if (rc == -EINTR && !stop_requested && members_changed) {
+            members_changed = 0;
+            char *list = indices_text(r->named, r->named_n);
+            util_log("elastic: KUBETRAIN_MEMBERS_FILE names %s now, before the first ring; "
+                     "forming that ring",
+                     list);
+            free(list);
+            members_take(r, 1);
+            disagree.what[0] = '\0';
+            continue;
+        }
+        if (rc != -ESTALE || !r->members_path) break;
         disagreement_note(&disagree, err, deadline);
         struct timespec ts = {0, 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -475,7 +495,9 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
         util_fail(KT_EXIT_USAGE, "--collective nccl: this trainer was built without NCCL (build "
                                  "with make GPU=1)");
 #endif
-    if (tf->world == 1) return coll_local_create();
+    /* A worker of an elastic job (KUBETRAIN_MEMBERS_FILE) whose ring is itself alone
+     * still listens: the workers left out at the start join it later (first_ring). */
+    if (tf->world == 1 && !r->members_path) return coll_local_create();
 
     /* The rendezvous compares the model's signature, so build the model once for it. */
     Model *m;

@@ -8,9 +8,11 @@
 # rewritten so again, it joins them at a step boundary. No checkpoint read, every step's
 # loss that of the undisturbed run within the tolerance of test-elastic.sh. A worker that
 # starts naming 0,1,2 while worker 0 still waits in a rendezvous of 0,1 waits in its first
-# rendezvous until their lists agree, and joins. A worker that meets another list, and
-# then only a peer gone quiet, exits 75 at the deadline; one whose file never changes
-# while another's does exits 2 there naming both lists.
+# rendezvous until their lists agree, and joins. Workers whose files drop an absent worker
+# while they wait in their first rendezvous form the smaller ring, and one whose file
+# names itself alone trains alone and lets a later worker join. A worker that meets
+# another list, and then only a peer gone quiet, exits 75 at the deadline; one whose file
+# never changes while another's does exits 2 there naming both lists.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -55,7 +57,7 @@ finish() {
 }
 
 args=(--model tutorial-cnn --epochs 1 --steps-per-epoch 50 --lr 0.05 --global-batch 26
-      --checkpoint-every-steps 5 --print-weights-hash)
+      --checkpoint-every-steps 5 --print-weights-hash --rendezvous-timeout 60)
 export KUBETRAIN_SECRET=s
 
 # worker NAME I TIMEOUT: starts worker I of 3 on the ports from $base, its members file
@@ -190,6 +192,92 @@ of the undisturbed run"
 else
   tap_fail "the worker that waited to join: losses" \
     "$(losses "$tmp/join.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+fi
+
+# --- an attempt that starts without a worker ---------------------------------------------
+# As an elastic job's attempt whose worker 2 the scheduler cannot place: workers 0 and 1
+# start naming 0,1,2 and wait in their first rendezvous for worker 2, which never comes;
+# a second later their files say 0,1 (0.5 s apart), and they form the ring of 2 and train
+# (with --rendezvous-timeout 60, not sooner, without the first rendezvous's watch). Held
+# after step 10, worker 2 starts naming 0,1,2 and their files say it too: the ring grows
+# to 3 at a step boundary, worker 2 receives the state.
+base=$(free_ports 3)
+for i in 0 1 2; do members_write "$tmp/start-$i" "0,1,2"; done
+for i in 0 1; do worker start "$i" 20; done
+sleep 1
+members_write "$tmp/start-0" "0,1"
+sleep 0.5
+members_write "$tmp/start-1" "0,1"
+wait_for 120 test -e "$tmp/start.ck/ckpt-10.kt"
+kill -STOP "${wpids[0]}" "${wpids[1]}"
+worker start 2 20
+sleep 1
+members_write "$tmp/start-1" "0,1,2"
+sleep 0.5
+members_write "$tmp/start-0" "0,1,2"
+kill -CONT "${wpids[0]}" "${wpids[1]}"
+for i in 0 1 2; do finish "${wpids[$i]}"; got[i]=$rc; done
+bad=()
+[[ ${got[*]} == "0 0 0" ]] || bad+=("exit codes ${got[*]}")
+# Worker 0's file changed first: its watch took it up. Worker 1 takes it by its watch too,
+# or by meeting worker 0's new list first (then it reads its file again).
+grep -q "elastic: KUBETRAIN_MEMBERS_FILE names 0,1 now, before the first ring; forming that \
+ring" "$tmp/start-0.err" || bad+=("worker 0 did not take 0,1 in its first rendezvous")
+grep -q "names 0,1 now, before the first ring\|names the members 0,1, this worker (TF_CONFIG \
+index 1) 0,1,2" "$tmp/start-1.err" || bad+=("worker 1 did not take 0,1 in its first rendezvous")
+for i in 0 1; do
+  grep -q "elastic: growing from 2 to 3 workers (TF_CONFIG indices 0,1,2)" "$tmp/start-$i.err" ||
+    bad+=("worker $i: no 'growing' line")
+done
+grep -q "joined generation 2: state of step [0-9]* received from rank 0, no checkpoint read" \
+  "$tmp/start-2.err" || bad+=("worker 2 did not join generation 2")
+grep -q "resuming from" "$tmp"/start-[012].err && bad+=("a checkpoint was read")
+[[ $(hashes "$tmp"/start-[012].out | wc -l) -eq 1 ]] || bad+=("the workers' weights differ")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "workers 0 and 1 start without worker 2 when their files drop it during the first \
+rendezvous, and grow to 3 when it comes"
+else
+  tap_fail "an attempt that starts without a worker" \
+    "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/start-[012].err |
+      tail -n 12)"
+fi
+if [[ -e $tmp/start.json ]] &&
+  close "$(losses "$tmp/start.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
+  tap_ok "the attempt started at 2 and grown to 3: each of the 50 steps' loss within $LOSS_TOL \
+relative of the undisturbed run"
+else
+  tap_fail "the attempt started at 2: losses" \
+    "$(losses "$tmp/start.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+fi
+
+# Worker 0 alone (minWorkers 1): its file says 0 when it starts, so it trains on its own
+# but keeps its listener; held after step 5, worker 1 starts naming 0,1 and worker 0's
+# file says it too: the ring grows to 2.
+base=$(free_ports 3)
+members_write "$tmp/alone-0" "0"
+members_write "$tmp/alone-1" "0,1"
+worker alone 0 20
+wait_for 120 test -e "$tmp/alone.ck/ckpt-5.kt"
+kill -STOP "${wpids[0]}"
+worker alone 1 20
+sleep 1
+members_write "$tmp/alone-0" "0,1"
+kill -CONT "${wpids[0]}"
+for i in 0 1; do finish "${wpids[$i]}"; got[i]=$rc; done
+bad=()
+[[ "${got[0]} ${got[1]}" == "0 0" ]] || bad+=("exit codes ${got[0]} ${got[1]}")
+grep -q "elastic: growing from 1 to 2 workers (TF_CONFIG indices 0,1)" "$tmp/alone-0.err" ||
+  bad+=("worker 0: no 'growing' line")
+grep -q "joined generation 2: state of step [0-9]* received from rank 0, no checkpoint read" \
+  "$tmp/alone-1.err" || bad+=("worker 1 did not join generation 2")
+grep -q "resuming from" "$tmp"/alone-[01].err && bad+=("a checkpoint was read")
+[[ $(hashes "$tmp"/alone-[01].out | wc -l) -eq 1 ]] || bad+=("the workers' weights differ")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "a worker that starts alone (its file names itself) keeps listening: worker 1 joins it"
+else
+  tap_fail "a worker that starts alone" \
+    "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/alone-[01].err |
+      tail -n 12)"
 fi
 
 # --- a disagreement that ends, then a wait that runs out ---------------------------------

@@ -5,7 +5,8 @@
 # --global-batch is the one status.globalBatch recorded at the job's creation; kubectl
 # scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
 # no restart), and back up grows it in place with the same global batch; a lost
-# worker's unschedulable replacement is left out of the ring and joins it once it runs.
+# worker's unschedulable replacement is left out of the ring and joins it once it runs,
+# and so is a worker that cannot be placed when an attempt starts.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
@@ -144,6 +145,42 @@ if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ]
   tap_ok "the replacement runs: the others patched to 0,1,2, Resized/Grew"
 else tap_fail "the replacement runs: the others patched to 0,1,2" \
   "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
+
+# An attempt that starts with a worker the scheduler cannot place (the gang lets the
+# others be placed at minWorkers): workers 0 and 1 run, worker 2 is unschedulable. The
+# attempt starts at 2 (the placed pods patched to 0,1, Resized/Shrank naming the
+# scheduler's words, no restart); worker 2 stays Pending naming 0,1,2, and once it runs
+# the others are patched to name it.
+job elastic s 3 "  elastic: {minWorkers: 2}
+  training: {perWorkerBatchSize: 32}"
+wait_until 30 has_npods elastic s 3
+k -n elastic patch pod s-worker-2 --subresource status --type merge -p '{"status":{"conditions":[
+  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
+   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+pod_running elastic s-worker-0
+pod_running elastic s-worker-1
+started() { [ "$(members s-worker-0)" = 0,1 ] && [ "$(members s-worker-1)" = 0,1 ]; }
+want="shrank from 3 to 2 workers (members 0,1): pod s-worker-2 unschedulable: 0/1 nodes are \
+available: 1 Insufficient cpu."
+if wait_until 30 started && [ "$(condition elastic s Resized message)" = "$want" ] &&
+  is elastic tj/s .status.members 0,1; then
+  tap_ok "an attempt with worker 2 unschedulable starts at 2: workers 0 and 1 patched to 0,1, \
+Resized says why"
+else tap_fail "an attempt with worker 2 unschedulable starts at 2" \
+  "$(members s-worker-0) $(members s-worker-1): $(condition elastic s Resized message)"; fi
+attempt=$(jp elastic tj/s .status.attempt)
+if [ "${attempt:-0}" = 0 ] && attempt_pods elastic s 0 3 && [ "$(members s-worker-2)" = 0,1,2 ] &&
+  wait_until 10 is elastic tj/s .status.currentWorkers 2; then
+  tap_ok "attempt 0, worker 2 still there naming 0,1,2, currentWorkers 2"
+else tap_fail "attempt 0, worker 2 still there naming 0,1,2, currentWorkers 2" \
+  "attempt '$attempt', worker 2 '$(members s-worker-2)', $(k -n elastic get pods 2>&1)"; fi
+pod_running elastic s-worker-2
+want="grew from 2 to 3 workers (members 0,1,2): pod s-worker-2 runs"
+sgrown() { [ "$(members s-worker-0)" = 0,1,2 ] && [ "$(members s-worker-1)" = 0,1,2 ]; }
+if wait_until 30 sgrown && [ "$(condition elastic s Resized message)" = "$want" ]; then
+  tap_ok "worker 2 placed and running: the others patched to 0,1,2, Resized/Grew"
+else tap_fail "worker 2 placed and running: the others patched to 0,1,2" \
+  "$(members s-worker-0) $(members s-worker-1): $(condition elastic s Resized message)"; fi
 
 if it_stop "$OP"; then tap_ok "operator exits 0 on SIGTERM (no sanitizer report)"
 else tap_fail "operator exits 0 on SIGTERM" "$(tail -n 20 "$LOG")"; fi
