@@ -22,7 +22,7 @@
 #   KT_CONTAINERD_ADDRESS  the node's containerd socket (full; from e2e/cluster/.run/env)
 #   KT_SUITE_NS        namespace of the jobs (kt-e2e; a scenario run beside others uses
 #                      kt-e2e-<scenario>); the release goes to kubetrain-system
-#   KT_SUITE_JOBS      how many of the scenarios that share the node run at once (4; 1
+#   KT_SUITE_JOBS      how many of the scenarios that share the node run at once (3; 1
 #                      runs every scenario alone, in order; see "running them" below)
 #   KT_SUITE_JOB_TIMEOUT  seconds a job may take to finish (300)
 #
@@ -1808,24 +1808,23 @@ s_progress() {
   end
 }
 
-ALL=(install basic elastic tfps killtrials progress recovery tfauto tfmwms preempt tfexit s3 waiting
-     kill137 suspend deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
+ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting
+     suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
 # --- running them --------------------------------------------------------------------------
-# The scenarios below share the node (ALL lists them together, the longest first by the
-# suite's own times, so that they run as one batch whose lanes end together): each runs
-# in a namespace of its own, $NS-<scenario>, with its own checkpoint claim, up to
-# KT_SUITE_JOBS (4) at once; their jobs request no CPU (elastic's ask for an extended
-# resource of its own, which no other pod asks for; s3's S3 gateway is a process on the
-# machine, niced), so they only slow each other down. Every other scenario needs the
-# cluster to itself (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the
-# operator or the release: operator, upgrade, uninstall; the shared namespace: install,
-# basic, whose hash preempt and suspend compare with): it waits for those in flight and
-# runs alone, in $NS.
+# The scenarios below share the node (ALL lists them together, the longest first, so that
+# they run as one batch whose lanes end together): each runs in a namespace of its own,
+# $NS-<scenario>, with its own checkpoint claim, up to KT_SUITE_JOBS (3) at once; their
+# jobs request no CPU (elastic's ask for an extended resource of its own, which no other
+# pod asks for; s3's S3 gateway is a process on the machine, niced), so they only slow
+# each other down. Every other scenario needs the cluster to itself
+# (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the operator or the release:
+# operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
+# and suspend compare with): it waits for those in flight and runs alone, in $NS.
 SHARED=(invalid preempt kill137 recovery elastic killtrials badmodel progress suspend deadline waiting
         tfmwms tfps tfexit tfauto s3)
-SUITE_JOBS=${KT_SUITE_JOBS:-4}
+SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh
 jobs_valid "e2e/suite.sh: KT_SUITE_JOBS=$SUITE_JOBS" "$SUITE_JOBS"
 BATCH=()
