@@ -21,7 +21,9 @@ import yaml
 # The API requests kubetrain-operator makes (operator/src: informer.c lists and watches
 # jobs, pods, services and networkpolicies; controller.c creates pods, services,
 # secrets, networkpolicies, podgroups and events, gets podgroups (their owner), deletes
-# pods, networkpolicies, podgroups and expired jobs, PATCHes pods (an elastic job's members), PUTs job status, and progress.c PATCHes it; owner references with blockOwnerDeletion need update on
+# pods, networkpolicies, podgroups and expired jobs, PATCHes pods (an elastic job's members)
+# and podgroups (an elastic job's minCount), PUTs job status, and progress.c PATCHes it;
+# owner references with blockOwnerDeletion need update on
 # trainingjobs/finalizers), as (group, resource, verb). Secrets: create and nothing else
 # (no get, list or watch, anywhere).
 OPERATOR_RULES = {
@@ -40,7 +42,7 @@ OPERATOR_RULES = {
 } | {
     ("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "delete")
 } | {
-    ("scheduling.k8s.io", "podgroups", v) for v in ("get", "create", "delete")
+    ("scheduling.k8s.io", "podgroups", v) for v in ("get", "create", "delete", "patch")
 }
 # leader.c: GET and PUT the Lease named by --leader-elect-name, POST it when absent.
 def lease_rules(name):

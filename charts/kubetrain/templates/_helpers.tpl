@@ -75,8 +75,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: [list, watch, create, delete]
 # spec.gangScheduling: one PodGroup per attempt, created before its pods and deleted at
 # the next attempt and when the job finishes (where the cluster serves the API); read
-# first to check its owner (a 409 on create, and before a delete).
+# first to check its owner (a 409 on create, and before a delete); patched when an
+# elastic job's minWorkers changes (its minCount, where the API lets it change).
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
-  verbs: [get, create, delete]
+  verbs: [get, create, delete, patch]
 {{- end -}}
