@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -18,6 +19,16 @@ POLL_S = 0.02  # how often a Scraper reads the chief's /metrics
 
 def now():
     return time.time()
+
+
+def r3(x):
+    return None if x is None else round(x, 3)
+
+
+def median(rows, key):
+    """The median of rows' key, those without it left out, to 3 decimals; None if none."""
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return r3(statistics.median(vals)) if vals else None
 
 
 def rfc3339(ts):

@@ -29,7 +29,6 @@ import bisect
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "trainer", "bench"), os.path.join(ROOT, "e2e", "lib")]
 from machine import cpu_model  # noqa: E402  trainer/bench/machine.py
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
+                       median, r3,
                        first_match, log, now, rfc3339, survivors, wait_for)
 
 WORKERS, MIN_WORKERS, EVERY, STEPS, BATCH, LOSS_AT, RECOVERY_S = 4, 3, 50, 1500, 16, 125, 30
@@ -78,10 +78,6 @@ DEFINITIONS = {
     "loss_to_end_s": "t0 -> the last step (the chief's scrape of step STEPS)",
     "seconds": "the job's apply -> phase Succeeded (polled every second)",
 }
-
-
-def r3(x):
-    return None if x is None else round(x, 3)
 
 
 class Watch(PodWatch):
@@ -329,11 +325,6 @@ def one(kube, ns, node, image, name, mode, victim, hold, logdir):
     row["scrapes"] = len(series)
     cleanup(kube, name)
     return row
-
-
-def median(rows, key):
-    vals = [r[key] for r in rows if r.get(key) is not None]
-    return r3(statistics.median(vals)) if vals else None
 
 
 KEYS = ("unschedulable_s", "t0_to_first_step_s", "after_detection_s", "steps_trained_twice",

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path[:0] = [os.path.join(ROOT, "trainer", "bench"), os.path.join(ROOT, "e2e", "lib")]
 from machine import cpu_model  # noqa: E402  trainer/bench/machine.py
 from ktcluster import (Kube, PodWatch, Scraper, c_trainer_job, cleanup, finish,  # noqa: E402
+                       median, r3,
                        first_match, kill_trainer, log, now, pod_logs, rfc3339, survivors,
                        wait_for)
 
@@ -77,10 +77,6 @@ DEFINITIONS = {
                        "replaced, lastStepsLost, stepsLost) and status.attempt",
     "same_weights": "status.result.weightsSha256 equals the undisturbed reference run's",
 }
-
-
-def r3(x):
-    return None if x is None else round(x, 3)
 
 
 def manifest(name, mode, ns):
@@ -204,11 +200,6 @@ def one(kube, ns, containerd, name, mode, disruption, victim, ref_hash):
     row["scrapes"] = len(series)
     cleanup(kube, name)
     return row
-
-
-def median(rows, key):
-    vals = [r[key] for r in rows if r.get(key) is not None]
-    return r3(statistics.median(vals)) if vals else None
 
 
 KEYS = ("t0_to_first_step_s", "t0_to_step_regained_s", "steps_trained_twice", "startup_s",
