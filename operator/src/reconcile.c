@@ -901,6 +901,10 @@ typedef struct Group {
     /* An elastic job's chief and worker slots outside its members (status.members), per
      * slot: dropped or still to join; NULL for a job that is not elastic. */
     unsigned char *outside;
+    /* An elastic job's workers in its attempt's TF_CONFIG (the most any pod of the attempt
+     * was made for): every pod it makes names them, so that the trainers agree on the
+     * cluster whatever spec.workers is now; spec.workers when no pod says. */
+    int cluster_workers;
     int started; /* status.startTime is set, to `start` */
     double start;
 } Group;
@@ -912,6 +916,14 @@ static int member_slots(const JobSpec *s);
 static int elastic_observe(Ctx *c, Group *g)
 {
     if (!desired_elastic(&c->spec)) return 0;
+    g->cluster_workers = 0;
+    for (size_t i = 0; i < g->npods; i++) {
+        const PodView *p = &g->pods[i];
+        if (p->attempt == g->attempt && !p->stale && p->slot >= 0 && p->world > 0 &&
+            p->world <= JOBSPEC_MAX_WORKERS && p->world > g->cluster_workers)
+            g->cluster_workers = (int)p->world;
+    }
+    if (!g->cluster_workers) g->cluster_workers = c->spec.workers;
     int idx[MAX_MEMBERS], n = members_read(c, g, idx), nslots = member_slots(&c->spec);
     g->outside = malloc((size_t)nslots);
     if (!g->outside) {
@@ -1280,6 +1292,18 @@ static int decide_elastic(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
     if (!desired_elastic(s)) return 0;
+    /* Above the workers its TF_CONFIG names, the attempt cannot grow in place: its
+     * trainers know no address for a new index (docs/design.md, "Elastic jobs"). */
+    if (s->workers > g->cluster_workers) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "spec.workers %d is above the %d workers of this attempt's TF_CONFIG, the most "
+                 "an elastic job grows to in place; the group resumes from its checkpoint with "
+                 "%d workers",
+                 s->workers, g->cluster_workers, s->workers);
+        restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+        return 1;
+    }
     int idx[MAX_MEMBERS], kept = 0;
     int n = members_read(c, g, idx), nslots = member_slots(s);
     while (kept < n && idx[kept] < nslots)
@@ -1736,7 +1760,13 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
             continue;
         }
         if (blocked) continue;
-        cJSON *pod = desired_pod(s, &c->cfg->desired, secret, r, ri, g->attempt);
+        /* An elastic job's pod names the attempt's cluster, not a lowered spec.workers. */
+        JobSpec cs = *s;
+        if (g->outside && g->cluster_workers > s->workers) {
+            cs.workers = g->cluster_workers;
+            cs.roles[ROLE_WORKER].replicas = g->cluster_workers;
+        }
+        cJSON *pod = desired_pod(&cs, &c->cfg->desired, secret, r, ri, g->attempt);
         /* A pod replaced inside the attempt joins the group its first pods made. */
         cJSON *e = slot_entry(c, i);
         if (pod && group && desired_in_gang(r) && !group_made && !e) {

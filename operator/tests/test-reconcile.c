@@ -2892,9 +2892,9 @@ static void test_elastic_scale_down_with_chief(void **state)
     fx_free(&f);
 }
 
-/* kubectl scale of a running elastic job from 3 to 4: no restart; worker 3 is made
- * naming the members and itself, the job stays Running, and once it runs the others are
- * patched to name it (Resized/Grew). */
+/* kubectl scale of a running elastic job from 3 to 4: its trainers' TF_CONFIG names 3
+ * workers and no address for a fourth, so the attempt cannot grow past 3 in place: the
+ * group restarts with 4 (WorkersChanged, saying why). */
 static void test_elastic_scale_up(void **state)
 {
     (void)state;
@@ -2902,24 +2902,72 @@ static void test_elastic_scale_up(void **state)
     fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 4);
     jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
     fx_run(&f, NOW);
-    assert_string_equal(f.desc, "create-pod mnist-worker-3\n"
-                                "event Normal CreatedWorkers\n"
-                                "update-status mnist\n");
-    assert_string_equal(members_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
-                        "0,1,2,3");
-    const cJSON *st = new_status(&f);
-    assert_string_equal(jsonx_str(st, "phase"), "Running");
-    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
-    fx_apply(&f);
-    pod_set_phase(pod_named(&f, "mnist-worker-3"), "Running");
-    fx_run(&f, NOW + 5);
     assert_string_equal(f.desc, "update-status mnist\n"
-                                "event Normal Resized\n"
-                                "patch-pod mnist-worker-0\n"
-                                "patch-pod mnist-worker-1\n"
-                                "patch-pod mnist-worker-2\n");
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", 0), 1);
+    assert_string_equal(cond_message(st, "Restarting"),
+                        "spec.workers 4 is above the 3 workers of this attempt's TF_CONFIG, the "
+                        "most an elastic job grows to in place; the group resumes from its "
+                        "checkpoint with 4 workers");
+    fx_free(&f);
+}
+
+/* Scaled from 3 to 2 and back to 3: within the attempt's TF_CONFIG, so in place. Every
+ * pod made meanwhile names the attempt's 3 workers in its TF_CONFIG, whatever
+ * spec.workers is then (a replacement made at 2 workers would otherwise disagree with
+ * its peers about the cluster), and a new worker 2 names the members and itself. */
+static void test_elastic_scale_down_then_up(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
+    fx_run(&f, NOW);
+    fx_apply(&f);
+    fx_run(&f, NOW + 1);
+    fx_apply(&f);
+    assert_null(pod_named(&f, "mnist-worker-2"));
+    assert_string_equal(jsonx_str(jsonx_obj(f.job, "status"), "members"), "0,1");
+    /* worker 1 lost at 2 workers: its replacement's TF_CONFIG still names 3 */
+    for (size_t i = 0; i < f.npods; i++) {
+        if (strcmp(jsonx_str(f.pods[i], "metadata.name"), "mnist-worker-1") != 0) continue;
+        cJSON_Delete(f.pods[i]);
+        f.pods[i] = f.pods[--f.npods];
+        break;
+    }
+    fx_run(&f, NOW + 2);
+    assert_non_null(strstr(f.desc, "event Normal WorkerReplaced\n"));
+    fx_apply(&f);
+    fx_run(&f, NOW + 3);
+    const Action *r = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1");
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(r->object, "metadata.annotations"), "kubetrain.dev/world-size"),
+        "3");
+    cJSON *tf = cJSON_Parse(env_of(r->object, "TF_CONFIG"));
+    assert_int_equal(cJSON_GetArraySize(jsonx_arr(tf, "cluster.worker")), 3);
+    cJSON_Delete(tf);
+    fx_apply(&f);
+    pod_set_phase(pod_named(&f, "mnist-worker-1"), "Running");
+    fx_run(&f, NOW + 4);
+    fx_apply(&f);
+    /* back to 3: worker 2 made in the same attempt, naming the members and itself */
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 3);
+    fx_run(&f, NOW + 5);
+    assert_null(strstr(f.desc, "WorkersChanged"));
+    const Action *w = find_action(&f, ACTION_CREATE_POD, "mnist-worker-2");
+    assert_string_equal(members_of(w->object), "0,1,2");
+    tf = cJSON_Parse(env_of(w->object, "TF_CONFIG"));
+    assert_int_equal(cJSON_GetArraySize(jsonx_arr(tf, "cluster.worker")), 3);
+    cJSON_Delete(tf);
+    fx_apply(&f);
+    pod_set_phase(pod_named(&f, "mnist-worker-2"), "Running");
+    fx_run(&f, NOW + 6);
     assert_string_equal(cond_message(new_status(&f), "Resized"),
-                        "grew from 3 to 4 workers (members 0,1,2,3): pod mnist-worker-3 runs");
+                        "grew from 2 to 3 workers (members 0,1,2): pod mnist-worker-2 runs");
     fx_free(&f);
 }
 
@@ -3057,11 +3105,12 @@ static void test_elastic_shrink_when_replacement_unschedulable(void **state)
     assert_null(strstr(f.desc, "-pod"));
     fx_apply(&f);
 
-    /* A scale to 4 meanwhile: worker 3 names the members and itself, not worker 2. */
+    /* A scale to 4 meanwhile: past the attempt's TF_CONFIG, a group restart (not taken
+     * here: the plan is dropped). */
     jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
     fx_run(&f, NOW + 4);
-    assert_string_equal(members_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
-                        "0,1,3");
+    assert_int_equal(count_lines(&f, "event Warning WorkersChanged"), 1);
+    assert_null(strstr(f.desc, "create-pod"));
     plan_free(&f.plan);
     free(f.desc);
     f.desc = NULL;
@@ -4276,24 +4325,31 @@ static void test_gang_min_count_follows_min_workers(void **state)
     fx_apply(&f);
     assert_int_equal(f.group_min[0], 3);
 
-    /* kubectl scale to 4 (minWorkers 2): worker 3 is made and joins the group; its
-     * minCount is minWorkers', not the size's. */
+    /* kubectl scale to 2, then back to 3 (minWorkers 2): worker 2 is made again and joins
+     * the group; its minCount is minWorkers', not the size's. */
     jsonx_set_num(jsonx_ensure_obj(jsonx_ensure_obj(f.job, "spec"), "elastic"), "minWorkers", 2);
-    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
     fx_run(&f, NOW + 6);
     assert_int_equal(count_lines(&f, "patch-pod-group mnist-0"), 1);
     assert_int_equal(jsonx_int(find_action(&f, ACTION_PATCH_POD_GROUP, "mnist-0")->object,
                                "spec.schedulingPolicy.gang.minCount", -1),
                      2);
-    assert_int_equal(count_lines(&f, "create-pod mnist-worker-3"), 1);
-    assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-3")->object),
-                        "mnist-0");
-    assert_non_null(strstr(cond_message(new_status(&f), "GangScheduling"),
-                           "at least 2 of the 4 worker pods of attempt 0"));
     fx_apply(&f);
     assert_int_equal(f.group_min[0], 2);
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 2);
     fx_run(&f, NOW + 7);
+    assert_int_equal(count_lines(&f, "delete-pod mnist-worker-2"), 1);
+    fx_apply(&f);
+    fx_run(&f, NOW + 7.5);
+    fx_apply(&f);
+    assert_null(pod_named(&f, "mnist-worker-2"));
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 3);
+    fx_run(&f, NOW + 8);
+    assert_int_equal(count_lines(&f, "create-pod mnist-worker-2"), 1);
+    assert_string_equal(group_of(find_action(&f, ACTION_CREATE_POD, "mnist-worker-2")->object),
+                        "mnist-0");
     assert_int_equal(count_prefix(&f, "patch-pod-group "), 0);
+    fx_apply(&f);
+    assert_int_equal(f.group_min[0], 2);
     fx_free(&f);
 
     /* v1alpha2: the group keeps minCount 2, the condition says why, no write again. */
@@ -4703,6 +4759,7 @@ int main(void)
         cmocka_unit_test(test_elastic_members_nudge),
         cmocka_unit_test(test_elastic_scale_down_with_chief),
         cmocka_unit_test(test_elastic_scale_up),
+        cmocka_unit_test(test_elastic_scale_down_then_up),
         cmocka_unit_test(test_elastic_resize_restarts),
         cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),
         cmocka_unit_test(test_elastic_shrink_after_replace_timeout),
