@@ -30,7 +30,9 @@
 #define LABEL_ROLE "kubetrain.dev/role"
 #define LABEL_REPLICA_INDEX "kubetrain.dev/replica-index"
 /* "true" on the one pod TensorFlow calls the chief: the chief task, or worker 0 when the
- * job has none. It serves the C trainer's /metrics (the chart's PodMonitor selects it). */
+ * job has none. It serves the C trainer's /metrics (the chart's PodMonitor selects it),
+ * and keeps the label while an elastic job leaves its slot out (the survivor that is the
+ * chief then serves no /metrics: docs/design.md, "The chief."). */
 #define LABEL_CHIEF "kubetrain.dev/chief"
 #define LABEL_MANAGED_BY "app.kubernetes.io/managed-by"
 #define MANAGED_BY "kubetrain-operator"

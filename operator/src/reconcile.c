@@ -905,12 +905,24 @@ typedef struct Group {
      * was made for): every pod it makes names them, so that the trainers agree on the
      * cluster whatever spec.workers is now; spec.workers when no pod says. */
     int cluster_workers;
-    int started; /* status.startTime is set, to `start` */
+    int nmember_slots; /* of outside */
+    int started;       /* status.startTime is set, to `start` */
     double start;
 } Group;
 
 static int members_read(const Ctx *c, const Group *g, int *idx);
 static int member_slots(const JobSpec *s);
+
+/* The slot whose exit completes the job (ChiefCompleted) and whose result is recorded:
+ * the chief's slot, or, while an elastic job has left it out of its members, the lowest
+ * member, which its trainer makes the chief (docs/design.md, "The chief."). */
+static int chief_now(const Group *g)
+{
+    if (!g->outside || !g->outside[g->chief]) return g->chief;
+    for (int slot = 0; slot < g->nmember_slots; slot++)
+        if (!g->outside[slot]) return slot;
+    return g->chief;
+}
 
 /* g->outside of an elastic job (desired_elastic). Returns 0, or -ENOMEM. */
 static int elastic_observe(Ctx *c, Group *g)
@@ -931,6 +943,7 @@ static int elastic_observe(Ctx *c, Group *g)
         return -ENOMEM;
     }
     memset(g->outside, 1, (size_t)nslots);
+    g->nmember_slots = nslots;
     for (int k = 0; k < n; k++)
         if (idx[k] < nslots) g->outside[idx[k]] = 0;
     return 0;
@@ -999,11 +1012,12 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
             c->nomem = 1;
     }
     set_pod_counts(c, v, n, g->attempt, g->done);
+    g->started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &g->start) == 0;
+    if (elastic_observe(c, g)) return -ENOMEM;
     /* Recorded as soon as the chief succeeds: with successPolicy AllWorkers its pod may be
      * garbage-collected before the job completes. */
-    record_result(c, g->cur[g->chief]);
-    g->started = clock_parse_rfc3339(jsonx_str(c->status, "startTime"), &g->start) == 0;
-    return elastic_observe(c, g);
+    record_result(c, g->cur[chief_now(g)]);
+    return 0;
 }
 
 static void group_free(Group *g)
@@ -1031,22 +1045,32 @@ static int decide_deadline(Ctx *c, const Group *g)
     return 1;
 }
 
-/* ChiefCompleted: the chief (worker 0 without one) succeeded; AllWorkers: the chief and
- * every worker of this attempt did. The ps tasks and the evaluator never decide. */
+/* ChiefCompleted: the chief (worker 0 without one; chief_now while an elastic job has
+ * left its slot out) succeeded; AllWorkers: the chief and every worker of this attempt
+ * did. The ps tasks and the evaluator never decide. */
 static int decide_completion(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
     int chief_only = s->success_policy == SUCCESS_CHIEF_COMPLETED;
     int has_chief = s->roles[ROLE_CHIEF].replicas > 0;
-    int all_done = 1;
+    int chief = chief_now(g), all_done = 1;
     for (int i = 0; i < s->roles[ROLE_CHIEF].replicas + s->workers; i++)
         all_done &= g->done[i];
-    if (!(chief_only ? g->done[g->chief] : all_done)) return 0;
-    finish(c, 1, "Completed",
-           chief_only  ? (has_chief ? "the chief completed" : "the chief (worker 0) completed")
-           : has_chief ? "the chief and all workers completed"
-                       : "all workers completed",
-           g->pods, g->npods, g->cur[g->chief]);
+    if (!(chief_only ? g->done[chief] : all_done)) return 0;
+    char msg[128];
+    Role r;
+    int ri;
+    jobspec_slot_role(s, chief, &r, &ri);
+    if (chief_only && chief != g->chief)
+        snprintf(msg, sizeof msg,
+                 "the chief (worker %d, the lowest member while %s is left out) completed", ri,
+                 has_chief ? "the chief task" : "worker 0");
+    else
+        snprintf(msg, sizeof msg, "%s",
+                 chief_only ? (has_chief ? "the chief completed" : "the chief (worker 0) completed")
+                 : has_chief ? "the chief and all workers completed"
+                             : "all workers completed");
+    finish(c, 1, "Completed", msg, g->pods, g->npods, g->cur[chief]);
     return 1;
 }
 
@@ -1179,17 +1203,28 @@ static int member_workers(const JobSpec *s, const int *idx, int n)
     return n - (s->roles[ROLE_CHIEF].replicas && n && idx[0] == 0);
 }
 
-/* Writes down a resize in place, members idx[0..n) (from `from` workers), and tells
+/* Writes down a resize in place from the members was[0..nwas) to idx[0..n), and tells
  * the members: status.members and the Resized condition (reason Shrank or Grew), the
- * event, then the member pods' annotations. */
-static void resize_in_place(Ctx *c, const Group *g, const int *idx, int n, int from,
+ * event, then the member pods' annotations. The text counts workers, and names the
+ * chief task where it leaves or joins ("shrank from 3 workers and the chief to 3
+ * workers"). */
+static void resize_in_place(Ctx *c, const Group *g, const int *was, int nwas, const int *idx, int n,
                             const char *reason, const char *why)
 {
-    char list[6 * MAX_MEMBERS + 1], msg[512];
+    const JobSpec *s = &c->spec;
+    char list[6 * MAX_MEMBERS + 1], msg[600];
+    int from = member_workers(s, was, nwas), to = member_workers(s, idx, n);
+    int chief_was = s->roles[ROLE_CHIEF].replicas && nwas && was[0] == 0;
+    int chief_is = s->roles[ROLE_CHIEF].replicas && n && idx[0] == 0;
     members_format(idx, n, list);
-    snprintf(msg, sizeof msg, "%s from %d to %d workers (members %.200s): %.250s",
-             strcmp(reason, "Grew") == 0 ? "grew" : "shrank", from,
-             member_workers(&c->spec, idx, n), list, why);
+    if (chief_was != chief_is)
+        snprintf(msg, sizeof msg, "%s from %d workers%s to %d workers%s (members %.200s): %.250s",
+                 strcmp(reason, "Grew") == 0 ? "grew" : "shrank", from,
+                 chief_was ? " and the chief" : "", to, chief_is ? " and the chief" : "", list,
+                 why);
+    else
+        snprintf(msg, sizeof msg, "%s from %d to %d workers (members %.200s): %.250s",
+                 strcmp(reason, "Grew") == 0 ? "grew" : "shrank", from, to, list, why);
     set_str(c, "members", list);
     set_condition(c, "Resized", 1, reason, msg);
     emit_status(c);
@@ -1197,9 +1232,9 @@ static void resize_in_place(Ctx *c, const Group *g, const int *idx, int n, int f
     members_patch(c, g, idx, n, list);
 }
 
-/* The member slot, other than the chief's, whose live replacement cannot run: Pending
- * and unschedulable, or not running replace_timeout_s after it was made (a requeue for
- * then otherwise). Returns the slot with the cause in why, or -1. */
+/* The member slot (the chief's too) whose live replacement cannot run: Pending and
+ * unschedulable, or not running replace_timeout_s after it was made (a requeue for then
+ * otherwise). Returns the slot with the cause in why, or -1. */
 static int replacement_stuck(Ctx *c, const Group *g, const int *idx, int n, char *why, size_t len)
 {
     const JobSpec *s = &c->spec;
@@ -1209,8 +1244,7 @@ static int replacement_stuck(Ctx *c, const Group *g, const int *idx, int n, char
         const cJSON *e = slot_entry(c, slot);
         double created;
         int error;
-        if (slot == g->chief || !p || !e || p->terminating || strcmp(p->phase, "Pending") != 0)
-            continue;
+        if (!p || !e || p->terminating || strcmp(p->phase, "Pending") != 0) continue;
         const char *m = unschedulable_message(p->pod, &error);
         if (m) {
             snprintf(why, len, "pod %s unschedulable: %.300s", p->name, m);
@@ -1232,14 +1266,13 @@ static int replacement_stuck(Ctx *c, const Group *g, const int *idx, int n, char
     return -1;
 }
 
-/* An attempt's first worker pods that cannot be placed (docs/design.md, "Elastic jobs",
- * "An attempt's start"): the members, other than the chief's slot, whose pod (not a live
- * replacement: replacement_stuck) is Pending and unschedulable, or not running
- * replace_timeout_s after it was made (a requeue for then otherwise), while every other
- * member's pod is placed (bound to a node, or past Pending) and active. Writes the
- * members left into left (*m of them) and the causes into why; returns how many are
- * left out, 0 when any other member is not placed yet (or is the chief's slot), so that
- * the attempt waits as before. */
+/* An attempt's first chief and worker pods that cannot be placed (docs/design.md,
+ * "Elastic jobs", "An attempt's start"): the members whose pod (not a live replacement:
+ * replacement_stuck) is Pending and unschedulable, or not running replace_timeout_s after
+ * it was made (a requeue for then otherwise), while every other member's pod is placed
+ * (bound to a node, or past Pending) and active. Writes the members left into left (*m
+ * of them) and the causes into why; returns how many are left out, 0 when any other
+ * member is not placed yet, so that the attempt waits as before. */
 static int start_unplaced(Ctx *c, const Group *g, const int *idx, int n, int *left, int *m,
                           char *why, size_t len)
 {
@@ -1267,8 +1300,8 @@ static int start_unplaced(Ctx *c, const Group *g, const int *idx, int n, int *le
             left[(*m)++] = slot;
             continue;
         }
-        /* The chief's slot is never left out; a live replacement is replacement_stuck's. */
-        if (slot == g->chief || slot_entry(c, slot)) return 0;
+        /* A live replacement is replacement_stuck's. */
+        if (slot_entry(c, slot)) return 0;
         int w = msg ? snprintf(why + used, len - used, "%spod %s unschedulable: %.300s",
                                out ? "; " : "", p->name, msg)
                     : snprintf(why + used, len - used,
@@ -1315,7 +1348,7 @@ static int decide_elastic(Ctx *c, const Group *g)
             return 1;
         }
         snprintf(why, sizeof why, "spec.workers lowered to %d", s->workers);
-        resize_in_place(c, g, idx, kept, member_workers(s, idx, n), "Shrank", why);
+        resize_in_place(c, g, idx, n, idx, kept, "Shrank", why);
         for (size_t i = 0; i < g->npods; i++) {
             const PodView *p = &g->pods[i];
             if (p->attempt == g->attempt && p->role == ROLE_WORKER && p->index >= s->workers &&
@@ -1341,7 +1374,7 @@ static int decide_elastic(Ctx *c, const Group *g)
             grown[m++] = idx[j++];
         char why[320];
         snprintf(why, sizeof why, "pod %s runs", p->name);
-        resize_in_place(c, g, grown, m, member_workers(s, idx, n), "Grew", why);
+        resize_in_place(c, g, idx, n, grown, m, "Grew", why);
         return 1;
     }
     /* A member whose replacement cannot run leaves the ring while minWorkers stay. */
@@ -1349,10 +1382,11 @@ static int decide_elastic(Ctx *c, const Group *g)
     int left[MAX_MEMBERS], m = 0;
     int stuck = replacement_stuck(c, g, idx, n, why, sizeof why);
     if (stuck >= 0) {
-        if (member_workers(s, idx, n) - 1 < s->min_workers) return 0;
         for (int j = 0; j < n; j++)
             if (idx[j] != stuck) left[m++] = idx[j];
-        resize_in_place(c, g, left, m, member_workers(s, idx, n), "Shrank", why);
+        /* the chief task's slot is no worker: its loss leaves them all */
+        if (member_workers(s, left, m) < s->min_workers) return 0;
+        resize_in_place(c, g, idx, n, left, m, "Shrank", why);
         return 1;
     }
     /* An attempt that starts with workers the scheduler cannot place starts without them
@@ -1360,7 +1394,7 @@ static int decide_elastic(Ctx *c, const Group *g)
     if (!start_unplaced(c, g, idx, n, left, &m, why, sizeof why) ||
         member_workers(s, left, m) < s->min_workers)
         return 0;
-    resize_in_place(c, g, left, m, member_workers(s, idx, n), "Shrank", why);
+    resize_in_place(c, g, idx, n, left, m, "Shrank", why);
     return 1;
 }
 
@@ -1436,7 +1470,8 @@ static int slot_replacing(const Ctx *c, const Group *g, int slot)
  * from the newest checkpoint (ReplacementStranded, counted in neither counter: the loss
  * was counted when the pod was replaced). A replacement that started before its peers
  * finished may have joined them and is left to finish; if it had not, it exits 75 after
- * its rendezvous timeout and the failure decision restarts the group. */
+ * its rendezvous timeout and the failure decision restarts the group. A replacement
+ * an elastic job left out of its members strands no one. */
 static int decide_stranded(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
@@ -1444,7 +1479,8 @@ static int decide_stranded(Ctx *c, const Group *g)
     int nslots = s->roles[ROLE_CHIEF].replicas + s->workers;
     for (int i = 0; i < nslots; i++) {
         const PodView *p = g->cur[i];
-        if (g->done[i] || !slot_entry(c, i)) continue;
+        /* A slot an elastic job left out is waited for by no one. */
+        if (g->done[i] || !slot_entry(c, i) || (g->outside && g->outside[i])) continue;
         double started = p ? p->started_at : 0;
         for (int j = 0; j < nslots; j++) {
             const PodView *q = g->cur[j];

@@ -3001,26 +3001,38 @@ static void test_elastic_resize_restarts(void **state)
     fx_free(&f);
 }
 
-/* A running elastic job of 3 workers whose worker `lost` was lost and replaced live: the
- * replacement made (Pending, created at `created`). */
-static void fx_elastic_replacing(Fixture *f, const char *spec, int lost, double created)
+/* The running job's pod `name` lost and replaced live: the replacement made (Pending,
+ * created at `created`). */
+static void fx_lose_and_replace(Fixture *f, const char *name, double created)
 {
-    fx_elastic3(f, spec, ST_LAUNCHED(""), 3);
     jsonx_set_str(jsonx_ensure_obj(f->job, "status"), "phase", "Running");
-    cJSON_Delete(f->pods[lost]);
-    f->pods[lost] = f->pods[--f->npods];
+    for (size_t j = 0; j < f->npods; j++)
+        if (strcmp(jsonx_str(f->pods[j], "metadata.name"), name) == 0) {
+            cJSON_Delete(f->pods[j]);
+            f->pods[j] = f->pods[--f->npods];
+            break;
+        }
     fx_run(f, created);
     assert_non_null(strstr(f->desc, "event Normal WorkerReplaced\n"));
     fx_apply(f);
     fx_run(f, created);
-    char name[32];
-    snprintf(name, sizeof name, "create-pod mnist-worker-%d\n", lost);
-    assert_non_null(strstr(f->desc, name));
+    char want[64];
+    snprintf(want, sizeof want, "create-pod %s\n", name);
+    assert_non_null(strstr(f->desc, want));
     fx_apply(f);
     char ts[32];
     clock_format_rfc3339(created, ts, sizeof ts);
-    snprintf(name, sizeof name, "mnist-worker-%d", lost);
     jsonx_set_str(jsonx_ensure_obj(pod_named(f, name), "metadata"), "creationTimestamp", ts);
+}
+
+/* A running elastic job of 3 workers whose worker `lost` was lost and replaced live: the
+ * replacement made (Pending, created at `created`). */
+static void fx_elastic_replacing(Fixture *f, const char *spec, int lost, double created)
+{
+    char name[32];
+    fx_elastic3(f, spec, ST_LAUNCHED(""), 3);
+    snprintf(name, sizeof name, "mnist-worker-%d", lost);
+    fx_lose_and_replace(f, name, created);
 }
 
 /* The pod's annotation `key`, "(none)" when absent. */
@@ -3135,7 +3147,7 @@ static void test_elastic_shrink_when_replacement_unschedulable(void **state)
 
 /* The same after elastic.replaceTimeoutSeconds with the replacement not running (no word
  * from the scheduler): looked at again when the time is up, shrunk then. Not below
- * minWorkers, and never without the chief (worker 0 here). */
+ * minWorkers; the chief's slot (worker 0 here) as any other. */
 static void test_elastic_shrink_after_replace_timeout(void **state)
 {
     (void)state;
@@ -3161,7 +3173,176 @@ static void test_elastic_shrink_after_replace_timeout(void **state)
 
     fx_elastic_replacing(&f, ESPEC3, 0, NOW);
     fx_run(&f, NOW + 60);
-    assert_null(strstr(f.desc, "Resized"));
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 1,2): pod mnist-worker-0 not "
+                        "running 30 s (elastic.replaceTimeoutSeconds) after it was made to "
+                        "replace a lost one");
+    fx_free(&f);
+}
+
+#define UNSCHED "0/1 nodes are available: 1 Insufficient cpu."
+static void pod_unschedulable(cJSON *pod, const char *message);
+
+/* The chief's pod lost while its room is taken (issue 46): worker 0, the chief of a job
+ * without a chief task, lost and its replacement unschedulable, minWorkers 2 of 3. Its
+ * slot leaves the members as a worker's would (status.members, Resized/Shrank naming the
+ * pod, the event, the survivors patched; the replacement left Pending, naming itself,
+ * its chief label kept). The lowest member, worker 1, completes the job: worker 2's exit
+ * first decides nothing (the left-out replacement strands no one), worker 1's does, with
+ * its result. */
+static void test_elastic_chief_lost_shrinks(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, ESPEC3, 0, NOW);
+    pod_unschedulable(pod_named(&f, "mnist-worker-0"), UNSCHED);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    const char *want = "shrank from 3 to 2 workers (members 1,2): pod mnist-worker-0 "
+                       "unschedulable: " UNSCHED;
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "1,2");
+    assert_cond(st, "Resized", "True/Shrank");
+    assert_string_equal(cond_message(st, "Resized"), want);
+    assert_string_equal(find_action(&f, ACTION_EVENT, "mnist")->message, want);
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-1")), "1,2");
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-2")), "1,2");
+    cJSON *w0 = pod_named(&f, "mnist-worker-0");
+    assert_string_equal(members_of(w0), "0,1,2");
+    assert_string_equal(jsonx_key_str(jsonx_obj(w0, "metadata.labels"), "kubetrain.dev/chief"),
+                        "true");
+    fx_run(&f, NOW + 3);
+    assert_null(strstr(f.desc, "-pod"));
+    fx_apply(&f);
+
+    pod_terminated(pod_named(&f, "mnist-worker-2"), 0,
+                   "{\"step\":300,\"epoch\":5,\"loss\":0.5,\"accuracy\":0.8}");
+    fx_run(&f, NOW + 4);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_null(jsonx_at(st, "result"));
+    fx_apply(&f);
+    pod_terminated(pod_named(&f, "mnist-worker-1"), 0,
+                   "{\"step\":300,\"epoch\":5,\"loss\":0.3,\"accuracy\":0.9,"
+                   "\"weights_sha256\":\"cd34\"}");
+    fx_run(&f, NOW + 5);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Completed\n"
+                                "delete-pod mnist-worker-0\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Succeeded");
+    assert_string_equal(cond_message(st, "Succeeded"),
+                        "the chief (worker 1, the lowest member while worker 0 is left out) "
+                        "completed");
+    assert_close(jsonx_num(st, "result.loss", 0), 0.3, 0);
+    assert_string_equal(jsonx_str(st, "result.weightsSha256"), "cd34");
+    fx_free(&f);
+}
+
+/* The chief's loss below minWorkers changes nothing (the survivors wait out
+ * recoveryTimeoutSeconds, then the group restarts): worker 0 of 3 with minWorkers 3.
+ * With a chief task the chief is no worker: its loss leaves every worker, so minWorkers 3
+ * of 3 still shrinks. */
+static void test_elastic_chief_lost_below_min(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, "{\"workers\":3,\"elastic\":{\"minWorkers\":3}}", 0, NOW);
+    pod_unschedulable(pod_named(&f, "mnist-worker-0"), UNSCHED);
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "event Warning PodsWaiting\n"
+                                "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_null(jsonx_at(st, "members"));
+    assert_cond(st, "Resized", "absent");
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    fx_free(&f);
+
+    f = (Fixture){.job = job_new("{\"workers\":3,\"chief\":{},\"elastic\":{\"minWorkers\":3}}",
+                                 ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_role_pod(&f, ROLE_CHIEF, 0, "Running");
+    for (int i = 0; i < 3; i++)
+        fx_role_pod(&f, ROLE_WORKER, i, "Running");
+    fx_lose_and_replace(&f, "mnist-chief-0", NOW);
+    pod_unschedulable(pod_named(&f, "mnist-chief-0"), UNSCHED);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 workers and the chief to 3 workers (members 1,2,3): pod "
+                        "mnist-chief-0 unschedulable: " UNSCHED);
+    fx_free(&f);
+}
+
+/* The chief's slot running again (a chief task here) joins back (Grew, the workers
+ * patched to name it) and completes the job again: worker 0, the lowest worker, decided
+ * while the chief was out; now its exit decides nothing, the chief's does. */
+static void test_elastic_chief_grows_back(void **state)
+{
+    (void)state;
+    Fixture f = {.job = job_new("{\"workers\":3,\"chief\":{},\"elastic\":{\"minWorkers\":2}}",
+                                ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_role_pod(&f, ROLE_CHIEF, 0, "Running");
+    for (int i = 0; i < 3; i++)
+        fx_role_pod(&f, ROLE_WORKER, i, "Running");
+    fx_lose_and_replace(&f, "mnist-chief-0", NOW);
+    fx_run(&f, NOW + 30); /* replaceTimeoutSeconds */
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(jsonx_str(new_status(&f), "members"), "1,2,3");
+    fx_apply(&f);
+
+    cJSON *chief = pod_named(&f, "mnist-chief-0");
+    pod_set_phase(chief, "Running");
+    jsonx_set(jsonx_ensure_obj(chief, "status"), "containerStatuses",
+              cJSON_Parse("[{\"name\":\"trainer\",\"state\":{\"running\":"
+                          "{\"startedAt\":\"2027-01-15T08:00:59Z\"}}}]"));
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1,2,3");
+    assert_cond(st, "Resized", "True/Grew");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "grew from 3 workers to 3 workers and the chief (members 0,1,2,3): pod "
+                        "mnist-chief-0 runs");
+    fx_apply(&f);
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mnist-worker-%d", i);
+        assert_string_equal(members_of(pod_named(&f, name)), "0,1,2,3");
+    }
+    pod_terminated(pod_named(&f, "mnist-worker-0"), 0, "{\"step\":300}");
+    fx_run(&f, NOW + 61);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Running");
+    fx_apply(&f);
+    pod_terminated(pod_named(&f, "mnist-chief-0"), 0, "{\"step\":300,\"loss\":0.25}");
+    fx_run(&f, NOW + 62);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Completed\n"
+                                "delete-pod mnist-worker-2\n"
+                                "delete-pod mnist-worker-1\n");
+    st = new_status(&f);
+    assert_string_equal(cond_message(st, "Succeeded"), "the chief completed");
+    assert_close(jsonx_num(st, "result.loss", 0), 0.25, 0);
     fx_free(&f);
 }
 
@@ -3249,9 +3430,10 @@ static void test_elastic_start_without_unschedulable(void **state)
 }
 
 /* What an attempt's start does not shrink for: fewer than minWorkers placed (two of
- * three unschedulable, or one bound and one not yet judged), the chief's own pod (worker 0
- * here) unschedulable, and a job that is not elastic. Not running after
- * replaceTimeoutSeconds counts as unschedulable: both unplaced workers leave at once. */
+ * three unschedulable, or one bound and one not yet judged), and a job that is not
+ * elastic. The chief's own pod (worker 0 here) unschedulable leaves as another would.
+ * Not running after replaceTimeoutSeconds counts as unschedulable: both unplaced workers
+ * leave at once. */
 static void test_elastic_start_below_min(void **state)
 {
     (void)state;
@@ -3274,13 +3456,29 @@ static void test_elastic_start_below_min(void **state)
     assert_null(strstr(f.desc, "Resized"));
     fx_free(&f);
 
-    /* worker 0, the chief without a chief task, unschedulable: wait */
+    /* worker 0, the chief without a chief task, unschedulable: the others start without
+     * it, worker 1 their chief */
     fx_elastic_start(&f, ESPEC3, 0, NOW);
     jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-1"), "spec"), "nodeName", "n");
     jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "spec"), "nodeName", "n");
     pod_unschedulable(pod_named(&f, "mnist-worker-0"), m);
     fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 1,2): pod mnist-worker-0 "
+                        "unschedulable: 0/1 nodes are available: 1 Insufficient cpu.");
+    fx_free(&f);
+    /* ... but not below minWorkers: with worker 2 unschedulable too, wait */
+    fx_elastic_start(&f, ESPEC3, 0, NOW);
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-1"), "spec"), "nodeName", "n");
+    pod_unschedulable(pod_named(&f, "mnist-worker-0"), m);
+    pod_unschedulable(pod_named(&f, "mnist-worker-2"), m);
+    fx_run(&f, NOW + 2);
     assert_null(strstr(f.desc, "Resized"));
+    assert_null(strstr(f.desc, "-pod"));
     fx_free(&f);
 
     /* minWorkers 1: both unbound workers leave once replaceTimeoutSeconds has passed */
@@ -4763,6 +4961,9 @@ int main(void)
         cmocka_unit_test(test_elastic_resize_restarts),
         cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),
         cmocka_unit_test(test_elastic_shrink_after_replace_timeout),
+        cmocka_unit_test(test_elastic_chief_lost_shrinks),
+        cmocka_unit_test(test_elastic_chief_lost_below_min),
+        cmocka_unit_test(test_elastic_chief_grows_back),
         cmocka_unit_test(test_elastic_start_without_unschedulable),
         cmocka_unit_test(test_elastic_start_below_min),
         cmocka_unit_test(test_current_workers_follow_the_pods),

@@ -6,7 +6,8 @@
 # scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
 # no restart), and back up grows it in place with the same global batch; a lost
 # worker's unschedulable replacement is left out of the ring and joins it once it runs,
-# and so is a worker that cannot be placed when an attempt starts.
+# and so is a worker that cannot be placed when an attempt starts; the chief's slot too,
+# the lowest member then completing the job.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 cd "$(dirname "$0")/../../.." || exit 1
 . e2e/lib/tap.sh
@@ -181,6 +182,55 @@ if wait_until 30 sgrown && [ "$(condition elastic s Resized message)" = "$want" 
   tap_ok "worker 2 placed and running: the others patched to 0,1,2, Resized/Grew"
 else tap_fail "worker 2 placed and running: the others patched to 0,1,2" \
   "$(members s-worker-0) $(members s-worker-1): $(condition elastic s Resized message)"; fi
+
+# The chief's pod lost while its room is taken: worker 0 (the chief of a job without a
+# chief task) deleted, its replacement unschedulable. Workers 1 and 2 go on as members
+# 1,2 (Resized/Shrank naming the pod), the replacement stays Pending with its chief
+# label; worker 2's exit decides nothing, worker 1's, the lowest member's, completes
+# the job with its termination message as status.result.
+job elastic c 3 "  elastic: {minWorkers: 2}
+  training: {perWorkerBatchSize: 32}"
+all_running elastic c 3
+old=$(jp elastic pod/c-worker-0 .metadata.uid)
+k -n elastic delete pod c-worker-0 --wait=false >/dev/null
+creplaced() {
+  local u
+  u=$(jp elastic pod/c-worker-0 .metadata.uid)
+  [ -n "$u" ] && [ "$u" != "$old" ]
+}
+if wait_until 30 creplaced; then tap_ok "chief (worker 0) deleted and replaced live"
+else tap_fail "chief (worker 0) deleted and replaced live" "$(k -n elastic get pods 2>&1)"; fi
+k -n elastic patch pod c-worker-0 --subresource status --type merge -p '{"status":{"conditions":[
+  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
+   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+cshrunk() { [ "$(members c-worker-1)" = 1,2 ] && [ "$(members c-worker-2)" = 1,2 ]; }
+want="shrank from 3 to 2 workers (members 1,2): pod c-worker-0 unschedulable: 0/1 nodes are \
+available: 1 Insufficient cpu."
+if wait_until 30 cshrunk && [ "$(condition elastic c Resized message)" = "$want" ] &&
+  is elastic tj/c .status.members 1,2; then
+  tap_ok "chief's replacement unschedulable: workers 1 and 2 patched to 1,2, Resized says why"
+else tap_fail "chief's replacement unschedulable: workers 1 and 2 patched to 1,2" \
+  "$(members c-worker-1) $(members c-worker-2): $(condition elastic c Resized message)"; fi
+label=$(jp elastic pod/c-worker-0 '.metadata.labels.kubetrain\.dev/chief')
+phase=$(jp elastic pod/c-worker-0 .status.phase)
+if [ "$label" = true ] && [ "$phase" = Pending ] && [ "$(members c-worker-0)" = 0,1,2 ]; then
+  tap_ok "the chief's replacement stays Pending, naming 0,1,2, labelled chief"
+else tap_fail "the chief's replacement stays Pending" "label '$label', phase '$phase', \
+members '$(members c-worker-0)'"; fi
+pod_exit elastic c-worker-2 0 '{"step":300,"loss":0.5}'
+sleep 2
+if is elastic tj/c .status.phase Running && [ -z "$(jp elastic tj/c .status.result)" ]; then
+  tap_ok "worker 2 completed first: the job still Running, no result"
+else tap_fail "worker 2 completed first: the job still Running" \
+  "$(k -n elastic get tj/c -o 'jsonpath={.status}')"; fi
+pod_exit elastic c-worker-1 0 '{"step":300,"loss":0.25,"weights_sha256":"cd34"}'
+want="the chief (worker 1, the lowest member while worker 0 is left out) completed"
+if wait_until 30 is elastic tj/c .status.phase Succeeded &&
+  [ "$(condition elastic c Succeeded message)" = "$want" ] &&
+  is elastic tj/c .status.result.weightsSha256 cd34 && is elastic tj/c .status.result.loss 0.25
+then tap_ok "worker 1, the lowest member, completes the job with its result"
+else tap_fail "worker 1, the lowest member, completes the job with its result" \
+  "$(k -n elastic get tj/c -o 'jsonpath={.status}')"; fi
 
 if it_stop "$OP"; then tap_ok "operator exits 0 on SIGTERM (no sanitizer report)"
 else tap_fail "operator exits 0 on SIGTERM" "$(tail -n 20 "$LOG")"; fi
