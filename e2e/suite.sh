@@ -5,7 +5,7 @@
 #
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
-# Scenarios: install basic progress recovery elastic tfmwms tfexit tfps killtrials preempt kill137 waiting
+# Scenarios: install basic progress recovery elastic elasticchief tfmwms tfexit tfps killtrials preempt kill137 waiting
 # suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall (later ones
 # assume install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
 # without it).
@@ -1499,11 +1499,12 @@ s_kueuelive() {
 # deleted, the replacement runs and the job grows back to 3; then kubectl scale to 2 and
 # back to 3 while it trains.
 ELASTIC_RES=kubetrain.dev/e2e-slot
-# slots NODE N: NODE advertises N slots of ELASTIC_RES (capacity and allocatable, a PATCH
-# of the node's status: the kubelet keeps an extended resource it does not manage);
-# slots NODE: removed.
+# slots NODE N: NODE advertises N slots of ELASTIC_RES, or of SLOT_RES where the caller
+# sets it (capacity and allocatable, a PATCH of the node's status: the kubelet keeps an
+# extended resource it does not manage); slots NODE: removed.
 slots() {
-  local c=/status/capacity/${ELASTIC_RES/\//~1} a=/status/allocatable/${ELASTIC_RES/\//~1}
+  local res=${SLOT_RES:-$ELASTIC_RES}
+  local c=/status/capacity/${res/\//~1} a=/status/allocatable/${res/\//~1}
   if [ $# -gt 1 ]; then
     k patch node "$1" --subresource=status --type=json -p \
       "[{\"op\":\"add\",\"path\":\"$c\",\"value\":\"$2\"},{\"op\":\"add\",\"path\":\"$a\",\"value\":\"$2\"}]" >/dev/null
@@ -1588,28 +1589,43 @@ el_why() {
   k -n "$REL_NS" logs --timestamps -l "app.kubernetes.io/instance=$REL" --tail 2000 2>&1 |
     grep -E 'mnist-el' | grep -E 'patched pod|Resized|sync failed|delet' | tail -n 12
 }
+# The elastic scenarios' helpers; j is the caller's job.
+# rcount POD: the trainer container's restart count.
+rcount() { kn get pod "$1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].restartCount}' 2>/dev/null; }
+resized() { field "$j" '{.status.conditions[?(@.type=="Resized")].reason} {.status.conditions[?(@.type=="Resized")].message}'; }
+# wait_resized REASON TEXT SECONDS: the Resized condition says REASON with TEXT in its message.
+wait_resized() {
+  local end=$(( $(date +%s) + $3 )) r
+  while [ "$(date +%s)" -lt "$end" ]; do
+    r=$(resized); [[ $r == "$1 "*"$2"* ]] && { echo "${r#* }"; return 0; }
+    case "$(phase "$j")" in Succeeded|Failed) break ;; esac
+    sleep 0.5
+  done
+  echo "Resized: [$(resized)]"; return 1
+}
+wait_field() { # JSONPATH VALUE SECONDS
+  local end=$(( $(date +%s) + $3 ))
+  while [ "$(date +%s)" -lt "$end" ]; do [ "$(field "$j" "$1")" = "$2" ] && return 0; sleep 0.5; done
+  return 1
+}
+# take_room NODE POD N: pod POD, asking for one slot (SLOT_RES or ELASTIC_RES), is placed
+# in an N+1th slot of NODE, which is then taken back: once a worker's pod goes, the filler
+# holds its room. Prints why not and fails when the filler does not run within 60 s.
+take_room() {
+  local res=${SLOT_RES:-$ELASTIC_RES} image=${KT_PAUSE_IMAGE:-kubetrain/pause:3.10} out
+  [ "$PROVIDER" = kind ] && image=${KT_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
+  slots "$1" $(($3 + 1))
+  if ! out=$(printf '%s\n' 'apiVersion: v1' 'kind: Pod' "metadata: {name: $2}" \
+        'spec:' '  terminationGracePeriodSeconds: 0' '  containers:' \
+        "  - {name: pause, image: $image, imagePullPolicy: IfNotPresent, resources: {limits: {$res: 1}}}" |
+        kn apply -f - 2>&1) ||
+     ! kn wait --for=jsonpath='{.status.phase}'=Running "pod/$2" --timeout 60s >/dev/null 2>&1; then
+    echo "$out $(kn get pod "$2" -o wide 2>&1)"; return 1
+  fi
+  slots "$1" "$3"
+}
 elastic_run() {
   local node=$1 j=mnist-el t0 out line s0 s1 u0 u1 u2 n i end logs="" total
-  local filler_image=${KT_PAUSE_IMAGE:-kubetrain/pause:3.10}
-  [ "$PROVIDER" = kind ] && filler_image=${KT_PAUSE_IMAGE:-registry.k8s.io/pause:3.10}
-  # rcount POD: the trainer container's restart count.
-  rcount() { kn get pod "$1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].restartCount}' 2>/dev/null; }
-  resized() { field "$j" '{.status.conditions[?(@.type=="Resized")].reason} {.status.conditions[?(@.type=="Resized")].message}'; }
-  # wait_resized REASON TEXT SECONDS: the Resized condition says REASON with TEXT in its message.
-  wait_resized() {
-    local end=$(( $(date +%s) + $3 )) r
-    while [ "$(date +%s)" -lt "$end" ]; do
-      r=$(resized); [[ $r == "$1 "*"$2"* ]] && { echo "${r#* }"; return 0; }
-      case "$(phase "$j")" in Succeeded|Failed) break ;; esac
-      sleep 0.5
-    done
-    echo "Resized: [$(resized)]"; return 1
-  }
-  wait_field() { # JSONPATH VALUE SECONDS
-    local end=$(( $(date +%s) + $3 ))
-    while [ "$(date +%s)" -lt "$end" ]; do [ "$(field "$j" "$1")" = "$2" ] && return 0; sleep 0.5; done
-    return 1
-  }
   # goes_on POD N: the survivors' line for the Nth ring of 2 formed in place (counted in
   # the pod's log), waited for up to 60 s.
   goes_on() {
@@ -1644,14 +1660,8 @@ elastic_run() {
   u0=$(uid "$j-worker-0"); u1=$(uid "$j-worker-1"); u2=$(uid "$j-worker-2")
 
   # a. The filler takes worker 2's room: placed in a fourth slot, which is taken back.
-  slots "$node" 4
-  if out=$(printf '%s\n' 'apiVersion: v1' 'kind: Pod' 'metadata: {name: slot-filler}' \
-        'spec:' '  terminationGracePeriodSeconds: 0' '  containers:' \
-        "  - {name: pause, image: $filler_image, imagePullPolicy: IfNotPresent, resources: {limits: {$ELASTIC_RES: 1}}}" |
-        kn apply -f - 2>&1) && kn wait --for=jsonpath='{.status.phase}'=Running pod/slot-filler --timeout 60s >/dev/null 2>&1
-  then ok "filler pod Running in a fourth slot"
-  else fail "filler pod Running" "$out $(kn get pod slot-filler -o wide 2>&1)"; return; fi
-  slots "$node" 3
+  if out=$(take_room "$node" slot-filler 3); then ok "filler pod Running in a fourth slot"
+  else fail "filler pod Running" "$out"; return; fi
   local tl; tl=$(now)
   if out=$(kn delete pod "$j-worker-2" --wait=false 2>&1); then ok "worker 2's pod deleted while the filler holds its room"
   else fail "worker 2's pod deleted" "$out"; return; fi
@@ -1760,6 +1770,77 @@ elastic_run() {
   check "status.result.step $total" "$(field "$j" '{.status.result.step}')" "$total"
 }
 
+# elasticchief (issue 46, docs/design.md "Elastic jobs", "The chief."): the chief's pod of
+# an elastic job lost while its room is taken. 3 workers, elastic.minWorkers 2, each
+# asking for one kubetrain.dev/e2e-chief-slot, a resource of this scenario alone (so that
+# it runs beside elastic). Once worker 0, the chief, has saved a checkpoint, a filler
+# takes its room and its pod is deleted: the replacement is Pending, unschedulable, and
+# the job goes on at 2 without a restart, worker 1 the chief (it saves the checkpoints);
+# the filler deleted, worker 0's replacement runs, joins with the survivors' state, and
+# the chief moves back to it, which completes the job.
+ECHIEF_RES=kubetrain.dev/e2e-chief-slot
+s_elasticchief() {
+  begin elasticchief
+  local node out line j=mnist-elc u1 u2 logs="" SLOT_RES=$ECHIEF_RES
+  node=$(k get nodes -o 'jsonpath={.items[0].metadata.name}' 2>&1)
+  if out=$(slots "$node" 3 2>&1); then ok "node $node advertises 3 $ECHIEF_RES"
+  else fail "node $node advertises 3 $ECHIEF_RES" "$out"; end; return; fi
+  elasticchief_run "$node"
+  kn delete pod chief-filler --ignore-not-found --wait=false >/dev/null 2>&1
+  kn delete tj "$j" --ignore-not-found --wait=false >/dev/null 2>&1
+  slots "$node"
+  end
+}
+elasticchief_run() {
+  local node=$1 t0 tl i
+  # 2 x 300 steps of 3 x 64 examples, a checkpoint every 25 steps, so that worker 1
+  # saves one while it is the chief.
+  t0=$(now)
+  if out=$(job "$j" "elastic: {minWorkers: 2}" \
+             "template: {spec: {containers: [{name: trainer, resources: {limits: {$ECHIEF_RES: 1}}}]}}" |
+           sed -e 's/^  workers: 2$/  workers: 3/' -e 's/stepsPerEpoch: 30/stepsPerEpoch: 300/' \
+               -e 's/everySteps: 10/everySteps: 25/' | kn apply -f - 2>&1)
+  then ok "job $j applied (3 workers, elastic.minWorkers 2, 2 epochs x 300 steps)"
+  else fail "job $j applied" "$out"; return; fi
+  if wait_running "$j" 3 180 && line=$(chief_ckpt "$j" 180); then
+    ok "3 workers Running, worker 0 (the chief) saved a checkpoint: ${line##*] }"
+  else fail "3 workers Running and a checkpoint" "$(explain "$j")"; return; fi
+  u1=$(uid "$j-worker-1"); u2=$(uid "$j-worker-2")
+  if out=$(take_room "$node" chief-filler 3); then ok "filler pod Running in a fourth slot"
+  else fail "filler pod Running" "$out"; return; fi
+  logs=$(kn logs "$j-worker-0" -c trainer 2>&1)
+  tl=$(now)
+  if out=$(kn delete pod "$j-worker-0" --wait=false 2>&1); then ok "the chief's pod (worker 0) deleted while the filler holds its room"
+  else fail "the chief's pod deleted" "$out"; return; fi
+  if out=$(wait_resized Shrank "pod $j-worker-0 unschedulable" 90); then
+    ok "Resized/Shrank ($(since "$tl")s after the deletion): $out"
+  else fail "Resized/Shrank naming the chief's replacement" "$out"$'\n'"$(explain "$j")"; return; fi
+  check "status.members 1,2" "$(field "$j" '{.status.members}')" "1,2"
+  if line=$(wait_log "$j-worker-1" 'elastic: this worker \(TF_CONFIG index 1\) is the chief now' 60); then
+    ok "worker 1: ${line##*]: }"
+  else fail "worker 1 takes over as the chief" "$(kn logs --tail 20 "$j-worker-1" -c trainer 2>&1)"; fi
+  if line=$(wait_log "$j-worker-1" 'checkpoint at step [0-9]+ saved' 90); then ok "worker 1 saves the checkpoints: ${line##*]: }"
+  else fail "worker 1 saves a checkpoint" "$(kn logs --tail 20 "$j-worker-1" -c trainer 2>&1)"$'\n'"$(explain "$j")"; fi
+  tl=$(now)
+  if out=$(kn delete pod chief-filler --wait=false 2>&1); then ok "the filler deleted"
+  else fail "the filler deleted" "$out"; fi
+  if out=$(wait_resized Grew "pod $j-worker-0 runs" 120); then ok "Resized/Grew ($(since "$tl")s after): $out"
+  else fail "Resized/Grew" "$out"$'\n'"$(explain "$j")"; return; fi
+  if line=$(wait_log "$j-worker-0" "$JOINED" 90); then ok "worker 0's replacement joined: ${line##*]: }"
+  else fail "worker 0's replacement joined from a survivor" "$(kn logs --tail 20 "$j-worker-0" -c trainer 2>&1)"$'\n'"$(explain "$j")"; return; fi
+  if line=$(wait_log "$j-worker-1" 'is the chief now: this worker \(index 1\) hands over the checkpoints' 60); then
+    ok "worker 1: ${line##*]: }"
+  else fail "worker 1 hands the checkpoints back" "$(kn logs --tail 20 "$j-worker-1" -c trainer 2>&1)"; fi
+  check "workers 1 and 2 the same pods, no container restarted" \
+    "$(uid "$j-worker-1") $(uid "$j-worker-2") $(rcount "$j-worker-1") $(rcount "$j-worker-2")" "$u1 $u2 0 0"
+  for i in 0 1 2; do logs+=$'\n'$(kn logs "$j-worker-$i" -c trainer 2>&1); done
+  if wait_phase "$j" $((JOB_TIMEOUT * 2)) Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain "$j")"; return; fi
+  check "status.attempt 0 (no group restart), status.result.step 600" \
+    "$(field "$j" '{.status.attempt}') $(field "$j" '{.status.result.step}')" "0 600"
+  check "no 'resuming from' in any worker's log (no checkpoint read)" "$(grep -c 'resuming from' <<<"$logs")" 0
+}
+
 # progress: a running job's status.progress (step growing, the PROGRESS column) from the
 # chief's /metrics, then the chief's pod deleted mid-training: SIGTERM, the chief saves
 # and exits 75, a disruption, and the first scrape of the new attempt records
@@ -1808,7 +1889,7 @@ s_progress() {
   end
 }
 
-ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting
+ALL=(install basic progress recovery elastic elasticchief tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting
      suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
@@ -1822,7 +1903,7 @@ ALL=(install basic progress recovery elastic tfmwms tfexit tfauto tfps killtrial
 # (the node's free CPU: gang; Kueue's quota: kueue, kueuelive; the operator or the release:
 # operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
 # and suspend compare with): it waits for those in flight and runs alone, in $NS.
-SHARED=(invalid preempt kill137 recovery elastic killtrials badmodel progress suspend deadline waiting
+SHARED=(invalid preempt kill137 recovery elastic elasticchief killtrials badmodel progress suspend deadline waiting
         tfmwms tfps tfexit tfauto s3)
 SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh
