@@ -1836,8 +1836,9 @@ elasticchief_run() {
   for i in 0 1 2; do logs+=$'\n'$(kn logs "$j-worker-$i" -c trainer 2>&1); done
   if wait_phase "$j" $((JOB_TIMEOUT * 2)) Succeeded; then ok "job Succeeded ($(since "$t0")s)"
   else fail "job Succeeded" "$(explain "$j")"; return; fi
+  local att; att=$(field "$j" '{.status.attempt}')
   check "status.attempt 0 (no group restart), status.result.step 600" \
-    "$(field "$j" '{.status.attempt}') $(field "$j" '{.status.result.step}')" "0 600"
+    "${att:-0} $(field "$j" '{.status.result.step}')" "0 600"
   check "no 'resuming from' in any worker's log (no checkpoint read)" "$(grep -c 'resuming from' <<<"$logs")" 0
 }
 
