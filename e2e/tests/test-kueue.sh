@@ -9,10 +9,11 @@
 # recovery); and, for elastic jobs in a queue, what becomes of an admitted group whose size
 # changes in place: a pod beyond its count is deleted as excess, a pod deleted keeps its
 # quota reserved, a replacement within the count joins, and only a pod that Succeeded
-# gives its quota back (and still counts). The api level has no scheduler and no
-# kubelet: the pods stay unscheduled, and "the first group finishes" is its pods' status
-# set to Succeeded (or Running) through the status subresource, as the kubelet would (the
-# only stand-in here). Own run directory
+# gives its quota back (and still counts); the operator scaling a queued elastic job
+# restarts it in a new group of the new count each time (when build/bin/kubetrain-operator
+# is built). The api level has no scheduler and no kubelet: the pods stay unscheduled, and
+# "the first group finishes" is its pods' status set to Succeeded (or Running) through the
+# status subresource, as the kubelet would (the only stand-in here). Own run directory
 # (build/e2e/test-kueue). Skips when etcd is missing or Kueue is not built and
 # KT_KUEUE_BUILD=0; builds it otherwise (slow the first time).
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
@@ -290,6 +291,92 @@ if wait_until 60 admitted e && wait_until 30 ungated e-0 && wait_until 30 ungate
   else tap_fail "a pod after a Succeeded one is excess" "$(kn get pods -o wide 2>&1)"; fi
   phase e-0 Succeeded
 else tap_fail "group e admitted" "$(kn get "pods,$KWL" -o wide 2>&1)"; fi
+# The operator itself (when built) scaling a queued elastic TrainingJob: each scale
+# restarts the group (WorkersChanged) in a new pod group of the new count that Kueue
+# admits anew. 2 -> 1 fits the quota and is admitted; 1 -> 3 (1.2 CPU of 1) stays gated:
+# the job never runs more pods than Kueue admitted.
+if [ ! -x build/bin/kubetrain-operator ]; then
+  tap_skip "a queued elastic TrainingJob scaled" "build/bin/kubetrain-operator is not built"
+else
+  k apply -f crds/ >/dev/null &&
+    k wait --for condition=Established crd/trainingjobs.kubetrain.dev --timeout 60s >/dev/null
+  hp=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0))
+print(s.getsockname()[1])')
+  build/bin/kubetrain-operator --kubeconfig "$KUBECONFIG" --health-addr "127.0.0.1:$hp" \
+    --metrics-addr 0 >"$KT_RUN/operator.log" 2>&1 &
+  op_pid=$!
+  kn apply -f - >/dev/null <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: el
+  labels: {kueue.x-k8s.io/queue-name: training}
+spec:
+  workers: 2
+  elastic: {minWorkers: 1}
+  template:
+    spec:
+      containers:
+        - name: trainer
+          resources: {requests: {cpu: 400m, memory: 64Mi}}
+EOF
+  # "GROUP/COUNT[,...]" of the job's pods not being deleted, and how many there are.
+  el_groups() {
+    kn get pods -l kubetrain.dev/job-name=el -o json | jq -r '[.items[] |
+      select(.metadata.deletionTimestamp == null) |
+      .metadata.labels["kueue.x-k8s.io/pod-group-name"] + "/" +
+      .metadata.annotations["kueue.x-k8s.io/pod-group-total-count"]] |
+      "\(length) \(unique | join(","))"'
+  }
+  uid=$(kn get tj el -o 'jsonpath={.metadata.uid}' | cut -c1-8)
+  # el_at ATTEMPT WORKERS: WORKERS pods in group el-ATTEMPT-uid of count WORKERS, its
+  # Workload admitted and every pod ungated.
+  el_at() {
+    [ "$(el_groups)" = "$2 el-$1-$uid/$2" ] && admitted "el-$1-$uid" || return 1
+    local i
+    for (( i = 0; i < $2; i++ )); do ungated "el-worker-$i" || return 1; done
+  }
+  if wait_until 60 el_at 0 2; then tap_ok "elastic job el (2 x 400m) admitted as group el-0-$uid"
+  else tap_fail "elastic job el admitted" "$(el_groups; tail -n 20 "$KT_RUN/operator.log")"; fi
+  k -n "$NS" scale tj/el --replicas 1 >/dev/null
+  if wait_until 90 el_at 1 1; then
+    tap_ok "kubectl scale 2 -> 1: a new group el-1-$uid of 1 pod, admitted"
+  else
+    tap_fail "scale down restarts in a new group" \
+      "$(el_groups; kn get "pods,$KWL" 2>&1; tail -n 20 "$KT_RUN/operator.log")"
+  fi
+  restarting() {
+    kn get tj el -o 'jsonpath={.status.conditions[?(@.type=="Restarting")].message}'
+  }
+  why="spec.workers is 1 (1 pods) in Kueue queue training, whose pod group el-0-$uid was"
+  why="$why admitted for 2 pods: Kueue cannot resize a plain pod group"
+  case "$(restarting)" in
+    "$why"*)
+      tap_ok "  condition Restarting says why" ;;
+    *) tap_fail "  condition Restarting says why" "$(restarting)" ;;
+  esac
+  el0_done() { [ -z "$(kn get "$KWL" "el-0-$uid" -o name --ignore-not-found)" ] ||
+               [ "$(kn get "$KWL" "el-0-$uid" \
+                     -o 'jsonpath={.status.conditions[?(@.type=="Finished")].status}')" = True ]; }
+  if wait_until 60 el0_done; then tap_ok "  the first group's Workload finished (quota released)"
+  else tap_fail "  the first group's Workload finished" "$(kn get "$KWL" -o wide 2>&1)"; fi
+  k -n "$NS" scale tj/el --replicas 3 >/dev/null
+  three() { [ "$(el_groups)" = "3 el-2-$uid/3" ]; }
+  if wait_until 90 three; then
+    sleep 3
+    got="$(admission_gate el-worker-0) $(admission_gate el-worker-1) $(admission_gate el-worker-2)"
+    got="$got $(kn get "$KWL" "el-2-$uid" \
+                  -o 'jsonpath={.status.conditions[?(@.type=="QuotaReserved")].status}')"
+    check "kubectl scale 1 -> 3 (1.2 CPU of 1): new group el-2-$uid of 3, all gated, no quota" \
+      "$got" "gated gated gated False"
+  else
+    tap_fail "scale up restarts in a new group" "$(el_groups; tail -n 20 "$KT_RUN/operator.log")"
+  fi
+  kn delete tj el --wait=false >/dev/null
+  el_gone() { [ "$(el_groups)" = "0 " ]; }
+  wait_until 120 el_gone
+  kill "$op_pid" 2>/dev/null; wait "$op_pid" 2>/dev/null
+fi
 # The group's Workload is owned by its pods: the garbage collector deletes it after them.
 reserving() { k get clusterqueue training -o 'jsonpath={.status.reservingWorkloads}'; }
 none_reserving() { [ "$(reserving)" = 0 ]; }
