@@ -1093,6 +1093,40 @@ static int decide_resize(Ctx *c, const Group *g)
     return 1;
 }
 
+/* An elastic job in a Kueue queue whose spec now asks for another number of pods than
+ * the pod group Kueue admitted (its pods' ANNOT_KUEUE_GROUP_COUNT): Kueue v0.17.0 does
+ * not resize a plain pod group (docs/kueue.md, "Elastic jobs in a queue": a pod beyond
+ * the group's count is deleted as excess, and a pod deleted keeps its quota held until
+ * the group ends), so every `spec.workers` change of such a job is a group restart at
+ * the new size: a new group, a new Workload admitted anew. Lost and unplaced workers stay
+ * decide_elastic's: they never add a pod to the group. */
+static int decide_queued_resize(Ctx *c, const Group *g)
+{
+    const JobSpec *s = &c->spec;
+    if (!desired_elastic(s)) return 0;
+    for (int slot = 0; slot < s->npods; slot++) {
+        const PodView *p = g->cur[slot];
+        if (!p || !p->kueue) continue;
+        const cJSON *labels = jsonx_obj(p->pod, "metadata.labels");
+        const char *count =
+            jsonx_key_str(jsonx_obj(p->pod, "metadata.annotations"), ANNOT_KUEUE_GROUP_COUNT);
+        const char *queue = jsonx_key_str(labels, LABEL_KUEUE_QUEUE);
+        const char *group = jsonx_key_str(labels, LABEL_KUEUE_GROUP);
+        if (count && parse_ll(count, -1) == s->npods) return 0;
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "spec.workers is %d (%d pods) in Kueue queue %.63s, whose pod group %.63s was "
+                 "admitted for %.16s pods: Kueue cannot resize a plain pod group, so the group "
+                 "restarts at the new size in a new pod group that Kueue admits anew, and "
+                 "resumes from its checkpoint",
+                 s->workers, s->npods, queue ? queue : "(none)", group ? group : "(none)",
+                 count ? count : "(none)");
+        restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+        return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------
  * Elastic jobs (desired_elastic, docs/design.md "Elastic jobs"): the members are the
  * TF_CONFIG indices of the chief and worker pods in the ring, which are their slots. */
@@ -2245,7 +2279,8 @@ static void reconcile_active(Ctx *c, const PodView *v, size_t n, int foreign)
 {
     Group g;
     if (group_observe(c, v, n, &g) == 0) {
-        int settled = decide_deadline(c, &g) || decide_completion(c, &g) || decide_elastic(c, &g) ||
+        int settled = decide_deadline(c, &g) || decide_completion(c, &g) ||
+                      decide_queued_resize(c, &g) || decide_elastic(c, &g) ||
                       decide_resize(c, &g) || decide_stranded(c, &g) || decide_replacement(c, &g) ||
                       decide_disruption(c, &g) || decide_failure(c, &g) || decide_startup(c, &g);
         if (!settled) create_missing(c, &g, foreign);

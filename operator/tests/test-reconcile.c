@@ -3850,6 +3850,157 @@ static void test_live_replacement_in_a_kueue_group(void **state)
      * test_live_replacement_falls_back. */
 }
 
+#define KESPEC3                                                                                    \
+    "{\"workers\":3,\"elastic\":{\"minWorkers\":2},\"checkpoint\":{\"claimName\":\"ckpt\"},"       \
+    "\"template\":{\"metadata\":{\"labels\":{\"kueue.x-k8s.io/queue-name\":\"q\"}}}}"
+
+/* An elastic job in a Kueue queue scaled from 3 to `workers` (docs/kueue.md, "Elastic
+ * jobs in a queue"): Kueue admitted a group of 3 pods and cannot resize it, so the scale
+ * restarts the group (WorkersChanged, saying why), and the next attempt's pods form a new
+ * group of the new count. Never a pod deleted from or added to the admitted group. */
+static void check_queued_scale(int workers)
+{
+    Fixture f;
+    fx_elastic3(&f, KESPEC3, ST_LAUNCHED(""), workers);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
+    assert_string_equal(label_of(f.pods[0], "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+    assert_string_equal(annotation(f.pods[0], "kueue.x-k8s.io/pod-group-total-count"), "3");
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    const cJSON *st = new_status(&f);
+    assert_int_equal(jsonx_int(st, "attempt", -1), 1);
+    assert_null(jsonx_at(st, "members"));
+    assert_null(jsonx_at(st, "restarts"));
+    assert_string_equal(cond_message(st, "Resized"), "(none)");
+    assert_cond(st, "Restarting", "True/WorkersChanged");
+    char want[512];
+    snprintf(want, sizeof want,
+             "spec.workers is %d (%d pods) in Kueue queue q, whose pod group mnist-0-uid-1 was "
+             "admitted for 3 pods: Kueue cannot resize a plain pod group, so the group "
+             "restarts at the new size in a new pod group that Kueue admits anew, and "
+             "resumes from its checkpoint",
+             workers, workers);
+    assert_string_equal(cond_message(st, "Restarting"), want);
+    char ev[600];
+    snprintf(ev, sizeof ev, "restarting all pods: %s", want);
+    assert_string_equal(find_action(&f, ACTION_EVENT, "mnist")->message, ev);
+    fx_apply(&f);
+    assert_int_equal(f.npods, 0);
+    fx_run(&f, NOW + 1);
+    char name[32], want_desc[256] = "";
+    for (int i = 0; i < workers; i++)
+        snprintf(want_desc + strlen(want_desc), sizeof want_desc - strlen(want_desc),
+                 "create-pod mnist-worker-%d\n", i);
+    strcat(want_desc, "event Normal CreatedWorkers\nupdate-status mnist\n");
+    assert_string_equal(f.desc, want_desc);
+    for (int i = 0; i < workers; i++) {
+        snprintf(name, sizeof name, "mnist-worker-%d", i);
+        const Action *a = find_action(&f, ACTION_CREATE_POD, name);
+        assert_non_null(a);
+        assert_string_equal(label_of(a->object, "kueue.x-k8s.io/pod-group-name"), "mnist-1-uid-1");
+        char count[16];
+        snprintf(count, sizeof count, "%d", workers);
+        assert_string_equal(annotation(a->object, "kueue.x-k8s.io/pod-group-total-count"), count);
+    }
+    fx_apply(&f);
+    for (size_t i = 0; i < f.npods; i++)
+        pod_set_phase(f.pods[i], "Running");
+    fx_run(&f, NOW + 2); /* the new size is steady */
+    assert_null(strstr(f.desc, "-pod"));
+    assert_null(strstr(f.desc, "WorkersChanged"));
+    fx_free(&f);
+}
+
+static void test_elastic_in_a_queue_scale_restarts(void **state)
+{
+    (void)state;
+    check_queued_scale(2); /* kubectl scale down */
+    check_queued_scale(4); /* kubectl scale up */
+}
+
+/* What stays in place for an elastic job in a Kueue queue, since it never adds a pod to
+ * the admitted group: a lost worker whose replacement (`-r1`, in the same group of 3)
+ * cannot run leaves the members, the replacement left Pending in the group, and joins
+ * once it runs; an attempt that starts with a worker that cannot be placed starts
+ * without it. Neither deletes nor creates a pod. */
+static void test_elastic_in_a_queue_shrinks_in_place(void **state)
+{
+    (void)state;
+    Fixture f;
+    const char *m = "0/1 nodes are available: 1 Insufficient cpu.";
+    fx_elastic3(&f, KESPEC3, ST_LAUNCHED(""), 3);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
+    pod_terminated(f.pods[2], 137, NULL);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal WorkerReplaced\n"
+                                "delete-stopped-pod mnist-worker-2\n");
+    apply_prefix(&f, 2); /* Kueue's finalizer holds the Failed object */
+    plan_free(&f.plan);
+    free(f.desc);
+    f.desc = NULL;
+    jsonx_set_str(jsonx_ensure_obj(pod_named(&f, "mnist-worker-2"), "metadata"),
+                  "deletionTimestamp", "2027-01-15T08:00:00Z");
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "create-pod mnist-worker-2-r1\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-2-r1")->object;
+    assert_string_equal(label_of(pod, "kueue.x-k8s.io/pod-group-name"), "mnist-0-uid-1");
+    assert_string_equal(annotation(pod, "kueue.x-k8s.io/pod-group-total-count"), "3");
+    fx_apply(&f);
+    cJSON *r1 = pod_named(&f, "mnist-worker-2-r1");
+    jsonx_set_str(jsonx_ensure_obj(r1, "metadata"), "creationTimestamp", "2027-01-15T08:00:01Z");
+    pod_unschedulable(r1, m);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "shrank from 3 to 2 workers (members 0,1): pod mnist-worker-2-r1 "
+                        "unschedulable: 0/1 nodes are available: 1 Insufficient cpu.");
+    assert_int_equal(jsonx_int(new_status(&f), "attempt", 0), 0);
+    fx_apply(&f);
+    fx_run(&f, NOW + 3);
+    assert_null(strstr(f.desc, "-pod"));
+    fx_apply(&f);
+    r1 = pod_named(&f, "mnist-worker-2-r1");
+    cJSON_DeleteItemFromObject(jsonx_ensure_obj(r1, "status"), "conditions");
+    pod_set_phase(r1, "Running");
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "grew from 2 to 3 workers (members 0,1,2): pod mnist-worker-2-r1 runs");
+    fx_free(&f);
+
+    fx_elastic_start(&f, KESPEC3, 2, NOW);
+    pod_unschedulable(pod_named(&f, "mnist-worker-2"), m);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    assert_string_equal(jsonx_str(new_status(&f), "members"), "0,1");
+    fx_apply(&f);
+    /* Shrunk so, then scaled down: still the group restart. */
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 2);
+    fx_run(&f, NOW + 3);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Warning WorkersChanged\n"
+                                "delete-pod mnist-worker-0\n"
+                                "delete-pod mnist-worker-1\n"
+                                "delete-pod mnist-worker-2\n");
+    fx_free(&f);
+}
+
 static void test_live_replacement_of_a_deleted_worker(void **state)
 {
     (void)state;
@@ -5009,6 +5160,8 @@ int main(void)
         cmocka_unit_test(test_disruption_restarts_back_off_and_stop),
         cmocka_unit_test(test_live_replacement_of_a_deleted_worker),
         cmocka_unit_test(test_live_replacement_in_a_kueue_group),
+        cmocka_unit_test(test_elastic_in_a_queue_scale_restarts),
+        cmocka_unit_test(test_elastic_in_a_queue_shrinks_in_place),
         cmocka_unit_test(test_live_replacement_of_a_missing_chief),
         cmocka_unit_test(test_live_replacement_falls_back),
         cmocka_unit_test(test_stranded_replacement),
