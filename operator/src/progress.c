@@ -123,12 +123,15 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     const cJSON *old_ckpt = jsonx_obj(job, "status.checkpoint");
     long long old_attempt = jsonx_int(old, "attempt", -1);
     long old_step = (long)jsonx_int(old, "step", -1);
+    /* The chief and workers training now (status.currentWorkers), -1 unknown. */
+    long long workers = jsonx_int(job, "status.currentWorkers", -1);
     int new_attempt = old_attempt != attempt;
     int changed =
         new_attempt || num_changed(old, "step", (double)s->step, 0) ||
         num_changed(old, "epoch", s->epoch >= 0 ? (double)s->epoch : NAN, 0) ||
         num_changed(old, "loss", s->loss, s->loss_nonfinite) ||
         num_changed(old, "accuracy", s->accuracy, s->accuracy_nonfinite) ||
+        (workers >= 0 && num_changed(old, "workers", (double)workers, 0)) ||
         (s->checkpoint_step >= 0 && num_changed(old_ckpt, "step", (double)s->checkpoint_step, 0));
     if (!changed) return 0;
 
@@ -148,7 +151,8 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
         (s->epoch >= 0 && !jsonx_set_num(pr, "epoch", (double)s->epoch)) ||
         set_num_if(pr, "loss", s->loss, s->loss_nonfinite) ||
         set_num_if(pr, "accuracy", s->accuracy, s->accuracy_nonfinite) ||
-        set_num_if(pr, "samplesPerSecond", s->samples_per_second, 0))
+        set_num_if(pr, "samplesPerSecond", s->samples_per_second, 0) ||
+        (workers >= 0 && !jsonx_set_num(pr, "workers", (double)workers)))
         goto nomem;
     if (s->total_steps > 0) {
         long pct = (long)(100.0 * (double)s->step / (double)s->total_steps);
@@ -159,10 +163,13 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
             goto nomem;
     }
     /* The rate over the two scrapes of one attempt (pauses for checkpoints included),
-     * rather than the last step's samples/s, which says nothing of the time between. */
+     * rather than the last step's samples/s, which says nothing of the time between; and
+     * at one size: a resize between them (an elastic job's, or a worker lost and back)
+     * changes the speed, so the estimate waits for two scrapes at the new size. */
     double then;
     int have_eta = 0;
     if (!new_attempt && old_step >= 0 && s->step > old_step && s->total_steps > s->step &&
+        (workers < 0 || jsonx_int(old, "workers", workers) == workers) &&
         clock_parse_rfc3339(jsonx_str(old, "updateTime"), &then) == 0 && now - then >= 1) {
         double rate = (double)(s->step - old_step) / (now - then);
         if (clock_format_rfc3339(now + (double)(s->total_steps - s->step) / rate, ts, sizeof ts) ==

@@ -184,6 +184,46 @@ static void test_patch_eta_and_unchanged(void **state)
     cJSON_Delete(j);
 }
 
+/* The estimate is from two scrapes at one size: after a resize (status.currentWorkers
+ * other than the last scrape's workers) the next scrape records the new size and no
+ * estimate (null removes the old one); the one after at the same size has it again. */
+static void test_patch_eta_same_size(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse(METRICS, &s), 0);
+    /* 10 s ago at step 95 with 2 workers; 3 train now. */
+    cJSON *j =
+              job("{\"phase\":\"Running\",\"attempt\":0,\"currentWorkers\":3,\"progress\":{"
+                  "\"attempt\":0,\"step\":95,\"workers\":2,\"updateTime\":\"2025-11-25T11:59:50Z\","
+                  "\"estimatedCompletionTime\":\"2025-11-25T12:03:00Z\"}}"),
+          *p = NULL;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p);
+    assert_int_equal(jsonx_int(p, "status.progress.workers", -1), 3);
+    assert_true(cJSON_IsNull(jsonx_at(p, "status.progress.estimatedCompletionTime")));
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+    /* The same, the last scrape at 3 too: 1 step/s, 105 steps left. */
+    j = job("{\"phase\":\"Running\",\"attempt\":0,\"currentWorkers\":3,\"progress\":{"
+            "\"attempt\":0,\"step\":95,\"workers\":3,\"updateTime\":\"2025-11-25T11:59:50Z\"}}");
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_string_equal(jsonx_str(p, "status.progress.estimatedCompletionTime"),
+                        "2025-11-25T12:01:45Z");
+    cJSON_Delete(p);
+    /* Only the size changed since: that is worth a write. */
+    cJSON_Delete(j);
+    j = job(
+        "{\"phase\":\"Running\",\"attempt\":0,\"currentWorkers\":2,\"progress\":{"
+        "\"attempt\":0,\"step\":105,\"epoch\":2,\"loss\":0.4375,\"accuracy\":0.8125,"
+        "\"workers\":3,\"updateTime\":\"2025-11-25T11:59:50Z\"},\"checkpoint\":{\"step\":100}}");
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p);
+    assert_int_equal(jsonx_int(p, "status.progress.workers", -1), 2);
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
 /* The first scrape of a new attempt: the steps the previous attempt trained past the
  * checkpoint the new one resumed from are lost, counted from the furthest of the last
  * scrape and the old chief's exit message, added to the total once. */
@@ -836,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_phase),
         cmocka_unit_test(test_patch_first),
         cmocka_unit_test(test_patch_eta_and_unchanged),
+        cmocka_unit_test(test_patch_eta_same_size),
         cmocka_unit_test(test_patch_steps_lost),
         cmocka_unit_test(test_patch_steps_lost_tf),
         cmocka_unit_test(test_job_scrapable),
