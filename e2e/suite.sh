@@ -1608,6 +1608,22 @@ wait_field() { # JSONPATH VALUE SECONDS
   while [ "$(date +%s)" -lt "$end" ]; do [ "$(field "$j" "$1")" = "$2" ] && return 0; sleep 0.5; done
   return 1
 }
+# el_start STEPS EVERY: job j of 3 workers (elastic.minWorkers 2), 2 epochs of STEPS steps
+# of 3 x 64 examples, a checkpoint every EVERY steps, each worker asking for one slot
+# (SLOT_RES or ELASTIC_RES; an extended resource is asked for by its limit), applied; true
+# once its 3 workers run and the chief (worker 0) has saved a checkpoint.
+el_start() {
+  local res=${SLOT_RES:-$ELASTIC_RES} out line
+  if out=$(job "$j" "elastic: {minWorkers: 2}" \
+             "template: {spec: {containers: [{name: trainer, resources: {limits: {$res: 1}}}]}}" |
+           sed -e 's/^  workers: 2$/  workers: 3/' -e "s/stepsPerEpoch: 30/stepsPerEpoch: $1/" \
+               -e "s/everySteps: 10/everySteps: $2/" | kn apply -f - 2>&1)
+  then ok "job $j applied (3 workers, elastic.minWorkers 2, 2 epochs x $1 steps, one $res each)"
+  else fail "job $j applied" "$out"; return 1; fi
+  if wait_running "$j" 3 180 && line=$(chief_ckpt "$j" 180); then
+    ok "3 workers Running, worker 0 (the chief) saved a checkpoint: ${line##*] }"
+  else fail "3 workers Running and a checkpoint" "$(explain "$j")"; return 1; fi
+}
 # take_room NODE POD N: pod POD, asking for one slot (SLOT_RES or ELASTIC_RES), is placed
 # in an N+1th slot of NODE, which is then taken back: once a worker's pod goes, the filler
 # holds its room. Prints why not and fails when the filler does not run within 60 s.
@@ -1645,15 +1661,7 @@ elastic_run() {
   # past half the steps it is skipped, saying why.
   total=800
   t0=$(now)
-  if out=$(job "$j" "elastic: {minWorkers: 2}" \
-             "template: {spec: {containers: [{name: trainer, resources: {limits: {$ELASTIC_RES: 1}}}]}}" |
-           sed -e 's/^  workers: 2$/  workers: 3/' -e 's/stepsPerEpoch: 30/stepsPerEpoch: 400/' \
-               -e 's/everySteps: 10/everySteps: 50/' | kn apply -f - 2>&1)
-  then ok "job $j applied (3 workers, elastic.minWorkers 2, 2 epochs x 400 steps, one $ELASTIC_RES each)"
-  else fail "job $j applied" "$out"; return; fi
-  if wait_running "$j" 3 180 && line=$(chief_ckpt "$j" 180); then
-    ok "3 workers Running, the chief saved a checkpoint: ${line##*] }"
-  else fail "3 workers Running and a checkpoint" "$(explain "$j")"; return; fi
+  el_start 400 50 || return
   check "status.globalBatch 192 (3 x 64), each pod's --global-batch" \
     "$(field "$j" '{.status.globalBatch}') $(trainer_arg "$j-worker-0" --global-batch) $(trainer_arg "$j-worker-2" --global-batch)" \
     "192 192 192"
@@ -1796,15 +1804,7 @@ elasticchief_run() {
   # 2 x 300 steps of 3 x 64 examples, a checkpoint every 25 steps, so that worker 1
   # saves one while it is the chief.
   t0=$(now)
-  if out=$(job "$j" "elastic: {minWorkers: 2}" \
-             "template: {spec: {containers: [{name: trainer, resources: {limits: {$ECHIEF_RES: 1}}}]}}" |
-           sed -e 's/^  workers: 2$/  workers: 3/' -e 's/stepsPerEpoch: 30/stepsPerEpoch: 300/' \
-               -e 's/everySteps: 10/everySteps: 25/' | kn apply -f - 2>&1)
-  then ok "job $j applied (3 workers, elastic.minWorkers 2, 2 epochs x 300 steps)"
-  else fail "job $j applied" "$out"; return; fi
-  if wait_running "$j" 3 180 && line=$(chief_ckpt "$j" 180); then
-    ok "3 workers Running, worker 0 (the chief) saved a checkpoint: ${line##*] }"
-  else fail "3 workers Running and a checkpoint" "$(explain "$j")"; return; fi
+  el_start 300 25 || return
   u1=$(uid "$j-worker-1"); u2=$(uid "$j-worker-2")
   if out=$(take_room "$node" chief-filler 3); then ok "filler pod Running in a fourth slot"
   else fail "filler pod Running" "$out"; return; fi
