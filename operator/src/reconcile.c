@@ -1074,22 +1074,27 @@ static int decide_completion(Ctx *c, const Group *g)
     return 1;
 }
 
-/* The group restarts with the spec's cluster, counted in neither counter. */
-static void resize_restart(Ctx *c, const Group *g)
+/* The group restarts with the spec's cluster, counted in neither counter; `why` says
+ * why it could not resize in place, NULL the cluster that changed. */
+static void resize_restart(Ctx *c, const Group *g, const char *why)
 {
     char msg[512];
-    snprintf(msg, sizeof msg,
-             "the cluster changed (spec.workers %d, chief %d, ps %d); the group resumes from "
-             "its checkpoint with the new cluster",
-             c->spec.workers, c->spec.roles[ROLE_CHIEF].replicas, c->spec.roles[ROLE_PS].replicas);
-    restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+    if (!why) {
+        snprintf(msg, sizeof msg,
+                 "the cluster changed (spec.workers %d, chief %d, ps %d); the group resumes from "
+                 "its checkpoint with the new cluster",
+                 c->spec.workers, c->spec.roles[ROLE_CHIEF].replicas,
+                 c->spec.roles[ROLE_PS].replicas);
+        why = msg;
+    }
+    restart(c, "WorkersChanged", NULL, why, g->pods, g->npods);
 }
 
 /* Pods made for another world size: the group restarts with the new one. */
 static int decide_resize(Ctx *c, const Group *g)
 {
     if (!g->resized) return 0;
-    resize_restart(c, g);
+    resize_restart(c, g, NULL);
     return 1;
 }
 
@@ -1121,7 +1126,7 @@ static int decide_queued_resize(Ctx *c, const Group *g)
                  "resumes from its checkpoint",
                  s->workers, s->npods, queue ? queue : "(none)", group ? group : "(none)",
                  count ? count : "(none)");
-        restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+        resize_restart(c, g, msg);
         return 1;
     }
     return 0;
@@ -1368,7 +1373,7 @@ static int decide_elastic(Ctx *c, const Group *g)
                  "an elastic job grows to in place; the group resumes from its checkpoint with "
                  "%d workers",
                  s->workers, g->cluster_workers, s->workers);
-        restart(c, "WorkersChanged", NULL, msg, g->pods, g->npods);
+        resize_restart(c, g, msg);
         return 1;
     }
     int idx[MAX_MEMBERS], kept = 0;
@@ -1378,7 +1383,7 @@ static int decide_elastic(Ctx *c, const Group *g)
     if (kept < n) {
         char why[64];
         if (member_workers(s, idx, kept) < s->min_workers) {
-            resize_restart(c, g);
+            resize_restart(c, g, NULL);
             return 1;
         }
         snprintf(why, sizeof why, "spec.workers lowered to %d", s->workers);
@@ -1815,6 +1820,15 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
                        int *present, int *running, int created[ROLE_COUNT], int *deferred)
 {
     const JobSpec *s = &c->spec;
+    /* An elastic job's pods name the attempt's cluster, not a lowered spec.workers. */
+    JobSpec cluster;
+    const JobSpec *made_for = s;
+    if (g->outside && g->cluster_workers > s->workers) {
+        cluster = *s;
+        cluster.workers = g->cluster_workers;
+        cluster.roles[ROLE_WORKER].replicas = g->cluster_workers;
+        made_for = &cluster;
+    }
     int total = 0, group_made = 0;
     for (int i = 0; i < s->npods; i++) {
         const PodView *p = g->cur[i];
@@ -1830,13 +1844,7 @@ static int create_pods(Ctx *c, const Group *g, const char *secret, const char *g
             continue;
         }
         if (blocked) continue;
-        /* An elastic job's pod names the attempt's cluster, not a lowered spec.workers. */
-        JobSpec cs = *s;
-        if (g->outside && g->cluster_workers > s->workers) {
-            cs.workers = g->cluster_workers;
-            cs.roles[ROLE_WORKER].replicas = g->cluster_workers;
-        }
-        cJSON *pod = desired_pod(&cs, &c->cfg->desired, secret, r, ri, g->attempt);
+        cJSON *pod = desired_pod(made_for, &c->cfg->desired, secret, r, ri, g->attempt);
         /* A pod replaced inside the attempt joins the group its first pods made. */
         cJSON *e = slot_entry(c, i);
         if (pod && group && desired_in_gang(r) && !group_made && !e) {
