@@ -29,14 +29,28 @@ read -r -a stat </proc/self/stat
 log=build/ci-warm
 mkdir -p "$log"
 
-# step NAME CMD...: runs CMD, output to $log/NAME.log, and says how it went.
+# children_cpu VAR: VAR = the CPU ticks (USER_HZ, 100 a second) of this shell's children
+# that have ended, user + system (cutime and cstime of /proc/PID/stat; read here, not in a
+# command substitution, whose subshell has children of its own).
+children_cpu() {
+  local -a st
+  read -r -a st <"/proc/$BASHPID/stat"
+  printf -v "$1" %d $((st[15] + st[16]))
+}
+
+# step NAME CMD...: runs CMD, output to $log/NAME.log, and says how it went: wall time, and
+# the CPU it used (on a cold machine the sum of these is what the builds add to CI).
 step() {
-  local name=$1 t=$SECONDS
+  local name=$1 t=$SECONDS c0 c1 rc=0
+  children_cpu c0
   shift
-  if "$@" >"$log/$name.log" 2>&1; then
-    echo "warm-cache: $name took $((SECONDS - t))s"
+  "$@" >"$log/$name.log" 2>&1 || rc=$?
+  children_cpu c1
+  if [ "$rc" = 0 ]; then
+    echo "warm-cache: $name took $((SECONDS - t))s (cpu $(((c1 - c0) / 100))s)"
   else
-    echo "warm-cache: $name FAILED after $((SECONDS - t))s ($log/$name.log)"
+    echo "warm-cache: $name FAILED after $((SECONDS - t))s" \
+      "(cpu $(((c1 - c0) / 100))s, $log/$name.log)"
   fi
 }
 
