@@ -5,10 +5,10 @@
 #
 #   KUBECONFIG=... e2e/suite.sh [SCENARIO...]     (default: all, in order)
 #
-# Scenarios: install basic progress recovery elastic elasticchief tfmwms tfexit tfps killtrials preempt kill137 waiting
-# suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall (later ones
-# assume install ran; the tf* ones run users' TensorFlow programs from KT_TF_IMAGE and say SKIP
-# without it).
+# Scenarios: install basic progress recovery elastic elasticchief tfmwms tfscale tfexit tfauto
+# tfps killtrials preempt kill137 waiting suspend s3 deadline badmodel invalid operator gang
+# kueue kueuelive upgrade uninstall (later ones assume install ran; the tf* ones run users'
+# TensorFlow programs from KT_TF_IMAGE and say SKIP without it).
 #
 # Environment:
 #   KT_PROVIDER        full (e2e/cluster/up.sh full; default) or kind: how a process is
@@ -915,6 +915,58 @@ s_tfmwms() {
   if line=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'mwms: done'); then
     ok "worker 0 finished training: ${line#*mwms: }"
   else fail "worker 0 finished training" "$(tf_logs "$j-worker-0")"; fi
+  end
+}
+
+# tfscale (issue 46; docs/design.md "Elastic jobs", TensorFlow programs): a user's
+# MultiWorkerMirroredStrategy program cannot form its collective again, so `kubectl
+# scale` of an elastic job running one is a group restart at the new size, from the
+# program's own checkpoint. examples/tf-mwms.yaml with elastic.minWorkers 1, scaled from 2
+# workers to 1 once epoch 1's backup is on the claim: the group restarts (WorkersChanged),
+# worker 1 is not made again, worker 0's TF_CONFIG names one worker, TensorFlow sees one
+# replica, mwms.py resumes from BackupAndRestore and the job Succeeds; a resize counts as
+# neither an application nor a disruption restart.
+s_tfscale() {
+  tf_skipped tfscale && return
+  begin tfscale
+  local t0 out line res="" uid0 uid1 j=tf-mwms end total=90 # 3 epochs of 30 steps
+  t0=$(now)
+  if out=$(tf_example tf-mwms.yaml '[--epochs, "3", --steps-per-epoch, "30", --per-worker-batch, "32"]' \
+        "elastic: {minWorkers: 1}"); then
+    ok "examples/tf-mwms.yaml applied with elastic.minWorkers 1 (mwms.py on 2 workers, 30 steps an epoch)"
+  else fail "job $j applied" "$out"; end; return; fi
+  if line=$(wait_log "$j-worker-0" 'replicas in sync: 2;' 300); then ok "TensorFlow sees 2 replicas in sync"
+  else fail "TensorFlow sees 2 replicas in sync" "$(tf_logs "$j-worker-0"; explain $j)"; end; return; fi
+  uid0=$(uid "$j-worker-0") uid1=$(uid "$j-worker-1")
+  # "Epoch 2/3" is printed once every callback saw epoch 1 end: its backup is on the claim.
+  if wait_log "$j-worker-0" '^Epoch 2/3' 300 >/dev/null &&
+     out=$(kn scale "tj/$j" --replicas 1 2>&1); then ok "kubectl scale tj/$j --replicas 1 in epoch 2"
+  else fail "kubectl scale tj/$j --replicas 1 in epoch 2" "$out$(tf_logs "$j-worker-0")"; end; return; fi
+  if wait_event "$j" "restarting all pods: the cluster changed (spec.workers 1, chief 0, ps 0)" 60; then
+    ok "a WorkersChanged event: the group restarts with the new cluster"
+  else fail "the group restarts with the new cluster (WorkersChanged event)" \
+    "$(kn get events --field-selector "involvedObject.name=$j" 2>&1 | tail -n 5)"$'\n'"$(explain $j)"; fi
+  # The new worker 0 logs where BackupAndRestore resumed; read while it runs.
+  end=$(( $(date +%s) + JOB_TIMEOUT ))
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$res" ]; do
+    if [ "$(uid "$j-worker-0")" != "$uid0" ]; then
+      res=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
+    fi
+    case "$(phase $j)" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  if [[ $res == *'resuming at epoch '[23]'/3'* ]]; then ok "the group of one resumed from the claim: ${res#*mwms: }"
+  else fail "the group of one resumed from the claim at epoch 2 or 3" "${res:-no resume line}"$'\n'"$(tf_logs "$j-worker-0")"; fi
+  tf_check_config "$j-worker-0" worker 0 "$(tf_cluster $j worker:1)"
+  if line=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'replicas in sync: 1;'); then
+    ok "TensorFlow sees 1 replica in sync after the restart"
+  else fail "TensorFlow sees 1 replica in sync after the restart" "$(tf_logs "$j-worker-0")"; fi
+  if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
+  else fail "job Succeeded" "$(explain $j)"; end; return; fi
+  check "status.attempt 1, restarts application/disruption 0/0 (a resize is neither)" \
+    "$(field $j '{.status.attempt}') $(restarts $j)" "1 0/0"
+  check "worker 1 not made again (its pod of attempt 0, uid ${uid1:0:8}, gone)" "$(uid "$j-worker-1")" ""
+  check "status.result.step: the chief trained all $total steps" "$(field $j '{.status.result.step}')" $total
   end
 }
 
@@ -1890,7 +1942,7 @@ s_progress() {
   end
 }
 
-ALL=(install basic progress recovery elastic elasticchief tfmwms tfexit tfauto tfps killtrials preempt kill137 waiting
+ALL=(install basic progress recovery elastic elasticchief tfmwms tfscale tfexit tfauto tfps killtrials preempt kill137 waiting
      suspend s3 deadline badmodel invalid operator gang kueue kueuelive upgrade uninstall)
 [ $# -gt 0 ] && ALL=("$@")
 
@@ -1905,7 +1957,7 @@ ALL=(install basic progress recovery elastic elasticchief tfmwms tfexit tfauto t
 # operator, upgrade, uninstall; the shared namespace: install, basic, whose hash preempt
 # and suspend compare with): it waits for those in flight and runs alone, in $NS.
 SHARED=(invalid preempt kill137 recovery elastic elasticchief killtrials badmodel progress suspend deadline waiting
-        tfmwms tfps tfexit tfauto s3)
+        tfmwms tfscale tfps tfexit tfauto s3)
 SUITE_JOBS=${KT_SUITE_JOBS:-3}
 . .ci/inorder.sh
 jobs_valid "e2e/suite.sh: KT_SUITE_JOBS=$SUITE_JOBS" "$SUITE_JOBS"
