@@ -1226,11 +1226,10 @@ static char *members_text(Ctx *c, const Group *g, const int *idx, int n)
     *text = 0;
     for (int k = 0; k < n; k++) {
         len += (size_t)snprintf(text + len, room - len, k ? ",%d" : "%d", idx[k]);
+        /* the chief, index 0, is always among them: a member past them is a worker */
         if (idx[k] < chief + g->known_workers) continue;
         char addr[TEXT_ADDR_MAX];
-        Role r = chief && idx[k] == 0 ? ROLE_CHIEF : ROLE_WORKER;
-        desired_task_address(s, &c->cfg->desired, r, r == ROLE_CHIEF ? 0 : idx[k] - chief, addr,
-                             sizeof addr);
+        desired_task_address(s, &c->cfg->desired, ROLE_WORKER, idx[k] - chief, addr, sizeof addr);
         len += (size_t)snprintf(text + len, room - len, "=%s", addr);
     }
     return text;
