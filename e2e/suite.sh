@@ -1549,7 +1549,7 @@ s_kueuelive() {
 # back, so that once worker 2's pod is deleted the filler holds its room: the replacement
 # is Pending, unschedulable, and the job goes on at 2 without a restart; the filler
 # deleted, the replacement runs and the job grows back to 3; then kubectl scale to 2 and
-# back to 3 while it trains.
+# up to 4, past the 3 workers its TF_CONFIG names, while it trains.
 ELASTIC_RES=kubetrain.dev/e2e-slot
 # slots NODE N: NODE advertises N slots of ELASTIC_RES, or of SLOT_RES where the caller
 # sets it (capacity and allocatable, a PATCH of the node's status: the kubelet keeps an
@@ -1781,7 +1781,9 @@ elastic_run() {
   check "the survivors still the same pods, no container restarted" \
     "$(uid "$j-worker-0") $(uid "$j-worker-1") $(rcount "$j-worker-0") $(rcount "$j-worker-1")" "$u0 $u1 0 0"
 
-  # c. kubectl scale to 2 and back to 3 while it trains, if half the training is left
+  # c. kubectl scale to 2 and up to 4 (past the 3 workers of the attempt's TF_CONFIG: the
+  # new pods are made for 4, the survivors' members name worker 3's address) while it
+  # trains, if half the training is left
   # (an idle 2-core machine trains the 800 steps in about 50 s, and the two resizes take
   # 10-15 s of it). The step: status.progress's (scraped every 10 s) or the chief's
   # newest checkpoint line, whichever is later.
@@ -1790,7 +1792,7 @@ elastic_run() {
       sed -n 's/.*checkpoint at step \([0-9]*\) saved.*/\1/p' | tail -n 1)
   [ "${n:-0}" -gt "${s1:-0}" ] && s1=$n
   if [ "$(phase "$j")" != Running ] || [ "${s1:-0}" -gt $((total / 2)) ]; then
-    tap_skip "$SCEN: kubectl scale 3 -> 2 -> 3" "the job is at step ${s1:-?} of $total ($(phase "$j")), too near its end to resize twice more (a slower node trains longer)"
+    tap_skip "$SCEN: kubectl scale 3 -> 2 -> 4" "the job is at step ${s1:-?} of $total ($(phase "$j")), too near its end to resize twice more (a slower node trains longer)"
   else
     logs+=$'\n'$(kn logs "$j-worker-2" -c trainer 2>&1)
     u2=$(uid "$j-worker-2")
@@ -1807,12 +1809,20 @@ elastic_run() {
     check "worker 2's pod deleted, not replaced" "$(uid "$j-worker-2")" ""
     wait_field '{.status.currentWorkers}' 2 20
     check "status.currentWorkers 2" "$(field "$j" '{.status.currentWorkers}')" 2
-    if out=$(kn scale "tj/$j" --replicas 3 2>&1); then ok "kubectl scale tj/$j --replicas 3"
-    else fail "kubectl scale --replicas 3" "$out"; fi
-    if out=$(wait_resized Grew "pod $j-worker-2 runs" 120); then ok "Resized/Grew: $out"
-    else fail "Resized/Grew after the scale" "$out"$'\n'"$(explain "$j")"; fi
+    slots "$node" 4 # room for a fourth worker
+    if out=$(kn scale "tj/$j" --replicas 4 2>&1); then ok "kubectl scale tj/$j --replicas 4 (the attempt's TF_CONFIG names 3)"
+    else fail "kubectl scale --replicas 4" "$out"; fi
+    # one Grew a pass as each new pod runs; the last says 4
+    if out=$(wait_resized Grew "to 4 workers (members 0,1,2,3)" 180); then ok "Resized/Grew: $out"
+    else fail "Resized/Grew to 4 after the scale" "$out"$'\n'"$(explain "$j")"; fi
     if line=$(wait_new_log "$j-worker-2" "$u2" "$JOINED" 90); then ok "the new worker 2 joined: ${line##*]: }"
     else fail "the new worker 2 joined from a survivor" "$(el_why "$eldir")"$'\n'"$(explain "$j")"; fi
+    if line=$(wait_log "$j-worker-3" "$JOINED" 90); then ok "worker 3 (a TF_CONFIG of 4) joined: ${line##*]: }"
+    else fail "worker 3 joined from a survivor" "$(kn logs --tail 20 "$j-worker-3" -c trainer 2>&1)"$'\n'"$(explain "$j")"; fi
+    wait_field '{.status.currentWorkers}' 4 20
+    check "status.currentWorkers 4, members 0,1,2,3, worker 0's annotation naming worker 3's address" \
+      "$(field "$j" '{.status.currentWorkers} {.status.members}') $(kn get pod "$j-worker-0" -o 'jsonpath={.metadata.annotations.kubetrain\.dev/members}' | cut -d. -f1)" \
+      "4 0,1,2,3 0,1,2,3=$j-worker-3"
   fi
 
   # Read before the end: the chief's exit completes the job, and a worker still running
@@ -1824,7 +1834,7 @@ elastic_run() {
   local att; att=$(field "$j" '{.status.attempt}')
   check "status.attempt 0 (no group restart), restarts application/disruption 0/1, replaced 1" \
     "${att:-0} $(restarts "$j") $(field "$j" '{.status.restarts.replaced}')" "0 0/1 1"
-  for i in 0 1 2; do logs+=$'\n'$(kn logs "$j-worker-$i" -c trainer 2>&1); done
+  for i in 0 1 2 3; do logs+=$'\n'$(kn logs "$j-worker-$i" -c trainer 2>&1); done
   n=$(grep -c 'resuming from' <<<"$logs")
   check "no 'resuming from' in any worker's log (no checkpoint read)" "$n" 0
   check "status.result.step $total" "$(field "$j" '{.status.result.step}')" "$total"

@@ -45,6 +45,14 @@ int desired_in_gang(Role role)
     return role != ROLE_EVALUATOR;
 }
 
+void desired_task_address(const JobSpec *s, const DesiredConfig *cfg, Role role, int index,
+                          char *out, size_t n)
+{
+    int has_domain = cfg->cluster_domain && *cfg->cluster_domain;
+    snprintf(out, n, "%s-%s-%d.%s-worker.%s.svc%s%s:%d", s->name, jobspec_role_name(role), index,
+             s->name, s->ns, has_domain ? "." : "", has_domain ? cfg->cluster_domain : "", s->port);
+}
+
 char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, int index)
 {
     cJSON *root = cJSON_CreateObject();
@@ -52,7 +60,6 @@ char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, i
     cJSON *task = cluster ? jsonx_ensure_obj(root, "task") : NULL;
     char *out = NULL;
     if (!task) goto done;
-    int has_domain = cfg->cluster_domain && *cfg->cluster_domain;
     /* The evaluator is never in the cluster: it trains nothing and talks to no task. */
     for (Role r = 0; r < ROLE_EVALUATOR; r++) {
         if (!s->roles[r].replicas) continue;
@@ -61,8 +68,7 @@ char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, i
         if (!list) goto done;
         for (int i = 0; i < s->roles[r].replicas; i++) {
             char host[512];
-            snprintf(host, sizeof host, "%s-%s-%d.%s-worker.%s.svc%s%s:%d", s->name, rn, i, s->name,
-                     s->ns, has_domain ? "." : "", has_domain ? cfg->cluster_domain : "", s->port);
+            desired_task_address(s, cfg, r, i, host, sizeof host);
             if (!cJSON_AddItemToArray(list, cJSON_CreateString(host))) goto done;
         }
     }
@@ -75,12 +81,17 @@ done:
     return out;
 }
 
-int desired_cluster_shape(const JobSpec *s, char *out, size_t n)
+int desired_cluster_shape_of(const JobSpec *s, int workers, char *out, size_t n)
 {
     if (!s->roles[ROLE_CHIEF].replicas && !s->roles[ROLE_PS].replicas) return 0;
-    snprintf(out, n, "chief=%d,worker=%d,ps=%d", s->roles[ROLE_CHIEF].replicas, s->workers,
+    snprintf(out, n, "chief=%d,worker=%d,ps=%d", s->roles[ROLE_CHIEF].replicas, workers,
              s->roles[ROLE_PS].replicas);
     return 1;
+}
+
+int desired_cluster_shape(const JobSpec *s, char *out, size_t n)
+{
+    return desired_cluster_shape_of(s, s->workers, out, n);
 }
 
 cJSON *desired_owner_ref(const JobSpec *s)

@@ -172,10 +172,19 @@ int desired_pod_join_group(cJSON *pod, const char *group);
  * allocation failure. */
 char *desired_tf_config(const JobSpec *s, const DesiredConfig *cfg, Role role, int index);
 
+/* The address TF_CONFIG gives the task `role` `index` of s ("host:port", its headless
+ * service's DNS name) into out (n bytes, cut to fit). */
+void desired_task_address(const JobSpec *s, const DesiredConfig *cfg, Role role, int index,
+                          char *out, size_t n);
+
 /* The cluster's shape, "chief=<n>,worker=<n>,ps=<n>", into out when the job has a chief
  * or ps tasks (returns 1), else 0: pods carry it in ANNOT_CLUSTER so that a pod made for
  * another cluster (whose TF_CONFIG lists other tasks) is recognised. */
 int desired_cluster_shape(const JobSpec *s, char *out, size_t n);
+
+/* desired_cluster_shape with `workers` workers in place of s->workers: an elastic job's
+ * pod is judged by its chief and ps counts, its workers being the members' business. */
+int desired_cluster_shape_of(const JobSpec *s, int workers, char *out, size_t n);
 
 /* The Kueue pod group of the job's pods in attempt `attempt`,
  * "<job>-<attempt>-<first 8 characters of the job's uid>" with the job's name cut so that

@@ -16,6 +16,8 @@
 #define MAX_WORKERS 10000
 /* An elastic job's members at most: its chief and workers (TF_CONFIG indices). */
 #define MAX_MEMBERS (JOBSPEC_MAX_WORKERS + 1)
+/* A task's "host:port" in TF_CONFIG (desired_task_address) at most. */
+#define TEXT_ADDR_MAX 512
 /* Disruption restarts and replacements in a row without the group ever running
  * (restarts.consecutiveDisruptions) after which the next disruption fails the job: a pod
  * the kubelet refuses at admission, or one that never starts for another reason outside
@@ -902,9 +904,14 @@ typedef struct Group {
      * slot: dropped or still to join; NULL for a job that is not elastic. */
     unsigned char *outside;
     /* An elastic job's workers in its attempt's TF_CONFIG (the most any pod of the attempt
-     * was made for): every pod it makes names them, so that the trainers agree on the
-     * cluster whatever spec.workers is now; spec.workers when no pod says. */
+     * was made for): every pod it makes names them, or spec.workers where that is more (a
+     * job grown past them), so that a pod made after a scale down names the cluster its
+     * peers do; spec.workers when no pod says. */
     int cluster_workers;
+    /* The fewest workers any chief or worker pod of the attempt names in its TF_CONFIG
+     * (the attempt's first size, until a job grown past it has replaced all such pods):
+     * the members past them carry their addresses (members_text). */
+    int known_workers;
     int nmember_slots; /* of outside */
     int started;       /* status.startTime is set, to `start` */
     double start;
@@ -929,11 +936,14 @@ static int elastic_observe(Ctx *c, Group *g)
 {
     if (!desired_elastic(&c->spec)) return 0;
     g->cluster_workers = 0;
+    g->known_workers = JOBSPEC_MAX_WORKERS + 1;
     for (size_t i = 0; i < g->npods; i++) {
         const PodView *p = &g->pods[i];
-        if (p->attempt == g->attempt && !p->stale && p->slot >= 0 && p->world > 0 &&
-            p->world <= JOBSPEC_MAX_WORKERS && p->world > g->cluster_workers)
-            g->cluster_workers = (int)p->world;
+        if (p->attempt != g->attempt || p->stale || p->slot < 0 || p->world <= 0 ||
+            p->world > JOBSPEC_MAX_WORKERS)
+            continue;
+        if (p->world > g->cluster_workers) g->cluster_workers = (int)p->world;
+        if (p->world < g->known_workers) g->known_workers = (int)p->world;
     }
     if (!g->cluster_workers) g->cluster_workers = c->spec.workers;
     int idx[MAX_MEMBERS], n = members_read(c, g, idx), nslots = member_slots(&c->spec);
@@ -996,9 +1006,16 @@ static int group_observe(Ctx *c, const PodView *v, size_t n, Group *g)
             v[i].replacement >= jsonx_int(e, "replacement", 0) && !jsonx_set_bool(e, "launched", 1))
             c->nomem = 1;
         if (strcmp(v[i].phase, "Succeeded") == 0) g->done[slot] = 1;
-        /* An elastic job's size is its members' business (decide_elastic). */
+        /* An elastic job's size is its members' business (decide_elastic): its pods are
+         * judged by their chief and ps counts alone. */
+        const char *want_i = want;
+        char own[64];
+        if (want && desired_elastic(s) && v[i].world > 0 && v[i].world <= JOBSPEC_MAX_WORKERS) {
+            desired_cluster_shape_of(s, (int)v[i].world, own, sizeof own);
+            want_i = own;
+        }
         if ((v[i].world != s->workers && !desired_elastic(s)) ||
-            (want ? !v[i].cluster || strcmp(v[i].cluster, want) : v[i].cluster != NULL))
+            (want_i ? !v[i].cluster || strcmp(v[i].cluster, want_i) : v[i].cluster != NULL))
             g->resized = 1;
     }
     cJSON *idx = jsonx_set(c->status, "succeededIndexes", cJSON_CreateArray());
@@ -1142,8 +1159,9 @@ static int member_slots(const JobSpec *s)
     return s->roles[ROLE_CHIEF].replicas + s->workers;
 }
 
-/* Parses "0,2" (ascending indices) into idx (room for max); returns the count, or -1
- * when text is not such a list of at most max. */
+/* Parses "0,2" (ascending indices, each perhaps with "=host:port": members_text) into
+ * idx (room for max); returns the count, or -1 when text is not such a list of at most
+ * max. */
 static int members_parse(const char *text, int *idx, int max)
 {
     int n = 0;
@@ -1154,6 +1172,7 @@ static int members_parse(const char *text, int *idx, int max)
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v >= MAX_MEMBERS || n == max || (n && v <= idx[n - 1])) return -1;
         idx[n++] = (int)v;
+        if (*end == '=') end += 1 + strcspn(end + 1, ",");
         if (!*end) return n;
         if (*end != ',') return -1;
         p = end + 1;
@@ -1187,15 +1206,45 @@ static int members_read(const Ctx *c, const Group *g, int *idx)
     return n;
 }
 
+/* The members idx[0..n) as the pods' ANNOT_MEMBERS says them (docs/design.md, "How the
+ * members reach the pods"): "0,1,2", and each index past the workers that some pod of the
+ * attempt names in its TF_CONFIG (g->known_workers, the chief before them) with the
+ * address the new pods' TF_CONFIG gives it, "0,1,2,3=job-worker-3.job-worker.ns.svc:2222",
+ * so that a trainer made for fewer workers reaches those made for more. One text for
+ * every pod. Returns a malloc'd string, or NULL (c->nomem set). */
+static char *members_text(Ctx *c, const Group *g, const int *idx, int n)
+{
+    const JobSpec *s = &c->spec;
+    const int chief = s->roles[ROLE_CHIEF].replicas;
+    const size_t room = (size_t)n * (TEXT_ADDR_MAX + 8) + 1;
+    char *text = malloc(room);
+    if (!text) {
+        c->nomem = 1;
+        return NULL;
+    }
+    size_t len = 0;
+    *text = 0;
+    for (int k = 0; k < n; k++) {
+        len += (size_t)snprintf(text + len, room - len, k ? ",%d" : "%d", idx[k]);
+        /* the chief, index 0, is always among them: a member past them is a worker */
+        if (idx[k] < chief + g->known_workers) continue;
+        char addr[TEXT_ADDR_MAX];
+        desired_task_address(s, &c->cfg->desired, ROLE_WORKER, idx[k] - chief, addr, sizeof addr);
+        len += (size_t)snprintf(text + len, room - len, "=%s", addr);
+    }
+    return text;
+}
+
 /* Patches each pod of the attempt among idx[0..n) whose ANNOT_MEMBERS is not `list`,
  * with ANNOT_MEMBERS_AT now. A pod that has `list` since ANNOT_MEMBERS_AT is updated again
  * every MEMBERS_NUDGE_S seconds, MEMBERS_NUDGES times (ANNOT_MEMBERS_NUDGE counts them), and
  * the job looked at again for it: the kubelet refreshes a downwardAPI file when it syncs
  * the pod, and a refresh it missed would otherwise wait for the pod's periodic sync
  * (a resize seen to wait about a minute on the local cluster: docs/design.md). */
-static void members_patch(Ctx *c, const Group *g, const int *idx, int n, const char *list)
+static void members_patch(Ctx *c, const Group *g, const int *idx, int n)
 {
-    for (int k = 0; k < n; k++) {
+    char *list = members_text(c, g, idx, n);
+    for (int k = 0; list && k < n; k++) {
         const PodView *p = idx[k] < member_slots(&c->spec) ? g->cur[idx[k]] : NULL;
         if (!p || p->terminating) continue;
         const cJSON *pa = jsonx_obj(p->pod, "metadata.annotations");
@@ -1228,10 +1277,11 @@ static void members_patch(Ctx *c, const Group *g, const int *idx, int n, const c
         if (!ok || (uid && !jsonx_set_str(jsonx_ensure_obj(patch, "metadata"), "uid", uid))) {
             cJSON_Delete(patch);
             c->nomem = 1;
-            return;
+            break;
         }
         add_action(c, ACTION_PATCH_POD, p->name, patch);
     }
+    free(list);
 }
 
 static const char *unschedulable_message(const cJSON *pod, int *error);
@@ -1268,7 +1318,7 @@ static void resize_in_place(Ctx *c, const Group *g, const int *was, int nwas, co
     set_condition(c, "Resized", 1, reason, msg);
     emit_status(c);
     event(c, "Normal", "Resized", "%s", msg);
-    members_patch(c, g, idx, n, list);
+    members_patch(c, g, idx, n);
 }
 
 /* The member slot (the chief's too) whose live replacement cannot run: Pending and
@@ -1357,25 +1407,14 @@ static int start_unplaced(Ctx *c, const Group *g, const int *idx, int n, int *le
  * minWorkers stay: the members beyond the spec are dropped in place. Status first
  * (status.members, the Resized condition), the event, then the survivors' annotations
  * patched (their trainers form the smaller ring from the file the kubelet rewrites),
- * then the dropped pods deleted. Members the spec now has more of than the ring (a
- * raised spec.workers), or fewer than minWorkers left: the group restarts at the new
- * size. */
+ * then the dropped pods deleted. Fewer than minWorkers left: the group restarts at the
+ * new size. A raised spec.workers, past the attempt's TF_CONFIG too, is no decision here:
+ * create_missing makes the new slots' pods, with the new cluster's TF_CONFIG, and each
+ * joins once it runs (below), the others' members naming its address (members_text). */
 static int decide_elastic(Ctx *c, const Group *g)
 {
     const JobSpec *s = &c->spec;
     if (!desired_elastic(s)) return 0;
-    /* Above the workers its TF_CONFIG names, the attempt cannot grow in place: its
-     * trainers know no address for a new index (docs/design.md, "Elastic jobs"). */
-    if (s->workers > g->cluster_workers) {
-        char msg[512];
-        snprintf(msg, sizeof msg,
-                 "spec.workers %d is above the %d workers of this attempt's TF_CONFIG, the most "
-                 "an elastic job grows to in place; the group resumes from its checkpoint with "
-                 "%d workers",
-                 s->workers, g->cluster_workers, s->workers);
-        resize_restart(c, g, msg);
-        return 1;
-    }
     int idx[MAX_MEMBERS], kept = 0;
     int n = members_read(c, g, idx), nslots = member_slots(s);
     while (kept < n && idx[kept] < nslots)
@@ -1796,15 +1835,13 @@ static const char *create_group_objects(Ctx *c, int *blocked)
 
 /* An elastic job's pod of slot `slot` names the members and itself (a worker joining
  * them, or a member's replacement). Returns 0, or -ENOMEM. */
-static int elastic_pod_members(const Ctx *c, const Group *g, int slot, cJSON *pod)
+static int elastic_pod_members(Ctx *c, const Group *g, int slot, cJSON *pod)
 {
-    int n = member_slots(&c->spec), m = 0;
-    char *list = malloc(6 * (size_t)n + 1);
-    if (!list) return -ENOMEM;
-    *list = 0;
-    for (int i = 0; i < n; i++)
-        if (!g->outside[i] || i == slot) m += sprintf(list + m, m ? ",%d" : "%d", i);
-    int rc = desired_pod_set_members(pod, list);
+    int n = member_slots(&c->spec), m = 0, idx[MAX_MEMBERS];
+    for (int i = 0; i < n && m < MAX_MEMBERS; i++)
+        if (!g->outside[i] || i == slot) idx[m++] = i;
+    char *list = members_text(c, g, idx, m);
+    int rc = list ? desired_pod_set_members(pod, list) : -ENOMEM;
     free(list);
     return rc;
 }
@@ -2234,12 +2271,8 @@ static void create_missing(Ctx *c, const Group *g, int foreign)
                          (cJSON_GetArraySize(jsonx_at(c->status, "replacedPods")) > 0 || growing);
     /* A resize's patches that a stopped pass left undone. */
     int idx[MAX_MEMBERS];
-    char list[6 * MAX_MEMBERS + 1];
     int nmembers = members_parse(jsonx_str(c->status, "members"), idx, MAX_MEMBERS);
-    if (desired_elastic(s) && nmembers > 0) {
-        members_format(idx, nmembers, list);
-        members_patch(c, g, idx, nmembers, list);
-    }
+    if (desired_elastic(s) && nmembers > 0) members_patch(c, g, idx, nmembers);
     int blocked = delete_stale_pods(c, g, foreign);
     blocked |= backoff_pending(c, restarting);
     const char *secret = create_group_objects(c, &blocked);

@@ -2869,7 +2869,12 @@ static void test_elastic_scale_down(void **state)
     fx_free(&f);
 }
 
-/* An elastic job with a chief: the chief stays (TF_CONFIG index 0) and is told too. */
+/* Worker 3's address in TF_CONFIG (the new pods') and in the members past a TF_CONFIG of 3. */
+#define W3_ADDR "mnist-worker-3.mnist-worker.default.svc:2222"
+
+/* An elastic job with a chief: the chief stays (TF_CONFIG index 0) and is told too. The
+ * pods' cluster annotation (chief=1,worker=3,ps=0) is judged by its chief and ps counts
+ * alone: the next pass restarts nothing. */
 static void test_elastic_scale_down_with_chief(void **state)
 {
     (void)state;
@@ -2889,12 +2894,60 @@ static void test_elastic_scale_down_with_chief(void **state)
                                 "delete-pod mnist-worker-2\n");
     assert_string_equal(cond_message(new_status(&f), "Resized"),
                         "shrank from 3 to 2 workers (members 0,1,2): spec.workers lowered to 2");
+    fx_apply(&f);
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    fx_free(&f);
+
+    /* Up to 4 past the attempt's TF_CONFIG: worker 3 (TF_CONFIG index 4) made in place,
+     * its address past the chief and the 3 workers the others' TF_CONFIG names. */
+    f = (Fixture){.job = job_new("{\"workers\":3,\"chief\":{},\"elastic\":{\"minWorkers\":2}}",
+                                 ST_LAUNCHED(""))};
+    fx_with_support(&f);
+    fx_role_pod(&f, ROLE_CHIEF, 0, "Running");
+    for (int i = 0; i < 3; i++)
+        fx_role_pod(&f, ROLE_WORKER, i, "Running");
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
+    fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-3\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const Action *w = find_action(&f, ACTION_CREATE_POD, "mnist-worker-3");
+    assert_string_equal(members_of(w->object), "0,1,2,3,4=" W3_ADDR);
+    fx_apply(&f);
+    pod_set_phase(pod_named(&f, "mnist-worker-3"), "Running");
+    fx_run(&f, NOW + 1);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-chief-0\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(members_of(find_action(&f, ACTION_PATCH_POD, "mnist-chief-0")->object),
+                        "0,1,2,3,4=" W3_ADDR);
+    fx_apply(&f);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "update-status mnist\n");
     fx_free(&f);
 }
 
-/* kubectl scale of a running elastic job from 3 to 4: its trainers' TF_CONFIG names 3
- * workers and no address for a fourth, so the attempt cannot grow past 3 in place: the
- * group restarts with 4 (WorkersChanged, saying why). */
+/* The workers TF_CONFIG names in pod, and its world-size annotation. */
+static void assert_cluster(const cJSON *pod, int workers)
+{
+    char want[16];
+    snprintf(want, sizeof want, "%d", workers);
+    assert_string_equal(
+        jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), "kubetrain.dev/world-size"), want);
+    cJSON *tf = cJSON_Parse(env_of(pod, "TF_CONFIG"));
+    assert_int_equal(cJSON_GetArraySize(jsonx_arr(tf, "cluster.worker")), workers);
+    cJSON_Delete(tf);
+}
+
+/* kubectl scale of a running elastic job from 3 to 4: past the workers its attempt's
+ * TF_CONFIG names, in place all the same. Worker 3 is made in the same attempt with a
+ * TF_CONFIG of 4, naming the members and itself with its address (the text every pod
+ * gets: the pods made for 3 need it); once it runs the others' annotations name it with
+ * its address, Resized/Grew says it, no restart. */
 static void test_elastic_scale_up(void **state)
 {
     (void)state;
@@ -2902,17 +2955,127 @@ static void test_elastic_scale_up(void **state)
     fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 4);
     jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
     fx_run(&f, NOW);
+    assert_string_equal(f.desc, "create-pod mnist-worker-3\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const Action *w = find_action(&f, ACTION_CREATE_POD, "mnist-worker-3");
+    assert_cluster(w->object, 4);
+    assert_string_equal(members_of(w->object), "0,1,2,3=" W3_ADDR);
+    /* the address is TF_CONFIG's */
+    cJSON *tf = cJSON_Parse(env_of(w->object, "TF_CONFIG"));
+    assert_string_equal(cJSON_GetArrayItem(jsonx_arr(tf, "cluster.worker"), 3)->valuestring,
+                        W3_ADDR);
+    cJSON_Delete(tf);
+    assert_int_equal(jsonx_int(new_status(&f), "attempt", 0), 0);
+    assert_string_equal(jsonx_str(new_status(&f), "phase"), "Running");
+    fx_apply(&f);
+    fx_run(&f, NOW + 1); /* Pending: nothing changes */
+    assert_null(strstr(f.desc, "-pod"));
+    fx_apply(&f);
+    pod_set_phase(pod_named(&f, "mnist-worker-3"), "Running");
+    fx_run(&f, NOW + 2);
     assert_string_equal(f.desc, "update-status mnist\n"
-                                "event Warning WorkersChanged\n"
-                                "delete-pod mnist-worker-0\n"
-                                "delete-pod mnist-worker-1\n"
-                                "delete-pod mnist-worker-2\n");
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
     const cJSON *st = new_status(&f);
-    assert_int_equal(jsonx_int(st, "attempt", 0), 1);
-    assert_string_equal(cond_message(st, "Restarting"),
-                        "spec.workers 4 is above the 3 workers of this attempt's TF_CONFIG, the "
-                        "most an elastic job grows to in place; the group resumes from its "
-                        "checkpoint with 4 workers");
+    assert_string_equal(jsonx_str(st, "members"), "0,1,2,3");
+    assert_cond(st, "Resized", "True/Grew");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "grew from 3 to 4 workers (members 0,1,2,3): pod mnist-worker-3 runs");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    assert_null(jsonx_at(st, "restarts"));
+    fx_apply(&f);
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mnist-worker-%d", i);
+        assert_string_equal(members_of(pod_named(&f, name)), "0,1,2,3=" W3_ADDR);
+    }
+    fx_run(&f, NOW + 3);
+    assert_null(strstr(f.desc, "-pod"));
+    assert_int_equal(jsonx_int(new_status(&f), "currentWorkers", -1), 4);
+    fx_free(&f);
+}
+
+/* kubectl scale from 3 to 2 and then to 4 while running (the issue's test): the
+ * survivors stay; workers 2 and 3 are made with a TF_CONFIG of 4 and join one a pass as
+ * they run, the survivors' annotations naming index 3 with its address (their TF_CONFIG
+ * names 3 workers, index 2 among them). The next pod made (a survivor's replacement)
+ * names the grown cluster. */
+static void test_elastic_scale_down_then_past(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
+    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
+    fx_run(&f, NOW);
+    fx_apply(&f);
+    fx_run(&f, NOW + 1);
+    fx_apply(&f);
+    assert_null(pod_named(&f, "mnist-worker-2"));
+    jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(f.desc, "create-pod mnist-worker-2\n"
+                                "create-pod mnist-worker-3\n"
+                                "event Normal CreatedWorkers\n"
+                                "update-status mnist\n");
+    const Action *w2 = find_action(&f, ACTION_CREATE_POD, "mnist-worker-2");
+    const Action *w3 = find_action(&f, ACTION_CREATE_POD, "mnist-worker-3");
+    assert_cluster(w2->object, 4);
+    assert_cluster(w3->object, 4);
+    assert_string_equal(members_of(w2->object), "0,1,2");
+    assert_string_equal(members_of(w3->object), "0,1,3=" W3_ADDR);
+    fx_apply(&f);
+    pod_set_phase(pod_named(&f, "mnist-worker-2"), "Running");
+    fx_run(&f, NOW + 3);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n");
+    assert_string_equal(cond_message(new_status(&f), "Resized"),
+                        "grew from 2 to 3 workers (members 0,1,2): pod mnist-worker-2 runs");
+    fx_apply(&f);
+    assert_string_equal(members_of(pod_named(&f, "mnist-worker-0")), "0,1,2");
+    pod_set_phase(pod_named(&f, "mnist-worker-3"), "Running");
+    fx_run(&f, NOW + 4);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-0\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n"
+                                "patch-pod mnist-worker-3\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "members"), "0,1,2,3");
+    assert_string_equal(cond_message(st, "Resized"),
+                        "grew from 3 to 4 workers (members 0,1,2,3): pod mnist-worker-3 runs");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    assert_null(strstr(f.desc, "WorkersChanged"));
+    fx_apply(&f);
+    /* no pod deleted since the shrink (the lists above are exact): the survivors'
+     * annotations name index 3's address */
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "mnist-worker-%d", i);
+        assert_string_equal(members_of(pod_named(&f, name)), "0,1,2,3=" W3_ADDR);
+    }
+    fx_run(&f, NOW + 5);
+    assert_null(strstr(f.desc, "-pod"));
+    fx_apply(&f);
+    assert_int_equal(jsonx_int(f.job, "status.currentWorkers", -1), 4);
+    /* worker 1 lost: its replacement names the grown cluster */
+    for (size_t i = 0; i < f.npods; i++) {
+        if (strcmp(jsonx_str(f.pods[i], "metadata.name"), "mnist-worker-1") != 0) continue;
+        cJSON_Delete(f.pods[i]);
+        f.pods[i] = f.pods[--f.npods];
+        break;
+    }
+    fx_run(&f, NOW + 6);
+    fx_apply(&f);
+    fx_run(&f, NOW + 7);
+    const Action *r = find_action(&f, ACTION_CREATE_POD, "mnist-worker-1");
+    assert_cluster(r->object, 4);
+    assert_string_equal(members_of(r->object), "0,1,2,3=" W3_ADDR);
     fx_free(&f);
 }
 
@@ -3117,12 +3280,12 @@ static void test_elastic_shrink_when_replacement_unschedulable(void **state)
     assert_null(strstr(f.desc, "-pod"));
     fx_apply(&f);
 
-    /* A scale to 4 meanwhile: past the attempt's TF_CONFIG, a group restart (not taken
-     * here: the plan is dropped). */
+    /* A scale to 4 meanwhile: past the attempt's TF_CONFIG, in place too: worker 3 is
+     * made (not taken here: the plan is dropped). */
     jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
     fx_run(&f, NOW + 4);
-    assert_int_equal(count_lines(&f, "event Warning WorkersChanged"), 1);
-    assert_null(strstr(f.desc, "create-pod"));
+    assert_int_equal(count_lines(&f, "event Warning WorkersChanged"), 0);
+    assert_int_equal(count_lines(&f, "create-pod mnist-worker-3"), 1);
     plan_free(&f.plan);
     free(f.desc);
     f.desc = NULL;
@@ -5108,6 +5271,7 @@ int main(void)
         cmocka_unit_test(test_elastic_members_nudge),
         cmocka_unit_test(test_elastic_scale_down_with_chief),
         cmocka_unit_test(test_elastic_scale_up),
+        cmocka_unit_test(test_elastic_scale_down_then_past),
         cmocka_unit_test(test_elastic_scale_down_then_up),
         cmocka_unit_test(test_elastic_resize_restarts),
         cmocka_unit_test(test_elastic_shrink_when_replacement_unschedulable),

@@ -25,6 +25,7 @@
  * full or failing), 128+n killed by signal n. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,7 +175,11 @@ typedef struct Recovery {
     int on;                /* --recovery-timeout > 0 on the TCP ring (not NCCL) */
     int listen_fd;         /* -1 when closed */
     TfConfig tf;           /* the ring's workers: TF_CONFIG's, or the members named since */
-    TfConfig all;          /* TF_CONFIG's cluster, which KUBETRAIN_MEMBERS_FILE indexes */
+    /* The cluster KUBETRAIN_MEMBERS_FILE indexes: TF_CONFIG's workers, then those past
+     * it whose addresses a members list gave (a job grown past its TF_CONFIG; an index
+     * past TF_CONFIG that no list gave has an empty host) */
+    TfConfig all;
+    int tf_workers;        /* TF_CONFIG's workers, the first of all.peers */
     int *idx;              /* tf's workers as TF_CONFIG indices, ascending (tf.world) */
     int index;             /* this worker's index in it */
     char *signature;       /* the model's, compared at the rendezvous */
@@ -185,15 +190,99 @@ typedef struct Recovery {
     const char *members_path; /* KUBETRAIN_MEMBERS_FILE; NULL: unset */
     struct stat members_seen; /* that file when last read (members_look) */
     int members_looked;       /* members_seen is set */
-    int *named, named_n;      /* the list it held then (all.world room); 0: none read */
+    int *named, named_n;      /* the list it held then (NET_MEMBERS_MAX room); 0: none read */
+    char *named_text;         /* that list as the file held it (regroup sends it on) */
 } Recovery;
 
-/* The workers KUBETRAIN_MEMBERS_FILE (r->members_path) names: TF_CONFIG indices in
- * ascending order, separated by commas ("0,2"), into idx (r->all.world at most); returns
- * their count, or 0 when the file cannot be read now (logged; it is replaced
- * whole, by a rename or the kubelet's symlink swap, so a later look finds it whole). A
- * file that is not such a list, or leaves this worker out, exits 2 naming it. */
-static int read_members(const Recovery *r, int *idx)
+/* The bytes a members list may hold: every index the handshake's bitmap can name, each
+ * with an address. */
+#define MEMBERS_TEXT_MAX ((size_t)NET_MEMBERS_MAX * (TFCONFIG_HOST_MAX + 24))
+
+/* Takes `addr`, the address `source` gives TF_CONFIG index i, into r->all. An index
+ * TF_CONFIG names keeps its address there: another one exits 2 naming both. */
+static void members_learn(Recovery *r, int i, const TfPeer *addr, const char *source)
+{
+    if (i < r->tf_workers) {
+        const TfPeer *t = &r->all.peers[i];
+        if (strcmp(t->host, addr->host) != 0 || t->port != addr->port)
+            util_fail(KT_EXIT_USAGE,
+                      "%s gives TF_CONFIG index %d the address %s:%d, and TF_CONFIG %s:%d; "
+                      "expected TF_CONFIG's address or none for an index TF_CONFIG names",
+                      source, i, addr->host, addr->port, t->host, t->port);
+        return;
+    }
+    if (i >= r->all.world) {
+        TfPeer *p = xcalloc((size_t)i + 1, sizeof *p);
+        memcpy(p, r->all.peers, (size_t)r->all.world * sizeof *p);
+        free(r->all.peers);
+        r->all.peers = p, r->all.world = i + 1;
+    }
+    r->all.peers[i] = *addr;
+}
+
+/* Parses the members list `text` that `source` holds (docs/design.md, "Trainer
+ * environment"): TF_CONFIG worker indices in ascending order, separated by commas
+ * ("0,2"; blanks around them are fine), each index past this worker's TF_CONFIG followed
+ * by its address ("0,1,2=job-worker-2.job-worker:2222"), which r->all takes. Writes the
+ * indices into idx (NET_MEMBERS_MAX room) and returns their count. A text that is not
+ * such a list, names an index past TF_CONFIG without its address, or leaves this worker
+ * out exits 2 naming source. */
+static int members_parse(Recovery *r, const char *text, const char *source, int *idx)
+{
+    int n = 0, self = 0;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= NET_MEMBERS_MAX || (n > 0 && v <= idx[n - 1]))
+            util_fail(KT_EXIT_USAGE,
+                      "%s: expected TF_CONFIG worker indices below %d in ascending order, "
+                      "separated by commas, an index past TF_CONFIG's %d workers with its "
+                      "address (%d=HOST:PORT); got \"%.64s\"",
+                      source, NET_MEMBERS_MAX, r->tf_workers, r->tf_workers, text);
+        if (*end == '=') {
+            char addr[TFCONFIG_HOST_MAX + 16], why[512];
+            TfPeer peer = {.port = 0};
+            const size_t len = strcspn(end + 1, ", \t\r\n");
+            if (len >= sizeof addr)
+                util_fail(KT_EXIT_USAGE,
+                          "%s: the address of TF_CONFIG index %ld is longer than "
+                          "%zu characters",
+                          source, v, sizeof addr - 1);
+            memcpy(addr, end + 1, len);
+            addr[len] = '\0';
+            if (tfconfig_parse_address(addr, peer.host, sizeof peer.host, &peer.port, why,
+                                       sizeof why))
+                util_fail(KT_EXIT_USAGE, "%s: the address of TF_CONFIG index %ld: %s", source, v,
+                          why);
+            members_learn(r, (int)v, &peer, source);
+            end += 1 + len;
+        } else if (v >= r->tf_workers) {
+            util_fail(KT_EXIT_USAGE,
+                      "%s names TF_CONFIG index %ld without its address, and this worker's "
+                      "TF_CONFIG names %d workers; expected %ld=HOST:PORT, the address the new "
+                      "worker's TF_CONFIG gives it",
+                      source, v, r->tf_workers, v);
+        }
+        self |= v == r->index;
+        idx[n++] = (int)v;
+        p = end + strspn(end, " \t\r\n");
+        if (*p != ',') break;
+        p++;
+    }
+    if (*p) util_fail(KT_EXIT_USAGE, "%s: unexpected \"%.32s\" after the list", source, p);
+    if (!self)
+        util_fail(KT_EXIT_USAGE, "%s leaves this worker (TF_CONFIG index %d) out", source,
+                  r->index);
+    return n;
+}
+
+/* The workers KUBETRAIN_MEMBERS_FILE (r->members_path) names, by members_parse, into idx
+ * (NET_MEMBERS_MAX room), and the file's text into *text (the caller frees it); returns
+ * their count, or 0 when the file cannot be read now (logged; it is replaced whole, by a
+ * rename or the kubelet's symlink swap, so a later look finds it whole). A file longer
+ * than MEMBERS_TEXT_MAX exits 2. */
+static int read_members(Recovery *r, int *idx, char **text)
 {
     const char *path = r->members_path;
     FILE *f = fopen(path, "r");
@@ -201,40 +290,20 @@ static int read_members(const Recovery *r, int *idx)
         util_log("elastic: cannot read KUBETRAIN_MEMBERS_FILE %s: %s", path, strerror(errno));
         return 0;
     }
-    /* room for every index and its comma, and one byte more: a longer file is refused */
-    const size_t cap = 12 * (size_t)r->all.world + 2;
-    char *buf = xmalloc(cap);
-    size_t got = fread(buf, 1, cap - 1, f);
-    const int longer = got == cap - 1 && fgetc(f) != EOF;
+    char *buf = xmalloc(MEMBERS_TEXT_MAX + 1);
+    size_t got = fread(buf, 1, MEMBERS_TEXT_MAX, f);
+    const int longer = got == MEMBERS_TEXT_MAX && fgetc(f) != EOF;
     fclose(f);
     buf[got] = '\0';
     if (longer)
         util_fail(KT_EXIT_USAGE,
-                  "KUBETRAIN_MEMBERS_FILE %s: longer than a list of %d worker indices can be", path,
-                  r->all.world);
-    int n = 0, self = 0;
-    const char *p = buf;
-    for (;;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v >= r->all.world || (n > 0 && v <= idx[n - 1]))
-            util_fail(KT_EXIT_USAGE,
-                      "KUBETRAIN_MEMBERS_FILE %s: expected TF_CONFIG worker indices below %d in "
-                      "ascending order, separated by commas; got \"%.64s\"",
-                      path, r->all.world, buf);
-        self |= v == r->index;
-        idx[n++] = (int)v;
-        p = end + strspn(end, " \t\r\n");
-        if (*p != ',') break;
-        p++;
-    }
-    if (*p)
-        util_fail(KT_EXIT_USAGE, "KUBETRAIN_MEMBERS_FILE %s: unexpected \"%.32s\" after the list",
-                  path, p);
-    if (!self)
-        util_fail(KT_EXIT_USAGE,
-                  "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out", path,
-                  r->index);
+                  "KUBETRAIN_MEMBERS_FILE %s: longer than a list of %d worker indices with their "
+                  "addresses can be",
+                  path, NET_MEMBERS_MAX);
+    char source[PATH_MAX + 32];
+    snprintf(source, sizeof source, "KUBETRAIN_MEMBERS_FILE %s", path);
+    int n = members_parse(r, buf, source, idx);
+    *text = xstrdup(buf);
     free(buf);
     return n;
 }
@@ -308,10 +377,14 @@ static int members_look(Recovery *r, int force)
         st.st_mtim.tv_nsec == o->st_mtim.tv_nsec)
         return 0;
     r->members_seen = st, r->members_looked = 1;
-    int *idx = xcalloc((size_t)r->all.world, sizeof *idx), n = read_members(r, idx);
+    char *text = NULL;
+    int *idx = xcalloc(NET_MEMBERS_MAX, sizeof *idx), n = read_members(r, idx, &text);
     const int changed =
         n > 0 && (n != r->named_n || memcmp(idx, r->named, (size_t)n * sizeof *idx) != 0);
     if (changed) memcpy(r->named, idx, (size_t)n * sizeof *idx), r->named_n = n;
+    /* the newest text of the list held, the addresses too */
+    if (n > 0) free(r->named_text), r->named_text = text, text = NULL;
+    free(text);
     free(idx);
     return changed;
 }
@@ -365,7 +438,7 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
                   .dataset = cfg->dataset,
                   .generation = r->generation + 1,
                   .has_state = r->has_state,
-                  .members = r->idx,
+                  .members = r->members_path ? r->idx : NULL,
                   .cluster = r->all.world};
     NetOptions no = {.rendezvous_timeout_s = timeout_s,
                      .handshake_timeout_s = 10,
@@ -1041,31 +1114,41 @@ static int recover(Trainer *t, void *ctx, const char *why, int *exit_code, char 
 
 /* The TrainRecoverHook (train.h) of a regroup: after the same step every rank learned
  * that KUBETRAIN_MEMBERS_FILE changed on some rank (SIGUSR1, or members_watch: each
- * pod's copy changes at its own time). Rank 0 reads the file
- * and sends the list over the ring, so that every rank takes the same one (each reading
- * it could see two versions of it). When the list is the ring's, the ring goes on;
- * otherwise every rank leaves it for the rendezvous of the listed workers (reform): a
- * worker added back joins there and receives the state, as a live replacement does. */
+ * pod's copy changes at its own time). Rank 0 reads the file and sends its text over the
+ * ring, the addresses of workers past TF_CONFIG with it, so that every rank takes the
+ * same list (each reading it could see two versions of it). When the list is the
+ * ring's, the ring goes on; otherwise every rank leaves it for the rendezvous of the
+ * listed workers (reform): a worker added back joins there and receives the state, as a
+ * live replacement does. */
 static int regroup(Trainer *t, void *ctx, const char *why, int *exit_code, char *err, size_t errlen)
 {
     Recovery *r = ctx;
     Collective *c = t->coll;
-    const int all = r->all.world;
     /* cleared before the file is read: a later signal asks for the next regroup, or
      * wakes the rendezvous below to take up its list */
     rendezvous_wake = stop_requested;
     members_changed = 0;
-    int32_t *list = xcalloc((size_t)all + 1, sizeof *list); /* count, then the indices */
-    int *idx = xcalloc((size_t)all, sizeof *idx), n = 0;
+    /* Rank 0's text, the addresses of the workers past TF_CONFIG with it: its length,
+     * then its bytes (0: rank 0 read no list). */
+    uint64_t len = 0;
     if (c->rank == 0) {
         members_look(r, 1);
-        list[0] = n = r->named_n;
-        for (int k = 0; k < n; k++) list[k + 1] = r->named[k];
+        if (r->named_n) len = strlen(r->named_text);
     }
-    char e2[1024];
-    int rc = coll_broadcast(c, list, ((size_t)all + 1) * sizeof *list, 0, e2, sizeof e2);
+    char e2[1024], *text = NULL;
+    int rc = coll_broadcast(c, &len, sizeof len, 0, e2, sizeof e2);
+    if (!rc && len > MEMBERS_TEXT_MAX)
+        util_fail(KT_EXIT_RETRY,
+                  "elastic: rank 0 sent a members list of %llu bytes, longer than "
+                  "any file a worker reads; exiting 75",
+                  (unsigned long long)len);
+    if (!rc && len) {
+        text = xcalloc((size_t)len + 1, 1);
+        if (c->rank == 0) memcpy(text, r->named_text, (size_t)len);
+        rc = coll_broadcast(c, text, (size_t)len, 0, e2, sizeof e2);
+    }
     if (rc) {
-        free(list), free(idx);
+        free(text);
         /* A peer left before the regroup (a dropped worker's pod deleted as its peers'
          * files change): the list this worker read, by the watch before the step or just
          * now, is not its ring, and the file will not change again; the recovery's
@@ -1073,21 +1156,13 @@ static int regroup(Trainer *t, void *ctx, const char *why, int *exit_code, char 
         if (r->named_n && !same_members(r, r->named, r->named_n)) members_changed = 1;
         return recover(t, ctx, e2, exit_code, err, errlen);
     }
-    n = list[0];
-    int self = 0, ok = n >= 0 && n <= all;
-    for (int k = 0; ok && k < n; k++) {
-        idx[k] = list[k + 1];
-        ok = idx[k] >= 0 && idx[k] < all && (k == 0 || idx[k] > idx[k - 1]);
-        self |= idx[k] == r->index;
+    int *idx = xcalloc(NET_MEMBERS_MAX, sizeof *idx), n = 0;
+    if (text) {
+        char source[PATH_MAX + 48];
+        snprintf(source, sizeof source, "KUBETRAIN_MEMBERS_FILE %s (rank 0's)", r->members_path);
+        n = members_parse(r, text, source, idx);
+        free(text);
     }
-    free(list);
-    if (!ok)
-        util_fail(KT_EXIT_RETRY, "elastic: rank 0 sent a members list no worker of this run can "
-                                 "hold; exiting 75");
-    if (n > 0 && !self)
-        util_fail(KT_EXIT_USAGE,
-                  "KUBETRAIN_MEMBERS_FILE %s leaves this worker (TF_CONFIG index %d) out",
-                  r->members_path, r->index);
     if (n == 0 || same_members(r, idx, n)) {
         free(idx);
         return 0;
@@ -1152,16 +1227,17 @@ static int cmd_train(int argc, char **argv)
         /* the chief alone writes summaries, as in MWMS */
         if (tf.rank != 0) cfg.metrics_file[0] = '\0';
     }
-    Recovery rec = {.listen_fd = -1, .tf = tf, .index = tf.rank};
+    Recovery rec = {.listen_fd = -1, .tf = tf, .index = tf.rank, .tf_workers = tf.world};
     rec.all = (TfConfig){
         .world = tf.world, .rank = tf.rank, .peers = xcalloc((size_t)tf.world, sizeof *tf.peers)};
     memcpy(rec.all.peers, tf.peers, (size_t)tf.world * sizeof *tf.peers);
     rec.idx = xcalloc((size_t)tf.world, sizeof *rec.idx);
     for (int i = 0; i < tf.world; i++) rec.idx[i] = i;
-    rec.named = xcalloc((size_t)tf.world, sizeof *rec.named);
-    /* a worker added back to an elastic job joins the ring of the members named now */
+    rec.named = xcalloc(NET_MEMBERS_MAX, sizeof *rec.named);
+    /* a worker added back to an elastic job joins the ring of the members named now;
+     * one whose TF_CONFIG names it alone watches the file too, for workers made past it */
     const char *members_path = getenv("KUBETRAIN_MEMBERS_FILE");
-    if (tf.world > 1 && cfg.recovery_timeout > 0 && members_path && *members_path) {
+    if (cfg.recovery_timeout > 0 && members_path && *members_path) {
         rec.members_path = members_path;
         members_look(&rec, 1);
         members_take(&rec, 1);
@@ -1234,6 +1310,7 @@ static int cmd_train(int argc, char **argv)
     tfconfig_free(&rec.all);
     free(rec.idx);
     free(rec.named);
+    free(rec.named_text);
     free(rec.signature);
     free(rec.secret);
     return KT_EXIT_OK;

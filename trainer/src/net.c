@@ -403,20 +403,37 @@ static void member_list(const NetHello *h, char *out, size_t outlen)
     }
 }
 
+/* Whether a and b name other members. `elastic`: this worker's ring follows a members
+ * list (NetJob.members), and so do its peers': the sets are compared whatever the
+ * clusters (a worker made for a grown cluster and a survivor whose list does not name the
+ * new workers yet); otherwise only within one cluster (another cluster is a peer
+ * configured otherwise). */
+static int members_differ(const NetHello *a, const NetHello *b, int elastic)
+{
+    if (a->cluster != b->cluster && !elastic) return 0;
+    const int n = a->cluster > b->cluster ? a->cluster : b->cluster;
+    for (int i = 0; i < n; i++) {
+        const int x = i < a->cluster && a->members[i / 8] >> (i % 8) & 1;
+        const int y = i < b->cluster && b->members[i / 8] >> (i % 8) & 1;
+        if (x != y) return 1;
+    }
+    return 0;
+}
+
 /* Compares an authenticated peer's description with ours; err names both values.
- * Returns 0; -ESTALE when it names other members of the ring out of the same TF_CONFIG
- * (an elastic job whose members file has not changed on both sides yet), which a new
- * list mends; -EPROTO when it disagrees about the job (world size, model, global batch,
- * dataset): it knows the job secret, so it is a worker of this job configured otherwise,
+ * Returns 0; -ESTALE when it names other members of the ring (an elastic job whose
+ * members file has not changed on both sides yet: `elastic`, members_differ), which a
+ * new list mends; -EPROTO when it disagrees about the job (world size, model, global
+ * batch, dataset, or the cluster outside an elastic job): it knows the job secret, so it
+ * is a worker of this job configured otherwise,
  * which no retry mends; or -ENXIO when it is a worker of this job but not the rank
  * expected there (a stale DNS record, a port taken over by another worker, two workers
  * with one task index), which the next connection may mend, or a process of an earlier
  * ring (NetJob: it holds state of a lower generation), which the real peer may mend. */
-static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_rank,
+static int hello_agree(const NetHello *mine, const NetHello *theirs, int elastic, int expect_rank,
                        const char *peer, char *err, size_t errlen)
 {
-    if (theirs->cluster == mine->cluster &&
-        memcmp(theirs->members, mine->members, ((size_t)mine->cluster + 7) / 8) != 0) {
+    if (members_differ(theirs, mine, elastic)) {
         char a[256], b[256];
         member_list(theirs, a, sizeof a);
         member_list(mine, b, sizeof b);
@@ -429,7 +446,7 @@ static int hello_agree(const NetHello *mine, const NetHello *theirs, int expect_
     if (theirs->world != mine->world)
         snprintf(err, errlen, "%s has world size %u, this worker (rank %u) has %u", peer,
                  theirs->world, mine->rank, mine->world);
-    else if (theirs->cluster != mine->cluster)
+    else if (theirs->cluster != mine->cluster && !elastic)
         snprintf(err, errlen, "%s has %u workers in TF_CONFIG, this worker has %u", peer,
                  theirs->cluster, mine->cluster);
     else if (strcmp(theirs->signature, mine->signature) != 0)
@@ -774,8 +791,8 @@ static int pending_step(Rendezvous *rv, Pending *p, int have_prev, char *err, si
     char peer[NET_NAME_MAX + 64], disagree[sizeof rv->server_seen];
     snprintf(peer, sizeof peer, "rank %u (%s from %s)", p->theirs.rank,
              p->announce ? "announcing itself" : "connecting", p->from);
-    int rc = hello_agree(&p->mine, &p->theirs, p->announce ? next : prev, peer, disagree,
-                         sizeof disagree);
+    int rc = hello_agree(&p->mine, &p->theirs, rv->job->members != NULL, p->announce ? next : prev,
+                         peer, disagree, sizeof disagree);
     if (rc == -ENXIO) {
         if (!p->announce) snprintf(rv->server_seen, sizeof rv->server_seen, "%s", disagree);
         return reject(rv, p, disagree);
@@ -1148,7 +1165,8 @@ static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char 
                  peer);
         return client_refuse(d, note);
     }
-    rc = hello_agree(&mine, &theirs, d->peer_rank, peer, note, sizeof note);
+    rc = hello_agree(&mine, &theirs, rv->job->members != NULL, d->peer_rank, peer, note,
+                     sizeof note);
     if (rc == -ENXIO) return client_refuse(d, note);
     unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
     transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);

@@ -50,9 +50,11 @@ typedef struct NetJob {
     uint32_t generation;
     int has_state;
     /* Elastic jobs (docs/design.md, "Elastic jobs"): the ring's workers as TF_CONFIG
-     * indices, ascending (world of them), out of the cluster's `cluster`; NULL: the ring
-     * is the whole cluster. A peer that names other members is told apart from one
-     * configured otherwise: its members list may simply not have changed yet. */
+     * indices, ascending (world of them), out of the cluster's `cluster` (TF_CONFIG's
+     * workers and those past it that the members list gave addresses); NULL: not elastic,
+     * the ring is the whole cluster. A peer that names other members, whatever its
+     * cluster, is told apart from one configured otherwise: its members list may simply
+     * not have changed yet (or not name a new worker's address yet). */
     const int *members;
     int cluster;
 } NetJob;

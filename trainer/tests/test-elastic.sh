@@ -270,7 +270,8 @@ fi
 
 # --- a members file the trainer refuses ---------------------------------------------
 # Without launch: 3 workers, worker 2 killed, the survivors signalled with a file that
-# names an index TF_CONFIG does not have: each exits 2 naming the file.
+# names an index TF_CONFIG does not have, without its address: each exits 2 naming the
+# file and what is missing (test-elastic-grow.sh gives the address).
 base=$(free_ports 3); ports=("$base" $((base + 1)) $((base + 2)))
 echo "0,1,2" >"$tmp/members"
 mpids=()
@@ -286,9 +287,11 @@ kill -USR1 "${mpids[0]}" "${mpids[1]}"
 for i in 0 1; do
   if wait_for 60 bash -c "! kill -0 ${mpids[$i]} 2>/dev/null"; then wait "${mpids[$i]}"; rc=$?
   else kill -9 "${mpids[$i]}"; rc=124; fi
-  want="KUBETRAIN_MEMBERS_FILE $tmp/members: expected TF_CONFIG worker indices below 3"
+  want="KUBETRAIN_MEMBERS_FILE $tmp/members names TF_CONFIG index 3 without its address, and \
+this worker's TF_CONFIG names 3 workers; expected 3=HOST:PORT"
   if [[ $rc -eq 2 ]] && grep -qF "$want" "$tmp/m$i.err"; then
-    tap_ok "worker $i, signalled with the members \"0,3\" of a cluster of 3: exit 2 naming the file"
+    tap_ok "worker $i, signalled with the members \"0,3\" of a cluster of 3: exit 2 naming the \
+file and the address missing"
   else tap_fail "worker $i refuses the members file" "rc=$rc $(tail -n 3 "$tmp/m$i.err")"; fi
 done
 

@@ -58,6 +58,10 @@ typedef struct NetArg {
     /* this rank's ring is TF_CONFIG indices 0 and 2 of a cluster of 3, the others' 0 and 1
      * (an elastic job whose members file changed on one side only) */
     int other_members[CLUSTER_MAX];
+    /* elastic rings of 2 out of clusters of other sizes: this rank's TF_CONFIG names 3
+     * workers (a worker made for a grown cluster) and its ring is indices 0,1 (1) or 0,2
+     * (2); 0: the cluster of 2, ring 0,1 (a survivor whose TF_CONFIG names 2) */
+    int grown[CLUSTER_MAX];
     double poll_after_s; /* every rank's poll hook says stop once this has passed; 0: none */
 } NetArg;
 
@@ -116,6 +120,10 @@ static void net_rank(const Cluster *c, int rank, void *argp)
     if (a->other_members[0] || a->other_members[1]) {
         job.members = a->other_members[rank] ? theirs : ours;
         job.cluster = 3;
+    }
+    if (a->grown[0] || a->grown[1]) {
+        job.members = a->grown[rank] == 2 ? theirs : ours;
+        job.cluster = a->grown[rank] ? 3 : 2;
     }
     const char *s = a->secret[rank];
     poll_deadline = util_now() + a->poll_after_s;
@@ -440,6 +448,36 @@ static void test_other_members(void **state)
     (void)state;
     NetArg a = {.other_members = {0, 1}, .rendezvous_timeout_s = scaled(10)};
     NetResult *res = run_cluster(2, &a, 30);
+    const char *want[2] = {"(TF_CONFIG index 2) names the members 0,2, this worker (TF_CONFIG "
+                           "index 0) 0,1",
+                           "(TF_CONFIG index 0) names the members 0,1, this worker (TF_CONFIG "
+                           "index 2) 0,2"};
+    for (int r = 0; r < 2; r++) {
+        print_message("# process %d: %d %s\n", r, res[r].rc, res[r].err);
+        assert_int_equal(res[r].rc, -ESTALE);
+        if (!strstr(res[r].err, want[r]))
+            fail_msg("process %d: \"%s\" lacks \"%s\"", r, res[r].err, want[r]);
+    }
+    free_results(res);
+}
+
+/* Workers of an elastic job made for clusters of other sizes (a survivor whose TF_CONFIG
+ * names 2 workers, a new worker's 3) whose rings name the same members form the ring;
+ * rings that name other members are -ESTALE on both sides, whatever the clusters, as
+ * within one (a list that has not named the new worker yet). */
+static void test_members_across_clusters(void **state)
+{
+    (void)state;
+    NetArg a = {.grown = {0, 1}, .rendezvous_timeout_s = scaled(10)};
+    NetResult *res = run_cluster(2, &a, 30);
+    for (int r = 0; r < 2; r++) {
+        print_message("# process %d: %d %s\n", r, res[r].rc, res[r].err);
+        assert_int_equal(res[r].rc, 0);
+        assert_true(res[r].sum == 3.0f);
+    }
+    free_results(res);
+    NetArg b = {.grown = {0, 2}, .rendezvous_timeout_s = scaled(10)};
+    res = run_cluster(2, &b, 30);
     const char *want[2] = {"(TF_CONFIG index 2) names the members 0,2, this worker (TF_CONFIG "
                            "index 0) 0,1",
                            "(TF_CONFIG index 0) names the members 0,1, this worker (TF_CONFIG "
@@ -1257,6 +1295,7 @@ int main(void)
         cmocka_unit_test(test_stop_flag_ends_the_wait),
         cmocka_unit_test(test_poll_ends_the_wait),
         cmocka_unit_test(test_other_members),
+        cmocka_unit_test(test_members_across_clusters),
         cmocka_unit_test(test_stale_generation_is_refused),
         cmocka_unit_test(test_hostile_clients_do_not_disturb_the_ring),
         cmocka_unit_test(test_wrong_party_at_the_peer_address_is_retried),

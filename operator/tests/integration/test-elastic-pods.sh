@@ -4,7 +4,8 @@
 # the downwardAPI volume that projects it, KUBETRAIN_MEMBERS_FILE names the file, and
 # --global-batch is the one status.globalBatch recorded at the job's creation; kubectl
 # scale down shrinks the job in place (the survivors patched, the dropped pod deleted,
-# no restart), and back up grows it in place with the same global batch; a lost
+# no restart), and up to 4, past the attempt's TF_CONFIG, grows it in place with the same
+# global batch (the survivors' members naming the new index's address); a lost
 # worker's unschedulable replacement is left out of the ring and joins it once it runs,
 # and so is a worker that cannot be placed when an attempt starts; the chief's slot too,
 # the lowest member then completing the job.
@@ -94,29 +95,69 @@ if [ "${attempt:-0}" = 0 ] && is elastic tj/e .status.currentWorkers 2 &&
 else tap_fail "attempt 0, currentWorkers 2, globalBatch 96" \
   "$(k -n elastic get tj/e -o 'jsonpath={.status}')"; fi
 
-# kubectl scale back to 3: no restart either. Worker 2 is made again in attempt 0,
-# naming the members and itself; once it runs the others are patched to name it.
-k -n elastic scale tj/e --replicas 3 >/dev/null
-if wait_until 30 attempt_pods elastic e 0 3; then
-  tap_ok "kubectl scale --replicas 3: worker 2 made in attempt 0"
+# kubectl scale to 4, past the 3 workers the attempt's TF_CONFIG names: no restart
+# either. Workers 2 and 3 are made in attempt 0 with a TF_CONFIG of 4, naming the members
+# and themselves, index 3 with its address (the survivors' TF_CONFIG has none for it); as
+# each runs the others are patched to name it, index 3 with the address its TF_CONFIG
+# gives it.
+k -n elastic scale tj/e --replicas 4 >/dev/null
+if wait_until 30 attempt_pods elastic e 0 4; then
+  tap_ok "kubectl scale --replicas 4: workers 2 and 3 made in attempt 0"
 else
-  tap_fail "kubectl scale --replicas 3: worker 2 made in attempt 0" "$(k -n elastic get pods 2>&1)"
+  tap_fail "kubectl scale --replicas 4: workers 2 and 3 made in attempt 0" \
+    "$(k -n elastic get pods 2>&1)"
 fi
 members() { jp elastic "pod/$1" '.metadata.annotations.kubetrain\.dev/members'; }
-if [ "$(members e-worker-2)" = 0,1,2 ] && [ "$(members e-worker-0)" = 0,1 ]; then
-  tap_ok "the new worker names 0,1,2; the others still 0,1 until it runs"
-else tap_fail "the new worker names 0,1,2" "$(members e-worker-2), $(members e-worker-0)"; fi
+# cluster POD: its world-size annotation, its TF_CONFIG's workers, and the last one's address.
+cluster() {
+  k -n elastic get pod "$1" -o json | python3 -c 'import json, sys
+p = json.load(sys.stdin)
+c = [c for c in p["spec"]["containers"] if c["name"] == "trainer"][0]
+tf = json.loads({e["name"]: e.get("value") for e in c["env"]}["TF_CONFIG"])
+w = tf["cluster"]["worker"]
+print(p["metadata"]["annotations"]["kubetrain.dev/world-size"], len(w), w[-1])'
+}
+read -r w3_world w3_workers addr3 <<<"$(cluster e-worker-3)"
+read -r w2_world w2_workers _ <<<"$(cluster e-worker-2)"
+if [ "$w2_world $w2_workers $w3_world $w3_workers" = "4 4 4 4" ] &&
+  [ "$(members e-worker-2)" = 0,1,2 ] && [ "$(members e-worker-3)" = "0,1,3=$addr3" ] &&
+  [ "$(members e-worker-0)" = 0,1 ]; then
+  tap_ok "the new workers' TF_CONFIG names 4, they name 0,1,2 and 0,1,3=$addr3; the others \
+still 0,1"
+else tap_fail "the new workers name the members and themselves" \
+  "$w2_world $w2_workers $w3_world $w3_workers: $(members e-worker-2), $(members e-worker-3), \
+$(members e-worker-0)"; fi
 pod_running elastic e-worker-2
-grown() { [ "$(members e-worker-0)" = 0,1,2 ] && [ "$(members e-worker-1)" = 0,1,2 ]; }
+grown() { [ "$(members e-worker-0)" = "$1" ] && [ "$(members e-worker-1)" = "$1" ]; }
 want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
-if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ] &&
-  [ "$(uids | wc -w)" = 3 ] && [[ "$(uids)" == "$before"* ]]; then
-  tap_ok "worker 2 runs: the others (same pods) patched to 0,1,2, Resized/Grew"
+if wait_until 30 grown 0,1,2 && [ "$(condition elastic e Resized message)" = "$want" ]; then
+  tap_ok "worker 2 runs: the others patched to 0,1,2, Resized/Grew"
 else tap_fail "worker 2 runs: the others patched to 0,1,2" \
   "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
+pod_running elastic e-worker-3
+want="grew from 3 to 4 workers (members 0,1,2,3): pod e-worker-3 runs"
+if wait_until 30 grown "0,1,2,3=$addr3" && [ "$(members e-worker-2)" = "0,1,2,3=$addr3" ] &&
+  [ "$(members e-worker-3)" = "0,1,2,3=$addr3" ] &&
+  [ "$(condition elastic e Resized message)" = "$want" ] &&
+  [ "$(uids | wc -w)" = 4 ] && [[ "$(uids)" == "$before"* ]]; then
+  tap_ok "worker 3 runs: all four (the survivors the same pods) name 0,1,2,3=$addr3, Resized/Grew"
+else tap_fail "worker 3 runs: all four name 0,1,2,3 with index 3's address" \
+  "$(members e-worker-0) $(members e-worker-2) $(members e-worker-3): \
+$(condition elastic e Resized message)"; fi
+attempt=$(jp elastic tj/e .status.attempt)
+if [ "${attempt:-0}" = 0 ] && is elastic tj/e .status.currentWorkers 4 &&
+  is elastic tj/e .status.members 0,1,2,3 && ! grep -q WorkersChanged "$LOG"; then
+  tap_ok "attempt 0, currentWorkers 4, members 0,1,2,3, no WorkersChanged"
+else tap_fail "attempt 0, currentWorkers 4, members 0,1,2,3" \
+  "$(k -n elastic get tj/e -o 'jsonpath={.status}')"; fi
+
+# Back to 3 for what follows: worker 3 goes, the others name 0,1,2 (no address: every
+# pod's TF_CONFIG names index 2).
+k -n elastic scale tj/e --replicas 3 >/dev/null
+wait_until 30 has_npods elastic e 3
 out=$(check_pods 3)
-if [ -z "$out" ]; then tap_ok "after growing: members 0,1,2, --global-batch still 96"
-else tap_fail "after growing: members 0,1,2, --global-batch still 96" "$out"; fi
+if [ -z "$out" ]; then tap_ok "scaled back to 3: members 0,1,2, --global-batch still 96"
+else tap_fail "scaled back to 3: members 0,1,2, --global-batch still 96" "$out"; fi
 
 # A lost worker whose replacement the scheduler cannot place: the survivors go on
 # without it (patched to 0,1, Resized/Shrank naming the scheduler's words), the
@@ -142,7 +183,7 @@ else tap_fail "replacement unschedulable: the survivors patched to 0,1" \
   "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
 pod_running elastic e-worker-2
 want="grew from 2 to 3 workers (members 0,1,2): pod e-worker-2 runs"
-if wait_until 30 grown && [ "$(condition elastic e Resized message)" = "$want" ]; then
+if wait_until 30 grown 0,1,2 && [ "$(condition elastic e Resized message)" = "$want" ]; then
   tap_ok "the replacement runs: the others patched to 0,1,2, Resized/Grew"
 else tap_fail "the replacement runs: the others patched to 0,1,2" \
   "$(members e-worker-0) $(members e-worker-1): $(condition elastic e Resized message)"; fi
