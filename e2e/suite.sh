@@ -1577,7 +1577,7 @@ s_elastic() {
   # log is gone with the pod): a failure prints the resizes' lines of all of them.
   local eldir follow=() i
   eldir=$(mktemp -d)
-  for i in 0 1 2; do follow_log "mnist-el-worker-$i" "$eldir" & follow+=($!); done
+  for i in 0 1 2 3; do follow_log "mnist-el-worker-$i" "$eldir" & follow+=($!); done
   [ "$PROVIDER" = full ] && { node_files "$eldir" & follow+=($!); }
   elastic_run "$node"
   { for i in "${follow[@]}"; do pkill -P "$i"; kill "$i"; done
