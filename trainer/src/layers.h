@@ -47,32 +47,37 @@ typedef struct {
 int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int sh, int sw,
                    int same);
 
-/* Floats the im2col buffer of a batch of b needs: b*oh*ow*kh*kw*c. */
-size_t conv_col_size(const ConvGeom *g, int b);
+/* Floats of the scratch the Conv2D functions below need for a batch of b (at most
+ * b * conv_scratch_size(g, 1)): the im2col of a block of examples (the forward's, made
+ * again by the backward rather than kept), the backward's column gradient or im2col of
+ * dout, and a turned copy of the kernel. */
+size_t conv_scratch_size(const ConvGeom *g, int b);
 
 /* A layer without bias (Keras's use_bias false) passes bias and dbias NULL to the Conv2D
  * and Dense functions below: no bias is added, no bias gradient written. */
 
 /* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F).
- * col: scratch of conv_col_size floats; it keeps the im2col of inp for the backward. */
-void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
+ * scratch: conv_scratch_size floats, nothing kept in it. */
+void conv2d_forward(float *out, float *scratch, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b);
 /* dweight (KH,KW,C,F), dbias (F) and, when dinput != NULL, dinput (B,H,W,C) from
- * dout (B,OH,OW,F). col: the im2col the forward left; dcol: scratch of the same size,
- * used only when dinput != NULL. */
-void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
-                     const float *col, const float *weight, const ConvGeom *g, int b);
+ * dout (B,OH,OW,F) and the forward's input inp. scratch: conv_scratch_size floats.
+ * With stride 1 and no more filters than channels the input gradient is the
+ * convolution of dout with the turned kernel (one product with an inner dimension of
+ * kh*kw*f, straight into dinput); else dout @ weight^T, added back by col2im. */
+void conv2d_backward(float *dinput, float *dweight, float *dbias, float *scratch, const float *dout,
+                     const float *inp, const float *weight, const ConvGeom *g, int b);
 
 /* The same with the layer's activation folded in, one pass over the output instead of
  * three: conv2d_forward_relu writes relu(conv + bias); conv2d_backward_relu takes dout
  * as the gradient of that relu output and out as the output itself, turns dout into the
  * gradient before the relu in place, and goes on as conv2d_backward. */
-void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
+void conv2d_forward_relu(float *out, float *scratch, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b);
 /* rezero: dout is left all zero (block by block, while the block is in cache), for a
  * product that adds onto it the next time (dense_backward's din_zero). */
-void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
-                          const float *out, const float *col, const float *weight,
+void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *scratch, float *dout,
+                          const float *out, const float *inp, const float *weight,
                           const ConvGeom *g, int b, int rezero);
 
 /* out (B,OUT) = inp (B,IN) @ weight (IN,OUT) + bias (OUT). */

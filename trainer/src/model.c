@@ -905,17 +905,14 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
         if (l->type == LAYER_BATCHNORM)
             mm.activations = sat_add(mm.activations, sat_mul(sat_mul(3, l->s_count / 2), f));
         if (l->type == LAYER_CONV2D) {
-            const ConvGeom *g = &l->conv;
-            size_t c = sat_mul(
-                sat_mul(sat_mul(b, (size_t)g->oh * (size_t)g->ow), (size_t)g->kh * (size_t)g->kw),
-                (size_t)g->c);
-            mm.activations = sat_add(mm.activations, sat_mul(c, f));
+            /* the shards' scratch: only a block of each is touched (conv_scratch_size) */
+            const size_t c = conv_scratch_size(&l->conv, batch);
             colmax = c > colmax ? c : colmax;
         }
         dmax = l->out_size > dmax ? l->out_size : dmax;
         dzero |= (size_t)dense_feeds_relu_conv(m, i);
     }
-    mm.activations = sat_add(mm.activations, sat_mul(colmax, f));
+    mm.activations = sat_add(mm.activations, sat_mul(sat_mul(colmax, f), shards));
     mm.activations = sat_add(mm.activations, sat_mul(sat_mul(b, dmax), f * (2 + dzero)));
     mm.total = sat_add(mm.weights, mm.activations);
     return mm;
@@ -1206,14 +1203,12 @@ static void free_buffers(Model *m)
         free(m->acts[i]);
         free(m->masks[i]);
         free(m->argmax[i]);
-        free(m->cols[i]);
         free(m->pre[i]);
         free(m->bnstats[i]);
     }
     free(m->acts);
     free(m->masks);
     free(m->argmax);
-    free(m->cols);
     free(m->pre);
     free(m->bnstats);
     free(m->dcol);
@@ -1224,7 +1219,6 @@ static void free_buffers(Model *m)
     m->acts = NULL;
     m->masks = NULL;
     m->argmax = NULL;
-    m->cols = NULL;
     m->pre = NULL;
     m->bnstats = NULL;
     m->dcol = m->dbuf[0] = m->dbuf[1] = NULL;
@@ -1307,7 +1301,6 @@ void model_reserve(Model *m, int max_batch)
     m->acts = xcalloc((size_t)m->num_layers, sizeof *m->acts);
     m->masks = xcalloc((size_t)m->num_layers, sizeof *m->masks);
     m->argmax = xcalloc((size_t)m->num_layers, sizeof *m->argmax);
-    m->cols = xcalloc((size_t)m->num_layers, sizeof *m->cols);
     m->pre = xcalloc((size_t)m->num_layers, sizeof *m->pre);
     m->bnstats = xcalloc((size_t)m->num_layers, sizeof *m->bnstats);
     for (int i = 0; i < m->num_layers; i++) {
@@ -1320,15 +1313,16 @@ void model_reserve(Model *m, int max_batch)
         if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
             m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
-            size_t c = conv_col_size(&l->conv, max_batch);
-            m->cols[i] = xmalloc(c * sizeof(float));
+            /* a shard's scratch: conv_scratch_size(g, 1) per example it runs, of which
+             * only a block is touched */
+            const size_t c = conv_scratch_size(&l->conv, 1);
             colmax = c > colmax ? c : colmax;
         }
         dmax = l->out_size > dmax ? l->out_size : dmax;
     }
-    m->dcol = xmalloc((colmax ? colmax : 1) * sizeof(float));
+    m->dcol = xmalloc((colmax ? b * colmax : 1) * sizeof(float));
     m->dmax = dmax;
-    m->colmax = colmax / b;
+    m->colmax = colmax;
     m->dbuf[0] = xmalloc(b * dmax * sizeof(float));
     m->dbuf[1] = xmalloc(b * dmax * sizeof(float));
     for (int i = 0; i < m->num_layers && !m->dzero; i++)
@@ -1384,7 +1378,7 @@ typedef struct {
     int layer;
     uint64_t draws; /* forward: dropout draws of the whole batch in the layers before */
     float *d, *din; /* backward: the layer's output gradient and its input gradient */
-    float sgd_lr;   /* > 0: plain SGD folded into the Dense layers' backward */
+    float sgd_lr; /* > 0: plain SGD folded into the Dense layers' backward */
     int replicas;
     const BnSync *sync; /* NULL: the synchronized BatchNormalizations as the others */
 } Pass;
@@ -1448,11 +1442,10 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     case LAYER_FLATTEN: return;
     case LAYER_CONV2D:
         if (l->act == ACT_RELU) { /* the activation folded in */
-            conv2d_forward_relu(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias,
-                                &l->conv, cnt);
+            conv2d_forward_relu(out, m->dcol + (size_t)lo * m->colmax, in, w, bias, &l->conv, cnt);
             return;
         }
-        conv2d_forward(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias, &l->conv, cnt);
+        conv2d_forward(out, m->dcol + (size_t)lo * m->colmax, in, w, bias, &l->conv, cnt);
         break;
     case LAYER_DENSE:
         dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
@@ -1611,12 +1604,10 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         break;
     case LAYER_CONV2D:
         if (l->act == ACT_RELU) /* the activation's gradient folded in */
-            conv2d_backward_relu(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, out,
-                                 m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt,
-                                 p->d == m->dzero);
+            conv2d_backward_relu(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, out, in, w,
+                                 &l->conv, cnt, p->d == m->dzero);
         else
-            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
-                            m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
+            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, in, w, &l->conv, cnt);
         break;
     }
 }
