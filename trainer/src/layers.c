@@ -421,6 +421,13 @@ static void pool_window(const PoolGeom *g, int oy, int ox, int *y0, int *y1, int
  * where it is larger: per channel the first maximum in that order, a channel's row of
  * values at a time (branch-free, so that it vectorizes). A window always holds a cell:
  * "same" pads less than the pool's size. */
+/* Built for AVX-512 and AVX2 too, the one the CPU has chosen when the program loads (an
+ * ifunc): compiled for any x86-64 (SSE2, without a blend) the per-channel select of the
+ * value and its index stays scalar, and took 5 % of the CIFAR model's step; with AVX-512
+ * 1 %. Comparisons and selects only: the same results on every one. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
 {
     const int h = g->h, w = g->w, c = g->c;
