@@ -228,31 +228,57 @@ static void relu_grad_rows(float *restrict d, float *restrict dbias, const float
         }
 }
 
-/* Each block: im2col into the scratch, the product, then the bias (and relu) while the
- * block is in cache. */
-static void conv_forward(float *out, float *scratch, const float *inp, const float *weight,
-                         const float *bias, const ConvGeom *g, int b, int relu)
+/* Of each of the nb examples of a block's output o (rows x f each), the moments a
+ * BatchNormalization after the layer takes (layers.h): per channel the sum, then the sum
+ * of the squared deviations from the example's own mean (kept in between in mean, f
+ * doubles), in double, while the block is in cache. */
+static void conv_block_moments(double *restrict mom, double *restrict mean, const float *o, int nb,
+                               size_t rows, size_t f)
+{
+    for (int n = 0; n < nb; n++, mom += 2 * f, o += rows * f) {
+        double *restrict sum = mom, *restrict m2 = mom + f;
+        for (size_t j = 0; j < f; j++) sum[j] = m2[j] = 0.0;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < f; j++) sum[j] += o[r * f + j];
+        for (size_t j = 0; j < f; j++) mean[j] = sum[j] / (double)rows;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < f; j++) {
+                const double dev = (double)o[r * f + j] - mean[j];
+                m2[j] += dev * dev;
+            }
+    }
+}
+
+/* Each block: im2col into the scratch, the product, then the bias (and relu) and the
+ * moments while the block is in cache. */
+void conv2d_forward_moments(float *out, double *moments, float *scratch, const float *inp,
+                            const float *weight, const float *bias, const ConvGeom *g, int b,
+                            int relu)
 {
     const int k = g->kh * g->kw * g->c;
+    const size_t f = (size_t)g->f, rows = (size_t)g->oh * g->ow;
+    double *mean = moments ? xmalloc(f * sizeof *mean) : NULL;
     for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         float *o = out + blk.out;
         im2col(scratch, inp + blk.in, g, blk.nb);
         gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, scratch, k, weight, g->f, 0.0f, o, g->f);
-        if (relu) relu_bias_rows(o, bias, (size_t)blk.m, (size_t)g->f);
-        else if (bias) bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
+        if (relu) relu_bias_rows(o, bias, (size_t)blk.m, f);
+        else if (bias) bias_add_rows(o, bias, (size_t)blk.m, f);
+        if (moments) conv_block_moments(moments + (size_t)blk.n0 * 2 * f, mean, o, blk.nb, rows, f);
     }
+    free(mean);
 }
 
 void conv2d_forward(float *out, float *scratch, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b)
 {
-    conv_forward(out, scratch, inp, weight, bias, g, b, 0);
+    conv2d_forward_moments(out, NULL, scratch, inp, weight, bias, g, b, 0);
 }
 
 void conv2d_forward_relu(float *out, float *scratch, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b)
 {
-    conv_forward(out, scratch, inp, weight, bias, g, b, 1);
+    conv2d_forward_moments(out, NULL, scratch, inp, weight, bias, g, b, 1);
 }
 
 /* The input gradient of a stride-1 convolution is itself a convolution: of dout, padded
@@ -625,9 +651,30 @@ static void bn_affine(float *sc, const float *gamma, const float *beta, size_t c
     }
 }
 
+/* The forward's two sums per channel from the input's per-example moments (mom): the sum
+ * of x, then (center != NULL) of (x - center)^2, each example's M2 + n_e (mean_e -
+ * center)^2, the examples added in order. */
+static void bn_moment_sums(double *sums, const BnMoments *mom, const float *center, size_t rows,
+                           size_t c)
+{
+    const double ne = (double)(rows / mom->examples);
+    for (size_t j = 0; j < c; j++) sums[j] = 0.0;
+    for (size_t e = 0; e < mom->examples; e++) {
+        const double *sum = mom->v + e * 2 * c, *m2 = sum + c;
+        if (!center)
+            for (size_t j = 0; j < c; j++) sums[j] += sum[j];
+        else
+            for (size_t j = 0; j < c; j++) {
+                const double dev = sum[j] / ne - center[j];
+                sums[j] += m2[j] + ne * dev * dev;
+            }
+    }
+}
+
 int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
                                  const float *inp, const float *gamma, const float *beta,
-                                 size_t rows, int c, float eps, int relu, const BnSync *sync)
+                                 size_t rows, int c, float eps, int relu, const BnSync *sync,
+                                 const BnMoments *mom)
 {
     const size_t cc = (size_t)c;
     float *sc = xmalloc(2 * cc * sizeof *sc);
@@ -643,13 +690,15 @@ int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *inv
                 .shift = sc + cc,
                 .relu = relu,
                 .sum_d = sums};
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
+    if (mom) bn_moment_sums(sums, mom, NULL, rows, cc);
+    else bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
     sums[cc] = (double)rows;
     if (sync && (rc = sync->sum(sync->ctx, sums, cc + 1))) goto out;
     const double n = sums[cc];
     for (size_t j = 0; j < cc; j++) mean[j] = (float)(sums[j] / n);
     p.center = mean;
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
+    if (mom) bn_moment_sums(sums, mom, mean, rows, cc);
+    else bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
     if (sync && (rc = sync->sum(sync->ctx, sums, cc))) goto out;
     for (size_t j = 0; j < cc; j++) {
         var[j] = (float)(sums[j] / n);
@@ -666,7 +715,7 @@ void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd,
                              const float *gamma, const float *beta, size_t rows, int c, float eps)
 {
     (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0,
-                                       NULL); /* no sync: nothing can fail */
+                                       NULL, NULL); /* no sync: nothing can fail */
 }
 
 void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *invstd,
@@ -674,7 +723,7 @@ void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *in
                                   size_t rows, int c, float eps)
 {
     (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1,
-                                       NULL);
+                                       NULL, NULL);
 }
 
 static void bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,

@@ -107,6 +107,9 @@ struct Model {
     int32_t **argmax;       /* max pooling's argmax */
     float **bnstats;        /* batchnorm: the last training forward's batch mean, variance
                                and 1/sqrt(variance + epsilon), channels floats each */
+    double **moments;       /* a Conv2D before a BatchNormalization (conv_feeds_batchnorm):
+                               its output's moments per example (BnMoments), 2 x filters
+                               doubles per example; else NULL */
     float **pre;            /* output before the activation, kept for its backward where
                                activation_needs_input (gelu, swish), else NULL */
     float *dcol;            /* the conv layers' scratch (conv_scratch_size), colmax floats

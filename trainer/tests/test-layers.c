@@ -1377,7 +1377,7 @@ static void *sync_rank_main(void *arg)
     const BnSync sync = {.sum = hub_sum, .ctx = r, .first = r->rank == 0};
     const size_t c = r->c;
     r->rc = batchnorm_forward_train_sync(r->out, r->st, r->st + c, r->st + 2 * c, r->x, r->gamma,
-                                         r->beta, r->rows, (int)c, 1e-3f, 0, &sync);
+                                         r->beta, r->rows, (int)c, 1e-3f, 0, &sync, NULL);
     if (!r->rc)
         r->rc = batchnorm_backward_sync(r->din, r->dg, r->db, r->dy, NULL, r->x, r->st,
                                         r->st + 2 * c, r->gamma, r->rows, (int)c, &sync);
@@ -1390,6 +1390,39 @@ static void *sync_rank_main(void *arg)
  * other as zeros; 3 sums a step (the forward's two, the backward's one). Within 1e-6 +
  * 1e-6 |value|: the sums are added in another order (in double). Each rank alone, not
  * synchronized, gives other outputs, which the comparison would catch. */
+/* A BatchNormalization after a Conv2D takes its statistics from the moments the
+ * convolution wrote per example (conv2d_forward_moments): the same statistics and output
+ * as its own two passes over the output, within the rounding of double sums, with and
+ * without the relu folded into the convolution. The input is offset from zero (a large
+ * bias), where a one-pass variance would lose digits. */
+static void test_conv_moments_batchnorm(void **s)
+{
+    (void)s;
+    ConvGeom g;
+    const int b = 5;
+    assert_int_equal(conv_geom_init(&g, 9, 7, 3, 3, 3, 6, 1, 1, 1), 0);
+    for (int relu = 0; relu < 2; relu++) {
+        ConvData cd = conv_data(&g, b, 17);
+        for (int j = 0; j < g.f; j++) cd.bias[j] += 50.0f * (float)(j + 1);
+        const size_t f = (size_t)g.f, rows = cd.nout / f;
+        double *mom = malloc((size_t)b * 2 * f * sizeof *mom);
+        conv2d_forward_moments(cd.out, mom, cd.col, cd.in, cd.wt, cd.bias, &g, b, relu);
+        float *st1 = malloc(3 * f * 4), *st2 = malloc(3 * f * 4), *o1 = malloc(cd.nout * 4),
+              *o2 = malloc(cd.nout * 4);
+        const BnMoments bm = {.v = mom, .examples = (size_t)b};
+        assert_int_equal(batchnorm_forward_train_sync(o1, st1, st1 + f, st1 + 2 * f, cd.out, NULL,
+                                                      NULL, rows, g.f, 1e-3f, 0, NULL, NULL),
+                         0);
+        assert_int_equal(batchnorm_forward_train_sync(o2, st2, st2 + f, st2 + 2 * f, cd.out, NULL,
+                                                      NULL, rows, g.f, 1e-3f, 0, NULL, &bm),
+                         0);
+        for (size_t j = 0; j < 3 * f; j++) assert_close_i(st1[j], st2[j], 1e-6f * fabsf(st1[j]), j);
+        for (size_t i = 0; i < cd.nout; i++) assert_close_i(o1[i], o2[i], 1e-5f, i);
+        free(mom), free(st1), free(st2), free(o1), free(o2);
+        conv_data_free(&cd);
+    }
+}
+
 static void test_batchnorm_synchronized(void **s)
 {
     (void)s;
@@ -1642,6 +1675,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm_against_keras),
         cmocka_unit_test(test_batchnorm_threads_relu),
         cmocka_unit_test(test_batchnorm_synchronized),
+        cmocka_unit_test(test_conv_moments_batchnorm),
         cmocka_unit_test(test_model_batchnorm_relu_fused),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
