@@ -90,6 +90,16 @@ def classify(frames, main_tid, tid):
     elif "model_update_moving" in names:
         return ("moving statistics", "BatchNormalization", True)
     elif names & {"model_step", "model_step_sgd", "cpu_train_step"}:
+        # a layer's pass outside forward_layer and backward_layer (BatchNormalization's
+        # run by forward() and step() on the whole batch), or with those frames inlined
+        # away: told by the layer function's name
+        for f in frames:
+            hit = next((kind for prefix, kind in LAYER_OF if f.startswith(prefix)), None)
+            if hit and ("_forward" in f or "_backward" in f):
+                what = "backward" if "_backward" in f else "forward"
+                if hit == "Conv2D":
+                    hit += " GEMM" if "cblas_sgemm" in names else " other"
+                return (what, hit, tid == main_tid and "parallel_for" not in names)
         return ("step, other", "", True)
     elif "take_tasks" in names:
         # a task of the pool on a worker thread whose caller's frames are not on its

@@ -33,11 +33,6 @@ int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int 
     return 0;
 }
 
-size_t conv_col_size(const ConvGeom *g, int b)
-{
-    return (size_t)b * g->oh * g->ow * g->kh * g->kw * g->c;
-}
-
 /* col (B*OH*OW, KH*KW*C): row p holds the receptive field of output pixel p in (kh,kw,c)
  * order, so col @ weight(KH*KW*C, F) is the convolution. Padding reads as zero. */
 static void im2col(float *col, const float *inp, const ConvGeom *g, int b)
@@ -130,23 +125,57 @@ static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
         for (size_t j = 0; j < cols; j++) dbias[j] += dout[r * cols + j];
 }
 
-/* Examples per block: a convolution runs block by block so that each block's output
- * (about CONV_BLOCK_FLOATS) is still in cache when its bias, relu and gradient passes
- * read it, instead of making several trips through memory over the whole batch. */
+/* Examples per block: a convolution runs block by block so that each block's im2col
+ * and output (about CONV_BLOCK_FLOATS) are still in cache when its product, bias, relu
+ * and gradient passes read them, instead of making several trips through memory over
+ * the whole batch. The im2col is made again for the backward, block by block into the
+ * same scratch, rather than kept from the forward: kept, it is kh*kw times the layer's
+ * input, written to memory in the forward and read back in the backward, which costs
+ * more than making it again from the input while the block is in cache. */
 #define CONV_BLOCK_FLOATS (64 * 1024)
+
+/* Whether the input gradient is the convolution of dout with the turned kernel
+ * (conv_transposed_geom) rather than dout @ weight^T added back by col2im: with stride 1
+ * (the transposed convolution is then one of stride 1 too) and no more filters than
+ * channels, where its im2col of dout (kh*kw*f per input pixel) is no larger than the
+ * column gradient (kh*kw*c per output pixel). */
+static int conv_dinput_by_flip(const ConvGeom *g)
+{
+    return g->sh == 1 && g->sw == 1 && g->f <= g->c;
+}
+
+/* One example's floats of each part of the scratch: the im2col, and the column
+ * gradient or the im2col of dout. */
+static size_t conv_col_floats(const ConvGeom *g)
+{
+    return (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+}
+
+static size_t conv_dcol_floats(const ConvGeom *g)
+{
+    return conv_dinput_by_flip(g) ? (size_t)g->h * g->w * g->kh * g->kw * g->f : conv_col_floats(g);
+}
+
 static int block_examples(const ConvGeom *g)
 {
-    const size_t per =
-        (size_t)g->oh * g->ow * (g->f > g->kh * g->kw * g->c ? g->f : g->kh * g->kw * g->c);
+    const size_t out = (size_t)g->oh * g->ow * g->f, col = conv_col_floats(g);
+    const size_t per = out > col ? out : col;
     return per >= CONV_BLOCK_FLOATS ? 1 : (int)(CONV_BLOCK_FLOATS / per);
 }
 
-/* The block of nb examples from example n0: its rows of col, out and dout, its input.
+size_t conv_scratch_size(const ConvGeom *g, int b)
+{
+    const int eb = block_examples(g), nb = b < eb ? b : eb;
+    return (size_t)nb * (conv_col_floats(g) + conv_dcol_floats(g)) +
+           (size_t)g->kh * g->kw * g->c * g->f;
+}
+
+/* The block of nb examples from example n0: its rows of out and dout, its input.
  * for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) visits the blocks of a batch
  * of b in order. */
 typedef struct ConvBlock {
     int n0, nb, m; /* m = nb*oh*ow rows */
-    size_t col, out, in;
+    size_t out, in;
 } ConvBlock;
 
 static int conv_block_next(const ConvGeom *g, int b, ConvBlock *blk)
@@ -158,7 +187,6 @@ static int conv_block_next(const ConvGeom *g, int b, ConvBlock *blk)
     *blk = (ConvBlock){.n0 = n0,
                        .nb = nb,
                        .m = nb * g->oh * g->ow,
-                       .col = rows * g->kh * g->kw * g->c,
                        .out = rows * g->f,
                        .in = (size_t)n0 * g->h * g->w * g->c};
     return 1;
@@ -200,69 +228,158 @@ static void relu_grad_rows(float *restrict d, float *restrict dbias, const float
         }
 }
 
-/* Each block: im2col, the product, then the bias (and relu) while the block is in cache. */
-static void conv_forward(float *out, float *col, const float *inp, const float *weight,
-                         const float *bias, const ConvGeom *g, int b, int relu)
+/* Of each of the nb examples of a block's output o (rows x f each), the moments a
+ * BatchNormalization after the layer takes (layers.h): per channel the sum, then the sum
+ * of the squared deviations from the example's own mean (kept in between in mean, f
+ * doubles), in double, while the block is in cache. */
+static void conv_block_moments(double *restrict mom, double *restrict mean, const float *o, int nb,
+                               size_t rows, size_t f)
 {
-    const int k = g->kh * g->kw * g->c;
-    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
-        float *o = out + blk.out;
-        im2col(col + blk.col, inp + blk.in, g, blk.nb);
-        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, col + blk.col, k, weight, g->f, 0.0f, o, g->f);
-        if (relu) relu_bias_rows(o, bias, (size_t)blk.m, (size_t)g->f);
-        else if (bias) bias_add_rows(o, bias, (size_t)blk.m, (size_t)g->f);
+    for (int n = 0; n < nb; n++, mom += 2 * f, o += rows * f) {
+        double *restrict sum = mom, *restrict m2 = mom + f;
+        for (size_t j = 0; j < f; j++) sum[j] = m2[j] = 0.0;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < f; j++) sum[j] += o[r * f + j];
+        for (size_t j = 0; j < f; j++) mean[j] = sum[j] / (double)rows;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t j = 0; j < f; j++) {
+                const double dev = (double)o[r * f + j] - mean[j];
+                m2[j] += dev * dev;
+            }
     }
 }
 
-void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
-                    const float *bias, const ConvGeom *g, int b)
+/* Each block: im2col into the scratch, the product, then the bias (and relu) and the
+ * moments while the block is in cache. */
+void conv2d_forward_moments(float *out, double *moments, float *scratch, const float *inp,
+                            const float *weight, const float *bias, const ConvGeom *g, int b,
+                            int relu)
 {
-    conv_forward(out, col, inp, weight, bias, g, b, 0);
+    const int k = g->kh * g->kw * g->c;
+    const size_t f = (size_t)g->f, rows = (size_t)g->oh * g->ow;
+    double *mean = moments ? xmalloc(f * sizeof *mean) : NULL;
+    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
+        float *o = out + blk.out;
+        im2col(scratch, inp + blk.in, g, blk.nb);
+        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, scratch, k, weight, g->f, 0.0f, o, g->f);
+        if (relu) relu_bias_rows(o, bias, (size_t)blk.m, f);
+        else if (bias) bias_add_rows(o, bias, (size_t)blk.m, f);
+        if (moments) conv_block_moments(moments + (size_t)blk.n0 * 2 * f, mean, o, blk.nb, rows, f);
+    }
+    free(mean);
 }
 
-void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
+void conv2d_forward(float *out, float *scratch, const float *inp, const float *weight,
+                    const float *bias, const ConvGeom *g, int b)
+{
+    conv2d_forward_moments(out, NULL, scratch, inp, weight, bias, g, b, 0);
+}
+
+void conv2d_forward_relu(float *out, float *scratch, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b)
 {
-    conv_forward(out, col, inp, weight, bias, g, b, 1);
+    conv2d_forward_moments(out, NULL, scratch, inp, weight, bias, g, b, 1);
+}
+
+/* The input gradient of a stride-1 convolution is itself a convolution: of dout, padded
+ * by kh-1-pad_top rows above and kw-1-pad_left columns to the left (so that it comes out
+ * h x w), with the kernel turned half a turn and its channels swapped, wflip (KH,KW,F,C)
+ * [ky][kx][j][ch] = weight[KH-1-ky][KW-1-kx][ch][j]. That convolution's geometry. */
+static ConvGeom conv_transposed_geom(const ConvGeom *g)
+{
+    return (ConvGeom){.h = g->oh,
+                      .w = g->ow,
+                      .c = g->f,
+                      .kh = g->kh,
+                      .kw = g->kw,
+                      .f = g->c,
+                      .sh = 1,
+                      .sw = 1,
+                      .pad_top = g->kh - 1 - g->pad_top,
+                      .pad_left = g->kw - 1 - g->pad_left,
+                      .oh = g->h,
+                      .ow = g->w};
+}
+
+static void conv_flip_kernel(float *wflip, const float *weight, const ConvGeom *g)
+{
+    const size_t c = (size_t)g->c, f = (size_t)g->f;
+    for (int ky = 0; ky < g->kh; ky++)
+        for (int kx = 0; kx < g->kw; kx++) {
+            const float *src =
+                weight + ((size_t)(g->kh - 1 - ky) * g->kw + (g->kw - 1 - kx)) * c * f;
+            float *dst = wflip + ((size_t)ky * g->kw + kx) * f * c;
+            for (size_t ch = 0; ch < c; ch++)
+                for (size_t j = 0; j < f; j++) dst[j * c + ch] = src[ch * f + j];
+        }
+}
+
+/* The scratch of a backward: the block's im2col, then its column gradient (or im2col of
+ * dout), then the turned kernel. */
+typedef struct {
+    float *col, *dcol, *wflip;
+} ConvScratch;
+
+static ConvScratch conv_scratch(float *scratch, const float *weight, const ConvGeom *g, int b,
+                                const float *dinput)
+{
+    const int eb = block_examples(g), nb = b < eb ? b : eb;
+    ConvScratch s = {.col = scratch, .dcol = scratch + (size_t)nb * conv_col_floats(g)};
+    if (dinput && conv_dinput_by_flip(g)) {
+        s.wflip = s.dcol + (size_t)nb * conv_dcol_floats(g);
+        conv_flip_kernel(s.wflip, weight, g);
+    }
+    return s;
 }
 
 /* The kernel gradient (accumulated from the second block on) and the input gradient of
  * one block, from its dout before the activation. */
-static void conv2d_backward_block(float *dinput, float *dweight, float *dcol, const float *dout,
-                                  const float *col, const float *weight, const ConvGeom *g,
-                                  const ConvBlock *blk)
+static void conv2d_backward_block(float *dinput, float *dweight, const ConvScratch *s,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const ConvGeom *g, const ConvBlock *blk)
 {
     const int k = g->kh * g->kw * g->c;
+    im2col(s->col, inp + blk->in, g, blk->nb);
     /* dweight (K,F) (+)= col^T (K,M) @ dout (M,F) */
-    gemm(GEMM_T, GEMM_N, k, g->f, blk->m, 1.0f, col + blk->col, k, dout + blk->out, g->f,
+    gemm(GEMM_T, GEMM_N, k, g->f, blk->m, 1.0f, s->col, k, dout + blk->out, g->f,
          blk->n0 ? 1.0f : 0.0f, dweight, g->f);
     if (!dinput) return;
+    if (s->wflip) {
+        const ConvGeom t = conv_transposed_geom(g);
+        const int kt = t.kh * t.kw * t.c;
+        im2col(s->dcol, dout + blk->out, &t, blk->nb);
+        /* dinput (nb*H*W, C) = im2col(dout) (nb*H*W, KH*KW*F) @ wflip (KH*KW*F, C) */
+        gemm(GEMM_N, GEMM_N, blk->nb * g->h * g->w, g->c, kt, 1.0f, s->dcol, kt, s->wflip, g->c,
+             0.0f, dinput + blk->in, g->c);
+        return;
+    }
     /* dcol (M,K) = dout (M,F) @ weight^T (F,K) */
-    gemm(GEMM_N, GEMM_T, blk->m, k, g->f, 1.0f, dout + blk->out, g->f, weight, g->f, 0.0f,
-         dcol + blk->col, k);
-    col2im(dinput + blk->in, dcol + blk->col, g, blk->nb);
+    gemm(GEMM_N, GEMM_T, blk->m, k, g->f, 1.0f, dout + blk->out, g->f, weight, g->f, 0.0f, s->dcol,
+         k);
+    col2im(dinput + blk->in, s->dcol, g, blk->nb);
 }
 
-void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
-                          const float *out, const float *col, const float *weight,
+void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *scratch, float *dout,
+                          const float *out, const float *inp, const float *weight,
                           const ConvGeom *g, int b, int rezero)
 {
     const size_t f = (size_t)g->f;
+    const ConvScratch s = conv_scratch(scratch, weight, g, b, dinput);
     if (dbias) memset(dbias, 0, f * sizeof *dbias);
     for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         relu_grad_rows(dout + blk.out, dbias, out + blk.out, (size_t)blk.m, f);
-        conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
+        conv2d_backward_block(dinput, dweight, &s, dout, inp, weight, g, &blk);
         if (rezero) memset(dout + blk.out, 0, (size_t)blk.m * f * sizeof *dout);
     }
 }
 
-void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
-                     const float *col, const float *weight, const ConvGeom *g, int b)
+void conv2d_backward(float *dinput, float *dweight, float *dbias, float *scratch, const float *dout,
+                     const float *inp, const float *weight, const ConvGeom *g, int b)
 {
+    const ConvScratch s = conv_scratch(scratch, weight, g, b, dinput);
     bias_grad(dbias, dout, (size_t)b * g->oh * g->ow, (size_t)g->f);
-    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
-        conv2d_backward_block(dinput, dweight, dcol, dout, col, weight, g, &blk);
-    }
+    for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);)
+        conv2d_backward_block(dinput, dweight, &s, dout, inp, weight, g, &blk);
 }
 
 /* ----------------------------------------------------------------------------
@@ -330,6 +447,13 @@ static void pool_window(const PoolGeom *g, int oy, int ox, int *y0, int *y1, int
  * where it is larger: per channel the first maximum in that order, a channel's row of
  * values at a time (branch-free, so that it vectorizes). A window always holds a cell:
  * "same" pads less than the pool's size. */
+/* Built for AVX-512 and AVX2 too, the one the CPU has chosen when the program loads (an
+ * ifunc): compiled for any x86-64 (SSE2, without a blend) the per-channel select of the
+ * value and its index stays scalar, and took 5 % of the CIFAR model's step; with AVX-512
+ * 1 %. Comparisons and selects only: the same results on every one. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 void maxpool_forward(float *out, int32_t *argmax, const float *inp, const PoolGeom *g, int b)
 {
     const int h = g->h, w = g->w, c = g->c;
@@ -527,9 +651,30 @@ static void bn_affine(float *sc, const float *gamma, const float *beta, size_t c
     }
 }
 
+/* The forward's two sums per channel from the input's per-example moments (mom): the sum
+ * of x, then (center != NULL) of (x - center)^2, each example's M2 + n_e (mean_e -
+ * center)^2, the examples added in order. */
+static void bn_moment_sums(double *sums, const BnMoments *mom, const float *center, size_t rows,
+                           size_t c)
+{
+    const double ne = (double)(rows / mom->examples);
+    for (size_t j = 0; j < c; j++) sums[j] = 0.0;
+    for (size_t e = 0; e < mom->examples; e++) {
+        const double *sum = mom->v + e * 2 * c, *m2 = sum + c;
+        if (!center)
+            for (size_t j = 0; j < c; j++) sums[j] += sum[j];
+        else
+            for (size_t j = 0; j < c; j++) {
+                const double dev = sum[j] / ne - center[j];
+                sums[j] += m2[j] + ne * dev * dev;
+            }
+    }
+}
+
 int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
                                  const float *inp, const float *gamma, const float *beta,
-                                 size_t rows, int c, float eps, int relu, const BnSync *sync)
+                                 size_t rows, int c, float eps, int relu, const BnSync *sync,
+                                 const BnMoments *mom)
 {
     const size_t cc = (size_t)c;
     float *sc = xmalloc(2 * cc * sizeof *sc);
@@ -545,13 +690,15 @@ int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *inv
                 .shift = sc + cc,
                 .relu = relu,
                 .sum_d = sums};
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
+    if (mom) bn_moment_sums(sums, mom, NULL, rows, cc);
+    else bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
     sums[cc] = (double)rows;
     if (sync && (rc = sync->sum(sync->ctx, sums, cc + 1))) goto out;
     const double n = sums[cc];
     for (size_t j = 0; j < cc; j++) mean[j] = (float)(sums[j] / n);
     p.center = mean;
-    bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
+    if (mom) bn_moment_sums(sums, mom, mean, rows, cc);
+    else bn_run(&p, cc, BN_MIN_CHANNELS, 1, batchnorm_forward_sums_task);
     if (sync && (rc = sync->sum(sync->ctx, sums, cc))) goto out;
     for (size_t j = 0; j < cc; j++) {
         var[j] = (float)(sums[j] / n);
@@ -568,7 +715,7 @@ void batchnorm_forward_train(float *out, float *mean, float *var, float *invstd,
                              const float *gamma, const float *beta, size_t rows, int c, float eps)
 {
     (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 0,
-                                       NULL); /* no sync: nothing can fail */
+                                       NULL, NULL); /* no sync: nothing can fail */
 }
 
 void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *invstd,
@@ -576,7 +723,7 @@ void batchnorm_forward_train_relu(float *out, float *mean, float *var, float *in
                                   size_t rows, int c, float eps)
 {
     (void)batchnorm_forward_train_sync(out, mean, var, invstd, inp, gamma, beta, rows, c, eps, 1,
-                                       NULL);
+                                       NULL, NULL);
 }
 
 static void bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,

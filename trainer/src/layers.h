@@ -47,32 +47,45 @@ typedef struct {
 int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int sh, int sw,
                    int same);
 
-/* Floats the im2col buffer of a batch of b needs: b*oh*ow*kh*kw*c. */
-size_t conv_col_size(const ConvGeom *g, int b);
+/* Floats of the scratch the Conv2D functions below need for a batch of b (at most
+ * b * conv_scratch_size(g, 1)): the im2col of a block of examples (the forward's, made
+ * again by the backward rather than kept), the backward's column gradient or im2col of
+ * dout, and a turned copy of the kernel. */
+size_t conv_scratch_size(const ConvGeom *g, int b);
 
 /* A layer without bias (Keras's use_bias false) passes bias and dbias NULL to the Conv2D
  * and Dense functions below: no bias is added, no bias gradient written. */
 
 /* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F).
- * col: scratch of conv_col_size floats; it keeps the im2col of inp for the backward. */
-void conv2d_forward(float *out, float *col, const float *inp, const float *weight,
+ * scratch: conv_scratch_size floats, nothing kept in it. */
+void conv2d_forward(float *out, float *scratch, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b);
 /* dweight (KH,KW,C,F), dbias (F) and, when dinput != NULL, dinput (B,H,W,C) from
- * dout (B,OH,OW,F). col: the im2col the forward left; dcol: scratch of the same size,
- * used only when dinput != NULL. */
-void conv2d_backward(float *dinput, float *dweight, float *dbias, float *dcol, const float *dout,
-                     const float *col, const float *weight, const ConvGeom *g, int b);
+ * dout (B,OH,OW,F) and the forward's input inp. scratch: conv_scratch_size floats.
+ * With stride 1 and no more filters than channels the input gradient is the
+ * convolution of dout with the turned kernel (one product with an inner dimension of
+ * kh*kw*f, straight into dinput); else dout @ weight^T, added back by col2im. */
+void conv2d_backward(float *dinput, float *dweight, float *dbias, float *scratch, const float *dout,
+                     const float *inp, const float *weight, const ConvGeom *g, int b);
 
 /* The same with the layer's activation folded in, one pass over the output instead of
  * three: conv2d_forward_relu writes relu(conv + bias); conv2d_backward_relu takes dout
  * as the gradient of that relu output and out as the output itself, turns dout into the
  * gradient before the relu in place, and goes on as conv2d_backward. */
-void conv2d_forward_relu(float *out, float *col, const float *inp, const float *weight,
+void conv2d_forward_relu(float *out, float *scratch, const float *inp, const float *weight,
                          const float *bias, const ConvGeom *g, int b);
+/* conv2d_forward, or with relu conv2d_forward_relu, that also writes the moments of its
+ * output that a BatchNormalization after the layer takes (BnMoments), made block by
+ * block while the output is in cache instead of in two more passes over it: moments
+ * (b, 2, F), for each example and channel the sum of its oh*ow values, then the sum of
+ * their squared deviations from that example's mean, in double. moments NULL: none. */
+void conv2d_forward_moments(float *out, double *moments, float *scratch, const float *inp,
+                            const float *weight, const float *bias, const ConvGeom *g, int b,
+                            int relu);
 /* rezero: dout is left all zero (block by block, while the block is in cache), for a
  * product that adds onto it the next time (dense_backward's din_zero). */
-void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *dcol, float *dout,
-                          const float *out, const float *col, const float *weight,
+void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *scratch, float *dout,
+                          const float *out, const float *inp, const float *weight,
                           const ConvGeom *g, int b, int rezero);
 
 /* out (B,OUT) = inp (B,IN) @ weight (IN,OUT) + bias (OUT). */
@@ -177,14 +190,26 @@ typedef struct {
                   batch and to be summed over the ranks; 0 on the others */
 } BnSync;
 
+/* The input's moments per example, as conv2d_forward_moments writes them: v (examples,
+ * 2, c), rows / examples rows each. */
+typedef struct {
+    const double *v;
+    size_t examples;
+} BnMoments;
+
 /* batchnorm_forward_train, or with relu batchnorm_forward_train_relu, with the statistics
  * of every rank's rows when sync != NULL: each channel's sum of x and the rows are summed
  * over the ranks (sync->sum) before the mean is taken, then the sums of the squared
  * deviations from that mean before the variance, the same two passes as on one rank. With
- * sync NULL the same bits as those. Returns 0 or sync->sum's negative errno. */
+ * sync NULL the same bits as those. mom != NULL: the two sums come from the input's
+ * moments (the examples' sums added in order, then each example's squared deviations
+ * from the mean as M2_e + n_e (mean_e - mean)^2) instead of two passes over inp: the
+ * same sums in double up to their rounding, and the same bits on any thread count.
+ * Returns 0 or sync->sum's negative errno. */
 int batchnorm_forward_train_sync(float *out, float *mean, float *var, float *invstd,
                                  const float *inp, const float *gamma, const float *beta,
-                                 size_t rows, int c, float eps, int relu, const BnSync *sync);
+                                 size_t rows, int c, float eps, int relu, const BnSync *sync,
+                                 const BnMoments *mom);
 /* batchnorm_backward, or with y (the relu's output) batchnorm_backward_relu, through the
  * statistics of every rank's rows when sync != NULL: the sums of dout and dout * xhat and
  * the rows are summed over the ranks (sync->sum), dinput formed from them, and dgamma and

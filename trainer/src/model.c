@@ -878,6 +878,7 @@ static size_t sat_mul(size_t a, size_t b)
 static size_t sharded_params_max(const Model *m);
 static int dense_feeds_relu_conv(const Model *m, int i);
 static int batchnorm_feeds_relu(const Model *m, int i);
+static int conv_feeds_batchnorm(const Model *m, int i);
 
 ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
 {
@@ -904,18 +905,18 @@ ModelMemory model_memory(const Model *m, int batch, size_t state_per_param)
                 sat_add(mm.activations, sat_mul(sat_mul(b, l->out_size), sizeof(int32_t)));
         if (l->type == LAYER_BATCHNORM)
             mm.activations = sat_add(mm.activations, sat_mul(sat_mul(3, l->s_count / 2), f));
+        if (conv_feeds_batchnorm(m, i))
+            mm.activations =
+                sat_add(mm.activations, sat_mul(sat_mul(b, 2 * (size_t)l->conv.f), sizeof(double)));
         if (l->type == LAYER_CONV2D) {
-            const ConvGeom *g = &l->conv;
-            size_t c = sat_mul(
-                sat_mul(sat_mul(b, (size_t)g->oh * (size_t)g->ow), (size_t)g->kh * (size_t)g->kw),
-                (size_t)g->c);
-            mm.activations = sat_add(mm.activations, sat_mul(c, f));
+            /* the shards' scratch: only a block of each is touched (conv_scratch_size) */
+            const size_t c = conv_scratch_size(&l->conv, batch);
             colmax = c > colmax ? c : colmax;
         }
         dmax = l->out_size > dmax ? l->out_size : dmax;
         dzero |= (size_t)dense_feeds_relu_conv(m, i);
     }
-    mm.activations = sat_add(mm.activations, sat_mul(colmax, f));
+    mm.activations = sat_add(mm.activations, sat_mul(sat_mul(colmax, f), shards));
     mm.activations = sat_add(mm.activations, sat_mul(sat_mul(b, dmax), f * (2 + dzero)));
     mm.total = sat_add(mm.weights, mm.activations);
     return mm;
@@ -1206,16 +1207,16 @@ static void free_buffers(Model *m)
         free(m->acts[i]);
         free(m->masks[i]);
         free(m->argmax[i]);
-        free(m->cols[i]);
         free(m->pre[i]);
         free(m->bnstats[i]);
+        free(m->moments[i]);
     }
     free(m->acts);
     free(m->masks);
     free(m->argmax);
-    free(m->cols);
     free(m->pre);
     free(m->bnstats);
+    free(m->moments);
     free(m->dcol);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
@@ -1224,9 +1225,9 @@ static void free_buffers(Model *m)
     m->acts = NULL;
     m->masks = NULL;
     m->argmax = NULL;
-    m->cols = NULL;
     m->pre = NULL;
     m->bnstats = NULL;
+    m->moments = NULL;
     m->dcol = m->dbuf[0] = m->dbuf[1] = NULL;
     m->max_batch = 0;
 }
@@ -1307,9 +1308,9 @@ void model_reserve(Model *m, int max_batch)
     m->acts = xcalloc((size_t)m->num_layers, sizeof *m->acts);
     m->masks = xcalloc((size_t)m->num_layers, sizeof *m->masks);
     m->argmax = xcalloc((size_t)m->num_layers, sizeof *m->argmax);
-    m->cols = xcalloc((size_t)m->num_layers, sizeof *m->cols);
     m->pre = xcalloc((size_t)m->num_layers, sizeof *m->pre);
     m->bnstats = xcalloc((size_t)m->num_layers, sizeof *m->bnstats);
+    m->moments = xcalloc((size_t)m->num_layers, sizeof *m->moments);
     for (int i = 0; i < m->num_layers; i++) {
         const Layer *l = &m->layers[i];
         if (l->type != LAYER_RESHAPE && l->type != LAYER_FLATTEN && !batchnorm_feeds_relu(m, i))
@@ -1317,18 +1318,21 @@ void model_reserve(Model *m, int max_batch)
         if (l->type == LAYER_DROPOUT) m->masks[i] = xmalloc(b * l->out_size * sizeof(float));
         if (activation_needs_input(l->act)) m->pre[i] = xmalloc(b * l->out_size * sizeof(float));
         if (l->type == LAYER_BATCHNORM) m->bnstats[i] = xmalloc(3 * l->s_count / 2 * sizeof(float));
+        if (conv_feeds_batchnorm(m, i))
+            m->moments[i] = xmalloc(b * 2 * (size_t)l->conv.f * sizeof(double));
         if (l->type == LAYER_MAXPOOL || l->type == LAYER_GLOBAL_MAXPOOL)
             m->argmax[i] = xmalloc(b * l->out_size * sizeof(int32_t));
         if (l->type == LAYER_CONV2D) {
-            size_t c = conv_col_size(&l->conv, max_batch);
-            m->cols[i] = xmalloc(c * sizeof(float));
+            /* a shard's scratch: conv_scratch_size(g, 1) per example it runs, of which
+             * only a block is touched */
+            const size_t c = conv_scratch_size(&l->conv, 1);
             colmax = c > colmax ? c : colmax;
         }
         dmax = l->out_size > dmax ? l->out_size : dmax;
     }
-    m->dcol = xmalloc((colmax ? colmax : 1) * sizeof(float));
+    m->dcol = xmalloc((colmax ? b * colmax : 1) * sizeof(float));
     m->dmax = dmax;
-    m->colmax = colmax / b;
+    m->colmax = colmax;
     m->dbuf[0] = xmalloc(b * dmax * sizeof(float));
     m->dbuf[1] = xmalloc(b * dmax * sizeof(float));
     for (int i = 0; i < m->num_layers && !m->dzero; i++)
@@ -1384,7 +1388,7 @@ typedef struct {
     int layer;
     uint64_t draws; /* forward: dropout draws of the whole batch in the layers before */
     float *d, *din; /* backward: the layer's output gradient and its input gradient */
-    float sgd_lr;   /* > 0: plain SGD folded into the Dense layers' backward */
+    float sgd_lr; /* > 0: plain SGD folded into the Dense layers' backward */
     int replicas;
     const BnSync *sync; /* NULL: the synchronized BatchNormalizations as the others */
 } Pass;
@@ -1420,8 +1424,10 @@ static int batchnorm_forward(const Pass *p)
     }
     const BnSync *sync = layer_sync(p, l);
     float *st = m->bnstats[i], *g = m->grads + l->s_off;
+    /* after a Conv2D, the statistics from the moments it wrote (conv_feeds_batchnorm) */
+    const BnMoments mom = {.v = i > 0 ? m->moments[i - 1] : NULL, .examples = (size_t)p->b};
     int rc = batchnorm_forward_train_sync(out, st, st + c, st + 2 * c, in, gamma, beta, rows,
-                                          (int)c, l->epsilon, relu, sync);
+                                          (int)c, l->epsilon, relu, sync, mom.v ? &mom : NULL);
     if (rc) return rc;
     /* each rank's statistics over the ranks, which the all-reduce sums into their mean;
      * synchronized, the global batch's (the same bits on every rank) from the first alone,
@@ -1446,14 +1452,16 @@ static void forward_layer(const Pass *p, int lo, int cnt)
     switch (l->type) {
     case LAYER_RESHAPE:
     case LAYER_FLATTEN: return;
-    case LAYER_CONV2D:
-        if (l->act == ACT_RELU) { /* the activation folded in */
-            conv2d_forward_relu(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias,
-                                &l->conv, cnt);
-            return;
-        }
-        conv2d_forward(out, m->cols[i] + conv_col_size(&l->conv, lo), in, w, bias, &l->conv, cnt);
+    case LAYER_CONV2D: {
+        /* the activation folded in where it is a relu; the moments for a batchnorm after
+         * it, in training */
+        double *mom =
+            p->training && m->moments[i] ? m->moments[i] + (size_t)lo * 2 * l->conv.f : NULL;
+        conv2d_forward_moments(out, mom, m->dcol + (size_t)lo * m->colmax, in, w, bias, &l->conv,
+                               cnt, l->act == ACT_RELU);
+        if (l->act == ACT_RELU) return;
         break;
+    }
     case LAYER_DENSE:
         dense_forward(out, in, w, bias, cnt * l->dense_rows, l->dense_in, l->units);
         break;
@@ -1557,6 +1565,16 @@ static float reg_grad(float w, float k1, float k2)
     return k2 * w + (w > 0.0f ? k1 : w < 0.0f ? -k1 : 0.0f);
 }
 
+/* 1 when layer i is a Conv2D (linear or relu) followed by a BatchNormalization: the
+ * convolution writes its output's moments per example for the batchnorm's statistics
+ * (conv2d_forward_moments, layers.h) into m->moments[i]. */
+static int conv_feeds_batchnorm(const Model *m, int i)
+{
+    const Layer *l = &m->layers[i];
+    return l->type == LAYER_CONV2D && (l->act == ACT_LINEAR || l->act == ACT_RELU) &&
+           i + 1 < m->num_layers && m->layers[i + 1].type == LAYER_BATCHNORM;
+}
+
 /* Backward of layer p->layer over examples lo..lo+cnt-1 (p->d and p->din hold the whole
  * batch), its parameter gradient into g (laid out as the arena). */
 static void backward_layer(const Pass *p, int lo, int cnt, float *g)
@@ -1611,12 +1629,10 @@ static void backward_layer(const Pass *p, int lo, int cnt, float *g)
         break;
     case LAYER_CONV2D:
         if (l->act == ACT_RELU) /* the activation's gradient folded in */
-            conv2d_backward_relu(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, out,
-                                 m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt,
-                                 p->d == m->dzero);
+            conv2d_backward_relu(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, out, in, w,
+                                 &l->conv, cnt, p->d == m->dzero);
         else
-            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d,
-                            m->cols[i] + conv_col_size(&l->conv, lo), w, &l->conv, cnt);
+            conv2d_backward(din, dw, db, m->dcol + (size_t)lo * m->colmax, d, in, w, &l->conv, cnt);
         break;
     }
 }

@@ -107,11 +107,13 @@ struct Model {
     int32_t **argmax;       /* max pooling's argmax */
     float **bnstats;        /* batchnorm: the last training forward's batch mean, variance
                                and 1/sqrt(variance + epsilon), channels floats each */
-    float **cols;           /* im2col of each conv layer, kept for its backward */
+    double **moments;       /* a Conv2D before a BatchNormalization (conv_feeds_batchnorm):
+                               its output's moments per example (BnMoments), 2 x filters
+                               doubles per example; else NULL */
     float **pre;            /* output before the activation, kept for its backward where
                                activation_needs_input (gelu, swish), else NULL */
-    float *dcol;            /* scratch for the largest conv's column gradient, colmax
-                               floats per example */
+    float *dcol;            /* the conv layers' scratch (conv_scratch_size), colmax floats
+                               per example: a shard's from its first example's */
     float *dbuf[2];         /* ping-pong activation gradients, dmax floats per example */
     float *dzero;           /* the input gradient a Dense layer writes for a relu Conv2D
                                (dense_feeds_relu_conv), dmax floats per example: all zero

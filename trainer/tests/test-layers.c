@@ -86,13 +86,13 @@ static void conv_case(int h, int w, int ch, int k, int f, int stride, int same)
     ConvCase c = {.b = 2};
     assert_int_equal(conv_geom_init(&c.g, h, w, ch, k, k, f, stride, stride, same), 0);
     size_t nin = (size_t)c.b * h * w * ch, nw = (size_t)k * k * ch * f,
-           nout = (size_t)c.b * c.g.oh * c.g.ow * f, ncol = conv_col_size(&c.g, c.b);
+           nout = (size_t)c.b * c.g.oh * c.g.ow * f, ncol = conv_scratch_size(&c.g, c.b);
     c.in = rand_array(nin, 1), c.w = rand_array(nw, 0.5f), c.bias = rand_array((size_t)f, 0.5f);
     c.r = rand_array(nout, 1), c.out = malloc(nout * 4), c.col = malloc(ncol * 4);
     float *din = malloc(nin * 4), *dw = malloc(nw * 4), *db = malloc((size_t)f * 4),
           *dcol = malloc(ncol * 4);
     conv_obj(&c);
-    conv2d_backward(din, dw, db, dcol, c.r, c.col, c.w, &c.g, c.b);
+    conv2d_backward(din, dw, db, dcol, c.r, c.in, c.w, &c.g, c.b);
     check_grad("conv dinput", c.in, din, nin, conv_obj, &c, EPS);
     check_grad("conv dweight", c.w, dw, nw, conv_obj, &c, EPS);
     check_grad("conv dbias", c.bias, db, (size_t)f, conv_obj, &c, EPS);
@@ -115,6 +115,19 @@ static void test_conv_same_even_kernel(void **s)
     (void)s;
     conv_case(5, 5, 1, 2, 2, 1, 1);
 }
+/* Stride 1 with no more filters than channels: the input gradient is the convolution
+ * of dout with the turned kernel (layers.h), valid, same and same with an even kernel
+ * (its padding uneven). */
+static void test_conv_dinput_turned_kernel(void **s)
+{
+    (void)s;
+    const uint64_t keep = rng; /* a seed of its own: the later tests' draws stay */
+    rng = 13;
+    conv_case(6, 5, 4, 3, 4, 1, 0);
+    conv_case(6, 5, 3, 3, 2, 1, 1);
+    conv_case(5, 6, 3, 2, 2, 1, 1);
+    rng = keep;
+}
 
 /* A convolution's operands drawn from a seed of their own (the other tests' draws stay
  * as they were: their finite differences are checked away from relu's kink on those),
@@ -129,7 +142,7 @@ static void conv_data_buffers(ConvData *c, const ConvGeom *g, int b)
 {
     *c = (ConvData){0};
     c->nin = (size_t)b * g->h * g->w * g->c, c->nw = (size_t)g->kh * g->kw * g->c * g->f;
-    c->nout = (size_t)b * g->oh * g->ow * g->f, c->ncol = conv_col_size(g, b);
+    c->nout = (size_t)b * g->oh * g->ow * g->f, c->ncol = conv_scratch_size(g, b);
     c->out = malloc(c->nout * 4), c->col = malloc(c->ncol * 4), c->dcol = malloc(c->ncol * 4);
     c->din = malloc(c->nin * 4), c->dw = malloc(c->nw * 4), c->db = malloc((size_t)g->f * 4);
     c->d = malloc(c->nout * 4);
@@ -161,10 +174,10 @@ static void conv_pass(ConvData *c, const float *in, const float *r, const ConvGe
     memcpy(c->d, r, c->nout * 4);
     if (relu) {
         conv2d_forward_relu(c->out, c->col, in, c->wt, c->bias, g, b);
-        conv2d_backward_relu(c->din, c->dw, c->db, c->dcol, c->d, c->out, c->col, c->wt, g, b, 0);
+        conv2d_backward_relu(c->din, c->dw, c->db, c->dcol, c->d, c->out, in, c->wt, g, b, 0);
     } else {
         conv2d_forward(c->out, c->col, in, c->wt, c->bias, g, b);
-        conv2d_backward(c->din, c->dw, c->db, c->dcol, c->d, c->col, c->wt, g, b);
+        conv2d_backward(c->din, c->dw, c->db, c->dcol, c->d, in, c->wt, g, b);
     }
 }
 
@@ -184,7 +197,7 @@ static void test_conv_relu_fused(void **s)
     activation_forward(c1.out, (size_t)b, row, ACT_RELU);
     memcpy(c1.d, c1.r, nout * 4);
     activation_backward(c1.d, c1.out, NULL, (size_t)b, row, ACT_RELU);
-    conv2d_backward(c1.din, c1.dw, c1.db, c1.dcol, c1.d, c1.col, c1.wt, &g, b);
+    conv2d_backward(c1.din, c1.dw, c1.db, c1.dcol, c1.d, c1.in, c1.wt, &g, b);
     conv_pass(&c2, c1.in, c1.r, &g, b, 1);
     int zeros = 0;
     for (size_t i = 0; i < nout; i++) {
@@ -204,12 +217,14 @@ static void test_conv_relu_fused(void **s)
  * outputs of 40 filters make blocks of 2, so 5 examples run as 2+2+1) gives what the
  * examples give one at a time: outputs and input gradients per example, kernel and bias
  * gradients summed over them; for the plain and the relu-fused convolution. */
-static void test_conv_blocks_equal_examples(void **s)
+/* A batch run in blocks of examples equals its examples run one by one, with each way
+ * of taking the input gradient: col2im (more filters than channels) and the turned
+ * kernel (layers.h). */
+static void conv_blocks_case(int hw, int ch, int f, int same)
 {
-    (void)s;
     ConvGeom g;
     const int b = 5;
-    assert_int_equal(conv_geom_init(&g, 30, 30, 2, 3, 3, 40, 1, 1, 0), 0);
+    assert_int_equal(conv_geom_init(&g, hw, hw, ch, 3, 3, f, 1, 1, same), 0);
     ConvData all = conv_data(&g, b, 11), one;
     conv_data_buffers(&one, &g, 1);
     one.wt = all.wt, one.bias = all.bias;
@@ -242,6 +257,13 @@ static void test_conv_blocks_equal_examples(void **s)
     one.wt = one.bias = NULL; /* all's */
     free(dws), free(dbs);
     conv_data_free(&all), conv_data_free(&one);
+}
+
+static void test_conv_blocks_equal_examples(void **s)
+{
+    (void)s;
+    conv_blocks_case(30, 2, 40, 0);
+    conv_blocks_case(20, 8, 6, 1);
 }
 
 static void test_conv_geometry(void **s)
@@ -1355,7 +1377,7 @@ static void *sync_rank_main(void *arg)
     const BnSync sync = {.sum = hub_sum, .ctx = r, .first = r->rank == 0};
     const size_t c = r->c;
     r->rc = batchnorm_forward_train_sync(r->out, r->st, r->st + c, r->st + 2 * c, r->x, r->gamma,
-                                         r->beta, r->rows, (int)c, 1e-3f, 0, &sync);
+                                         r->beta, r->rows, (int)c, 1e-3f, 0, &sync, NULL);
     if (!r->rc)
         r->rc = batchnorm_backward_sync(r->din, r->dg, r->db, r->dy, NULL, r->x, r->st,
                                         r->st + 2 * c, r->gamma, r->rows, (int)c, &sync);
@@ -1368,6 +1390,39 @@ static void *sync_rank_main(void *arg)
  * other as zeros; 3 sums a step (the forward's two, the backward's one). Within 1e-6 +
  * 1e-6 |value|: the sums are added in another order (in double). Each rank alone, not
  * synchronized, gives other outputs, which the comparison would catch. */
+/* A BatchNormalization after a Conv2D takes its statistics from the moments the
+ * convolution wrote per example (conv2d_forward_moments): the same statistics and output
+ * as its own two passes over the output, within the rounding of double sums, with and
+ * without the relu folded into the convolution. The input is offset from zero (a large
+ * bias), where a one-pass variance would lose digits. */
+static void test_conv_moments_batchnorm(void **s)
+{
+    (void)s;
+    ConvGeom g;
+    const int b = 5;
+    assert_int_equal(conv_geom_init(&g, 9, 7, 3, 3, 3, 6, 1, 1, 1), 0);
+    for (int relu = 0; relu < 2; relu++) {
+        ConvData cd = conv_data(&g, b, 17);
+        for (int j = 0; j < g.f; j++) cd.bias[j] += 50.0f * (float)(j + 1);
+        const size_t f = (size_t)g.f, rows = cd.nout / f;
+        double *mom = malloc((size_t)b * 2 * f * sizeof *mom);
+        conv2d_forward_moments(cd.out, mom, cd.col, cd.in, cd.wt, cd.bias, &g, b, relu);
+        float *st1 = malloc(3 * f * 4), *st2 = malloc(3 * f * 4), *o1 = malloc(cd.nout * 4),
+              *o2 = malloc(cd.nout * 4);
+        const BnMoments bm = {.v = mom, .examples = (size_t)b};
+        assert_int_equal(batchnorm_forward_train_sync(o1, st1, st1 + f, st1 + 2 * f, cd.out, NULL,
+                                                      NULL, rows, g.f, 1e-3f, 0, NULL, NULL),
+                         0);
+        assert_int_equal(batchnorm_forward_train_sync(o2, st2, st2 + f, st2 + 2 * f, cd.out, NULL,
+                                                      NULL, rows, g.f, 1e-3f, 0, NULL, &bm),
+                         0);
+        for (size_t j = 0; j < 3 * f; j++) assert_close_i(st1[j], st2[j], 1e-6f * fabsf(st1[j]), j);
+        for (size_t i = 0; i < cd.nout; i++) assert_close_i(o1[i], o2[i], 1e-5f, i);
+        free(mom), free(st1), free(st2), free(o1), free(o2);
+        conv_data_free(&cd);
+    }
+}
+
 static void test_batchnorm_synchronized(void **s)
 {
     (void)s;
@@ -1585,6 +1640,7 @@ int main(void)
         cmocka_unit_test(test_conv_relu_fused),
         cmocka_unit_test(test_conv_same_stride2),
         cmocka_unit_test(test_conv_same_even_kernel),
+        cmocka_unit_test(test_conv_dinput_turned_kernel),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_dropout),
@@ -1619,6 +1675,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm_against_keras),
         cmocka_unit_test(test_batchnorm_threads_relu),
         cmocka_unit_test(test_batchnorm_synchronized),
+        cmocka_unit_test(test_conv_moments_batchnorm),
         cmocka_unit_test(test_model_batchnorm_relu_fused),
     };
     return cmocka_run_group_tests_name("layers", tests, NULL, NULL);
