@@ -73,6 +73,9 @@ static volatile sig_atomic_t training_started;
 static volatile sig_atomic_t members_changed;
 /* Ends a live recovery's rendezvous wait: set with either flag above. */
 static volatile sig_atomic_t rendezvous_wake;
+/* The ring is being set up (attached and its state synced, after a rendezvous): a
+ * rank+1 that closes its connection meanwhile left the ring (RingOptions.watch_next). */
+static volatile int ring_setup;
 
 /* SIGTERM/SIGINT: once training runs, finish the step (the flag travels with the step
  * statistics, see train.h) or, for a survivor waiting for a replacement, end the wait
@@ -453,7 +456,7 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
     if (rc) return rc;
     util_log("rendezvous done in %.2fs: receiving from %s, sending to %s", util_now() - t0,
              ring.prev_name, ring.next_name);
-    RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S};
+    RingOptions ro = {.io_timeout_s = RING_IO_TIMEOUT_S, .watch_next = &ring_setup};
     *out = shm_wrap(ring_create(r->tf.rank, r->tf.world, &ring, &ro));
     return 0;
 }
@@ -1057,9 +1060,11 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
             nanosleep(&ts, NULL);
             continue;
         }
-        if (!(rc = trainer_attach_collective(t, c, e2, sizeof e2)) &&
-            !(rc = state_sync(t, r, e2, sizeof e2)))
-            break;
+        ring_setup = 1;
+        rc = trainer_attach_collective(t, c, e2, sizeof e2);
+        if (!rc) rc = state_sync(t, r, e2, sizeof e2);
+        ring_setup = 0;
+        if (!rc) break;
         util_log("live recovery: generation %u failed to form: %s; waiting again",
                  r->generation + 1, e2);
         disagree.what[0] = '\0'; /* the ring formed: its members agreed */
@@ -1245,17 +1250,24 @@ static int cmd_train(int argc, char **argv)
     signal(SIGUSR1, SIG_IGN); /* until training runs (recover) */
     Collective *coll = connect_collective(&cfg, &rec.tf, &rec);
 
-    Trainer *t;
-    if (trainer_create(&t, &cfg, coll, &code, err, sizeof err)) {
+    Trainer *t = NULL;
+    ring_setup = 1;
+    const int made = trainer_create(&t, &cfg, coll, &code, err, sizeof err);
+    if (made && !(t && rec.on)) {
+        trainer_free(t);
         coll_destroy(coll); /* the ring and its ports are closed before the exit */
         util_fail(code, "%s", err);
     }
-    /* a peer lost during the first sync: with live recovery, wait for it like a survivor */
-    if (state_sync(t, &rec, err, sizeof err)) {
+    /* a peer lost as the ring is set up or during the first sync (it left that ring: a
+     * grow whose members' lists still differ): with live recovery, wait for it like a
+     * survivor */
+    if (made || state_sync(t, &rec, err, sizeof err)) {
         char e2[1024];
+        ring_setup = 0;
         if (!rec.on) util_fail(KT_EXIT_RETRY, "state sync: %s", err);
         if (recover(t, &rec, err, &code, e2, sizeof e2)) util_fail(code, "%s", e2);
     }
+    ring_setup = 0;
     if (t->coll->rank == 0 && cfg.checkpoint_dir[0]) t->after_step = checkpoint_hook;
     t->stop_request = &stop_requested;
     if (rec.on) {

@@ -493,6 +493,8 @@ typedef struct SrcAddr {
 
 #define EXPECT_MAX 8
 
+enum { CLIENT_FINAL = 1, CLIENT_TAKEN = 2 };
+
 typedef struct Rendezvous {
     const TfConfig *tf;
     const NetJob *job;
@@ -500,7 +502,9 @@ typedef struct Rendezvous {
     double deadline;
     atomic_int abort_flag;
     atomic_int server_done;     /* accept_prev has returned: the client thread may end */
-    atomic_int client_final;    /* the client's result is in (next_fd or client_rc) */
+    /* the client's result is in (next_fd or client_rc): CLIENT_FINAL, then CLIENT_TAKEN
+     * once the accept loop has ended on it; 0 while the client dials (client_hold) */
+    atomic_int client_final;
     atomic_int prev_linked;     /* rank-1 has connected: no announcement is needed */
     atomic_int next_at_seq;     /* bumped when next_at changes: the client stops napping */
     int wake[2];                /* the client writes a byte when final; the accept loop polls */
@@ -802,7 +806,14 @@ static int pending_step(Rendezvous *rv, Pending *p, int have_prev, char *err, si
         return rc;
     }
     unsigned char ack[5] = {'K', 'T', 'H', '1', MSG_ACK};
-    if (send_frame_now(p->fd, ack, sizeof ack) < 0) return reject(rv, p, "closed before the ack");
+    /* Before the ACK: in a ring of two, rank 0 may form the ring and close the connection
+     * rank 1 dialed as soon as it has the ACK, which rank 1's client must not take for
+     * rank 0 leaving the attempt (client_hold). */
+    if (!p->announce) atomic_store(&rv->prev_linked, 1);
+    if (send_frame_now(p->fd, ack, sizeof ack) < 0) {
+        if (!p->announce) atomic_store(&rv->prev_linked, 0);
+        return reject(rv, p, "closed before the ack");
+    }
     /* In a ring of two rank-1 is rank+1: its ring connection says where it is too. */
     if (p->announce || prev == next) note_next_at(rv, p);
     return p->announce ? 2 : 1;
@@ -893,6 +904,15 @@ static void drop_closed_link(Rendezvous *rv, int *link, const char *from)
     atomic_store(&rv->prev_linked, 0);
 }
 
+/* Takes the client's result for the ring, once it is in: from then on client_hold no
+ * longer dials again. Returns whether it was in. */
+static int client_take(Rendezvous *rv)
+{
+    int final = CLIENT_FINAL;
+    return atomic_compare_exchange_strong(&rv->client_final, &final, CLIENT_TAKEN) ||
+           final == CLIENT_TAKEN;
+}
+
 /* Accepts connections until rank-1 authenticates and the client's result is in,
  * serving every handshake in progress as its bytes arrive, each bounded by the handshake
  * timeout: after rank-1's connection only announcements, which may still be what the
@@ -913,7 +933,7 @@ static int accept_prev(Rendezvous *rv, int listen_fd, char *err, size_t errlen)
         double now = util_now();
         reject_log_flush(rv, now, 0);
         drop_closed_link(rv, &link, link_from);
-        if (link >= 0 && (atomic_load(&rv->client_final) || now >= rv->deadline)) break;
+        if (link >= 0 && (client_take(rv) || now >= rv->deadline)) break;
         if (now >= rv->deadline) {
             int prev = (rv->job->rank + rv->job->world - 1) % rv->job->world;
             snprintf(err, errlen, "rank %d (%s:%d) did not connect within %.1f s%s%s", prev,
@@ -1221,10 +1241,50 @@ static void client_wait(Rendezvous *rv, double s, int *seq)
  * still get their challenge (answer_hellos). */
 static void client_done(Rendezvous *rv, int wake)
 {
-    atomic_store(&rv->client_final, 1);
+    atomic_store(&rv->client_final, CLIENT_FINAL);
     char b = 1;
     ssize_t w = wake ? write(rv->wake[1], &b, 1) : 0; /* a full pipe has woken it already */
     (void)w;
+}
+
+/* Rank+1 ACKed this worker's connection. Until the accept loop takes it for the ring
+ * (client_take), watches it: rank+1 closing it has left that attempt after its ACK (its
+ * members file changed, a peer of its own disagreed, its state sync failed) and will
+ * wait in its next attempt for a new connection from this worker; one that formed the
+ * ring on the dead link instead would leave rank+1 waiting out its deadline
+ * (docs/design.md, "Rendezvous"). Meanwhile resolves rank-1's name for the accept loop
+ * until it has an address. Returns 1 when it took the result back to dial again (logged),
+ * 0 when the rendezvous is over or the accept loop took it. In a ring of two rank 0
+ * closes the connection rank 1 dialed once the ring forms (ring_create): rank 1 takes a
+ * close for rank 0 leaving only while rank 0's own connection is not its ring link. */
+static int client_hold(Rendezvous *rv, const char *peer)
+{
+    const int spare = rv->job->world == 2 && rv->job->rank == 1;
+    double resolved = 0;
+    while (!atomic_load(&rv->server_done) && !atomic_load(&rv->abort_flag) &&
+           util_now() < rv->deadline) {
+        if (link_closed(rv->next_fd) && !(spare && atomic_load(&rv->prev_linked))) {
+            int final = CLIENT_FINAL;
+            if (!atomic_compare_exchange_strong(&rv->client_final, &final, 0)) return 0;
+            util_log("%s closed this worker's connection after its handshake (it left that "
+                     "attempt); connecting again",
+                     peer);
+            close(rv->next_fd);
+            rv->next_fd = -1;
+            rv->client_rc = -ETIMEDOUT;
+            return 1;
+        }
+        pthread_mutex_lock(&rv->lock);
+        int have = rv->nexpect;
+        pthread_mutex_unlock(&rv->lock);
+        if (!have && util_now() - resolved >= 0.5) {
+            resolve_prev(rv);
+            resolved = util_now();
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
 }
 
 static void *client_main(void *arg)
@@ -1245,58 +1305,50 @@ static void *client_main(void *arg)
     double backoff = 0.05;
     int dns_logged = 0, seq = 0, announced_logged = 0;
     rv->client_rc = -ETIMEDOUT;
-    while (!atomic_load(&rv->abort_flag) && util_now() < rv->deadline) {
-        resolve_prev(rv);
-        /* The address rank+1 announced first: its name may not resolve yet, or still to
-         * the address of a process that is gone. */
-        SrcAddr at;
-        int fd = connect_announced(rv, p, &at);
-        int announced = fd >= 0;
-        if (announced && !announced_logged) {
-            char a[INET6_ADDRSTRLEN] = "?";
-            inet_ntop(at.family, at.a, a, sizeof a);
-            util_log("connecting to %s at %s, the address it announced", peer, a);
-            announced_logged = 1;
-        }
-        int unpublished = 0;
-        if (fd == -EAGAIN)
-            fd = connect_once(rv, p, &rv->next_probe, &dns_logged, &rv->abort_flag, 1);
-        if (fd == -ENOENT) unpublished = 1, fd = -EAGAIN;
-        if (fd == -ECANCELED) break;
-        if (fd >= 0) {
-            int rc = client_handshake(rv, &d, fd, peer);
-            if (rc == 0) {
-                rv->next_fd = fd;
-                rv->client_rc = 0;
-                break;
-            }
-            close(fd);
-            if (rc == -EAGAIN && announced) forget_next_at(rv, &at);
-            if (rc != -EAGAIN) {
-                if (rc != -ECANCELED) rv->client_rc = rc;
-                break;
-            }
-        }
-        /* not up yet, dropped, or the wrong party answered: try again (at once when
-         * rank+1 announces itself meanwhile; every 0.25 s at most while the cluster DNS
-         * has no record, which comes in a moment) */
-        client_wait(rv, unpublished && backoff > 0.25 ? 0.25 : backoff, &seq);
-        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
-    }
-    if (rv->client_rc == 0) {
-        client_done(rv, 1);
-        /* The accept loop still wants rank-1's addresses until rank-1 has come. */
-        for (;;) {
-            pthread_mutex_lock(&rv->lock);
-            int have = rv->nexpect;
-            pthread_mutex_unlock(&rv->lock);
-            if (have || atomic_load(&rv->server_done) || atomic_load(&rv->abort_flag) ||
-                util_now() >= rv->deadline)
-                break;
-            client_nap(rv, 0.5);
+    /* dials until rank+1 ACKs, and again when it leaves that attempt (client_hold) */
+    for (;;) {
+        while (!atomic_load(&rv->abort_flag) && util_now() < rv->deadline) {
             resolve_prev(rv);
+            /* The address rank+1 announced first: its name may not resolve yet, or still to
+             * the address of a process that is gone. */
+            SrcAddr at;
+            int fd = connect_announced(rv, p, &at);
+            int announced = fd >= 0;
+            if (announced && !announced_logged) {
+                char a[INET6_ADDRSTRLEN] = "?";
+                inet_ntop(at.family, at.a, a, sizeof a);
+                util_log("connecting to %s at %s, the address it announced", peer, a);
+                announced_logged = 1;
+            }
+            int unpublished = 0;
+            if (fd == -EAGAIN)
+                fd = connect_once(rv, p, &rv->next_probe, &dns_logged, &rv->abort_flag, 1);
+            if (fd == -ENOENT) unpublished = 1, fd = -EAGAIN;
+            if (fd == -ECANCELED) break;
+            if (fd >= 0) {
+                int rc = client_handshake(rv, &d, fd, peer);
+                if (rc == 0) {
+                    rv->next_fd = fd;
+                    rv->client_rc = 0;
+                    break;
+                }
+                close(fd);
+                if (rc == -EAGAIN && announced) forget_next_at(rv, &at);
+                if (rc != -EAGAIN) {
+                    if (rc != -ECANCELED) rv->client_rc = rc;
+                    break;
+                }
+            }
+            /* not up yet, dropped, or the wrong party answered: try again (at once when
+             * rank+1 announces itself meanwhile; every 0.25 s at most while the cluster DNS
+             * has no record, which comes in a moment) */
+            client_wait(rv, unpublished && backoff > 0.25 ? 0.25 : backoff, &seq);
+            backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
         }
-        return NULL;
+        if (rv->client_rc != 0) break;
+        client_done(rv, 1);
+        if (!client_hold(rv, peer)) return NULL;
+        backoff = 0.05;
     }
     if (rv->client_rc == -ETIMEDOUT)
         snprintf(rv->client_err, sizeof rv->client_err, "could not reach %s within %.1f s%s%s",

@@ -27,6 +27,7 @@ typedef struct Ring {
     int spare_fd;
     char prev_name[NET_NAME_MAX], next_name[NET_NAME_MAX];
     double io_timeout_s;
+    const volatile int *watch_next; /* RingOptions.watch_next */
     size_t seg_bytes;
     uint64_t seq;
     float *stage; /* one received segment waiting to be added */
@@ -337,14 +338,22 @@ static int run_loop(Plan *p, uint32_t hdr_op, char *err, size_t errlen)
                         OP_NAMES[p->op], want_recv ? "no data" : "it accepted no data",
                         r->io_timeout_s);
         }
-        struct pollfd pf[3];
-        int np = 0;
+        struct pollfd pf[4];
+        int np = 0, hup = -1;
         if (want_recv) pf[np++] = (struct pollfd){.fd = r->prev_fd, .events = POLLIN};
         if (want_send) pf[np++] = (struct pollfd){.fd = r->next_fd, .events = POLLOUT};
+        if (r->watch_next && *r->watch_next && r->next_fd != r->prev_fd) {
+            hup = np;
+            pf[np++] = (struct pollfd){.fd = r->next_fd, .events = POLLRDHUP};
+        }
         if (p->threaded) pf[np++] = (struct pollfd){.fd = r->wake[0], .events = POLLIN};
         int ms = (int)((r->io_timeout_s - (now - last)) * 1000) + 1;
         if (poll(pf, (nfds_t)np, ms) < 0 && errno != EINTR)
             return fail(r, -errno, err, errlen, "poll: %s", strerror(errno));
+        if (hup >= 0 && (pf[hup].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return fail(r, -ECONNRESET, err, errlen,
+                        "lost %s during %s: it closed the connection (it left this ring)",
+                        r->next_name, OP_NAMES[p->op]);
         if (p->threaded && (pf[np - 1].revents & POLLIN)) {
             char b;
             if (read(r->wake[0], &b, 1) == 1) return -ECANCELED; /* the sender's error wins */
@@ -481,6 +490,7 @@ Collective *ring_create(int rank, int world, const NetRing *conn, const RingOpti
     snprintf(r->prev_name, sizeof r->prev_name, "%s", conn->prev_name);
     snprintf(r->next_name, sizeof r->next_name, "%s", conn->next_name);
     r->io_timeout_s = opt && opt->io_timeout_s > 0 ? opt->io_timeout_s : 10.0;
+    r->watch_next = opt ? opt->watch_next : NULL;
     r->seg_bytes = opt && opt->segment_bytes >= sizeof(float) ? opt->segment_bytes : 1u << 20;
     r->seg_bytes -= r->seg_bytes % sizeof(float);
     r->stage = xmalloc(r->seg_bytes);

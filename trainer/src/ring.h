@@ -28,6 +28,13 @@ typedef struct RingOptions {
     size_t segment_bytes;    /* pipelining unit; 0: 1 MiB */
     size_t thread_min_bytes; /* all-reduces this large use the send thread; 0: 1 MiB,
                                 SIZE_MAX: never (one thread does everything) */
+    /* While *watch_next is nonzero (NULL: never), an operation also fails when rank+1
+     * closes its connection, though this rank only waits to receive: rank+1 left the
+     * ring (in a ring of three or more that connection carries nothing back, so a
+     * failure reaches rank-1 only so). For the ring's setup (the first operations
+     * after a rendezvous, which every rank completes before any leaves); not later,
+     * when rank+1 may close first having finished the ring's last operation. */
+    const volatile int *watch_next;
 } RingOptions;
 
 /* Returns the ring collective for `rank` of `world` over the connections in *conn

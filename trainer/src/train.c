@@ -229,8 +229,11 @@ int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit
     }
 #endif
     if ((rc = trainer_attach_collective(t, coll, err, errlen))) {
+        /* the ring failed as the ranks set it up (a peer left it): the trainer stands, for
+         * the caller to form another ring (live recovery) or free it */
         *exit_code = KT_EXIT_RETRY;
-        goto err;
+        *out = t;
+        return rc;
     }
     *out = t;
     return 0;

@@ -140,7 +140,10 @@ int trainer_create_model(Model **out, const Config *cfg, int world, int *exit_co
 
 /* Builds the model, optimizer, datasets and pipeline for cfg on collective coll (which
  * must outlive the trainer). Returns 0, or a negative errno with one line in err and
- * *exit_code set to KT_EXIT_USAGE or KT_EXIT_DATA. Free with trainer_free. */
+ * *exit_code set to KT_EXIT_USAGE or KT_EXIT_DATA; or, when the collective fails as the
+ * trainer attaches it (trainer_attach_collective: a peer left the ring), KT_EXIT_RETRY
+ * with *out the trainer all the same, coll its collective, for the caller to form
+ * another ring (live recovery) or to free. Free with trainer_free. */
 int trainer_create(Trainer **out, const Config *cfg, Collective *coll, int *exit_code, char *err,
                    size_t errlen);
 

@@ -118,9 +118,8 @@ static inline void *cluster_shared(size_t n)
 /* In a child: rendezvous as `rank` of c with the given job secret and return its
  * ring (RingOptions from the other arguments), or NULL with err filled. The rendezvous
  * timeouts are scaled by KT_TEST_TIME_SCALE; io_timeout_s is taken as given. */
-static inline Collective *cluster_ring(const Cluster *c, int rank, const char *secret,
-                                       double io_timeout_s, size_t segment_bytes,
-                                       size_t thread_min_bytes, char *err, size_t errlen)
+static inline Collective *cluster_ring_opts(const Cluster *c, int rank, const char *secret,
+                                            const RingOptions *ro, char *err, size_t errlen)
 {
     TfConfig tf;
     cluster_tfconfig(c, rank, &tf);
@@ -138,10 +137,17 @@ static inline Collective *cluster_ring(const Cluster *c, int rank, const char *s
     tfconfig_free(&tf);
     close(c->listen_fd[rank]);
     if (rc < 0) return NULL;
+    return ring_create(rank, c->world, &conn, ro);
+}
+
+static inline Collective *cluster_ring(const Cluster *c, int rank, const char *secret,
+                                       double io_timeout_s, size_t segment_bytes,
+                                       size_t thread_min_bytes, char *err, size_t errlen)
+{
     RingOptions ro = {.io_timeout_s = io_timeout_s,
                       .segment_bytes = segment_bytes,
                       .thread_min_bytes = thread_min_bytes};
-    return ring_create(rank, c->world, &conn, &ro);
+    return cluster_ring_opts(c, rank, secret, &ro, err, errlen);
 }
 
 #endif

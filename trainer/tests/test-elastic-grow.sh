@@ -4,7 +4,9 @@
 # with its address (`0,1,2=127.0.0.1:PORT`), the new worker starts with a TF_CONFIG of the
 # larger cluster, and they form one ring at a step boundary. 2 workers whose TF_CONFIG
 # names 2 grow to 3: no survivor restarted, no checkpoint read, every step's loss that of
-# the undisturbed run within the tolerance of test-elastic.sh, one weights hash. A worker
+# the undisturbed run within the tolerance of test-elastic.sh, one weights hash. 2
+# workers whose TF_CONFIG names 3 grow to 4 with the two new workers started together and
+# every file changed at its own time (the local cluster's kubectl scale 2 -> 4). A worker
 # whose TF_CONFIG names itself alone grows to 2 the same way. Lists that name an index
 # past TF_CONFIG without its address, an index past the handshake's limit, or another
 # address for an index TF_CONFIG names exit 2 naming the file.
@@ -122,6 +124,63 @@ print("%.1e" % max(abs(x - y) / abs(y) for x, y in zip(a, b)))' "$(losses "$tmp/
 else
   tap_fail "2 -> 3 past TF_CONFIG: losses" \
     "$(losses "$tmp/grow.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+fi
+
+# --- 2 -> 4 past TF_CONFIG, two new workers at once ----------------------------------
+# The local cluster's `kubectl scale` 2 -> 4 (issue 46): workers 0 and 1, whose TF_CONFIG
+# names 3, train as a ring of 2; workers 2 and 3 start together with a TF_CONFIG of 4,
+# each naming the members and itself (0,1,2 and 0,1,3, as the operator makes them); the
+# survivors' files say 0,1,2 and, 0.4 s later, 0,1,2,3 with index 3's address, worker 1's
+# 0.2 s after worker 0's (held meanwhile, so that they take up the ring of 4 in one
+# regroup, as the cluster's did); worker 3's file names 0,1,2,3 a second later, worker
+# 2's only 4 s after that (the kubelet syncs each pod on its own). Until then worker 2's
+# attempts of 0,1,2 end the others' attempts of 0,1,2,3, so rank 0 ACKs worker 3's
+# connection and then leaves that attempt: worker 3 must dial it again. Without that it
+# formed its ring on the dead link, rank 0 waited for it to its deadline and the group
+# restarted.
+base=$(free_ports 4)
+for i in 0 1; do members_write "$tmp/four-$i" "0,1"; worker four "$i" 3; done
+wait_for 120 test -e "$tmp/four.ck/ckpt-10.kt"
+kill -STOP "${wpids[0]}" "${wpids[1]}"
+members_write "$tmp/four-2" "0,1,2"
+members_write "$tmp/four-3" "0,1,3"
+worker four 2 4
+worker four 3 4
+four_list="0,1,2,3=127.0.0.1:$((base + 3))"
+members_write "$tmp/four-0" "0,1,2"; sleep 0.2; members_write "$tmp/four-1" "0,1,2"
+sleep 0.2
+members_write "$tmp/four-0" "$four_list"; sleep 0.2; members_write "$tmp/four-1" "$four_list"
+kill -CONT "${wpids[0]}" "${wpids[1]}"
+sleep 1
+members_write "$tmp/four-3" "0,1,2,3"
+sleep 4
+members_write "$tmp/four-2" "0,1,2,3"
+for i in 0 1 2 3; do finish "${wpids[$i]}"; got[i]=$rc; done
+bad=()
+[[ ${got[*]} == "0 0 0 0" ]] || bad+=("exit codes ${got[*]}")
+for i in 0 1; do
+  grep -q "elastic: growing from 2 to 4 workers (TF_CONFIG indices 0,1,2,3) in generation 2" \
+    "$tmp/four-$i.err" || bad+=("worker $i: no 'growing from 2 to 4' line")
+done
+for i in 2 3; do
+  grep -q "joined generation 2: state of step [0-9]* received from rank 0, no checkpoint read" \
+    "$tmp/four-$i.err" || bad+=("worker $i did not join generation 2")
+done
+grep -q "resuming from" "$tmp"/four-[0-3].err && bad+=("a checkpoint was read")
+[[ $(hashes "$tmp"/four-[0-3].out | wc -l) -eq 1 ]] || bad+=("the workers' weights differ")
+[[ -e $tmp/four.json && -e $tmp/ref.json ]] &&
+  close "$(losses "$tmp/four.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL" ||
+  bad+=("losses not within $LOSS_TOL of the undisturbed run")
+redials=$(cat "$tmp"/four-[0-3].err | grep -c "closed this worker's connection after its handshake")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  tap_ok "2 -> 4 past TF_CONFIG with workers 2 and 3 started together and their files \
+changed at their own times: all exit 0, no survivor restarted, no checkpoint read, one \
+weights hash, every loss within $LOSS_TOL ($redials dial(s) again after a peer left an \
+attempt it had ACKed)"
+else
+  tap_fail "2 -> 4 past TF_CONFIG, two new workers at once" \
+    "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' \
+      "$tmp"/four-[0-3].err | tail -n 16)"
 fi
 
 # --- 1 -> 2 past TF_CONFIG --------------------------------------------------------------

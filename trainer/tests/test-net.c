@@ -707,8 +707,9 @@ typedef struct FakePeer {
     const char *secret;
     uint32_t rank;        /* the rank it claims */
     double proof_delay_s; /* between the CHALLENGE and its PROOF */
-    /* after the ACK, hold the connection until the server closes it (at most 15 s), as a
-     * rank 0 whose ring this is does; 0: close it at once, as one that left the attempt */
+    /* after the ACK, hold the connection until the other side closes it (at most 15 s),
+     * as a rank 0 whose ring this is does; 0: close it at once, as one that left the
+     * attempt (which a dialer answers by dialing again) */
     int hold;
     volatile double *acked_at; /* when set: util_now() at the ACK */
 } FakePeer;
@@ -787,8 +788,8 @@ out:
     return rc;
 }
 
-/* The server half: answers one connection accepted on lfd, waiting for it at most 5 s.
- * Returns 1 when it ACKed. */
+/* The server half: answers one connection accepted on lfd, waiting for it at most 5 s,
+ * and holds it after the ACK as fp says. Returns 1 when it ACKed. */
 static int fake_serve_one(int lfd, const FakePeer *fp)
 {
     struct pollfd pl = {.fd = lfd, .events = POLLIN};
@@ -810,6 +811,10 @@ static int fake_serve_one(int lfd, const FakePeer *fp)
     if (memcmp(mac, proof + 5, 32) != 0) goto out;
     const unsigned char ack[5] = {'K', 'T', 'H', '1', 4};
     rc = raw_send_frame(fd, ack, sizeof ack) == 0;
+    if (rc == 1 && fp->hold) {
+        recv_timeout(fd, scaled(15));
+        while (recv(fd, proof, sizeof proof, 0) > 0) continue;
+    }
 out:
     close(fd);
     return rc;
@@ -909,7 +914,7 @@ static void flood_beside_a_pair(const char *src, int hello, double proof_delay_s
     pid_t sv = fork();
     if (sv == 0) {
         close(c.listen_fd[1]);
-        FakePeer fp = {.secret = "k", .rank = 0};
+        FakePeer fp = {.secret = "k", .rank = 0, .hold = 1};
         double end = util_now() + rendezvous_s;
         while (util_now() < end && !fake_serve_one(c.listen_fd[0], &fp)) {
         }
@@ -1094,6 +1099,50 @@ static void test_closed_prev_link_is_not_the_ring(void **state)
         assert_close_i(res[r].sum, 3.0f, 0, r);
     }
     const char *want = "was closed after its handshake (it left that attempt)";
+    if (!file_contains(log0, want)) fail_msg("rank 0's log has no \"%s\"", want);
+    unlink(log0), rmdir(dir);
+    free_results(res);
+}
+
+/* The mirror of the above: rank 1 ACKs rank 0's connection and then leaves that attempt
+ * (closes it), while rank 0 still waits for rank 1's own connection. Rank 0 must dial
+ * again: a ring formed on the closed link would leave rank 1, back in its next attempt,
+ * waiting for a connection that never comes (seen on the local cluster in a ring of 4
+ * whose rank 0 left after the ACK: issue 46's grow past TF_CONFIG). */
+static void test_closed_next_link_is_dialed_again(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kt-test-net-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char log0[64];
+    snprintf(log0, sizeof log0, "%s/rank0.log", dir);
+    Cluster c;
+    NetResult *res = cluster_shared(sizeof(NetResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, 2), 0);
+    NetArg a = {.res = res,
+                .secret = {"k", "k"},
+                .rendezvous_timeout_s = scaled(15),
+                .handshake_timeout_s = scaled(2),
+                .log_path = {log0, NULL}};
+    /* rank 1's first attempt, on its port: it ACKs rank 0's connection and leaves */
+    pid_t left = fork();
+    if (left == 0) {
+        close(c.listen_fd[0]);
+        FakePeer rank1 = {.secret = "k", .rank = 1};
+        _exit(fake_serve_one(c.listen_fd[1], &rank1) == 1 ? 0 : 1);
+    }
+    cluster_start(&c, 0, net_rank, &a);
+    int st = -1;
+    waitpid(left, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* it ACKed rank 0 */
+    cluster_start(&c, 1, net_rank, &a);
+    assert_int_equal(cluster_wait(&c, scaled(30)), 0);
+    for (int r = 0; r < 2; r++) {
+        if (res[r].rc != 0) fail_msg("rank %d: %s", r, res[r].err);
+        assert_close_i(res[r].sum, 3.0f, 0, r);
+    }
+    const char *want = "closed this worker's connection after its handshake (it left that "
+                       "attempt); connecting again";
     if (!file_contains(log0, want)) fail_msg("rank 0's log has no \"%s\"", want);
     unlink(log0), rmdir(dir);
     free_results(res);
@@ -1301,6 +1350,7 @@ int main(void)
         cmocka_unit_test(test_wrong_party_at_the_peer_address_is_retried),
         cmocka_unit_test(test_wrong_rank_connecting_is_refused),
         cmocka_unit_test(test_closed_prev_link_is_not_the_ring),
+        cmocka_unit_test(test_closed_next_link_is_dialed_again),
         cmocka_unit_test(test_flood_of_connects_does_not_evict_the_peer),
         cmocka_unit_test(test_hello_flood_from_a_stranger_address_does_not_evict_the_peer),
         cmocka_unit_test(test_listen_on_own_address),

@@ -378,6 +378,65 @@ static void test_peer_lost_single_thread(void **state)
     check_failure_opts(2, 1, SIGSTOP, SIZE_MAX);
 }
 
+/* RingOptions.watch_next: in a ring of 3, rank 0 leaves at once (its ring closed), rank
+ * 1 stays silent for 3 s, rank 2 waits in a broadcast from rank 1. With the watch rank 2
+ * fails as soon as rank 0, its rank+1, is gone, naming it; without it only when rank 1
+ * leaves too (what its rank-1 would wait for while rank 0 waited for rank 2 in its next
+ * rendezvous: issue 46's stalled grow). */
+static volatile int watch_on = 1;
+
+static void watch_rank(const Cluster *c, int rank, void *argp)
+{
+    RingArg *a = argp;
+    RankResult *r = &a->res[rank];
+    RingOptions ro = {.io_timeout_s = scaled(20), .watch_next = &watch_on};
+    Collective *coll = cluster_ring_opts(c, rank, SECRET, &ro, r->err, sizeof r->err);
+    if (!coll) {
+        r->rc = -1;
+        return;
+    }
+    r->t_enter = util_now();
+    if (rank == 1) nap(scaled(3));
+    if (rank == 2) {
+        int x = 0;
+        r->rc = coll_broadcast(coll, &x, sizeof x, 1, r->err, sizeof r->err);
+    }
+    r->t_exit = util_now();
+    coll_destroy(coll);
+}
+
+static double watch_case(int on, char *err, size_t errlen)
+{
+    Cluster c;
+    RankResult *res = cluster_shared(sizeof(RankResult) * CLUSTER_MAX);
+    assert_int_equal(cluster_listen(&c, 3), 0);
+    watch_on = on;
+    RingArg a = {.res = res, .victim = -1};
+    for (int r = 0; r < 3; r++) cluster_start(&c, r, watch_rank, &a);
+    assert_int_equal(cluster_wait(&c, scaled(30)), 0);
+    assert_int_not_equal(res[2].rc, 0); /* rank 1 never sends */
+    snprintf(err, errlen, "%s", res[2].err);
+    double dt = res[2].t_exit - res[2].t_enter;
+    munmap(res, sizeof(RankResult) * CLUSTER_MAX);
+    return dt;
+}
+
+static void test_watch_next_sees_rank_plus_one_leave(void **state)
+{
+    (void)state;
+    char err[512];
+    double dt = watch_case(1, err, sizeof err);
+    print_message("# watched: rank 2 failed after %.2f s: %s\n", dt, err);
+    assert_non_null(strstr(err, "lost rank 0"));
+    assert_non_null(strstr(err, "it left this ring"));
+    if (dt > scaled(1.5))
+        fail_msg("rank 2 took %.2f s to see rank 0 leave, want <= %g", dt, scaled(1.5));
+    dt = watch_case(0, err, sizeof err);
+    print_message("# not watched: rank 2 failed after %.2f s: %s\n", dt, err);
+    assert_non_null(strstr(err, "lost rank 1"));
+    assert_true(dt >= 2.5);
+}
+
 static void mismatch_rank(const Cluster *c, int rank, void *argp)
 {
     RingArg *a = argp;
@@ -500,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_peer_silent),
         cmocka_unit_test(test_peer_lost_single_thread),
+        cmocka_unit_test(test_watch_next_sees_rank_plus_one_leave),
     };
     return cmocka_run_group_tests_name("ring", tests, NULL, NULL);
 }
