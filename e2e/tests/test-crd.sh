@@ -114,6 +114,7 @@ rejected "port above 65535" spec.port '' '{port: 70000}'
 rejected "nccl without GPUs (cross-field rule)" spec.collective "gpusPerWorker" '{collective: nccl}'
 rejected "unknown built-in model" spec.model '' '{model: resnet50}'
 rejected "inline model without layers" spec.model '' '{model: {name: mnist}}'
+rejected "Keras model JSON without config" spec.model '' '{model: {class_name: Sequential}}'
 rejected "model of the wrong type" spec.model '' '{model: 7}'
 rejected "cleanPodPolicy not in the enum" spec.cleanPodPolicy '' '{cleanPodPolicy: Some}'
 rejected "successPolicy not in the enum" spec.successPolicy '' '{successPolicy: AnyWorker}'
@@ -191,6 +192,18 @@ EOF
 got=$(k get tj inline -o 'jsonpath={.spec.model.layers[1].units}')
 if [ "$got" = 10 ]; then tap_ok "the inline model is stored unpruned"
 else tap_fail "the inline model is stored unpruned" "layers[1].units = '$got'"; fi
+tap_check "a Keras model's to_json() inline is accepted" k create -f - <<'EOF'
+apiVersion: kubetrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: keras-inline}
+spec:
+  workers: 1
+  model: {"class_name": "Sequential", "config": {"name": "m", "layers": [{"class_name": "Dense",
+    "config": {"units": 10, "activation": "softmax"}}]}, "keras_version": "3.15.1"}
+EOF
+got=$(k get tj keras-inline -o 'jsonpath={.spec.model.config.layers[0].config.units} {.spec.model.keras_version}')
+if [ "$got" = "10 3.15.1" ]; then tap_ok "the Keras model is stored unpruned"
+else tap_fail "the Keras model is stored unpruned" "got '$got'"; fi
 tap_check "training.export out/model.keras with a checkpoint claim is accepted" \
   k create -f - <<'EOF'
 apiVersion: kubetrain.dev/v1alpha1

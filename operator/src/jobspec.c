@@ -457,9 +457,14 @@ int jobspec_parse(const cJSON *job, JobSpec *s, char *err, size_t errlen)
     } else if (cJSON_IsObject(model) && cJSON_IsArray(jsonx_at(model, "layers")) &&
                cJSON_GetArraySize(jsonx_at(model, "layers")) > 0) {
         s->model_inline = model;
+    } else if (cJSON_IsObject(model) && cJSON_IsString(jsonx_at(model, "class_name")) &&
+               cJSON_IsObject(jsonx_at(model, "config"))) {
+        /* Keras's model.to_json(): the trainer reads it and names what it refuses */
+        s->model_inline = model;
     } else {
-        FAIL("spec.model: expected a built-in model name or an object with a non-empty "
-             "layers array");
+        FAIL("spec.model: expected a built-in model name, an object with a non-empty "
+             "layers array, or a Keras model's to_json() (an object with class_name and "
+             "config)");
     }
 
     if (jsonx_at(spec, "dataset") && !cJSON_IsObject(jsonx_at(spec, "dataset")))

@@ -947,6 +947,9 @@ static void test_invalid_spec(void **state)
         "{\"image\":\"tf:1\",\"command\":[]}",
         "{\"image\":\"tf:1\",\"command\":\"python3 mwms.py\"}",
         "{\"image\":\"tf:1\",\"command\":[\"python3\"],\"args\":[2]}",
+        "{\"workers\":1,\"model\":{\"name\":\"mnist\"}}",
+        "{\"workers\":1,\"model\":{\"class_name\":\"Sequential\"}}", /* no config */
+        "{\"workers\":1,\"model\":{\"class_name\":7,\"config\":{}}}",
         "[]",
     };
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
@@ -2802,6 +2805,32 @@ static const char *arg_after(const cJSON *pod, const char *flag)
             return a->next->valuestring;
     }
     return "(none)";
+}
+
+/* A Keras model's to_json() inline in spec.model (issue #44): taken as an inline model,
+ * its JSON in the Secret's model.json, which the trainer is given as --model. */
+static void test_keras_model_inline(void **state)
+{
+    (void)state;
+    static const char spec[] =
+        "{\"workers\":1,\"model\":{\"class_name\":\"Sequential\",\"config\":{\"name\":"
+        "\"m\",\"layers\":[{\"class_name\":\"Dense\",\"config\":{\"units\":10}}]}}}";
+    Fixture f = {.job = job_new(spec, NULL)};
+    JobSpec s;
+    char err[256];
+    assert_int_equal(jobspec_parse(f.job, &s, err, sizeof err), 0);
+    assert_ptr_equal(s.model_inline, jsonx_at(f.job, "spec.model"));
+    fx_run(&f, NOW);
+    const cJSON *sec = find_action(&f, ACTION_CREATE_SECRET, "mnist-secret-")->object;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(jsonx_at(sec, "data"), SECRET_MODEL);
+    assert_true(cJSON_IsString(m) && *m->valuestring);
+    fx_free(&f);
+    f = (Fixture){.job = job_new(spec, NULL)};
+    fx_with_support(&f);
+    fx_run(&f, NOW);
+    const cJSON *pod = find_action(&f, ACTION_CREATE_POD, "mnist-worker-0")->object;
+    assert_string_equal(arg_after(pod, "--model"), MODEL_MOUNT_DIR "/" SECRET_MODEL);
+    fx_free(&f);
 }
 
 #define ESPEC3                                                                                     \
@@ -5298,6 +5327,7 @@ int main(void)
         cmocka_unit_test(test_workers_change_restarts_group),
         cmocka_unit_test(test_stale_and_foreign_pods),
         cmocka_unit_test(test_secret_is_never_adopted),
+        cmocka_unit_test(test_keras_model_inline),
         cmocka_unit_test(test_invalid_spec),
         cmocka_unit_test(test_malformed_pods_do_not_crash),
         cmocka_unit_test(test_template_merge_gpus_domain),
