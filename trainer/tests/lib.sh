@@ -151,3 +151,26 @@ emul_trainers() {
     "missing $BIN or $CPU (make test builds both)"
   return 1
 }
+
+# members_write DIR LIST: DIR/members (a symlink to ..data/members) says LIST from now on,
+# changed as the kubelet changes a downwardAPI volume: the file in a new directory, the
+# ..data symlink to it replaced by a rename, the old directory removed. No trailing
+# newline, as the kubelet writes an annotation.
+members_write() {
+  local dir=$1 list=$2 old new
+  old=$(readlink "$dir/..data" 2>/dev/null)
+  new=..$(date +%s%N)
+  mkdir -p "$dir/$new" && printf '%s' "$list" >"$dir/$new/members"
+  ln -s "$new" "$dir/..data_tmp" && mv -T "$dir/..data_tmp" "$dir/..data"
+  [[ -L $dir/members ]] || ln -s ..data/members "$dir/members"
+  [[ -z $old ]] || rm -rf "${dir:?}/$old"
+}
+wait_for() { # seconds cmd...: polls cmd every 0.05 s
+  local end=$((SECONDS + $1)); shift
+  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
+}
+# finish PID: waits up to 120 s for it; its exit code in rc (124: it hung and was killed).
+finish() {
+  if wait_for 120 bash -c "! kill -0 $1 2>/dev/null"; then wait "$1"; rc=$?
+  else kill -9 "$1"; rc=124; fi
+}

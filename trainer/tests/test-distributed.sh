@@ -111,10 +111,6 @@ start_launch() { # out err args...
 worker_pid() { # err index: the newest pid the launcher reported for worker i
   sed -n "s/.*launch: worker $2: pid \([0-9]*\),.*/\1/p" "$1" | tail -1
 }
-wait_for() { # seconds cmd...: polls cmd every 0.05 s
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
-}
 ck=$tmp/ck-kill
 # The kill must land before the last all-reduce (12 steps of tens of ms each): after the
 # checkpoint of step 2, 4 or 6, plus 0-90 ms into the next step.

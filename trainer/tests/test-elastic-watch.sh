@@ -33,28 +33,6 @@ skip_without_data "the members file watched" "$DATA"
 # test-elastic.sh's bound for runs that change size on the way (docs/design.md).
 LOSS_TOL=1e-4
 
-# members_write DIR LIST: DIR/members (a symlink to ..data/members) says LIST from now on,
-# changed as the kubelet changes a downwardAPI volume: the file in a new directory, the
-# ..data symlink to it replaced by a rename, the old directory removed. No trailing
-# newline, as the kubelet writes an annotation.
-members_write() {
-  local dir=$1 list=$2 old new
-  old=$(readlink "$dir/..data" 2>/dev/null)
-  new=..$(date +%s%N)
-  mkdir -p "$dir/$new" && printf '%s' "$list" >"$dir/$new/members"
-  ln -s "$new" "$dir/..data_tmp" && mv -T "$dir/..data_tmp" "$dir/..data"
-  [[ -L $dir/members ]] || ln -s ..data/members "$dir/members"
-  [[ -z $old ]] || rm -rf "${dir:?}/$old"
-}
-wait_for() { # seconds cmd...: polls cmd every 0.05 s
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
-}
-# finish PID: waits up to 120 s for it; its exit code in rc (124: it hung and was killed).
-finish() {
-  if wait_for 120 bash -c "! kill -0 $1 2>/dev/null"; then wait "$1"; rc=$?
-  else kill -9 "$1"; rc=124; fi
-}
 
 args=(--model tutorial-cnn --epochs 1 --steps-per-epoch 50 --lr 0.05 --global-batch 26
       --checkpoint-every-steps 5 --print-weights-hash --rendezvous-timeout 60)

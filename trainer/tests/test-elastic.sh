@@ -118,10 +118,6 @@ shrink=(--model tutorial-cnn --epochs 2 --steps-per-epoch 20 --lr 0.05 --global-
   2>"$tmp/ref.err"
 ref_ok=$([[ $? -eq 0 && -e $tmp/ref.ck/ckpt-40.kt ]] && echo 1)
 worker_pid() { sed -n "s/.*launch: worker $2: pid \([0-9]*\),.*/\1/p" "$1" | tail -1; } # err i
-wait_for() { # seconds cmd...: polls cmd every 0.05 s
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
-}
 # shrink_run NAME VICTIM ARGS...: 3 workers under launch, VICTIM killed after step 10;
 # launch's exit code in rc (124: it hung and was killed).
 shrink_run() {

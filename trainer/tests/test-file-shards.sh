@@ -121,10 +121,6 @@ launch_exit "--steps-per-epoch 0" 2 \
   --workers 2 "${one[@]}" --data "tfrecord:$tmp/train-*" --steps-per-epoch 0
 
 # --- exact resume ---------------------------------------------------------------------
-wait_for() { # seconds cmd...: polls cmd every 0.05 s
-  local end=$((SECONDS + $1)); shift
-  until "$@"; do [ $SECONDS -ge $end ] && return 1; sleep 0.05; done
-}
 worker_pid() { # err index: the newest pid the launcher reported for worker i
   sed -n "s/.*launch: worker $2: pid \([0-9]*\),.*/\1/p" "$1" | tail -1
 }
