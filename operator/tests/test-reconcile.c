@@ -2848,6 +2848,19 @@ static void fx_elastic3(Fixture *f, const char *spec, const char *status_extra, 
     jsonx_set_num(jsonx_ensure_obj(f->job, "spec"), "workers", workers);
 }
 
+/* A running elastic job of 3 workers scaled to 2 (kubectl scale), the two passes that
+ * shrink it applied (NOW, NOW + 1): worker 2's pod is gone. */
+static void fx_scaled_to_2(Fixture *f)
+{
+    fx_elastic3(f, ESPEC3, ST_LAUNCHED(""), 2);
+    jsonx_set_str(jsonx_ensure_obj(f->job, "status"), "phase", "Running");
+    fx_run(f, NOW);
+    fx_apply(f);
+    fx_run(f, NOW + 1);
+    fx_apply(f);
+    assert_null(pod_named(f, "mnist-worker-2"));
+}
+
 /* kubectl scale of an elastic job from 3 to 2: no restart; status.members, the Resized
  * condition and event say it, the survivors' annotations name the smaller ring, then the
  * dropped worker goes. The next pass changes nothing and counts 2 current workers. A
@@ -3036,13 +3049,7 @@ static void test_elastic_scale_down_then_past(void **state)
 {
     (void)state;
     Fixture f;
-    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
-    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
-    fx_run(&f, NOW);
-    fx_apply(&f);
-    fx_run(&f, NOW + 1);
-    fx_apply(&f);
-    assert_null(pod_named(&f, "mnist-worker-2"));
+    fx_scaled_to_2(&f);
     jsonx_set_num(jsonx_ensure_obj(f.job, "spec"), "workers", 4);
     fx_run(&f, NOW + 2);
     assert_string_equal(f.desc, "create-pod mnist-worker-2\n"
@@ -3116,13 +3123,7 @@ static void test_elastic_scale_down_then_up(void **state)
 {
     (void)state;
     Fixture f;
-    fx_elastic3(&f, ESPEC3, ST_LAUNCHED(""), 2);
-    jsonx_set_str(jsonx_ensure_obj(f.job, "status"), "phase", "Running");
-    fx_run(&f, NOW);
-    fx_apply(&f);
-    fx_run(&f, NOW + 1);
-    fx_apply(&f);
-    assert_null(pod_named(&f, "mnist-worker-2"));
+    fx_scaled_to_2(&f);
     assert_string_equal(jsonx_str(jsonx_obj(f.job, "status"), "members"), "0,1");
     /* worker 1 lost at 2 workers: its replacement's TF_CONFIG still names 3 */
     for (size_t i = 0; i < f.npods; i++) {
