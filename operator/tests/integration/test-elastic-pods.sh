@@ -108,6 +108,28 @@ else
     "$(k -n elastic get pods 2>&1)"
 fi
 members() { jp elastic "pod/$1" '.metadata.annotations.kubetrain\.dev/members'; }
+# unschedulable POD: the scheduler's verdict on POD, written in its place (no scheduler
+# runs at this level).
+unschedulable() {
+  k -n elastic patch pod "$1" --subresource status --type merge -p '{"status":{"conditions":[
+    {"type":"PodScheduled","status":"False","reason":"Unschedulable",
+     "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+}
+# delete_replaced POD WHAT: POD deleted; a check that a pod of its name with another uid
+# (its live replacement) comes within 30 s.
+delete_replaced() {
+  local old
+  old=$(jp elastic "pod/$1" .metadata.uid)
+  k -n elastic delete pod "$1" --wait=false >/dev/null
+  # shellcheck disable=SC2317 # called by wait_until
+  new_uid() {
+    local u
+    u=$(jp elastic "pod/$1" .metadata.uid)
+    [ -n "$u" ] && [ "$u" != "$old" ]
+  }
+  if wait_until 30 new_uid "$1"; then tap_ok "$2 deleted and replaced live"
+  else tap_fail "$2 deleted and replaced live" "$(k -n elastic get pods 2>&1)"; fi
+}
 # cluster POD: its world-size annotation, its TF_CONFIG's workers, and the last one's address.
 cluster() {
   k -n elastic get pod "$1" -o json | python3 -c 'import json, sys
@@ -163,18 +185,8 @@ else tap_fail "scaled back to 3: members 0,1,2, --global-batch still 96" "$out";
 # without it (patched to 0,1, Resized/Shrank naming the scheduler's words), the
 # replacement stays Pending; once it runs, the others are patched to name it again.
 all_running elastic e 3
-old=$(jp elastic pod/e-worker-2 .metadata.uid)
-k -n elastic delete pod e-worker-2 --wait=false >/dev/null
-replaced() {
-  local u
-  u=$(jp elastic pod/e-worker-2 .metadata.uid)
-  [ -n "$u" ] && [ "$u" != "$old" ]
-}
-if wait_until 30 replaced; then tap_ok "worker 2 deleted and replaced live"
-else tap_fail "worker 2 deleted and replaced live" "$(k -n elastic get pods 2>&1)"; fi
-k -n elastic patch pod e-worker-2 --subresource status --type merge -p '{"status":{"conditions":[
-  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
-   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+delete_replaced e-worker-2 "worker 2"
+unschedulable e-worker-2
 shrunk() { [ "$(members e-worker-0)" = 0,1 ] && [ "$(members e-worker-1)" = 0,1 ]; }
 want="shrank from 3 to 2 workers (members 0,1): pod e-worker-2 unschedulable: 0/1 nodes are"
 if wait_until 30 shrunk && [[ "$(condition elastic e Resized message)" == "$want"* ]]; then
@@ -196,9 +208,7 @@ else tap_fail "the replacement runs: the others patched to 0,1,2" \
 job elastic s 3 "  elastic: {minWorkers: 2}
   training: {perWorkerBatchSize: 32}"
 wait_until 30 has_npods elastic s 3
-k -n elastic patch pod s-worker-2 --subresource status --type merge -p '{"status":{"conditions":[
-  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
-   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+unschedulable s-worker-2
 pod_running elastic s-worker-0
 pod_running elastic s-worker-1
 started() { [ "$(members s-worker-0)" = 0,1 ] && [ "$(members s-worker-1)" = 0,1 ]; }
@@ -232,18 +242,8 @@ else tap_fail "worker 2 placed and running: the others patched to 0,1,2" \
 job elastic c 3 "  elastic: {minWorkers: 2}
   training: {perWorkerBatchSize: 32}"
 all_running elastic c 3
-old=$(jp elastic pod/c-worker-0 .metadata.uid)
-k -n elastic delete pod c-worker-0 --wait=false >/dev/null
-creplaced() {
-  local u
-  u=$(jp elastic pod/c-worker-0 .metadata.uid)
-  [ -n "$u" ] && [ "$u" != "$old" ]
-}
-if wait_until 30 creplaced; then tap_ok "chief (worker 0) deleted and replaced live"
-else tap_fail "chief (worker 0) deleted and replaced live" "$(k -n elastic get pods 2>&1)"; fi
-k -n elastic patch pod c-worker-0 --subresource status --type merge -p '{"status":{"conditions":[
-  {"type":"PodScheduled","status":"False","reason":"Unschedulable",
-   "message":"0/1 nodes are available: 1 Insufficient cpu."}]}}' >/dev/null
+delete_replaced c-worker-0 "chief (worker 0)"
+unschedulable c-worker-0
 cshrunk() { [ "$(members c-worker-1)" = 1,2 ] && [ "$(members c-worker-2)" = 1,2 ]; }
 want="shrank from 3 to 2 workers (members 1,2): pod c-worker-0 unschedulable: 0/1 nodes are \
 available: 1 Insufficient cpu."
