@@ -434,6 +434,20 @@ s_kill137() {
 
 # uid POD: the pod's uid, empty when it does not exist.
 uid() { kn get pod "$1" -o 'jsonpath={.metadata.uid}' 2>/dev/null; }
+# resume_line JOB POD OLD_UID: the first "resuming at epoch" line of the pod named POD
+# once its uid is not OLD_UID (the group restarted), read while it runs (cleanPodPolicy
+# may delete it after the job), until the job ends or JOB_TIMEOUT; empty when none.
+resume_line() {
+  local end=$(( $(date +%s) + JOB_TIMEOUT )) res=""
+  while [ "$(date +%s)" -lt "$end" ] && [ -z "$res" ]; do
+    if [ "$(uid "$2")" != "$3" ]; then
+      res=$(kn logs "$2" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
+    fi
+    case "$(phase "$1")" in Succeeded|Failed) break ;; esac
+    sleep 1
+  done
+  echo "$res"
+}
 # wait_new_log POD OLD_UID REGEX SECONDS: the first line matching REGEX in the log of a
 # pod named POD whose uid is not OLD_UID (its replacement).
 wait_new_log() {
@@ -865,14 +879,7 @@ s_tfmwms() {
     ok "worker 1's pod deleted in epoch 2 (status.progress.step $last)"
   else fail "worker 1's pod deleted in epoch 2" "$out$(tf_logs "$j-worker-0")"; end; return; fi
   # The new worker 0 logs where BackupAndRestore resumed; read while it runs.
-  end=$(( $(date +%s) + JOB_TIMEOUT ))
-  while [ "$(date +%s)" -lt "$end" ] && [ -z "$res" ]; do
-    if [ "$(kn get pod "$j-worker-0" -o 'jsonpath={.metadata.uid}' 2>/dev/null)" != "$uid0" ]; then
-      res=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
-    fi
-    case "$(phase $j)" in Succeeded|Failed) break ;; esac
-    sleep 1
-  done
+  res=$(resume_line $j "$j-worker-0" "$uid0")
   if [[ $res == *'resuming at epoch '[23]'/3'* ]]; then ok "the restarted group resumed from the claim: ${res#*mwms: }"
   else fail "the restarted group resumed from the claim at epoch 2 or 3" "${res:-no resume line}"$'\n'"$(tf_logs "$j-worker-0")"; fi
   # The first scrape of attempt 1: status.checkpoint is the backup it resumed from (the
@@ -1019,7 +1026,7 @@ d = float(abs(a - b).max()); print(f"{d:.2g}"); sys.exit(d > 1e-5)' "$tmp/pred-k
 s_tfscale() {
   tf_skipped tfscale && return
   begin tfscale
-  local t0 out line res="" uid0 uid1 j=tf-mwms end total=90 # 3 epochs of 30 steps
+  local t0 out line res="" uid0 uid1 j=tf-mwms total=90 # 3 epochs of 30 steps
   t0=$(now)
   if out=$(tf_example tf-mwms.yaml '[--epochs, "3", --steps-per-epoch, "30", --per-worker-batch, "32"]' \
         "elastic: {minWorkers: 1}"); then
@@ -1037,14 +1044,7 @@ s_tfscale() {
   else fail "the group restarts with the new cluster (WorkersChanged event)" \
     "$(kn get events --field-selector "involvedObject.name=$j" 2>&1 | tail -n 5)"$'\n'"$(explain $j)"; fi
   # The new worker 0 logs where BackupAndRestore resumed; read while it runs.
-  end=$(( $(date +%s) + JOB_TIMEOUT ))
-  while [ "$(date +%s)" -lt "$end" ] && [ -z "$res" ]; do
-    if [ "$(uid "$j-worker-0")" != "$uid0" ]; then
-      res=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'resuming at epoch')
-    fi
-    case "$(phase $j)" in Succeeded|Failed) break ;; esac
-    sleep 1
-  done
+  res=$(resume_line $j "$j-worker-0" "$uid0")
   if [[ $res == *'resuming at epoch '[23]'/3'* ]]; then ok "the group of one resumed from the claim: ${res#*mwms: }"
   else fail "the group of one resumed from the claim at epoch 2 or 3" "${res:-no resume line}"$'\n'"$(tf_logs "$j-worker-0")"; fi
   tf_check_config "$j-worker-0" worker 0 "$(tf_cluster $j worker:1)"
