@@ -216,5 +216,10 @@ if [ -f "$KT_RUN/kueue/made-dirs" ]; then
     [ -d "$d" ] && { rmdir "$d" || { kt_log "cannot remove $d"; status=1; }; }
   done < "$KT_RUN/kueue/made-dirs"
 fi
+# etcd's data in /dev/shm (up.sh), once etcd is stopped (else up.sh's next run does it).
+if [ $status -eq 0 ] && [ -L "$KT_RUN/etcd" ]; then
+  d=$(readlink "$KT_RUN/etcd")
+  [[ $d == /dev/shm/kt-etcd.* ]] && rm -rf "$d"
+fi
 [ $status -eq 0 ] && rm -rf "$KT_RUN"
 exit $status

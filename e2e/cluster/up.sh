@@ -21,6 +21,7 @@
 #   .run/pids/*.pid   one per process started; down.sh stops exactly these
 #   .run/logs/*.log   each component's output
 #   .run/pki/         the generated CA, serving and client certificates, service-account key
+#   .run/etcd         etcd's data: a link to a directory of /dev/shm (see below), or on disk
 #   .run/full/        (full) containerd, kubelet, CNI and volume state; host changes to undo
 # Both levels serve the Workload API's PodGroups in the release's group version
 # (versions.env: scheduling.k8s.io/v1beta1 on 1.37, v1alpha2 on 1.36): its feature gates
@@ -126,8 +127,30 @@ free_port() {
   done
 }
 
-mkdir -p "$KT_RUN"/{bin,pids,logs,pki,etcd}
-chmod 700 "$KT_RUN/pki" "$KT_RUN/etcd"
+mkdir -p "$KT_RUN"/{bin,pids,logs,pki}
+chmod 700 "$KT_RUN/pki"
+# etcd's data in memory (a directory of /dev/shm, .run/etcd linking to it) where /dev/shm
+# is a writable tmpfs with room; else on disk in .run/etcd. A test cluster's data needs no
+# durability, and etcd fsyncs every write: on a disk that other work fills (a cold
+# machine's Go builds and pip installs) one fsync took 140-220 ms where it takes 2 ms,
+# and the API servers of the integration tests did not get ready in 120 s.
+# KT_ETCD_TMPFS=0 keeps it on disk. down.sh removes it; a directory whose run is gone
+# (a run killed before its down.sh) is removed here.
+etcd_dir=$KT_RUN/etcd
+for d in /dev/shm/kt-etcd.*; do
+  [ -d "$d" ] && [ -n "$(find "$d" -maxdepth 0 -mmin +1)" ] || continue
+  [ "$(readlink "$(cat "$d/run" 2>/dev/null)/etcd" 2>/dev/null)" = "$d" ] || rm -rf "$d"
+done
+if [ "${KT_ETCD_TMPFS:-1}" != 0 ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
+  [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 524288 ] &&
+  d=$(mktemp -d /dev/shm/kt-etcd.XXXXXX 2>/dev/null); then
+  echo "$KT_RUN" >"$d/run"
+  mkdir -m 700 "$d/data"
+  ln -s "$d" "$KT_RUN/etcd"
+  etcd_dir=$d/data
+else
+  mkdir -m 700 "$etcd_dir"
+fi
 echo "$level" > "$KT_RUN/level"
 # The full level changes the host: a start that fails half way takes it all down again.
 [ "$level" = api ] ||
@@ -255,7 +278,7 @@ fail_if_dead() { kt_pid_alive "$1" "$1" || { tail -n 20 "$KT_RUN/logs/$1.log" >&
 
 # --- etcd ---------------------------------------------------------------------------
 kt_log "starting etcd on 127.0.0.1:$etcd_port"
-start etcd "$bin/etcd" --name kubetrain-e2e --data-dir "$KT_RUN/etcd" \
+start etcd "$bin/etcd" --name kubetrain-e2e --data-dir "$etcd_dir" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" \
   --advertise-client-urls "http://127.0.0.1:$etcd_port" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \

@@ -34,13 +34,33 @@ alive() {
 # since T0: seconds elapsed since T0 (date +%s.%N), two decimals.
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}'; }
 
+# shm_dirs: up.sh's directories of /dev/shm (etcd's data) that name this run.
+shm_dirs() {
+  local d
+  for d in /dev/shm/kt-etcd.*; do
+    [ "$(cat "$d/run" 2>/dev/null)" = "$KT_RUN" ] && echo "$d"
+  done
+}
+tmpfs=0
+[ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
+  [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 524288 ] && tmpfs=1
+
 bash e2e/cluster/down.sh >/dev/null 2>&1
+# A stale directory of etcd's data, its run gone without down.sh (a killed test), as old
+# as a minute: the next up.sh removes it.
+stale=""
+if [ $tmpfs = 1 ]; then
+  stale=$(mktemp -d /dev/shm/kt-etcd.XXXXXX)
+  echo "$KT_RUN-gone" >"$stale/run"
+  touch -d '2 minutes ago' "$stale"
+fi
 # A component that dies at start fails up.sh at once, and nothing is left behind.
 t0=$(date +%s.%N)
 out=$(KT_ETCD=/bin/false KT_READY_TIMEOUT=60 bash e2e/cluster/up.sh api 2>&1)
 rc=$?
 dt=$(since "$t0")
-if [ $rc -ne 0 ] && [ ! -e "$KT_RUN" ] && awk -v d="$dt" 'BEGIN{exit !(d < 30)}'; then
+if [ $rc -ne 0 ] && [ ! -e "$KT_RUN" ] && [ -z "$(shm_dirs)" ] &&
+  awk -v d="$dt" 'BEGIN{exit !(d < 30)}'; then
   tap_ok "up.sh api fails fast when etcd exits at start (${dt}s) and cleans up"
 else tap_fail "up.sh api fails fast when etcd exits at start" "rc=$rc after ${dt}s; $out"; fi
 
@@ -66,6 +86,16 @@ fi
 # shellcheck source=/dev/null # the cluster's variables, written by e2e/cluster/up.sh
 . "$KT_RUN/env"
 k() { "$KT_K8S_BIN/kubectl" --request-timeout 30s "$@"; }
+
+if [ $tmpfs = 0 ]; then
+  tap_skip "etcd's data in /dev/shm" "/dev/shm is not a tmpfs with 512 MiB free here"
+elif d=$(readlink "$KT_RUN/etcd") && [[ $d == /dev/shm/kt-etcd.* ]] && [ -d "$d/data/member" ] &&
+  [ "$(shm_dirs)" = "$d" ] && [ ! -e "$stale" ]; then
+  tap_ok "etcd's data in /dev/shm ($d, linked as .run/etcd); the stale directory of a run gone removed"
+else
+  tap_fail "etcd's data in /dev/shm, the stale directory removed" \
+    "link: $(readlink "$KT_RUN/etcd"); ours: $(shm_dirs); stale left: $(ls -d "$stale" 2>/dev/null)"
+fi
 
 first=$(pids)
 # shellcheck disable=SC2046 # a list of process ids, one word each
@@ -134,6 +164,8 @@ else tap_fail "down.sh leaves no process" "$(ps -o pid,args -p $left)"; fi
 # shellcheck disable=SC2012 # ls -R for a reader, not parsed
 if [ ! -e "$KT_RUN" ]; then tap_ok "down.sh removes the run directory"
 else tap_fail "down.sh removes the run directory" "$(ls -R "$KT_RUN" | head)"; fi
+if [ -z "$(shm_dirs)" ]; then tap_ok "down.sh removes etcd's data from /dev/shm"
+else tap_fail "down.sh removes etcd's data from /dev/shm" "left: $(shm_dirs)"; fi
 tap_check "down.sh when nothing is up succeeds" bash e2e/cluster/down.sh
 
 tap_done
