@@ -1077,9 +1077,9 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
                  "restarted, no checkpoint read",
                  r->generation, r->tf.world, t->st.global_step);
     /* The chief's duties follow rank 0, which moves to the lowest index present: to a
-     * survivor after a shrink, back to a lower index that joins (the metrics file and
-     * /metrics stay with the process of index 0: docs/design.md). Before training,
-     * cmd_train gives them out. */
+     * survivor after a shrink, back to a lower index that joins (the metrics file stays
+     * with the process of index 0; /metrics follows rank 0: trainer_attach_collective).
+     * Before training, cmd_train gives them out. */
     const int chief = t->coll->rank == 0 && t->cfg.checkpoint_dir[0];
     if (!training_started) return;
     if (chief && !t->after_step) {
