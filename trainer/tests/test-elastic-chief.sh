@@ -4,7 +4,12 @@
 # its own --metrics-port, as each pod has. /metrics follows rank 0: worker 0 of 3 killed
 # and left out (files 1,2), worker 1, rank 0 now, serves the steps on its port while
 # worker 2 serves nothing; worker 0 added back serves them again and worker 1 closes its
-# port.
+# port. A worker added back at the last steps: workers 1 and 2 (worker 0 left out from
+# the start) held after step 49 of 50 while worker 0 starts and every file names 0,1,2:
+# the ring does not grow at the last step, workers 1 and 2 finish, worker 0 finds the
+# checkpoint of step 50 and exits 0 saying there is nothing to join, well before its
+# --rendezvous-timeout; the export and the result are written once, by worker 1. One
+# started after the run ended does the same.
 set -uo pipefail # no -e: a failed check is reported (not ok) and the test goes on
 source e2e/lib/tap.sh
 source trainer/tests/lib.sh
@@ -90,6 +95,63 @@ if [[ ${#bad[@]} -eq 0 ]]; then
 step ${shrunk:-?}), worker 0 again once it joins, never two at once; all exit 0"
 else
   tap_fail "/metrics follows rank 0" "${bad[*]}; $(log_tail "$tmp"/mv-[012].err)"
+fi
+
+# --- a worker added back at the last steps ------------------------------------------------
+# Workers 1 and 2, files 1,2 (worker 0 left out at the start), 50 steps, a checkpoint
+# every 7: held (SIGSTOP) once the checkpoint of step 49 is there; worker 0 starts naming
+# 0,1,2 and the others' files say so too; resumed, the ring sees the list before its last
+# step and does not grow then.
+late=(--epochs 1 --steps-per-epoch 50 --checkpoint-every-steps 7 --export "$tmp/late.keras")
+base=$(free_ports 3) mbase=$(free_ports 3)
+for i in 1 2; do members_write "$tmp/late-$i" "1,2"; worker late "$i" "${late[@]}"; done
+# A busy wait: the last step and the final save take a few tens of milliseconds, which
+# wait_for's 50 ms polls can miss; stopped processes prove the hold came before the end.
+end=$((SECONDS + 120))
+while [[ ! -e $tmp/late.ck/ckpt-49.kt ]] && ((SECONDS < end)); do :; done
+held=0
+kill -STOP "${wpids[1]}" "${wpids[2]}" 2>/dev/null && held=1
+members_write "$tmp/late-0" "0,1,2"
+worker late 0 "${late[@]}"
+members_write "$tmp/late-1" "0,1,2"
+members_write "$tmp/late-2" "0,1,2"
+t0=$SECONDS
+kill -CONT "${wpids[1]}" "${wpids[2]}"
+for i in 0 1 2; do finish "${wpids[$i]}"; got[i]=$rc; done
+took=$((SECONDS - t0))
+bad=()
+((held)) || bad+=("workers 1 and 2 had exited before the hold")
+[[ ${got[*]} == "0 0 0" ]] || bad+=("exit codes ${got[*]}")
+((took < 30)) || bad+=("${took}s to end, past half the --rendezvous-timeout")
+grep -q "elastic: the run is over: $tmp/late.ck holds the checkpoint of step 50, its last, \
+saved before this worker could join; nothing to join, exiting 0" "$tmp/late-0.err" ||
+  bad+=("worker 0: no 'nothing to join' line")
+[[ $(cat "$tmp/late-0.term" 2>/dev/null) == '{"step":50,"checkpoint_step":50}' ]] ||
+  bad+=("worker 0's termination message: $(cat "$tmp/late-0.term" 2>/dev/null)")
+[[ $(cat "$tmp"/late-[012].err | grep -c "exported the model to $tmp/late.keras") -eq 1 ]] ||
+  bad+=("not one export")
+grep -q '"weights_sha256"' "$tmp/late-1.term" || bad+=("worker 1 wrote no result")
+[[ -s $tmp/late.keras ]] || bad+=("no $tmp/late.keras")
+if [[ ${#bad[@]} -eq 0 ]]; then
+  seen=$(cat "$tmp"/late-[12].err | grep -c "KUBETRAIN_MEMBERS_FILE names 0,1,2 now")
+  tap_ok "worker 0 added back at step 49 of 50: the ring finishes without it ($seen of workers \
+1 and 2 saw the list while training), worker 0 exits 0 with nothing to join ${took}s after the \
+others resumed; one export, one result"
+else
+  tap_fail "a worker added back at the last steps" "${bad[*]}; $(log_tail "$tmp"/late-[012].err)"
+fi
+
+# --- a worker added back after the run ended ----------------------------------------------
+t0=$SECONDS
+worker late 0 "${late[@]}"
+finish "${wpids[0]}"
+took=$((SECONDS - t0))
+said=$(grep -c "nothing to join, exiting 0" "$tmp/late-0.err")
+if [[ $rc -eq 0 && $took -lt 30 && $said -eq 2 ]]; then
+  tap_ok "worker 0 started after the run ended: exit 0 in ${took}s, nothing to join"
+else
+  tap_fail "a worker added back after the run ended" \
+    "rc=$rc after ${took}s; $(log_tail "$tmp/late-0.err")"
 fi
 
 tap_done
