@@ -77,11 +77,14 @@ wait_for 60 serves_past $((mbase + 1)) "${at:-0}" ||
 grep -q "rank 0 now: training metrics for Prometheus on port $((mbase + 1))" "$tmp/mv-1.err" ||
   bad+=("worker 1: no 'rank 0 now' line")
 shrunk=${at:-}
-# Worker 0 added back: it joins at the next step boundary, rank 0 again.
+# Worker 0 added back: it joins at the next step boundary, rank 0 again. The others are
+# held (SIGSTOP) while it is set up, so that a fast machine does not finish first.
+kill -STOP "${wpids[1]}" "${wpids[2]}"
 members_write "$tmp/mv-0" "0,1,2"
 worker mv 0 --epochs 3 --steps-per-epoch 50 --checkpoint-every-steps 5
 members_write "$tmp/mv-1" "0,1,2"
 members_write "$tmp/mv-2" "0,1,2"
+kill -CONT "${wpids[1]}" "${wpids[2]}"
 wait_for 60 grep -q "joined generation 3" "$tmp/mv-0.err" || bad+=("worker 0 did not join")
 wait_for 30 serves_past "$mbase" "${shrunk:-0}" ||
   bad+=("worker 0 (rank 0 again) serves no steps past ${shrunk:-none}")
