@@ -126,13 +126,18 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     /* The chief and workers training now (status.currentWorkers), -1 unknown. */
     long long workers = jsonx_int(job, "status.currentWorkers", -1);
     int new_attempt = old_attempt != attempt;
-    int changed =
-        new_attempt || num_changed(old, "step", (double)s->step, 0) ||
-        num_changed(old, "epoch", s->epoch >= 0 ? (double)s->epoch : NAN, 0) ||
-        num_changed(old, "loss", s->loss, s->loss_nonfinite) ||
-        num_changed(old, "accuracy", s->accuracy, s->accuracy_nonfinite) ||
-        (workers >= 0 && num_changed(old, "workers", (double)workers, 0)) ||
-        (s->checkpoint_step >= 0 && num_changed(old_ckpt, "step", (double)s->checkpoint_step, 0));
+    /* Within one attempt the checkpoint only moves forward: a survivor that became the
+     * chief of an elastic job knows the checkpoint of its last state sync, perhaps older
+     * than the one its predecessor wrote, until it saves its own. */
+    long ckpt_step = s->checkpoint_step;
+    if (!new_attempt && ckpt_step >= 0 && ckpt_step < jsonx_int(old_ckpt, "step", -1))
+        ckpt_step = -1;
+    int changed = new_attempt || num_changed(old, "step", (double)s->step, 0) ||
+                  num_changed(old, "epoch", s->epoch >= 0 ? (double)s->epoch : NAN, 0) ||
+                  num_changed(old, "loss", s->loss, s->loss_nonfinite) ||
+                  num_changed(old, "accuracy", s->accuracy, s->accuracy_nonfinite) ||
+                  (workers >= 0 && num_changed(old, "workers", (double)workers, 0)) ||
+                  (ckpt_step >= 0 && num_changed(old_ckpt, "step", (double)ckpt_step, 0));
     if (!changed) return 0;
 
     char ts[40];
@@ -182,9 +187,9 @@ int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt,
     if (!have_eta && jsonx_str(old, "estimatedCompletionTime") &&
         !jsonx_set(pr, "estimatedCompletionTime", cJSON_CreateNull()))
         goto nomem;
-    if (s->checkpoint_step >= 0) {
+    if (ckpt_step >= 0) {
         cJSON *ck = jsonx_ensure_obj(st, "checkpoint");
-        if (!ck || !jsonx_set_num(ck, "step", (double)s->checkpoint_step)) goto nomem;
+        if (!ck || !jsonx_set_num(ck, "step", (double)ckpt_step)) goto nomem;
         if (clock_format_rfc3339(s->checkpoint_time, ts, sizeof ts) == 0 &&
             !jsonx_set_str(ck, "time", ts))
             goto nomem;
@@ -267,8 +272,33 @@ static int metrics_port(const cJSON *pod)
     return port >= 1 && port <= 65535 ? (int)port : 0;
 }
 
-int progress_chief_url(const cJSON *pod, const char *job, long long attempt, long long replacement,
-                       char *url, size_t n)
+/* Whether pod is worker `worker` (its role and replica index labels). */
+static int is_worker(const cJSON *pod, int worker)
+{
+    const cJSON *labels = jsonx_obj(pod, "metadata.labels");
+    const char *role = jsonx_key_str(labels, LABEL_ROLE);
+    const char *index = jsonx_key_str(labels, LABEL_REPLICA_INDEX);
+    char want[16];
+    snprintf(want, sizeof want, "%d", worker);
+    return role && index && strcmp(role, "worker") == 0 && strcmp(index, want) == 0;
+}
+
+int progress_scraped_worker(const cJSON *job)
+{
+    const char *members = jsonx_str(job, "status.members");
+    const cJSON *chief = jsonx_obj(job, "spec.chief");
+    const int chiefs = chief && jsonx_int(chief, "replicas", 1) > 0;
+    char *end;
+    long lowest = members ? strtol(members, &end, 10) : 0;
+    /* the members list ascending: its first index is the lowest (the chief's slot 0) */
+    if (!members || end == members || (*end && *end != ',' && *end != '=') || lowest <= 0 ||
+        lowest > JOBSPEC_MAX_WORKERS)
+        return -1;
+    return (int)lowest - chiefs;
+}
+
+int progress_chief_url(const cJSON *pod, const char *job, int worker, long long attempt,
+                       long long replacement, char *url, size_t n)
 {
     const char *owner = jsonx_key_str(jsonx_obj(pod, "metadata.labels"), LABEL_JOB_NAME);
     const char *r = jsonx_key_str(jsonx_obj(pod, "metadata.annotations"), ANNOT_REPLACEMENT);
@@ -276,7 +306,8 @@ int progress_chief_url(const cJSON *pod, const char *job, long long attempt, lon
     long long pod_repl = r ? strtoll(r, &end, 10) : 0;
     if (r && (!*r || *end)) pod_repl = -1;
     if (n) url[0] = '\0';
-    if (!owner || strcmp(owner, job) != 0 || !is_chief(pod) || pod_attempt(pod) != attempt ||
+    if (!owner || strcmp(owner, job) != 0 ||
+        !(worker < 0 ? is_chief(pod) : is_worker(pod, worker)) || pod_attempt(pod) != attempt ||
         pod_repl != replacement || jsonx_str(pod, "metadata.deletionTimestamp"))
         return -ENOENT;
     const char *phase = jsonx_str(pod, "status.phase");
@@ -311,8 +342,11 @@ typedef struct JobState {
     long long surveyed_rv;
     int scrapable;         /* progress_job_scrapable */
     long long job_attempt; /* status.attempt */
-    long long repl[2];     /* how many times <job>-chief-0 and <job>-worker-0 were replaced
-                              in it (status.replacedPods), 0: never */
+    /* The lowest member, a worker, while an elastic job leaves the chief's slot out of
+     * its members (progress_scraped_worker); -1: the chief's slot. */
+    int worker;
+    long long repl[2]; /* how many times <job>-chief-0 and <job>-worker-<worker, or 0>
+                          were replaced in it (status.replacedPods), 0: never */
     /* The rest of what progress_patch reads of that version, beside the quiet paths:
      * metadata.uid ("" when absent) and status.restarts.stepsLost. */
     char uid[64];
@@ -364,6 +398,7 @@ static JobState *state_get(Progress *p, const char *key)
     s->final_step = -1;
     s->final_attempt = -1;
     s->surveyed_rv = -1;
+    s->worker = -1;
     s->last_seen = clock_mono();
     s->next = p->table[h];
     p->table[h] = s;
@@ -395,6 +430,7 @@ typedef struct Due {
     char key[KEY_MAX];
     char url[128];
     long long attempt;
+    int worker;        /* JobState.worker */
     long long repl[2]; /* JobState.repl */
     CURL *easy;
     char *body;
@@ -414,23 +450,28 @@ typedef struct Survey {
 
 /* The URL of job ns/job's Running chief of attempt `attempt`, or -ENOENT. The chief is
  * `<job>-chief-0` or, in a job without that role, `<job>-worker-0` (the pods' names are
- * fixed), or, once replaced live in a Kueue pod group, that name with "-r<n>"
- * (desired_pod_set_replacement), n from the job's status.replacedPods (repl[role]):
- * lookups by name, where listing the job's pods by label walked every pod in the cache
- * for each scrape (a twentieth of the thread at 100 jobs, and growing with jobs times
- * pods); progress_chief_url checks the labels of what is found. */
-static int chief_url(Progress *p, const char *ns, const char *job, long long attempt,
+ * fixed); while an elastic job leaves the chief's slot out of its members, `worker` (>= 0)
+ * is the lowest member, `<job>-worker-<worker>`, which its trainer makes rank 0 and which
+ * serves /metrics then (docs/design.md, "Elastic jobs"). Once replaced live in a Kueue
+ * pod group the name has "-r<n>" (desired_pod_set_replacement), n from the job's
+ * status.replacedPods (repl[0] for the chief, repl[1] for the worker): lookups by name,
+ * where listing the job's pods by label walked every pod in the cache for each scrape (a
+ * twentieth of the thread at 100 jobs, and growing with jobs times pods);
+ * progress_chief_url checks the labels of what is found. */
+static int chief_url(Progress *p, const char *ns, const char *job, long long attempt, int worker,
                      const long long repl[2], char *url, size_t n)
 {
     static const char *const roles[] = {"chief", "worker"};
-    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+    for (size_t i = worker < 0 ? 0 : 1; i < sizeof roles / sizeof roles[0]; i++) {
+        const int index = i == 1 && worker > 0 ? worker : 0;
         for (int renamed = repl[i] > 0; renamed >= 0; renamed--) {
             char name[512];
-            int len = renamed ? snprintf(name, sizeof name, "%s-%s-0-r%lld", job, roles[i], repl[i])
-                              : snprintf(name, sizeof name, "%s-%s-0", job, roles[i]);
+            int len = renamed ? snprintf(name, sizeof name, "%s-%s-%d-r%lld", job, roles[i], index,
+                                         repl[i])
+                              : snprintf(name, sizeof name, "%s-%s-%d", job, roles[i], index);
             if ((size_t)len >= sizeof name) return -ENOENT;
             cJSON *pod = informer_get(p->pods, ns, name);
-            int rc = pod ? progress_chief_url(pod, job, attempt, repl[i], url, n) : -ENOENT;
+            int rc = pod ? progress_chief_url(pod, job, worker, attempt, repl[i], url, n) : -ENOENT;
             cJSON_Delete(pod);
             if (rc != -ENOENT) return url[0] ? 0 : -ENOENT;
         }
@@ -464,6 +505,7 @@ static void survey_note(Survey *sv, JobState *s)
     memset(d, 0, sizeof *d);
     snprintf(d->key, sizeof d->key, "%s", s->key);
     d->attempt = s->job_attempt;
+    d->worker = s->worker;
     memcpy(d->repl, s->repl, sizeof d->repl);
 }
 
@@ -490,23 +532,22 @@ static int survey_want(void *ctx, const char *key, long long rv)
     return want;
 }
 
-/* Into repl, the replacement numbers of the job's <job>-chief-0 and <job>-worker-0 in
- * status.replacedPods, 0 for a pod not there. */
-static void survey_replaced(const cJSON *job, long long repl[2])
+/* Into repl, the replacement numbers of the job's <job>-chief-0 and <job>-worker-<worker>
+ * (worker 0 when `worker` < 0) in status.replacedPods, 0 for a pod not there. */
+static void survey_replaced(const cJSON *job, int worker, long long repl[2])
 {
-    static const char *const roles[] = {"chief", "worker"};
     const char *name = jsonx_str(job, "metadata.name");
+    char want[2][560];
     const cJSON *e;
     repl[0] = repl[1] = 0;
+    if (!name) return;
+    snprintf(want[0], sizeof want[0], "%s-chief-0", name);
+    snprintf(want[1], sizeof want[1], "%s-worker-%d", name, worker < 0 ? 0 : worker);
     cJSON_ArrayForEach(e, jsonx_arr(job, "status.replacedPods"))
     {
         const char *n = jsonx_str(e, "name");
-        size_t len = name ? strlen(name) : 0;
-        for (int i = 0; n && len && i < 2; i++)
-            if (strncmp(n, name, len) == 0 && n[len] == '-' &&
-                strncmp(n + len + 1, roles[i], strlen(roles[i])) == 0 &&
-                strcmp(n + len + 1 + strlen(roles[i]), "-0") == 0)
-                repl[i] = jsonx_int(e, "replacement", 0);
+        for (int i = 0; n && i < 2; i++)
+            if (strcmp(n, want[i]) == 0) repl[i] = jsonx_int(e, "replacement", 0);
     }
 }
 
@@ -536,7 +577,8 @@ static void survey_job(void *ctx, const cJSON *job)
         s->surveyed_rv = sv->offered_rv;
         s->scrapable = progress_job_scrapable(job);
         s->job_attempt = jsonx_int(job, "status.attempt", 0);
-        survey_replaced(job, s->repl);
+        s->worker = progress_scraped_worker(job);
+        survey_replaced(job, s->worker, s->repl);
         const char *uid = jsonx_str(job, "metadata.uid");
         snprintf(s->uid, sizeof s->uid, "%s", uid && strlen(uid) < sizeof s->uid ? uid : "");
         s->steps_lost = jsonx_int(job, "status.restarts.stepsLost", 0);
@@ -733,7 +775,7 @@ static void tick(Progress *p)
         const char *slash = strchr(d->key, '/');
         char ns[256];
         snprintf(ns, sizeof ns, "%.*s", (int)(slash - d->key), d->key);
-        if (chief_url(p, ns, slash + 1, d->attempt, d->repl, d->url, sizeof d->url) != 0)
+        if (chief_url(p, ns, slash + 1, d->attempt, d->worker, d->repl, d->url, sizeof d->url) != 0)
             d->url[0] = '\0';
     }
     scrape_all(p, sv.due, sv.ndue);

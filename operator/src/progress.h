@@ -1,7 +1,8 @@
 /* progress — live progress of running jobs, and the work each restart lost.
  *
  * One thread scrapes the chief's /metrics (trainer/src/prom.h, or the kubetrain Python
- * package's) of every Running job (progress_job_scrapable) whose chief pod names its
+ * package's; the lowest member's while an elastic job leaves the chief's slot out) of
+ * every Running job (progress_job_scrapable) whose chief pod names its
  * port (ANNOT_METRICS_PORT) and has an IP, at most once per interval, all due scrapes at
  * once over one libcurl multi handle with short timeouts; and writes what changed as a
  * JSON merge patch of the status
@@ -103,15 +104,22 @@ double progress_phase(const char *key, double interval_s);
 int progress_patch(const cJSON *job, const ProgressScrape *s, long long attempt, long final_step,
                    double now, cJSON **patch);
 
+/* The worker whose pod serves the chief's /metrics of `job`: -1 for the chief's slot (the
+ * chief task, else worker 0), or, while an elastic job's status.members leaves that slot
+ * out, the lowest member's worker index, which its trainer makes rank 0 (docs/design.md,
+ * "Elastic jobs"). */
+int progress_scraped_worker(const cJSON *job);
+
 /* Whether `pod` is the chief of job `job` in attempt `attempt` (labels LABEL_JOB_NAME,
- * LABEL_ROLE, LABEL_REPLICA_INDEX; ANNOT_ATTEMPT), its newest object (ANNOT_REPLACEMENT
- * equal to `replacement`, absent for 0) and not being deleted: 0 with the URL of its
- * /metrics in url, or "" when it cannot be scraped (not Running, or without a pod IP
- * address or a decimal port 1-65535 in ANNOT_METRICS_PORT: the URL is made of the
- * parsed address and number, so nothing written in the pod can send the operator
- * elsewhere); -ENOENT when it is not that chief. */
-int progress_chief_url(const cJSON *pod, const char *job, long long attempt, long long replacement,
-                       char *url, size_t n);
+ * LABEL_ROLE, LABEL_REPLICA_INDEX; ANNOT_ATTEMPT) — with `worker` >= 0, worker `worker`
+ * instead (progress_scraped_worker) —, its newest object (ANNOT_REPLACEMENT equal to
+ * `replacement`, absent for 0) and not being deleted: 0 with the URL of its /metrics in
+ * url, or "" when it cannot be scraped (not Running, or without a pod IP address or a
+ * decimal port 1-65535 in ANNOT_METRICS_PORT: the URL is made of the parsed address and
+ * number, so nothing written in the pod can send the operator elsewhere); -ENOENT when
+ * it is not that pod. */
+int progress_chief_url(const cJSON *pod, const char *job, int worker, long long attempt,
+                       long long replacement, char *url, size_t n);
 
 /* The step the chief pod reached as its termination message says: 0 with *key
  * ("namespace/job"), *attempt and *step, or -ENOENT when pod is not a chief whose

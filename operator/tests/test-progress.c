@@ -278,6 +278,45 @@ static void test_patch_steps_lost(void **state)
     cJSON_Delete(j);
 }
 
+/* Within one attempt status.checkpoint never moves back: a survivor that became the
+ * chief of an elastic job serves the checkpoint of its last state sync (70 here) until
+ * it saves its own, while its predecessor had written 100. A new attempt resumed from an
+ * older one (the newest found damaged) does move it back. */
+static void test_patch_checkpoint_forward(void **state)
+{
+    (void)state;
+    ProgressScrape s;
+    assert_int_equal(progress_parse(METRICS, &s), 0);
+    s.checkpoint_step = 70;
+    cJSON *j = job("{\"phase\":\"Running\",\"attempt\":0,\"progress\":{\"attempt\":0,"
+                   "\"step\":100,\"updateTime\":\"2025-11-25T11:59:50Z\"},"
+                   "\"checkpoint\":{\"step\":100}}"),
+          *p = NULL;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_non_null(p); /* the step moved */
+    assert_int_equal(jsonx_int(p, "status.progress.step", -1), 105);
+    assert_null(jsonx_at(p, "status.checkpoint"));
+    cJSON_Delete(p);
+    /* Nothing but the older checkpoint differs: no write at all. */
+    cJSON_Delete(j);
+    j = job("{\"phase\":\"Running\",\"attempt\":0,\"progress\":{\"attempt\":0,\"step\":105,"
+            "\"epoch\":2,\"loss\":0.4375,\"accuracy\":0.8125,\"updateTime\":"
+            "\"2025-11-25T11:59:50Z\"},\"checkpoint\":{\"step\":100}}");
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_null(p);
+    /* The new chief saves 105: forward again. */
+    s.checkpoint_step = 105;
+    assert_int_equal(progress_patch(j, &s, 0, -1, NOW, &p), 0);
+    assert_int_equal(jsonx_int(p, "status.checkpoint.step", -1), 105);
+    cJSON_Delete(p);
+    /* Attempt 1 resumed from 70: written. */
+    s.checkpoint_step = 70;
+    assert_int_equal(progress_patch(j, &s, 1, -1, NOW, &p), 0);
+    assert_int_equal(jsonx_int(p, "status.checkpoint.step", -1), 70);
+    cJSON_Delete(p);
+    cJSON_Delete(j);
+}
+
 static cJSON *pod(const char *labels, const char *annots, const char *message)
 {
     char buf[2048];
@@ -548,7 +587,7 @@ static void test_chief_url(void **state)
         snprintf(annots, sizeof annots, ",\"kubetrain.dev/metrics-port\":\"%s\"", cases[i].port);
         cJSON *p = chief_pod("worker", "0", annots, cases[i].ip);
         memcpy(url, "junk", 5);
-        assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), 0);
+        assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 0, url, sizeof url), 0);
         if (strcmp(url, cases[i].url) != 0)
             fail_msg("port \"%s\" ip \"%s\": got \"%s\", want \"%s\"", cases[i].port, cases[i].ip,
                      url, cases[i].url);
@@ -557,28 +596,91 @@ static void test_chief_url(void **state)
     const char *port = ",\"kubetrain.dev/metrics-port\":\"9090\"";
     /* Not the chief: another job's, another attempt's, worker 1, worker 0 beside a chief. */
     cJSON *p = chief_pod("worker", "0", port, "10.0.0.5");
-    assert_int_equal(progress_chief_url(p, "other", 2, 0, url, sizeof url), -ENOENT);
-    assert_int_equal(progress_chief_url(p, "mnist", 3, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "other", -1, 2, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 3, 0, url, sizeof url), -ENOENT);
     cJSON_Delete(p);
     p = chief_pod("worker", "1", port, "10.0.0.5");
-    assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 0, url, sizeof url), -ENOENT);
     cJSON_Delete(p);
     p = chief_pod("worker", "0",
                   ",\"kubetrain.dev/metrics-port\":\"9090\",\"kubetrain.dev/cluster\":"
                   "\"chief=1,worker=2,ps=0\"",
                   "10.0.0.5");
-    assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 0, url, sizeof url), -ENOENT);
     cJSON_Delete(p);
     /* Replaced once: the new object (replacement 1) is the chief, the old one is not. */
     p = chief_pod("worker", "0",
                   ",\"kubetrain.dev/metrics-port\":\"9090\",\"kubetrain.dev/replacement\":\"1\"",
                   "10.0.0.6");
-    assert_int_equal(progress_chief_url(p, "mnist", 2, 1, url, sizeof url), 0);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 1, url, sizeof url), 0);
     assert_string_equal(url, "http://10.0.0.6:9090/metrics");
-    assert_int_equal(progress_chief_url(p, "mnist", 2, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 0, url, sizeof url), -ENOENT);
     cJSON_Delete(p);
     p = chief_pod("worker", "0", port, "10.0.0.5");
-    assert_int_equal(progress_chief_url(p, "mnist", 2, 1, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 1, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+}
+
+/* The pod scraped while an elastic job's status.members leaves the chief's slot out:
+ * the lowest member's worker (TF_CONFIG index i is worker i, or worker i - 1 beside a
+ * chief task at 0); the chief's slot (-1) when it is a member, when there is no list, and
+ * for a list that is not one. */
+static void test_scraped_worker(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *spec, *members;
+        int want;
+    } cases[] = {
+        {"{}", NULL, -1},
+        {"{}", "0,1,2", -1},
+        {"{}", "0", -1},
+        {"{}", "1,2", 1},
+        {"{}", "2", 2},
+        {"{\"chief\":{}}", "1,2,3", 0},
+        {"{\"chief\":{\"replicas\":1}}", "2,3", 1},
+        {"{\"chief\":{\"replicas\":1}}", "0,2,3", -1},
+        {"{\"chief\":{\"replicas\":0}}", "1,2", 1},
+        {"{}", "x,1", -1},
+        {"{}", "1x", -1},
+        {"{}", "-1,2", -1},
+        {"{}", "99999,2", -1},
+        {"{}", "", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[512];
+        if (cases[i].members)
+            snprintf(buf, sizeof buf, "{\"spec\":%s,\"status\":{\"members\":\"%s\"}}",
+                     cases[i].spec, cases[i].members);
+        else
+            snprintf(buf, sizeof buf, "{\"spec\":%s,\"status\":{}}", cases[i].spec);
+        cJSON *j = cJSON_Parse(buf);
+        assert_non_null(j);
+        int got = progress_scraped_worker(j);
+        if (got != cases[i].want)
+            fail_msg("spec %s members %s: worker %d, want %d", cases[i].spec,
+                     cases[i].members ? cases[i].members : "(none)", got, cases[i].want);
+        cJSON_Delete(j);
+    }
+    /* The lowest member's pod is the one scraped, no other. */
+    const char *port = ",\"kubetrain.dev/metrics-port\":\"9090\"";
+    char url[128];
+    cJSON *p = chief_pod("worker", "1", port, "10.0.0.7");
+    assert_int_equal(progress_chief_url(p, "mnist", 1, 2, 0, url, sizeof url), 0);
+    assert_string_equal(url, "http://10.0.0.7:9090/metrics");
+    assert_int_equal(progress_chief_url(p, "mnist", 2, 2, 0, url, sizeof url), -ENOENT);
+    assert_int_equal(progress_chief_url(p, "mnist", -1, 2, 0, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+    p = chief_pod("chief", "0", port, "10.0.0.7");
+    assert_int_equal(progress_chief_url(p, "mnist", 0, 2, 0, url, sizeof url), -ENOENT);
+    cJSON_Delete(p);
+    /* worker 0 beside a chief task that is left out */
+    p = chief_pod("worker", "0",
+                  ",\"kubetrain.dev/metrics-port\":\"9090\",\"kubetrain.dev/cluster\":"
+                  "\"chief=1,worker=2,ps=0\"",
+                  "10.0.0.8");
+    assert_int_equal(progress_chief_url(p, "mnist", 0, 2, 0, url, sizeof url), 0);
+    assert_string_equal(url, "http://10.0.0.8:9090/metrics");
     cJSON_Delete(p);
 }
 
@@ -654,21 +756,29 @@ static void nap(double s)
 #define JOBS "/apis/kubetrain.dev/v1alpha1/namespaces/default/trainingjobs"
 #define PODS "/api/v1/namespaces/default/pods"
 
-/* Pod NAME of job JOB, attempt 0, Running on 127.0.0.1 in role ROLE (index 0), naming
- * `port` as its metrics port; `cluster`: its kubetrain.dev/cluster annotation, or NULL. */
-static void make_pod(FakeApi *api, const char *name, const char *job, const char *role,
-                     const char *cluster, int port)
+/* Pod NAME of job JOB, attempt 0, Running on 127.0.0.1 in role ROLE, replica index
+ * `index`, naming `port` as its metrics port; `cluster`: its kubetrain.dev/cluster
+ * annotation, or NULL. */
+static void make_pod_at(FakeApi *api, const char *name, const char *job, const char *role,
+                        int index, const char *cluster, int port)
 {
     char buf[2048], extra[256] = "";
     if (cluster) snprintf(extra, sizeof extra, ",\"kubetrain.dev/cluster\":\"%s\"", cluster);
     snprintf(buf, sizeof buf,
              "{\"metadata\":{\"name\":\"%s\",\"namespace\":\"default\","
              "\"labels\":{\"kubetrain.dev/job-name\":\"%s\",\"kubetrain.dev/role\":\"%s\","
-             "\"kubetrain.dev/replica-index\":\"0\"},"
+             "\"kubetrain.dev/replica-index\":\"%d\"},"
              "\"annotations\":{\"kubetrain.dev/attempt\":\"0\",\"kubetrain.dev/metrics-port\":"
              "\"%d\"%s}},\"status\":{\"phase\":\"Running\",\"podIP\":\"127.0.0.1\"}}",
-             name, job, role, port, extra);
+             name, job, role, index, port, extra);
     cJSON_Delete(fakeapi_create(api, PODS, buf));
+}
+
+/* make_pod_at of replica index 0. */
+static void make_pod(FakeApi *api, const char *name, const char *job, const char *role,
+                     const char *cluster, int port)
+{
+    make_pod_at(api, name, job, role, 0, cluster, port);
 }
 
 /* A Running job NAME of attempt 0 and its Running chief (worker 0) on 127.0.0.1, naming
@@ -784,6 +894,15 @@ static void test_thread(void **state)
              ",\"kubetrain.dev/metrics-port\":\"%d\",\"kubetrain.dev/replacement\":\"1\"",
              chief.port);
     make_worker0(api, "kq-worker-0-r1", "kq", annots);
+    /* An elastic job that left worker 0 out (status.members 1,2): its worker 0, still
+     * Pending in the cluster, here names a port nothing listens on; worker 1, the lowest
+     * member and its trainers' rank 0, serves /metrics. */
+    make_job(api, "el", 0, 1);
+    cJSON *el = fakeapi_get(api, JOBS "/el");
+    assert_non_null(jsonx_set_str(jsonx_ensure_obj(el, "status"), "members", "1,2"));
+    assert_int_equal(fakeapi_put(api, JOBS "/el", el), 0);
+    cJSON_Delete(el);
+    make_pod_at(api, "el-worker-1", "el", "worker", 1, NULL, chief.port);
 
     /* The jobs informer as the operator sets it up: the progress paths kept apart. */
     InformerOptions jo = {.group_version = "kubetrain.dev/v1alpha1",
@@ -807,6 +926,7 @@ static void test_thread(void **state)
              job_step(api, "lead") == 105);
     WAIT_FOR(10, "kq's status.progress.step 105, from kq-worker-0-r1", job_step(api, "kq") == 105);
     WAIT_FOR(10, "tf's status.progress.step 105", job_step(api, "tf") == 105);
+    WAIT_FOR(10, "el's status.progress.step 105, from el-worker-1", job_step(api, "el") == 105);
     cJSON *j = fakeapi_get(api, JOBS "/mnist");
     assert_int_equal(jsonx_int(j, "status.progress.totalSteps", -1), 210);
     assert_string_equal(jsonx_str(j, "status.progress.percent"), "50%");
@@ -814,7 +934,7 @@ static void test_thread(void **state)
     assert_string_equal(jsonx_str(j, "status.phase"), "Running"); /* merged, not replaced */
     cJSON_Delete(j);
     unsigned long patches = fakeapi_requests(api, "PATCH");
-    assert_int_equal(patches, 4); /* mnist's, lead's, kq's and tf's */
+    assert_int_equal(patches, 5); /* mnist's, lead's, kq's, tf's and el's */
 
     /* Same numbers: scraped again, nothing written. */
     int served = chief_served(&chief);
@@ -831,15 +951,16 @@ static void test_thread(void **state)
     WAIT_FOR(10, "lead's status.progress.step 140", job_step(api, "lead") == 140);
     WAIT_FOR(10, "kq's status.progress.step 140", job_step(api, "kq") == 140);
     WAIT_FOR(10, "tf's status.progress.step 140", job_step(api, "tf") == 140);
-    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 4);
+    WAIT_FOR(10, "el's status.progress.step 140", job_step(api, "el") == 140);
+    assert_int_equal(fakeapi_requests(api, "PATCH"), patches + 5);
     assert_int_equal(job_step(api, "user"), -1);
     assert_int_equal(job_step(api, "other"), -1);
     assert_int_equal(job_step(api, "ssrf"), -1);
 
     /* The job finishes: the survey, which reads a job again only when its cached version
      * changed, sees the new phase and the scrapes stop. */
-    for (int i = 0; i < 4; i++) {
-        const char *name = i == 3 ? "tf" : i == 2 ? "kq" : i ? "lead" : "mnist";
+    for (int i = 0; i < 5; i++) {
+        const char *name = i == 4 ? "el" : i == 3 ? "tf" : i == 2 ? "kq" : i ? "lead" : "mnist";
         char path[256];
         snprintf(path, sizeof path, JOBS "/%s", name);
         j = fakeapi_get(api, path);
@@ -879,6 +1000,8 @@ int main(void)
         cmocka_unit_test(test_patch_eta_same_size),
         cmocka_unit_test(test_patch_steps_lost),
         cmocka_unit_test(test_patch_steps_lost_tf),
+        cmocka_unit_test(test_patch_checkpoint_forward),
+        cmocka_unit_test(test_scraped_worker),
         cmocka_unit_test(test_job_scrapable),
         cmocka_unit_test(test_chief_final_step),
         cmocka_unit_test(test_patch_hostile_numbers),

@@ -3539,6 +3539,59 @@ static void test_elastic_chief_grows_back(void **state)
     fx_free(&f);
 }
 
+/* The chief's slot back at the last steps (docs/design.md, "The chief."): worker 0 lost
+ * and left out (members 1,2), its replacement runs as the survivors take their last
+ * steps and is patched in (Grew), so it is the chief again; its trainer never joins (the
+ * ring takes no growth at its last step), the survivors finish, and the trainer, finding
+ * the checkpoint of the last step, exits 0 with the step alone. The survivors' exits
+ * decide nothing; worker 0's completes the job, no restart: its message is the result. */
+static void test_elastic_chief_back_at_the_end(void **state)
+{
+    (void)state;
+    Fixture f;
+    fx_elastic_replacing(&f, ESPEC3, 0, NOW);
+    pod_unschedulable(pod_named(&f, "mnist-worker-0"), UNSCHED);
+    fx_run(&f, NOW + 2);
+    assert_string_equal(jsonx_str(new_status(&f), "members"), "1,2");
+    fx_apply(&f);
+    cJSON *w0 = pod_named(&f, "mnist-worker-0");
+    pod_set_phase(w0, "Running");
+    jsonx_set(jsonx_ensure_obj(w0, "status"), "conditions", cJSON_CreateArray());
+    jsonx_set(jsonx_ensure_obj(w0, "status"), "containerStatuses",
+              cJSON_Parse("[{\"name\":\"trainer\",\"state\":{\"running\":"
+                          "{\"startedAt\":\"2027-01-15T08:00:59Z\"}}}]"));
+    fx_run(&f, NOW + 60);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Resized\n"
+                                "patch-pod mnist-worker-1\n"
+                                "patch-pod mnist-worker-2\n");
+    assert_string_equal(jsonx_str(new_status(&f), "members"), "0,1,2");
+    fx_apply(&f);
+
+    pod_terminated(pod_named(&f, "mnist-worker-2"), 0,
+                   "{\"step\":50,\"epoch\":1,\"loss\":0.5,\"accuracy\":0.8}");
+    pod_terminated(pod_named(&f, "mnist-worker-1"), 0,
+                   "{\"step\":50,\"epoch\":1,\"loss\":0.5,\"accuracy\":0.8,"
+                   "\"weights_sha256\":\"cd34\",\"export\":\"/out/m.keras\"}");
+    fx_run(&f, NOW + 61);
+    assert_string_equal(f.desc, "update-status mnist\n");
+    const cJSON *st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Running");
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_apply(&f);
+    pod_terminated(pod_named(&f, "mnist-worker-0"), 0, "{\"step\":50,\"checkpoint_step\":50}");
+    fx_run(&f, NOW + 62);
+    assert_string_equal(f.desc, "update-status mnist\n"
+                                "event Normal Completed\n");
+    st = new_status(&f);
+    assert_string_equal(jsonx_str(st, "phase"), "Succeeded");
+    assert_string_equal(cond_message(st, "Succeeded"), "the chief (worker 0) completed");
+    assert_int_equal(jsonx_int(st, "result.step", -1), 50);
+    assert_null(jsonx_at(st, "result.weightsSha256"));
+    assert_int_equal(jsonx_int(st, "attempt", 0), 0);
+    fx_free(&f);
+}
+
 /* Sets a Pending pod's PodScheduled condition as the scheduler does. */
 static void pod_unschedulable(cJSON *pod, const char *message)
 {
@@ -5309,6 +5362,7 @@ int main(void)
         cmocka_unit_test(test_elastic_chief_lost_shrinks),
         cmocka_unit_test(test_elastic_chief_lost_below_min),
         cmocka_unit_test(test_elastic_chief_grows_back),
+        cmocka_unit_test(test_elastic_chief_back_at_the_end),
         cmocka_unit_test(test_elastic_start_without_unschedulable),
         cmocka_unit_test(test_elastic_start_below_min),
         cmocka_unit_test(test_current_workers_follow_the_pods),

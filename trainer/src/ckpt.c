@@ -583,6 +583,24 @@ static int load_newest(const char *dir, const char *const *signatures, int nsig,
     return rc;
 }
 
+int ckpt_newest_from(const char *dir, uint64_t at_least, uint64_t *step)
+{
+    uint64_t *steps;
+    int n = list_steps(dir, &steps), rc = -ENOENT;
+    for (int i = 0; i < n && rc && steps[i] >= at_least; i++) {
+        char path[4096], why[256];
+        CkptState st;
+        uint64_t pb, ob;
+        snprintf(path, sizeof path, "%s/ckpt-%" PRIu64 ".kt", dir, steps[i]);
+        if (verify_file(path, &st, &pb, &ob, why, sizeof why) == 0 && st.global_step == steps[i]) {
+            *step = steps[i];
+            rc = 0;
+        }
+    }
+    free(steps);
+    return rc;
+}
+
 int ckpt_load_latest(const char *dir, const char *model_signature, uint64_t examples, CkptState *st,
                      void *params, size_t params_bytes, void *opt, size_t opt_bytes,
                      CkptLoadInfo *info, char *err, size_t errlen)

@@ -82,6 +82,12 @@ int ckpt_save_if_newest(const char *dir, int keep, const CkptState *st, uint64_t
                         const void *params, size_t params_bytes, const void *opt, size_t opt_bytes,
                         uint64_t *newer, char *err, size_t errlen);
 
+/* Whether dir holds an intact checkpoint (header, size and checksum; of any model) named
+ * at global step `at_least` or past it: 0 with *step, the newest such, or -ENOENT (no
+ * such file, no directory). Only files named at or past at_least are read, so a look
+ * while there is none costs one listing of dir. */
+int ckpt_newest_from(const char *dir, uint64_t at_least, uint64_t *step);
+
 /* Loads the newest checkpoint in dir that is valid and this model's into *st, params and
  * opt, whose sizes must equal the ones saved, for a run on `examples` training examples.
  * Files that are truncated, fail the checksum, hold fields no run can have (ckpt.h's

@@ -427,6 +427,32 @@ static int members_wake(void *ctx)
     return 1;
 }
 
+/* While the first rendezvous of an elastic worker runs (first_ring): the checkpoint
+ * directory and the run's last global step (--epochs x --steps-per-epoch), a checkpoint
+ * of which there says the run is over (NULL: not looked for); and the step of such a
+ * checkpoint once found, else -1. */
+static const char *finish_dir;
+static uint64_t finish_step;
+static long finished_at = -1;
+
+/* The poll of a watched rendezvous (form_ring): a changed members file (members_wake) or,
+ * in the first rendezvous, once a second, the run found over: a worker added back at the
+ * last steps, whose ring took no more growth and finished (docs/design.md, "Elastic
+ * jobs"). Nonzero ends the rendezvous. */
+static int rendezvous_poll(void *ctx)
+{
+    static double looked;
+    uint64_t step;
+    if (finish_dir && util_now() - looked >= 1) {
+        looked = util_now();
+        if (ckpt_newest_from(finish_dir, finish_step, &step) == 0) {
+            finished_at = (long)step;
+            return 1;
+        }
+    }
+    return members_wake(ctx);
+}
+
 /* One rendezvous of r's worker within timeout_s, proposing generation r->generation + 1,
  * then the ring with its shared-memory path (shm.h). `watch`: a live recovery's, which a
  * change of KUBETRAIN_MEMBERS_FILE ends with -EINTR (members_wake). Returns 0 with *out,
@@ -448,7 +474,7 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
                      .secret = r->secret,
                      .secret_len = r->secret_len,
                      .stop = &rendezvous_wake,
-                     .poll = watch ? members_wake : NULL,
+                     .poll = watch ? rendezvous_poll : NULL,
                      .poll_arg = r};
     NetRing ring;
     double t0 = util_now();
@@ -512,12 +538,18 @@ static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *er
     const double deadline = util_now() + cfg->rendezvous_timeout;
     Disagreement disagree = {.what = "", .at = 0};
     int rc;
+    if (r->members_path && cfg->checkpoint_dir[0] && cfg->steps_per_epoch > 0) {
+        finish_dir = cfg->checkpoint_dir;
+        finish_step = (uint64_t)cfg->epochs * (uint64_t)cfg->steps_per_epoch;
+    }
     for (;;) {
         if (r->tf.world == 1) {
             *out = coll_local_create();
+            finish_dir = NULL;
             return 0;
         }
         rc = form_ring(cfg, r, deadline - util_now(), r->members_path != NULL, out, err, errlen);
+        if (rc == -EINTR && finished_at >= 0) break;
         if (rc == -EINTR && !stop_requested && members_changed) {
             members_changed = 0;
             char *list = indices_text(r->named, r->named_n);
@@ -537,7 +569,8 @@ static int first_ring(const Config *cfg, Recovery *r, Collective **out, char *er
         if (util_now() >= deadline) break;
         if (members_look(r, 1)) members_take(r, 1);
     }
-    if (rc)
+    finish_dir = NULL;
+    if (rc && finished_at < 0)
         disagreement_check(&disagree, deadline, "--rendezvous-timeout", cfg->rendezvous_timeout);
     return rc;
 }
@@ -593,6 +626,20 @@ static Collective *connect_collective(const Config *cfg, const TfConfig *tf, Rec
         util_fail(KT_EXIT_RETRY, "%s", err);
     Collective *c;
     rc = first_ring(cfg, r, &c, err, sizeof err);
+    if (finished_at >= 0) {
+        /* Nothing to join: the others trained the last step and saved it. Exit 0 without
+         * a result of its own (the chief of the last ring wrote the export and the
+         * result); the message says where the run ended. */
+        char msg[96];
+        util_log("elastic: the run is over: %s holds the checkpoint of step %ld, its last, "
+                 "saved before this worker could join; nothing to join, exiting 0",
+                 cfg->checkpoint_dir, finished_at);
+        snprintf(msg, sizeof msg, "{\"step\":%ld,\"checkpoint_step\":%ld}", finished_at,
+                 finished_at);
+        util_termination_write(msg);
+        close(r->listen_fd);
+        exit(KT_EXIT_OK);
+    }
     /* Only a peer that proved the job secret and disagrees about the job or the members
      * is a configuration error; whatever else answered or failed to (a stale address,
      * another job's worker, a wrong secret) may be gone after a restart, so it is
@@ -1077,9 +1124,9 @@ static void reform(Trainer *t, Recovery *r, double deadline, const char *awaited
                  "restarted, no checkpoint read",
                  r->generation, r->tf.world, t->st.global_step);
     /* The chief's duties follow rank 0, which moves to the lowest index present: to a
-     * survivor after a shrink, back to a lower index that joins (the metrics file and
-     * /metrics stay with the process of index 0: docs/design.md). Before training,
-     * cmd_train gives them out. */
+     * survivor after a shrink, back to a lower index that joins (the metrics file stays
+     * with the process of index 0; /metrics follows rank 0: trainer_attach_collective).
+     * Before training, cmd_train gives them out. */
     const int chief = t->coll->rank == 0 && t->cfg.checkpoint_dir[0];
     if (!training_started) return;
     if (chief && !t->after_step) {

@@ -21,6 +21,16 @@ struct Metrics {
     TbWriter *tb;     /* NULL: no event file */
     Prom *prom;       /* NULL: no /metrics endpoint */
     int tb_warned;    /* a write error of the event file was logged */
+    /* What a /metrics started later in the run needs (metrics_serve): the run's extent,
+     * the step this process resumed at, and the last step, evaluation and checkpoint it
+     * recorded (every rank records them, the step statistics being all-reduced). */
+    long total_steps, resume_step;
+    int have_step, last_epoch, evaluated;
+    long last_step;
+    MetricsStep last;
+    double test_loss, test_accuracy;
+    long ckpt_step; /* 0: none */
+    double ckpt_time;
 };
 
 /* The sink still open, kept as <path>.partial by the exit handler when the process
@@ -135,14 +145,17 @@ int metrics_open(Metrics **out, const MetricsOptions *o, char *err, size_t errle
     int rc, port;
     Metrics *m = xcalloc(1, sizeof *m);
     m->epochs = o->epochs;
+    m->total_steps = (long)o->epochs * o->steps_per_epoch;
+    m->resume_step = o->resume_step;
+    m->ckpt_step = o->checkpoint_step, m->ckpt_time = o->checkpoint_time;
     if (o->tensorboard_dir && *o->tensorboard_dir &&
         (rc = tbev_open(&m->tb, o->tensorboard_dir, err, errlen))) {
         free(m);
         return rc;
     }
     if (o->prometheus_port > 0) {
-        if ((rc = prom_start(&m->prom, o->prometheus_port, (long)o->epochs * o->steps_per_epoch,
-                             o->resume_step, &port, err, errlen))) {
+        if ((rc = prom_start(&m->prom, o->prometheus_port, m->total_steps, o->resume_step, &port,
+                             err, errlen))) {
             metrics_abort(m);
             return rc;
         }
@@ -182,6 +195,7 @@ void metrics_epoch_begin(Metrics *m, int epoch)
 
 void metrics_step(Metrics *m, int epoch, long step, const MetricsStep *s)
 {
+    m->have_step = 1, m->last_epoch = epoch, m->last_step = step, m->last = *s;
     if (m->tb) {
         const TbScalar v[] = {
             {"step/loss", s->loss},
@@ -245,11 +259,13 @@ void metrics_epoch_end(Metrics *m, int epoch, long steps, double seconds, double
 
 void metrics_checkpoint(Metrics *m, long step, double unix_time)
 {
+    m->ckpt_step = step, m->ckpt_time = unix_time;
     if (m->prom) prom_checkpoint(m->prom, step, unix_time);
 }
 
 void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy)
 {
+    m->evaluated = 1, m->test_loss = test_loss, m->test_accuracy = test_accuracy;
     printf("eval - test_loss: %.4f - test_accuracy: %.4f\n", test_loss, test_accuracy);
     fflush(stdout);
     if (m->tb) {
@@ -262,6 +278,26 @@ void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy)
     fprintf(m->f, "{\"event\":\"eval\",\"epoch\":%d,\"test_loss\":%.6g,\"test_accuracy\":%.6g}\n",
             epoch, test_loss, test_accuracy);
     fflush(m->f);
+}
+
+int metrics_serve(Metrics *m, int port, char *err, size_t errlen)
+{
+    int rc;
+    if (!port) {
+        prom_stop(m->prom);
+        m->prom = NULL;
+        return 0;
+    }
+    if (m->prom) return 0;
+    if ((rc = prom_start(&m->prom, port, m->total_steps, m->resume_step, NULL, err, errlen)))
+        return rc;
+    if (m->have_step)
+        prom_step(m->prom, m->last_epoch, m->last_step, m->last.loss, m->last.accuracy,
+                  m->last.samples_per_sec, m->last.learning_rate, m->last.allreduce_seconds,
+                  m->last.step_seconds);
+    if (m->evaluated) prom_eval(m->prom, m->test_loss, m->test_accuracy);
+    if (m->ckpt_step > 0) prom_checkpoint(m->prom, m->ckpt_step, m->ckpt_time);
+    return 0;
 }
 
 void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sha256)

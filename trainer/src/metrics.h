@@ -54,6 +54,13 @@ void metrics_epoch_end(Metrics *m, int epoch, long steps, double seconds, double
 /* A checkpoint was saved at global step `step`, at Unix time `unix_time`. */
 void metrics_checkpoint(Metrics *m, long step, double unix_time);
 void metrics_eval(Metrics *m, int epoch, double test_loss, double test_accuracy);
+/* Serves GET /metrics at `port` from now on (port > 0), or stops serving it (0): the
+ * chief's /metrics follows rank 0 when an elastic ring forms again (docs/design.md,
+ * "Elastic jobs"). A server started here answers at once with what this process
+ * recorded: the run's total steps, the step it resumed at, its last step, evaluation
+ * and checkpoint. A no-op when m serves already (port > 0) or does not (0). Returns 0,
+ * or prom_start's negative errno with one line in err naming the port. */
+int metrics_serve(Metrics *m, int port, char *err, size_t errlen);
 void metrics_done(Metrics *m, long steps, double seconds, const char *weights_sha256);
 
 /* Flushes, fsyncs and renames the file into place, closes the event file, then frees

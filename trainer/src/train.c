@@ -312,6 +312,25 @@ int trainer_attach_collective(Trainer *t, Collective *c, char *err, size_t errle
         model_reserve(t->model, t->local_batch);
     }
     t->coll = c;
+    /* /metrics follows rank 0 (a shrink that left out index 0, or index 0 back): closed
+     * here, before the state sync, so that a process of index 0 joining on the same host
+     * (launch) finds its port free when its run opens it after the sync. */
+    const int serve = c->rank == 0 && t->cfg.metrics_port > 0;
+    if (t->metrics && serve != t->serving_metrics) {
+        char why[512];
+        int failed = metrics_serve(t->metrics, serve ? t->cfg.metrics_port : 0, why, sizeof why);
+        if (failed)
+            util_log("warning: rank 0 now, but /metrics cannot be served: %s; training goes on "
+                     "without it",
+                     why);
+        else if (serve)
+            util_log("rank 0 now: training metrics for Prometheus on port %d: GET /metrics",
+                     t->cfg.metrics_port);
+        else
+            util_log("rank %d now: /metrics on port %d closed, rank 0 serves it", c->rank,
+                     t->cfg.metrics_port);
+        t->serving_metrics = serve && !failed;
+    }
     if (c->world > 1 && !c->device_buffers &&
         (rc = coll_share_arena(c, t->model->grads, t->model->grads_bytes, err, errlen)))
         return rc;
@@ -728,6 +747,7 @@ int trainer_run(Trainer *t, int *exit_code, char *err, size_t errlen)
         *exit_code = util_io_retryable(rc) ? KT_EXIT_RETRY : KT_EXIT_USAGE;
         return rc;
     }
+    t->serving_metrics = mo.prometheus_port > 0;
     /* The kernels the CPU's products run on (gemm_select_kernels), once the job has proved
      * valid: a refused one says one line, its reason. */
     if (t->gpu_device < 0) {

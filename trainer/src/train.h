@@ -58,6 +58,7 @@ struct Trainer {
     Source train, test;
     Pipeline *pipe;
     Metrics *metrics;
+    int serving_metrics; /* metrics serves /metrics: this rank is rank 0 (metrics_serve) */
     TrainState st;
     long steps_per_epoch;
     int global_batch;     /* --global-batch, or --per-worker-batch x world */

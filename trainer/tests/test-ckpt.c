@@ -204,6 +204,30 @@ static void test_corrupt_newest_loads_previous(void **state)
     expect_load(f, 10, 2);
 }
 
+/* ckpt_newest_from: the newest intact checkpoint named at a step or past it (a worker
+ * added back looking for the run's last step); a damaged one does not count, nor one
+ * below the step, nor a directory that is not there. */
+static void test_newest_from(void **state)
+{
+    Fixture *f = *state;
+    uint64_t step = 0;
+    assert_int_equal(ckpt_newest_from(f->dir, 0, &step), -ENOENT);
+    assert_int_equal(ckpt_newest_from("/nonexistent/kt-ckpt", 0, &step), -ENOENT);
+    save(f, 10, 5);
+    save(f, 20, 5);
+    assert_int_equal(ckpt_newest_from(f->dir, 20, &step), 0);
+    assert_int_equal(step, 20);
+    assert_int_equal(ckpt_newest_from(f->dir, 21, &step), -ENOENT);
+    assert_int_equal(ckpt_newest_from(f->dir, 5, &step), 0);
+    assert_int_equal(step, 20);
+    char p[256];
+    path_of(f, 20, p, sizeof p);
+    flip_byte(p, 360 + 4 * 5000); /* inside the parameters */
+    assert_int_equal(ckpt_newest_from(f->dir, 20, &step), -ENOENT);
+    assert_int_equal(ckpt_newest_from(f->dir, 5, &step), 0);
+    assert_int_equal(step, 10);
+}
+
 static void test_truncated_newest_loads_previous(void **state)
 {
     Fixture *f = *state;
@@ -614,6 +638,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keep_newest_n, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_newest_loads_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_newest_loads_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newest_from, setup, teardown),
         cmocka_unit_test_setup_teardown(test_all_corrupt_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_model_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_newest_skipped_at_load, setup, teardown),
