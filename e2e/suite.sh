@@ -1977,6 +1977,16 @@ elasticchief_run() {
   else fail "worker 1 takes over as the chief" "$(kn logs --tail 20 "$j-worker-1" -c trainer 2>&1)"; fi
   if line=$(wait_log "$j-worker-1" 'checkpoint at step [0-9]+ saved' 90); then ok "worker 1 saves the checkpoints: ${line##*]: }"
   else fail "worker 1 saves a checkpoint" "$(kn logs --tail 20 "$j-worker-1" -c trainer 2>&1)"$'\n'"$(explain "$j")"; fi
+  # status.progress goes on meanwhile, scraped from the lowest member (worker 1, rank 0 of
+  # the ring of 2, serves /metrics now).
+  local p1 p2 pend
+  p1=$(field "$j" '{.status.progress.step}'); pend=$(($(date +%s) + 45))
+  while p2=$(field "$j" '{.status.progress.step}'); [ "${p2:-0}" -le "${p1:-0}" ] &&
+    [ "$(date +%s)" -lt "$pend" ]; do sleep 1; done
+  if [ -n "$p1" ] && [ "${p2:-0}" -gt "$p1" ] && [ "$(field "$j" '{.status.members}')" = "1,2" ]; then
+    ok "status.progress.step moves on while the chief's slot is out: $p1 -> $p2 (members 1,2)"
+  else fail "status.progress.step moves on while the chief's slot is out" \
+    "step ${p1:-<none>} -> ${p2:-<none>}, members $(field "$j" '{.status.members}')"$'\n'"$(explain "$j")"; fi
   tl=$(now)
   if out=$(kn delete pod chief-filler --wait=false 2>&1); then ok "the filler deleted"
   else fail "the filler deleted" "$out"; fi
