@@ -227,14 +227,15 @@ static void wino_kernel(float *restrict u, const float *restrict k, size_t kc)
  * so that each step is a few vector operations on whole rows. */
 #define WINO_LANES 16
 
-/* B^T d B of n channels of one tile: p[16] its pixels (row-major) from the first of the
- * channels, o its position 0 in v, positions plane floats apart. */
+/* B^T d B of channels ch..ch+n-1 of one tile: p[16] its pixels (row-major), o its
+ * position 0 in v, positions plane floats apart. The pointers stay as they are (moved on
+ * instead, each would be stored and loaded again per chunk, and stall). */
 static inline __attribute__((always_inline)) void wino_input_lanes(float *o, const float *const *p,
-                                                                   size_t plane, int n)
+                                                                   size_t ch, size_t plane, int n)
 {
     float d[16][WINO_LANES], r[16][WINO_LANES];
     for (int k = 0; k < 16; k++)
-        for (int l = 0; l < n; l++) d[k][l] = p[k][l];
+        for (int l = 0; l < n; l++) d[k][l] = p[k][ch + l];
     for (int j = 0; j < 4; j++) /* B^T d: rows */
         for (int l = 0; l < n; l++) {
             r[j][l] = d[j][l] - d[8 + j][l];
@@ -277,19 +278,17 @@ wino_input(float *v, const float *inp, const float *zeros, const ConvGeom *g, in
                                            : zeros;
                     }
                 size_t ch = 0;
-                for (; ch + WINO_LANES <= c; ch += WINO_LANES) {
-                    wino_input_lanes(v + t * c + ch, p, plane, WINO_LANES);
-                    for (int k = 0; k < 16; k++) p[k] += WINO_LANES;
-                }
-                if (ch < c) wino_input_lanes(v + t * c + ch, p, plane, (int)(c - ch));
+                for (; ch + WINO_LANES <= c; ch += WINO_LANES)
+                    wino_input_lanes(v + t * c + ch, p, ch, plane, WINO_LANES);
+                if (ch < c) wino_input_lanes(v + t * c + ch, p, ch, plane, (int)(c - ch));
             }
     }
 }
 
-/* A^T m A of n channels of one tile: s its position 0 in m, positions plane floats
- * apart; q[4] its output pixels (row-major) from the first of the channels. */
+/* A^T m A of channels j..j+n-1 of one tile: s its position 0 in m, positions plane
+ * floats apart; q[4] its output pixels (row-major). */
 static inline __attribute__((always_inline)) void wino_output_lanes(float *const *q, const float *s,
-                                                                    size_t plane, int n)
+                                                                    size_t j, size_t plane, int n)
 {
     float m[16][WINO_LANES], a[8][WINO_LANES];
     for (int k = 0; k < 16; k++)
@@ -301,8 +300,8 @@ static inline __attribute__((always_inline)) void wino_output_lanes(float *const
         }
     for (int i = 0; i < 2; i++) /* (A^T m) A: columns */
         for (int l = 0; l < n; l++) {
-            q[2 * i][l] = a[4 * i][l] + a[4 * i + 1][l] + a[4 * i + 2][l];
-            q[2 * i + 1][l] = a[4 * i + 1][l] - a[4 * i + 2][l] - a[4 * i + 3][l];
+            q[2 * i][j + l] = a[4 * i][l] + a[4 * i + 1][l] + a[4 * i + 2][l];
+            q[2 * i + 1][j + l] = a[4 * i + 1][l] - a[4 * i + 2][l] - a[4 * i + 3][l];
         }
 }
 
@@ -329,29 +328,26 @@ wino_output(float *out, const float *m, float *trash, const ConvGeom *g, int nb)
                             oy < g->oh && ox < g->ow ? img + ((size_t)oy * g->ow + ox) * f : trash;
                     }
                 size_t j = 0;
-                for (; j + WINO_LANES <= f; j += WINO_LANES) {
-                    wino_output_lanes(q, m + t * f + j, plane, WINO_LANES);
-                    for (int k = 0; k < 4; k++) q[k] += WINO_LANES;
-                }
-                if (j < f) wino_output_lanes(q, m + t * f + j, plane, (int)(f - j));
+                for (; j + WINO_LANES <= f; j += WINO_LANES)
+                    wino_output_lanes(q, m + t * f + j, j, plane, WINO_LANES);
+                if (j < f) wino_output_lanes(q, m + t * f + j, j, plane, (int)(f - j));
             }
     }
 }
 
-/* A dY A^T of n channels of one tile: q[4] its 2x2 of dout (row-major) from the first of
- * the channels, o its position 0 in dm, positions plane floats apart. The adjoint of
- * wino_output_lanes. */
+/* A dY A^T of channels j..j+n-1 of one tile: q[4] its 2x2 of dout (row-major), o its
+ * position 0 in dm, positions plane floats apart. The adjoint of wino_output_lanes. */
 static inline __attribute__((always_inline)) void wino_dout_lanes(float *o, const float *const *q,
-                                                                  size_t plane, int n)
+                                                                  size_t j, size_t plane, int n)
 {
     float t[8][WINO_LANES];
-    for (int j = 0; j < 2; j++) /* A dY: rows */
+    for (int i = 0; i < 2; i++) /* A dY: rows */
         for (int l = 0; l < n; l++) {
-            const float y0 = q[j][l], y1 = q[2 + j][l];
-            t[j][l] = y0;
-            t[2 + j][l] = y0 + y1;
-            t[4 + j][l] = y0 - y1;
-            t[6 + j][l] = -y1;
+            const float y0 = q[i][j + l], y1 = q[2 + i][j + l];
+            t[i][l] = y0;
+            t[2 + i][l] = y0 + y1;
+            t[4 + i][l] = y0 - y1;
+            t[6 + i][l] = -y1;
         }
     for (int a = 0; a < 4; a++) /* (A dY) A^T: columns */
         for (int l = 0; l < n; l++) {
@@ -387,11 +383,9 @@ wino_dout(float *dm, const float *dout, const float *zeros, const ConvGeom *g, i
                             oy < g->oh && ox < g->ow ? img + ((size_t)oy * g->ow + ox) * f : zeros;
                     }
                 size_t j = 0;
-                for (; j + WINO_LANES <= f; j += WINO_LANES) {
-                    wino_dout_lanes(dm + t * f + j, q, plane, WINO_LANES);
-                    for (int k = 0; k < 4; k++) q[k] += WINO_LANES;
-                }
-                if (j < f) wino_dout_lanes(dm + t * f + j, q, plane, (int)(f - j));
+                for (; j + WINO_LANES <= f; j += WINO_LANES)
+                    wino_dout_lanes(dm + t * f + j, q, j, plane, WINO_LANES);
+                if (j < f) wino_dout_lanes(dm + t * f + j, q, j, plane, (int)(f - j));
             }
     }
 }
