@@ -178,6 +178,14 @@ static int conv_winograd(const ConvGeom *g, int cin)
            (conv_algo == CONV_AUTO && cin >= CONV_WINOGRAD_MIN_CHANNELS);
 }
 
+/* Whether the input gradient runs by Winograd: its convolution has the layer's filters
+ * as channels in, and a layer that never takes one (ConvGeom.no_dinput) has no room for
+ * it in its scratch. */
+static int conv_winograd_dinput(const ConvGeom *g)
+{
+    return !g->no_dinput && conv_winograd(g, g->f);
+}
+
 /* An example's 2x2 tiles of the output. */
 static size_t wino_tiles(const ConvGeom *g)
 {
@@ -485,19 +493,26 @@ static ConvGeom conv_transposed_geom(const ConvGeom *g);
 static size_t conv_work_floats(const ConvGeom *g)
 {
     const ConvGeom t = conv_transposed_geom(g);
+    const size_t col = conv_col_floats(g), fwd = wino_floats(g), bwd = wino_floats(&t);
     size_t n = conv_dcol_floats(g);
-    const size_t fwd = wino_floats(g), bwd = wino_floats(&t);
-    n = fwd > n + conv_col_floats(g) ? fwd - conv_col_floats(g) : n;
-    return bwd > n ? bwd : n;
+    if (conv_winograd(g, g->c) && fwd > n + col) n = fwd - col;
+    if (conv_winograd_dinput(g) && bwd > n) n = bwd;
+    return n;
 }
 
-/* The floats after the blocks' part of the scratch: a Winograd-transformed kernel and
- * the gradient of one (16 per weight each), a turned kernel (9 per weight for a 3x3 one,
- * kh*kw for im2col's), then zeros and trash for wino_conv. */
+/* Whether any pass of the layer runs by Winograd. */
+static int conv_winograd_any(const ConvGeom *g)
+{
+    return conv_winograd(g, g->c) || conv_winograd_dinput(g);
+}
+
+/* The floats after the blocks' part of the scratch: a turned kernel (kh*kw per weight)
+ * and, where a pass runs by Winograd, a transformed kernel and the gradient of one (16
+ * per weight each), zeros and trash for wino_conv. */
 static size_t conv_tail_floats(const ConvGeom *g)
 {
     const size_t cf = (size_t)g->c * g->f, cmax = (size_t)(g->c > g->f ? g->c : g->f);
-    return 32 * cf + (size_t)g->kh * g->kw * cf + 2 * cmax;
+    return (size_t)g->kh * g->kw * cf + (conv_winograd_any(g) ? 32 * cf + 2 * cmax : 0);
 }
 
 static int block_examples(const ConvGeom *g)
@@ -522,9 +537,12 @@ static ConvTail conv_tail(float *scratch, const ConvGeom *g, int b)
 {
     const int eb = block_examples(g), nb = b < eb ? b : eb;
     const size_t cf = (size_t)g->c * g->f, cmax = (size_t)(g->c > g->f ? g->c : g->f);
-    float *u = scratch + (size_t)nb * (conv_col_floats(g) + conv_work_floats(g));
-    ConvTail t = {.u = u, .du = u + 16 * cf, .wflip = u + 32 * cf};
-    t.zeros = t.wflip + (size_t)g->kh * g->kw * cf;
+    float *wflip = scratch + (size_t)nb * (conv_col_floats(g) + conv_work_floats(g));
+    ConvTail t = {.wflip = wflip};
+    if (!conv_winograd_any(g)) return t;
+    t.u = wflip + (size_t)g->kh * g->kw * cf;
+    t.du = t.u + 16 * cf;
+    t.zeros = t.du + 16 * cf;
     t.trash = t.zeros + cmax;
     memset(t.zeros, 0, cmax * sizeof *t.zeros);
     return t;
@@ -698,7 +716,7 @@ static ConvScratch conv_scratch(float *scratch, const float *weight, const ConvG
                      .dcol = scratch + (size_t)nb * conv_col_floats(g),
                      .wino_dw = conv_winograd(g, g->c),
                      .tail = conv_tail(scratch, g, b)};
-    if (dinput && conv_winograd(g, g->f)) {
+    if (dinput && conv_winograd_dinput(g)) {
         conv_flip_kernel(s.tail.wflip, weight, g);
         wino_kernel(s.tail.u, s.tail.wflip, (size_t)g->c * g->f);
         s.uflip = s.tail.u;

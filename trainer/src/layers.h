@@ -40,6 +40,8 @@ typedef struct {
     int sh, sw;     /* strides */
     int pad_top, pad_left;
     int oh, ow;     /* output */
+    int no_dinput;  /* the backward is never asked for dinput (the model's first layer with
+                     * parameters): the scratch keeps no room for a Winograd one */
 } ConvGeom;
 
 /* Fills g->oh/ow/pad_* for Keras "valid" (same == 0) or "same" (same != 0) padding.
@@ -58,7 +60,8 @@ typedef enum { CONV_AUTO = 0, CONV_IM2COL, CONV_WINOGRAD } ConvAlgo;
 #define CONV_WINOGRAD_MIN_CHANNELS 8
 
 /* Sets the algorithm for every Conv2D function called from now on; not while a pass
- * runs. The scratch sizes below hold for any of them. */
+ * runs. conv_scratch_size is for the algorithm set when it is called: set it first (a
+ * scratch sized under CONV_WINOGRAD holds any of them). */
 void conv_set_algo(ConvAlgo algo);
 
 /* "auto" (or NULL or ""), "im2col" or "winograd" into *algo; -EINVAL for anything
