@@ -125,6 +125,334 @@ static void bias_grad(float *dbias, const float *dout, size_t rows, size_t cols)
         for (size_t j = 0; j < cols; j++) dbias[j] += dout[r * cols + j];
 }
 
+/* ----------------------------------------------------------------------------
+ * Conv2D by Winograd's minimal filtering F(2x2, 3x3)
+ *
+ * A 2x2 tile of a 3x3, stride-1 convolution's output comes from a 4x4 tile d of its
+ * input: Y = A^T [(G g G^T) . (B^T d B)] A per input channel, summed over the channels,
+ * with g the channel's 3x3 kernel and . the element-wise product. The transforms only
+ * add and halve, so per pair of channels a tile costs 16 products instead of 36. Summed
+ * over the input channels, each of the 16 positions e of the 4x4 products is one matrix
+ * product M_e (tiles, F) = V_e (tiles, C) @ U_e (C, F), where V_e holds position e of
+ * every tile's B^T d B and U_e position e of every kernel's G g G^T: 16 products through
+ * gemm() instead of one over kh*kw*C. Tiles past the output's edge read zeros and their
+ * extra outputs are dropped, so any output size and padding works.
+ *
+ *   B^T = | 1  0 -1  0 |    G = |  1    0    0  |    A^T = | 1  1  1  0 |
+ *         | 0  1  1  0 |        | 1/2  1/2  1/2 |          | 0  1 -1 -1 |
+ *         | 0 -1  1  0 |        | 1/2 -1/2  1/2 |
+ *         | 0  1  0 -1 |        |  0    0    1  |
+ *
+ * The kernel gradient is the adjoint: dU_e (C, F) = V_e^T @ dM_e summed over the tiles,
+ * with dM the A dY A^T of each 2x2 tile of dout, then G^T dU G.
+ *
+ * Every output pixel and input gradient is a fixed function of its own example, the
+ * kernel gradient a sum in a fixed order (tiles, then blocks): the same bits whatever
+ * the threads. */
+
+static ConvAlgo conv_algo = CONV_AUTO;
+
+void conv_set_algo(ConvAlgo algo)
+{
+    conv_algo = algo;
+}
+
+int conv_algo_parse(const char *s, ConvAlgo *algo)
+{
+    if (!s || !*s || !strcmp(s, "auto")) *algo = CONV_AUTO;
+    else if (!strcmp(s, "im2col")) *algo = CONV_IM2COL;
+    else if (!strcmp(s, "winograd")) *algo = CONV_WINOGRAD;
+    else return -EINVAL;
+    return 0;
+}
+
+/* Whether a convolution with these sizes and cin input channels (the layer's for the
+ * forward and the kernel gradient, its filters for the input gradient) runs by
+ * Winograd: a 3x3 kernel with stride 1 (dilation is always 1, layers.h), and, chosen
+ * automatically, at least CONV_WINOGRAD_MIN_CHANNELS channels in, below which the
+ * transforms cost more than the products they spare. */
+static int conv_winograd(const ConvGeom *g, int cin)
+{
+    if (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1) return 0;
+    return conv_algo == CONV_WINOGRAD ||
+           (conv_algo == CONV_AUTO && cin >= CONV_WINOGRAD_MIN_CHANNELS);
+}
+
+/* Whether the input gradient runs by Winograd: its convolution has the layer's filters
+ * as channels in, and a layer that never takes one (ConvGeom.no_dinput) has no room for
+ * it in its scratch. */
+static int conv_winograd_dinput(const ConvGeom *g)
+{
+    return !g->no_dinput && conv_winograd(g, g->f);
+}
+
+/* An example's 2x2 tiles of the output. */
+static size_t wino_tiles(const ConvGeom *g)
+{
+    return (size_t)((g->oh + 1) / 2) * ((g->ow + 1) / 2);
+}
+
+/* Floats from one position's matrix to the next in V, M or dM: a block's tiles by ch
+ * channels and WINO_PAD more, so that the 16 rows a transform reads or writes at once
+ * fall in different cache sets (the CIFAR model's matrices are a power of two in size:
+ * unpadded, all 16 would map to one set). */
+#define WINO_PAD 16
+static size_t wino_plane(const ConvGeom *g, int nb, int ch)
+{
+    return (size_t)nb * wino_tiles(g) * (size_t)ch + WINO_PAD;
+}
+
+/* One example's floats of V and M. */
+static size_t wino_floats(const ConvGeom *g)
+{
+    return 16 * (wino_tiles(g) * (size_t)(g->c + g->f) + 2 * WINO_PAD);
+}
+
+/* u (16, KC) = G k G^T per column: k (3, 3, KC) is a kernel in Keras's layout, KC its
+ * channels in by out; u_e is then the (C, F) matrix of position e. */
+static void wino_kernel(float *restrict u, const float *restrict k, size_t kc)
+{
+    for (size_t i = 0; i < kc; i++) {
+        float t[4][3];
+        for (int s = 0; s < 3; s++) {
+            const float g0 = k[(0 + s) * kc + i], g1 = k[(3 + s) * kc + i],
+                        g2 = k[(6 + s) * kc + i];
+            t[0][s] = g0;
+            t[1][s] = 0.5f * (g0 + g1 + g2);
+            t[2][s] = 0.5f * (g0 - g1 + g2);
+            t[3][s] = g2;
+        }
+        for (int r = 0; r < 4; r++) {
+            u[(4 * r + 0) * kc + i] = t[r][0];
+            u[(4 * r + 1) * kc + i] = 0.5f * (t[r][0] + t[r][1] + t[r][2]);
+            u[(4 * r + 2) * kc + i] = 0.5f * (t[r][0] - t[r][1] + t[r][2]);
+            u[(4 * r + 3) * kc + i] = t[r][2];
+        }
+    }
+}
+
+/* The transforms run over WINO_LANES channels at a time, gathered into local rows first,
+ * so that each step is a few vector operations on whole rows. */
+#define WINO_LANES 16
+
+/* B^T d B of channels ch..ch+n-1 of one tile: p[16] its pixels (row-major), o its
+ * position 0 in v, positions plane floats apart. The pointers stay as they are (moved on
+ * instead, each would be stored and loaded again per chunk, and stall). */
+static inline __attribute__((always_inline)) void wino_input_lanes(float *o, const float *const *p,
+                                                                   size_t ch, size_t plane, int n)
+{
+    float d[16][WINO_LANES], r[16][WINO_LANES];
+    for (int k = 0; k < 16; k++)
+        for (int l = 0; l < n; l++) d[k][l] = p[k][ch + l];
+    for (int j = 0; j < 4; j++) /* B^T d: rows */
+        for (int l = 0; l < n; l++) {
+            r[j][l] = d[j][l] - d[8 + j][l];
+            r[4 + j][l] = d[4 + j][l] + d[8 + j][l];
+            r[8 + j][l] = d[8 + j][l] - d[4 + j][l];
+            r[12 + j][l] = d[4 + j][l] - d[12 + j][l];
+        }
+    for (int i = 0; i < 4; i++) /* (B^T d) B: columns */
+        for (int l = 0; l < n; l++) {
+            o[(4 * i + 0) * plane + l] = r[4 * i][l] - r[4 * i + 2][l];
+            o[(4 * i + 1) * plane + l] = r[4 * i + 1][l] + r[4 * i + 2][l];
+            o[(4 * i + 2) * plane + l] = r[4 * i + 2][l] - r[4 * i + 1][l];
+            o[(4 * i + 3) * plane + l] = r[4 * i + 1][l] - r[4 * i + 3][l];
+        }
+}
+
+/* v (16, T, C) = B^T d B for each of the T = nb * wino_tiles tiles d of the nb examples
+ * of inp (nb, H, W, C), tile by tile in row-major order; pixels outside the input read
+ * from zeros (C floats of zero). Built for AVX-512 and AVX2 too, as maxpool_forward:
+ * additions only, the same results on each. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+wino_input(float *v, const float *inp, const float *zeros, const ConvGeom *g, int nb)
+{
+    const int th = (g->oh + 1) / 2, tw = (g->ow + 1) / 2;
+    const size_t c = (size_t)g->c, plane = wino_plane(g, nb, g->c);
+    size_t t = 0;
+    for (int n = 0; n < nb; n++) {
+        const float *img = inp + (size_t)n * g->h * g->w * c;
+        for (int ty = 0; ty < th; ty++)
+            for (int tx = 0; tx < tw; tx++, t++) {
+                const float *p[16];
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) {
+                        const int iy = 2 * ty - g->pad_top + i, ix = 2 * tx - g->pad_left + j;
+                        p[4 * i + j] = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w
+                                           ? img + ((size_t)iy * g->w + ix) * c
+                                           : zeros;
+                    }
+                size_t ch = 0;
+                for (; ch + WINO_LANES <= c; ch += WINO_LANES)
+                    wino_input_lanes(v + t * c + ch, p, ch, plane, WINO_LANES);
+                if (ch < c) wino_input_lanes(v + t * c + ch, p, ch, plane, (int)(c - ch));
+            }
+    }
+}
+
+/* A^T m A of channels j..j+n-1 of one tile: s its position 0 in m, positions plane
+ * floats apart; q[4] its output pixels (row-major). */
+static inline __attribute__((always_inline)) void wino_output_lanes(float *const *q, const float *s,
+                                                                    size_t j, size_t plane, int n)
+{
+    float m[16][WINO_LANES], a[8][WINO_LANES];
+    for (int k = 0; k < 16; k++)
+        for (int l = 0; l < n; l++) m[k][l] = s[k * plane + l];
+    for (int k = 0; k < 4; k++) /* A^T m: rows */
+        for (int l = 0; l < n; l++) {
+            a[k][l] = m[k][l] + m[4 + k][l] + m[8 + k][l];
+            a[4 + k][l] = m[4 + k][l] - m[8 + k][l] - m[12 + k][l];
+        }
+    for (int i = 0; i < 2; i++) /* (A^T m) A: columns */
+        for (int l = 0; l < n; l++) {
+            q[2 * i][j + l] = a[4 * i][l] + a[4 * i + 1][l] + a[4 * i + 2][l];
+            q[2 * i + 1][j + l] = a[4 * i + 1][l] - a[4 * i + 2][l] - a[4 * i + 3][l];
+        }
+}
+
+/* out (nb, OH, OW, F) = A^T m A for each tile of m (16, T, F), the order of wino_input;
+ * the outputs of a tile past the edge go to trash (F floats). Built as wino_input. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+wino_output(float *out, const float *m, float *trash, const ConvGeom *g, int nb)
+{
+    const int th = (g->oh + 1) / 2, tw = (g->ow + 1) / 2;
+    const size_t f = (size_t)g->f, plane = wino_plane(g, nb, g->f);
+    size_t t = 0;
+    for (int n = 0; n < nb; n++) {
+        float *img = out + (size_t)n * g->oh * g->ow * f;
+        for (int ty = 0; ty < th; ty++)
+            for (int tx = 0; tx < tw; tx++, t++) {
+                float *q[4];
+                for (int i = 0; i < 2; i++)
+                    for (int j = 0; j < 2; j++) {
+                        const int oy = 2 * ty + i, ox = 2 * tx + j;
+                        q[2 * i + j] =
+                            oy < g->oh && ox < g->ow ? img + ((size_t)oy * g->ow + ox) * f : trash;
+                    }
+                size_t j = 0;
+                for (; j + WINO_LANES <= f; j += WINO_LANES)
+                    wino_output_lanes(q, m + t * f + j, j, plane, WINO_LANES);
+                if (j < f) wino_output_lanes(q, m + t * f + j, j, plane, (int)(f - j));
+            }
+    }
+}
+
+/* A dY A^T of channels j..j+n-1 of one tile: q[4] its 2x2 of dout (row-major), o its
+ * position 0 in dm, positions plane floats apart. The adjoint of wino_output_lanes. */
+static inline __attribute__((always_inline)) void wino_dout_lanes(float *o, const float *const *q,
+                                                                  size_t j, size_t plane, int n)
+{
+    float t[8][WINO_LANES];
+    for (int i = 0; i < 2; i++) /* A dY: rows */
+        for (int l = 0; l < n; l++) {
+            const float y0 = q[i][j + l], y1 = q[2 + i][j + l];
+            t[i][l] = y0;
+            t[2 + i][l] = y0 + y1;
+            t[4 + i][l] = y0 - y1;
+            t[6 + i][l] = -y1;
+        }
+    for (int a = 0; a < 4; a++) /* (A dY) A^T: columns */
+        for (int l = 0; l < n; l++) {
+            const float t0 = t[2 * a][l], t1 = t[2 * a + 1][l];
+            o[(4 * a + 0) * plane + l] = t0;
+            o[(4 * a + 1) * plane + l] = t0 + t1;
+            o[(4 * a + 2) * plane + l] = t0 - t1;
+            o[(4 * a + 3) * plane + l] = -t1;
+        }
+}
+
+/* dm (16, T, F) = A dY A^T for each tile dY of dout (nb, OH, OW, F), in the order of
+ * wino_input; outputs past the edge read from zeros (F floats of zero). Built as
+ * wino_input. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+wino_dout(float *dm, const float *dout, const float *zeros, const ConvGeom *g, int nb)
+{
+    const int th = (g->oh + 1) / 2, tw = (g->ow + 1) / 2;
+    const size_t f = (size_t)g->f, plane = wino_plane(g, nb, g->f);
+    size_t t = 0;
+    for (int n = 0; n < nb; n++) {
+        const float *img = dout + (size_t)n * g->oh * g->ow * f;
+        for (int ty = 0; ty < th; ty++)
+            for (int tx = 0; tx < tw; tx++, t++) {
+                const float *q[4];
+                for (int i = 0; i < 2; i++)
+                    for (int j = 0; j < 2; j++) {
+                        const int oy = 2 * ty + i, ox = 2 * tx + j;
+                        q[2 * i + j] =
+                            oy < g->oh && ox < g->ow ? img + ((size_t)oy * g->ow + ox) * f : zeros;
+                    }
+                size_t j = 0;
+                for (; j + WINO_LANES <= f; j += WINO_LANES)
+                    wino_dout_lanes(dm + t * f + j, q, j, plane, WINO_LANES);
+                if (j < f) wino_dout_lanes(dm + t * f + j, q, j, plane, (int)(f - j));
+            }
+    }
+}
+
+/* dw (3, 3, KC) = G^T du G per column of du (16, KC): the adjoint of wino_kernel. */
+static void wino_kernel_grad(float *restrict dw, const float *restrict du, size_t kc)
+{
+    for (size_t i = 0; i < kc; i++) {
+        float t[3][4];
+        for (int b = 0; b < 4; b++) {
+            const float u0 = du[(0 + b) * kc + i], u1 = du[(4 + b) * kc + i],
+                        u2 = du[(8 + b) * kc + i], u3 = du[(12 + b) * kc + i];
+            t[0][b] = u0 + 0.5f * (u1 + u2);
+            t[1][b] = 0.5f * (u1 - u2);
+            t[2][b] = 0.5f * (u1 + u2) + u3;
+        }
+        for (int r = 0; r < 3; r++) {
+            dw[(3 * r + 0) * kc + i] = t[r][0] + 0.5f * (t[r][1] + t[r][2]);
+            dw[(3 * r + 1) * kc + i] = 0.5f * (t[r][1] - t[r][2]);
+            dw[(3 * r + 2) * kc + i] = 0.5f * (t[r][1] + t[r][2]) + t[r][3];
+        }
+    }
+}
+
+/* du (16, C, F) (+)= V_e^T dM_e for the nb examples of a block: the transformed kernel's
+ * gradient, which wino_kernel_grad turns into the kernel's once every block is in.
+ * accumulate 0: du is written. scratch: nb * wino_floats(g) floats; zeros: max(C, F)
+ * floats of zero. */
+static void wino_filter_grad(float *du, float *scratch, const float *inp, const float *dout,
+                             const float *zeros, const ConvGeom *g, int nb, int accumulate)
+{
+    const int tiles = nb * (int)wino_tiles(g);
+    const size_t c = (size_t)g->c, f = (size_t)g->f;
+    const size_t vp = wino_plane(g, nb, g->c), mp = wino_plane(g, nb, g->f);
+    float *v = scratch, *dm = scratch + 16 * vp;
+    wino_input(v, inp, zeros, g, nb);
+    wino_dout(dm, dout, zeros, g, nb);
+    for (int e = 0; e < 16; e++)
+        gemm(GEMM_T, GEMM_N, g->c, g->f, tiles, 1.0f, v + e * vp, g->c, dm + e * mp, g->f,
+             accumulate ? 1.0f : 0.0f, du + e * c * f, g->f);
+}
+
+/* out (nb, OH, OW, F) = conv(inp (nb, H, W, C), the kernel whose transform is u (16, C, F)),
+ * for a 3x3 stride-1 g. scratch: nb * wino_floats(g) floats; zeros: C floats of zero;
+ * trash: F floats. */
+static void wino_conv(float *out, float *scratch, const float *inp, const float *u,
+                      const float *zeros, float *trash, const ConvGeom *g, int nb)
+{
+    const int tiles = nb * (int)wino_tiles(g);
+    const size_t c = (size_t)g->c, f = (size_t)g->f;
+    const size_t vp = wino_plane(g, nb, g->c), mp = wino_plane(g, nb, g->f);
+    float *v = scratch, *m = scratch + 16 * vp;
+    wino_input(v, inp, zeros, g, nb);
+    for (int e = 0; e < 16; e++)
+        gemm(GEMM_N, GEMM_N, tiles, g->f, g->c, 1.0f, v + e * vp, g->c, u + e * c * f, g->f, 0.0f,
+             m + e * mp, g->f);
+    wino_output(out, m, trash, g, nb);
+}
+
 /* Examples per block: a convolution runs block by block so that each block's im2col
  * and output (about CONV_BLOCK_FLOATS) are still in cache when its product, bias, relu
  * and gradient passes read them, instead of making several trips through memory over
@@ -156,6 +484,37 @@ static size_t conv_dcol_floats(const ConvGeom *g)
     return conv_dinput_by_flip(g) ? (size_t)g->h * g->w * g->kh * g->kw * g->f : conv_col_floats(g);
 }
 
+/* The geometry of the input gradient's convolution (conv_transposed_geom, below). */
+static ConvGeom conv_transposed_geom(const ConvGeom *g);
+
+/* One example's floats of the scratch after its im2col: the column gradient or im2col
+ * of dout, or the Winograd forward's or input gradient's V and M, whichever algorithm
+ * conv_set_algo chooses later (the forward's start at the im2col's place). */
+static size_t conv_work_floats(const ConvGeom *g)
+{
+    const ConvGeom t = conv_transposed_geom(g);
+    const size_t col = conv_col_floats(g), fwd = wino_floats(g), bwd = wino_floats(&t);
+    size_t n = conv_dcol_floats(g);
+    if (conv_winograd(g, g->c) && fwd > n + col) n = fwd - col;
+    if (conv_winograd_dinput(g) && bwd > n) n = bwd;
+    return n;
+}
+
+/* Whether any pass of the layer runs by Winograd. */
+static int conv_winograd_any(const ConvGeom *g)
+{
+    return conv_winograd(g, g->c) || conv_winograd_dinput(g);
+}
+
+/* The floats after the blocks' part of the scratch: a turned kernel (kh*kw per weight)
+ * and, where a pass runs by Winograd, a transformed kernel and the gradient of one (16
+ * per weight each), zeros and trash for wino_conv. */
+static size_t conv_tail_floats(const ConvGeom *g)
+{
+    const size_t cf = (size_t)g->c * g->f, cmax = (size_t)(g->c > g->f ? g->c : g->f);
+    return (size_t)g->kh * g->kw * cf + (conv_winograd_any(g) ? 32 * cf + 2 * cmax : 0);
+}
+
 static int block_examples(const ConvGeom *g)
 {
     const size_t out = (size_t)g->oh * g->ow * g->f, col = conv_col_floats(g);
@@ -166,8 +525,27 @@ static int block_examples(const ConvGeom *g)
 size_t conv_scratch_size(const ConvGeom *g, int b)
 {
     const int eb = block_examples(g), nb = b < eb ? b : eb;
-    return (size_t)nb * (conv_col_floats(g) + conv_dcol_floats(g)) +
-           (size_t)g->kh * g->kw * g->c * g->f;
+    return (size_t)nb * (conv_col_floats(g) + conv_work_floats(g)) + conv_tail_floats(g);
+}
+
+/* The tail of a scratch for b examples (conv_tail_floats). */
+typedef struct {
+    float *u, *du, *wflip, *zeros, *trash;
+} ConvTail;
+
+static ConvTail conv_tail(float *scratch, const ConvGeom *g, int b)
+{
+    const int eb = block_examples(g), nb = b < eb ? b : eb;
+    const size_t cf = (size_t)g->c * g->f, cmax = (size_t)(g->c > g->f ? g->c : g->f);
+    float *wflip = scratch + (size_t)nb * (conv_col_floats(g) + conv_work_floats(g));
+    ConvTail t = {.wflip = wflip};
+    if (!conv_winograd_any(g)) return t;
+    t.u = wflip + (size_t)g->kh * g->kw * cf;
+    t.du = t.u + 16 * cf;
+    t.zeros = t.du + 16 * cf;
+    t.trash = t.zeros + cmax;
+    memset(t.zeros, 0, cmax * sizeof *t.zeros);
+    return t;
 }
 
 /* The block of nb examples from example n0: its rows of out and dout, its input.
@@ -255,13 +633,19 @@ void conv2d_forward_moments(float *out, double *moments, float *scratch, const f
                             const float *weight, const float *bias, const ConvGeom *g, int b,
                             int relu)
 {
-    const int k = g->kh * g->kw * g->c;
+    const int k = g->kh * g->kw * g->c, wino = conv_winograd(g, g->c);
     const size_t f = (size_t)g->f, rows = (size_t)g->oh * g->ow;
     double *mean = moments ? xmalloc(f * sizeof *mean) : NULL;
+    const ConvTail tail = conv_tail(scratch, g, b);
+    if (wino) wino_kernel(tail.u, weight, (size_t)g->c * f);
     for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);) {
         float *o = out + blk.out;
-        im2col(scratch, inp + blk.in, g, blk.nb);
-        gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, scratch, k, weight, g->f, 0.0f, o, g->f);
+        if (wino) {
+            wino_conv(o, scratch, inp + blk.in, tail.u, tail.zeros, tail.trash, g, blk.nb);
+        } else {
+            im2col(scratch, inp + blk.in, g, blk.nb);
+            gemm(GEMM_N, GEMM_N, blk.m, g->f, k, 1.0f, scratch, k, weight, g->f, 0.0f, o, g->f);
+        }
         if (relu) relu_bias_rows(o, bias, (size_t)blk.m, f);
         else if (bias) bias_add_rows(o, bias, (size_t)blk.m, f);
         if (moments) conv_block_moments(moments + (size_t)blk.n0 * 2 * f, mean, o, blk.nb, rows, f);
@@ -314,19 +698,30 @@ static void conv_flip_kernel(float *wflip, const float *weight, const ConvGeom *
         }
 }
 
-/* The scratch of a backward: the block's im2col, then its column gradient (or im2col of
- * dout), then the turned kernel. */
+/* The scratch of a backward: the block's im2col (or the Winograd kernel gradient's V and
+ * dM from there), then its column gradient (or im2col of dout, or the Winograd input
+ * gradient's V and M), then the tail: the turned kernel and, by Winograd, its transform.
+ * wino_dw: the kernel gradient by Winograd, into tail.du. */
 typedef struct {
-    float *col, *dcol, *wflip;
+    float *col, *dcol, *wflip, *uflip;
+    int wino_dw;
+    ConvTail tail;
 } ConvScratch;
 
 static ConvScratch conv_scratch(float *scratch, const float *weight, const ConvGeom *g, int b,
                                 const float *dinput)
 {
     const int eb = block_examples(g), nb = b < eb ? b : eb;
-    ConvScratch s = {.col = scratch, .dcol = scratch + (size_t)nb * conv_col_floats(g)};
-    if (dinput && conv_dinput_by_flip(g)) {
-        s.wflip = s.dcol + (size_t)nb * conv_dcol_floats(g);
+    ConvScratch s = {.col = scratch,
+                     .dcol = scratch + (size_t)nb * conv_col_floats(g),
+                     .wino_dw = conv_winograd(g, g->c),
+                     .tail = conv_tail(scratch, g, b)};
+    if (dinput && conv_winograd_dinput(g)) {
+        conv_flip_kernel(s.tail.wflip, weight, g);
+        wino_kernel(s.tail.u, s.tail.wflip, (size_t)g->c * g->f);
+        s.uflip = s.tail.u;
+    } else if (dinput && conv_dinput_by_flip(g)) {
+        s.wflip = s.tail.wflip;
         conv_flip_kernel(s.wflip, weight, g);
     }
     return s;
@@ -339,11 +734,22 @@ static void conv2d_backward_block(float *dinput, float *dweight, const ConvScrat
                                   const ConvGeom *g, const ConvBlock *blk)
 {
     const int k = g->kh * g->kw * g->c;
-    im2col(s->col, inp + blk->in, g, blk->nb);
-    /* dweight (K,F) (+)= col^T (K,M) @ dout (M,F) */
-    gemm(GEMM_T, GEMM_N, k, g->f, blk->m, 1.0f, s->col, k, dout + blk->out, g->f,
-         blk->n0 ? 1.0f : 0.0f, dweight, g->f);
+    if (s->wino_dw) {
+        wino_filter_grad(s->tail.du, s->col, inp + blk->in, dout + blk->out, s->tail.zeros, g,
+                         blk->nb, blk->n0 != 0);
+    } else {
+        im2col(s->col, inp + blk->in, g, blk->nb);
+        /* dweight (K,F) (+)= col^T (K,M) @ dout (M,F) */
+        gemm(GEMM_T, GEMM_N, k, g->f, blk->m, 1.0f, s->col, k, dout + blk->out, g->f,
+             blk->n0 ? 1.0f : 0.0f, dweight, g->f);
+    }
     if (!dinput) return;
+    if (s->uflip) {
+        const ConvGeom t = conv_transposed_geom(g);
+        wino_conv(dinput + blk->in, s->dcol, dout + blk->out, s->uflip, s->tail.zeros,
+                  s->tail.trash, &t, blk->nb);
+        return;
+    }
     if (s->wflip) {
         const ConvGeom t = conv_transposed_geom(g);
         const int kt = t.kh * t.kw * t.c;
@@ -371,6 +777,7 @@ void conv2d_backward_relu(float *dinput, float *dweight, float *dbias, float *sc
         conv2d_backward_block(dinput, dweight, &s, dout, inp, weight, g, &blk);
         if (rezero) memset(dout + blk.out, 0, (size_t)blk.m * f * sizeof *dout);
     }
+    if (s.wino_dw) wino_kernel_grad(dweight, s.tail.du, (size_t)g->c * f);
 }
 
 void conv2d_backward(float *dinput, float *dweight, float *dbias, float *scratch, const float *dout,
@@ -380,6 +787,7 @@ void conv2d_backward(float *dinput, float *dweight, float *dbias, float *scratch
     bias_grad(dbias, dout, (size_t)b * g->oh * g->ow, (size_t)g->f);
     for (ConvBlock blk = {0}; conv_block_next(g, b, &blk);)
         conv2d_backward_block(dinput, dweight, &s, dout, inp, weight, g, &blk);
+    if (s.wino_dw) wino_kernel_grad(dweight, s.tail.du, (size_t)g->c * g->f);
 }
 
 /* ----------------------------------------------------------------------------

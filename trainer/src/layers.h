@@ -6,7 +6,7 @@
  * functions ACCUMULATE nothing: they overwrite dweight/dbias/dinput. A NULL dinput means
  * "not needed" (the first layer) and skips that GEMM. All matrix products go through
  * gemm() (gemm.h: a BLAS library chosen at build time); the only loops here are the
- * element-wise ones and BatchNormalization's per-channel sums.
+ * element-wise ones, Winograd's transforms and BatchNormalization's per-channel sums.
  *
  * Threads: gemm() cuts its products over the pool's threads (pool.h), and so do the
  * BatchNormalization functions their passes; everything else runs on the calling thread
@@ -40,12 +40,33 @@ typedef struct {
     int sh, sw;     /* strides */
     int pad_top, pad_left;
     int oh, ow;     /* output */
+    int no_dinput;  /* the backward is never asked for dinput (the model's first layer with
+                     * parameters): the scratch keeps no room for a Winograd one */
 } ConvGeom;
 
 /* Fills g->oh/ow/pad_* for Keras "valid" (same == 0) or "same" (same != 0) padding.
  * Returns 0, or -EINVAL when the output would be empty. */
 int conv_geom_init(ConvGeom *g, int h, int w, int c, int kh, int kw, int f, int sh, int sw,
                    int same);
+
+/* How a Conv2D's passes are computed (docs/design.md, Conv2D's passes). CONV_AUTO, the
+ * default: by Winograd's F(2x2, 3x3) where the kernel is 3x3 with stride 1 and the
+ * convolution has at least CONV_WINOGRAD_MIN_CHANNELS channels in (the layer's for the
+ * forward and the kernel gradient, its filters for the input gradient), else im2col and
+ * one product. CONV_IM2COL: always im2col. CONV_WINOGRAD: Winograd wherever the kernel
+ * and stride allow, whatever the channels (for tests). The trainer takes it from
+ * KUBETRAIN_CONV (auto, im2col, winograd). */
+typedef enum { CONV_AUTO = 0, CONV_IM2COL, CONV_WINOGRAD } ConvAlgo;
+#define CONV_WINOGRAD_MIN_CHANNELS 8
+
+/* Sets the algorithm for every Conv2D function called from now on; not while a pass
+ * runs. conv_scratch_size is for the algorithm set when it is called: set it first (a
+ * scratch sized under CONV_WINOGRAD holds any of them). */
+void conv_set_algo(ConvAlgo algo);
+
+/* "auto" (or NULL or ""), "im2col" or "winograd" into *algo; -EINVAL for anything
+ * else. */
+int conv_algo_parse(const char *s, ConvAlgo *algo);
 
 /* Floats of the scratch the Conv2D functions below need for a batch of b (at most
  * b * conv_scratch_size(g, 1)): the im2col of a block of examples (the forward's, made
@@ -56,15 +77,17 @@ size_t conv_scratch_size(const ConvGeom *g, int b);
 /* A layer without bias (Keras's use_bias false) passes bias and dbias NULL to the Conv2D
  * and Dense functions below: no bias is added, no bias gradient written. */
 
-/* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F).
- * scratch: conv_scratch_size floats, nothing kept in it. */
+/* out (B,OH,OW,F) = conv(inp (B,H,W,C), weight (KH,KW,C,F)) + bias (F), by im2col or
+ * Winograd (ConvAlgo). scratch: conv_scratch_size floats, nothing kept in it. */
 void conv2d_forward(float *out, float *scratch, const float *inp, const float *weight,
                     const float *bias, const ConvGeom *g, int b);
 /* dweight (KH,KW,C,F), dbias (F) and, when dinput != NULL, dinput (B,H,W,C) from
  * dout (B,OH,OW,F) and the forward's input inp. scratch: conv_scratch_size floats.
- * With stride 1 and no more filters than channels the input gradient is the
- * convolution of dout with the turned kernel (one product with an inner dimension of
- * kh*kw*f, straight into dinput); else dout @ weight^T, added back by col2im. */
+ * The kernel gradient is col^T @ dout, or by Winograd where ConvAlgo says so.
+ * With stride 1 the input gradient is the convolution of dout with the turned kernel,
+ * by Winograd where ConvAlgo says so, else with no more filters than channels by im2col
+ * (one product with an inner dimension of kh*kw*f, straight into dinput); otherwise
+ * dout @ weight^T, added back by col2im. */
 void conv2d_backward(float *dinput, float *dweight, float *dbias, float *scratch, const float *dout,
                      const float *inp, const float *weight, const ConvGeom *g, int b);
 

@@ -1457,6 +1457,13 @@ int main(int argc, char **argv)
             if (gemm_kernels()->warning[0]) printf("warning: gemm: %s\n", gemm_kernels()->warning);
             return KT_EXIT_OK;
         }
+    ConvAlgo algo;
+    if (conv_algo_parse(getenv("KUBETRAIN_CONV"), &algo))
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_CONV=%s: unknown Conv2D algorithm; expected auto, im2col or winograd "
+                  "(or leave it unset)",
+                  getenv("KUBETRAIN_CONV"));
+    conv_set_algo(algo);
     if (argc > 1 && !strcmp(argv[1], "train")) return cmd_train(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch_main(argc - 2, argv + 2, argv[0]);
     if (argc > 1 && !strcmp(argv[1], "export")) return cmd_export(argc - 2, argv + 2);

@@ -1063,6 +1063,10 @@ static int build(Model **out, const cJSON *root, const char *what, uint64_t seed
         l->s_off = l->b_off + l->b_count;
         m->num_params += model_layer_floats(l);
     }
+    /* backward stops at the first layer with parameters: no input gradient there */
+    const int first = model_first_param_layer(m);
+    if (first < m->num_layers && m->layers[first].type == LAYER_CONV2D)
+        m->layers[first].conv.no_dinput = 1;
     if (m->num_params > MODEL_MAX_FLOATS) {
         rc = spec_fail(&sc, "layers", "at most 2^28 parameters in all");
         goto err;

@@ -266,6 +266,94 @@ static void test_conv_blocks_equal_examples(void **s)
     conv_blocks_case(20, 8, 6, 1);
 }
 
+/* Winograd F(2x2, 3x3) (ConvAlgo) against im2col on the same operands: the outputs,
+ * input and kernel gradients agree within float32 rounding (relative to the largest
+ * value, since a sum near zero may cancel), and the bias gradients, which both take the
+ * same way, are the same bits. Odd and even sizes, same and valid padding, more and
+ * fewer filters than channels, the CIFAR model's sizes. Prints the largest differences
+ * found (docs/design.md quotes them). */
+static void wino_case(int h, int w, int ch, int f, int same, int b, double abs_max[3],
+                      double rel_max[3])
+{
+    ConvGeom g;
+    assert_int_equal(conv_geom_init(&g, h, w, ch, 3, 3, f, 1, 1, same), 0);
+    conv_set_algo(CONV_WINOGRAD); /* the scratch sized for it holds im2col's too */
+    ConvData ref = conv_data(&g, b, 17), win;
+    conv_data_buffers(&win, &g, b);
+    win.wt = ref.wt, win.bias = ref.bias;
+    conv_set_algo(CONV_IM2COL);
+    conv_pass(&ref, ref.in, ref.r, &g, b, 0);
+    conv_set_algo(CONV_WINOGRAD);
+    conv_pass(&win, ref.in, ref.r, &g, b, 0);
+    conv_set_algo(CONV_AUTO);
+    const float *got[3] = {win.out, win.din, win.dw}, *want[3] = {ref.out, ref.din, ref.dw};
+    const size_t n[3] = {ref.nout, ref.nin, ref.nw};
+    for (int k = 0; k < 3; k++) {
+        double top = 0.0, diff = 0.0;
+        for (size_t i = 0; i < n[k]; i++) top = fmax(top, fabs(want[k][i]));
+        for (size_t i = 0; i < n[k]; i++) {
+            assert_close_i(got[k][i], want[k][i], 1e-5 * (1.0 + top), i);
+            diff = fmax(diff, fabs((double)got[k][i] - want[k][i]));
+        }
+        abs_max[k] = fmax(abs_max[k], diff);
+        rel_max[k] = fmax(rel_max[k], diff / top);
+    }
+    for (int i = 0; i < f; i++) assert_close_i(win.db[i], ref.db[i], 0, i);
+    win.wt = win.bias = NULL; /* ref's */
+    conv_data_free(&ref), conv_data_free(&win);
+}
+
+static void test_conv_winograd_matches_im2col(void **s)
+{
+    (void)s;
+    double abs_max[3] = {0}, rel_max[3] = {0};
+    wino_case(7, 5, 1, 1, 1, 3, abs_max, rel_max);
+    wino_case(7, 5, 3, 2, 0, 3, abs_max, rel_max);
+    wino_case(5, 9, 8, 16, 1, 3, abs_max, rel_max);
+    wino_case(9, 7, 16, 8, 0, 3, abs_max, rel_max);
+    wino_case(4, 6, 5, 3, 1, 2, abs_max, rel_max);
+    wino_case(1, 3, 4, 4, 1, 2, abs_max, rel_max);
+    wino_case(3, 3, 6, 5, 0, 2, abs_max, rel_max);
+    wino_case(32, 32, 32, 32, 1, 2, abs_max, rel_max);
+    wino_case(8, 8, 128, 128, 1, 2, abs_max, rel_max);
+    const char *what[3] = {"output", "dinput", "dweight"};
+    for (int k = 0; k < 3; k++)
+        print_message("# winograd vs im2col, %s: max abs diff %.3g, max diff / max |value| %.3g\n",
+                      what[k], abs_max[k], rel_max[k]);
+}
+
+/* Winograd's gradients against finite differences, and a batch in blocks against its
+ * examples one by one (the relu-fused passes too), as for im2col above. */
+static void test_conv_winograd_gradients(void **s)
+{
+    (void)s;
+    const uint64_t keep = rng;
+    rng = 19;
+    conv_set_algo(CONV_WINOGRAD);
+    conv_case(6, 5, 4, 3, 4, 1, 0);
+    conv_case(7, 5, 3, 3, 2, 1, 1);
+    conv_case(5, 5, 2, 3, 3, 1, 1);
+    conv_blocks_case(20, 8, 6, 1);
+    conv_blocks_case(9, 3, 10, 0);
+    conv_set_algo(CONV_AUTO);
+    rng = keep;
+}
+
+static void test_conv_algo_parse(void **s)
+{
+    (void)s;
+    ConvAlgo a = CONV_IM2COL;
+    assert_int_equal(conv_algo_parse(NULL, &a), 0);
+    assert_int_equal(a, CONV_AUTO);
+    assert_int_equal(conv_algo_parse("winograd", &a), 0);
+    assert_int_equal(a, CONV_WINOGRAD);
+    assert_int_equal(conv_algo_parse("im2col", &a), 0);
+    assert_int_equal(a, CONV_IM2COL);
+    assert_int_equal(conv_algo_parse("", &a), 0);
+    assert_int_equal(a, CONV_AUTO);
+    assert_int_equal(conv_algo_parse("fft", &a), -EINVAL);
+}
+
 static void test_conv_geometry(void **s)
 {
     (void)s;
@@ -1635,6 +1723,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_blocks_equal_examples),
+        cmocka_unit_test(test_conv_winograd_matches_im2col),
+        cmocka_unit_test(test_conv_winograd_gradients),
+        cmocka_unit_test(test_conv_algo_parse),
         cmocka_unit_test(test_conv_geometry),
         cmocka_unit_test(test_conv_valid),
         cmocka_unit_test(test_conv_relu_fused),
