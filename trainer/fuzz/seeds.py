@@ -190,14 +190,14 @@ def ckpt(out):
 
 def hello(kind, world, rank, batch, sig, dataset):
     """A HELLO (kind 1) or CHALLENGE (2) of generation 1 without state, whose ring is
-    the whole cluster of `world` workers (the members bitmap, net.h)."""
+    the whole cluster of `world` workers (the members bitmap, net.h), of incarnation 1."""
     s, d = sig.encode(), dataset.encode()
     bits = bytearray((world + 7) // 8)
     for i in range(world):
         bits[i // 8] |= 1 << (i % 8)
     return (b"KTH1" + bytes([kind]) + bytes(range(32)) + struct.pack("<IIQ", world, rank, batch)
             + struct.pack("<H", len(s)) + s + struct.pack("<H", len(d)) + d
-            + struct.pack("<IBH", 1, 0, world) + bytes(bits))
+            + struct.pack("<IBH", 1, 0, world) + bytes(bits) + struct.pack("<Q", 1))
 
 
 def handshake(out):

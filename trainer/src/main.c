@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -190,6 +191,9 @@ typedef struct Recovery {
     size_t secret_len;
     uint32_t generation;   /* of the last ring formed (state synced); 0: none yet */
     int has_state;         /* parameters and position of a run in progress */
+    uint64_t incarnation;  /* this process (NetJob.incarnation) */
+    uint64_t *last_ring;   /* the incarnations of the last ring formed, by rank */
+    int last_ring_n;
     const char *members_path; /* KUBETRAIN_MEMBERS_FILE; NULL: unset */
     struct stat members_seen; /* that file when last read (members_look) */
     int members_looked;       /* members_seen is set */
@@ -467,6 +471,9 @@ static int form_ring(const Config *cfg, Recovery *r, double timeout_s, int watch
                   .dataset = cfg->dataset,
                   .generation = r->generation + 1,
                   .has_state = r->has_state,
+                  .incarnation = r->incarnation,
+                  .last_ring = r->last_ring,
+                  .last_ring_n = r->last_ring_n,
                   .members = r->members_path ? r->idx : NULL,
                   .cluster = r->all.world};
     NetOptions no = {.rendezvous_timeout_s = timeout_s,
@@ -776,7 +783,7 @@ static int checkpoint_hook(Trainer *t, void *ctx, int *exit_code, char *err, siz
 
 /* What each rank tells the others before a state sync. */
 typedef struct {
-    uint64_t has_state, global_step, generation;
+    uint64_t has_state, global_step, generation, incarnation;
 } RankInfo;
 
 /* What the root of a state sync broadcasts: where the run stands, everything a rank
@@ -901,8 +908,11 @@ static void check_sync(const Trainer *t, const SyncState *ss, int from_state, in
  * The root broadcasts its parameters, optimizer state and SyncState, and every rank
  * checks the weights' hash against the root's and the state against the run
  * (check_sync). Dropout masks derive from (seed, global step, rank), so no RNG state
- * travels. Returns 0, or the collective's negative errno with err (a peer lost during
- * the sync); a hash mismatch or a state no rank can hold exits 75. */
+ * travels. Every rank also tells its incarnation, and a completed sync keeps them as
+ * r->last_ring: a rank of this ring whose sync broke off proposes a lower generation
+ * next and must still be accepted (NetJob). Returns 0, or the collective's negative
+ * errno with err (a peer lost during the sync); a hash mismatch or a state no rank can
+ * hold exits 75. */
 static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
 {
     Model *m = t->model;
@@ -915,21 +925,29 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
     ss.ckpt_step = -1;
     int root = -1, rc = 0;
     uint64_t generation = r->generation + 1, announced = 0;
+    /* the ring's processes, kept as r->last_ring once the sync completes */
+    uint64_t *ring = xcalloc((size_t)c->world, sizeof *ring);
+    ring[c->rank] = r->incarnation;
     if (c->world > 1) {
         RankInfo *all = xcalloc((size_t)c->world, sizeof *all);
         all[c->rank] = (RankInfo){.has_state = (uint64_t)r->has_state,
                                   .global_step = (uint64_t)t->st.global_step,
-                                  .generation = generation};
+                                  .generation = generation,
+                                  .incarnation = r->incarnation};
         for (int q = 0; q < c->world && !rc; q++)
             rc = coll_broadcast(c, &all[q], sizeof all[q], q, err, errlen);
         for (int q = 0; q < c->world && !rc; q++) {
             if (all[q].has_state && (root < 0 || all[q].global_step > all[root].global_step))
                 root = q;
             if (all[q].generation > generation) generation = all[q].generation;
+            ring[q] = all[q].incarnation;
         }
         if (root >= 0) announced = all[root].global_step;
         free(all);
-        if (rc) return rc;
+        if (rc) {
+            free(ring);
+            return rc;
+        }
     }
     const int from_state = root >= 0;
     if (!from_state && running) {
@@ -966,7 +984,10 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
         rc = coll_broadcast(c, &ss, sizeof ss, root, err, errlen);
         if (!rc) rc = coll_broadcast(c, m->params, pbytes, root, err, errlen);
         if (!rc && obytes) rc = coll_broadcast(c, t->opt->state, obytes, root, err, errlen);
-        if (rc) return rc;
+        if (rc) {
+            free(ring);
+            return rc;
+        }
         char got[65];
         util_sha256_hex(m->params, pbytes, got);
         ss.hash[64] = '\0';
@@ -1012,6 +1033,8 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
     if (running && (rc = trainer_sync_device(t, err, errlen))) util_fail(KT_EXIT_RETRY, "%s", err);
     r->generation = (uint32_t)generation;
     r->has_state = 1;
+    free(r->last_ring);
+    r->last_ring = ring, r->last_ring_n = c->world;
     if (t->metrics) metrics_checkpoint(t->metrics, t->ckpt_step, t->ckpt_time);
     util_termination_progress(t->st.global_step, t->ckpt_step);
     return 0;
@@ -1286,6 +1309,10 @@ static int cmd_train(int argc, char **argv)
     rec.idx = xcalloc((size_t)tf.world, sizeof *rec.idx);
     for (int i = 0; i < tf.world; i++) rec.idx[i] = i;
     rec.named = xcalloc(NET_MEMBERS_MAX, sizeof *rec.named);
+    /* a process of this run, told apart from an earlier one of the same index (NetJob) */
+    while (!rec.incarnation)
+        if (getrandom(&rec.incarnation, sizeof rec.incarnation, 0) != sizeof rec.incarnation)
+            util_fail(KT_EXIT_RETRY, "getrandom: %s", strerror(errno));
     /* a worker added back to an elastic job joins the ring of the members named now;
      * one whose TF_CONFIG names it alone watches the file too, for workers made past it */
     const char *members_path = getenv("KUBETRAIN_MEMBERS_FILE");
@@ -1370,6 +1397,7 @@ static int cmd_train(int argc, char **argv)
     free(rec.idx);
     free(rec.named);
     free(rec.named_text);
+    free(rec.last_ring);
     free(rec.signature);
     free(rec.secret);
     return KT_EXIT_OK;

@@ -27,7 +27,7 @@
 /* Handshake frames: u32 little-endian length, then a payload that starts with
  * "KTH1" and a type byte.
  *   HELLO     (client) nonce[32] world rank global_batch signature dataset generation
- *             has_state cluster members
+ *             has_state cluster members incarnation
  *   CHALLENGE (server) the same fields with the server's nonce, then
  *             mac = HMAC(secret, "server" | HELLO | CHALLENGE without mac)
  *   PROOF     (client) mac = HMAC(secret, "client" | HELLO | CHALLENGE)
@@ -299,6 +299,7 @@ size_t net_hello_encode(unsigned char *buf, int type, const NetHello *h)
     const size_t cluster = h->cluster > NET_MEMBERS_MAX ? NET_MEMBERS_MAX : h->cluster;
     buf[n++] = (unsigned char)cluster, buf[n++] = (unsigned char)(cluster >> 8);
     memcpy(buf + n, h->members, (cluster + 7) / 8), n += (cluster + 7) / 8;
+    for (int i = 0; i < 8; i++) buf[n++] = (unsigned char)(h->incarnation >> (8 * i));
     return n;
 }
 
@@ -336,6 +337,8 @@ int net_hello_decode(const unsigned char *buf, size_t n, int type, NetHello *h, 
         (h->cluster % 8 && buf[o + bytes - 1] >> (h->cluster % 8)))
         goto bad;
     memcpy(h->members, buf + o, bytes), o += bytes;
+    if (o + 8 > n) goto bad;
+    for (int i = 0; i < 8; i++) h->incarnation |= (uint64_t)buf[o++] << (8 * i);
     *used = o;
     return 0;
 bad:
@@ -370,6 +373,7 @@ static int hello_fill(NetHello *h, const NetJob *job)
     snprintf(h->dataset, sizeof h->dataset, "%s", job->dataset);
     h->generation = job->generation;
     h->has_state = job->has_state ? 1 : 0;
+    h->incarnation = job->incarnation;
     memset(h->members, 0, sizeof h->members);
     h->cluster = (uint16_t)(job->members ? job->cluster : job->world);
     for (int k = 0; k < job->world; k++) {
@@ -420,19 +424,29 @@ static int members_differ(const NetHello *a, const NetHello *b, int elastic)
     return 0;
 }
 
-/* Compares an authenticated peer's description with ours; err names both values.
- * Returns 0; -ESTALE when it names other members of the ring (an elastic job whose
- * members file has not changed on both sides yet: `elastic`, members_differ), which a
- * new list mends; -EPROTO when it disagrees about the job (world size, model, global
- * batch, dataset, or the cluster outside an elastic job): it knows the job secret, so it
- * is a worker of this job configured otherwise,
- * which no retry mends; or -ENXIO when it is a worker of this job but not the rank
- * expected there (a stale DNS record, a port taken over by another worker, two workers
- * with one task index), which the next connection may mend, or a process of an earlier
- * ring (NetJob: it holds state of a lower generation), which the real peer may mend. */
-static int hello_agree(const NetHello *mine, const NetHello *theirs, int elastic, int expect_rank,
-                       const char *peer, char *err, size_t errlen)
+/* Whether the process of incarnation x was one of job's last ring (NetJob). */
+static int of_last_ring(const NetJob *job, uint64_t x)
 {
+    for (int i = 0; i < job->last_ring_n; i++)
+        if (job->last_ring[i] == x) return 1;
+    return 0;
+}
+
+/* Compares an authenticated peer's description with ours (mine, of job); err names both
+ * values. Returns 0; -ESTALE when it names other members of the ring (an elastic job
+ * whose members file has not changed on both sides yet: job->members, members_differ),
+ * which a new list mends; -EPROTO when it disagrees about the job (world size, model,
+ * global batch, dataset, or the cluster outside an elastic job): it knows the job secret,
+ * so it is a worker of this job configured otherwise, which no retry mends; or -ENXIO
+ * when it is a worker of this job but not the rank expected there (a stale DNS record, a
+ * port taken over by another worker, two workers with one task index), which the next
+ * connection may mend, or a process of an earlier ring (NetJob: it holds state of a
+ * lower generation and was not in this worker's last ring), which the real peer may
+ * mend. */
+static int hello_agree(const NetHello *mine, const NetHello *theirs, const NetJob *job,
+                       int expect_rank, const char *peer, char *err, size_t errlen)
+{
+    const int elastic = job->members != NULL;
     if (members_differ(theirs, mine, elastic)) {
         char a[256], b[256];
         member_list(theirs, a, sizeof a);
@@ -470,7 +484,8 @@ static int hello_agree(const NetHello *mine, const NetHello *theirs, int elastic
                  "reused address points at another worker of this job",
                  peer, theirs->rank, expect_rank);
         return -ENXIO;
-    } else if (theirs->has_state && theirs->generation < mine->generation) {
+    } else if (theirs->has_state && theirs->generation < mine->generation &&
+               !of_last_ring(job, theirs->incarnation)) {
         snprintf(err, errlen,
                  "refused %s: a process of an earlier ring (it holds training state and "
                  "proposes generation %u, this worker generation %u): it missed a live "
@@ -795,8 +810,8 @@ static int pending_step(Rendezvous *rv, Pending *p, int have_prev, char *err, si
     char peer[NET_NAME_MAX + 64], disagree[sizeof rv->server_seen];
     snprintf(peer, sizeof peer, "rank %u (%s from %s)", p->theirs.rank,
              p->announce ? "announcing itself" : "connecting", p->from);
-    int rc = hello_agree(&p->mine, &p->theirs, rv->job->members != NULL, p->announce ? next : prev,
-                         peer, disagree, sizeof disagree);
+    int rc = hello_agree(&p->mine, &p->theirs, rv->job, p->announce ? next : prev, peer, disagree,
+                         sizeof disagree);
     if (rc == -ENXIO) {
         if (!p->announce) snprintf(rv->server_seen, sizeof rv->server_seen, "%s", disagree);
         return reject(rv, p, disagree);
@@ -1185,8 +1200,7 @@ static int client_handshake(Rendezvous *rv, const Dialer *d, int fd, const char 
                  peer);
         return client_refuse(d, note);
     }
-    rc = hello_agree(&mine, &theirs, rv->job->members != NULL, d->peer_rank, peer, note,
-                     sizeof note);
+    rc = hello_agree(&mine, &theirs, rv->job, d->peer_rank, peer, note, sizeof note);
     if (rc == -ENXIO) return client_refuse(d, note);
     unsigned char proof[5 + MAC_BYTES] = {'K', 'T', 'H', '1', MSG_PROOF};
     transcript_mac(rv->opt, "client", hello, hn, chal, cn, proof + 5);

@@ -49,6 +49,16 @@ typedef struct NetJob {
      * rank the newest state and the highest generation). */
     uint32_t generation;
     int has_state;
+    /* This process, as a random number drawn when it starts (nonzero), and the processes
+     * of the last ring it formed (last_ring_n of them; NULL: none yet). A peer that holds
+     * state and proposes a lower generation but is one of those processes is no process
+     * of an earlier ring: it took part in the sync that formed that ring and saw it fail
+     * where this worker saw it complete (a ring's last operation can complete on some
+     * ranks and not on others), so it holds that ring's state or an older one of the same
+     * run, and it is accepted (docs/design.md, "Live recovery"). */
+    uint64_t incarnation;
+    const uint64_t *last_ring;
+    int last_ring_n;
     /* Elastic jobs (docs/design.md, "Elastic jobs"): the ring's workers as TF_CONFIG
      * indices, ascending (world of them), out of the cluster's `cluster` (TF_CONFIG's
      * workers and those past it that the members list gave addresses); NULL: not elastic,
@@ -92,7 +102,7 @@ typedef struct NetRing {
  * one byte: 1 when the sender holds training state, else 0 (NetJob), then u16 cluster
  * (TF_CONFIG's workers, 1..NET_MEMBERS_MAX) and the ring's members as a bitmap of
  * ceil(cluster / 8) bytes, TF_CONFIG index i in bit i % 8 of byte i / 8, the bits past
- * cluster zero. */
+ * cluster zero, then u64 incarnation (NetJob). */
 #define NET_NONCE_BYTES 32
 #define NET_HELLO_STR_MAX 512
 #define NET_MEMBERS_MAX 4096 /* TF_CONFIG's workers at most (tfconfig.c) */
@@ -110,10 +120,11 @@ typedef struct NetHello {
     uint8_t has_state;
     uint16_t cluster;
     unsigned char members[NET_MEMBERS_MAX / 8];
+    uint64_t incarnation;
 } NetHello;
 
 /* The bytes net_hello_encode may write. */
-#define NET_HELLO_MAX (64 + 2 * NET_HELLO_STR_MAX + 2 + NET_MEMBERS_MAX / 8)
+#define NET_HELLO_MAX (72 + 2 * NET_HELLO_STR_MAX + 2 + NET_MEMBERS_MAX / 8)
 
 /* Encodes h as a payload of `type` (NET_MSG_HELLO or NET_MSG_CHALLENGE, without the
  * CHALLENGE's mac) into buf, which holds at least NET_HELLO_MAX bytes;

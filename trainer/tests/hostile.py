@@ -96,7 +96,7 @@ def hello(rank):
     sig, ds = b"mlp", b"fashion-mnist"
     return (b"KTH1" + bytes([1]) + os.urandom(32) + struct.pack("<IIQ", 2, rank, 32) +
             struct.pack("<H", len(sig)) + sig + struct.pack("<H", len(ds)) + ds +
-            struct.pack("<IBH", 1, 0, 2) + bytes([3]))
+            struct.pack("<IBH", 1, 0, 2) + bytes([3]) + struct.pack("<Q", 1))
 
 
 def run(kind, fn):

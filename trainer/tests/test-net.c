@@ -51,6 +51,9 @@ typedef struct NetArg {
     int rendezvous_only; /* no all-reduce: the peers are the test's own (FakePeer) */
     uint32_t generation[CLUSTER_MAX]; /* proposed ring generation; 0: 1 */
     int has_state[CLUSTER_MAX];
+    /* this rank's last ring was these same processes (NetJob.last_ring; each process's
+     * incarnation is 1 + its rank) */
+    int last_ring[CLUSTER_MAX];
     int hide_next[CLUSTER_MAX]; /* rank+1's name does not resolve for this rank */
     int stale_next[CLUSTER_MAX]; /* rank+1's name is 127.0.0.2, where nothing answers */
     int start_delay_ms[CLUSTER_MAX];
@@ -115,7 +118,11 @@ static void net_rank(const Cluster *c, int rank, void *argp)
                   .global_batch = a->batch[rank] ? a->batch[rank] : 128,
                   .dataset = a->dataset[rank] ? a->dataset[rank] : "fashion-mnist",
                   .generation = a->generation[rank] ? a->generation[rank] : 1,
-                  .has_state = a->has_state[rank]};
+                  .has_state = a->has_state[rank],
+                  .incarnation = (uint64_t)rank + 1};
+    uint64_t ring[CLUSTER_MAX];
+    for (int k = 0; k < c->world; k++) ring[k] = (uint64_t)k + 1;
+    if (a->last_ring[rank]) job.last_ring = ring, job.last_ring_n = c->world;
     static const int ours[] = {0, 1}, theirs[] = {0, 2};
     if (a->other_members[0] || a->other_members[1]) {
         job.members = a->other_members[rank] ? theirs : ours;
@@ -552,9 +559,10 @@ static void impostor(const Cluster *c, int rank, void *argp)
     memcpy(hello + n, fields, 16), n += 16;
     hello[n++] = 3, hello[n++] = 0, memcpy(hello + n, "cnn", 3), n += 3;
     hello[n++] = 13, hello[n++] = 0, memcpy(hello + n, "fashion-mnist", 13), n += 13;
-    /* generation 1, no training state; a ring of both workers of a cluster of 2 */
-    const unsigned char fresh[8] = {1, 0, 0, 0, 0, 2, 0, 3};
-    memcpy(hello + n, fresh, 8), n += 8;
+    /* generation 1, no training state; a ring of both workers of a cluster of 2;
+     * incarnation 1 */
+    const unsigned char fresh[16] = {1, 0, 0, 0, 0, 2, 0, 3, 1};
+    memcpy(hello + n, fresh, 16), n += 16;
     unsigned char len[4], chal[2048], msg[4096], proof[37] = {'K', 'T', 'H', '1', 3};
     if (raw_send_frame(fd, hello, n) < 0 || raw_read(fd, len, 4) < 0) _exit(1);
     size_t cn = (size_t)len[0] | (size_t)len[1] << 8;
@@ -588,7 +596,9 @@ static void trickler(const Cluster *c, int rank, void *argp)
  * lower generation than its neighbour (a worker of an earlier ring that missed a
  * recovery, whose rank has been replaced) is refused, naming it, and the ring does not
  * form; that process itself accepts the higher generation (it is the other side that
- * refuses); a fresh process (no state) joins any generation. */
+ * refuses); a fresh process (no state) joins any generation; and one that was in the
+ * neighbour's last ring (its sync of that ring broke off where the neighbour's
+ * completed) is accepted, or the two would never form a ring again. */
 static void test_stale_generation_is_refused(void **state)
 {
     (void)state;
@@ -614,9 +624,14 @@ static void test_stale_generation_is_refused(void **state)
         fail_msg("rank 0: %s", res[0].err);
     free_results(res);
 
-    /* a fresh process joins generation 3; two survivors of one ring form the next */
-    for (int k = 0; k < 2; k++) {
-        NetArg b = {.secret = {"k", "k"}, .generation = {3, k ? 3 : 1}, .has_state = {1, k}};
+    /* a fresh process joins generation 3; two survivors of one ring form the next; a
+     * process of rank 0's last ring that proposes the generation of that ring joins */
+    static const uint32_t peer_generation[3] = {1, 3, 2};
+    for (int k = 0; k < 3; k++) {
+        NetArg b = {.secret = {"k", "k"},
+                    .generation = {3, peer_generation[k]},
+                    .has_state = {1, k > 0},
+                    .last_ring = {k == 2, k == 2}};
         res = run_cluster(2, &b, 30);
         for (int r = 0; r < 2; r++) {
             if (res[r].rc != 0) fail_msg("case %d, rank %d: %s", k, r, res[r].err);
@@ -1264,8 +1279,9 @@ static void test_hello_decode(void **state)
                   .generation = 7,
                   .has_state = 1,
                   .cluster = 11,
-                  .members = {0x0d, 0x04}}, /* 0,2,3,10 */
-        got;
+                  .members = {0x0d, 0x04}, /* 0,2,3,10 */
+                  .incarnation = 0x0123456789abcdefULL},
+             got;
     memset(h.nonce, 0xab, sizeof h.nonce);
     strcpy(h.signature, "sequential in=28x28|params=10");
     strcpy(h.dataset, "fashion-mnist");
@@ -1279,6 +1295,7 @@ static void test_hello_decode(void **state)
     assert_int_equal(got.global_batch, 256);
     assert_int_equal(got.generation, 7);
     assert_int_equal(got.has_state, 1);
+    assert_int_equal(got.incarnation, 0x0123456789abcdefULL);
     assert_int_equal(got.cluster, 11);
     assert_memory_equal(got.members, h.members, sizeof h.members);
     assert_string_equal(got.signature, h.signature);
@@ -1290,11 +1307,13 @@ static void test_hello_decode(void **state)
         assert_non_null(why);
     }
     assert_int_equal(net_hello_decode(buf, n, NET_MSG_CHALLENGE, &got, &used, &why), -EBADMSG);
-    /* a member past the cluster (bit 11 of 11) would not encode back to these bytes */
-    buf[n - 1] |= 0x08;
+    /* a member past the cluster (bit 11 of 11; the incarnation's 8 bytes come after the
+     * bitmap) would not encode back to these bytes */
+    buf[n - 9] |= 0x08;
     assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
-    buf[n - 1] &= (unsigned char)~0x08;
-    buf[n - 3] = buf[n - 4] = 0; /* a cluster of none */
+    buf[n - 9] &= (unsigned char)~0x08;
+    buf[n - 11] = buf[n - 12] = 0; /* a cluster of none, without its bitmap */
+    memmove(buf + n - 10, buf + n - 8, 8);
     assert_int_equal(net_hello_decode(buf, n - 2, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
     buf[4 + 1 + NET_NONCE_BYTES + 16 + 1] = 0xff; /* signature length over 0xff00 */
     assert_int_equal(net_hello_decode(buf, n, NET_MSG_HELLO, &got, &used, &why), -EBADMSG);
