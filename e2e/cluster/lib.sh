@@ -48,6 +48,13 @@ kt_build_lock() {
   fi
 }
 
+# kt_shm_room: true when /dev/shm is a tmpfs with more than 512 MiB free, where up.sh
+# keeps etcd's data.
+kt_shm_room() {
+  [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
+    [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 524288 ]
+}
+
 # kt_k8s_bin NAME: prints the path of the Kubernetes binary NAME to use: the one in
 # $KUBEBUILDER_ASSETS when set and present there (the envtest convention; envtest ships
 # kube-apiserver, kubectl and etcd, not kube-controller-manager), otherwise the one in the

@@ -141,8 +141,7 @@ for d in /dev/shm/kt-etcd.*; do
   [ -d "$d" ] && [ -n "$(find "$d" -maxdepth 0 -mmin +1)" ] || continue
   [ "$(readlink "$(cat "$d/run" 2>/dev/null)/etcd" 2>/dev/null)" = "$d" ] || rm -rf "$d"
 done
-if [ "${KT_ETCD_TMPFS:-1}" != 0 ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
-  [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 524288 ] &&
+if [ "${KT_ETCD_TMPFS:-1}" != 0 ] && kt_shm_room &&
   d=$(mktemp -d /dev/shm/kt-etcd.XXXXXX 2>/dev/null); then
   echo "$KT_RUN" >"$d/run"
   mkdir -m 700 "$d/data"

@@ -42,8 +42,7 @@ shm_dirs() {
   done
 }
 tmpfs=0
-[ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] &&
-  [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 524288 ] && tmpfs=1
+(. e2e/cluster/lib.sh && kt_shm_room) && tmpfs=1
 
 bash e2e/cluster/down.sh >/dev/null 2>&1
 # A stale directory of etcd's data, its run gone without down.sh (a killed test), as old
