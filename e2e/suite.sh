@@ -157,16 +157,28 @@ containerd_address() {
 }
 # kill_trainer POD: SIGKILL to the trainer process of the pod's trainer container, from
 # the node (the container's init ignores SIGKILL from inside its own pid namespace).
+# The kubelet serves a container's log before its status update carries the container's
+# ID to the apiserver (CI, 2026-12-01: "worker 1 run 1" logged, no ID yet), so the ID is
+# polled for, as is containerd's task.
 kill_trainer() {
-  local cid node pid
-  cid=$(kn get pod "$1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].containerID}')
-  cid=${cid#*://}
-  [ -n "$cid" ] || { echo "no container ID for $1"; return 1; }
+  local cid="" node pid="" end=$(( $(date +%s) + 30 ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    cid=$(kn get pod "$1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].containerID}' 2>/dev/null)
+    cid=${cid#*://}
+    [ -n "$cid" ] && break
+    sleep 0.25
+  done
+  [ -n "$cid" ] || { echo "no container ID for $1 in the pod's status within 30 s"; return 1; }
   if [ "$PROVIDER" = full ]; then
     containerd_address
-    pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
-          awk -v c="$cid" '$1 == c {print $2}')
-    [ -n "$pid" ] || { echo "no task $cid in containerd"; return 1; }
+    end=$(( $(date +%s) + 30 ))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      pid=$(ctr --address "${KT_CONTAINERD_ADDRESS:?}" -n k8s.io task ls 2>/dev/null |
+            awk -v c="$cid" '$1 == c {print $2}')
+      [ -n "$pid" ] && break
+      sleep 0.25
+    done
+    [ -n "$pid" ] || { echo "no task $cid in containerd within 30 s"; return 1; }
     kill -KILL "$pid"
   elif [ "$PROVIDER" = kind ]; then
     node=$(kn get pod "$1" -o 'jsonpath={.spec.nodeName}')
@@ -1195,7 +1207,7 @@ if not again:
   else fail "job $k applied" "$out"; end; return; fi
   if wait_log "$k-worker-1" 'worker 1 run 1' 300 >/dev/null &&
      out=$(kill_trainer "$k-worker-1" 2>&1); then ok "SIGKILL to worker 1's python3 on its first run"
-  else fail "SIGKILL to worker 1's python3" "$out$(tf_logs "$k-worker-1")"; end; return; fi
+  else fail "SIGKILL to worker 1's python3" "$out"$'\n'"$(tf_logs "$k-worker-1")"; end; return; fi
   local end=$(( $(date +%s) + 30 ))
   while [ "$(date +%s)" -lt "$end" ] && [ -z "$code" ]; do
     code=$(kn get pod "$k-worker-1" -o 'jsonpath={.status.containerStatuses[?(@.name=="trainer")].state.terminated.exitCode}' 2>/dev/null)
