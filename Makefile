@@ -93,8 +93,14 @@ TEST_FIRST := charts/tests/test-chart.sh trainer/tests/test-recovery.sh \
 TEST_WAITING := $(filter operator/tests/integration/%.sh charts/tests/%.sh e2e/tests/test-crd.sh \
                   e2e/tests/test-cluster.sh e2e/tests/test-kueue.sh \
                   trainer/tests/test-remote-data.sh,$(TEST_PROGRAMS))
+# The Go programs the tests run (Kubernetes, CoreDNS, kwok, helm, SeaweedFS, Kueue, ...) are
+# built first, one after another, where the machine cache lacks them (.ci/warm-cache.sh's
+# go lane; on a fresh machine about 50 CPU-minutes, docs/testing.md): a test that waits
+# for one meanwhile would start its cluster together with every other test waiting for
+# it. Each step is named when it built something or failed.
 test:
 	@$(MAKE) $(ALL_CORES) test-build
+	@bash .ci/warm-cache.sh go | grep -v ' took 0s (cpu 0s)$$' || true
 	@TAPRUN_JOBS=$(TEST_JOBS) TAPRUN_WAITING="$(TEST_WAITING)" bash .ci/taprun \
 	    $(filter $(TEST_PROGRAMS),$(TEST_FIRST)) $(filter-out $(TEST_FIRST),$(TEST_PROGRAMS))
 test-build: all $(filter $(BUILD)/%,$(TEST_PROGRAMS))

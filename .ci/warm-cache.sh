@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # .ci/warm-cache.sh: builds what the tests would otherwise build on first use, into the
-# machine cache ($KT_CACHE), so that on a cold machine the builds use the CPU the tests
-# leave idle instead of holding the tests up one by one. .ci/run starts it in the
-# background, at the lowest CPU and I/O priority, beside `make test`, and waits for it at
-# the end. Two lanes at once:
+# machine cache ($KT_CACHE). .ci/run starts each lane in a session of its own before the
+# tests (the go lane beside the hardening targets, at the tests' priority; the pip lane at
+# the lowest CPU and I/O priority until make e2e), and `make test` runs the go lane first
+# (on a warm machine it finds everything at once). Two lanes:
 #   go    the Go programs, in the order the tests first need them: CoreDNS, the
 #         Kubernetes api binaries, kwok, helm, SeaweedFS (the S3 server of
 #         test-remote-data.sh), the rest of the Kubernetes binaries,
 #         the previous release's api binaries (test-gang.sh checks its Workload API),
-#         Kueue, prometheus-operator (each script's lock serialises it with a test that
-#         asks for the same program meanwhile: the test waits for this build, which then
-#         has the CPU the waiting test leaves);
+#         Kueue, prometheus-operator (each script's lock serialises it with any other
+#         process that asks for the same program meanwhile);
 #   pip   the Python venvs of bench/pyvenv.sh that tests use (downloads, mostly), then
 #         the images of the scenario suite (make images image-tensorflow, as
 #         e2e/tests/test-scenarios.sh makes them: Docker's layer cache then has them).
@@ -26,12 +25,9 @@ cd "$(dirname "$0")/.." || exit 1
 # nice goes to 19 too, or the pip lane would take half the CPU from the tests (seen:
 # CPU-bound tests took twice as long). Not when it shares a session, such as a terminal's.
 #
-# The go lane is the exception: it runs in a session (so an autogroup) of its own at the
-# tests' priority. On a warm machine it builds nothing; on a fresh one its builds are what
-# the tests wait for, behind their locks (e2e/cluster/lib.sh kt_build_lock), so at the
-# lowest priority they starved behind the tests that did run, and the waiting ones built
-# the programs themselves meanwhile (the cold run of 2026-12-01: CoreDNS's build had 140 s
-# of CPU in 2,379 s while test-dnsprobe.sh waited 553 s for it).
+# The go lane is the exception: it runs at the tests' priority in a session (so an
+# autogroup) of its own. At the lowest priority beside the tests its builds starved (the
+# cold run of 2026-12-01: CoreDNS's build had 140 s of CPU in 2,379 s).
 lane=${1:-}
 read -r -a stat </proc/self/stat
 if [ "${stat[5]}" = "$BASHPID" ]; then
