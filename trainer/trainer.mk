@@ -221,9 +221,10 @@ reference-layers:
 # e2e/cluster/build-seaweedfs.sh; S3=0 leaves them out), TensorFlow fit on the GZIP
 # TFRecords through tf.data, and two workers; samples/s against IDX's and peak RSS, then
 # peak RSS streaming BIG_MIB (2048) MiB of TFRecords. The data sets are written by NumPy
-# and TensorFlow (trainer/bench/make_data.py) into $(BENCH_DATA_DIR), once. ROUNDS (3),
-# EPOCHS, STEPS, RUNS (a subset), S3, BIG_MIB and NOTE (the machine's load, recorded) go
-# through the environment; BENCH_DATA_OUT names the JSON.
+# and TensorFlow (trainer/bench/make_data.py) into $(BENCH_DATA_DIR), once. ROUNDS (8;
+# odd rounds in one order, even ones in the reverse), EPOCHS, STEPS, RUNS (a subset), S3,
+# BIG_MIB and NOTE (the machine's load, recorded) go through the environment;
+# BENCH_DATA_OUT names the JSON.
 BENCH_DATA_DIR ?= $(BUILD)/bench-data
 BENCH_DATA_OUT ?= bench/results/data.json
 BENCH_TARGETS += bench-data

@@ -3,27 +3,30 @@
 
 The same job (tutorial-cnn, batch 64, SGD, EPOCHS epochs x STEPS steps, seed 1) on
 Fashion-MNIST's 60,000 training examples from each source, side by side in one run,
-ROUNDS rounds, each running every source once in the order below rotated to start at
-another place (round r at run r*N/ROUNDS of N), so that the machine's drift hits all
-alike; runs that are compared are next to each other:
+ROUNDS rounds (8), each running every source once: the odd rounds in the order below,
+the even ones in the reverse order, so that of two runs compared each goes first in
+half the rounds (A B, then B A: a drift of the machine during a round favours neither),
+and the runs compared are next to each other or one apart:
 
-  idx             idx:DATA_DIR, read whole into memory (the reference)
+  npz             npz:fashion-mnist.npz, read whole into memory
   png-held        tfrecord: one uncompressed file of PNGs, held decoded (the default
                   --data-cache-mib: 45 MiB decoded fit 1024), each PNG decoded once at open
-  gzip-held       tfrecord: the PNG records in 8 GZIP shards (the issue's set), the default
-                  cache (a GZIP file is never streamed: it cannot be read at an offset)
+  idx             idx:DATA_DIR, read whole into memory (the reference)
   s3-held         gzip-held's 8 shards from object storage, SeaweedFS's S3 gateway on
                   loopback (trainer/tests/remote/seaweedfs.sh), held decoded
+  gzip-held       tfrecord: the PNG records in 8 GZIP shards (the issue's set), the default
+                  cache (a GZIP file is never streamed: it cannot be read at an offset)
   tf-fit-cached   TensorFlow fit of the same Keras model on gzip-held's 8 shards through
                   tf.data, decoded once and kept by .cache() (tf_peer.py tfrecord ... cache)
   tf-fit          the same, the records shuffled and each decoded when its batch is made
                   (tf_peer.py tfrecord ... decode)
-  npz             npz:fashion-mnist.npz, read whole into memory
-  png-streamed    png-held's file with --data-cache-mib 0: each record read and its PNG
-                  decoded when the pipeline wants it, on the prefetch thread
+  raw-streamed    tfrecord: raw uint8 bytes (--image-shape 28,28,1), --data-cache-mib 0:
+                  read, not decoded
   s3-streamed     png-streamed's file from the same bucket, --data-cache-mib 0: nothing held,
                   the records of each batch fetched by ranged GETs on the prefetch thread
                   (about one request a record: the shuffled batch's records lie apart)
+  png-streamed    png-held's file with --data-cache-mib 0: each record read and its PNG
+                  decoded when the pipeline wants it, on the prefetch thread
   s3-window       the same object with --data-cache-mib 40: the examples decoded (45 MiB)
                   do not fit, so they stream, but the records of the shuffle buffer (the
                   object's 32 MiB) do: they are read in source order as they enter it, a
@@ -32,8 +35,6 @@ alike; runs that are compared are next to each other:
   gzip-streamed   gzip-held's 8 GZIP shards with --data-cache-mib 40: streamed, each shard
                   inflated in order as its records enter the shuffle buffer and the
                   records held (docs/design.md, "Compressed files")
-  raw-streamed    tfrecord: raw uint8 bytes (--image-shape 28,28,1), --data-cache-mib 0:
-                  read, not decoded
   idx-2w          `launch --workers 2` on idx, per-worker batch 64 (global 128)
   gzip-held-2w    `launch --workers 2` on gzip-held's shards
 
@@ -47,7 +48,9 @@ machine), the start-up (wall time before the first epoch's steps: reading, check
 decoding), peak RSS (wait4; of the largest process), and whether the final weights equal
 those of idx with as many workers (the same examples in the same order give the same
 training, docs/design.md). The comparisons of the issue (COMPARISONS) are each round's
-ratio of two runs of that round, their median judged against the target.
+ratio of two runs of that round, their median judged against the target, with the
+rounds' quartiles (how far a round strays: a held source trains from the same array as
+idx, so png-held / idx shows the machine's noise) and the median of the CPU ratios.
 
 Then, once, peak RSS streaming a synthetic set of BIG_MIB MiB (4 shards of raw 64x64x3
 uint8 examples written by TensorFlow, --data-cache-mib 0, a linear model) against
@@ -76,7 +79,7 @@ import machine as host  # trainer/bench/machine.py, beside this script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
+ROUNDS = int(os.environ.get("ROUNDS", "8"))
 EPOCHS = int(os.environ.get("EPOCHS", "3"))
 STEPS = int(os.environ.get("STEPS", "150"))
 BIG_MIB = int(os.environ.get("BIG_MIB", "2048"))
@@ -126,23 +129,23 @@ def plan(data_dir, work, s3_port, s3_pid=None):
 
     s3 = {"AWS_ENDPOINT_URL": "http://127.0.0.1:%s" % s3_port, "AWS_REGION": "us-east-1",
           "AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
-    # the runs that are compared run next to each other
+    # the runs that are compared run next to each other or one apart (COMPARISONS)
     runs = [
-        kt("idx", ["--data", "idx:" + data_dir]),
+        kt("npz", ["--data", "npz:" + os.path.join(work, "fashion-mnist.npz")]),
         kt("png-held", ["--data", png]),
-        kt("gzip-held", ["--data", "tfrecord:" + gz]),
+        kt("idx", ["--data", "idx:" + data_dir]),
         kt("s3-held", ["--data", "tfrecord:s3://%s/png-gz-*-of-00008" % BUCKET], env=s3),
+        kt("gzip-held", ["--data", "tfrecord:" + gz]),
         tf("tf-fit-cached", "cache"),
         tf("tf-fit", "decode"),
-        kt("npz", ["--data", "npz:" + os.path.join(work, "fashion-mnist.npz")]),
-        kt("png-streamed", ["--data", png, "--data-cache-mib", "0"]),
+        kt("raw-streamed", ["--data", "tfrecord:" + os.path.join(work, "raw-00000-of-00001"),
+                            "--image-shape", "28,28,1", "--data-cache-mib", "0"]),
         kt("s3-streamed", ["--data", "tfrecord:s3://%s/png-00000-of-00001" % BUCKET,
                            "--data-cache-mib", "0"], env=s3),
+        kt("png-streamed", ["--data", png, "--data-cache-mib", "0"]),
         kt("s3-window", ["--data", "tfrecord:s3://%s/png-00000-of-00001" % BUCKET,
                          "--data-cache-mib", "40"], env=s3),
         kt("gzip-streamed", ["--data", "tfrecord:" + gz, "--data-cache-mib", "40"]),
-        kt("raw-streamed", ["--data", "tfrecord:" + os.path.join(work, "raw-00000-of-00001"),
-                            "--image-shape", "28,28,1", "--data-cache-mib", "0"]),
         kt("idx-2w", ["--data", "idx:" + data_dir], 2),
         kt("gzip-held-2w", ["--data", "tfrecord:" + gz], 2),
     ]
@@ -361,9 +364,8 @@ def main():
         runs = plan(data_dir, work, s3[0] if s3 else None, s3[1] if s3 else None)
         rounds = []
         for r in range(ROUNDS):
-            k = r * len(runs) // ROUNDS  # the rounds start evenly spread over the list
-            row = {"load_avg_1m": os.getloadavg()[0],
-                   "order": [x["name"] for x in runs[k:] + runs[:k]]}
+            order = runs if r % 2 == 0 else runs[::-1]  # A B in one round, B A in the next
+            row = {"load_avg_1m": os.getloadavg()[0], "order": [x["name"] for x in order]}
             for name in row["order"]:
                 run = next(x for x in runs if x["name"] == name)
                 row[name] = (run_kubetrain(trainer, run) if run["kind"] == "kubetrain"
@@ -405,12 +407,16 @@ def main():
         key = "%s / %s" % (a, b)
         if key not in rounds[0]["comparisons"]:
             continue
-        ratio = statistics.median(r["comparisons"][key]["samples_per_sec"] for r in rounds)
+        per_round = [r["comparisons"][key]["samples_per_sec"] for r in rounds]
+        ratio = statistics.median(per_round)
         comparisons.append({
             "comparison": key, "what": what, "target": target,
             "samples_per_sec_ratio": ratio,
-            "rounds": [r["comparisons"][key]["samples_per_sec"] for r in rounds],
+            "rounds": per_round,
+            "quartiles": (statistics.quantiles(per_round, n=4, method="inclusive")[::2]
+                          if len(per_round) > 1 else per_round * 2),
             "cpu_ratio": statistics.median(r["comparisons"][key]["cpu"] for r in rounds),
+            "cpu_rounds": [r["comparisons"][key]["cpu"] for r in rounds],
             "met": ratio >= target})
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                             text=True, cwd=HERE).stdout.strip()
@@ -452,9 +458,9 @@ def main():
                  m.get("cpu_efficiency_vs_idx", float("nan")), m["startup_s"], m["max_rss_mib"],
                  m.get("same_weights_as_idx", "-")))
     for c in comparisons:
-        print("%-30s %.3f (target >= %.2f: %s), CPU %.3f" % (
-            c["comparison"], c["samples_per_sec_ratio"], c["target"],
-            "met" if c["met"] else "NOT met", c["cpu_ratio"]))
+        print("%-30s %.3f (quartiles %.3f-%.3f; target >= %.2f: %s), CPU %.3f" % (
+            c["comparison"], c["samples_per_sec_ratio"], c["quartiles"][0], c["quartiles"][1],
+            c["target"], "met" if c["met"] else "NOT met", c["cpu_ratio"]))
     print("streaming RSS: %s" % json.dumps(rss))
 
 

@@ -334,6 +334,14 @@ void pipeline_seek(Pipeline *p, PipelineCursor c)
     /* A position past the stream's end (a cursor of another sharding) continues in the
      * pass it falls in, counted out in one division rather than walked to. */
     c.data_epoch += c.position / p->n, c.position %= p->n;
+    /* Where the pipeline stands already (a run's first seek, to where it was created):
+     * its batches in flight are those the seek would make again, and a source's records
+     * that they took would be read again. */
+    pthread_mutex_lock(&p->mu);
+    const int same = p->running && !p->failed && c.data_epoch == p->consumed.data_epoch &&
+                     c.position == p->consumed.position;
+    pthread_mutex_unlock(&p->mu);
+    if (same) return;
     stop(p);
     p->head = p->filled = p->held = p->failed = 0;
     /* what is held stays good for the stream it was read for: from where the producer

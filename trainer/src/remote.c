@@ -172,6 +172,38 @@ static int conf_load(Conf *c, char *err, size_t errlen)
     return rc;
 }
 
+/* ---------------------------------------------------------------- accounting */
+
+static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
+static RemoteStats stats;
+
+/* Adds a request's body bytes (what h received) to the account, and the request. */
+static void count_request(CURL *h)
+{
+    curl_off_t got = 0;
+    curl_easy_getinfo(h, CURLINFO_SIZE_DOWNLOAD_T, &got);
+    pthread_mutex_lock(&stats_mu);
+    stats.requests++;
+    stats.bytes += got > 0 ? (uint64_t)got : 0;
+    pthread_mutex_unlock(&stats_mu);
+}
+
+/* Adds the seconds since t0 (util_now) that a caller waited. */
+static void count_wait(double t0)
+{
+    const double s = util_now() - t0;
+    pthread_mutex_lock(&stats_mu);
+    stats.seconds += s;
+    pthread_mutex_unlock(&stats_mu);
+}
+
+void remote_stats(RemoteStats *out)
+{
+    pthread_mutex_lock(&stats_mu);
+    *out = stats;
+    pthread_mutex_unlock(&stats_mu);
+}
+
 /* ---------------------------------------------------------------- URLs */
 
 /* An object's address: its URL for messages (remote_redact's), the URL requested, and
@@ -475,6 +507,7 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
         return -ENOMEM;
     }
     size_t best = 0;
+    const double t0 = util_now();
     for (long attempt = 0;;) {
         char range[64], why[CURL_ERROR_SIZE + 64];
         if (ranged) {
@@ -486,6 +519,7 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
         t->fresh = 1, t->ok = 0, t->error_len = 0, t->error_body[0] = '\0';
         curl_err[0] = '\0';
         CURLcode cc = curl_easy_perform(t->curl);
+        count_request(t->curl);
         long status = 0;
         curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
         if (cc == CURLE_OK && (status == 200 || status == 206)) {
@@ -525,6 +559,7 @@ static int transfer(const Conf *c, const Target *tg, Transfer *t, int ranged, ch
                  c->retries, wait);
         sleep_s(wait);
     }
+    count_wait(t0);
     curl_easy_cleanup(t->curl);
     curl_slist_free_all(hdrs);
     t->curl = NULL;
@@ -764,6 +799,7 @@ int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen)
     if ((rc = conf_load(&c, err, errlen))) return rc;
     Fetch *f = xcalloc(n, sizeof *f);
     for (size_t i = 0; i < n; i++) f[i].r = &r[i], r[i].got = 0;
+    const double t0 = util_now();
     pthread_once(&curl_once, curl_init);
     pthread_mutex_lock(&multi_mu);
     CURLM *multi = shared_multi ? shared_multi : (shared_multi = curl_multi_init());
@@ -797,6 +833,7 @@ int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen)
             const CURLcode cc = m->data.result;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
             Fetch *done = (Fetch *)(void *)priv;
+            count_request(done->h);
             rc = fetch_end(&c, done, cc, err, errlen);
             fetch_stop(multi, done);
             running--;
@@ -806,6 +843,7 @@ int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen)
     }
     for (size_t i = 0; i < n; i++) fetch_stop(multi, &f[i]);
     pthread_mutex_unlock(&multi_mu);
+    count_wait(t0);
     free(f);
     return rc;
 }

@@ -97,4 +97,16 @@ typedef struct {
  * Thread-safe: concurrent callers take turns. */
 int remote_read_ranges(RemoteRange *r, size_t n, char *err, size_t errlen);
 
+/* What this process has asked of object storage and HTTP(S) servers so far: requests
+ * made (retries included), body bytes received (what a server that ignores Range sends
+ * beyond a range included), and the seconds the callers of remote_list, remote_read,
+ * remote_object_open and remote_read_ranges waited for them (the requests of one call,
+ * made at once, count once). For the trainer's own account of where a job's time goes. */
+typedef struct {
+    uint64_t requests, bytes;
+    double seconds;
+} RemoteStats;
+
+void remote_stats(RemoteStats *out);
+
 #endif

@@ -392,6 +392,13 @@ const char *tfrecord_kind_name(TfrKind k)
 
 typedef enum { COMP_NONE = 0, COMP_GZIP, COMP_ZLIB } Compression;
 
+/* The bytes [start, start + n) of a streamed file, read a chunk at a time for the pass at
+ * open. */
+typedef struct {
+    uint8_t *buf;
+    size_t cap, start, n;
+} Window;
+
 /* One file of the source. An uncompressed local file is streamed: fd stays open and an
  * example's record is read with pread when the example is wanted; so is an uncompressed
  * object of object storage, by ranged GETs (obj). A GZIP or ZLIB file or object is
@@ -407,6 +414,10 @@ typedef struct {
     Inflater *zin;     /* and compressed: its records inflated from fd's or obj's bytes */
     uint8_t *buf;      /* else held: its uncompressed records, len bytes */
     size_t len;        /* the records' bytes (uncompressed; at open's end for zin) */
+    /* while the open inflates a compressed object: its compressed bytes read ahead,
+     * REMOTE_RANGE_BYTES a request (the first of them the open's own), so that the pass
+     * costs a GET per 8 MiB, not one per INFLATER_IN */
+    Window ahead;
 } File;
 
 /* Where an example's record is: its file, the byte offset of its header (in the
@@ -432,6 +443,7 @@ struct TfrecordIndex {
     uint8_t **held; /* slots of them, one per example, made by the first hold */
     size_t slots, held_bytes, budget;
     size_t reads, hits; /* their examples read, and of them held when read */
+    RemoteStats opened; /* object storage's account when the open ended */
 };
 
 /* Grows *buf (of *cap bytes) to hold at least need bytes; -ENOMEM when it cannot. */
@@ -760,13 +772,6 @@ static int add_record(Build *b, size_t off, const uint8_t *rec, size_t n, char *
     return 0;
 }
 
-/* The bytes [start, start + n) of a streamed file, read a chunk at a time for the pass at
- * open. */
-typedef struct {
-    uint8_t *buf;
-    size_t cap, start, n;
-} Window;
-
 /* Up to n bytes at byte off of streamed file f (its compressed bytes for zin) into buf:
  * the count (short at the end of the file), or a negative errno with one line in err
  * (remote_read_ranges's for an object). */
@@ -783,13 +788,6 @@ static ssize_t file_read(const File *f, uint8_t *buf, size_t n, uint64_t off, ch
         snprintf(err, errlen, "%s: cannot read at byte %zu: %s", f->name, (size_t)off,
                  strerror((int)-k));
     return k;
-}
-
-/* file_read as the inflaters read. */
-static ssize_t compressed_read(void *ctx, uint8_t *buf, size_t n, uint64_t off, char *err,
-                               size_t errlen)
-{
-    return file_read(ctx, buf, n, off, err, errlen);
 }
 
 /* Bytes [off, off + need) of streamed file f (0 < need <= f->len - off) from w into *p,
@@ -820,6 +818,22 @@ static int window_at(Window *w, const File *f, size_t off, size_t need, const ui
     }
     *p = w->buf;
     return 0;
+}
+
+/* file_read as the inflaters read; through f->ahead while it is there (an object's
+ * open). */
+static ssize_t compressed_read(void *ctx, uint8_t *buf, size_t n, uint64_t off, char *err,
+                               size_t errlen)
+{
+    File *f = ctx;
+    const uint8_t *p = NULL;
+    if (!f->ahead.buf) return file_read(f, buf, n, off, err, errlen);
+    if (off >= f->len) return 0;
+    if (n > f->len - off) n = f->len - off;
+    const int rc = window_at(&f->ahead, f, (size_t)off, n, &p, err, errlen);
+    if (rc) return rc;
+    memcpy(buf, p, n);
+    return (ssize_t)n;
 }
 
 /* Every record of streamed file f, read in order through w and checked as tfrecord_next
@@ -937,7 +951,7 @@ static int open_remote(File *f, Window *w, char *err, size_t errlen)
             *w = (Window){.buf = head, .cap = n, .start = 0, .n = n};
             return 0;
         }
-        free(head);
+        f->ahead = (Window){.buf = head, .cap = n, .start = 0, .n = n};
         return open_inflater(f, f->len, err, errlen);
     }
     remote_object_close(f->obj);
@@ -962,6 +976,8 @@ static int add_file(Build *b, const char *path, const char *name, char *err, siz
     if (!rc && f->zin) rc = scan_compressed(b, f, err, errlen);
     else if (!rc && (f->fd >= 0 || f->obj)) rc = scan_streamed(b, f, &w, err, errlen);
     free(w.buf);
+    free(f->ahead.buf); /* later reads of a compressed object are an access point's */
+    f->ahead = (Window){0};
     if (rc || f->fd >= 0 || f->obj) return rc;
     f->comp = detect(f->buf, f->len);
     if (f->comp && (rc = inflate_file(f, err, errlen))) return rc;
@@ -1211,10 +1227,23 @@ int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, c
     return rc;
 }
 
+/* The requests made of object storage since *since, if any, logged as what of them. */
+static void log_remote(const RemoteStats *since, const char *what)
+{
+    RemoteStats now;
+    remote_stats(&now);
+    if (now.requests == since->requests) return;
+    util_log("tfrecord: object storage %s: %llu requests, %.1f MiB received, %.2f s waited", what,
+             (unsigned long long)(now.requests - since->requests),
+             (double)(now.bytes - since->bytes) / (1 << 20), now.seconds - since->seconds);
+}
+
 void tfrecord_log_held(const Source *s)
 {
     TfrecordIndex *ix = s->records;
     if (!ix) return;
+    log_remote(&ix->opened, "since the open (the prefetch thread's reads)");
+    remote_stats(&ix->opened);
     pthread_mutex_lock(&ix->held_mu);
     if (ix->reads)
         util_log("tfrecord: %zu of the %zu examples read from object storage or compressed "
@@ -1371,6 +1400,8 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
              o->label_feature);
     char **names;
     size_t files;
+    RemoteStats before;
+    remote_stats(&before);
     int rc = list_files(patterns, &names, &files, err, errlen);
     const size_t step = o->file_shards > 1 ? (size_t)o->file_shards : 1;
     const size_t first = step > 1 ? (size_t)o->file_shard : 0;
@@ -1405,7 +1436,9 @@ int tfrecord_open(Source *s, const char *patterns, int num_classes, const Source
         snprintf(err, errlen, "tfrecord:%.4000s: no records in its %zu files", shown, mine);
         rc = -EINVAL;
     }
+    if (!rc) log_remote(&before, "at open");
     if (!rc) hold_or_stream(&b, shown);
     else free(b.held);
+    if (!rc && s->records) remote_stats(&ix->opened);
     return rc;
 }

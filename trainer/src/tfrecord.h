@@ -109,7 +109,8 @@ int tfrecord_hold(const Source *s, const size_t *idx, size_t n, size_t *taken, c
                   size_t errlen);
 
 /* Logs how many of the examples read from objects and compressed files since the last
- * call were held when read, when any were read. */
+ * call were held when read, when any were read, and the requests made of object storage
+ * since (remote_stats). tfrecord_open logs those of the open. */
 void tfrecord_log_held(const Source *s);
 
 /* Frees every record tfrecord_hold holds. */

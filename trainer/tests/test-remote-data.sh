@@ -9,8 +9,9 @@
 # ends with the local hash, with the credentials in the environment and in a shared
 # credentials file, held in memory decoded (the default --data-cache-mib) and streamed
 # (--data-cache-mib 0: the records read by ranged GETs when the shuffled order wants
-# them). A wrong secret exits 3 (403, the credentials named), a missing key 3 (404), a
-# prefix with no match 3. Streaming 100 MB of objects (4 shards of 64x64x3 raw examples,
+# them); held, the open makes one request a listing page and one an object (its log).
+# A wrong secret exits 3 (403, the credentials named), a missing key 3 (404), a prefix
+# with no match 3. Streaming 100 MB of objects (4 shards of 64x64x3 raw examples,
 # --data-cache-mib 1) peaks within 32 MiB of streaming 3 MiB of them; an object replaced
 # under a running job exits 3 naming it (its ETag changed).
 # HTTP: the failures a real server does not produce on demand come from a stand-in,
@@ -137,6 +138,14 @@ s3_tests() {
   export AWS_ACCESS_KEY_ID=$key AWS_SECRET_ACCESS_KEY=$secret
   run_trainer s3 "${short[@]}" --data "tfrecord:s3://$bucket/fmnist/train-*"
   same_hash s3 "tfrecord:s3://$bucket/fmnist/train-* (two listing pages, env credentials)"
+  # Held, each object is read once at open, in one GET (the GZIP one too: its compressed
+  # bytes read ahead in REMOTE_RANGE_BYTES, not a GET per inflater read): the listing's
+  # two pages and the four shards, as the trainer's own account of its requests says.
+  local opened what="held from s3://: 6 requests at open (2 listing pages, 4 objects)"
+  opened=$(grep -o "object storage at open: [0-9]* requests" "$tmp/s3.err" | grep -o "[0-9]*")
+  if [[ $opened == 6 ]]; then tap_ok "$what"
+  else tap_fail "$what" \
+    "got '${opened:-no line}': $(grep "object storage" "$tmp/s3.err")"; fi
   if grep -q "$secret" "$tmp/s3.out" "$tmp/s3.err"; then
     tap_fail "the secret is never logged" "$(grep "$secret" "$tmp/s3.err")"
   else tap_ok "the secret is never logged"; fi
