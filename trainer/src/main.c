@@ -900,6 +900,50 @@ static void check_sync(const Trainer *t, const SyncState *ss, int from_state, in
                   root, why);
 }
 
+/* KUBETRAIN_TEST_DIE_AT=POINT:GENERATION:WORLD, for the tests of a failure during a
+ * resize (trainer/tests/test-elastic-resize.sh) and for nothing else: the process logs
+ * the hook and kills itself with SIGKILL, as a lost pod dies, when it reaches POINT of
+ * the state sync of ring generation GENERATION among WORLD ranks, a window that no
+ * signal timed by a log line hits reliably. The points, both after the SyncState went
+ * out and before the parameters: "sync-send", the rank that sends its training state to
+ * the others (a running ring's, not the first sync's); "sync-join", a rank without state
+ * that receives it (a worker joining a running ring). Unset: nothing. */
+static struct {
+    char point[16]; /* "": unset */
+    unsigned long long generation;
+    int world;
+} die_at;
+
+/* Reads KUBETRAIN_TEST_DIE_AT when the worker starts; a value not of that form exits 2
+ * naming it. */
+static void die_at_load(void)
+{
+    const char *env = getenv("KUBETRAIN_TEST_DIE_AT");
+    int end = 0;
+    if (!env || !*env) return;
+    int ok = sscanf(env, "%15[a-z-]:%llu:%d%n", die_at.point, &die_at.generation, &die_at.world,
+                    &end) == 3;
+    ok = ok && !env[end];
+    ok = ok && (!strcmp(die_at.point, "sync-send") || !strcmp(die_at.point, "sync-join"));
+    if (!ok)
+        util_fail(KT_EXIT_USAGE,
+                  "KUBETRAIN_TEST_DIE_AT=%s: expected POINT:GENERATION:WORLD with POINT "
+                  "sync-send or sync-join (a test hook: unset it outside the tests)",
+                  env);
+}
+
+/* Dies when the hook names this point of this sync. */
+static void die_at_check(const char *point, uint64_t generation, int world)
+{
+    if (!die_at.point[0] || strcmp(die_at.point, point) || die_at.generation != generation ||
+        die_at.world != world)
+        return;
+    util_log("test hook KUBETRAIN_TEST_DIE_AT=%s:%llu:%d: dying (SIGKILL) at %s of generation "
+             "%llu among %d ranks",
+             die_at.point, die_at.generation, world, point, die_at.generation, world);
+    raise(SIGKILL);
+}
+
 /* The one state sync, at the start and after every live recovery: the ranks agree on
  * the root, the rank that holds training state with the highest global step (ties: the
  * lowest rank; survivors of a lost peer may be one step apart, since a ring all-reduce
@@ -958,9 +1002,15 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
                                  "(a sync was interrupted); exiting 75 for a restart of the "
                                  "group from the newest checkpoint");
     }
-    /* A sync that breaks off leaves the receivers' arenas half written: until it
-     * completes they hold no state, and cannot be the root of the next attempt. */
-    if (c->rank != root) r->has_state = 0;
+    /* A receiver that holds state (a survivor) takes the root's into scratch arenas and
+     * keeps its own until the sync completes: when the sync breaks off (the root lost
+     * mid-transfer) it still holds the state of its last completed step and can be the
+     * next root, where a receiver that had been written into would hold none, and with
+     * every survivor a receiver, no rank would (issue 46). One without state receives
+     * in place: a sync that breaks off leaves its arenas half written, and it holds no
+     * state until one completes. */
+    const int keep = from_state && c->rank != root && r->has_state;
+    if (c->rank != root && !keep) r->has_state = 0;
     if (!from_state) {
         root = 0;
         if (t->cfg.checkpoint_dir[0]) restore_checkpoint(t, &ss);
@@ -981,9 +1031,22 @@ static int state_sync(Trainer *t, Recovery *r, char *err, size_t errlen)
         char mine[65];
         util_sha256_hex(m->params, pbytes, mine);
         if (c->rank == root) memcpy(ss.hash, mine, sizeof mine);
+        float *params = keep ? xmalloc(pbytes) : m->params;
+        float *ostate = keep && obytes ? xmalloc(obytes) : t->opt->state;
         rc = coll_broadcast(c, &ss, sizeof ss, root, err, errlen);
-        if (!rc) rc = coll_broadcast(c, m->params, pbytes, root, err, errlen);
-        if (!rc && obytes) rc = coll_broadcast(c, t->opt->state, obytes, root, err, errlen);
+        if (!rc && from_state)
+            die_at_check(c->rank == root ? "sync-send" : (fresh ? "sync-join" : "-"), generation,
+                         c->world);
+        if (!rc) rc = coll_broadcast(c, params, pbytes, root, err, errlen);
+        if (!rc && obytes) rc = coll_broadcast(c, ostate, obytes, root, err, errlen);
+        if (!rc && keep) {
+            memcpy(m->params, params, pbytes);
+            if (obytes) memcpy(t->opt->state, ostate, obytes);
+        }
+        if (keep) {
+            free(params);
+            if (obytes) free(ostate);
+        }
         if (rc) {
             free(ring);
             return rc;
@@ -1281,6 +1344,7 @@ static int cmd_train(int argc, char **argv)
 #endif
     }
     util_on_stop_signals(on_stop_signal);
+    die_at_load();
 
     TfConfig tf;
     if (tfconfig_parse(getenv("TF_CONFIG"), cfg.index, &tf, err, sizeof err))
