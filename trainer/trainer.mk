@@ -243,10 +243,19 @@ CIFAR_DIR ?= $(BUILD)/bench-cifar
 BENCH_TARGETS += bench-cifar
 $(CIFAR_DIR)/cifar.npz: trainer/bench/cifar_keras.py
 	tf=$$(bash bench/pyvenv.sh venv-tf) && $$tf trainer/bench/cifar_keras.py prepare $(@D)
-bench-cifar: $(TRAINER_BIN) $(CIFAR_DIR)/cifar.npz
+# cifar_layers: the model's layers one pass at a time (trainer/bench/cifar_layers.c), built
+# with the trainer's flags from the trainer's own layers, products and pool.
+CIFAR_LAYERS := $(BUILD)/bench/cifar_layers
+CIFAR_LAYERS_SRCS := trainer/bench/cifar_layers.c trainer/src/layers.c trainer/src/gemm.c \
+                     trainer/src/pool.c trainer/src/cpu.c trainer/src/util.c
+$(CIFAR_LAYERS): $(CIFAR_LAYERS_SRCS) $(GEMM_STAMP) | deps
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(WARN) $(OPTFLAGS) $(TRAINER_CFLAGS) $(TRAINER_INC) -o $@ \
+	    $(CIFAR_LAYERS_SRCS) $(TRAINER_LIBS)
+bench-cifar: $(TRAINER_BIN) $(CIFAR_LAYERS) $(CIFAR_DIR)/cifar.npz
 	tf=$$(bash bench/pyvenv.sh venv-tf) && torch=$$(bash bench/pyvenv.sh venv-torch) && \
-	python3 trainer/bench/bench_cifar.py $(TRAINER_BIN) $$tf $$torch $(CIFAR_DIR) \
-	    bench/results/cifar.json
+	CIFAR_LAYERS=$(CIFAR_LAYERS) python3 trainer/bench/bench_cifar.py $(TRAINER_BIN) $$tf \
+	    $$torch $(CIFAR_DIR) bench/results/cifar.json
 .PHONY: bench-cifar
 
 # Benchmark: the tutorial job on 2 local workers, kubetrain launch vs TensorFlow

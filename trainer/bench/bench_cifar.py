@@ -21,6 +21,10 @@ while the others waited.
 
   bench_cifar.py TRAINER TF_PYTHON TORCH_PYTHON DIR OUT_JSON
 
+And per layer: CIFAR_LAYERS (environment), the path of cifar_layers (cifar_layers.c, built
+by the Makefile), times each layer's forward and backward alone, the same layers.c calls
+on the same threads as the trainer, and its JSON goes in as "layers".
+
 DIR holds cifar.json and cifar.npz (cifar_keras.py prepare). NOTE (environment) is
 recorded as the run's note: say what else the machine was doing.
 """
@@ -257,6 +261,13 @@ def main():
         "met": {"vs_tensorflow": median["kubetrain_vs_tensorflow"] >= 1.5},
         "profile": profile(trainer, data),
     }
+    if os.environ.get("CIFAR_LAYERS"):
+        out = subprocess.run([os.environ["CIFAR_LAYERS"], "9"], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        result["layers"] = json.loads(out)
+        result["layers"]["command"] = (
+            "cifar_layers 9: each layer's pass alone, the median of 9 steps, wall and "
+            "process CPU ms per batch of 64; share: of the summed wall medians")
     write_json(out_path, result)
     print(json.dumps({"median": median, "met": result["met"]}, indent=1))
 

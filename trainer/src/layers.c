@@ -609,9 +609,15 @@ static void relu_grad_rows(float *restrict d, float *restrict dbias, const float
 /* Of each of the nb examples of a block's output o (rows x f each), the moments a
  * BatchNormalization after the layer takes (layers.h): per channel the sum, then the sum
  * of the squared deviations from the example's own mean (kept in between in mean, f
- * doubles), in double, while the block is in cache. */
-static void conv_block_moments(double *restrict mom, double *restrict mean, const float *o, int nb,
-                               size_t rows, size_t f)
+ * doubles), in double, while the block is in cache. Built for AVX-512 and AVX2 too, as
+ * wino_input: its double sums ran two lanes wide in the SSE2 build; without contracted
+ * multiply-adds (-std=c11) every clone gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void
+conv_block_moments(double *restrict mom, double *restrict mean, const float *o, int nb, size_t rows,
+                   size_t f)
 {
     for (int n = 0; n < nb; n++, mom += 2 * f, o += rows * f) {
         double *restrict sum = mom, *restrict m2 = mom + f;
@@ -963,6 +969,7 @@ typedef struct {
     const float *inp; /* (rows, c) the layer's input */
     const float *dout; /* backward: (rows, c) the output's gradient */
     const float *y; /* backward: the relu's output where fused (its sign masks dout) */
+    int relu_x; /* backward: the relu fused, its mask made again from inp, scale and shift */
     float *out; /* forward: the output; backward: the input's gradient */
     const float *center, *by, *scale, *shift;
     int divide, relu;
@@ -1026,9 +1033,19 @@ static void batchnorm_forward_sums_task(void *ctx, int t)
     for (size_t j = 0; j < w; j++) p->sum_d[j0 + j] = acc[j];
 }
 
+/* The BatchNormalization passes below are built for AVX-512 and AVX2 too, as
+ * maxpool_forward (an ifunc picks one at load): compiled for any x86-64 their double sums
+ * ran two lanes wide. -std=c11 contracts no multiply-add, so every clone computes the same
+ * operations in the same order: the same bits on each. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define BN_CLONES
+#endif
+
 /* out = scale * xhat + shift (relu'd when fused) over task t's rows, xhat = (x - center)
  * * by, or / by in inference. */
-static void batchnorm_forward_apply_task(void *ctx, int t)
+BN_CLONES static void batchnorm_forward_apply_task(void *ctx, int t)
 {
     const BnPass *p = ctx;
     const size_t cc = p->c, r0 = (size_t)t * p->part;
@@ -1169,21 +1186,31 @@ void batchnorm_forward_infer_relu(float *out, const float *inp, const float *gam
     bn_forward_infer(out, inp, gamma, beta, mmean, mvar, rows, c, eps, 1);
 }
 
-/* dm = dout where y > 0, else 0: dout through the relu whose output is y, in a loop of
- * its own (a float select vectorizes; beside the double sums it did not). */
-static void bn_relu_mask(float *restrict dm, const float *restrict dout, const float *restrict y,
-                         size_t n)
+/* How a backward pass masks dout: not (no relu fused), by the relu's output y > 0, or by
+ * the forward's output made again from the input, scale * xhat + shift > 0: the same
+ * float operations as batchnorm_forward_apply_task's, so the same sign, and y never read. */
+enum { BN_MASK_NONE = 0, BN_MASK_Y, BN_MASK_X };
+
+/* dm = dout through the relu, n values of one row as mode says; every pointer at the
+ * row's first channel (mean, invstd, scale, shift at channel 0). A loop of its own: beside
+ * the double sums the float select did not vectorize. */
+static inline __attribute__((always_inline)) void
+bn_mask_row(float *restrict dm, const float *restrict dout, const float *restrict y,
+            const float *restrict x, const float *restrict mean, const float *restrict invstd,
+            const float *restrict scale, const float *restrict shift, size_t n, int mode)
 {
     for (size_t j = 0; j < n; j++) {
-        const float d = dout[j];
-        dm[j] = y[j] > 0.0f ? d : 0.0f;
+        const float d = dout[j]; /* loaded whatever the mask: the select then vectorizes */
+        if (mode == BN_MASK_Y) dm[j] = y[j] > 0.0f ? d : 0.0f;
+        else dm[j] = scale[j] * ((x[j] - mean[j]) * invstd[j]) + shift[j] > 0.0f ? d : 0.0f;
     }
 }
 
 /* One row of w channels onto the sums of dout and dout * xhat. */
-static void bn_sums_row(double *restrict sd, double *restrict sdx, const float *restrict x,
-                        const float *restrict dout, const float *restrict mean,
-                        const float *restrict invstd, size_t w)
+static inline __attribute__((always_inline)) void
+bn_sums_row(double *restrict sd, double *restrict sdx, const float *restrict x,
+            const float *restrict dout, const float *restrict mean, const float *restrict invstd,
+            size_t w)
 {
     for (size_t j = 0; j < w; j++) {
         sd[j] += dout[j];
@@ -1191,68 +1218,104 @@ static void bn_sums_row(double *restrict sd, double *restrict sdx, const float *
     }
 }
 
+/* The sums of task t's channels [j0, j0 + w) over every row in row order, dout masked as
+ * mode says (a constant where this is inlined: each mask its own loops). */
+static inline __attribute__((always_inline)) void
+bn_sums_rows(const BnPass *p, double *sd, double *sdx, size_t j0, size_t w, float *dm, int mode)
+{
+    const size_t cc = p->c, rows = p->rows;
+    const float *x = p->inp + j0, *dout = p->dout + j0, *mean = p->center + j0;
+    const float *invstd = p->by + j0, *y = p->y ? p->y + j0 : NULL;
+    const float *scale = p->scale ? p->scale + j0 : NULL, *shift = p->shift ? p->shift + j0 : NULL;
+    for (size_t r = 0, at = 0; r < rows; r++, at += cc) {
+        const float *d = dout + at;
+        if (mode != BN_MASK_NONE) {
+            bn_mask_row(dm, d, mode == BN_MASK_Y ? y + at : NULL, x + at, mean, invstd, scale,
+                        shift, w, mode);
+            d = dm;
+        }
+        bn_sums_row(sd, sdx, x + at, d, mean, invstd, w);
+    }
+}
+
 /* sum dout and sum dout * xhat over the rows, of task t's channels (dout through the relu
  * where fused). */
-static void batchnorm_backward_sums_task(void *ctx, int t)
+BN_CLONES static void batchnorm_backward_sums_task(void *ctx, int t)
 {
     BnPass *p = ctx;
     size_t j0, j1;
     bn_channels(p, t, &j0, &j1);
-    const size_t cc = p->c, w = j1 - j0;
+    const size_t w = j1 - j0;
     double *sd = p->acc + 2 * (size_t)t * p->stride, *sdx = sd + p->stride;
-    const float *x = p->inp + j0, *dout = p->dout + j0, *mean = p->center + j0;
-    const float *invstd = p->by + j0;
-    float *dm = p->y ? xmalloc(w * sizeof *dm) : NULL;
+    float *dm = p->y || p->relu_x ? xmalloc(w * sizeof *dm) : NULL;
     for (size_t j = 0; j < w; j++) sd[j] = sdx[j] = 0.0;
-    for (size_t r = 0, at = 0; r < p->rows; r++, at += cc) {
-        const float *d = dout + at;
-        if (dm) bn_relu_mask(dm, d, p->y + j0 + at, w), d = dm;
-        bn_sums_row(sd, sdx, x + at, d, mean, invstd, w);
-    }
+    if (p->relu_x) bn_sums_rows(p, sd, sdx, j0, w, dm, BN_MASK_X);
+    else if (p->y) bn_sums_rows(p, sd, sdx, j0, w, dm, BN_MASK_Y);
+    else bn_sums_rows(p, sd, sdx, j0, w, dm, BN_MASK_NONE);
     for (size_t j = 0; j < w; j++) p->sum_d[j0 + j] = sd[j], p->sum_dx[j0 + j] = sdx[j];
     free(dm);
 }
 
-/* dinput = k * (rows * dout - sum_d - xhat * sum_dx) over task t's rows, in double (dout
- * through the relu where fused). */
-static void batchnorm_backward_dinput_task(void *ctx, int t)
+/* The input gradient over task t's rows, dout masked as mode says (as bn_sums_rows). */
+static inline __attribute__((always_inline)) void bn_dinput_rows(const BnPass *p, int t, float *dm,
+                                                                 int mode)
 {
-    const BnPass *p = ctx;
     const size_t cc = p->c, r0 = (size_t)t * p->part;
     const size_t r1 = r0 + p->part < p->rows ? r0 + p->part : p->rows;
     const double n = p->n;
     const double *restrict k = p->k, *restrict sd = p->sum_d, *restrict sdx = p->sum_dx;
     const float *restrict mean = p->center, *restrict invstd = p->by;
-    float *dm = p->y ? xmalloc(cc * sizeof *dm) : NULL;
     for (size_t r = r0; r < r1; r++) {
         const float *restrict x = p->inp + r * cc, *restrict d = p->dout + r * cc;
         float *restrict din = p->out + r * cc;
-        if (dm) bn_relu_mask(dm, d, p->y + r * cc, cc), d = dm;
+        if (mode != BN_MASK_NONE) {
+            bn_mask_row(dm, d, mode == BN_MASK_Y ? p->y + r * cc : NULL, x, mean, invstd, p->scale,
+                        p->shift, cc, mode);
+            d = dm;
+        }
         for (size_t j = 0; j < cc; j++) {
             const double xhat = (double)(x[j] - mean[j]) * invstd[j];
             din[j] = (float)(k[j] * (n * d[j] - sd[j] - xhat * sdx[j]));
         }
     }
+}
+
+/* dinput = k * (rows * dout - sum_d - xhat * sum_dx) over task t's rows, in double (dout
+ * through the relu where fused). */
+BN_CLONES static void batchnorm_backward_dinput_task(void *ctx, int t)
+{
+    const BnPass *p = ctx;
+    float *dm = p->y || p->relu_x ? xmalloc(p->c * sizeof *dm) : NULL;
+    if (p->relu_x) bn_dinput_rows(p, t, dm, BN_MASK_X);
+    else if (p->y) bn_dinput_rows(p, t, dm, BN_MASK_Y);
+    else bn_dinput_rows(p, t, dm, BN_MASK_NONE);
     free(dm);
 }
 
-int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
-                            const float *y, const float *inp, const float *mean,
-                            const float *invstd, const float *gamma, size_t rows, int c,
-                            const BnSync *sync)
+/* batchnorm_backward_sync, and with relu_x batchnorm_backward_relu_sync (the relu's mask
+ * from inp, beta and the statistics; y NULL then). */
+static int bn_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                       const float *y, int relu_x, const float *inp, const float *mean,
+                       const float *invstd, const float *gamma, const float *beta, size_t rows,
+                       int c, const BnSync *sync)
 {
     const size_t cc = (size_t)c;
     /* sum dout, sum dout * xhat, then k (the rows before it, for a sync) */
     double *sums = xmalloc((3 * cc + 1) * sizeof *sums);
+    float *sc = relu_x ? xmalloc(2 * cc * sizeof *sc) : NULL;
     int rc = 0;
+    if (sc) bn_affine(sc, gamma, beta, cc);
     BnPass p = {.rows = rows,
                 .c = cc,
                 .inp = inp,
                 .dout = dout,
                 .y = y,
+                .relu_x = relu_x,
                 .out = dinput,
                 .center = mean,
                 .by = invstd,
+                .scale = sc,
+                .shift = sc ? sc + cc : NULL,
                 .sum_d = sums,
                 .sum_dx = sums + cc,
                 .k = sums + 2 * cc,
@@ -1275,8 +1338,27 @@ int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const fl
         bn_run(&p, rows, 1, 0, batchnorm_backward_dinput_task);
     }
 out:
+    free(sc);
     free(sums);
     return rc;
+}
+
+int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                            const float *y, const float *inp, const float *mean,
+                            const float *invstd, const float *gamma, size_t rows, int c,
+                            const BnSync *sync)
+{
+    return bn_backward(dinput, dgamma, dbeta, dout, y, 0, inp, mean, invstd, gamma, NULL, rows, c,
+                       sync);
+}
+
+int batchnorm_backward_relu_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                                 const float *inp, const float *mean, const float *invstd,
+                                 const float *gamma, const float *beta, size_t rows, int c,
+                                 const BnSync *sync)
+{
+    return bn_backward(dinput, dgamma, dbeta, dout, NULL, 1, inp, mean, invstd, gamma, beta, rows,
+                       c, sync);
 }
 
 void batchnorm_backward(float *dinput, float *dgamma, float *dbeta, const float *dout,

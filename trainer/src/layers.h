@@ -243,6 +243,15 @@ int batchnorm_backward_sync(float *dinput, float *dgamma, float *dbeta, const fl
                             const float *y, const float *inp, const float *mean,
                             const float *invstd, const float *gamma, size_t rows, int c,
                             const BnSync *sync);
+/* batchnorm_backward_sync with the relu fused, its mask made again from the input, beta
+ * (NULL: center false) and the statistics instead of read from the relu's output: the
+ * forward's very float operations, so the same bits as batchnorm_backward_sync given y,
+ * with one array fewer to read in each of its two passes. gamma and beta must be those
+ * of the forward. Returns 0 or sync->sum's negative errno. */
+int batchnorm_backward_relu_sync(float *dinput, float *dgamma, float *dbeta, const float *dout,
+                                 const float *inp, const float *mean, const float *invstd,
+                                 const float *gamma, const float *beta, size_t rows, int c,
+                                 const BnSync *sync);
 
 /* Inverted dropout (Keras): keeps each of n values with probability 1-rate and scales
  * the kept ones by 1/(1-rate); mask (n) records the factor (0 or 1/(1-rate)). The mask

@@ -1653,9 +1653,14 @@ static int batchnorm_backward_layer(const Pass *p)
     const float *st = m->bnstats[i], *gamma = l->w_count ? m->params + l->w_off : NULL;
     float *dgamma = l->w_count ? m->grads + l->w_off : NULL;
     float *dbeta = l->b_count ? m->grads + l->b_off : NULL;
-    const float *y = batchnorm_feeds_relu(m, i) ? m->acts[i + 1] : NULL;
-    return batchnorm_backward_sync(p->din, dgamma, dbeta, p->d, y, layer_out(m, p->x, i - 1, 0), st,
-                                   st + 2 * c, gamma, rows, (int)c, layer_sync(p, l));
+    const float *in = layer_out(m, p->x, i - 1, 0);
+    if (batchnorm_feeds_relu(m, i)) {
+        const float *beta = l->b_count ? m->params + l->b_off : NULL;
+        return batchnorm_backward_relu_sync(p->din, dgamma, dbeta, p->d, in, st, st + 2 * c, gamma,
+                                            beta, rows, (int)c, layer_sync(p, l));
+    }
+    return batchnorm_backward_sync(p->din, dgamma, dbeta, p->d, NULL, in, st, st + 2 * c, gamma,
+                                   rows, (int)c, layer_sync(p, l));
 }
 
 static void backward_task(void *arg, int s)

@@ -1417,6 +1417,46 @@ static void test_batchnorm_threads_relu(void **s)
     free(x), free(r), free(gamma), free(beta), free(mmean), free(mvar), free(y), free(dy);
 }
 
+/* batchnorm_backward_relu_sync, the relu's mask made again from the input, beta and the
+ * statistics, gives the same bits as batchnorm_backward_relu reading the relu's output:
+ * with and without gamma and beta, on 1 and 3 threads, channels in whole vectors and not
+ * (layers.c's BN_LANES), over enough values for the passes to be cut. */
+static void test_batchnorm_backward_relu_from_input(void **s)
+{
+    (void)s;
+    enum { ROWS = 1500 };
+    static const int widths[] = {37, 64};
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+        const int c = widths[wi];
+        const size_t n = (size_t)ROWS * c, bytes = n * sizeof(float);
+        float *x = rand_array(n, 2), *r = rand_array(n, 1), *gamma = rand_array(c, 1);
+        float *beta = rand_array(c, 1), *y = malloc(bytes),
+              *din[2] = {malloc(bytes), malloc(bytes)};
+        float *st = malloc(3 * c * sizeof *st), *dg = malloc(2 * c * sizeof *dg);
+        float *db = malloc(2 * c * sizeof *db);
+        for (int affine = 0; affine < 2; affine++) {
+            const float *g = affine ? gamma : NULL, *b = affine ? beta : NULL;
+            for (int t = 0; t < 2; t++) {
+                gemm_set_threads(t ? 3 : 1);
+                batchnorm_forward_train_relu(y, st, st + c, st + 2 * c, x, g, b, ROWS, c, 1e-3f);
+                size_t cut = 0;
+                for (size_t i = 0; i < n; i++) cut += y[i] == 0.0f;
+                assert_true(cut > n / 4 && cut < 3 * n / 4); /* the relu cut some, kept some */
+                batchnorm_backward_relu(din[0], dg, db, r, y, x, st, st + 2 * c, g, ROWS, c);
+                assert_int_equal(batchnorm_backward_relu_sync(din[1], dg + c, db + c, r, x, st,
+                                                              st + 2 * c, g, b, ROWS, c, NULL),
+                                 0);
+                assert_memory_equal(din[0], din[1], bytes);
+                assert_memory_equal(dg, dg + c, c * sizeof *dg);
+                assert_memory_equal(db, db + c, c * sizeof *db);
+            }
+            gemm_set_threads(1);
+        }
+        free(x), free(r), free(gamma), free(beta), free(y), free(din[0]), free(din[1]);
+        free(st), free(dg), free(db);
+    }
+}
+
 /* Two ranks in one process for a synchronized BatchNormalization: each a thread, their
  * all-reduce of floats a sum in rank order through shared slots between barriers, under
  * coll_sum_doubles as the trainer's. */
@@ -1765,6 +1805,7 @@ int main(void)
         cmocka_unit_test(test_batchnorm_moving_ranks),
         cmocka_unit_test(test_batchnorm_against_keras),
         cmocka_unit_test(test_batchnorm_threads_relu),
+        cmocka_unit_test(test_batchnorm_backward_relu_from_input),
         cmocka_unit_test(test_batchnorm_synchronized),
         cmocka_unit_test(test_conv_moments_batchnorm),
         cmocka_unit_test(test_model_batchnorm_relu_fused),
