@@ -244,9 +244,13 @@ clusterDomain: $KT_CLUSTER_DOMAIN
 resolvConf: $full/kubelet/resolv.conf
 podLogsDir: $full/kubelet-logs
 serializeImagePulls: false
+# The node's images are imported, never pulled (there is no registry to pull them from
+# again), so the kubelet must not collect them: 100 turns its image GC off. At 99 a full
+# disk (the cold run of 2026-12-01, beside a warm cache) had it remove the pause image,
+# and no pod could start after. Eviction only at 1 % left, for the same reason.
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
-imageGCHighThresholdPercent: 99
-imageGCLowThresholdPercent: 98
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 maxPods: 110
 EOF
 }
