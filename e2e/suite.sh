@@ -1092,7 +1092,10 @@ s_tfps() {
   tf_check_config "$j-ps-0" ps 0 "$cl"
   tf_check_config "$j-evaluator-0" evaluator 0 "$cl"
   uid=$(kn get pod "$j-chief-0" -o 'jsonpath={.metadata.uid}')
-  if wait_log "$j-chief-0" '^Epoch 2/3' 300 >/dev/null &&
+  # The evaluator up first (CI, 2026-12-01: on a quiet machine the whole job took 26 s and
+  # its container was still being created when the chief succeeded).
+  if wait_log "$j-evaluator-0" 'task evaluator/0' 300 >/dev/null &&
+     wait_log "$j-chief-0" '^Epoch 2/3' 300 >/dev/null &&
      out=$(kn delete pod "$j-ps-0" --wait=false 2>&1); then ok "the ps pod deleted in epoch 2"
   else fail "the ps pod deleted in epoch 2" "$out$(tf_logs "$j-chief-0")"; end; return; fi
   local end=$(( $(date +%s) + JOB_TIMEOUT ))
