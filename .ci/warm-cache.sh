@@ -15,8 +15,8 @@
 #         e2e/tests/test-scenarios.sh makes them: Docker's layer cache then has them).
 # Each step's output goes to build/ci-warm/<step>.log; one line per step says how long it
 # took and whether it failed. A failure here is only reported: the test that needs the
-# program builds it again and fails with the reason. Exit status 0.
-# Usage: warm-cache.sh [go|pip]: both lanes, or one (the go lane is started so).
+# program builds it again and fails with the reason. Exit status 0 (2: no lane named).
+# Usage: warm-cache.sh go|pip: one lane (.ci/run starts each in a session of its own).
 set -uo pipefail # no -e: a failed step is reported and the next one runs
 cd "$(dirname "$0")/.." || exit 1
 # Started as the leader of its own session (setsid, as .ci/run does), it is also in an
@@ -91,13 +91,6 @@ pip_lane() {
 case $lane in
   go) go_lane ;;
   pip) pip_lane ;;
-  *)
-    # The go lane in a session of its own (above); taken down with this script.
-    setsid bash "$0" go &
-    go=$!
-    trap 'kill -- -"$go" 2>/dev/null' EXIT
-    trap 'exit 143' TERM INT HUP
-    pip_lane &
-    wait ;;
+  *) echo "usage: .ci/warm-cache.sh go|pip" >&2; exit 2 ;;
 esac
 exit 0
