@@ -30,10 +30,12 @@ RANDOM=$seed
 echo "# random choices from seed $seed (RECOVERY_SEED=$seed repeats them)"
 
 # 200 steps of a small model, a checkpoint every 25: the kills land between 25 and 150,
-# 50 steps or more before the end.
+# 50 steps or more before the end. All 8 checkpoints are kept: the tests wait for ckpt-50
+# and ckpt-150, which the default 5 would prune 125 steps later (a fraction of a second
+# here, less than a stalled poll on a loaded machine).
 EVERY=25
 run=(--model mlp --epochs 2 --steps-per-epoch 100 --per-worker-batch 16 --print-weights-hash
-     --recovery-timeout 20 --checkpoint-every-steps "$EVERY")
+     --recovery-timeout 20 --checkpoint-every-steps "$EVERY" --keep-checkpoints 8)
 
 # The uninterrupted runs: the ring and shared memory sum 3 ranks in other orders, so
 # each path has its own reference.
