@@ -30,8 +30,15 @@ export OPENBLAS_NUM_THREADS=1
 
 skip_without_data "the members file watched" "$DATA"
 
-# test-elastic.sh's bound for runs that change size on the way (docs/design.md).
-LOSS_TOL=1e-4
+# The bound for runs that change size on the way (docs/design.md "Within tolerance"):
+# 1e-3 relative over these 50 steps, where test-elastic.sh's 40-step runs take 1e-4.
+# The sizes' orders of summation differ by a few ulps a step and training amplifies
+# that: in the cold CI run of 2026-12-01 the joining worker's run (cases 3 and 4) was
+# within 1e-6 of the undisturbed one to step 31, then 4e-5 at step 47 and 1.6e-4 at step
+# 50. The errors this check is for are far larger (measured with these flags, 3 workers):
+# a global batch of 25 instead of 26 is over 1e-3 from the first step (1.4 at step 44),
+# and the same run one step off differs by 1.2e-2 or more at every step.
+LOSS_TOL=1e-3
 
 
 args=(--model tutorial-cnn --epochs 1 --steps-per-epoch 50 --lr 0.05 --global-batch 26
@@ -118,10 +125,12 @@ fi
 if [[ -e $tmp/sg.json && -e $tmp/ref.json ]] &&
   close "$(losses "$tmp/sg.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
   tap_ok "3 -> 2 -> 3 by the watched files: each of the 50 steps' loss within $LOSS_TOL relative \
-of the undisturbed run"
+of the undisturbed run (worst $(worst_rel "$(losses "$tmp/sg.json")" \
+"$(losses "$tmp/ref.json")"))"
 else
   tap_fail "3 -> 2 -> 3 by the watched files: losses" \
-    "$(losses "$tmp/sg.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+    "worst $(worst_rel "$(losses "$tmp/sg.json")" "$(losses "$tmp/ref.json")"):
+$(losses "$tmp/sg.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
 fi
 
 # --- a worker that joins before the others' files change --------------------------------
@@ -166,10 +175,12 @@ fi
 if [[ -e $tmp/join.json ]] &&
   close "$(losses "$tmp/join.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
   tap_ok "the worker that waited to join: each of the 50 steps' loss within $LOSS_TOL relative \
-of the undisturbed run"
+of the undisturbed run (worst $(worst_rel "$(losses "$tmp/join.json")" \
+"$(losses "$tmp/ref.json")"))"
 else
   tap_fail "the worker that waited to join: losses" \
-    "$(losses "$tmp/join.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+    "worst $(worst_rel "$(losses "$tmp/join.json")" "$(losses "$tmp/ref.json")"):
+$(losses "$tmp/join.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
 fi
 
 # --- an attempt that starts without a worker ---------------------------------------------
@@ -222,10 +233,12 @@ fi
 if [[ -e $tmp/start.json ]] &&
   close "$(losses "$tmp/start.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
   tap_ok "the attempt started at 2 and grown to 3: each of the 50 steps' loss within $LOSS_TOL \
-relative of the undisturbed run"
+relative of the undisturbed run (worst $(worst_rel "$(losses "$tmp/start.json")" \
+"$(losses "$tmp/ref.json")"))"
 else
   tap_fail "the attempt started at 2: losses" \
-    "$(losses "$tmp/start.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+    "worst $(worst_rel "$(losses "$tmp/start.json")" "$(losses "$tmp/ref.json")"):
+$(losses "$tmp/start.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
 fi
 
 # Worker 0 alone (minWorkers 1): its file says 0 when it starts, so it trains on its own

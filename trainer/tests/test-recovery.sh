@@ -29,13 +29,18 @@ seed=${RECOVERY_SEED:-$(od -An -tu2 -N2 /dev/urandom | tr -d ' ')}
 RANDOM=$seed
 echo "# random choices from seed $seed (RECOVERY_SEED=$seed repeats them)"
 
-# 200 steps of a small model, a checkpoint every 25: the kills land between 25 and 150,
-# 50 steps or more before the end. All 8 checkpoints are kept: the tests wait for ckpt-50
-# and ckpt-150, which the default 5 would prune 125 steps later (a fraction of a second
-# here, less than a stalled poll on a loaded machine).
+# 600 steps of a small model, a checkpoint every 25: the kills land between 25 and 150,
+# 450 steps or more before the end. A kill comes up to 140 ms after its checkpoint (the
+# wait's 50 ms poll, then a random pause), and on an idle machine 50 steps took less:
+# with 200 steps, kills after step 150 found the run over (the survivors had exited 0,
+# and the replacement launch started waited for them until the test gave up). All 24
+# checkpoints are kept: the tests wait for ckpt-50 and ckpt-150, which the default 5
+# would prune 125 steps later (a fraction of a second, less than a stalled poll).
 EVERY=25
-run=(--model mlp --epochs 2 --steps-per-epoch 100 --per-worker-batch 16 --print-weights-hash
-     --recovery-timeout 20 --checkpoint-every-steps "$EVERY" --keep-checkpoints 8)
+STEPS=600
+run=(--model mlp --epochs 2 --steps-per-epoch $((STEPS / 2)) --per-worker-batch 16
+     --print-weights-hash --recovery-timeout 20 --checkpoint-every-steps "$EVERY"
+     --keep-checkpoints $((STEPS / EVERY)))
 
 # The uninterrupted runs: the ring and shared memory sum 3 ranks in other orders, so
 # each path has its own reference.
@@ -120,9 +125,10 @@ for trial in $(seq 1 20); do
     sent=$(sed -n 's/.*joined generation 2: state of step \([0-9]*\) .*/\1/p' "$tmp/k.err")
     steps=$(python3 -c 'import json, sys
 s = [e["step"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "step"]
-gap = int(sys.argv[2] or 0)
-print("ok" if s in (list(range(1, 201)), [i for i in range(1, 201) if i != gap])
-      else "steps %s..%s, %d records" % (s[:1], s[-1:], len(s)))' "$tmp/k.jsonl" "$sent" 2>&1)
+gap, n = int(sys.argv[2] or 0), int(sys.argv[3])
+print("ok" if s in (list(range(1, n + 1)), [i for i in range(1, n + 1) if i != gap])
+      else "steps %s..%s, %d records" % (s[:1], s[-1:], len(s)))' "$tmp/k.jsonl" "$sent" "$STEPS" \
+      2>&1)
     [[ $steps == ok ]] || bad+=("metrics file: $steps")
     grep -q "^\[worker 0\] .*record(s) up to step" "$tmp/k.err" || bad+=("no records carried over")
   fi
