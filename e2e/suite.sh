@@ -1062,13 +1062,8 @@ s_tfscale() {
   tf_check_config "$j-worker-0" worker 0 "$(tf_cluster $j worker:1)"
   # Polled: one read of the log failed once while the lines were there (a warm make e2e
   # of 2026-12-01; the failure message's own read a moment later held them).
-  local tries
-  for tries in 1 2 3 4 5 6 7 8 9 10; do
-    line=$(kn logs "$j-worker-0" -c trainer 2>/dev/null | grep -m1 'replicas in sync: 1;') && break
-    sleep 1
-  done
-  if [ -n "$line" ]; then
-    ok "TensorFlow sees 1 replica in sync after the restart (read $tries time(s))"
+  if wait_log "$j-worker-0" 'replicas in sync: 1;' 10 >/dev/null; then
+    ok "TensorFlow sees 1 replica in sync after the restart"
   else fail "TensorFlow sees 1 replica in sync after the restart" "$(tf_logs "$j-worker-0")"; fi
   if wait_phase $j "$JOB_TIMEOUT" Succeeded; then ok "job Succeeded ($(since "$t0")s)"
   else fail "job Succeeded" "$(explain $j)"; end; return; fi

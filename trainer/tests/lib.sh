@@ -132,24 +132,19 @@ print(" ".join("%.6f" % e[key] for e in map(json.loads, open(path)) if e["event"
 losses() { values step loss "$1"; }
 
 # Whether two such loss lists have the same length (> 0) and agree within a relative
-# tolerance: close GOT WANT TOL.
-close() {
+# tolerance: close GOT WANT TOL. close_worst GOT WANT TOL: the same, and it prints the
+# largest relative difference and its step (1-based), e.g. "1.6e-04 at step 50".
+close_worst() {
   python3 -c 'import sys
 a, b = (list(map(float, x.split())) for x in sys.argv[1:3])
 tol = float(sys.argv[3])
+d = [(abs(x - y) / abs(y) if y else abs(x), i + 1) for i, (x, y) in enumerate(zip(a, b))]
+m = max(d, default=(0.0, 0))
+print(f"{m[0]:.1e} at step {m[1]}")
 sys.exit(0 if len(a) == len(b) > 0 and all(abs(x - y) <= tol * abs(y) for x, y in zip(a, b))
          else 1)' "$1" "$2" "$3"
 }
-
-# worst_rel LOSSES REF: the largest relative difference of two lists of losses and its
-# step (1-based), e.g. "1.6e-04 at step 50", for a check's message.
-worst_rel() {
-  python3 -c 'import sys
-a, b = (list(map(float, x.split())) for x in sys.argv[1:3])
-d = [(abs(x - y) / abs(y) if y else abs(x), i + 1) for i, (x, y) in enumerate(zip(a, b))]
-m = max(d, default=(0.0, 0))
-print(f"{m[0]:.1e} at step {m[1]}")' "$1" "$2"
-}
+close() { close_worst "$@" >/dev/null; }
 
 # BIN, the trainer built on the CUDA emulation (trainer/tests/fakecuda), and CPU, the CPU
 # build; make test builds both. Returns 1 after a not-ok line when either is missing.

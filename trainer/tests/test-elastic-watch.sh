@@ -40,6 +40,19 @@ skip_without_data "the members file watched" "$DATA"
 # and the same run one step off differs by 1.2e-2 or more at every step.
 LOSS_TOL=1e-3
 
+# losses_check NAME OK FAIL: the chief's step losses of run NAME ($tmp/NAME.json) against
+# the undisturbed run's within LOSS_TOL, reported as OK with the worst difference, or as
+# FAIL with it and both lists.
+losses_check() {
+  local got=$tmp/$1.json worst=""
+  if [[ -e $got && -e $tmp/ref.json ]] &&
+    worst=$(close_worst "$(losses "$got")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"); then
+    tap_ok "$2 (worst $worst)"
+  else
+    tap_fail "$3" "worst ${worst:-<no records>}:
+$(losses "$got" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
+  fi
+}
 
 args=(--model tutorial-cnn --epochs 1 --steps-per-epoch 50 --lr 0.05 --global-batch 26
       --checkpoint-every-steps 5 --print-weights-hash --rendezvous-timeout 60)
@@ -122,16 +135,8 @@ else
     "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/sg-[012].err |
       tail -n 12)"
 fi
-if [[ -e $tmp/sg.json && -e $tmp/ref.json ]] &&
-  close "$(losses "$tmp/sg.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
-  tap_ok "3 -> 2 -> 3 by the watched files: each of the 50 steps' loss within $LOSS_TOL relative \
-of the undisturbed run (worst $(worst_rel "$(losses "$tmp/sg.json")" \
-"$(losses "$tmp/ref.json")"))"
-else
-  tap_fail "3 -> 2 -> 3 by the watched files: losses" \
-    "worst $(worst_rel "$(losses "$tmp/sg.json")" "$(losses "$tmp/ref.json")"):
-$(losses "$tmp/sg.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
-fi
+losses_check sg "3 -> 2 -> 3 by the watched files: each of the 50 steps' loss within \
+$LOSS_TOL relative of the undisturbed run" "3 -> 2 -> 3 by the watched files: losses"
 
 # --- a worker that joins before the others' files change --------------------------------
 # Its first rendezvous meets a peer whose list is still the old one: workers 0 and 1 train
@@ -172,16 +177,8 @@ else
     "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/join-[012].err |
       tail -n 12)"
 fi
-if [[ -e $tmp/join.json ]] &&
-  close "$(losses "$tmp/join.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
-  tap_ok "the worker that waited to join: each of the 50 steps' loss within $LOSS_TOL relative \
-of the undisturbed run (worst $(worst_rel "$(losses "$tmp/join.json")" \
-"$(losses "$tmp/ref.json")"))"
-else
-  tap_fail "the worker that waited to join: losses" \
-    "worst $(worst_rel "$(losses "$tmp/join.json")" "$(losses "$tmp/ref.json")"):
-$(losses "$tmp/join.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
-fi
+losses_check join "the worker that waited to join: each of the 50 steps' loss within \
+$LOSS_TOL relative of the undisturbed run" "the worker that waited to join: losses"
 
 # --- an attempt that starts without a worker ---------------------------------------------
 # As an elastic job's attempt whose worker 2 the scheduler cannot place: workers 0 and 1
@@ -230,16 +227,8 @@ else
     "${bad[*]}; $(grep -hv '^kubetrain-trainer\[rank .\] \(epoch\|step\)' "$tmp"/start-[012].err |
       tail -n 12)"
 fi
-if [[ -e $tmp/start.json ]] &&
-  close "$(losses "$tmp/start.json")" "$(losses "$tmp/ref.json")" "$LOSS_TOL"; then
-  tap_ok "the attempt started at 2 and grown to 3: each of the 50 steps' loss within $LOSS_TOL \
-relative of the undisturbed run (worst $(worst_rel "$(losses "$tmp/start.json")" \
-"$(losses "$tmp/ref.json")"))"
-else
-  tap_fail "the attempt started at 2: losses" \
-    "worst $(worst_rel "$(losses "$tmp/start.json")" "$(losses "$tmp/ref.json")"):
-$(losses "$tmp/start.json" 2>&1 | tail -n 1) vs $(losses "$tmp/ref.json" 2>&1 | tail -n 1)"
-fi
+losses_check start "the attempt started at 2 and grown to 3: each of the 50 steps' loss \
+within $LOSS_TOL relative of the undisturbed run" "the attempt started at 2: losses"
 
 # Worker 0 alone (minWorkers 1): its file says 0 when it starts, so it trains on its own
 # but keeps its listener; held after step 5, worker 1 starts naming 0,1 and worker 0's

@@ -17,7 +17,6 @@ test-resilience.sh) or for make soak to count (e2e/soak/soak.py). KT_RUN must na
 cluster's run directory (e2e/cluster/up.sh api).
 """
 import argparse
-import atexit
 import json
 import os
 import signal
@@ -114,20 +113,10 @@ def log_tail(since):
 api.create("/api/v1/namespaces",
            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
 logf = open(args.log, "ab")
-op = subprocess.Popen([args.operator, "--kubeconfig", args.kubeconfig, "--metrics-addr", "0",
-                       "--health-addr", "0", "--backoff-base", "1", "--backoff-max", "1"],
-                      stdout=logf, stderr=subprocess.STDOUT)
-
-
-@atexit.register
-def reap():
-    """Whatever ends this script (a failed request's exception too), the operator it
-    started ends with it: left running, it would act on the next test's cluster."""
-    if op.poll() is None:
-        op.kill()
-        op.wait()
-
-
+op = kube.kill_at_exit(
+    subprocess.Popen([args.operator, "--kubeconfig", args.kubeconfig, "--metrics-addr", "0",
+                      "--health-addr", "0", "--backoff-base", "1", "--backoff-max", "1"],
+                     stdout=logf, stderr=subprocess.STDOUT))
 jobs_path = kube.ns_path(NS, "trainingjobs", group=kube.GROUP)
 times, slow, lost = [], [], 0
 api.create(jobs_path, kube.training_job("steady", 2, restartPolicy="ExitCode", backoffLimit=100,

@@ -11,7 +11,6 @@ object ever created. Prints one result line per check, "PASS name" or "FAIL name
 for the shell test to turn into TAP; "#" lines are information.
 """
 import argparse
-import atexit
 import collections
 import json
 import os
@@ -227,22 +226,10 @@ log = open(args.log, "ab")
 
 
 def start_operator():
-    return subprocess.Popen([args.operator, "--kubeconfig", args.kubeconfig,
-                             "--metrics-addr", "0", "--health-addr", "0",
-                             "--backoff-base", "1", "--backoff-max", "2"],
-                            stdout=log, stderr=subprocess.STDOUT)
-
-
-op = None
-
-
-@atexit.register
-def reap():
-    """Whatever ends this script (a failed request's exception too), the operator it
-    started ends with it: left running, it would act on the next test's cluster."""
-    if op is not None and op.poll() is None:
-        op.kill()
-        op.wait()
+    return kube.kill_at_exit(subprocess.Popen([args.operator, "--kubeconfig", args.kubeconfig,
+                                               "--metrics-addr", "0", "--health-addr", "0",
+                                               "--backoff-base", "1", "--backoff-max", "2"],
+                                              stdout=log, stderr=subprocess.STDOUT))
 
 
 kills = []

@@ -18,6 +18,18 @@ import urllib.parse
 GROUP = "kubetrain.dev/v1alpha1"
 
 
+def kill_at_exit(proc):
+    """Returns proc (a subprocess.Popen), which is killed when this script ends, however
+    it ends (a failed request's exception too) if it still runs then: an operator a test
+    script started and left running would act on the next test's cluster."""
+    def reap():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    atexit.register(reap)
+    return proc
+
+
 def load_config(kubectl, kubeconfig):
     """Server URL, CA and client certificate of the current context, via kubectl."""
     import subprocess
